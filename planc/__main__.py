@@ -1,0 +1,3 @@
+from planc.cli import main
+
+main()

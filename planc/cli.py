@@ -1,0 +1,137 @@
+"""The command line: a thin click layer. Each command parses, calls one function, prints, exits.
+
+Heavy modules are imported inside the commands so that `planc check` starts fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from planc import __version__
+
+FORMATS = ("text", "json", "github", "sarif")
+
+
+def _default_format() -> str:
+    return "github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="planc")
+def main() -> None:
+    """Validate distributed LLM training specs and compile them into launch plans.
+
+    Exit codes: 0 clean (warnings allowed), 1 findings that fail, 2 unusable input or usage error.
+    """
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True, allow_dash=True))
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(FORMATS),
+    default=None,
+    help="Output format. Default: text, or github when GITHUB_ACTIONS=true.",
+)
+@click.option("--strict", is_flag=True, help="Fail on warnings too.")
+def check(files: tuple[str, ...], output_format: str | None, strict: bool) -> None:
+    """Check training specs against planc's rules. FILES may include - for stdin."""
+    from planc.check import check_paths
+    from planc.findings import exit_code
+    from planc.report import REPORTERS
+
+    results = check_paths(files)
+    reporter = REPORTERS[output_format or _default_format()]
+    click.echo(reporter(results, strict), nl=False)
+    sys.exit(exit_code(results, strict))
+
+
+@main.command()
+@click.argument("rule_id", required=False)
+def rules(rule_id: str | None) -> None:
+    """List the rules, or explain RULE_ID with a passing and a failing example."""
+    from planc.rules import REGISTRY, get
+
+    if rule_id is None:
+        for rule in REGISTRY.values():
+            click.echo(f"{rule.id}  {rule.severity.value:<7}  {rule.title}")
+        return
+    try:
+        rule = get(rule_id)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
+    click.echo(f"{rule.id} ({rule.severity.value})\n\n{rule.doc}")
+
+
+@main.command()
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of stdout.")
+def schema(output: str | None) -> None:
+    """Print the JSON Schema of the spec (the file published as schemas/spec.schema.json)."""
+    import json
+
+    from planc.spec import json_schema
+
+    text = json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    from planc.emit import write_text_atomic
+
+    write_text_atomic(output, text)
+
+
+@main.command()
+def presets() -> None:
+    """List the GPU and model presets with their sources."""
+    from planc.presets import all_gpu_presets, all_model_presets
+
+    click.echo("GPUs:")
+    for name, gpu in all_gpu_presets().items():
+        memory = f"{gpu['memory_gib']} GiB" if "memory_gib" in gpu else f"{gpu['memory_gb']} GB"
+        click.echo(f"  {name:<12} {memory:>8}  {gpu['bf16_tflops']:>5} TFLOPS bf16  NVLink domain "
+                   f"{gpu['nvlink_domain']}\n      source: {gpu['source']}")
+    click.echo("Models:")
+    for name, model in all_model_presets().items():
+        click.echo(f"  {name:<15} L={model['layers']} h={model['hidden']} heads={model['heads']} "
+                   f"V={model['vocab']}\n      source: {model['source']}")
+
+
+def _load_or_exit(path: str, output_format: str = "text", tolerate: frozenset[str] = frozenset()) -> object:
+    """A spec's job for commands that need a valid spec; findings and exit 1/2 otherwise.
+
+    Rules in `tolerate` do not stop the command (a memory report is most useful when PLC007 fails).
+    """
+    from planc.check import check_loaded
+    from planc.findings import Severity, exit_code
+    from planc.load import load_path
+    from planc.report import REPORTERS
+
+    loaded = load_path(path)
+    result = check_loaded(loaded)
+    blocking = [f for f in result.findings if f.severity.rank >= Severity.ERROR.rank and f.rule not in tolerate]
+    if loaded.job is None or blocking:
+        click.echo(REPORTERS["json" if output_format == "json" else "text"]((result,), False), nl=False, err=True)
+        sys.exit(max(exit_code((result,)), 1))
+    return loaded.job
+
+
+@main.command()
+@click.argument("spec", type=click.Path(allow_dash=True))
+@click.option("--format", "output_format", type=click.Choice(("text", "json")), default="text")
+def memory(spec: str, output_format: str) -> None:
+    """Per-rank memory budget of SPEC, term by term, for every pipeline stage."""
+    from planc.memory import budget
+    from planc.memory.report import render_text, to_json
+
+    job = _load_or_exit(spec, output_format, frozenset({"PLC006", "PLC007"}))
+    result = budget(job)  # type: ignore[arg-type]
+    if output_format == "json":
+        import json
+
+        click.echo(json.dumps(to_json(job, result), indent=2))  # type: ignore[arg-type]
+    else:
+        click.echo(render_text(job, result), nl=False)  # type: ignore[arg-type]

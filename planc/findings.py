@@ -1,0 +1,66 @@
+"""Findings: what a check says about a file, as plain frozen data. Reporters render them."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Severity(str, Enum):
+    """How much a finding matters. `fatal` marks input that could not be read at all (exit 2)."""
+
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+    FATAL = "fatal"
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self]
+
+
+_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2, Severity.FATAL: 3}
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    """One located finding. Lines and columns are 1-based; `field` is the dotted spec path."""
+
+    line: int
+    column: int
+    rule: str
+    severity: Severity = dataclasses.field(compare=False)
+    message: str = dataclasses.field(compare=False)
+    field: str = ""
+    fix: str = dataclasses.field(default="", compare=False)
+
+    @property
+    def text(self) -> str:
+        """The message and, when there is one, the fix."""
+        return f"{self.message}; fix: {self.fix}" if self.fix else self.message
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """All findings for one input, sorted by location."""
+
+    path: str
+    findings: tuple[Finding, ...]
+
+    def worst(self) -> Severity | None:
+        return max((f.severity for f in self.findings), key=lambda s: s.rank, default=None)
+
+    def ok(self, strict: bool = False) -> bool:
+        worst = self.worst()
+        if worst is None:
+            return True
+        threshold = Severity.WARNING if strict else Severity.ERROR
+        return worst.rank < threshold.rank
+
+
+def exit_code(results: tuple[FileResult, ...] | list[FileResult], strict: bool = False) -> int:
+    """The one place the exit code is decided: 2 unusable input, 1 findings that fail, 0 clean."""
+    if any(r.worst() is Severity.FATAL for r in results):
+        return 2
+    return 0 if all(r.ok(strict) for r in results) else 1

@@ -1,0 +1,317 @@
+"""The resolved job: a valid spec with presets merged, defaults applied and degrees derived.
+
+Plain frozen dataclasses of integers and strings, in the papers' symbols, passed between the
+check, compile and verify stages. Nothing here fills itself in later.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from planc.presets import gpu_preset, model_preset
+from planc.spec import MAX_NODES, GpuSpec, LinkSpec, RulesSpec, Spec
+
+GIB = 2**30
+GB = 10**9
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A spec that validated but cannot be resolved (a field no preset supplies, a bad pattern)."""
+
+    rule: str
+    field: str
+    message: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Model:
+    """Architecture in Megatron/Korthikanti symbols."""
+
+    L: int  # layers
+    h: int  # hidden size
+    n: int  # attention heads (a in Korthikanti et al.)
+    g: int  # key/value heads (query groups)
+    k: int  # channels per head
+    f: int  # MLP inner size
+    V: int  # vocabulary before padding
+    mlp: str
+    norm: str
+    bias: bool
+    dropout: float
+    tied: bool
+    position: str
+    max_seq_len: int
+    preset: str | None
+    published_parameters: int | None
+
+
+@dataclass(frozen=True)
+class Link:
+    bandwidth_gbs: float
+    latency_us: float
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    memory_bytes: int
+    bf16_tflops: float
+    memory_bandwidth_gbs: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Cluster:
+    gpu: Gpu
+    nodes: int
+    gpus_per_node: int
+    nvlink_domain: int
+    intra: Link
+    inter: Link
+    hosts: tuple[str, ...]
+    reserve_bytes: int
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Parallel degrees. `d` is None when it cannot be derived (world not divisible)."""
+
+    t: int
+    p: int
+    d: int | None
+    c: int
+    v: int
+    stage_layers: tuple[int, ...]
+    sp: bool
+    zero: int
+    order: tuple[str, ...]
+    d_given: bool
+
+
+@dataclass(frozen=True)
+class Training:
+    s: int  # sequence length
+    b: int  # micro-batch size
+    B: int  # global batch in sequences
+    precision: str
+    optimizer: str
+    grad_accum_fp32: bool
+    recompute: str
+    attention: str
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    model: Model
+    cluster: Cluster
+    layout: Layout
+    training: Training
+    rules: RulesSpec
+
+    @property
+    def world(self) -> int:
+        return self.cluster.world
+
+    @property
+    def m(self) -> int | None:
+        """Micro-batches per data-parallel rank per step: B / (b·d), when whole."""
+        d = self.layout.d
+        if d is None or self.training.B % (self.training.b * d):
+            return None
+        return self.training.B // (self.training.b * d)
+
+
+def _model(spec: Spec) -> Model | list[Problem]:
+    given = spec.model.model_dump(exclude_none=True)
+    preset = given.pop("preset", None)
+    base: dict[str, Any] = model_preset(preset) if preset else {}
+    merged = {**base, **given}
+    missing = [name for name in ("layers", "hidden", "heads", "vocab") if name not in merged]
+    if missing:
+        return [
+            Problem(
+                "PLC109",
+                f"model.{name}",
+                f"model.{name} is required: no preset supplies it",
+                f"add model.{name}, or choose a model preset",
+            )
+            for name in missing
+        ]
+    h, n = merged["hidden"], merged["heads"]
+    mlp = merged.get("mlp", "gelu")
+    default_f = 4 * h if mlp == "gelu" else (8 * h // 3) // 64 * 64
+    return Model(
+        L=merged["layers"],
+        h=h,
+        n=n,
+        g=merged.get("kv_heads", n),
+        k=merged.get("head_dim", h // n if h % n == 0 else 0),
+        f=merged.get("ffn_hidden", default_f),
+        V=merged["vocab"],
+        mlp=mlp,
+        norm=merged.get("norm", "layernorm"),
+        bias=merged.get("bias", False),
+        dropout=float(merged.get("dropout", 0.0)),
+        tied=merged.get("tied_embeddings", False),
+        position=merged.get("position_embedding", "rope"),
+        max_seq_len=merged.get("max_seq_len", spec.training.seq_len),
+        preset=preset,
+        published_parameters=base.get("parameters") if not given.keys() - {"dropout"} else None,
+    )
+
+
+def _link(preset: dict[str, Any] | None, given: LinkSpec, fallback: LinkSpec | None) -> Link | None:
+    values = {**(preset or {}), **(fallback.model_dump(exclude_none=True) if fallback else {})}
+    values.update(given.model_dump(exclude_none=True))
+    if "bandwidth_gbs" not in values:
+        return None
+    return Link(float(values["bandwidth_gbs"]), float(values.get("latency_us", 0.0)))
+
+
+def _gpu(spec: Spec) -> tuple[Gpu, dict[str, Any]] | list[Problem]:
+    gpu = spec.hardware.gpu
+    if isinstance(gpu, GpuSpec):
+        raw: dict[str, Any] = gpu.model_dump(exclude_none=True)
+        name, source = gpu.name, "custom GPU in the spec"
+    else:
+        raw = gpu_preset(gpu)
+        name, source = gpu, raw["source"]
+    if "memory_gib" in raw:
+        memory = round(raw["memory_gib"] * GIB)
+    elif "memory_gb" in raw:
+        memory = round(raw["memory_gb"] * GB)
+    else:
+        return [
+            Problem(
+                "PLC109",
+                "hardware.gpu",
+                "the GPU's memory is required: give hardware.gpu.memory_gb or memory_gib",
+                "add memory_gb: 80 (for example) to hardware.gpu",
+            )
+        ]
+    bandwidth = float(raw.get("memory_bandwidth_gbs", 0.0))
+    return Gpu(name, memory, float(raw["bf16_tflops"]), bandwidth, source), raw
+
+
+_RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
+
+
+def expand_hosts(pattern: str) -> list[str] | None:
+    """`gpu-{000..063}` -> gpu-000 ... gpu-063 (zero padding kept). None if not a valid pattern."""
+    found = _RANGE.findall(pattern)
+    if len(found) > 1:
+        return None
+    if not found:
+        return [pattern]
+    low_text, high_text = found[0]
+    low, high = int(low_text), int(high_text)
+    if high < low or high - low >= MAX_NODES:
+        return None
+    width = len(low_text) if low_text.startswith("0") else 0
+    head, tail = _RANGE.split(pattern, maxsplit=1)[0], _RANGE.split(pattern, maxsplit=1)[-1]
+    return [f"{head}{i:0{width}d}{tail}" for i in range(low, high + 1)]
+
+
+def _hosts(spec: Spec) -> tuple[str, ...] | list[Problem]:
+    hosts = spec.hardware.hosts
+    nodes = spec.hardware.nodes
+    if isinstance(hosts, str):
+        expanded = expand_hosts(hosts)
+        if expanded is None:
+            return [
+                Problem(
+                    "PLC110",
+                    "hardware.hosts",
+                    f"the host pattern {hosts!r} is not a name with one {{first..last}} range",
+                    "write it like gpu-{000..063}",
+                )
+            ]
+        return tuple(expanded)
+    if not hosts:
+        return tuple(f"node-{i}" for i in range(nodes))
+    return tuple(hosts)
+
+
+def _cluster(spec: Spec) -> Cluster | list[Problem]:
+    gpu_result = _gpu(spec)
+    if isinstance(gpu_result, list):
+        return gpu_result
+    gpu, raw = gpu_result
+    hw = spec.hardware
+    custom = hw.gpu if isinstance(hw.gpu, GpuSpec) else None
+    intra = _link(raw.get("intra_node"), hw.intra_node, custom.intra_node if custom else None)
+    inter = _link(raw.get("inter_node"), hw.inter_node, custom.inter_node if custom else None)
+    problems = [
+        Problem(
+            "PLC109",
+            f"hardware.{name}.bandwidth_gbs",
+            f"hardware.{name}.bandwidth_gbs is required: the custom GPU gives none",
+            f"add hardware.{name}: {{bandwidth_gbs: ..., latency_us: ...}}",
+        )
+        for name, link in (("intra_node", intra), ("inter_node", inter))
+        if link is None
+    ]
+    hosts = _hosts(spec)
+    if isinstance(hosts, list):
+        problems += hosts
+    if problems or intra is None or inter is None or isinstance(hosts, list):
+        return problems
+    gpus_per_node = hw.gpus_per_node or raw.get("gpus_per_node") or 8
+    return Cluster(
+        gpu=gpu,
+        nodes=hw.nodes,
+        gpus_per_node=gpus_per_node,
+        nvlink_domain=hw.nvlink_domain or raw.get("nvlink_domain") or gpus_per_node,
+        intra=intra,
+        inter=inter,
+        hosts=hosts,
+        reserve_bytes=round(hw.reserve_gib * GIB),
+    )
+
+
+def _layout(spec: Spec, world: int) -> Layout:
+    par = spec.parallelism
+    inner = par.tensor * par.pipeline * par.context
+    derived = world // inner if world % inner == 0 else None
+    return Layout(
+        t=par.tensor,
+        p=par.pipeline,
+        d=par.data if par.data is not None else derived,
+        c=par.context,
+        v=par.virtual_stages,
+        stage_layers=tuple(par.stage_layers),
+        sp=par.sequence_parallel,
+        zero=par.zero_stage,
+        order=tuple(par.order.split("-")),
+        d_given=par.data is not None,
+    )
+
+
+def resolve(spec: Spec) -> Job | list[Problem]:
+    """Merge presets and defaults into a `Job`, or say what is missing."""
+    model = _model(spec)
+    cluster = _cluster(spec)
+    problems = [*(model if isinstance(model, list) else []), *(cluster if isinstance(cluster, list) else [])]
+    if problems or isinstance(model, list) or isinstance(cluster, list):
+        return problems
+    tr = spec.training
+    training = Training(
+        s=tr.seq_len,
+        b=tr.micro_batch,
+        B=tr.global_batch,
+        precision=tr.precision,
+        optimizer=tr.optimizer,
+        grad_accum_fp32=tr.grad_accum_fp32,
+        recompute=tr.recompute,
+        attention=tr.attention,
+    )
+    return Job(spec.name, model, cluster, _layout(spec, cluster.world), training, spec.rules)

@@ -1,0 +1,401 @@
+"""Load: bytes -> located YAML nodes -> validated `Spec` -> resolved `Job`, or located findings.
+
+Every failure is a `Finding` with a rule id and a position; nothing here raises on bad input.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from planc.findings import Finding, Severity
+from planc.job import Job, resolve
+from planc.locate import Locator, dotted
+from planc.spec import Spec
+from planc.yamlnodes import Node, compose, to_data, walk_plain_scalars, yaml11_reading
+
+MAX_BYTES = 2 * 1024 * 1024
+
+_YAML_CODES = {
+    "syntax": "PLC103",
+    "duplicate": "PLC104",
+    "expansion": "PLC102",
+    "depth": "PLC102",
+    "tag": "PLC106",
+    "merge": "PLC106",
+    "key": "PLC106",
+}
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """The outcome of loading one input: findings, and the job when the spec resolved."""
+
+    path: str
+    findings: tuple[Finding, ...]
+    locator: Locator
+    spec: Spec | None = None
+    job: Job | None = None
+
+
+def _finding(rule: str, at: tuple[int, int], message: str, fix: str = "", field: str = "",
+             severity: Severity = Severity.ERROR) -> Finding:
+    return Finding(at[0], at[1], rule, severity, message, field, fix)
+
+
+def read_input(path: str) -> tuple[bytes | None, Finding | None]:
+    """The raw bytes of a file (or stdin for `-`), capped; or a fatal finding."""
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read(MAX_BYTES + 1)
+        else:
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        return None, _finding("PLC100", (1, 1), "no such file", severity=Severity.FATAL)
+    except IsADirectoryError:
+        return None, _finding("PLC100", (1, 1), "is a directory, not a spec file",
+                              "pass the YAML files inside it", severity=Severity.FATAL)
+    except PermissionError:
+        return None, _finding("PLC100", (1, 1), "permission denied: the file cannot be read",
+                              severity=Severity.FATAL)
+    except OSError as error:
+        return None, _finding("PLC100", (1, 1), f"cannot be read: {error.strerror or error}",
+                              severity=Severity.FATAL)
+    if len(data) > MAX_BYTES:
+        return None, _finding(
+            "PLC102", (1, 1), f"the file is larger than {MAX_BYTES:,} bytes; a spec is a few KB",
+            "check that this is the spec you meant", severity=Severity.FATAL,
+        )
+    return data, None
+
+
+def decode(data: bytes) -> tuple[str | None, Finding | None]:
+    """UTF-8 text without a BOM, with CRLF normalised; or a fatal finding at the bad byte."""
+    if b"\x00" in data:
+        at = _line_col(data, data.index(b"\x00"))
+        return None, _finding("PLC101", at, "binary data (a NUL byte): not a YAML text file",
+                              severity=Severity.FATAL)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        at = _line_col(data, error.start)
+        return None, _finding(
+            "PLC101", at, f"not UTF-8: byte 0x{data[error.start]:02x} cannot be decoded",
+            "save the file as UTF-8", severity=Severity.FATAL,
+        )
+    return text.removeprefix("\ufeff").replace("\r\n", "\n"), None
+
+
+def _line_col(data: bytes, offset: int) -> tuple[int, int]:
+    line = data.count(b"\n", 0, offset) + 1
+    return line, offset - (data.rfind(b"\n", 0, offset) + 1) + 1
+
+
+def _document(text: str) -> tuple[Node | None, list[Finding]]:
+    documents, problems = compose(text)
+    findings = [
+        _finding(_YAML_CODES[p.code], (p.line, p.column), p.message, p.fix) for p in problems
+    ]
+    if not documents:
+        if not problems:
+            findings.append(_finding("PLC105", (1, 1), "the file is empty: no spec in it",
+                                     "start from one of the files in examples/"))
+        return None, findings
+    if len(documents) > 1:
+        second = documents[1]
+        findings.append(_finding(
+            "PLC105", (second.line, second.column),
+            f"{len(documents)} YAML documents in one file; a spec file holds one",
+            "split the documents into separate files",
+        ))
+        return None, findings
+    root = documents[0]
+    if root.kind != "map":
+        what = {"seq": "a list", "scalar": "a single value"}[root.kind]
+        if root.kind == "scalar" and root.value is None:
+            findings.append(_finding("PLC105", (1, 1), "the file is empty: no spec in it",
+                                     "start from one of the files in examples/"))
+        else:
+            findings.append(_finding("PLC105", (root.line, root.column),
+                                     f"the top level is {what}; a spec is a mapping of sections",
+                                     "start with 'version: 1'"))
+        return None, findings
+    return root, findings
+
+
+def _yaml11(root: Node) -> list[Finding]:
+    findings = []
+    for path, node in walk_plain_scalars(root):
+        reading = yaml11_reading(node.source)
+        if reading is None:
+            continue
+        field = dotted(path)
+        quoted = f'"{node.source}"'
+        if reading.startswith("the boolean"):
+            fix = f"write true or false for a boolean, or {quoted} for a string"
+        elif isinstance(node.value, int):
+            fix = f"write {node.value} without a leading zero, or {quoted} for a string"
+        else:
+            fix = f"quote it ({quoted}) if you mean a string"
+        findings.append(_finding(
+            "PLC107", (node.line, node.column),
+            f"{field}: {node.source} is {reading} to a YAML 1.1 reader (PyYAML) but "
+            f"{node.value!r} to a YAML 1.2 reader",
+            fix,
+            field,
+        ))
+    return findings
+
+
+def load_text(path: str, text: str) -> Loaded:
+    """Load a spec from text; `path` is only used for messages."""
+    root, findings = _document(text)
+    locator = Locator(root)
+    if root is None or any(f.rule == "PLC104" for f in findings):
+        return Loaded(path, tuple(findings), locator)
+    findings += _yaml11(root)
+    flagged = {f.field for f in findings}
+    data = to_data(root)
+    try:
+        spec = Spec.model_validate(data)
+    except ValidationError as error:
+        findings += [f for f in translate(error, data, locator) if f.field not in flagged]
+        return Loaded(path, tuple(findings), locator)
+    if findings:
+        return Loaded(path, tuple(findings), locator, spec)
+    resolved = resolve(spec)
+    if isinstance(resolved, list):
+        findings += [
+            _finding(p.rule, locator.first_present([p.field]), p.message, p.fix, p.field)
+            for p in resolved
+        ]
+        return Loaded(path, tuple(findings), locator, spec)
+    return Loaded(path, tuple(findings), locator, spec, resolved)
+
+
+def load_path(path: str) -> Loaded:
+    data, failure = read_input(path)
+    if failure is None and data is not None:
+        text, failure = decode(data)
+        if failure is None and text is not None:
+            return load_text(path, text)
+    return Loaded(path, (failure,) if failure else (), Locator(None))
+
+
+# --- pydantic errors -> findings -------------------------------------------------------------
+
+_TYPE_WORDS = {
+    "int_type": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "string_type": "a string",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "list_type": "a list",
+    "literal_error": "one of the allowed values",
+}
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if value is None:
+        return "null (an empty value)"
+    if isinstance(value, str):
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        return f"the string {shown!r}"
+    if isinstance(value, float):
+        return f"the number {value!r}"
+    if isinstance(value, int):
+        text = str(value)
+        return f"the number {text if len(text) <= 24 else text[:10] + '...(' + str(len(text)) + ' digits)'}"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
+_SCALAR_TAGS = {"str", "int", "float", "bool"}
+
+
+def _is_union_tag(segment: Any) -> bool:
+    """pydantic adds the union member's name to `loc` (`GpuSpec`, `literal[...]`, `str`)."""
+    if not isinstance(segment, str):
+        return False
+    return segment in _SCALAR_TAGS or re.fullmatch(r"[a-z_][a-z0-9_]*", segment) is None
+
+
+def _data_at(data: Any, loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...], Any]:
+    """Split a pydantic loc into (the spec path, the union tags in it, the value at the path)."""
+    path: list[Any] = []
+    tags: list[Any] = []
+    node = data
+    for segment in loc:
+        if isinstance(node, dict) and segment in node:
+            node = node[segment]
+        elif isinstance(node, list) and isinstance(segment, int) and 0 <= segment < len(node):
+            node = node[segment]
+        elif _is_union_tag(segment):
+            tags.append(segment)
+            continue
+        else:
+            node = None  # a missing key: still part of the path
+        path.append(segment)
+    return tuple(path), tuple(tags), node
+
+
+def _branch_fits(tag: Any, value: Any) -> bool:
+    text = str(tag)
+    if isinstance(value, str):
+        return text.startswith(("literal", "str", "constrained-str"))
+    if isinstance(value, list):
+        return text.startswith("list")
+    if isinstance(value, dict):
+        return text[:1].isupper() or text.startswith("dict")
+    return False
+
+
+def translate(error: ValidationError, data: Any, locator: Locator) -> list[Finding]:
+    """One finding per pydantic error, located on the YAML node, in plain language."""
+    findings: dict[tuple[str, str], Finding] = {}
+    union_misses: dict[str, dict[str, Any]] = {}
+    for item in error.errors(include_url=False):
+        path, tags, value = _data_at(data, tuple(item["loc"]))
+        field = dotted(path)
+        if tags and not _branch_fits(tags[0], value):
+            union_misses.setdefault(field, {"path": path, "value": value, "tags": []})["tags"].append(tags[0])
+            continue
+        finding = _one(item, path, field, value, locator)
+        findings.setdefault((finding.field, finding.rule), finding)
+    for field, miss in union_misses.items():
+        if any(key[0] == field or key[0].startswith(field + ".") for key in findings):
+            continue
+        at = locator.position(miss["path"])
+        findings[(field, "PLC110")] = _finding(
+            "PLC110", at, f"{field} must be {_union_words(field)}, got {_describe(miss['value'])}",
+            _union_fix(field), field,
+        )
+    return list(findings.values())
+
+
+def _union_words(field: str) -> str:
+    if field.endswith("gpu"):
+        return "a GPU preset name or a mapping of the GPU's numbers"
+    if field.endswith("hosts"):
+        return "a list of host names or a pattern string"
+    return "a value of another type"
+
+
+def _union_fix(field: str) -> str:
+    if field.endswith("gpu"):
+        return "write a preset such as h100-sxm, or {memory_gb: 80, bf16_tflops: 989, ...}"
+    return ""
+
+
+def _one(item: Any, path: tuple[Any, ...], field: str, value: Any, locator: Locator) -> Finding:
+    kind = item["type"]
+    ctx = item.get("ctx", {})
+    if kind == "extra_forbidden":
+        return _unknown_key(path, field, locator)
+    if kind == "missing":
+        parent, name = dotted(path[:-1]) or "the top level", path[-1]
+        return _finding("PLC109", locator.position(path, at_key=True),
+                        f"{name} is required in {parent}", f"add {field}", field)
+    at = locator.position(path)
+    if kind == "literal_error":
+        return _literal(field, value, ctx, at)
+    if kind in ("finite_number",):
+        return _finding("PLC110", at, f"{field} must be a finite number, got {_describe(value)}",
+                        "write a number", field)
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        return _bound(kind, field, value, ctx, at)
+    if kind in _TYPE_WORDS:
+        return _type(kind, field, value, at)
+    if kind == "string_pattern_mismatch":
+        return _finding("PLC110", at, f"{field} must look like PLC001, got {_describe(value)}",
+                        "use a rule id from 'planc rules'", field)
+    message = item["msg"][:1].lower() + item["msg"][1:]
+    return _finding("PLC110", at, f"{field}: {message}, got {_describe(value)}", "", field)
+
+
+def _unknown_key(path: tuple[Any, ...], field: str, locator: Locator) -> Finding:
+    from planc.spec import Spec as Root
+
+    model: Any = Root
+    for segment in path[:-1]:
+        annotation = model.model_fields[segment].annotation if segment in model.model_fields else None
+        candidates = [a for a in getattr(annotation, "__args__", (annotation,)) if hasattr(a, "model_fields")]
+        model = candidates[0] if candidates else None
+        if model is None:
+            break
+    known = sorted(model.model_fields) if model is not None else []
+    name = str(path[-1])
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    parent = dotted(path[:-1]) or "the top level"
+    fix = f"did you mean '{close[0]}'?" if close else f"remove it; {parent} takes {', '.join(known)}"
+    return _finding("PLC108", locator.position(path, at_key=True), f"unknown key '{name}' in {parent}",
+                    fix, field)
+
+
+def _literal(field: str, value: Any, ctx: dict[str, Any], at: tuple[int, int]) -> Finding:
+    expected = [e.strip().strip("'") for e in ctx.get("expected", "").replace(" or ", ", ").split(", ")]
+    close = _closest(value, expected)
+    hint = f"did you mean '{close}'? " if close else ""
+    allowed = ", ".join(expected)
+    if field in ("model.preset", "hardware.gpu"):
+        kind = "model" if field == "model.preset" else "GPU"
+        return _finding("PLC111", at, f"unknown {kind} preset {str(value)[:60]!r}",
+                        f"{hint}known presets: {allowed}", field)
+    if field == "parallelism.order":
+        return _finding("PLC110", at, f"{field} must name tp, cp, dp and pp once each, fastest-varying "
+                        f"first; got {_describe(value)}", "write tp-cp-dp-pp (Megatron's default)", field)
+    return _finding("PLC110", at, f"{field} must be one of {allowed}; got {_describe(value)}",
+                    hint.strip() or f"choose one of {allowed}", field)
+
+
+def _closest(value: Any, choices: list[str]) -> str | None:
+    if not isinstance(value, str):
+        return None
+    prefixed = [c for c in choices if c.startswith(value.lower()) or value.lower().startswith(c)]
+    if prefixed:
+        return prefixed[0]
+    close = difflib.get_close_matches(value.lower(), choices, n=1, cutoff=0.5)
+    return close[0] if close else None
+
+
+def _bound(kind: str, field: str, value: Any, ctx: dict[str, Any], at: tuple[int, int]) -> Finding:
+    symbol = {"greater_than_equal": "≥", "greater_than": ">", "less_than_equal": "≤", "less_than": "<"}[kind]
+    limit = next(iter(ctx.values()), "?")
+    limit_text = f"{limit:,}" if isinstance(limit, int) else str(limit)
+    return _finding("PLC110", at, f"{field} must be {symbol} {limit_text}, got {_describe(value)}",
+                    f"use a value {symbol} {limit_text}", field)
+
+
+def _type(kind: str, field: str, value: Any, at: tuple[int, int]) -> Finding:
+    want = _TYPE_WORDS[kind]
+    fix = ""
+    if isinstance(value, str) and kind in ("int_type", "float_type"):
+        fix = f"write the number without quotes: {value.strip()}" if _numeric(value) else "write a number"
+    elif isinstance(value, float) and kind == "int_type":
+        fix = f"write a whole number, e.g. {math.floor(value)}" if math.isfinite(value) else "write a whole number"
+    elif isinstance(value, str) and kind == "bool_type":
+        fix = "write true or false without quotes"
+    elif value is None:
+        fix = f"give {field} a value or remove the key"
+    return _finding("PLC110", at, f"{field} must be {want}, got {_describe(value)}", fix, field)
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,370 @@
+"""Rules on the parallel layout and the hardware it is mapped onto."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from planc.findings import Severity
+from planc.job import Job
+from planc.rules.base import Violation, rule
+
+MAX_RANKS = 1_048_576
+
+
+def _product(job: Job) -> int:
+    lay = job.layout
+    return lay.t * lay.p * lay.c
+
+
+@rule("PLC001")
+def world_size(job: Job) -> Iterator[Violation]:
+    """World size: tensor × pipeline × data × context must equal nodes × gpus_per_node.
+
+    Every GPU holds exactly one rank, and every rank one coordinate on each axis. When `data` is
+    left out it is derived as world / (tensor × pipeline × context), which must be whole.
+    (Megatron `initialize_model_parallel`; torchtitan `ParallelDims._validate`.)
+
+    Passes:
+        parallelism: {tensor: 2, pipeline: 1, data: 4}
+
+    Fails:
+        parallelism: {tensor: 2, pipeline: 1, data: 3}
+    """
+    lay, world = job.layout, job.world
+    inner = _product(job)
+    if not lay.d_given:
+        if world % inner:
+            yield Violation(
+                "parallelism",
+                f"world size {world} (nodes {job.cluster.nodes} × gpus_per_node "
+                f"{job.cluster.gpus_per_node}) is not divisible by tensor × pipeline × context = "
+                f"{lay.t} × {lay.p} × {lay.c} = {inner}, so data cannot be derived",
+                f"choose degrees whose product divides {world}",
+                ("parallelism.tensor", "hardware.nodes"),
+            )
+        return
+    total = inner * (lay.d or 0)
+    if total != world:
+        fix = (
+            f"set data: {world // inner}"
+            if world % inner == 0
+            else f"choose degrees whose product is {world}"
+        )
+        yield Violation(
+            "parallelism.data",
+            f"tensor × pipeline × data × context = {lay.t} × {lay.p} × {lay.d} × {lay.c} = {total}, "
+            f"but the cluster has {job.cluster.nodes} × {job.cluster.gpus_per_node} = {world} GPUs",
+            fix,
+        )
+
+
+def _stride(job: Job, axis: str) -> int:
+    sizes = {"tp": job.layout.t, "cp": job.layout.c, "dp": job.layout.d or 1, "pp": job.layout.p}
+    stride = 1
+    for name in job.layout.order:
+        if name == axis:
+            return stride
+        stride *= sizes[name]
+    return stride
+
+
+def _tp_group(rank: int, stride: int, t: int) -> list[int]:
+    base = rank - ((rank // stride) % t) * stride
+    return [base + j * stride for j in range(t)]
+
+
+def _crossing_group(job: Job) -> list[int] | None:
+    """A TP group that spans two NVLink domains, or None. Domains are blocks of D consecutive ranks."""
+    t, domain, world = job.layout.t, job.cluster.nvlink_domain, job.world
+    stride = _stride(job, "tp")
+    block = stride * t
+    if t == 1 or world <= domain or (block <= domain and domain % block == 0):
+        return None
+    for boundary in range(domain, world, domain):
+        for rank in (boundary - 1, boundary):
+            group = _tp_group(rank, stride, t)
+            if group[-1] < world and len({r // domain for r in group}) > 1:
+                return group
+    return None
+
+
+@rule("PLC002")
+def tensor_in_nvlink(job: Job) -> Iterator[Violation]:
+    """Tensor parallelism stays inside one NVLink domain.
+
+    TP all-reduces (or all-gathers and reduce-scatters) activations twice per layer in forward
+    and twice in backward, on the critical path. Over the inter-node network they stall the
+    GPUs, so every TP group must sit inside one NVLink domain (8 GPUs on HGX, 72 on GB200
+    NVL72). With `order` putting another axis before `tp`, TP groups are strided and can straddle
+    a domain boundary even when tensor ≤ nvlink_domain.
+
+    Passes:
+        parallelism: {tensor: 8, data: 1}
+
+    Fails:
+        parallelism: {tensor: 2, data: 4, order: dp-tp-cp-pp}
+        hardware: {nvlink_domain: 4, gpus_per_node: 4, nodes: 2}
+    """
+    t, domain = job.layout.t, job.cluster.nvlink_domain
+    if job.layout.d is None:
+        return
+    if t > domain:
+        yield Violation(
+            "parallelism.tensor",
+            f"tensor = {t} is larger than the NVLink domain of {domain} GPUs, so TP traffic "
+            "crosses the inter-node network",
+            f"use tensor ≤ {domain} and move the rest into pipeline or data",
+        )
+        return
+    group = _crossing_group(job)
+    if group is not None:
+        shown = ", ".join(map(str, group[:8])) + (", ..." if len(group) > 8 else "")
+        yield Violation(
+            "parallelism.order",
+            f"under order {'-'.join(job.layout.order)} the TP group [{shown}] spans NVLink "
+            f"domains {group[0] // domain} and {group[-1] // domain} ({domain} GPUs each)",
+            "put tp first in parallelism.order (tp-cp-dp-pp)",
+            ("parallelism.tensor",),
+        )
+
+
+@rule("PLC008")
+def sequence_parallel_needs_tp(job: Job) -> Iterator[Violation]:
+    """Sequence parallelism needs tensor > 1.
+
+    Megatron's sequence parallelism splits the norms and dropouts that TP leaves replicated
+    across the TP group; with tensor = 1 there is no group to split over (Megatron
+    `ModelParallelConfig`: "Cannot use sequence parallelism without tensor parallelism").
+
+    Passes:
+        parallelism: {tensor: 2, data: 4, sequence_parallel: true}
+
+    Fails:
+        parallelism: {tensor: 1, data: 8, sequence_parallel: true}
+    """
+    if job.layout.sp and job.layout.t == 1:
+        yield Violation(
+            "parallelism.sequence_parallel",
+            "sequence_parallel is on but tensor = 1: there is no TP group to split the sequence over",
+            "set sequence_parallel: false, or tensor > 1",
+        )
+
+
+@rule("PLC009")
+def context_parallel_sequence(job: Job) -> Iterator[Violation]:
+    """Context parallelism: seq_len must be divisible by 2 × context.
+
+    Causal load balancing gives every CP rank two chunks of the sequence, one from each end
+    (Megatron `validate_args`).
+
+    Passes:
+        parallelism: {tensor: 2, data: 2, context: 2}
+
+    Fails:
+        parallelism: {tensor: 2, data: 2, context: 2}
+        training: {seq_len: 8190}
+    """
+    c, s = job.layout.c, job.training.s
+    if c > 1 and s % (2 * c):
+        good = s - s % (2 * c)
+        yield Violation(
+            "training.seq_len",
+            f"seq_len {s} is not divisible by 2 × context = {2 * c}",
+            f"use seq_len {good} or {good + 2 * c}",
+            ("parallelism.context",),
+        )
+
+
+@rule("PLC010")
+def interleaved_schedule(job: Job) -> Iterator[Violation]:
+    """Interleaved 1F1B: virtual_stages > 1 needs pipeline > 2 and micro-batches divisible by pipeline.
+
+    With pipeline = 2 the send-to-next and send-to-previous of a rank go to the same peer and
+    cannot be told apart; Megatron's interleaved schedule also runs micro-batches in groups of
+    `pipeline`, so m must be a multiple of it (Megatron `schedules.py`).
+
+    Base: llama3-70b-8x8.yaml
+
+    Passes:
+        parallelism: {virtual_stages: 2}
+
+    Fails:
+        parallelism: {virtual_stages: 2}
+        training: {global_batch: 68}
+    """
+    lay, m = job.layout, job.m
+    if lay.v == 1:
+        return
+    if lay.p <= 2:
+        yield Violation(
+            "parallelism.virtual_stages",
+            f"virtual_stages = {lay.v} needs pipeline > 2, but pipeline = {lay.p}",
+            "set virtual_stages: 1, or pipeline ≥ 3",
+        )
+    if m is not None and lay.p > 2 and m % lay.p:
+        step = job.training.b * (lay.d or 1) * lay.p
+        yield Violation(
+            "training.global_batch",
+            f"the interleaved schedule needs micro-batches m = {m} to be a multiple of "
+            f"pipeline = {lay.p}",
+            f"make global_batch a multiple of micro_batch × data × pipeline = {step}",
+            ("parallelism.virtual_stages",),
+        )
+
+
+@rule("PLC011", Severity.WARNING)
+def zero_with_pipeline(job: Job) -> Iterator[Violation]:
+    """ZeRO-2/3 together with pipeline parallelism.
+
+    A pipeline rank accumulates gradients over its m micro-batches. ZeRO-2 shards gradients
+    and ZeRO-3 parameters, so every micro-batch reduce-scatters (and with ZeRO-3 re-gathers)
+    them: m times the DP traffic of ZeRO-1. DeepSpeed refuses ZeRO-2/3 with its pipeline engine.
+
+    Base: llama3-70b-8x8.yaml
+
+    Passes:
+        parallelism: {zero_stage: 1}
+
+    Fails:
+        parallelism: {zero_stage: 2}
+    """
+    if job.layout.zero >= 2 and job.layout.p > 1:
+        yield Violation(
+            "parallelism.zero_stage",
+            f"zero_stage {job.layout.zero} with pipeline = {job.layout.p}: gradient sharding "
+            "fights gradient accumulation across micro-batches",
+            "use zero_stage: 1 (Megatron's distributed optimizer) with pipeline parallelism",
+        )
+
+
+@rule("PLC013")
+def sequence_parallel_split(job: Job) -> Iterator[Violation]:
+    """Sequence parallelism: the sequence on each CP rank must split evenly over tensor.
+
+    SP scatters the s/c tokens of a context-parallel rank over the t TP ranks between the
+    tensor-parallel regions (Korthikanti et al. 2022, §4.2.2); torchtitan checks the same.
+
+    Passes:
+        parallelism: {tensor: 2, data: 4, sequence_parallel: true}
+
+    Fails:
+        parallelism: {tensor: 2, data: 4, sequence_parallel: true}
+        training: {seq_len: 8191}
+    """
+    lay, s = job.layout, job.training.s
+    if lay.sp and lay.t > 1 and s % lay.c == 0 and (s // lay.c) % lay.t:
+        yield Violation(
+            "training.seq_len",
+            f"with sequence parallelism the {s // lay.c} tokens per context rank do not split "
+            f"over tensor = {lay.t}",
+            f"make seq_len a multiple of context × tensor = {lay.c * lay.t}",
+            ("parallelism.sequence_parallel",),
+        )
+
+
+@rule("PLC014")
+def topology(job: Job) -> Iterator[Violation]:
+    """Topology: NVLink domains tile the nodes, and the host list names every node once.
+
+    An NVLink domain is either part of a node (nodes split evenly into domains) or spans whole
+    nodes (GB200 NVL72: 18 trays of 4 GPUs). The host list, when given, has one distinct name
+    per node, in node order.
+
+    Passes:
+        hardware: {hosts: [gpu-a01]}
+
+    Fails:
+        hardware: {hosts: [gpu-a01, gpu-a02]}
+    """
+    cl = job.cluster
+    domain, per_node = cl.nvlink_domain, cl.gpus_per_node
+    if domain % per_node and per_node % domain:
+        yield Violation(
+            "hardware.nvlink_domain",
+            f"an NVLink domain of {domain} GPUs neither divides nor is a multiple of "
+            f"{per_node} GPUs per node",
+            "set nvlink_domain to the GPUs behind one NVSwitch fabric",
+            ("hardware.gpus_per_node",),
+        )
+    if len(cl.hosts) != cl.nodes:
+        yield Violation(
+            "hardware.hosts",
+            f"{len(cl.hosts)} host names for {cl.nodes} nodes",
+            "give exactly one host name per node",
+        )
+    seen: set[str] = set()
+    duplicates = sorted({h for h in cl.hosts if h in seen or seen.add(h)})  # type: ignore[func-returns-value]
+    if duplicates:
+        yield Violation(
+            "hardware.hosts",
+            f"host names repeat: {', '.join(duplicates[:5])}",
+            "list every node once",
+        )
+
+
+@rule("PLC015")
+def world_limit(job: Job) -> Iterator[Violation]:
+    """World size limit: planc plans at most 1,048,576 ranks.
+
+    A spec that asks for more (a typo such as nodes: 10000000) is refused before any per-rank
+    work, so a hostile or mistaken file cannot exhaust the machine.
+
+    Passes:
+        hardware: {nodes: 1}
+
+    Fails:
+        hardware: {nodes: 200000, gpus_per_node: 8}
+    """
+    if job.world > MAX_RANKS:
+        yield Violation(
+            "hardware.nodes",
+            f"world size {job.world:,} is above planc's limit of {MAX_RANKS:,} ranks",
+            "check hardware.nodes and gpus_per_node",
+        )
+
+
+@rule("PLC017", Severity.WARNING)
+def context_parallel_attention(job: Job) -> Iterator[Violation]:
+    """Context parallelism needs a fused attention kernel.
+
+    Ring attention exchanges K and V blocks and merges partial softmax results inside the
+    attention kernel; Megatron implements it in Transformer Engine's fused attention and
+    torchtitan requires FlexAttention. Eager attention has no context-parallel path.
+
+    Passes:
+        parallelism: {tensor: 2, data: 2, context: 2}
+
+    Fails:
+        parallelism: {tensor: 2, data: 2, context: 2}
+        training: {attention: eager}
+    """
+    if job.layout.c > 1 and job.training.attention == "eager":
+        yield Violation(
+            "training.attention",
+            f"context = {job.layout.c} with eager attention: no framework splits eager attention "
+            "over context-parallel ranks",
+            "set attention: flash",
+            ("parallelism.context",),
+        )
+
+
+@rule("PLC018", Severity.WARNING)
+def zero_without_group(job: Job) -> Iterator[Violation]:
+    """ZeRO over a group of one shards nothing.
+
+    ZeRO shards over the data-parallel (× context) group; with data × context = 1 a ZeRO stage
+    only adds communication calls.
+
+    Passes:
+        parallelism: {tensor: 8, data: 1, zero_stage: 0}
+
+    Fails:
+        parallelism: {tensor: 8, data: 1, zero_stage: 1}
+    """
+    lay = job.layout
+    if lay.zero > 0 and lay.d is not None and lay.d * lay.c == 1:
+        yield Violation(
+            "parallelism.zero_stage",
+            f"zero_stage {lay.zero} with data × context = 1: there is nothing to shard over",
+            "set zero_stage: 0, or data > 1",
+        )

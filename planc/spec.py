@@ -1,0 +1,244 @@
+"""The training spec, version 1: frozen pydantic models, the source of `schemas/spec.schema.json`.
+
+Every field is described (meaning, units, default); the descriptions reach the JSON Schema and
+so the editor. Types are strict: a number written as a string, a float where an integer belongs
+or `yes` where a boolean belongs is a finding, not a silent coercion.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from planc.presets import GPU_NAMES, MODEL_NAMES
+
+AXES = ("tp", "cp", "dp", "pp")
+
+# Upper bounds keep a hostile spec (10^100 GPUs) from reaching any per-rank work; they sit far
+# above any machine built so far.
+MAX_NODES = 1_000_000
+MAX_GPUS_PER_NODE = 4096
+MAX_DEGREE = 1_048_576
+MAX_DIM = 10_000_000
+
+
+def _orders() -> tuple[str, ...]:
+    from itertools import permutations
+
+    return tuple("-".join(p) for p in permutations(AXES))
+
+
+GpuName = Literal[GPU_NAMES]  # type: ignore[valid-type]
+ModelName = Literal[MODEL_NAMES]  # type: ignore[valid-type]
+Order = Literal[_orders()]  # type: ignore[valid-type]
+RuleId = Annotated[StrictStr, Field(pattern=r"^PLC\d{3}$")]
+Fraction = Annotated[float, Field(strict=True, ge=0.0, lt=1.0, allow_inf_nan=False)]
+PositiveFloat = Annotated[float, Field(strict=True, gt=0.0, allow_inf_nan=False)]
+NonNegativeFloat = Annotated[float, Field(strict=True, ge=0.0, allow_inf_nan=False)]
+
+
+def _int(ge: int, le: int) -> type[int]:
+    return Annotated[StrictInt, Field(ge=ge, le=le)]  # type: ignore[return-value]
+
+
+Dim = _int(1, MAX_DIM)
+Degree = _int(1, MAX_DEGREE)
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=False)
+
+
+class ModelSpec(Frozen):
+    """The model: a preset, explicit dimensions, or a preset with explicit overrides."""
+
+    preset: ModelName | None = Field(
+        None, description="Model preset name; explicit fields below override its values."
+    )
+    layers: Dim | None = Field(None, description="Transformer layers L.")
+    hidden: Dim | None = Field(None, description="Hidden size h (model width).")
+    heads: Dim | None = Field(None, description="Attention (query) heads n (a in Korthikanti et al.).")
+    kv_heads: Dim | None = Field(
+        None, description="Key/value heads g (grouped-query attention). Default: heads."
+    )
+    head_dim: Dim | None = Field(
+        None, description="Channels per head k (Megatron kv_channels). Default: hidden / heads."
+    )
+    ffn_hidden: Dim | None = Field(
+        None,
+        description="MLP inner size f. Default: 4·hidden for gelu; "
+        "floor(8·hidden/3 / 64)·64 for swiglu (Megatron's default).",
+    )
+    vocab: Dim | None = Field(None, description="Vocabulary size V before padding.")
+    mlp: Literal["gelu", "swiglu"] | None = Field(
+        None, description="MLP type: gelu (2 matrices) or swiglu (3 matrices). Default: gelu."
+    )
+    norm: Literal["layernorm", "rmsnorm"] | None = Field(
+        None, description="Normalisation: layernorm (weight and bias) or rmsnorm (weight). Default: layernorm."
+    )
+    bias: StrictBool | None = Field(
+        None, description="Linear layers carry biases (GPT-2/3 style). Default: false."
+    )
+    dropout: Annotated[float, Field(strict=True, ge=0.0, le=1.0, allow_inf_nan=False)] | None = Field(
+        None, description="Dropout probability; masks are saved for backward when above 0. Default: 0.0."
+    )
+    tied_embeddings: StrictBool | None = Field(
+        None, description="The LM head shares the input embedding matrix. Default: false."
+    )
+    position_embedding: Literal["rope", "learned"] | None = Field(
+        None, description="rope (no parameters) or learned (max_seq_len × hidden parameters). Default: rope."
+    )
+    max_seq_len: Dim | None = Field(
+        None, description="Longest sequence the model supports (learned position table size). Default: training.seq_len."
+    )
+
+
+class LinkSpec(Frozen):
+    """One class of wire, per GPU and per direction."""
+
+    bandwidth_gbs: PositiveFloat | None = Field(
+        None, description="Bandwidth per GPU per direction in GB/s (10^9 bytes per second)."
+    )
+    latency_us: NonNegativeFloat | None = Field(None, description="Latency per message in microseconds.")
+
+
+class GpuSpec(Frozen):
+    """A GPU described by its numbers, for hardware that has no preset."""
+
+    name: StrictStr = Field("custom", description="A label for reports.", max_length=64)
+    memory_gb: PositiveFloat | None = Field(None, description="HBM capacity in GB (10^9 bytes).")
+    memory_gib: PositiveFloat | None = Field(None, description="HBM capacity in GiB (2^30 bytes).")
+    bf16_tflops: PositiveFloat = Field(description="Dense BF16/FP16 tensor throughput in TFLOPS.")
+    memory_bandwidth_gbs: PositiveFloat | None = Field(None, description="HBM bandwidth in GB/s.")
+    nvlink_domain: Degree | None = Field(None, description="GPUs sharing one NVLink/NVSwitch domain.")
+    gpus_per_node: Degree | None = Field(None, description="GPUs in one node (server or tray).")
+    intra_node: LinkSpec | None = Field(None, description="NVLink: bandwidth and latency.")
+    inter_node: LinkSpec | None = Field(None, description="Network between nodes: bandwidth and latency.")
+
+
+class HardwareSpec(Frozen):
+    """The cluster: GPU type, how many, and how they are wired."""
+
+    gpu: GpuName | GpuSpec = Field(description="A GPU preset name, or a mapping of its numbers.")
+    nodes: Annotated[StrictInt, Field(ge=1, le=MAX_NODES)] = Field(description="Number of nodes.")
+    gpus_per_node: Annotated[StrictInt, Field(ge=1, le=MAX_GPUS_PER_NODE)] | None = Field(
+        None, description="GPUs per node. Default: from the GPU preset (8; 4 on a GB200 tray)."
+    )
+    nvlink_domain: Degree | None = Field(
+        None,
+        description="GPUs sharing one NVLink domain (8 on HGX, 72 on GB200 NVL72). "
+        "Default: from the GPU preset.",
+    )
+    intra_node: LinkSpec = Field(
+        LinkSpec(), description="NVLink bandwidth and latency; unset values come from the preset."
+    )
+    inter_node: LinkSpec = Field(
+        LinkSpec(), description="Network bandwidth and latency; unset values come from the preset."
+    )
+    hosts: list[Annotated[StrictStr, Field(min_length=1, max_length=253)]] | StrictStr = Field(
+        default_factory=list,
+        description="Host names in node order, or a pattern such as 'gpu-{000..063}'. "
+        "Default: node-0, node-1, ...",
+    )
+    reserve_gib: NonNegativeFloat = Field(
+        1.5,
+        description="Memory kept per GPU for the CUDA context, NCCL buffers and allocator "
+        "fragmentation, in GiB (2^30 bytes).",
+    )
+
+
+class ParallelismSpec(Frozen):
+    """How the model and the batch are split over the GPUs."""
+
+    tensor: Degree = Field(1, description="Tensor-parallel degree t.")
+    pipeline: Degree = Field(1, description="Pipeline-parallel degree p (stages).")
+    data: Degree | None = Field(
+        None, description="Data-parallel degree d. Default: world / (tensor·pipeline·context)."
+    )
+    context: Degree = Field(1, description="Context-parallel degree c (the sequence is split c ways).")
+    virtual_stages: Annotated[StrictInt, Field(ge=1, le=4096)] = Field(
+        1, description="Model chunks per pipeline rank v (interleaved 1F1B); 1 means plain 1F1B."
+    )
+    stage_layers: list[Annotated[StrictInt, Field(ge=0, le=MAX_DIM)]] = Field(
+        default_factory=list,
+        description="Optional uneven split: layers on each pipeline stage, first to last.",
+        max_length=MAX_DEGREE,
+    )
+    sequence_parallel: StrictBool = Field(
+        False, description="Megatron sequence parallelism: split norms and dropout over the TP group."
+    )
+    zero_stage: Literal[0, 1, 2, 3] = Field(
+        0,
+        description="ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, "
+        "2 +gradients, 3 +parameters.",
+    )
+    order: Order = Field(
+        "tp-cp-dp-pp",
+        description="Rank order, fastest-varying axis first (Megatron convention).",
+    )
+
+
+class TrainingSpec(Frozen):
+    """One optimizer step: sequence, batch, precision, optimizer, recompute, kernels."""
+
+    seq_len: Annotated[StrictInt, Field(ge=1, le=MAX_DIM)] = Field(description="Sequence length s in tokens.")
+    micro_batch: Annotated[StrictInt, Field(ge=1, le=MAX_DIM)] = Field(
+        1, description="Micro-batch size b in sequences per data-parallel rank."
+    )
+    global_batch: Annotated[StrictInt, Field(ge=1, le=2**40)] = Field(
+        description="Global batch B in sequences per optimizer step."
+    )
+    precision: Literal["bf16", "fp16", "fp32"] = Field(
+        "bf16", description="Weights and activations dtype; bf16/fp16 keep fp32 master weights."
+    )
+    optimizer: Literal["adam", "sgd"] = Field(
+        "adam", description="adam: fp32 master, m and v (12 bytes/param); sgd: fp32 master and momentum."
+    )
+    grad_accum_fp32: StrictBool = Field(
+        False,
+        description="Accumulate gradients in fp32 main-grad buffers (Megatron: 18 bytes/param "
+        "instead of 16).",
+    )
+    recompute: Literal["none", "selective", "full"] = Field(
+        "selective",
+        description="Activation recomputation: none, selective (attention core), full (layer inputs only).",
+    )
+    attention: Literal["flash", "eager"] = Field(
+        "flash", description="flash keeps no s×s score matrix; eager saves scores and softmax."
+    )
+
+
+class RulesSpec(Frozen):
+    """Thresholds and per-rule settings."""
+
+    max_bubble: Fraction = Field(0.10, description="Largest pipeline bubble fraction allowed (PLC006).")
+    memory_headroom: Fraction = Field(
+        0.10, description="Fraction of HBM kept free on every rank (PLC007)."
+    )
+    ignore: list[RuleId] = Field(default_factory=list, description="Rule ids not to run.")
+    severity: dict[RuleId, Literal["error", "warning", "info"]] = Field(
+        default_factory=dict, description="Severity overrides, e.g. {PLC006: warning}."
+    )
+
+
+class Spec(Frozen):
+    """A planc training spec, version 1."""
+
+    version: Literal[1] = Field(description="Spec format version; this is version 1.")
+    name: Annotated[StrictStr, Field(min_length=1, max_length=200)] = Field(
+        description="A name for the job, used in reports and launcher files."
+    )
+    model: ModelSpec = Field(description="The model.")
+    hardware: HardwareSpec = Field(description="The cluster.")
+    parallelism: ParallelismSpec = Field(ParallelismSpec(), description="The parallel layout.")
+    training: TrainingSpec = Field(description="The training step.")
+    rules: RulesSpec = Field(RulesSpec(), description="Rule thresholds and settings.")
+
+
+def json_schema() -> dict[str, object]:
+    """The published JSON Schema of the spec (draft 2020-12)."""
+    schema = Spec.model_json_schema(mode="validation")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://planc.dev/schemas/spec.schema.json"
+    return schema

@@ -1,0 +1,351 @@
+"""Safe YAML to located nodes, built from the parser's event stream.
+
+PyYAML's own composer and `safe_load` keep the last of two duplicate keys, expand aliases
+without limit once the data is walked, recurse on deep nesting and read `on`/`010` the YAML 1.1
+way. Composing from events ourselves gives one iterative pass in which every hazard becomes a
+`YamlProblem` with a location, and every node keeps its 1-based line and column.
+
+Scalars are read by the YAML 1.2 core schema (as editors and yaml-language-server do); a plain
+scalar that a YAML 1.1 reader (PyYAML, Ruby, older Go) would read differently is reported, so
+a spec means the same thing to every tool.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, Union
+
+import yaml
+
+MAX_DEPTH = 64
+MAX_EXPANDED_NODES = 200_000
+
+Kind = Literal["map", "seq", "scalar"]
+Pairs = tuple[tuple["Node", "Node"], ...]
+Value = Union[Pairs, tuple["Node", ...], Any]
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    """A located YAML node. `value` is pairs (map), nodes (seq) or the constructed scalar."""
+
+    kind: Kind
+    line: int
+    column: int
+    value: Value
+    plain: bool = False
+    source: str = ""
+    size: int = 1
+
+    def pairs(self) -> Pairs:
+        return self.value if self.kind == "map" else ()  # type: ignore[no-any-return]
+
+    def get(self, key: str) -> tuple[Node, Node] | None:
+        for k, v in self.pairs():
+            if k.value == key:
+                return k, v
+        return None
+
+
+@dataclass(frozen=True)
+class YamlProblem:
+    """A hazard found while composing. `code` names the kind; the loader maps it to a rule id."""
+
+    code: str
+    line: int
+    column: int
+    message: str
+    fix: str = ""
+    path: str = ""
+
+
+class _Stop(Exception):
+    def __init__(self, problem: YamlProblem) -> None:
+        super().__init__(problem.message)
+        self.problem = problem
+
+
+_CORE_TAGS = {
+    "tag:yaml.org,2002:str",
+    "tag:yaml.org,2002:int",
+    "tag:yaml.org,2002:float",
+    "tag:yaml.org,2002:bool",
+    "tag:yaml.org,2002:null",
+    "tag:yaml.org,2002:map",
+    "tag:yaml.org,2002:seq",
+}
+
+_NULL = re.compile(r"^(?:~|null|Null|NULL|)$")
+_BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+_INT10 = re.compile(r"^[-+]?[0-9]+$")
+_INT8 = re.compile(r"^0o[0-7]+$")
+_INT16 = re.compile(r"^0x[0-9a-fA-F]+$")
+_FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
+_INF = re.compile(r"^[-+]?\.(?:inf|Inf|INF)$")
+_NAN = re.compile(r"^\.(?:nan|NaN|NAN)$")
+
+# Plain scalars a YAML 1.1 reader resolves differently from YAML 1.2 core.
+_YAML11 = (
+    (re.compile(r"^(?:yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF|y|Y|n|N)$"), "the boolean {b}"),
+    (re.compile(r"^[-+]?0[0-7_]+$"), "the octal number {o}"),
+    (re.compile(r"^[-+]?0b[01_]+$"), "a binary number"),
+    (re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$"), "a base-60 number"),
+    (re.compile(r"^[-+]?[0-9][0-9_]*_[0-9_]*(?:\.[0-9_]*)?$"), "a number with its underscores removed"),
+    (re.compile(r"^\d{4}-\d\d?-\d\d?(?:[Tt ].*)?$"), "a date"),
+)
+_YES = {"yes", "on", "y"}
+
+
+def yaml11_reading(text: str) -> str | None:
+    """How a YAML 1.1 reader would take this plain scalar, when that differs from YAML 1.2."""
+    for pattern, how in _YAML11:
+        if pattern.match(text):
+            octal = text.replace("_", "").lstrip("+-")
+            return how.format(
+                b="true" if text.lower() in _YES else "false",
+                o=f"{int(octal, 8)}" if how.startswith("the octal") and octal else "",
+            )
+    return None
+
+
+def _plain_scalar(text: str) -> Any:
+    """YAML 1.2 core schema resolution of an untagged plain scalar."""
+    if _NULL.match(text):
+        return None
+    if text in _BOOL:
+        return _BOOL[text]
+    if _INT10.match(text):
+        return int(text)
+    if _INT8.match(text):
+        return int(text[2:], 8)
+    if _INT16.match(text):
+        return int(text[2:], 16)
+    if _FLOAT.match(text):
+        return float(text)
+    if _INF.match(text):
+        return -math.inf if text.startswith("-") else math.inf
+    if _NAN.match(text):
+        return math.nan
+    return text
+
+
+def _tagged_scalar(tag: str, text: str) -> Any:
+    short = tag.rsplit(":", 1)[-1]
+    if short == "str":
+        return text
+    value = _plain_scalar(text)
+    expected = {"int": int, "float": (int, float), "bool": bool, "null": type(None)}[short]
+    if short != "bool" and isinstance(value, bool):
+        raise ValueError(text)
+    if not isinstance(value, expected):  # type: ignore[arg-type]
+        raise ValueError(text)
+    return float(value) if short == "float" else value
+
+
+@dataclass
+class _Frame:
+    kind: Kind
+    line: int
+    column: int
+    anchor: str | None
+    items: list[Node]
+    keys: dict[Any, int]
+
+
+def _mark(event: yaml.Event) -> tuple[int, int]:
+    mark = event.start_mark
+    return (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+
+
+class _Composer:
+    """Turns parser events into nodes; raises `_Stop` on the first hazard it cannot go past."""
+
+    def __init__(self) -> None:
+        self.anchors: dict[str, Node] = {}
+        self.stack: list[_Frame] = []
+        self.problems: list[YamlProblem] = []
+        self.documents: list[Node] = []
+
+    def stop(self, code: str, at: tuple[int, int], message: str, fix: str = "") -> None:
+        raise _Stop(YamlProblem(code, at[0], at[1], message, fix))
+
+    def add(self, node: Node, anchor: str | None) -> None:
+        if node.size > MAX_EXPANDED_NODES:
+            self.stop(
+                "expansion",
+                (node.line, node.column),
+                f"aliases expand this document to more than {MAX_EXPANDED_NODES:,} nodes "
+                "(an alias bomb)",
+                "write the values out instead of nesting aliases",
+            )
+        if anchor is not None:
+            self.anchors[anchor] = node
+        if not self.stack:
+            self.documents.append(node)
+            return
+        frame = self.stack[-1]
+        if frame.kind == "map" and len(frame.items) % 2 == 0:
+            self.check_key(frame, node)
+        frame.items.append(node)
+
+    def check_key(self, frame: _Frame, key: Node) -> None:
+        at = (key.line, key.column)
+        if key.kind != "scalar":
+            self.stop("key", at, "a mapping key must be a plain name, not a mapping or list")
+        if key.plain and key.source == "<<":
+            self.stop("merge", at, "merge keys (<<) are not supported", "write the keys out")
+        if not isinstance(key.value, str):
+            reading = repr(key.value) if key.value is not None else "null"
+            self.stop(
+                "key",
+                at,
+                f"the key {key.source!r} is read as {reading}, not a name",
+                f'quote it: "{key.source}"',
+            )
+        first = frame.keys.get(key.value)
+        if first is not None:
+            self.problems.append(
+                YamlProblem(
+                    "duplicate",
+                    key.line,
+                    key.column,
+                    f"duplicate key {key.value!r}: first defined on line {first}; "
+                    "YAML readers silently keep only the last value",
+                    "remove one of the two entries",
+                )
+            )
+        else:
+            frame.keys[key.value] = key.line
+
+    def scalar(self, event: yaml.ScalarEvent) -> None:
+        at = _mark(event)
+        plain = not event.style and event.implicit[0] and event.tag in (None, "!")
+        if plain:
+            value = _plain_scalar(event.value)
+        elif event.tag in (None, "!") or event.implicit[1]:
+            value = event.value
+        elif event.tag in _CORE_TAGS:
+            try:
+                value = _tagged_scalar(event.tag, event.value)
+            except (ValueError, KeyError):
+                self.stop("tag", at, f"{event.value!r} is not a valid {event.tag}")
+        else:
+            self.unsafe_tag(event.tag, at)
+        self.add(Node("scalar", *at, value, plain, event.value), event.anchor)
+
+    def unsafe_tag(self, tag: str | None, at: tuple[int, int]) -> None:
+        self.stop(
+            "tag",
+            at,
+            f"the tag {tag} is not allowed: planc reads plain data only and never builds objects",
+            "remove the tag",
+        )
+
+    def start(self, kind: Kind, event: yaml.CollectionStartEvent) -> None:
+        at = _mark(event)
+        if event.tag not in (None, "!") and event.tag not in _CORE_TAGS:
+            self.unsafe_tag(event.tag, at)
+        if len(self.stack) >= MAX_DEPTH:
+            self.stop("depth", at, f"nesting deeper than {MAX_DEPTH} levels", "flatten the document")
+        self.stack.append(_Frame(kind, at[0], at[1], event.anchor, [], {}))
+
+    def end(self) -> None:
+        frame = self.stack.pop()
+        items = frame.items
+        size = 1 + sum(n.size for n in items)
+        if frame.kind == "map":
+            pairs = tuple(zip(items[0::2], items[1::2]))
+            self.add(Node("map", frame.line, frame.column, pairs, size=size), frame.anchor)
+        else:
+            self.add(Node("seq", frame.line, frame.column, tuple(items), size=size), frame.anchor)
+
+    def alias(self, event: yaml.AliasEvent) -> None:
+        node = self.anchors.get(event.anchor)
+        if node is None:
+            self.stop("syntax", _mark(event), f"alias *{event.anchor} has no anchor before it")
+        self.add(node, None)  # type: ignore[arg-type]
+
+    def feed(self, event: yaml.Event) -> None:
+        if isinstance(event, yaml.ScalarEvent):
+            self.scalar(event)
+        elif isinstance(event, yaml.MappingStartEvent):
+            self.start("map", event)
+        elif isinstance(event, yaml.SequenceStartEvent):
+            self.start("seq", event)
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            self.end()
+        elif isinstance(event, yaml.AliasEvent):
+            self.alias(event)
+        elif isinstance(event, yaml.DocumentStartEvent):
+            self.anchors = {}
+
+
+def _loader() -> type[Any]:
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _events(text: str) -> Iterator[yaml.Event]:
+    return yaml.parse(text, Loader=_loader())  # type: ignore[no-any-return]
+
+
+def _syntax_problem(error: yaml.YAMLError, text: str) -> YamlProblem:
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    line, column = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+    problem = getattr(error, "problem", None) or str(error)
+    lines = text.splitlines()
+    source_line = lines[line - 1] if 0 < line <= len(lines) else ""
+    if "\t" in source_line[: max(column, 1) + 1] or "found character '\\t'" in str(problem):
+        tab = source_line.find("\t")
+        return YamlProblem(
+            "syntax",
+            line,
+            tab + 1 if tab >= 0 else column,
+            "a tab character is used for indentation; YAML allows only spaces",
+            "replace the tab with spaces",
+        )
+    context = getattr(error, "context", None)
+    detail = f"{context}, {problem}" if context else str(problem)
+    return YamlProblem("syntax", line, column, f"YAML syntax error: {detail}")
+
+
+def compose(text: str) -> tuple[list[Node], list[YamlProblem]]:
+    """All documents of `text` as located nodes, and the problems found on the way.
+
+    When a problem stops composing (syntax, alias bomb, depth, unsafe tag), the document list is
+    empty and the problem list holds that problem.
+    """
+    composer = _Composer()
+    try:
+        for event in _events(text):
+            composer.feed(event)
+    except _Stop as stop:
+        return [], [*composer.problems, stop.problem]
+    except yaml.YAMLError as error:
+        return [], [_syntax_problem(error, text)]
+    except RecursionError:
+        return [], [YamlProblem("depth", 1, 1, "the document nests too deeply to read")]
+    return composer.documents, composer.problems
+
+
+def to_data(node: Node) -> Any:
+    """Plain Python data (dict, list, scalars) from a node. Sizes were capped when composing."""
+    if node.kind == "map":
+        return {k.value: to_data(v) for k, v in node.pairs()}
+    if node.kind == "seq":
+        return [to_data(n) for n in node.value]
+    return node.value
+
+
+def walk_plain_scalars(node: Node, path: tuple[str | int, ...] = ()) -> Iterator[tuple[tuple[str | int, ...], Node]]:
+    """Every plain scalar value (not keys) with its path, depth first."""
+    if node.kind == "map":
+        for key, value in node.pairs():
+            yield from walk_plain_scalars(value, (*path, key.value))
+    elif node.kind == "seq":
+        for index, item in enumerate(node.value):
+            yield from walk_plain_scalars(item, (*path, index))
+    elif node.plain:
+        yield path, node
