@@ -1,0 +1,35 @@
+"""Embedded numpy simulator of ring collectives (reduce-scatter, all-gather, all-reduce).
+
+Used to check the plan compiler's communication-volume formulas against an executable
+model: see :mod:`planc.sim.ring` for the chunk schedule, byte accounting and tolerances.
+"""
+
+from planc.sim.ring import (
+    SUPPORTED_DTYPES,
+    RingTrace,
+    chunk_sizes,
+    ring_all_gather,
+    ring_all_gather_bytes,
+    ring_all_gather_trace,
+    ring_allreduce,
+    ring_allreduce_bytes,
+    ring_allreduce_trace,
+    ring_reduce_scatter,
+    ring_reduce_scatter_bytes,
+    ring_reduce_scatter_trace,
+)
+
+__all__ = [
+    "SUPPORTED_DTYPES",
+    "RingTrace",
+    "chunk_sizes",
+    "ring_all_gather",
+    "ring_all_gather_bytes",
+    "ring_all_gather_trace",
+    "ring_allreduce",
+    "ring_allreduce_bytes",
+    "ring_allreduce_trace",
+    "ring_reduce_scatter",
+    "ring_reduce_scatter_bytes",
+    "ring_reduce_scatter_trace",
+]
