@@ -1,0 +1,65 @@
+"""Shared helpers: load and check specs from text, and overlay changes on the shipped examples."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from planc.check import check_loaded
+from planc.findings import FileResult
+from planc.job import Job
+from planc.load import load_text
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge `overlay` onto a copy of `base` (mappings merge, everything else replaces)."""
+    out = copy.deepcopy(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def example_data(name: str = "llama3-8b-1node.yaml") -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text(encoding="utf-8"))
+    return data
+
+
+def spec_text(overlay: dict[str, Any] | str | None = None, base: str = "llama3-8b-1node.yaml") -> str:
+    """YAML text of an example with `overlay` (a mapping or YAML text) merged in."""
+    data = example_data(base)
+    if overlay:
+        data = merge(data, yaml.safe_load(overlay) if isinstance(overlay, str) else overlay)
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def check_text(text: str, path: str = "spec.yaml") -> FileResult:
+    return check_loaded(load_text(path, text))
+
+
+def check_overlay(overlay: dict[str, Any] | str | None = None, base: str = "llama3-8b-1node.yaml") -> FileResult:
+    return check_text(spec_text(overlay, base))
+
+
+def rules_fired(result: FileResult, include_info: bool = False) -> set[str]:
+    return {f.rule for f in result.findings if include_info or f.severity.value != "info"}
+
+
+def job_of(overlay: dict[str, Any] | str | None = None, base: str = "llama3-8b-1node.yaml") -> Job:
+    loaded = load_text("spec.yaml", spec_text(overlay, base))
+    assert loaded.job is not None, loaded.findings
+    return loaded.job
+
+
+@pytest.fixture
+def examples_dir() -> Path:
+    return EXAMPLES

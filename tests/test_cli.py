@@ -1,0 +1,87 @@
+"""The CLI surface: help texts are snapshots, and check renders the same findings in four formats."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+from syrupy.assertion import SnapshotAssertion
+
+from planc.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+BAD = ROOT / "examples" / "invalid" / "PLC006" / "llama3-70b-8x8.yaml"
+GOOD = ROOT / "examples" / "llama3-8b-1node.yaml"
+COMMANDS = [[], ["check"], ["rules"], ["schema"], ["presets"], ["memory"]]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "planc")
+def test_help_snapshot(command: list[str], snapshot: SnapshotAssertion) -> None:
+    result = CliRunner().invoke(main, [*command, "--help"], terminal_width=100)
+    assert result.exit_code == 0
+    assert result.output == snapshot
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args), env=env)
+    return result.exit_code, result.output
+
+
+def test_text_format_is_one_line_per_finding() -> None:
+    code, out = _run("check", str(BAD), "--format", "text")
+    lines = out.splitlines()
+    assert code == 1
+    assert lines[0].startswith(f"{BAD}:31:17: error PLC006 ")
+    assert lines[-1].startswith("1 file checked: 1 error(s)")
+
+
+def test_json_format_contract() -> None:
+    code, out = _run("check", str(BAD), str(GOOD), "--format", "json")
+    doc = json.loads(out)
+    assert code == 1
+    assert doc["ok"] is False
+    bad, good = doc["files"]
+    assert good == {"path": str(GOOD), "ok": True, "findings": []}
+    (finding,) = bad["findings"]
+    assert {"rule", "severity", "message", "line", "column", "field"} <= set(finding)
+    assert (finding["rule"], finding["severity"], finding["line"], finding["column"]) == ("PLC006", "error", 31, 17)
+    assert finding["field"] == "training.global_batch"
+
+
+def test_github_format_is_chosen_on_actions() -> None:
+    code, out = _run("check", str(BAD), env={"GITHUB_ACTIONS": "true"})
+    assert code == 1
+    first = out.splitlines()[0]
+    assert first.startswith(f"::error file={BAD},line=31,col=17,title=PLC006::PLC006 pipeline bubble")
+    assert "%0A" not in first
+
+
+def test_sarif_format_validates_and_locates() -> None:
+    code, out = _run("check", str(BAD), "--format", "sarif")
+    log = json.loads(out)
+    assert code == 1
+    assert log["version"] == "2.1.0"
+    run = log["runs"][0]
+    rule = run["tool"]["driver"]["rules"][0]
+    assert rule["id"] == "PLC006"
+    assert {"shortDescription", "fullDescription", "help"} <= set(rule)
+    (result,) = run["results"]
+    region = result["locations"][0]["physicalLocation"]["region"]
+    assert (result["ruleId"], result["level"], region["startLine"], region["startColumn"]) == ("PLC006", "error", 31, 17)
+    schema = json.loads((ROOT / "tests" / "data" / "sarif-2.1.0-subset.schema.json").read_text())
+    jsonschema.validate(log, schema)
+
+
+def test_strict_fails_on_warnings() -> None:
+    warn = ROOT / "examples" / "invalid" / "PLC011" / "llama3-70b-8x8.yaml"
+    assert _run("check", str(warn))[0] == 0
+    assert _run("check", "--strict", str(warn))[0] == 1
+
+
+def test_usage_error_exits_2() -> None:
+    assert _run("check", "--format", "xml", str(GOOD))[0] == 2
+    assert _run("check")[0] == 2
+    assert _run("nonsense")[0] == 2

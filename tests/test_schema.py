@@ -1,0 +1,49 @@
+"""The published spec schema is generated from the models and never stale."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from syrupy.assertion import SnapshotAssertion
+
+from planc.presets import GPU_NAMES, MODEL_NAMES, all_gpu_presets, all_model_presets
+from planc.spec import json_schema
+
+ROOT = Path(__file__).resolve().parent.parent
+PUBLISHED = ROOT / "schemas" / "spec.schema.json"
+
+
+def test_published_schema_is_current() -> None:
+    current = json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
+    assert PUBLISHED.read_text(encoding="utf-8") == current, (
+        "schemas/spec.schema.json is stale: run `planc schema -o schemas/spec.schema.json`"
+    )
+
+
+def test_schema_snapshot(snapshot: SnapshotAssertion) -> None:
+    assert json_schema() == snapshot
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_examples_validate_against_published_schema(path: Path) -> None:
+    schema = json.loads(PUBLISHED.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.validate(yaml.safe_load(path.read_text(encoding="utf-8")), schema)
+
+
+def test_every_field_is_described() -> None:
+    schema = json_schema()
+    for name, definition in schema["$defs"].items():
+        for field, prop in definition["properties"].items():
+            assert prop.get("description"), f"{name}.{field} has no description"
+
+
+def test_preset_names_match_data() -> None:
+    assert tuple(all_gpu_presets()) == GPU_NAMES
+    assert tuple(all_model_presets()) == MODEL_NAMES
+    for preset in [*all_gpu_presets().values(), *all_model_presets().values()]:
+        assert preset["source"]
