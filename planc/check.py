@@ -31,7 +31,15 @@ def run_rules(job: Job, locator: Locator) -> list[Finding]:
         for violation in rule.check(job):
             line, column = _locate(violation, locator)
             findings.append(
-                Finding(line, column, rule.id, severity, violation.message, violation.field, violation.fix)
+                Finding(
+                    line,
+                    column,
+                    rule.id,
+                    severity,
+                    violation.message,
+                    violation.field,
+                    violation.fix,
+                )
             )
     return findings
 

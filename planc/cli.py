@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from planc import __version__
+
+if TYPE_CHECKING:
+    from planc.job import Job
 
 FORMATS = ("text", "json", "github", "sarif")
 
@@ -68,7 +72,9 @@ def rules(rule_id: str | None) -> None:
 
 
 @main.command()
-@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of stdout.")
+@click.option(
+    "--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of stdout."
+)
 def schema(output: str | None) -> None:
     """Print the JSON Schema of the spec (the file published as schemas/spec.schema.json)."""
     import json
@@ -92,15 +98,21 @@ def presets() -> None:
     click.echo("GPUs:")
     for name, gpu in all_gpu_presets().items():
         memory = f"{gpu['memory_gib']} GiB" if "memory_gib" in gpu else f"{gpu['memory_gb']} GB"
-        click.echo(f"  {name:<12} {memory:>8}  {gpu['bf16_tflops']:>5} TFLOPS bf16  NVLink domain "
-                   f"{gpu['nvlink_domain']}\n      source: {gpu['source']}")
+        click.echo(
+            f"  {name:<12} {memory:>8}  {gpu['bf16_tflops']:>5} TFLOPS bf16  NVLink domain "
+            f"{gpu['nvlink_domain']}\n      source: {gpu['source']}"
+        )
     click.echo("Models:")
     for name, model in all_model_presets().items():
-        click.echo(f"  {name:<15} L={model['layers']} h={model['hidden']} heads={model['heads']} "
-                   f"V={model['vocab']}\n      source: {model['source']}")
+        click.echo(
+            f"  {name:<15} L={model['layers']} h={model['hidden']} heads={model['heads']} "
+            f"V={model['vocab']}\n      source: {model['source']}"
+        )
 
 
-def _load_or_exit(path: str, output_format: str = "text", tolerate: frozenset[str] = frozenset()) -> object:
+def _load_or_exit(
+    path: str, output_format: str = "text", tolerate: frozenset[str] = frozenset()
+) -> Job:
     """A spec's job for commands that need a valid spec; findings and exit 1/2 otherwise.
 
     Rules in `tolerate` do not stop the command (a memory report is most useful when PLC007 fails).
@@ -112,9 +124,17 @@ def _load_or_exit(path: str, output_format: str = "text", tolerate: frozenset[st
 
     loaded = load_path(path)
     result = check_loaded(loaded)
-    blocking = [f for f in result.findings if f.severity.rank >= Severity.ERROR.rank and f.rule not in tolerate]
+    blocking = [
+        f
+        for f in result.findings
+        if f.severity.rank >= Severity.ERROR.rank and f.rule not in tolerate
+    ]
     if loaded.job is None or blocking:
-        click.echo(REPORTERS["json" if output_format == "json" else "text"]((result,), False), nl=False, err=True)
+        click.echo(
+            REPORTERS["json" if output_format == "json" else "text"]((result,), False),
+            nl=False,
+            err=True,
+        )
         sys.exit(max(exit_code((result,)), 1))
     return loaded.job
 
@@ -128,10 +148,10 @@ def memory(spec: str, output_format: str) -> None:
     from planc.memory.report import render_text, to_json
 
     job = _load_or_exit(spec, output_format, frozenset({"PLC006", "PLC007"}))
-    result = budget(job)  # type: ignore[arg-type]
+    result = budget(job)
     if output_format == "json":
         import json
 
-        click.echo(json.dumps(to_json(job, result), indent=2))  # type: ignore[arg-type]
+        click.echo(json.dumps(to_json(job, result), indent=2))
     else:
-        click.echo(render_text(job, result), nl=False)  # type: ignore[arg-type]
+        click.echo(render_text(job, result), nl=False)

@@ -300,7 +300,10 @@ def resolve(spec: Spec) -> Job | list[Problem]:
     """Merge presets and defaults into a `Job`, or say what is missing."""
     model = _model(spec)
     cluster = _cluster(spec)
-    problems = [*(model if isinstance(model, list) else []), *(cluster if isinstance(cluster, list) else [])]
+    problems = [
+        *(model if isinstance(model, list) else []),
+        *(cluster if isinstance(cluster, list) else []),
+    ]
     if problems or isinstance(model, list) or isinstance(cluster, list):
         return problems
     tr = spec.training

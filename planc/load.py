@@ -44,8 +44,14 @@ class Loaded:
     job: Job | None = None
 
 
-def _finding(rule: str, at: tuple[int, int], message: str, fix: str = "", field: str = "",
-             severity: Severity = Severity.ERROR) -> Finding:
+def _finding(
+    rule: str,
+    at: tuple[int, int],
+    message: str,
+    fix: str = "",
+    field: str = "",
+    severity: Severity = Severity.ERROR,
+) -> Finding:
     return Finding(at[0], at[1], rule, severity, message, field, fix)
 
 
@@ -60,18 +66,28 @@ def read_input(path: str) -> tuple[bytes | None, Finding | None]:
     except FileNotFoundError:
         return None, _finding("PLC100", (1, 1), "no such file", severity=Severity.FATAL)
     except IsADirectoryError:
-        return None, _finding("PLC100", (1, 1), "is a directory, not a spec file",
-                              "pass the YAML files inside it", severity=Severity.FATAL)
+        return None, _finding(
+            "PLC100",
+            (1, 1),
+            "is a directory, not a spec file",
+            "pass the YAML files inside it",
+            severity=Severity.FATAL,
+        )
     except PermissionError:
-        return None, _finding("PLC100", (1, 1), "permission denied: the file cannot be read",
-                              severity=Severity.FATAL)
+        return None, _finding(
+            "PLC100", (1, 1), "permission denied: the file cannot be read", severity=Severity.FATAL
+        )
     except OSError as error:
-        return None, _finding("PLC100", (1, 1), f"cannot be read: {error.strerror or error}",
-                              severity=Severity.FATAL)
+        return None, _finding(
+            "PLC100", (1, 1), f"cannot be read: {error.strerror or error}", severity=Severity.FATAL
+        )
     if len(data) > MAX_BYTES:
         return None, _finding(
-            "PLC102", (1, 1), f"the file is larger than {MAX_BYTES:,} bytes; a spec is a few KB",
-            "check that this is the spec you meant", severity=Severity.FATAL,
+            "PLC102",
+            (1, 1),
+            f"the file is larger than {MAX_BYTES:,} bytes; a spec is a few KB",
+            "check that this is the spec you meant",
+            severity=Severity.FATAL,
         )
     return data, None
 
@@ -80,15 +96,19 @@ def decode(data: bytes) -> tuple[str | None, Finding | None]:
     """UTF-8 text without a BOM, with CRLF normalised; or a fatal finding at the bad byte."""
     if b"\x00" in data:
         at = _line_col(data, data.index(b"\x00"))
-        return None, _finding("PLC101", at, "binary data (a NUL byte): not a YAML text file",
-                              severity=Severity.FATAL)
+        return None, _finding(
+            "PLC101", at, "binary data (a NUL byte): not a YAML text file", severity=Severity.FATAL
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         at = _line_col(data, error.start)
         return None, _finding(
-            "PLC101", at, f"not UTF-8: byte 0x{data[error.start]:02x} cannot be decoded",
-            "save the file as UTF-8", severity=Severity.FATAL,
+            "PLC101",
+            at,
+            f"not UTF-8: byte 0x{data[error.start]:02x} cannot be decoded",
+            "save the file as UTF-8",
+            severity=Severity.FATAL,
         )
     return text.removeprefix("\ufeff").replace("\r\n", "\n"), None
 
@@ -105,27 +125,47 @@ def _document(text: str) -> tuple[Node | None, list[Finding]]:
     ]
     if not documents:
         if not problems:
-            findings.append(_finding("PLC105", (1, 1), "the file is empty: no spec in it",
-                                     "start from one of the files in examples/"))
+            findings.append(
+                _finding(
+                    "PLC105",
+                    (1, 1),
+                    "the file is empty: no spec in it",
+                    "start from one of the files in examples/",
+                )
+            )
         return None, findings
     if len(documents) > 1:
         second = documents[1]
-        findings.append(_finding(
-            "PLC105", (second.line, second.column),
-            f"{len(documents)} YAML documents in one file; a spec file holds one",
-            "split the documents into separate files",
-        ))
+        findings.append(
+            _finding(
+                "PLC105",
+                (second.line, second.column),
+                f"{len(documents)} YAML documents in one file; a spec file holds one",
+                "split the documents into separate files",
+            )
+        )
         return None, findings
     root = documents[0]
     if root.kind != "map":
         what = {"seq": "a list", "scalar": "a single value"}[root.kind]
         if root.kind == "scalar" and root.value is None:
-            findings.append(_finding("PLC105", (1, 1), "the file is empty: no spec in it",
-                                     "start from one of the files in examples/"))
+            findings.append(
+                _finding(
+                    "PLC105",
+                    (1, 1),
+                    "the file is empty: no spec in it",
+                    "start from one of the files in examples/",
+                )
+            )
         else:
-            findings.append(_finding("PLC105", (root.line, root.column),
-                                     f"the top level is {what}; a spec is a mapping of sections",
-                                     "start with 'version: 1'"))
+            findings.append(
+                _finding(
+                    "PLC105",
+                    (root.line, root.column),
+                    f"the top level is {what}; a spec is a mapping of sections",
+                    "start with 'version: 1'",
+                )
+            )
         return None, findings
     return root, findings
 
@@ -144,13 +184,16 @@ def _yaml11(root: Node) -> list[Finding]:
             fix = f"write {node.value} without a leading zero, or {quoted} for a string"
         else:
             fix = f"quote it ({quoted}) if you mean a string"
-        findings.append(_finding(
-            "PLC107", (node.line, node.column),
-            f"{field}: {node.source} is {reading} to a YAML 1.1 reader (PyYAML) but "
-            f"{node.value!r} to a YAML 1.2 reader",
-            fix,
-            field,
-        ))
+        findings.append(
+            _finding(
+                "PLC107",
+                (node.line, node.column),
+                f"{field}: {node.source} is {reading} to a YAML 1.1 reader (PyYAML) but "
+                f"{node.value!r} to a YAML 1.2 reader",
+                fix,
+                field,
+            )
+        )
     return findings
 
 
@@ -239,9 +282,7 @@ def _data_at(data: Any, loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[An
     tags: list[Any] = []
     node = data
     for segment in loc:
-        if isinstance(node, dict) and segment in node:
-            node = node[segment]
-        elif isinstance(node, list) and isinstance(segment, int) and 0 <= segment < len(node):
+        if (isinstance(node, dict) and segment in node) or (isinstance(node, list) and isinstance(segment, int) and 0 <= segment < len(node)):
             node = node[segment]
         elif _is_union_tag(segment):
             tags.append(segment)
@@ -271,7 +312,9 @@ def translate(error: ValidationError, data: Any, locator: Locator) -> list[Findi
         path, tags, value = _data_at(data, tuple(item["loc"]))
         field = dotted(path)
         if tags and not _branch_fits(tags[0], value):
-            union_misses.setdefault(field, {"path": path, "value": value, "tags": []})["tags"].append(tags[0])
+            union_misses.setdefault(field, {"path": path, "value": value, "tags": []})[
+                "tags"
+            ].append(tags[0])
             continue
         finding = _one(item, path, field, value, locator)
         findings.setdefault((finding.field, finding.rule), finding)
@@ -280,8 +323,11 @@ def translate(error: ValidationError, data: Any, locator: Locator) -> list[Findi
             continue
         at = locator.position(miss["path"])
         findings[(field, "PLC110")] = _finding(
-            "PLC110", at, f"{field} must be {_union_words(field)}, got {_describe(miss['value'])}",
-            _union_fix(field), field,
+            "PLC110",
+            at,
+            f"{field} must be {_union_words(field)}, got {_describe(miss['value'])}",
+            _union_fix(field),
+            field,
         )
     return list(findings.values())
 
@@ -307,21 +353,36 @@ def _one(item: Any, path: tuple[Any, ...], field: str, value: Any, locator: Loca
         return _unknown_key(path, field, locator)
     if kind == "missing":
         parent, name = dotted(path[:-1]) or "the top level", path[-1]
-        return _finding("PLC109", locator.position(path, at_key=True),
-                        f"{name} is required in {parent}", f"add {field}", field)
+        return _finding(
+            "PLC109",
+            locator.position(path, at_key=True),
+            f"{name} is required in {parent}",
+            f"add {field}",
+            field,
+        )
     at = locator.position(path)
     if kind == "literal_error":
         return _literal(field, value, ctx, at)
     if kind in ("finite_number",):
-        return _finding("PLC110", at, f"{field} must be a finite number, got {_describe(value)}",
-                        "write a number", field)
+        return _finding(
+            "PLC110",
+            at,
+            f"{field} must be a finite number, got {_describe(value)}",
+            "write a number",
+            field,
+        )
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
         return _bound(kind, field, value, ctx, at)
     if kind in _TYPE_WORDS:
         return _type(kind, field, value, at)
     if kind == "string_pattern_mismatch":
-        return _finding("PLC110", at, f"{field} must look like PLC001, got {_describe(value)}",
-                        "use a rule id from 'planc rules'", field)
+        return _finding(
+            "PLC110",
+            at,
+            f"{field} must look like PLC001, got {_describe(value)}",
+            "use a rule id from 'planc rules'",
+            field,
+        )
     message = item["msg"][:1].lower() + item["msg"][1:]
     return _finding("PLC110", at, f"{field}: {message}, got {_describe(value)}", "", field)
 
@@ -331,8 +392,12 @@ def _unknown_key(path: tuple[Any, ...], field: str, locator: Locator) -> Finding
 
     model: Any = Root
     for segment in path[:-1]:
-        annotation = model.model_fields[segment].annotation if segment in model.model_fields else None
-        candidates = [a for a in getattr(annotation, "__args__", (annotation,)) if hasattr(a, "model_fields")]
+        annotation = (
+            model.model_fields[segment].annotation if segment in model.model_fields else None
+        )
+        candidates = [
+            a for a in getattr(annotation, "__args__", (annotation,)) if hasattr(a, "model_fields")
+        ]
         model = candidates[0] if candidates else None
         if model is None:
             break
@@ -340,25 +405,50 @@ def _unknown_key(path: tuple[Any, ...], field: str, locator: Locator) -> Finding
     name = str(path[-1])
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     parent = dotted(path[:-1]) or "the top level"
-    fix = f"did you mean '{close[0]}'?" if close else f"remove it; {parent} takes {', '.join(known)}"
-    return _finding("PLC108", locator.position(path, at_key=True), f"unknown key '{name}' in {parent}",
-                    fix, field)
+    fix = (
+        f"did you mean '{close[0]}'?" if close else f"remove it; {parent} takes {', '.join(known)}"
+    )
+    return _finding(
+        "PLC108",
+        locator.position(path, at_key=True),
+        f"unknown key '{name}' in {parent}",
+        fix,
+        field,
+    )
 
 
 def _literal(field: str, value: Any, ctx: dict[str, Any], at: tuple[int, int]) -> Finding:
-    expected = [e.strip().strip("'") for e in ctx.get("expected", "").replace(" or ", ", ").split(", ")]
+    expected = [
+        e.strip().strip("'") for e in ctx.get("expected", "").replace(" or ", ", ").split(", ")
+    ]
     close = _closest(value, expected)
     hint = f"did you mean '{close}'? " if close else ""
     allowed = ", ".join(expected)
     if field in ("model.preset", "hardware.gpu"):
         kind = "model" if field == "model.preset" else "GPU"
-        return _finding("PLC111", at, f"unknown {kind} preset {str(value)[:60]!r}",
-                        f"{hint}known presets: {allowed}", field)
+        return _finding(
+            "PLC111",
+            at,
+            f"unknown {kind} preset {str(value)[:60]!r}",
+            f"{hint}known presets: {allowed}",
+            field,
+        )
     if field == "parallelism.order":
-        return _finding("PLC110", at, f"{field} must name tp, cp, dp and pp once each, fastest-varying "
-                        f"first; got {_describe(value)}", "write tp-cp-dp-pp (Megatron's default)", field)
-    return _finding("PLC110", at, f"{field} must be one of {allowed}; got {_describe(value)}",
-                    hint.strip() or f"choose one of {allowed}", field)
+        return _finding(
+            "PLC110",
+            at,
+            f"{field} must name tp, cp, dp and pp once each, fastest-varying "
+            f"first; got {_describe(value)}",
+            "write tp-cp-dp-pp (Megatron's default)",
+            field,
+        )
+    return _finding(
+        "PLC110",
+        at,
+        f"{field} must be one of {allowed}; got {_describe(value)}",
+        hint.strip() or f"choose one of {allowed}",
+        field,
+    )
 
 
 def _closest(value: Any, choices: list[str]) -> str | None:
@@ -372,20 +462,38 @@ def _closest(value: Any, choices: list[str]) -> str | None:
 
 
 def _bound(kind: str, field: str, value: Any, ctx: dict[str, Any], at: tuple[int, int]) -> Finding:
-    symbol = {"greater_than_equal": "≥", "greater_than": ">", "less_than_equal": "≤", "less_than": "<"}[kind]
+    symbol = {
+        "greater_than_equal": "≥",
+        "greater_than": ">",
+        "less_than_equal": "≤",
+        "less_than": "<",
+    }[kind]
     limit = next(iter(ctx.values()), "?")
     limit_text = f"{limit:,}" if isinstance(limit, int) else str(limit)
-    return _finding("PLC110", at, f"{field} must be {symbol} {limit_text}, got {_describe(value)}",
-                    f"use a value {symbol} {limit_text}", field)
+    return _finding(
+        "PLC110",
+        at,
+        f"{field} must be {symbol} {limit_text}, got {_describe(value)}",
+        f"use a value {symbol} {limit_text}",
+        field,
+    )
 
 
 def _type(kind: str, field: str, value: Any, at: tuple[int, int]) -> Finding:
     want = _TYPE_WORDS[kind]
     fix = ""
     if isinstance(value, str) and kind in ("int_type", "float_type"):
-        fix = f"write the number without quotes: {value.strip()}" if _numeric(value) else "write a number"
+        fix = (
+            f"write the number without quotes: {value.strip()}"
+            if _numeric(value)
+            else "write a number"
+        )
     elif isinstance(value, float) and kind == "int_type":
-        fix = f"write a whole number, e.g. {math.floor(value)}" if math.isfinite(value) else "write a whole number"
+        fix = (
+            f"write a whole number, e.g. {math.floor(value)}"
+            if math.isfinite(value)
+            else "write a whole number"
+        )
     elif isinstance(value, str) and kind == "bool_type":
         fix = "write true or false without quotes"
     elif value is None:

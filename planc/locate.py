@@ -41,7 +41,9 @@ class Locator:
 
     def resolve(self, path: Path) -> tuple[list[str | int], Node | None, Node | None]:
         """(the segments found, the key node of the last one, its value node)."""
-        node, key, found = self.root, None, []
+        node: Node | None = self.root
+        key: Node | None = None
+        found: list[str | int] = []
         for segment in path:
             if node is None:
                 break

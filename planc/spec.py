@@ -7,7 +7,7 @@ or `yes` where a boolean belongs is a finding, not a silent coercion.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
@@ -29,21 +29,21 @@ def _orders() -> tuple[str, ...]:
     return tuple("-".join(p) for p in permutations(AXES))
 
 
-GpuName = Literal[GPU_NAMES]  # type: ignore[valid-type]
-ModelName = Literal[MODEL_NAMES]  # type: ignore[valid-type]
-Order = Literal[_orders()]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    GpuName = str
+    ModelName = str
+    Order = str
+else:
+    GpuName = Literal[GPU_NAMES]
+    ModelName = Literal[MODEL_NAMES]
+    Order = Literal[_orders()]
+
 RuleId = Annotated[StrictStr, Field(pattern=r"^PLC\d{3}$")]
 Fraction = Annotated[float, Field(strict=True, ge=0.0, lt=1.0, allow_inf_nan=False)]
 PositiveFloat = Annotated[float, Field(strict=True, gt=0.0, allow_inf_nan=False)]
 NonNegativeFloat = Annotated[float, Field(strict=True, ge=0.0, allow_inf_nan=False)]
-
-
-def _int(ge: int, le: int) -> type[int]:
-    return Annotated[StrictInt, Field(ge=ge, le=le)]  # type: ignore[return-value]
-
-
-Dim = _int(1, MAX_DIM)
-Degree = _int(1, MAX_DEGREE)
+Dim = Annotated[StrictInt, Field(ge=1, le=MAX_DIM)]
+Degree = Annotated[StrictInt, Field(ge=1, le=MAX_DEGREE)]
 
 
 class Frozen(BaseModel):
@@ -58,7 +58,9 @@ class ModelSpec(Frozen):
     )
     layers: Dim | None = Field(None, description="Transformer layers L.")
     hidden: Dim | None = Field(None, description="Hidden size h (model width).")
-    heads: Dim | None = Field(None, description="Attention (query) heads n (a in Korthikanti et al.).")
+    heads: Dim | None = Field(
+        None, description="Attention (query) heads n (a in Korthikanti et al.)."
+    )
     kv_heads: Dim | None = Field(
         None, description="Key/value heads g (grouped-query attention). Default: heads."
     )
@@ -75,22 +77,28 @@ class ModelSpec(Frozen):
         None, description="MLP type: gelu (2 matrices) or swiglu (3 matrices). Default: gelu."
     )
     norm: Literal["layernorm", "rmsnorm"] | None = Field(
-        None, description="Normalisation: layernorm (weight and bias) or rmsnorm (weight). Default: layernorm."
+        None,
+        description="Normalisation: layernorm (weight and bias) or rmsnorm (weight). Default: layernorm.",
     )
     bias: StrictBool | None = Field(
         None, description="Linear layers carry biases (GPT-2/3 style). Default: false."
     )
-    dropout: Annotated[float, Field(strict=True, ge=0.0, le=1.0, allow_inf_nan=False)] | None = Field(
-        None, description="Dropout probability; masks are saved for backward when above 0. Default: 0.0."
+    dropout: Annotated[float, Field(strict=True, ge=0.0, le=1.0, allow_inf_nan=False)] | None = (
+        Field(
+            None,
+            description="Dropout probability; masks are saved for backward when above 0. Default: 0.0.",
+        )
     )
     tied_embeddings: StrictBool | None = Field(
         None, description="The LM head shares the input embedding matrix. Default: false."
     )
     position_embedding: Literal["rope", "learned"] | None = Field(
-        None, description="rope (no parameters) or learned (max_seq_len × hidden parameters). Default: rope."
+        None,
+        description="rope (no parameters) or learned (max_seq_len × hidden parameters). Default: rope.",
     )
     max_seq_len: Dim | None = Field(
-        None, description="Longest sequence the model supports (learned position table size). Default: training.seq_len."
+        None,
+        description="Longest sequence the model supports (learned position table size). Default: training.seq_len.",
     )
 
 
@@ -100,7 +108,9 @@ class LinkSpec(Frozen):
     bandwidth_gbs: PositiveFloat | None = Field(
         None, description="Bandwidth per GPU per direction in GB/s (10^9 bytes per second)."
     )
-    latency_us: NonNegativeFloat | None = Field(None, description="Latency per message in microseconds.")
+    latency_us: NonNegativeFloat | None = Field(
+        None, description="Latency per message in microseconds."
+    )
 
 
 class GpuSpec(Frozen):
@@ -111,10 +121,14 @@ class GpuSpec(Frozen):
     memory_gib: PositiveFloat | None = Field(None, description="HBM capacity in GiB (2^30 bytes).")
     bf16_tflops: PositiveFloat = Field(description="Dense BF16/FP16 tensor throughput in TFLOPS.")
     memory_bandwidth_gbs: PositiveFloat | None = Field(None, description="HBM bandwidth in GB/s.")
-    nvlink_domain: Degree | None = Field(None, description="GPUs sharing one NVLink/NVSwitch domain.")
+    nvlink_domain: Degree | None = Field(
+        None, description="GPUs sharing one NVLink/NVSwitch domain."
+    )
     gpus_per_node: Degree | None = Field(None, description="GPUs in one node (server or tray).")
     intra_node: LinkSpec | None = Field(None, description="NVLink: bandwidth and latency.")
-    inter_node: LinkSpec | None = Field(None, description="Network between nodes: bandwidth and latency.")
+    inter_node: LinkSpec | None = Field(
+        None, description="Network between nodes: bandwidth and latency."
+    )
 
 
 class HardwareSpec(Frozen):
@@ -156,7 +170,9 @@ class ParallelismSpec(Frozen):
     data: Degree | None = Field(
         None, description="Data-parallel degree d. Default: world / (tensor·pipeline·context)."
     )
-    context: Degree = Field(1, description="Context-parallel degree c (the sequence is split c ways).")
+    context: Degree = Field(
+        1, description="Context-parallel degree c (the sequence is split c ways)."
+    )
     virtual_stages: Annotated[StrictInt, Field(ge=1, le=4096)] = Field(
         1, description="Model chunks per pipeline rank v (interleaved 1F1B); 1 means plain 1F1B."
     )
@@ -166,7 +182,8 @@ class ParallelismSpec(Frozen):
         max_length=MAX_DEGREE,
     )
     sequence_parallel: StrictBool = Field(
-        False, description="Megatron sequence parallelism: split norms and dropout over the TP group."
+        False,
+        description="Megatron sequence parallelism: split norms and dropout over the TP group.",
     )
     zero_stage: Literal[0, 1, 2, 3] = Field(
         0,
@@ -182,7 +199,9 @@ class ParallelismSpec(Frozen):
 class TrainingSpec(Frozen):
     """One optimizer step: sequence, batch, precision, optimizer, recompute, kernels."""
 
-    seq_len: Annotated[StrictInt, Field(ge=1, le=MAX_DIM)] = Field(description="Sequence length s in tokens.")
+    seq_len: Annotated[StrictInt, Field(ge=1, le=MAX_DIM)] = Field(
+        description="Sequence length s in tokens."
+    )
     micro_batch: Annotated[StrictInt, Field(ge=1, le=MAX_DIM)] = Field(
         1, description="Micro-batch size b in sequences per data-parallel rank."
     )
@@ -193,7 +212,8 @@ class TrainingSpec(Frozen):
         "bf16", description="Weights and activations dtype; bf16/fp16 keep fp32 master weights."
     )
     optimizer: Literal["adam", "sgd"] = Field(
-        "adam", description="adam: fp32 master, m and v (12 bytes/param); sgd: fp32 master and momentum."
+        "adam",
+        description="adam: fp32 master, m and v (12 bytes/param); sgd: fp32 master and momentum.",
     )
     grad_accum_fp32: StrictBool = Field(
         False,
@@ -212,7 +232,9 @@ class TrainingSpec(Frozen):
 class RulesSpec(Frozen):
     """Thresholds and per-rule settings."""
 
-    max_bubble: Fraction = Field(0.10, description="Largest pipeline bubble fraction allowed (PLC006).")
+    max_bubble: Fraction = Field(
+        0.10, description="Largest pipeline bubble fraction allowed (PLC006)."
+    )
     memory_headroom: Fraction = Field(
         0.10, description="Fraction of HBM kept free on every rank (PLC007)."
     )

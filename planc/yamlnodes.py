@@ -16,7 +16,7 @@ import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, Union
+from typing import Any, Literal, NoReturn
 
 import yaml
 
@@ -25,7 +25,6 @@ MAX_EXPANDED_NODES = 200_000
 
 Kind = Literal["map", "seq", "scalar"]
 Pairs = tuple[tuple["Node", "Node"], ...]
-Value = Union[Pairs, tuple["Node", ...], Any]
 
 
 @dataclass(frozen=True, eq=False)
@@ -35,13 +34,14 @@ class Node:
     kind: Kind
     line: int
     column: int
-    value: Value
+    value: Any  # pairs for a map, a tuple of nodes for a seq, the scalar itself
     plain: bool = False
     source: str = ""
     size: int = 1
 
     def pairs(self) -> Pairs:
-        return self.value if self.kind == "map" else ()  # type: ignore[no-any-return]
+        pairs: Pairs = self.value if self.kind == "map" else ()
+        return pairs
 
     def get(self, key: str) -> tuple[Node, Node] | None:
         for k, v in self.pairs():
@@ -93,7 +93,10 @@ _YAML11 = (
     (re.compile(r"^[-+]?0[0-7_]+$"), "the octal number {o}"),
     (re.compile(r"^[-+]?0b[01_]+$"), "a binary number"),
     (re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$"), "a base-60 number"),
-    (re.compile(r"^[-+]?[0-9][0-9_]*_[0-9_]*(?:\.[0-9_]*)?$"), "a number with its underscores removed"),
+    (
+        re.compile(r"^[-+]?[0-9][0-9_]*_[0-9_]*(?:\.[0-9_]*)?$"),
+        "a number with its underscores removed",
+    ),
     (re.compile(r"^\d{4}-\d\d?-\d\d?(?:[Tt ].*)?$"), "a date"),
 )
 _YES = {"yes", "on", "y"}
@@ -169,7 +172,7 @@ class _Composer:
         self.problems: list[YamlProblem] = []
         self.documents: list[Node] = []
 
-    def stop(self, code: str, at: tuple[int, int], message: str, fix: str = "") -> None:
+    def stop(self, code: str, at: tuple[int, int], message: str, fix: str = "") -> NoReturn:
         raise _Stop(YamlProblem(code, at[0], at[1], message, fix))
 
     def add(self, node: Node, anchor: str | None) -> None:
@@ -236,11 +239,12 @@ class _Composer:
             self.unsafe_tag(event.tag, at)
         self.add(Node("scalar", *at, value, plain, event.value), event.anchor)
 
-    def unsafe_tag(self, tag: str | None, at: tuple[int, int]) -> None:
+    def unsafe_tag(self, tag: str | None, at: tuple[int, int]) -> NoReturn:
         self.stop(
             "tag",
             at,
-            f"the tag {tag} is not allowed: planc reads plain data only and never builds objects",
+            f"the tag {str(tag).replace('tag:yaml.org,2002:', '!!')} is not allowed: planc reads "
+            "plain data only and never builds objects",
             "remove the tag",
         )
 
@@ -249,7 +253,9 @@ class _Composer:
         if event.tag not in (None, "!") and event.tag not in _CORE_TAGS:
             self.unsafe_tag(event.tag, at)
         if len(self.stack) >= MAX_DEPTH:
-            self.stop("depth", at, f"nesting deeper than {MAX_DEPTH} levels", "flatten the document")
+            self.stop(
+                "depth", at, f"nesting deeper than {MAX_DEPTH} levels", "flatten the document"
+            )
         self.stack.append(_Frame(kind, at[0], at[1], event.anchor, [], {}))
 
     def end(self) -> None:
@@ -257,16 +263,16 @@ class _Composer:
         items = frame.items
         size = 1 + sum(n.size for n in items)
         if frame.kind == "map":
-            pairs = tuple(zip(items[0::2], items[1::2]))
+            pairs = tuple(zip(items[0::2], items[1::2], strict=True))
             self.add(Node("map", frame.line, frame.column, pairs, size=size), frame.anchor)
         else:
             self.add(Node("seq", frame.line, frame.column, tuple(items), size=size), frame.anchor)
 
     def alias(self, event: yaml.AliasEvent) -> None:
-        node = self.anchors.get(event.anchor)
+        node = self.anchors.get(event.anchor or "")
         if node is None:
             self.stop("syntax", _mark(event), f"alias *{event.anchor} has no anchor before it")
-        self.add(node, None)  # type: ignore[arg-type]
+        self.add(node, None)
 
     def feed(self, event: yaml.Event) -> None:
         if isinstance(event, yaml.ScalarEvent):
@@ -288,7 +294,8 @@ def _loader() -> type[Any]:
 
 
 def _events(text: str) -> Iterator[yaml.Event]:
-    return yaml.parse(text, Loader=_loader())  # type: ignore[no-any-return]
+    events: Iterator[yaml.Event] = yaml.parse(text, Loader=_loader())
+    return events
 
 
 def _syntax_problem(error: yaml.YAMLError, text: str) -> YamlProblem:
@@ -339,7 +346,9 @@ def to_data(node: Node) -> Any:
     return node.value
 
 
-def walk_plain_scalars(node: Node, path: tuple[str | int, ...] = ()) -> Iterator[tuple[tuple[str | int, ...], Node]]:
+def walk_plain_scalars(
+    node: Node, path: tuple[str | int, ...] = ()
+) -> Iterator[tuple[tuple[str | int, ...], Node]]:
     """Every plain scalar value (not keys) with its path, depth first."""
     if node.kind == "map":
         for key, value in node.pairs():

@@ -34,7 +34,9 @@ def example_data(name: str = "llama3-8b-1node.yaml") -> dict[str, Any]:
     return data
 
 
-def spec_text(overlay: dict[str, Any] | str | None = None, base: str = "llama3-8b-1node.yaml") -> str:
+def spec_text(
+    overlay: dict[str, Any] | str | None = None, base: str = "llama3-8b-1node.yaml"
+) -> str:
     """YAML text of an example with `overlay` (a mapping or YAML text) merged in."""
     data = example_data(base)
     if overlay:
@@ -46,7 +48,9 @@ def check_text(text: str, path: str = "spec.yaml") -> FileResult:
     return check_loaded(load_text(path, text))
 
 
-def check_overlay(overlay: dict[str, Any] | str | None = None, base: str = "llama3-8b-1node.yaml") -> FileResult:
+def check_overlay(
+    overlay: dict[str, Any] | str | None = None, base: str = "llama3-8b-1node.yaml"
+) -> FileResult:
     return check_text(spec_text(overlay, base))
 
 

@@ -47,7 +47,12 @@ def test_json_format_contract() -> None:
     assert good == {"path": str(GOOD), "ok": True, "findings": []}
     (finding,) = bad["findings"]
     assert {"rule", "severity", "message", "line", "column", "field"} <= set(finding)
-    assert (finding["rule"], finding["severity"], finding["line"], finding["column"]) == ("PLC006", "error", 31, 17)
+    assert (finding["rule"], finding["severity"], finding["line"], finding["column"]) == (
+        "PLC006",
+        "error",
+        31,
+        17,
+    )
     assert finding["field"] == "training.global_batch"
 
 
@@ -55,7 +60,9 @@ def test_github_format_is_chosen_on_actions() -> None:
     code, out = _run("check", str(BAD), env={"GITHUB_ACTIONS": "true"})
     assert code == 1
     first = out.splitlines()[0]
-    assert first.startswith(f"::error file={BAD},line=31,col=17,title=PLC006::PLC006 pipeline bubble")
+    assert first.startswith(
+        f"::error file={BAD},line=31,col=17,title=PLC006::PLC006 pipeline bubble"
+    )
     assert "%0A" not in first
 
 
@@ -70,7 +77,12 @@ def test_sarif_format_validates_and_locates() -> None:
     assert {"shortDescription", "fullDescription", "help"} <= set(rule)
     (result,) = run["results"]
     region = result["locations"][0]["physicalLocation"]["region"]
-    assert (result["ruleId"], result["level"], region["startLine"], region["startColumn"]) == ("PLC006", "error", 31, 17)
+    assert (result["ruleId"], result["level"], region["startLine"], region["startColumn"]) == (
+        "PLC006",
+        "error",
+        31,
+        17,
+    )
     schema = json.loads((ROOT / "tests" / "data" / "sarif-2.1.0-subset.schema.json").read_text())
     jsonschema.validate(log, schema)
 

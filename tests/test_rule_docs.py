@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import check_overlay, rules_fired
+
 from planc.cli import main
 from planc.rules import REGISTRY, get
 

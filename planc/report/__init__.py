@@ -18,9 +18,14 @@ def _level(finding: Finding) -> str:
 def text(results: Sequence[FileResult], strict: bool) -> str:
     """One line per finding, `path:line:col: severity PLCnnn message`, then a summary."""
     lines = [
-        f"{r.path}:{f.line}:{f.column}: {_level(f)} {f.rule} {f.text}" for r in results for f in r.findings
+        f"{r.path}:{f.line}:{f.column}: {_level(f)} {f.rule} {f.text}"
+        for r in results
+        for f in r.findings
     ]
-    counts = {s: sum(_level(f) == s for r in results for f in r.findings) for s in ("error", "warning", "info")}
+    counts = {
+        s: sum(_level(f) == s for r in results for f in r.findings)
+        for s in ("error", "warning", "info")
+    }
     failed = sum(not r.ok(strict) for r in results)
     summary = (
         f"{len(results)} file{'s' * (len(results) != 1)} checked: {counts['error']} error(s), "
@@ -68,10 +73,17 @@ def github(results: Sequence[FileResult], strict: bool) -> str:
     for r in results:
         for f in r.findings:
             props = ",".join(
-                [f"file={_escape(r.path, True)}", f"line={f.line}", f"col={f.column}", f"title={f.rule}"]
+                [
+                    f"file={_escape(r.path, True)}",
+                    f"line={f.line}",
+                    f"col={f.column}",
+                    f"title={f.rule}",
+                ]
             )
             lines.append(f"::{kinds[_level(f)]} {props}::{_escape(f'{f.rule} {f.text}')}")
-    return "\n".join(lines) + ("\n" if lines else "") + text(results, strict).splitlines()[-1] + "\n"
+    return (
+        "\n".join(lines) + ("\n" if lines else "") + text(results, strict).splitlines()[-1] + "\n"
+    )
 
 
 def sarif(results: Sequence[FileResult], strict: bool) -> str:
@@ -102,7 +114,9 @@ def sarif(results: Sequence[FileResult], strict: bool) -> str:
             "locations": [
                 {
                     "physicalLocation": {
-                        "artifactLocation": {"uri": r.path.removeprefix("./") if r.path != "-" else "stdin"},
+                        "artifactLocation": {
+                            "uri": r.path.removeprefix("./") if r.path != "-" else "stdin"
+                        },
                         "region": {"startLine": f.line, "startColumn": f.column},
                     },
                     "logicalLocations": [{"fullyQualifiedName": f.field}] if f.field else [],
@@ -133,7 +147,9 @@ def sarif(results: Sequence[FileResult], strict: bool) -> str:
 
 
 def _sarif_level(severity: Severity) -> str:
-    return {"info": "note", "warning": "warning", "error": "error", "fatal": "error"}[severity.value]
+    return {"info": "note", "warning": "warning", "error": "error", "fatal": "error"}[
+        severity.value
+    ]
 
 
 REPORTERS: Mapping[str, Reporter] = MappingProxyType(

@@ -65,7 +65,9 @@ def rule(id: str, severity: Severity = Severity.ERROR) -> Callable[[Check], Rule
     return wrap
 
 
-def documented(id: str, severity: Severity = Severity.ERROR) -> Callable[[Callable[[], None]], Rule]:
+def documented(
+    id: str, severity: Severity = Severity.ERROR
+) -> Callable[[Callable[[], None]], Rule]:
     """A rule the loader reports; the decorated function only carries its documentation."""
 
     def wrap(doc: Callable[[], None]) -> Rule:

@@ -29,6 +29,7 @@ def world_size(job: Job) -> Iterator[Violation]:
 
     Fails:
         parallelism: {tensor: 2, pipeline: 1, data: 3}
+        training: {global_batch: 63}
     """
     lay, world = job.layout, job.world
     inner = _product(job)
@@ -99,11 +100,11 @@ def tensor_in_nvlink(job: Job) -> Iterator[Violation]:
     a domain boundary even when tensor ≤ nvlink_domain.
 
     Passes:
-        parallelism: {tensor: 8, data: 1}
+        parallelism: {tensor: 8, data: 1, zero_stage: 0}
 
     Fails:
         parallelism: {tensor: 2, data: 4, order: dp-tp-cp-pp}
-        hardware: {nvlink_domain: 4, gpus_per_node: 4, nodes: 2}
+        hardware: {nvlink_domain: 4, gpus_per_node: 4, nodes: 2, hosts: [gpu-a01, gpu-a02]}
     """
     t, domain = job.layout.t, job.cluster.nvlink_domain
     if job.layout.d is None:
@@ -161,7 +162,7 @@ def context_parallel_sequence(job: Job) -> Iterator[Violation]:
         parallelism: {tensor: 2, data: 2, context: 2}
 
     Fails:
-        parallelism: {tensor: 2, data: 2, context: 2}
+        parallelism: {tensor: 2, data: 2, context: 2, sequence_parallel: false}
         training: {seq_len: 8190}
     """
     c, s = job.layout.c, job.training.s
@@ -313,7 +314,9 @@ def world_limit(job: Job) -> Iterator[Violation]:
         hardware: {nodes: 1}
 
     Fails:
-        hardware: {nodes: 200000, gpus_per_node: 8}
+        hardware: {nodes: 131073, gpus_per_node: 8, hosts: "n-{000001..131073}"}
+        parallelism: {tensor: 8}
+        training: {global_batch: 131073}
     """
     if job.world > MAX_RANKS:
         yield Violation(

@@ -18,11 +18,11 @@ def head_and_width_divisibility(job: Job) -> Iterator[Violation]:
     ffn_hidden splits over tensor too.
 
     Passes:
-        parallelism: {tensor: 8, data: 1}
+        parallelism: {tensor: 8, data: 1, zero_stage: 0}
 
     Fails:
         model: {heads: 36, kv_heads: 12, hidden: 4608, ffn_hidden: 14336}
-        parallelism: {tensor: 8, data: 1}
+        parallelism: {tensor: 8, data: 1, zero_stage: 0}
     """
     mod, t = job.model, job.layout.t
     if mod.n % t:
