@@ -106,6 +106,8 @@ class Training:
     grad_accum_fp32: bool
     recompute: str
     attention: str
+    efficiency: float = 0.5
+    overlap_tp: bool = False
 
 
 @dataclass(frozen=True)
@@ -316,5 +318,7 @@ def resolve(spec: Spec) -> Job | list[Problem]:
         grad_accum_fp32=tr.grad_accum_fp32,
         recompute=tr.recompute,
         attention=tr.attention,
+        efficiency=tr.efficiency,
+        overlap_tp=tr.overlap_tp,
     )
     return Job(spec.name, model, cluster, _layout(spec, cluster.world), training, spec.rules)

@@ -227,6 +227,16 @@ class TrainingSpec(Frozen):
     attention: Literal["flash", "eager"] = Field(
         "flash", description="flash keeps no s×s score matrix; eager saves scores and softmax."
     )
+    efficiency: Annotated[float, Field(strict=True, gt=0.0, le=1.0, allow_inf_nan=False)] = Field(
+        0.5,
+        description="Fraction of the GPU's peak dense TFLOPS the model's kernels reach, for the "
+        "step-time estimate (planc explain). 0.5 is planc's uncalibrated default.",
+    )
+    overlap_tp: StrictBool = Field(
+        False,
+        description="Tensor-parallel communication overlaps compute (TP comm overlap); off, it "
+        "is added to the step time.",
+    )
 
 
 class RulesSpec(Frozen):
