@@ -1,0 +1,550 @@
+"""Activation memory: what autograd keeps for backward, per layer, per stage, per schedule.
+
+Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §4.1
+counts, for one layer in 16-bit with dropout and eager attention, s·b·h·(34 + 5·a·s/h) bytes:
+
+    attention  QKV input 2sbh, QKᵀ inputs (Q, K) 4sbh, softmax output 2as²b, softmax dropout
+               mask as²b, attention over V (dropout output 2as²b, V 2sbh), out-proj input 2sbh,
+               dropout mask sbh                                             = 11sbh + 5as²b
+    MLP        fc1 input 2sbh, GeLU input 8sbh, fc2 input 8sbh, dropout mask sbh  = 19sbh
+    norms      two norm inputs                                                    =  4sbh
+
+Each line below is one of those tensors, generalised and divided the way Megatron divides it:
+
+* bytes per element ε = 2 (bf16/fp16) or 4 (fp32); dropout masks are 1 byte (bool) and exist
+  only when dropout > 0; without dropout the softmax output *is* the attention-over-V input,
+  kept once.
+* head dim k, query heads n, kv heads g (GQA): Q is ε·s·b·n·k, K and V ε·s·b·g·k. Eager attention
+  in Megatron expands K and V to n heads before the matmuls (DotProductAttention,
+  repeat_interleave), so it keeps them at n heads.
+* flash attention keeps no s×s matrix: its backward recomputes the scores from Q, K, V, the
+  output O and the fp32 log-sum-exp per query and head (4·a·s·b bytes), which it saves.
+* GeLU keeps its input and its output (ε·s·b·f each). SwiGLU as Megatron fuses it
+  (bias_swiglu_impl / SwiGLUFunction) keeps the fc1 output, gate and up together (2·ε·s·b·f),
+  and fc2 keeps the product (ε·s·b·f).
+* LayerNorm and RMSNorm both keep their input (ε·s·b·h); the fp32 per-token statistics
+  (mean/rstd, 4 bytes a token) are below 0.1 % of a layer for h ≥ 1024 and are not charged.
+* tensor parallelism divides the head- and f-sized tensors by t (heads ⌈n/t⌉, kv heads ⌈g/t⌉,
+  f ⌈f/t⌉); sequence parallelism divides the rest (norm inputs, QKV and fc1 inputs, dropout
+  masks) by t along the sequence. Context parallelism gives each rank ⌈s/c⌉ tokens; with eager
+  attention each rank's queries meet all s keys over the ring and every step's probabilities are
+  kept for backward, a·(s/c)·s·b elements (with flash: only the log-sum-exp of its s/c queries).
+* recompute: selective drops the attention core (scores, softmax, its dropout mask and output,
+  flash's log-sum-exp), as Megatron's selective (core_attn) recompute does; full keeps only
+  each layer's input (ε·s·b·h, /t with SP) and re-creates one layer's activations at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from planc.job import Job, Model
+from planc.memory.params import chunk_layers, padded_vocab
+from planc.memory.terms import Term, ceil_div
+
+KORTHIKANTI = "Korthikanti et al. 2022 §4.1"
+TABLE2 = "Korthikanti et al. 2022 Table 2"
+DROPOUT_MASK_BYTES = 1  # torch.nn.functional.dropout keeps a bool mask
+INDEX_BYTES = 8  # int64 token ids and targets
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """The dimensions one rank sees for one layer and one micro-batch.
+
+    `s` is the rank's share of the sequence (⌈s/c⌉), `s_r` the share of the parts TP leaves
+    replicated (⌈s/c/t⌉ with sequence parallelism, else `s`), `s_kv` the keys each query meets.
+    """
+
+    e: int  # bytes per activation element (ε)
+    s: int
+    s_r: int
+    s_kv: int
+    b: int
+    h: int
+    n: int  # query heads on this rank, ⌈n/t⌉
+    g: int  # key/value heads kept on this rank: ⌈g/t⌉ (flash) or ⌈n/t⌉ (eager expands them)
+    k: int
+    f: int  # ⌈f/t⌉
+    gated: bool  # SwiGLU
+    eager: bool
+    dropout: bool
+    # symbols for formulas
+    tok: str  # "s·b" or "(s/c)·b"
+    split: str  # "/t" when t > 1
+    rep: str  # "/t" when sequence parallel
+
+
+def layer_shape(
+    model: Model,
+    *,
+    s: int,
+    b: int,
+    precision: str = "bf16",
+    attention: str = "eager",
+    t: int = 1,
+    c: int = 1,
+    sp: bool = False,
+) -> LayerShape:
+    """The per-rank dimensions of one layer for sequence `s`, micro-batch `b` and degrees t, c."""
+    eager = attention == "eager"
+    s_rank = ceil_div(s, c)
+    return LayerShape(
+        e=4 if precision == "fp32" else 2,
+        s=s_rank,
+        s_r=ceil_div(s_rank, t) if sp else s_rank,
+        s_kv=s,
+        b=b,
+        h=model.h,
+        n=ceil_div(model.n, t),
+        g=ceil_div(model.n if eager else model.g, t),
+        k=model.k,
+        f=ceil_div(model.f, t),
+        gated=model.mlp == "swiglu",
+        eager=eager,
+        dropout=model.dropout > 0,
+        tok="(s/c)·b" if c > 1 else "s·b",
+        split="/t" if t > 1 else "",
+        rep="/t" if sp and t > 1 else "",
+    )
+
+
+def shape_of(job: Job) -> LayerShape:
+    """The layer shape of `job` on any rank (all ranks of a job see the same per-layer shape)."""
+    lay, tr = job.layout, job.training
+    return layer_shape(
+        job.model, s=tr.s, b=tr.b, precision=tr.precision, attention=tr.attention,
+        t=lay.t, c=lay.c, sp=lay.sp,
+    )
+
+
+# --- one function per saved tensor (bytes for one layer, one micro-batch) -------------------
+
+
+def norm_input(x: LayerShape) -> int:
+    """ε·s·b·h: the input of a LayerNorm/RMSNorm (Korthikanti: 2sbh each); /t with SP."""
+    return x.e * x.s_r * x.b * x.h
+
+
+def linear_input(x: LayerShape) -> int:
+    """ε·s·b·h: the input of the QKV or fc1 projection, the norm's output (2sbh); /t with SP."""
+    return x.e * x.s_r * x.b * x.h
+
+
+def query(x: LayerShape) -> int:
+    """ε·s·b·n·k/t: Q, kept for QKᵀ (Korthikanti: half of the 4sbh QKᵀ inputs)."""
+    return x.e * x.s * x.b * x.n * x.k
+
+
+def key(x: LayerShape) -> int:
+    """ε·s·b·g·k/t: K, kept for QKᵀ; at n heads under eager attention (expanded for GQA)."""
+    return x.e * x.s * x.b * x.g * x.k
+
+
+def value(x: LayerShape) -> int:
+    """ε·s·b·g·k/t: V, kept for the attention over V (Korthikanti: 2sbh)."""
+    return x.e * x.s * x.b * x.g * x.k
+
+
+def score_elements(x: LayerShape) -> int:
+    """a·s²·b/t elements of one s×s score matrix per head (a·(s/c)·s·b with context parallelism)."""
+    return x.n * x.s * x.s_kv * x.b
+
+
+def softmax_output(x: LayerShape) -> int:
+    """ε·a·s²·b/t: the softmax output, which its backward needs (Korthikanti: 2as²b). Eager only."""
+    return x.e * score_elements(x) if x.eager else 0
+
+
+def softmax_dropout_mask(x: LayerShape) -> int:
+    """a·s²·b/t: the attention-dropout mask, 1 byte each (Korthikanti: as²b). Eager, dropout > 0."""
+    return DROPOUT_MASK_BYTES * score_elements(x) if x.eager and x.dropout else 0
+
+
+def softmax_dropout_output(x: LayerShape) -> int:
+    """ε·a·s²·b/t: the dropped-out probabilities, input of the attention over V (2as²b).
+
+    Without dropout that input is the softmax output itself, already counted: 0.
+    """
+    return x.e * score_elements(x) if x.eager and x.dropout else 0
+
+
+def softmax_statistics(x: LayerShape) -> int:
+    """4·a·s·b/t: flash attention's fp32 log-sum-exp per query and head (Dao et al. 2022, §3.1:
+    backward recomputes the scores from Q, K, V, O and these statistics). Flash only."""
+    return 0 if x.eager else 4 * x.n * x.s * x.b
+
+
+def attention_output(x: LayerShape) -> int:
+    """ε·s·b·n·k/t: the attention output, input of the out-projection (2sbh); flash attention
+    saves the same tensor as its O."""
+    return x.e * x.s * x.b * x.n * x.k
+
+
+def residual_dropout_mask(x: LayerShape) -> int:
+    """s·b·h: the dropout mask after the out-projection or fc2, 1 byte each (sbh); /t with SP."""
+    return DROPOUT_MASK_BYTES * x.s_r * x.b * x.h if x.dropout else 0
+
+
+def mlp_activation_input(x: LayerShape) -> int:
+    """GeLU: ε·s·b·f/t, the fc1 output (Korthikanti: 8sbh at f = 4h). SwiGLU: 2·ε·s·b·f/t, the
+    fc1 output holding gate and up, which Megatron's fused SwiGLU saves whole."""
+    return (2 if x.gated else 1) * x.e * x.s * x.b * x.f
+
+
+def mlp_output_input(x: LayerShape) -> int:
+    """ε·s·b·f/t: the fc2 input, GeLU's or SwiGLU's output (Korthikanti: 8sbh at f = 4h)."""
+    return x.e * x.s * x.b * x.f
+
+
+def layer_input(x: LayerShape) -> int:
+    """ε·s·b·h: the checkpointed layer input under full recompute (Korthikanti: 2sbh); /t with SP."""
+    return x.e * x.s_r * x.b * x.h
+
+
+# --- the per-layer table ---------------------------------------------------------------------
+
+Measure = Callable[[LayerShape], int]
+
+
+@dataclass(frozen=True)
+class Line:
+    """One saved tensor: its name, size function, formula and whether recompute drops it."""
+
+    name: str
+    size: Measure
+    formula: Callable[[LayerShape], str]
+    source: str
+    core: bool = False  # part of the attention core that selective recompute drops
+
+
+def _e(x: LayerShape) -> str:
+    return str(x.e)
+
+
+LINES: tuple[Line, ...] = (
+    Line("attention norm input", norm_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI),
+    Line("QKV input", linear_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI),
+    Line("Q (QKᵀ input)", query, lambda x: f"{_e(x)}·{x.tok}·n·k{x.split}", KORTHIKANTI),
+    Line(
+        "K (QKᵀ input)",
+        key,
+        lambda x: f"{_e(x)}·{x.tok}·{'n' if x.eager else 'g'}·k{x.split}",
+        KORTHIKANTI + "; GQA: Ainslie et al. 2023",
+    ),
+    Line(
+        "softmax output",
+        softmax_output,
+        lambda x: f"{_e(x)}·a·{'s²' if x.tok == 's·b' else '(s/c)·s'}·b{x.split}",
+        KORTHIKANTI,
+        core=True,
+    ),
+    Line(
+        "attention dropout mask",
+        softmax_dropout_mask,
+        lambda x: f"a·{'s²' if x.tok == 's·b' else '(s/c)·s'}·b{x.split}",
+        KORTHIKANTI,
+        core=True,
+    ),
+    Line(
+        "attention dropout output",
+        softmax_dropout_output,
+        lambda x: f"{_e(x)}·a·{'s²' if x.tok == 's·b' else '(s/c)·s'}·b{x.split}",
+        KORTHIKANTI,
+        core=True,
+    ),
+    Line(
+        "V (attention-over-V input)",
+        value,
+        lambda x: f"{_e(x)}·{x.tok}·{'n' if x.eager else 'g'}·k{x.split}",
+        KORTHIKANTI,
+    ),
+    Line(
+        "flash softmax statistics (fp32)",
+        softmax_statistics,
+        lambda x: f"4·a·{x.tok}{x.split}",
+        "Dao et al. 2022, FlashAttention §3.1 (log-sum-exp saved for backward)",
+        core=True,
+    ),
+    Line("out-projection input", attention_output, lambda x: f"{_e(x)}·{x.tok}·n·k{x.split}", KORTHIKANTI),
+    Line("attention residual dropout mask", residual_dropout_mask, lambda x: f"{x.tok}·h{x.rep}", KORTHIKANTI),
+    Line("MLP norm input", norm_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI),
+    Line("fc1 input", linear_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI),
+    Line(
+        "MLP activation input (fc1 output)",
+        mlp_activation_input,
+        lambda x: f"{2 * x.e if x.gated else x.e}·{x.tok}·f{x.split}",
+        KORTHIKANTI + "; SwiGLU: Megatron's fused bias_swiglu saves the fc1 output",
+    ),
+    Line("fc2 input", mlp_output_input, lambda x: f"{_e(x)}·{x.tok}·f{x.split}", KORTHIKANTI),
+    Line("MLP residual dropout mask", residual_dropout_mask, lambda x: f"{x.tok}·h{x.rep}", KORTHIKANTI),
+)
+
+CHECKPOINT = Line(
+    "layer input (full-recompute checkpoint)",
+    layer_input,
+    lambda x: f"{_e(x)}·{x.tok}·h{x.rep}",
+    TABLE2 + " (full recompute: 2sbh)",
+)
+
+
+def kept_lines(x: LayerShape, recompute: str) -> tuple[Line, ...]:
+    """The tensors one layer keeps between its forward and its backward under `recompute`."""
+    if recompute == "full":
+        return (CHECKPOINT,)
+    if recompute == "selective":
+        return tuple(line for line in LINES if not line.core)
+    return LINES
+
+
+def layer_terms(x: LayerShape, recompute: str = "none") -> tuple[Term, ...]:
+    """Per-layer, per-micro-batch activation terms (zero-byte lines left out)."""
+    return tuple(
+        Term(line.name, "activations", line.size(x), line.formula(x), line.source)
+        for line in kept_lines(x, recompute)
+        if line.size(x)
+    )
+
+
+def layer_bytes(x: LayerShape, recompute: str = "none") -> int:
+    """Bytes one layer keeps for one micro-batch: Korthikanti Table 2 generalised."""
+    return sum(term.bytes for term in layer_terms(x, recompute))
+
+
+def recompute_working_set(x: LayerShape, recompute: str) -> int:
+    """Activations re-created during one layer's backward on top of the kept ones (once per rank):
+    full recompute rebuilds one whole layer; selective rebuilds one layer's attention core."""
+    if recompute == "full":
+        return sum(line.size(x) for line in LINES)
+    if recompute == "selective":
+        return sum(line.size(x) for line in LINES if line.core)
+    return 0
+
+
+# --- stage ends --------------------------------------------------------------------------------
+
+
+def token_ids(x: LayerShape) -> int:
+    """8·s·b: the int64 token ids the embedding lookup keeps for its backward (Megatron's
+    theoretical_memory_usage.py adds 8·s·b·p for the first stage)."""
+    return INDEX_BYTES * x.s * x.b
+
+
+def position_ids(x: LayerShape) -> int:
+    """8·s·b: the int64 position ids of a learned position embedding (Megatron passes [b, s])."""
+    return INDEX_BYTES * x.s * x.b
+
+
+def embedding_dropout_mask(x: LayerShape) -> int:
+    """s·b·h: the embedding dropout mask, 1 byte each (Korthikanti §4.2: sbh·p on the first
+    stage); /t with SP, where Megatron scatters the embedding output before its dropout."""
+    return DROPOUT_MASK_BYTES * x.s_r * x.b * x.h if x.dropout else 0
+
+
+def first_stage_terms(x: LayerShape, learned_positions: bool) -> tuple[Term, ...]:
+    """What the first stage keeps per micro-batch besides its layers.
+
+    The embedding's output is the first layer's norm input (or its full-recompute checkpoint),
+    already counted with the layer, so it is not added again.
+    """
+    source = "Megatron-LM theoretical_memory_usage.py (8·s·b token ids); " + KORTHIKANTI
+    terms = [
+        Term("embedding token ids (int64)", "activations", token_ids(x), f"8·{x.tok}", source),
+        Term(
+            "embedding dropout mask",
+            "activations",
+            embedding_dropout_mask(x),
+            f"{x.tok}·h{x.rep}",
+            "Korthikanti et al. 2022 §4.2",
+        ),
+    ]
+    if learned_positions:
+        terms.append(
+            Term("position ids (int64)", "activations", position_ids(x), f"8·{x.tok}", source)
+        )
+    return tuple(term for term in terms if term.bytes)
+
+
+def logits_elements(x: LayerShape, V: int, t: int) -> int:
+    """s·b·V'/t: this rank's slice of the logits over the padded vocabulary."""
+    return x.s * x.b * (padded_vocab(V, t) // t)
+
+
+CROSS_ENTROPY = (
+    "Megatron-LM tensor_parallel/cross_entropy.py: _VocabParallelCrossEntropy saves the fp32 "
+    "softmax (exp_logits), target_mask and masked_target_1d; the loss runs on logits.float()"
+)
+
+
+def last_stage_terms(x: LayerShape, V: int, t: int) -> tuple[Term, ...]:
+    """What the last stage keeps per micro-batch besides its layers: the final norm's input, the
+    LM head's input (its sequence-parallel shard under SP: Megatron's linear re-gathers it in
+    backward) and the cross-entropy's fp32 softmax, 4·s·b·V'/t, plus its int64 target index and
+    bool target mask. The 16-bit logits are not kept (see `logits_buffer`)."""
+    return (
+        Term("final norm input", "activations", norm_input(x), f"{x.e}·{x.tok}·h{x.rep}", KORTHIKANTI),
+        Term("LM head input", "activations", linear_input(x), f"{x.e}·{x.tok}·h{x.rep}", KORTHIKANTI),
+        Term(
+            "cross-entropy softmax (fp32)",
+            "activations",
+            4 * logits_elements(x, V, t),
+            f"4·{x.tok}·V'/t",
+            CROSS_ENTROPY,
+        ),
+        Term(
+            "cross-entropy targets (int64 + bool)",
+            "activations",
+            (INDEX_BYTES + 1) * x.s * x.b,
+            f"9·{x.tok}",
+            CROSS_ENTROPY,
+        ),
+    )
+
+
+def logits_buffer(x: LayerShape, V: int, t: int) -> int:
+    """ε·s·b·V'/t: the 16-bit logits, alive only until logits.float() has copied them for the
+    loss, a transient at the last stage's peak (its forward of the micro-batch it is about to
+    run backward on). In fp32 the copy is the same tensor: 0."""
+    return 0 if x.e == 4 else x.e * logits_elements(x, V, t)
+
+
+# --- the pipeline schedule ---------------------------------------------------------------------
+
+
+def micro_batches(job: Job) -> int:
+    """m = B/(b·d); when that is not whole (a rule reports it), ⌈B/(b·d)⌉, at least 1."""
+    if job.m is not None:
+        return max(job.m, 1)
+    d = job.layout.d or 1
+    return max(ceil_div(job.training.B, job.training.b * d), 1)
+
+
+def warmup(p: int, v: int, m: int, r: int) -> int:
+    """Forward passes rank r runs before its first backward (Megatron schedules.py
+    get_pp_rank_microbatches): 1F1B p − r − 1; interleaved 2·(p − r − 1) + (v − 1)·p (micro-batch
+    group N = p); capped at the m·v chunk-micro-batches of the step."""
+    count = p - r - 1 if v == 1 else 2 * (p - r - 1) + (v - 1) * p
+    return min(count, m * v)
+
+
+def forwards_of_chunk(K: int, chunk: int, p: int, v: int, m: int) -> int:
+    """How many of the first K forward passes of a rank are for model chunk `chunk`.
+
+    Megatron's interleaved order (get_schedule_table): micro-batches in groups of N = p; each
+    group runs chunk 0 for its N micro-batches, then chunk 1, ... The last group may be short.
+    """
+    N = p
+    full = m // N
+    period = N * v
+    if full * period >= K:
+        groups, rest = divmod(K, period)
+        return groups * N + min(max(rest - chunk * N, 0), N)
+    tail = m - full * N
+    return full * N + min(max(K - full * period - chunk * tail, 0), tail)
+
+
+def backwards_of_chunk(J: int, chunk: int, p: int, v: int, m: int) -> int:
+    """How many of the first J backward passes are for `chunk`: the forward order with the
+    chunks reversed (last chunk first)."""
+    return forwards_of_chunk(J, v - 1 - chunk, p, v, m)
+
+
+def in_flight_at(j: int, W: int, p: int, v: int, m: int) -> tuple[int, ...]:
+    """Micro-batches of each chunk held after forward W + j and before backward j."""
+    return tuple(
+        forwards_of_chunk(W + 1 + j, c, p, v, m) - backwards_of_chunk(j, c, p, v, m) for c in range(v)
+    )
+
+
+def _candidates(W: int, p: int, v: int, m: int) -> set[int]:
+    """Steady-state steps j where the in-flight mix can change slope: one period of the
+    chunk-boundary crossings of the forward and backward counters, the short last group, and
+    the two ends. A weighted sum of the counts is piecewise linear in j, so its maximum lies at
+    one of these points (or one step before)."""
+    N, steps = p, m * v - W
+    period = N * v
+    full_end = (m // N) * period
+    tail = m - (m // N) * N
+    points = {0, steps - 1}
+    for c in range(v + 1):
+        for boundary in (c * N, c * N + N):
+            points.add((boundary - W - 1) % period)  # forward counter crosses a chunk boundary
+            points.add(boundary % period)  # backward counter does
+        short = full_end + c * tail  # a chunk boundary inside the short last group
+        points |= {short - W - 1, short}
+    points |= {point - 1 for point in points}
+    return {point for point in points if 0 <= point < steps}
+
+
+def in_flight(p: int, v: int, m: int, r: int, weights: tuple[int, ...]) -> tuple[int, ...]:
+    """Micro-batches of each of rank r's v chunks held at its activation peak.
+
+    The peak is the moment, after a forward and before the next backward, when Σ weights[c] ×
+    held[c] is largest (weights: bytes one micro-batch of chunk c keeps). 1F1B: p − r held,
+    capped at m (Korthikanti §4.2; Narayanan et al. 2021). Interleaved: warm-up + 1 chunk-micro-
+    batches (megatron-torchtitan.md §1.5 P9), in Megatron's chunk order. No pipeline: 1.
+    """
+    if len(weights) != v:
+        raise ValueError("one weight per chunk")
+    if p == 1:
+        return tuple(1 for _ in range(v))
+    W = warmup(p, v, m, r)
+    if m * v <= W:
+        return tuple(m for _ in range(v))
+    best = max(
+        sorted(_candidates(W, p, v, m)),
+        key=lambda j: (sum(w * held for w, held in zip(weights, in_flight_at(j, W, p, v, m), strict=True)), -j),
+    )
+    return in_flight_at(best, W, p, v, m)
+
+
+# --- one rank's activation terms ---------------------------------------------------------------
+
+
+def _scaled(term: Term, count: int, what: str) -> Term:
+    return replace(term, bytes=term.bytes * count, formula=f"{term.formula} × {count} {what}")
+
+
+def stage_activation_terms(job: Job, pp_rank: int) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
+    """(activation terms, buffer terms) of pipeline rank `pp_rank` at its peak."""
+    lay, model = job.layout, job.model
+    x = shape_of(job)
+    recompute = job.training.recompute
+    chunks = chunk_layers(job)[pp_rank]
+    first, last = pp_rank == 0, pp_rank == lay.p - 1
+    per_layer = layer_bytes(x, recompute)
+    head = last_stage_terms(x, model.V, lay.t) if last else ()
+    stem = first_stage_terms(x, model.position == "learned") if first else ()
+    weights = [layers * per_layer for layers in chunks]
+    weights[0] += sum(term.bytes for term in stem)
+    weights[-1] += sum(term.bytes for term in head)
+    held = in_flight(lay.p, lay.v, micro_batches(job), pp_rank, tuple(weights))
+    layer_count = sum(layers * count for layers, count in zip(chunks, held, strict=True))
+    terms = [_scaled(term, layer_count, "layer-micro-batches in flight") for term in layer_terms(x, recompute)]
+    terms += [_scaled(term, held[0], "micro-batches in flight") for term in stem]
+    terms += [_scaled(term, held[-1], "micro-batches in flight") for term in head]
+    working = recompute_working_set(x, recompute) if sum(chunks) else 0
+    if working:
+        label = "one layer" if recompute == "full" else "one layer's attention core"
+        terms.append(
+            Term(
+                f"recompute working set ({label})",
+                "activations",
+                working,
+                "Σ per-layer terms of the recomputed part, once",
+                "planc: the backward of one layer re-creates what recompute dropped",
+            )
+        )
+    buffers: tuple[Term, ...] = ()
+    if last and logits_buffer(x, model.V, lay.t):
+        buffers = (
+            Term(
+                f"LM head logits ({job.training.precision}, transient)",
+                "buffers",
+                logits_buffer(x, model.V, lay.t),
+                f"{x.e}·{x.tok}·V'/t",
+                CROSS_ENTROPY,
+            ),
+        )
+    return tuple(term for term in terms if term.bytes), buffers

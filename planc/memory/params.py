@@ -1,0 +1,181 @@
+"""Parameter counts from the model's dimensions, for the whole model and for one rank's share.
+
+Symbols (Megatron / Korthikanti et al. 2022): L layers, h hidden, n query heads, g key/value
+heads, k channels per head, f MLP inner size, V vocabulary, t tensor-parallel degree, p pipeline
+degree, v virtual stages (model chunks per pipeline rank).
+
+The layer count is Megatron's `theoretical_memory_usage.py` (attention 2·h·k·(n+g), MLP
+2·h·f·γ with γ = 3/2 for SwiGLU, ν·h per norm with ν = 2 for LayerNorm and 1 for RMSNorm), plus
+the biases that file leaves out, so that published counts come out exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planc.job import Job, Model
+from planc.memory.terms import ceil_div
+
+# Megatron's --make-vocab-size-divisible-by default: the vocabulary is padded to a multiple of
+# 128·t so that every tensor-parallel rank holds an equal, aligned slice (vocab_utils.py).
+VOCAB_DIVISOR = 128
+
+SOURCE_PARAMS = (
+    "Megatron-LM theoretical_memory_usage.py (attention 2·h·k·(n+g), MLP 2·h·f·γ, norms ν·h); "
+    "biases as in Megatron's Column/RowParallelLinear"
+)
+
+
+@dataclass(frozen=True)
+class ParameterCount:
+    """The model's own parameters, by part. `total` = L·per_layer + the rest."""
+
+    per_layer: int
+    embedding: int
+    position: int
+    final_norm: int
+    lm_head: int
+    layers: int
+
+    @property
+    def total(self) -> int:
+        return self.layers * self.per_layer + self.embedding + self.position + self.final_norm + self.lm_head
+
+
+def padded_vocab(V: int, t: int) -> int:
+    """V' = ⌈V/(128·t)⌉·128·t: Megatron pads the vocabulary so that V'/t is a multiple of 128
+    (megatron/training/vocab_utils.py, make_vocab_size_divisible_by)."""
+    unit = VOCAB_DIVISOR * t
+    return ceil_div(V, unit) * unit
+
+
+def norm_parameters(model: Model) -> int:
+    """ν·h per norm: LayerNorm has a weight and a bias (ν = 2), RMSNorm a weight only (ν = 1)."""
+    return (2 if model.norm == "layernorm" else 1) * model.h
+
+
+def attention_parameters(h: int, k: int, n: int, g: int) -> int:
+    """2·h·k·(n+g): Q and O are h × n·k each, K and V are h × g·k each (GQA)."""
+    return 2 * h * k * (n + g)
+
+
+def mlp_parameters(h: int, f: int, mlp: str) -> int:
+    """2·h·f for GeLU (up, down); 3·h·f for SwiGLU (gate, up, down)."""
+    return (3 if mlp == "swiglu" else 2) * h * f
+
+
+def column_bias_parameters(k: int, n: int, g: int, f: int, mlp: str) -> int:
+    """Biases of the column-parallel layers, split over t: QKV (n+2g)·k and fc1 f (2f for SwiGLU)."""
+    return (n + 2 * g) * k + (2 if mlp == "swiglu" else 1) * f
+
+
+def row_bias_parameters(h: int) -> int:
+    """Biases of the row-parallel layers, replicated on every TP rank: attention out h, fc2 h
+    (Megatron's RowParallelLinear adds its bias after the all-reduce)."""
+    return 2 * h
+
+
+def layer_parameters(model: Model, t: int = 1) -> int:
+    """One transformer layer's parameters on one tensor-parallel rank (t = 1: the whole layer).
+
+    Split over t (ceil for the heaviest rank; kv heads are replicated when t > g, so ⌈g/t⌉ = 1):
+    attention, MLP, column-parallel biases. Replicated: the two norms and row-parallel biases.
+    """
+    n_t, g_t, f_t = ceil_div(model.n, t), ceil_div(model.g, t), ceil_div(model.f, t)
+    split = attention_parameters(model.h, model.k, n_t, g_t) + mlp_parameters(model.h, f_t, model.mlp)
+    replicated = 2 * norm_parameters(model)
+    if model.bias:
+        split += column_bias_parameters(model.k, n_t, g_t, f_t, model.mlp)
+        replicated += row_bias_parameters(model.h)
+    return split + replicated
+
+
+def layer_formula(model: Model) -> str:
+    """Ψ_ℓ, one layer on one TP rank, in symbols."""
+    mlp = "3·h·f" if model.mlp == "swiglu" else "2·h·f"
+    split = f"2·h·k·(n+g) + {mlp}"
+    norms = "4·h" if model.norm == "layernorm" else "2·h"
+    if model.bias:
+        split += " + (n+2g)·k + " + ("2f" if model.mlp == "swiglu" else "f")
+        norms += " + 2·h"
+    return f"({split})/t + {norms}"
+
+
+def parameter_count(model: Model, vocab: int | None = None) -> ParameterCount:
+    """The whole model's parameters; `vocab` overrides V (pass the padded V' for Megatron's count).
+
+    Tied embeddings count the shared matrix once; learned positions add max_seq_len·h.
+    """
+    V = model.V if vocab is None else vocab
+    return ParameterCount(
+        per_layer=layer_parameters(model),
+        embedding=V * model.h,
+        position=model.max_seq_len * model.h if model.position == "learned" else 0,
+        final_norm=norm_parameters(model),
+        lm_head=0 if model.tied else V * model.h,
+        layers=model.L,
+    )
+
+
+def chunk_layers(job: Job) -> tuple[tuple[int, ...], ...]:
+    """Layers in each model chunk of each pipeline rank: result[r][j] for rank r, chunk j.
+
+    Even split: p·v blocks of L/(p·v) layers, chunk j of rank r is block j·p + r (Megatron's
+    interleaved assignment). `stage_layers[r]` gives rank r's layers, cut into v equal chunks.
+    Splits that are not whole (a rule reports them) give the low blocks one layer more, so the
+    budget is never below the real one.
+    """
+    lay, L = job.layout, job.model.L
+    p, v = lay.p, lay.v
+    if lay.stage_layers and len(lay.stage_layers) == p:
+        return tuple(
+            tuple(count // v + (1 if j < count % v else 0) for j in range(v)) for count in lay.stage_layers
+        )
+    blocks = p * v
+    return tuple(
+        tuple(L // blocks + (1 if j * p + r < L % blocks else 0) for j in range(v)) for r in range(p)
+    )
+
+
+@dataclass(frozen=True)
+class RankParameters:
+    """Parameters held by one tensor-parallel rank of pipeline rank r, by part (Ψ_r = total)."""
+
+    layers: int  # L_r: layers on this pipeline rank, all chunks
+    per_layer: int  # Ψ_ℓ on this TP rank
+    embedding: int  # V'/t·h on the first stage
+    position: int  # max_seq_len·h on the first stage (replicated over t)
+    final_norm: int  # ν·h on the last stage
+    lm_head: int  # V'/t·h on the last stage: the untied head, or the tied embedding's copy
+
+    @property
+    def layer_total(self) -> int:
+        return self.layers * self.per_layer
+
+    @property
+    def total(self) -> int:
+        return self.layer_total + self.embedding + self.position + self.final_norm + self.lm_head
+
+
+def rank_parameters(job: Job, pp_rank: int) -> RankParameters:
+    """Ψ_r: the parameters one TP rank of pipeline rank `pp_rank` holds.
+
+    The first stage holds the word embedding (split over t on the padded V') and learned
+    positions (replicated); the last stage the final norm and the LM head. With tied embeddings
+    and p > 1 the last stage keeps its own copy of the word embedding (Megatron's embedding
+    group, parallel_state.py default_embedding_ranks), with its own gradient and optimizer state.
+    """
+    model, lay = job.model, job.layout
+    if not 0 <= pp_rank < lay.p:
+        raise ValueError(f"pipeline rank {pp_rank} is outside 0..{lay.p - 1}")
+    first, last = pp_rank == 0, pp_rank == lay.p - 1
+    vocab_slice = padded_vocab(model.V, lay.t) // lay.t * model.h
+    head = last and (not model.tied or lay.p > 1)
+    return RankParameters(
+        layers=sum(chunk_layers(job)[pp_rank]),
+        per_layer=layer_parameters(model, lay.t),
+        embedding=vocab_slice if first else 0,
+        position=model.max_seq_len * model.h if first and model.position == "learned" else 0,
+        final_norm=norm_parameters(model) if last else 0,
+        lm_head=vocab_slice if head else 0,
+    )

@@ -1,0 +1,192 @@
+"""Static state: weights, gradients and optimizer state, by precision, optimizer and ZeRO stage.
+
+Bytes per parameter (Ψ = parameters on the rank):
+
+| setting                          | weights | gradients | optimizer                   | total |
+|----------------------------------|---------|-----------|-----------------------------|-------|
+| bf16/fp16 + Adam                 | 2       | 2         | 4 master + 4 m + 4 v = 12   | 16    |
+| bf16/fp16 + Adam, grad_accum_fp32| 2       | 4         | 12                          | 18    |
+| fp32 + Adam                      | 4       | 4         | 4 m + 4 v = 8               | 16    |
+| bf16/fp16 + SGD (momentum)       | 2       | 2 (4)     | 4 master + 4 momentum = 8   | 12/14 |
+| fp32 + SGD (momentum)            | 4       | 4         | 4 momentum                  | 12    |
+
+16 is the seed lesson's mixed-precision Adam (§3, after Rajbhandari et al. 2020, ZeRO §3.1).
+18 is Megatron's bf16 with fp32 main gradients (docs/user-guide/features/dist_optimizer.md:
+"bf16 params, fp32 grads: 18 bytes, 6 + 12/d with the distributed optimizer"): the 16-bit
+gradient is accumulated straight into the fp32 main-grad buffer (gradient-accumulation fusion),
+so no separate 16-bit gradient exists; the fp32 main grad replaces it (2 + 4 + 12).
+
+ZeRO shards over the group of N = d·c ranks (Megatron's distributed optimizer shards over the
+data × context group, intra_dp_cp): stage 1 the optimizer state, stage 2 also the gradients,
+stage 3 also the weights. So with 16 bytes: 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N (seed lesson §7).
+A shard is a contiguous range of the rank's flat Ψ_r-element buffer: ⌈Ψ_r/N⌉ elements for the
+low shard indices, ⌊Ψ_r/N⌋ for the high ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planc.memory.terms import Component, Term, shard
+
+SOURCE_SEED = "seed lesson §3 (mixed-precision Adam, 16 bytes/param; Rajbhandari et al. 2020, ZeRO §3.1)"
+SOURCE_MEGATRON_18 = "Megatron-LM docs dist_optimizer.md (bf16 params, fp32 main grads: 18 bytes/param)"
+SOURCE_ZERO = "Rajbhandari et al. 2020, ZeRO §5 (P_os, P_os+g, P_os+g+p); seed lesson §7"
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes per parameter of each static buffer for one precision/optimizer setting."""
+
+    weights: int
+    gradients: int
+    master: int  # fp32 master copy; 0 when training in fp32
+    moments: tuple[tuple[str, int], ...]  # optimizer moments: (name, bytes)
+    label: str  # dtype of weights, for names: "bf16", "fp16", "fp32"
+    grad_label: str
+
+    @property
+    def optimizer(self) -> int:
+        return self.master + sum(size for _, size in self.moments)
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.gradients + self.optimizer
+
+
+def state_bytes(precision: str, optimizer: str, grad_accum_fp32: bool) -> StateBytes:
+    """Bytes per parameter for `precision` (bf16|fp16|fp32) and `optimizer` (adam|sgd)."""
+    mixed = precision != "fp32"
+    wide_grads = not mixed or grad_accum_fp32
+    moments = (("Adam m", 4), ("Adam v", 4)) if optimizer == "adam" else (("SGD momentum", 4),)
+    return StateBytes(
+        weights=2 if mixed else 4,
+        gradients=4 if wide_grads else 2,
+        master=4 if mixed else 0,
+        moments=moments,
+        label=precision,
+        grad_label="fp32" if wide_grads else precision,
+    )
+
+
+@dataclass(frozen=True)
+class Group:
+    """The ZeRO shard group as one rank sees it: N = d·c ranks, this rank's index, the stage."""
+
+    zero: int
+    N: int
+    index: int = 0
+
+    def __post_init__(self) -> None:
+        if self.zero not in (0, 1, 2, 3) or self.N < 1:
+            raise ValueError(f"bad ZeRO group: stage {self.zero}, N = {self.N}")
+        shard(1, self.N, self.index)  # validates the index
+
+    def elements(self, psi: int, sharded_from: int) -> int:
+        """Ψ_r, or this rank's shard of it when the stage shards this buffer (stage ≥ sharded_from)."""
+        return shard(psi, self.N, self.index) if self.zero >= sharded_from else psi
+
+    def suffix(self, sharded_from: int) -> str:
+        return "/N" if self.zero >= sharded_from else ""
+
+
+# ZeRO stage from which each buffer is sharded.
+SHARD_OPTIMIZER, SHARD_GRADIENTS, SHARD_WEIGHTS = 1, 2, 3
+
+
+def _term(name: str, component: Component, size: int, elements: int, formula: str, source: str) -> Term:
+    return Term(name, component, size * elements, formula, source)
+
+
+def weight_bytes(psi: int, state: StateBytes, group: Group) -> int:
+    """w·Ψ_r, or w·Ψ_r/N at ZeRO-3 (w = 2 for 16-bit weights, 4 for fp32)."""
+    return state.weights * group.elements(psi, SHARD_WEIGHTS)
+
+
+def gradient_bytes(psi: int, state: StateBytes, group: Group) -> int:
+    """γ·Ψ_r, or γ·Ψ_r/N from ZeRO-2 (γ = 2 for 16-bit gradients, 4 for fp32 main grads)."""
+    return state.gradients * group.elements(psi, SHARD_GRADIENTS)
+
+
+def optimizer_bytes(psi: int, state: StateBytes, group: Group) -> int:
+    """K·Ψ_r, or K·Ψ_r/N from ZeRO-1 (K = 12 for mixed-precision Adam: fp32 master, m, v)."""
+    return state.optimizer * group.elements(psi, SHARD_OPTIMIZER)
+
+
+def static_bytes(psi: int, state: StateBytes, group: Group) -> int:
+    """Weights + gradients + optimizer state of one rank holding Ψ_r = `psi` parameters."""
+    return weight_bytes(psi, state, group) + gradient_bytes(psi, state, group) + optimizer_bytes(psi, state, group)
+
+
+def gradient_terms(psi: int, state: StateBytes, group: Group) -> tuple[Term, ...]:
+    """The gradient buffer: 16-bit gradients, or fp32 main grads with grad_accum_fp32/fp32."""
+    source = SOURCE_MEGATRON_18 if state.gradients == 4 and state.master else SOURCE_SEED
+    if group.zero >= SHARD_GRADIENTS:
+        source += "; " + SOURCE_ZERO
+    return (
+        _term(
+            f"gradients ({state.grad_label})",
+            "gradients",
+            state.gradients,
+            group.elements(psi, SHARD_GRADIENTS),
+            f"{state.gradients}·Ψ_r{group.suffix(SHARD_GRADIENTS)}",
+            source,
+        ),
+    )
+
+
+def optimizer_terms(psi: int, state: StateBytes, group: Group) -> tuple[Term, ...]:
+    """fp32 master weights (mixed precision only) and the optimizer's moments, each 4 bytes."""
+    elements = group.elements(psi, SHARD_OPTIMIZER)
+    suffix = group.suffix(SHARD_OPTIMIZER)
+    source = SOURCE_SEED + ("; " + SOURCE_ZERO if group.zero >= SHARD_OPTIMIZER else "")
+    lines = [("fp32 master weights", state.master)] if state.master else []
+    lines += [(f"{name} (fp32)", size) for name, size in state.moments]
+    return tuple(
+        _term(name, "optimizer", size, elements, f"{size}·Ψ_r{suffix}", source) for name, size in lines
+    )
+
+
+def weight_terms(
+    parts: tuple[tuple[str, int, str], ...], state: StateBytes, group: Group
+) -> tuple[Term, ...]:
+    """Weights by part (name, Ψ of the part, formula of Ψ), or one shard line at ZeRO-3.
+
+    ZeRO-3 shards the rank's flat weight buffer as a whole, so the shard is of Ψ_r = Σ parts,
+    not of each part: one line.
+    """
+    psi = sum(count for _, count, _ in parts)
+    w = state.weights
+    if group.zero >= SHARD_WEIGHTS:
+        return (
+            _term(
+                f"weights shard ({state.label})",
+                "weights",
+                w,
+                group.elements(psi, SHARD_WEIGHTS),
+                f"{w}·Ψ_r/N",
+                SOURCE_SEED + "; " + SOURCE_ZERO,
+            ),
+        )
+    return tuple(
+        _term(f"{name} ({state.label})", "weights", w, count, f"{w}·{formula}", SOURCE_SEED)
+        for name, count, formula in parts
+        if count
+    )
+
+
+def static_terms(
+    psi: int,
+    state: StateBytes,
+    group: Group,
+    parts: tuple[tuple[str, int, str], ...] | None = None,
+) -> tuple[Term, ...]:
+    """All static lines of one rank with Ψ_r = `psi` (weights split into `parts` when given)."""
+    weight_parts = parts if parts is not None else (("weights", psi, "Ψ_r"),)
+    if sum(count for _, count, _ in weight_parts) != psi:
+        raise ValueError("the weight parts do not add up to Ψ_r")
+    return (
+        *weight_terms(weight_parts, state, group),
+        *gradient_terms(psi, state, group),
+        *optimizer_terms(psi, state, group),
+    )

@@ -1,0 +1,46 @@
+"""One byte line of a rank's budget, and the small integer helpers every term uses.
+
+A `Term` carries its bytes together with the formula (in the papers' symbols) and the source it
+comes from, so that a report can show *why* a number is what it is, not only the number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Component = Literal["weights", "gradients", "optimizer", "activations", "buffers", "reserve"]
+COMPONENTS: tuple[Component, ...] = (
+    "weights",
+    "gradients",
+    "optimizer",
+    "activations",
+    "buffers",
+    "reserve",
+)
+
+
+@dataclass(frozen=True)
+class Term:
+    """One line of a rank's memory: what it is, which component, how many bytes, and why."""
+
+    name: str
+    component: Component
+    bytes: int
+    formula: str
+    source: str
+
+
+def ceil_div(a: int, b: int) -> int:
+    """⌈a/b⌉ for non-negative integers: the larger share when `a` does not split evenly."""
+    return -(-a // b)
+
+
+def shard(total: int, parts: int, index: int) -> int:
+    """Elements that part `index` of `parts` holds when `total` elements are split as evenly as
+    possible: the low indices take ⌈total/parts⌉, the high ones ⌊total/parts⌋ (a flat buffer cut
+    into contiguous ranges, as ZeRO and Megatron's distributed optimizer do).
+    """
+    if not 0 <= index < parts:
+        raise ValueError(f"shard index {index} is outside 0..{parts - 1}")
+    return total // parts + (1 if index < total % parts else 0)
