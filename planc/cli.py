@@ -155,3 +155,21 @@ def memory(spec: str, output_format: str) -> None:
         click.echo(json.dumps(to_json(job, result), indent=2))
     else:
         click.echo(render_text(job, result), nl=False)
+
+
+@main.command()
+@click.argument("spec", type=click.Path(allow_dash=True))
+@click.option("--format", "output_format", type=click.Choice(("text", "json")), default="text")
+def explain(spec: str, output_format: str) -> None:
+    """Summary of SPEC for review: memory, traffic per link, bubble, step time, tokens/s, MFU."""
+    from planc.explain import explain as build
+    from planc.explain import render_text, to_json
+
+    job = _load_or_exit(spec, output_format, frozenset({"PLC006", "PLC007"}))
+    result = build(job)
+    if output_format == "json":
+        import json
+
+        click.echo(json.dumps(to_json(result), indent=2))
+    else:
+        click.echo(render_text(result), nl=False)

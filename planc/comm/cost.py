@@ -1,0 +1,54 @@
+"""Collective cost model: NCCL bus-bandwidth factors and an α-β time per call.
+
+NCCL's performance notes (nccl-tests `doc/PERFORMANCE.md`) define the bus bandwidth of a ring
+collective over n ranks: all-reduce moves 2(n−1)/n of the buffer over each rank's link,
+reduce-scatter and all-gather (n−1)/n (Patarasuk & Yuan 2009). A ring takes 2(n−1) steps for an
+all-reduce and n−1 for the others, each paying the link latency α once. Time per call:
+
+    T = steps · α + wire_bytes / β
+
+with β the per-GPU, per-direction bandwidth of the link class the group uses.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from planc.job import Link
+
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "send_recv")
+
+
+def bus_factor(op: str, n: int) -> Fraction:
+    """Bytes on each rank's link per byte of buffer: 2(n−1)/n, (n−1)/n, or 1 for a p2p send."""
+    if op == "send_recv":
+        return Fraction(1)
+    if n <= 1:
+        return Fraction(0)
+    if op == "all_reduce":
+        return Fraction(2 * (n - 1), n)
+    if op in ("reduce_scatter", "all_gather"):
+        return Fraction(n - 1, n)
+    raise ValueError(f"unknown collective {op!r}")
+
+
+def ring_steps(op: str, n: int) -> int:
+    """Latency-bound steps of the ring algorithm: 2(n−1) for all-reduce, n−1 otherwise, 1 for p2p."""
+    if op == "send_recv":
+        return 1
+    if n <= 1:
+        return 0
+    return 2 * (n - 1) if op == "all_reduce" else n - 1
+
+
+def wire_bytes(op: str, n: int, buffer_bytes: int) -> int:
+    """Bytes one rank sends per call: ⌈bus_factor · buffer⌉ (whole bytes; uneven chunks round up)."""
+    factor = bus_factor(op, n) * buffer_bytes
+    return -(-factor.numerator // factor.denominator)
+
+
+def call_time_s(op: str, n: int, buffer_bytes: int, link: Link) -> float:
+    """α-β time of one call in seconds: steps·α + wire_bytes/β (α in µs, β in GB/s = 10^9 B/s)."""
+    alpha = link.latency_us * 1e-6
+    beta = link.bandwidth_gbs * 1e9
+    return ring_steps(op, n) * alpha + wire_bytes(op, n, buffer_bytes) / beta
