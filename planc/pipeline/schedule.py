@@ -1,0 +1,311 @@
+"""Pipeline-parallel schedules as data: per stage, the ordered forward/backward ops of one step.
+
+Two schedules, both "flush" schedules (every optimizer step drains the pipeline):
+
+* 1F1B (PipeDream-Flush; Narayanan et al. 2021 §2.2; Megatron
+  ``forward_backward_pipelining_without_interleaving``): stage ``r`` runs
+  ``min(p − r − 1, m)`` warm-up forwards, then ``m − warmup`` (forward, backward) pairs,
+  then the remaining backwards.
+* Interleaved 1F1B (Narayanan et al. 2021 §2.2.1; Megatron
+  ``forward_backward_pipelining_with_interleaving``): every stage holds ``v`` model chunks;
+  stage ``r`` chunk ``j`` is virtual stage ``j·p + r``. The same warm-up / 1F1B / cool-down
+  structure runs over ``m·v`` *virtual* micro-batches, mapped to (chunk, micro-batch) in
+  groups of ``p`` micro-batches.
+
+Communication is explicit: an op that needs a tensor from another virtual stage carries a
+``recv`` :class:`Link`, an op whose output goes on carries a ``send`` :class:`Link`. A link is
+the identity of one point-to-point message, so a send and its receive carry *equal* links;
+:func:`validate_schedule` checks that they pair up one to one.
+
+Pure and stdlib-only so that the plan compiler can import it cheaply.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+Kind: TypeAlias = Literal["F", "B"]
+Phase: TypeAlias = Literal["warmup", "steady", "cooldown"]
+Direction: TypeAlias = Literal["fwd", "bwd"]
+
+#: Identity of a compute op inside one schedule: (kind, micro-batch, stage, chunk).
+OpKey: TypeAlias = tuple[str, int, int, int]
+
+
+@dataclass(frozen=True, order=True)
+class Link:
+    """One point-to-point message: a micro-batch's boundary tensor between two virtual stages.
+
+    ``direction`` is ``"fwd"`` for activations (virtual stage s → s+1) and ``"bwd"`` for
+    activation gradients (s+1 → s). The sending op and the receiving op carry equal links,
+    which is what lets a simulator pair every send with exactly one receive.
+    """
+
+    direction: Direction
+    microbatch: int
+    src_stage: int
+    src_chunk: int
+    dst_stage: int
+    dst_chunk: int
+
+
+@dataclass(frozen=True)
+class Op:
+    """Forward (``"F"``) or backward (``"B"``) compute of one micro-batch on one model chunk.
+
+    ``recv`` is the message this op waits for before it can start (``None`` for the very
+    first virtual stage's forward and the very last virtual stage's backward, whose inputs
+    are local); ``send`` is the message it emits when it ends (``None`` at the other end).
+    """
+
+    kind: Kind
+    microbatch: int
+    chunk: int
+    phase: Phase
+    recv: Link | None = None
+    send: Link | None = None
+
+    @property
+    def label(self) -> str:
+        """Short human name, e.g. ``F3c1`` = forward of micro-batch 3 on chunk 1."""
+        return f"{self.kind}{self.microbatch}c{self.chunk}"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The ops each of the ``p`` stages runs, in order, for ``m`` micro-batches and ``v`` chunks."""
+
+    p: int
+    m: int
+    v: int
+    stages: tuple[tuple[Op, ...], ...]
+
+    def __post_init__(self) -> None:
+        _check_sizes(self.p, self.m, self.v)
+        if len(self.stages) != self.p:
+            raise ValueError(
+                f"a schedule for p={self.p} stages needs {self.p} op lists, got {len(self.stages)}"
+            )
+
+    @property
+    def interleaved(self) -> bool:
+        return self.v > 1
+
+
+# --------------------------------------------------------------------------- sizes
+
+
+def _check_sizes(p: int, m: int, v: int) -> None:
+    for name, value in (("p", p), ("m", m), ("v", v)):
+        # bool is an int subclass; True as a stage count is always a caller bug.
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"pipeline {name} must be a positive integer, got {value!r}")
+
+
+def _check_interleaved(p: int, m: int, v: int) -> None:
+    """Megatron's preconditions for the interleaved schedule (reference rules P4, P7)."""
+    if p <= 2:
+        # With p == 2 the send-to-next and send-to-previous peers are the same rank, and
+        # Megatron's batched p2p cannot tell the two messages apart (rule P4).
+        raise ValueError(
+            f"the interleaved schedule (v={v}) needs more than 2 pipeline stages, got p={p}"
+        )
+    if m % p != 0:
+        # Megatron forms micro-batch groups of size p per virtual stage; a short last group
+        # leaves dependency bubbles and Megatron rejects it (rule P7, default group size p).
+        raise ValueError(
+            f"the interleaved schedule needs the micro-batch count to be a multiple of the "
+            f"pipeline size: m={m} is not a multiple of p={p}"
+        )
+
+
+def num_warmup(p: int, m: int, v: int, rank: int) -> int:
+    """Forward passes stage ``rank`` runs before its first backward (reference rule P9).
+
+    1F1B: ``min(p − r − 1, m)``. Interleaved: ``min(2(p − r − 1) + (v − 1)·p, m·v)`` virtual
+    micro-batches: the ``(v−1)·p`` term fills every chunk but the last for one group of
+    ``p`` micro-batches, the ``2(p − r − 1)`` term covers the round trip to the last stage.
+    """
+    _check_sizes(p, m, v)
+    if not 0 <= rank < p:
+        raise ValueError(f"stage rank must be in 0..{p - 1}, got {rank}")
+    if v == 1:
+        return min(p - rank - 1, m)
+    return min(2 * (p - rank - 1) + (v - 1) * p, m * v)
+
+
+# --------------------------------------------------------------------------- construction
+
+
+def build_schedule(p: int, m: int, v: int = 1) -> Schedule:
+    """The Megatron 1F1B (``v == 1``) or interleaved 1F1B (``v > 1``) schedule.
+
+    Raises ``ValueError`` for non-positive sizes and, when ``v > 1``, for ``p <= 2`` or
+    ``m % p != 0`` (Megatron's own preconditions).
+    """
+    _check_sizes(p, m, v)
+    if v > 1:
+        _check_interleaved(p, m, v)
+    stages = tuple(_stage_ops(p, m, v, rank) for rank in range(p))
+    return Schedule(p=p, m=m, v=v, stages=stages)
+
+
+def _virtual_microbatch(p: int, v: int, k: int, forward: bool) -> tuple[int, int]:
+    """(chunk, micro-batch) of the ``k``-th forward or backward on a stage.
+
+    Megatron's table with group size ``p``: micro-batches go in groups of ``p``; a group runs
+    through chunk 0, then chunk 1, … (forwards) or chunk v−1, v−2, … (backwards), which keeps
+    every chunk busy with a full group while the next group is still in the pipe.
+    """
+    group_chunk = (k // p) % v
+    chunk = group_chunk if forward else v - 1 - group_chunk
+    microbatch = (k // (p * v)) * p + k % p
+    return chunk, microbatch
+
+
+def _stage_ops(p: int, m: int, v: int, rank: int) -> tuple[Op, ...]:
+    """Warm-up forwards, steady (forward, backward) pairs, cool-down backwards for one stage."""
+    total = m * v
+    warmup = num_warmup(p, m, v, rank)
+    steady = total - warmup
+    ops: list[Op] = [_make_op(p, v, rank, "F", k, "warmup") for k in range(warmup)]
+    for k in range(steady):
+        # In the steady state the forward runs first: its output can travel downstream while
+        # this stage computes the backward (Megatron's order within a 1F1B step).
+        ops.append(_make_op(p, v, rank, "F", warmup + k, "steady"))
+        ops.append(_make_op(p, v, rank, "B", k, "steady"))
+    ops.extend(_make_op(p, v, rank, "B", k, "cooldown") for k in range(steady, total))
+    return tuple(ops)
+
+
+def _make_op(p: int, v: int, rank: int, kind: Kind, k: int, phase: Phase) -> Op:
+    chunk, microbatch = _virtual_microbatch(p, v, k, forward=kind == "F")
+    recv, send = _links(p, v, rank, chunk, microbatch, kind)
+    return Op(kind=kind, microbatch=microbatch, chunk=chunk, phase=phase, recv=recv, send=send)
+
+
+def _links(
+    p: int, v: int, rank: int, chunk: int, microbatch: int, kind: Kind
+) -> tuple[Link | None, Link | None]:
+    """(recv, send) links of one op; virtual stage index is ``chunk·p + rank`` (rule P8)."""
+    here = chunk * p + rank
+    last = p * v - 1
+    prev = _link("fwd", microbatch, p, here - 1, here) if here > 0 else None
+    nxt = _link("fwd", microbatch, p, here, here + 1) if here < last else None
+    if kind == "F":
+        return prev, nxt
+    # Backward runs the chain the other way: gradient in from s+1, out to s−1.
+    grad_in = _link("bwd", microbatch, p, here + 1, here) if here < last else None
+    grad_out = _link("bwd", microbatch, p, here, here - 1) if here > 0 else None
+    return grad_in, grad_out
+
+
+def _link(direction: Direction, microbatch: int, p: int, src: int, dst: int) -> Link:
+    return Link(
+        direction=direction,
+        microbatch=microbatch,
+        src_stage=src % p,
+        src_chunk=src // p,
+        dst_stage=dst % p,
+        dst_chunk=dst // p,
+    )
+
+
+# --------------------------------------------------------------------------- queries
+
+
+def in_flight(schedule: Schedule, rank: int) -> int:
+    """Peak number of forward activations stage ``rank`` holds at once.
+
+    Counted from the op list: a forward adds one (micro-batch, chunk) activation set, its
+    backward frees it. For 1F1B this is ``min(p − r, m)``; interleaved, Megatron's warm-up
+    + 1 capped at ``m·v`` (each unit then being one chunk's ``L/(p·v)`` layers).
+    """
+    if not 0 <= rank < schedule.p:
+        raise ValueError(f"stage rank must be in 0..{schedule.p - 1}, got {rank}")
+    held = peak = 0
+    for op in schedule.stages[rank]:
+        held += 1 if op.kind == "F" else -1
+        peak = max(peak, held)
+    return peak
+
+
+def op_key(stage: int, op: Op) -> OpKey:
+    """Identity of ``op`` when run on ``stage``: unique within a valid schedule."""
+    return (op.kind, op.microbatch, stage, op.chunk)
+
+
+def producer_key(link: Link) -> OpKey:
+    """The op that emits ``link``: a forward for activations, a backward for gradients."""
+    kind = "F" if link.direction == "fwd" else "B"
+    return (kind, link.microbatch, link.src_stage, link.src_chunk)
+
+
+def validate_schedule(schedule: Schedule) -> tuple[Link, ...]:
+    """Check that ``schedule`` is complete and its messages pair up; return the links.
+
+    Every stage must run each (kind, micro-batch, chunk) exactly once; every op's links
+    must be the ones its virtual stage implies; and each sent link must be received exactly
+    once, by an op on the link's destination stage. Raises ``ValueError`` naming the first
+    problem. Ordering (deadlock) is not checked here: see :func:`planc.pipeline.simulate`.
+    """
+    expected: Counter[tuple[str, int, int]] = Counter(
+        (kind, mb, chunk)
+        for kind in ("F", "B")
+        for mb in range(schedule.m)
+        for chunk in range(schedule.v)
+    )
+    for rank, ops in enumerate(schedule.stages):
+        _check_stage_ops(schedule, rank, ops, expected)
+    return _match_links(schedule)
+
+
+def _check_stage_ops(
+    schedule: Schedule, rank: int, ops: tuple[Op, ...], expected: Counter[tuple[str, int, int]]
+) -> None:
+    got: Counter[tuple[str, int, int]] = Counter((op.kind, op.microbatch, op.chunk) for op in ops)
+    if got != expected:
+        extra = sorted((got - expected).elements())
+        missing = sorted((expected - got).elements())
+        raise ValueError(
+            f"stage {rank} must run each forward and backward once per micro-batch and chunk; "
+            f"duplicate or unknown ops: {extra[:5]}, missing ops: {missing[:5]}"
+        )
+    for op in ops:
+        want = _links(schedule.p, schedule.v, rank, op.chunk, op.microbatch, op.kind)
+        if (op.recv, op.send) != want:
+            raise ValueError(
+                f"stage {rank} op {op.label}: links (recv={op.recv}, send={op.send}) do not "
+                f"match its virtual stage {op.chunk * schedule.p + rank} (expected {want})"
+            )
+
+
+def _match_links(schedule: Schedule) -> tuple[Link, ...]:
+    sends: Counter[Link] = Counter()
+    recvs: Counter[Link] = Counter()
+    for rank, ops in enumerate(schedule.stages):
+        for op in ops:
+            if op.send is not None:
+                _check_peer(rank, op, op.send, op.send.src_stage, "sends")
+                sends[op.send] += 1
+            if op.recv is not None:
+                _check_peer(rank, op, op.recv, op.recv.dst_stage, "receives")
+                recvs[op.recv] += 1
+    if sends != recvs:
+        unmatched = sorted((sends - recvs).elements())
+        orphans = sorted((recvs - sends).elements())
+        raise ValueError(
+            f"unmatched point-to-point messages: sent but never received {unmatched[:5]}, "
+            f"received but never sent {orphans[:5]}"
+        )
+    doubled = sorted(link for link, n in sends.items() if n > 1)
+    if doubled:
+        raise ValueError(f"messages sent more than once: {doubled[:5]}")
+    return tuple(sorted(sends))
+
+
+def _check_peer(rank: int, op: Op, link: Link, own_end: int, verb: str) -> None:
+    if own_end != rank:
+        raise ValueError(f"stage {rank} op {op.label} {verb} {link}, whose end is stage {own_end}")

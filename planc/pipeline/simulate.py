@@ -1,0 +1,303 @@
+"""Discrete-event simulation of a pipeline schedule: timings, bubble, deadlock detection.
+
+Model: each stage runs its ops strictly in schedule order, one at a time. An op starts when
+its stage is free and its inputs are there:
+
+* a forward needs the forward output of the previous virtual stage (same micro-batch),
+  which arrives ``t_p2p`` after that op ends; the first virtual stage reads local data;
+* a backward needs its own forward (the saved activations) and the backward output of the
+  next virtual stage, again ``t_p2p`` after it ends; the last virtual stage starts from
+  its loss.
+
+Sends are asynchronous with unbounded buffering: a sender never waits for its receiver.
+Arithmetic is exact (:class:`fractions.Fraction`; floats convert exactly), so the bubble
+formulas can be checked with ``==``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, NamedTuple, TypeAlias
+
+from planc.pipeline.schedule import (
+    Link,
+    Op,
+    OpKey,
+    Schedule,
+    op_key,
+    producer_key,
+    validate_schedule,
+)
+
+Number: TypeAlias = int | float | Fraction
+#: A time per micro-batch per chunk: one value, or one per stage (``p`` values) or per
+#: virtual stage (``p·v`` values, index ``chunk·p + stage``) for uneven stages.
+Times: TypeAlias = Number | Sequence[Number]
+
+
+class DeadlockError(ValueError):
+    """No stage can start its next op: the schedule's order makes it wait forever.
+
+    ``blocked`` lists, per stuck stage, the op it is at and the op it waits for as
+    ``(stage, op, (kind, micro-batch, stage, chunk) of the awaited op)``.
+    """
+
+    def __init__(self, blocked: tuple[tuple[int, Op, OpKey], ...]) -> None:
+        self.blocked = blocked
+        parts = [
+            f"stage {stage} at {op.label} waits for {kind}{mb}c{chunk} on stage {peer}"
+            for stage, op, (kind, mb, peer, chunk) in blocked
+        ]
+        super().__init__("pipeline schedule deadlocks: " + "; ".join(parts))
+
+
+class Span(NamedTuple):
+    """One op's execution interval on its stage."""
+
+    op: Op
+    start: Fraction
+    end: Fraction
+
+
+class Message(NamedTuple):
+    """One matched send/receive: sent when the producer ends, arrives ``t_p2p`` later."""
+
+    link: Link
+    sent: Fraction
+    arrived: Fraction
+    consumed: Fraction
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Result of :func:`simulate`: when every op ran, and how much of the time was bubble."""
+
+    schedule: Schedule
+    stages: tuple[tuple[Span, ...], ...]
+    messages: tuple[Message, ...]
+    makespan: Fraction
+    busy: tuple[Fraction, ...]
+    bubble_fraction: Fraction
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data for the plan: ops as ``[kind, micro-batch, chunk, start, end]``."""
+        sched = self.schedule
+        return {
+            "p": sched.p,
+            "m": sched.m,
+            "v": sched.v,
+            "makespan": float(self.makespan),
+            "bubble_fraction": float(self.bubble_fraction),
+            "busy": [float(b) for b in self.busy],
+            "p2p_messages": len(self.messages),
+            "stages": [
+                [
+                    [s.op.kind, s.op.microbatch, s.op.chunk, float(s.start), float(s.end)]
+                    for s in spans
+                ]
+                for spans in self.stages
+            ],
+        }
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _exact(value: Number, name: str) -> Fraction:
+    if isinstance(value, bool) or not isinstance(value, int | float | Fraction):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return Fraction(value)
+
+
+def _per_vstage(times: Times, name: str, p: int, v: int) -> tuple[Fraction, ...]:
+    """Expand scalar / per-stage / per-virtual-stage times to one value per virtual stage."""
+    if isinstance(times, Sequence):
+        values = [_exact(t, name) for t in times]
+        if len(values) == p:
+            # Per stage: every chunk on a stage costs the same.
+            values = [values[vs % p] for vs in range(p * v)]
+        elif len(values) != p * v:
+            raise ValueError(
+                f"{name} needs one value, {p} (per stage) or {p * v} (per virtual stage), "
+                f"got {len(values)}"
+            )
+    else:
+        values = [_exact(times, name)] * (p * v)
+    # Zero compute time would make an empty step (makespan 0, bubble undefined).
+    bad = [t for t in values if t <= 0]
+    if bad:
+        raise ValueError(f"{name} must be positive, got {float(bad[0])}")
+    return tuple(values)
+
+
+# --------------------------------------------------------------------------- simulation
+
+
+class _Run:
+    """Mutable state of one simulation; lives only inside :func:`simulate`."""
+
+    def __init__(
+        self,
+        schedule: Schedule,
+        t_f: tuple[Fraction, ...],
+        t_b: tuple[Fraction, ...],
+        t_p2p: Fraction,
+    ) -> None:
+        self.schedule = schedule
+        self.t_f, self.t_b, self.t_p2p = t_f, t_b, t_p2p
+        self.next_op = [0] * schedule.p
+        self.free_at = [Fraction(0)] * schedule.p
+        self.ended: dict[OpKey, Fraction] = {}
+        self.spans: list[list[Span]] = [[] for _ in range(schedule.p)]
+        self.waiting: defaultdict[OpKey, list[int]] = defaultdict(list)
+        self.blocked_on: dict[int, OpKey] = {}
+
+    def needs(self, stage: int, op: Op) -> list[tuple[OpKey, Fraction]]:
+        """The ops this one waits for, each with the delay between its end and our start."""
+        deps: list[tuple[OpKey, Fraction]] = []
+        if op.kind == "B":
+            # Backward consumes the activations its own forward saved.
+            deps.append((("F", op.microbatch, stage, op.chunk), Fraction(0)))
+        if op.recv is not None:
+            deps.append((producer_key(op.recv), self.t_p2p))
+        return deps
+
+    def advance(self, stage: int) -> list[int]:
+        """Run ``stage`` as far as its inputs allow; return the stages this unblocks."""
+        ops = self.schedule.stages[stage]
+        woken: list[int] = []
+        while self.next_op[stage] < len(ops):
+            op = ops[self.next_op[stage]]
+            ready = self.free_at[stage]
+            for key, delay in self.needs(stage, op):
+                if key not in self.ended:
+                    self.waiting[key].append(stage)
+                    self.blocked_on[stage] = key
+                    return woken
+                ready = max(ready, self.ended[key] + delay)
+            self.blocked_on.pop(stage, None)
+            woken.extend(self.finish(stage, op, ready))
+        return woken
+
+    def finish(self, stage: int, op: Op, start: Fraction) -> list[int]:
+        vstage = op.chunk * self.schedule.p + stage
+        end = start + (self.t_f if op.kind == "F" else self.t_b)[vstage]
+        key = op_key(stage, op)
+        self.ended[key] = end
+        self.spans[stage].append(Span(op, start, end))
+        self.free_at[stage] = end
+        self.next_op[stage] += 1
+        return self.waiting.pop(key, [])
+
+    def deadlock(self) -> DeadlockError | None:
+        stuck = [
+            (stage, self.schedule.stages[stage][self.next_op[stage]], self.blocked_on[stage])
+            for stage in range(self.schedule.p)
+            if self.next_op[stage] < len(self.schedule.stages[stage])
+        ]
+        return DeadlockError(tuple(stuck)) if stuck else None
+
+
+def simulate(
+    schedule: Schedule,
+    t_f: Times,
+    t_b: Times | None = None,
+    t_p2p: Number = 0,
+) -> Timeline:
+    """Run ``schedule`` with per-chunk forward/backward times and a per-message p2p time.
+
+    ``t_f``/``t_b`` are the compute times of one micro-batch on one chunk (scalar, per stage,
+    or per virtual stage); ``t_b`` defaults to ``2·t_f``. Raises ``ValueError`` if the
+    schedule's messages do not pair up and :class:`DeadlockError` if its order deadlocks.
+    """
+    links = validate_schedule(schedule)
+    p, v = schedule.p, schedule.v
+    fwd = _per_vstage(t_f, "t_f", p, v)
+    bwd = tuple(2 * t for t in fwd) if t_b is None else _per_vstage(t_b, "t_b", p, v)
+    hop = _exact(t_p2p, "t_p2p")
+    if hop < 0:
+        raise ValueError(f"t_p2p must be non-negative, got {float(hop)}")
+    run = _Run(schedule, fwd, bwd, hop)
+    _event_loop(run)
+    return _timeline(run, links)
+
+
+def _event_loop(run: _Run) -> None:
+    """Advance stages until all ops ran, waking a stage only when what it waits for ends."""
+    queue = deque(range(run.schedule.p))
+    while queue:
+        queue.extend(run.advance(queue.popleft()))
+    error = run.deadlock()
+    if error is not None:
+        raise error
+
+
+def _timeline(run: _Run, links: tuple[Link, ...]) -> Timeline:
+    schedule = run.schedule
+    stages = tuple(tuple(spans) for spans in run.spans)
+    makespan = max((spans[-1].end for spans in stages if spans), default=Fraction(0))
+    busy = tuple(sum((s.end - s.start for s in spans), Fraction(0)) for spans in stages)
+    bubble = 1 - sum(busy, Fraction(0)) / (schedule.p * makespan)
+    return Timeline(
+        schedule=schedule,
+        stages=stages,
+        messages=_messages(run, links),
+        makespan=makespan,
+        busy=busy,
+        bubble_fraction=bubble,
+    )
+
+
+def _messages(run: _Run, links: tuple[Link, ...]) -> tuple[Message, ...]:
+    """Pair every link's send time with the start of the op that consumed it."""
+    starts: dict[Link, Fraction] = {}
+    for spans in run.spans:
+        for span in spans:
+            if span.op.recv is not None:
+                starts[span.op.recv] = span.start
+    out = []
+    for link in links:
+        sent = run.ended[producer_key(link)]
+        out.append(Message(link, sent, sent + run.t_p2p, starts[link]))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def render(timeline: Timeline, width: int = 100) -> str:
+    """ASCII picture: one row per stage, time left to right, ``.`` = idle.
+
+    ``F``/``B`` mark forward/backward on even chunks, ``f``/``b`` on odd chunks, so the
+    interleaved schedule's alternation between chunks is visible.
+    """
+    if width < 1:
+        raise ValueError(f"render width must be positive, got {width}")
+    label = max(len(f"stage {timeline.schedule.p - 1}"), 5)
+    rows = [_render_row(spans, timeline.makespan, width) for spans in timeline.stages]
+    lines = [f"{f'stage {r}':<{label}} |{row}|" for r, row in enumerate(rows)]
+    lines.append(
+        f"{'':<{label}}  makespan {float(timeline.makespan):.6g}, "
+        f"bubble {float(timeline.bubble_fraction):.1%}"
+    )
+    return "\n".join(lines)
+
+
+def _render_row(spans: Sequence[Span], makespan: Fraction, width: int) -> str:
+    cells = ["."] * width
+    if makespan <= 0:
+        return "".join(cells)
+    for span in spans:
+        first = round(span.start * width / makespan)
+        # Every op gets at least one cell so that short ops stay visible.
+        last = max(first + 1, round(span.end * width / makespan))
+        char = span.op.kind if span.op.chunk % 2 == 0 else span.op.kind.lower()
+        for col in range(first, min(last, width)):
+            cells[col] = char
+    return "".join(cells)
