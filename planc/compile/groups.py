@@ -1,0 +1,88 @@
+"""Process groups: slices of the rank grid, listed in Megatron's order.
+
+A group over some axes holds the ranks that share every *other* coordinate, so the named axes
+vary inside it. Megatron (`generate_masked_orthogonal_rank_groups` in
+megatron/core/parallel_state.py) lists the members with the first named axis (in rank order)
+varying fastest, which makes each group ascending, and lists the groups with the first *other*
+axis varying fastest. Both orders fall out of one transpose and one reshape of the grid.
+
+Worked example, W=16 with t=2, d=4, p=2, order tp-cp-dp-pp (Megatron's own example):
+
+    tp: [0,1] [2,3] ... [14,15]
+    dp: [0,2,4,6] [1,3,5,7] [8,10,12,14] [9,11,13,15]
+    pp: [0,8] [1,9] ... [7,15]
+    model_parallel (tp × pp): [0,1,8,9] [2,3,10,11] [4,5,12,13] [6,7,14,15]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from planc.compile.ranks import Grid, Ranks
+
+GROUP_KINDS = ("tp", "cp", "dp", "pp", "dp_cp", "embedding", "model_parallel")
+
+
+def orthogonal_groups(grid: Grid, axes: tuple[str, ...]) -> Ranks:
+    """One row per group of the ranks that differ only on `axes`, in Megatron's order.
+
+    Array dims run slowest first, so row-major order makes the *last* dim fastest. Moving the
+    other axes to the front (slowest first) and the named axes to the back (slowest first) then
+    reshaping gives rows whose members vary fastest on the first named axis in rank order, and
+    rows ordered with the first other axis fastest.
+    """
+    names = grid.mesh_dim_names
+    outer = [names.index(a) for a in names if a not in axes]
+    inner = [names.index(a) for a in names if a in axes]
+    size = int(np.prod([grid.mesh_shape[i] for i in inner], dtype=np.int64))
+    groups: Ranks = grid.ranks().transpose(outer + inner).reshape(-1, size)
+    return groups
+
+
+def embedding_groups(pp: Ranks) -> Ranks:
+    """The first and last rank of each pipeline group (just the one when p = 1).
+
+    These ranks hold the input embedding and the LM head; with tied embeddings they all-reduce
+    the shared weight's gradient (Megatron's embedding group).
+    """
+    return pp[:, [0, -1]] if pp.shape[1] > 1 else pp[:, :1]
+
+
+def index_in_group(groups: Ranks, world: int) -> Ranks:
+    """Each rank's position inside its group, for groups that partition the ranks."""
+    index = np.empty(world, dtype=np.int64)
+    index[groups] = np.arange(groups.shape[1], dtype=np.int64)
+    return index
+
+
+@dataclass(frozen=True, eq=False)
+class Groups:
+    """Every group kind as a (groups × members) array of ranks."""
+
+    tp: Ranks
+    cp: Ranks
+    dp: Ranks
+    pp: Ranks
+    dp_cp: Ranks  # the optimizer shard group: ranks sharing tp and pp
+    embedding: Ranks
+    model_parallel: Ranks  # tp × pp: ranks sharing dp and cp
+
+    def items(self) -> Iterator[tuple[str, Ranks]]:
+        for field in fields(self):
+            yield field.name, getattr(self, field.name)
+
+
+def process_groups(grid: Grid) -> Groups:
+    pp = orthogonal_groups(grid, ("pp",))
+    return Groups(
+        tp=orthogonal_groups(grid, ("tp",)),
+        cp=orthogonal_groups(grid, ("cp",)),
+        dp=orthogonal_groups(grid, ("dp",)),
+        pp=pp,
+        dp_cp=orthogonal_groups(grid, ("dp", "cp")),
+        embedding=embedding_groups(pp),
+        model_parallel=orthogonal_groups(grid, ("tp", "pp")),
+    )

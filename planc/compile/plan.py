@@ -1,0 +1,342 @@
+"""The plan: every rank's place, layers and memory, the process groups, and a summary.
+
+`compile_job` turns a resolved `Job` into a frozen `Plan` of numpy columns and small per-stage
+tables; `plan_json` and `coords_json` render it. Rendering is by hand, one rank per line, from
+fragments rendered once per node, per pipeline stage and per distinct memory budget, so 131,072
+ranks cost one f-string each.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from planc import __version__
+from planc.compile.groups import Groups, index_in_group, process_groups
+from planc.compile.ranks import AXES, Placement, Ranks, grid_of, place
+from planc.job import Job
+from planc.rules.batch import bubble_fraction
+from planc.rules.layout import MAX_RANKS
+
+PLAN_FORMAT = "planc-plan"
+COORDS_FORMAT = "planc-coords"
+FORMAT_VERSION = 1
+MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "buffers", "reserve", "total")
+
+# Host names go unquoted into hostfiles, rankfiles and env files, whose formats split on blanks
+# and `=`: allow what DNS names and IP addresses use.
+_HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:-]*$")
+
+LayerRange = tuple[int, int]
+
+
+class PlanError(ValueError):
+    """The job cannot be laid out (degrees that do not multiply to the world, bad hosts, ...)."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """What one pipeline rank holds: layer ranges [first, last) per model chunk, first chunk first."""
+
+    pp: int
+    layers: tuple[LayerRange, ...]
+    embedding: bool
+    lm_head: bool
+    embedding_copy: bool  # tied embeddings: the last stage's LM head is a synced copy
+
+
+@dataclass(frozen=True)
+class Summary:
+    world_size: int
+    nodes: int
+    gpus_per_node: int
+    parameters: int
+    parameters_padded: int
+    peak_memory_bytes: int
+    peak_rank: int
+    peak_stage: int
+    hbm_bytes: int
+    micro_batches: int | None
+    bubble_fraction: float | None
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """A compiled job. Arrays are indexed by rank; `memory[pp, shard]` is one rank's budget."""
+
+    job: Job
+    placement: Placement
+    groups: Groups
+    stages: tuple[Stage, ...]
+    shard: Ranks  # optimizer shard index: position in the rank's dp_cp group
+    memory: npt.NDArray[np.int64]  # (p, d·c, len(MEMORY_FIELDS)) bytes
+    summary: Summary
+
+    @property
+    def world(self) -> int:
+        return self.placement.world
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _check_degrees(job: Job) -> None:
+    lay, world = job.layout, job.world
+    if world > MAX_RANKS:
+        raise PlanError(f"world size {world:,} is above planc's limit of {MAX_RANKS:,} ranks")
+    if lay.d is None:
+        raise PlanError(
+            f"world size {world} is not divisible by tensor × pipeline × context = "
+            f"{lay.t} × {lay.p} × {lay.c}, so the data degree cannot be derived"
+        )
+    product = lay.t * lay.c * lay.d * lay.p
+    if product != world:
+        raise PlanError(
+            f"tensor × context × data × pipeline = {lay.t} × {lay.c} × {lay.d} × {lay.p} = "
+            f"{product}, but the cluster has {world} GPUs"
+        )
+
+
+def _check_layers(job: Job) -> None:
+    lay, L = job.layout, job.model.L
+    given = lay.stage_layers
+    if not given:
+        if L % (lay.p * lay.v):
+            raise PlanError(
+                f"layers = {L} do not split over pipeline × virtual_stages = {lay.p} × {lay.v}"
+            )
+        return
+    if len(given) != lay.p or sum(given) != L:
+        raise PlanError(
+            f"stage_layers {list(given)} must have {lay.p} entries summing to {L} layers"
+        )
+    if any(count == 0 or count % lay.v for count in given):
+        raise PlanError(
+            f"every entry of stage_layers {list(given)} must be a positive multiple of "
+            f"virtual_stages = {lay.v}"
+        )
+
+
+def _check_hosts(job: Job) -> None:
+    hosts = job.cluster.hosts
+    if len(hosts) != job.cluster.nodes:
+        raise PlanError(f"{len(hosts)} host names for {job.cluster.nodes} nodes")
+    if len(set(hosts)) != len(hosts):
+        raise PlanError("host names repeat: every node needs its own name")
+    bad = next((host for host in hosts if not _HOST.match(host)), None)
+    if bad is not None:
+        raise PlanError(
+            f"host name {bad!r} cannot go into a hostfile: use letters, digits, '.', '_', ':' "
+            "and '-' only"
+        )
+
+
+def check_plannable(job: Job) -> None:
+    """Raise `PlanError` unless the job has a rank layout. `planc check` reports the same."""
+    _check_degrees(job)
+    _check_layers(job)
+    _check_hosts(job)
+
+
+# ----------------------------------------------------------------------------- stages
+
+
+def layer_ranges(L: int, p: int, v: int, given: tuple[int, ...] = ()) -> tuple[tuple[LayerRange, ...], ...]:
+    """Layer ranges of each pipeline rank, one [first, last) per model chunk.
+
+    Interleaved 1F1B (Narayanan et al. 2021, §2.2) cuts the layers into p·v chunks and gives
+    chunk j of rank r the block j·p + r. Stage r's chunk size is stage_layers[r] / v when the
+    split is given, else L / (p·v).
+    """
+    per_stage = given or (L // p,) * p
+    chunk = [count // v for count in per_stage]
+    starts = np.cumsum([0] + [chunk[block % p] for block in range(p * v)]).tolist()
+    return tuple(
+        tuple((starts[j * p + r], starts[j * p + r + 1]) for j in range(v)) for r in range(p)
+    )
+
+
+def _stages(job: Job) -> tuple[Stage, ...]:
+    lay = job.layout
+    ranges = layer_ranges(job.model.L, lay.p, lay.v, lay.stage_layers)
+    last = lay.p - 1
+    return tuple(
+        Stage(
+            pp=r,
+            layers=ranges[r],
+            embedding=r == 0,
+            lm_head=r == last,
+            embedding_copy=job.model.tied and lay.p > 1 and r == last,
+        )
+        for r in range(lay.p)
+    )
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+def _memory_table(job: Job, shards: int) -> npt.NDArray[np.int64]:
+    """Budgets for every distinct (pipeline rank, optimizer shard): p·d·c calls, not world."""
+    from planc.memory import rank_memory
+
+    p = job.layout.p
+    table = np.zeros((p, shards, len(MEMORY_FIELDS)), dtype=np.int64)
+    for r in range(p):
+        for s in range(shards):
+            mem = rank_memory(job, r, s)
+            table[r, s] = [getattr(mem, name) for name in MEMORY_FIELDS]
+    return table
+
+
+def _summary(job: Job, placement: Placement, shard: Ranks, table: npt.NDArray[np.int64]) -> Summary:
+    from planc.memory import budget
+
+    totals = table[placement.coords["pp"], shard, MEMORY_FIELDS.index("total")]
+    peak_rank = int(np.argmax(totals))  # the first rank with the largest total
+    lay, m = job.layout, job.m
+    found = budget(job)
+    return Summary(
+        world_size=job.world,
+        nodes=job.cluster.nodes,
+        gpus_per_node=job.cluster.gpus_per_node,
+        parameters=found.parameters,
+        parameters_padded=found.parameters_padded,
+        peak_memory_bytes=int(totals[peak_rank]),
+        peak_rank=peak_rank,
+        peak_stage=int(placement.coords["pp"][peak_rank]),
+        hbm_bytes=job.cluster.gpu.memory_bytes,
+        micro_batches=m,
+        bubble_fraction=None if m is None else round(bubble_fraction(lay.p, m, lay.v), 6),
+    )
+
+
+def compile_job(job: Job) -> Plan:
+    """Lay out every rank of `job`. Raises `PlanError` when the job has no valid layout."""
+    check_plannable(job)
+    grid = grid_of(job.layout)
+    placement = place(grid, job.cluster.gpus_per_node, job.cluster.nvlink_domain)
+    groups = process_groups(grid)
+    shard = index_in_group(groups.dp_cp, grid.world)
+    table = _memory_table(job, groups.dp_cp.shape[1])
+    return Plan(
+        job=job,
+        placement=placement,
+        groups=groups,
+        stages=_stages(job),
+        shard=shard,
+        memory=table,
+        summary=_summary(job, placement, shard, table),
+    )
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def layout_record(plan: Plan) -> dict[str, object]:
+    grid, lay = plan.placement.grid, plan.job.layout
+    return {
+        "order": list(grid.order),
+        "degrees": {axis: grid.size(axis) for axis in AXES},
+        "strides": {axis: grid.stride(axis) for axis in AXES},
+        "mesh_shape": list(grid.mesh_shape),
+        "mesh_dim_names": list(grid.mesh_dim_names),
+        "virtual_stages": lay.v,
+        "stage_layers": [[list(chunk) for chunk in stage.layers] for stage in plan.stages],
+        "sequence_parallel": lay.sp,
+        "zero_stage": lay.zero,
+    }
+
+
+def _cluster_record(plan: Plan) -> dict[str, object]:
+    cl = plan.job.cluster
+    return {
+        "gpu": cl.gpu.name,
+        "nodes": cl.nodes,
+        "gpus_per_node": cl.gpus_per_node,
+        "nvlink_domain": cl.nvlink_domain,
+        "hosts": list(cl.hosts),
+    }
+
+
+def _stage_fragment(stage: Stage) -> str:
+    layers = _compact([list(chunk) for chunk in stage.layers])
+    flags = (stage.embedding, stage.lm_head, stage.embedding_copy)
+    embedding, lm_head, copy = (_compact(flag) for flag in flags)
+    return f'"layers":{layers},"embedding":{embedding},"lm_head":{lm_head},"embedding_copy":{copy}'
+
+
+def _memory_fragments(table: npt.NDArray[np.int64]) -> list[list[str]]:
+    return [
+        [_compact(dict(zip(MEMORY_FIELDS, budget, strict=True))) for budget in stage]
+        for stage in table.tolist()
+    ]
+
+
+def rank_lines(plan: Plan) -> list[str]:
+    """One compact JSON object per rank, keys in a fixed order."""
+    pl = plan.placement
+    hosts = [_compact(host) for host in plan.job.cluster.hosts]
+    stages = [_stage_fragment(stage) for stage in plan.stages]
+    memory = _memory_fragments(plan.memory)
+    c = pl.coords
+    columns = zip(
+        pl.node.tolist(), pl.local_rank.tolist(), pl.nvlink_domain.tolist(),
+        c["tp"].tolist(), c["cp"].tolist(), c["dp"].tolist(), c["pp"].tolist(),
+        plan.shard.tolist(),
+        strict=True,
+    )
+    return [
+        f'{{"rank":{rank},"node":{node},"host":{hosts[node]},"local_rank":{local},'
+        f'"rail":{local},"nvlink_domain":{domain},'
+        f'"coords":{{"tp":{tp},"cp":{cp},"dp":{dp},"pp":{pp}}},{stages[pp]},'
+        f'"optimizer_shard":{shard},"memory":{memory[pp][shard]}}}'
+        for rank, (node, local, domain, tp, cp, dp, pp, shard) in enumerate(columns)
+    ]
+
+
+def _groups_lines(groups: Groups) -> str:
+    return ",\n".join(f'"{name}":{_compact(ranks.tolist())}' for name, ranks in groups.items())
+
+
+def plan_json(plan: Plan) -> str:
+    """plan.json: compact, one rank per line, so it stays small, greppable and diffable."""
+    head = {
+        "format": PLAN_FORMAT,
+        "format_version": FORMAT_VERSION,
+        "planc_version": __version__,
+        "name": plan.job.name,
+        "world_size": plan.world,
+    }
+    sections = [
+        _compact(head)[1:-1],
+        f'"layout":{_compact(layout_record(plan))}',
+        f'"cluster":{_compact(_cluster_record(plan))}',
+        f'"summary":{_compact(vars(plan.summary))}',
+        f'"groups":{{\n{_groups_lines(plan.groups)}}}',
+        '"ranks":[\n' + ",\n".join(rank_lines(plan)) + "]",
+    ]
+    return "{" + ",\n".join(sections) + "}\n"
+
+
+def coords_json(plan: Plan) -> str:
+    """The few numbers a training script needs to recover its coordinates from RANK."""
+    layout = layout_record(plan)
+    record = {
+        "format": COORDS_FORMAT,
+        "format_version": FORMAT_VERSION,
+        "world_size": plan.world,
+        "gpus_per_node": plan.job.cluster.gpus_per_node,
+        "rule": "coord[axis] = RANK // strides[axis] % degrees[axis]",
+        **{key: layout[key] for key in ("order", "degrees", "strides", "mesh_shape", "mesh_dim_names")},
+        "stage_layers": layout["stage_layers"],
+    }
+    lines = [f"  {_compact(key)}: {_compact(value)}" for key, value in record.items()]
+    return "{\n" + ",\n".join(lines) + "\n}\n"
