@@ -5,8 +5,8 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
-
 from conftest import job_of
+
 from planc.comm.cost import bus_factor, ring_steps, wire_bytes
 from planc.comm.schedule import link_class, schedule, wire_budget
 from planc.comm.steptime import estimate, model_flops_per_step
@@ -33,7 +33,7 @@ def _ops(base: str, overlay: str | None = None):  # type: ignore[no-untyped-def]
 
 
 def test_tp_with_sequence_parallel_on_70b_example() -> None:
-    job, ops = _ops("llama3-70b-8x8.yaml")
+    _, ops = _ops("llama3-70b-8x8.yaml")
     tp = [o for o in ops if o.stage == 0 and o.group == "tp"]
     assert {o.op for o in tp} == {"all_gather", "reduce_scatter"}
     for op in tp:
