@@ -1,0 +1,132 @@
+"""Render a memory budget: a table per pipeline stage (text) or the same numbers as JSON.
+
+Units are labelled wherever a number is: GiB = 2^30 bytes, GB = 10^9 bytes; JSON bytes are ints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planc.job import GB, GIB, Job
+from planc.memory.activations import micro_batches
+from planc.memory.budget import MemoryBudget, StageBudget, shard_group
+from planc.memory.params import chunk_layers, padded_vocab
+from planc.memory.terms import COMPONENTS
+
+BAR_WIDTH = 40
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:,.2f}"
+
+
+def _bar(total: int, hbm: int, usable: int) -> str:
+    """`[█████·····|···]` the total against HBM; `|` marks the usable limit (HBM − headroom)."""
+    filled = min(BAR_WIDTH, round(BAR_WIDTH * total / hbm)) if hbm else BAR_WIDTH
+    limit = min(BAR_WIDTH - 1, int(BAR_WIDTH * usable / hbm)) if hbm else BAR_WIDTH - 1
+    cells = ["█" if i < filled else "·" for i in range(BAR_WIDTH)]
+    if limit >= filled:
+        cells[limit] = "|"
+    overflow = " OVER" if total > hbm else ""
+    return "[" + "".join(cells) + "]" + overflow
+
+
+def _usable(job: Job) -> int:
+    return int(job.cluster.gpu.memory_bytes * (1 - job.rules.memory_headroom))
+
+
+def _symbols(job: Job) -> str:
+    mod, lay, tr = job.model, job.layout, job.training
+    pairs = (
+        ("L", mod.L), ("h", mod.h), ("n=a", mod.n), ("g", mod.g), ("k", mod.k), ("f", mod.f),
+        ("V'", padded_vocab(mod.V, lay.t)), ("s", tr.s), ("b", tr.b), ("m", micro_batches(job)),
+        ("t", lay.t), ("p", lay.p), ("v", lay.v), ("c", lay.c), ("d", lay.d),
+        ("N=d·c", shard_group(job)), ("ZeRO", lay.zero),
+    )
+    return "  ".join(f"{name}={value}" for name, value in pairs)
+
+
+def _stage_table(job: Job, stage: StageBudget, notes: dict[str, int], peak: bool) -> list[str]:
+    mem = stage.memory
+    hbm, usable = job.cluster.gpu.memory_bytes, _usable(job)
+    layers = sum(chunk_layers(job)[stage.stage])
+    head = (
+        f"Stage {stage.stage} (rank {stage.rank}, L_r={layers} layers){'  ← peak' if peak else ''}: "
+        f"{_gib(mem.total)} GiB of {_gib(hbm)} GiB HBM ({100 * mem.total / hbm:.1f} %)"
+    )
+    lines = [head, "  " + _bar(mem.total, hbm, usable)]
+    name_width = max([len(t.name) for t in mem.terms] + [24])
+    lines.append(f"  {'term':<{name_width}}  {'component':<11} {'GiB':>9} {'share':>7}  formula [source]")
+    for term in mem.terms:
+        note = notes.setdefault(term.source, len(notes) + 1)
+        share = 100 * term.bytes / mem.total if mem.total else 0.0
+        lines.append(
+            f"  {term.name:<{name_width}}  {term.component:<11} {_gib(term.bytes):>9} {share:6.1f} %"
+            f"  {term.formula} [{note}]"
+        )
+    sums = "  ".join(f"{name} {_gib(getattr(mem, name))}" for name in COMPONENTS)
+    lines.append(f"  {'total':<{name_width}}  {'':<11} {_gib(mem.total):>9} {100.0:6.1f} %")
+    lines.append(f"  by component (GiB): {sums}")
+    return lines
+
+
+def render_text(job: Job, b: MemoryBudget) -> str:
+    """A table per pipeline stage: every term in GiB with its share and formula, and a bar of
+    the stage's total against HBM (`|` marks HBM × (1 − memory_headroom))."""
+    hbm, usable = job.cluster.gpu.memory_bytes, _usable(job)
+    lines = [
+        f"Memory budget for {job.name!r}: the heaviest rank of each pipeline stage",
+        f"Units: GiB = 2^30 bytes, GB = 10^9 bytes. HBM {job.cluster.gpu.name}: {_gib(hbm)} GiB "
+        f"({hbm / GB:,.2f} GB); usable with {job.rules.memory_headroom:.0%} headroom: "
+        f"{_gib(usable)} GiB.",
+        f"Parameters: {b.parameters:,}; with the vocabulary padded to a multiple of 128·t: "
+        f"{b.parameters_padded:,}.",
+        f"Symbols: {_symbols(job)}",
+        "",
+    ]
+    notes: dict[str, int] = {}
+    for stage in b.stages:
+        lines += _stage_table(job, stage, notes, stage is b.peak)
+        lines.append("")
+    verdict = "fits" if b.peak.memory.total <= usable else "does NOT fit"
+    lines.append(
+        f"Peak: stage {b.peak.stage} (rank {b.peak.rank}) needs {_gib(b.peak.memory.total)} GiB "
+        f"({b.peak.memory.total / GB:,.2f} GB): {verdict} in {_gib(usable)} GiB usable."
+    )
+    lines.append("")
+    lines.append("Sources:")
+    lines += [f"  [{number}] {source}" for source, number in notes.items()]
+    return "\n".join(lines) + "\n"
+
+
+def to_json(job: Job, b: MemoryBudget) -> dict[str, Any]:
+    """The same numbers as `render_text`, bytes as ints."""
+    return {
+        "name": job.name,
+        "units": "bytes",
+        "hbm_bytes": job.cluster.gpu.memory_bytes,
+        "usable_bytes": _usable(job),
+        "parameters": b.parameters,
+        "parameters_padded": b.parameters_padded,
+        "peak": {"stage": b.peak.stage, "rank": b.peak.rank, "total": b.peak.memory.total},
+        "stages": [
+            {
+                "stage": stage.stage,
+                "rank": stage.rank,
+                "layers": sum(chunk_layers(job)[stage.stage]),
+                **{name: getattr(stage.memory, name) for name in COMPONENTS},
+                "total": stage.memory.total,
+                "terms": [
+                    {
+                        "name": term.name,
+                        "component": term.component,
+                        "bytes": term.bytes,
+                        "formula": term.formula,
+                        "source": term.source,
+                    }
+                    for term in stage.memory.terms
+                ],
+            }
+            for stage in b.stages
+        ],
+    }
