@@ -15,12 +15,12 @@ from planc.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 BAD = ROOT / "examples" / "invalid" / "PLC006" / "llama3-70b-8x8.yaml"
 GOOD = ROOT / "examples" / "llama3-8b-1node.yaml"
-COMMANDS = [[], ["check"], ["rules"], ["schema"], ["presets"], ["memory"]]
+COMMANDS = [[], ["check"], ["rules"], ["schema"], ["presets"], ["memory"], ["explain"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "planc")
 def test_help_snapshot(command: list[str], snapshot: SnapshotAssertion) -> None:
-    result = CliRunner().invoke(main, [*command, "--help"], terminal_width=100)
+    result = CliRunner().invoke(main, [*command, "--help"], prog_name="planc", terminal_width=100)
     assert result.exit_code == 0
     assert result.output == snapshot
 

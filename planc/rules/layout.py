@@ -142,6 +142,7 @@ def sequence_parallel_needs_tp(job: Job) -> Iterator[Violation]:
 
     Fails:
         parallelism: {tensor: 1, data: 8, sequence_parallel: true}
+        training: {seq_len: 2048}
     """
     if job.layout.sp and job.layout.t == 1:
         yield Violation(
