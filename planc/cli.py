@@ -173,3 +173,40 @@ def explain(spec: str, output_format: str) -> None:
         click.echo(json.dumps(to_json(result), indent=2))
     else:
         click.echo(render_text(result), nl=False)
+
+
+@main.command(name="compile")
+@click.argument("spec", type=click.Path(allow_dash=True))
+@click.option(
+    "--output",
+    "-o",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Directory to write the plan into (replaced atomically).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Write even when check finds errors, and overwrite a directory planc did not write.",
+)
+def compile_command(spec: str, out_dir: str, force: bool) -> None:
+    """Compile SPEC into plan.json, process groups and launcher files in a directory.
+
+    Nothing is written when check finds an error (unless --force); the directory appears
+    complete or not at all.
+    """
+    from pathlib import Path
+
+    from planc.compile import OutputError, PlanError, compile_job, write_plan
+
+    job = _load_or_exit(spec) if not force else _load_or_exit(spec, tolerate=_ALL_MODEL_RULES)
+    try:
+        written = write_plan(compile_job(job), Path(out_dir), force=force)
+    except (OutputError, PlanError) as error:
+        click.echo(f"{spec}: error: {error}", err=True)
+        sys.exit(2)
+    click.echo(f"{spec}: wrote {len(written)} files to {out_dir}")
+
+
+_ALL_MODEL_RULES = frozenset(f"PLC{n:03d}" for n in range(1, 100))

@@ -15,7 +15,7 @@ from planc.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 BAD = ROOT / "examples" / "invalid" / "PLC006" / "llama3-70b-8x8.yaml"
 GOOD = ROOT / "examples" / "llama3-8b-1node.yaml"
-COMMANDS = [[], ["check"], ["rules"], ["schema"], ["presets"], ["memory"], ["explain"]]
+COMMANDS = [[], ["check"], ["rules"], ["schema"], ["presets"], ["memory"], ["explain"], ["compile"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "planc")
@@ -97,3 +97,48 @@ def test_usage_error_exits_2() -> None:
     assert _run("check", "--format", "xml", str(GOOD))[0] == 2
     assert _run("check")[0] == 2
     assert _run("nonsense")[0] == 2
+
+
+def test_compile_writes_a_complete_deterministic_plan(tmp_path: Path) -> None:
+    spec = str(ROOT / "examples" / "llama3-70b-8x8.yaml")
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert _run("compile", spec, "-o", str(first))[0] == 0
+    assert _run("compile", spec, "-o", str(second))[0] == 0
+    files = sorted(p.relative_to(first) for p in first.rglob("*") if p.is_file())
+    assert Path("plan.json") in files and Path("slurm/job.sbatch") in files
+    for name in files:
+        assert (first / name).read_bytes() == (second / name).read_bytes()
+    assert json.loads((first / "plan.json").read_text())["world_size"] == 64
+
+
+def test_compile_writes_nothing_when_check_fails(tmp_path: Path) -> None:
+    out = tmp_path / "plan"
+    code, output = _run("compile", str(BAD), "-o", str(out))
+    assert code == 1 and "PLC006" in output
+    assert not out.exists()
+
+
+def test_compile_refuses_a_foreign_directory(tmp_path: Path) -> None:
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    code, _ = _run("compile", str(GOOD), "-o", str(foreign))
+    assert code == 2
+    assert (foreign / "notes.txt").read_text() == "keep me"
+
+
+def test_explain_reports_step_time_and_traffic() -> None:
+    code, out = _run("explain", str(ROOT / "examples" / "llama3-70b-8x8.yaml"))
+    assert code == 0
+    assert "estimated step time" in out and "MFU" in out and "network" in out
+    code, out = _run("explain", str(ROOT / "examples" / "llama3-70b-8x8.yaml"), "--format", "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["step"]["step_time_s"] > 0 and doc["wire_bytes"][0]["nvlink_sent"] > 0
+
+
+def test_memory_reports_even_when_it_does_not_fit() -> None:
+    spec = ROOT / "examples" / "invalid" / "PLC007" / "llama3-8b-1node.yaml"
+    code, out = _run("memory", str(spec), "--format", "json")
+    doc = json.loads(out)
+    assert code == 0
+    assert doc["parameters"] == 8_030_261_248
