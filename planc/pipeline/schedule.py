@@ -232,6 +232,30 @@ def in_flight(schedule: Schedule, rank: int) -> int:
     return peak
 
 
+def held_at_peak(
+    schedule: Schedule, rank: int, weights: tuple[int, ...] | None = None
+) -> tuple[int, ...]:
+    """Activations of each chunk stage ``rank`` holds when ``Σ weights[c]·held[c]`` peaks.
+
+    ``weights[c]`` is what one micro-batch of chunk ``c`` keeps (e.g. bytes; chunks can
+    differ when layers are uneven); the default weighs every chunk 1, and then the counts sum
+    to :func:`in_flight`. Ties go to the earliest moment in the schedule.
+    """
+    if not 0 <= rank < schedule.p:
+        raise ValueError(f"stage rank must be in 0..{schedule.p - 1}, got {rank}")
+    weight = (1,) * schedule.v if weights is None else weights
+    if len(weight) != schedule.v:
+        raise ValueError(f"need one weight per chunk (v={schedule.v}), got {len(weight)}")
+    held = [0] * schedule.v
+    best, best_total = tuple(held), 0
+    for op in schedule.stages[rank]:
+        held[op.chunk] += 1 if op.kind == "F" else -1
+        total = sum(w * h for w, h in zip(weight, held, strict=True))
+        if total > best_total:
+            best, best_total = tuple(held), total
+    return best
+
+
 def op_key(stage: int, op: Op) -> OpKey:
     """Identity of ``op`` when run on ``stage``: unique within a valid schedule."""
     return (op.kind, op.microbatch, stage, op.chunk)
