@@ -210,3 +210,22 @@ def compile_command(spec: str, out_dir: str, force: bool) -> None:
 
 
 _ALL_MODEL_RULES = frozenset(f"PLC{n:03d}" for n in range(1, 100))
+
+
+@main.command()
+@click.argument("spec", type=click.Path(allow_dash=True))
+def verify(spec: str) -> None:
+    """Prove the plan of SPEC: simulate every collective shape and the pipeline's p2p pairs.
+
+    Exit 1 on any mismatch between the simulated ring and the bytes the plan budgets.
+    """
+    from planc.explain import comm_ops
+    from planc.verify import render, verify_collectives, verify_pipeline
+
+    job = _load_or_exit(spec, tolerate=frozenset({"PLC006", "PLC007"}))
+    ops = comm_ops(job)
+    checks = verify_collectives(job, ops)
+    pipe = verify_pipeline(job, ops)
+    click.echo(render(checks, pipe), nl=False)
+    ok = all(c.ok for c in checks) and (pipe is None or pipe.ok)
+    sys.exit(0 if ok else 1)

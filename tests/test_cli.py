@@ -15,7 +15,7 @@ from planc.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 BAD = ROOT / "examples" / "invalid" / "PLC006" / "llama3-70b-8x8.yaml"
 GOOD = ROOT / "examples" / "llama3-8b-1node.yaml"
-COMMANDS = [[], ["check"], ["rules"], ["schema"], ["presets"], ["memory"], ["explain"], ["compile"]]
+COMMANDS = [[], ["check"], ["rules"], ["schema"], ["presets"], ["memory"], ["explain"], ["compile"], ["verify"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "planc")

@@ -201,73 +201,84 @@ def _pp_ops(job: Job, stage: int) -> list[CommOp]:
     return ops
 
 
+def _buckets(params: int, bucket: int) -> list[tuple[int, int]]:
+    """(calls, elements) pairs: Ψ_r // bucket full buckets and one remainder bucket, exactly."""
+    full, rest = divmod(params, bucket)
+    return [(calls, size) for calls, size in ((full, bucket), (1, rest)) if calls and size]
+
+
 def _dp_ops(job: Job, stage: int, params: int) -> list[CommOp]:
     lay, m = job.layout, job.m or 1
     n = (lay.d or 1) * lay.c
     if n == 1:
         return []
     link = link_class(job, ("dp", "cp"))
-    grads = params * grad_bytes(job)
-    weights = params * activation_bytes(job)
+    g, w = grad_bytes(job), activation_bytes(job)
     bucket = max(BUCKET_ELEMENTS, BUCKET_ELEMENTS_PER_DP * (lay.d or 1))
-    buckets = -(-params // bucket)
-    if lay.zero == 0:
-        return [
-            CommOp(
-                stage,
-                "dp_cp",
-                "all_reduce",
-                "DP gradient all-reduce (bucketed, overlapped with backward)",
-                n,
-                buckets,
-                -(-grads // buckets),
-                link,
-                "Ψ_r gradients once per step: 2Ψ on the wire",
+    ops: list[CommOp] = []
+    for calls, elements in _buckets(params, bucket):
+        if lay.zero == 0:
+            ops.append(
+                CommOp(
+                    stage,
+                    "dp_cp",
+                    "all_reduce",
+                    "DP gradient all-reduce (bucketed, overlapped with backward)",
+                    n,
+                    calls,
+                    elements * g,
+                    link,
+                    "Ψ_r gradients once per step: 2Ψ on the wire",
+                )
             )
-        ]
-    rs_calls = buckets * (m if lay.zero >= 2 else 1)
-    ops = [
-        CommOp(
-            stage,
-            "dp_cp",
-            "reduce_scatter",
-            "ZeRO gradient reduce-scatter",
-            n,
-            rs_calls,
-            -(-grads // buckets),
-            link,
-            "Ψ_r gradients "
-            + ("per micro-batch (ZeRO-2/3 shard gradients)" if lay.zero >= 2 else "once per step"),
-        )
-    ]
-    if lay.zero <= 2:
+            continue
+        per_step = m if lay.zero >= 2 else 1
         ops.append(
             CommOp(
                 stage,
                 "dp_cp",
-                "all_gather",
-                "ZeRO parameter all-gather after the optimizer step",
+                "reduce_scatter",
+                "ZeRO gradient reduce-scatter",
                 n,
-                buckets,
-                -(-weights // buckets),
+                calls * per_step,
+                elements * g,
                 link,
-                "Ψ_r updated 16-bit parameters once per step",
+                "Ψ_r gradients "
+                + (
+                    "per micro-batch (ZeRO-2/3 shard gradients)"
+                    if lay.zero >= 2
+                    else "once per step"
+                ),
             )
         )
-    else:
-        ops.append(
-            CommOp(
-                stage,
-                "dp_cp",
-                "all_gather",
-                "ZeRO-3 parameter all-gather, forward and backward",
-                n,
-                2 * m * buckets,
-                -(-weights // buckets),
-                link,
-                "Ψ_r 16-bit parameters gathered before forward and again before backward, per micro-batch",
+        if lay.zero <= 2:
+            ops.append(
+                CommOp(
+                    stage,
+                    "dp_cp",
+                    "all_gather",
+                    "ZeRO parameter all-gather after the optimizer step",
+                    n,
+                    calls,
+                    elements * w,
+                    link,
+                    "Ψ_r updated 16-bit parameters once per step",
+                )
             )
-        )
+        else:
+            ops.append(
+                CommOp(
+                    stage,
+                    "dp_cp",
+                    "all_gather",
+                    "ZeRO-3 parameter all-gather, forward and backward",
+                    n,
+                    2 * m * calls,
+                    elements * w,
+                    link,
+                    "Ψ_r 16-bit parameters gathered before forward and again before backward, per micro-batch",
+                )
+            )
     return ops
 
 
