@@ -1,0 +1,229 @@
+"""The compiled plan (planc.compile.plan): plan.json against its schema, snapshots of the
+shipped examples, per-rank content, memory budgets against planc.memory, and determinism."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from conftest import EXAMPLES, ROOT, check_text, job_of, spec_text
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from syrupy.assertion import SnapshotAssertion
+from syrupy.extensions.json import JSONSnapshotExtension
+
+from planc.compile import PlanError, compile_job, render_files
+from planc.compile.plan import MEMORY_FIELDS, Plan, coords_json, plan_json
+from planc.findings import Severity
+from planc.job import Job
+from planc.load import load_path, load_text
+from planc.memory import budget, rank_memory
+
+SMALL = ["llama3-8b-1node.yaml", "llama3-70b-8x8.yaml", "gpt3-175b-gb200-nvl72.yaml"]
+LARGE = "gpt3-175b-1024xa100.yaml"
+ALL = [*SMALL, LARGE]
+
+
+def example_job(name: str) -> Job:
+    job = load_path(str(EXAMPLES / name)).job
+    assert job is not None
+    return job
+
+
+def parsed(plan: Plan) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(plan_json(plan))
+    return data
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((ROOT / "schemas" / "plan.schema.json").read_text("utf-8"))
+    return data
+
+
+# ----------------------------------------------------------------------------- examples
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_plan_json_valid_against_schema(name: str, schema: dict[str, Any]) -> None:
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.Draft202012Validator(schema).validate(parsed(compile_job(example_job(name))))
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_plan_json_snapshot(name: str, snapshot: SnapshotAssertion) -> None:
+    assert plan_json(compile_job(example_job(name))) == snapshot
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_coords_json_snapshot(name: str, snapshot: SnapshotAssertion) -> None:
+    assert coords_json(compile_job(example_job(name))) == snapshot
+
+
+def test_large_plan_excerpt_snapshot(snapshot: SnapshotAssertion) -> None:
+    """1,024 ranks: the head, the first and last ranks and the group shapes, not every rank."""
+    data = parsed(compile_job(example_job(LARGE)))
+    excerpt = {
+        **{key: data[key] for key in ("world_size", "layout", "summary")},
+        "hosts": data["cluster"]["hosts"][:3],
+        "groups": {name: [len(groups), groups[0], groups[-1]] for name, groups in data["groups"].items()},
+        "ranks": [data["ranks"][r] for r in (0, 1, 8, 127, 128, 1023)],
+    }
+    assert excerpt == snapshot.use_extension(JSONSnapshotExtension)
+
+
+def test_plan_summary_matches_memory_budget() -> None:
+    job = example_job("llama3-70b-8x8.yaml")
+    plan, found = compile_job(job), budget(job)
+    assert plan.summary.parameters == found.parameters
+    assert plan.summary.parameters_padded == found.parameters_padded
+    assert plan.summary.peak_memory_bytes == found.peak.memory.total
+    assert plan.summary.peak_rank == found.peak.rank
+    assert plan.summary.micro_batches == 256
+    assert plan.summary.bubble_fraction == round(3 / (256 + 3), 6)
+
+
+def test_ranks_hold_their_stage() -> None:
+    data = parsed(compile_job(example_job("llama3-70b-8x8.yaml")))
+    ranks = data["ranks"]
+    assert [r["rank"] for r in ranks] == list(range(64))
+    assert ranks[17]["coords"] == {"tp": 1, "cp": 0, "dp": 0, "pp": 1}
+    assert ranks[17]["layers"] == [[20, 40]]
+    assert ranks[17]["host"] == "gpu-002" and ranks[17]["local_rank"] == 1
+    assert {r["embedding"] for r in ranks if r["coords"]["pp"] == 0} == {True}
+    assert {r["lm_head"] for r in ranks if r["coords"]["pp"] == 3} == {True}
+    assert not any(r["embedding"] or r["lm_head"] for r in ranks if r["coords"]["pp"] in (1, 2))
+    assert not any(r["embedding_copy"] for r in ranks)  # Llama 3 70B unties its embeddings
+
+
+def test_tied_embeddings_last_stage_holds_a_copy() -> None:
+    job = job_of({"model": {"tied_embeddings": True}, "parallelism": {"pipeline": 2, "tensor": 2}})
+    ranks = parsed(compile_job(job))["ranks"]
+    assert [r["embedding_copy"] for r in ranks if r["coords"]["pp"] == 1] == [True] * 4
+    assert [r["embedding_copy"] for r in ranks if r["coords"]["pp"] == 0] == [False] * 4
+
+
+def test_virtual_stages_give_interleaved_chunks() -> None:
+    job = job_of({"parallelism": {"virtual_stages": 2}}, base="llama3-70b-8x8.yaml")
+    data = parsed(compile_job(job))
+    assert data["ranks"][16]["layers"] == [[10, 20], [50, 60]]
+    assert data["layout"]["stage_layers"][3] == [[30, 40], [70, 80]]
+
+
+def test_uneven_stage_layers() -> None:
+    job = job_of({"parallelism": {"stage_layers": [19, 21, 21, 19]}}, base="llama3-70b-8x8.yaml")
+    assert parsed(compile_job(job))["layout"]["stage_layers"] == [[[0, 19]], [[19, 40]], [[40, 61]], [[61, 80]]]
+
+
+def test_memory_matches_rank_memory_for_every_shard() -> None:
+    """The bisection over shard indices agrees with calling planc.memory for each one."""
+    job = job_of({"parallelism": {"tensor": 1, "zero_stage": 3}, "model": {"vocab": 128257}})
+    plan = compile_job(job)
+    for pp in range(job.layout.p):
+        for shard in range(plan.memory.shape[1]):
+            mem = rank_memory(job, pp, shard)
+            assert plan.memory[pp, shard].tolist() == [getattr(mem, f) for f in MEMORY_FIELDS]
+
+
+def test_render_is_deterministic() -> None:
+    text = spec_text(base="gpt3-175b-gb200-nvl72.yaml")
+    first = render_files(compile_job(job_from(text)))
+    second = render_files(compile_job(job_from(text)))
+    assert first == second
+    assert "/work" not in first["plan.json"] and str(Path.cwd()) not in first["README.md"]
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def job_from(text: str) -> Job:
+    loaded = load_text("spec.yaml", text)
+    assert loaded.job is not None, loaded.findings
+    return loaded.job
+
+
+def test_world_mismatch_is_a_plan_error() -> None:
+    job = job_of({"parallelism": {"data": 3}, "training": {"global_batch": 63}})
+    with pytest.raises(PlanError, match=r"2 × 1 × 3 × 1 = 6, but the cluster has 8 GPUs"):
+        compile_job(job)
+
+
+def test_underivable_data_degree_is_a_plan_error() -> None:
+    with pytest.raises(PlanError, match="data degree cannot be derived"):
+        compile_job(job_of({"parallelism": {"tensor": 3, "sequence_parallel": False}}))
+
+
+def test_host_names_that_break_hostfiles_are_refused() -> None:
+    with pytest.raises(PlanError, match="cannot go into a hostfile"):
+        compile_job(job_of({"hardware": {"hosts": ["gpu a01"]}}))
+
+
+def test_layers_that_do_not_split_are_refused() -> None:
+    job = job_of({"parallelism": {"stage_layers": [20, 20, 20, 19]}}, base="llama3-70b-8x8.yaml")
+    with pytest.raises(PlanError, match="summing to 80 layers"):
+        compile_job(job)
+
+
+# ----------------------------------------------------------------------------- properties
+
+AXIS_ORDERS = ["tp-cp-dp-pp", "tp-cp-pp-dp", "dp-tp-cp-pp", "cp-tp-dp-pp", "tp-dp-cp-pp"]
+
+
+@st.composite
+def topologies(draw: st.DrawFn) -> str:
+    """Small specs over varied node sizes, NVLink domains, degrees and orders."""
+    per_node = draw(st.sampled_from([2, 4, 8]))
+    nodes = draw(st.sampled_from([1, 2, 4]))
+    domain = draw(st.sampled_from([per_node // 2 or 1, per_node, per_node * 2]))
+    t, p, c = (draw(st.sampled_from([1, 2, 4])) for _ in range(3))
+    world = per_node * nodes
+    assume(world % (t * p * c) == 0)
+    d = world // (t * p * c)
+    overlay = {
+        "model": {"preset": None, "layers": 8, "hidden": 512, "heads": 8, "vocab": 32000},
+        "hardware": {"nodes": nodes, "gpus_per_node": per_node, "nvlink_domain": domain,
+                     "hosts": f"n-{{000..{nodes - 1:03d}}}"},
+        "parallelism": {"tensor": t, "pipeline": p, "context": c, "data": d, "sequence_parallel": False,
+                        "zero_stage": 1, "order": draw(st.sampled_from(AXIS_ORDERS))},
+        "training": {"seq_len": 1024, "global_batch": d * 8 * p},
+        "rules": {"ignore": ["PLC006", "PLC007", "PLC018"]},
+    }
+    return spec_text(overlay)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(topologies())
+def test_checked_specs_keep_tp_inside_nvlink(text: str) -> None:
+    result = check_text(text)
+    assume(not any(f.severity.rank >= Severity.ERROR.rank for f in result.findings))
+    plan = compile_job(job_from(text))
+    domains = plan.placement.nvlink_domain[plan.groups.tp]
+    assert (domains == domains[:, :1]).all()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(topologies())
+def test_plan_schema_valid_and_deterministic(text: str) -> None:
+    job = job_from(text)
+    assume(job.layout.d is not None)
+    first = plan_json(compile_job(job))
+    assert first == plan_json(compile_job(job_from(text)))
+    schema = json.loads((ROOT / "schemas" / "plan.schema.json").read_text("utf-8"))
+    data = json.loads(first)
+    jsonschema.Draft202012Validator(schema).validate(data)
+    peak = data["ranks"][data["summary"]["peak_rank"]]
+    assert peak["memory"]["total"] == data["summary"]["peak_memory_bytes"]
+    assert max(r["memory"]["total"] for r in data["ranks"]) == data["summary"]["peak_memory_bytes"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(topologies())
+def test_nvlink_rule_and_plan_agree(text: str) -> None:
+    """PLC002 fires exactly when some TP group of the compiled plan spans two NVLink domains."""
+    fired = "PLC002" in {f.rule for f in check_text(text).findings}
+    plan = compile_job(job_from(text))
+    domains = plan.placement.nvlink_domain[plan.groups.tp]
+    assert fired == bool((domains != domains[:, :1]).any())
