@@ -118,6 +118,15 @@ def _line_col(data: bytes, offset: int) -> tuple[int, int]:
     return line, offset - (data.rfind(b"\n", 0, offset) + 1) + 1
 
 
+def _empty_file() -> Finding:
+    return _finding(
+        "PLC105",
+        (1, 1),
+        "the file is empty: no spec in it",
+        "start from one of the files in examples/",
+    )
+
+
 def _document(text: str) -> tuple[Node | None, list[Finding]]:
     documents, problems = compose(text)
     findings = [
@@ -125,14 +134,7 @@ def _document(text: str) -> tuple[Node | None, list[Finding]]:
     ]
     if not documents:
         if not problems:
-            findings.append(
-                _finding(
-                    "PLC105",
-                    (1, 1),
-                    "the file is empty: no spec in it",
-                    "start from one of the files in examples/",
-                )
-            )
+            findings.append(_empty_file())
         return None, findings
     if len(documents) > 1:
         second = documents[1]
@@ -149,14 +151,7 @@ def _document(text: str) -> tuple[Node | None, list[Finding]]:
     if root.kind != "map":
         what = {"seq": "a list", "scalar": "a single value"}[root.kind]
         if root.kind == "scalar" and root.value is None:
-            findings.append(
-                _finding(
-                    "PLC105",
-                    (1, 1),
-                    "the file is empty: no spec in it",
-                    "start from one of the files in examples/",
-                )
-            )
+            findings.append(_empty_file())
         else:
             findings.append(
                 _finding(
@@ -282,7 +277,9 @@ def _data_at(data: Any, loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[An
     tags: list[Any] = []
     node = data
     for segment in loc:
-        if (isinstance(node, dict) and segment in node) or (isinstance(node, list) and isinstance(segment, int) and 0 <= segment < len(node)):
+        if (isinstance(node, dict) and segment in node) or (
+            isinstance(node, list) and isinstance(segment, int) and 0 <= segment < len(node)
+        ):
             node = node[segment]
         elif _is_union_tag(segment):
             tags.append(segment)
