@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import Literal, NamedTuple, TypeAlias
 
 Kind: TypeAlias = Literal["F", "B"]
 Phase: TypeAlias = Literal["warmup", "steady", "cooldown"]
@@ -34,13 +34,14 @@ Direction: TypeAlias = Literal["fwd", "bwd"]
 OpKey: TypeAlias = tuple[str, int, int, int]
 
 
-@dataclass(frozen=True, order=True)
-class Link:
+class Link(NamedTuple):
     """One point-to-point message: a micro-batch's boundary tensor between two virtual stages.
 
     ``direction`` is ``"fwd"`` for activations (virtual stage s → s+1) and ``"bwd"`` for
     activation gradients (s+1 → s). The sending op and the receiving op carry equal links,
-    which is what lets a simulator pair every send with exactly one receive.
+    which is what lets a simulator pair every send with exactly one receive. A named tuple
+    rather than a dataclass because links are hashed and compared in bulk (tens of thousands
+    per schedule) and tuples do that in C.
     """
 
     direction: Direction
@@ -51,7 +52,7 @@ class Link:
     dst_chunk: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Op:
     """Forward (``"F"``) or backward (``"B"``) compute of one micro-batch on one model chunk.
 
@@ -191,15 +192,15 @@ def _links(
 ) -> tuple[Link | None, Link | None]:
     """(recv, send) links of one op; virtual stage index is ``chunk·p + rank`` (rule P8)."""
     here = chunk * p + rank
-    last = p * v - 1
-    prev = _link("fwd", microbatch, p, here - 1, here) if here > 0 else None
-    nxt = _link("fwd", microbatch, p, here, here + 1) if here < last else None
+    first, last = here == 0, here == p * v - 1
     if kind == "F":
-        return prev, nxt
-    # Backward runs the chain the other way: gradient in from s+1, out to s−1.
-    grad_in = _link("bwd", microbatch, p, here + 1, here) if here < last else None
-    grad_out = _link("bwd", microbatch, p, here, here - 1) if here > 0 else None
-    return grad_in, grad_out
+        recv = None if first else _link("fwd", microbatch, p, here - 1, here)
+        send = None if last else _link("fwd", microbatch, p, here, here + 1)
+    else:
+        # Backward runs the chain the other way: gradient in from s+1, out to s−1.
+        recv = None if last else _link("bwd", microbatch, p, here + 1, here)
+        send = None if first else _link("bwd", microbatch, p, here, here - 1)
+    return recv, send
 
 
 def _link(direction: Direction, microbatch: int, p: int, src: int, dst: int) -> Link:
@@ -327,7 +328,7 @@ def _match_links(schedule: Schedule) -> tuple[Link, ...]:
     doubled = sorted(link for link, n in sends.items() if n > 1)
     if doubled:
         raise ValueError(f"messages sent more than once: {doubled[:5]}")
-    return tuple(sorted(sends))
+    return tuple(sends)  # in schedule order: stage by stage, op by op
 
 
 def _check_peer(rank: int, op: Op, link: Link, own_end: int, verb: str) -> None:

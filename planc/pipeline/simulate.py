@@ -139,33 +139,47 @@ def _per_vstage(times: Times, name: str, p: int, v: int) -> tuple[Fraction, ...]
 # --------------------------------------------------------------------------- simulation
 
 
+class _Ticks:
+    """All times of one run as integers in a common unit, so the event loop adds ints.
+
+    Every input is an exact rational; scaling by the least common multiple of their
+    denominators keeps the arithmetic exact and much faster than adding Fractions.
+    """
+
+    def __init__(self, t_f: tuple[Fraction, ...], t_b: tuple[Fraction, ...], hop: Fraction):
+        self.unit = math.lcm(*(t.denominator for t in (*t_f, *t_b, hop)))
+        self.t_f = tuple(self.count(t) for t in t_f)
+        self.t_b = tuple(self.count(t) for t in t_b)
+        self.hop = self.count(hop)
+
+    def count(self, time: Fraction) -> int:
+        return time.numerator * (self.unit // time.denominator)
+
+    def time(self, ticks: int) -> Fraction:
+        return Fraction(ticks, self.unit)
+
+
 class _Run:
     """Mutable state of one simulation; lives only inside :func:`simulate`."""
 
-    def __init__(
-        self,
-        schedule: Schedule,
-        t_f: tuple[Fraction, ...],
-        t_b: tuple[Fraction, ...],
-        t_p2p: Fraction,
-    ) -> None:
+    def __init__(self, schedule: Schedule, ticks: _Ticks) -> None:
         self.schedule = schedule
-        self.t_f, self.t_b, self.t_p2p = t_f, t_b, t_p2p
+        self.ticks = ticks
         self.next_op = [0] * schedule.p
-        self.free_at = [Fraction(0)] * schedule.p
-        self.ended: dict[OpKey, Fraction] = {}
-        self.spans: list[list[Span]] = [[] for _ in range(schedule.p)]
+        self.free_at = [0] * schedule.p
+        self.ended: dict[OpKey, int] = {}
+        self.spans: list[list[tuple[Op, int, int]]] = [[] for _ in range(schedule.p)]
         self.waiting: defaultdict[OpKey, list[int]] = defaultdict(list)
         self.blocked_on: dict[int, OpKey] = {}
 
-    def needs(self, stage: int, op: Op) -> list[tuple[OpKey, Fraction]]:
+    def needs(self, stage: int, op: Op) -> list[tuple[OpKey, int]]:
         """The ops this one waits for, each with the delay between its end and our start."""
-        deps: list[tuple[OpKey, Fraction]] = []
+        deps: list[tuple[OpKey, int]] = []
         if op.kind == "B":
             # Backward consumes the activations its own forward saved.
-            deps.append((("F", op.microbatch, stage, op.chunk), Fraction(0)))
+            deps.append((("F", op.microbatch, stage, op.chunk), 0))
         if op.recv is not None:
-            deps.append((producer_key(op.recv), self.t_p2p))
+            deps.append((producer_key(op.recv), self.ticks.hop))
         return deps
 
     def advance(self, stage: int) -> list[int]:
@@ -185,12 +199,12 @@ class _Run:
             woken.extend(self.finish(stage, op, ready))
         return woken
 
-    def finish(self, stage: int, op: Op, start: Fraction) -> list[int]:
+    def finish(self, stage: int, op: Op, start: int) -> list[int]:
         vstage = op.chunk * self.schedule.p + stage
-        end = start + (self.t_f if op.kind == "F" else self.t_b)[vstage]
+        end = start + (self.ticks.t_f if op.kind == "F" else self.ticks.t_b)[vstage]
         key = op_key(stage, op)
         self.ended[key] = end
-        self.spans[stage].append(Span(op, start, end))
+        self.spans[stage].append((op, start, end))
         self.free_at[stage] = end
         self.next_op[stage] += 1
         return self.waiting.pop(key, [])
@@ -223,7 +237,7 @@ def simulate(
     hop = _exact(t_p2p, "t_p2p")
     if hop < 0:
         raise ValueError(f"t_p2p must be non-negative, got {float(hop)}")
-    run = _Run(schedule, fwd, bwd, hop)
+    run = _Run(schedule, _Ticks(fwd, bwd, hop))
     _event_loop(run)
     return _timeline(run, links)
 
@@ -239,32 +253,30 @@ def _event_loop(run: _Run) -> None:
 
 
 def _timeline(run: _Run, links: tuple[Link, ...]) -> Timeline:
-    schedule = run.schedule
-    stages = tuple(tuple(spans) for spans in run.spans)
-    makespan = max((spans[-1].end for spans in stages if spans), default=Fraction(0))
-    busy = tuple(sum((s.end - s.start for s in spans), Fraction(0)) for spans in stages)
-    bubble = 1 - sum(busy, Fraction(0)) / (schedule.p * makespan)
+    schedule, time = run.schedule, run.ticks.time
+    makespan = max(spans[-1][2] for spans in run.spans if spans)
+    busy = [sum(end - start for _, start, end in spans) for spans in run.spans]
     return Timeline(
         schedule=schedule,
-        stages=stages,
+        stages=tuple(
+            tuple(Span(op, time(start), time(end)) for op, start, end in spans)
+            for spans in run.spans
+        ),
         messages=_messages(run, links),
-        makespan=makespan,
-        busy=busy,
-        bubble_fraction=bubble,
+        makespan=time(makespan),
+        busy=tuple(time(b) for b in busy),
+        bubble_fraction=1 - Fraction(sum(busy), schedule.p * makespan),
     )
 
 
 def _messages(run: _Run, links: tuple[Link, ...]) -> tuple[Message, ...]:
     """Pair every link's send time with the start of the op that consumed it."""
-    starts: dict[Link, Fraction] = {}
-    for spans in run.spans:
-        for span in spans:
-            if span.op.recv is not None:
-                starts[span.op.recv] = span.start
+    starts = {op.recv: start for spans in run.spans for op, start, _ in spans if op.recv}
+    time, hop = run.ticks.time, run.ticks.hop
     out = []
     for link in links:
         sent = run.ended[producer_key(link)]
-        out.append(Message(link, sent, sent + run.t_p2p, starts[link]))
+        out.append(Message(link, time(sent), time(sent + hop), time(starts[link])))
     return tuple(out)
 
 
