@@ -7,6 +7,7 @@ of nvlink_domain consecutive ranks. A TP group with stride s holds ranks r, r + 
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 
 import pytest
 from conftest import check_overlay, check_text, rules_fired, spec_text
@@ -102,7 +103,7 @@ def test_strided_groups_cross_on_two_nodes() -> None:
     }
     (finding,) = findings_of(check_overlay(overlay))
     group = group_in(finding.message)
-    assert all(b - a == 4 for a, b in zip(group, group[1:]))
+    assert all(b - a == 4 for a, b in pairwise(group))
     assert len({r // 8 for r in group}) == 2
 
 
