@@ -124,7 +124,9 @@ def tensor_in_nvlink(job: Job) -> Iterator[Violation]:
             "parallelism.order",
             f"under order {'-'.join(job.layout.order)} the TP group [{shown}] spans NVLink "
             f"domains {group[0] // domain} and {group[-1] // domain} ({domain} GPUs each)",
-            "put tp first in parallelism.order (tp-cp-dp-pp)",
+            "put tp first in parallelism.order (tp-cp-dp-pp)"
+            if _stride(job, "tp") > 1
+            else f"use a tensor degree that divides the NVLink domain of {domain} GPUs",
             ("parallelism.tensor",),
         )
 

@@ -135,11 +135,6 @@ def test_gb200_tensor_not_dividing_the_rack_straddles_it() -> None:
     assert "domains 0 and 1" in finding.message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: with tp already first in order, PLC002's fix still says 'put tp first in "
-    "parallelism.order'; the cause is tensor 48 not dividing the 72-GPU domain",
-)
 def test_gb200_straddle_with_tp_first_does_not_blame_the_order() -> None:
     overlay = {"parallelism": {"tensor": 48, "pipeline": 3, "data": 1, "zero_stage": 0}}
     (finding,) = findings_of(check_overlay(overlay, "gpt3-175b-gb200-nvl72.yaml"))
