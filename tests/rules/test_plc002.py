@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from itertools import pairwise
 
-import pytest
 from conftest import check_overlay, check_text, rules_fired, spec_text
 
 from planc.findings import FileResult, Finding, Severity
