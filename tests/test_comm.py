@@ -5,12 +5,13 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
-from conftest import job_of
 
 from planc.comm.cost import bus_factor, ring_steps, wire_bytes
 from planc.comm.schedule import link_class, schedule, wire_budget
 from planc.comm.steptime import estimate, model_flops_per_step
 from planc.load import load_text
+
+from conftest import job_of
 
 
 def test_nccl_bus_factors() -> None:

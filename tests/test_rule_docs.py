@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
-from conftest import check_overlay, rules_fired
 
 from planc.cli import main
 from planc.rules import REGISTRY, get
+
+from conftest import check_overlay, rules_fired
 
 CHECKED = [r for r in REGISTRY.values() if r.check is not None]
 

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import job_of
 
 from planc.cli import main
 from planc.comm.schedule import CommOp
 from planc.explain import comm_ops
 from planc.verify import check_collective, verify_collectives, verify_pipeline
+
+from conftest import job_of
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

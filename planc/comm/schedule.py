@@ -16,9 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
-
-import numpy as np
 
 from planc.comm.cost import call_time_s, ring_steps, wire_bytes
 from planc.job import Job, Link
@@ -68,26 +65,36 @@ def _sizes(job: Job) -> dict[str, int]:
     return {"tp": lay.t, "cp": lay.c, "dp": lay.d or 1, "pp": lay.p}
 
 
-@cache
-def _within_domain(
-    order: tuple[str, ...], sizes: tuple[int, ...], domain: int, axes: tuple[str, ...]
-) -> bool:
-    shape = tuple(reversed(sizes))  # slowest first, as a DeviceMesh
-    names = tuple(reversed(order))
-    grid = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
-    keep = [i for i, name in enumerate(names) if name not in axes]
-    move = [i for i, name in enumerate(names) if name in axes]
-    groups = grid.transpose(keep + move).reshape(-1, int(np.prod([shape[i] for i in move])))
-    domains = groups // domain
-    return bool((domains.min(axis=1) == domains.max(axis=1)).all())
+def strides(job: Job) -> dict[str, int]:
+    """Stride of each axis in the rank order (fastest first): rank = Σ coord_axis · stride_axis."""
+    sizes, out, stride = _sizes(job), {}, 1
+    for axis in job.layout.order:
+        out[axis] = stride
+        stride *= sizes[axis]
+    return out
+
+
+def within_domain(job: Job, axes: tuple[str, ...]) -> bool:
+    """Every group over `axes` stays inside one NVLink domain (D consecutive ranks).
+
+    The groups over `axes` tile "super-blocks" of σ·n ranks, σ and n the stride and size of the
+    slowest axis among them; each super-block holds whole groups. A domain boundary strictly
+    inside a super-block splits at least one group (one with members on both sides), so the
+    groups stay inside iff the world fits one domain or D is a multiple of σ·n.
+    """
+    sizes, stride = _sizes(job), strides(job)
+    present = [a for a in axes if sizes[a] > 1]
+    if not present:
+        return True
+    slowest = max(present, key=lambda a: stride[a])
+    block = stride[slowest] * sizes[slowest]
+    domain = job.cluster.nvlink_domain
+    return job.world <= domain or domain % block == 0
 
 
 def link_class(job: Job, axes: tuple[str, ...]) -> str:
     """nvlink when every group over `axes` stays inside one NVLink domain, else network."""
-    sizes = _sizes(job)
-    order = job.layout.order
-    inside = _within_domain(order, tuple(sizes[a] for a in order), job.cluster.nvlink_domain, axes)
-    return "nvlink" if inside else "network"
+    return "nvlink" if within_domain(job, axes) else "network"
 
 
 def link_of(job: Job, link: str) -> Link:

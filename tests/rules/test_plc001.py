@@ -6,9 +6,9 @@ world is 1 × 8 = 8 GPUs; tensor 2, pipeline 1, context 1, data derived.
 
 from __future__ import annotations
 
-from conftest import check_overlay, check_text, job_of, rules_fired, spec_text
-
 from planc.findings import FileResult, Finding, Severity
+
+from conftest import check_overlay, check_text, job_of, rules_fired, spec_text
 
 
 def findings_of(result: FileResult, rule: str = "PLC001") -> list[Finding]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from itertools import pairwise
 
-from conftest import check_overlay, check_text, rules_fired, spec_text
-
 from planc.findings import FileResult, Finding, Severity
+
+from conftest import check_overlay, check_text, rules_fired, spec_text
 
 
 def findings_of(result: FileResult, rule: str = "PLC002") -> list[Finding]:

@@ -7,9 +7,10 @@ ffn_hidden % tensor == 0. Base: llama3-8b on one 8-GPU node.
 from __future__ import annotations
 
 import pytest
-from conftest import check_overlay, check_text, rules_fired, spec_text
 
 from planc.findings import FileResult, Finding, Severity
+
+from conftest import check_overlay, check_text, rules_fired, spec_text
 
 
 def findings_of(result: FileResult, rule: str = "PLC003") -> list[Finding]:
