@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from planc.rules import batch, inputs, layout, memory, model
+from planc.rules import batch, inputs, layout, memory, model, perf
 from planc.rules.base import Rule, Violation
 
 _ALL: tuple[Rule, ...] = (
@@ -27,6 +27,8 @@ _ALL: tuple[Rule, ...] = (
     model.sequence_fits_positions,
     layout.context_parallel_attention,
     layout.zero_without_group,
+    perf.dp_traffic_hides,
+    perf.pp_traffic_hides,
     inputs.unreadable,
     inputs.not_text,
     inputs.too_large,

@@ -1,0 +1,100 @@
+"""Rules for configurations that are legal but slow: traffic that cannot hide behind compute."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from planc.findings import Severity
+from planc.job import GB, Job
+from planc.rules.base import Violation, rule
+
+
+@rule("PLC019", Severity.WARNING)
+def dp_traffic_hides(job: Job) -> Iterator[Violation]:
+    """Data-parallel gradient traffic hides behind backward compute.
+
+    The DP (ZeRO) gradient reduction runs on its own stream while backward computes, bucket by
+    bucket; when its α-β time on its link is longer than the step's backward compute on that
+    rank, the difference lands on the critical path every step. Slow networks, small m and
+    large Ψ_r per rank cause it. (`planc explain` shows the ops and their times.)
+
+    Passes:
+        hardware: {nodes: 8, hosts: "n{1..8}"}
+        parallelism: {tensor: 8, data: 8, zero_stage: 1}
+
+    Fails:
+        hardware: {nodes: 8, hosts: "n{1..8}", inter_node: {bandwidth_gbs: 1}}
+        parallelism: {tensor: 8, data: 8, zero_stage: 1}
+    """
+    from planc.comm.schedule import op_time_s
+    from planc.comm.steptime import stage_times
+    from planc.explain import comm_ops
+
+    if job.layout.d is None or job.m is None or job.world > 1_048_576:
+        return
+    ops = comm_ops(job)
+    times = stage_times(job, job.training.efficiency)
+    for stage, t in enumerate(times):
+        # The post-step parameter all-gather of ZeRO-1/2 does not overlap backward; count the rest.
+        dp = [
+            op
+            for op in ops
+            if op.stage == stage
+            and op.group == "dp_cp"
+            and (op.op != "all_gather" or job.layout.zero == 3)
+        ]
+        reduce_s = sum(op_time_s(job, op) for op in dp)
+        backward_s = job.m * t.backward_s
+        if reduce_s > backward_s:
+            sent = sum(op.calls * op.bytes_sent for op in dp)
+            yield Violation(
+                "parallelism.data",
+                f"stage {stage}: the DP gradient reduction ({sent / GB:.2f} GB per rank on "
+                f"{dp[0].link}) takes {reduce_s:.2f} s, longer than the {backward_s:.2f} s of backward "
+                "compute it overlaps with",
+                "raise global_batch (more micro-batches), keep DP inside NVLink, or use more "
+                "tensor/pipeline parallelism to shrink Ψ per rank",
+                ("hardware.inter_node", "training.global_batch"),
+            )
+            return
+
+
+@rule("PLC020", Severity.WARNING)
+def pp_traffic_hides(job: Job) -> Iterator[Violation]:
+    """Pipeline sends take less time than the compute of one micro-batch.
+
+    Each pipeline boundary sends one activation of [s/c, b, h] forward (and its gradient back)
+    per micro-batch. When one send takes longer than a stage's forward of one micro-batch,
+    the pipeline waits on the wire rather than on compute.
+
+    Base: llama3-70b-8x8.yaml
+
+    Passes:
+        hardware: {inter_node: {bandwidth_gbs: 50}}
+
+    Fails:
+        hardware: {inter_node: {bandwidth_gbs: 0.1}}
+    """
+    from planc.comm.schedule import op_time_s
+    from planc.comm.steptime import stage_times
+    from planc.explain import comm_ops
+
+    if job.layout.p == 1 or job.layout.d is None or job.m is None or job.world > 1_048_576:
+        return
+    times = stage_times(job, job.training.efficiency)
+    for op in comm_ops(job):
+        if op.group != "pp" or not op.calls:
+            continue
+        per_send = op_time_s(job, op) / op.calls
+        forward = times[op.stage].forward_s / job.layout.v
+        if per_send > forward:
+            yield Violation(
+                "hardware.inter_node" if op.link == "network" else "hardware.intra_node",
+                f"stage {op.stage}: one pipeline send of {op.buffer_bytes / 2**20:.1f} MiB on "
+                f"{op.link} takes {per_send * 1e3:.1f} ms, longer than the {forward * 1e3:.1f} ms "
+                "forward of a micro-batch",
+                "turn on sequence parallelism (sends shrink by t), raise micro_batch, or place "
+                "pipeline stages on a faster link",
+                ("parallelism.pipeline",),
+            )
+            return
