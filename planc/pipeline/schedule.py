@@ -130,6 +130,8 @@ def num_warmup(p: int, m: int, v: int, rank: int) -> int:
     ``p`` micro-batches, the ``2(p − r − 1)`` term covers the round trip to the last stage.
     """
     _check_sizes(p, m, v)
+    if v > 1:
+        _check_interleaved(p, m, v)
     if not 0 <= rank < p:
         raise ValueError(f"stage rank must be in 0..{p - 1}, got {rank}")
     if v == 1:
