@@ -298,10 +298,13 @@ def _stage_fragment(stage: Stage) -> str:
 
 
 def _memory_fragments(table: npt.NDArray[np.int64]) -> list[list[str]]:
-    return [
-        [_compact(dict(zip(MEMORY_FIELDS, budget, strict=True))) for budget in stage]
-        for stage in table.tolist()
-    ]
+    # Integers only, so formatting them directly is valid JSON; json.dumps per budget would
+    # dominate rendering when d·c is large.
+    def text(budget: list[int]) -> str:
+        fields = ",".join(f'"{name}":{value}' for name, value in zip(MEMORY_FIELDS, budget, strict=True))
+        return "{" + fields + "}"
+
+    return [[text(budget) for budget in stage] for stage in table.tolist()]
 
 
 def rank_lines(plan: Plan) -> list[str]:
