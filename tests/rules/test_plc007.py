@@ -1,0 +1,93 @@
+"""PLC007 memory: the heaviest rank's bytes stay under HBM × (1 − memory_headroom).
+
+Hand numbers used below (GiB = 2^30 bytes):
+- H100 SXM has 80 GiB; with memory_headroom 0.1, 80 × 0.9 = 72.00 GiB are usable.
+- llama3-8b has Ψ = 8,030,261,248 parameters (vocab 128256 = 256 × 501 needs no padding at
+  tensor 2). At tensor 2 a rank holds Ψ/2 = 4,015,130,624 of them (plus a few replicated norm
+  weights); fp32 master weights are 4 bytes each: 16,060,522,496 B = 14.96 GiB unsharded.
+- llama3-70b has Ψ = 70,553,706,496; at tensor 8 a rank holds ≥ Ψ/8. Mixed-precision Adam keeps
+  16 bytes per parameter (2 weights + 2 gradients + 4 master + 4 m + 4 v), so without ZeRO the
+  static state alone is ≥ 16 × Ψ/8 = 141,107,412,992 B = 131.42 GiB.
+"""
+
+from __future__ import annotations
+
+import re
+
+from planc.findings import FileResult, Finding, Severity
+
+from conftest import check_overlay, check_text, spec_text
+
+GIB = 2**30
+
+
+def findings_of(result: FileResult, rule: str = "PLC007") -> list[Finding]:
+    return [f for f in result.findings if f.rule == rule]
+
+
+def value_position(text: str, line: str) -> tuple[int, int]:
+    """1-based (line, column) of the value on the single line of `text` equal to `line`."""
+    lines = text.splitlines()
+    assert lines.count(line) == 1, f"{line!r} must occur once"
+    return lines.index(line) + 1, line.index(": ") + 3
+
+
+def needed_gib(message: str) -> float:
+    match = re.search(r"needs ([\d.]+) GiB", message)
+    assert match, message
+    return float(match.group(1))
+
+
+def test_the_shipped_single_node_example_fits() -> None:
+    assert findings_of(check_overlay(None)) == []
+
+
+def test_70b_on_one_node_without_zero_does_not_fit() -> None:
+    # tensor 8, pipeline 1, data 1, ZeRO 0 on one 8-GPU node: ≥ 131.42 GiB of static state.
+    overlay = {
+        "hardware": {"nodes": 1, "hosts": "gpu-{000..000}"},
+        "parallelism": {"pipeline": 1, "data": 1, "zero_stage": 0},
+    }
+    text = spec_text(overlay, "llama3-70b-8x8.yaml")
+    (finding,) = findings_of(check_text(text))
+    assert finding.field == "training.micro_batch"
+    assert finding.severity is Severity.ERROR
+    assert needed_gib(finding.message) >= 16 * 70_553_706_496 / 8 / GIB
+    assert "72.00 GiB usable" in finding.message and "80.00 GiB HBM" in finding.message
+    assert "stage 0" in finding.message and "rank 0" in finding.message
+    # The three largest terms are named; fp32 master weights are Ψ/8 × 4 B = 32.86 GiB.
+    assert "fp32 master weights 32.86 GiB" in finding.message
+    assert "zero_stage" in finding.fix
+    assert (finding.line, finding.column) == value_position(text, "  micro_batch: 1")
+
+
+def test_zero_1_is_what_makes_the_8b_example_fit() -> None:
+    # Without ZeRO the unsharded fp32 master weights (14.96 GiB), Adam m and v (14.96 GiB each)
+    # push the rank over 72 GiB; the example's zero_stage 1 shards those over data 4.
+    (finding,) = findings_of(check_overlay({"parallelism": {"zero_stage": 0}}))
+    assert "fp32 master weights 14.96 GiB" in finding.message
+    assert needed_gib(finding.message) > 72.0
+    assert findings_of(check_overlay({"parallelism": {"zero_stage": 1}})) == []
+
+
+def test_headroom_close_to_one_leaves_less_than_the_reserve() -> None:
+    # memory_headroom 0.99: 80 × 0.01 = 0.80 GiB usable, less than the 1.5 GiB CUDA reserve.
+    (finding,) = findings_of(check_overlay({"rules": {"memory_headroom": 0.99}}))
+    assert "0.80 GiB usable" in finding.message
+    assert "1 − 0.99" in finding.message
+
+
+def test_the_reserve_adds_exactly_its_size() -> None:
+    # Same spec, reserve 1.5 GiB vs 80 GiB (both fail at headroom 0.99 so the total is printed):
+    # the totals differ by 80 − 1.5 = 78.50 GiB, and the 80 GiB reserve is the largest term.
+    small = findings_of(check_overlay({"rules": {"memory_headroom": 0.99}}))[0]
+    big = findings_of(
+        check_overlay({"rules": {"memory_headroom": 0.99}, "hardware": {"reserve_gib": 80}})
+    )[0]
+    assert round(needed_gib(big.message) - needed_gib(small.message), 2) == 78.50
+    assert "largest terms: reserve 80.00 GiB" in big.message
+
+
+def test_ignoring_plc007_silences_it() -> None:
+    overlay = {"parallelism": {"zero_stage": 0}, "rules": {"ignore": ["PLC007"]}}
+    assert findings_of(check_overlay(overlay)) == []
