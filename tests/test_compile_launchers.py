@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXAMPLES, ROOT, job_of, spec_text
 from hypothesis import HealthCheck, given, settings
 from syrupy.assertion import SnapshotAssertion
 from test_compile_plan import job_from, topologies
@@ -25,6 +24,8 @@ from planc.compile import OutputError, compile_job, render_files, write_plan
 from planc.compile import write as write_module
 from planc.compile.launchers import megatron_args
 from planc.load import load_path
+
+from conftest import EXAMPLES, ROOT, job_of, spec_text
 
 SMALL = ["llama3-8b-1node.yaml", "llama3-70b-8x8.yaml", "gpt3-175b-gb200-nvl72.yaml"]
 LARGE = "gpt3-175b-1024xa100.yaml"
@@ -262,7 +263,7 @@ def test_failed_swap_restores_the_previous_plan(
         return real_rename(self, target)
 
     monkeypatch.setattr(Path, "rename", rename)
-    with pytest.raises(OSError, match="rename failed"):
+    with pytest.raises(OutputError, match="rename failed"):
         write_plan(compile_job(job_of(base="llama3-70b-8x8.yaml")), out)
     assert (out / "plan.json").read_text() == before
     assert leftovers(tmp_path) == []
@@ -296,6 +297,12 @@ def test_sigterm_midway_keeps_the_previous_plan(tmp_path: Path, small_plan: Any)
     assert done.returncode == 128 + signal.SIGTERM, done.stderr.decode()
     assert (out / "plan.json").read_text() == before
     assert leftovers(tmp_path) == []
+
+
+def test_unwritable_parent_is_an_output_error(tmp_path: Path, small_plan: Any) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputError, match="cannot write"):
+        write_plan(small_plan, tmp_path / "file" / "plan")
 
 
 def test_written_directory_is_deterministic(tmp_path: Path) -> None:

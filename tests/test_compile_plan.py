@@ -9,7 +9,6 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import EXAMPLES, ROOT, check_text, job_of, spec_text
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from syrupy.assertion import SnapshotAssertion
@@ -21,6 +20,8 @@ from planc.findings import Severity
 from planc.job import Job
 from planc.load import load_path, load_text
 from planc.memory import budget, rank_memory
+
+from conftest import EXAMPLES, ROOT, check_text, job_of, spec_text
 
 SMALL = ["llama3-8b-1node.yaml", "llama3-70b-8x8.yaml", "gpt3-175b-gb200-nvl72.yaml"]
 LARGE = "gpt3-175b-1024xa100.yaml"
@@ -173,7 +174,7 @@ AXIS_ORDERS = ["tp-cp-dp-pp", "tp-cp-pp-dp", "dp-tp-cp-pp", "cp-tp-dp-pp", "tp-d
 
 
 @st.composite
-def topologies(draw: st.DrawFn) -> str:
+def overlays(draw: st.DrawFn) -> dict[str, Any]:
     """Small specs over varied node sizes, NVLink domains, degrees and orders."""
     per_node = draw(st.sampled_from([2, 4, 8]))
     nodes = draw(st.sampled_from([1, 2, 4]))
@@ -182,7 +183,7 @@ def topologies(draw: st.DrawFn) -> str:
     world = per_node * nodes
     assume(world % (t * p * c) == 0)
     d = world // (t * p * c)
-    overlay = {
+    return {
         "model": {"preset": None, "layers": 8, "hidden": 512, "heads": 8, "vocab": 32000},
         "hardware": {"nodes": nodes, "gpus_per_node": per_node, "nvlink_domain": domain,
                      "hosts": f"n-{{000..{nodes - 1:03d}}}"},
@@ -191,7 +192,10 @@ def topologies(draw: st.DrawFn) -> str:
         "training": {"seq_len": 1024, "global_batch": d * 8 * p},
         "rules": {"ignore": ["PLC006", "PLC007", "PLC018"]},
     }
-    return spec_text(overlay)
+
+
+def topologies() -> st.SearchStrategy[str]:
+    return overlays().map(spec_text)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
@@ -227,3 +231,17 @@ def test_nvlink_rule_and_plan_agree(text: str) -> None:
     plan = compile_job(job_from(text))
     domains = plan.placement.nvlink_domain[plan.groups.tp]
     assert fired == bool((domains != domains[:, :1]).any())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(overlays(), st.sampled_from([0, 1, 2, 3]), st.sampled_from([32000, 32001, 50257]))
+def test_memory_bisection_matches_every_shard(overlay: dict[str, Any], zero: int, vocab: int) -> None:
+    """Bisecting over shard indices gives what planc.memory gives for each (pp, shard)."""
+    overlay["parallelism"]["zero_stage"] = zero
+    overlay["model"]["vocab"] = vocab
+    job = job_from(spec_text(overlay))
+    plan = compile_job(job)
+    for pp in range(job.layout.p):
+        for shard in range(plan.memory.shape[1]):
+            mem = rank_memory(job, pp, shard)
+            assert plan.memory[pp, shard].tolist() == [getattr(mem, f) for f in MEMORY_FIELDS]

@@ -16,6 +16,7 @@ import re
 
 from planc.compile.plan import Plan
 from planc.compile.ranks import AXES
+from planc.job import GIB
 
 MASTER_PORT = 29500
 TRAIN_SCRIPT = '"${PLANC_TRAIN_SCRIPT:-train.py}"'
@@ -276,10 +277,11 @@ def readme(plan: Plan) -> str:
     width = node_width(cl.nodes)
     return f"""# planc plan: {plan.job.name}
 
-{plan.world} ranks on {cl.nodes} nodes of {cl.gpus_per_node} × {cl.gpu.name}. Order
-{'-'.join(grid.order)}, fastest axis first: {degrees}. Peak memory {s.peak_memory_bytes:,} bytes
-on rank {s.peak_rank} (pipeline stage {s.peak_stage}). Written by `planc compile`: edit the
-spec and compile again rather than editing these files.
+- {plan.world} ranks: {cl.nodes} nodes × {cl.gpus_per_node} {cl.gpu.name}
+- order {'-'.join(grid.order)} (fastest axis first): {degrees}
+- peak memory {s.peak_memory_bytes:,} bytes ({s.peak_memory_bytes / GIB:.2f} of {s.hbm_bytes / GIB:.2f} GiB) on rank {s.peak_rank}, pipeline stage {s.peak_stage}
+
+Written by `planc compile`: edit the spec and compile again rather than editing these files.
 
 | file | what |
 |---|---|

@@ -8,6 +8,7 @@ ranks cost one f-string each.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from planc import __version__
 from planc.compile.groups import Groups, index_in_group, process_groups
 from planc.compile.ranks import AXES, Placement, Ranks, grid_of, place
 from planc.job import Job
+from planc.memory import budget, rank_memory
 from planc.rules.batch import bubble_fraction
 from planc.rules.layout import MAX_RANKS
 
@@ -180,8 +182,6 @@ def _stages(job: Job) -> tuple[Stage, ...]:
 
 
 def _budget_of(job: Job, pp: int, shard: int) -> tuple[int, ...]:
-    from planc.memory import rank_memory
-
     mem = rank_memory(job, pp, shard)
     return tuple(getattr(mem, name) for name in MEMORY_FIELDS)
 
@@ -217,8 +217,6 @@ def _memory_table(job: Job, shards: int) -> npt.NDArray[np.int64]:
 
 
 def _summary(job: Job, placement: Placement, shard: Ranks, table: npt.NDArray[np.int64]) -> Summary:
-    from planc.memory import budget
-
     totals = table[placement.coords["pp"], shard, MEMORY_FIELDS.index("total")]
     peak_rank = int(np.argmax(totals))  # the first rank with the largest total
     lay, m = job.layout, job.m
@@ -346,7 +344,7 @@ def plan_json(plan: Plan) -> str:
         _compact(head)[1:-1],
         f'"layout":{_compact(layout_record(plan))}',
         f'"cluster":{_compact(_cluster_record(plan))}',
-        f'"summary":{_compact(vars(plan.summary))}',
+        f'"summary":{_compact(dataclasses.asdict(plan.summary))}',
         f'"groups":{{\n{_groups_lines(plan.groups)}}}',
         '"ranks":[\n' + ",\n".join(rank_lines(plan)) + "]",
     ]

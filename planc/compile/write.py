@@ -28,7 +28,7 @@ _EXECUTABLE = (".sh", ".sbatch")
 
 
 class OutputError(ValueError):
-    """The output directory cannot be written (not a plan directory, a file, ...)."""
+    """The output directory cannot be written: not a plan directory, a file, no permission."""
 
 
 def render_files(plan: Plan) -> dict[str, str]:
@@ -143,6 +143,14 @@ def write_files(files: Mapping[str, str], out_dir: Path, force: bool = False) ->
     """Write `files` as the directory `out_dir`, atomically; return the paths written."""
     target = Path(out_dir).absolute()
     _check_target(target, force)
+    try:
+        _write_atomically(files, target)
+    except OSError as error:
+        raise OutputError(f"cannot write {out_dir}: {error.strerror or error}") from error
+    return [Path(out_dir) / name for name in files]
+
+
+def _write_atomically(files: Mapping[str, str], target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     fresh: Path | None = None
     try:
@@ -155,7 +163,6 @@ def write_files(files: Mapping[str, str], out_dir: Path, force: bool = False) ->
     finally:
         if fresh is not None and fresh.exists():
             shutil.rmtree(fresh, ignore_errors=True)
-    return [Path(out_dir) / name for name in files]
 
 
 def write_plan(plan: Plan, out_dir: Path, force: bool = False) -> list[Path]:
