@@ -332,8 +332,10 @@ def token_ids(x: LayerShape) -> int:
 
 
 def position_ids(x: LayerShape) -> int:
-    """8·s·b: the int64 position ids of a learned position embedding (Megatron passes [b, s])."""
-    return INDEX_BYTES * x.s * x.b
+    """8·s: the int64 position ids of a learned position embedding. Megatron builds them as
+    arange(s) expanded to [b, s] (training/utils.py get_ltor_masks_and_position_ids), a view of
+    s ids, which the embedding's backward keeps."""
+    return INDEX_BYTES * x.s
 
 
 def embedding_dropout_mask(x: LayerShape) -> int:
@@ -361,7 +363,13 @@ def first_stage_terms(x: LayerShape, learned_positions: bool) -> tuple[Term, ...
     ]
     if learned_positions:
         terms.append(
-            Term("position ids (int64)", "activations", position_ids(x), f"8·{x.tok}", source)
+            Term(
+                "position ids (int64)",
+                "activations",
+                position_ids(x),
+                "8·(s/c)" if "/c" in x.tok else "8·s",
+                "Megatron-LM training/utils.py get_ltor_masks_and_position_ids (arange(s) expanded)",
+            )
         )
     return tuple(term for term in terms if term.bytes)
 

@@ -1,0 +1,431 @@
+"""Check planc's activation model against what PyTorch autograd really saves for backward.
+
+    pip install torch==2.13.0          # optional extra: planc itself never imports torch
+    python validation/activations.py   # add --markdown for the table in docs/memory.md
+
+Each case is a spec planc reads and a small decoder built the same way in PyTorch on the CPU, in
+bf16 (the fp32 case in fp32), so bytes are compared as they are, with no scaling. One forward runs
+under `torch.autograd.graph.saved_tensors_hooks`; every tensor autograd saves is recorded by its
+storage, each storage once, parameters and registered buffers (causal mask, RoPE tables) left
+out. Two numbers per case:
+
+* per layer: the bytes saved while the transformer layers run, over L, against planc's per-layer
+  estimate (no parallelism, recompute none);
+* whole forward: everything saved from the token ids to the loss, against planc's activation
+  total for the single rank (p = 1, one micro-batch in flight).
+
+The models follow Megatron-LM where it differs from a plain PyTorch model, since planc models
+Megatron: eager attention expands K and V to all heads (DotProductAttention), SwiGLU is one fc1
+whose output a fused SwiGLU saves whole (fused_bias_swiglu.SwiGLUFunction), RMSNorm is a fused
+kernel saving its input and 1/rms (as Transformer Engine's and Apex's do). One informational case
+uses torchtitan's unfused SwiGLU to show what planc does not model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import yaml
+from torch import Tensor, nn
+
+from planc.load import load_text
+from planc.memory import rank_memory
+from planc.memory.activations import layer_bytes, shape_of
+
+# --- the PyTorch models ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    L: int
+    h: int
+    n: int
+    g: int
+    f: int
+    V: int
+    s: int
+    b: int
+    gpt: bool  # GPT style (LayerNorm, GeLU, biases, learned positions, tied) or Llama style
+    attention: str  # "eager" | "flash"
+    dropout: float
+    dtype: torch.dtype = torch.bfloat16
+    fused_swiglu: bool = True
+
+    @property
+    def k(self) -> int:
+        return self.h // self.n
+
+
+class FusedRMSNorm(torch.autograd.Function):
+    """RMSNorm that keeps its input and 1/rms for backward, as fused kernels do."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weight: Tensor, eps: float) -> Tensor:
+        rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return (x.float() * rstd).to(x.dtype) * weight
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None]:
+        x, weight, rstd = ctx.saved_tensors
+        xf, gf = x.float(), grad.float()
+        normed = xf * rstd
+        grad_weight = (gf * normed).sum(dim=tuple(range(grad.dim() - 1))).to(weight.dtype)
+        gn = gf * weight.float()
+        grad_x = rstd * (gn - normed * (gn * normed).mean(-1, keepdim=True))
+        return grad_x.to(x.dtype), grad_weight, None
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, h: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(h))
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = FusedRMSNorm.apply(x, self.weight, 1e-5)
+        return out
+
+
+class SwiGLUFunction(torch.autograd.Function):
+    """Megatron's fused SwiGLU: saves the fc1 output (gate and up) only, recomputes the rest."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor) -> Tensor:
+        ctx.save_for_backward(x)
+        gate, up = x.chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        gate, up = x.float().chunk(2, dim=-1)
+        sig = torch.sigmoid(gate)
+        silu = gate * sig
+        g = grad.float()
+        d_gate = g * up * sig * (1 + gate * (1 - sig))
+        return torch.cat([d_gate, g * silu], dim=-1).to(x.dtype)
+
+
+def dropout(x: Tensor, p: float) -> Tensor:
+    """Dropout as the CUDA kernel runs it (native_dropout, a bool mask kept for backward).
+
+    On the CPU, F.dropout multiplies by a mask in the input's dtype (2 bytes in bf16); on the GPU,
+    where Megatron trains, it is native_dropout with a 1-byte mask, which is what planc counts.
+    """
+    if p == 0.0:
+        return x
+    out, _ = torch.native_dropout(x, p, True)
+    return out
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat([-second, first], dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.cfg = cfg
+        bias = cfg.gpt
+        self.q = nn.Linear(cfg.h, cfg.n * cfg.k, bias=bias)
+        self.k = nn.Linear(cfg.h, cfg.g * cfg.k, bias=bias)
+        self.v = nn.Linear(cfg.h, cfg.g * cfg.k, bias=bias)
+        self.o = nn.Linear(cfg.n * cfg.k, cfg.h, bias=bias)
+        self.register_buffer("mask", torch.ones(cfg.s, cfg.s, dtype=torch.bool).triu(1), persistent=False)
+        if not cfg.gpt:
+            inv = 1.0 / (10000 ** (torch.arange(0, cfg.k, 2).float() / cfg.k))
+            angles = torch.outer(torch.arange(cfg.s).float(), inv)
+            angles = torch.cat([angles, angles], dim=-1)[None, :, None, :]
+            self.register_buffer("cos", angles.cos(), persistent=False)
+            self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def rope(self, x: Tensor) -> Tensor:
+        # x·cos + rotate(x)·sin: multiplying by constant tables saves the tables, not x.
+        return x * self.cos.to(x.dtype) + rotate_half(x) * self.sin.to(x.dtype)
+
+    def forward(self, x: Tensor) -> Tensor:
+        cfg = self.cfg
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, cfg.n, cfg.k)
+        k = self.k(x).view(b, s, cfg.g, cfg.k)
+        v = self.v(x).view(b, s, cfg.g, cfg.k)
+        if not cfg.gpt:
+            q, k = self.rope(q), self.rope(k)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if cfg.attention == "flash":
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=cfg.g != cfg.n)
+        else:
+            if cfg.g != cfg.n:  # Megatron's DotProductAttention expands K and V to n heads
+                k = k.repeat_interleave(cfg.n // cfg.g, dim=1)
+                v = v.repeat_interleave(cfg.n // cfg.g, dim=1)
+            scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(cfg.k))
+            scores = scores.masked_fill(self.mask, float("-inf"))
+            probs = dropout(torch.softmax(scores, dim=-1), cfg.dropout)
+            out = torch.matmul(probs, v)
+        out = out.transpose(1, 2).reshape(b, s, cfg.n * cfg.k)
+        return dropout(self.o(out), cfg.dropout)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.cfg = cfg
+        if cfg.gpt:
+            self.fc1 = nn.Linear(cfg.h, cfg.f, bias=True)
+        elif cfg.fused_swiglu:
+            self.fc1 = nn.Linear(cfg.h, 2 * cfg.f, bias=False)
+        else:  # torchtitan: w1 (gate), w3 (up)
+            self.w1 = nn.Linear(cfg.h, cfg.f, bias=False)
+            self.w3 = nn.Linear(cfg.h, cfg.f, bias=False)
+        self.fc2 = nn.Linear(cfg.f, cfg.h, bias=cfg.gpt)
+
+    def forward(self, x: Tensor) -> Tensor:
+        cfg = self.cfg
+        if cfg.gpt:
+            inner = F.gelu(self.fc1(x))
+        elif cfg.fused_swiglu:
+            inner = SwiGLUFunction.apply(self.fc1(x))
+        else:
+            inner = F.silu(self.w1(x)) * self.w3(x)
+        return dropout(self.fc2(inner), cfg.dropout)
+
+
+def norm(cfg: Config) -> nn.Module:
+    return nn.LayerNorm(cfg.h) if cfg.gpt else RMSNorm(cfg.h)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.norm1, self.attn, self.norm2, self.mlp = norm(cfg), Attention(cfg), norm(cfg), MLP(cfg)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class Decoder(nn.Module):
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.V, cfg.h)
+        self.pos = nn.Embedding(cfg.s, cfg.h) if cfg.gpt else None
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.L))
+        self.final = norm(cfg)
+        self.head = None if cfg.gpt else nn.Linear(cfg.h, cfg.V, bias=False)
+
+    def stem(self, ids: Tensor) -> Tensor:
+        x = self.embed(ids)
+        if self.pos is not None:
+            # Megatron: arange(s) expanded to [b, s] (a view of s ids).
+            x = x + self.pos(torch.arange(ids.shape[1]).unsqueeze(0).expand_as(ids))
+        return dropout(x, self.cfg.dropout)
+
+    def layers(self, x: Tensor) -> Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+    def loss(self, x: Tensor, targets: Tensor) -> Tensor:
+        x = self.final(x)
+        logits = F.linear(x, self.embed.weight) if self.head is None else self.head(x)
+        # Megatron runs the loss on logits.float(); the 16-bit logits are not kept.
+        return F.cross_entropy(logits.float().view(-1, self.cfg.V), targets.view(-1))
+
+
+# --- measuring ---------------------------------------------------------------------------------
+
+
+class SavedBytes:
+    """Records each storage autograd saves, once, leaving out the model's parameters and buffers."""
+
+    def __init__(self, model: nn.Module) -> None:
+        tensors = [*model.parameters(), *model.buffers()]
+        self.excluded = {t.untyped_storage().data_ptr() for t in tensors}
+        self.seen: dict[int, int] = {}
+
+    def pack(self, tensor: Tensor) -> Tensor:
+        storage = tensor.untyped_storage()
+        pointer = storage.data_ptr()
+        if pointer not in self.excluded and storage.nbytes():
+            self.seen[pointer] = storage.nbytes()
+        return tensor
+
+    @property
+    def total(self) -> int:
+        return sum(self.seen.values())
+
+    def measure(self, fn: Callable[[], Tensor]) -> tuple[Tensor, int]:
+        before = set(self.seen)
+        with torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t):
+            out = fn()
+        return out, sum(size for pointer, size in self.seen.items() if pointer not in before)
+
+
+def measure(cfg: Config, backward: bool = True) -> tuple[int, int]:
+    """(bytes saved by the layers / L, bytes saved by the whole forward) for one micro-batch.
+
+    With `backward`, the recorded graph is also run backward, to show the models are sound.
+    """
+    torch.manual_seed(0)
+    model = Decoder(cfg).to(cfg.dtype)
+    ids = torch.randint(0, cfg.V, (cfg.b, cfg.s))
+    targets = torch.randint(0, cfg.V, (cfg.b, cfg.s))
+    layers_only = SavedBytes(model)
+    x = model.stem(ids)
+    y, layer_total = layers_only.measure(lambda: model.layers(x))
+    if backward:
+        model.loss(y, targets).backward()
+
+    whole = SavedBytes(model)
+    loss, total = whole.measure(lambda: model.loss(model.layers(model.stem(ids)), targets))
+    del loss
+    return layer_total // cfg.L, total
+
+
+# --- planc's side ------------------------------------------------------------------------------
+
+
+def spec_for(cfg: Config) -> str:
+    model: dict[str, Any] = {
+        "layers": cfg.L, "hidden": cfg.h, "heads": cfg.n, "kv_heads": cfg.g, "ffn_hidden": cfg.f,
+        "vocab": cfg.V, "dropout": cfg.dropout,
+    }
+    if cfg.gpt:
+        model |= {"mlp": "gelu", "norm": "layernorm", "bias": True, "tied_embeddings": True,
+                  "position_embedding": "learned", "max_seq_len": cfg.s}
+    else:
+        model |= {"mlp": "swiglu", "norm": "rmsnorm", "bias": False, "tied_embeddings": False,
+                  "position_embedding": "rope"}
+    spec = {
+        "version": 1,
+        "name": "validation",
+        "model": model,
+        "hardware": {"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 1},
+        "training": {
+            "seq_len": cfg.s, "micro_batch": cfg.b, "global_batch": cfg.b,
+            "precision": "fp32" if cfg.dtype == torch.float32 else "bf16",
+            "recompute": "none", "attention": cfg.attention,
+        },
+    }
+    return yaml.safe_dump(spec, sort_keys=False)
+
+
+def planc_estimate(cfg: Config) -> tuple[int, int]:
+    job = load_text("validation.yaml", spec_for(cfg)).job
+    if job is None:
+        raise SystemExit(f"planc could not resolve the spec for {cfg}")
+    return layer_bytes(shape_of(job), "none"), rank_memory(job, 0).activations
+
+
+# --- the cases ---------------------------------------------------------------------------------
+
+GPT = Config(L=4, h=256, n=8, g=8, f=1024, V=4096, s=512, b=2, gpt=True, attention="eager", dropout=0.1)
+LLAMA = Config(L=4, h=256, n=8, g=2, f=640, V=4096, s=512, b=2, gpt=False, attention="flash", dropout=0.0)
+
+
+def replace(cfg: Config, **changes: Any) -> Config:
+    from dataclasses import replace as dc_replace
+
+    return dc_replace(cfg, **changes)
+
+
+CASES: tuple[tuple[str, Config, bool], ...] = (
+    ("gpt eager, dropout 0.1", GPT, True),
+    ("gpt eager, no dropout", replace(GPT, dropout=0.0), True),
+    ("gpt eager, longer sequence", replace(GPT, s=1024, b=1), True),
+    ("gpt flash (SDPA), dropout 0.1", replace(GPT, attention="flash"), True),
+    ("gpt eager, fp32", replace(GPT, dtype=torch.float32), True),
+    ("llama GQA g=2, flash (SDPA)", LLAMA, True),
+    ("llama GQA g=2, eager", replace(LLAMA, attention="eager"), True),
+    ("llama MHA, flash, h=512", replace(LLAMA, h=512, n=8, g=8, f=1344), True),
+    ("llama GQA, unfused SwiGLU (torchtitan)", replace(LLAMA, fused_swiglu=False), False),
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    case: str
+    s: int
+    b: int
+    measured_layer: int
+    planc_layer: int
+    measured_total: int
+    planc_total: int
+    modelled: bool
+
+    @staticmethod
+    def error(planc: int, measured: int) -> float:
+        return 100.0 * (planc - measured) / measured
+
+
+def run(quick: bool = False) -> list[Row]:
+    rows = []
+    for name, full, modelled in CASES:
+        cfg = replace(full, s=full.s // 4) if quick else full
+        measured_layer, measured_total = measure(cfg, backward=not quick)
+        planc_layer, planc_total = planc_estimate(cfg)
+        rows.append(Row(name, cfg.s, cfg.b, measured_layer, planc_layer, measured_total, planc_total, modelled))
+    return rows
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.3f}"
+
+
+def render(rows: list[Row], markdown: bool) -> str:
+    head = ("case", "s", "b", "layer: torch MiB", "planc MiB", "error %", "forward: torch MiB", "planc MiB", "error %")
+    body = [
+        (
+            row.case + ("" if row.modelled else " *"), str(row.s), str(row.b),
+            _mib(row.measured_layer), _mib(row.planc_layer),
+            f"{Row.error(row.planc_layer, row.measured_layer):+.2f}",
+            _mib(row.measured_total), _mib(row.planc_total),
+            f"{Row.error(row.planc_total, row.measured_total):+.2f}",
+        )
+        for row in rows
+    ]
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    else:
+        widths = [max(len(r[i]) for r in (head, *body)) for i in range(len(head))]
+        lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)) for r in (head, *body)]
+    lines.append("")
+    lines.append("MiB = 2^20 bytes; error = (planc − torch) / torch. * not modelled by planc (informational).")
+    lines.append(f"torch {torch.__version__}, CPU, bf16 unless noted; one micro-batch, no parallelism.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    parser.add_argument("--quick", action="store_true", help="sequences 4× shorter (for the test suite)")
+    parser.add_argument("--tolerance", type=float, default=10.0, help="largest |error| %% allowed")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+    rows = run(args.quick)
+    print(render(rows, args.markdown))
+    bad = [
+        row.case
+        for row in rows
+        if row.modelled
+        and max(abs(Row.error(row.planc_layer, row.measured_layer)),
+                abs(Row.error(row.planc_total, row.measured_total))) > args.tolerance
+    ]
+    if bad:
+        print(f"outside ±{args.tolerance:g} %: {', '.join(bad)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
