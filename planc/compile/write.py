@@ -54,13 +54,13 @@ def is_plan_dir(path: Path) -> bool:
     return f'"format":"{PLAN_FORMAT}"' in head
 
 
-def _check_target(target: Path, force: bool) -> None:
+def _check_target(target: Path, shown: str, force: bool) -> None:
     if target.is_symlink() or (target.exists() and not target.is_dir()):
-        raise OutputError(f"{target} exists and is not a directory; choose another output path")
+        raise OutputError(f"{shown} exists and is not a directory; choose another output path")
     if not target.exists() or force or is_plan_dir(target) or not any(target.iterdir()):
         return
     raise OutputError(
-        f"{target} exists and is not a planc plan directory (no {MARKER} file); "
+        f"{shown} exists and is not a planc plan directory (no {MARKER} file); "
         "choose another directory, or pass --force to replace it and everything in it"
     )
 
@@ -142,7 +142,7 @@ def _swap_in(fresh: Path, target: Path) -> None:
 def write_files(files: Mapping[str, str], out_dir: Path, force: bool = False) -> list[Path]:
     """Write `files` as the directory `out_dir`, atomically; return the paths written."""
     target = Path(out_dir).absolute()
-    _check_target(target, force)
+    _check_target(target, os.fspath(out_dir), force)
     try:
         _write_atomically(files, target)
     except OSError as error:
