@@ -37,10 +37,10 @@ Each line below is one of those tensors, generalised and divided the way Megatro
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from planc.job import Job, Model
-from planc.memory.params import chunk_layers, padded_vocab
+from planc.memory.params import padded_vocab, rank_chunks
 from planc.memory.terms import Term, ceil_div
 
 KORTHIKANTI = "Korthikanti et al. 2022 §4.1"
@@ -500,6 +500,8 @@ def in_flight(p: int, v: int, m: int, r: int, weights: tuple[int, ...]) -> tuple
     W = warmup(p, v, m, r)
     if m * v <= W:
         return tuple(m for _ in range(v))
+    if v == 1:
+        return (W + 1,)  # min(p − r, m)
     best = max(
         sorted(_candidates(W, p, v, m)),
         key=lambda j: (sum(w * held for w, held in zip(weights, in_flight_at(j, W, p, v, m), strict=True)), -j),
@@ -511,7 +513,7 @@ def in_flight(p: int, v: int, m: int, r: int, weights: tuple[int, ...]) -> tuple
 
 
 def _scaled(term: Term, count: int, what: str) -> Term:
-    return replace(term, bytes=term.bytes * count, formula=f"{term.formula} × {count} {what}")
+    return Term(term.name, term.component, term.bytes * count, f"{term.formula} × {count} {what}", term.source)
 
 
 def stage_activation_terms(job: Job, pp_rank: int) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
@@ -519,7 +521,7 @@ def stage_activation_terms(job: Job, pp_rank: int) -> tuple[tuple[Term, ...], tu
     lay, model = job.layout, job.model
     x = shape_of(job)
     recompute = job.training.recompute
-    chunks = chunk_layers(job)[pp_rank]
+    chunks = rank_chunks(job, pp_rank)
     first, last = pp_rank == 0, pp_rank == lay.p - 1
     per_layer = layer_bytes(x, recompute)
     head = last_stage_terms(x, model.V, lay.t) if last else ()

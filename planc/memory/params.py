@@ -117,8 +117,8 @@ def parameter_count(model: Model, vocab: int | None = None) -> ParameterCount:
     )
 
 
-def chunk_layers(job: Job) -> tuple[tuple[int, ...], ...]:
-    """Layers in each model chunk of each pipeline rank: result[r][j] for rank r, chunk j.
+def rank_chunks(job: Job, pp_rank: int) -> tuple[int, ...]:
+    """Layers in each of the v model chunks of pipeline rank `pp_rank`.
 
     Even split: p·v blocks of L/(p·v) layers, chunk j of rank r is block j·p + r (Megatron's
     interleaved assignment). `stage_layers[r]` gives rank r's layers, cut into v equal chunks.
@@ -128,13 +128,15 @@ def chunk_layers(job: Job) -> tuple[tuple[int, ...], ...]:
     lay, L = job.layout, job.model.L
     p, v = lay.p, lay.v
     if lay.stage_layers and len(lay.stage_layers) == p:
-        return tuple(
-            tuple(count // v + (1 if j < count % v else 0) for j in range(v)) for count in lay.stage_layers
-        )
+        count = lay.stage_layers[pp_rank]
+        return tuple(count // v + (1 if j < count % v else 0) for j in range(v))
     blocks = p * v
-    return tuple(
-        tuple(L // blocks + (1 if j * p + r < L % blocks else 0) for j in range(v)) for r in range(p)
-    )
+    return tuple(L // blocks + (1 if j * p + pp_rank < L % blocks else 0) for j in range(v))
+
+
+def chunk_layers(job: Job) -> tuple[tuple[int, ...], ...]:
+    """`rank_chunks` of every pipeline rank: result[r][j] for rank r, chunk j."""
+    return tuple(rank_chunks(job, r) for r in range(job.layout.p))
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,7 @@ def rank_parameters(job: Job, pp_rank: int) -> RankParameters:
     vocab_slice = padded_vocab(model.V, lay.t) // lay.t * model.h
     head = last and (not model.tied or lay.p > 1)
     return RankParameters(
-        layers=sum(chunk_layers(job)[pp_rank]),
+        layers=sum(rank_chunks(job, pp_rank)),
         per_layer=layer_parameters(model, lay.t),
         embedding=vocab_slice if first else 0,
         position=model.max_seq_len * model.h if first and model.position == "learned" else 0,

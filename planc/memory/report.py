@@ -10,7 +10,7 @@ from typing import Any
 from planc.job import GB, GIB, Job
 from planc.memory.activations import micro_batches
 from planc.memory.budget import MemoryBudget, StageBudget, shard_group
-from planc.memory.params import chunk_layers, padded_vocab
+from planc.memory.params import padded_vocab, rank_chunks
 from planc.memory.terms import COMPONENTS
 
 BAR_WIDTH = 40
@@ -49,7 +49,7 @@ def _symbols(job: Job) -> str:
 def _stage_table(job: Job, stage: StageBudget, notes: dict[str, int], peak: bool) -> list[str]:
     mem = stage.memory
     hbm, usable = job.cluster.gpu.memory_bytes, _usable(job)
-    layers = sum(chunk_layers(job)[stage.stage])
+    layers = sum(rank_chunks(job, stage.stage))
     head = (
         f"Stage {stage.stage} (rank {stage.rank}, L_r={layers} layers){'  ← peak' if peak else ''}: "
         f"{_gib(mem.total)} GiB of {_gib(hbm)} GiB HBM ({100 * mem.total / hbm:.1f} %)"
@@ -113,7 +113,7 @@ def to_json(job: Job, b: MemoryBudget) -> dict[str, Any]:
             {
                 "stage": stage.stage,
                 "rank": stage.rank,
-                "layers": sum(chunk_layers(job)[stage.stage]),
+                "layers": sum(rank_chunks(job, stage.stage)),
                 **{name: getattr(stage.memory, name) for name in COMPONENTS},
                 "total": stage.memory.total,
                 "terms": [
