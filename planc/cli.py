@@ -202,11 +202,17 @@ def compile_command(spec: str, out_dir: str, force: bool) -> None:
 
     job = _load_or_exit(spec) if not force else _load_or_exit(spec, tolerate=_ALL_MODEL_RULES)
     try:
-        written = write_plan(compile_job(job), Path(out_dir), force=force)
+        plan = compile_job(job)
+        written = write_plan(plan, Path(out_dir), force=force)
     except (OutputError, PlanError) as error:
         click.echo(f"{spec}: error: {error}", err=True)
         sys.exit(2)
-    click.echo(f"{spec}: wrote {len(written)} files to {out_dir}")
+    summary = plan.summary
+    click.echo(
+        f"{spec}: wrote {len(written)} files to {out_dir}: {summary.world_size} ranks, peak memory "
+        f"{summary.peak_memory_bytes / 2**30:.2f} GiB on rank {summary.peak_rank} (stage "
+        f"{summary.peak_stage}) of {summary.hbm_bytes / 2**30:.2f} GiB"
+    )
 
 
 _ALL_MODEL_RULES = frozenset(f"PLC{n:03d}" for n in range(1, 100))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +21,7 @@ from planc.compile.ranks import AXES, Placement, Ranks, grid_of, place
 from planc.job import Job
 from planc.memory import budget, rank_memory
 from planc.rules.batch import bubble_fraction
-from planc.rules.layout import MAX_RANKS
+from planc.rules.layout import HOST_NAME, MAX_RANKS
 
 PLAN_FORMAT = "planc-plan"
 COORDS_FORMAT = "planc-coords"
@@ -31,7 +30,6 @@ MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "buffers", 
 
 # Host names go unquoted into hostfiles, rankfiles and env files, whose formats split on blanks
 # and `=`: allow what DNS names and IP addresses use.
-_HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:-]*$")
 
 LayerRange = tuple[int, int]
 
@@ -129,7 +127,7 @@ def _check_hosts(job: Job) -> None:
         raise PlanError(f"{len(hosts)} host names for {job.cluster.nodes} nodes")
     if len(set(hosts)) != len(hosts):
         raise PlanError("host names repeat: every node needs its own name")
-    bad = next((host for host in hosts if not _HOST.match(host)), None)
+    bad = next((host for host in hosts if not HOST_NAME.match(host)), None)
     if bad is not None:
         raise PlanError(
             f"host name {bad!r} cannot go into a hostfile: use letters, digits, '.', '_', ':' "
@@ -147,7 +145,9 @@ def check_plannable(job: Job) -> None:
 # ----------------------------------------------------------------------------- stages
 
 
-def layer_ranges(L: int, p: int, v: int, given: tuple[int, ...] = ()) -> tuple[tuple[LayerRange, ...], ...]:
+def layer_ranges(
+    L: int, p: int, v: int, given: tuple[int, ...] = ()
+) -> tuple[tuple[LayerRange, ...], ...]:
     """Layer ranges of each pipeline rank, one [first, last) per model chunk.
 
     Interleaved 1F1B (Narayanan et al. 2021, §2.2) cuts the layers into p·v chunks and gives
@@ -299,7 +299,9 @@ def _memory_fragments(table: npt.NDArray[np.int64]) -> list[list[str]]:
     # Integers only, so formatting them directly is valid JSON; json.dumps per budget would
     # dominate rendering when d·c is large.
     def text(budget: list[int]) -> str:
-        fields = ",".join(f'"{name}":{value}' for name, value in zip(MEMORY_FIELDS, budget, strict=True))
+        fields = ",".join(
+            f'"{name}":{value}' for name, value in zip(MEMORY_FIELDS, budget, strict=True)
+        )
         return "{" + fields + "}"
 
     return [[text(budget) for budget in stage] for stage in table.tolist()]
@@ -313,8 +315,13 @@ def rank_lines(plan: Plan) -> list[str]:
     memory = _memory_fragments(plan.memory)
     c = pl.coords
     columns = zip(
-        pl.node.tolist(), pl.local_rank.tolist(), pl.nvlink_domain.tolist(),
-        c["tp"].tolist(), c["cp"].tolist(), c["dp"].tolist(), c["pp"].tolist(),
+        pl.node.tolist(),
+        pl.local_rank.tolist(),
+        pl.nvlink_domain.tolist(),
+        c["tp"].tolist(),
+        c["cp"].tolist(),
+        c["dp"].tolist(),
+        c["pp"].tolist(),
         plan.shard.tolist(),
         strict=True,
     )
@@ -360,7 +367,10 @@ def coords_json(plan: Plan) -> str:
         "world_size": plan.world,
         "gpus_per_node": plan.job.cluster.gpus_per_node,
         "rule": "coord[axis] = RANK // strides[axis] % degrees[axis]",
-        **{key: layout[key] for key in ("order", "degrees", "strides", "mesh_shape", "mesh_dim_names")},
+        **{
+            key: layout[key]
+            for key in ("order", "degrees", "strides", "mesh_shape", "mesh_dim_names")
+        },
         "stage_layers": layout["stage_layers"],
     }
     lines = [f"  {_compact(key)}: {_compact(value)}" for key, value in record.items()]

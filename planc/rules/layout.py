@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from planc.findings import Severity
@@ -9,6 +10,8 @@ from planc.job import Job
 from planc.rules.base import Violation, rule
 
 MAX_RANKS = 1_048_576
+# What DeepSpeed hostfiles, Open MPI rankfiles and Slurm hostfiles all accept as a host.
+HOST_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:-]*$")
 
 
 def _product(job: Job) -> int:
@@ -272,7 +275,7 @@ def topology(job: Job) -> Iterator[Violation]:
 
     An NVLink domain is either part of a node (nodes split evenly into domains) or spans whole
     nodes (GB200 NVL72: 18 trays of 4 GPUs). The host list, when given, has one distinct name
-    per node, in node order.
+    per node, in node order, each usable in a hostfile (letters, digits, '.', '_', ':', '-').
 
     Passes:
         hardware: {hosts: [gpu-a01]}
@@ -295,6 +298,13 @@ def topology(job: Job) -> Iterator[Violation]:
             "hardware.hosts",
             f"{len(cl.hosts)} host names for {cl.nodes} nodes",
             "give exactly one host name per node",
+        )
+    unusable = [h for h in cl.hosts if not HOST_NAME.match(h)]
+    if unusable:
+        yield Violation(
+            "hardware.hosts",
+            f"host name {unusable[0]!r} cannot go into a hostfile or rankfile",
+            "use letters, digits, '.', '_', ':' and '-' only",
         )
     seen: set[str] = set()
     duplicates = sorted({h for h in cl.hosts if h in seen or seen.add(h)})  # type: ignore[func-returns-value]
