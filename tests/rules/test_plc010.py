@@ -77,9 +77,9 @@ def test_plain_1f1b_has_no_such_constraint() -> None:
     assert "PLC010" not in rules_fired(check_overlay(overlay, BASE))
 
 
-def test_both_problems_at_once_on_two_stages() -> None:
-    # pipeline 2 with m = 130 / 4... m must be whole: global_batch 12, data 4: m = 3, 3 % 2 = 1.
-    # The m check only applies once pipeline > 2, so only the pipeline finding appears.
+def test_two_stages_report_the_pipeline_not_the_rounds() -> None:
+    # pipeline 2, data 4, global_batch 12: m = 12 / 4 = 3, and 3 % 2 = 1. The rounds check only
+    # means something once pipeline > 2, so the one finding is about the pipeline degree.
     overlay = {
         "parallelism": {"pipeline": 2, "data": 4, "virtual_stages": 2},
         "training": {"global_batch": 12},
