@@ -16,8 +16,10 @@ import numpy as np
 import numpy.typing as npt
 
 from planc import __version__
+from planc.comm.schedule import CommOp, WireBudget, op_time_s, wire_budget
 from planc.compile.groups import Groups, index_in_group, process_groups
 from planc.compile.ranks import AXES, Placement, Ranks, grid_of, place
+from planc.explain import comm_ops
 from planc.job import Job
 from planc.memory import budget, rank_memory
 from planc.rules.batch import bubble_fraction
@@ -75,6 +77,8 @@ class Plan:
     shard: Ranks  # optimizer shard index: position in the rank's dp_cp group
     memory: npt.NDArray[np.int64]  # (p, d·c, len(MEMORY_FIELDS)) bytes
     summary: Summary
+    communication: tuple[CommOp, ...] = ()  # the schedule of one step, per pipeline stage
+    wires: tuple[WireBudget, ...] = ()  # bytes per step per link class, per pipeline stage
 
     @property
     def world(self) -> int:
@@ -244,6 +248,7 @@ def compile_job(job: Job) -> Plan:
     groups = process_groups(grid)
     shard = index_in_group(groups.dp_cp, grid.world)
     table = _memory_table(job, groups.dp_cp.shape[1])
+    ops = comm_ops(job)
     return Plan(
         job=job,
         placement=placement,
@@ -252,6 +257,8 @@ def compile_job(job: Job) -> Plan:
         shard=shard,
         memory=table,
         summary=_summary(job, placement, shard, table),
+        communication=ops,
+        wires=wire_budget(job, ops),
     )
 
 
@@ -307,12 +314,62 @@ def _memory_fragments(table: npt.NDArray[np.int64]) -> list[list[str]]:
     return [[text(budget) for budget in stage] for stage in table.tolist()]
 
 
+def _wire_fragments(plan: Plan) -> list[str]:
+    return [
+        f'"wire":{{"nvlink_sent":{w.nvlink_sent},"nvlink_received":{w.nvlink_received},'
+        f'"network_sent":{w.network_sent},"network_received":{w.network_received}}}'
+        for w in plan.wires
+    ]
+
+
+def communication_record(plan: Plan) -> dict[str, object]:
+    """The communication schedule of one step and the pipeline's op order per stage.
+
+    `ops[]`: one entry per (stage, group kind, op): calls per step, buffer bytes per call,
+    bytes one rank sends per call (NCCL bus factor × buffer), link class and α-β seconds per
+    step. `pipeline.stages[r]`: stage r's compute ops in order as [kind, micro-batch, chunk].
+    """
+    job = plan.job
+    lay = job.layout
+    ops = [
+        {
+            "stage": op.stage,
+            "group": op.group,
+            "op": op.op,
+            "phase": op.phase,
+            "group_size": op.group_size,
+            "calls": op.calls,
+            "buffer_bytes": op.buffer_bytes,
+            "bytes_sent_per_call": op.bytes_sent,
+            "link": op.link,
+            "time_s": round(op_time_s(job, op), 9),
+        }
+        for op in plan.communication
+    ]
+    record: dict[str, object] = {"ops": ops}
+    if lay.p > 1 and job.m is not None:
+        from planc.pipeline import build_schedule
+
+        schedule = build_schedule(lay.p, job.m, lay.v)
+        record["pipeline"] = {
+            "p": lay.p,
+            "m": job.m,
+            "v": lay.v,
+            "schedule": "interleaved-1f1b" if lay.v > 1 else "1f1b",
+            "stages": [
+                [[op.kind, op.microbatch, op.chunk] for op in stage] for stage in schedule.stages
+            ],
+        }
+    return record
+
+
 def rank_lines(plan: Plan) -> list[str]:
     """One compact JSON object per rank, keys in a fixed order."""
     pl = plan.placement
     hosts = [_compact(host) for host in plan.job.cluster.hosts]
     stages = [_stage_fragment(stage) for stage in plan.stages]
     memory = _memory_fragments(plan.memory)
+    wires = _wire_fragments(plan)
     c = pl.coords
     columns = zip(
         pl.node.tolist(),
@@ -329,7 +386,7 @@ def rank_lines(plan: Plan) -> list[str]:
         f'{{"rank":{rank},"node":{node},"host":{hosts[node]},"local_rank":{local},'
         f'"rail":{local},"nvlink_domain":{domain},'
         f'"coords":{{"tp":{tp},"cp":{cp},"dp":{dp},"pp":{pp}}},{stages[pp]},'
-        f'"optimizer_shard":{shard},"memory":{memory[pp][shard]}}}'
+        f'"optimizer_shard":{shard},"memory":{memory[pp][shard]},{wires[pp]}}}'
         for rank, (node, local, domain, tp, cp, dp, pp, shard) in enumerate(columns)
     ]
 
@@ -353,6 +410,7 @@ def plan_json(plan: Plan) -> str:
         f'"cluster":{_compact(_cluster_record(plan))}',
         f'"summary":{_compact(dataclasses.asdict(plan.summary))}',
         f'"groups":{{\n{_groups_lines(plan.groups)}}}',
+        f'"communication":{_compact(communication_record(plan))}',
         '"ranks":[\n' + ",\n".join(rank_lines(plan)) + "]",
     ]
     return "{" + ",\n".join(sections) + "}\n"
