@@ -190,7 +190,13 @@ def explain(spec: str, output_format: str) -> None:
     is_flag=True,
     help="Write even when check finds errors, and overwrite a directory planc did not write.",
 )
-def compile_command(spec: str, out_dir: str, force: bool) -> None:
+@click.option(
+    "--verify",
+    "run_verify",
+    is_flag=True,
+    help="Prove the plan with the numpy collective simulator first; write nothing if it fails.",
+)
+def compile_command(spec: str, out_dir: str, force: bool, run_verify: bool) -> None:
     """Compile SPEC into plan.json, process groups and launcher files in a directory.
 
     Nothing is written when check finds an error (unless --force); the directory appears
@@ -203,6 +209,8 @@ def compile_command(spec: str, out_dir: str, force: bool) -> None:
     job = _load_or_exit(spec) if not force else _load_or_exit(spec, tolerate=_ALL_MODEL_RULES)
     try:
         plan = compile_job(job)
+        if run_verify and not _verified(job):
+            sys.exit(1)
         written = write_plan(plan, Path(out_dir), force=force)
     except (OutputError, PlanError) as error:
         click.echo(f"{spec}: error: {error}", err=True)
@@ -218,6 +226,18 @@ def compile_command(spec: str, out_dir: str, force: bool) -> None:
 _ALL_MODEL_RULES = frozenset(f"PLC{n:03d}" for n in range(1, 100))
 
 
+def _verified(job: Job) -> bool:
+    """Run the plan's collectives through the simulator, print the table, say whether all match."""
+    from planc.explain import comm_ops
+    from planc.verify import render, verify_collectives, verify_pipeline
+
+    ops = comm_ops(job)
+    checks = verify_collectives(job, ops)
+    pipe = verify_pipeline(job, ops)
+    click.echo(render(checks, pipe), nl=False)
+    return all(c.ok for c in checks) and (pipe is None or pipe.ok)
+
+
 @main.command()
 @click.argument("spec", type=click.Path(allow_dash=True))
 def verify(spec: str) -> None:
@@ -225,13 +245,5 @@ def verify(spec: str) -> None:
 
     Exit 1 on any mismatch between the simulated ring and the bytes the plan budgets.
     """
-    from planc.explain import comm_ops
-    from planc.verify import render, verify_collectives, verify_pipeline
-
     job = _load_or_exit(spec, tolerate=frozenset({"PLC006", "PLC007"}))
-    ops = comm_ops(job)
-    checks = verify_collectives(job, ops)
-    pipe = verify_pipeline(job, ops)
-    click.echo(render(checks, pipe), nl=False)
-    ok = all(c.ok for c in checks) and (pipe is None or pipe.ok)
-    sys.exit(0 if ok else 1)
+    sys.exit(0 if _verified(job) else 1)
