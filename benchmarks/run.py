@@ -1,0 +1,148 @@
+"""planc's benchmark suite: one command, ratios against baselines measured in the same run.
+
+    python benchmarks/run.py [--quick] [--json out.json]
+
+- start-up: `planc check` on one example against `check-jsonschema` validating the same file
+  against schemas/spec.schema.json, and against `yamllint` (install both with
+  `pip install -e '.[bench]'`; a missing tool is reported as such, not guessed);
+- check latency for 1 and 1,000 files in one call (pre-commit passes hundreds at once);
+- compile time, peak memory and plan size at 1k, 16k and 131k ranks (bench_compile.py);
+- verify time for the largest group shapes of the shipped examples;
+- the simulated ring all-reduce against np.sum (bench_sim.py).
+
+Targets are figures here, never timed assertions in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "llama3-8b-1node.yaml"
+SCHEMA = ROOT / "schemas" / "spec.schema.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def _tool(name: str) -> str | None:
+    """The tool next to this Python first (a venv), then on PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else shutil.which(name)
+
+
+def wall(command: list[str], repeat: int) -> float:
+    """Median wall time of a command in seconds (fresh process each time: start-up included)."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def startup(repeat: int) -> dict[str, Any]:
+    planc = _tool("planc")
+    commands = {
+        "planc check": [planc, "check", str(EXAMPLE)] if planc else None,
+        "check-jsonschema": (
+            [cjs, "--schemafile", str(SCHEMA), str(EXAMPLE)]
+            if (cjs := _tool("check-jsonschema"))
+            else None
+        ),
+        "yamllint": [yl, str(EXAMPLE)] if (yl := _tool("yamllint")) else None,
+        "python -c pass": [sys.executable, "-c", "pass"],
+    }
+    times = {name: wall(cmd, repeat) if cmd else None for name, cmd in commands.items()}
+    base = times["planc check"]
+    ratios = {
+        f"planc / {name}": base / t
+        for name, t in times.items()
+        if t and base and name != "planc check"
+    }
+    return {
+        "median_s": times,
+        "ratios": ratios,
+        "targets": {"planc / check-jsonschema": "< 1", "planc / yamllint": "≤ 1.5"},
+    }
+
+
+def many_files(count: int, repeat: int) -> dict[str, Any]:
+    """`planc check` over `count` distinct valid specs in one call."""
+    text = EXAMPLE.read_text(encoding="utf-8")
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = []
+        for i in range(count):
+            path = Path(tmp) / f"spec-{i:04d}.yaml"
+            path.write_text(
+                text.replace("name: llama3-8b-1x8xh100", f"name: job-{i}"), encoding="utf-8"
+            )
+            paths.append(str(path))
+        planc = _tool("planc") or "planc"
+        one = wall([planc, "check", paths[0]], repeat)
+        all_files = wall([planc, "check", *paths], max(1, repeat // 2))
+    return {
+        "files": count,
+        "one_file_s": one,
+        "all_files_s": all_files,
+        "per_file_ms": 1e3 * (all_files - one) / max(count - 1, 1),
+        "ratio_all_to_one": all_files / one,
+    }
+
+
+def verify_times() -> dict[str, Any]:
+    from planc.explain import comm_ops
+    from planc.load import load_path
+    from planc.verify import verify_collectives, verify_pipeline
+
+    out = {}
+    for path in sorted((ROOT / "examples").glob("*.yaml")):
+        job = load_path(str(path)).job
+        if job is None:
+            continue
+        start = time.perf_counter()
+        ops = comm_ops(job)
+        checks = verify_collectives(job, ops)
+        verify_pipeline(job, ops)
+        out[path.name] = {
+            "seconds": time.perf_counter() - start,
+            "shapes": len(checks),
+            "largest_group": max((c.group_size for c in checks), default=0),
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
+    parser.add_argument("--json", type=Path, help="also write the numbers to this file")
+    args = parser.parse_args()
+    repeat = 3 if args.quick else 9
+
+    import bench_compile
+    import bench_sim
+
+    results: dict[str, Any] = {}
+    results["startup"] = startup(repeat)
+    print("start-up (median wall seconds):", json.dumps(results["startup"], indent=2))
+    results["check_many"] = many_files(100 if args.quick else 1000, repeat)
+    print("check over many files:", json.dumps(results["check_many"], indent=2))
+    results["verify"] = verify_times()
+    print("verify:", json.dumps(results["verify"], indent=2))
+    results["compile"] = bench_compile.run(quick=args.quick)
+    print("compile:", json.dumps(results["compile"], indent=2, default=str))
+    results["sim"] = bench_sim.run(quick=args.quick)
+    print("simulated all-reduce:", json.dumps(results["sim"], indent=2, default=str))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
