@@ -513,7 +513,9 @@ def in_flight(p: int, v: int, m: int, r: int, weights: tuple[int, ...]) -> tuple
 
 
 def _scaled(term: Term, count: int, what: str) -> Term:
-    return Term(term.name, term.component, term.bytes * count, f"{term.formula} × {count} {what}", term.source)
+    """`term` × `count` (a number of micro-batches or layer-micro-batches held at the peak)."""
+    label = f"{count} {what}{'' if count == 1 else 'es'} in flight"
+    return Term(term.name, term.component, term.bytes * count, f"{term.formula} × {label}", term.source)
 
 
 def stage_activation_terms(job: Job, pp_rank: int) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
@@ -531,9 +533,9 @@ def stage_activation_terms(job: Job, pp_rank: int) -> tuple[tuple[Term, ...], tu
     weights[-1] += sum(term.bytes for term in head)
     held = in_flight(lay.p, lay.v, micro_batches(job), pp_rank, tuple(weights))
     layer_count = sum(layers * count for layers, count in zip(chunks, held, strict=True))
-    terms = [_scaled(term, layer_count, "layer-micro-batches in flight") for term in layer_terms(x, recompute)]
-    terms += [_scaled(term, held[0], "micro-batches in flight") for term in stem]
-    terms += [_scaled(term, held[-1], "micro-batches in flight") for term in head]
+    terms = [_scaled(term, layer_count, "layer-micro-batch") for term in layer_terms(x, recompute)]
+    terms += [_scaled(term, held[0], "micro-batch") for term in stem]
+    terms += [_scaled(term, held[-1], "micro-batch") for term in head]
     working = recompute_working_set(x, recompute) if sum(chunks) else 0
     if working:
         label = "one layer" if recompute == "full" else "one layer's attention core"

@@ -39,6 +39,7 @@ def _symbols(job: Job) -> str:
     mod, lay, tr = job.model, job.layout, job.training
     pairs = (
         ("L", mod.L), ("h", mod.h), ("n=a", mod.n), ("g", mod.g), ("k", mod.k), ("f", mod.f),
+        ("ν", 2 if mod.norm == "layernorm" else 1),
         ("V'", padded_vocab(mod.V, lay.t)), ("s", tr.s), ("b", tr.b), ("m", micro_batches(job)),
         ("t", lay.t), ("p", lay.p), ("v", lay.v), ("c", lay.c), ("d", lay.d),
         ("N=d·c", shard_group(job)), ("ZeRO", lay.zero),
