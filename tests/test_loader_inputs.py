@@ -242,6 +242,19 @@ def test_unclosed_bracket_is_a_located_syntax_error() -> None:
     assert finding.line == key_pos(text, "pipeline")[0]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: with libyaml (CSafeLoader), a syntax error at the end of a file without a final "
+    "newline is placed on a line that does not exist: '{' gives 2:1 (pure-Python PyYAML: 1:2)",
+)
+@pytest.mark.parametrize("text", ["{", "a: ["])
+def test_error_at_end_of_input_stays_in_the_file(text: str) -> None:
+    # The file has one line; the parser runs out of input right after its last character.
+    finding = only(check_text(text))
+    assert finding.rule == "PLC103"
+    assert where(finding) == (1, len(text) + 1)
+
+
 def test_tab_indentation_points_at_the_tab() -> None:
     text = replace_once(SPEC, "  nodes: 1", "\tnodes: 1")
     finding = only(check_text(text))
