@@ -18,7 +18,7 @@ from planc.cli import main
 from planc.findings import FileResult, Finding, Severity
 from planc.load import decode, load_path, load_text
 
-from conftest import EXAMPLES, check_text
+from conftest import EXAMPLES, check_text, job_of
 
 SPEC = (EXAMPLES / "llama3-8b-1node.yaml").read_text(encoding="utf-8")
 GOOD = EXAMPLES / "llama3-8b-1node.yaml"
@@ -852,8 +852,6 @@ def test_host_list_with_a_number() -> None:
 
 
 def test_host_pattern_expands_with_zero_padding() -> None:
-    from conftest import job_of
-
     job = job_of(
         {
             "hardware": {"nodes": 8, "hosts": "gpu-{000..007}"},
@@ -865,8 +863,6 @@ def test_host_pattern_expands_with_zero_padding() -> None:
 
 
 def test_host_pattern_without_padding() -> None:
-    from conftest import job_of
-
     job = job_of(
         {"hardware": {"nodes": 3, "hosts": "n{1..3}.dc"}, "training": {"global_batch": 60}}
     )
