@@ -185,6 +185,21 @@ def test_in_flight_matches_a_step_by_step_walk(p: int, v: int, m: int, data: st.
     assert sum(w * n for w, n in zip(weights, held, strict=True)) == simulate(p, v, m, r, weights)
 
 
+def test_in_flight_exhaustive_small_grid() -> None:
+    # Every p ≤ 5, v ≤ 3, m ≤ 15, rank and weight mix in {0, 1, 5}: including short last groups
+    # (m not a multiple of p), where the mix stops repeating (e.g. p=5, v=3, m=13, r=0).
+    import itertools
+
+    for p in range(1, 6):
+        for v in range(1, 4):
+            for m in range(1, 16):
+                for r in range(p):
+                    for weights in itertools.product((0, 1, 5), repeat=v):
+                        held = in_flight(p, v, m, r, weights)
+                        found = sum(w * n for w, n in zip(weights, held, strict=True))
+                        assert found == simulate(p, v, m, r, weights), (p, v, m, r, weights)
+
+
 @pytest.mark.parametrize(("p", "m"), [(4, 8), (4, 2), (8, 64), (1, 4)])
 def test_one_f_one_b_holds_p_minus_r(p: int, m: int) -> None:
     for r in range(p):

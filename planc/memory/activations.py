@@ -466,19 +466,26 @@ def in_flight_at(j: int, W: int, p: int, v: int, m: int) -> tuple[int, ...]:
 
 
 def _candidates(W: int, p: int, v: int, m: int) -> set[int]:
-    """Steady-state steps j where the in-flight mix can change slope: one period of the
-    chunk-boundary crossings of the forward and backward counters, the short last group, and
-    the two ends. A weighted sum of the counts is piecewise linear in j, so its maximum lies at
-    one of these points (or one step before)."""
+    """Steady-state steps j where the in-flight mix can change slope.
+
+    Each chunk's forward count changes slope when the forward counter W + 1 + j crosses a
+    multiple of N = p (a chunk boundary in a full group) or a boundary in the short last group;
+    its backward count when j does. A weighted sum of the counts is piecewise linear in j, so its
+    maximum lies at one of these points or one step before. While both counters are in full
+    groups the mix repeats every N·v steps, so one period at the start and the stretch from one
+    period before the last full group to the end cover every case.
+    """
     N, steps = p, m * v - W
     period = N * v
     full_end = (m // N) * period
     tail = m - (m // N) * N
     points = {0, steps - 1}
+    shift = (-W - 1) % N  # j ≡ shift (mod N): the forward counter is on a multiple of N
+    for low, high in ((0, period), (max(0, full_end - W - 1 - period), steps)):
+        first = low - low % N
+        for j in range(first, min(high, steps) + N, N):
+            points |= {j, j + shift}
     for c in range(v + 1):
-        for boundary in (c * N, c * N + N):
-            points.add((boundary - W - 1) % period)  # forward counter crosses a chunk boundary
-            points.add(boundary % period)  # backward counter does
         short = full_end + c * tail  # a chunk boundary inside the short last group
         points |= {short - W - 1, short}
     points |= {point - 1 for point in points}
