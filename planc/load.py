@@ -114,8 +114,10 @@ def decode(data: bytes) -> tuple[str | None, Finding | None]:
 
 
 def _line_col(data: bytes, offset: int) -> tuple[int, int]:
+    """1-based line and character (not byte) column of a byte offset."""
     line = data.count(b"\n", 0, offset) + 1
-    return line, offset - (data.rfind(b"\n", 0, offset) + 1) + 1
+    start = data.rfind(b"\n", 0, offset) + 1
+    return line, len(data[start:offset].decode("utf-8", errors="replace")) + 1
 
 
 def _empty_file() -> Finding:
@@ -271,23 +273,42 @@ def _is_union_tag(segment: Any) -> bool:
     return segment in _SCALAR_TAGS or re.fullmatch(r"[a-z_][a-z0-9_]*", segment) is None
 
 
-def _data_at(data: Any, loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...], Any]:
-    """Split a pydantic loc into (the spec path, the union tags in it, the value at the path)."""
+@dataclass(frozen=True)
+class _Loc:
+    """A pydantic loc split into the spec path, the union branch taken, and what stands there."""
+
+    path: tuple[Any, ...]
+    tag: Any  # the first union member name in the loc, or None
+    union_input: Any  # the value the union was given (where the tag stood)
+    value: Any  # the value at the path
+    key_error: bool  # the error is about a mapping key ("[key]" in the loc), not its value
+
+
+def _has(node: Any, segment: Any) -> bool:
+    if isinstance(node, dict):
+        return segment in node
+    return isinstance(node, list) and isinstance(segment, int) and 0 <= segment < len(node)
+
+
+def _data_at(data: Any, loc: tuple[Any, ...]) -> _Loc:
     path: list[Any] = []
-    tags: list[Any] = []
+    tag: Any = None
+    union_input: Any = None
+    key_error = False
     node = data
     for segment in loc:
-        if (isinstance(node, dict) and segment in node) or (
-            isinstance(node, list) and isinstance(segment, int) and 0 <= segment < len(node)
-        ):
+        if segment == "[key]":
+            key_error = True
+        elif _has(node, segment):
             node = node[segment]
+            path.append(segment)
         elif _is_union_tag(segment):
-            tags.append(segment)
-            continue
+            if tag is None:
+                tag, union_input = segment, node
         else:
             node = None  # a missing key: still part of the path
-        path.append(segment)
-    return tuple(path), tuple(tags), node
+            path.append(segment)
+    return _Loc(tuple(path), tag, union_input, node, key_error)
 
 
 def _branch_fits(tag: Any, value: Any) -> bool:
@@ -306,17 +327,23 @@ def translate(error: ValidationError, data: Any, locator: Locator) -> list[Findi
     findings: dict[tuple[str, str], Finding] = {}
     union_misses: dict[str, dict[str, Any]] = {}
     for item in error.errors(include_url=False):
-        path, tags, value = _data_at(data, tuple(item["loc"]))
-        field = dotted(path)
-        if tags and not _branch_fits(tags[0], value):
-            union_misses.setdefault(field, {"path": path, "value": value, "tags": []})[
-                "tags"
-            ].append(tags[0])
+        loc = _data_at(data, tuple(item["loc"]))
+        field = dotted(loc.path)
+        if loc.tag is not None and not _branch_fits(loc.tag, loc.union_input):
+            miss = union_misses.setdefault(
+                field, {"path": loc.path, "value": loc.value, "tags": []}
+            )
+            miss["tags"].append(loc.tag)
             continue
-        finding = _one(item, path, field, value, locator)
+        if loc.key_error:
+            finding = _bad_key(item, loc, field, locator)
+        else:
+            finding = _one(item, loc.path, field, loc.value, locator)
         findings.setdefault((finding.field, finding.rule), finding)
     for field, miss in union_misses.items():
-        if any(key[0] == field or key[0].startswith(field + ".") for key in findings):
+        if any(
+            key[0] == field or key[0].startswith((field + ".", field + "[")) for key in findings
+        ):
             continue
         at = locator.position(miss["path"])
         findings[(field, "PLC110")] = _finding(
@@ -327,6 +354,19 @@ def translate(error: ValidationError, data: Any, locator: Locator) -> list[Findi
             field,
         )
     return list(findings.values())
+
+
+def _bad_key(item: Any, loc: _Loc, field: str, locator: Locator) -> Finding:
+    key = loc.path[-1] if loc.path else "?"
+    parent = dotted(loc.path[:-1])
+    want = "look like PLC001" if item["type"] == "string_pattern_mismatch" else "be a string"
+    return _finding(
+        "PLC110",
+        locator.position(loc.path, at_key=True),
+        f"{parent} key {key!r} must {want}",
+        "use a rule id from 'planc rules'" if parent.startswith("rules.") else "",
+        field,
+    )
 
 
 def _union_words(field: str) -> str:

@@ -87,31 +87,59 @@ _FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?
 _INF = re.compile(r"^[-+]?\.(?:inf|Inf|INF)$")
 _NAN = re.compile(r"^\.(?:nan|NaN|NAN)$")
 
-# Plain scalars a YAML 1.1 reader resolves differently from YAML 1.2 core.
-_YAML11 = (
-    (re.compile(r"^(?:yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF|y|Y|n|N)$"), "the boolean {b}"),
-    (re.compile(r"^[-+]?0[0-7_]+$"), "the octal number {o}"),
-    (re.compile(r"^[-+]?0b[01_]+$"), "a binary number"),
-    (re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$"), "a base-60 number"),
-    (
-        re.compile(r"^[-+]?[0-9][0-9_]*_[0-9_]*(?:\.[0-9_]*)?$"),
-        "a number with its underscores removed",
-    ),
-    (re.compile(r"^\d{4}-\d\d?-\d\d?(?:[Tt ].*)?$"), "a date"),
-)
-_YES = {"yes", "on", "y"}
+
+def _yaml11_value(text: str) -> Any:
+    """What PyYAML (YAML 1.1, safe) makes of an untagged plain scalar."""
+    tag = yaml.resolver.Resolver().resolve(yaml.ScalarNode, text, (True, False))  # type: ignore[no-untyped-call]
+    return yaml.constructor.SafeConstructor().construct_object(yaml.ScalarNode(tag, text))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return bool(a == b)
+
+
+def _describe_yaml11(text: str, value: Any) -> str:
+    if text in _SINGLE_LETTER_BOOLS:
+        return f"the boolean {_SINGLE_LETTER_BOOLS[text]} (YAML 1.1 spec; PyYAML itself keeps a string)"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, int):
+        digits = text.replace("_", "").lstrip("+-")
+        if digits.startswith("0") and digits[1:2].isdigit():
+            return f"the octal number {value}"
+        if ":" in text:
+            return f"the base-60 number {value}"
+        if digits.startswith("0b"):
+            return f"the binary number {value}"
+        if "_" in text:
+            return f"the number {value} (underscores removed)"
+        return f"the number {value}"
+    if isinstance(value, float):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if value is None:
+        return "null"
+    return f"a {type(value).__name__}"
+
+
+# The YAML 1.1 boolean type lists y/Y/n/N; PyYAML leaves them strings, other 1.1 readers do not.
+_SINGLE_LETTER_BOOLS = {"y": "true", "Y": "true", "n": "false", "N": "false"}
 
 
 def yaml11_reading(text: str) -> str | None:
-    """How a YAML 1.1 reader would take this plain scalar, when that differs from YAML 1.2."""
-    for pattern, how in _YAML11:
-        if pattern.match(text):
-            octal = text.replace("_", "").lstrip("+-")
-            return how.format(
-                b="true" if text.lower() in _YES else "false",
-                o=f"{int(octal, 8)}" if how.startswith("the octal") and octal else "",
-            )
-    return None
+    """How a YAML 1.1 reader (PyYAML) takes this plain scalar, when YAML 1.2 core differs."""
+    if text in _SINGLE_LETTER_BOOLS:
+        return _describe_yaml11(text, text)
+    try:
+        old = _yaml11_value(text)
+    except (yaml.YAMLError, ValueError, OverflowError):
+        return "not a valid value"
+    return None if _same(old, _plain_scalar(text)) else _describe_yaml11(text, old)
 
 
 def _plain_scalar(text: str) -> Any:
@@ -303,6 +331,10 @@ def _syntax_problem(error: yaml.YAMLError, text: str) -> YamlProblem:
     line, column = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
     problem = getattr(error, "problem", None) or str(error)
     lines = text.splitlines()
+    if lines and line > len(lines):
+        # libyaml puts an error at the end of a file without a final newline on the line after
+        # it; point at the end of the last line instead, as pure-Python PyYAML does.
+        line, column = len(lines), len(lines[-1]) + 1
     source_line = lines[line - 1] if 0 < line <= len(lines) else ""
     if "\t" in source_line[: max(column, 1) + 1] or "found character '\\t'" in str(problem):
         tab = source_line.find("\t")
