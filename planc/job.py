@@ -7,8 +7,9 @@ check, compile and verify stages. Nothing here fills itself in later.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from planc.presets import gpu_preset, model_preset
 from planc.spec import MAX_NODES, GpuSpec, LinkSpec, RulesSpec, Spec
@@ -65,6 +66,28 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class NodeNames(Sequence[str]):
+    """The default host names node-0 … node-(n−1), made on demand: a spec with a million nodes
+    must not build a million strings before a rule refuses it."""
+
+    n: int
+
+    def __len__(self) -> int:
+        return self.n
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        if isinstance(index, slice):
+            return [f"node-{i}" for i in range(*index.indices(self.n))]
+        if not -self.n <= index < self.n:
+            raise IndexError(index)
+        return f"node-{index % self.n}"
+
+
+@dataclass(frozen=True)
 class Cluster:
     gpu: Gpu
     nodes: int
@@ -72,7 +95,7 @@ class Cluster:
     nvlink_domain: int
     intra: Link
     inter: Link
-    hosts: tuple[str, ...]
+    hosts: Sequence[str]  # a tuple of the spec's names, or NodeNames
     reserve_bytes: int
 
     @property
@@ -223,7 +246,7 @@ def expand_hosts(pattern: str) -> list[str] | None:
     return [f"{head}{i:0{width}d}{tail}" for i in range(low, high + 1)]
 
 
-def _hosts(spec: Spec) -> tuple[str, ...] | list[Problem]:
+def _hosts(spec: Spec) -> Sequence[str] | list[Problem]:
     hosts = spec.hardware.hosts
     nodes = spec.hardware.nodes
     if isinstance(hosts, str):
@@ -239,7 +262,7 @@ def _hosts(spec: Spec) -> tuple[str, ...] | list[Problem]:
             ]
         return tuple(expanded)
     if not hosts:
-        return tuple(f"node-{i}" for i in range(nodes))
+        return NodeNames(nodes)
     return tuple(hosts)
 
 

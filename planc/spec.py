@@ -21,6 +21,8 @@ MAX_NODES = 1_000_000
 MAX_GPUS_PER_NODE = 4096
 MAX_DEGREE = 1_048_576
 MAX_DIM = 10_000_000
+# Per-stage work (memory budgets, schedules) must stay bounded; real pipelines use ≤ 128 stages.
+MAX_STAGES = 4096
 
 
 def _orders() -> tuple[str, ...]:
@@ -166,7 +168,9 @@ class ParallelismSpec(Frozen):
     """How the model and the batch are split over the GPUs."""
 
     tensor: Degree = Field(1, description="Tensor-parallel degree t.")
-    pipeline: Degree = Field(1, description="Pipeline-parallel degree p (stages).")
+    pipeline: Annotated[StrictInt, Field(ge=1, le=MAX_STAGES)] = Field(
+        1, description="Pipeline-parallel degree p (stages), at most 4096."
+    )
     data: Degree | None = Field(
         None, description="Data-parallel degree d. Default: world / (tensor·pipeline·context)."
     )

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 
 from planc.findings import Severity
-from planc.job import Job
+from planc.job import Job, NodeNames
 from planc.rules.base import Violation, rule
 
 MAX_RANKS = 1_048_576
@@ -299,6 +299,8 @@ def topology(job: Job) -> Iterator[Violation]:
             f"{len(cl.hosts)} host names for {cl.nodes} nodes",
             "give exactly one host name per node",
         )
+    if isinstance(cl.hosts, NodeNames):
+        return  # planc's own names: one per node, distinct and usable
     unusable = [h for h in cl.hosts if not HOST_NAME.match(h)]
     if unusable:
         yield Violation(
