@@ -7,15 +7,18 @@ check, compile and verify stages. Nothing here fills itself in later.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, overload
 
 from planc.presets import gpu_preset, model_preset
-from planc.spec import MAX_NODES, GpuSpec, LinkSpec, RulesSpec, Spec
 
 GIB = 2**30
 GB = 10**9
+MAX_NODES = 1_000_000  # as planc.spec bounds hardware.nodes; kept here so check need not import it
+
+Data = Mapping[str, Any]  # a validated spec as plain data, every default filled in
 
 
 @dataclass(frozen=True)
@@ -134,13 +137,23 @@ class Training:
 
 
 @dataclass(frozen=True)
+class Rules:
+    """The spec's `rules` section."""
+
+    max_bubble: float
+    memory_headroom: float
+    ignore: tuple[str, ...]
+    severity: Mapping[str, str]
+
+
+@dataclass(frozen=True)
 class Job:
     name: str
     model: Model
     cluster: Cluster
     layout: Layout
     training: Training
-    rules: RulesSpec
+    rules: Rules
 
     @property
     def world(self) -> int:
@@ -155,8 +168,12 @@ class Job:
         return self.training.B // (self.training.b * d)
 
 
-def _model(spec: Spec) -> Model | list[Problem]:
-    given = spec.model.model_dump(exclude_none=True)
+def _given(section: Data) -> dict[str, Any]:
+    return {key: value for key, value in section.items() if value is not None}
+
+
+def _model(spec: Data) -> Model | list[Problem]:
+    given = _given(spec["model"])
     preset = given.pop("preset", None)
     base: dict[str, Any] = model_preset(preset) if preset else {}
     merged = {**base, **given}
@@ -188,25 +205,27 @@ def _model(spec: Spec) -> Model | list[Problem]:
         dropout=float(merged.get("dropout", 0.0)),
         tied=merged.get("tied_embeddings", False),
         position=merged.get("position_embedding", "rope"),
-        max_seq_len=merged.get("max_seq_len", spec.training.seq_len),
+        max_seq_len=merged.get("max_seq_len", spec["training"]["seq_len"]),
         preset=preset,
         published_parameters=base.get("parameters") if not given.keys() - {"dropout"} else None,
     )
 
 
-def _link(preset: dict[str, Any] | None, given: LinkSpec, fallback: LinkSpec | None) -> Link | None:
-    values = {**(preset or {}), **(fallback.model_dump(exclude_none=True) if fallback else {})}
-    values.update(given.model_dump(exclude_none=True))
+def _link(*layers: Data | None) -> Link | None:
+    """The first-to-last merge of link settings (preset, custom GPU, hardware section)."""
+    values: dict[str, Any] = {}
+    for layer in layers:
+        values.update(_given(layer or {}))
     if "bandwidth_gbs" not in values:
         return None
     return Link(float(values["bandwidth_gbs"]), float(values.get("latency_us", 0.0)))
 
 
-def _gpu(spec: Spec) -> tuple[Gpu, dict[str, Any]] | list[Problem]:
-    gpu = spec.hardware.gpu
-    if isinstance(gpu, GpuSpec):
-        raw: dict[str, Any] = gpu.model_dump(exclude_none=True)
-        name, source = gpu.name, "custom GPU in the spec"
+def _gpu(spec: Data) -> tuple[Gpu, dict[str, Any]] | list[Problem]:
+    gpu = spec["hardware"]["gpu"]
+    if isinstance(gpu, Mapping):
+        raw: dict[str, Any] = _given(gpu)
+        name, source = raw.get("name", "custom"), "custom GPU in the spec"
     else:
         raw = gpu_preset(gpu)
         name, source = gpu, raw["source"]
@@ -246,9 +265,9 @@ def expand_hosts(pattern: str) -> list[str] | None:
     return [f"{head}{i:0{width}d}{tail}" for i in range(low, high + 1)]
 
 
-def _hosts(spec: Spec) -> Sequence[str] | list[Problem]:
-    hosts = spec.hardware.hosts
-    nodes = spec.hardware.nodes
+def _hosts(spec: Data) -> Sequence[str] | list[Problem]:
+    hosts = spec["hardware"]["hosts"]
+    nodes = spec["hardware"]["nodes"]
     if isinstance(hosts, str):
         expanded = expand_hosts(hosts)
         if expanded is None:
@@ -266,15 +285,15 @@ def _hosts(spec: Spec) -> Sequence[str] | list[Problem]:
     return tuple(hosts)
 
 
-def _cluster(spec: Spec) -> Cluster | list[Problem]:
+def _cluster(spec: Data) -> Cluster | list[Problem]:
     gpu_result = _gpu(spec)
     if isinstance(gpu_result, list):
         return gpu_result
     gpu, raw = gpu_result
-    hw = spec.hardware
-    custom = hw.gpu if isinstance(hw.gpu, GpuSpec) else None
-    intra = _link(raw.get("intra_node"), hw.intra_node, custom.intra_node if custom else None)
-    inter = _link(raw.get("inter_node"), hw.inter_node, custom.inter_node if custom else None)
+    hw = spec["hardware"]
+    custom = hw["gpu"] if isinstance(hw["gpu"], Mapping) else {}
+    intra = _link(raw.get("intra_node"), custom.get("intra_node"), hw["intra_node"])
+    inter = _link(raw.get("inter_node"), custom.get("inter_node"), hw["inter_node"])
     problems = [
         Problem(
             "PLC109",
@@ -290,39 +309,69 @@ def _cluster(spec: Spec) -> Cluster | list[Problem]:
         problems += hosts
     if problems or intra is None or inter is None or isinstance(hosts, list):
         return problems
-    gpus_per_node = hw.gpus_per_node or raw.get("gpus_per_node") or 8
+    gpus_per_node = hw["gpus_per_node"] or raw.get("gpus_per_node") or 8
     return Cluster(
         gpu=gpu,
-        nodes=hw.nodes,
+        nodes=hw["nodes"],
         gpus_per_node=gpus_per_node,
-        nvlink_domain=hw.nvlink_domain or raw.get("nvlink_domain") or gpus_per_node,
+        nvlink_domain=hw["nvlink_domain"] or raw.get("nvlink_domain") or gpus_per_node,
         intra=intra,
         inter=inter,
         hosts=hosts,
-        reserve_bytes=round(hw.reserve_gib * GIB),
+        reserve_bytes=round(hw["reserve_gib"] * GIB),
     )
 
 
-def _layout(spec: Spec, world: int) -> Layout:
-    par = spec.parallelism
-    inner = par.tensor * par.pipeline * par.context
+def _layout(spec: Data, world: int) -> Layout:
+    par = spec["parallelism"]
+    inner = par["tensor"] * par["pipeline"] * par["context"]
     derived = world // inner if world % inner == 0 else None
     return Layout(
-        t=par.tensor,
-        p=par.pipeline,
-        d=par.data if par.data is not None else derived,
-        c=par.context,
-        v=par.virtual_stages,
-        stage_layers=tuple(par.stage_layers),
-        sp=par.sequence_parallel,
-        zero=par.zero_stage,
-        order=tuple(par.order.split("-")),
-        d_given=par.data is not None,
+        t=par["tensor"],
+        p=par["pipeline"],
+        d=par["data"] if par["data"] is not None else derived,
+        c=par["context"],
+        v=par["virtual_stages"],
+        stage_layers=tuple(par["stage_layers"]),
+        sp=par["sequence_parallel"],
+        zero=par["zero_stage"],
+        order=tuple(par["order"].split("-")),
+        d_given=par["data"] is not None,
     )
 
 
-def resolve(spec: Spec) -> Job | list[Problem]:
-    """Merge presets and defaults into a `Job`, or say what is missing."""
+def _training(spec: Data) -> Training:
+    tr = spec["training"]
+    return Training(
+        s=tr["seq_len"],
+        b=tr["micro_batch"],
+        B=tr["global_batch"],
+        precision=tr["precision"],
+        optimizer=tr["optimizer"],
+        grad_accum_fp32=tr["grad_accum_fp32"],
+        recompute=tr["recompute"],
+        attention=tr["attention"],
+        efficiency=float(tr["efficiency"]),
+        overlap_tp=tr["overlap_tp"],
+    )
+
+
+def _rules(spec: Data) -> Rules:
+    ru = spec["rules"]
+    return Rules(
+        max_bubble=float(ru["max_bubble"]),
+        memory_headroom=float(ru["memory_headroom"]),
+        ignore=tuple(ru["ignore"]),
+        severity=MappingProxyType(dict(ru["severity"])),
+    )
+
+
+def resolve(spec: Data) -> Job | list[Problem]:
+    """Merge presets and defaults into a `Job`, or say what is missing.
+
+    `spec` is a validated spec as plain data with every default filled in: `Spec.model_dump()`,
+    or the fast path's output (`planc.fastcheck`), which a property test keeps identical.
+    """
     model = _model(spec)
     cluster = _cluster(spec)
     problems = [
@@ -331,17 +380,5 @@ def resolve(spec: Spec) -> Job | list[Problem]:
     ]
     if problems or isinstance(model, list) or isinstance(cluster, list):
         return problems
-    tr = spec.training
-    training = Training(
-        s=tr.seq_len,
-        b=tr.micro_batch,
-        B=tr.global_batch,
-        precision=tr.precision,
-        optimizer=tr.optimizer,
-        grad_accum_fp32=tr.grad_accum_fp32,
-        recompute=tr.recompute,
-        attention=tr.attention,
-        efficiency=tr.efficiency,
-        overlap_tp=tr.overlap_tp,
-    )
-    return Job(spec.name, model, cluster, _layout(spec, cluster.world), training, spec.rules)
+    layout = _layout(spec, cluster.world)
+    return Job(spec["name"], model, cluster, layout, _training(spec), _rules(spec))

@@ -5,20 +5,19 @@ Every failure is a `Finding` with a rule id and a position; nothing here raises 
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from planc.findings import Finding, Severity
 from planc.job import Job, resolve
 from planc.locate import Locator, dotted
-from planc.spec import Spec
 from planc.yamlnodes import Node, compose, to_data, walk_plain_scalars, yaml11_reading
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 MAX_BYTES = 2 * 1024 * 1024
 
@@ -40,7 +39,7 @@ class Loaded:
     path: str
     findings: tuple[Finding, ...]
     locator: Locator
-    spec: Spec | None = None
+    spec: dict[str, Any] | None = None  # the validated spec as plain data, defaults filled in
     job: Job | None = None
 
 
@@ -194,6 +193,29 @@ def _yaml11(root: Node) -> list[Finding]:
     return findings
 
 
+def _validated(
+    data: Any, locator: Locator, flagged: set[str]
+) -> tuple[dict[str, Any] | None, list[Finding]]:
+    """The spec as defaulted plain data, or the findings that say why not.
+
+    The fast path (`planc.fastcheck`) accepts valid specs without importing pydantic; anything
+    it does not accept goes through the pydantic models, which decide and explain.
+    """
+    from planc.fastcheck import fast_validate
+
+    fast = fast_validate(data)
+    if fast is not None:
+        return fast, []
+    from pydantic import ValidationError
+
+    from planc.spec import Spec
+
+    try:
+        return Spec.model_validate(data).model_dump(), []
+    except ValidationError as error:
+        return None, [f for f in translate(error, data, locator) if f.field not in flagged]
+
+
 def load_text(path: str, text: str) -> Loaded:
     """Load a spec from text; `path` is only used for messages."""
     root, findings = _document(text)
@@ -201,14 +223,9 @@ def load_text(path: str, text: str) -> Loaded:
     if root is None:
         return Loaded(path, tuple(findings), locator)
     findings += _yaml11(root)
-    flagged = {f.field for f in findings}
-    data = to_data(root)
-    try:
-        spec = Spec.model_validate(data)
-    except ValidationError as error:
-        findings += [f for f in translate(error, data, locator) if f.field not in flagged]
-        return Loaded(path, tuple(findings), locator)
-    if findings:
+    spec, errors = _validated(to_data(root), locator, {f.field for f in findings})
+    findings += errors
+    if spec is None or findings:
         return Loaded(path, tuple(findings), locator, spec)
     resolved = resolve(spec)
     if isinstance(resolved, list):
@@ -440,6 +457,8 @@ def _unknown_key(path: tuple[Any, ...], field: str, locator: Locator) -> Finding
             break
     known = sorted(model.model_fields) if model is not None else []
     name = str(path[-1])
+    import difflib
+
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     parent = dotted(path[:-1]) or "the top level"
     fix = (
@@ -494,6 +513,8 @@ def _closest(value: Any, choices: list[str]) -> str | None:
     prefixed = [c for c in choices if c.startswith(value.lower()) or value.lower().startswith(c)]
     if prefixed:
         return prefixed[0]
+    import difflib
+
     close = difflib.get_close_matches(value.lower(), choices, n=1, cutoff=0.5)
     return close[0] if close else None
 

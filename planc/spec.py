@@ -154,6 +154,7 @@ class HardwareSpec(Frozen):
     )
     hosts: list[Annotated[StrictStr, Field(min_length=1, max_length=253)]] | StrictStr = Field(
         default_factory=list,
+        json_schema_extra={"default": []},
         description="Host names in node order, or a pattern such as 'gpu-{000..063}'. "
         "Default: node-0, node-1, ...",
     )
@@ -182,6 +183,7 @@ class ParallelismSpec(Frozen):
     )
     stage_layers: list[Annotated[StrictInt, Field(ge=0, le=MAX_DIM)]] = Field(
         default_factory=list,
+        json_schema_extra={"default": []},
         description="Optional uneven split: layers on each pipeline stage, first to last.",
         max_length=MAX_DEGREE,
     )
@@ -252,9 +254,13 @@ class RulesSpec(Frozen):
     memory_headroom: Fraction = Field(
         0.10, description="Fraction of HBM kept free on every rank (PLC007)."
     )
-    ignore: list[RuleId] = Field(default_factory=list, description="Rule ids not to run.")
+    ignore: list[RuleId] = Field(
+        default_factory=list, json_schema_extra={"default": []}, description="Rule ids not to run."
+    )
     severity: dict[RuleId, Literal["error", "warning", "info"]] = Field(
-        default_factory=dict, description="Severity overrides, e.g. {PLC006: warning}."
+        default_factory=dict,
+        json_schema_extra={"default": {}},
+        description="Severity overrides, e.g. {PLC006: warning}.",
     )
 
 

@@ -24,6 +24,14 @@ def test_published_schema_is_current() -> None:
     )
 
 
+def test_package_ships_the_published_schema() -> None:
+    # The fast path of `planc check` validates against the copy inside the package.
+    packaged = ROOT / "planc" / "spec.schema.json"
+    assert packaged.read_bytes() == PUBLISHED.read_bytes(), (
+        "planc/spec.schema.json differs: run `planc schema -o schemas/spec.schema.json` and copy it"
+    )
+
+
 def test_schema_snapshot(snapshot: SnapshotAssertion) -> None:
     assert json_schema() == snapshot
 

@@ -12,24 +12,34 @@ with β the per-GPU, per-direction bandwidth of the link class the group uses.
 
 from __future__ import annotations
 
-from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from planc.job import Link
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "send_recv")
 
 
+def _bus_ratio(op: str, n: int) -> tuple[int, int]:
+    """The bus factor as (numerator, denominator)."""
+    if op == "send_recv":
+        return 1, 1
+    if n <= 1:
+        return 0, 1
+    if op == "all_reduce":
+        return 2 * (n - 1), n
+    if op in ("reduce_scatter", "all_gather"):
+        return n - 1, n
+    raise ValueError(f"unknown collective {op!r}")
+
+
 def bus_factor(op: str, n: int) -> Fraction:
     """Bytes on each rank's link per byte of buffer: 2(n−1)/n, (n−1)/n, or 1 for a p2p send."""
-    if op == "send_recv":
-        return Fraction(1)
-    if n <= 1:
-        return Fraction(0)
-    if op == "all_reduce":
-        return Fraction(2 * (n - 1), n)
-    if op in ("reduce_scatter", "all_gather"):
-        return Fraction(n - 1, n)
-    raise ValueError(f"unknown collective {op!r}")
+    from fractions import Fraction
+
+    return Fraction(*_bus_ratio(op, n))
 
 
 def ring_steps(op: str, n: int) -> int:
@@ -43,8 +53,8 @@ def ring_steps(op: str, n: int) -> int:
 
 def wire_bytes(op: str, n: int, buffer_bytes: int) -> int:
     """Bytes one rank sends per call: ⌈bus_factor · buffer⌉ (whole bytes; uneven chunks round up)."""
-    factor = bus_factor(op, n) * buffer_bytes
-    return -(-factor.numerator // factor.denominator)
+    numerator, denominator = _bus_ratio(op, n)
+    return -(-numerator * buffer_bytes // denominator)
 
 
 def call_time_s(op: str, n: int, buffer_bytes: int, link: Link) -> float:

@@ -8,8 +8,8 @@ A test keeps these tuples equal to the keys of the JSON files.
 from __future__ import annotations
 
 import json
+import os
 from functools import cache
-from importlib import resources
 from typing import Any
 
 GPU_NAMES: tuple[str, ...] = (
@@ -38,7 +38,9 @@ MODEL_NAMES: tuple[str, ...] = (
 
 @cache
 def _load(name: str) -> dict[str, dict[str, Any]]:
-    text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    # A plain path beside this module: importlib.resources costs an import of zipfile at start-up.
+    with open(os.path.join(os.path.dirname(__file__), name), encoding="utf-8") as handle:
+        text = handle.read()
     data: dict[str, dict[str, Any]] = json.loads(text)
     return {key: value for key, value in data.items() if not key.startswith("_")}
 
