@@ -73,20 +73,22 @@ def _torchrun_script(plan: Plan, node: int, env_name: str) -> str:
     per = cl.gpus_per_node
     command = (
         f"torchrun --nnodes={cl.nodes} --nproc-per-node={per} --node-rank={node} "
-        f"--master-addr={cl.hosts[0]} --master-port={MASTER_PORT} {TRAIN_SCRIPT} \"$@\""
+        f'--master-addr={cl.hosts[0]} --master-port={MASTER_PORT} {TRAIN_SCRIPT} "$@"'
     )
-    return "\n".join([
-        "#!/bin/sh",
-        f"# planc: node {node} of {cl.nodes} ({cl.hosts[node]}), {_span(node * per, per)}. Run it on that host.",
-        "# Arguments go to the training script; PLANC_TRAIN_SCRIPT replaces train.py.",
-        "# The static rendezvous keeps these ranks on this node; c10d/elastic may renumber them.",
-        "set -eu",
-        "set -a",
-        f'. "$(dirname "$0")/{env_name}"',
-        "set +a",
-        f"exec {command}",
-        "",
-    ])
+    return "\n".join(
+        [
+            "#!/bin/sh",
+            f"# planc: node {node} of {cl.nodes} ({cl.hosts[node]}), {_span(node * per, per)}. Run it on that host.",
+            "# Arguments go to the training script; PLANC_TRAIN_SCRIPT replaces train.py.",
+            "# The static rendezvous keeps these ranks on this node; c10d/elastic may renumber them.",
+            "set -eu",
+            "set -a",
+            f'. "$(dirname "$0")/{env_name}"',
+            "set +a",
+            f"exec {command}",
+            "",
+        ]
+    )
 
 
 def torchrun_files(plan: Plan) -> Files:
@@ -113,28 +115,30 @@ def _sbatch(plan: Plan) -> str:
         "export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS; "
         f'exec python {TRAIN_SCRIPT} "$@"'
     )
-    return "\n".join([
-        "#!/bin/bash",
-        f"# planc: {world} tasks, one per GPU, on {cl.nodes} nodes of {cl.gpus_per_node} GPUs.",
-        "# Submit from the plan directory: sbatch slurm/job.sbatch [training arguments].",
-        "# slurm/hostfile has one host per task in rank order; --distribution=arbitrary puts task i",
-        "# on line i, so SLURM_PROCID is the planned rank. --nodelist reads slurm/nodes (a path).",
-        f"#SBATCH --job-name={_job_name(plan.job.name)}",
-        f"#SBATCH --nodes={cl.nodes}",
-        f"#SBATCH --ntasks={world}",
-        f"#SBATCH --ntasks-per-node={cl.gpus_per_node}",
-        f"#SBATCH --gpus-per-node={cl.gpus_per_node}",
-        "#SBATCH --nodelist=slurm/nodes",
-        "set -euo pipefail",
-        'plan_dir="${SLURM_SUBMIT_DIR:-$PWD}"',
-        'export SLURM_HOSTFILE="$plan_dir/slurm/hostfile"',
-        'export MASTER_ADDR="$(head -n 1 "$SLURM_HOSTFILE")"',
-        f"export MASTER_PORT={MASTER_PORT}",
-        f"export {exports}",
-        f"srun --distribution=arbitrary --ntasks={world} --kill-on-bad-exit=1 \\",
-        f"  bash -c '{task}' planc-task \"$@\"",
-        "",
-    ])
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            f"# planc: {world} tasks, one per GPU, on {cl.nodes} nodes of {cl.gpus_per_node} GPUs.",
+            "# Submit from the plan directory: sbatch slurm/job.sbatch [training arguments].",
+            "# slurm/hostfile has one host per task in rank order; --distribution=arbitrary puts task i",
+            "# on line i, so SLURM_PROCID is the planned rank. --nodelist reads slurm/nodes (a path).",
+            f"#SBATCH --job-name={_job_name(plan.job.name)}",
+            f"#SBATCH --nodes={cl.nodes}",
+            f"#SBATCH --ntasks={world}",
+            f"#SBATCH --ntasks-per-node={cl.gpus_per_node}",
+            f"#SBATCH --gpus-per-node={cl.gpus_per_node}",
+            "#SBATCH --nodelist=slurm/nodes",
+            "set -euo pipefail",
+            'plan_dir="${SLURM_SUBMIT_DIR:-$PWD}"',
+            'export SLURM_HOSTFILE="$plan_dir/slurm/hostfile"',
+            'export MASTER_ADDR="$(head -n 1 "$SLURM_HOSTFILE")"',
+            f"export MASTER_PORT={MASTER_PORT}",
+            f"export {exports}",
+            f"srun --distribution=arbitrary --ntasks={world} --kill-on-bad-exit=1 \\",
+            f"  bash -c '{task}' planc-task \"$@\"",
+            "",
+        ]
+    )
 
 
 def slurm_files(plan: Plan) -> Files:
@@ -161,7 +165,9 @@ def mpi_rankfile(plan: Plan) -> str:
     pl = plan.placement
     return "".join(
         f"rank {rank}={hosts[node]} slot={local}\n"
-        for rank, (node, local) in enumerate(zip(pl.node.tolist(), pl.local_rank.tolist(), strict=True))
+        for rank, (node, local) in enumerate(
+            zip(pl.node.tolist(), pl.local_rank.tolist(), strict=True)
+        )
     )
 
 
@@ -220,14 +226,18 @@ def megatron_args(plan: Plan) -> tuple[list[str], list[str]]:
     if lay.zero in (1, 2):
         args.append("--use-distributed-optimizer")
     elif lay.zero == 3:
-        notes.append("zero_stage 3 shards parameters: Megatron does that with FSDP "
-                     "(--use-torch-fsdp2), not with the distributed optimizer")
+        notes.append(
+            "zero_stage 3 shards parameters: Megatron does that with FSDP "
+            "(--use-torch-fsdp2), not with the distributed optimizer"
+        )
     order = "-".join(grid.order)
     if order == "tp-cp-pp-dp":
         args.append("--use-tp-pp-dp-mapping")
     elif order != "tp-cp-dp-pp":
-        notes.append(f"order {order} has no Megatron flag: pass order=\"{order}\" to "
-                     "megatron.core.parallel_state.initialize_model_parallel")
+        notes.append(
+            f'order {order} has no Megatron flag: pass order="{order}" to '
+            "megatron.core.parallel_state.initialize_model_parallel"
+        )
     return args, notes
 
 
@@ -235,13 +245,20 @@ def _pipeline_args(plan: Plan, notes: list[str]) -> list[str]:
     lay, L = plan.job.layout, plan.job.model.L
     given = lay.stage_layers
     if not given or len(set(given)) == 1:
-        return [f"--num-layers-per-virtual-pipeline-stage {L // (lay.p * lay.v)}"] if lay.v > 1 else []
+        return (
+            [f"--num-layers-per-virtual-pipeline-stage {L // (lay.p * lay.v)}"] if lay.v > 1 else []
+        )
     args = [f"--num-virtual-stages-per-pipeline-rank {lay.v}"] if lay.v > 1 else []
     if len(set(given[1:-1])) <= 1:
-        return [*args, f"--decoder-first-pipeline-num-layers {given[0]}",
-                f"--decoder-last-pipeline-num-layers {given[-1]}"]
-    notes.append(f"stage_layers {list(given)}: Megatron's first/last-stage flags only express "
-                 "splits whose middle stages are equal")
+        return [
+            *args,
+            f"--decoder-first-pipeline-num-layers {given[0]}",
+            f"--decoder-last-pipeline-num-layers {given[-1]}",
+        ]
+    notes.append(
+        f"stage_layers {list(given)}: Megatron's first/last-stage flags only express "
+        "splits whose middle stages are equal"
+    )
     return args
 
 
@@ -278,7 +295,7 @@ def readme(plan: Plan) -> str:
     return f"""# planc plan: {plan.job.name}
 
 - {plan.world} ranks: {cl.nodes} nodes × {cl.gpus_per_node} {cl.gpu.name}
-- order {'-'.join(grid.order)} (fastest axis first): {degrees}
+- order {"-".join(grid.order)} (fastest axis first): {degrees}
 - peak memory {s.peak_memory_bytes:,} bytes ({s.peak_memory_bytes / GIB:.2f} of {s.hbm_bytes / GIB:.2f} GiB) on rank {s.peak_rank}, pipeline stage {s.peak_stage}
 
 Written by `planc compile`: edit the spec and compile again rather than editing these files.
@@ -309,7 +326,7 @@ The mesh lists the axes slowest first, so its rank numbering equals planc's:
 ## Megatron-LM
 
 ```
-{' '.join(args)}
+{" ".join(args)}
 ```
 {note_text}
 ## Launch

@@ -23,7 +23,9 @@ from planc.compile.launchers import launcher_files, readme
 from planc.compile.plan import PLAN_FORMAT, Plan, coords_json, plan_json
 
 MARKER = ".planc-plan"
-MARKER_TEXT = "This directory was written by planc compile; planc replaces it on the next compile.\n"
+MARKER_TEXT = (
+    "This directory was written by planc compile; planc replaces it on the next compile.\n"
+)
 _EXECUTABLE = (".sh", ".sbatch")
 
 

@@ -114,8 +114,14 @@ def shape_of(job: Job) -> LayerShape:
     """The layer shape of `job` on any rank (all ranks of a job see the same per-layer shape)."""
     lay, tr = job.layout, job.training
     return layer_shape(
-        job.model, s=tr.s, b=tr.b, precision=tr.precision, attention=tr.attention,
-        t=lay.t, c=lay.c, sp=lay.sp,
+        job.model,
+        s=tr.s,
+        b=tr.b,
+        precision=tr.precision,
+        attention=tr.attention,
+        t=lay.t,
+        c=lay.c,
+        sp=lay.sp,
     )
 
 
@@ -267,8 +273,18 @@ LINES: tuple[Line, ...] = (
         "Dao et al. 2022, FlashAttention §3.1 (log-sum-exp saved for backward)",
         core=True,
     ),
-    Line("out-projection input", attention_output, lambda x: f"{_e(x)}·{x.tok}·n·k{x.split}", KORTHIKANTI),
-    Line("attention residual dropout mask", residual_dropout_mask, lambda x: f"{x.tok}·h{x.rep}", KORTHIKANTI),
+    Line(
+        "out-projection input",
+        attention_output,
+        lambda x: f"{_e(x)}·{x.tok}·n·k{x.split}",
+        KORTHIKANTI,
+    ),
+    Line(
+        "attention residual dropout mask",
+        residual_dropout_mask,
+        lambda x: f"{x.tok}·h{x.rep}",
+        KORTHIKANTI,
+    ),
     Line("MLP norm input", norm_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI),
     Line("fc1 input", linear_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI),
     Line(
@@ -278,7 +294,12 @@ LINES: tuple[Line, ...] = (
         KORTHIKANTI + "; SwiGLU: Megatron's fused bias_swiglu saves the fc1 output",
     ),
     Line("fc2 input", mlp_output_input, lambda x: f"{_e(x)}·{x.tok}·f{x.split}", KORTHIKANTI),
-    Line("MLP residual dropout mask", residual_dropout_mask, lambda x: f"{x.tok}·h{x.rep}", KORTHIKANTI),
+    Line(
+        "MLP residual dropout mask",
+        residual_dropout_mask,
+        lambda x: f"{x.tok}·h{x.rep}",
+        KORTHIKANTI,
+    ),
 )
 
 CHECKPOINT = Line(
@@ -391,8 +412,12 @@ def last_stage_terms(x: LayerShape, V: int, t: int) -> tuple[Term, ...]:
     backward) and the cross-entropy's fp32 softmax, 4·s·b·V'/t, plus its int64 target index and
     bool target mask. The 16-bit logits are not kept (see `logits_buffer`)."""
     return (
-        Term("final norm input", "activations", norm_input(x), f"{x.e}·{x.tok}·h{x.rep}", KORTHIKANTI),
-        Term("LM head input", "activations", linear_input(x), f"{x.e}·{x.tok}·h{x.rep}", KORTHIKANTI),
+        Term(
+            "final norm input", "activations", norm_input(x), f"{x.e}·{x.tok}·h{x.rep}", KORTHIKANTI
+        ),
+        Term(
+            "LM head input", "activations", linear_input(x), f"{x.e}·{x.tok}·h{x.rep}", KORTHIKANTI
+        ),
         Term(
             "cross-entropy softmax (fp32)",
             "activations",
@@ -461,7 +486,8 @@ def backwards_of_chunk(J: int, chunk: int, p: int, v: int, m: int) -> int:
 def in_flight_at(j: int, W: int, p: int, v: int, m: int) -> tuple[int, ...]:
     """Micro-batches of each chunk held after forward W + j and before backward j."""
     return tuple(
-        forwards_of_chunk(W + 1 + j, c, p, v, m) - backwards_of_chunk(j, c, p, v, m) for c in range(v)
+        forwards_of_chunk(W + 1 + j, c, p, v, m) - backwards_of_chunk(j, c, p, v, m)
+        for c in range(v)
     )
 
 
@@ -511,7 +537,10 @@ def in_flight(p: int, v: int, m: int, r: int, weights: tuple[int, ...]) -> tuple
         return (W + 1,)  # min(p − r, m)
     best = max(
         sorted(_candidates(W, p, v, m)),
-        key=lambda j: (sum(w * held for w, held in zip(weights, in_flight_at(j, W, p, v, m), strict=True)), -j),
+        key=lambda j: (
+            sum(w * held for w, held in zip(weights, in_flight_at(j, W, p, v, m), strict=True)),
+            -j,
+        ),
     )
     return in_flight_at(best, W, p, v, m)
 
@@ -522,7 +551,9 @@ def in_flight(p: int, v: int, m: int, r: int, weights: tuple[int, ...]) -> tuple
 def _scaled(term: Term, count: int, what: str) -> Term:
     """`term` × `count` (a number of micro-batches or layer-micro-batches held at the peak)."""
     label = f"{count} {what}{'' if count == 1 else 'es'} in flight"
-    return Term(term.name, term.component, term.bytes * count, f"{term.formula} × {label}", term.source)
+    return Term(
+        term.name, term.component, term.bytes * count, f"{term.formula} × {label}", term.source
+    )
 
 
 def stage_activation_terms(job: Job, pp_rank: int) -> tuple[tuple[Term, ...], tuple[Term, ...]]:

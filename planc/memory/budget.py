@@ -105,7 +105,9 @@ def _weight_parts(job: Job, share: RankParameters) -> tuple[tuple[str, int, str]
     )
 
 
-def _parameter_terms(job: Job, share: RankParameters, state: StateBytes, group: Group) -> tuple[Term, ...]:
+def _parameter_terms(
+    job: Job, share: RankParameters, state: StateBytes, group: Group
+) -> tuple[Term, ...]:
     terms = static_terms(share.total, state, group, _weight_parts(job, share))
     return tuple(
         Term(t.name, t.component, t.bytes, t.formula, f"{t.source}; counts: {SOURCE_PARAMS}")
@@ -129,7 +131,9 @@ def bucket_elements(N: int) -> int:
     return max(BUCKET_MIN_ELEMENTS, BUCKET_ELEMENTS_PER_RANK * N)
 
 
-def buffer_terms(job: Job, share: RankParameters, state: StateBytes, group: Group) -> tuple[Term, ...]:
+def buffer_terms(
+    job: Job, share: RankParameters, state: StateBytes, group: Group
+) -> tuple[Term, ...]:
     """Transient buffers of the static state.
 
     Up to ZeRO-1 the gradient buckets are views of the full gradient buffer (Megatron's
@@ -193,7 +197,8 @@ def rank_memory(job: Job, pp_rank: int, shard_index: int = 0) -> RankMemory:
 def budget(job: Job) -> MemoryBudget:
     """Every pipeline stage's heaviest rank, and the peak (the largest total; ties: lowest stage)."""
     stages = tuple(
-        StageBudget(stage, stage_rank(job, stage), rank_memory(job, stage)) for stage in range(job.layout.p)
+        StageBudget(stage, stage_rank(job, stage), rank_memory(job, stage))
+        for stage in range(job.layout.p)
     )
     peak = max(stages, key=lambda s: (s.memory.total, -s.stage))
     return MemoryBudget(

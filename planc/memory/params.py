@@ -39,7 +39,13 @@ class ParameterCount:
 
     @property
     def total(self) -> int:
-        return self.layers * self.per_layer + self.embedding + self.position + self.final_norm + self.lm_head
+        return (
+            self.layers * self.per_layer
+            + self.embedding
+            + self.position
+            + self.final_norm
+            + self.lm_head
+        )
 
 
 def padded_vocab(V: int, t: int) -> int:
@@ -82,7 +88,9 @@ def layer_parameters(model: Model, t: int = 1) -> int:
     attention, MLP, column-parallel biases. Replicated: the two norms and row-parallel biases.
     """
     n_t, g_t, f_t = ceil_div(model.n, t), ceil_div(model.g, t), ceil_div(model.f, t)
-    split = attention_parameters(model.h, model.k, n_t, g_t) + mlp_parameters(model.h, f_t, model.mlp)
+    split = attention_parameters(model.h, model.k, n_t, g_t) + mlp_parameters(
+        model.h, f_t, model.mlp
+    )
     replicated = 2 * norm_parameters(model)
     if model.bias:
         split += column_bias_parameters(model.k, n_t, g_t, f_t, model.mlp)

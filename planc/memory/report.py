@@ -38,11 +38,24 @@ def _usable(job: Job) -> int:
 def _symbols(job: Job) -> str:
     mod, lay, tr = job.model, job.layout, job.training
     pairs = (
-        ("L", mod.L), ("h", mod.h), ("n=a", mod.n), ("g", mod.g), ("k", mod.k), ("f", mod.f),
+        ("L", mod.L),
+        ("h", mod.h),
+        ("n=a", mod.n),
+        ("g", mod.g),
+        ("k", mod.k),
+        ("f", mod.f),
         ("ν", 2 if mod.norm == "layernorm" else 1),
-        ("V'", padded_vocab(mod.V, lay.t)), ("s", tr.s), ("b", tr.b), ("m", micro_batches(job)),
-        ("t", lay.t), ("p", lay.p), ("v", lay.v), ("c", lay.c), ("d", lay.d),
-        ("N=d·c", shard_group(job)), ("ZeRO", lay.zero),
+        ("V'", padded_vocab(mod.V, lay.t)),
+        ("s", tr.s),
+        ("b", tr.b),
+        ("m", micro_batches(job)),
+        ("t", lay.t),
+        ("p", lay.p),
+        ("v", lay.v),
+        ("c", lay.c),
+        ("d", lay.d),
+        ("N=d·c", shard_group(job)),
+        ("ZeRO", lay.zero),
     )
     return "  ".join(f"{name}={value}" for name, value in pairs)
 
@@ -57,7 +70,9 @@ def _stage_table(job: Job, stage: StageBudget, notes: dict[str, int], peak: bool
     )
     lines = [head, "  " + _bar(mem.total, hbm, usable)]
     name_width = max([len(t.name) for t in mem.terms] + [24])
-    lines.append(f"  {'term':<{name_width}}  {'component':<11} {'GiB':>9} {'share':>7}  formula [source]")
+    lines.append(
+        f"  {'term':<{name_width}}  {'component':<11} {'GiB':>9} {'share':>7}  formula [source]"
+    )
     for term in mem.terms:
         note = notes.setdefault(term.source, len(notes) + 1)
         share = 100 * term.bytes / mem.total if mem.total else 0.0

@@ -29,8 +29,12 @@ from dataclasses import dataclass
 
 from planc.memory.terms import Component, Term, shard
 
-SOURCE_SEED = "seed lesson §3 (mixed-precision Adam, 16 bytes/param; Rajbhandari et al. 2020, ZeRO §3.1)"
-SOURCE_MEGATRON_18 = "Megatron-LM docs dist_optimizer.md (bf16 params, fp32 main grads: 18 bytes/param)"
+SOURCE_SEED = (
+    "seed lesson §3 (mixed-precision Adam, 16 bytes/param; Rajbhandari et al. 2020, ZeRO §3.1)"
+)
+SOURCE_MEGATRON_18 = (
+    "Megatron-LM docs dist_optimizer.md (bf16 params, fp32 main grads: 18 bytes/param)"
+)
 SOURCE_ZERO = "Rajbhandari et al. 2020, ZeRO §5 (P_os, P_os+g, P_os+g+p); seed lesson §7"
 
 
@@ -94,7 +98,9 @@ class Group:
 SHARD_OPTIMIZER, SHARD_GRADIENTS, SHARD_WEIGHTS = 1, 2, 3
 
 
-def _term(name: str, component: Component, size: int, elements: int, formula: str, source: str) -> Term:
+def _term(
+    name: str, component: Component, size: int, elements: int, formula: str, source: str
+) -> Term:
     return Term(name, component, size * elements, formula, source)
 
 
@@ -115,7 +121,11 @@ def optimizer_bytes(psi: int, state: StateBytes, group: Group) -> int:
 
 def static_bytes(psi: int, state: StateBytes, group: Group) -> int:
     """Weights + gradients + optimizer state of one rank holding Ψ_r = `psi` parameters."""
-    return weight_bytes(psi, state, group) + gradient_bytes(psi, state, group) + optimizer_bytes(psi, state, group)
+    return (
+        weight_bytes(psi, state, group)
+        + gradient_bytes(psi, state, group)
+        + optimizer_bytes(psi, state, group)
+    )
 
 
 def gradient_terms(psi: int, state: StateBytes, group: Group) -> tuple[Term, ...]:
@@ -143,7 +153,8 @@ def optimizer_terms(psi: int, state: StateBytes, group: Group) -> tuple[Term, ..
     lines = [("fp32 master weights", state.master)] if state.master else []
     lines += [(f"{name} (fp32)", size) for name, size in state.moments]
     return tuple(
-        _term(name, "optimizer", size, elements, f"{size}·Ψ_r{suffix}", source) for name, size in lines
+        _term(name, "optimizer", size, elements, f"{size}·Ψ_r{suffix}", source)
+        for name, size in lines
     )
 
 
