@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from planc.comm.schedule import CommOp, WireBudget, op_time_s, schedule, wire_budget
+from planc.comm.schedule import CommOp, WireBudget, op_record, op_time_s, schedule, wire_budget
 from planc.comm.steptime import StepEstimate, estimate
 from planc.job import GB, GIB, Job
 from planc.memory import MemoryBudget, budget
@@ -108,22 +108,7 @@ def to_json(ex: Explanation) -> dict[str, Any]:
         "name": ex.job.name,
         "world_size": ex.job.world,
         "memory": memory_json(ex.job, ex.memory),
-        "communication": [
-            {
-                "stage": op.stage,
-                "group": op.group,
-                "op": op.op,
-                "phase": op.phase,
-                "group_size": op.group_size,
-                "calls": op.calls,
-                "buffer_bytes": op.buffer_bytes,
-                "bytes_sent_per_call": op.bytes_sent,
-                "link": op.link,
-                "time_s": op_time_s(ex.job, op),
-                "formula": op.formula,
-            }
-            for op in ex.ops
-        ],
+        "communication": [{**op_record(ex.job, op), "formula": op.formula} for op in ex.ops],
         "wire_bytes": [
             {
                 "stage": w.stage,

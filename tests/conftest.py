@@ -64,6 +64,13 @@ def job_of(overlay: dict[str, Any] | str | None = None, base: str = "llama3-8b-1
     return loaded.job
 
 
+def value_position(text: str, line: str) -> tuple[int, int]:
+    """1-based (line, column) of the value on the single line of `text` equal to `line`."""
+    lines = text.splitlines()
+    assert lines.count(line) == 1, f"{line!r} must occur once"
+    return lines.index(line) + 1, line.index(": ") + 3
+
+
 @pytest.fixture
 def examples_dir() -> Path:
     return EXAMPLES

@@ -353,6 +353,23 @@ def op_time_s(job: Job, op: CommOp) -> float:
     return op.calls * call_time_s(op.op, op.group_size, op.buffer_bytes, link_of(job, op.link))
 
 
+def op_record(job: Job, op: CommOp) -> dict[str, object]:
+    """One op as plain data (plan.json and `planc explain --format json`)."""
+    return {
+        "stage": op.stage,
+        "group": op.group,
+        "op": op.op,
+        "phase": op.phase,
+        "group_size": op.group_size,
+        "calls": op.calls,
+        "buffer_bytes": op.buffer_bytes,
+        "bytes_sent_per_call": op.bytes_sent,
+        "link": op.link,
+        # Rounded so the plan's bytes do not depend on the last bits of a float division.
+        "time_s": round(op_time_s(job, op), 9),
+    }
+
+
 @dataclass(frozen=True)
 class WireBudget:
     """Bytes one rank of a stage sends and receives per step on each link class."""

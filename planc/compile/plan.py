@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from planc import __version__
-from planc.comm.schedule import CommOp, WireBudget, op_time_s, wire_budget
+from planc.comm.schedule import CommOp, WireBudget, op_record, wire_budget
 from planc.compile.groups import Groups, index_in_group, process_groups
 from planc.compile.ranks import AXES, Placement, Ranks, grid_of, place
 from planc.explain import comm_ops
@@ -331,21 +331,7 @@ def communication_record(plan: Plan) -> dict[str, object]:
     """
     job = plan.job
     lay = job.layout
-    ops = [
-        {
-            "stage": op.stage,
-            "group": op.group,
-            "op": op.op,
-            "phase": op.phase,
-            "group_size": op.group_size,
-            "calls": op.calls,
-            "buffer_bytes": op.buffer_bytes,
-            "bytes_sent_per_call": op.bytes_sent,
-            "link": op.link,
-            "time_s": round(op_time_s(job, op), 9),
-        }
-        for op in plan.communication
-    ]
+    ops = [op_record(job, op) for op in plan.communication]
     record: dict[str, object] = {"ops": ops}
     if lay.p > 1 and job.m is not None:
         from planc.pipeline import build_schedule

@@ -16,20 +16,13 @@ import re
 
 from planc.findings import FileResult, Finding, Severity
 
-from conftest import check_overlay, check_text, spec_text
+from conftest import check_overlay, check_text, spec_text, value_position
 
 GIB = 2**30
 
 
 def findings_of(result: FileResult, rule: str = "PLC007") -> list[Finding]:
     return [f for f in result.findings if f.rule == rule]
-
-
-def value_position(text: str, line: str) -> tuple[int, int]:
-    """1-based (line, column) of the value on the single line of `text` equal to `line`."""
-    lines = text.splitlines()
-    assert lines.count(line) == 1, f"{line!r} must occur once"
-    return lines.index(line) + 1, line.index(": ") + 3
 
 
 def needed_gib(message: str) -> float:

@@ -6,18 +6,11 @@ import pytest
 
 from planc.findings import FileResult, Finding, Severity
 
-from conftest import check_overlay, check_text, spec_text
+from conftest import check_overlay, check_text, spec_text, value_position
 
 
 def findings_of(result: FileResult, rule: str = "PLC011") -> list[Finding]:
     return [f for f in result.findings if f.rule == rule]
-
-
-def value_position(text: str, line: str) -> tuple[int, int]:
-    """1-based (line, column) of the value on the single line of `text` equal to `line`."""
-    lines = text.splitlines()
-    assert lines.count(line) == 1, f"{line!r} must occur once"
-    return lines.index(line) + 1, line.index(": ") + 3
 
 
 BASE = "llama3-70b-8x8.yaml"
