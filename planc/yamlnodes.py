@@ -326,6 +326,27 @@ def _events(text: str) -> Iterator[yaml.Event]:
     return events
 
 
+def _flow_depth_position(text: str, depth: int) -> tuple[int, int] | None:
+    """1-based position of the bracket that opens flow level `depth` (quotes and comments skipped)."""
+    level = 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        quote = ""
+        for column, char in enumerate(line, start=1):
+            if quote:
+                quote = "" if char == quote else quote
+            elif char in "'\"":
+                quote = char
+            elif char == "#" and (column == 1 or line[column - 2] in " \t"):
+                break
+            elif char in "[{":
+                level += 1
+                if level == depth:
+                    return number, column
+            elif char in "]}":
+                level -= 1
+    return None
+
+
 def _syntax_problem(error: yaml.YAMLError, text: str) -> YamlProblem:
     mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
     line, column = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
@@ -344,6 +365,14 @@ def _syntax_problem(error: yaml.YAMLError, text: str) -> YamlProblem:
             tab + 1 if tab >= 0 else column,
             "a tab character is used for indentation; YAML allows only spaces",
             "replace the tab with spaces",
+        )
+    if "nesting depth" in str(problem):
+        # libyaml ≥ 0.2.6 (PyYAML 6.0.4 wheels) stops deep flow nesting itself while scanning
+        # ahead; report where the nesting passes planc's limit, as the composer does without it
+        # (the top-level mapping is the first of the MAX_DEPTH levels).
+        line, column = _flow_depth_position(text, MAX_DEPTH) or (line, column)
+        return YamlProblem(
+            "depth", line, column, f"nesting deeper than {MAX_DEPTH} levels", "flatten the document"
         )
     context = getattr(error, "context", None)
     detail = f"{context}, {problem}" if context else str(problem)
