@@ -5,6 +5,7 @@ Every failure is a `Finding` with a rule id and a position; nothing here raises 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import sys
@@ -216,9 +217,21 @@ def _validated(
         return None, [f for f in translate(error, data, locator) if f.field not in flagged]
 
 
+# What YAML (and libyaml's marks) count as line breaks; CRLF was folded to LF on reading.
+_YAML_LINE_BREAKS = ("\n", "\r", "\x85", "\u2028", "\u2029")
+
+
+def _within(text: str, findings: list[Finding]) -> list[Finding]:
+    """Keep every position inside the file: an empty node at the very end of the input is marked
+    on a line after the last one."""
+    last = 1 + sum(text.count(br) for br in _YAML_LINE_BREAKS)
+    return [f if f.line <= last else dataclasses.replace(f, line=last, column=1) for f in findings]
+
+
 def load_text(path: str, text: str) -> Loaded:
     """Load a spec from text; `path` is only used for messages."""
     root, findings = _document(text)
+    findings = _within(text, findings)
     locator = Locator(root)
     if root is None:
         return Loaded(path, tuple(findings), locator)
