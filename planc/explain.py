@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from planc.comm.schedule import CommOp, WireBudget, op_record, op_time_s, schedule, wire_budget
-from planc.comm.steptime import StepEstimate, estimate
+from planc.comm.steptime import SimulatedPipeline, StepEstimate, estimate, simulate_pipeline
 from planc.job import GB, GIB, Job
 from planc.memory import MemoryBudget, budget
 from planc.memory.params import rank_parameters
@@ -25,6 +25,7 @@ class Explanation:
     wires: tuple[WireBudget, ...]
     step: StepEstimate
     bubble: float
+    simulated: SimulatedPipeline | None
 
 
 def comm_ops(job: Job) -> tuple[CommOp, ...]:
@@ -42,6 +43,7 @@ def explain(job: Job) -> Explanation:
         wires=wire_budget(job, ops),
         step=estimate(job, ops, job.training.efficiency, job.training.overlap_tp),
         bubble=bubble_fraction(job.layout.p, job.m or 1, job.layout.v),
+        simulated=simulate_pipeline(job, ops, job.training.efficiency, job.training.overlap_tp),
     )
 
 
@@ -88,7 +90,7 @@ def render_text(ex: Explanation) -> str:
     total = step.step_time_s
     lines += [
         "",
-        f"pipeline bubble: (p − 1)/(v·m + p − 1) = {ex.bubble:.2%}",
+        f"pipeline bubble: (p − 1)/(v·m + p − 1) = {ex.bubble:.2%}" + _simulated_line(ex),
         f"estimated step time: {total:.2f} s at {job.training.efficiency:.0%} of peak "
         f"({job.cluster.gpu.bf16_tflops:g} TFLOPS)",
         f"  compute (incl. exposed TP): {step.compute_s:8.2f} s ({step.compute_s / total:5.1%})",
@@ -98,6 +100,16 @@ def render_text(ex: Explanation) -> str:
         "(model FLOPs, no causal discount, no recompute)",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _simulated_line(ex: Explanation) -> str:
+    sim = ex.simulated
+    if sim is None:
+        return ""
+    return (
+        f"; simulated with each stage's own times ({sim.ops:,} ops, p2p included): "
+        f"{sim.bubble_fraction:.2%}, pipeline {sim.makespan_s:.2f} s"
+    )
 
 
 def to_json(ex: Explanation) -> dict[str, Any]:
@@ -120,6 +132,13 @@ def to_json(ex: Explanation) -> dict[str, Any]:
             for w in ex.wires
         ],
         "bubble_fraction": ex.bubble,
+        "simulated_pipeline": None
+        if ex.simulated is None
+        else {
+            "makespan_s": ex.simulated.makespan_s,
+            "bubble_fraction": ex.simulated.bubble_fraction,
+            "ops": ex.simulated.ops,
+        },
         "step": {
             "step_time_s": step.step_time_s,
             "compute_s": step.compute_s,

@@ -139,3 +139,28 @@ def test_step_time_against_table5(
     measured = full if mode == "full" else seqsel
     step = estimate(job, schedule(job, [0] * p)).step_time_s
     assert abs(step - measured) / measured < TOLERANCE
+
+
+def test_simulated_pipeline_is_bounded_by_the_slowest_stage() -> None:
+    from planc.comm.steptime import simulate_pipeline, stage_times
+    from planc.explain import comm_ops
+    from planc.rules.batch import bubble_fraction
+
+    job = job_of(None, "llama3-70b-8x8.yaml")
+    ops = comm_ops(job)
+    sim = simulate_pipeline(job, ops, overlap_tp=True)
+    assert sim is not None and sim.ops == 2 * 4 * 256
+    times = stage_times(job, 0.5)
+    slowest = max(t.forward_s + t.backward_s for t in times)
+    # The slowest stage must run all m micro-batches, and everything waits for it to fill.
+    assert sim.makespan_s >= 256 * slowest
+    # Unequal stages (embedding first, LM head last) only add idle time to the closed form.
+    assert sim.bubble_fraction >= bubble_fraction(4, 256, 1) - 1e-12
+
+
+def test_no_simulation_without_a_pipeline() -> None:
+    from planc.comm.steptime import simulate_pipeline
+    from planc.explain import comm_ops
+
+    job = job_of()
+    assert simulate_pipeline(job, comm_ops(job)) is None

@@ -139,9 +139,54 @@ def estimate(
         compute_s=compute,
         bubble_s=bubble,
         exposed_comm_s=exposed,
-        tp_comm_s=0.0 if overlap_tp else m * max(tp) / m if tp else 0.0,
+        tp_comm_s=0.0 if overlap_tp or not tp else max(tp),
         tokens_per_s=job.training.B * job.training.s / step,
         mfu=flops / (step * peak),
         efficiency=efficiency,
         model_flops=flops,
+    )
+
+
+# Above this many compute ops the exact event simulation takes seconds; explain then keeps the
+# closed-form bubble.
+MAX_SIMULATED_OPS = 100_000
+
+
+@dataclass(frozen=True)
+class SimulatedPipeline:
+    """The step's pipeline part from the discrete-event simulation with real per-stage times."""
+
+    makespan_s: float
+    bubble_fraction: float
+    ops: int
+
+
+def simulate_pipeline(
+    job: Job,
+    ops: Sequence[CommOp],
+    efficiency: float = DEFAULT_EFFICIENCY,
+    overlap_tp: bool = False,
+) -> SimulatedPipeline | None:
+    """Run the 1F1B (or interleaved) schedule with each stage's own t_f, t_b and the p2p time.
+
+    Stages differ: the first holds the embedding, the last the LM head and loss, uneven
+    `stage_layers` differ by layers; the closed form (p − 1)/(v·m + p − 1) assumes equal stages.
+    Exposed TP time per micro-batch is split evenly between forward and backward (two of the
+    four per-layer collectives are in each). None when p = 1 or the schedule is too large.
+    """
+    from planc.pipeline import build_schedule, simulate
+
+    lay, m = job.layout, job.m
+    if lay.p == 1 or m is None or 2 * lay.p * m * lay.v > MAX_SIMULATED_OPS:
+        return None
+    times = stage_times(job, efficiency)
+    tp = _per_stage(ops, job, "tp")
+    exposed = [0.0 if overlap_tp else tp[r] / m / 2 for r in range(lay.p)]
+    t_f = [(t.forward_s + exposed[r]) / lay.v for r, t in enumerate(times)]
+    t_b = [(t.backward_s + exposed[r]) / lay.v for r, t in enumerate(times)]
+    sends = [op for op in ops if op.group == "pp" and op.calls]
+    hop = max((op_time_s(job, op) / op.calls for op in sends), default=0.0)
+    timeline = simulate(build_schedule(lay.p, m, lay.v), t_f, t_b, hop)
+    return SimulatedPipeline(
+        float(timeline.makespan), float(timeline.bubble_fraction), 2 * lay.p * m * lay.v
     )
