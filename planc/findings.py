@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from enum import Enum
+from types import MappingProxyType
 
 
 class Severity(str, Enum):
@@ -20,7 +21,9 @@ class Severity(str, Enum):
         return _RANK[self]
 
 
-_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2, Severity.FATAL: 3}
+_RANK = MappingProxyType(
+    {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2, Severity.FATAL: 3}
+)
 
 
 @dataclass(frozen=True, order=True)

@@ -10,6 +10,7 @@ import math
 import re
 import sys
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from planc.findings import Finding, Severity
@@ -22,15 +23,17 @@ if TYPE_CHECKING:
 
 MAX_BYTES = 2 * 1024 * 1024
 
-_YAML_CODES = {
-    "syntax": "PLC103",
-    "duplicate": "PLC104",
-    "expansion": "PLC102",
-    "depth": "PLC102",
-    "tag": "PLC106",
-    "merge": "PLC106",
-    "key": "PLC106",
-}
+_YAML_CODES = MappingProxyType(
+    {
+        "syntax": "PLC103",
+        "duplicate": "PLC104",
+        "expansion": "PLC102",
+        "depth": "PLC102",
+        "tag": "PLC106",
+        "merge": "PLC106",
+        "key": "PLC106",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -261,16 +264,18 @@ def load_path(path: str) -> Loaded:
 
 # --- pydantic errors -> findings -------------------------------------------------------------
 
-_TYPE_WORDS = {
-    "int_type": "an integer",
-    "float_type": "a number",
-    "bool_type": "true or false",
-    "string_type": "a string",
-    "dict_type": "a mapping",
-    "model_type": "a mapping",
-    "list_type": "a list",
-    "literal_error": "one of the allowed values",
-}
+_TYPE_WORDS = MappingProxyType(
+    {
+        "int_type": "an integer",
+        "float_type": "a number",
+        "bool_type": "true or false",
+        "string_type": "a string",
+        "dict_type": "a mapping",
+        "model_type": "a mapping",
+        "list_type": "a list",
+        "literal_error": "one of the allowed values",
+    }
+)
 
 
 def _describe(value: Any) -> str:
@@ -293,7 +298,7 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
-_SCALAR_TAGS = {"str", "int", "float", "bool"}
+_SCALAR_TAGS = frozenset({"str", "int", "float", "bool"})
 
 
 def _is_union_tag(segment: Any) -> bool:

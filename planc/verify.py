@@ -13,8 +13,9 @@ discrete-event simulation, which pairs every send with one receive and refuses a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 import numpy.typing as npt
@@ -34,11 +35,13 @@ CAP = 1 << 20  # elements per rank in the simulated buffers
 
 Sim = Callable[[npt.NDArray[np.int64]], tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]
 Formula = Callable[[int, int, int], npt.NDArray[np.int64]]
-_RING: dict[str, tuple[Sim, Formula]] = {
-    "all_reduce": (ring_allreduce, ring_allreduce_bytes),
-    "reduce_scatter": (ring_reduce_scatter, ring_reduce_scatter_bytes),
-    "all_gather": (ring_all_gather, ring_all_gather_bytes),
-}
+_RING: Mapping[str, tuple[Sim, Formula]] = MappingProxyType(
+    {
+        "all_reduce": (ring_allreduce, ring_allreduce_bytes),
+        "reduce_scatter": (ring_reduce_scatter, ring_reduce_scatter_bytes),
+        "all_gather": (ring_all_gather, ring_all_gather_bytes),
+    }
+)
 
 
 @dataclass(frozen=True)

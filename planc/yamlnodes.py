@@ -16,6 +16,7 @@ import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Literal, NoReturn
 
 import yaml
@@ -68,18 +69,22 @@ class _Stop(Exception):
         self.problem = problem
 
 
-_CORE_TAGS = {
-    "tag:yaml.org,2002:str",
-    "tag:yaml.org,2002:int",
-    "tag:yaml.org,2002:float",
-    "tag:yaml.org,2002:bool",
-    "tag:yaml.org,2002:null",
-    "tag:yaml.org,2002:map",
-    "tag:yaml.org,2002:seq",
-}
+_CORE_TAGS = frozenset(
+    {
+        "tag:yaml.org,2002:str",
+        "tag:yaml.org,2002:int",
+        "tag:yaml.org,2002:float",
+        "tag:yaml.org,2002:bool",
+        "tag:yaml.org,2002:null",
+        "tag:yaml.org,2002:map",
+        "tag:yaml.org,2002:seq",
+    }
+)
 
 _NULL = re.compile(r"^(?:~|null|Null|NULL|)$")
-_BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+_BOOL = MappingProxyType(
+    {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+)
 _INT10 = re.compile(r"^[-+]?[0-9]+$")
 _INT8 = re.compile(r"^0o[0-7]+$")
 _INT16 = re.compile(r"^0x[0-9a-fA-F]+$")
@@ -128,7 +133,7 @@ def _describe_yaml11(text: str, value: Any) -> str:
 
 
 # The YAML 1.1 boolean type lists y/Y/n/N; PyYAML leaves them strings, other 1.1 readers do not.
-_SINGLE_LETTER_BOOLS = {"y": "true", "Y": "true", "n": "false", "N": "false"}
+_SINGLE_LETTER_BOOLS = MappingProxyType({"y": "true", "Y": "true", "n": "false", "N": "false"})
 
 
 def yaml11_reading(text: str) -> str | None:
