@@ -20,7 +20,7 @@ from types import MappingProxyType
 import numpy as np
 import numpy.typing as npt
 
-from planc.comm.schedule import CommOp, activation_bytes
+from planc.comm.schedule import CommOp, activation_bytes, grad_bytes
 from planc.job import Job
 from planc.sim import (
     ring_all_gather,
@@ -54,7 +54,7 @@ class Check:
     buffer_bytes: int
     simulated_elements: int
     scaled: bool
-    stands_for: int  # how many schedule entries (stages) share this shape
+    stands_for: int  # how many process groups of the plan share this shape
     result_ok: bool
     bytes_ok: bool
     plan_bytes: int
@@ -126,25 +126,30 @@ def check_collective(op: CommOp, itemsize: int, stands_for: int, seed: int = 0) 
     )
 
 
+def _groups_per_stage(job: Job, op: CommOp) -> int:
+    """How many groups of this kind one pipeline stage has: (world/p)/n, or world/p embedding
+    pairs (each pairs a first-stage rank with a last-stage rank)."""
+    ranks = job.world // job.layout.p
+    return ranks if op.group == "embedding" else ranks // op.group_size
+
+
 def verify_collectives(job: Job, ops: tuple[CommOp, ...]) -> tuple[Check, ...]:
-    """One check per distinct (group, op, size, buffer) shape; counts what each stands for."""
+    """One check per distinct (group, op, size, buffer) shape, with how many groups it stands for."""
     shapes: dict[tuple[str, str, int, int], list[CommOp]] = {}
     for op in ops:
         if op.op in _RING and op.group_size > 1:
             shapes.setdefault((op.group, op.op, op.group_size, op.buffer_bytes), []).append(op)
-    itemsize = activation_bytes(job)
     checks = []
     for key in sorted(shapes):
-        group = shapes[key]
-        size = (
-            4
-            if group[0].group in ("dp_cp", "embedding")
-            and group[0].buffer_bytes % 4 == 0
-            and job.training.grad_accum_fp32
-            and group[0].op != "all_gather"
-            else itemsize
-        )
-        checks.append(check_collective(group[0], size, len(group)))
+        same = shapes[key]
+        first = same[0]
+        # Gradients travel as grad_bytes elements; activations and gathered weights as β_a.
+        gradients = first.group in ("dp_cp", "embedding") and first.op != "all_gather"
+        itemsize = grad_bytes(job) if gradients else activation_bytes(job)
+        groups = sum(_groups_per_stage(job, op) for op in same)
+        if first.group == "embedding":
+            groups //= 2  # listed once for the first and once for the last stage
+        checks.append(check_collective(first, itemsize, groups))
     return tuple(checks)
 
 
@@ -182,7 +187,7 @@ def verify_pipeline(job: Job, ops: tuple[CommOp, ...]) -> PipelineCheck | None:
 
 def render(checks: tuple[Check, ...], pipe: PipelineCheck | None) -> str:
     lines = [
-        f"{'group':<10}{'op':<15}{'n':>5}{'buffer MiB':>12}{'simulated':>11}{'shapes':>7}  "
+        f"{'group':<10}{'op':<15}{'n':>5}{'buffer MiB':>12}{'simulated':>11}{'groups':>7}  "
         f"{'result':<7}{'bytes/call':>14}  status"
     ]
     for c in checks:

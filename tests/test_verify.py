@@ -58,3 +58,14 @@ def test_mismatched_plan_bytes_fail() -> None:
     inflated = Inflated(**dataclasses.asdict(op))
     check = check_collective(inflated, 2, 1)
     assert not check.bytes_ok and "plan says" in check.detail
+
+
+def test_each_shape_reports_the_groups_it_stands_for() -> None:
+    job = job_of(None, "llama3-70b-8x8.yaml")
+    checks = verify_collectives(job, comm_ops(job))
+    tp = [c for c in checks if c.group == "tp"]
+    # 64 ranks / t = 8: eight TP groups, all with the same activation shape.
+    assert {c.stands_for for c in tp} == {8}
+    # DP×CP groups: 64 / 2 = 32, each stage's 8 groups listed per bucket shape.
+    full_buckets = [c for c in checks if c.group == "dp_cp" and c.buffer_bytes == 40_000_000 * 2]
+    assert {c.stands_for for c in full_buckets} == {32}
