@@ -50,7 +50,6 @@ class Model:
     position: str
     max_seq_len: int
     preset: str | None
-    published_parameters: int | None
 
 
 @dataclass(frozen=True)
@@ -207,7 +206,6 @@ def _model(spec: Data) -> Model | list[Problem]:
         position=merged.get("position_embedding", "rope"),
         max_seq_len=merged.get("max_seq_len", spec["training"]["seq_len"]),
         preset=preset,
-        published_parameters=base.get("parameters") if not given.keys() - {"dropout"} else None,
     )
 
 

@@ -49,7 +49,7 @@ Degree = Annotated[StrictInt, Field(ge=1, le=MAX_DEGREE)]
 
 
 class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=False)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class ModelSpec(Frozen):

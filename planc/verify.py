@@ -23,6 +23,7 @@ import numpy.typing as npt
 from planc.comm.schedule import CommOp, activation_bytes, grad_bytes
 from planc.job import Job
 from planc.sim import (
+    chunk_sizes,
     ring_all_gather,
     ring_all_gather_bytes,
     ring_allreduce,
@@ -66,23 +67,17 @@ class Check:
         return self.result_ok and self.bytes_ok
 
 
-def _expected(op: str, buffers: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    total = buffers.sum(axis=0)
-    return np.broadcast_to(total, buffers.shape)
-
-
 def _result_ok(op: str, buffers: npt.NDArray[np.int64], out: npt.NDArray[np.int64]) -> bool:
+    """Every rank holds what the collective promises, computed here without the ring."""
     n, m = buffers.shape
     if op == "all_reduce":
-        return bool(np.array_equal(out, _expected(op, buffers)))
-    bounds = np.cumsum([0, *[m // n + (1 if i < m % n else 0) for i in range(n)]])
+        return bool(np.array_equal(out, np.broadcast_to(buffers.sum(axis=0), buffers.shape)))
+    bounds = np.concatenate(([0], np.cumsum(chunk_sizes(n, m))))
+    chunks = [slice(bounds[r], bounds[r + 1]) for r in range(n)]
     if op == "reduce_scatter":
         total = buffers.sum(axis=0)
-        return all(
-            np.array_equal(out[r, bounds[r] : bounds[r + 1]], total[bounds[r] : bounds[r + 1]])
-            for r in range(n)
-        )
-    own = np.concatenate([buffers[r, bounds[r] : bounds[r + 1]] for r in range(n)])
+        return all(np.array_equal(out[r, chunk], total[chunk]) for r, chunk in enumerate(chunks))
+    own = np.concatenate([buffers[r, chunk] for r, chunk in enumerate(chunks)])
     return bool(np.array_equal(out, np.broadcast_to(own, buffers.shape)))
 
 

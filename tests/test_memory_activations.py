@@ -30,18 +30,35 @@ from planc.memory.activations import (
 # 5as/h = 5·8·128/256 = 20, 24/t = 6, 5as/(ht) = 5.
 s, b, h, a, t = 128, 2, 256, 8, 4
 GPT = Model(
-    L=8, h=h, n=a, g=a, k=h // a, f=4 * h, V=1024, mlp="gelu", norm="layernorm", bias=True,
-    dropout=0.1, tied=True, position="learned", max_seq_len=s, preset=None, published_parameters=None,
+    L=8,
+    h=h,
+    n=a,
+    g=a,
+    k=h // a,
+    f=4 * h,
+    V=1024,
+    mlp="gelu",
+    norm="layernorm",
+    bias=True,
+    dropout=0.1,
+    tied=True,
+    position="learned",
+    max_seq_len=s,
+    preset=None,
 )
 
 
 def per_layer(model: Model = GPT, recompute: str = "none", **degrees: Any) -> int:
-    shape = layer_shape(model, s=s, b=b, precision="bf16", attention=degrees.pop("attention", "eager"), **degrees)
+    shape = layer_shape(
+        model, s=s, b=b, precision="bf16", attention=degrees.pop("attention", "eager"), **degrees
+    )
     return layer_bytes(shape, recompute)
 
 
 def test_table2_dims_are_whole() -> None:
-    assert (5 * a * s) % h == 0 and 24 % t == 0 and (5 * a * s) % (h * t) == 0 and (s * b * h) % t == 0
+    assert (
+        (5 * a * s) % h == 0 and 24 % t == 0 and (5 * a * s) % (h * t) == 0 and (s * b * h) % t == 0
+    )
 
 
 def test_table2_no_parallelism() -> None:
@@ -113,7 +130,9 @@ def test_eager_expands_kv_heads() -> None:
 def test_tensor_beyond_kv_heads_replicates_them() -> None:
     # g = 2, t = 4, flash: each rank keeps ⌈2/4⌉ = 1 kv head for K and V.
     gqa = replace(GPT, g=2, dropout=0.0)
-    terms = {x.name: x.bytes for x in layer_terms(layer_shape(gqa, s=s, b=b, attention="flash", t=4))}
+    terms = {
+        x.name: x.bytes for x in layer_terms(layer_shape(gqa, s=s, b=b, attention="flash", t=4))
+    }
     assert terms["K (QKᵀ input)"] == terms["V (attention-over-V input)"] == 2 * s * b * 1 * (h // a)
 
 
@@ -128,7 +147,10 @@ def test_context_parallel() -> None:
 def test_fp32_activations() -> None:
     # Every 16-bit tensor doubles; the 1-byte masks do not.
     masks = 2 * s * b * h + a * s * s * b
-    assert per_layer() - masks == (layer_bytes(layer_shape(GPT, s=s, b=b, precision="fp32")) - masks) // 2
+    assert (
+        per_layer() - masks
+        == (layer_bytes(layer_shape(GPT, s=s, b=b, precision="fp32")) - masks) // 2
+    )
 
 
 def test_formulas_name_their_source() -> None:
@@ -224,15 +246,23 @@ def test_interleaved_first_stage_factor() -> None:
 # --- a stage's terms ---------------------------------------------------------------------------
 
 
-def job_of(parallelism: dict[str, Any], training: dict[str, Any] | None = None, **model: Any) -> Job:
+def job_of(
+    parallelism: dict[str, Any], training: dict[str, Any] | None = None, **model: Any
+) -> Job:
     spec = {
         "version": 1,
         "name": "t",
         "model": {"preset": "gpt2-small", **model},
         "hardware": {"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 8},
         "parallelism": parallelism,
-        "training": {"seq_len": 1024, "global_batch": 64, "micro_batch": 2, "attention": "eager",
-                     "recompute": "none", **(training or {})},
+        "training": {
+            "seq_len": 1024,
+            "global_batch": 64,
+            "micro_batch": 2,
+            "attention": "eager",
+            "recompute": "none",
+            **(training or {}),
+        },
     }
     loaded = load_text("t.yaml", yaml.safe_dump(spec))
     assert loaded.job is not None
@@ -246,7 +276,11 @@ def test_first_stage_holds_p_micro_batches_of_its_layers() -> None:
     layer = layer_bytes(layer_shape(job.model, s=1024, b=2))
     assert sum(x.bytes for x in acts if "× 12 layer-micro-batches" in x.formula) == 12 * layer
     names = {x.name for x in acts}
-    assert {"embedding token ids (int64)", "embedding dropout mask", "position ids (int64)"} <= names
+    assert {
+        "embedding token ids (int64)",
+        "embedding dropout mask",
+        "position ids (int64)",
+    } <= names
     assert "cross-entropy softmax (fp32)" not in names
 
 
@@ -275,7 +309,17 @@ def test_validation_script_matches_autograd() -> None:
     # Shorter sequences than docs/memory.md's table; every modelled case within 1 %.
     root = Path(__file__).resolve().parent.parent
     result = subprocess.run(
-        [sys.executable, str(root / "validation" / "activations.py"), "--quick", "--tolerance", "1"],
-        cwd=root, capture_output=True, text=True, timeout=900, check=False,
+        [
+            sys.executable,
+            str(root / "validation" / "activations.py"),
+            "--quick",
+            "--tolerance",
+            "1",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -18,7 +18,9 @@ from planc.memory import parameter_count
 from planc.memory.params import chunk_layers, layer_parameters, padded_vocab, rank_parameters
 
 PRESETS = json.loads(
-    (Path(__file__).resolve().parent.parent / "planc" / "presets" / "models.json").read_text("utf-8")
+    (Path(__file__).resolve().parent.parent / "planc" / "presets" / "models.json").read_text(
+        "utf-8"
+    )
 )
 PUBLISHED = {
     name: data["parameters"]
@@ -27,7 +29,9 @@ PUBLISHED = {
 }
 
 
-def job_of(model: dict[str, Any], parallelism: dict[str, Any] | None = None, **training: Any) -> Job:
+def job_of(
+    model: dict[str, Any], parallelism: dict[str, Any] | None = None, **training: Any
+) -> Job:
     spec = {
         "version": 1,
         "name": "t",
@@ -42,9 +46,21 @@ def job_of(model: dict[str, Any], parallelism: dict[str, Any] | None = None, **t
 
 
 SMALL = Model(
-    L=4, h=64, n=4, g=4, k=16, f=256, V=1000, mlp="gelu", norm="layernorm", bias=True,
-    dropout=0.0, tied=False, position="rope", max_seq_len=32, preset=None,
-    published_parameters=None,
+    L=4,
+    h=64,
+    n=4,
+    g=4,
+    k=16,
+    f=256,
+    V=1000,
+    mlp="gelu",
+    norm="layernorm",
+    bias=True,
+    dropout=0.0,
+    tied=False,
+    position="rope",
+    max_seq_len=32,
+    preset=None,
 )
 
 
@@ -100,7 +116,9 @@ def test_swiglu_biases() -> None:
     # QKV (4 + 2·2)·16 = 128, fc1 gate+up 2·160 = 320, O and fc2 64 each.
     with_bias = model_of(g=2, f=160, mlp="swiglu", norm="rmsnorm", bias=True)
     without = model_of(g=2, f=160, mlp="swiglu", norm="rmsnorm", bias=False)
-    assert parameter_count(with_bias).per_layer - parameter_count(without).per_layer == 128 + 320 + 128
+    assert (
+        parameter_count(with_bias).per_layer - parameter_count(without).per_layer == 128 + 320 + 128
+    )
 
 
 def test_learned_positions_and_tied() -> None:
@@ -112,7 +130,13 @@ def test_learned_positions_and_tied() -> None:
 
 @pytest.mark.parametrize(
     ("V", "t", "padded"),
-    [(50257, 1, 50304), (50257, 8, 51200), (128256, 1, 128256), (128256, 8, 129024), (32000, 3, 32256)],
+    [
+        (50257, 1, 50304),
+        (50257, 8, 51200),
+        (128256, 1, 128256),
+        (128256, 8, 129024),
+        (32000, 3, 32256),
+    ],
 )
 def test_padded_vocab(V: int, t: int, padded: int) -> None:
     # ⌈V/(128t)⌉·128t, worked by hand: 50257/128 = 392.6 → 393·128 = 50304; /1024 → 50·1024.
@@ -195,7 +219,9 @@ def test_rank_out_of_range() -> None:
     mlp=st.sampled_from(["gelu", "swiglu"]),
     bias=st.booleans(),
 )
-def test_raising_tensor_never_raises_weights(n: int, g: int, t: int, V: int, mlp: str, bias: bool) -> None:
+def test_raising_tensor_never_raises_weights(
+    n: int, g: int, t: int, V: int, mlp: str, bias: bool
+) -> None:
     model = model_of(h=n * 16, n=n, g=min(g, n), k=16, f=n * 40, V=V, mlp=mlp, bias=bias)
     assert layer_parameters(model, 2 * t) <= layer_parameters(model, t)
     assert padded_vocab(V, 2 * t) // (2 * t) <= padded_vocab(V, t) // t

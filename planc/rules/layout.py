@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from planc.comm.schedule import strides, within_domain
 from planc.findings import Severity
 from planc.job import Job, NodeNames
 from planc.rules.base import Violation, rule
@@ -62,16 +63,6 @@ def world_size(job: Job) -> Iterator[Violation]:
         )
 
 
-def _stride(job: Job, axis: str) -> int:
-    sizes = {"tp": job.layout.t, "cp": job.layout.c, "dp": job.layout.d or 1, "pp": job.layout.p}
-    stride = 1
-    for name in job.layout.order:
-        if name == axis:
-            return stride
-        stride *= sizes[name]
-    return stride
-
-
 def _tp_group(rank: int, stride: int, t: int) -> list[int]:
     base = rank - ((rank // stride) % t) * stride
     return [base + j * stride for j in range(t)]
@@ -80,10 +71,9 @@ def _tp_group(rank: int, stride: int, t: int) -> list[int]:
 def _crossing_group(job: Job) -> list[int] | None:
     """A TP group that spans two NVLink domains, or None. Domains are blocks of D consecutive ranks."""
     t, domain, world = job.layout.t, job.cluster.nvlink_domain, job.world
-    stride = _stride(job, "tp")
-    block = stride * t
-    if t == 1 or world <= domain or (block <= domain and domain % block == 0):
+    if within_domain(job, ("tp",)):
         return None
+    stride = strides(job)["tp"]
     for boundary in range(domain, world, domain):
         for rank in (boundary - 1, boundary):
             group = _tp_group(rank, stride, t)
@@ -128,7 +118,7 @@ def tensor_in_nvlink(job: Job) -> Iterator[Violation]:
             f"under order {'-'.join(job.layout.order)} the TP group [{shown}] spans NVLink "
             f"domains {group[0] // domain} and {group[-1] // domain} ({domain} GPUs each)",
             "put tp first in parallelism.order (tp-cp-dp-pp)"
-            if _stride(job, "tp") > 1
+            if strides(job)["tp"] > 1
             else f"use a tensor degree that divides the NVLink domain of {domain} GPUs",
             ("parallelism.tensor",),
         )
