@@ -1,3 +1,3 @@
-from planc.cli import main
+from planc.cli import entry
 
-main()
+entry()

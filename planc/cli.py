@@ -32,6 +32,13 @@ def main() -> None:
     """
 
 
+def entry() -> None:
+    """The `planc` program (console script and `python -m planc`): `main` in planc.boundary."""
+    from planc.boundary import run
+
+    run(main)
+
+
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True, allow_dash=True))
 @click.option(
@@ -185,10 +192,11 @@ def explain(spec: str, output_format: str) -> None:
     type=click.Path(file_okay=False),
     help="Directory to write the plan into (replaced atomically).",
 )
+@click.option("--force", is_flag=True, help="Write the plan even when check finds errors.")
 @click.option(
-    "--force",
+    "--overwrite",
     is_flag=True,
-    help="Write even when check finds errors, and overwrite a directory planc did not write.",
+    help="Replace the output directory even if it holds files planc did not write.",
 )
 @click.option(
     "--verify",
@@ -196,7 +204,9 @@ def explain(spec: str, output_format: str) -> None:
     is_flag=True,
     help="Prove the plan with the numpy collective simulator first; write nothing if it fails.",
 )
-def compile_command(spec: str, out_dir: str, force: bool, run_verify: bool) -> None:
+def compile_command(
+    spec: str, out_dir: str, force: bool, overwrite: bool, run_verify: bool
+) -> None:
     """Compile SPEC into plan.json, process groups and launcher files in a directory.
 
     Nothing is written when check finds an error (unless --force); the directory appears
@@ -211,7 +221,8 @@ def compile_command(spec: str, out_dir: str, force: bool, run_verify: bool) -> N
         plan = compile_job(job)
         if run_verify and not _verified(job):
             sys.exit(1)
-        written = write_plan(plan, Path(out_dir), force=force)
+        protect = () if spec == "-" else (spec,)
+        written = write_plan(plan, Path(out_dir), overwrite=overwrite, protect=protect)
     except (OutputError, PlanError) as error:
         click.echo(f"{spec}: error: {error}", err=True)
         sys.exit(2)

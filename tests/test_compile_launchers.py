@@ -121,7 +121,7 @@ def excerpt(files: dict[str, str], full: bool) -> dict[str, str]:
                                              "slurm/nodes", "deepspeed/hostfile", ".planc-plan")}
     keep = torchrun if full else torchrun[:2] + torchrun[-2:]
     shown |= {name: files[name] for name in keep}
-    for name in ("slurm/hostfile", "mpi/rankfile"):
+    for name in ("slurm/hostfile", "mpi/rankfile", ".planc-plan"):
         lines = files[name].splitlines(keepends=True)
         shown[name] = "".join(lines if full else [*lines[:10], f"... {len(lines)} lines\n"])
     return shown
@@ -179,7 +179,7 @@ def leftovers(parent: Path) -> list[str]:
 
 def test_write_plan_writes_every_file(tmp_path: Path, small_plan: Any) -> None:
     out = tmp_path / "plan"
-    written = write_plan(small_plan, out, force=False)
+    written = write_plan(small_plan, out, overwrite=False)
     assert sorted(p.relative_to(out).as_posix() for p in written) == sorted(render_files(small_plan))
     assert (out / "plan.json").read_text() == render_files(small_plan)["plan.json"]
     assert os.access(out / "torchrun" / "node-000.sh", os.X_OK)
@@ -208,10 +208,10 @@ def test_write_plan_refuses_a_foreign_directory(tmp_path: Path, small_plan: Any)
     out = tmp_path / "src"
     out.mkdir()
     (out / "keep.py").write_text("precious\n")
-    with pytest.raises(OutputError, match=r"is not a planc plan directory .* --force"):
+    with pytest.raises(OutputError, match=r"holds files planc did not write .*: keep.py; .* --overwrite"):
         write_plan(small_plan, out)
     assert (out / "keep.py").read_text() == "precious\n"
-    write_plan(small_plan, out, force=True)
+    write_plan(small_plan, out, overwrite=True)
     assert not (out / "keep.py").exists() and (out / "plan.json").exists()
 
 
@@ -219,14 +219,15 @@ def test_write_plan_refuses_a_file(tmp_path: Path, small_plan: Any) -> None:
     target = tmp_path / "plan"
     target.write_text("x")
     with pytest.raises(OutputError, match="is not a directory"):
-        write_plan(small_plan, target, force=True)
+        write_plan(small_plan, target, overwrite=True)
 
 
-def test_plan_json_alone_marks_a_plan_directory(tmp_path: Path, small_plan: Any) -> None:
+def test_plan_json_alone_does_not_make_a_plan_directory(tmp_path: Path, small_plan: Any) -> None:
     out = tmp_path / "plan"
     write_plan(small_plan, out)
     (out / ".planc-plan").unlink()
-    write_plan(small_plan, out)  # recognised by plan.json's format key
+    with pytest.raises(OutputError, match=r"no \.planc-plan manifest\): README\.md, coords\.json"):
+        write_plan(small_plan, out)
 
 
 @pytest.mark.parametrize("error", [RuntimeError("disk full"), KeyboardInterrupt()])

@@ -1,76 +1,164 @@
 """Write a plan directory atomically: it appears complete, or the previous one stays.
 
 The files go into a fresh directory beside the target; then the old directory is renamed
-aside, the new one renamed in, and the old one deleted. An exception, Ctrl-C or SIGTERM
-anywhere before the final rename leaves the previous plan as it was and removes the temporary
-directory. (Between the two renames the target is briefly absent; POSIX has no portable
-directory swap. Files are not fsynced: this guards against interruption, not power loss.)
+aside, the new one renamed in, and the old one deleted. An exception, Ctrl-C or SIGTERM before
+the swap leaves the previous plan as it was and removes the temporary directory. From the
+swap to the deletion of the old plan, SIGINT and SIGTERM are held, whichever thread the kernel
+gives them to (Python runs signal handlers in the main thread only, so a handler that records
+the signal covers numpy's worker threads as well): once the swap has begun the write
+completes, and the signal is dropped, since the new plan is then in place. Between the two
+renames the target is briefly absent (POSIX has no portable directory swap). Files are not
+fsynced: this guards against interruption, not power loss.
+
+Writers of one target are serialised by `flock` on a lock file beside it; the writer holding
+the lock first removes what a killed writer left (its temporary and `.old` directories).
+Temporary names are `.planc-<hash of the target name>.<random>`, so their length does not grow
+with the target's name.
+
+A directory is planc's to replace when its manifest (`.planc-plan`, written last into the
+temporary directory) lists every file in it; any other file is refused unless
+`overwrite=True`. The current directory, the home directory, a directory holding a protected
+path (the spec) or any directory containing one of those is never replaced.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
 import secrets
 import shutil
 import signal
+import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from types import FrameType
 
 from planc.compile.launchers import launcher_files, readme
-from planc.compile.plan import PLAN_FORMAT, Plan, coords_json, plan_json
+from planc.compile.plan import Plan, coords_json, plan_json
 
-MARKER = ".planc-plan"
-MARKER_TEXT = (
-    "This directory was written by planc compile; planc replaces it on the next compile.\n"
+if sys.platform != "win32":
+    import fcntl
+
+MANIFEST = ".planc-plan"
+MANIFEST_HEADER = (
+    "planc plan manifest 1: planc compile wrote this directory and every file listed below;\n"
+    "it replaces the directory on the next compile only while no other file is in it.\n"
 )
 _EXECUTABLE = (".sh", ".sbatch")
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_SHOWN = 3  # foreign files named in a refusal
 
 
 class OutputError(ValueError):
-    """The output directory cannot be written: not a plan directory, a file, no permission."""
+    """The output directory cannot be written: not planc's, protected, a file, no permission."""
 
 
 def render_files(plan: Plan) -> dict[str, str]:
     """Every file of the plan directory, {relative path: text}, in a fixed order."""
-    return {
-        MARKER: MARKER_TEXT,
+    files = {
         "README.md": readme(plan),
         "plan.json": plan_json(plan),
         "coords.json": coords_json(plan),
         **launcher_files(plan),
     }
+    return {MANIFEST: manifest(files), **files}
 
 
-def is_plan_dir(path: Path) -> bool:
-    """A directory planc wrote: it has the marker, or a plan.json of planc's format."""
-    if (path / MARKER).is_file():
-        return True
+def manifest(names: Iterable[str]) -> str:
+    """The manifest text: the header, then one relative path per line."""
+    return MANIFEST_HEADER + "".join(f"{name}\n" for name in names if name != MANIFEST)
+
+
+def _listed(target: Path) -> frozenset[str]:
+    """The files the manifest in `target` lists (empty when there is no planc manifest)."""
     try:
-        with open(path / "plan.json", encoding="utf-8") as handle:
-            head = handle.read(200)
-    except OSError:
-        return False
-    return f'"format":"{PLAN_FORMAT}"' in head
+        with open(target / MANIFEST, encoding="utf-8") as handle:
+            text = handle.read()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, UnicodeDecodeError):
+        return frozenset()
+    if not text.startswith(MANIFEST_HEADER):
+        return frozenset()
+    return frozenset([MANIFEST, *text[len(MANIFEST_HEADER) :].splitlines()])
 
 
-def _check_target(target: Path, shown: str, force: bool) -> None:
+def foreign_files(target: Path) -> list[str]:
+    """Entries of `target` its manifest does not list, as sorted relative paths.
+
+    A directory counts as listed when a listed file is inside it; a symlink never does.
+    """
+    listed = _listed(target)
+    folders = {str(parent) for name in listed for parent in PurePosixPath(name).parents}
+    foreign: list[str] = []
+
+    def walk(folder: Path, prefix: str) -> None:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                name = prefix + entry.name
+                if entry.is_dir(follow_symlinks=False) and name in folders:
+                    walk(Path(entry.path), name + "/")
+                elif not (entry.is_file(follow_symlinks=False) and name in listed):
+                    foreign.append(name + ("/" if entry.is_dir(follow_symlinks=False) else ""))
+
+    walk(target, "")
+    return sorted(foreign)
+
+
+def _contains(folder: str, path: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _protected(target: Path, shown: str, protect: Iterable[str | os.PathLike[str]]) -> None:
+    """Refuse a target that is or holds the current directory, the home directory or a spec."""
+    real = os.path.realpath(target)
+    places = [(os.getcwd(), "the current directory")]
+    with contextlib.suppress(RuntimeError, KeyError):
+        places.append((os.fspath(Path.home()), "the home directory"))
+    places += [(os.fspath(path), f"the spec {os.fspath(path)}") for path in protect]
+    for path, what in places:
+        inside = os.path.realpath(path)
+        if _contains(real, inside):
+            relation = "is" if inside == real else "contains"
+            raise OutputError(
+                f"{shown} {relation} {what}; planc never replaces it, whatever the flags: "
+                "choose a new directory for the plan"
+            )
+
+
+def _check_target(
+    target: Path, shown: str, overwrite: bool, protect: Iterable[str | os.PathLike[str]]
+) -> None:
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         raise OutputError(f"{shown} exists and is not a directory; choose another output path")
-    if not target.exists() or force or is_plan_dir(target) or not any(target.iterdir()):
+    if not target.exists():
         return
+    _protected(target, shown, protect)
+    if os.path.ismount(target):
+        raise OutputError(
+            f"{shown} is a mount point, which cannot be replaced by a rename; "
+            f"write the plan into a directory inside it (-o {os.path.join(shown, 'plan')})"
+        )
+    if overwrite:
+        return
+    foreign = foreign_files(target)
+    if not foreign:
+        return
+    names = ", ".join(foreign[:_SHOWN]) + (
+        f" and {len(foreign) - _SHOWN} more" if len(foreign) > _SHOWN else ""
+    )
+    whose = "its planc manifest does not list" if _listed(target) else f"no {MANIFEST} manifest"
     raise OutputError(
-        f"{shown} exists and is not a planc plan directory (no {MARKER} file); "
-        "choose another directory, or pass --force to replace it and everything in it"
+        f"{shown} holds files planc did not write ({whose}): {names}; choose another "
+        "directory, or pass --overwrite to replace it and everything in it"
     )
 
 
 def _fresh_dir(parent: Path, stem: str) -> Path:
     """A new directory beside the target, created with the user's umask (mkdtemp forces 0700)."""
     while True:
-        path = parent / f".{stem}.planc-{secrets.token_hex(4)}"
+        path = parent / f"{stem}.{secrets.token_hex(4)}"
         try:
             path.mkdir()
         except FileExistsError:
@@ -82,7 +170,8 @@ def _fill(root: Path, files: Mapping[str, str]) -> None:
     for folder in sorted({PurePosixPath(name).parent for name in files}):
         (root / folder).mkdir(parents=True, exist_ok=True)
     base = os.fspath(root)  # plain strings: pathlib costs more than the syscalls per small file
-    for name, text in files.items():
+    # The manifest goes last: a directory with a manifest holds every file it lists.
+    for name, text in sorted(files.items(), key=lambda item: item[0] == MANIFEST):
         # Scripts get x wherever the umask leaves r; creating them so saves a chmod per node.
         mode = 0o777 if name.endswith(_EXECUTABLE) else 0o666
         fd = os.open(os.path.join(base, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
@@ -94,11 +183,15 @@ class _Terminated(BaseException):
     """SIGTERM turned into an exception, so `finally` blocks run."""
 
 
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
 @contextlib.contextmanager
 def _sigterm_raises() -> Iterator[None]:
     # Python's default SIGTERM action kills the process without unwinding; a handler that
     # raises lets the cleanup below run. Signal handlers can only be set in the main thread.
-    if threading.current_thread() is not threading.main_thread():
+    if not _in_main_thread():
         yield
         return
 
@@ -113,21 +206,34 @@ def _sigterm_raises() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM until the block ends, so a rename pair is never cut in half."""
-    if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks
-        yield
+def _signals_held() -> Iterator[list[int]]:
+    """Within the block, SIGINT and SIGTERM are only recorded (in the list yielded).
+
+    A handler, not a signal mask: masks are per thread, and the kernel may hand a signal to
+    any thread that does not block it (numpy's OpenBLAS threads); Python then runs the
+    handler in the main thread, whichever thread received the signal.
+    """
+    received: list[int] = []
+    if not _in_main_thread():
+        yield received
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous: dict[signal.Signals, signal._HANDLER] = {}
     try:
-        yield
+        for signum in _SIGNALS:
+            previous[signum] = signal.signal(signum, hold)
+        yield received
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _swap_in(fresh: Path, target: Path) -> None:
     """Rename `fresh` to `target`, moving a previous `target` aside and deleting it after."""
-    with _signals_deferred():
+    with _signals_held():
         if not target.exists():
             fresh.rename(target)
             return
@@ -141,32 +247,103 @@ def _swap_in(fresh: Path, target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def write_files(files: Mapping[str, str], out_dir: Path, force: bool = False) -> list[Path]:
-    """Write `files` as the directory `out_dir`, atomically; return the paths written."""
-    target = Path(out_dir).absolute()
-    _check_target(target, os.fspath(out_dir), force)
+def _stem(target: Path) -> str:
+    """The prefix of every name planc puts beside `target`: fixed length, one per target name."""
+    digest = hashlib.sha256(os.fsencode(target.name)).hexdigest()[:12]
+    return f".planc-{digest}"
+
+
+@contextlib.contextmanager
+def _locked(target: Path) -> Iterator[None]:
+    """Hold the lock of `target`, then remove what killed writers of it left behind.
+
+    The lock file is removed on release; a waiter that then holds the lock of a removed file
+    opens the path again.
+    """
+    stem = _stem(target)
+    path = target.parent / f"{stem}.lock"
+    if sys.platform == "win32":  # no flock: writers are not serialised
+        yield
+        return
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                break
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
     try:
-        _write_atomically(files, target)
+        _remove_leftovers(target.parent, stem)
+        yield
+    finally:
+        with _signals_held():
+            with contextlib.suppress(OSError):
+                path.unlink()
+            os.close(fd)
+
+
+def _remove_leftovers(parent: Path, stem: str) -> None:
+    pattern = re.compile(re.escape(stem) + r"\.[0-9a-f]{8}(\.old)?")
+    with os.scandir(parent) as entries:
+        stale = [Path(e.path) for e in entries if pattern.fullmatch(e.name)]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def write_files(
+    files: Mapping[str, str],
+    out_dir: Path,
+    *,
+    overwrite: bool = False,
+    protect: Iterable[str | os.PathLike[str]] = (),
+) -> list[Path]:
+    """Write `files` as the directory `out_dir`, atomically; return the paths written.
+
+    Raises `OutputError` for a target planc may not replace (see the module docstring) or
+    cannot write.
+    """
+    target = Path(out_dir).absolute()
+    shown = os.fspath(out_dir)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with _sigterm_raises(), _locked(target):
+            _check_target(target, shown, overwrite, protect)
+            _write_atomically(files, target)
+    except _Terminated:
+        raise SystemExit(128 + signal.SIGTERM) from None
     except OSError as error:
-        raise OutputError(f"cannot write {out_dir}: {error.strerror or error}") from error
+        raise OutputError(f"cannot write {shown}: {_reason(error)}") from error
     return [Path(out_dir) / name for name in files]
 
 
+def _reason(error: OSError) -> str:
+    reason = error.strerror or str(error)
+    return f"{os.fsdecode(error.filename)}: {reason}" if error.filename else reason
+
+
 def _write_atomically(files: Mapping[str, str], target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
     fresh: Path | None = None
     try:
-        with _sigterm_raises():
-            fresh = _fresh_dir(target.parent, target.name)
-            _fill(fresh, files)
-            _swap_in(fresh, target)
-    except _Terminated:
-        raise SystemExit(128 + signal.SIGTERM) from None
+        fresh = _fresh_dir(target.parent, _stem(target))
+        _fill(fresh, files)
+        _swap_in(fresh, target)
     finally:
         if fresh is not None and fresh.exists():
-            shutil.rmtree(fresh, ignore_errors=True)
+            with _signals_held():  # a second Ctrl-C does not cut the clean-up short
+                shutil.rmtree(fresh, ignore_errors=True)
 
 
-def write_plan(plan: Plan, out_dir: Path, force: bool = False) -> list[Path]:
+def write_plan(
+    plan: Plan,
+    out_dir: Path,
+    *,
+    overwrite: bool = False,
+    protect: Iterable[str | os.PathLike[str]] = (),
+) -> list[Path]:
     """Render `plan` and write it to `out_dir`. Raises `OutputError` for an unusable target."""
-    return write_files(render_files(plan), out_dir, force)
+    return write_files(render_files(plan), out_dir, overwrite=overwrite, protect=protect)
