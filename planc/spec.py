@@ -7,9 +7,10 @@ or `yes` where a boolean belongs is a finding, not a silent coercion.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic_core import PydanticKnownError
 
 from planc.presets import GPU_NAMES, MODEL_NAMES
 
@@ -40,10 +41,37 @@ else:
     ModelName = Literal[MODEL_NAMES]
     Order = Literal[_orders()]
 
-RuleId = Annotated[StrictStr, Field(pattern=r"^PLC\d{3}$")]
+# ASCII digits only (`\d` also takes other scripts' digits). Patterns are JSON Schema (ECMA-262)
+# patterns: pydantic, the fast path and editors all read `$` as the end of the string.
+RuleId = Annotated[StrictStr, Field(pattern=r"^PLC[0-9]{3}$")]
+# One line of printable text: no C0/C1 control characters (tab, CR, LF, NEL, ...) and no Unicode
+# line or paragraph separators, so a label cannot break out of a line of a report or launcher file.
+ONE_LINE = r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029]+$"
 Fraction = Annotated[float, Field(strict=True, ge=0.0, lt=1.0, allow_inf_nan=False)]
-PositiveFloat = Annotated[float, Field(strict=True, gt=0.0, allow_inf_nan=False)]
-NonNegativeFloat = Annotated[float, Field(strict=True, ge=0.0, allow_inf_nan=False)]
+
+
+def _bounded(low: float, high: float) -> Any:
+    """A finite float field between physical bounds. The bounds sit far outside any real
+    hardware yet keep every derived byte count, time and rate a finite, non-zero number (10^300
+    GiB overflows a byte count; 10^-324 GB/s makes a transfer take infinitely long)."""
+    return Field(strict=True, ge=low, le=high, allow_inf_nan=False)
+
+
+# The bounds and why are in each field's description, which reaches the schema and the editor.
+Capacity = Annotated[float, _bounded(0.001, 1_000_000)]  # GB or GiB per GPU
+Throughput = Annotated[float, _bounded(0.001, 10_000_000)]  # TFLOPS per GPU
+Bandwidth = Annotated[float, _bounded(0.001, 10_000_000)]  # GB/s per GPU
+Latency = Annotated[float, _bounded(0.0, 1_000_000_000)]  # µs per message
+
+
+def _integer_only(value: object) -> object:
+    """pydantic's `Literal[1]` takes True and 1.0 for 1; an integer choice takes integers only."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PydanticKnownError("int_type")
+    return value
+
+
+IntegerOnly = BeforeValidator(_integer_only)
 Dim = Annotated[StrictInt, Field(ge=1, le=MAX_DIM)]
 Degree = Annotated[StrictInt, Field(ge=1, le=MAX_DEGREE)]
 
@@ -107,22 +135,46 @@ class ModelSpec(Frozen):
 class LinkSpec(Frozen):
     """One class of wire, per GPU and per direction."""
 
-    bandwidth_gbs: PositiveFloat | None = Field(
-        None, description="Bandwidth per GPU per direction in GB/s (10^9 bytes per second)."
+    bandwidth_gbs: Bandwidth | None = Field(
+        None,
+        description="Bandwidth per GPU per direction in GB/s (10^9 bytes per second), "
+        "0.001 to 10,000,000 (1 MB/s to 10 PB/s; NVLink 4 moves 450 GB/s each way).",
     )
-    latency_us: NonNegativeFloat | None = Field(
-        None, description="Latency per message in microseconds."
+    latency_us: Latency | None = Field(
+        None,
+        description="Latency per message in microseconds, 0 to 1,000,000,000 (about 17 "
+        "minutes; real links take 1 to 100 µs).",
     )
 
 
 class GpuSpec(Frozen):
     """A GPU described by its numbers, for hardware that has no preset."""
 
-    name: StrictStr = Field("custom", description="A label for reports.", max_length=64)
-    memory_gb: PositiveFloat | None = Field(None, description="HBM capacity in GB (10^9 bytes).")
-    memory_gib: PositiveFloat | None = Field(None, description="HBM capacity in GiB (2^30 bytes).")
-    bf16_tflops: PositiveFloat = Field(description="Dense BF16/FP16 tensor throughput in TFLOPS.")
-    memory_bandwidth_gbs: PositiveFloat | None = Field(None, description="HBM bandwidth in GB/s.")
+    name: StrictStr = Field(
+        "custom",
+        description="A label for reports: one line of printable characters.",
+        min_length=1,
+        max_length=64,
+        pattern=ONE_LINE,
+    )
+    memory_gb: Capacity | None = Field(
+        None,
+        description="HBM capacity in GB (10^9 bytes), 0.001 to 1,000,000 (1 MB to 1 PB; "
+        "an H100 has 80).",
+    )
+    memory_gib: Capacity | None = Field(
+        None,
+        description="HBM capacity in GiB (2^30 bytes), 0.001 to 1,000,000 (about 1 MiB to 1 PiB).",
+    )
+    bf16_tflops: Throughput = Field(
+        description="Dense BF16/FP16 tensor throughput in TFLOPS, 0.001 to 10,000,000 "
+        "(1 GFLOPS to 10 EFLOPS; a B200 has 2,250)."
+    )
+    memory_bandwidth_gbs: Bandwidth | None = Field(
+        None,
+        description="HBM bandwidth in GB/s, 0.001 to 10,000,000 (1 MB/s to 10 PB/s; "
+        "an H100 has 3,350).",
+    )
     nvlink_domain: Degree | None = Field(
         None, description="GPUs sharing one NVLink/NVSwitch domain."
     )
@@ -158,10 +210,10 @@ class HardwareSpec(Frozen):
         description="Host names in node order, or a pattern such as 'gpu-{000..063}'. "
         "Default: node-0, node-1, ...",
     )
-    reserve_gib: NonNegativeFloat = Field(
+    reserve_gib: Annotated[float, _bounded(0.0, 1_000_000)] = Field(
         1.5,
         description="Memory kept per GPU for the CUDA context, NCCL buffers and allocator "
-        "fragmentation, in GiB (2^30 bytes).",
+        "fragmentation, in GiB (2^30 bytes), 0 to 1,000,000 (the largest GPU memory planc takes).",
     )
 
 
@@ -191,7 +243,7 @@ class ParallelismSpec(Frozen):
         False,
         description="Megatron sequence parallelism: split norms and dropout over the TP group.",
     )
-    zero_stage: Literal[0, 1, 2, 3] = Field(
+    zero_stage: Annotated[Literal[0, 1, 2, 3], IntegerOnly] = Field(
         0,
         description="ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, "
         "2 +gradients, 3 +parameters.",
@@ -233,10 +285,11 @@ class TrainingSpec(Frozen):
     attention: Literal["flash", "eager"] = Field(
         "flash", description="flash keeps no s×s score matrix; eager saves scores and softmax."
     )
-    efficiency: Annotated[float, Field(strict=True, gt=0.0, le=1.0, allow_inf_nan=False)] = Field(
+    efficiency: Annotated[float, _bounded(0.01, 1.0)] = Field(
         0.5,
         description="Fraction of the GPU's peak dense TFLOPS the model's kernels reach, for the "
-        "step-time estimate (planc explain). 0.5 is planc's uncalibrated default.",
+        "step-time estimate (planc explain), 0.01 to 1 (below 1% the estimate means nothing). "
+        "0.5 is planc's uncalibrated default.",
     )
     overlap_tp: StrictBool = Field(
         False,
@@ -267,9 +320,12 @@ class RulesSpec(Frozen):
 class Spec(Frozen):
     """A planc training spec, version 1."""
 
-    version: Literal[1] = Field(description="Spec format version; this is version 1.")
-    name: Annotated[StrictStr, Field(min_length=1, max_length=200)] = Field(
-        description="A name for the job, used in reports and launcher files."
+    version: Annotated[Literal[1], IntegerOnly] = Field(
+        description="Spec format version; this is version 1."
+    )
+    name: Annotated[StrictStr, Field(min_length=1, max_length=200, pattern=ONE_LINE)] = Field(
+        description="A name for the job, used in reports and launcher files: one line of "
+        "printable characters (no line breaks, tabs or other control characters)."
     )
     model: ModelSpec = Field(description="The model.")
     hardware: HardwareSpec = Field(description="The cluster.")
