@@ -47,6 +47,32 @@ def _resolve(node: Schema, root: Schema) -> Schema:
     return target
 
 
+@cache
+def _pattern(source: str) -> re.Pattern[str]:
+    """A JSON Schema `pattern` compiled for `re.search`, with JSON Schema's meaning of `$`.
+
+    JSON Schema patterns are ECMA-262 regular expressions, where `$` matches only at the end of
+    the string (as in pydantic's Rust engine); Python's `$` also matches before a final newline,
+    so `^PLC[0-9]{3}$` would take "PLC006\\n". Every `$` outside a character class becomes `\\Z`.
+    """
+    out: list[str] = []
+    escaped = in_class = False
+    for char in source:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "$":
+            out.append(r"\Z")
+            continue
+        out.append(char)
+    return re.compile("".join(out))
+
+
 def _number(value: Any, node: Schema) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _Invalid
@@ -81,7 +107,11 @@ def _scalar(value: Any, kind: str, node: Schema) -> Any:
             raise _Invalid
         too_short = len(value) < node.get("minLength", 0)
         too_long = "maxLength" in node and len(value) > node["maxLength"]
-        if too_short or too_long or ("pattern" in node and not re.search(node["pattern"], value)):
+        if (
+            too_short
+            or too_long
+            or ("pattern" in node and not _pattern(node["pattern"]).search(value))
+        ):
             raise _Invalid
         return value
     raise _Invalid
@@ -98,7 +128,7 @@ def _object(value: Any, node: Schema, root: Schema) -> dict[str, Any]:
             out[key] = _validate(item, properties[key], root)
         elif isinstance(extra, dict):
             names = node.get("propertyNames", {})
-            if "pattern" in names and not re.search(names["pattern"], key):
+            if "pattern" in names and not _pattern(names["pattern"]).search(key):
                 raise _Invalid
             out[key] = _validate(item, extra, root)
         else:

@@ -244,40 +244,58 @@ def _gpu(spec: Data) -> tuple[Gpu, dict[str, Any]] | list[Problem]:
     return Gpu(name, memory, float(raw["bf16_tflops"]), bandwidth, source), raw
 
 
-_RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
+# One {first..last} range of ASCII digits (`\d` would also take other scripts' digits). Its
+# numbers are capped in length before int(): Python refuses to convert more than 4,300 digits,
+# and no node number needs more than 18.
+_RANGE = re.compile(r"\{([0-9]+)\.\.([0-9]+)\}")
+_MAX_RANGE_DIGITS = 18
 
 
-def expand_hosts(pattern: str) -> list[str] | None:
-    """`gpu-{000..063}` -> gpu-000 ... gpu-063 (zero padding kept). None if not a valid pattern."""
+def expand_hosts(pattern: str) -> list[str]:
+    """`gpu-{000..063}` -> gpu-000 ... gpu-063 (zero padding kept); a name without a range is
+    itself. Raises ValueError saying what is wrong with the pattern."""
     found = _RANGE.findall(pattern)
     if len(found) > 1:
-        return None
+        raise ValueError(f"it has {len(found)} {{first..last}} ranges; planc expands one")
     if not found:
         return [pattern]
     low_text, high_text = found[0]
+    longest = max(len(low_text), len(high_text))
+    if longest > _MAX_RANGE_DIGITS:
+        raise ValueError(
+            f"a range bound has {longest:,} digits; planc reads at most {_MAX_RANGE_DIGITS}"
+        )
     low, high = int(low_text), int(high_text)
-    if high < low or high - low >= MAX_NODES:
-        return None
+    if high < low:
+        raise ValueError(f"the range runs backwards ({low} > {high})")
+    if high - low >= MAX_NODES:
+        raise ValueError(f"the range names {high - low + 1:,} hosts, more than {MAX_NODES:,}")
     width = len(low_text) if low_text.startswith("0") else 0
     head, tail = _RANGE.split(pattern, maxsplit=1)[0], _RANGE.split(pattern, maxsplit=1)[-1]
     return [f"{head}{i:0{width}d}{tail}" for i in range(low, high + 1)]
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    """`text` for a message: repr, cut to `limit` characters."""
+    return repr(text) if len(text) <= limit else repr(text[: limit - 3]) + "..."
 
 
 def _hosts(spec: Data) -> Sequence[str] | list[Problem]:
     hosts = spec["hardware"]["hosts"]
     nodes = spec["hardware"]["nodes"]
     if isinstance(hosts, str):
-        expanded = expand_hosts(hosts)
-        if expanded is None:
+        try:
+            return tuple(expand_hosts(hosts))
+        except ValueError as error:
             return [
                 Problem(
                     "PLC110",
                     "hardware.hosts",
-                    f"the host pattern {hosts!r} is not a name with one {{first..last}} range",
+                    f"the host pattern {_shown(hosts)} is not a name with one {{first..last}} "
+                    f"range: {error}",
                     "write it like gpu-{000..063}",
                 )
             ]
-        return tuple(expanded)
     if not hosts:
         return NodeNames(nodes)
     return tuple(hosts)

@@ -6,8 +6,11 @@ Every failure is a `Finding` with a rule id and a position; nothing here raises 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import math
+import os
 import re
+import stat
 import sys
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -29,6 +32,8 @@ _YAML_CODES = MappingProxyType(
         "duplicate": "PLC104",
         "expansion": "PLC102",
         "depth": "PLC102",
+        "number": "PLC102",
+        "yaml11": "PLC107",
         "tag": "PLC106",
         "merge": "PLC106",
         "key": "PLC106",
@@ -58,14 +63,62 @@ def _finding(
     return Finding(at[0], at[1], rule, severity, message, field, fix)
 
 
+def _fatal(message: str, fix: str = "") -> Finding:
+    return _finding("PLC100", (1, 1), message, fix, severity=Severity.FATAL)
+
+
+def _read_stdin() -> bytes | Finding:
+    """Standard input's first MAX_BYTES + 1 bytes."""
+    closed = _fatal(
+        "standard input is closed: there is no spec to read from it",
+        "pipe the spec in (planc check - < spec.yaml) or pass the file's path",
+    )
+    # Started with descriptor 0 closed (`planc check - <&-`), Python has no sys.stdin; the
+    # planc program puts a stand-in there whose reads fail with EBADF.
+    if sys.stdin is None:
+        return closed
+    try:
+        data: bytes = sys.stdin.buffer.read(MAX_BYTES + 1)
+    except OSError as error:
+        if error.errno == errno.EBADF:
+            return closed
+        raise
+    return data
+
+
+# What a spec path may name besides a regular file, for the message.
+_NOT_A_FILE = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _read_file(path: str) -> bytes | Finding:
+    """A regular file's first MAX_BYTES + 1 bytes. Opened without blocking and checked before
+    reading: a FIFO with no writer, a terminal or /dev/zero must not hang or flood the check."""
+    descriptor = os.open(
+        path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    )
+    with open(descriptor, "rb", closefd=True) as handle:
+        mode = os.fstat(descriptor).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(path)
+        if not stat.S_ISREG(mode):
+            what = next((name for test, name in _NOT_A_FILE if test(mode)), "not a regular file")
+            return _fatal(
+                f"is {what}, not a regular file: planc reads spec files",
+                "pass the spec file itself, or '-' to read standard input "
+                "(planc check - < spec.yaml)",
+            )
+        return handle.read(MAX_BYTES + 1)
+
+
 def read_input(path: str) -> tuple[bytes | None, Finding | None]:
     """The raw bytes of a file (or stdin for `-`), capped; or a fatal finding."""
     try:
-        if path == "-":
-            data = sys.stdin.buffer.read(MAX_BYTES + 1)
-        else:
-            with open(path, "rb") as handle:
-                data = handle.read(MAX_BYTES + 1)
+        data = _read_stdin() if path == "-" else _read_file(path)
     except FileNotFoundError:
         return None, _finding("PLC100", (1, 1), "no such file", severity=Severity.FATAL)
     except IsADirectoryError:
@@ -84,6 +137,8 @@ def read_input(path: str) -> tuple[bytes | None, Finding | None]:
         return None, _finding(
             "PLC100", (1, 1), f"cannot be read: {error.strerror or error}", severity=Severity.FATAL
         )
+    if isinstance(data, Finding):
+        return None, data
     if len(data) > MAX_BYTES:
         return None, _finding(
             "PLC102",
@@ -448,6 +503,15 @@ def _one(item: Any, path: tuple[Any, ...], field: str, value: Any, locator: Loca
     if kind in _TYPE_WORDS:
         return _type(kind, field, value, at)
     if kind == "string_pattern_mismatch":
+        return _pattern_mismatch(field, value, ctx, at)
+    message = item["msg"][:1].lower() + item["msg"][1:]
+    return _finding("PLC110", at, f"{field}: {message}, got {_describe(value)}", "", field)
+
+
+def _pattern_mismatch(field: str, value: Any, ctx: dict[str, Any], at: tuple[int, int]) -> Finding:
+    from planc.spec import ONE_LINE
+
+    if ctx.get("pattern") != ONE_LINE or not isinstance(value, str):
         return _finding(
             "PLC110",
             at,
@@ -455,8 +519,15 @@ def _one(item: Any, path: tuple[Any, ...], field: str, value: Any, locator: Loca
             "use a rule id from 'planc rules'",
             field,
         )
-    message = item["msg"][:1].lower() + item["msg"][1:]
-    return _finding("PLC110", at, f"{field}: {message}, got {_describe(value)}", "", field)
+    bad = next((i for i, char in enumerate(value) if not re.fullmatch(ONE_LINE, char)), None)
+    where = f": U+{ord(value[bad]):04X} at character {bad + 1}" if bad is not None else ""
+    return _finding(
+        "PLC110",
+        at,
+        f"{field} must be one line of printable characters, got {_describe(value)}{where}",
+        "remove the line breaks, tabs and other control characters",
+        field,
+    )
 
 
 def _unknown_key(path: tuple[Any, ...], field: str, locator: Locator) -> Finding:
@@ -545,6 +616,8 @@ def _bound(kind: str, field: str, value: Any, ctx: dict[str, Any], at: tuple[int
         "less_than": "<",
     }[kind]
     limit = next(iter(ctx.values()), "?")
+    if isinstance(limit, float) and limit.is_integer() and 1000 <= abs(limit) < 1e15:
+        limit = int(limit)  # a float field's bound 1000000.0 reads better as 1,000,000
     limit_text = f"{limit:,}" if isinstance(limit, int) else str(limit)
     return _finding(
         "PLC110",
@@ -564,6 +637,8 @@ def _type(kind: str, field: str, value: Any, at: tuple[int, int]) -> Finding:
             if _numeric(value)
             else "write a number"
         )
+    elif isinstance(value, bool) and kind in ("int_type", "float_type"):
+        fix = "write a number: true and false are not numbers"
     elif isinstance(value, float) and kind == "int_type":
         fix = (
             f"write a whole number, e.g. {math.floor(value)}"

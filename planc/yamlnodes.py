@@ -23,6 +23,10 @@ import yaml
 
 MAX_DEPTH = 64
 MAX_EXPANDED_NODES = 200_000
+# Python converts at most 4,300 digits between text and int (sys.get_int_max_str_digits); a
+# longer integer could be neither read nor shown in a message. No spec number comes close.
+MAX_INT_DIGITS = 4300
+_INT_LIMIT = 10**MAX_INT_DIGITS
 
 Kind = Literal["map", "seq", "scalar"]
 Pairs = tuple[tuple["Node", "Node"], ...]
@@ -149,23 +153,39 @@ def yaml11_reading(text: str) -> str | None:
 
 def _plain_scalar(text: str) -> Any:
     """YAML 1.2 core schema resolution of an untagged plain scalar."""
-    if _NULL.match(text):
+    if _NULL.fullmatch(text):
         return None
     if text in _BOOL:
         return _BOOL[text]
-    if _INT10.match(text):
-        return int(text)
-    if _INT8.match(text):
-        return int(text[2:], 8)
-    if _INT16.match(text):
-        return int(text[2:], 16)
-    if _FLOAT.match(text):
+    if _INT10.fullmatch(text):
+        return _checked_int(text, 10)
+    if _INT8.fullmatch(text):
+        return _checked_int(text[2:], 8)
+    if _INT16.fullmatch(text):
+        return _checked_int(text[2:], 16)
+    if _FLOAT.fullmatch(text):
         return float(text)
-    if _INF.match(text):
+    if _INF.fullmatch(text):
         return -math.inf if text.startswith("-") else math.inf
-    if _NAN.match(text):
+    if _NAN.fullmatch(text):
         return math.nan
     return text
+
+
+class _NumberTooLong(Exception):
+    """An integer scalar past MAX_INT_DIGITS decimal digits; the message says how long."""
+
+
+def _checked_int(text: str, base: int) -> int:
+    """int(text, base), refused beyond MAX_INT_DIGITS decimal digits (before converting)."""
+    digits = len(text.lstrip("+-"))
+    if base == 10 and digits > MAX_INT_DIGITS:
+        raise _NumberTooLong(f"an integer of {digits:,} digits")
+    value = int(text, base)
+    if abs(value) >= _INT_LIMIT:
+        kind = {8: "octal", 16: "hexadecimal"}[base]
+        raise _NumberTooLong(f"a {kind} integer of {digits:,} digits, above 10^{MAX_INT_DIGITS}")
+    return value
 
 
 def _tagged_scalar(tag: str, text: str) -> Any:
@@ -259,17 +279,25 @@ class _Composer:
     def scalar(self, event: yaml.ScalarEvent) -> None:
         at = _mark(event)
         plain = not event.style and event.implicit[0] and event.tag in (None, "!")
-        if plain:
-            value = _plain_scalar(event.value)
-        elif event.tag in (None, "!") or event.implicit[1]:
-            value = event.value
-        elif event.tag in _CORE_TAGS:
-            try:
-                value = _tagged_scalar(event.tag, event.value)
-            except (ValueError, KeyError):
-                self.stop("tag", at, f"{event.value!r} is not a valid {event.tag}")
-        else:
-            self.unsafe_tag(event.tag, at)
+        try:
+            if plain:
+                value = _plain_scalar(event.value)
+            elif event.tag in (None, "!") or event.implicit[1]:
+                value = event.value
+            elif event.tag in _CORE_TAGS:
+                try:
+                    value = _tagged_scalar(event.tag, event.value)
+                except (ValueError, KeyError):
+                    self.stop("tag", at, f"{event.value[:40]!r} is not a valid {event.tag}")
+            else:
+                self.unsafe_tag(event.tag, at)
+        except _NumberTooLong as long:
+            self.stop(
+                "number",
+                at,
+                f"{long}; planc reads integers of at most {MAX_INT_DIGITS:,} digits",
+                "no spec number needs that many; quote it if it is a name",
+            )
         self.add(Node("scalar", *at, value, plain, event.value), event.anchor)
 
     def unsafe_tag(self, tag: str | None, at: tuple[int, int]) -> NoReturn:
@@ -384,12 +412,54 @@ def _syntax_problem(error: yaml.YAMLError, text: str) -> YamlProblem:
     return YamlProblem("syntax", line, column, f"YAML syntax error: {detail}")
 
 
+# Line breaks to YAML 1.1 (libyaml, PyYAML) but ordinary characters to YAML 1.2, which dropped
+# them for JSON compatibility: `nodes: 2 # c<NEL>gpus_per_node: 4` sets gpus_per_node for one
+# reader and is a comment for the other, and inside a double-quoted string libyaml folds NEL into a
+# space. With the YAML escape that writes the character in a double-quoted string.
+_YAML11_BREAKS = MappingProxyType(
+    {
+        "\x85": ("NEL (U+0085, next line)", "\\N"),
+        "\u2028": ("U+2028 (line separator)", "\\L"),
+        "\u2029": ("U+2029 (paragraph separator)", "\\P"),
+    }
+)
+_YAML11_BREAK = re.compile("[\x85\u2028\u2029]")
+_YAML12_BREAK = re.compile("\r\n|\r|\n")
+
+
+def _yaml11_break(text: str) -> YamlProblem | None:
+    """The first character that YAML 1.1 reads as a line break and YAML 1.2 does not, located
+    as YAML 1.2 counts lines (LF, CR, CRLF)."""
+    found = _YAML11_BREAK.search(text)
+    if found is None:
+        return None
+    offset = found.start()
+    breaks = list(_YAML12_BREAK.finditer(text, 0, offset))
+    line_start = breaks[-1].end() if breaks else 0
+    name, escape = _YAML11_BREAKS[found.group()]
+    others = len(_YAML11_BREAK.findall(text)) - 1
+    more = f" ({others:,} more in the file)" if others else ""
+    return YamlProblem(
+        "yaml11",
+        len(breaks) + 1,
+        offset - line_start + 1,
+        f"{name} is a line break to a YAML 1.1 reader (PyYAML, libyaml) but an ordinary "
+        f"character to a YAML 1.2 reader, so the file means different things to different "
+        f"tools{more}",
+        f"replace it with a newline, or write it as {escape} inside a double-quoted string",
+    )
+
+
 def compose(text: str) -> tuple[list[Node], list[YamlProblem]]:
     """All documents of `text` as located nodes, and the problems found on the way.
 
-    When a problem stops composing (syntax, alias bomb, depth, unsafe tag), the document list is
-    empty and the problem list holds that problem.
+    When a problem stops composing (a YAML 1.1 line break, syntax, alias bomb, depth, unsafe
+    tag, an over-long integer), the document list is empty and the problem list holds that
+    problem.
     """
+    ambiguous = _yaml11_break(text)
+    if ambiguous is not None:
+        return [], [ambiguous]
     composer = _Composer()
     try:
         for event in _events(text):

@@ -131,7 +131,7 @@ def _check_hosts(job: Job) -> None:
         raise PlanError(f"{len(hosts)} host names for {job.cluster.nodes} nodes")
     if len(set(hosts)) != len(hosts):
         raise PlanError("host names repeat: every node needs its own name")
-    bad = next((host for host in hosts if not HOST_NAME.match(host)), None)
+    bad = next((host for host in hosts if not HOST_NAME.fullmatch(host)), None)
     if bad is not None:
         raise PlanError(
             f"host name {bad!r} cannot go into a hostfile: use letters, digits, '.', '_', ':' "

@@ -12,7 +12,7 @@ from planc.rules.base import Violation, rule
 
 MAX_RANKS = 1_048_576
 # What DeepSpeed hostfiles, Open MPI rankfiles and Slurm hostfiles all accept as a host.
-HOST_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:-]*$")
+HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:-]*")  # whole names only: use fullmatch
 
 
 def _product(job: Job) -> int:
@@ -291,7 +291,7 @@ def topology(job: Job) -> Iterator[Violation]:
         )
     if isinstance(cl.hosts, NodeNames):
         return  # planc's own names: one per node, distinct and usable
-    unusable = [h for h in cl.hosts if not HOST_NAME.match(h)]
+    unusable = [h for h in cl.hosts if not HOST_NAME.fullmatch(h)]
     if unusable:
         yield Violation(
             "hardware.hosts",
