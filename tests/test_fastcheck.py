@@ -43,6 +43,13 @@ SCALARS = st.one_of(
     st.sampled_from(
         ["", "8", "tp-cp-dp-pp", "h100-sxm", "llama3-8b", "bf16", "flash", "PLC006", "x" * 300]
     ),
+    # Issue 19: a final newline must not pass a `$`-anchored pattern, control characters and
+    # YAML 1.1 line breaks must not pass the one-line name, nor other scripts' digits a rule id.
+    st.sampled_from(
+        ["PLC006\n", "gpu-a\n", "a\nb", "x\ty", "x\u2028y", "\x85", "PLC\u0660\u0660\u0666"]
+    ),
+    # Issue 19: numbers at and past the physical bounds of the float fields.
+    st.sampled_from([5e-324, 1e-12, 0.001, 0.01, 1e6, 1e7, 1e9, 1e300]),
     st.text(max_size=8),
 )
 VALUES = st.recursive(
@@ -74,6 +81,40 @@ def _set(data: Any, path: tuple[Any, ...], value: Any, delete: bool) -> None:
         data[path[-1]] = value
 
 
+# Issue 19: values the fast path and pydantic once disagreed on, or both took wrongly. Each is
+# (section, key, value) set on a shipped example; both paths must refuse it.
+HARDENING = [
+    ("rules", "ignore", ["PLC006\n"]),
+    ("rules", "ignore", ["PLC\u0660\u0660\u0666"]),
+    ("rules", "severity", {"PLC006\n": "warning"}),
+    (None, "name", "x\n## injected"),
+    (None, "name", "x\u2028y"),
+    (None, "name", "x\x85y"),
+    (None, "version", True),
+    (None, "version", 1.0),
+    ("parallelism", "zero_stage", True),
+    ("parallelism", "zero_stage", 1.0),
+    ("hardware", "reserve_gib", 1e300),
+    ("hardware", "inter_node", {"bandwidth_gbs": 5e-324}),
+    ("hardware", "intra_node", {"latency_us": 1e300}),
+    ("hardware", "gpu", {"memory_gib": 1e300, "bf16_tflops": 989}),
+    ("hardware", "gpu", {"memory_gib": 1e-12, "bf16_tflops": 989}),
+    ("hardware", "gpu", {"memory_gb": 80, "bf16_tflops": 5e-324}),
+    ("hardware", "gpu", {"memory_gb": 80, "bf16_tflops": 989, "name": "a\nb"}),
+    ("training", "efficiency", 5e-324),
+]
+
+
+@pytest.mark.parametrize(("section", "key", "value"), HARDENING, ids=repr)
+def test_fast_path_and_pydantic_both_refuse_the_hardening_cases(
+    section: str | None, key: str, value: Any
+) -> None:
+    data = yaml.safe_load(VALID[0].read_text(encoding="utf-8"))
+    (data if section is None else data.setdefault(section, {}))[key] = value
+    assert fast_validate(data) is None
+    assert pydantic_dump(data) is None
+
+
 # Known field names, so mutations also add keys the schema knows (in the wrong place or not).
 KNOWN = [
     "tensor",
@@ -86,6 +127,10 @@ KNOWN = [
     "bf16_tflops",
     "stage_layers",
     "preset",
+    "reserve_gib",
+    "efficiency",
+    "zero_stage",
+    "name",
 ]
 
 
