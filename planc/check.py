@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
+from planc.config import Resolver
 from planc.findings import FileResult, Finding, Severity
 from planc.job import Job
 from planc.load import Loaded, load_path
@@ -48,9 +50,22 @@ def check_loaded(loaded: Loaded) -> FileResult:
     findings = list(loaded.findings)
     if loaded.job is not None:
         findings += run_rules(loaded.job, loaded.locator)
-    return FileResult(loaded.path, tuple(sorted(findings)))
+    return FileResult(loaded.path, tuple(sorted(findings)), loaded.text)
 
 
-def check_paths(paths: Iterable[str]) -> tuple[FileResult, ...]:
-    """Check each file on its own; one bad file does not stop the others."""
-    return tuple(check_loaded(load_path(path)) for path in paths)
+def check_paths(
+    paths: Iterable[str], configs: Resolver | None = None, stdin_name: str = "-"
+) -> tuple[FileResult, ...]:
+    """Check each file on its own; one bad file does not stop the others.
+
+    `configs` gives each file its configuration (`planc.config`: rule defaults, and select and
+    ignore as the rules the spec's `rules.ignore` gains); stdin (`-`) is reported, and its
+    configuration looked up, under `stdin_name`.
+    """
+    results = []
+    for path in paths:
+        name = stdin_name if path == "-" else path
+        defaults = configs.for_path(name).rule_defaults() if configs is not None else None
+        result = check_loaded(load_path(path, defaults or None))
+        results.append(result if name == path else dataclasses.replace(result, path=name))
+    return tuple(results)

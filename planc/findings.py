@@ -50,6 +50,8 @@ class FileResult:
 
     path: str
     findings: tuple[Finding, ...]
+    # The decoded input, when it was read, for source snippets under findings.
+    source: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def worst(self) -> Severity | None:
         return max((f.severity for f in self.findings), key=lambda s: s.rank, default=None)
@@ -62,8 +64,15 @@ class FileResult:
         return worst.rank < threshold.rank
 
 
-def exit_code(results: tuple[FileResult, ...] | list[FileResult], strict: bool = False) -> int:
-    """The one place the exit code is decided: 2 unusable input, 1 findings that fail, 0 clean."""
+def exit_code(
+    results: tuple[FileResult, ...] | list[FileResult],
+    strict: bool = False,
+    exit_zero: bool = False,
+) -> int:
+    """The one place the exit code is decided: 2 unusable input, 1 findings that fail, 0 clean.
+
+    `exit_zero` (`planc check --exit-zero`) turns 1 into 0; unusable input still exits 2.
+    """
     if any(r.worst() is Severity.FATAL for r in results):
         return 2
-    return 0 if all(r.ok(strict) for r in results) else 1
+    return 0 if exit_zero or all(r.ok(strict) for r in results) else 1

@@ -50,6 +50,7 @@ class Loaded:
     locator: Locator
     spec: dict[str, Any] | None = None  # the validated spec as plain data, defaults filled in
     job: Job | None = None
+    text: str | None = None  # the decoded input (load_path), for source snippets in reports
 
 
 def _finding(
@@ -286,15 +287,24 @@ def _within(text: str, findings: list[Finding]) -> list[Finding]:
     return [f if f.line <= last else dataclasses.replace(f, line=last, column=1) for f in findings]
 
 
-def load_text(path: str, text: str) -> Loaded:
-    """Load a spec from text; `path` is only used for messages."""
+def load_text(path: str, text: str, defaults: dict[str, Any] | None = None) -> Loaded:
+    """Load a spec from text; `path` is only used for messages.
+
+    `defaults` (from a configuration file, `planc.config`) fill the spec's `rules` section where
+    the spec leaves a key out, before validation.
+    """
     root, findings = _document(text)
     findings = _within(text, findings)
     locator = Locator(root)
     if root is None:
         return Loaded(path, tuple(findings), locator)
     findings += _yaml11(root)
-    spec, errors = _validated(to_data(root), locator, {f.field for f in findings})
+    data = to_data(root)
+    if defaults:
+        from planc.config import fill_rule_defaults
+
+        data = fill_rule_defaults(data, defaults)
+    spec, errors = _validated(data, locator, {f.field for f in findings})
     findings += errors
     if spec is None or findings:
         return Loaded(path, tuple(findings), locator, spec)
@@ -308,12 +318,12 @@ def load_text(path: str, text: str) -> Loaded:
     return Loaded(path, tuple(findings), locator, spec, resolved)
 
 
-def load_path(path: str) -> Loaded:
+def load_path(path: str, defaults: dict[str, Any] | None = None) -> Loaded:
     data, failure = read_input(path)
     if failure is None and data is not None:
         text, failure = decode(data)
         if failure is None and text is not None:
-            return load_text(path, text)
+            return dataclasses.replace(load_text(path, text, defaults), text=text)
     return Loaded(path, (failure,) if failure else (), Locator(None))
 
 

@@ -145,7 +145,10 @@ def test_thousand_levels_of_block_mappings(tmp_path: Path) -> None:
 
 
 def test_directory_instead_of_a_file(tmp_path: Path) -> None:
-    assert_clean_failure(run_check(str(tmp_path)), str(tmp_path), 2, "PLC100", (1, 1))
+    # A plain directory is walked for specs (planc.discover); one named like a spec file is not.
+    path = tmp_path / "spec.yaml"
+    path.mkdir()
+    assert_clean_failure(run_check(str(path)), str(path), 2, "PLC100", (1, 1))
 
 
 def test_missing_file(tmp_path: Path) -> None:

@@ -933,9 +933,11 @@ def test_cli_invalid_example_exits_1() -> None:
 def test_cli_unusable_input_exits_2(kind: str, tmp_path: Path) -> None:
     path = {
         "missing": tmp_path / "nope.yaml",
-        "directory": tmp_path,
+        "directory": tmp_path / "a-directory.yaml",  # a plain directory is walked for specs
         "binary": tmp_path / "b.yaml",
     }[kind]
+    if kind == "directory":
+        path.mkdir()
     if kind == "binary":
         path.write_bytes(b"version: 1\x00\xff")
     code, out = cli("check", str(path))

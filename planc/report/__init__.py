@@ -1,41 +1,139 @@
-"""Reporters: render check results as text, JSON, GitHub annotations or SARIF 2.1.0."""
+"""Reporters: render check results as text, JSON, GitHub annotations or SARIF 2.1.0.
+
+Every reporter renders the same `FileResult`s; none decides the exit code. One severity
+vocabulary reaches users: error, warning, info. `fatal` (input planc cannot use, exit 2) is shown
+as error everywhere, in `planc rules` too.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Protocol
 
 from planc.findings import FileResult, Finding, Severity
 
-Reporter = Callable[[Sequence[FileResult], bool], str]
+if TYPE_CHECKING:
+    from planc.rules import Rule
+
+DOCS_URL = "https://github.com/planc/planc/blob/main/docs/rules.md"
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to render: `quiet` leaves out the summary, `color` adds ANSI colours (text only),
+    `source` shows the source line with a caret under each finding (text only)."""
+
+    quiet: bool = False
+    color: bool = False
+    source: bool = True
+
+
+class Reporter(Protocol):
+    def __call__(
+        self, results: Sequence[FileResult], strict: bool, options: Options = ...
+    ) -> str: ...
+
+
+def level(severity: Severity) -> str:
+    """The word users see for a severity: fatal input is an error (it also exits 2)."""
+    return "error" if severity is Severity.FATAL else severity.value
 
 
 def _level(finding: Finding) -> str:
-    return "error" if finding.severity is Severity.FATAL else finding.severity.value
+    return level(finding.severity)
 
 
-def text(results: Sequence[FileResult], strict: bool) -> str:
-    """One line per finding, `path:line:col: severity PLCnnn message`, then a summary."""
-    lines = [
-        f"{r.path}:{f.line}:{f.column}: {_level(f)} {f.rule} {f.text}"
-        for r in results
-        for f in r.findings
+def use_color(stream_is_tty: bool, environ: Mapping[str, str] | None = None) -> bool:
+    """Colour on a terminal, unless NO_COLOR is set (https://no-color.org); FORCE_COLOR forces it
+    anywhere (https://force-color.org). Both count only when set to a non-empty value; NO_COLOR
+    wins when both are."""
+    env = os.environ if environ is None else environ
+    if env.get("NO_COLOR"):
+        return False
+    if env.get("FORCE_COLOR"):
+        return True
+    return stream_is_tty
+
+
+_STYLE = MappingProxyType(
+    {
+        "error": "\x1b[1;31m",
+        "warning": "\x1b[1;33m",
+        "info": "\x1b[1;36m",
+        "bold": "\x1b[1m",
+        "gutter": "\x1b[34m",
+    }
+)
+_RESET = "\x1b[0m"
+
+
+def _paint(text: str, style: str, color: bool) -> str:
+    return f"{_STYLE[style]}{text}{_RESET}" if color else text
+
+
+# The token a caret row underlines: a key or plain scalar up to a YAML indicator.
+_TOKEN = re.compile(r"[^\s:,\[\]{}#]+")
+
+
+def snippet(source: str, finding: Finding, color: bool = False) -> list[str]:
+    """The finding's source line with a caret row under its token, ruff style; empty when the
+    line is not in the source."""
+    lines = source.split("\n")
+    if not 1 <= finding.line <= len(lines):
+        return []
+    line = lines[finding.line - 1].replace("\t", " ").rstrip("\r")
+    start = max(finding.column - 1, 0)
+    token = _TOKEN.match(line, start) if start < len(line) else None
+    width = max(token.end() - start, 1) if token else 1
+    number = str(finding.line)
+    pad = " " * len(number)
+    bar = _paint("|", "gutter", color)
+    caret = _paint("^" * width, _level(finding), color)
+    return [
+        f"{_paint(number, 'gutter', color)} {bar} {line}".rstrip(),
+        f"{pad} {bar} {' ' * start}{caret}",
     ]
+
+
+def _summary(results: Sequence[FileResult], strict: bool) -> str:
     counts = {
         s: sum(_level(f) == s for r in results for f in r.findings)
         for s in ("error", "warning", "info")
     }
     failed = sum(not r.ok(strict) for r in results)
-    summary = (
+    return (
         f"{len(results)} file{'s' * (len(results) != 1)} checked: {counts['error']} error(s), "
         f"{counts['warning']} warning(s), {counts['info']} info; "
         + (f"{failed} failed" if failed else "all passed")
     )
-    return "\n".join([*lines, summary]) + "\n"
 
 
-def as_json(results: Sequence[FileResult], strict: bool) -> str:
+def text(results: Sequence[FileResult], strict: bool, options: Options = Options()) -> str:
+    """One line per finding, `path:line:col: severity PLCnnn message`, then (unless `source` is
+    off) the source line with a caret under the spot, then a summary (unless `quiet`)."""
+    color = options.color
+    lines: list[str] = []
+    for r in results:
+        for f in r.findings:
+            head = (
+                f"{_paint(f'{r.path}:{f.line}:{f.column}:', 'bold', color)} "
+                f"{_paint(_level(f), _level(f), color)} {_paint(f.rule, 'bold', color)} {f.text}"
+            )
+            lines.append(head)
+            if options.source and r.source is not None:
+                shown = snippet(r.source, f, color)
+                lines += [*shown, ""] if shown else []
+    if not options.quiet:
+        lines.append(_summary(results, strict))
+    return "".join(line + "\n" for line in lines)
+
+
+def as_json(results: Sequence[FileResult], strict: bool, options: Options = Options()) -> str:
     document = {
         "ok": all(r.ok(strict) for r in results),
         "files": [
@@ -66,8 +164,9 @@ def _escape(value: str, prop: bool = False) -> str:
     return value.replace(":", "%3A").replace(",", "%2C") if prop else value
 
 
-def github(results: Sequence[FileResult], strict: bool) -> str:
-    """GitHub Actions workflow commands (`::error file=...,line=...::msg`), then the text summary."""
+def github(results: Sequence[FileResult], strict: bool, options: Options = Options()) -> str:
+    """GitHub Actions workflow commands (`::error file=...,line=...::msg`), then the text summary
+    (unless `quiet`)."""
     kinds = {"error": "error", "warning": "warning", "info": "notice"}
     lines = []
     for r in results:
@@ -81,51 +180,65 @@ def github(results: Sequence[FileResult], strict: bool) -> str:
                 ]
             )
             lines.append(f"::{kinds[_level(f)]} {props}::{_escape(f'{f.rule} {f.text}')}")
-    return (
-        "\n".join(lines) + ("\n" if lines else "") + text(results, strict).splitlines()[-1] + "\n"
-    )
+    if not options.quiet:
+        lines.append(_summary(results, strict))
+    return "".join(line + "\n" for line in lines)
 
 
-def sarif(results: Sequence[FileResult], strict: bool) -> str:
-    """SARIF 2.1.0 as GitHub code scanning accepts it: rules with descriptions, located results."""
+def rule_name(rule: Rule) -> str:
+    """A rule's kebab-case name (SARIF `name`), from its function: `pipeline-bubble`."""
+    return getattr(rule.doc_source, "__name__", rule.id).strip("_").replace("_", "-")
+
+
+def rule_url(rule_id: str) -> str:
+    """The rule's documentation: its section of docs/rules.md."""
+    return f"{DOCS_URL}#{rule_id.lower()}"
+
+
+def _sarif_rule(rule: Rule) -> dict[str, object]:
+    return {
+        "id": rule.id,
+        "name": rule_name(rule),
+        "shortDescription": {"text": rule.title},
+        "fullDescription": {"text": rule.doc},
+        "help": {"text": rule.doc, "markdown": rule.doc},
+        "helpUri": rule_url(rule.id),
+        "defaultConfiguration": {"level": _sarif_level(rule.severity)},
+    }
+
+
+def sarif(results: Sequence[FileResult], strict: bool, options: Options = Options()) -> str:
+    """SARIF 2.1.0 as GitHub code scanning accepts it: rules with descriptions, located results.
+
+    Columns count Unicode code points (`columnKind`), as planc's columns do.
+    """
     from planc import __version__
     from planc.rules import REGISTRY
 
-    used = sorted({f.rule for r in results for f in r.findings})
-    rules = [
-        {
-            "id": rule_id,
-            "name": rule_id,
-            "shortDescription": {"text": REGISTRY[rule_id].title},
-            "fullDescription": {"text": REGISTRY[rule_id].doc},
-            "help": {"text": REGISTRY[rule_id].doc},
-            "defaultConfiguration": {"level": _sarif_level(REGISTRY[rule_id].severity)},
-        }
-        for rule_id in used
-        if rule_id in REGISTRY
-    ]
+    used = sorted({f.rule for r in results for f in r.findings if f.rule in REGISTRY})
     index = {rule_id: i for i, rule_id in enumerate(used)}
-    found = [
-        {
-            "ruleId": f.rule,
-            "ruleIndex": index[f.rule],
-            "level": _sarif_level(f.severity),
-            "message": {"text": f.text},
-            "locations": [
-                {
-                    "physicalLocation": {
-                        "artifactLocation": {
-                            "uri": r.path.removeprefix("./") if r.path != "-" else "stdin"
+    found = []
+    for r in results:
+        for f in r.findings:
+            result: dict[str, object] = {
+                "ruleId": f.rule,
+                "level": _sarif_level(f.severity),
+                "message": {"text": f.text},
+                "locations": [
+                    {
+                        "physicalLocation": {
+                            "artifactLocation": {"uri": _uri(r.path)},
+                            "region": {"startLine": f.line, "startColumn": f.column},
                         },
-                        "region": {"startLine": f.line, "startColumn": f.column},
-                    },
-                    "logicalLocations": [{"fullyQualifiedName": f.field}] if f.field else [],
-                }
-            ],
-        }
-        for r in results
-        for f in r.findings
-    ]
+                        "logicalLocations": (
+                            [{"fullyQualifiedName": f.field, "kind": "member"}] if f.field else []
+                        ),
+                    }
+                ],
+            }
+            if f.rule in index:
+                result["ruleIndex"] = index[f.rule]
+            found.append(result)
     log = {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
@@ -136,14 +249,22 @@ def sarif(results: Sequence[FileResult], strict: bool) -> str:
                         "name": "planc",
                         "version": __version__,
                         "informationUri": "https://github.com/planc/planc",
-                        "rules": rules,
+                        "rules": [_sarif_rule(REGISTRY[rule_id]) for rule_id in used],
                     }
                 },
+                "columnKind": "unicodeCodePoints",
                 "results": found,
             }
         ],
     }
     return json.dumps(log, indent=2, ensure_ascii=False) + "\n"
+
+
+def _uri(path: str) -> str:
+    """A relative URI reference for a path: forward slashes, no leading ./, spaces escaped."""
+    from urllib.parse import quote
+
+    return quote(path.replace(os.sep, "/").removeprefix("./"), safe="/:@-._~!$&'()*+,;=")
 
 
 def _sarif_level(severity: Severity) -> str:

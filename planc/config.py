@@ -1,0 +1,283 @@
+"""Project configuration for `planc check`: `[tool.planc]` in pyproject.toml, or `.planc.toml`.
+
+Found upwards from each checked file's directory: the nearest directory holding a `.planc.toml`,
+or a `pyproject.toml` with a `[tool.planc]` table, wins (in one directory `.planc.toml` wins over
+pyproject.toml; a pyproject.toml without `[tool.planc]` is passed over). The search stops after
+the first directory that contains `.git` (the repository root) or at the filesystem root.
+`--config FILE` replaces the search.
+
+Keys (all optional):
+
+    select = ["PLC0"]                     # rule ids or prefixes that run (default: all)
+    ignore = ["PLC011"]                   # rule ids or prefixes that do not run
+    severity = {PLC006 = "warning"}       # error, warning or info
+    exclude = ["k8s", "*.tmpl.yaml"]      # globs, relative to the configuration's directory
+    max_bubble = 0.2                      # default of the spec's rules.max_bubble
+    memory_headroom = 0.05                # default of the spec's rules.memory_headroom
+
+Precedence, strongest first: the spec's own `rules:` section (per key; `severity` per rule id),
+the command line (`--select` replaces `select`; `--ignore` and the spec's `rules.ignore` add to
+`ignore`), the configuration file, planc's defaults. Input rules PLC100-PLC111 say a file cannot
+be used at all; they always run and cannot be selected away or ignored.
+
+Nothing here is imported, and no TOML parsed, when no configuration file exists: finding one
+costs a few `stat` calls per directory.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+CONFIG_NAMES = (".planc.toml", "pyproject.toml")
+KEYS = ("select", "ignore", "severity", "exclude", "max_bubble", "memory_headroom")
+SEVERITIES = ("error", "warning", "info")
+_RULE_PREFIX = re.compile(r"^PLC\d{0,3}$")
+# Input rules: the loader reports them; without them there is no spec to check.
+INPUT_RULES = frozenset(f"PLC{n}" for n in range(100, 112))
+
+
+class ConfigError(ValueError):
+    """A configuration file or option planc cannot use (exit 2)."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration: where it came from and what it sets (None or empty: not set)."""
+
+    path: str | None = None
+    select: tuple[str, ...] | None = None
+    ignore: tuple[str, ...] = ()
+    severity: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    exclude: tuple[str, ...] = ()
+    max_bubble: float | None = None
+    memory_headroom: float | None = None
+
+    @property
+    def base(self) -> str:
+        """The directory `exclude` patterns are relative to."""
+        return os.path.dirname(os.path.abspath(self.path)) if self.path else "."
+
+    def rule_defaults(self) -> dict[str, Any]:
+        """Values for the spec's `rules` section where the spec leaves a key out; `ignore` lists
+        every rule that does not run under select and ignore (added to the spec's own)."""
+        out: dict[str, Any] = {}
+        if self.select is not None or self.ignore:
+            from planc.rules import REGISTRY
+
+            off = [rule_id for rule_id in REGISTRY if not self.runs(rule_id)]
+            if off:
+                out["ignore"] = off
+        if self.max_bubble is not None:
+            out["max_bubble"] = self.max_bubble
+        if self.memory_headroom is not None:
+            out["memory_headroom"] = self.memory_headroom
+        if self.severity:
+            out["severity"] = dict(self.severity)
+        return out
+
+    def runs(self, rule_id: str) -> bool:
+        """Whether a rule runs under this configuration's select and ignore (input rules always
+        do)."""
+        if rule_id in INPUT_RULES:
+            return True
+        if self.select is not None and not rule_id.startswith(self.select):
+            return False
+        return not rule_id.startswith(self.ignore) if self.ignore else True
+
+
+def with_options(
+    config: Config, select: Iterable[str] | None, ignore: Iterable[str] = ()
+) -> Config:
+    """The command line over a configuration: `--select` replaces, `--ignore` adds."""
+    from dataclasses import replace
+
+    selected = rule_list(select, "--select") if select is not None else config.select
+    ignored = (*config.ignore, *rule_list(ignore, "--ignore"))
+    return replace(config, select=selected, ignore=tuple(dict.fromkeys(ignored)))
+
+
+def rule_list(values: Iterable[str], where: str) -> tuple[str, ...]:
+    """Rule ids or prefixes from repeated and comma-separated values, checked and upper-cased."""
+    out: list[str] = []
+    for value in values:
+        for item in value.split(","):
+            item = item.strip().upper()
+            if not item:
+                continue
+            if not _RULE_PREFIX.fullmatch(item):
+                raise ConfigError(f"{where}: {item!r} is not a rule id or prefix such as PLC006")
+            if where.endswith("ignore") and any(r.startswith(item) for r in INPUT_RULES):
+                raise ConfigError(
+                    f"{where}: {item} would ignore input rules (PLC100-PLC111), which report a "
+                    "file planc cannot read as a spec; they cannot be ignored"
+                )
+            if not _known_prefix(item):
+                raise ConfigError(f"{where}: no rule starts with {item}; 'planc rules' lists them")
+            out.append(item)
+    return tuple(dict.fromkeys(out))
+
+
+def _known_prefix(item: str) -> bool:
+    from planc.rules import REGISTRY
+
+    return any(rule_id.startswith(item) for rule_id in REGISTRY)
+
+
+def fill_rule_defaults(data: Any, defaults: Mapping[str, Any]) -> Any:
+    """The spec data with `defaults` in its `rules` section wherever the spec leaves a key out;
+    `severity` is merged per rule id with the spec's entries winning, and `ignore` is the union of
+    the spec's list and the defaults'. Data that is not a mapping (or a `rules` that is not one)
+    is returned unchanged, for validation to report."""
+    if not defaults or not isinstance(data, dict):
+        return data
+    rules = data.get("rules", {})
+    if not isinstance(rules, dict):
+        return data
+    merged = {**{k: v for k, v in defaults.items() if k not in ("severity", "ignore")}, **rules}
+    if "severity" in defaults:
+        own = rules.get("severity", {})
+        merged["severity"] = {**defaults["severity"], **own} if isinstance(own, dict) else own
+    if "ignore" in defaults:
+        own = rules.get("ignore", [])
+        merged["ignore"] = (
+            list(dict.fromkeys([*own, *defaults["ignore"]])) if isinstance(own, list) else own
+        )
+    return {**data, "rules": merged}
+
+
+# --- finding and reading configuration files ------------------------------------------------
+
+
+def find_config(start: str) -> str | None:
+    """The nearest configuration file for a file in directory `start`, or None."""
+    directory = os.path.abspath(start)
+    while True:
+        for name in CONFIG_NAMES:
+            candidate = os.path.join(directory, name)
+            if os.path.isfile(candidate) and (
+                name != "pyproject.toml" or _has_planc_table(candidate)
+            ):
+                return candidate
+        parent = os.path.dirname(directory)
+        if parent == directory or os.path.exists(os.path.join(directory, ".git")):
+            return None
+        directory = parent
+
+
+def _has_planc_table(path: str) -> bool:
+    """A cheap look before parsing: only a pyproject.toml that mentions tool.planc is parsed."""
+    try:
+        with open(path, "rb") as handle:
+            return b"tool.planc" in handle.read()
+    except OSError:
+        return False
+
+
+def load_config(path: str) -> Config:
+    """Read and check one configuration file; ConfigError says what is wrong and where."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10: the same parser from PyPI
+        import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
+    try:
+        with open(path, "rb") as handle:
+            document = tomllib.load(handle)
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot be read: {error.strerror or error}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML: {error}") from None
+    if os.path.basename(path) == "pyproject.toml":
+        table = document.get("tool", {}).get("planc", {})
+        where = f"{path}: [tool.planc]"
+    else:
+        table, where = document, path
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table")
+    return parse_table(table, where, path)
+
+
+def parse_table(table: Mapping[str, Any], where: str, path: str | None = None) -> Config:
+    unknown = sorted(set(table) - set(KEYS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; planc takes {', '.join(KEYS)}")
+    select = _strings(table, "select", where)
+    severity = table.get("severity", {})
+    if not isinstance(severity, dict):
+        raise ConfigError(f'{where}: severity must be a table such as {{PLC006 = "warning"}}')
+    for rule_id, level in severity.items():
+        rule_list([rule_id], f"{where}: severity")
+        if level not in SEVERITIES:
+            raise ConfigError(
+                f"{where}: severity of {rule_id} must be one of {', '.join(SEVERITIES)}, "
+                f"got {level!r}"
+            )
+    return Config(
+        path=path,
+        select=rule_list(select, f"{where}: select") if "select" in table else None,
+        ignore=rule_list(_strings(table, "ignore", where), f"{where}: ignore"),
+        severity=MappingProxyType({k.upper(): v for k, v in sorted(severity.items())}),
+        exclude=_strings(table, "exclude", where),
+        max_bubble=_fraction(table, "max_bubble", where),
+        memory_headroom=_fraction(table, "memory_headroom", where),
+    )
+
+
+def _strings(table: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: {key} must be a list of strings")
+    return tuple(value)
+
+
+def _fraction(table: Mapping[str, Any], key: str, where: str) -> float | None:
+    value = table.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
+    if not 0.0 <= value < 1.0:
+        raise ConfigError(f"{where}: {key} must be at least 0 and below 1, got {value}")
+    return float(value)
+
+
+class Resolver:
+    """The configuration for each checked file, found once per directory.
+
+    `explicit` (from `--config FILE`) applies to every file; otherwise each file gets its nearest
+    configuration. `select` and `ignore` from the command line are laid over either.
+    """
+
+    def __init__(
+        self,
+        explicit: str | None = None,
+        select: Iterable[str] | None = None,
+        ignore: Iterable[str] = (),
+    ) -> None:
+        self._select = tuple(select) if select is not None else None
+        self._ignore = tuple(ignore)
+        with_options(Config(), self._select, self._ignore)  # check the options once, up front
+        self._explicit = self._finish(load_config(explicit)) if explicit else None
+        self._by_dir: dict[str, Config] = {}
+        self._by_file: dict[str, Config] = {}
+
+    def _finish(self, config: Config) -> Config:
+        return with_options(config, self._select, self._ignore)
+
+    def for_path(self, path: str) -> Config:
+        """The configuration of a file (or of stdin, looked up from its display name)."""
+        if self._explicit is not None:
+            return self._explicit
+        directory = os.path.dirname(os.path.abspath(path))
+        if directory not in self._by_dir:
+            found = find_config(directory) or ""
+            if found not in self._by_file:
+                self._by_file[found] = self._finish(load_config(found) if found else Config())
+            self._by_dir[directory] = self._by_file[found]
+        return self._by_dir[directory]
