@@ -226,6 +226,11 @@ def _document(text: str) -> tuple[Node | None, list[Finding]]:
     return root, findings
 
 
+def _cut(text: str, limit: int = 60) -> str:
+    """`text` for a message, cut to `limit` characters."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _yaml11(root: Node) -> list[Finding]:
     findings = []
     for path, node in walk_plain_scalars(root):
@@ -233,19 +238,20 @@ def _yaml11(root: Node) -> list[Finding]:
         if reading is None:
             continue
         field = dotted(path)
-        quoted = f'"{node.source}"'
+        source = _cut(node.source)
+        quoted = f'"{source}"'
         if reading.startswith("the boolean"):
             fix = f"write true or false for a boolean, or {quoted} for a string"
         elif isinstance(node.value, int):
-            fix = f"write {node.value} without a leading zero, or {quoted} for a string"
+            fix = f"write {_cut(str(node.value))} without a leading zero, or {quoted} for a string"
         else:
             fix = f"quote it ({quoted}) if you mean a string"
         findings.append(
             _finding(
                 "PLC107",
                 (node.line, node.column),
-                f"{field}: {node.source} is {reading} to a YAML 1.1 reader (PyYAML) but "
-                f"{node.value!r} to a YAML 1.2 reader",
+                f"{field}: {source} is {reading} to a YAML 1.1 reader (PyYAML) but "
+                f"{_cut(repr(node.value))} to a YAML 1.2 reader",
                 fix,
                 field,
             )

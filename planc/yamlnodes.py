@@ -97,10 +97,16 @@ _INF = re.compile(r"^[-+]?\.(?:inf|Inf|INF)$")
 _NAN = re.compile(r"^\.(?:nan|NaN|NAN)$")
 
 
+def _yaml11_tag(text: str) -> str:
+    """The tag PyYAML (YAML 1.1) resolves an untagged plain scalar to."""
+    tag: str = yaml.resolver.Resolver().resolve(yaml.ScalarNode, text, (True, False))  # type: ignore[no-untyped-call]
+    return tag
+
+
 def _yaml11_value(text: str) -> Any:
     """What PyYAML (YAML 1.1, safe) makes of an untagged plain scalar."""
-    tag = yaml.resolver.Resolver().resolve(yaml.ScalarNode, text, (True, False))  # type: ignore[no-untyped-call]
-    return yaml.constructor.SafeConstructor().construct_object(yaml.ScalarNode(tag, text))
+    node = yaml.ScalarNode(_yaml11_tag(text), text)
+    return yaml.constructor.SafeConstructor().construct_object(node)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -116,6 +122,8 @@ def _describe_yaml11(text: str, value: Any) -> str:
         return f"the boolean {_SINGLE_LETTER_BOOLS[text]} (YAML 1.1 spec; PyYAML itself keeps a string)"
     if isinstance(value, bool):
         return f"the boolean {str(value).lower()}"
+    if isinstance(value, int) and abs(value) >= _INT_LIMIT:
+        return f"a number of more than {MAX_INT_DIGITS:,} digits"
     if isinstance(value, int):
         digits = text.replace("_", "").lstrip("+-")
         if digits.startswith("0") and digits[1:2].isdigit():
@@ -144,6 +152,10 @@ def yaml11_reading(text: str) -> str | None:
     """How a YAML 1.1 reader (PyYAML) takes this plain scalar, when YAML 1.2 core differs."""
     if text in _SINGLE_LETTER_BOOLS:
         return _describe_yaml11(text, text)
+    if ":" in text and len(text) > MAX_INT_DIGITS and _yaml11_tag(text).endswith(":int"):
+        # PyYAML builds a base-60 integer part by part in quadratic time (a 2 MB one takes
+        # minutes); YAML 1.2 has no base 60, so it reads a string whatever the number is.
+        return f"a base-60 number of {len(text):,} characters"
     try:
         old = _yaml11_value(text)
     except (yaml.YAMLError, ValueError, OverflowError):

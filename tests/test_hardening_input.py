@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +150,30 @@ def test_huge_integers_in_any_notation_are_refused(source: str) -> None:
     finding = only(check_text(text))
     assert finding.rule == "PLC102"
     assert at(finding) == pos(text, "nodes: ", len("nodes: "))
+
+
+@pytest.mark.parametrize(
+    ("source", "reading"),
+    [
+        # PyYAML builds base-60 integers part by part in quadratic time: 200,000 parts took 14 s
+        # and then failed to print the number.
+        (":".join(["1"] * 200_000), "a base-60 number of 399,999 characters"),
+        (":".join(["1"] * 3000), "a base-60 number of 5,999 characters"),
+        ("1_" + "1" * 5000, "not a valid value"),
+    ],
+    ids=["base-60-200000-parts", "base-60-3000-parts", "underscored"],
+)
+def test_long_yaml11_integers_are_described_without_building_them(
+    source: str, reading: str
+) -> None:
+    text = replace_once(SPEC, "name: llama3-8b-1x8xh100", "name: " + source)
+    start = time.perf_counter()
+    finding = only(check_text(text))
+    assert time.perf_counter() - start < 5.0  # a guard against the quadratic build, not a target
+    assert (finding.rule, finding.field) == ("PLC107", "name")
+    assert at(finding) == pos(text, "name: ", len("name: "))
+    assert reading in finding.message
+    assert len(finding.message) < 400  # the scalar is cut in the message
 
 
 def test_host_range_of_5000_digits_is_a_located_finding() -> None:
