@@ -32,6 +32,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from types import FrameType
@@ -50,6 +51,7 @@ MANIFEST_HEADER = (
 _EXECUTABLE = (".sh", ".sbatch")
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _SHOWN = 3  # foreign files named in a refusal
+_POLL_SECONDS = 0.02  # between attempts to take the lock of a target another writer holds
 
 
 class OutputError(ValueError):
@@ -183,68 +185,87 @@ class _Terminated(BaseException):
     """SIGTERM turned into an exception, so `finally` blocks run."""
 
 
-def _in_main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
+class _Guard:
+    """SIGINT and SIGTERM while planc writes: exceptions, held, or dropped once committed.
 
+    One handler for the whole write, installed once: a handler and not a signal mask, since
+    masks are per thread and the kernel may hand a signal to any thread that does not block
+    it (numpy's OpenBLAS threads), while Python runs handlers in the main thread whichever
+    thread received the signal. Outside held sections a signal raises (KeyboardInterrupt,
+    `_Terminated`) so the clean-up runs; inside one it is recorded and raised on `release`.
+    A section begins with `guard.depth += 1` written out: a method call would let a pending
+    handler run before the count changes. From `commit` on, the new plan is being put in
+    place: signals are dropped and the write completes.
+    """
 
-@contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    # Python's default SIGTERM action kills the process without unwinding; a handler that
-    # raises lets the cleanup below run. Signal handlers can only be set in the main thread.
-    if not _in_main_thread():
-        yield
-        return
+    def __init__(self) -> None:
+        self.depth = 0
+        self.pending: list[int] = []
+        self.committed = False
 
-    def handler(signum: int, frame: FrameType | None) -> None:
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.depth or self.committed:
+            self.pending.append(signum)
+            return
+        self.raise_for(signum)
+
+    @staticmethod
+    def raise_for(signum: int) -> None:
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
         raise _Terminated(signum)
 
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    def release(self) -> None:
+        self.depth -= 1
+        if self.depth or self.committed or not self.pending:
+            return
+        signum = self.pending[0]
+        self.pending.clear()
+        self.raise_for(signum)
+
+    def commit(self) -> None:
+        self.committed = True
 
 
 @contextlib.contextmanager
-def _signals_held() -> Iterator[list[int]]:
-    """Within the block, SIGINT and SIGTERM are only recorded (in the list yielded).
-
-    A handler, not a signal mask: masks are per thread, and the kernel may hand a signal to
-    any thread that does not block it (numpy's OpenBLAS threads); Python then runs the
-    handler in the main thread, whichever thread received the signal.
-    """
-    received: list[int] = []
-    if not _in_main_thread():
-        yield received
+def _guarded() -> Iterator[_Guard]:
+    guard = _Guard()
+    if threading.current_thread() is not threading.main_thread():
+        yield guard  # handlers can only be set in the main thread
         return
-
-    def hold(signum: int, frame: FrameType | None) -> None:
-        received.append(signum)
-
     previous: dict[signal.Signals, signal._HANDLER] = {}
     try:
         for signum in _SIGNALS:
-            previous[signum] = signal.signal(signum, hold)
-        yield received
+            previous[signum] = signal.signal(signum, guard.handle)
+        yield guard
     finally:
+        guard.depth += 1  # what arrives while the handlers are put back is held, then
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        if guard.pending and not guard.committed:  # delivered again, to the previous handler
+            signal.raise_signal(guard.pending[0])
 
 
-def _swap_in(fresh: Path, target: Path) -> None:
+def _swap_in(fresh: Path, target: Path, guard: _Guard) -> None:
     """Rename `fresh` to `target`, moving a previous `target` aside and deleting it after."""
-    with _signals_held():
+    guard.depth += 1
+    try:
         if not target.exists():
+            guard.commit()
             fresh.rename(target)
             return
         old = fresh.with_name(fresh.name + ".old")
         target.rename(old)
         try:
+            guard.commit()
             fresh.rename(target)
         except BaseException:
+            guard.committed = False
             old.rename(target)
             raise
         shutil.rmtree(old, ignore_errors=True)
+    finally:
+        guard.release()
 
 
 def _stem(target: Path) -> str:
@@ -254,37 +275,55 @@ def _stem(target: Path) -> str:
 
 
 @contextlib.contextmanager
-def _locked(target: Path) -> Iterator[None]:
+def _locked(target: Path, guard: _Guard) -> Iterator[None]:
     """Hold the lock of `target`, then remove what killed writers of it left behind.
 
-    The lock file is removed on release; a waiter that then holds the lock of a removed file
-    opens the path again.
+    The lock file is removed on release, so a writer polls: it opens the path and takes the
+    lock without blocking, and keeps it only if the file it locked is still the one at the
+    path. Each attempt is a held section, so an interrupted writer never leaves a lock file;
+    between attempts Ctrl-C works as usual.
     """
     stem = _stem(target)
     path = target.parent / f"{stem}.lock"
     if sys.platform == "win32":  # no flock: writers are not serialised
         yield
         return
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            if os.path.samestat(os.fstat(fd), os.stat(path)):
-                break
-        except FileNotFoundError:
-            pass
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)
+    fd = -1
     try:
+        while True:
+            guard.depth += 1
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+                if _lock(fd, path):
+                    break
+                os.close(fd)
+                fd = -1
+            finally:
+                guard.release()
+            time.sleep(_POLL_SECONDS)
         _remove_leftovers(target.parent, stem)
         yield
     finally:
-        with _signals_held():
-            with contextlib.suppress(OSError):
-                path.unlink()
-            os.close(fd)
+        if fd >= 0:
+            guard.depth += 1
+            try:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                os.close(fd)
+            finally:
+                guard.release()
+
+
+def _lock(fd: int, path: Path) -> bool:
+    """Lock `fd` if no other writer holds it and it is still the file at `path`."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+        return False
 
 
 def _remove_leftovers(parent: Path, stem: str) -> None:
@@ -305,15 +344,16 @@ def write_files(
     """Write `files` as the directory `out_dir`, atomically; return the paths written.
 
     Raises `OutputError` for a target planc may not replace (see the module docstring) or
-    cannot write.
+    cannot write; SIGTERM before the swap exits with status 143 after the clean-up.
     """
     target = Path(out_dir).absolute()
     shown = os.fspath(out_dir)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with _sigterm_raises(), _locked(target):
-            _check_target(target, shown, overwrite, protect)
-            _write_atomically(files, target)
+        with _guarded() as guard:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with _locked(target, guard):
+                _check_target(target, shown, overwrite, protect)
+                _write_atomically(files, target, guard)
     except _Terminated:
         raise SystemExit(128 + signal.SIGTERM) from None
     except OSError as error:
@@ -326,16 +366,23 @@ def _reason(error: OSError) -> str:
     return f"{os.fsdecode(error.filename)}: {reason}" if error.filename else reason
 
 
-def _write_atomically(files: Mapping[str, str], target: Path) -> None:
+def _write_atomically(files: Mapping[str, str], target: Path, guard: _Guard) -> None:
     fresh: Path | None = None
     try:
-        fresh = _fresh_dir(target.parent, _stem(target))
+        guard.depth += 1
+        try:  # `fresh` names the directory as soon as it exists
+            fresh = _fresh_dir(target.parent, _stem(target))
+        finally:
+            guard.release()
         _fill(fresh, files)
-        _swap_in(fresh, target)
+        _swap_in(fresh, target, guard)
     finally:
-        if fresh is not None and fresh.exists():
-            with _signals_held():  # a second Ctrl-C does not cut the clean-up short
+        guard.depth += 1  # a second Ctrl-C does not cut the clean-up short
+        try:
+            if fresh is not None and fresh.exists():
                 shutil.rmtree(fresh, ignore_errors=True)
+        finally:
+            guard.release()
 
 
 def write_plan(
