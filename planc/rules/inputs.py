@@ -11,7 +11,8 @@ def unreadable() -> None:
     """The input cannot be read: missing, a directory, or not permitted.
 
     planc exits 2 for input it cannot use at all, so CI tells a broken invocation apart from a
-    spec with findings.
+    spec with findings. A FIFO, device or socket is refused before anything is read (it could
+    block forever), as is `-` when standard input is closed.
     """
 
 
@@ -26,11 +27,13 @@ def not_text() -> None:
 
 @documented("PLC102")
 def too_large() -> None:
-    """The input exceeds planc's limits: over 2 MiB, nested deeper than 64 levels, or aliases
-    that expand past 200,000 nodes (an alias bomb).
+    """The input exceeds planc's limits on size, nesting depth or alias expansion.
 
-    PyYAML loads an alias bomb in milliseconds, but anything that walks the data expands it
-    exponentially. planc counts the expanded size while composing and stops early.
+    The limits: 2 MiB, 64 levels of nesting, and aliases that expand past 200,000 nodes (an alias
+    bomb). PyYAML loads an alias bomb in milliseconds, but anything that walks the data expands it
+    exponentially. planc counts the expanded size while composing and stops early. An integer
+    of more than 4,300 digits (Python's limit for converting between text and integers) is
+    refused where it stands.
     """
 
 
@@ -53,14 +56,19 @@ def duplicate_key() -> None:
 
 @documented("PLC105")
 def document_shape() -> None:
-    """The file does not hold exactly one mapping: it is empty, has several documents, or its
-    top level is a list or a single value."""
+    """The file does not hold exactly one mapping.
+
+    It is empty, has several documents, or its top level is a list or a single value.
+    """
 
 
 @documented("PLC106")
 def unsupported_yaml() -> None:
-    """The YAML uses a feature a spec does not: a tag such as !!python/object (planc never builds
-    objects from YAML), a merge key (<<), or a key that is not a plain name."""
+    """The YAML uses a feature a spec does not: a tag, a merge key or a key that is not a name.
+
+    Tags such as !!python/object are refused (planc never builds objects from YAML), as are merge
+    keys (<<) and keys that are not plain names.
+    """
 
 
 @documented("PLC107")
@@ -70,7 +78,9 @@ def yaml11_ambiguity() -> None:
     PyYAML (YAML 1.1) reads `on`, `off`, `yes`, `no`, `y`, `n` as booleans, `010` as the octal
     number 8, `1:30` as 90, `1_000` as 1000 and `2024-01-02` as a date; YAML 1.2 tools (editors,
     yaml-language-server) read them as strings or decimals. planc reads YAML 1.2 and refuses
-    values whose meaning depends on the reader.
+    values whose meaning depends on the reader. NEL (U+0085), U+2028 and U+2029 are line breaks
+    to YAML 1.1 and ordinary characters to YAML 1.2, even in quoted strings: they are refused
+    anywhere (in a double-quoted string, write them as the escapes \\N, \\L and \\P).
     """
 
 
@@ -85,18 +95,25 @@ def unknown_key() -> None:
 
 @documented("PLC109")
 def missing_field() -> None:
-    """A required field is missing, either in the file or after merging the presets (a model
-    without a preset needs layers, hidden, heads and vocab)."""
+    """A required field is missing, in the file or after merging the presets.
+
+    A model without a preset needs layers, hidden, heads and vocab.
+    """
 
 
 @documented("PLC110")
 def bad_value() -> None:
-    """A value of the wrong type or outside its range: a number written as a string, a float
-    where an integer belongs, a negative degree, NaN or infinity, a value not in the allowed
-    list."""
+    """A value has the wrong type or lies outside its range.
+
+    For example a number written as a string, a float where an integer belongs, a negative
+    degree, NaN or infinity, or a value not in the allowed list.
+    """
 
 
 @documented("PLC111")
 def unknown_preset() -> None:
-    """A GPU or model preset name planc does not know; the finding lists the known ones and the
-    closest match (`planc presets` shows them with their sources)."""
+    """A GPU or model preset name planc does not know.
+
+    The finding lists the known ones and the closest match (`planc presets` shows them with their
+    sources).
+    """
