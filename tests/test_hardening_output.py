@@ -21,11 +21,11 @@ import pytest
 from click.testing import CliRunner
 
 from planc.cli import main
-from planc.compile import OutputError, compile_job, write_plan
+from planc.compile import OutputError
 from planc.compile import write as write_module
-from planc.compile.write import MANIFEST, foreign_files
+from planc.compile.write import MANIFEST, foreign_files, manifest, write_files
 
-from conftest import EXAMPLES, ROOT, job_of
+from conftest import EXAMPLES, ROOT
 
 SMALL = EXAMPLES / "llama3-8b-1node.yaml"  # 8 ranks
 LARGE = EXAMPLES / "llama3-70b-8x8.yaml"  # 64 ranks
@@ -55,6 +55,15 @@ def world(out: Path) -> int:
     assert listed and all((out / name).is_file() for name in listed)
     size: int = json.loads((out / "plan.json").read_text())["world_size"]
     return size
+
+
+def plan_files(size: int) -> dict[str, str]:
+    """A plan directory's files as render_files lays them out, for a world of `size` ranks."""
+    nodes = {
+        f"torchrun/node-{n:03d}.{ext}": f"{n}\n" for n in range(size // 8) for ext in ("sh", "env")
+    }
+    body = {"README.md": "# plan\n", "plan.json": json.dumps({"world_size": size}), **nodes}
+    return {MANIFEST: manifest(body), **body}
 
 
 def beside(parent: Path) -> list[str]:
@@ -226,7 +235,7 @@ def paused(tmp_path: Path, *args: str | Path) -> subprocess.Popen[bytes]:
 def test_signal_during_the_swap_completes_it(tmp_path: Path, signum: int) -> None:
     """Any thread may receive the signal (numpy's are running): the swap finishes, exit 0."""
     out = tmp_path / "plan"
-    write_plan(compile_job(job_of(base=LARGE.name)), out)
+    write_files(plan_files(64), out)
     child = paused(tmp_path, "compile", SMALL, "-o", out)
     for _ in range(3):
         child.send_signal(signum)
@@ -241,7 +250,7 @@ def test_signal_during_the_swap_completes_it(tmp_path: Path, signum: int) -> Non
 def test_two_compiles_into_one_folder_are_serialised(tmp_path: Path) -> None:
     """B starts while A is between its renames; B waits for A's lock and its plan wins."""
     out = tmp_path / "plan"
-    write_plan(compile_job(job_of()), out)
+    write_files(plan_files(8), out)
     first = paused(tmp_path, "compile", LARGE, "-o", out)
     second = subprocess.Popen(
         [sys.executable, "-m", "planc", "compile", str(SMALL), "-o", str(out)],
@@ -260,24 +269,24 @@ def test_two_compiles_into_one_folder_are_serialised(tmp_path: Path) -> None:
 
 
 # A loop of writes, alternating two plans, while the parent sends SIGINT and SIGTERM at random.
-# Outside write_plan the signals are ignored, so every one of them lands in some phase of a
+# Outside write_files the signals are ignored, so every one of them lands in some phase of a
 # write; after each write the directory must be complete, and the new plan if the write returned.
 STRESS = """
 import json, os, signal, sys, time
 from pathlib import Path
 sys.path.insert(0, {tests!r})
-from conftest import job_of
-from planc.compile import compile_job, write_plan
-from test_hardening_output import beside, world
+import numpy  # its BLAS threads may receive the signals
+from planc.compile.write import write_files
+from test_hardening_output import beside, plan_files, world
 out = Path(sys.argv[1])
-plans = [(compile_job(job_of()), 8), (compile_job(job_of(base="llama3-70b-8x8.yaml")), 64)]
+plans = [(plan_files(8), 8), (plan_files(64), 64)]
 armed = False
 def handler(signum, frame):
     if armed:
         raise KeyboardInterrupt if signum == signal.SIGINT else SystemExit(143)
 signal.signal(signal.SIGINT, handler)
 signal.signal(signal.SIGTERM, handler)
-write_plan(plans[0][0], out)
+write_files(plans[0][0], out)
 print("ready", flush=True)
 counts = {{"written": 0, "interrupted": 0}}
 end = time.monotonic() + {seconds}
@@ -288,7 +297,7 @@ while time.monotonic() < end:
     plan, size = plans[i % 2]
     try:
         armed = True
-        write_plan(plan, out)
+        write_files(plan, out)
         armed = False
         outcome = "written"
     except (KeyboardInterrupt, SystemExit):
@@ -333,9 +342,8 @@ SECOND_INTERRUPT = """
 import os, shutil, signal, sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
-from conftest import job_of
-from planc.compile import compile_job, write_plan
 from planc.compile import write
+from test_hardening_output import plan_files
 real_fill, real_rmtree = write._fill, shutil.rmtree
 def fill(root, files):
     real_fill(root, dict(list(files.items())[:5]))
@@ -346,7 +354,7 @@ def rmtree(path, *args, **kw):
 write._fill = fill
 shutil.rmtree = rmtree
 try:
-    write_plan(compile_job(job_of()), Path(sys.argv[1]))
+    write.write_files(plan_files(8), Path(sys.argv[1]))
 except KeyboardInterrupt:
     print("interrupted once")
 """
@@ -368,13 +376,13 @@ def test_second_ctrl_c_does_not_cut_the_clean_up_short(tmp_path: Path) -> None:
 
 def test_the_next_write_removes_what_a_killed_one_left(tmp_path: Path) -> None:
     out = tmp_path / "plan"
-    write_plan(compile_job(job_of()), out)
+    write_files(plan_files(8), out)
     stem = write_module._stem(out)
     for name in (f"{stem}.0123abcd", f"{stem}.0123abcd.old", f"{stem}.lock"):
         (tmp_path / name).mkdir() if not name.endswith(".lock") else (tmp_path / name).touch()
     (tmp_path / f"{stem}.0123abcd" / "plan.json").write_text("{")
     (tmp_path / ".planc-not-ours").mkdir()
-    write_plan(compile_job(job_of()), out)
+    write_files(plan_files(8), out)
     assert beside(tmp_path) == [".planc-not-ours"]
     assert world(out) == 8
 
@@ -383,7 +391,7 @@ def test_the_next_write_removes_what_a_killed_one_left(tmp_path: Path) -> None:
 def test_a_long_target_name(tmp_path: Path, length: int) -> None:
     out = tmp_path / ("p" * length)
     for _ in range(2):  # the second write moves the first aside
-        write_plan(compile_job(job_of()), out)
+        write_files(plan_files(8), out)
     assert world(out) == 8 and beside(tmp_path) == []
 
 
@@ -392,7 +400,7 @@ def test_a_mount_point_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     out.mkdir()
     monkeypatch.setattr(os.path, "ismount", lambda path: Path(path) == out)
     with pytest.raises(OutputError, match=r"mnt is a mount point, .* inside it \(-o .*mnt/plan\)"):
-        write_plan(compile_job(job_of()), out)
+        write_files(plan_files(8), out)
     assert list(out.iterdir()) == []
 
 
