@@ -15,7 +15,9 @@ as exit 2 with one line on stderr, never a traceback:
 - A broken pipe (`planc check ... | head -1`) ends the process the way it ends `cat`: by
   SIGPIPE, silently, status 141 in the shell. The reader chose to stop reading; a message
   would be noise, and 141 is neither success nor one of planc's own codes.
-- click's usage errors keep exit 2 and click's own message.
+- click's usage errors keep exit 2 and click's own message; Ctrl-C outside a write that
+  holds it exits 130, the shell's status for SIGINT (click's default, 1, would read as
+  "findings").
 - Any other exception is a bug in planc: its traceback is printed (it is what a bug report
   needs), then one line saying so, and the exit code is 2 so that no script mistakes a crash
   for exit 1, "the spec has findings".
@@ -29,7 +31,6 @@ import io
 import os
 import signal
 import sys
-import traceback
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 import click
@@ -90,7 +91,10 @@ def _safe_streams() -> _Descriptor | None:
     if isinstance(sys.stderr, io.TextIOWrapper):
         sys.stderr.reconfigure(errors=ESCAPE)
     out = sys.stdout
-    if not isinstance(out, io.TextIOWrapper) or out.fileno() != 1:
+    try:
+        if not isinstance(out, io.TextIOWrapper) or out.fileno() != 1:
+            return None
+    except (OSError, ValueError):  # a stream without a descriptor
         return None
     out.flush()
     descriptor = _Descriptor(1, "w", closefd=False)
@@ -162,6 +166,8 @@ def run(main: click.Command) -> NoReturn:
     except UnicodeError as error:
         _fail(f"cannot encode or decode text: {error}")
     except Exception:
+        import traceback
+
         traceback.print_exc()
         _fail(
             "internal error: this is a bug in planc, not in the spec; "
