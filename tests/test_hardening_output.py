@@ -109,7 +109,7 @@ def test_closed_stdin_is_an_unreadable_spec() -> None:
         check=False,
     )
     assert done.returncode == 2 and b"Traceback" not in done.stderr
-    assert done.stdout.startswith(b"-:1:1: error PLC100 cannot be read")
+    assert done.stdout.startswith(b"-:1:1: error PLC100 standard input is closed")
 
 
 @POSIX
