@@ -182,7 +182,7 @@ def test_unreadable_target_is_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyP
 INTERNAL = """
 import sys
 import planc.check
-def broken(paths): raise RuntimeError("a bug")
+def broken(*args, **kwargs): raise RuntimeError("a bug")
 planc.check.check_paths = broken
 sys.argv = ["planc", "check", "x.yaml"]
 from planc.cli import entry
