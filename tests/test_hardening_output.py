@@ -378,12 +378,25 @@ def test_the_next_write_removes_what_a_killed_one_left(tmp_path: Path) -> None:
     out = tmp_path / "plan"
     write_files(plan_files(8), out)
     stem = write_module._stem(out)
-    for name in (f"{stem}.0123abcd", f"{stem}.0123abcd.old", f"{stem}.lock"):
-        (tmp_path / name).mkdir() if not name.endswith(".lock") else (tmp_path / name).touch()
-    (tmp_path / f"{stem}.0123abcd" / "plan.json").write_text("{")
+    # A killed writer's temporary and .old directories, also as planc named them before the lock.
+    for name in (f"{stem}.0123abcd", f"{stem}.0123abcd.old", ".plan.planc-89abcdef.old"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "plan.json").write_text("{")
+    (tmp_path / f"{stem}.lock").touch()
     (tmp_path / ".planc-not-ours").mkdir()
     write_files(plan_files(8), out)
-    assert beside(tmp_path) == [".planc-not-ours"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".planc-not-ours", "plan"]
+    assert world(out) == 8
+
+
+def test_a_marker_of_an_older_planc_asks_for_overwrite(tmp_path: Path) -> None:
+    out = tmp_path / "plan"
+    out.mkdir()
+    (out / MANIFEST).write_text("This directory was written by planc compile; planc replaces it.\n")
+    (out / "plan.json").write_text("{}")
+    with pytest.raises(OutputError, match=r"an older planc wrote it .*: \.planc-plan, plan\.json"):
+        write_files(plan_files(8), out)
+    write_files(plan_files(8), out, overwrite=True)
     assert world(out) == 8
 
 

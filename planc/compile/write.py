@@ -150,7 +150,12 @@ def _check_target(
     names = ", ".join(foreign[:_SHOWN]) + (
         f" and {len(foreign) - _SHOWN} more" if len(foreign) > _SHOWN else ""
     )
-    whose = "its planc manifest does not list" if _listed(target) else f"no {MANIFEST} manifest"
+    if _listed(target):
+        whose = "its planc manifest does not list"
+    elif (target / MANIFEST).is_file():
+        whose = f"its {MANIFEST} is not a manifest; an older planc wrote it without a file list"
+    else:
+        whose = f"no {MANIFEST} manifest"
     raise OutputError(
         f"{shown} holds files planc did not write ({whose}): {names}; choose another "
         "directory, or pass --overwrite to replace it and everything in it"
@@ -301,7 +306,7 @@ def _locked(target: Path, guard: _Guard) -> Iterator[None]:
             finally:
                 guard.release()
             time.sleep(_POLL_SECONDS)
-        _remove_leftovers(target.parent, stem)
+        _remove_leftovers(target, stem)
         yield
     finally:
         if fd >= 0:
@@ -326,9 +331,14 @@ def _lock(fd: int, path: Path) -> bool:
         return False
 
 
-def _remove_leftovers(parent: Path, stem: str) -> None:
-    pattern = re.compile(re.escape(stem) + r"\.[0-9a-f]{8}(\.old)?")
-    with os.scandir(parent) as entries:
+def _remove_leftovers(target: Path, stem: str) -> None:
+    """Remove the temporary and `.old` directories of killed writers of `target`.
+
+    Also those of planc versions before the lock, named `.<target name>.planc-XXXXXXXX`.
+    """
+    prefixes = f"{re.escape(stem)}\\.|{re.escape(f'.{target.name}.planc-')}"
+    pattern = re.compile(f"(?:{prefixes})[0-9a-f]{{8}}(\\.old)?")
+    with os.scandir(target.parent) as entries:
         stale = [Path(e.path) for e in entries if pattern.fullmatch(e.name)]
     for path in stale:
         shutil.rmtree(path, ignore_errors=True)
