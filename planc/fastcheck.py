@@ -158,7 +158,7 @@ def _array(value: Any, node: Schema, root: Schema) -> list[Any]:
 
 def _validate(value: Any, node: Schema, root: Schema) -> Any:
     node = _resolve(node, root)
-    if "anyOf" in node:
+    if "anyOf" in node and "type" not in node:  # a union; on an object, anyOf constrains it
         for branch in node["anyOf"]:
             try:
                 return _validate(value, branch, root)
@@ -176,12 +176,32 @@ def _validate(value: Any, node: Schema, root: Schema) -> Any:
         return value
     kind = node.get("type")
     if kind == "object":
-        return _object(value, node, root)
+        out = _object(value, node, root)
+        if "anyOf" in node and not any(_holds(value, b, root) for b in node["anyOf"]):
+            raise _Invalid
+        return out
     if kind == "array":
         return _array(value, node, root)
     if kind is None:
         raise _Invalid
     return _scalar(value, kind, node)
+
+
+def _holds(value: dict[str, Any], branch: Schema, root: Schema) -> bool:
+    """Whether an object meets one `anyOf` branch that only adds constraints (the model's
+    "a preset, or layers + hidden + heads + vocab"): its required keys are there and its
+    property schemas hold. A branch of any other shape is not understood here."""
+    if not set(branch) <= {"title", "description", "required", "properties"}:
+        raise _Invalid
+    if any(key not in value for key in branch.get("required", ())):
+        return False
+    try:
+        for key, prop in branch.get("properties", {}).items():
+            if key in value:
+                _validate(value[key], prop, root)
+    except _Invalid:
+        return False
+    return True
 
 
 def fast_validate(data: Any) -> dict[str, Any] | None:

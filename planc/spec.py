@@ -334,9 +334,100 @@ class Spec(Frozen):
     rules: RulesSpec = Field(RulesSpec(), description="Rule thresholds and settings.")
 
 
+# Where the published schema lives; editors in other repositories point at this URL.
+SCHEMA_ID = "https://raw.githubusercontent.com/planc/planc/main/schemas/spec.schema.json"
+
+
 def json_schema() -> dict[str, object]:
-    """The published JSON Schema of the spec (draft 2020-12)."""
+    """The published JSON Schema of the spec (draft 2020-12).
+
+    pydantic's schema, post-processed for editors: human titles instead of class names, titled
+    union branches, and the PLC109 requirement "a model preset, or layers + hidden + heads +
+    vocab" as an `anyOf` on the model, so editors flag it too (planc itself reports PLC109).
+    """
     schema = Spec.model_json_schema(mode="validation")
+    _titled(schema)
+    _model_requirement(schema)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["$id"] = "https://planc.dev/schemas/spec.schema.json"
+    schema["$id"] = SCHEMA_ID
     return schema
+
+
+# --- json_schema() post-processing ------------------------------------------------------------
+
+_SECTION_TITLES = {
+    "Spec": "planc training spec",
+    "ModelSpec": "Model",
+    "HardwareSpec": "Hardware",
+    "GpuSpec": "Custom GPU",
+    "LinkSpec": "Link",
+    "ParallelismSpec": "Parallelism",
+    "TrainingSpec": "Training",
+    "RulesSpec": "Rules",
+}
+_WORDS = {
+    "gb": "GB",
+    "gib": "GiB",
+    "gbs": "GB/s",
+    "us": "µs",
+    "tflops": "TFLOPS",
+    "bf16": "BF16",
+    "fp32": "FP32",
+    "nvlink": "NVLink",
+    "gpu": "GPU",
+    "gpus": "GPUs",
+    "kv": "KV",
+    "ffn": "FFN",
+    "mlp": "MLP",
+    "seq": "sequence",
+    "len": "length",
+    "dim": "dimension",
+    "tp": "TP",
+    "zero": "ZeRO",
+}
+# Titles of union branches an editor shows side by side (else both read "Hosts").
+_BRANCH_TITLES = {
+    ("HardwareSpec", "hosts"): ("Host names, in node order", "Host pattern such as gpu-{000..063}"),
+    ("HardwareSpec", "gpu"): ("GPU preset", "Custom GPU"),
+}
+_MODEL_DIMENSIONS = ("layers", "hidden", "heads", "vocab")
+
+
+def _field_title(name: str) -> str:
+    words = [_WORDS.get(word, word) for word in name.split("_")]
+    first = words[0]
+    return " ".join([first[:1].upper() + first[1:], *words[1:]])
+
+
+def _titled(schema: dict[str, object]) -> None:
+    definitions: dict[str, dict[str, object]] = schema.get("$defs", {})  # type: ignore[assignment]
+    for name, node in [("Spec", schema), *definitions.items()]:
+        node["title"] = _SECTION_TITLES.get(name, name.removesuffix("Spec"))
+        properties: dict[str, dict[str, object]] = node.get("properties", {})  # type: ignore[assignment]
+        for field, prop in properties.items():
+            prop["title"] = _field_title(field)
+            branches: list[dict[str, object]] = prop.get("anyOf", [])  # type: ignore[assignment]
+            named = _BRANCH_TITLES.get((name, field))
+            for index, branch in enumerate(branches):
+                if named is not None and index < len(named):
+                    branch["title"] = named[index]
+                elif branch.get("type") == "null":
+                    branch["title"] = "Not set (planc's default)"
+                else:
+                    branch["title"] = prop["title"]
+
+
+def _model_requirement(schema: dict[str, object]) -> None:
+    model: dict[str, object] = schema["$defs"]["ModelSpec"]  # type: ignore[index]
+    model["anyOf"] = [
+        {
+            "title": "A model preset",
+            "required": ["preset"],
+            "properties": {"preset": {"type": "string"}},
+        },
+        {
+            "title": "Explicit dimensions: layers, hidden, heads and vocab",
+            "required": list(_MODEL_DIMENSIONS),
+            "properties": {name: {"type": "integer"} for name in _MODEL_DIMENSIONS},
+        },
+    ]
