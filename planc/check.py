@@ -1,48 +1,84 @@
-"""Check: run every rule on a loaded spec and collect located findings."""
+"""Check: run every rule on a loaded spec and collect located findings.
+
+Per file, the job is made plannable once and analysed once (only when an enabled rule reads the
+analysis); every rule sees the same `Context`.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
 
+from planc.analysis import analyse
 from planc.config import Resolver
-from planc.findings import FileResult, Finding, Severity
+from planc.findings import FileResult, Finding, Severity, Violation
 from planc.job import Job
 from planc.load import Loaded, load_path
 from planc.locate import Locator
-from planc.rules import REGISTRY, Rule, Violation
+from planc.plannable import Refusal, plannable
+from planc.rules import REGISTRY, Rule
+from planc.rules.base import Context, Needs
 
 
-def _severity(rule: Rule, job: Job) -> Severity:
-    override = job.rules.severity.get(rule.id)
-    return Severity(override) if override else rule.severity
+def severity_of(rule_id: str, default: Severity, job: Job) -> Severity:
+    override = job.rules.severity.get(rule_id)
+    return Severity(override) if override else default
 
 
-def _locate(violation: Violation, locator: Locator) -> tuple[int, int]:
+def locate(violation: Violation, locator: Locator) -> tuple[int, int]:
     return locator.first_present([violation.field, *violation.near])
+
+
+def finding(rule: str, severity: Severity, violation: Violation, locator: Locator) -> Finding:
+    line, column = locate(violation, locator)
+    return Finding(
+        line, column, rule, severity, violation.message, violation.field, violation.fix
+    )
+
+
+def _enabled(job: Job) -> list[Rule]:
+    ignored = set(job.rules.ignore)
+    return [r for r in REGISTRY.values() if r.check is not None and r.id not in ignored]
+
+
+def context_of(job: Job, rules: Iterable[Rule]) -> Context:
+    """The context every rule of one file sees: the plannable job and, when a rule reads it, the
+    analysis, each computed once."""
+    plan = plannable(job)
+    if isinstance(plan, tuple):
+        return Context(job)
+    needed = any(r.needs is Needs.ANALYSIS for r in rules)
+    return Context(job, plan, analyse(plan) if needed else None)
+
+
+def _not_evaluated(job: Job, rules: list[Rule], refused: Refusal, locator: Locator) -> Finding:
+    """An info finding when rules were skipped because the job has no plan, so that a run whose
+    failing precondition is ignored or re-levelled does not pass silently."""
+    skipped = ", ".join(r.id for r in rules if r.needs is not Needs.JOB)
+    violation = Violation(
+        refused.violation.field,
+        f"{skipped} were not evaluated: the run cannot be planned ({refused.rule}: "
+        f"{refused.violation.message})",
+        refused.violation.fix,
+        refused.violation.near,
+    )
+    return finding(refused.rule, Severity.INFO, violation, locator)
 
 
 def run_rules(job: Job, locator: Locator) -> list[Finding]:
     """Every enabled rule's violations as findings; all violations, not only the first."""
+    rules = _enabled(job)
+    ctx = context_of(job, rules)
     findings = []
-    ignored = set(job.rules.ignore)
-    for rule in REGISTRY.values():
-        if rule.check is None or rule.id in ignored:
+    for rule in rules:
+        if rule.check is None:
             continue
-        severity = _severity(rule, job)
-        for violation in rule.check(job):
-            line, column = _locate(violation, locator)
-            findings.append(
-                Finding(
-                    line,
-                    column,
-                    rule.id,
-                    severity,
-                    violation.message,
-                    violation.field,
-                    violation.fix,
-                )
-            )
+        severity = severity_of(rule.id, rule.severity, job)
+        findings += [finding(rule.id, severity, v, locator) for v in rule.check(ctx)]
+    if ctx.plan is None and not any(f.severity.rank >= Severity.ERROR.rank for f in findings):
+        refused = plannable(job)
+        if isinstance(refused, tuple) and refused:
+            findings.append(_not_evaluated(job, rules, refused[0], locator))
     return findings
 
 

@@ -5,16 +5,19 @@ Heavy modules are imported inside the commands so that `planc check` starts fast
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from planc import __version__
 
 if TYPE_CHECKING:
-    from planc.job import Job
+    from planc.analysis import Analysis
+    from planc.findings import Finding
+    from planc.plannable import Plannable
 
 FORMATS = ("text", "json", "github", "sarif")
 
@@ -241,33 +244,51 @@ def presets() -> None:
         )
 
 
-def _load_or_exit(
-    path: str, output_format: str = "text", tolerate: frozenset[str] = frozenset()
-) -> Job:
-    """A spec's job for commands that need a valid spec; findings and exit 1/2 otherwise.
+def _plan_or_exit(
+    path: str,
+    output_format: str = "text",
+    tolerate: frozenset[str] = frozenset(),
+    force: bool = False,
+) -> tuple[Plannable, tuple[Finding, ...]]:
+    """The plannable job of a spec, and the error findings a forced run went past.
 
-    Rules in `tolerate` do not stop the command (a memory report is most useful when PLC007 fails).
+    Error findings stop the command (exit 1; 2 for unusable input), except rules in `tolerate`
+    (a memory report is most useful when PLC007 fails) and, with `force`, every rule about the
+    run itself. A job with no layout at all (a precondition rule ignored or re-levelled) stops
+    every command with the refusal, located, whatever the flags.
     """
-    from planc.check import check_loaded
-    from planc.findings import Severity, exit_code
+    from planc.check import check_loaded, finding
+    from planc.findings import FileResult, Severity, exit_code
     from planc.load import load_path
+    from planc.plannable import plannable
     from planc.report import REPORTERS
+
+    def stop(result: FileResult) -> NoReturn:
+        reporter = REPORTERS["json" if output_format == "json" else "text"]
+        click.echo(reporter((result,), False), nl=False, err=True)
+        sys.exit(max(exit_code((result,)), 1))
 
     loaded = load_path(path)
     result = check_loaded(loaded)
+    errors = tuple(f for f in result.findings if f.severity.rank >= Severity.ERROR.rank)
     blocking = [
-        f
-        for f in result.findings
-        if f.severity.rank >= Severity.ERROR.rank and f.rule not in tolerate
+        f for f in errors if f.rule not in tolerate and not (force and f.rule < "PLC100")
     ]
     if loaded.job is None or blocking:
-        click.echo(
-            REPORTERS["json" if output_format == "json" else "text"]((result,), False),
-            nl=False,
-            err=True,
+        stop(result)
+    plan = plannable(loaded.job)
+    if isinstance(plan, tuple):
+        refusals = tuple(
+            finding(
+                r.rule,
+                Severity.ERROR,
+                dataclasses.replace(r.violation, message="cannot plan: " + r.violation.message),
+                loaded.locator,
+            )
+            for r in plan
         )
-        sys.exit(max(exit_code((result,)), 1))
-    return loaded.job
+        stop(FileResult(result.path, tuple(sorted({*result.findings, *refusals}))))
+    return plan, tuple(f for f in errors if f.rule not in tolerate)
 
 
 @main.command()
@@ -278,7 +299,7 @@ def memory(spec: str, output_format: str) -> None:
     from planc.memory import budget
     from planc.memory.report import render_text, to_json
 
-    job = _load_or_exit(spec, output_format, frozenset({"PLC006", "PLC007"}))
+    job, _ = _plan_or_exit(spec, output_format, frozenset({"PLC006", "PLC007"}))
     result = budget(job)
     if output_format == "json":
         import json
@@ -293,11 +314,12 @@ def memory(spec: str, output_format: str) -> None:
 @click.option("--format", "output_format", type=click.Choice(("text", "json")), default="text")
 def explain(spec: str, output_format: str) -> None:
     """Summary of SPEC for review: memory, traffic per link, bubble, step time, tokens/s, MFU."""
+    from planc.analysis import analyse
     from planc.explain import explain as build
     from planc.explain import render_text, to_json
 
-    job = _load_or_exit(spec, output_format, frozenset({"PLC006", "PLC007"}))
-    result = build(job)
+    job, _ = _plan_or_exit(spec, output_format, frozenset({"PLC006", "PLC007"}))
+    result = build(analyse(job))
     if output_format == "json":
         import json
 
@@ -338,16 +360,23 @@ def compile_command(
     """
     from pathlib import Path
 
-    from planc.compile import OutputError, PlanError, compile_job, write_plan
+    from planc.analysis import analyse
+    from planc.compile import OutputError, compile_job, write_plan
 
-    job = _load_or_exit(spec) if not force else _load_or_exit(spec, tolerate=_ALL_MODEL_RULES)
+    job, forced = _plan_or_exit(spec, force=force)
+    for item in forced:
+        click.echo(
+            f"{spec}:{item.line}:{item.column}: forced past error {item.rule}: {item.text}",
+            err=True,
+        )
+    analysis = analyse(job)
+    plan = compile_job(analysis, forced)
+    if run_verify and not _verified(analysis):
+        sys.exit(1)
     try:
-        plan = compile_job(job)
-        if run_verify and not _verified(job):
-            sys.exit(1)
         protect = () if spec == "-" else (spec,)
         written = write_plan(plan, Path(out_dir), overwrite=overwrite, protect=protect)
-    except (OutputError, PlanError) as error:
+    except OutputError as error:
         click.echo(f"{spec}: error: {error}", err=True)
         sys.exit(2)
     summary = plan.summary
@@ -358,17 +387,12 @@ def compile_command(
     )
 
 
-_ALL_MODEL_RULES = frozenset(f"PLC{n:03d}" for n in range(1, 100))
-
-
-def _verified(job: Job) -> bool:
+def _verified(analysis: Analysis) -> bool:
     """Run the plan's collectives through the simulator, print the table, say whether all match."""
-    from planc.explain import comm_ops
     from planc.verify import render, verify_collectives, verify_pipeline
 
-    ops = comm_ops(job)
-    checks = verify_collectives(job, ops)
-    pipe = verify_pipeline(job, ops)
+    checks = verify_collectives(analysis.plan, analysis.ops)
+    pipe = verify_pipeline(analysis.plan, analysis.ops)
     click.echo(render(checks, pipe), nl=False)
     return all(c.ok for c in checks) and (pipe is None or pipe.ok)
 
@@ -380,5 +404,7 @@ def verify(spec: str) -> None:
 
     Exit 1 on any mismatch between the simulated ring and the bytes the plan budgets.
     """
-    job = _load_or_exit(spec, tolerate=frozenset({"PLC006", "PLC007"}))
-    sys.exit(0 if _verified(job) else 1)
+    from planc.analysis import analyse
+
+    job, _ = _plan_or_exit(spec, tolerate=frozenset({"PLC006", "PLC007"}))
+    sys.exit(0 if _verified(analyse(job)) else 1)

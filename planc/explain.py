@@ -9,42 +9,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from planc.comm.schedule import CommOp, WireBudget, op_record, op_time_s, schedule, wire_budget
-from planc.comm.steptime import SimulatedPipeline, StepEstimate, estimate, simulate_pipeline
-from planc.job import GB, GIB, Job
-from planc.memory import MemoryBudget, budget
-from planc.memory.params import rank_parameters
-from planc.rules.batch import bubble_fraction
+from planc.analysis import Analysis, estimate_step
+from planc.comm.schedule import op_record, op_time_s
+from planc.comm.steptime import StepEstimate
+from planc.job import GB, GIB
+from planc.memory.report import to_json as memory_json
 
 
 @dataclass(frozen=True)
 class Explanation:
-    job: Job
-    memory: MemoryBudget
-    ops: tuple[CommOp, ...]
-    wires: tuple[WireBudget, ...]
+    """An analysed job and its step estimate."""
+
+    analysis: Analysis
     step: StepEstimate
-    bubble: float
-    simulated: SimulatedPipeline | None
 
 
-def comm_ops(job: Job) -> tuple[CommOp, ...]:
-    """The communication schedule with each stage's real parameter share Ψ_r."""
-    params = [rank_parameters(job, r).total for r in range(job.layout.p)]
-    return schedule(job, params)
-
-
-def explain(job: Job) -> Explanation:
-    ops = comm_ops(job)
-    return Explanation(
-        job=job,
-        memory=budget(job),
-        ops=ops,
-        wires=wire_budget(job, ops),
-        step=estimate(job, ops, job.training.efficiency, job.training.overlap_tp),
-        bubble=bubble_fraction(job.layout.p, job.m or 1, job.layout.v),
-        simulated=simulate_pipeline(job, ops, job.training.efficiency, job.training.overlap_tp),
-    )
+def explain(analysis: Analysis) -> Explanation:
+    return Explanation(analysis, estimate_step(analysis))
 
 
 def _gib(n: int) -> str:
@@ -56,17 +37,18 @@ def _gb(n: int) -> str:
 
 
 def render_text(ex: Explanation) -> str:
-    job, lay, step = ex.job, ex.job.layout, ex.step
+    an, step = ex.analysis, ex.step
+    job, lay = an.plan, an.plan.layout
     hbm = job.cluster.gpu.memory_bytes
     lines = [
         f"{job.name}: {job.world} × {job.cluster.gpu.name} ({job.cluster.nodes} nodes × "
         f"{job.cluster.gpus_per_node}), t={lay.t} p={lay.p} d={lay.d} c={lay.c} v={lay.v}, "
         f"ZeRO-{lay.zero}, m={job.m} micro-batches of {job.training.b} × {job.training.s} tokens",
-        f"parameters: {ex.memory.parameters:,} ({ex.memory.parameters_padded:,} with the vocab padded)",
+        f"parameters: {an.memory.parameters:,} ({an.memory.parameters_padded:,} with the vocab padded)",
         "",
         "memory per rank (heaviest rank of each stage; GiB = 2^30 bytes):",
     ]
-    for stage in ex.memory.stages:
+    for stage in an.memory.stages:
         mem = stage.memory
         share = mem.total / hbm
         lines.append(
@@ -76,26 +58,26 @@ def render_text(ex: Explanation) -> str:
             f"buffers {mem.buffers / GIB:.2f}, reserve {mem.reserve / GIB:.2f}"
         )
     lines += ["", "traffic per step per rank (GB = 10^9 bytes; sent, received):"]
-    for wire in ex.wires:
+    for wire in an.wires:
         lines.append(
             f"  stage {wire.stage:>3}: NVLink {_gb(wire.nvlink_sent)} / {_gb(wire.nvlink_received)}   "
             f"network {_gb(wire.network_sent)} / {_gb(wire.network_received)}"
         )
     lines += ["", "communication ops (stage 0; α-β time per step):"]
-    for op in (o for o in ex.ops if o.stage == 0):
+    for op in (o for o in an.ops if o.stage == 0):
         lines.append(
-            f"  {op.group:<9} {op.op:<14} n={op.group_size:<5} {op.calls:>7} × {op.buffer_bytes / 2**20:10.2f} MiB "
-            f"on {op.link:<7} {op_time_s(job, op):8.3f} s  {op.phase}"
+            f"  {op.group.value:<9} {op.op.value:<14} n={op.group_size:<5} {op.calls:>7} × {op.buffer_bytes / 2**20:10.2f} MiB "
+            f"on {op.link.value:<7} {op_time_s(job, op):8.3f} s  {op.phase}"
         )
     total = step.step_time_s
     lines += [
         "",
-        f"pipeline bubble: (p − 1)/(v·m + p − 1) = {ex.bubble:.2%}" + _simulated_line(ex),
+        f"pipeline bubble: (p − 1)/(v·m + p − 1) = {step.bubble_fraction:.2%}" + _simulated_line(ex),
         f"estimated step time: {total:.2f} s at {job.training.efficiency:.0%} of peak "
         f"({job.cluster.gpu.bf16_tflops:g} TFLOPS)",
         f"  compute (incl. exposed TP): {step.compute_s:8.2f} s ({step.compute_s / total:5.1%})",
         f"  pipeline bubble:            {step.bubble_s:8.2f} s ({step.bubble_s / total:5.1%})",
-        f"  exposed DP/PP comm:         {step.exposed_comm_s:8.2f} s ({step.exposed_comm_s / total:5.1%})",
+        f"  exposed DP comm (tail):     {step.exposed_comm_s:8.2f} s ({step.exposed_comm_s / total:5.1%})",
         f"tokens per second: {step.tokens_per_s:,.0f}   MFU: {step.mfu:.1%} "
         "(model FLOPs, no causal discount, no recompute)",
     ]
@@ -103,24 +85,28 @@ def render_text(ex: Explanation) -> str:
 
 
 def _simulated_line(ex: Explanation) -> str:
-    sim = ex.simulated
-    if sim is None:
+    pipe = ex.step.pipeline
+    if ex.analysis.plan.layout.p == 1:
         return ""
+    how = {
+        "simulated": f"simulated, {pipe.simulated_ops:,} ops",
+        "extrapolated": f"{pipe.simulated_ops:,} ops simulated, the steady state extrapolated",
+        "closed-form": "closed form over the slowest stage",
+    }[pipe.method]
     return (
-        f"; simulated with each stage's own times ({sim.ops:,} ops, p2p included): "
-        f"{sim.bubble_fraction:.2%}, pipeline {sim.makespan_s:.2f} s"
+        f"; with each stage's own times and the p2p time ({how}): "
+        f"{pipe.bubble_fraction:.2%}, pipeline {pipe.makespan_s:.2f} s"
     )
 
 
 def to_json(ex: Explanation) -> dict[str, Any]:
-    from planc.memory.report import to_json as memory_json
-
-    step = ex.step
+    an, step = ex.analysis, ex.step
+    job = an.plan
     return {
-        "name": ex.job.name,
-        "world_size": ex.job.world,
-        "memory": memory_json(ex.job, ex.memory),
-        "communication": [{**op_record(ex.job, op), "formula": op.formula} for op in ex.ops],
+        "name": job.name,
+        "world_size": job.world,
+        "memory": memory_json(job, an.memory),
+        "communication": [{**op_record(job, op), "formula": op.formula} for op in an.ops],
         "wire_bytes": [
             {
                 "stage": w.stage,
@@ -129,15 +115,14 @@ def to_json(ex: Explanation) -> dict[str, Any]:
                 "network_sent": w.network_sent,
                 "network_received": w.network_received,
             }
-            for w in ex.wires
+            for w in an.wires
         ],
-        "bubble_fraction": ex.bubble,
-        "simulated_pipeline": None
-        if ex.simulated is None
-        else {
-            "makespan_s": ex.simulated.makespan_s,
-            "bubble_fraction": ex.simulated.bubble_fraction,
-            "ops": ex.simulated.ops,
+        "bubble_fraction": step.bubble_fraction,
+        "pipeline": {
+            "makespan_s": step.pipeline.makespan_s,
+            "bubble_fraction": step.pipeline.bubble_fraction,
+            "method": step.pipeline.method,
+            "simulated_ops": step.pipeline.simulated_ops,
         },
         "step": {
             "step_time_s": step.step_time_s,

@@ -45,6 +45,21 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class Violation:
+    """What a rule found, before it is placed in a file: the spec field it concerns, the numbers,
+    and the fix.
+
+    `near` lists other fields to point at when `field` is not written in the file (it came from
+    a preset or a default).
+    """
+
+    field: str
+    message: str
+    fix: str = ""
+    near: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class FileResult:
     """All findings for one input, sorted by location."""
 

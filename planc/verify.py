@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from planc.comm.schedule import CommOp, activation_bytes, grad_bytes
-from planc.job import Job
+from planc.plannable import Plannable
 from planc.sim import (
     chunk_sizes,
     ring_all_gather,
@@ -31,6 +31,7 @@ from planc.sim import (
     ring_reduce_scatter,
     ring_reduce_scatter_bytes,
 )
+from planc.vocab import Collective, GroupKind
 
 CAP = 1 << 20  # elements per rank in the simulated buffers
 
@@ -121,14 +122,14 @@ def check_collective(op: CommOp, itemsize: int, stands_for: int, seed: int = 0) 
     )
 
 
-def _groups_per_stage(job: Job, op: CommOp) -> int:
+def _groups_per_stage(job: Plannable, op: CommOp) -> int:
     """How many groups of this kind one pipeline stage has: (world/p)/n, or world/p embedding
     pairs (each pairs a first-stage rank with a last-stage rank)."""
     ranks = job.world // job.layout.p
-    return ranks if op.group == "embedding" else ranks // op.group_size
+    return ranks if op.group is GroupKind.EMBEDDING else ranks // op.group_size
 
 
-def verify_collectives(job: Job, ops: tuple[CommOp, ...]) -> tuple[Check, ...]:
+def verify_collectives(job: Plannable, ops: tuple[CommOp, ...]) -> tuple[Check, ...]:
     """One check per distinct (group, op, size, buffer) shape, with how many groups it stands for."""
     shapes: dict[tuple[str, str, int, int], list[CommOp]] = {}
     for op in ops:
@@ -139,10 +140,13 @@ def verify_collectives(job: Job, ops: tuple[CommOp, ...]) -> tuple[Check, ...]:
         same = shapes[key]
         first = same[0]
         # Gradients travel as grad_bytes elements; activations and gathered weights as β_a.
-        gradients = first.group in ("dp_cp", "embedding") and first.op != "all_gather"
+        gradients = (
+            first.group in (GroupKind.DP_CP, GroupKind.EMBEDDING)
+            and first.op is not Collective.ALL_GATHER
+        )
         itemsize = grad_bytes(job) if gradients else activation_bytes(job)
         groups = sum(_groups_per_stage(job, op) for op in same)
-        if first.group == "embedding":
+        if first.group is GroupKind.EMBEDDING:
             groups //= 2  # listed once for the first and once for the last stage
         checks.append(check_collective(first, itemsize, groups))
     return tuple(checks)
@@ -157,14 +161,14 @@ class PipelineCheck:
     detail: str
 
 
-def verify_pipeline(job: Job, ops: tuple[CommOp, ...]) -> PipelineCheck | None:
+def verify_pipeline(job: Plannable, ops: tuple[CommOp, ...]) -> PipelineCheck | None:
     """Every send meets its receive, no deadlock, and the p2p count equals the plan's."""
     from planc.pipeline import DeadlockError, build_schedule, simulate
 
-    lay, m = job.layout, job.m or 1
+    lay, m = job.layout, job.m
     if lay.p == 1:
         return None
-    expected = sum(op.calls for op in ops if op.group == "pp")
+    expected = sum(op.calls for op in ops if op.group is GroupKind.PP)
     try:
         timeline = simulate(build_schedule(lay.p, m, lay.v), 1, 2, 0)
     except (DeadlockError, ValueError) as error:

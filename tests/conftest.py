@@ -9,10 +9,13 @@ from typing import Any
 import pytest
 import yaml
 
+from planc.analysis import Analysis, analyse
 from planc.check import check_loaded
+from planc.compile import Plan, compile_job
 from planc.findings import FileResult
 from planc.job import Job
 from planc.load import load_text
+from planc.plannable import Plannable, plannable
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -58,10 +61,34 @@ def rules_fired(result: FileResult, include_info: bool = False) -> set[str]:
     return {f.rule for f in result.findings if include_info or f.severity.value != "info"}
 
 
-def job_of(overlay: dict[str, Any] | str | None = None, base: str = "llama3-8b-1node.yaml") -> Job:
+def resolved_of(
+    overlay: dict[str, Any] | str | None = None, base: str = "llama3-8b-1node.yaml"
+) -> Job:
+    """The resolved (not necessarily plannable) job of an example with `overlay` merged in."""
     loaded = load_text("spec.yaml", spec_text(overlay, base))
     assert loaded.job is not None, loaded.findings
     return loaded.job
+
+
+def plannable_of(job: Job | None) -> Plannable:
+    """The plannable form of a resolved job (the test fails if it has none)."""
+    assert job is not None
+    plan = plannable(job)
+    assert not isinstance(plan, tuple), plan
+    return plan
+
+
+def job_of(
+    overlay: dict[str, Any] | str | None = None, base: str = "llama3-8b-1node.yaml"
+) -> Plannable:
+    """The plannable job of an example with `overlay` merged in (the test fails if it has none)."""
+    return plannable_of(resolved_of(overlay, base))
+
+
+def analysis_of(
+    overlay: dict[str, Any] | str | None = None, base: str = "llama3-8b-1node.yaml"
+) -> Analysis:
+    return analyse(job_of(overlay, base))
 
 
 def value_position(text: str, line: str) -> tuple[int, int]:
@@ -74,3 +101,8 @@ def value_position(text: str, line: str) -> tuple[int, int]:
 @pytest.fixture
 def examples_dir() -> Path:
     return EXAMPLES
+
+
+def compiled(job: Plannable) -> Plan:
+    """The compiled plan of a plannable job (analysed once, as `planc compile` does)."""
+    return compile_job(analyse(job))

@@ -10,8 +10,9 @@ from planc.comm.cost import bus_factor, ring_steps, wire_bytes
 from planc.comm.schedule import link_class, schedule, wire_budget
 from planc.comm.steptime import estimate, model_flops_per_step
 from planc.load import load_text
+from planc.pipeline.bubble import bubble_fraction
 
-from conftest import job_of
+from conftest import analysis_of, job_of, plannable_of
 
 
 def test_nccl_bus_factors() -> None:
@@ -134,33 +135,24 @@ def test_step_time_against_table5(
         f"parallelism: {{tensor: 8, pipeline: {p}, virtual_stages: {v}, sequence_parallel: {sp}}}\n"
         f"training: {{seq_len: 2048, micro_batch: {b}, global_batch: {B}, precision: fp16, recompute: {mode}, attention: eager}}\n"
     )
-    job = load_text("t5.yaml", text).job
-    assert job is not None
+    job = plannable_of(load_text("t5.yaml", text).job)
     measured = full if mode == "full" else seqsel
     step = estimate(job, schedule(job, [0] * p)).step_time_s
     assert abs(step - measured) / measured < TOLERANCE
 
 
 def test_simulated_pipeline_is_bounded_by_the_slowest_stage() -> None:
-    from planc.comm.steptime import simulate_pipeline, stage_times
-    from planc.explain import comm_ops
-    from planc.rules.batch import bubble_fraction
-
-    job = job_of(None, "llama3-70b-8x8.yaml")
-    ops = comm_ops(job)
-    sim = simulate_pipeline(job, ops, overlap_tp=True)
-    assert sim is not None and sim.ops == 2 * 4 * 256
-    times = stage_times(job, 0.5)
-    slowest = max(t.forward_s + t.backward_s for t in times)
+    analysis = analysis_of(None, "llama3-70b-8x8.yaml")
+    step = estimate(analysis.plan, analysis.ops, overlap_tp=True)
+    assert step.pipeline.method == "simulated" and step.pipeline.simulated_ops == 2 * 4 * 256
+    slowest = max(t.forward_s + t.backward_s for t in analysis.times)
     # The slowest stage must run all m micro-batches, and everything waits for it to fill.
-    assert sim.makespan_s >= 256 * slowest
+    assert step.pipeline.makespan_s >= 256 * slowest
     # Unequal stages (embedding first, LM head last) only add idle time to the closed form.
-    assert sim.bubble_fraction >= bubble_fraction(4, 256, 1) - 1e-12
+    assert step.pipeline.bubble_fraction >= bubble_fraction(4, 256, 1) - 1e-12
 
 
-def test_no_simulation_without_a_pipeline() -> None:
-    from planc.comm.steptime import simulate_pipeline
-    from planc.explain import comm_ops
-
-    job = job_of()
-    assert simulate_pipeline(job, comm_ops(job)) is None
+def test_no_bubble_without_a_pipeline() -> None:
+    analysis = analysis_of()
+    step = estimate(analysis.plan, analysis.ops)
+    assert step.pipeline.bubble_fraction == 0 and step.bubble_s == 0

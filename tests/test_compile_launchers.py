@@ -20,12 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from syrupy.assertion import SnapshotAssertion
 from test_compile_plan import job_from, topologies
 
-from planc.compile import OutputError, compile_job, render_files, write_plan
+from planc.compile import OutputError, render_files, write_plan
 from planc.compile import write as write_module
 from planc.compile.launchers import megatron_args
 from planc.load import load_path
 
-from conftest import EXAMPLES, ROOT, job_of, spec_text
+from conftest import EXAMPLES, ROOT, compiled, job_of, plannable_of, spec_text
 
 SMALL = ["llama3-8b-1node.yaml", "llama3-70b-8x8.yaml", "gpt3-175b-gb200-nvl72.yaml"]
 LARGE = "gpt3-175b-1024xa100.yaml"
@@ -34,9 +34,7 @@ Slots = list[tuple[str, int]]
 
 
 def example_files(name: str) -> dict[str, str]:
-    job = load_path(str(EXAMPLES / name)).job
-    assert job is not None
-    return render_files(compile_job(job))
+    return render_files(compiled(plannable_of(load_path(str(EXAMPLES / name)).job)))
 
 
 def plan_slots(files: dict[str, str]) -> Slots:
@@ -105,7 +103,7 @@ def test_launchers_agree_with_plan_on_examples(name: str, reader: Any) -> None:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(topologies())
 def test_launchers_agree_with_plan(text: str) -> None:
-    files = render_files(compile_job(job_from(text)))
+    files = render_files(compiled(job_from(text)))
     expected = plan_slots(files)
     for reader in READERS:
         assert reader(files) == expected, reader.__name__
@@ -139,28 +137,28 @@ def test_launcher_files_snapshot(name: str, snapshot: SnapshotAssertion) -> None
 
 
 def test_megatron_order_flags() -> None:
-    default, _ = megatron_args(compile_job(job_of()))
+    default, _ = megatron_args(compiled(job_of()))
     assert "--use-tp-pp-dp-mapping" not in default
     assert "--tensor-model-parallel-size 2" in default
     assert "--use-distributed-optimizer" in default and "--sequence-parallel" in default
-    swapped, _ = megatron_args(compile_job(job_of({"parallelism": {"order": "tp-cp-pp-dp"}})))
+    swapped, _ = megatron_args(compiled(job_of({"parallelism": {"order": "tp-cp-pp-dp"}})))
     assert "--use-tp-pp-dp-mapping" in swapped
-    _, notes = megatron_args(compile_job(job_of({"parallelism": {"order": "tp-dp-cp-pp"}})))
+    _, notes = megatron_args(compiled(job_of({"parallelism": {"order": "tp-dp-cp-pp"}})))
     assert any('order="tp-dp-cp-pp"' in note for note in notes)
 
 
 def test_megatron_virtual_and_uneven_stages() -> None:
     base = "llama3-70b-8x8.yaml"
-    args, _ = megatron_args(compile_job(job_of({"parallelism": {"virtual_stages": 2}}, base)))
+    args, _ = megatron_args(compiled(job_of({"parallelism": {"virtual_stages": 2}}, base)))
     assert "--num-layers-per-virtual-pipeline-stage 10" in args
-    args, notes = megatron_args(compile_job(job_of({"parallelism": {"stage_layers": [19, 21, 21, 19]}}, base)))
+    args, notes = megatron_args(compiled(job_of({"parallelism": {"stage_layers": [19, 21, 21, 19]}}, base)))
     assert "--decoder-first-pipeline-num-layers 19" in args and not notes
-    args, notes = megatron_args(compile_job(job_of({"parallelism": {"stage_layers": [20, 19, 21, 20]}}, base)))
+    args, notes = megatron_args(compiled(job_of({"parallelism": {"stage_layers": [20, 19, 21, 20]}}, base)))
     assert not any("decoder-first" in a for a in args) and notes
 
 
 def test_device_mesh_recipe_follows_order() -> None:
-    readme = render_files(compile_job(job_of({"parallelism": {"order": "tp-cp-pp-dp"}})))["README.md"]
+    readme = render_files(compiled(job_of({"parallelism": {"order": "tp-cp-pp-dp"}})))["README.md"]
     assert 'init_device_mesh("cuda", (4, 1, 1, 2), mesh_dim_names=("dp", "pp", "cp", "tp"))' in readme
     assert "_flatten" not in readme  # dp and cp are not adjacent in this mesh
 
@@ -170,7 +168,7 @@ def test_device_mesh_recipe_follows_order() -> None:
 
 @pytest.fixture(scope="module")
 def small_plan() -> Any:
-    return compile_job(job_of())
+    return compiled(job_of())
 
 
 def leftovers(parent: Path) -> list[str]:
@@ -190,7 +188,7 @@ def test_write_plan_writes_every_file(tmp_path: Path, small_plan: Any) -> None:
 
 def test_write_plan_replaces_a_previous_plan(tmp_path: Path, small_plan: Any) -> None:
     out = tmp_path / "plan"
-    write_plan(compile_job(job_of(base="llama3-70b-8x8.yaml")), out)
+    write_plan(compiled(job_of(base="llama3-70b-8x8.yaml")), out)
     assert (out / "torchrun" / "node-007.sh").exists()
     write_plan(small_plan, out)
     assert not (out / "torchrun" / "node-007.sh").exists()  # the old tree is gone, not merged
@@ -235,7 +233,7 @@ def test_failure_midway_keeps_the_previous_plan(
     tmp_path: Path, small_plan: Any, monkeypatch: pytest.MonkeyPatch, error: BaseException
 ) -> None:
     out = tmp_path / "plan"
-    write_plan(compile_job(job_of(base="llama3-70b-8x8.yaml")), out)
+    write_plan(compiled(job_of(base="llama3-70b-8x8.yaml")), out)
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     real_fill = write_module._fill
 
@@ -265,7 +263,7 @@ def test_failed_swap_restores_the_previous_plan(
 
     monkeypatch.setattr(Path, "rename", rename)
     with pytest.raises(OutputError, match="rename failed"):
-        write_plan(compile_job(job_of(base="llama3-70b-8x8.yaml")), out)
+        write_plan(compiled(job_of(base="llama3-70b-8x8.yaml")), out)
     assert (out / "plan.json").read_text() == before
     assert leftovers(tmp_path) == []
 
@@ -274,8 +272,8 @@ SIGTERM_SCRIPT = """
 import os, signal, sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
-from conftest import job_of
-from planc.compile import compile_job, write_plan
+from conftest import compiled, job_of
+from planc.compile import write_plan
 from planc.compile import write as write_module
 
 real_fill = write_module._fill
@@ -284,14 +282,14 @@ def fill(root, files):
     os.kill(os.getpid(), signal.SIGTERM)
     real_fill(root, files)
 write_module._fill = fill
-write_plan(compile_job(job_of()), Path({out!r}))
+write_plan(compiled(job_of()), Path({out!r}))
 """
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_sigterm_midway_keeps_the_previous_plan(tmp_path: Path, small_plan: Any) -> None:
     out = tmp_path / "plan"
-    write_plan(compile_job(job_of(base="llama3-70b-8x8.yaml")), out)
+    write_plan(compiled(job_of(base="llama3-70b-8x8.yaml")), out)
     before = (out / "plan.json").read_text()
     script = SIGTERM_SCRIPT.format(tests=str(ROOT / "tests"), out=str(out))
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, timeout=120)
@@ -310,7 +308,7 @@ def test_written_directory_is_deterministic(tmp_path: Path) -> None:
     text = spec_text(base="llama3-70b-8x8.yaml")
     trees = []
     for name in ("a", "b"):
-        write_plan(compile_job(job_from(text)), tmp_path / name)
+        write_plan(compiled(job_from(text)), tmp_path / name)
         root = tmp_path / name
         trees.append({p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()})
     assert trees[0] == trees[1]

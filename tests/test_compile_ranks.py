@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planc.compile.groups import index_in_group, orthogonal_groups, process_groups
-from planc.compile.plan import layer_ranges
 from planc.compile.ranks import AXES, Grid, place
+from planc.plannable import layer_ranges
 
 DEFAULT = ("tp", "cp", "dp", "pp")
 
@@ -89,24 +89,24 @@ def test_placement_nodes_and_domains() -> None:
 
 
 def test_layer_ranges_plain() -> None:
-    assert layer_ranges(8, 4, 1) == (((0, 2),), ((2, 4),), ((4, 6),), ((6, 8),))
+    assert layer_ranges((2, 2, 2, 2), 1) == (((0, 2),), ((2, 4),), ((4, 6),), ((6, 8),))
 
 
 def test_layer_ranges_interleaved() -> None:
     """Chunk j of stage r holds block j·p + r: with L=16, p=4, v=2 stage 1 holds 2-4 and 10-12."""
-    ranges = layer_ranges(16, 4, 2)
+    ranges = layer_ranges((4, 4, 4, 4), 2)
     assert ranges[0] == ((0, 2), (8, 10))
     assert ranges[1] == ((2, 4), (10, 12))
     assert ranges[3] == ((6, 8), (14, 16))
 
 
 def test_layer_ranges_uneven() -> None:
-    assert layer_ranges(80, 4, 1, (19, 21, 21, 19)) == (((0, 19),), ((19, 40),), ((40, 61),), ((61, 80),))
+    assert layer_ranges((19, 21, 21, 19), 1) == (((0, 19),), ((19, 40),), ((40, 61),), ((61, 80),))
 
 
 def test_layer_ranges_uneven_interleaved() -> None:
     """Stage r's layers split into v equal chunks, laid out in block order j·p + r."""
-    ranges = layer_ranges(12, 2, 2, (4, 8))
+    ranges = layer_ranges((4, 8), 2)
     assert ranges == (((0, 2), (6, 8)), ((2, 6), (8, 12)))
 
 

@@ -20,17 +20,18 @@ import yaml
 from click.testing import CliRunner
 from pydantic import ValidationError
 
+from planc.analysis import analyse
 from planc.check import check_paths
 from planc.cli import main
-from planc.compile import PlanError, compile_job
+from planc.compile import compile_job
 from planc.compile.plan import plan_json
 from planc.explain import explain, to_json
 from planc.fastcheck import fast_validate
 from planc.findings import FileResult, Finding, Severity
 from planc.job import expand_hosts
 from planc.load import MAX_BYTES, load_text, read_input
-from planc.memory import budget
 from planc.memory.report import to_json as memory_json
+from planc.plannable import plannable, refusals
 from planc.rules.layout import HOST_NAME
 from planc.spec import Spec
 from planc.yamlnodes import MAX_INT_DIGITS, compose
@@ -95,12 +96,12 @@ def test_host_pattern_ending_in_a_newline_is_refused() -> None:
 
 
 def test_compile_refuses_a_host_name_ending_in_a_newline() -> None:
-    # compile's own check (a job built by the library, not through `check`).
+    # the plannable job's own check (a job built by the library, not through `check`).
     text = replace_once(SPEC, "hosts: [gpu-a01]", 'hosts: ["gpu-a\\n"]')
     job = load_text("spec.yaml", text).job
     assert job is not None
-    with pytest.raises(PlanError, match="cannot go into a hostfile"):
-        compile_job(job)
+    # No plan exists for it: compile, explain and verify all refuse it (planc.plannable).
+    assert [r.rule for r in refusals(job)] == ["PLC014"]
 
 
 def test_host_range_takes_ascii_digits_only() -> None:
@@ -305,9 +306,12 @@ def test_every_output_stays_finite_at_the_bounds(extreme: str) -> None:
     loaded = load_text("spec.yaml", yaml.safe_dump(data, sort_keys=False))
     assert loaded.job is not None, loaded.findings
     assert fast_validate(data) is not None  # within bounds: the fast path accepts it
-    _finite_json(json.dumps(to_json(explain(loaded.job))))
-    _finite_json(json.dumps(memory_json(loaded.job, budget(loaded.job))))
-    _finite_json(plan_json(compile_job(loaded.job)))
+    plan = plannable(loaded.job)
+    assert not isinstance(plan, tuple), plan
+    analysis = analyse(plan)
+    _finite_json(json.dumps(to_json(explain(analysis))))
+    _finite_json(json.dumps(memory_json(plan, analysis.memory)))
+    _finite_json(plan_json(compile_job(analysis)))
 
 
 # --- 4. integer choices take integers only ------------------------------------------------------

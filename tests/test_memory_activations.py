@@ -14,16 +14,19 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planc.job import Job, Model
+from planc.job import Model
 from planc.load import load_text
 from planc.memory.activations import (
-    in_flight,
     layer_bytes,
     layer_shape,
     layer_terms,
     stage_activation_terms,
-    warmup,
 )
+from planc.pipeline.inflight import in_flight
+from planc.pipeline.schedule import num_warmup
+from planc.plannable import Plannable
+
+from conftest import plannable_of
 
 # The configuration Table 2 assumes: GPT, f = 4h, GeLU, LayerNorm, dropout, eager, g = n.
 # s, b, h, a, t chosen so that every division in the table is whole:
@@ -230,8 +233,8 @@ def test_one_f_one_b_holds_p_minus_r(p: int, m: int) -> None:
 
 def test_interleaved_warmup_matches_megatron() -> None:
     # 2(p − r − 1) + (v − 1)·p, capped at m·v (megatron-torchtitan.md §1.5 P9).
-    assert [warmup(4, 2, 8, r) for r in range(4)] == [10, 8, 6, 4]
-    assert warmup(4, 2, 4, 0) == 8  # capped: m·v = 8
+    assert [num_warmup(4, 8, 2, r) for r in range(4)] == [10, 8, 6, 4]
+    assert num_warmup(4, 4, 2, 0) == 8  # capped: m·v = 8
     assert sum(in_flight(4, 2, 8, 0, (1, 1))) == 11
 
 
@@ -248,7 +251,7 @@ def test_interleaved_first_stage_factor() -> None:
 
 def job_of(
     parallelism: dict[str, Any], training: dict[str, Any] | None = None, **model: Any
-) -> Job:
+) -> Plannable:
     spec = {
         "version": 1,
         "name": "t",
@@ -264,9 +267,7 @@ def job_of(
             **(training or {}),
         },
     }
-    loaded = load_text("t.yaml", yaml.safe_dump(spec))
-    assert loaded.job is not None
-    return loaded.job
+    return plannable_of(load_text("t.yaml", yaml.safe_dump(spec)).job)
 
 
 def test_first_stage_holds_p_micro_batches_of_its_layers() -> None:

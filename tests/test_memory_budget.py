@@ -10,11 +10,13 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planc.job import Job
 from planc.load import load_text
 from planc.memory import budget, rank_memory
 from planc.memory.report import render_text, to_json
 from planc.memory.terms import COMPONENTS
+from planc.plannable import Plannable
+
+from conftest import plannable_of
 
 RESERVE = 1_610_612_736  # 1.5 GiB
 
@@ -40,10 +42,10 @@ def spec(overlay: dict[str, Any] | None = None) -> dict[str, Any]:
     return base
 
 
-def job_of(overlay: dict[str, Any] | None = None) -> Job:
+def job_of(overlay: dict[str, Any] | None = None) -> Plannable:
     loaded = load_text("small.yaml", yaml.safe_dump(spec(overlay)))
     assert loaded.job is not None, loaded.findings
-    return loaded.job
+    return plannable_of(loaded.job)
 
 
 def test_small_budget_by_hand() -> None:
@@ -84,7 +86,9 @@ def test_small_budget_by_hand() -> None:
 
 def test_shard_index_changes_only_the_sharded_lines() -> None:
     # d = 3 (12 GPUs): Ψ_1 = 83,264 = 3·27,754 + 2: shards 27,755, 27,755, 27,754.
-    job = job_of({"hardware": {"gpus_per_node": 12}})
+    job = job_of(
+        {"hardware": {"gpus_per_node": 12, "nvlink_domain": 12}, "training": {"global_batch": 18}}
+    )
     assert job.layout.d == 3
     low, high = rank_memory(job, 1, 0), rank_memory(job, 1, 2)
     assert low.optimizer == 12 * 27_755 and high.optimizer == 12 * 27_754
@@ -150,12 +154,10 @@ def test_examples_budget() -> None:
 
     root = Path(__file__).resolve().parent.parent / "examples"
     for path in sorted(root.glob("*.yaml")):
-        loaded = load_text(path.name, path.read_text("utf-8"))
-        if loaded.job is None or loaded.job.layout.d is None:
-            continue
-        b = budget(loaded.job)
+        job = plannable_of(load_text(path.name, path.read_text("utf-8")).job)
+        b = budget(job)
         assert b.peak.memory.total == max(stage.memory.total for stage in b.stages)
-        render_text(loaded.job, b)
+        render_text(job, b)
 
 
 # --- properties --------------------------------------------------------------------------------
@@ -178,7 +180,7 @@ configs = st.fixed_dictionaries(
 )
 
 
-def job_from(cfg: dict[str, Any]) -> Job:
+def job_from(cfg: dict[str, Any]) -> Plannable:
     return job_of(
         {
             "model": {"mlp": cfg["mlp"], "tied_embeddings": cfg["tied"]},

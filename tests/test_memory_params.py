@@ -12,10 +12,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planc.job import Job, Model
+from planc.job import Model
 from planc.load import load_text
 from planc.memory import parameter_count
-from planc.memory.params import chunk_layers, layer_parameters, padded_vocab, rank_parameters
+from planc.memory.params import layer_parameters, padded_vocab, rank_parameters
+from planc.plannable import Plannable, plannable
 
 PRESETS = json.loads(
     (Path(__file__).resolve().parent.parent / "planc" / "presets" / "models.json").read_text(
@@ -31,7 +32,7 @@ PUBLISHED = {
 
 def job_of(
     model: dict[str, Any], parallelism: dict[str, Any] | None = None, **training: Any
-) -> Job:
+) -> Plannable:
     spec = {
         "version": 1,
         "name": "t",
@@ -42,7 +43,13 @@ def job_of(
     }
     loaded = load_text("t.yaml", yaml.safe_dump(spec))
     assert loaded.job is not None, loaded.findings
-    return loaded.job
+    plan = plannable(loaded.job)
+    assert not isinstance(plan, tuple), plan
+    return plan
+
+
+def chunk_layers(job: Plannable) -> tuple[tuple[int, ...], ...]:
+    return tuple(job.layout.chunk_layers(r) for r in range(job.layout.p))
 
 
 SMALL = Model(
@@ -169,9 +176,8 @@ def test_chunks_even_and_interleaved() -> None:
     # Megatron's example: p=4, v=2, L=16: rank 0 holds layers {1,2} and {9,10}.
     job = job_of({"preset": "llama3-8b", "layers": 16}, {"pipeline": 4, "virtual_stages": 2})
     assert chunk_layers(job) == ((2, 2),) * 4
-    job = job_of({"preset": "llama3-8b", "layers": 18}, {"pipeline": 4, "virtual_stages": 2})
-    # 8 blocks of 18: blocks 0 and 1 take one more (3); rank 0 = blocks 0, 4; rank 1 = 1, 5.
-    assert chunk_layers(job) == ((3, 2), (3, 2), (2, 2), (2, 2))
+    job = job_of({"preset": "llama3-8b", "layers": 24}, {"pipeline": 4, "virtual_stages": 2})
+    assert job.layout.chunks[1] == ((3, 6), (15, 18))  # blocks 1 and 5 of 3 layers each
 
 
 def test_uneven_stage_layers() -> None:

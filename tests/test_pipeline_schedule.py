@@ -189,8 +189,9 @@ def test_validate_rejects_wrong_link() -> None:
 def test_bad_sizes_raise_value_error(p: int, m: int, v: int, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         build_schedule(p, m, v)
-    with pytest.raises(ValueError, match=message):
-        num_warmup(p, m, v, 0)
+    if "positive" in message:  # num_warmup counts; only build_schedule checks Megatron's rules
+        with pytest.raises(ValueError, match=message):
+            num_warmup(p, m, v, 0)
 
 
 def test_schedule_needs_one_op_list_per_stage() -> None:

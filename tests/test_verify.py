@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from planc.analysis import analyse
 from planc.cli import main
 from planc.comm.schedule import CommOp
-from planc.explain import comm_ops
 from planc.verify import check_collective, verify_collectives, verify_pipeline
 
 from conftest import job_of
@@ -28,7 +28,7 @@ def test_examples_verify(path: Path) -> None:
 
 def test_every_group_kind_with_traffic_is_checked() -> None:
     job = job_of("{parallelism: {tensor: 2, data: 2, context: 2, zero_stage: 0}}")
-    ops = comm_ops(job)
+    ops = analyse(job).ops
     checks = verify_collectives(job, ops)
     assert {c.group for c in checks} == {"tp", "dp_cp"}
     assert all(c.ok for c in checks)
@@ -39,7 +39,7 @@ def test_every_group_kind_with_traffic_is_checked() -> None:
 
 def test_pipeline_messages_match_the_plan() -> None:
     job = job_of(None, "llama3-70b-8x8.yaml")
-    check = verify_pipeline(job, comm_ops(job))
+    check = verify_pipeline(job, analyse(job).ops)
     assert check is not None and check.ok
     # 1F1B, p = 4, m = 256: 3 boundaries × 256 micro-batches × (forward + backward).
     assert check.messages == 3 * 256 * 2
@@ -48,7 +48,7 @@ def test_pipeline_messages_match_the_plan() -> None:
 
 def test_mismatched_plan_bytes_fail() -> None:
     job = job_of()
-    op = next(o for o in comm_ops(job) if o.group == "tp")
+    op = next(o for o in analyse(job).ops if o.group == "tp")
 
     class Inflated(CommOp):
         @property
@@ -62,7 +62,7 @@ def test_mismatched_plan_bytes_fail() -> None:
 
 def test_each_shape_reports_the_groups_it_stands_for() -> None:
     job = job_of(None, "llama3-70b-8x8.yaml")
-    checks = verify_collectives(job, comm_ops(job))
+    checks = verify_collectives(job, analyse(job).ops)
     tp = [c for c in checks if c.group == "tp"]
     # 64 ranks / t = 8: eight TP groups, all with the same activation shape.
     assert {c.stands_for for c in tp} == {8}

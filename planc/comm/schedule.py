@@ -14,31 +14,33 @@ al. 2023, Ring Attention).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from planc.comm.cost import call_time_s, ring_steps, wire_bytes
-from planc.job import Job, Link
-
-# Megatron DDP's default gradient bucket: max(40,000,000, 1,000,000 · dp) elements
-# (megatron/core/distributed/distributed_data_parallel.py, bucket_size).
-BUCKET_ELEMENTS = 40_000_000
-BUCKET_ELEMENTS_PER_DP = 1_000_000
+from planc.job import Link
+from planc.plannable import Plannable, padded_vocab
+from planc.vocab import Axis, Collective, Direction, GroupKind, LinkClass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CommOp:
-    """One kind of communication a rank of stage `stage` performs, `calls` times per step."""
+    """One kind of communication a rank of stage `stage` performs, `calls` times per step.
+
+    `direction` is set for pipeline sends only: forward (activations to the next stage) or
+    backward (activation gradients to the previous one).
+    """
 
     stage: int
-    group: str  # tp, cp, dp_cp, pp, embedding
-    op: str  # all_reduce, reduce_scatter, all_gather, send_recv
-    phase: str  # what it is for, e.g. "TP forward all-reduce (attention, MLP)"
+    group: GroupKind
+    op: Collective
+    phase: str  # what it is for, for people: e.g. "TP forward all-reduce (attention, MLP)"
     group_size: int
     calls: int  # per optimizer step
     buffer_bytes: int  # per call: the full (gathered) buffer
-    link: str  # nvlink or network
+    link: LinkClass
     formula: str
+    direction: Direction | None = None
 
     @property
     def bytes_sent(self) -> int:
@@ -50,31 +52,22 @@ class CommOp:
         return ring_steps(self.op, self.group_size)
 
 
-def activation_bytes(job: Job) -> int:
+def activation_bytes(job: Plannable) -> int:
     """β_a: 2 for bf16/fp16, 4 for fp32."""
     return 4 if job.training.precision == "fp32" else 2
 
 
-def grad_bytes(job: Job) -> int:
+def grad_bytes(job: Plannable) -> int:
     """Bytes per gradient element on the wire: fp32 when gradients accumulate in fp32."""
     return 4 if job.training.grad_accum_fp32 or job.training.precision == "fp32" else 2
 
 
-def _sizes(job: Job) -> dict[str, int]:
-    lay = job.layout
-    return {"tp": lay.t, "cp": lay.c, "dp": lay.d or 1, "pp": lay.p}
-
-
-def strides(job: Job) -> dict[str, int]:
+def strides(job: Plannable) -> Mapping[Axis, int]:
     """Stride of each axis in the rank order (fastest first): rank = Σ coord_axis · stride_axis."""
-    sizes, out, stride = _sizes(job), {}, 1
-    for axis in job.layout.order:
-        out[axis] = stride
-        stride *= sizes[axis]
-    return out
+    return job.layout.strides
 
 
-def within_domain(job: Job, axes: tuple[str, ...]) -> bool:
+def within_domain(job: Plannable, axes: tuple[Axis, ...]) -> bool:
     """Every group over `axes` stays inside one NVLink domain (D consecutive ranks).
 
     The groups over `axes` tile "super-blocks" of σ·n ranks, σ and n the stride and size of the
@@ -82,7 +75,7 @@ def within_domain(job: Job, axes: tuple[str, ...]) -> bool:
     inside a super-block splits at least one group (one with members on both sides), so the
     groups stay inside iff the world fits one domain or D is a multiple of σ·n.
     """
-    sizes, stride = _sizes(job), strides(job)
+    sizes, stride = job.layout.degrees, job.layout.strides
     present = [a for a in axes if sizes[a] > 1]
     if not present:
         return True
@@ -92,119 +85,114 @@ def within_domain(job: Job, axes: tuple[str, ...]) -> bool:
     return job.world <= domain or domain % block == 0
 
 
-def link_class(job: Job, axes: tuple[str, ...]) -> str:
+def link_class(job: Plannable, axes: tuple[Axis, ...]) -> LinkClass:
     """nvlink when every group over `axes` stays inside one NVLink domain, else network."""
-    return "nvlink" if within_domain(job, axes) else "network"
+    return LinkClass.NVLINK if within_domain(job, axes) else LinkClass.NETWORK
 
 
-def link_of(job: Job, link: str) -> Link:
-    return job.cluster.intra if link == "nvlink" else job.cluster.inter
+def link_of(job: Plannable, link: LinkClass) -> Link:
+    return job.cluster.intra if link is LinkClass.NVLINK else job.cluster.inter
 
 
-def stage_layers(job: Job) -> tuple[int, ...]:
-    """L_r per stage: the given uneven split, or L/p each."""
-    lay = job.layout
-    return lay.stage_layers or tuple(job.model.L // lay.p for _ in range(lay.p))
+def activation_message_bytes(job: Plannable) -> int:
+    """b·(s/c)·h·β_a: one micro-batch's hidden states on a context-parallel rank (the TP
+    collectives' gathered buffer)."""
+    return job.training.b * job.tokens_per_cp_rank * job.model.h * activation_bytes(job)
 
 
-def _tp_ops(job: Job, stage: int, layers: int) -> list[CommOp]:
-    lay, tr, m = job.layout, job.training, job.m or 1
+def _tp_ops(job: Plannable, stage: int, layers: int) -> list[CommOp]:
+    lay, tr, m = job.layout, job.training, job.m
     if lay.t == 1:
         return []
-    size = tr.b * (tr.s // lay.c) * job.model.h * activation_bytes(job)
-    link = link_class(job, ("tp",))
+    size = activation_message_bytes(job)
+    link = link_class(job, (Axis.TP,))
     recompute = 2 * layers * m if tr.recompute == "full" else 0
+
+    def op(collective: Collective, phase: str, calls: int, formula: str) -> CommOp:
+        return CommOp(
+            stage=stage,
+            group=GroupKind.TP,
+            op=collective,
+            phase=phase,
+            group_size=lay.t,
+            calls=calls,
+            buffer_bytes=size,
+            link=link,
+            formula=formula,
+        )
+
     if not lay.sp:
         return [
-            CommOp(
-                stage,
-                "tp",
-                "all_reduce",
+            op(
+                Collective.ALL_REDUCE,
                 "TP forward all-reduce (attention and MLP outputs)",
-                lay.t,
                 2 * layers * m,
-                size,
-                link,
                 "2 per layer per micro-batch, b·(s/c)·h·β_a",
             ),
-            CommOp(
-                stage,
-                "tp",
-                "all_reduce",
+            op(
+                Collective.ALL_REDUCE,
                 "TP backward all-reduce (attention and MLP input grads)",
-                lay.t,
                 2 * layers * m + recompute,
-                size,
-                link,
                 "2 per layer per micro-batch (+2 forward again under full recompute), b·(s/c)·h·β_a",
             ),
         ]
     return [
-        CommOp(
-            stage,
-            "tp",
-            "all_gather",
+        op(
+            Collective.ALL_GATHER,
             "SP all-gather before attention and MLP (forward; again in backward)",
-            lay.t,
             4 * layers * m + recompute,
-            size,
-            link,
             "2 forward + 2 backward per layer per micro-batch, gathered b·(s/c)·h·β_a",
         ),
-        CommOp(
-            stage,
-            "tp",
-            "reduce_scatter",
+        op(
+            Collective.REDUCE_SCATTER,
             "SP reduce-scatter after attention and MLP (forward; again in backward)",
-            lay.t,
             4 * layers * m + recompute,
-            size,
-            link,
             "2 forward + 2 backward per layer per micro-batch, b·(s/c)·h·β_a before scattering",
         ),
     ]
 
 
-def _pp_ops(job: Job, stage: int) -> list[CommOp]:
-    lay, tr, m = job.layout, job.training, job.m or 1
+def pipeline_message_bytes(job: Plannable) -> int:
+    """[s/c (/t with SP), b, h]·β_a: one pipeline send (Megatron's p2p tensor shape)."""
+    return job.training.b * job.tokens_per_sp_rank * job.model.h * activation_bytes(job)
+
+
+def pipeline_sends(job: Plannable, stage: int, direction: Direction) -> int:
+    """Sends of stage `stage` per step in `direction`: m per model chunk, except that the last
+    virtual stage sends nothing forward and the first nothing backward: m·(v − [end stage])."""
+    lay, m = job.layout, job.m
+    end = lay.p - 1 if direction is Direction.FORWARD else 0
+    return m * (lay.v - (stage == end)) if lay.p > 1 else 0
+
+
+def _pp_ops(job: Plannable, stage: int) -> list[CommOp]:
+    lay = job.layout
     if lay.p == 1:
         return []
-    size = tr.b * (tr.s // lay.c) * job.model.h * activation_bytes(job)
-    if lay.sp:
-        size //= lay.t
-    sends_fwd = m * (lay.v - (stage == lay.p - 1))
-    sends_bwd = m * (lay.v - (stage == 0))
-    link = link_class(job, ("pp",))
+    size = pipeline_message_bytes(job)
+    link = link_class(job, (Axis.PP,))
     shape = "[s/c" + ("/t" if lay.sp else "") + ", b, h]·β_a"
     ops = []
-    if sends_fwd:
-        ops.append(
-            CommOp(
-                stage,
-                "pp",
-                "send_recv",
-                "PP send of the activation to the next stage",
-                2,
-                sends_fwd,
-                size,
-                link,
-                f"m·(v − [last stage]) sends of {shape}",
+    for direction, what, end in (
+        (Direction.FORWARD, "the activation to the next stage", "last"),
+        (Direction.BACKWARD, "the activation gradient to the previous stage", "first"),
+    ):
+        sends = pipeline_sends(job, stage, direction)
+        if sends:
+            ops.append(
+                CommOp(
+                    stage=stage,
+                    group=GroupKind.PP,
+                    op=Collective.SEND_RECV,
+                    phase=f"PP send of {what}",
+                    group_size=2,
+                    calls=sends,
+                    buffer_bytes=size,
+                    link=link,
+                    formula=f"m·(v − [{end} stage]) sends of {shape}",
+                    direction=direction,
+                )
             )
-        )
-    if sends_bwd:
-        ops.append(
-            CommOp(
-                stage,
-                "pp",
-                "send_recv",
-                "PP send of the activation gradient to the previous stage",
-                2,
-                sends_bwd,
-                size,
-                link,
-                f"m·(v − [first stage]) sends of {shape}",
-            )
-        )
     return ops
 
 
@@ -214,132 +202,123 @@ def _buckets(params: int, bucket: int) -> list[tuple[int, int]]:
     return [(calls, size) for calls, size in ((full, bucket), (1, rest)) if calls and size]
 
 
-def _dp_ops(job: Job, stage: int, params: int) -> list[CommOp]:
-    lay, m = job.layout, job.m or 1
-    n = (lay.d or 1) * lay.c
+def _dp_ops(job: Plannable, stage: int, params: int) -> list[CommOp]:
+    lay, m = job.layout, job.m
+    n = lay.shard_group
     if n == 1:
         return []
-    link = link_class(job, ("dp", "cp"))
     g, w = grad_bytes(job), activation_bytes(job)
-    bucket = max(BUCKET_ELEMENTS, BUCKET_ELEMENTS_PER_DP * (lay.d or 1))
+    link = link_class(job, (Axis.DP, Axis.CP))
+
+    def op(collective: Collective, phase: str, calls: int, size: int, formula: str) -> CommOp:
+        return CommOp(
+            stage=stage,
+            group=GroupKind.DP_CP,
+            op=collective,
+            phase=phase,
+            group_size=n,
+            calls=calls,
+            buffer_bytes=size,
+            link=link,
+            formula=formula,
+        )
+
     ops: list[CommOp] = []
-    for calls, elements in _buckets(params, bucket):
+    for calls, elements in _buckets(params, lay.bucket_elements):
         if lay.zero == 0:
             ops.append(
-                CommOp(
-                    stage,
-                    "dp_cp",
-                    "all_reduce",
+                op(
+                    Collective.ALL_REDUCE,
                     "DP gradient all-reduce (bucketed, overlapped with backward)",
-                    n,
                     calls,
                     elements * g,
-                    link,
                     "Ψ_r gradients once per step: 2Ψ on the wire",
                 )
             )
             continue
-        per_step = m if lay.zero >= 2 else 1
+        sharded = lay.zero >= 2
         ops.append(
-            CommOp(
-                stage,
-                "dp_cp",
-                "reduce_scatter",
+            op(
+                Collective.REDUCE_SCATTER,
                 "ZeRO gradient reduce-scatter",
-                n,
-                calls * per_step,
+                calls * (m if sharded else 1),
                 elements * g,
-                link,
                 "Ψ_r gradients "
-                + (
-                    "per micro-batch (ZeRO-2/3 shard gradients)"
-                    if lay.zero >= 2
-                    else "once per step"
-                ),
+                + ("per micro-batch (ZeRO-2/3 shard gradients)" if sharded else "once per step"),
             )
         )
-        if lay.zero <= 2:
+        if lay.zero == 3:
             ops.append(
-                CommOp(
-                    stage,
-                    "dp_cp",
-                    "all_gather",
-                    "ZeRO parameter all-gather after the optimizer step",
-                    n,
-                    calls,
+                op(
+                    Collective.ALL_GATHER,
+                    "ZeRO-3 parameter all-gather, forward and backward",
+                    2 * m * calls,
                     elements * w,
-                    link,
-                    "Ψ_r updated 16-bit parameters once per step",
+                    "Ψ_r 16-bit parameters gathered before forward and again before backward, "
+                    "per micro-batch",
                 )
             )
         else:
             ops.append(
-                CommOp(
-                    stage,
-                    "dp_cp",
-                    "all_gather",
-                    "ZeRO-3 parameter all-gather, forward and backward",
-                    n,
-                    2 * m * calls,
+                op(
+                    Collective.ALL_GATHER,
+                    "ZeRO parameter all-gather after the optimizer step",
+                    calls,
                     elements * w,
-                    link,
-                    "Ψ_r 16-bit parameters gathered before forward and again before backward, per micro-batch",
+                    "Ψ_r updated 16-bit parameters once per step",
                 )
             )
     return ops
 
 
-def _cp_ops(job: Job, stage: int, layers: int) -> list[CommOp]:
-    lay, tr, mod, m = job.layout, job.training, job.model, job.m or 1
+def _cp_ops(job: Plannable, stage: int, layers: int) -> list[CommOp]:
+    lay, tr, mod, m = job.layout, job.training, job.model, job.m
     if lay.c == 1:
         return []
     kv_heads = max(mod.g // lay.t, 1)
-    size = 2 * tr.b * (tr.s // lay.c) * kv_heads * mod.k * activation_bytes(job)
-    link = link_class(job, ("cp",))
+    size = 2 * tr.b * job.tokens_per_cp_rank * kv_heads * mod.k * activation_bytes(job)
     return [
         CommOp(
-            stage,
-            "cp",
-            "send_recv",
-            "CP ring-attention K/V exchange (forward, and K/V + dK/dV backward)",
-            lay.c,
-            3 * (lay.c - 1) * layers * m,
-            size,
-            link,
-            "(c−1) ring steps per layer per micro-batch forward, 2× backward; K and V of b·(s/c)·(g/t)·k",
+            stage=stage,
+            group=GroupKind.CP,
+            op=Collective.SEND_RECV,
+            phase="CP ring-attention K/V exchange (forward, and K/V + dK/dV backward)",
+            group_size=lay.c,
+            calls=3 * (lay.c - 1) * layers * m,
+            buffer_bytes=size,
+            link=link_class(job, (Axis.CP,)),
+            formula="(c−1) ring steps per layer per micro-batch forward, 2× backward; K and V of b·(s/c)·(g/t)·k",
         )
     ]
 
 
-def _embedding_ops(job: Job, stage: int) -> list[CommOp]:
+def _embedding_ops(job: Plannable, stage: int) -> list[CommOp]:
     lay = job.layout
     if not job.model.tied or lay.p == 1 or stage not in (0, lay.p - 1):
         return []
-    padded = -(-job.model.V // (128 * lay.t)) * 128 * lay.t
-    size = padded // lay.t * job.model.h * grad_bytes(job)
-    ranks = (0, lay.p - 1)
+    size = padded_vocab(job.model.V, lay.t) // lay.t * job.model.h * grad_bytes(job)
     return [
         CommOp(
-            stage,
-            "embedding",
-            "all_reduce",
-            "tied embedding gradient all-reduce (first and last stage)",
-            len(ranks),
-            1,
-            size,
-            link_class(job, ("pp",)),
-            "V'/t·h gradients once per step",
+            stage=stage,
+            group=GroupKind.EMBEDDING,
+            op=Collective.ALL_REDUCE,
+            phase="tied embedding gradient all-reduce (first and last stage)",
+            group_size=2,
+            calls=1,
+            buffer_bytes=size,
+            link=link_class(job, (Axis.PP,)),
+            formula="V'/t·h gradients once per step",
         )
     ]
 
 
-def schedule(job: Job, params_by_stage: Sequence[int]) -> tuple[CommOp, ...]:
+def schedule(job: Plannable, params_by_stage: Sequence[int]) -> tuple[CommOp, ...]:
     """Every communication op of one step, for a rank of each pipeline stage.
 
     `params_by_stage[r]` is Ψ_r, the parameters one rank of stage r holds (after TP sharding).
     """
     ops: list[CommOp] = []
-    for stage, layers in enumerate(stage_layers(job)):
+    for stage, layers in enumerate(job.layout.stage_layers):
         ops += _tp_ops(job, stage, layers)
         ops += _cp_ops(job, stage, layers)
         ops += _pp_ops(job, stage)
@@ -348,26 +327,29 @@ def schedule(job: Job, params_by_stage: Sequence[int]) -> tuple[CommOp, ...]:
     return tuple(ops)
 
 
-def op_time_s(job: Job, op: CommOp) -> float:
+def op_time_s(job: Plannable, op: CommOp) -> float:
     """Time of all calls of `op` in one step (α-β model on its link class)."""
     return op.calls * call_time_s(op.op, op.group_size, op.buffer_bytes, link_of(job, op.link))
 
 
-def op_record(job: Job, op: CommOp) -> dict[str, object]:
+def op_record(job: Plannable, op: CommOp) -> dict[str, object]:
     """One op as plain data (plan.json and `planc explain --format json`)."""
-    return {
+    record: dict[str, object] = {
         "stage": op.stage,
-        "group": op.group,
-        "op": op.op,
+        "group": op.group.value,
+        "op": op.op.value,
         "phase": op.phase,
         "group_size": op.group_size,
         "calls": op.calls,
         "buffer_bytes": op.buffer_bytes,
         "bytes_sent_per_call": op.bytes_sent,
-        "link": op.link,
+        "link": op.link.value,
         # Rounded so the plan's bytes do not depend on the last bits of a float division.
         "time_s": round(op_time_s(job, op), 9),
     }
+    if op.direction is not None:
+        record["direction"] = op.direction.value
+    return record
 
 
 @dataclass(frozen=True)
@@ -381,30 +363,35 @@ class WireBudget:
     network_received: int
 
 
-def wire_budget(job: Job, ops: Sequence[CommOp]) -> tuple[WireBudget, ...]:
+def wire_budget(job: Plannable, ops: Sequence[CommOp]) -> tuple[WireBudget, ...]:
     """Per-stage wire bytes. Ring collectives receive what they send; p2p receives mirror the
     neighbour's sends (forward activations from the previous stage, gradients from the next)."""
     p = job.layout.p
     out = []
     for stage in range(p):
-        sent = {"nvlink": 0, "network": 0}
-        received = {"nvlink": 0, "network": 0}
+        sent = dict.fromkeys(LinkClass, 0)
+        received = dict.fromkeys(LinkClass, 0)
         for op in ops:
             total = op.calls * op.bytes_sent
             if op.stage == stage:
                 sent[op.link] += total
-                if op.group != "pp":
+                if op.direction is None:
                     received[op.link] += total
-            elif op.group == "pp" and _receives_from(op, stage, p):
+            elif op.direction is not None and op.stage == _sender_of(stage, op.direction, p):
                 received[op.link] += total
         out.append(
             WireBudget(
-                stage, sent["nvlink"], received["nvlink"], sent["network"], received["network"]
+                stage,
+                sent[LinkClass.NVLINK],
+                received[LinkClass.NVLINK],
+                sent[LinkClass.NETWORK],
+                received[LinkClass.NETWORK],
             )
         )
     return tuple(out)
 
 
-def _receives_from(op: CommOp, stage: int, p: int) -> bool:
-    forward = "next stage" in op.phase
-    return op.stage == (stage - 1) % p if forward else op.stage == (stage + 1) % p
+def _sender_of(stage: int, direction: Direction, p: int) -> int:
+    """The stage whose sends in `direction` arrive at `stage` (interleaved chunks wrap around)."""
+    return (stage - 1) % p if direction is Direction.FORWARD else (stage + 1) % p
+

@@ -12,15 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from planc.comm.schedule import CommOp, op_time_s, stage_layers
-from planc.job import Job
-from planc.rules.batch import bubble_fraction
+from planc.comm.schedule import CommOp, op_time_s
+from planc.pipeline.bubble import bubble_fraction
+from planc.plannable import Plannable
+from planc.vocab import Collective, GroupKind
+
+if TYPE_CHECKING:
+    from planc.pipeline.bounded import PipelineTime
 
 DEFAULT_EFFICIENCY = 0.5
 
 
-def layer_matmul_flops(job: Job, tokens: int) -> int:
+def layer_matmul_flops(job: Plannable, tokens: int) -> int:
     """Forward FLOPs of one layer's weight matmuls for `tokens` tokens: 2·tokens·(2hk(n+g) + γ·h·f)."""
     mod = job.model
     attention = 2 * mod.h * mod.k * (mod.n + mod.g)
@@ -28,18 +33,18 @@ def layer_matmul_flops(job: Job, tokens: int) -> int:
     return 2 * tokens * (attention + mlp)
 
 
-def attention_core_flops(job: Job, sequences: int) -> int:
+def attention_core_flops(job: Plannable, sequences: int) -> int:
     """Forward FLOPs of QKᵀ and attention-over-V for `sequences` sequences: 2·2·s²·n·k each."""
     mod, s = job.model, job.training.s
     return 4 * sequences * s * s * mod.n * mod.k
 
 
-def head_flops(job: Job, tokens: int) -> int:
+def head_flops(job: Plannable, tokens: int) -> int:
     """Forward FLOPs of the LM head: 2·tokens·h·V."""
     return 2 * tokens * job.model.h * job.model.V
 
 
-def model_flops_per_step(job: Job) -> int:
+def model_flops_per_step(job: Plannable) -> int:
     """Model FLOPs of one optimizer step (forward + backward, no recompute): 3 × forward."""
     tokens = job.training.B * job.training.s
     layers = job.model.L * (
@@ -56,13 +61,13 @@ class StageTimes:
     backward_s: float
 
 
-def stage_times(job: Job, efficiency: float) -> tuple[StageTimes, ...]:
+def stage_times(job: Plannable, efficiency: float) -> tuple[StageTimes, ...]:
     """Forward and backward (+recompute) time per micro-batch per stage, FLOPs split over t·c."""
     lay, tr = job.layout, job.training
     tokens = tr.b * tr.s
     rate = job.cluster.gpu.bf16_tflops * 1e12 * efficiency * lay.t * lay.c
     out = []
-    for stage, layers in enumerate(stage_layers(job)):
+    for stage, layers in enumerate(job.layout.stage_layers):
         matmul = layers * layer_matmul_flops(job, tokens)
         core = layers * attention_core_flops(job, tr.b)
         head = head_flops(job, tokens) if stage == lay.p - 1 else 0
@@ -76,117 +81,80 @@ def stage_times(job: Job, efficiency: float) -> tuple[StageTimes, ...]:
 class StepEstimate:
     step_time_s: float
     compute_s: float  # the slowest stage's m·(t_f + t_b), including exposed TP communication
-    bubble_s: float
-    exposed_comm_s: float  # DP/ZeRO tail and p2p latency not hidden behind compute
+    bubble_s: float  # the pipeline's makespan beyond the slowest stage's compute
+    exposed_comm_s: float  # DP/ZeRO tail and the embedding all-reduce after the pipeline drains
     tp_comm_s: float
     tokens_per_s: float
     mfu: float
     efficiency: float
     model_flops: int
+    pipeline: PipelineTime  # the pipeline run with each stage's own times (p2p included)
+    bubble_fraction: float  # closed form (p − 1)/(v·m + p − 1), for comparison
 
 
-def _per_stage(ops: Sequence[CommOp], job: Job, group: str) -> list[float]:
+def _per_stage(ops: Sequence[CommOp], job: Plannable, group: GroupKind) -> list[float]:
     totals = [0.0] * job.layout.p
     for op in ops:
-        if op.group == group:
+        if op.group is group:
             totals[op.stage] += op_time_s(job, op)
     return totals
 
 
-def _dp_exposed(job: Job, ops: Sequence[CommOp]) -> float:
+def _dp_exposed(job: Plannable, ops: Sequence[CommOp]) -> float:
     """The DP reduction overlaps backward except its last bucket; the ZeRO all-gather after the
-    optimizer step is exposed (Megatron without --overlap-param-gather)."""
+    optimizer step is exposed (Megatron without --overlap-param-gather), and so is the tied
+    embedding's all-reduce."""
     worst = 0.0
     for stage in range(job.layout.p):
         exposed = 0.0
         for op in ops:
-            if op.group not in ("dp_cp", "embedding") or op.stage != stage:
+            if op.group not in (GroupKind.DP_CP, GroupKind.EMBEDDING) or op.stage != stage:
                 continue
             whole = op_time_s(job, op)
             last_bucket = whole / op.calls if op.calls else 0.0
-            after_step = op.op == "all_gather" and job.layout.zero <= 2
-            exposed += whole if after_step or op.group == "embedding" else last_bucket
+            after_step = op.op is Collective.ALL_GATHER and job.layout.zero <= 2
+            exposed += whole if after_step or op.group is GroupKind.EMBEDDING else last_bucket
         worst = max(worst, exposed)
     return worst
 
 
 def estimate(
-    job: Job,
+    job: Plannable,
     ops: Sequence[CommOp],
     efficiency: float = DEFAULT_EFFICIENCY,
     overlap_tp: bool = False,
 ) -> StepEstimate:
-    """Step time = pipeline time (compute + exposed TP per micro-batch, bubble) + exposed DP tail."""
-    lay, m = job.layout, job.m or 1
+    """Step time = the pipeline's makespan with each stage's own compute, exposed TP and p2p
+    times (`planc.pipeline.bounded`) + the exposed DP tail.
+
+    Exposed TP time per micro-batch is split evenly between forward and backward (two of the
+    four per-layer collectives are in each); chunks of a stage share its time evenly.
+    """
+    from planc.pipeline.bounded import makespan  # start-up: exact simulation, not needed by check
+
+    lay, m = job.layout, job.m
     times = stage_times(job, efficiency)
-    tp = _per_stage(ops, job, "tp")
-    p2p = _per_stage(ops, job, "pp")
-    per_mb = [
-        t.forward_s + t.backward_s + (0.0 if overlap_tp else tp[r] / m) for r, t in enumerate(times)
-    ]
-    slowest = max(per_mb)
-    compute = m * slowest
-    bubble_frac = bubble_fraction(lay.p, m, lay.v)
-    bubble = compute * bubble_frac / (1 - bubble_frac) if lay.p > 1 else 0.0
-    # p2p transfers on the critical path: one per boundary during warm-up and cool-down.
-    p2p_exposed = 2 * (lay.p - 1) * (max(p2p) / max(2 * m * lay.v, 1)) if lay.p > 1 else 0.0
-    exposed = _dp_exposed(job, ops) + p2p_exposed
-    step = compute + bubble + exposed
+    tp = [0.0 if overlap_tp else t / m for t in _per_stage(ops, job, GroupKind.TP)]
+    sends = [op for op in ops if op.group is GroupKind.PP and op.calls]
+    hop = max((op_time_s(job, op) / op.calls for op in sends), default=0.0)
+    t_f = [(t.forward_s + tp[r] / 2) / lay.v for r, t in enumerate(times)]
+    t_b = [(t.backward_s + tp[r] / 2) / lay.v for r, t in enumerate(times)]
+    pipe = makespan(lay.p, m, lay.v, t_f, t_b, hop)
+    compute = m * max(t.forward_s + t.backward_s + tp[r] for r, t in enumerate(times))
+    exposed = _dp_exposed(job, ops)
+    step = pipe.makespan_s + exposed
     flops = model_flops_per_step(job)
     peak = job.cluster.gpu.bf16_tflops * 1e12 * job.world
     return StepEstimate(
         step_time_s=step,
         compute_s=compute,
-        bubble_s=bubble,
+        bubble_s=max(pipe.makespan_s - compute, 0.0),
         exposed_comm_s=exposed,
-        tp_comm_s=0.0 if overlap_tp or not tp else max(tp),
+        tp_comm_s=0.0 if overlap_tp else max(tp) * m,
         tokens_per_s=job.training.B * job.training.s / step,
         mfu=flops / (step * peak),
         efficiency=efficiency,
         model_flops=flops,
-    )
-
-
-# Above this many compute ops the exact event simulation takes seconds; explain then keeps the
-# closed-form bubble.
-MAX_SIMULATED_OPS = 100_000
-
-
-@dataclass(frozen=True)
-class SimulatedPipeline:
-    """The step's pipeline part from the discrete-event simulation with real per-stage times."""
-
-    makespan_s: float
-    bubble_fraction: float
-    ops: int
-
-
-def simulate_pipeline(
-    job: Job,
-    ops: Sequence[CommOp],
-    efficiency: float = DEFAULT_EFFICIENCY,
-    overlap_tp: bool = False,
-) -> SimulatedPipeline | None:
-    """Run the 1F1B (or interleaved) schedule with each stage's own t_f, t_b and the p2p time.
-
-    Stages differ: the first holds the embedding, the last the LM head and loss, uneven
-    `stage_layers` differ by layers; the closed form (p − 1)/(v·m + p − 1) assumes equal stages.
-    Exposed TP time per micro-batch is split evenly between forward and backward (two of the
-    four per-layer collectives are in each). None when p = 1 or the schedule is too large.
-    """
-    from planc.pipeline import build_schedule, simulate
-
-    lay, m = job.layout, job.m
-    if lay.p == 1 or m is None or 2 * lay.p * m * lay.v > MAX_SIMULATED_OPS:
-        return None
-    times = stage_times(job, efficiency)
-    tp = _per_stage(ops, job, "tp")
-    exposed = [0.0 if overlap_tp else tp[r] / m / 2 for r in range(lay.p)]
-    t_f = [(t.forward_s + exposed[r]) / lay.v for r, t in enumerate(times)]
-    t_b = [(t.backward_s + exposed[r]) / lay.v for r, t in enumerate(times)]
-    sends = [op for op in ops if op.group == "pp" and op.calls]
-    hop = max((op_time_s(job, op) / op.calls for op in sends), default=0.0)
-    timeline = simulate(build_schedule(lay.p, m, lay.v), t_f, t_b, hop)
-    return SimulatedPipeline(
-        float(timeline.makespan), float(timeline.bubble_fraction), 2 * lay.p * m * lay.v
+        pipeline=pipe,
+        bubble_fraction=bubble_fraction(lay.p, m, lay.v),
     )

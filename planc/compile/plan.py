@@ -16,29 +16,20 @@ import numpy as np
 import numpy.typing as npt
 
 from planc import __version__
-from planc.comm.schedule import CommOp, WireBudget, op_record, wire_budget
+from planc.analysis import Analysis
+from planc.comm.schedule import CommOp, WireBudget, op_record
 from planc.compile.groups import Groups, index_in_group, process_groups
 from planc.compile.ranks import AXES, Placement, Ranks, grid_of, place
-from planc.explain import comm_ops
-from planc.job import Job
-from planc.memory import budget, rank_memory
-from planc.rules.batch import bubble_fraction
-from planc.rules.layout import HOST_NAME, MAX_RANKS
+from planc.findings import Finding
+from planc.memory import MemoryBudget, rank_memory
+from planc.pipeline.bubble import bubble_fraction
+from planc.pipeline.schedule import num_warmup
+from planc.plannable import LayerRange, Plannable
 
 PLAN_FORMAT = "planc-plan"
 COORDS_FORMAT = "planc-coords"
 FORMAT_VERSION = 1
 MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "buffers", "reserve", "total")
-
-# Host names go unquoted into hostfiles, rankfiles and env files, whose formats split on blanks
-# and `=`: allow what DNS names and IP addresses use.
-
-LayerRange = tuple[int, int]
-
-
-class PlanError(ValueError):
-    """The job cannot be laid out (degrees that do not multiply to the world, bad hosts, ...)."""
-
 
 @dataclass(frozen=True)
 class Stage:
@@ -62,118 +53,40 @@ class Summary:
     peak_rank: int
     peak_stage: int
     hbm_bytes: int
-    micro_batches: int | None
-    bubble_fraction: float | None
+    micro_batches: int
+    bubble_fraction: float
 
 
 @dataclass(frozen=True, eq=False)
 class Plan:
     """A compiled job. Arrays are indexed by rank; `memory[pp, shard]` is one rank's budget."""
 
-    job: Job
+    job: Plannable
     placement: Placement
     groups: Groups
     stages: tuple[Stage, ...]
     shard: Ranks  # optimizer shard index: position in the rank's dp_cp group
     memory: npt.NDArray[np.int64]  # (p, d·c, len(MEMORY_FIELDS)) bytes
     summary: Summary
-    communication: tuple[CommOp, ...] = ()  # the schedule of one step, per pipeline stage
-    wires: tuple[WireBudget, ...] = ()  # bytes per step per link class, per pipeline stage
+    communication: tuple[CommOp, ...]  # the schedule of one step, per pipeline stage
+    wires: tuple[WireBudget, ...]  # bytes per step per link class, per pipeline stage
+    findings: tuple[Finding, ...] = ()  # check's error findings a forced compile went past
 
     @property
     def world(self) -> int:
         return self.placement.world
 
 
-# ----------------------------------------------------------------------------- validation
-
-
-def _check_degrees(job: Job) -> None:
-    lay, world = job.layout, job.world
-    if world > MAX_RANKS:
-        raise PlanError(f"world size {world:,} is above planc's limit of {MAX_RANKS:,} ranks")
-    if lay.d is None:
-        raise PlanError(
-            f"world size {world} is not divisible by tensor × pipeline × context = "
-            f"{lay.t} × {lay.p} × {lay.c}, so the data degree cannot be derived"
-        )
-    product = lay.t * lay.c * lay.d * lay.p
-    if product != world:
-        raise PlanError(
-            f"tensor × context × data × pipeline = {lay.t} × {lay.c} × {lay.d} × {lay.p} = "
-            f"{product}, but the cluster has {world} GPUs"
-        )
-
-
-def _check_layers(job: Job) -> None:
-    lay, L = job.layout, job.model.L
-    given = lay.stage_layers
-    if not given:
-        if L % (lay.p * lay.v):
-            raise PlanError(
-                f"layers = {L} do not split over pipeline × virtual_stages = {lay.p} × {lay.v}"
-            )
-        return
-    if len(given) != lay.p or sum(given) != L:
-        raise PlanError(
-            f"stage_layers {list(given)} must have {lay.p} entries summing to {L} layers"
-        )
-    if any(count == 0 or count % lay.v for count in given):
-        raise PlanError(
-            f"every entry of stage_layers {list(given)} must be a positive multiple of "
-            f"virtual_stages = {lay.v}"
-        )
-
-
-def _check_hosts(job: Job) -> None:
-    hosts = job.cluster.hosts
-    if len(hosts) != job.cluster.nodes:
-        raise PlanError(f"{len(hosts)} host names for {job.cluster.nodes} nodes")
-    if len(set(hosts)) != len(hosts):
-        raise PlanError("host names repeat: every node needs its own name")
-    bad = next((host for host in hosts if not HOST_NAME.fullmatch(host)), None)
-    if bad is not None:
-        raise PlanError(
-            f"host name {bad!r} cannot go into a hostfile: use letters, digits, '.', '_', ':' "
-            "and '-' only"
-        )
-
-
-def check_plannable(job: Job) -> None:
-    """Raise `PlanError` unless the job has a rank layout. `planc check` reports the same."""
-    _check_degrees(job)
-    _check_layers(job)
-    _check_hosts(job)
-
-
 # ----------------------------------------------------------------------------- stages
 
 
-def layer_ranges(
-    L: int, p: int, v: int, given: tuple[int, ...] = ()
-) -> tuple[tuple[LayerRange, ...], ...]:
-    """Layer ranges of each pipeline rank, one [first, last) per model chunk.
-
-    Interleaved 1F1B (Narayanan et al. 2021, §2.2) cuts the layers into p·v chunks and gives
-    chunk j of rank r the block j·p + r. Stage r's chunk size is stage_layers[r] / v when the
-    split is given, else L / (p·v).
-    """
-    per_stage = given or (L // p,) * p
-    chunk = [count // v for count in per_stage]
-    starts = np.cumsum([0] + [chunk[block % p] for block in range(p * v)]).tolist()
-    return tuple(
-        tuple((starts[j * p + r], starts[j * p + r + 1]) for j in range(v)) for r in range(p)
-    )
-
-
-def _stages(job: Job) -> tuple[Stage, ...]:
+def _stages(job: Plannable) -> tuple[Stage, ...]:
     lay = job.layout
-    ranges = layer_ranges(job.model.L, lay.p, lay.v, lay.stage_layers)
     last = lay.p - 1
     return tuple(
         Stage(
             pp=r,
-            layers=ranges[r],
+            layers=lay.chunks[r],
             embedding=r == 0,
             lm_head=r == last,
             embedding_copy=job.model.tied and lay.p > 1 and r == last,
@@ -185,12 +98,12 @@ def _stages(job: Job) -> tuple[Stage, ...]:
 # ----------------------------------------------------------------------------- memory
 
 
-def _budget_of(job: Job, pp: int, shard: int) -> tuple[int, ...]:
+def _budget_of(job: Plannable, pp: int, shard: int) -> tuple[int, ...]:
     mem = rank_memory(job, pp, shard)
     return tuple(getattr(mem, name) for name in MEMORY_FIELDS)
 
 
-def _stage_budgets(job: Job, pp: int, shards: int) -> npt.NDArray[np.int64]:
+def _stage_budgets(job: Plannable, pp: int, shards: int) -> npt.NDArray[np.int64]:
     """Budgets of every shard index of one pipeline rank, by bisection.
 
     A shard's bytes only fall as its index rises (the low shards hold the ⌈Ψ/N⌉ shares; see
@@ -215,16 +128,22 @@ def _stage_budgets(job: Job, pp: int, shards: int) -> npt.NDArray[np.int64]:
     return row
 
 
-def _memory_table(job: Job, shards: int) -> npt.NDArray[np.int64]:
+def _memory_table(job: Plannable, shards: int) -> npt.NDArray[np.int64]:
     """Budgets for every distinct (pipeline rank, optimizer shard index)."""
     return np.stack([_stage_budgets(job, pp, shards) for pp in range(job.layout.p)])
 
 
-def _summary(job: Job, placement: Placement, shard: Ranks, table: npt.NDArray[np.int64]) -> Summary:
+def _summary(
+    job: Plannable,
+    memory: MemoryBudget,
+    placement: Placement,
+    shard: Ranks,
+    table: npt.NDArray[np.int64],
+) -> Summary:
     totals = table[placement.coords["pp"], shard, MEMORY_FIELDS.index("total")]
     peak_rank = int(np.argmax(totals))  # the first rank with the largest total
     lay, m = job.layout, job.m
-    found = budget(job)
+    found = memory
     return Summary(
         world_size=job.world,
         nodes=job.cluster.nodes,
@@ -236,19 +155,19 @@ def _summary(job: Job, placement: Placement, shard: Ranks, table: npt.NDArray[np
         peak_stage=int(placement.coords["pp"][peak_rank]),
         hbm_bytes=job.cluster.gpu.memory_bytes,
         micro_batches=m,
-        bubble_fraction=None if m is None else round(bubble_fraction(lay.p, m, lay.v), 6),
+        bubble_fraction=round(bubble_fraction(lay.p, m, lay.v), 6),
     )
 
 
-def compile_job(job: Job) -> Plan:
-    """Lay out every rank of `job`. Raises `PlanError` when the job has no valid layout."""
-    check_plannable(job)
+def compile_job(analysis: Analysis, findings: tuple[Finding, ...] = ()) -> Plan:
+    """Lay out every rank of an analysed job. `findings` are the error findings of a forced
+    compile, recorded in the plan."""
+    job = analysis.plan
     grid = grid_of(job.layout)
     placement = place(grid, job.cluster.gpus_per_node, job.cluster.nvlink_domain)
     groups = process_groups(grid)
     shard = index_in_group(groups.dp_cp, grid.world)
     table = _memory_table(job, groups.dp_cp.shape[1])
-    ops = comm_ops(job)
     return Plan(
         job=job,
         placement=placement,
@@ -256,9 +175,10 @@ def compile_job(job: Job) -> Plan:
         stages=_stages(job),
         shard=shard,
         memory=table,
-        summary=_summary(job, placement, shard, table),
-        communication=ops,
-        wires=wire_budget(job, ops),
+        summary=_summary(job, analysis.memory, placement, shard, table),
+        communication=analysis.ops,
+        wires=analysis.wires,
+        findings=findings,
     )
 
 
@@ -322,30 +242,45 @@ def _wire_fragments(plan: Plan) -> list[str]:
     ]
 
 
+PIPELINE_ORDER = (
+    "stage r runs warmup forwards, then steady (forward, backward) pairs, then cooldown "
+    "backwards; its k-th forward is of chunk (k // p) % v and micro-batch (k // (p·v))·p + k % p, "
+    "its k-th backward the same with the chunk v − 1 − (k // p) % v (Megatron's schedule table)"
+)
+
+
+def pipeline_record(job: Plannable) -> dict[str, object]:
+    """The pipeline schedule as a pattern: per stage, the warm-up, steady and cool-down counts.
+
+    The op list itself has 2·m·v entries per stage; the pattern and `PIPELINE_ORDER` give every
+    one of them, so the plan stays the same size for any number of micro-batches.
+    """
+    lay, m = job.layout, job.m
+    stages = []
+    for r in range(lay.p):
+        warmup = num_warmup(lay.p, m, lay.v, r)
+        stages.append({"warmup": warmup, "steady": m * lay.v - warmup, "cooldown": warmup})
+    return {
+        "p": lay.p,
+        "m": m,
+        "v": lay.v,
+        "schedule": "interleaved-1f1b" if lay.v > 1 else "1f1b",
+        "order": PIPELINE_ORDER,
+        "stages": stages,
+    }
+
+
 def communication_record(plan: Plan) -> dict[str, object]:
     """The communication schedule of one step and the pipeline's op order per stage.
 
     `ops[]`: one entry per (stage, group kind, op): calls per step, buffer bytes per call,
-    bytes one rank sends per call (NCCL bus factor × buffer), link class and α-β seconds per
-    step. `pipeline.stages[r]`: stage r's compute ops in order as [kind, micro-batch, chunk].
+    bytes one rank sends per call (NCCL bus factor × buffer), link class, direction for
+    pipeline sends, and α-β seconds per step. `pipeline`: the schedule pattern per stage.
     """
     job = plan.job
-    lay = job.layout
-    ops = [op_record(job, op) for op in plan.communication]
-    record: dict[str, object] = {"ops": ops}
-    if lay.p > 1 and job.m is not None:
-        from planc.pipeline import build_schedule
-
-        schedule = build_schedule(lay.p, job.m, lay.v)
-        record["pipeline"] = {
-            "p": lay.p,
-            "m": job.m,
-            "v": lay.v,
-            "schedule": "interleaved-1f1b" if lay.v > 1 else "1f1b",
-            "stages": [
-                [[op.kind, op.microbatch, op.chunk] for op in stage] for stage in schedule.stages
-            ],
-        }
+    record: dict[str, object] = {"ops": [op_record(job, op) for op in plan.communication]}
+    if job.layout.p > 1:
+        record["pipeline"] = pipeline_record(job)
     return record
 
 
@@ -381,6 +316,18 @@ def _groups_lines(groups: Groups) -> str:
     return ",\n".join(f'"{name}":{_compact(ranks.tolist())}' for name, ranks in groups.items())
 
 
+def _finding_record(finding: Finding) -> dict[str, object]:
+    return {
+        "rule": finding.rule,
+        "severity": finding.severity.value,
+        "message": finding.message,
+        "fix": finding.fix,
+        "line": finding.line,
+        "column": finding.column,
+        "field": finding.field,
+    }
+
+
 def plan_json(plan: Plan) -> str:
     """plan.json: compact, one rank per line, so it stays small, greppable and diffable."""
     head = {
@@ -395,6 +342,7 @@ def plan_json(plan: Plan) -> str:
         f'"layout":{_compact(layout_record(plan))}',
         f'"cluster":{_compact(_cluster_record(plan))}',
         f'"summary":{_compact(dataclasses.asdict(plan.summary))}',
+        f'"findings":{_compact([_finding_record(f) for f in plan.findings])}',
         f'"groups":{{\n{_groups_lines(plan.groups)}}}',
         f'"communication":{_compact(communication_record(plan))}',
         '"ranks":[\n' + ",\n".join(rank_lines(plan)) + "]",

@@ -31,9 +31,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from planc.job import Layout
+from planc.plannable import PlanLayout, axis_strides
+from planc.vocab import AXES as AXIS_ENUMS
+from planc.vocab import Axis
 
-AXES = ("tp", "cp", "dp", "pp")
+AXES: tuple[str, ...] = tuple(axis.value for axis in AXIS_ENUMS)
 
 Ranks = npt.NDArray[np.int64]
 
@@ -52,7 +54,9 @@ class Grid:
     @property
     def strides(self) -> tuple[int, ...]:
         """Prefix products of the sizes in order: the rank distance between neighbours on an axis."""
-        return tuple(math.prod(self.sizes[:i]) for i in range(len(self.sizes)))
+        axes = tuple(Axis(name) for name in self.order)
+        found = axis_strides(axes, dict(zip(axes, self.sizes, strict=True)))
+        return tuple(found[axis] for axis in axes)
 
     def size(self, axis: str) -> int:
         return self.sizes[self.order.index(axis)]
@@ -84,12 +88,10 @@ class Grid:
         return sum(coords[axis] * self.stride(axis) for axis in self.order)
 
 
-def grid_of(layout: Layout) -> Grid:
-    """The grid of a layout whose data degree is known."""
-    if layout.d is None:
-        raise ValueError("the data-parallel degree is unknown, so there is no rank grid")
-    size = {"tp": layout.t, "cp": layout.c, "dp": layout.d, "pp": layout.p}
-    return Grid(layout.order, tuple(size[axis] for axis in layout.order))
+def grid_of(layout: PlanLayout) -> Grid:
+    """The grid of a plannable layout."""
+    degrees = layout.degrees
+    return Grid(tuple(axis.value for axis in layout.order), tuple(degrees[axis] for axis in layout.order))
 
 
 @dataclass(frozen=True, eq=False)

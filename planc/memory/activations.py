@@ -39,9 +39,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from planc.job import Job, Model
-from planc.memory.params import padded_vocab, rank_chunks
+from planc.job import Model
+from planc.memory.params import padded_vocab
 from planc.memory.terms import Term, ceil_div
+from planc.pipeline.inflight import in_flight
+from planc.plannable import Plannable
 
 KORTHIKANTI = "Korthikanti et al. 2022 §4.1"
 TABLE2 = "Korthikanti et al. 2022 Table 2"
@@ -110,7 +112,7 @@ def layer_shape(
     )
 
 
-def shape_of(job: Job) -> LayerShape:
+def shape_of(job: Plannable) -> LayerShape:
     """The layer shape of `job` on any rank (all ranks of a job see the same per-layer shape)."""
     lay, tr = job.layout, job.training
     return layer_shape(
@@ -442,109 +444,6 @@ def logits_buffer(x: LayerShape, V: int, t: int) -> int:
     return 0 if x.e == 4 else x.e * logits_elements(x, V, t)
 
 
-# --- the pipeline schedule ---------------------------------------------------------------------
-
-
-def micro_batches(job: Job) -> int:
-    """m = B/(b·d); when that is not whole (a rule reports it), ⌈B/(b·d)⌉, at least 1."""
-    if job.m is not None:
-        return max(job.m, 1)
-    d = job.layout.d or 1
-    return max(ceil_div(job.training.B, job.training.b * d), 1)
-
-
-def warmup(p: int, v: int, m: int, r: int) -> int:
-    """Forward passes rank r runs before its first backward (Megatron schedules.py
-    get_pp_rank_microbatches): 1F1B p − r − 1; interleaved 2·(p − r − 1) + (v − 1)·p (micro-batch
-    group N = p); capped at the m·v chunk-micro-batches of the step."""
-    count = p - r - 1 if v == 1 else 2 * (p - r - 1) + (v - 1) * p
-    return min(count, m * v)
-
-
-def forwards_of_chunk(K: int, chunk: int, p: int, v: int, m: int) -> int:
-    """How many of the first K forward passes of a rank are for model chunk `chunk`.
-
-    Megatron's interleaved order (get_schedule_table): micro-batches in groups of N = p; each
-    group runs chunk 0 for its N micro-batches, then chunk 1, ... The last group may be short.
-    """
-    N = p
-    full = m // N
-    period = N * v
-    if full * period >= K:
-        groups, rest = divmod(K, period)
-        return groups * N + min(max(rest - chunk * N, 0), N)
-    tail = m - full * N
-    return full * N + min(max(K - full * period - chunk * tail, 0), tail)
-
-
-def backwards_of_chunk(J: int, chunk: int, p: int, v: int, m: int) -> int:
-    """How many of the first J backward passes are for `chunk`: the forward order with the
-    chunks reversed (last chunk first)."""
-    return forwards_of_chunk(J, v - 1 - chunk, p, v, m)
-
-
-def in_flight_at(j: int, W: int, p: int, v: int, m: int) -> tuple[int, ...]:
-    """Micro-batches of each chunk held after forward W + j and before backward j."""
-    return tuple(
-        forwards_of_chunk(W + 1 + j, c, p, v, m) - backwards_of_chunk(j, c, p, v, m)
-        for c in range(v)
-    )
-
-
-def _candidates(W: int, p: int, v: int, m: int) -> set[int]:
-    """Steady-state steps j where the in-flight mix can change slope.
-
-    Each chunk's forward count changes slope when the forward counter W + 1 + j crosses a
-    multiple of N = p (a chunk boundary in a full group) or a boundary in the short last group;
-    its backward count when j does. A weighted sum of the counts is piecewise linear in j, so its
-    maximum lies at one of these points or one step before. While both counters are in full
-    groups the mix repeats every N·v steps, so one period at the start and the stretch from one
-    period before the last full group to the end cover every case.
-    """
-    N, steps = p, m * v - W
-    period = N * v
-    full_end = (m // N) * period
-    tail = m - (m // N) * N
-    points = {0, steps - 1}
-    shift = (-W - 1) % N  # j ≡ shift (mod N): the forward counter is on a multiple of N
-    for low, high in ((0, period), (max(0, full_end - W - 1 - period), steps)):
-        first = low - low % N
-        for j in range(first, min(high, steps) + N, N):
-            points |= {j, j + shift}
-    for c in range(v + 1):
-        short = full_end + c * tail  # a chunk boundary inside the short last group
-        points |= {short - W - 1, short}
-    points |= {point - 1 for point in points}
-    return {point for point in points if 0 <= point < steps}
-
-
-def in_flight(p: int, v: int, m: int, r: int, weights: tuple[int, ...]) -> tuple[int, ...]:
-    """Micro-batches of each of rank r's v chunks held at its activation peak.
-
-    The peak is the moment, after a forward and before the next backward, when Σ weights[c] ×
-    held[c] is largest (weights: bytes one micro-batch of chunk c keeps). 1F1B: p − r held,
-    capped at m (Korthikanti §4.2; Narayanan et al. 2021). Interleaved: warm-up + 1 chunk-micro-
-    batches (megatron-torchtitan.md §1.5 P9), in Megatron's chunk order. No pipeline: 1.
-    """
-    if len(weights) != v:
-        raise ValueError("one weight per chunk")
-    if p == 1:
-        return tuple(1 for _ in range(v))
-    W = warmup(p, v, m, r)
-    if m * v <= W:
-        return tuple(m for _ in range(v))
-    if v == 1:
-        return (W + 1,)  # min(p − r, m)
-    best = max(
-        sorted(_candidates(W, p, v, m)),
-        key=lambda j: (
-            sum(w * held for w, held in zip(weights, in_flight_at(j, W, p, v, m), strict=True)),
-            -j,
-        ),
-    )
-    return in_flight_at(best, W, p, v, m)
-
-
 # --- one rank's activation terms ---------------------------------------------------------------
 
 
@@ -556,12 +455,12 @@ def _scaled(term: Term, count: int, what: str) -> Term:
     )
 
 
-def stage_activation_terms(job: Job, pp_rank: int) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
+def stage_activation_terms(job: Plannable, pp_rank: int) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
     """(activation terms, buffer terms) of pipeline rank `pp_rank` at its peak."""
     lay, model = job.layout, job.model
     x = shape_of(job)
     recompute = job.training.recompute
-    chunks = rank_chunks(job, pp_rank)
+    chunks = lay.chunk_layers(pp_rank)
     first, last = pp_rank == 0, pp_rank == lay.p - 1
     per_layer = layer_bytes(x, recompute)
     head = last_stage_terms(x, model.V, lay.t) if last else ()
@@ -569,7 +468,7 @@ def stage_activation_terms(job: Job, pp_rank: int) -> tuple[tuple[Term, ...], tu
     weights = [layers * per_layer for layers in chunks]
     weights[0] += sum(term.bytes for term in stem)
     weights[-1] += sum(term.bytes for term in head)
-    held = in_flight(lay.p, lay.v, micro_batches(job), pp_rank, tuple(weights))
+    held = in_flight(lay.p, lay.v, job.m, pp_rank, tuple(weights))
     layer_count = sum(layers * count for layers, count in zip(chunks, held, strict=True))
     terms = [_scaled(term, layer_count, "layer-micro-batch") for term in layer_terms(x, recompute)]
     terms += [_scaled(term, held[0], "micro-batch") for term in stem]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planc.job import Job
 from planc.memory.activations import stage_activation_terms
 from planc.memory.params import (
     SOURCE_PARAMS,
@@ -21,12 +20,9 @@ from planc.memory.params import (
 )
 from planc.memory.static import Group, StateBytes, state_bytes, static_terms
 from planc.memory.terms import COMPONENTS, Term
+from planc.plannable import Plannable
+from planc.vocab import Axis
 
-# Megatron DDP's default gradient bucket, in elements: max(40,000,000, 1,000,000 × the size of
-# the data × context group) (distributed_data_parallel.py; DistributedDataParallelConfig
-# .bucket_size). Change these two constants to model another bucket size.
-BUCKET_MIN_ELEMENTS = 40_000_000
-BUCKET_ELEMENTS_PER_RANK = 1_000_000
 # ZeRO-3 keeps the unit being computed and the one being prefetched gathered: two units.
 ZERO3_GATHERED_UNITS = 2
 
@@ -69,27 +65,13 @@ class MemoryBudget:
     peak: StageBudget
 
 
-def shard_group(job: Job) -> int:
-    """N = d·c: ZeRO and Megatron's distributed optimizer shard over data × context."""
-    if job.layout.d is None:
-        raise ValueError("the data-parallel degree is not known; the memory budget needs it")
-    return job.layout.d * job.layout.c
-
-
-def stage_rank(job: Job, pp_rank: int) -> int:
+def stage_rank(job: Plannable, pp_rank: int) -> int:
     """The global rank with coordinates tp = cp = dp = 0 on pipeline rank `pp_rank`:
-    Σ coord·stride over `job.layout.order`, the fastest axis first (Megatron RankGenerator)."""
-    lay = job.layout
-    sizes = {"tp": lay.t, "cp": lay.c, "dp": lay.d or 1, "pp": lay.p}
-    stride = 1
-    for axis in lay.order:
-        if axis == "pp":
-            return pp_rank * stride
-        stride *= sizes[axis]
-    return pp_rank * stride
+    pp_rank × the pp stride (Megatron RankGenerator)."""
+    return pp_rank * job.layout.strides[Axis.PP]
 
 
-def _weight_parts(job: Job, share: RankParameters) -> tuple[tuple[str, int, str], ...]:
+def _weight_parts(job: Plannable, share: RankParameters) -> tuple[tuple[str, int, str], ...]:
     model = job.model
     tied_copy = model.tied and job.layout.p > 1
     return (
@@ -106,7 +88,7 @@ def _weight_parts(job: Job, share: RankParameters) -> tuple[tuple[str, int, str]
 
 
 def _parameter_terms(
-    job: Job, share: RankParameters, state: StateBytes, group: Group
+    job: Plannable, share: RankParameters, state: StateBytes, group: Group
 ) -> tuple[Term, ...]:
     terms = static_terms(share.total, state, group, _weight_parts(job, share))
     return tuple(
@@ -117,7 +99,7 @@ def _parameter_terms(
     )
 
 
-def zero3_gather_bytes(job: Job, share: RankParameters, state: StateBytes) -> int:
+def zero3_gather_bytes(job: Plannable, share: RankParameters, state: StateBytes) -> int:
     """w × 2 × the largest unit gathered at once under ZeRO-3: a layer on this TP rank, or the
     embedding / LM head on the end stages (the unit in use and the one prefetched)."""
     first_unit = share.embedding + share.position
@@ -126,13 +108,8 @@ def zero3_gather_bytes(job: Job, share: RankParameters, state: StateBytes) -> in
     return ZERO3_GATHERED_UNITS * state.weights * largest
 
 
-def bucket_elements(N: int) -> int:
-    """Megatron DDP's default bucket: max(40,000,000, 1,000,000·N) elements."""
-    return max(BUCKET_MIN_ELEMENTS, BUCKET_ELEMENTS_PER_RANK * N)
-
-
 def buffer_terms(
-    job: Job, share: RankParameters, state: StateBytes, group: Group
+    job: Plannable, share: RankParameters, state: StateBytes, group: Group
 ) -> tuple[Term, ...]:
     """Transient buffers of the static state.
 
@@ -143,13 +120,13 @@ def buffer_terms(
     """
     terms: list[Term] = []
     if group.zero >= 2:
-        elements = min(bucket_elements(group.N), share.total)
+        elements = min(job.layout.bucket_elements, share.total)
         terms.append(
             Term(
                 f"gradient reduce-scatter bucket ({state.grad_label})",
                 "buffers",
                 state.gradients * elements,
-                f"{state.gradients}·min(max(4·10⁷, 10⁶·N), Ψ_r)",
+                f"{state.gradients}·min(max(4·10⁷, 10⁶·d), Ψ_r)",
                 "Megatron-LM distributed_data_parallel.py default bucket_size",
             )
         )
@@ -166,7 +143,7 @@ def buffer_terms(
     return tuple(terms)
 
 
-def rank_memory(job: Job, pp_rank: int, shard_index: int = 0) -> RankMemory:
+def rank_memory(job: Plannable, pp_rank: int, shard_index: int = 0) -> RankMemory:
     """The budget of one rank: pipeline rank `pp_rank`, index `shard_index` in its ZeRO shard
     group of N = d·c ranks (low indices hold ⌈Ψ_r/N⌉ elements, high ones ⌊Ψ_r/N⌋).
 
@@ -174,7 +151,7 @@ def rank_memory(job: Job, pp_rank: int, shard_index: int = 0) -> RankMemory:
     """
     tr = job.training
     state = state_bytes(tr.precision, tr.optimizer, tr.grad_accum_fp32)
-    group = Group(job.layout.zero, shard_group(job), shard_index)
+    group = Group(job.layout.zero, job.layout.shard_group, shard_index)
     share = rank_parameters(job, pp_rank)
     activations, transient = stage_activation_terms(job, pp_rank)
     reserve = Term(
@@ -194,7 +171,7 @@ def rank_memory(job: Job, pp_rank: int, shard_index: int = 0) -> RankMemory:
     return RankMemory.of(terms)
 
 
-def budget(job: Job) -> MemoryBudget:
+def budget(job: Plannable) -> MemoryBudget:
     """Every pipeline stage's heaviest rank, and the peak (the largest total; ties: lowest stage)."""
     stages = tuple(
         StageBudget(stage, stage_rank(job, stage), rank_memory(job, stage))

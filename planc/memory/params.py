@@ -13,12 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planc.job import Job, Model
+from planc.job import Model
 from planc.memory.terms import ceil_div
-
-# Megatron's --make-vocab-size-divisible-by default: the vocabulary is padded to a multiple of
-# 128·t so that every tensor-parallel rank holds an equal, aligned slice (vocab_utils.py).
-VOCAB_DIVISOR = 128
+from planc.plannable import Plannable, padded_vocab
 
 SOURCE_PARAMS = (
     "Megatron-LM theoretical_memory_usage.py (attention 2·h·k·(n+g), MLP 2·h·f·γ, norms ν·h); "
@@ -46,13 +43,6 @@ class ParameterCount:
             + self.final_norm
             + self.lm_head
         )
-
-
-def padded_vocab(V: int, t: int) -> int:
-    """V' = ⌈V/(128·t)⌉·128·t: Megatron pads the vocabulary so that V'/t is a multiple of 128
-    (megatron/training/vocab_utils.py, make_vocab_size_divisible_by)."""
-    unit = VOCAB_DIVISOR * t
-    return ceil_div(V, unit) * unit
 
 
 def norm_parameters(model: Model) -> int:
@@ -125,28 +115,6 @@ def parameter_count(model: Model, vocab: int | None = None) -> ParameterCount:
     )
 
 
-def rank_chunks(job: Job, pp_rank: int) -> tuple[int, ...]:
-    """Layers in each of the v model chunks of pipeline rank `pp_rank`.
-
-    Even split: p·v blocks of L/(p·v) layers, chunk j of rank r is block j·p + r (Megatron's
-    interleaved assignment). `stage_layers[r]` gives rank r's layers, cut into v equal chunks.
-    Splits that are not whole (a rule reports them) give the low blocks one layer more, so the
-    budget is never below the real one.
-    """
-    lay, L = job.layout, job.model.L
-    p, v = lay.p, lay.v
-    if lay.stage_layers and len(lay.stage_layers) == p:
-        count = lay.stage_layers[pp_rank]
-        return tuple(count // v + (1 if j < count % v else 0) for j in range(v))
-    blocks = p * v
-    return tuple(L // blocks + (1 if j * p + pp_rank < L % blocks else 0) for j in range(v))
-
-
-def chunk_layers(job: Job) -> tuple[tuple[int, ...], ...]:
-    """`rank_chunks` of every pipeline rank: result[r][j] for rank r, chunk j."""
-    return tuple(rank_chunks(job, r) for r in range(job.layout.p))
-
-
 @dataclass(frozen=True)
 class RankParameters:
     """Parameters held by one tensor-parallel rank of pipeline rank r, by part (Ψ_r = total)."""
@@ -167,7 +135,7 @@ class RankParameters:
         return self.layer_total + self.embedding + self.position + self.final_norm + self.lm_head
 
 
-def rank_parameters(job: Job, pp_rank: int) -> RankParameters:
+def rank_parameters(job: Plannable, pp_rank: int) -> RankParameters:
     """Ψ_r: the parameters one TP rank of pipeline rank `pp_rank` holds.
 
     The first stage holds the word embedding (split over t on the padded V') and learned
@@ -182,10 +150,13 @@ def rank_parameters(job: Job, pp_rank: int) -> RankParameters:
     vocab_slice = padded_vocab(model.V, lay.t) // lay.t * model.h
     head = last and (not model.tied or lay.p > 1)
     return RankParameters(
-        layers=sum(rank_chunks(job, pp_rank)),
+        layers=lay.stage_layers[pp_rank],
         per_layer=layer_parameters(model, lay.t),
         embedding=vocab_slice if first else 0,
         position=model.max_seq_len * model.h if first and model.position == "learned" else 0,
         final_norm=norm_parameters(model) if last else 0,
         lm_head=vocab_slice if head else 0,
     )
+
+
+__all__ = ["ParameterCount", "RankParameters", "padded_vocab", "parameter_count", "rank_parameters"]

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from planc.job import GB, GIB, Job
-from planc.memory.activations import micro_batches
-from planc.memory.budget import MemoryBudget, StageBudget, shard_group
-from planc.memory.params import padded_vocab, rank_chunks
+from planc.job import GB, GIB
+from planc.memory.budget import MemoryBudget, StageBudget
 from planc.memory.terms import COMPONENTS
+from planc.plannable import Plannable, padded_vocab
 
 BAR_WIDTH = 40
 
@@ -31,11 +30,11 @@ def _bar(total: int, hbm: int, usable: int) -> str:
     return "[" + "".join(cells) + "]" + overflow
 
 
-def _usable(job: Job) -> int:
+def _usable(job: Plannable) -> int:
     return int(job.cluster.gpu.memory_bytes * (1 - job.rules.memory_headroom))
 
 
-def _symbols(job: Job) -> str:
+def _symbols(job: Plannable) -> str:
     mod, lay, tr = job.model, job.layout, job.training
     pairs = (
         ("L", mod.L),
@@ -48,22 +47,22 @@ def _symbols(job: Job) -> str:
         ("V'", padded_vocab(mod.V, lay.t)),
         ("s", tr.s),
         ("b", tr.b),
-        ("m", micro_batches(job)),
+        ("m", job.m),
         ("t", lay.t),
         ("p", lay.p),
         ("v", lay.v),
         ("c", lay.c),
         ("d", lay.d),
-        ("N=d·c", shard_group(job)),
+        ("N=d·c", lay.shard_group),
         ("ZeRO", lay.zero),
     )
     return "  ".join(f"{name}={value}" for name, value in pairs)
 
 
-def _stage_table(job: Job, stage: StageBudget, notes: dict[str, int], peak: bool) -> list[str]:
+def _stage_table(job: Plannable, stage: StageBudget, notes: dict[str, int], peak: bool) -> list[str]:
     mem = stage.memory
     hbm, usable = job.cluster.gpu.memory_bytes, _usable(job)
-    layers = sum(rank_chunks(job, stage.stage))
+    layers = job.layout.stage_layers[stage.stage]
     head = (
         f"Stage {stage.stage} (rank {stage.rank}, L_r={layers} layers){'  ← peak' if peak else ''}: "
         f"{_gib(mem.total)} GiB of {_gib(hbm)} GiB HBM ({100 * mem.total / hbm:.1f} %)"
@@ -86,7 +85,7 @@ def _stage_table(job: Job, stage: StageBudget, notes: dict[str, int], peak: bool
     return lines
 
 
-def render_text(job: Job, b: MemoryBudget) -> str:
+def render_text(job: Plannable, b: MemoryBudget) -> str:
     """A table per pipeline stage: every term in GiB with its share and formula, and a bar of
     the stage's total against HBM (`|` marks HBM × (1 − memory_headroom))."""
     hbm, usable = job.cluster.gpu.memory_bytes, _usable(job)
@@ -115,7 +114,7 @@ def render_text(job: Job, b: MemoryBudget) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_json(job: Job, b: MemoryBudget) -> dict[str, Any]:
+def to_json(job: Plannable, b: MemoryBudget) -> dict[str, Any]:
     """The same numbers as `render_text`, bytes as ints."""
     return {
         "name": job.name,
@@ -129,7 +128,7 @@ def to_json(job: Job, b: MemoryBudget) -> dict[str, Any]:
             {
                 "stage": stage.stage,
                 "rank": stage.rank,
-                "layers": sum(rank_chunks(job, stage.stage)),
+                "layers": job.layout.stage_layers[stage.stage],
                 **{name: getattr(stage.memory, name) for name in COMPONENTS},
                 "total": stage.memory.total,
                 "terms": [

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from planc.plannable import ceil_div
+
 Component = Literal["weights", "gradients", "optimizer", "activations", "buffers", "reserve"]
 COMPONENTS: tuple[Component, ...] = (
     "weights",
@@ -31,11 +33,6 @@ class Term:
     source: str
 
 
-def ceil_div(a: int, b: int) -> int:
-    """⌈a/b⌉ for non-negative integers: the larger share when `a` does not split evenly."""
-    return -(-a // b)
-
-
 def shard(total: int, parts: int, index: int) -> int:
     """Elements that part `index` of `parts` holds when `total` elements are split as evenly as
     possible: the low indices take ⌈total/parts⌉, the high ones ⌊total/parts⌋ (a flat buffer cut
@@ -44,3 +41,6 @@ def shard(total: int, parts: int, index: int) -> int:
     if not 0 <= index < parts:
         raise ValueError(f"shard index {index} is outside 0..{parts - 1}")
     return total // parts + (1 if index < total % parts else 0)
+
+
+__all__ = ["COMPONENTS", "Component", "Term", "ceil_div", "shard"]

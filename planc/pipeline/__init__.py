@@ -1,10 +1,20 @@
 """Pipeline-parallel schedules as data, and a discrete-event simulation of them.
 
 :mod:`planc.pipeline.schedule` builds the per-stage op lists of Megatron's 1F1B and
-interleaved 1F1B schedules (stdlib only); :mod:`planc.pipeline.simulate` times them,
+interleaved 1F1B schedules (stdlib only); :mod:`planc.pipeline.timeline` times them,
 checks that every send meets its receive and that the order cannot deadlock, and reports
-the bubble fraction. See ``docs/pipeline.md``.
+the bubble fraction; :mod:`planc.pipeline.bounded` gives the makespan for any m with bounded
+work; :mod:`planc.pipeline.inflight` counts the activations held at a rank's peak;
+:mod:`planc.pipeline.bubble` is the closed form. See ``docs/pipeline.md``.
+
+The simulation (exact `fractions` arithmetic) loads on first use, so that importing the counting
+modules keeps `planc check` start-up light.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from planc.pipeline.schedule import (
     Link,
@@ -16,14 +26,15 @@ from planc.pipeline.schedule import (
     num_warmup,
     validate_schedule,
 )
-from planc.pipeline.simulate import (
-    DeadlockError,
-    Message,
-    Span,
-    Timeline,
-    render,
-    simulate,
-)
+
+_SIMULATE = ("DeadlockError", "Message", "Span", "Timeline", "render", "simulate")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SIMULATE:
+        return getattr(importlib.import_module("planc.pipeline.timeline"), name)
+    raise AttributeError(f"module 'planc.pipeline' has no attribute {name!r}")
+
 
 __all__ = [
     "DeadlockError",

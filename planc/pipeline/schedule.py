@@ -128,10 +128,10 @@ def num_warmup(p: int, m: int, v: int, rank: int) -> int:
     1F1B: ``min(p − r − 1, m)``. Interleaved: ``min(2(p − r − 1) + (v − 1)·p, m·v)`` virtual
     micro-batches: the ``(v−1)·p`` term fills every chunk but the last for one group of
     ``p`` micro-batches, the ``2(p − r − 1)`` term covers the round trip to the last stage.
+    The one definition of the warm-up count (memory's in-flight counts use it too); it does not
+    check the interleaved schedule's preconditions, :func:`build_schedule` does.
     """
     _check_sizes(p, m, v)
-    if v > 1:
-        _check_interleaved(p, m, v)
     if not 0 <= rank < p:
         raise ValueError(f"stage rank must be in 0..{p - 1}, got {rank}")
     if v == 1:

@@ -6,26 +6,34 @@ import inspect
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from enum import Enum
 
-from planc.findings import Severity
+from planc.analysis import Analysis
+from planc.findings import Severity, Violation
 from planc.job import Job
+from planc.plannable import Plannable
+
+
+class Needs(str, Enum):
+    """What a rule reads: the resolved job, the plannable job, or the analysis (memory,
+    communication, compute). Rules that need more run only when it exists, after the cheap ones."""
+
+    JOB = "job"
+    PLAN = "plan"
+    ANALYSIS = "analysis"
 
 
 @dataclass(frozen=True)
-class Violation:
-    """What a rule found: the spec field it concerns, the numbers, and the fix.
+class Context:
+    """What every rule of one file sees, computed once per file (yamllint's shape): the job, its
+    plannable form when it has one, and its analysis when a rule needs it."""
 
-    `near` lists other fields to point at when `field` is not written in the file (it came from
-    a preset or a default).
-    """
-
-    field: str
-    message: str
-    fix: str = ""
-    near: tuple[str, ...] = ()
+    job: Job
+    plan: Plannable | None = None
+    analysis: Analysis | None = None
 
 
-Check = Callable[[Job], Iterable[Violation]]
+Check = Callable[[Context], Iterable[Violation]]
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,7 @@ class Rule:
     severity: Severity
     check: Check | None  # None: the loader reports it (input and schema rules)
     doc_source: Callable[..., object]
+    needs: Needs = Needs.JOB
 
     @property
     def doc(self) -> str:
@@ -56,11 +65,13 @@ class Rule:
         return match.group(1) if match else "llama3-8b-1node.yaml"
 
 
-def rule(id: str, severity: Severity = Severity.ERROR) -> Callable[[Check], Rule]:
+def rule(
+    id: str, severity: Severity = Severity.ERROR, needs: Needs = Needs.JOB
+) -> Callable[[Check], Rule]:
     """Turn a check function into a `Rule`; its docstring becomes the rule's documentation."""
 
     def wrap(check: Check) -> Rule:
-        return Rule(id, severity, check, check)
+        return Rule(id, severity, check, check, needs)
 
     return wrap
 
@@ -74,3 +85,6 @@ def documented(
         return Rule(id, severity, None, doc)
 
     return wrap
+
+
+__all__ = ["Check", "Context", "Needs", "Rule", "Violation", "documented", "rule"]

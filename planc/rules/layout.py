@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
-from planc.comm.schedule import strides, within_domain
+from planc import plannable as pre
+from planc.comm.schedule import within_domain
 from planc.findings import Severity
-from planc.job import Job, NodeNames
-from planc.rules.base import Violation, rule
+from planc.plannable import HOST_NAME, MAX_RANKS, Plannable
+from planc.rules.base import Context, Needs, Violation, rule
+from planc.vocab import Axis
 
-MAX_RANKS = 1_048_576
-# What DeepSpeed hostfiles, Open MPI rankfiles and Slurm hostfiles all accept as a host.
-HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:-]*")  # whole names only: use fullmatch
-
-
-def _product(job: Job) -> int:
-    lay = job.layout
-    return lay.t * lay.p * lay.c
+__all__ = ["HOST_NAME", "MAX_RANKS"]
 
 
 @rule("PLC001")
-def world_size(job: Job) -> Iterator[Violation]:
+def world_size(ctx: Context) -> Iterator[Violation]:
     """World size: tensor × pipeline × data × context must equal nodes × gpus_per_node.
 
     Every GPU holds exactly one rank, and every rank one coordinate on each axis. When `data` is
@@ -35,32 +29,7 @@ def world_size(job: Job) -> Iterator[Violation]:
         parallelism: {tensor: 2, pipeline: 1, data: 3}
         training: {global_batch: 63}
     """
-    lay, world = job.layout, job.world
-    inner = _product(job)
-    if not lay.d_given:
-        if world % inner:
-            yield Violation(
-                "parallelism",
-                f"world size {world} (nodes {job.cluster.nodes} × gpus_per_node "
-                f"{job.cluster.gpus_per_node}) is not divisible by tensor × pipeline × context = "
-                f"{lay.t} × {lay.p} × {lay.c} = {inner}, so data cannot be derived",
-                f"choose degrees whose product divides {world}",
-                ("parallelism.tensor", "hardware.nodes"),
-            )
-        return
-    total = inner * (lay.d or 0)
-    if total != world:
-        fix = (
-            f"set data: {world // inner}"
-            if world % inner == 0
-            else f"choose degrees whose product is {world}"
-        )
-        yield Violation(
-            "parallelism.data",
-            f"tensor × pipeline × data × context = {lay.t} × {lay.p} × {lay.d} × {lay.c} = {total}, "
-            f"but the cluster has {job.cluster.nodes} × {job.cluster.gpus_per_node} = {world} GPUs",
-            fix,
-        )
+    yield from pre.world_size(ctx.job)
 
 
 def _tp_group(rank: int, stride: int, t: int) -> list[int]:
@@ -68,12 +37,12 @@ def _tp_group(rank: int, stride: int, t: int) -> list[int]:
     return [base + j * stride for j in range(t)]
 
 
-def _crossing_group(job: Job) -> list[int] | None:
+def _crossing_group(job: Plannable) -> list[int] | None:
     """A TP group that spans two NVLink domains, or None. Domains are blocks of D consecutive ranks."""
     t, domain, world = job.layout.t, job.cluster.nvlink_domain, job.world
-    if within_domain(job, ("tp",)):
+    if within_domain(job, (Axis.TP,)):
         return None
-    stride = strides(job)["tp"]
+    stride = job.layout.strides[Axis.TP]
     for boundary in range(domain, world, domain):
         for rank in (boundary - 1, boundary):
             group = _tp_group(rank, stride, t)
@@ -82,8 +51,8 @@ def _crossing_group(job: Job) -> list[int] | None:
     return None
 
 
-@rule("PLC002")
-def tensor_in_nvlink(job: Job) -> Iterator[Violation]:
+@rule("PLC002", needs=Needs.PLAN)
+def tensor_in_nvlink(ctx: Context) -> Iterator[Violation]:
     """Tensor parallelism stays inside one NVLink domain.
 
     TP all-reduces (or all-gathers and reduce-scatters) activations twice per layer in forward
@@ -99,9 +68,10 @@ def tensor_in_nvlink(job: Job) -> Iterator[Violation]:
         parallelism: {tensor: 2, data: 4, order: dp-tp-cp-pp}
         hardware: {nvlink_domain: 4, gpus_per_node: 4, nodes: 2, hosts: [gpu-a01, gpu-a02]}
     """
-    t, domain = job.layout.t, job.cluster.nvlink_domain
-    if job.layout.d is None:
+    job = ctx.plan
+    if job is None:
         return
+    t, domain = job.layout.t, job.cluster.nvlink_domain
     if t > domain:
         yield Violation(
             "parallelism.tensor",
@@ -118,14 +88,14 @@ def tensor_in_nvlink(job: Job) -> Iterator[Violation]:
             f"under order {'-'.join(job.layout.order)} the TP group [{shown}] spans NVLink "
             f"domains {group[0] // domain} and {group[-1] // domain} ({domain} GPUs each)",
             "put tp first in parallelism.order (tp-cp-dp-pp)"
-            if strides(job)["tp"] > 1
+            if job.layout.strides[Axis.TP] > 1
             else f"use a tensor degree that divides the NVLink domain of {domain} GPUs",
             ("parallelism.tensor",),
         )
 
 
 @rule("PLC008")
-def sequence_parallel_needs_tp(job: Job) -> Iterator[Violation]:
+def sequence_parallel_needs_tp(ctx: Context) -> Iterator[Violation]:
     """Sequence parallelism needs tensor > 1.
 
     Megatron's sequence parallelism splits the norms and dropouts that TP leaves replicated
@@ -139,6 +109,7 @@ def sequence_parallel_needs_tp(job: Job) -> Iterator[Violation]:
         parallelism: {tensor: 1, data: 8, sequence_parallel: true}
         training: {seq_len: 2048}
     """
+    job = ctx.job
     if job.layout.sp and job.layout.t == 1:
         yield Violation(
             "parallelism.sequence_parallel",
@@ -148,7 +119,7 @@ def sequence_parallel_needs_tp(job: Job) -> Iterator[Violation]:
 
 
 @rule("PLC009")
-def context_parallel_sequence(job: Job) -> Iterator[Violation]:
+def context_parallel_sequence(ctx: Context) -> Iterator[Violation]:
     """Context parallelism: seq_len must be divisible by 2 × context.
 
     Causal load balancing gives every CP rank two chunks of the sequence, one from each end
@@ -161,6 +132,7 @@ def context_parallel_sequence(job: Job) -> Iterator[Violation]:
         parallelism: {tensor: 2, data: 2, context: 2, sequence_parallel: false}
         training: {seq_len: 8190}
     """
+    job = ctx.job
     c, s = job.layout.c, job.training.s
     if c > 1 and s % (2 * c):
         good = s - s % (2 * c)
@@ -173,7 +145,7 @@ def context_parallel_sequence(job: Job) -> Iterator[Violation]:
 
 
 @rule("PLC010")
-def interleaved_schedule(job: Job) -> Iterator[Violation]:
+def interleaved_schedule(ctx: Context) -> Iterator[Violation]:
     """Interleaved 1F1B: virtual_stages > 1 needs pipeline > 2 and micro-batches divisible by pipeline.
 
     With pipeline = 2 the send-to-next and send-to-previous of a rank go to the same peer and
@@ -189,28 +161,11 @@ def interleaved_schedule(job: Job) -> Iterator[Violation]:
         parallelism: {virtual_stages: 2}
         training: {global_batch: 68}
     """
-    lay, m = job.layout, job.m
-    if lay.v == 1:
-        return
-    if lay.p <= 2:
-        yield Violation(
-            "parallelism.virtual_stages",
-            f"virtual_stages = {lay.v} needs pipeline > 2, but pipeline = {lay.p}",
-            "set virtual_stages: 1, or pipeline ≥ 3",
-        )
-    if m is not None and lay.p > 2 and m % lay.p:
-        step = job.training.b * (lay.d or 1) * lay.p
-        yield Violation(
-            "training.global_batch",
-            f"the interleaved schedule needs micro-batches m = {m} to be a multiple of "
-            f"pipeline = {lay.p}",
-            f"make global_batch a multiple of micro_batch × data × pipeline = {step}",
-            ("parallelism.virtual_stages",),
-        )
+    yield from pre.interleaving(ctx.job)
 
 
 @rule("PLC011", Severity.WARNING)
-def zero_with_pipeline(job: Job) -> Iterator[Violation]:
+def zero_with_pipeline(ctx: Context) -> Iterator[Violation]:
     """ZeRO-2/3 together with pipeline parallelism.
 
     A pipeline rank accumulates gradients over its m micro-batches. ZeRO-2 shards gradients
@@ -225,6 +180,7 @@ def zero_with_pipeline(job: Job) -> Iterator[Violation]:
     Fails:
         parallelism: {zero_stage: 2}
     """
+    job = ctx.job
     if job.layout.zero >= 2 and job.layout.p > 1:
         yield Violation(
             "parallelism.zero_stage",
@@ -235,7 +191,7 @@ def zero_with_pipeline(job: Job) -> Iterator[Violation]:
 
 
 @rule("PLC013")
-def sequence_parallel_split(job: Job) -> Iterator[Violation]:
+def sequence_parallel_split(ctx: Context) -> Iterator[Violation]:
     """Sequence parallelism: the sequence on each CP rank must split evenly over tensor.
 
     SP scatters the s/c tokens of a context-parallel rank over the t TP ranks between the
@@ -248,6 +204,7 @@ def sequence_parallel_split(job: Job) -> Iterator[Violation]:
         parallelism: {tensor: 2, data: 4, sequence_parallel: true}
         training: {seq_len: 8191}
     """
+    job = ctx.job
     lay, s = job.layout, job.training.s
     if lay.sp and lay.t > 1 and s % lay.c == 0 and (s // lay.c) % lay.t:
         yield Violation(
@@ -260,7 +217,7 @@ def sequence_parallel_split(job: Job) -> Iterator[Violation]:
 
 
 @rule("PLC014")
-def topology(job: Job) -> Iterator[Violation]:
+def topology(ctx: Context) -> Iterator[Violation]:
     """Topology: NVLink domains tile the nodes, and the host list names every node once.
 
     An NVLink domain is either part of a node (nodes split evenly into domains) or spans whole
@@ -273,43 +230,11 @@ def topology(job: Job) -> Iterator[Violation]:
     Fails:
         hardware: {hosts: [gpu-a01, gpu-a02]}
     """
-    cl = job.cluster
-    domain, per_node = cl.nvlink_domain, cl.gpus_per_node
-    if domain % per_node and per_node % domain:
-        yield Violation(
-            "hardware.nvlink_domain",
-            f"an NVLink domain of {domain} GPUs neither divides nor is a multiple of "
-            f"{per_node} GPUs per node",
-            "set nvlink_domain to the GPUs behind one NVSwitch fabric",
-            ("hardware.gpus_per_node",),
-        )
-    if len(cl.hosts) != cl.nodes:
-        yield Violation(
-            "hardware.hosts",
-            f"{len(cl.hosts)} host names for {cl.nodes} nodes",
-            "give exactly one host name per node",
-        )
-    if isinstance(cl.hosts, NodeNames):
-        return  # planc's own names: one per node, distinct and usable
-    unusable = [h for h in cl.hosts if not HOST_NAME.fullmatch(h)]
-    if unusable:
-        yield Violation(
-            "hardware.hosts",
-            f"host name {unusable[0]!r} cannot go into a hostfile or rankfile",
-            "use letters, digits, '.', '_', ':' and '-' only",
-        )
-    seen: set[str] = set()
-    duplicates = sorted({h for h in cl.hosts if h in seen or seen.add(h)})  # type: ignore[func-returns-value]
-    if duplicates:
-        yield Violation(
-            "hardware.hosts",
-            f"host names repeat: {', '.join(duplicates[:5])}",
-            "list every node once",
-        )
+    yield from pre.topology(ctx.job)
 
 
 @rule("PLC015")
-def world_limit(job: Job) -> Iterator[Violation]:
+def world_limit(ctx: Context) -> Iterator[Violation]:
     """World size limit: planc plans at most 1,048,576 ranks.
 
     A spec that asks for more (a typo such as nodes: 10000000) is refused before any per-rank
@@ -323,16 +248,11 @@ def world_limit(job: Job) -> Iterator[Violation]:
         parallelism: {tensor: 8}
         training: {global_batch: 131073}
     """
-    if job.world > MAX_RANKS:
-        yield Violation(
-            "hardware.nodes",
-            f"world size {job.world:,} is above planc's limit of {MAX_RANKS:,} ranks",
-            "check hardware.nodes and gpus_per_node",
-        )
+    yield from pre.world_limit(ctx.job)
 
 
 @rule("PLC017", Severity.WARNING)
-def context_parallel_attention(job: Job) -> Iterator[Violation]:
+def context_parallel_attention(ctx: Context) -> Iterator[Violation]:
     """Context parallelism needs a fused attention kernel.
 
     Ring attention exchanges K and V blocks and merges partial softmax results inside the
@@ -346,6 +266,7 @@ def context_parallel_attention(job: Job) -> Iterator[Violation]:
         parallelism: {tensor: 2, data: 2, context: 2}
         training: {attention: eager}
     """
+    job = ctx.job
     if job.layout.c > 1 and job.training.attention == "eager":
         yield Violation(
             "training.attention",
@@ -357,7 +278,7 @@ def context_parallel_attention(job: Job) -> Iterator[Violation]:
 
 
 @rule("PLC018", Severity.WARNING)
-def zero_without_group(job: Job) -> Iterator[Violation]:
+def zero_without_group(ctx: Context) -> Iterator[Violation]:
     """ZeRO over a group of one shards nothing.
 
     ZeRO shards over the data-parallel (× context) group; with data × context = 1 a ZeRO stage
@@ -369,7 +290,7 @@ def zero_without_group(job: Job) -> Iterator[Violation]:
     Fails:
         parallelism: {tensor: 8, data: 1, zero_stage: 1}
     """
-    lay = job.layout
+    lay = ctx.job.layout
     if lay.zero > 0 and lay.d is not None and lay.d * lay.c == 1:
         yield Violation(
             "parallelism.zero_stage",

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from planc.job import GIB, Job
-from planc.rules.base import Violation, rule
+from planc.job import GIB
+from planc.rules.base import Context, Needs, Violation, rule
 
 
 def _gib(n: int) -> str:
     return f"{n / GIB:.2f} GiB"
 
 
-@rule("PLC007")
-def memory_fits(job: Job) -> Iterator[Violation]:
+@rule("PLC007", needs=Needs.ANALYSIS)
+def memory_fits(ctx: Context) -> Iterator[Violation]:
     """Memory: the heaviest rank's bytes stay under HBM × (1 − memory_headroom).
 
     planc budgets every pipeline stage term by term (`planc memory SPEC` shows the table):
@@ -28,12 +28,10 @@ def memory_fits(job: Job) -> Iterator[Violation]:
     Fails:
         training: {seq_len: 8192, micro_batch: 8, recompute: none}
     """
-    from planc.memory import budget
-
-    if job.layout.d is None or job.world > 1_048_576:
+    if ctx.analysis is None:
         return
-    result = budget(job)
-    peak = result.peak
+    job = ctx.analysis.plan
+    peak = ctx.analysis.memory.peak
     hbm = job.cluster.gpu.memory_bytes
     usable = int(hbm * (1 - job.rules.memory_headroom))
     mem = peak.memory

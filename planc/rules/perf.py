@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from planc.comm.schedule import op_time_s
 from planc.findings import Severity
-from planc.job import GB, Job
-from planc.rules.base import Violation, rule
+from planc.job import GB
+from planc.rules.base import Context, Needs, Violation, rule
+from planc.vocab import Collective, GroupKind, LinkClass
 
 
-@rule("PLC019", Severity.WARNING)
-def dp_traffic_hides(job: Job) -> Iterator[Violation]:
+@rule("PLC019", Severity.WARNING, Needs.ANALYSIS)
+def dp_traffic_hides(ctx: Context) -> Iterator[Violation]:
     """Data-parallel gradient traffic hides behind backward compute.
 
     The DP (ZeRO) gradient reduction runs on its own stream while backward computes, bucket by
@@ -26,22 +28,17 @@ def dp_traffic_hides(job: Job) -> Iterator[Violation]:
         hardware: {nodes: 8, hosts: "n{1..8}", inter_node: {bandwidth_gbs: 1}}
         parallelism: {tensor: 8, data: 8, zero_stage: 1}
     """
-    from planc.comm.schedule import op_time_s
-    from planc.comm.steptime import stage_times
-    from planc.explain import comm_ops
-
-    if job.layout.d is None or job.m is None or job.world > 1_048_576:
+    if ctx.analysis is None:
         return
-    ops = comm_ops(job)
-    times = stage_times(job, job.training.efficiency)
-    for stage, t in enumerate(times):
+    job, ops = ctx.analysis.plan, ctx.analysis.ops
+    for stage, t in enumerate(ctx.analysis.times):
         # The post-step parameter all-gather of ZeRO-1/2 does not overlap backward; count the rest.
         dp = [
             op
             for op in ops
             if op.stage == stage
-            and op.group == "dp_cp"
-            and (op.op != "all_gather" or job.layout.zero == 3)
+            and op.group is GroupKind.DP_CP
+            and (op.op is not Collective.ALL_GATHER or job.layout.zero == 3)
         ]
         reduce_s = sum(op_time_s(job, op) for op in dp)
         backward_s = job.m * t.backward_s
@@ -59,8 +56,8 @@ def dp_traffic_hides(job: Job) -> Iterator[Violation]:
             return
 
 
-@rule("PLC020", Severity.WARNING)
-def pp_traffic_hides(job: Job) -> Iterator[Violation]:
+@rule("PLC020", Severity.WARNING, Needs.ANALYSIS)
+def pp_traffic_hides(ctx: Context) -> Iterator[Violation]:
     """Pipeline sends take less time than the compute of one micro-batch.
 
     Each pipeline boundary sends one activation of [s/c, b, h] forward (and its gradient back)
@@ -75,21 +72,17 @@ def pp_traffic_hides(job: Job) -> Iterator[Violation]:
     Fails:
         hardware: {inter_node: {bandwidth_gbs: 0.1}}
     """
-    from planc.comm.schedule import op_time_s
-    from planc.comm.steptime import stage_times
-    from planc.explain import comm_ops
-
-    if job.layout.p == 1 or job.layout.d is None or job.m is None or job.world > 1_048_576:
+    if ctx.analysis is None or ctx.analysis.plan.layout.p == 1:
         return
-    times = stage_times(job, job.training.efficiency)
-    for op in comm_ops(job):
-        if op.group != "pp" or not op.calls:
+    job, times = ctx.analysis.plan, ctx.analysis.times
+    for op in ctx.analysis.ops:
+        if op.group is not GroupKind.PP or not op.calls:
             continue
         per_send = op_time_s(job, op) / op.calls
         forward = times[op.stage].forward_s / job.layout.v
         if per_send > forward:
             yield Violation(
-                "hardware.inter_node" if op.link == "network" else "hardware.intra_node",
+                "hardware.inter_node" if op.link is LinkClass.NETWORK else "hardware.intra_node",
                 f"stage {op.stage}: one pipeline send of {op.buffer_bytes / 2**20:.1f} MiB on "
                 f"{op.link} takes {per_send * 1e3:.1f} ms, longer than the {forward * 1e3:.1f} ms "
                 "forward of a micro-batch",

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from planc.findings import FileResult, Finding, Severity
 
-from conftest import check_overlay, check_text, job_of, rules_fired, spec_text, value_position
+from conftest import (
+    check_overlay,
+    check_text,
+    job_of,
+    resolved_of,
+    rules_fired,
+    spec_text,
+    value_position,
+)
 
 
 def findings_of(result: FileResult, rule: str = "PLC001") -> list[Finding]:
@@ -83,7 +91,7 @@ def test_product_that_cannot_divide_the_world_asks_for_other_degrees() -> None:
 
 def test_data_left_out_is_derived_from_the_world() -> None:
     # 8 / (2 × 1 × 1) = 4.
-    job = job_of()
+    job = resolved_of()
     assert job.layout.d == 4
     assert not job.layout.d_given
 

@@ -1,0 +1,96 @@
+"""How many micro-batches of each model chunk a pipeline rank holds at its activation peak.
+
+Closed-form counting over Megatron's schedule order (no op lists are built, so the cost does not
+grow with m): the warm-up count is `planc.pipeline.schedule.num_warmup`, the one definition; the
+steady state is searched only at the steps where the in-flight mix can change slope.
+`tests/test_memory_activations.py` holds these counts equal to walking the built schedule
+(`planc.pipeline.schedule.held_at_peak`).
+"""
+
+from __future__ import annotations
+
+from planc.pipeline.schedule import num_warmup
+
+
+def forwards_of_chunk(K: int, chunk: int, p: int, v: int, m: int) -> int:
+    """How many of the first K forward passes of a rank are for model chunk `chunk`.
+
+    Megatron's interleaved order (get_schedule_table): micro-batches in groups of N = p; each
+    group runs chunk 0 for its N micro-batches, then chunk 1, ... The last group may be short.
+    """
+    N = p
+    full = m // N
+    period = N * v
+    if full * period >= K:
+        groups, rest = divmod(K, period)
+        return groups * N + min(max(rest - chunk * N, 0), N)
+    tail = m - full * N
+    return full * N + min(max(K - full * period - chunk * tail, 0), tail)
+
+
+def backwards_of_chunk(J: int, chunk: int, p: int, v: int, m: int) -> int:
+    """How many of the first J backward passes are for `chunk`: the forward order with the
+    chunks reversed (last chunk first)."""
+    return forwards_of_chunk(J, v - 1 - chunk, p, v, m)
+
+
+def in_flight_at(j: int, W: int, p: int, v: int, m: int) -> tuple[int, ...]:
+    """Micro-batches of each chunk held after forward W + j and before backward j."""
+    return tuple(
+        forwards_of_chunk(W + 1 + j, c, p, v, m) - backwards_of_chunk(j, c, p, v, m)
+        for c in range(v)
+    )
+
+
+def _candidates(W: int, p: int, v: int, m: int) -> set[int]:
+    """Steady-state steps j where the in-flight mix can change slope.
+
+    Each chunk's forward count changes slope when the forward counter W + 1 + j crosses a
+    multiple of N = p (a chunk boundary in a full group) or a boundary in the short last group;
+    its backward count when j does. A weighted sum of the counts is piecewise linear in j, so its
+    maximum lies at one of these points or one step before. While both counters are in full
+    groups the mix repeats every N·v steps, so one period at the start and the stretch from one
+    period before the last full group to the end cover every case.
+    """
+    N, steps = p, m * v - W
+    period = N * v
+    full_end = (m // N) * period
+    tail = m - (m // N) * N
+    points = {0, steps - 1}
+    shift = (-W - 1) % N  # j ≡ shift (mod N): the forward counter is on a multiple of N
+    for low, high in ((0, period), (max(0, full_end - W - 1 - period), steps)):
+        first = low - low % N
+        for j in range(first, min(high, steps) + N, N):
+            points |= {j, j + shift}
+    for c in range(v + 1):
+        short = full_end + c * tail  # a chunk boundary inside the short last group
+        points |= {short - W - 1, short}
+    points |= {point - 1 for point in points}
+    return {point for point in points if 0 <= point < steps}
+
+
+def in_flight(p: int, v: int, m: int, r: int, weights: tuple[int, ...]) -> tuple[int, ...]:
+    """Micro-batches of each of rank r's v chunks held at its activation peak.
+
+    The peak is the moment, after a forward and before the next backward, when Σ weights[c] ×
+    held[c] is largest (weights: bytes one micro-batch of chunk c keeps). 1F1B: p − r held,
+    capped at m (Korthikanti §4.2; Narayanan et al. 2021). Interleaved: warm-up + 1 chunk-micro-
+    batches (megatron-torchtitan.md §1.5 P9), in Megatron's chunk order. No pipeline: 1.
+    """
+    if len(weights) != v:
+        raise ValueError("one weight per chunk")
+    if p == 1:
+        return tuple(1 for _ in range(v))
+    W = num_warmup(p, m, v, r)
+    if m * v <= W:
+        return tuple(m for _ in range(v))
+    if v == 1:
+        return (W + 1,)  # min(p − r, m)
+    best = max(
+        sorted(_candidates(W, p, v, m)),
+        key=lambda j: (
+            sum(w * held for w, held in zip(weights, in_flight_at(j, W, p, v, m), strict=True)),
+            -j,
+        ),
+    )
+    return in_flight_at(best, W, p, v, m)

@@ -1,0 +1,412 @@
+"""The plannable job: a checked job with every degree, count and layer range decided.
+
+`plannable(job)` is the one place that decides whether a run can be laid out at all. It runs the
+preconditions below (the same functions the rules PLC001, PLC004, PLC005, PLC010, PLC012,
+PLC014 and PLC015 report) and returns either a `Plannable`, a type with no optional field, or the
+refusals that say why not. Memory, communication, the pipeline, explain, compile and verify
+accept only a `Plannable`, so none of them re-derives what a valid job means, and a rule that a
+spec ignores or re-levels cannot lead any of them into a layout that does not exist.
+
+Quantities defined once here: the data degree d, micro-batches per step m, the layers of every
+stage and of every model chunk, the rank strides, and the tokens one context-parallel rank holds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from planc.findings import Violation
+from planc.job import Cluster, Job, Model, NodeNames, Rules, Training
+from planc.vocab import AXES, Axis
+
+MAX_RANKS = 1_048_576
+# What DeepSpeed hostfiles, Open MPI rankfiles and Slurm hostfiles all accept as a host; matched
+# against the whole name (fullmatch), so a trailing newline is refused too.
+HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:-]*")
+
+LayerRange = tuple[int, int]  # [first, last) layer indices
+
+# Megatron's --make-vocab-size-divisible-by default: the vocabulary is padded to a multiple of
+# 128·t so that every tensor-parallel rank holds an equal, aligned slice (vocab_utils.py).
+VOCAB_DIVISOR = 128
+# Megatron-Core DDP's default gradient bucket, in elements: max(40,000,000, 1,000,000 × the
+# data-parallel group size), the group taken without context parallelism
+# (distributed_data_parallel.py: `dp_group.size()`, `get_data_parallel_group(
+# with_context_parallel=False)`; DistributedDataParallelConfig.bucket_size).
+BUCKET_MIN_ELEMENTS = 40_000_000
+BUCKET_ELEMENTS_PER_RANK = 1_000_000
+
+
+def ceil_div(a: int, b: int) -> int:
+    """⌈a/b⌉ for non-negative integers."""
+    return -(-a // b)
+
+
+def padded_vocab(V: int, t: int) -> int:
+    """V' = ⌈V/(128·t)⌉·128·t: Megatron pads the vocabulary so that V'/t is a multiple of 128
+    (megatron/training/vocab_utils.py, make_vocab_size_divisible_by)."""
+    unit = VOCAB_DIVISOR * t
+    return ceil_div(V, unit) * unit
+
+
+def axis_strides(order: tuple[Axis, ...], degrees: Mapping[Axis, int]) -> dict[Axis, int]:
+    """Stride of each axis when `order` runs fastest-varying first: the prefix products of the
+    degrees (Megatron RankGenerator), so rank = Σ coord_axis · stride_axis."""
+    out, stride = {}, 1
+    for axis in order:
+        out[axis] = stride
+        stride *= degrees[axis]
+    return out
+
+
+def bucket_elements(d: int) -> int:
+    """Megatron DDP's default gradient bucket: max(4·10⁷, 10⁶·d) elements, d the data degree."""
+    return max(BUCKET_MIN_ELEMENTS, BUCKET_ELEMENTS_PER_RANK * d)
+
+
+# --- preconditions: each yields what stops a layout, in the words of its rule ------------------
+
+
+def world_limit(job: Job) -> Iterator[Violation]:
+    """PLC015: at most MAX_RANKS ranks, refused before any per-rank work."""
+    if job.world > MAX_RANKS:
+        yield Violation(
+            "hardware.nodes",
+            f"world size {job.world:,} is above planc's limit of {MAX_RANKS:,} ranks",
+            "check hardware.nodes and gpus_per_node",
+        )
+
+
+def world_size(job: Job) -> Iterator[Violation]:
+    """PLC001: t × p × d × c = world, with d derived when not given."""
+    lay, cl, world = job.layout, job.cluster, job.world
+    inner = lay.t * lay.p * lay.c
+    if not lay.d_given:
+        if world % inner:
+            yield Violation(
+                "parallelism",
+                f"world size {world} (nodes {cl.nodes} × gpus_per_node {cl.gpus_per_node}) is "
+                f"not divisible by tensor × pipeline × context = {lay.t} × {lay.p} × {lay.c} = "
+                f"{inner}, so data cannot be derived",
+                f"choose degrees whose product divides {world}",
+                ("parallelism.tensor", "hardware.nodes"),
+            )
+        return
+    total = inner * (lay.d or 0)
+    if total != world:
+        fix = (
+            f"set data: {world // inner}"
+            if world % inner == 0
+            else f"choose degrees whose product is {world}"
+        )
+        yield Violation(
+            "parallelism.data",
+            f"tensor × pipeline × data × context = {lay.t} × {lay.p} × {lay.d} × {lay.c} = {total}, "
+            f"but the cluster has {cl.nodes} × {cl.gpus_per_node} = {world} GPUs",
+            fix,
+        )
+
+
+def topology(job: Job) -> Iterator[Violation]:
+    """PLC014: NVLink domains tile the nodes; one distinct, usable host name per node."""
+    cl = job.cluster
+    domain, per_node = cl.nvlink_domain, cl.gpus_per_node
+    if domain % per_node and per_node % domain:
+        yield Violation(
+            "hardware.nvlink_domain",
+            f"an NVLink domain of {domain} GPUs neither divides nor is a multiple of "
+            f"{per_node} GPUs per node",
+            "set nvlink_domain to the GPUs behind one NVSwitch fabric",
+            ("hardware.gpus_per_node",),
+        )
+    if len(cl.hosts) != cl.nodes:
+        yield Violation(
+            "hardware.hosts",
+            f"{len(cl.hosts)} host names for {cl.nodes} nodes",
+            "give exactly one host name per node",
+        )
+    if isinstance(cl.hosts, NodeNames):
+        return  # planc's own names: one per node, distinct and usable
+    unusable = [h for h in cl.hosts if not HOST_NAME.fullmatch(h)]
+    if unusable:
+        yield Violation(
+            "hardware.hosts",
+            f"host name {unusable[0]!r} cannot go into a hostfile or rankfile",
+            "use letters, digits, '.', '_', ':' and '-' only",
+        )
+    seen: set[str] = set()
+    repeated: set[str] = set()
+    for host in cl.hosts:
+        (repeated if host in seen else seen).add(host)
+    if repeated:
+        yield Violation(
+            "hardware.hosts",
+            f"host names repeat: {', '.join(sorted(repeated)[:5])}",
+            "list every node once",
+        )
+
+
+def attention_heads(job: Job) -> Iterator[Violation]:
+    """PLC012: hidden splits into heads (or head_dim is given); kv_heads divides heads."""
+    mod = job.model
+    if mod.k == 0:
+        yield Violation(
+            "model.hidden",
+            f"hidden = {mod.h} is not divisible by heads = {mod.n}",
+            "set model.head_dim, or make hidden a multiple of heads",
+            ("model.heads", "model.preset"),
+        )
+    if mod.n % mod.g:
+        yield Violation(
+            "model.kv_heads",
+            f"kv_heads = {mod.g} does not divide heads = {mod.n}",
+            "choose kv_heads among the divisors of heads",
+            ("model.preset",),
+        )
+
+
+def _even_stages(job: Job) -> Iterator[Violation]:
+    lay, L = job.layout, job.model.L
+    chunks = lay.p * lay.v
+    if L % chunks:
+        lower = L // chunks
+        yield Violation(
+            "model.layers",
+            f"layers = {L} do not split evenly over pipeline × virtual_stages = {lay.p} × {lay.v} "
+            f"= {chunks} chunks ({L / chunks:.2f} each)",
+            f"give parallelism.stage_layers explicitly, or use {lower * chunks} or "
+            f"{(lower + 1) * chunks} layers",
+            ("parallelism.pipeline", "model.preset"),
+        )
+
+
+def _given_stages(job: Job) -> Iterator[Violation]:
+    lay, L, stages = job.layout, job.model.L, job.layout.stage_layers
+    if len(stages) != lay.p:
+        yield Violation(
+            "parallelism.stage_layers",
+            f"stage_layers has {len(stages)} entries for pipeline = {lay.p} stages",
+            f"give one layer count per stage ({lay.p} entries)",
+        )
+    if sum(stages) != L:
+        yield Violation(
+            "parallelism.stage_layers",
+            f"stage_layers sums to {sum(stages)}, but the model has {L} layers",
+            f"make the entries add up to {L}",
+        )
+    for index, count in enumerate(stages):
+        if count == 0:
+            yield Violation(
+                f"parallelism.stage_layers[{index}]",
+                f"stage {index} holds no layers",
+                "give every stage at least one layer, or lower pipeline",
+                ("parallelism.stage_layers",),
+            )
+        elif count % lay.v:
+            yield Violation(
+                f"parallelism.stage_layers[{index}]",
+                f"stage {index} holds {count} layers, which do not split into "
+                f"virtual_stages = {lay.v} equal chunks",
+                f"give stage {index} a multiple of {lay.v} layers",
+                ("parallelism.stage_layers",),
+            )
+
+
+def layer_split(job: Job) -> Iterator[Violation]:
+    """PLC004: the layers split over the stages and their virtual chunks."""
+    yield from _given_stages(job) if job.layout.stage_layers else _even_stages(job)
+
+
+def batch_split(job: Job) -> Iterator[Violation]:
+    """PLC005: global_batch = micro_batch × data × m for a whole m (needs the data degree)."""
+    lay, tr = job.layout, job.training
+    if lay.d is None:
+        return
+    unit = tr.b * lay.d
+    if tr.B % unit:
+        lower = tr.B - tr.B % unit
+        choices = f"{lower} or {lower + unit}" if lower else str(unit)
+        yield Violation(
+            "training.global_batch",
+            f"global_batch {tr.B} is not divisible by micro_batch × data = {tr.b} × {lay.d} = {unit}",
+            f"use global_batch {choices}",
+            ("training.micro_batch",),
+        )
+
+
+def interleaving(job: Job) -> Iterator[Violation]:
+    """PLC010: virtual_stages > 1 needs pipeline > 2 and m a multiple of pipeline."""
+    lay, m = job.layout, job.m
+    if lay.v == 1:
+        return
+    if lay.p <= 2:
+        yield Violation(
+            "parallelism.virtual_stages",
+            f"virtual_stages = {lay.v} needs pipeline > 2, but pipeline = {lay.p}",
+            "set virtual_stages: 1, or pipeline ≥ 3",
+        )
+    if m is not None and lay.p > 2 and m % lay.p:
+        step = job.training.b * (lay.d or 1) * lay.p
+        yield Violation(
+            "training.global_batch",
+            f"the interleaved schedule needs micro-batches m = {m} to be a multiple of "
+            f"pipeline = {lay.p}",
+            f"make global_batch a multiple of micro_batch × data × pipeline = {step}",
+            ("parallelism.virtual_stages",),
+        )
+
+
+# Rule id and precondition, in the order they are tried; the first group is cheap and bounds
+# the rest (no per-rank or per-stage work runs on a world above the limit).
+PRECONDITIONS = (
+    ("PLC015", world_limit),
+    ("PLC001", world_size),
+    ("PLC014", topology),
+    ("PLC012", attention_heads),
+    ("PLC004", layer_split),
+    ("PLC005", batch_split),
+    ("PLC010", interleaving),
+)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a job has no plan: the rule whose precondition failed, and what it found."""
+
+    rule: str
+    violation: Violation
+
+
+# --- the plannable job -------------------------------------------------------------------------
+
+
+def layer_ranges(stage_layers: tuple[int, ...], v: int) -> tuple[tuple[LayerRange, ...], ...]:
+    """Layer ranges of each pipeline rank, one [first, last) per model chunk.
+
+    Interleaved 1F1B (Narayanan et al. 2021, §2.2; Megatron's interleaved assignment) cuts the
+    layers into p·v chunks and gives chunk j of rank r the block j·p + r; stage r's chunks hold
+    stage_layers[r] / v layers each. With v = 1 this is the plain contiguous split.
+    """
+    p = len(stage_layers)
+    chunk = [count // v for count in stage_layers]
+    starts = [0]
+    for block in range(p * v):
+        starts.append(starts[-1] + chunk[block % p])
+    return tuple(
+        tuple((starts[j * p + r], starts[j * p + r + 1]) for j in range(v)) for r in range(p)
+    )
+
+
+@dataclass(frozen=True)
+class PlanLayout:
+    """Parallel degrees of a plannable job: every one an integer, every stage's layers decided."""
+
+    t: int
+    p: int
+    d: int
+    c: int
+    v: int
+    sp: bool
+    zero: int
+    order: tuple[Axis, ...]  # fastest-varying first (Megatron convention)
+    stage_layers: tuple[int, ...]  # L_r: layers on each pipeline rank, all chunks
+    chunks: tuple[tuple[LayerRange, ...], ...]  # [stage][chunk] -> [first, last)
+
+    @property
+    def degrees(self) -> Mapping[Axis, int]:
+        return MappingProxyType({Axis.TP: self.t, Axis.CP: self.c, Axis.DP: self.d, Axis.PP: self.p})
+
+    @property
+    def strides(self) -> Mapping[Axis, int]:
+        """Stride of each axis in the rank order: rank = Σ coord_axis · stride_axis."""
+        return MappingProxyType(axis_strides(self.order, self.degrees))
+
+    @property
+    def bucket_elements(self) -> int:
+        """Elements in one DDP gradient bucket (see `bucket_elements`)."""
+        return bucket_elements(self.d)
+
+    @property
+    def shard_group(self) -> int:
+        """N = d·c: ZeRO and Megatron's distributed optimizer shard over data × context."""
+        return self.d * self.c
+
+    def chunk_layers(self, stage: int) -> tuple[int, ...]:
+        """Layers in each of the v model chunks of pipeline rank `stage`."""
+        return tuple(last - first for first, last in self.chunks[stage])
+
+
+@dataclass(frozen=True)
+class Plannable:
+    """A job that can be laid out: the checked job's model, cluster and training, and a layout
+    with no unknowns. Built only by `plannable`."""
+
+    name: str
+    model: Model
+    cluster: Cluster
+    training: Training
+    rules: Rules
+    layout: PlanLayout
+    m: int  # micro-batches per data-parallel rank per step: B / (b·d)
+
+    @property
+    def world(self) -> int:
+        return self.cluster.world
+
+    @property
+    def tokens_per_cp_rank(self) -> int:
+        """s/c: the tokens of each sequence one context-parallel rank holds (⌈s/c⌉ if uneven)."""
+        return ceil_div(self.training.s, self.layout.c)
+
+    @property
+    def tokens_per_sp_rank(self) -> int:
+        """The tokens a rank keeps of the parts TP replicates: s/c/t with sequence parallelism."""
+        s = self.tokens_per_cp_rank
+        return ceil_div(s, self.layout.t) if self.layout.sp else s
+
+
+def refusals(job: Job) -> tuple[Refusal, ...]:
+    """Every precondition a layout needs that `job` fails (empty: the job is plannable)."""
+    found: list[Refusal] = []
+    for rule, precondition in PRECONDITIONS:
+        found += [Refusal(rule, violation) for violation in precondition(job)]
+        if rule == "PLC015" and found:
+            break  # nothing else is looked at for a world above the limit
+    return tuple(found)
+
+
+def plannable(job: Job) -> Plannable | tuple[Refusal, ...]:
+    """The plannable form of `job`, or the refusals that say why it has none."""
+    refused = refusals(job)
+    if refused:
+        return refused
+    lay, m = job.layout, job.m
+    if lay.d is None or m is None:  # excluded by PLC001 and PLC005 above
+        raise AssertionError("a job that passed its preconditions has d and m")
+    stage_layers = lay.stage_layers or (job.model.L // lay.p,) * lay.p
+    order = tuple(Axis(name) for name in lay.order)
+    if sorted(order) != sorted(AXES):
+        raise AssertionError(f"the order {lay.order} names every axis once (the spec enforces it)")
+    return Plannable(
+        name=job.name,
+        model=job.model,
+        cluster=job.cluster,
+        training=job.training,
+        rules=job.rules,
+        layout=PlanLayout(
+            t=lay.t,
+            p=lay.p,
+            d=lay.d,
+            c=lay.c,
+            v=lay.v,
+            sp=lay.sp,
+            zero=lay.zero,
+            order=order,
+            stage_layers=stage_layers,
+            chunks=layer_ranges(stage_layers, lay.v),
+        ),
+        m=m,
+    )

@@ -1,0 +1,99 @@
+"""Closed vocabularies: the parallel axes, process-group kinds, collectives, link classes and
+pipeline directions, one name each across the spec, the plan and the code.
+
+The members are `str` enums, so a member equals its plain name (`Axis.TP == "tp"`), serialises
+as that name in JSON, and reads back with `Axis("tp")`. Behaviour keys on the member, never on a
+description string.
+
+One name per axis (`Axis`), and the one documented mapping to the spec's field names:
+
+| axis | spec field (`parallelism.`) | symbol | plan.json (`layout.degrees`, `coords`) |
+|------|-----------------------------|--------|----------------------------------------|
+| tp   | tensor                      | t      | tp                                     |
+| cp   | context                     | c      | cp                                     |
+| dp   | data                        | d      | dp                                     |
+| pp   | pipeline                    | p      | pp                                     |
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Axis(str, Enum):
+    """A parallel axis of the rank grid. `order` strings name these, fastest-varying first."""
+
+    TP = "tp"
+    CP = "cp"
+    DP = "dp"
+    PP = "pp"
+
+    @property
+    def spec_field(self) -> str:
+        """The `parallelism.` field that sets this axis's degree."""
+        return _SPEC_FIELDS[self.value]
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_SPEC_FIELDS = {"tp": "tensor", "cp": "context", "dp": "data", "pp": "pipeline"}
+
+AXES: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
+
+
+class GroupKind(str, Enum):
+    """A kind of process group in the plan.
+
+    `dp_cp` is the optimizer shard group (ranks sharing tp and pp); `embedding` pairs the first
+    and last pipeline rank (tied-embedding gradients); `model_parallel` is tp × pp.
+    """
+
+    TP = "tp"
+    CP = "cp"
+    DP = "dp"
+    PP = "pp"
+    DP_CP = "dp_cp"
+    EMBEDDING = "embedding"
+    MODEL_PARALLEL = "model_parallel"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Collective(str, Enum):
+    """A communication primitive. `send_recv` is a point-to-point message."""
+
+    ALL_REDUCE = "all_reduce"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_GATHER = "all_gather"
+    SEND_RECV = "send_recv"
+
+    @property
+    def ring(self) -> bool:
+        """A ring collective (its bytes follow NCCL's bus factor), not a p2p message."""
+        return self is not Collective.SEND_RECV
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class LinkClass(str, Enum):
+    """The wire a group's traffic uses: inside one NVLink domain, or the inter-node network."""
+
+    NVLINK = "nvlink"
+    NETWORK = "network"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Direction(str, Enum):
+    """Which way a pipeline message goes: activations forward to the next stage, activation
+    gradients backward to the previous one."""
+
+    FORWARD = "fwd"
+    BACKWARD = "bwd"
+
+    def __str__(self) -> str:
+        return self.value
