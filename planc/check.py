@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from planc.analysis import analyse
 from planc.config import Resolver
@@ -51,7 +52,7 @@ def context_of(job: Job, rules: Iterable[Rule]) -> Context:
     return Context(job, plan, analyse(plan) if needed else None)
 
 
-def _not_evaluated(job: Job, rules: list[Rule], refused: Refusal, locator: Locator) -> Finding:
+def _not_evaluated(rules: list[Rule], refused: Refusal, locator: Locator) -> Finding:
     """An info finding when rules were skipped because the job has no plan, so that a run whose
     failing precondition is ignored or re-levelled does not pass silently."""
     skipped = ", ".join(r.id for r in rules if r.needs is not Needs.JOB)
@@ -65,20 +66,41 @@ def _not_evaluated(job: Job, rules: list[Rule], refused: Refusal, locator: Locat
     return finding(refused.rule, Severity.INFO, violation, locator)
 
 
-def run_rules(job: Job, locator: Locator) -> list[Finding]:
-    """Every enabled rule's violations as findings; all violations, not only the first."""
+@dataclass(frozen=True)
+class Evaluation:
+    """What the rules say about one job, before placing it in a file: each enabled rule's
+    violations at its (possibly re-levelled) severity, and the context they were computed on."""
+
+    context: Context
+    violations: tuple[tuple[str, Severity, Violation], ...]
+
+    def worst(self) -> Severity | None:
+        return max((sev for _, sev, _ in self.violations), key=lambda s: s.rank, default=None)
+
+
+def evaluate(job: Job) -> Evaluation:
+    """Run every enabled rule on `job` (the plannable job and analysis computed once)."""
     rules = _enabled(job)
     ctx = context_of(job, rules)
-    findings = []
+    found: list[tuple[str, Severity, Violation]] = []
     for rule in rules:
         if rule.check is None:
             continue
         severity = severity_of(rule.id, rule.severity, job)
-        findings += [finding(rule.id, severity, v, locator) for v in rule.check(ctx)]
-    if ctx.plan is None and not any(f.severity.rank >= Severity.ERROR.rank for f in findings):
+        found += [(rule.id, severity, v) for v in rule.check(ctx)]
+    return Evaluation(ctx, tuple(found))
+
+
+def run_rules(job: Job, locator: Locator) -> list[Finding]:
+    """Every enabled rule's violations as findings; all violations, not only the first."""
+    result = evaluate(job)
+    findings = [finding(rule, sev, v, locator) for rule, sev, v in result.violations]
+    if result.context.plan is None and not any(
+        f.severity.rank >= Severity.ERROR.rank for f in findings
+    ):
         refused = plannable(job)
         if isinstance(refused, tuple) and refused:
-            findings.append(_not_evaluated(job, rules, refused[0], locator))
+            findings.append(_not_evaluated(_enabled(job), refused[0], locator))
     return findings
 
 
