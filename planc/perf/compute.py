@@ -1,0 +1,150 @@
+"""Time per op, per pass, per model chunk: FLOPs and bytes through the efficiency curves.
+
+One op's pass takes
+
+    T = max(F / (peak · eff_gemm(F, d)),  B / (HBM · eff_hbm(B)))      (matrix ops)
+    T = max(F / (vector peak · e_vec),   B / (HBM · eff_hbm(B)))      (vector ops)
+
+the roofline of Williams, Waterman & Patterson 2009 (CACM 52(4)): inside one kernel the loads
+overlap the math, so the slower of the two bounds the kernel. Calculon's default adds the two
+("no_overlap"); with the fixed-cost terms already inside both curves (F½, B½), adding them would
+charge the per-kernel cost twice and charge the weight reads of every large GEMM on top of its
+math (+9 % on the 1T model's MLP), which a tiled GEMM hides. Kernels run one after another on a
+rank: a pass of a chunk is the sum over its ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from planc.perf.efficiency import Efficiency
+from planc.perf.ops import (
+    LayerShape,
+    OpCost,
+    Work,
+    first_stage_ops,
+    last_stage_ops,
+    layer_ops,
+    optimizer_step,
+)
+
+RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class Device:
+    """The GPU's peaks: dense 16-bit matrix FLOP/s and HBM bytes/s."""
+
+    matrix_flops: float
+    hbm_bytes: float
+
+    @classmethod
+    def of(cls, bf16_tflops: float, memory_bandwidth_gbs: float) -> Device:
+        return cls(bf16_tflops * 1e12, memory_bandwidth_gbs * 1e9)
+
+
+def work_time_s(
+    op: OpCost, work: Work, device: Device, eff: Efficiency, backward: bool = False
+) -> float:
+    """Seconds of one pass of `op`: the roofline max of its math time and its HBM time."""
+    if work.flops <= 0 and work.bytes <= 0:
+        return 0.0
+    if op.engine == "attention":
+        rate = device.matrix_flops * (eff.flash_backward if backward else eff.flash_forward)
+    elif op.engine == "matrix":
+        smallest = op.shape.smallest if op.shape is not None else 0
+        rate = device.matrix_flops * eff.gemm.efficiency(work.flops, smallest)
+    else:
+        rate = eff.vector_tflops * 1e12 * eff.vector_efficiency
+    math = work.flops / rate if work.flops > 0 else 0.0
+    memory = work.bytes / (device.hbm_bytes * eff.hbm.at(work.bytes)) if work.bytes > 0 else 0.0
+    return max(math, memory)
+
+
+@dataclass(frozen=True)
+class PassTimes:
+    """Seconds of a group of ops per micro-batch: forward, data and weight gradients."""
+
+    forward_s: float
+    backward_data_s: float
+    backward_weight_s: float
+    core_forward_s: float  # the attention core's forward: what selective recompute repeats
+
+    @property
+    def backward_s(self) -> float:
+        return self.backward_data_s + self.backward_weight_s
+
+
+def pass_times(ops: Sequence[OpCost], device: Device, eff: Efficiency) -> PassTimes:
+    """Sum of the ops' pass times (kernels on one rank run one after another)."""
+    fwd = bwd_d = bwd_w = core = 0.0
+    for op in ops:
+        f = work_time_s(op, op.forward, device, eff)
+        fwd += f
+        bwd_d += work_time_s(op, op.backward_data, device, eff, backward=True)
+        bwd_w += work_time_s(op, op.backward_weight, device, eff, backward=True)
+        core += f if op.attention_core else 0.0
+    return PassTimes(fwd, bwd_d, bwd_w, core)
+
+
+@dataclass(frozen=True)
+class ChunkTimes:
+    """Compute seconds of one model chunk per micro-batch on one rank."""
+
+    forward_s: float
+    backward_s: float  # data + weight gradients + recompute
+    recompute_s: float  # included in backward_s
+    layers: int
+
+
+def recompute_time_s(layer: PassTimes, recompute: str) -> float:
+    """Recomputed forward per layer: all of it (full), the attention core (selective), nothing.
+
+    Korthikanti et al. 2022 §5: full recompute repeats the layer's forward in backward;
+    selective repeats only the attention core (QKᵀ, softmax, dropout, attention over V).
+    """
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
+    return {"none": 0.0, "selective": layer.core_forward_s, "full": layer.forward_s}[recompute]
+
+
+def chunk_times(
+    shape: LayerShape,
+    chunk_layers: Sequence[int],
+    first_stage: bool,
+    last_stage: bool,
+    recompute: str,
+    device: Device,
+    eff: Efficiency,
+) -> tuple[ChunkTimes, ...]:
+    """Forward and backward (+ recompute) seconds per micro-batch of each chunk of one stage.
+
+    `chunk_layers[j]` is the layer count of the stage's chunk j (one entry without
+    interleaving). The first stage's chunk 0 also runs the embedding; the last stage's last
+    chunk also runs the final norm, the LM head and the fp32 loss.
+    """
+    layer = pass_times(layer_ops(shape), device, eff)
+    redo = recompute_time_s(layer, recompute)
+    head = pass_times(last_stage_ops(shape), device, eff)
+    embed = pass_times(first_stage_ops(shape), device, eff)
+    out = []
+    for j, layers in enumerate(chunk_layers):
+        forward = layers * layer.forward_s
+        backward = layers * (layer.backward_s + redo)
+        if first_stage and j == 0:
+            forward += embed.forward_s
+            backward += embed.backward_s
+        if last_stage and j == len(chunk_layers) - 1:
+            forward += head.forward_s
+            backward += head.backward_s
+        out.append(ChunkTimes(forward, backward, layers * redo, layers))
+    return tuple(out)
+
+
+def optimizer_time_s(
+    parameters: float, device: Device, eff: Efficiency, loss_scaling: bool = False
+) -> float:
+    """Seconds of the optimizer step over `parameters` parameters (memory bound)."""
+    work = optimizer_step(parameters, loss_scaling)
+    return work_time_s(OpCost("adam", "vector", work, Work(0, 0)), work, device, eff)

@@ -1,0 +1,204 @@
+"""Achieved fractions of peak, as data: GEMM, HBM, vector units and the network, per GPU.
+
+The numbers live in `planc/presets/efficiency.json`, one entry per GPU preset of
+`planc/presets/gpus.json`; each entry says where its numbers come from. A user's own fit
+(`planc calibrate`) is a file with one such entry, read by :func:`load_calibration`.
+
+The curves (each a smooth saturating function, where Calculon uses step tables):
+
+* GEMM:  eff(F, d) = e_max · F/(F + F½) · d/(d + d½), F the op's FLOPs, d its smallest matrix
+  dimension. F/(F + F½) is exactly what a fixed per-kernel cost τ does to a kernel that would
+  otherwise run at e_max (F½ = τ · peak · e_max); d/(d + d½) is the loss of data reuse when one of
+  M, N, K is small (the attention matmuls' K = k = 64…160, Calculon's measured 0.29–0.43 on them).
+* HBM:   eff(B) = e_hbm · B/(B + B½), the same fixed-cost form for a kernel moving B bytes.
+* Vector units: a constant fraction of the non-tensor peak (element-wise ops are memory bound).
+* Fused attention (FlashAttention): a constant fraction of the matrix peak on the FLOPs the
+  kernel executes, forward and backward, from the kernel's published benchmarks.
+* Network: per link class (nvlink, network) and per collective, a bus-bandwidth efficiency and a
+  latency per ring step: T = steps·α + wire_bytes/(β·e) (NCCL bus bandwidth, nccl-tests
+  `doc/PERFORMANCE.md`), and `processor_usage`, the share of the SMs a running collective takes
+  from overlapped compute (Calculon's `processor_usage`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+PRESETS = Path(__file__).resolve().parent.parent / "presets" / "efficiency.json"
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "send_recv")
+LINKS = ("nvlink", "network")
+
+
+@dataclass(frozen=True)
+class GemmCurve:
+    """eff(F, d) = peak_fraction · F/(F + half_flops) · d/(d + half_dim)."""
+
+    peak_fraction: float
+    half_flops: float
+    half_dim: float
+
+    def efficiency(self, flops: float, smallest: int) -> float:
+        """Achieved fraction of the matrix peak for a matmul of `flops` FLOPs, smallest dim d."""
+        if flops <= 0:
+            return self.peak_fraction
+        size = flops / (flops + self.half_flops)
+        shape = smallest / (smallest + self.half_dim) if smallest > 0 else 1.0
+        return self.peak_fraction * size * shape
+
+
+@dataclass(frozen=True)
+class MemoryCurve:
+    """eff(B) = efficiency · B/(B + half_bytes)."""
+
+    efficiency: float
+    half_bytes: float
+
+    def at(self, moved: float) -> float:
+        """Achieved fraction of the HBM bandwidth for a kernel moving `moved` bytes."""
+        if moved <= 0:
+            return self.efficiency
+        return self.efficiency * moved / (moved + self.half_bytes)
+
+
+@dataclass(frozen=True)
+class LinkEfficiency:
+    """One link class: latency per ring step, bus-bandwidth efficiency per collective."""
+
+    latency_us: float
+    all_reduce: float
+    reduce_scatter: float
+    all_gather: float
+    send_recv: float
+    processor_usage: float  # fraction of compute lost while a collective overlaps it
+
+    def of(self, op: str) -> float:
+        """The efficiency of collective `op` (all_reduce, reduce_scatter, all_gather, send_recv)."""
+        if op not in COLLECTIVES:
+            raise ValueError(f"unknown collective {op!r}")
+        value: float = getattr(self, op)
+        return value
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Everything the per-operation model needs besides the GPU's peak numbers."""
+
+    gemm: GemmCurve
+    hbm: MemoryCurve
+    vector_tflops: float
+    vector_efficiency: float
+    flash_forward: float
+    flash_backward: float
+    nvlink: LinkEfficiency
+    network: LinkEfficiency
+    source: str = ""
+
+    def link(self, name: str) -> LinkEfficiency:
+        """nvlink or network."""
+        if name not in LINKS:
+            raise ValueError(f"unknown link class {name!r}")
+        return self.nvlink if name == "nvlink" else self.network
+
+    def with_gemm(self, **changes: float) -> Efficiency:
+        return replace(self, gemm=replace(self.gemm, **changes))
+
+    def with_link(self, name: str, **changes: float) -> Efficiency:
+        link = replace(self.link(name), **changes)
+        return replace(self, nvlink=link) if name == "nvlink" else replace(self, network=link)
+
+
+def _number(data: Mapping[str, Any], key: str, where: str) -> float:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValueError(f"{where}.{key} must be a non-negative number, got {value!r}")
+    return float(value)
+
+
+def _link(data: Mapping[str, Any], where: str) -> LinkEfficiency:
+    eff = data.get("efficiency", {})
+    if not isinstance(eff, Mapping):
+        raise ValueError(f"{where}.efficiency must be a mapping of collective to efficiency")
+    return LinkEfficiency(
+        latency_us=_number(data, "latency_us", where),
+        processor_usage=_number(data, "processor_usage", where),
+        **{op: _number(eff, op, f"{where}.efficiency") for op in COLLECTIVES},
+    )
+
+
+def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
+    """One GPU's entry of efficiency.json (or a calibration file) as an :class:`Efficiency`."""
+    try:
+        gemm, hbm, vector = data["gemm"], data["hbm"], data["vector"]
+        flash, net = data["flash_attention"], data["network"]
+    except (KeyError, TypeError) as error:
+        raise ValueError(
+            f"{where} needs gemm, hbm, vector, flash_attention and network sections"
+        ) from error
+    return Efficiency(
+        gemm=GemmCurve(
+            _number(gemm, "peak_fraction", f"{where}.gemm"),
+            _number(gemm, "half_flops", f"{where}.gemm"),
+            _number(gemm, "half_dim", f"{where}.gemm"),
+        ),
+        hbm=MemoryCurve(
+            _number(hbm, "efficiency", f"{where}.hbm"), _number(hbm, "half_bytes", f"{where}.hbm")
+        ),
+        vector_tflops=_number(vector, "tflops", f"{where}.vector"),
+        vector_efficiency=_number(vector, "efficiency", f"{where}.vector"),
+        flash_forward=_number(flash, "forward", f"{where}.flash_attention"),
+        flash_backward=_number(flash, "backward", f"{where}.flash_attention"),
+        nvlink=_link(net["nvlink"], f"{where}.network.nvlink"),
+        network=_link(net["network"], f"{where}.network.network"),
+        source=str(data.get("source", "")),
+    )
+
+
+def to_json(eff: Efficiency, source: str = "") -> dict[str, Any]:
+    """The inverse of :func:`from_json` (what `planc calibrate` writes)."""
+
+    def link(value: LinkEfficiency) -> dict[str, Any]:
+        return {
+            "latency_us": value.latency_us,
+            "processor_usage": value.processor_usage,
+            "efficiency": {op: value.of(op) for op in COLLECTIVES},
+        }
+
+    return {
+        "source": source or eff.source,
+        "gemm": asdict(eff.gemm),
+        "hbm": asdict(eff.hbm),
+        "vector": {"tflops": eff.vector_tflops, "efficiency": eff.vector_efficiency},
+        "flash_attention": {"forward": eff.flash_forward, "backward": eff.flash_backward},
+        "network": {"nvlink": link(eff.nvlink), "network": link(eff.network)},
+    }
+
+
+@cache
+def _presets() -> Mapping[str, Any]:
+    data: dict[str, Any] = json.loads(PRESETS.read_text(encoding="utf-8"))
+    return data
+
+
+def preset_names() -> tuple[str, ...]:
+    return tuple(name for name in _presets() if not name.startswith("_"))
+
+
+def for_gpu(name: str) -> Efficiency:
+    """The efficiency entry of GPU preset `name`; custom GPUs get the A100 shape (documented)."""
+    presets = _presets()
+    key = name if name in presets and not name.startswith("_") else "a100-80gb"
+    return from_json(presets[key], f"efficiency.json[{key}]")
+
+
+def load_calibration(path: str | Path) -> Efficiency:
+    """A calibration file written by `planc calibrate` (one GPU's entry of efficiency.json)."""
+    text = Path(path).read_text(encoding="utf-8")
+    data = json.loads(text)
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{path}: a calibration file is one JSON object")
+    return from_json(data, str(path))

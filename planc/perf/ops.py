@@ -1,0 +1,447 @@
+"""FLOPs and HBM bytes of every operation of a transformer layer and of the model's two ends.
+
+Each op is a small named function of a :class:`LayerShape` (plain numbers of one rank) that
+returns an :class:`OpCost`: FLOPs and bytes moved (HBM reads + writes) for the forward pass, the
+backward pass for the inputs (data gradient) and the backward pass for the weights. Symbols as
+in Korthikanti et al. 2022 (arXiv 2205.05198) and Narayanan et al. 2021 (arXiv 2104.04473):
+b micro-batch, s sequence, h hidden, n heads, g key/value heads, k channels per head, f MLP
+inner size, V vocabulary, t tensor-parallel, c context-parallel degree, β bytes per 16-bit
+element (β = 2 for bf16/fp16).
+
+Conventions, stated once:
+
+* A matrix multiply of (M×K)·(K×N) costs 2·M·K·N FLOPs (one multiply-add = 2 FLOPs) and moves
+  (M·K + K·N + M·N)·β bytes (each operand read once, the result written once: the minimum a
+  well-tiled kernel moves). Its data gradient and weight gradient are matmuls of the same
+  three sizes (Narayanan et al. 2021 §5.1: backward = 2 × forward).
+* Attention matmuls have no causal discount (as the papers we validate against count them).
+* Element-wise and normalisation ops are counted as the fused kernels Megatron-LM runs: Apex
+  fused LayerNorm/RMSNorm, `FusedScaleMaskSoftmax`, `bias_dropout_add_fused_train`,
+  `bias_gelu` / `swiglu` fusions (Megatron-LM `megatron/core/fusions/`); a dropout mask is
+  one byte per element (PyTorch's fused `native_dropout` keeps a bool mask).
+* Tensor parallelism splits heads and the MLP's inner size by t (Shoeybi et al. 2019 §3);
+  sequence parallelism splits norms, dropouts and residual adds by t along the sequence
+  (Korthikanti et al. 2022 §4.2.2); context parallelism gives each rank s/c queries that attend
+  to all s keys over the ring (Liu et al. 2023), so its attention costs (s/c)·s, not s².
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Engine = Literal["matrix", "vector", "attention"]
+
+# Megatron pads the vocabulary to a multiple of 128·t (`--make-vocab-size-divisible-by 128`,
+# megatron/training/tokenizer: _vocab_size_with_padding).
+VOCAB_MULTIPLE = 128
+
+
+@dataclass(frozen=True)
+class Work:
+    """FLOPs and HBM bytes (reads + writes) of one pass of one op, on one rank."""
+
+    flops: float
+    bytes: float
+
+    def __add__(self, other: Work) -> Work:
+        return Work(self.flops + other.flops, self.bytes + other.bytes)
+
+
+NOTHING = Work(0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """A (batched) matmul (M×K)·(K×N), `batch` times: what the GEMM efficiency depends on."""
+
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+
+    @property
+    def smallest(self) -> int:
+        """The smallest of M, N, K: a small one limits data reuse and tile occupancy."""
+        return min(self.m, self.n, self.k)
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One op: FLOPs and bytes of forward, backward-data and backward-weight, on one rank."""
+
+    name: str
+    engine: Engine
+    forward: Work
+    backward_data: Work
+    backward_weight: Work = NOTHING
+    shape: GemmShape | None = None  # matrix ops only
+    attention_core: bool = False  # recomputed by selective recompute
+
+    @property
+    def backward(self) -> Work:
+        return self.backward_data + self.backward_weight
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """The sizes of one rank's share of a layer (plain numbers; see the module docstring)."""
+
+    b: int
+    s: int  # full sequence length (keys); a rank holds s/c queries
+    h: int
+    n: int
+    g: int
+    k: int
+    f: int
+    V: int
+    t: int = 1
+    c: int = 1
+    sp: bool = False
+    gated: bool = False  # SwiGLU (three MLP matrices) instead of GeLU (two)
+    norm: str = "layernorm"  # or rmsnorm
+    dropout: float = 0.0
+    flash: bool = False
+    beta: int = 2  # bytes per activation element
+    positions: int = 0  # rows of a learned position table (0 for RoPE)
+    causal: bool = True  # a fused kernel skips the masked half of the scores
+
+    @property
+    def queries(self) -> int:
+        """s/c: the sequence positions this rank computes."""
+        return self.s // self.c
+
+    @property
+    def tokens(self) -> int:
+        """b·s/c: rows of the weight matmuls on this rank."""
+        return self.b * self.queries
+
+    @property
+    def norm_tokens(self) -> float:
+        """Rows of norms, dropouts and residual adds: b·s/c, divided by t under SP."""
+        return self.tokens / self.t if self.sp else float(self.tokens)
+
+    @property
+    def heads(self) -> float:
+        """n/t query heads on this rank."""
+        return self.n / self.t
+
+    @property
+    def kv_heads(self) -> float:
+        """g/t key/value heads on this rank (at least one: Megatron replicates KV heads)."""
+        return max(self.g / self.t, 1.0)
+
+    @property
+    def vocab(self) -> int:
+        """V'/t: the rank's slice of the vocabulary padded to a multiple of 128·t."""
+        unit = VOCAB_MULTIPLE * self.t
+        return -(-self.V // unit) * unit // self.t
+
+
+def gemm(name: str, rows: float, inner: float, cols: float, beta: int) -> OpCost:
+    """A weight matmul Y[rows×cols] = X[rows×inner]·W[inner×cols].
+
+    Forward 2·rows·inner·cols FLOPs, (rows·inner + inner·cols + rows·cols)·β bytes; the data
+    gradient dX = dY·Wᵀ and the weight gradient dW = Xᵀ·dY have the same FLOPs and bytes
+    (Narayanan et al. 2021 §5.1).
+    """
+    flops = 2.0 * rows * inner * cols
+    moved = (rows * inner + inner * cols + rows * cols) * beta
+    work = Work(flops, moved)
+    shape = GemmShape(round(rows), round(cols), round(inner))
+    return OpCost(name, "matrix", work, work, work, shape)
+
+
+# --------------------------------------------------------------------------- attention block
+
+
+def norm(shape: LayerShape, name: str = "norm") -> OpCost:
+    """LayerNorm or RMSNorm over b·s/c(/t with SP) rows of h (Apex fused kernels).
+
+    Forward reads x and writes y: 2·β bytes per element, ~8 FLOPs per element for LayerNorm
+    (mean, variance, normalise, scale, shift), ~4 for RMSNorm. Backward reads x and dy and
+    writes dx (3·β per element, the per-row statistics are negligible), about twice the FLOPs;
+    dγ (and dβ) are reduced in the same pass (Apex `fused_layer_norm_cuda`).
+    """
+    elements = shape.norm_tokens * shape.h
+    per = 8.0 if shape.norm == "layernorm" else 4.0
+    forward = Work(per * elements, 2.0 * shape.beta * elements)
+    backward = Work(2 * per * elements, 3.0 * shape.beta * elements)
+    return OpCost(name, "vector", forward, backward)
+
+
+def qkv_projection(shape: LayerShape) -> OpCost:
+    """Q, K, V projection: [b·s/c, h] · [h, (n + 2g)·k/t] (Shoeybi et al. 2019: column parallel)."""
+    cols = (shape.heads + 2 * shape.kv_heads) * shape.k
+    return gemm("qkv", shape.tokens, shape.h, cols, shape.beta)
+
+
+def _score_elements(shape: LayerShape) -> float:
+    """b·(n/t)·(s/c)·s: the attention score matrix of one rank."""
+    return shape.b * shape.heads * shape.queries * shape.s
+
+
+def attention_scores(shape: LayerShape) -> OpCost:
+    """QKᵀ: (n/t)·b batched [s/c, k]·[k, s] matmuls (eager attention).
+
+    Forward 2·b·(n/t)·(s/c)·s·k FLOPs; reads Q and K, writes the scores (β each). Backward
+    dQ = dS·K and dK = dSᵀ·Q: twice the FLOPs, reads dS twice, Q and K, writes dQ and dK.
+    Megatron's eager path expands K and V to n heads, so K counts n/t heads.
+    """
+    scores = _score_elements(shape)
+    q = shape.b * shape.heads * shape.queries * shape.k
+    kv = shape.b * shape.heads * shape.s * shape.k
+    flops = 2.0 * scores * shape.k
+    forward = Work(flops, (q + kv + scores) * shape.beta)
+    backward = Work(2 * flops, (2 * scores + 2 * q + 2 * kv) * shape.beta)
+    gshape = GemmShape(shape.queries, shape.s, shape.k, round(shape.b * shape.heads))
+    return OpCost("attention scores QKᵀ", "matrix", forward, backward, NOTHING, gshape, True)
+
+
+def softmax(shape: LayerShape) -> OpCost:
+    """Scale, causal mask and softmax over the scores (Megatron `FusedScaleMaskSoftmax`).
+
+    Forward reads and writes the b·(n/t)·(s/c)·s scores (2·β per element, ~5 FLOPs: scale,
+    max, subtract-exp, sum, divide); backward reads y and dy and writes dx (3·β, ~4 FLOPs).
+    """
+    elements = _score_elements(shape)
+    forward = Work(5.0 * elements, 2.0 * shape.beta * elements)
+    backward = Work(4.0 * elements, 3.0 * shape.beta * elements)
+    return OpCost("softmax", "vector", forward, backward, attention_core=True)
+
+
+def attention_dropout(shape: LayerShape) -> OpCost:
+    """Dropout on the attention probabilities (none when the model's dropout is 0).
+
+    Forward reads the probabilities, writes the result and a one-byte mask: (2β + 1) per
+    element; backward reads dy and the mask and writes dx: (2β + 1).
+    """
+    if shape.dropout <= 0:
+        return OpCost("attention dropout", "vector", NOTHING, NOTHING, attention_core=True)
+    elements = _score_elements(shape)
+    work = Work(2.0 * elements, (2.0 * shape.beta + 1) * elements)
+    return OpCost("attention dropout", "vector", work, work, attention_core=True)
+
+
+def attention_over_values(shape: LayerShape) -> OpCost:
+    """Attention over V: (n/t)·b batched [s/c, s]·[s, k] matmuls (eager attention).
+
+    Forward 2·b·(n/t)·(s/c)·s·k FLOPs; reads the probabilities and V, writes the context.
+    Backward dP = dO·Vᵀ and dV = Pᵀ·dO: twice the FLOPs; reads dO twice, V and P, writes dP and dV.
+    """
+    scores = _score_elements(shape)
+    out = shape.b * shape.heads * shape.queries * shape.k
+    v = shape.b * shape.heads * shape.s * shape.k
+    flops = 2.0 * scores * shape.k
+    forward = Work(flops, (scores + v + out) * shape.beta)
+    backward = Work(2 * flops, (2 * scores + 2 * out + 2 * v) * shape.beta)
+    gshape = GemmShape(shape.queries, shape.k, shape.s, round(shape.b * shape.heads))
+    return OpCost("attention over V", "matrix", forward, backward, NOTHING, gshape, True)
+
+
+def flash_attention(shape: LayerShape) -> OpCost:
+    """Fused attention (FlashAttention-2, Dao 2023): both matmuls, no s×s tensor in HBM.
+
+    Forward 4·b·(n/t)·(s/c)·s·k FLOPs (QKᵀ and PV); reads Q, K, V, writes O and the fp32
+    log-sum-exp. Backward recomputes the scores: five matmuls (S, dV, dP, dQ, dK), 2.5× the
+    forward FLOPs; reads Q, K, V, O, dO, writes dQ, dK, dV. K and V count g/t heads (GQA is
+    native in the kernel). Dropout, if any, runs inside the kernel. A causal kernel skips the
+    blocks above the diagonal: it executes half of these FLOPs (the FLOPs returned here are
+    the executed ones; model FLOPs for MFU are counted without the discount elsewhere).
+    """
+    scores = _score_elements(shape) * (0.5 if shape.causal else 1.0)
+    q = shape.b * shape.heads * shape.queries * shape.k
+    kv = shape.b * shape.kv_heads * shape.s * shape.k
+    lse = shape.b * shape.heads * shape.queries * 4.0
+    flops = 4.0 * scores * shape.k
+    forward = Work(flops, (2 * q + 2 * kv) * shape.beta + lse)
+    backward = Work(2.5 * flops, (4 * q + 4 * kv) * shape.beta + lse)
+    gshape = GemmShape(shape.queries, shape.s, shape.k, round(shape.b * shape.heads))
+    return OpCost("flash attention", "attention", forward, backward, NOTHING, gshape, True)
+
+
+def attention_core(shape: LayerShape) -> tuple[OpCost, ...]:
+    """The core between the projections: fused (flash) or the four eager kernels."""
+    if shape.flash:
+        return (flash_attention(shape),)
+    return (
+        attention_scores(shape),
+        softmax(shape),
+        attention_dropout(shape),
+        attention_over_values(shape),
+    )
+
+
+def output_projection(shape: LayerShape) -> OpCost:
+    """Attention output projection: [b·s/c, n·k/t]·[n·k/t, h] (row parallel)."""
+    return gemm("attention output", shape.tokens, shape.heads * shape.k, shape.h, shape.beta)
+
+
+def residual_dropout_add(shape: LayerShape, name: str = "dropout + residual") -> OpCost:
+    """Bias, dropout and residual add, fused (`bias_dropout_add_fused_train`), on b·s/c(/t) rows.
+
+    Forward reads the branch and the residual, writes the sum (and a one-byte mask when
+    dropout > 0): (3β [+ 1]) per element; backward reads dy (and the mask) and writes the
+    branch's gradient; the residual's gradient is dy itself: (2β [+ 1]).
+    """
+    elements = shape.norm_tokens * shape.h
+    mask = 1.0 if shape.dropout > 0 else 0.0
+    forward = Work(3.0 * elements, (3.0 * shape.beta + mask) * elements)
+    backward = Work(2.0 * elements, (2.0 * shape.beta + mask) * elements)
+    return OpCost(name, "vector", forward, backward)
+
+
+# --------------------------------------------------------------------------- MLP block
+
+
+def mlp_up(shape: LayerShape) -> OpCost:
+    """fc1: [b·s/c, h]·[h, f/t]; SwiGLU fuses gate and up into one [h, 2f/t] matmul."""
+    cols = (2 if shape.gated else 1) * shape.f / shape.t
+    return gemm("mlp fc1", shape.tokens, shape.h, cols, shape.beta)
+
+
+def activation(shape: LayerShape) -> OpCost:
+    """GeLU (Megatron `bias_gelu` fusion) or SwiGLU on b·s/c·f/t elements.
+
+    GeLU: forward reads x, writes y (2β per element, ~8 FLOPs for the tanh form); backward reads
+    x and dy, writes dx (3β). SwiGLU: forward reads gate and up, writes y (3β, ~6 FLOPs);
+    backward reads gate, up and dy, writes both gradients (5β).
+    """
+    elements = shape.tokens * shape.f / shape.t
+    if shape.gated:
+        return OpCost(
+            "swiglu",
+            "vector",
+            Work(6.0 * elements, 3.0 * shape.beta * elements),
+            Work(10.0 * elements, 5.0 * shape.beta * elements),
+        )
+    return OpCost(
+        "gelu",
+        "vector",
+        Work(8.0 * elements, 2.0 * shape.beta * elements),
+        Work(12.0 * elements, 3.0 * shape.beta * elements),
+    )
+
+
+def mlp_down(shape: LayerShape) -> OpCost:
+    """fc2: [b·s/c, f/t]·[f/t, h] (row parallel)."""
+    return gemm("mlp fc2", shape.tokens, shape.f / shape.t, shape.h, shape.beta)
+
+
+def layer_ops(shape: LayerShape) -> tuple[OpCost, ...]:
+    """Every op of one pre-norm transformer layer, in forward order (Megatron GPT/Llama)."""
+    return (
+        norm(shape, "input norm"),
+        qkv_projection(shape),
+        *attention_core(shape),
+        output_projection(shape),
+        residual_dropout_add(shape, "attention dropout + residual"),
+        norm(shape, "pre-MLP norm"),
+        mlp_up(shape),
+        activation(shape),
+        mlp_down(shape),
+        residual_dropout_add(shape, "MLP dropout + residual"),
+    )
+
+
+# --------------------------------------------------------------------------- the model's ends
+
+
+def embedding(shape: LayerShape) -> OpCost:
+    """Token (and learned position) embedding lookup on the first stage, plus its dropout.
+
+    Forward reads b·s/c rows of h (and the position rows), writes the sum: 3β per element with
+    positions, 2β without (+ the dropout's read, write and mask). Backward: PyTorch's dense
+    embedding backward writes a zeroed [V'/t, h] gradient and scatter-adds the b·s/c rows into it,
+    which Megatron then adds into the fp32 main gradient (read β + 4, write 4): V'/t·h·(2β + 8)
+    bytes plus the rows (`torch.nn.functional.embedding` backward; Megatron DDP grad buffers).
+    """
+    rows = shape.tokens * shape.h
+    forward_bytes = (3.0 if shape.positions else 2.0) * shape.beta * rows
+    if shape.dropout > 0:
+        forward_bytes += (2.0 * shape.beta + 1) * rows
+    table = shape.vocab * shape.h + shape.positions * shape.h
+    backward_bytes = table * (2.0 * shape.beta + 8) + 2.0 * shape.beta * rows
+    return OpCost(
+        "embedding", "vector", Work(rows, forward_bytes), NOTHING, Work(rows, backward_bytes)
+    )
+
+
+def lm_head(shape: LayerShape) -> OpCost:
+    """Output layer: [b·s/c, h]·[h, V'/t] (vocabulary-parallel logits, Megatron)."""
+    return gemm("lm head", shape.tokens, shape.h, shape.vocab, shape.beta)
+
+
+def cross_entropy(shape: LayerShape) -> OpCost:
+    """Vocabulary-parallel cross-entropy in fp32 (Megatron `tensor_parallel/cross_entropy.py`).
+
+    Per logit element: forward reads the 16-bit logits and writes an fp32 copy (β + 4), subtracts
+    the max in place (4 + 4), exponentiates in place (4 + 4) and sums (4): β + 24 bytes, ~5
+    FLOPs. Backward turns the saved softmax into the gradient in place (4 + 4), scales it by the
+    incoming gradient (4 + 4) and casts it to 16 bits for the head's matmuls (4 + β): β + 20.
+    The three all-reduces of b·s/c floats over TP are latency-sized and not counted.
+    """
+    elements = float(shape.tokens * shape.vocab)
+    forward = Work(5.0 * elements, (shape.beta + 24.0) * elements)
+    backward = Work(3.0 * elements, (shape.beta + 20.0) * elements)
+    return OpCost("cross-entropy (fp32)", "vector", forward, backward)
+
+
+def first_stage_ops(shape: LayerShape) -> tuple[OpCost, ...]:
+    """What the first pipeline stage runs before its layers."""
+    return (embedding(shape),)
+
+
+def last_stage_ops(shape: LayerShape) -> tuple[OpCost, ...]:
+    """What the last pipeline stage runs after its layers: final norm, LM head, loss."""
+    return (norm(shape, "final norm"), lm_head(shape), cross_entropy(shape))
+
+
+# Adam with fp32 master weights (Megatron `optimizer/optimizer.py`, apex/TE fused Adam): reads
+# the fp32 gradient, master weight and both moments (16 bytes), writes the master weight and the
+# moments (12) and the 16-bit working copy (2); the gradient buffer is zeroed for the next step
+# (4). About 11 FLOPs per parameter (Calculon `calculon/llm/layers.py`, get_optim_step_flops).
+ADAM_BYTES_PER_PARAMETER = 34
+ADAM_FLOPS_PER_PARAMETER = 11
+# Around the update, Megatron's mixed-precision optimizer reads the fp32 gradients for the
+# gradient norm (4 bytes) and, with fp16 loss scaling, unscales them in place while checking for
+# inf/NaN (read + write: 8 bytes) (`MixedPrecisionOptimizer._unscale_main_grads_and_check_for_nan`,
+# `clip_grad_norm_fp32`); bf16 needs no loss scale.
+GRAD_NORM_BYTES_PER_PARAMETER = 4
+UNSCALE_BYTES_PER_PARAMETER = 8
+
+
+def optimizer_step(parameters: float, loss_scaling: bool = False) -> Work:
+    """The optimizer step over `parameters` parameters (a rank's shard under ZeRO): vector work.
+
+    Adam's 34 bytes per parameter, the gradient norm's 4, and with fp16 loss scaling 8 more.
+    """
+    per = ADAM_BYTES_PER_PARAMETER + GRAD_NORM_BYTES_PER_PARAMETER
+    per += UNSCALE_BYTES_PER_PARAMETER if loss_scaling else 0
+    return Work(ADAM_FLOPS_PER_PARAMETER * parameters, per * parameters)
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+def layer_parameters(shape: LayerShape, bias: bool) -> int:
+    """Parameters of one layer on one TP rank: QKV, output, MLP matrices, biases and two norms.
+
+    QKV h·(n + 2g)·k/t, output (n/t)·k·h, MLP γ·h·f/t (γ = 3 SwiGLU, 2 GeLU), biases on the
+    column-parallel outputs and replicated row-parallel biases, two norms (LayerNorm γ and β:
+    2h each; RMSNorm γ: h each), replicated over TP.
+    """
+    heads, kv = shape.n // shape.t, max(shape.g // shape.t, 1)
+    ffn = shape.f // shape.t
+    matrices = shape.h * (heads + 2 * kv) * shape.k + heads * shape.k * shape.h
+    matrices += (3 if shape.gated else 2) * shape.h * ffn
+    biases = (
+        (heads + 2 * kv) * shape.k + shape.h + (2 if shape.gated else 1) * ffn + shape.h
+    ) * bias
+    norms = 2 * (2 if shape.norm == "layernorm" else 1) * shape.h
+    return matrices + biases + norms
+
+
+def embedding_parameters(shape: LayerShape) -> int:
+    """The rank's vocabulary slice V'/t·h plus a learned position table (positions·h)."""
+    return shape.vocab * shape.h + shape.positions * shape.h

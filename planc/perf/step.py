@@ -1,0 +1,216 @@
+"""The step: per-stage times composed through the pipeline schedule, plus what stays exposed.
+
+:func:`estimate_step` is a pure function of a frozen :class:`StepInputs` of plain numbers
+(seconds, counts, FLOPs); :mod:`planc.perf.validate` builds one from a job.
+
+Composition, per optimizer step:
+
+1. **Pipeline.** Each virtual stage (stage r, chunk j) takes t_f = forward + exposed TP forward
+   and t_b = backward (+ recompute) + exposed TP backward per micro-batch; the discrete-event
+   simulation of Megatron's 1F1B or interleaved 1F1B schedule (:mod:`planc.pipeline`) runs them
+   with the p2p time per message and gives each stage's finishing time. The bubble is whatever
+   the simulation leaves idle, so uneven stages (embedding first, LM head last) are priced.
+2. **Bounded simulation.** Beyond warm-up the 1F1B steady state repeats: the dependency graph is
+   a max-plus linear system, whose finishing times grow by a constant per period (Baccelli et al.
+   1992, *Synchronization and Linearity*, ch. 3). For large m the simulation runs two micro-batch
+   counts m₁ < m₂ = m₁ + p with m₁ ≡ m (mod p) in the steady state and extrapolates each stage's
+   finishing time linearly to m; a test checks this against the full simulation.
+3. **Data-parallel reduction.** Each stage reduces its gradient buckets while the backward of
+   its last micro-batch runs (Megatron DDP `overlap_grad_reduce`): buckets beyond that window
+   and always the last bucket are exposed; overlapped buckets slow the compute they overlap by
+   `processor_usage` (the SMs NCCL's kernels occupy; Calculon `processor_usage`).
+4. **Step end.** The gradient-norm all-reduce synchronises all stages before the optimizer
+   (Megatron `clip_grad_norm`), so step = max_r(pipeline end_r + DP exposed_r) +
+   max_r(optimizer_r + after-step communication_r) (ZeRO-1/2 parameter all-gather, tied
+   embedding all-reduce).
+
+MFU counts model FLOPs only (no recompute; Chowdhery et al. 2022, PaLM, Appendix B), passed in
+as `model_flops` (e.g. 72·B·s·L·h²·(1 + s/(6h) + V/(12hL)) for a GPT, Narayanan et al. 2021).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from planc.pipeline.schedule import build_schedule
+from planc.pipeline.timeline import simulate
+
+# Above this many compute ops (2·p·m·v) the pipeline is simulated at two smaller m and
+# extrapolated; at the bound the exact simulation takes about a second.
+MAX_SIMULATED_OPS = 40_000
+
+
+@dataclass(frozen=True)
+class StageInputs:
+    """One pipeline stage (one rank of it), per micro-batch unless said otherwise, in seconds.
+
+    Tuples are per model chunk (length v). `tp_*` is the TP communication left exposed (zero
+    when it overlaps); `dp_buckets_s` are the gradient-reduction buckets in the order they run,
+    `after_step_s` communication after the optimizer step (ZeRO-1/2 parameter all-gather, tied
+    embedding all-reduce), `optimizer_s` the optimizer update.
+    """
+
+    forward_s: tuple[float, ...]
+    backward_s: tuple[float, ...]
+    tp_forward_s: tuple[float, ...]
+    tp_backward_s: tuple[float, ...]
+    dp_buckets_s: tuple[float, ...] = ()
+    after_step_s: float = 0.0
+    optimizer_s: float = 0.0
+    tp_overlapped_s: float = 0.0  # TP communication hidden behind compute, per micro-batch
+    dp_overlapped_s: float = 0.0  # other DP communication hidden behind compute, per micro-batch
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """Everything the step composition needs, as plain numbers."""
+
+    stages: tuple[StageInputs, ...]
+    m: int
+    v: int
+    p2p_s: float  # one pipeline message
+    tp_processor_usage: float = 0.0  # compute lost while TP communication overlaps it
+    dp_processor_usage: float = 0.0  # compute lost while DP communication overlaps it
+    model_flops: float = 0.0  # per step, for MFU
+    tokens: int = 0  # per step
+    peak_flops: float = 0.0  # all GPUs together, FLOP/s
+
+    @property
+    def p(self) -> int:
+        return len(self.stages)
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    step_time_s: float
+    pipeline_s: float  # the simulated makespan of all forward and backward passes
+    compute_s: float  # the busiest stage's own compute (incl. exposed TP and slowdowns)
+    bubble_s: float  # pipeline_s − compute_s
+    tp_exposed_s: float  # on the busiest stage, per step
+    pp_exposed_s: float  # p2p time on the critical path: pipeline_s − compute_s − idle
+    dp_exposed_s: float  # DP tail + after-step communication
+    optimizer_s: float
+    tokens_per_s: float
+    mfu: float
+    stage_end_s: tuple[float, ...]
+    simulated_m: tuple[int, ...]  # the micro-batch counts actually simulated
+
+
+def _virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
+    """t_f and t_b per virtual stage (index chunk·p + stage), TP exposure and slowdown included."""
+    p, v = inputs.p, inputs.v
+    t_f, t_b = [0.0] * (p * v), [0.0] * (p * v)
+    for r, st in enumerate(inputs.stages):
+        slow = (
+            inputs.tp_processor_usage * st.tp_overlapped_s
+            + inputs.dp_processor_usage * st.dp_overlapped_s
+        )
+        total_b = sum(st.backward_s) or 1.0
+        for j in range(v):
+            t_f[j * p + r] = st.forward_s[j] + st.tp_forward_s[j]
+            share = st.backward_s[j] / total_b
+            t_b[j * p + r] = st.backward_s[j] + st.tp_backward_s[j] + slow * share
+    return t_f, t_b
+
+
+def _simulate_ends(
+    p: int, m: int, v: int, t_f: Sequence[float], t_b: Sequence[float], hop: float
+) -> tuple[float, ...]:
+    """Each stage's finishing time from the exact discrete-event simulation."""
+    timeline = simulate(build_schedule(p, m, v), list(t_f), list(t_b), hop)
+    return tuple(float(spans[-1].end) for spans in timeline.stages)
+
+
+def steady_state_counts(p: int, m: int, v: int) -> tuple[int, int] | None:
+    """(m₁, m₂) to simulate instead of m, or None when m itself is small enough.
+
+    m₁ ≡ m (mod p), m₁ ≥ 2p (past the warm-up of every stage), m₂ = m₁ + p; interleaving needs
+    multiples of p, which m and hence m₁, m₂ then are.
+    """
+    if 2 * p * m * v <= MAX_SIMULATED_OPS:
+        return None
+    m1 = 2 * p + (m - 2 * p) % p
+    m2 = m1 + p
+    return (m1, m2) if m2 < m else None
+
+
+def pipeline_ends(
+    p: int, m: int, v: int, t_f: Sequence[float], t_b: Sequence[float], hop: float
+) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    """Each stage's finishing time for m micro-batches, and the counts simulated.
+
+    Exact for small schedules; otherwise simulated at m₁ and m₂ = m₁ + p and extrapolated:
+    end(m) = end(m₁) + (m − m₁)/p · (end(m₂) − end(m₁)).
+    """
+    counts = steady_state_counts(p, m, v)
+    if counts is None:
+        return _simulate_ends(p, m, v, t_f, t_b, hop), (m,)
+    m1, m2 = counts
+    first = _simulate_ends(p, m1, v, t_f, t_b, hop)
+    second = _simulate_ends(p, m2, v, t_f, t_b, hop)
+    periods = (m - m1) / p
+    return tuple(a + periods * (b - a) for a, b in zip(first, second, strict=True)), (m1, m2)
+
+
+def dp_exposed_s(buckets: Sequence[float], window_s: float) -> tuple[float, float]:
+    """(exposed, overlapped) seconds of the gradient buckets against a backward window.
+
+    Buckets run back to back as the backward produces them; what does not fit in the window is
+    exposed, and the last bucket always is (its gradients are ready only when backward ends).
+    """
+    if not buckets:
+        return 0.0, 0.0
+    total = sum(buckets)
+    exposed = max(buckets[-1], total - window_s)
+    return exposed, total - exposed
+
+
+def estimate_step(inputs: StepInputs) -> StepEstimate:
+    """Step time, its parts, tokens/s and MFU for `inputs` (see the module docstring)."""
+    p, m, v = inputs.p, inputs.m, inputs.v
+    if p < 1 or m < 1 or v < 1:
+        raise ValueError(f"need p, m, v ≥ 1, got p={p}, m={m}, v={v}")
+    for st in inputs.stages:
+        if not len(st.forward_s) == len(st.backward_s) == len(st.tp_forward_s) == v:
+            raise ValueError("every stage needs one forward, backward and TP time per chunk")
+    t_f, t_b = _virtual_times(inputs)
+    busy = [m * sum(t_f[j * p + r] + t_b[j * p + r] for j in range(v)) for r in range(p)]
+    if p == 1:
+        ends: tuple[float, ...] = (busy[0],)
+        simulated: tuple[int, ...] = ()
+    else:
+        ends, simulated = pipeline_ends(p, m, v, t_f, t_b, inputs.p2p_s)
+    tails = []
+    for st in inputs.stages:
+        exposed, overlapped = dp_exposed_s(st.dp_buckets_s, sum(st.backward_s))
+        tails.append(exposed + inputs.dp_processor_usage * overlapped)
+    pipeline = max(ends)
+    synced = max(end + tail for end, tail in zip(ends, tails, strict=True))
+    after = max(st.optimizer_s + st.after_step_s for st in inputs.stages)
+    step = synced + after
+    worst = max(range(p), key=lambda r: busy[r])
+    compute = busy[worst]
+    tp = m * (sum(inputs.stages[worst].tp_forward_s) + sum(inputs.stages[worst].tp_backward_s))
+    pp = _p2p_on_path(inputs, pipeline, compute)
+    return StepEstimate(
+        step_time_s=step,
+        pipeline_s=pipeline,
+        compute_s=compute,
+        bubble_s=pipeline - compute,
+        tp_exposed_s=tp,
+        pp_exposed_s=pp,
+        dp_exposed_s=synced - pipeline + max(st.after_step_s for st in inputs.stages),
+        optimizer_s=max(st.optimizer_s for st in inputs.stages),
+        tokens_per_s=inputs.tokens / step if step > 0 else 0.0,
+        mfu=inputs.model_flops / (step * inputs.peak_flops) if inputs.peak_flops > 0 else 0.0,
+        stage_end_s=ends,
+        simulated_m=simulated,
+    )
+
+
+def _p2p_on_path(inputs: StepInputs, pipeline: float, compute: float) -> float:
+    """The p2p share of the bubble: 2·(p·v − 1) messages on the fill-and-drain path at most."""
+    if inputs.p == 1:
+        return 0.0
+    return min(pipeline - compute, 2 * (inputs.p * inputs.v - 1) * inputs.p2p_s)

@@ -1,0 +1,254 @@
+"""From a job to :class:`StepInputs`: per-op compute times and the communication schedule's ops.
+
+The builder prices every op of :mod:`planc.perf.ops` on the job's GPU with the efficiency
+curves, and every communication op of `planc.comm.schedule.schedule` with the link's bandwidth
+(from the spec), bus factor and ring steps (:mod:`planc.comm.cost`) and the per-collective
+efficiency and latency of :mod:`planc.perf.efficiency`.
+
+Which TP collectives hide behind compute (Megatron-LM `tensor_parallel/layers.py`,
+`LinearWithGradAccumulationAndAsyncCommunication`):
+
+* forward and recomputed forward: none; every collective is on the critical path;
+* backward without SP: the all-reduce of the column-parallel input gradient (QKV, fc1) is
+  launched asynchronously and runs while the same layer's weight gradient is computed;
+* backward with SP: the reduce-scatter of the column-parallel input gradient overlaps the
+  weight gradient the same way; the all-gather of the row-parallel output gradient does not.
+
+What overlaps is charged `processor_usage` of its time as slowed compute; what does not fit is
+exposed. `training.overlap_tp` hides all TP communication (then it is all "overlapped").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from planc.comm.cost import ring_steps, wire_bytes
+from planc.comm.schedule import CommOp, schedule
+from planc.job import Job
+from planc.perf.compute import Device, chunk_times, optimizer_time_s, work_time_s
+from planc.perf.efficiency import Efficiency, for_gpu
+from planc.perf.ops import (
+    LayerShape,
+    embedding_parameters,
+    layer_parameters,
+    mlp_up,
+    qkv_projection,
+)
+from planc.perf.step import StageInputs, StepEstimate, StepInputs, estimate_step
+from planc.plannable import Plannable, plannable
+
+
+def plan_of(job: Job | Plannable) -> Plannable:
+    """The plannable form of `job` (ValueError naming the first refusal when it has none)."""
+    if isinstance(job, Plannable):
+        return job
+    plan = plannable(job)
+    if not isinstance(plan, Plannable):
+        first = plan[0]
+        raise ValueError(f"{first.rule}: {first.violation.message}")
+    return plan
+
+
+def layer_shape(job: Plannable) -> LayerShape:
+    """The job's sizes as plain numbers for :mod:`planc.perf.ops`."""
+    mod, tr, lay = job.model, job.training, job.layout
+    return LayerShape(
+        b=tr.b,
+        s=tr.s,
+        h=mod.h,
+        n=mod.n,
+        g=mod.g,
+        k=mod.k,
+        f=mod.f,
+        V=mod.V,
+        t=lay.t,
+        c=lay.c,
+        sp=lay.sp,
+        gated=mod.mlp == "swiglu",
+        norm=mod.norm,
+        dropout=mod.dropout,
+        flash=tr.attention == "flash",
+        beta=4 if tr.precision == "fp32" else 2,
+        positions=mod.max_seq_len if mod.position == "learned" else 0,
+    )
+
+
+def device_of(job: Plannable) -> Device:
+    gpu = job.cluster.gpu
+    return Device.of(gpu.bf16_tflops, gpu.memory_bandwidth_gbs)
+
+
+def comm_time_s(
+    job: Plannable, eff: Efficiency, op: str, n: int, buffer_bytes: int, link: str
+) -> float:
+    """One call: steps·α + wire_bytes/(β·e), α and e of the link class and collective."""
+    spec_link = job.cluster.intra if link == "nvlink" else job.cluster.inter
+    measured = eff.link(link)
+    alpha = measured.latency_us * 1e-6
+    rate = spec_link.bandwidth_gbs * 1e9 * measured.of(op)
+    return ring_steps(op, n) * alpha + wire_bytes(op, n, buffer_bytes) / rate
+
+
+def _call_s(job: Plannable, eff: Efficiency, op: CommOp) -> float:
+    return comm_time_s(job, eff, str(op.op), op.group_size, op.buffer_bytes, str(op.link))
+
+
+def stage_parameters(job: Plannable, stage: int, layers: int, shape: LayerShape) -> int:
+    """Parameters one rank of `stage` holds (after TP), for the optimizer step."""
+    lay, mod = job.layout, job.model
+    total = layers * layer_parameters(shape, mod.bias)
+    if stage == 0:
+        total += embedding_parameters(shape)
+    if stage == lay.p - 1:
+        total += shape.vocab * shape.h + (2 if mod.norm == "layernorm" else 1) * mod.h
+    return total
+
+
+def model_flops(job: Plannable) -> float:
+    """Model FLOPs per step, no recompute: 3 × forward of the weight matmuls, the attention
+    matmuls (no causal discount) and the LM head (Narayanan et al. 2021 Appendix; for a GPT
+    this is 72·B·s·L·h²·(1 + s/(6h) + V/(12hL)))."""
+    mod, tr = job.model, job.training
+    gamma = 3 if mod.mlp == "swiglu" else 2
+    weights = mod.h * mod.k * (mod.n + mod.g) * 2 + gamma * mod.h * mod.f
+    per_layer = 2.0 * tr.s * weights + 4.0 * tr.s * tr.s * mod.n * mod.k
+    return 3.0 * tr.B * (mod.L * per_layer + 2.0 * tr.s * mod.h * mod.V)
+
+
+@dataclass(frozen=True)
+class TpPerLayer:
+    """TP communication of one layer per micro-batch on one rank, in seconds."""
+
+    forward_s: float  # exposed
+    backward_exposed_s: float
+    backward_overlapped_s: float
+    recompute_s: float  # exposed again in backward under full recompute
+
+
+def tp_per_layer(job: Plannable, eff: Efficiency, ops: Sequence[CommOp], stage: int) -> TpPerLayer:
+    """Forward, backward (exposed and hidden) and recomputed TP time of one layer."""
+    tp = [op for op in ops if op.stage == stage and op.group == "tp" and op.calls]
+    if not tp:
+        return TpPerLayer(0.0, 0.0, 0.0, 0.0)
+    call = {str(op.op): _call_s(job, eff, op) for op in tp}
+    shape, device = layer_shape(job), device_of(job)
+    wgrads = [
+        work_time_s(cost, cost.backward_weight, device, eff)
+        for cost in (qkv_projection(shape), mlp_up(shape))
+    ]
+    if job.layout.sp:
+        forward = 2 * call.get("all_gather", 0.0) + 2 * call.get("reduce_scatter", 0.0)
+        hidden = call.get("reduce_scatter", 0.0)
+        fixed = 2 * call.get("all_gather", 0.0)
+    else:
+        forward = 2 * call.get("all_reduce", 0.0)
+        hidden, fixed = call.get("all_reduce", 0.0), 0.0
+    exposed = fixed + sum(max(0.0, hidden - w) for w in wgrads)
+    overlapped = sum(min(hidden, w) for w in wgrads)
+    redo = forward if job.training.recompute == "full" else 0.0
+    if job.training.overlap_tp:
+        return TpPerLayer(0.0, 0.0, forward + exposed + overlapped + redo, 0.0)
+    return TpPerLayer(forward, exposed, overlapped, redo)
+
+
+def _dp(
+    job: Plannable, eff: Efficiency, ops: Sequence[CommOp], stage: int
+) -> tuple[tuple[float, ...], float, float]:
+    """(buckets overlapping the last backward, after-step seconds, other overlapped seconds)."""
+    m = job.m
+    buckets: list[float] = []
+    after = overlapped = 0.0
+    for op in ops:
+        if op.stage != stage or op.group not in ("dp_cp", "embedding") or not op.calls:
+            continue
+        one = _call_s(job, eff, op)
+        if op.group == "embedding" or (op.op == "all_gather" and job.layout.zero <= 2):
+            after += one * op.calls
+        elif op.op == "all_gather":  # ZeRO-3: gathered before every forward and backward
+            overlapped += one * op.calls
+        elif job.layout.zero >= 2:  # reduce-scatter after every micro-batch
+            per_mb = op.calls // m
+            buckets += [one] * per_mb
+            overlapped += one * (op.calls - per_mb)
+        else:
+            buckets += [one] * op.calls
+    return tuple(buckets), after, overlapped
+
+
+def build_inputs(
+    job: Job | Plannable,
+    params_by_stage: Sequence[int] | None = None,
+    eff: Efficiency | None = None,
+) -> StepInputs:
+    """The :class:`StepInputs` of `job`.
+
+    `params_by_stage[r]` is Ψ_r, the parameters one rank of stage r holds (planc's memory
+    analysis); by default this module's own count. `eff` defaults to the GPU preset's entry of
+    `efficiency.json` (the A100 entry for a custom GPU).
+    """
+    job = plan_of(job)
+    lay, m = job.layout, job.m
+    eff = eff or for_gpu(job.cluster.gpu.name)
+    shape, device = layer_shape(job), device_of(job)
+    per_stage = lay.stage_layers
+    params = (
+        list(params_by_stage)
+        if params_by_stage is not None
+        else [stage_parameters(job, r, layers, shape) for r, layers in enumerate(per_stage)]
+    )
+    ops = schedule(job, params)
+    shard = lay.shard_group if lay.zero >= 1 else 1
+    stages = []
+    for r, layers in enumerate(per_stage):
+        split = lay.chunk_layers(r)
+        times = chunk_times(
+            shape, split, r == 0, r == lay.p - 1, job.training.recompute, device, eff
+        )
+        tp = tp_per_layer(job, eff, ops, r)
+        buckets, after, dp_overlapped = _dp(job, eff, ops, r)
+        stages.append(
+            StageInputs(
+                forward_s=tuple(t.forward_s for t in times),
+                backward_s=tuple(t.backward_s for t in times),
+                tp_forward_s=tuple(n * tp.forward_s for n in split),
+                tp_backward_s=tuple(n * (tp.backward_exposed_s + tp.recompute_s) for n in split),
+                dp_buckets_s=buckets,
+                after_step_s=after,
+                optimizer_s=optimizer_time_s(
+                    params[r] / shard, device, eff, job.training.precision == "fp16"
+                ),
+                tp_overlapped_s=layers * tp.backward_overlapped_s,
+                dp_overlapped_s=dp_overlapped / m,
+            )
+        )
+    sends = [op for op in ops if op.group == "pp" and op.calls]
+    hop = max((_call_s(job, eff, op) for op in sends), default=0.0)
+    return StepInputs(
+        stages=tuple(stages),
+        m=m,
+        v=lay.v,
+        p2p_s=hop,
+        tp_processor_usage=eff.link(_tp_link(ops)).processor_usage,
+        dp_processor_usage=eff.link(_dp_link(ops)).processor_usage,
+        model_flops=model_flops(job),
+        tokens=job.training.B * job.training.s,
+        peak_flops=job.world * job.cluster.gpu.bf16_tflops * 1e12,
+    )
+
+
+def _tp_link(ops: Sequence[CommOp]) -> str:
+    return next((str(op.link) for op in ops if op.group == "tp"), "nvlink")
+
+
+def _dp_link(ops: Sequence[CommOp]) -> str:
+    return next((str(op.link) for op in ops if op.group == "dp_cp"), "network")
+
+
+def estimate(
+    job: Job | Plannable,
+    params_by_stage: Sequence[int] | None = None,
+    eff: Efficiency | None = None,
+) -> StepEstimate:
+    """`estimate_step(build_inputs(job, ...))`."""
+    return estimate_step(build_inputs(job, params_by_stage, eff))
