@@ -122,13 +122,15 @@ def _simulate_ends(
     return tuple(float(spans[-1].end) for spans in timeline.stages)
 
 
-def steady_state_counts(p: int, m: int, v: int) -> tuple[int, int] | None:
+def steady_state_counts(
+    p: int, m: int, v: int, max_ops: int = MAX_SIMULATED_OPS
+) -> tuple[int, int] | None:
     """(m₁, m₂) to simulate instead of m, or None when m itself is small enough.
 
     m₁ ≡ m (mod p), m₁ ≥ 2p (past the warm-up of every stage), m₂ = m₁ + p; interleaving needs
     multiples of p, which m and hence m₁, m₂ then are.
     """
-    if 2 * p * m * v <= MAX_SIMULATED_OPS:
+    if 2 * p * m * v <= max_ops:
         return None
     m1 = 2 * p + (m - 2 * p) % p
     m2 = m1 + p
@@ -136,14 +138,20 @@ def steady_state_counts(p: int, m: int, v: int) -> tuple[int, int] | None:
 
 
 def pipeline_ends(
-    p: int, m: int, v: int, t_f: Sequence[float], t_b: Sequence[float], hop: float
+    p: int,
+    m: int,
+    v: int,
+    t_f: Sequence[float],
+    t_b: Sequence[float],
+    hop: float,
+    max_ops: int = MAX_SIMULATED_OPS,
 ) -> tuple[tuple[float, ...], tuple[int, ...]]:
     """Each stage's finishing time for m micro-batches, and the counts simulated.
 
     Exact for small schedules; otherwise simulated at m₁ and m₂ = m₁ + p and extrapolated:
     end(m) = end(m₁) + (m − m₁)/p · (end(m₂) − end(m₁)).
     """
-    counts = steady_state_counts(p, m, v)
+    counts = steady_state_counts(p, m, v, max_ops)
     if counts is None:
         return _simulate_ends(p, m, v, t_f, t_b, hop), (m,)
     m1, m2 = counts

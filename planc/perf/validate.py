@@ -105,7 +105,7 @@ def stage_parameters(job: Plannable, stage: int, layers: int, shape: LayerShape)
     return total
 
 
-def model_flops(job: Plannable) -> float:
+def model_flops(job: Job | Plannable) -> float:
     """Model FLOPs per step, no recompute: 3 × forward of the weight matmuls, the attention
     matmuls (no causal discount) and the LM head (Narayanan et al. 2021 Appendix; for a GPT
     this is 72·B·s·L·h²·(1 + s/(6h) + V/(12hL)))."""
