@@ -15,6 +15,19 @@ import click
 from planc import __version__
 
 if TYPE_CHECKING:
+    from typing import Any, ClassVar, Protocol, TypeVar
+
+    from planc.job import Cluster
+
+    class _Clustered(Protocol):
+        """A job or plannable job: a dataclass with a cluster (`_with_hosts`)."""
+
+        __dataclass_fields__: ClassVar[dict[str, Any]]
+
+        @property
+        def cluster(self) -> Cluster: ...
+
+    _Job = TypeVar("_Job", bound=_Clustered)
     from planc.analysis import Analysis
     from planc.findings import Finding
     from planc.plannable import Plannable
@@ -124,7 +137,9 @@ class _ConfigProblem(click.ClickException):
 )
 @click.option("-q", "--quiet", is_flag=True, help="Only the findings: no source lines, no summary.")
 @click.option(
-    "--exit-zero", is_flag=True, help="Exit 0 even when findings fail (unusable input still exits 2)."
+    "--exit-zero",
+    is_flag=True,
+    help="Exit 0 even when findings fail (unusable input still exits 2).",
 )
 @click.option(
     "--stdin-filename",
@@ -203,6 +218,35 @@ def rules(rule_id: str | None) -> None:
         raise click.UsageError(str(error)) from None
     exits = "; unusable input: exit 2" if rule.severity.rank > 2 else ""
     click.echo(f"{rule.id} ({level(rule.severity)}{exits})\n\n{rule.doc}\n\n{rule_url(rule.id)}")
+
+
+def _with_hosts(job: _Job, spec: str, hosts_file: str | None) -> _Job:
+    """`planc compile --hosts FILE`: the file's names replace the job's hosts after the host
+    rule's checks (PLC014; findings on stderr, exit 1, or 2 for a file that cannot be read).
+    Without hosts anywhere, warn that the launcher files name placeholders."""
+    import dataclasses
+
+    from planc.job import NodeNames
+
+    hosts = job.cluster.hosts
+    if hosts_file is None:
+        if isinstance(hosts, NodeNames):
+            click.echo(
+                f"{spec}: warning: no hardware.hosts: the launcher files name node-0 ... "
+                f"node-{len(hosts) - 1}, which torchrun cannot resolve; set hardware.hosts or "
+                "pass --hosts FILE",
+                err=True,
+            )
+        return job
+    from planc.findings import exit_code
+    from planc.hostfile import check_hosts
+    from planc.report import REPORTERS
+
+    result, names = check_hosts(hosts_file, job.cluster.nodes)
+    if result.findings:
+        click.echo(REPORTERS["text"]((result,), False), nl=False, err=True)
+        sys.exit(max(exit_code((result,)), 1))
+    return dataclasses.replace(job, cluster=dataclasses.replace(job.cluster, hosts=names))
 
 
 @main.command()
@@ -345,13 +389,25 @@ def explain(spec: str, output_format: str) -> None:
     help="Replace the output directory even if it holds files planc did not write.",
 )
 @click.option(
+    "--hosts",
+    "hosts_file",
+    type=click.Path(dir_okay=False),
+    help="Host names in node order, replacing the spec's: a hostfile (one per line, DeepSpeed "
+    "'name slots=8' accepted) or a Slurm nodelist such as gpu-[001-004].",
+)
+@click.option(
     "--verify",
     "run_verify",
     is_flag=True,
     help="Prove the plan with the numpy collective simulator first; write nothing if it fails.",
 )
 def compile_command(
-    spec: str, out_dir: str, force: bool, overwrite: bool, run_verify: bool
+    spec: str,
+    out_dir: str,
+    force: bool,
+    overwrite: bool,
+    hosts_file: str | None,
+    run_verify: bool,
 ) -> None:
     """Compile SPEC into plan.json, process groups and launcher files in a directory.
 
@@ -364,6 +420,7 @@ def compile_command(
     from planc.compile import OutputError, compile_job, write_plan
 
     job, forced = _plan_or_exit(spec, force=force)
+    job = _with_hosts(job, spec, hosts_file)
     for item in forced:
         click.echo(
             f"{spec}:{item.line}:{item.column}: forced past error {item.rule}: {item.text}",

@@ -16,7 +16,7 @@ import re
 
 from planc.compile.plan import Plan
 from planc.compile.ranks import AXES
-from planc.job import GIB
+from planc.job import GIB, NodeNames
 
 MASTER_PORT = 29500
 TRAIN_SCRIPT = '"${PLANC_TRAIN_SCRIPT:-train.py}"'
@@ -286,6 +286,19 @@ coords = {axis: rank // layout["strides"][axis] % layout["degrees"][axis] for ax
 layers = layout["stage_layers"][coords["pp"]]  # [first, last) per model chunk"""
 
 
+def _placeholder_warning(hosts: object) -> str:
+    """A warning paragraph when the files name planc's placeholder hosts (no hardware.hosts)."""
+    if not isinstance(hosts, NodeNames):
+        return ""
+    last = f"node-{len(hosts) - 1}"
+    return (
+        f"\n**Warning: placeholder host names.** The spec gives no `hardware.hosts`, so these files "
+        f"name node-0 … {last}, and torchrun waits forever for a rendezvous host it cannot "
+        "resolve. Set `hardware.hosts`, or compile again with `planc compile --hosts FILE` (a "
+        "hostfile or a Slurm nodelist such as `gpu-[001-004]`).\n"
+    )
+
+
 def readme(plan: Plan) -> str:
     grid, cl, s = plan.placement.grid, plan.job.cluster, plan.summary
     args, notes = megatron_args(plan)
@@ -299,7 +312,7 @@ def readme(plan: Plan) -> str:
 - peak memory {s.peak_memory_bytes:,} bytes ({s.peak_memory_bytes / GIB:.2f} of {s.hbm_bytes / GIB:.2f} GiB) on rank {s.peak_rank}, pipeline stage {s.peak_stage}
 
 Written by `planc compile`: edit the spec and compile again rather than editing these files.
-
+{_placeholder_warning(cl.hosts)}
 | file | what |
 |---|---|
 | plan.json | every rank's place, coordinates, layers, optimizer shard and memory; the process groups; a summary (schema: schemas/plan.schema.json) |

@@ -39,6 +39,7 @@ from types import FrameType
 
 from planc.compile.launchers import launcher_files, readme
 from planc.compile.plan import Plan, coords_json, plan_json
+from planc.progress import tracked
 
 if sys.platform != "win32":
     import fcntl
@@ -178,7 +179,8 @@ def _fill(root: Path, files: Mapping[str, str]) -> None:
         (root / folder).mkdir(parents=True, exist_ok=True)
     base = os.fspath(root)  # plain strings: pathlib costs more than the syscalls per small file
     # The manifest goes last: a directory with a manifest holds every file it lists.
-    for name, text in sorted(files.items(), key=lambda item: item[0] == MANIFEST):
+    ordered = sorted(files.items(), key=lambda item: item[0] == MANIFEST)
+    for name, text in tracked("planc compile: writing files", ordered):  # progress on a TTY
         # Scripts get x wherever the umask leaves r; creating them so saves a chmod per node.
         mode = 0o777 if name.endswith(_EXECUTABLE) else 0o666
         fd = os.open(os.path.join(base, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
