@@ -215,6 +215,14 @@ class HardwareSpec(Frozen):
         description="Memory kept per GPU for the CUDA context, NCCL buffers and allocator "
         "fragmentation, in GiB (2^30 bytes), 0 to 1,000,000 (the largest GPU memory planc takes).",
     )
+    calibration: (
+        Annotated[StrictStr, Field(min_length=1, max_length=4096, pattern=ONE_LINE)] | None
+    ) = Field(
+        None,
+        description="A JSON file of efficiency tables fitted to this cluster's measured step "
+        "times by `planc calibrate`, relative to the spec. Default: the GPU preset's entry of "
+        "planc/presets/efficiency.json.",
+    )
 
 
 class ParallelismSpec(Frozen):
