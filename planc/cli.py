@@ -465,3 +465,38 @@ def verify(spec: str) -> None:
 
     job, _ = _plan_or_exit(spec, tolerate=frozenset({"PLC006", "PLC007"}))
     sys.exit(0 if _verified(analyse(job)) else 1)
+
+
+@main.command()
+@click.argument("measurements", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="The file to write."
+)
+def calibrate(measurements: str, output: str) -> None:
+    """Fit efficiency tables to measured step times: MEASUREMENTS is a CSV of `spec path,
+    seconds per step` (paths relative to it), all on one GPU type.
+
+    Writes one GPU's entry of planc/presets/efficiency.json to OUTPUT (reference it from a spec
+    as hardware.calibration) and prints each run's error before and after the fit and from a fit
+    that left it out.
+    """
+    from planc.emit import write_text_atomic
+    from planc.perf import calibrate as cal  # start-up: numpy and the step model
+
+    try:
+        rows = cal.read_measurements(measurements)
+    except (OSError, ValueError) as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(2)
+    tolerate = frozenset({"PLC006", "PLC007"})
+    runs = [
+        cal.Run(str(path), _plan_or_exit(str(path), tolerate=tolerate)[0], s) for path, s in rows
+    ]
+    try:
+        result = cal.calibrate_runs(runs)
+    except ValueError as error:
+        click.echo(f"{measurements}: error: {error}", err=True)
+        sys.exit(2)
+    write_text_atomic(output, cal.calibration_json(result, measurements))
+    click.echo(cal.render(result), nl=False)
+    click.echo(f"wrote {output}")

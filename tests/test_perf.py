@@ -299,3 +299,33 @@ def test_calibration_file_round_trip(tmp_path: Path) -> None:
     path.write_text("{}", encoding="utf-8")
     with pytest.raises(ValueError, match="needs gemm"):
         load_calibration(path)
+
+
+def test_calibrate_command_writes_a_loadable_file(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from planc.cli import main
+
+    truth = for_gpu("a100-80gb").with_gemm(peak_fraction=0.75)
+    rows = ["spec,seconds per step"]
+    for model, b in (("gpt-22b", 1), ("gpt-22b", 4), ("llama3-8b", 2)):
+        text = (
+            f"version: 1\nname: {model}-{b}\nmodel: {{preset: {model}, layers: 4}}\n"
+            f"hardware: {{gpu: a100-80gb, nodes: 1}}\nparallelism: {{tensor: 8}}\n"
+            f"training: {{seq_len: 2048, micro_batch: {b}, global_batch: {4 * b}, "
+            f"attention: eager}}\n"
+        )
+        (tmp_path / f"{model}-{b}.yaml").write_text(text, encoding="utf-8")
+        job = load_text("x.yaml", text).job
+        assert job is not None
+        rows.append(f"{model}-{b}.yaml,{estimate(job, eff=truth).step_time_s!r}")
+    (tmp_path / "runs.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    out = tmp_path / "cluster.json"
+    result = CliRunner().invoke(main, ["calibrate", str(tmp_path / "runs.csv"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "leave-one-out" in result.output
+    fitted = load_calibration(out)
+    assert fitted.gemm.peak_fraction == pytest.approx(0.75, rel=0.02)
+    (tmp_path / "bad.csv").write_text("spec,seconds\na.yaml,fast\n", encoding="utf-8")
+    bad = CliRunner().invoke(main, ["calibrate", str(tmp_path / "bad.csv"), "-o", str(out)])
+    assert bad.exit_code == 2 and "bad.csv:2: 'fast' is not a number" in bad.output

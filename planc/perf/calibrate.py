@@ -15,13 +15,19 @@ calibration on data it did not see.
 
 from __future__ import annotations
 
+import csv
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from planc.perf.efficiency import COLLECTIVES, Efficiency
+from planc.job import Job
+from planc.perf.efficiency import COLLECTIVES, Efficiency, for_gpu, load_calibration, to_json
+from planc.perf.validate import estimate
+from planc.plannable import Plannable
 
 Predict = Callable[[Efficiency], float]
 
@@ -138,3 +144,131 @@ def leave_one_out(
         fitted = fit(rest, start, names, ridge=ridge).efficiency
         out.append(predict(fitted) / measured - 1)
     return tuple(out)
+
+
+# --------------------------------------------------------------------------- measured runs
+
+# What `planc calibrate` fits: the GEMM curve and each link's efficiency. The ridge keeps what
+# the runs cannot see (the network on one node, half_flops without small GEMMs) at its prior.
+CALIBRATED = (
+    "gemm.peak_fraction",
+    "gemm.half_flops",
+    "gemm.half_dim",
+    "nvlink.efficiency",
+    "network.efficiency",
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured run: a label (the spec path), the job, and its measured seconds per step."""
+
+    label: str
+    job: Job | Plannable
+    measured_s: float
+
+
+@dataclass(frozen=True)
+class Calibration:
+    fit: Fit
+    runs: tuple[Run, ...]
+    before: tuple[float, ...]  # relative error of each run with the starting tables
+    leave_one_out: tuple[float, ...]  # relative error of each run from a fit without it
+
+
+def read_measurements(path: str | Path) -> list[tuple[Path, float]]:
+    """Rows `spec path, seconds per step` of a CSV file; paths relative to the file.
+
+    A first row whose second cell is not a number is a header; blank rows and rows starting
+    with `#` are skipped. ValueError names the first bad row.
+    """
+    source = Path(path)
+    rows: list[tuple[Path, float]] = []
+    with source.open(encoding="utf-8", newline="") as handle:
+        for number, row in enumerate(csv.reader(handle), start=1):
+            cells = [cell.strip() for cell in row]
+            if not any(cells) or cells[0].startswith("#"):
+                continue
+            if len(cells) < 2:
+                raise ValueError(f"{source}:{number}: expected `spec path, seconds per step`")
+            try:
+                seconds = float(cells[1])
+            except ValueError:
+                if not rows and number == 1:
+                    continue  # a header
+                raise ValueError(
+                    f"{source}:{number}: {cells[1]!r} is not a number of seconds"
+                ) from None
+            if not math.isfinite(seconds) or seconds <= 0:
+                raise ValueError(f"{source}:{number}: seconds per step must be positive")
+            rows.append((source.parent / cells[0], seconds))
+    if not rows:
+        raise ValueError(f"{source}: no measurements")
+    return rows
+
+
+def _predictor(job: Job | Plannable) -> Predict:
+    return lambda eff: estimate(job, eff=eff).step_time_s
+
+
+def calibrate_runs(
+    runs: Sequence[Run],
+    start: Efficiency | None = None,
+    names: Sequence[str] = CALIBRATED,
+    ridge: float = RIDGE,
+) -> Calibration:
+    """Fit `names` to the runs (all on one GPU type) and the leave-one-out errors."""
+    gpus = {run.job.cluster.gpu.name for run in runs}
+    if len(gpus) != 1:
+        raise ValueError(f"calibrate runs of one GPU type at a time, got {sorted(gpus)}")
+    first = start or for_gpu(gpus.pop())
+    cases = [(_predictor(run.job), run.measured_s) for run in runs]
+    result = fit(cases, first, names, ridge=ridge)
+    before = tuple(predict(first) / measured - 1 for predict, measured in cases)
+    loo = leave_one_out(cases, first, names, ridge) if len(cases) > 1 else ()
+    return Calibration(result, tuple(runs), before, loo)
+
+
+def render(cal: Calibration) -> str:
+    """The table `planc calibrate` prints: each run before, after and left out, then the means."""
+    lines = ["run                                      measured   fitted  before   after  left-out"]
+    for i, run in enumerate(cal.runs):
+        after = cal.fit.residuals[i]
+        predicted = run.measured_s * (1 + after)
+        loo = f"{cal.leave_one_out[i]:+7.1%}" if cal.leave_one_out else "      -"
+        lines.append(
+            f"{run.label[-40:]:<40} {run.measured_s:8.3f} {predicted:8.3f} "
+            f"{cal.before[i]:+7.1%} {after:+7.1%}  {loo}"
+        )
+
+    def mean(values: Sequence[float]) -> str:
+        return f"{sum(abs(v) for v in values) / len(values):.1%}" if values else "-"
+
+    lines.append(
+        f"mean absolute error: before {mean(cal.before)}, after {mean(cal.fit.residuals)}, "
+        f"leave-one-out {mean(cal.leave_one_out)}"
+    )
+    lines += [
+        f"  {name} = {value:.6g}" for name, value in zip(cal.fit.names, cal.fit.values, strict=True)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def calibration_json(cal: Calibration, measurements: str) -> str:
+    """The calibration file: one GPU's entry of efficiency.json, with where it came from."""
+    names = ", ".join(cal.fit.names)
+    source = (
+        f"planc calibrate: {names} fitted by least squares to {len(cal.runs)} measured step "
+        f"times in {measurements}; mean leave-one-out error "
+        + (
+            f"{sum(abs(v) for v in cal.leave_one_out) / len(cal.leave_one_out):.1%}"
+            if cal.leave_one_out
+            else "n/a (one run)"
+        )
+    )
+    return json.dumps(to_json(cal.fit.efficiency, source), indent=2, ensure_ascii=False) + "\n"
+
+
+def resolve_calibration(spec_path: str | Path, value: str) -> Efficiency:
+    """`hardware.calibration: value` of the spec at `spec_path`: the file, relative to the spec."""
+    return load_calibration(Path(spec_path).parent / value)
