@@ -102,9 +102,14 @@ def _virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
     p, v = inputs.p, inputs.v
     t_f, t_b = [0.0] * (p * v), [0.0] * (p * v)
     for r, st in enumerate(inputs.stages):
+        # Overlapped DP communication (ZeRO-3 gathers, ZeRO-2 per-micro-batch reductions) hides
+        # behind this stage's compute only as far as the compute lasts; the rest is exposed.
+        window = sum(st.forward_s) + sum(st.backward_s)
+        hidden = min(st.dp_overlapped_s, window)
         slow = (
             inputs.tp_processor_usage * st.tp_overlapped_s
-            + inputs.dp_processor_usage * st.dp_overlapped_s
+            + inputs.dp_processor_usage * hidden
+            + (st.dp_overlapped_s - hidden)
         )
         total_b = sum(st.backward_s) or 1.0
         for j in range(v):
@@ -191,7 +196,10 @@ def estimate_step(inputs: StepInputs) -> StepEstimate:
         ends, simulated = pipeline_ends(p, m, v, t_f, t_b, inputs.p2p_s)
     tails = []
     for st in inputs.stages:
-        exposed, overlapped = dp_exposed_s(st.dp_buckets_s, sum(st.backward_s))
+        # The link is already busy for dp_overlapped_s of each micro-batch's compute.
+        free = sum(st.forward_s) + sum(st.backward_s) - st.dp_overlapped_s
+        window = min(sum(st.backward_s), max(0.0, free))
+        exposed, overlapped = dp_exposed_s(st.dp_buckets_s, window)
         tails.append(exposed + inputs.dp_processor_usage * overlapped)
     pipeline = max(ends)
     synced = max(end + tail for end, tail in zip(ends, tails, strict=True))
