@@ -7,7 +7,7 @@ or `yes` where a boolean belongs is a finding, not a silent coercion.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from pydantic_core import PydanticKnownError
@@ -325,6 +325,58 @@ class RulesSpec(Frozen):
     )
 
 
+_Choice = TypeVar("_Choice")
+# A `search` axis: the values `planc search` may try (at least one).
+Choices = Annotated[list[_Choice], Field(min_length=1, max_length=256)]
+
+
+class SearchSpec(Frozen):
+    """What `planc search` may try. An axis left out here is searched over planc's default
+    range; an axis the spec sets under parallelism or training is pinned and not searched."""
+
+    tensor: Choices[Degree] | None = Field(
+        None,
+        description="Tensor-parallel degrees to try. Default: divisors of the world size up "
+        "to the NVLink domain.",
+    )
+    pipeline: Choices[Annotated[StrictInt, Field(ge=1, le=MAX_STAGES)]] | None = Field(
+        None,
+        description="Pipeline-parallel degrees to try. Default: divisors of the world size up "
+        "to the layer count.",
+    )
+    virtual_stages: Choices[Annotated[StrictInt, Field(ge=1, le=4096)]] | None = Field(
+        None, description="Virtual stages (interleaved 1F1B chunks) to try. Default: 1 to 8."
+    )
+    context: Choices[Degree] | None = Field(
+        None,
+        description="Context-parallel degrees to try. Default: divisors of the world size "
+        "that leave each context-parallel rank at least 1,024 tokens.",
+    )
+    sequence_parallel: Choices[StrictBool] | None = Field(
+        None, description="Sequence parallelism off and on. Default: [false, true]."
+    )
+    zero_stage: Choices[Annotated[Literal[0, 1, 2, 3], IntegerOnly]] | None = Field(
+        None, description="ZeRO stages to try. Default: [0, 1, 2, 3]."
+    )
+    micro_batch: Choices[Annotated[StrictInt, Field(ge=1, le=MAX_DIM)]] | None = Field(
+        None, description="Micro-batch sizes to try. Default: [1, 2, 4, 8]."
+    )
+    recompute: Choices[Literal["none", "selective", "full"]] | None = Field(
+        None, description="Activation recomputation modes to try. Default: all three."
+    )
+    max_bubble: Fraction | None = Field(
+        None,
+        description="Largest pipeline bubble a layout may have, replacing rules.max_bubble "
+        "while searching (and in the spec --write writes). Default: rules.max_bubble.",
+    )
+    memory_headroom: Fraction | None = Field(
+        None,
+        description="Fraction of HBM every rank of a layout keeps free, replacing "
+        "rules.memory_headroom while searching (and in the spec --write writes). Default: "
+        "rules.memory_headroom.",
+    )
+
+
 class Spec(Frozen):
     """A planc training spec, version 1."""
 
@@ -340,6 +392,9 @@ class Spec(Frozen):
     parallelism: ParallelismSpec = Field(ParallelismSpec(), description="The parallel layout.")
     training: TrainingSpec = Field(description="The training step.")
     rules: RulesSpec = Field(RulesSpec(), description="Rule thresholds and settings.")
+    search: SearchSpec = Field(
+        SearchSpec(), description="What planc search may try; ignored by the other commands."
+    )
 
 
 # Where the published schema lives; editors in other repositories point at this URL.
@@ -372,6 +427,7 @@ _SECTION_TITLES = {
     "ParallelismSpec": "Parallelism",
     "TrainingSpec": "Training",
     "RulesSpec": "Rules",
+    "SearchSpec": "Search",
 }
 _WORDS = {
     "gb": "GB",
