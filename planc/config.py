@@ -171,11 +171,18 @@ def find_config(start: str) -> str | None:
         directory = parent
 
 
+# A `[tool.planc]` (or `[tool.planc.x]`) header, or a dotted `tool.planc.key = ...` line.
+_PLANC_TABLE = re.compile(
+    rb"^[ \t]*(?:\[[ \t]*tool[ \t]*\.[ \t]*planc[ \t]*[\].]|tool\.planc\.)", re.M
+)
+
+
 def _has_planc_table(path: str) -> bool:
-    """A cheap look before parsing: only a pyproject.toml that mentions tool.planc is parsed."""
+    """A cheap look before parsing: only a pyproject.toml with a tool.planc table is parsed (a
+    comment that mentions it is not one)."""
     try:
         with open(path, "rb") as handle:
-            return b"tool.planc" in handle.read()
+            return _PLANC_TABLE.search(handle.read()) is not None
     except OSError:
         return False
 

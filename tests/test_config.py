@@ -59,6 +59,11 @@ def test_pyproject_without_planc_table_is_passed_over(repo: Path) -> None:
     assert _rules(_spec(repo / "jobs")) == {"PLC006": "warning"}
 
 
+def test_a_comment_about_tool_planc_is_not_a_table(repo: Path) -> None:
+    (repo / "pyproject.toml").write_text("[project]\n# planc reads [tool.planc]\nname = 'x'\n")
+    assert find_config(str(repo / "a")) is None
+
+
 def test_nearest_wins_and_dot_planc_wins_in_one_directory(repo: Path) -> None:
     (repo / ".planc.toml").write_text('severity = {PLC006 = "info"}\n')
     (repo / "pyproject.toml").write_text("[tool.planc]\nmax_bubble = 0.3\n")
