@@ -372,6 +372,34 @@ def explain(spec: str, output_format: str) -> None:
         click.echo(render_text(result), nl=False)
 
 
+@main.command()
+@click.argument("spec", type=click.Path(allow_dash=True))
+@click.option(
+    "--output",
+    "-o",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The HTML file to write (atomically; one self-contained file).",
+)
+def report(spec: str, output: str) -> None:
+    """One HTML page of SPEC: findings, memory per stage, pipeline schedule, placement, traffic.
+
+    Self-contained (opens from file://, no network). Drawn even when memory (PLC007) or the
+    bubble (PLC006) fails; other errors exit 1 with the findings, unusable input exits 2.
+    """
+    from planc.emit import write_text_atomic
+    from planc.findings import exit_code
+    from planc.html import build_report  # start-up: the analysis, the simulation and numpy
+    from planc.report import REPORTERS
+
+    built = build_report(spec)
+    if built.page is None:
+        click.echo(REPORTERS["text"]((built.result,), False), nl=False, err=True)
+        sys.exit(max(exit_code((built.result,)), 1))
+    write_text_atomic(output, built.page)
+    click.echo(f"{spec}: wrote {output} ({len(built.page.encode()):,} bytes)")
+
+
 @main.command(name="compile")
 @click.argument("spec", type=click.Path(allow_dash=True))
 @click.option(

@@ -1,0 +1,102 @@
+"""The page's stylesheet and script, inlined into every report (the page fetches nothing).
+
+Colours are CSS variables with a light and a dark set (`prefers-color-scheme`); print uses the
+light set. The script only highlights one pipeline stage across the charts while the pointer is
+over it: it computes nothing, and without it the page reads the same.
+"""
+
+from __future__ import annotations
+
+CSS = """
+:root{color-scheme:light dark;
+--bg:#fbfbfa;--panel:#ffffff;--fg:#1d232a;--muted:#5d6873;--rule:#d9dee3;--grid:#e6e9ec;
+--ok:#1f8a4c;--warn:#c77700;--bad:#c62828;--info:#2f6fb0;
+--c-weights:#4e79a7;--c-gradients:#f28e2b;--c-optimizer:#e15759;--c-activations:#76b7b2;
+--c-buffers:#59a14f;--c-reserve:#b8b0aa;
+--c-fwd:#3f7cc0;--c-fwd2:#79a7da;--c-bwd:#2e9a6b;--c-bwd2:#73c39e;--c-rec:#1b5e40;--c-busy:#6d8fb0;
+--idle:#f3e6d0;--idle-line:#e2c79a;--nvl:#eef1f5;--nvl-line:#b7c2cf;--tp:#1d232a;
+--nvlink:#7b61c4;--network:#d9822b;--t-compute:#3f7cc0;--t-comm:#d9822b;--t-bubble:#e2c79a;--t-other:#9aa5b1}
+@media (prefers-color-scheme:dark){:root{
+--bg:#121519;--panel:#1a1f25;--fg:#e4e8ec;--muted:#9aa6b2;--rule:#2c343d;--grid:#262d35;
+--ok:#4cc27e;--warn:#f0a33a;--bad:#ff6b6b;--info:#6aa8ec;
+--c-weights:#6b96c8;--c-gradients:#f5a25a;--c-optimizer:#ee7a7c;--c-activations:#8fd0cb;
+--c-buffers:#7cc06f;--c-reserve:#8d8580;
+--c-fwd:#5b95d6;--c-fwd2:#8db8e6;--c-bwd:#3db383;--c-bwd2:#82d2ad;--c-rec:#1f7a52;--c-busy:#6d8fb0;
+--idle:#3a3122;--idle-line:#5e4d2f;--nvl:#222a33;--nvl-line:#4a5663;--tp:#e4e8ec;
+--nvlink:#9d86e0;--network:#f0a33a;--t-compute:#5b95d6;--t-comm:#f0a33a;--t-bubble:#8a7449;--t-other:#6b7682}}
+*{box-sizing:border-box}
+body{margin:0;background:var(--bg);color:var(--fg);font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif}
+main{max-width:1040px;margin:0 auto;padding:24px 20px 48px}
+h1{font-size:24px;margin:0 0 4px}h2{font-size:18px;margin:0 0 6px}h3{font-size:15px;margin:14px 0 6px}
+p{margin:6px 0}.muted{color:var(--muted)}code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px}
+section{background:var(--panel);border:1px solid var(--rule);border-radius:10px;padding:16px 18px;margin:16px 0}
+.cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(180px,1fr));gap:10px;margin:14px 0}
+.card{background:var(--panel);border:1px solid var(--rule);border-radius:10px;padding:10px 12px}
+.card .k{font-size:12px;color:var(--muted);text-transform:uppercase;letter-spacing:.04em}
+.card .v{font-size:22px;font-weight:650}.card .s{font-size:12px;color:var(--muted)}
+.badge{display:inline-block;padding:1px 8px;border-radius:999px;font-size:12px;font-weight:650;color:#fff}
+.badge.ok{background:var(--ok)}.badge.warn{background:var(--warn)}.badge.bad{background:var(--bad)}.badge.info{background:var(--info)}
+.gauge{height:10px;border-radius:5px;background:var(--grid);position:relative;margin-top:6px;overflow:hidden}
+.gauge span{position:absolute;left:0;top:0;bottom:0;border-radius:5px}
+.gauge i{position:absolute;top:0;bottom:0;width:2px;background:var(--fg)}
+table{border-collapse:collapse;width:100%;margin:8px 0;font-size:13px}
+th,td{text-align:left;padding:4px 8px;border-bottom:1px solid var(--rule);vertical-align:top}
+th{font-weight:600;color:var(--muted)}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.src{color:var(--muted);font-size:12px}
+.swatch{display:inline-block;width:11px;height:11px;border-radius:2px;margin-right:6px;vertical-align:-1px}
+.stage-legend{list-style:none;padding:0;margin:8px 0;display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12.5px}
+svg.chart{width:100%;height:auto;display:block;margin:8px 0;font-family:inherit}
+svg text{fill:var(--fg);font-size:12px}svg .axis,svg .legend{fill:var(--muted);font-size:11.5px}
+svg .grid{stroke:var(--grid);stroke-width:1}svg .tick{stroke:var(--muted)}
+.m-weights{fill:var(--c-weights);background:var(--c-weights)}.m-gradients{fill:var(--c-gradients);background:var(--c-gradients)}
+.m-optimizer{fill:var(--c-optimizer);background:var(--c-optimizer)}.m-activations{fill:var(--c-activations);background:var(--c-activations)}
+.m-buffers{fill:var(--c-buffers);background:var(--c-buffers)}.m-reserve{fill:var(--c-reserve);background:var(--c-reserve)}
+svg .headroom{fill:var(--warn);fill-opacity:.13}
+svg .hbm{stroke:var(--bad);stroke-width:2}svg .usable{stroke:var(--warn);stroke-width:1.5;stroke-dasharray:6 4}
+svg .hbm-label{fill:var(--bad);font-weight:650}svg .usable-label{fill:var(--warn)}
+svg .bar-outline{fill:none;stroke:var(--fg);stroke-opacity:.25}
+svg .bar-outline.peak{stroke-opacity:1;stroke-width:2.5}svg .bar-outline.over{stroke:var(--bad);stroke-opacity:1}
+svg .bar-label{font-size:11px;fill:var(--muted)}svg .peak-label{fill:var(--fg);font-weight:700;font-size:12px}
+svg .bubble{fill:url(#planc-hatch)}svg .hatch-bg{fill:var(--idle)}svg .hatch-line{stroke:var(--idle-line);stroke-width:3}
+svg .op-f{fill:var(--c-fwd)}svg .op-f.odd{fill:var(--c-fwd2)}svg .op-b{fill:var(--c-bwd)}svg .op-b.odd{fill:var(--c-bwd2)}
+svg .op-r{fill:var(--c-rec)}svg .op-busy{fill:var(--c-busy)}svg .op-f,svg .op-b,svg .op-r{stroke:var(--panel);stroke-width:.6}
+svg .op-label{fill:#fff;font-size:10px;pointer-events:none}
+svg .nvl{fill:var(--nvl);stroke:var(--nvl-line);stroke-width:1}svg .tp{fill:none;stroke:var(--tp);stroke-width:2}
+svg .host{fill:var(--muted);font-size:11px;font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+svg .gpu-label{fill:#fff;font-size:11px;font-weight:600;pointer-events:none}
+.link-nvlink{fill:var(--nvlink);background:var(--nvlink)}.link-network{fill:var(--network);background:var(--network)}
+svg .op-name{font-size:12px}svg .op-value{fill:var(--muted);font-size:12px}
+.t-compute{fill:var(--t-compute);background:var(--t-compute)}.t-comm{fill:var(--t-comm);background:var(--t-comm)}
+.t-bubble{fill:var(--t-bubble);background:var(--t-bubble)}.t-other{fill:var(--t-other);background:var(--t-other)}
+svg .step-label{fill:#fff;font-weight:650;font-size:12.5px}
+.findings td.loc{white-space:nowrap}.findings .fix{color:var(--muted)}
+.note{font-size:12.5px;color:var(--muted)}
+.focus [data-stage]:not(.hl){opacity:.35}
+details>summary{cursor:pointer;color:var(--muted);margin:8px 0}
+footer{font-size:12px;color:var(--muted);text-align:center;margin-top:24px}
+@media print{:root{--bg:#fff;--panel:#fff;--fg:#000;--muted:#444;--rule:#bbb;--grid:#ddd;--idle:#f3e6d0;--idle-line:#e2c79a;--nvl:#eef1f5;--nvl-line:#b7c2cf;--tp:#000}
+body{background:#fff}main{max-width:none;padding:0}section{break-inside:avoid;border-color:#bbb}
+.focus [data-stage]:not(.hl){opacity:1}}
+"""
+
+# Highlight the stage under the pointer in every chart (data-stage attributes); nothing else.
+JS = """
+(function () {
+  "use strict";
+  var current = null;
+  function mark(stage) {
+    if (stage === current) { return; }
+    current = stage;
+    var marked = document.querySelectorAll("[data-stage]");
+    for (var i = 0; i < marked.length; i++) {
+      marked[i].classList.toggle("hl", marked[i].getAttribute("data-stage") === stage);
+    }
+    document.body.classList.toggle("focus", stage !== null);
+  }
+  document.addEventListener("mouseover", function (event) {
+    var target = event.target && event.target.closest ? event.target.closest("[data-stage]") : null;
+    mark(target ? target.getAttribute("data-stage") : null);
+  });
+  document.documentElement.setAttribute("data-js", "on");
+})();
+"""

@@ -1,0 +1,52 @@
+"""From a spec path to a page: check, plan, analyse, estimate, draw.
+
+Like `planc explain`, a report is drawn when the only errors are the ones it exists to show:
+memory that does not fit (PLC007) and a bubble over the limit (PLC006). Any other error, and a
+job with no layout at all, gives no page: the check result says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from planc.analysis import analyse, estimate_step
+from planc.check import check_loaded, finding
+from planc.findings import FileResult, Severity
+from planc.html.page import render_page
+from planc.load import load_path
+from planc.plannable import plannable
+
+TOLERATED = frozenset({"PLC006", "PLC007"})
+
+
+@dataclass(frozen=True)
+class Built:
+    """The page, or None with the check result (its errors) that stopped it."""
+
+    result: FileResult
+    page: str | None
+
+
+def build_report(path: str) -> Built:
+    loaded = load_path(path)
+    result = check_loaded(loaded)
+    blocking = [
+        f for f in result.findings if f.severity.rank >= Severity.ERROR.rank and f.rule not in TOLERATED
+    ]
+    if loaded.job is None or blocking:
+        return Built(result, None)
+    plan = plannable(loaded.job)
+    if isinstance(plan, tuple):
+        refusals = tuple(
+            finding(
+                r.rule,
+                Severity.ERROR,
+                dataclasses.replace(r.violation, message="cannot plan: " + r.violation.message),
+                loaded.locator,
+            )
+            for r in plan
+        )
+        return Built(FileResult(result.path, tuple(sorted({*result.findings, *refusals}))), None)
+    analysis = analyse(plan)
+    return Built(result, render_page(result, analysis, estimate_step(analysis)))

@@ -1,0 +1,133 @@
+"""Communication: bytes and time per link class and per op (the busiest stage), wire bytes of
+every stage, and the step time split into compute, exposed communication and bubble."""
+
+from __future__ import annotations
+
+from planc.analysis import Analysis
+from planc.comm.schedule import CommOp, op_time_s
+from planc.comm.steptime import StepEstimate
+from planc.html import fmt
+from planc.html.svg import group, rect, svg, text
+from planc.vocab import LinkClass
+
+WIDTH = 960
+LABEL_W = 380
+BAR_W = 330
+ROW = 24
+
+
+def busiest_stage(analysis: Analysis) -> int:
+    """The stage whose ranks spend the most time communicating per step (lowest on ties)."""
+    totals = [0.0] * analysis.plan.layout.p
+    for op in analysis.ops:
+        totals[op.stage] += op_time_s(analysis.plan, op)
+    return max(range(len(totals)), key=lambda s: (totals[s], -s))
+
+
+def step_bytes(op: CommOp) -> int:
+    """Bytes one rank sends per step for `op`: calls × bytes per call."""
+    return op.calls * op.bytes_sent
+
+
+def ops_svg(analysis: Analysis, stage: int) -> str:
+    """One row per op of `stage`: a bar of its time per step, coloured by link class."""
+    plan = analysis.plan
+    ops = [op for op in analysis.ops if op.stage == stage]
+    if not ops:
+        return "<p class='muted'>No communication: one GPU per model replica and no data parallelism.</p>"
+    longest = max(op_time_s(plan, op) for op in ops) or 1.0
+    parts: list[str] = []
+    for index, op in enumerate(ops):
+        y = 8 + index * ROW
+        seconds = op_time_s(plan, op)
+        tip = (
+            f"{op.phase}: {op.op.value} in groups of {op.group_size} over {op.link.value}, "
+            f"{op.calls:,} calls × {fmt.gb(op.buffer_bytes)} buffer = {fmt.gb(step_bytes(op))} sent "
+            f"per step, {fmt.seconds(seconds)} (α-β); {op.formula}"
+        )
+        parts.append(
+            group(
+                [
+                    text(LABEL_W - 10, y + 15, _shorten(op.phase, 54), "op-name", "end"),
+                    rect(LABEL_W, y + 3, max(BAR_W * seconds / longest, 1.0), ROW - 8, f"link-{op.link.value}"),
+                    text(LABEL_W + BAR_W + 10, y + 15, f"{fmt.seconds(seconds)} · {fmt.gb(step_bytes(op))} · {op.calls:,} calls", "op-value"),
+                ],
+                "op-row",
+                tip,
+            )
+        )
+    label = f"Communication time per step of each op on stage {stage}, by link class"
+    return svg(WIDTH, 16 + len(ops) * ROW, parts, label, "chart comm")
+
+
+def _shorten(phase: str, limit: int) -> str:
+    return phase if len(phase) <= limit else phase[: limit - 1] + "…"
+
+
+def link_table(analysis: Analysis, stage: int) -> str:
+    """Bytes sent and time per step on each link class, for one rank of `stage`."""
+    plan = analysis.plan
+    rows = []
+    for link in LinkClass:
+        ops = [op for op in analysis.ops if op.stage == stage and op.link is link]
+        sent = sum(step_bytes(op) for op in ops)
+        seconds = sum(op_time_s(plan, op) for op in ops)
+        bandwidth = (plan.cluster.intra if link is LinkClass.NVLINK else plan.cluster.inter).bandwidth_gbs
+        rows.append(
+            f"<tr><td><span class='swatch link-{link.value}'></span>{link.value}</td>"
+            f"<td class='n'>{len(ops)}</td><td class='n'>{fmt.gb(sent)}</td>"
+            f"<td class='n'>{fmt.seconds(seconds)}</td><td class='n'>{bandwidth:g} GB/s</td></tr>"
+        )
+    return (
+        "<table><thead><tr><th>link class</th><th>ops</th><th>sent per step</th>"
+        f"<th>time per step (α-β)</th><th>bandwidth</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def wire_table(analysis: Analysis) -> str:
+    """Bytes sent and received per step by one rank of each stage, per link class."""
+    rows = "".join(
+        f"<tr data-stage='{w.stage}'><td>{w.stage}</td><td class='n'>{fmt.gb(w.nvlink_sent)}</td>"
+        f"<td class='n'>{fmt.gb(w.nvlink_received)}</td><td class='n'>{fmt.gb(w.network_sent)}</td>"
+        f"<td class='n'>{fmt.gb(w.network_received)}</td></tr>"
+        for w in analysis.wires
+    )
+    return (
+        "<table><thead><tr><th>stage</th><th>NVLink sent</th><th>NVLink received</th>"
+        f"<th>network sent</th><th>network received</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+
+
+def step_parts(step: StepEstimate) -> list[tuple[str, str, float]]:
+    """(css class, name, seconds) of the step: compute, exposed communication, bubble, and
+    whatever the estimate's step time holds beyond them."""
+    parts = [
+        ("t-compute", "compute (incl. exposed TP)", step.compute_s),
+        ("t-comm", "exposed DP communication", step.exposed_comm_s),
+        ("t-bubble", "pipeline bubble", step.bubble_s),
+    ]
+    rest = step.step_time_s - sum(seconds for _, _, seconds in parts)
+    if rest > 1e-9 * step.step_time_s:
+        parts.append(("t-other", "other", rest))
+    return parts
+
+
+def step_svg(step: StepEstimate) -> str:
+    """The step time as one stacked bar, each part labelled with seconds and share."""
+    total = step.step_time_s
+    parts: list[str] = []
+    x, left, width = 10.0, 10.0, WIDTH - 20.0
+    for cls, name, seconds in step_parts(step):
+        w = width * seconds / total if total else 0.0
+        tip = f"{name}: {fmt.seconds(seconds)} ({seconds / total:.1%} of the step)"
+        parts.append(rect(x, 10, w, 34, cls, tip))
+        if w >= 90:
+            parts.append(text(x + w / 2, 32, f"{name.split(' (')[0]} {seconds / total:.0%}", "step-label", "middle"))
+        x += w
+    legend_x = left
+    for cls, name, seconds in step_parts(step):
+        parts.append(rect(legend_x, 58, 12, 12, cls))
+        label = f"{name} {fmt.seconds(seconds)}"
+        parts.append(text(legend_x + 17, 69, label, "legend"))
+        legend_x += 40 + 7.0 * len(label)
+    return svg(WIDTH, 80, parts, f"Step time {fmt.seconds(total)}: compute, exposed communication, bubble", "chart step")

@@ -1,0 +1,199 @@
+"""Pipeline: the simulated schedule as a Gantt chart, one row per stage, time left to right.
+
+Forward, backward and (inside the backward) recompute of every micro-batch are drawn where the
+discrete-event simulation (`planc.pipeline.timeline.simulate`) puts them, with each stage's own
+compute times from the analysis and the p2p time of one pipeline message; what is left of a
+row is idle, shaded as bubble. A step may have thousands of micro-batches: the chart simulates
+the first m' (a few groups of p, bounded by MAX_DRAWN_OPS) and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from math import floor, log10
+
+from planc.analysis import Analysis
+from planc.comm.schedule import op_time_s
+from planc.comm.steptime import attention_core_flops, head_flops, layer_matmul_flops
+from planc.html import fmt
+from planc.html.svg import group, line, rect, svg, text
+from planc.pipeline.schedule import build_schedule
+from planc.pipeline.timeline import Span, Timeline, simulate
+from planc.plannable import Plannable
+from planc.vocab import GroupKind
+
+WIDTH = 960
+LEFT, RIGHT, TOP, BOTTOM = 70, 16, 10, 64
+ROWS_HEIGHT = 360
+MAX_ROW = 26.0
+MAX_DRAWN_OPS = 12_000  # forward and backward ops simulated and drawn (2·p·m'·v)
+GROUPS_DRAWN = 3  # micro-batches drawn: this many groups of p (at least 8 with p small)
+DENSE_PX = 3.0  # a row whose ops average under this width is drawn as merged busy runs
+
+
+@dataclass(frozen=True)
+class Gantt:
+    """What the chart draws: the simulated first `shown` of `m` micro-batches."""
+
+    p: int
+    m: int
+    v: int
+    shown: int
+    timeline: Timeline
+    recompute_share: tuple[float, ...]  # of each stage's backward time
+    hop_s: float
+
+
+def drawn_microbatches(p: int, m: int, v: int) -> int:
+    """m' ≤ m: GROUPS_DRAWN groups of p (at least 8), at most MAX_DRAWN_OPS ops; with v > 1 a
+    multiple of p, as the interleaved schedule needs."""
+    if v == 1:
+        return max(1, min(m, max(GROUPS_DRAWN * p, 8), MAX_DRAWN_OPS // (2 * p)))
+    groups = max(1, min(m // p, GROUPS_DRAWN, MAX_DRAWN_OPS // (2 * p * p * v)))
+    return p * groups
+
+
+def recompute_share(plan: Plannable, stage: int) -> float:
+    """The recomputed forward's share of stage `stage`'s backward time, from the FLOPs that
+    `planc.comm.steptime.stage_times` adds up (Korthikanti et al. 2022 §5)."""
+    recompute = plan.training.recompute
+    if recompute == "none":
+        return 0.0
+    tokens = plan.training.b * plan.training.s
+    layers = plan.layout.stage_layers[stage]
+    matmul = layers * layer_matmul_flops(plan, tokens)
+    core = layers * attention_core_flops(plan, plan.training.b)
+    head = head_flops(plan, tokens) if stage == plan.layout.p - 1 else 0
+    redo = core if recompute == "selective" else matmul + core
+    return redo / (2 * (matmul + core + head) + redo)
+
+
+def pipeline_hop_s(analysis: Analysis) -> float:
+    """One pipeline message's time: the slowest PP send per call (0 without pipeline)."""
+    sends = [op for op in analysis.ops if op.group is GroupKind.PP and op.calls]
+    return max((op_time_s(analysis.plan, op) / op.calls for op in sends), default=0.0)
+
+
+def simulate_drawn(analysis: Analysis) -> Gantt:
+    plan = analysis.plan
+    lay = plan.layout
+    shown = drawn_microbatches(lay.p, plan.m, lay.v)
+    t_f = [t.forward_s / lay.v for t in analysis.times]
+    t_b = [t.backward_s / lay.v for t in analysis.times]
+    hop = pipeline_hop_s(analysis)
+    timeline = simulate(build_schedule(lay.p, shown, lay.v), t_f, t_b, hop)
+    shares = tuple(recompute_share(plan, r) for r in range(lay.p))
+    return Gantt(lay.p, plan.m, lay.v, shown, timeline, shares, hop)
+
+
+def nice_step(total: float, ticks: int = 8) -> float:
+    """1, 2 or 5 × 10^k: the smallest such step with at most `ticks` steps in `total`."""
+    raw = total / ticks
+    base = 10.0 ** floor(log10(raw))
+    return next(k * base for k in (1, 2, 5, 10) if k * base >= raw)
+
+
+def _describe(span: Span, stage: int, v: int) -> str:
+    kind = "forward" if span.op.kind == "F" else "backward"
+    chunk = f", chunk {span.op.chunk}" if v > 1 else ""
+    start, end = float(span.start), float(span.end)
+    return f"stage {stage}: {kind} of micro-batch {span.op.microbatch}{chunk}, {fmt.seconds(start)} – {fmt.seconds(end)}"
+
+
+def _op_rects(span: Span, stage: int, gantt: Gantt, x0: float, x1: float, top: float, height: float) -> list[str]:
+    odd = " odd" if span.op.chunk % 2 else ""
+    tip = _describe(span, stage, gantt.v)
+    if span.op.kind == "F":
+        out = [rect(x0, top, x1 - x0, height, "op-f" + odd, tip)]
+    else:
+        redo = (x1 - x0) * gantt.recompute_share[stage]
+        out = [rect(x0, top, x1 - x0, height, "op-b" + odd, tip)]
+        if redo >= 0.5:
+            out.append(rect(x0, top, redo, height, "op-r", tip + f" (recompute first, {gantt.recompute_share[stage]:.0%})"))
+    if x1 - x0 >= 16 and height >= 12:
+        out.append(text((x0 + x1) / 2, top + height / 2 + 4, str(span.op.microbatch), "op-label", "middle"))
+    return out
+
+
+Scale = Callable[[Fraction | float], float]
+
+
+def _dense_row(spans: tuple[Span, ...], stage: int, x: Scale, top: float, height: float) -> list[str]:
+    """Merge ops that touch at pixel resolution into busy runs (a row with thousands of ops)."""
+    out: list[str] = []
+    run: list[Span] = []
+
+    def flush() -> None:
+        if run:
+            first, last = run[0], run[-1]
+            tip = (
+                f"stage {stage}: {len(run)} ops, {fmt.seconds(float(first.start))} – "
+                f"{fmt.seconds(float(last.end))}"
+            )
+            out.append(rect(x(first.start), top, x(last.end) - x(first.start), height, "op-busy", tip))
+            run.clear()
+
+    for span in spans:
+        if run and x(span.start) - x(run[-1].end) > 0.75:
+            flush()
+        run.append(span)
+    flush()
+    return out
+
+
+def gantt_svg(gantt: Gantt) -> str:
+    tl = gantt.timeline
+    makespan = float(tl.makespan)
+    plot_w = WIDTH - LEFT - RIGHT
+    row = min(MAX_ROW, ROWS_HEIGHT / gantt.p)
+    bar = max(row - (4 if row >= 12 else 1), 1.0)
+
+    def x(t: Fraction | float) -> float:
+        return LEFT + plot_w * float(t) / makespan
+
+    parts = [
+        "<defs><pattern id='planc-hatch' width='6' height='6' patternUnits='userSpaceOnUse' "
+        "patternTransform='rotate(45)'><rect width='6' height='6' class='hatch-bg'/>"
+        "<line x1='0' y1='0' x2='0' y2='6' class='hatch-line'/></pattern></defs>"
+    ]
+    every = 1 if gantt.p <= 32 else -(-gantt.p // 32)
+    for stage, spans in enumerate(tl.stages):
+        top = TOP + stage * row
+        busy = float(tl.busy[stage])
+        idle = 1 - busy / makespan
+        children = [rect(LEFT, top, plot_w, bar, "bubble", f"stage {stage}: idle {idle:.1%} of the drawn time (bubble)")]
+        if spans and plot_w * busy / makespan / len(spans) < DENSE_PX:
+            children += _dense_row(spans, stage, x, top, bar)
+        else:
+            for span in spans:
+                children += _op_rects(span, stage, gantt, x(span.start), x(span.end), top, bar)
+        if stage % every == 0:
+            children.append(text(LEFT - 8, top + bar / 2 + 4, f"stage {stage}", "axis", "end"))
+        parts.append(group(children, "gantt-row", None, data_stage=stage))
+    bottom = TOP + gantt.p * row
+    step = nice_step(makespan)
+    tick = 0
+    while tick * step <= makespan * 1.0001:
+        at = x(tick * step)
+        parts.append(line(at, bottom, at, bottom + 5, "tick"))
+        parts.append(text(at, bottom + 18, fmt.seconds(tick * step), "axis", "middle"))
+        tick += 1
+    parts.append(_legend(bottom + 44))
+    label = (
+        f"Pipeline schedule of the first {gantt.shown} of {gantt.m} micro-batches on {gantt.p} "
+        f"stages: idle time (bubble) {float(tl.bubble_fraction):.1%}"
+    )
+    return svg(WIDTH, bottom + BOTTOM - 8, parts, label, "chart gantt")
+
+
+def _legend(at: float) -> str:
+    items = (("op-f", "forward"), ("op-b", "backward"), ("op-r", "recompute (in backward)"), ("bubble", "idle (bubble)"))
+    parts: list[str] = []
+    x = float(LEFT)
+    for cls, name in items:
+        parts.append(rect(x, at - 10, 14, 12, cls))
+        parts.append(text(x + 19, at, name, "legend"))
+        x += 34 + 7.2 * len(name)
+    return group(parts, "legend-row")

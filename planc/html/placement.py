@@ -1,0 +1,169 @@
+"""Placement: the rank grid, nodes × GPUs, each GPU coloured by its pipeline stage, tensor-parallel
+groups outlined, NVLink domains drawn behind the GPUs they join.
+
+Ranks fill nodes in rank order (node = rank // gpus_per_node, as `planc.compile.ranks`), and a
+rank's coordinates are index arithmetic on the axis strides, so the grid is a few numpy arrays
+over nodes × GPUs. Up to FULL_GRID_NODES nodes every node is drawn; beyond, nodes are grouped
+by what they hold (the stage of every GPU and where the TP groups break: with pipeline the
+slowest axis, one node type per stage) and one row per type says how many nodes it stands for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from planc.html.svg import group, rect, stage_colour, svg, text
+from planc.plannable import Plannable
+from planc.vocab import Axis
+
+FULL_GRID_NODES = 128
+ROWS_PER_COLUMN = 32
+MAX_TYPES = 64
+LABEL_CHARS = 16
+Ints = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Per node and GPU: the pipeline stage, the TP group (its lowest rank) and the NVLink domain."""
+
+    stage: Ints
+    tp_group: Ints
+    domain: Ints
+
+
+def rank_grid(plan: Plannable) -> Grid:
+    cl, lay = plan.cluster, plan.layout
+    ranks = np.arange(plan.world, dtype=np.int64).reshape(cl.nodes, cl.gpus_per_node)
+    strides = lay.strides
+    tp_coord = (ranks // strides[Axis.TP]) % lay.t
+    return Grid(
+        stage=(ranks // strides[Axis.PP]) % lay.p,
+        tp_group=ranks - tp_coord * strides[Axis.TP],
+        domain=ranks // cl.nvlink_domain,
+    )
+
+
+@dataclass(frozen=True)
+class NodeType:
+    """Nodes that look the same in the grid: `nodes` are their indices, `first` draws them."""
+
+    first: int
+    nodes: tuple[int, ...]
+
+
+def node_types(grid: Grid) -> list[NodeType]:
+    """Group nodes by stage pattern, TP breaks and NVLink breaks, in order of first node."""
+    breaks_tp = grid.tp_group[:, 1:] != grid.tp_group[:, :-1]
+    breaks_nvl = grid.domain[:, 1:] != grid.domain[:, :-1]
+    signature = np.concatenate([grid.stage, breaks_tp, breaks_nvl], axis=1)
+    _, first, inverse = np.unique(signature, axis=0, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    members: dict[int, list[int]] = {}
+    for node, kind in enumerate(inverse.tolist()):
+        members.setdefault(int(kind), []).append(node)
+    return sorted(
+        (NodeType(int(first[kind]), tuple(nodes)) for kind, nodes in members.items()),
+        key=lambda t: t.first,
+    )
+
+
+def ranges(indices: tuple[int, ...], shown: int = 3) -> str:
+    """`0–1023, 2048–3071, …` : contiguous runs, the first `shown` of them."""
+    runs: list[tuple[int, int]] = []
+    for i in indices:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    words = [f"{a:,}" if a == b else f"{a:,}–{b:,}" for a, b in runs[:shown]]
+    return ", ".join(words) + (f" and {len(runs) - shown:,} more ranges" if len(runs) > shown else "")
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= LABEL_CHARS else name[: LABEL_CHARS - 1] + "…"
+
+
+def _node_row(plan: Plannable, grid: Grid, node: int, x: float, y: float, cell: float, label: str, tip: str) -> str:
+    """One node: its NVLink domain segments, its GPUs coloured by stage, its TP runs outlined."""
+    cl, lay = plan.cluster, plan.layout
+    gpn = cl.gpus_per_node
+    stages, groups, domains = grid.stage[node].tolist(), grid.tp_group[node].tolist(), grid.domain[node].tolist()
+    base = node * gpn
+    parts = [text(x - 8, y + cell / 2 + 4, label, "host", "end")]
+    start = 0
+    for gpu in range(1, gpn + 1):
+        if gpu == gpn or domains[gpu] != domains[start]:
+            parts.append(rect(x + start * cell - 2, y - 2, (gpu - start) * cell + 4, cell + 4, "nvl", f"NVLink domain {domains[start]:,}", rx=4))
+            start = gpu
+    for gpu in range(gpn):
+        rank = base + gpu
+        stage = stages[gpu]
+        parts.append(
+            rect(
+                x + gpu * cell + 1,
+                y + 1,
+                cell - 2,
+                cell - 2,
+                "gpu",
+                f"rank {rank:,} (GPU {gpu}): stage {stage}, TP group of rank {groups[gpu]:,}",
+                fill=stage_colour(stage, lay.p),
+                data_stage=stage,
+            )
+        )
+        if cell >= 30:
+            parts.append(text(x + (gpu + 0.5) * cell, y + cell / 2 + 4, str(rank), "gpu-label", "middle"))
+    start = 0
+    for gpu in range(1, gpn + 1):
+        if gpu == gpn or groups[gpu] != groups[start]:
+            parts.append(rect(x + start * cell + 0.5, y + 0.5, (gpu - start) * cell - 1, cell - 1, "tp", None, rx=2))
+            start = gpu
+    return group(parts, "node", tip)
+
+
+def placement_svg(plan: Plannable) -> str:
+    cl = plan.cluster
+    grid = rank_grid(plan)
+    full = cl.nodes <= FULL_GRID_NODES
+    rows: list[tuple[int, str, str]] = []  # node drawn, label, tooltip
+    if full:
+        for node in range(cl.nodes):
+            host = cl.hosts[node]
+            rows.append((node, _short(host), f"node {node} ({host})"))
+    else:
+        for kind in node_types(grid)[:MAX_TYPES]:
+            count = len(kind.nodes)
+            hosts = f"{cl.hosts[kind.nodes[0]]} … {cl.hosts[kind.nodes[-1]]}" if count > 1 else cl.hosts[kind.first]
+            rows.append((kind.first, f"× {count:,} nodes", f"{count:,} nodes like node {kind.first}: nodes {ranges(kind.nodes)} ({hosts})"))
+    gpn = cl.gpus_per_node
+    cell = 40.0 if len(rows) <= 4 and gpn <= 16 else min(16.0, 520.0 / gpn)
+    per_domain = max(1, cl.nvlink_domain // gpn)
+    per_column = len(rows) if len(rows) <= ROWS_PER_COLUMN else max(1, ROWS_PER_COLUMN // per_domain) * per_domain
+    columns = -(-len(rows) // per_column)
+    label_w = 112.0
+    block = label_w + gpn * cell + 24
+    pitch = cell + 6
+    parts: list[str] = []
+    for index, (node, label, tip) in enumerate(rows):
+        column, row = divmod(index, per_column)
+        parts.append(_node_row(plan, grid, node, 8 + column * block + label_w, 12 + row * pitch, cell, label, tip))
+    width = max(8 + columns * block, 480.0)
+    height = 12 + min(len(rows), per_column) * pitch + 8
+    how = "every node" if full else f"{len(rows)} node types standing for {cl.nodes:,} nodes"
+    return svg(width, height, parts, f"Rank placement, {how}: GPUs coloured by pipeline stage, TP groups outlined", "chart placement")
+
+
+def stage_legend(plan: Plannable) -> str:
+    """HTML swatches: stage → colour, and the stage's layers."""
+    lay = plan.layout
+    items = "".join(
+        f"<li data-stage='{s}'><span class='swatch' style='background:{stage_colour(s, lay.p)}'></span>"
+        f"stage {s} <span class='muted'>({lay.stage_layers[s]} layers)</span></li>"
+        for s in range(lay.p)
+    )
+    return f"<ul class='stage-legend'>{items}</ul>"
+
+
