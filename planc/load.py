@@ -293,11 +293,14 @@ def _within(text: str, findings: list[Finding]) -> list[Finding]:
     return [f if f.line <= last else dataclasses.replace(f, line=last, column=1) for f in findings]
 
 
-def load_text(path: str, text: str, defaults: dict[str, Any] | None = None) -> Loaded:
+def load_text(
+    path: str, text: str, defaults: dict[str, Any] | None = None, base_dir: str = "."
+) -> Loaded:
     """Load a spec from text; `path` is only used for messages.
 
     `defaults` (from a configuration file, `planc.config`) fill the spec's `rules` section where
-    the spec leaves a key out, before validation.
+    the spec leaves a key out, before validation. `base_dir` is where a relative
+    `model.hf_config` starts.
     """
     root, findings = _document(text)
     findings = _within(text, findings)
@@ -314,6 +317,11 @@ def load_text(path: str, text: str, defaults: dict[str, Any] | None = None) -> L
     findings += errors
     if spec is None or findings:
         return Loaded(path, tuple(findings), locator, spec)
+    if spec["model"].get("hf_config") is not None:
+        spec, notes = _hf_model(spec, locator, base_dir)
+        findings += notes
+        if spec is None:
+            return Loaded(path, tuple(findings), locator)
     resolved = resolve(spec)
     if isinstance(resolved, list):
         findings += [
@@ -324,12 +332,32 @@ def load_text(path: str, text: str, defaults: dict[str, Any] | None = None) -> L
     return Loaded(path, tuple(findings), locator, spec, resolved)
 
 
+def _hf_model(
+    spec: dict[str, Any], locator: Locator, base_dir: str
+) -> tuple[dict[str, Any] | None, list[Finding]]:
+    """The spec with `model.hf_config` read in (`planc.hfconfig`), and its notes as findings at
+    the hf_config value; None when the config cannot be used (an error among them)."""
+    from planc.hfconfig import merged_model
+
+    model, notes = merged_model(spec["model"], base_dir)
+    field = "model.hf_config"
+    at = locator.position(("model", "hf_config"))
+    findings = [
+        _finding(
+            note.rule, at, f"{field}: {note.message}", note.fix, field, Severity(note.severity)
+        )
+        for note in notes
+    ]
+    return (None if model is None else {**spec, "model": model}), findings
+
+
 def load_path(path: str, defaults: dict[str, Any] | None = None) -> Loaded:
     data, failure = read_input(path)
     if failure is None and data is not None:
         text, failure = decode(data)
         if failure is None and text is not None:
-            return dataclasses.replace(load_text(path, text, defaults), text=text)
+            base_dir = "." if path == "-" else os.path.dirname(path) or "."
+            return dataclasses.replace(load_text(path, text, defaults, base_dir), text=text)
     return Loaded(path, (failure,) if failure else (), Locator(None))
 
 

@@ -86,6 +86,14 @@ class ModelSpec(Frozen):
     preset: ModelName | None = Field(
         None, description="Model preset name; explicit fields below override its values."
     )
+    hf_config: (
+        Annotated[StrictStr, Field(min_length=1, max_length=4096, pattern=ONE_LINE)] | None
+    ) = Field(
+        None,
+        description="Path of a Hugging Face config.json (Llama, Mistral, Qwen2, Qwen3, GPT-2, "
+        "GPT-NeoX), relative to the spec's folder (to the working directory for standard "
+        "input); explicit fields below override its values. Not with preset.",
+    )
     layers: Dim | None = Field(None, description="Transformer layers L.")
     hidden: Dim | None = Field(None, description="Hidden size h (model width).")
     heads: Dim | None = Field(
@@ -439,6 +447,7 @@ _WORDS = {
     "fp32": "FP32",
     "nvlink": "NVLink",
     "gpu": "GPU",
+    "hf": "Hugging Face",
     "gpus": "GPUs",
     "kv": "KV",
     "ffn": "FFN",
@@ -488,6 +497,11 @@ def _model_requirement(schema: dict[str, object]) -> None:
             "title": "A model preset",
             "required": ["preset"],
             "properties": {"preset": {"type": "string"}},
+        },
+        {
+            "title": "A Hugging Face config.json",
+            "required": ["hf_config"],
+            "properties": {"hf_config": {"type": "string"}},
         },
         {
             "title": "Explicit dimensions: layers, hidden, heads and vocab",

@@ -1,0 +1,738 @@
+"""Model dimensions from a Hugging Face `config.json`: a pure mapping, one table per architecture.
+
+`model: {hf_config: path/to/config.json}` reads the architecture fields of a transformers
+configuration into planc's model fields (`layers`, `hidden`, `heads`, ...); fields written
+beside `hf_config` in the spec override them. Field names and defaults follow transformers
+5.24.0 (`models/<arch>/configuration_<arch>.py`): a key a published config leaves out takes the
+default transformers would give it, and the notes say so where it matters.
+
+What is read, per architecture (`model_type`):
+
+| planc | llama, mistral, qwen2, qwen3 | gpt2 | gpt_neox |
+|---|---|---|---|
+| layers | num_hidden_layers | n_layer | num_hidden_layers |
+| hidden | hidden_size | n_embd | hidden_size |
+| heads | num_attention_heads | n_head | num_attention_heads |
+| kv_heads | num_key_value_heads (default heads; mistral 8) | heads | heads |
+| head_dim | head_dim (default hidden / heads; qwen3 128) | hidden / heads | hidden / heads |
+| ffn_hidden | intermediate_size | n_inner (default 4·hidden) | intermediate_size |
+| vocab | vocab_size | vocab_size | vocab_size |
+| max_seq_len | max_position_embeddings | n_positions | max_position_embeddings |
+| mlp | gated: silu → swiglu | activation_function: gelu | hidden_act: gelu |
+| norm | rmsnorm | layernorm | layernorm |
+| position_embedding | rope | learned | rope |
+| tied_embeddings | tie_word_embeddings (default false) | (default true) | (default false) |
+| bias | attention_bias and mlp_bias (llama) | true | attention_bias (default true) |
+| dropout | attention_dropout | resid_pdrop | hidden_dropout |
+
+Mixture-of-experts configurations (mixtral, qwen2_moe, qwen3_moe, deepseek_v2/v3, and any config
+with an expert count) and unknown architectures are refused (PLC111): planc models dense
+transformers only. A value planc cannot use (a missing dimension, a number that is not a positive
+integer, an activation it has no model for) is PLC110. What planc reads but models approximately
+(Qwen2's QKV-only biases, Qwen3's QK-norm, sliding-window attention) or does not read at all
+(RoPE scaling, partial rotary, parallel residual, a checkpoint's quantization, keys it does not
+know) is an info note naming the fields and why. Bookkeeping keys (token ids, dtype, epsilon,
+initializer range, rope_theta, versions) change neither memory nor FLOPs and are skipped silently.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Literal
+
+SOURCE = "transformers 5.24.0 configuration classes (field names and defaults)"
+MAX_BYTES = 1024 * 1024  # a config.json is a few KB
+MAX_DIM = 10_000_000  # as planc.spec bounds model dimensions
+
+Severity = Literal["error", "info"]
+
+
+@dataclass(frozen=True)
+class Note:
+    """Something to say about a config: an error (the model cannot be read) or an info note."""
+
+    rule: str
+    severity: Severity
+    message: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class HfModel:
+    """The planc model fields a config gives, and the info notes about it."""
+
+    architecture: str
+    fields: Mapping[str, Any]
+    notes: tuple[Note, ...]
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    """A config value for a message: its repr, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _error(message: str, fix: str = "", rule: str = "PLC110") -> Note:
+    return Note(rule, "error", message, fix)
+
+
+def _info(message: str) -> Note:
+    return Note("PLC110", "info", message)
+
+
+# ----------------------------------------------------------------------------- the tables
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """How one `model_type` spells planc's fields, and transformers' defaults for it."""
+
+    label: str
+    keys: Mapping[str, str]  # planc field -> config key (layers, hidden, heads, vocab, ...)
+    defaults: Mapping[str, Any]  # config key -> transformers' default when the key is absent
+    gated: bool  # MLP act(gate)·up with three matrices (swiglu), else act(fc1) with two (gelu)
+    activation: str  # the config key naming the activation
+    norm: Literal["rmsnorm", "layernorm"]
+    position: Literal["rope", "learned"]
+    dropout: tuple[str, ...]  # dropout keys; planc takes the largest
+    extra: Callable[[Mapping[str, Any], Mapping[str, int]], tuple[bool, list[Note]]]
+    # (config, dims) -> (bias, notes): the biases and the parts planc approximates
+
+
+_LLAMA_KEYS = MappingProxyType(
+    {
+        "layers": "num_hidden_layers",
+        "hidden": "hidden_size",
+        "heads": "num_attention_heads",
+        "kv_heads": "num_key_value_heads",
+        "head_dim": "head_dim",
+        "ffn_hidden": "intermediate_size",
+        "vocab": "vocab_size",
+        "max_seq_len": "max_position_embeddings",
+    }
+)
+
+
+def _unmodelled(label: str, parts: list[tuple[str, int]]) -> list[Note]:
+    """One info note for parameters planc leaves out, with their exact count."""
+    parts = [(what, count) for what, count in parts if count]
+    if not parts:
+        return []
+    total = sum(count for _, count in parts)
+    listed = "; ".join(f"{what}: {count:,}" for what, count in parts)
+    return [
+        _info(
+            f"{label}: {total:,} parameters planc does not model ({listed}); counts, memory and "
+            "FLOPs leave them out"
+        )
+    ]
+
+
+def _attention_bias(dims: Mapping[str, int]) -> int:
+    """Biases of Q, K, V and O in every layer: L·((n + 2g)·k + h)."""
+    return dims["layers"] * (
+        (dims["heads"] + 2 * dims["kv_heads"]) * dims["head_dim"] + dims["hidden"]
+    )
+
+
+def _qkv_bias(dims: Mapping[str, int]) -> int:
+    """Biases of Q, K and V only: L·(n + 2g)·k."""
+    return dims["layers"] * (dims["heads"] + 2 * dims["kv_heads"]) * dims["head_dim"]
+
+
+def _gated_mlp_bias(dims: Mapping[str, int]) -> int:
+    """Biases of gate, up and down: L·(2f + h)."""
+    return dims["layers"] * (2 * dims["ffn_hidden"] + dims["hidden"])
+
+
+def _sliding_window(config: Mapping[str, Any], label: str, enabled: bool) -> list[Note]:
+    window = config.get("sliding_window", 4096) if enabled else None
+    if window is None:
+        return []
+    return [
+        _info(
+            f"{label}: sliding_window {window} is not modelled: planc counts full causal "
+            "attention, so attention FLOPs (and the step time) are over-estimated for sequences "
+            "longer than the window; memory is the same with flash attention"
+        )
+    ]
+
+
+def _llama(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, list[Note]]:
+    """LlamaConfig: attention_bias covers q, k, v and o; mlp_bias gate, up and down. planc's
+    `bias` is all of them or none, so a config with one of the two is modelled without."""
+    attention, mlp = bool(config.get("attention_bias", False)), bool(config.get("mlp_bias", False))
+    if attention == mlp:
+        return attention, []
+    parts = [("attention_bias", _attention_bias(dims) if attention else 0)]
+    parts.append(("mlp_bias", _gated_mlp_bias(dims) if mlp else 0))
+    return False, _unmodelled("biases of one kind only", parts)
+
+
+def _mistral(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, list[Note]]:
+    """MistralConfig: no biases; sliding_window defaults to 4096 (null turns it off)."""
+    return False, _sliding_window(config, "mistral", True)
+
+
+def _qwen2(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, list[Note]]:
+    """Qwen2: q, k and v always carry biases (o and the MLP none); sliding windows only with
+    use_sliding_window."""
+    notes = _unmodelled("qwen2", [("q/k/v biases", _qkv_bias(dims))])
+    notes += _sliding_window(config, "qwen2", bool(config.get("use_sliding_window", False)))
+    return False, notes
+
+
+def _qwen3(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, list[Note]]:
+    """Qwen3: RMSNorm over each query and key head (q_norm, k_norm: 2·k weights per layer);
+    attention_bias (q, k, v, o) off by default."""
+    attention = bool(config.get("attention_bias", False))
+    parts = [
+        ("q_norm and k_norm", dims["layers"] * 2 * dims["head_dim"]),
+        ("attention_bias", _attention_bias(dims) if attention else 0),
+    ]
+    notes = _unmodelled("qwen3", parts)
+    notes += _sliding_window(config, "qwen3", bool(config.get("use_sliding_window", False)))
+    return False, notes
+
+
+def _gpt2(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, list[Note]]:
+    """GPT-2: every linear layer carries a bias (Conv1D)."""
+    return True, []
+
+
+def _gpt_neox(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, list[Note]]:
+    """GPT-NeoX: attention_bias covers query_key_value and dense; the MLP always has biases.
+    rotary_pct < 1 rotates part of each head (no parameters either way); the parallel residual
+    changes neither parameters nor FLOPs."""
+    notes: list[Note] = []
+    rotary = config.get("rotary_pct", config.get("partial_rotary_factor", 0.25))
+    if isinstance(rotary, (int, float)) and rotary != 1:
+        notes.append(
+            _info(
+                f"gpt_neox: rotary_pct {rotary} (partial rotary) is not read: RoPE has no "
+                "parameters, and planc counts no FLOPs for it"
+            )
+        )
+    if config.get("use_parallel_residual", True):
+        notes.append(
+            _info(
+                "gpt_neox: use_parallel_residual is not read: attention and MLP in parallel "
+                "have the same parameters, FLOPs and saved activations as in sequence"
+            )
+        )
+    if config.get("attention_bias", True):
+        return True, notes
+    mlp = dims["layers"] * (dims["ffn_hidden"] + dims["hidden"])
+    return False, notes + _unmodelled("gpt_neox", [("MLP biases", mlp)])
+
+
+def _llama_like(label: str, extra: Any, **defaults: Any) -> Architecture:
+    return Architecture(
+        label=label,
+        keys=_LLAMA_KEYS,
+        defaults=MappingProxyType({"tie_word_embeddings": False, "hidden_act": "silu", **defaults}),
+        gated=True,
+        activation="hidden_act",
+        norm="rmsnorm",
+        position="rope",
+        dropout=("attention_dropout",),
+        extra=extra,
+    )
+
+
+ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
+    {
+        "llama": _llama_like("Llama", _llama, max_position_embeddings=2048),
+        "mistral": _llama_like(
+            "Mistral", _mistral, num_key_value_heads=8, max_position_embeddings=4096 * 32
+        ),
+        "qwen2": _llama_like("Qwen2", _qwen2, max_position_embeddings=32768),
+        "qwen3": _llama_like("Qwen3", _qwen3, head_dim=128, max_position_embeddings=32768),
+        "gpt2": Architecture(
+            label="GPT-2",
+            keys=MappingProxyType(
+                {
+                    "layers": "n_layer",
+                    "hidden": "n_embd",
+                    "heads": "n_head",
+                    "ffn_hidden": "n_inner",
+                    "vocab": "vocab_size",
+                    "max_seq_len": "n_positions",
+                }
+            ),
+            defaults=MappingProxyType(
+                {
+                    "tie_word_embeddings": True,
+                    "activation_function": "gelu_new",
+                    "resid_pdrop": 0.1,
+                    "embd_pdrop": 0.1,
+                    "attn_pdrop": 0.1,
+                    "n_positions": 1024,
+                }
+            ),
+            gated=False,
+            activation="activation_function",
+            norm="layernorm",
+            position="learned",
+            dropout=("resid_pdrop", "embd_pdrop", "attn_pdrop"),
+            extra=_gpt2,
+        ),
+        "gpt_neox": Architecture(
+            label="GPT-NeoX",
+            keys=MappingProxyType(
+                {
+                    "layers": "num_hidden_layers",
+                    "hidden": "hidden_size",
+                    "heads": "num_attention_heads",
+                    "ffn_hidden": "intermediate_size",
+                    "vocab": "vocab_size",
+                    "max_seq_len": "max_position_embeddings",
+                }
+            ),
+            defaults=MappingProxyType(
+                {
+                    "tie_word_embeddings": False,
+                    "hidden_act": "gelu",
+                    "max_position_embeddings": 2048,
+                }
+            ),
+            gated=False,
+            activation="hidden_act",
+            norm="layernorm",
+            position="rope",
+            dropout=("hidden_dropout", "attention_dropout"),
+            extra=_gpt_neox,
+        ),
+    }
+)
+
+# Architectures planc knows to be mixture-of-experts, and the keys that give one away.
+MOE_TYPES = frozenset(
+    {
+        "mixtral",
+        "qwen2_moe",
+        "qwen3_moe",
+        "qwen3_next",
+        "deepseek_v2",
+        "deepseek_v3",
+        "dbrx",
+        "olmoe",
+        "phimoe",
+        "granitemoe",
+        "jamba",
+        "gpt_oss",
+        "llama4",
+    }
+)
+MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+
+# Keys of published configs that change neither memory nor FLOPs: skipped without a note.
+BOOKKEEPING = frozenset(
+    {
+        "_name_or_path",
+        "architectures",
+        "model_type",
+        "transformers_version",
+        "torch_dtype",
+        "dtype",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "sep_token_id",
+        "decoder_start_token_id",
+        "initializer_range",
+        "use_cache",
+        "rms_norm_eps",
+        "layer_norm_eps",
+        "layer_norm_epsilon",
+        "rope_theta",
+        "rotary_emb_base",
+        "use_mrope",
+        "pretraining_tp",
+        "tokenizer_class",
+        "auto_map",
+        "task_specific_params",
+        "summary_type",
+        "summary_use_proj",
+        "summary_activation",
+        "summary_proj_to_labels",
+        "summary_first_dropout",
+        "scale_attn_weights",
+        "scale_attn_by_inverse_layer_idx",
+        "reorder_and_upcast_attn",
+        "n_ctx",
+        "classifier_dropout",
+        "max_window_layers",
+        "layer_types",
+        "use_sliding_window",
+        "sliding_window",
+        "bias",
+        "attention_bias",
+        "mlp_bias",
+        "rotary_pct",
+        "partial_rotary_factor",
+        "use_parallel_residual",
+        "tie_word_embeddings",
+        "hidden_dropout",
+        "attention_dropout",
+        "resid_pdrop",
+        "embd_pdrop",
+        "attn_pdrop",
+        "hidden_act",
+        "activation_function",
+        "output_attentions",
+        "output_hidden_states",
+        "return_dict",
+        "use_return_dict",
+        "is_decoder",
+        "is_encoder_decoder",
+        "tie_encoder_decoder",
+        "add_cross_attention",
+        "chunk_size_feed_forward",
+        "problem_type",
+        "id2label",
+        "label2id",
+    }
+)
+
+# Keys read for a note of their own when they are set.
+_ROPE_SCALING = ("rope_scaling", "rope_parameters")
+
+_SWIGLU_ACTIVATIONS = frozenset({"silu", "swish"})
+_GELU_ACTIVATIONS = frozenset(
+    {"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate"}
+)
+_SAME_COST_ACTIVATIONS = frozenset({"relu", "gelu_10", "quick_gelu", "mish"})
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _integer(config: Mapping[str, Any], key: str, default: Any, label: str) -> int | Note:
+    value = config.get(key)
+    if value is None:  # absent, or null: transformers' default
+        value = default
+    if value is None:
+        return _error(
+            f"the {label} config has no {key}: planc needs it",
+            f"add {key} to the config, or give the field in the spec",
+        )
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DIM:
+        return _error(
+            f"{key} in the config must be a whole number from 1 to {MAX_DIM:,}, got {_shown(value)}",
+            f"fix {key} in the config, or give the field in the spec",
+        )
+    return value
+
+
+def _dimensions(
+    config: Mapping[str, Any], arch: Architecture, given: Mapping[str, Any]
+) -> tuple[dict[str, int], dict[str, int]] | list[Note]:
+    """(every dimension, the ones the config states) for layers, hidden, heads, kv_heads,
+    head_dim, ffn_hidden, vocab and max_seq_len. A field the spec gives wins and need not be in
+    the config; kv_heads, head_dim and GPT-2's ffn_hidden, when the config leaves them out, are
+    derived as transformers derives them (heads, hidden / heads, 4·hidden), which is also how
+    planc derives them, so they are not stated and follow the spec's overrides."""
+    dims: dict[str, int] = {}
+    stated: dict[str, int] = {}
+    errors: list[Note] = []
+    derived = {"kv_heads", "head_dim"} | (set() if arch.gated else {"ffn_hidden"})
+    for name, key in arch.keys.items():
+        if isinstance(given.get(name), int):
+            dims[name] = given[name]
+            continue
+        default = arch.defaults.get(key)
+        if config.get(key) is None and default is None and name in derived:
+            continue
+        value = _integer(config, key, default, arch.label)
+        if isinstance(value, Note):
+            errors.append(value)
+        else:
+            dims[name] = stated[name] = value
+    if errors:
+        return errors
+    dims.setdefault("kv_heads", dims["heads"])
+    if "head_dim" not in dims:
+        if dims["hidden"] % dims["heads"]:
+            return [
+                _error(
+                    f"hidden size {dims['hidden']} does not split into {dims['heads']} heads, "
+                    "and the config has no head_dim",
+                    "add head_dim to the config, or model.head_dim to the spec",
+                )
+            ]
+        dims["head_dim"] = dims["hidden"] // dims["heads"]
+    dims.setdefault("ffn_hidden", 4 * dims["hidden"])
+    return dims, stated
+
+
+def _mlp(config: Mapping[str, Any], arch: Architecture) -> tuple[str, list[Note]] | Note:
+    act = config.get(arch.activation, arch.defaults.get(arch.activation))
+    if not isinstance(act, str):
+        return _error(f"{arch.activation} in the config must be a string, got {_shown(act)}")
+    if arch.gated:
+        if act in _SWIGLU_ACTIVATIONS:
+            return "swiglu", []
+        if act in _GELU_ACTIVATIONS or act in _SAME_COST_ACTIVATIONS:
+            return "swiglu", [
+                _info(
+                    f"{arch.activation} {_shown(act)} in a gated MLP is modelled as swiglu: the same "
+                    "three matrices, parameters and FLOPs"
+                )
+            ]
+    else:
+        if act in _GELU_ACTIVATIONS:
+            return "gelu", []
+        if act in _SAME_COST_ACTIVATIONS:
+            return "gelu", [
+                _info(
+                    f"{arch.activation} {_shown(act)} is modelled as gelu: the same two matrices, "
+                    "parameters and FLOPs"
+                )
+            ]
+    return _error(
+        f"{arch.activation} {_shown(act)}: planc has no model for this activation in a "
+        f"{'gated' if arch.gated else 'plain'} MLP",
+        "give model.mlp (gelu or swiglu) in the spec to choose the nearest",
+    )
+
+
+def _dropout(config: Mapping[str, Any], arch: Architecture) -> tuple[float, list[Note]] | Note:
+    values: dict[str, float] = {}
+    for key in arch.dropout:
+        value = config.get(key, arch.defaults.get(key, 0.0))
+        if value is None:
+            value = 0.0
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not (math.isfinite(value) and 0 <= value <= 1)
+        ):
+            return _error(
+                f"{key} in the config must be a probability from 0 to 1, got {_shown(value)}"
+            )
+        values[key] = float(value)
+    top = max(values.values(), default=0.0)
+    if len(set(values.values())) <= 1:
+        return top, []
+    shown = ", ".join(f"{key} {value:g}" for key, value in values.items())
+    return top, [
+        _info(f"dropout {top:g}, the largest of {shown}: planc has one dropout probability")
+    ]
+
+
+def _rope_notes(config: Mapping[str, Any]) -> list[Note]:
+    for key in _ROPE_SCALING:
+        value = config.get(key)
+        if not isinstance(value, Mapping):
+            continue
+        kind = value.get("rope_type", value.get("type", "default"))
+        if kind in (None, "default"):
+            continue
+        return [
+            _info(
+                f"{key} ({kind}) is not read: RoPE scaling changes the rotation frequencies, "
+                "not the parameters, memory or FLOPs"
+            )
+        ]
+    return []
+
+
+def _unknown_keys(config: Mapping[str, Any], arch: Architecture) -> list[Note]:
+    known = {*BOOKKEEPING, *arch.keys.values(), *arch.defaults, *arch.dropout, *_ROPE_SCALING}
+    known.add(arch.activation)
+    unknown = sorted(key for key in config if key not in known and key != "quantization_config")
+    notes = []
+    if "quantization_config" in config:
+        notes.append(
+            _info(
+                "quantization_config is not read: the checkpoint's quantization is not the "
+                "training precision, which is training.precision"
+            )
+        )
+    if unknown:
+        shown = ", ".join(unknown[:8]) + (
+            f" and {len(unknown) - 8} more" if len(unknown) > 8 else ""
+        )
+        notes.append(
+            _info(
+                f"not read: {shown} (planc does not know what they change in a {arch.label} model)"
+            )
+        )
+    return notes
+
+
+def model_type(config: Mapping[str, Any]) -> str | None:
+    """The config's `model_type`, or the one its `architectures` name (LlamaForCausalLM -> llama)."""
+    kind = config.get("model_type")
+    if isinstance(kind, str):
+        return kind
+    names = config.get("architectures")
+    if isinstance(names, list):
+        for name in names:
+            for key, arch in ARCHITECTURES.items():
+                stem = arch.label.replace("-", "").lower()
+                if isinstance(name, str) and name.lower().startswith(stem):
+                    return key
+    return None
+
+
+def from_config(
+    config: Mapping[str, Any], given: Mapping[str, Any] = MappingProxyType({})
+) -> HfModel | tuple[Note, ...]:
+    """planc's model fields from a parsed config.json, or the errors that say why not.
+
+    `given` holds the model fields the spec writes beside hf_config: they win, and a dimension
+    given there need not be in the config."""
+    kind = model_type(config)
+    experts = next(
+        (key for key in MOE_KEYS if isinstance(config.get(key), int) and config[key] > 0), None
+    )
+    if kind in MOE_TYPES or experts is not None:
+        what = ", ".join(
+            [
+                *([f"model_type {_shown(kind)}"] if kind else []),
+                *([f"{experts} {config[experts]}"] if experts else []),
+            ]
+        )
+        return (
+            _error(
+                f"{what}: a mixture-of-experts model, which planc cannot model yet (it models "
+                "dense transformers only)",
+                "plan a dense model; MoE support is a separate planc issue",
+                rule="PLC111",
+            ),
+        )
+    arch = ARCHITECTURES.get(kind or "")
+    if arch is None:
+        shown = repr(kind)[:60] if kind else "no model_type"
+        return (
+            _error(
+                f"{shown}: planc reads the configs of {', '.join(sorted(ARCHITECTURES))}",
+                "give the model's fields (layers, hidden, heads, vocab, ...) in the spec instead",
+                rule="PLC111",
+            ),
+        )
+    read = _dimensions(config, arch, given)
+    if isinstance(read, list):
+        return tuple(read)
+    dims, stated = read
+    mlp = _mlp(config, arch)
+    dropout = _dropout(config, arch)
+    tied = config.get("tie_word_embeddings", arch.defaults["tie_word_embeddings"])
+    errors = [item for item in (mlp, dropout) if isinstance(item, Note)]
+    if not isinstance(tied, bool):
+        errors.append(
+            _error(f"tie_word_embeddings in the config must be true or false, got {_shown(tied)}")
+        )
+    if errors or isinstance(mlp, Note) or isinstance(dropout, Note):
+        return tuple(errors)
+    bias, notes = arch.extra(config, dims)
+    fields = {
+        **stated,
+        "mlp": mlp[0],
+        "norm": arch.norm,
+        "bias": bias,
+        "dropout": dropout[0],
+        "tied_embeddings": tied,
+        "position_embedding": arch.position,
+    }
+    all_notes = [*mlp[1], *dropout[1], *notes, *_rope_notes(config), *_unknown_keys(config, arch)]
+    return HfModel(kind or "", MappingProxyType(fields), tuple(all_notes))
+
+
+def parse(data: bytes) -> Mapping[str, Any] | Note:
+    """A config.json's bytes as a JSON object, or the error that says why not."""
+    if len(data) > MAX_BYTES:
+        return _error(f"the config is larger than {MAX_BYTES:,} bytes; a config.json is a few KB")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        return _error(f"the config is not UTF-8: byte 0x{data[error.start]:02x} at {error.start}")
+    try:
+        config = json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as error:
+        return _error(
+            f"the config is not valid JSON: {error.msg} at line {error.lineno} column {error.colno}",
+            "fix the JSON (a config.json is one object)",
+        )
+    except (ValueError, RecursionError) as error:
+        return _error(f"the config is not valid JSON: {_shown(str(error))}")
+    if not isinstance(config, dict):
+        return _error(
+            f"the config is a JSON {type(config).__name__}, not an object",
+            "point hf_config at the model's config.json",
+        )
+    return config
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+# ----------------------------------------------------------------------------- a spec's model
+
+
+def _read_bytes(path: str) -> bytes | Note:
+    """The config file's bytes (a regular file, capped), or the error that says why not."""
+    import os
+    import stat
+
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return _error(
+            f"no such file: {_shown(os.path.normpath(path), 200)}",
+            "hf_config is relative to the spec's folder (to the working directory for stdin)",
+        )
+    except OSError as error:
+        return _error(f"cannot read {_shown(path, 200)}: {error.strerror or error}")
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return _error(
+                f"{_shown(os.path.normpath(path), 200)} is not a regular file",
+                "point hf_config at the model's config.json",
+            )
+        with os.fdopen(os.dup(descriptor), "rb") as handle:
+            return handle.read(MAX_BYTES + 1)
+    except OSError as error:
+        return _error(f"cannot read {_shown(path, 200)}: {error.strerror or error}")
+    finally:
+        os.close(descriptor)
+
+
+def merged_model(
+    model: Mapping[str, Any], base_dir: str
+) -> tuple[dict[str, Any] | None, tuple[Note, ...]]:
+    """The spec's `model` section with its `hf_config` read in: the config's fields, then the
+    fields the spec writes beside it (they win). None and the errors when the config cannot be
+    read; the section unchanged when it names no config. `base_dir` is where a relative path
+    starts (the spec's folder; the working directory for standard input)."""
+    import os
+
+    name = model.get("hf_config")
+    if not isinstance(name, str):
+        return dict(model), ()
+    if model.get("preset") is not None:
+        return None, (
+            _error(
+                "model.preset and model.hf_config both give the model; planc takes one",
+                "remove one of them (fields written beside either still override it)",
+            ),
+        )
+    path = os.path.join(base_dir, os.path.expanduser(name))
+    data = _read_bytes(path)
+    if isinstance(data, Note):
+        return None, (data,)
+    config = parse(data)
+    if isinstance(config, Note):
+        return None, (config,)
+    given = {key: value for key, value in model.items() if value is not None}
+    read = from_config(config, given)
+    if isinstance(read, tuple):
+        return None, read
+    return {**model, **read.fields, **given}, read.notes
