@@ -16,6 +16,9 @@ from planc.presets import gpu_preset, model_preset
 
 GIB = 2**30
 GB = 10**9
+# PCIe Gen4 x16: 16 GT/s × 16 lanes × 128/130 ≈ 31.5 GB/s per direction (PCI-SIG PCIe 4.0 base
+# specification), rounded; the host link of a custom GPU that gives none.
+DEFAULT_HOST_BANDWIDTH_GBS = 32.0
 MAX_NODES = 1_000_000  # as planc.spec bounds hardware.nodes; kept here so check need not import it
 
 Data = Mapping[str, Any]  # a validated spec as plain data, every default filled in
@@ -99,6 +102,8 @@ class Cluster:
     inter: Link
     hosts: Sequence[str]  # a tuple of the spec's names, or NodeNames
     reserve_bytes: int
+    host_memory_bytes: int = 0  # host (CPU) memory per node, the offload budget
+    host_bandwidth_gbs: float = DEFAULT_HOST_BANDWIDTH_GBS  # host↔device per GPU per direction
 
     @property
     def world(self) -> int:
@@ -119,6 +124,7 @@ class Layout:
     zero: int
     order: tuple[str, ...]
     d_given: bool
+    data_shard: int | None = None  # ranks ZeRO/FSDP shards over; None: d·c
 
 
 @dataclass(frozen=True)
@@ -133,6 +139,11 @@ class Training:
     attention: str
     efficiency: float = 0.5
     overlap_tp: bool = False
+    kernels: str = "fused"  # fused (Megatron-Core + TE/Apex) | unfused (plain PyTorch on CUDA)
+    framework: str = "megatron"  # megatron | deepspeed | fsdp2
+    reshard_after_forward: bool = True  # FSDP2
+    offload_optimizer: bool = False
+    offload_parameters: bool = False
 
 
 @dataclass(frozen=True)
@@ -326,6 +337,7 @@ def _cluster(spec: Data) -> Cluster | list[Problem]:
     if problems or intra is None or inter is None or isinstance(hosts, list):
         return problems
     gpus_per_node = hw["gpus_per_node"] or raw.get("gpus_per_node") or 8
+    host_memory_gb = hw.get("host_memory_gb") or raw.get("host_memory_gb") or 0.0
     return Cluster(
         gpu=gpu,
         nodes=hw["nodes"],
@@ -335,6 +347,8 @@ def _cluster(spec: Data) -> Cluster | list[Problem]:
         inter=inter,
         hosts=hosts,
         reserve_bytes=round(hw["reserve_gib"] * GIB),
+        host_memory_bytes=round(host_memory_gb * GB),
+        host_bandwidth_gbs=float(raw.get("host_bandwidth_gbs") or DEFAULT_HOST_BANDWIDTH_GBS),
     )
 
 
@@ -353,6 +367,7 @@ def _layout(spec: Data, world: int) -> Layout:
         zero=par["zero_stage"],
         order=tuple(par["order"].split("-")),
         d_given=par["data"] is not None,
+        data_shard=par.get("data_shard"),
     )
 
 
@@ -369,6 +384,11 @@ def _training(spec: Data) -> Training:
         attention=tr["attention"],
         efficiency=float(tr["efficiency"]),
         overlap_tp=tr["overlap_tp"],
+        kernels=tr.get("kernels", "fused"),
+        framework=tr.get("framework", "megatron"),
+        reshard_after_forward=tr.get("reshard_after_forward", True),
+        offload_optimizer=tr.get("offload", {}).get("optimizer", False),
+        offload_parameters=tr.get("offload", {}).get("parameters", False),
     )
 
 

@@ -2,7 +2,7 @@
 
 `plannable(job)` is the one place that decides whether a run can be laid out at all. It runs the
 preconditions below (the same functions the rules PLC001, PLC004, PLC005, PLC010, PLC012,
-PLC014 and PLC015 report) and returns either a `Plannable`, a type with no optional field, or the
+PLC014, PLC015 and PLC022 report) and returns either a `Plannable`, a type with no optional field, or the
 refusals that say why not. Memory, communication, the pipeline, explain, compile and verify
 accept only a `Plannable`, so none of them re-derives what a valid job means, and a rule that a
 spec ignores or re-levels cannot lead any of them into a layout that does not exist.
@@ -13,6 +13,7 @@ stage and of every model chunk, the rank strides, and the tokens one context-par
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -259,6 +260,22 @@ def interleaving(job: Job) -> Iterator[Violation]:
         )
 
 
+def shard_split(job: Job) -> Iterator[Violation]:
+    """PLC022: parallelism.data_shard divides data × context (the rest replicate: HSDP)."""
+    lay = job.layout
+    if lay.data_shard is None or lay.d is None:
+        return
+    group = lay.d * lay.c
+    if group % lay.data_shard:
+        yield Violation(
+            "parallelism.data_shard",
+            f"data_shard = {lay.data_shard} does not divide data × context = {lay.d} × {lay.c} "
+            f"= {group}",
+            f"choose a divisor of {group}, such as {math.gcd(group, lay.data_shard)}",
+            ("parallelism.data",),
+        )
+
+
 # Rule id and precondition, in the order they are tried; the first group is cheap and bounds
 # the rest (no per-rank or per-stage work runs on a world above the limit).
 PRECONDITIONS = (
@@ -269,6 +286,7 @@ PRECONDITIONS = (
     ("PLC004", layer_split),
     ("PLC005", batch_split),
     ("PLC010", interleaving),
+    ("PLC022", shard_split),
 )
 
 
@@ -312,6 +330,7 @@ class PlanLayout:
     sp: bool
     zero: int
     order: tuple[Axis, ...]  # fastest-varying first (Megatron convention)
+    data_shard: int  # N: ranks ZeRO/FSDP shards over, a divisor of d·c
     stage_layers: tuple[int, ...]  # L_r: layers on each pipeline rank, all chunks
     chunks: tuple[tuple[LayerRange, ...], ...]  # [stage][chunk] -> [first, last)
 
@@ -331,8 +350,18 @@ class PlanLayout:
 
     @property
     def shard_group(self) -> int:
-        """N = d·c: ZeRO and Megatron's distributed optimizer shard over data × context."""
-        return self.d * self.c
+        """N: the ranks ZeRO, Megatron's distributed optimizer or FSDP shard over.
+
+        d·c by default (Megatron shards over data × context, intra_dp_cp); `data_shard` when the
+        spec sets it, and then d·c/N groups hold the same shards (HSDP; Megatron's
+        num_distributed_optimizer_instances; torchtitan's dp_replicate × dp_shard).
+        """
+        return self.data_shard
+
+    @property
+    def replicas(self) -> int:
+        """R = d·c/N: the groups that each hold a whole copy of the sharded state."""
+        return self.d * self.c // self.data_shard
 
     def chunk_layers(self, stage: int) -> tuple[int, ...]:
         """Layers in each of the v model chunks of pipeline rank `stage`."""
@@ -405,6 +434,7 @@ def plannable(job: Job) -> Plannable | tuple[Refusal, ...]:
             sp=lay.sp,
             zero=lay.zero,
             order=order,
+            data_shard=lay.data_shard or lay.d * lay.c,
             stage_layers=stage_layers,
             chunks=layer_ranges(stage_layers, lay.v),
         ),

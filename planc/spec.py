@@ -187,6 +187,14 @@ class GpuSpec(Frozen):
         None, description="GPUs sharing one NVLink/NVSwitch domain."
     )
     gpus_per_node: Degree | None = Field(None, description="GPUs in one node (server or tray).")
+    host_bandwidth_gbs: Bandwidth | None = Field(
+        None,
+        description="Host↔device bandwidth per GPU per direction in GB/s, for offload "
+        "transfers. Default: 32 (PCIe Gen4 x16).",
+    )
+    host_memory_gb: Capacity | None = Field(
+        None, description="Host memory per node in GB (10^9 bytes). Default: 0 (none given)."
+    )
     intra_node: LinkSpec | None = Field(None, description="NVLink: bandwidth and latency.")
     inter_node: LinkSpec | None = Field(
         None, description="Network between nodes: bandwidth and latency."
@@ -217,6 +225,12 @@ class HardwareSpec(Frozen):
         json_schema_extra={"default": []},
         description="Host names in node order, or a pattern such as 'gpu-{000..063}'. "
         "Default: node-0, node-1, ...",
+    )
+    host_memory_gb: Capacity | None = Field(
+        None,
+        description="Host (CPU) memory per node in GB (10^9 bytes), 0.001 to 1,000,000, the budget "
+        "of offloaded optimizer state and parameters (PLC021). Default: from the GPU preset "
+        "(2,000 on a DGX H100).",
     )
     reserve_gib: Annotated[float, _bounded(0.0, 1_000_000)] = Field(
         1.5,
@@ -264,9 +278,29 @@ class ParallelismSpec(Frozen):
         description="ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, "
         "2 +gradients, 3 +parameters.",
     )
+    data_shard: Degree | None = Field(
+        None,
+        description="Ranks ZeRO or FSDP shards over; it must divide data × context, and the "
+        "data × context / data_shard groups replicate the shards (HSDP). Default: data × context.",
+    )
     order: Order = Field(
         "tp-cp-dp-pp",
         description="Rank order, fastest-varying axis first (Megatron convention).",
+    )
+
+
+class OffloadSpec(Frozen):
+    """What lives in host memory instead of HBM (ZeRO-Offload, FSDP2 CPUOffloadPolicy)."""
+
+    optimizer: StrictBool = Field(
+        False,
+        description="fp32 master weights, optimizer moments (and DeepSpeed's fp32 gradient "
+        "partition) live in host memory; the optimizer step runs on the CPU.",
+    )
+    parameters: StrictBool = Field(
+        False,
+        description="The sharded parameters live in host memory and are copied in for each use "
+        "(DeepSpeed ZeRO-3 offload_param, FSDP2 CPUOffloadPolicy).",
     )
 
 
@@ -311,6 +345,26 @@ class TrainingSpec(Frozen):
         False,
         description="Tensor-parallel communication overlaps compute (TP comm overlap); off, it "
         "is added to the step time.",
+    )
+    kernels: Literal["fused", "unfused"] = Field(
+        "fused",
+        description="fused: Megatron-Core with Transformer Engine/Apex kernels (fused norms, "
+        "SwiGLU, cross-entropy); unfused: plain PyTorch modules on CUDA (nn.RMSNorm/LayerNorm, "
+        "SwiGLU as silu(a)·b, F.cross_entropy on fp32 logits, SDPA).",
+    )
+    framework: Literal["megatron", "deepspeed", "fsdp2"] = Field(
+        "megatron",
+        description="The engine whose weights, gradients, optimizer state and buffers planc "
+        "models: megatron (distributed optimizer, grad buffer), deepspeed (ZeRO 0–3) or fsdp2 "
+        "(fully_shard: parameters, gradients and optimizer always sharded over data_shard).",
+    )
+    reshard_after_forward: StrictBool = Field(
+        True,
+        description="FSDP2 only: free each layer's gathered parameters after its forward and "
+        "gather them again for backward; false keeps them from forward to backward.",
+    )
+    offload: OffloadSpec = Field(
+        OffloadSpec(), description="What moves to host memory (needs deepspeed or fsdp2)."
     )
 
 
@@ -436,6 +490,7 @@ _SECTION_TITLES = {
     "TrainingSpec": "Training",
     "RulesSpec": "Rules",
     "SearchSpec": "Search",
+    "OffloadSpec": "Offload",
 }
 _WORDS = {
     "gb": "GB",

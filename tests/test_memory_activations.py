@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
-import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -300,27 +296,3 @@ def test_full_recompute_charges_one_layer_working_set() -> None:
     acts, _ = stage_activation_terms(job, 0)
     work = [x for x in acts if x.name.startswith("recompute working set")]
     assert [x.bytes for x in work] == [layer_bytes(layer_shape(job.model, s=1024, b=2))]
-
-
-# --- the PyTorch validation (optional: torch is not a dependency) -----------------------------
-
-
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is an optional extra")
-def test_validation_script_matches_autograd() -> None:
-    # Shorter sequences than docs/memory.md's table; every modelled case within 1 %.
-    root = Path(__file__).resolve().parent.parent
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(root / "validation" / "activations.py"),
-            "--quick",
-            "--tolerance",
-            "1",
-        ],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr

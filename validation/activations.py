@@ -14,11 +14,28 @@ out. Two numbers per case:
 * whole forward: everything saved from the token ids to the loss, against planc's activation
   total for the single rank (p = 1, one micro-batch in flight).
 
-The models follow Megatron-LM where it differs from a plain PyTorch model, since planc models
-Megatron: eager attention expands K and V to all heads (DotProductAttention), SwiGLU is one fc1
-whose output a fused SwiGLU saves whole (fused_bias_swiglu.SwiGLUFunction), RMSNorm is a fused
-kernel saving its input and 1/rms (as Transformer Engine's and Apex's do). One informational case
-uses torchtitan's unfused SwiGLU to show what planc does not model.
+Every case runs twice, once per `training.kernels` setting:
+
+* fused: the model follows Megatron-Core with Transformer Engine/Apex: SwiGLU is one fc1 whose
+  output a fused SwiGLU saves whole (fused_bias_swiglu.SwiGLUFunction), RMSNorm a fused kernel
+  saving its input and 1/rms, eager attention expands K and V to all heads (DotProductAttention).
+* unfused: plain PyTorch modules as they run on CUDA: nn.LayerNorm / nn.RMSNorm, SwiGLU as
+  w2(silu(w1(x)) * w3(x)) (torchtitan), F.cross_entropy on fp32 logits, SDPA.
+
+Where a CPU kernel saves something other than its CUDA kernel, planc models CUDA and this script
+runs the CUDA behaviour on the CPU:
+
+* dropout: CPU `F.dropout` multiplies by a mask in the input's dtype (2 bytes in bf16); CUDA's
+  dispatches to `native_dropout`, which keeps a 1-byte bool mask. The models call
+  `torch.native_dropout` directly, the op CUDA runs.
+* LayerNorm: CPU `native_layer_norm` keeps mean and rstd in the input's dtype; CUDA's keeps
+  them in fp32. The models use `CudaLayerNorm`, saving the input and fp32 mean and rstd.
+* RMSNorm: CPU `F.rms_norm` is a composite that saves its fp32 intermediates; CUDA (PyTorch
+  ≥ 2.8) dispatches to `_fused_rms_norm`, which saves the input and the fp32 1/rms. The models
+  use `FusedRMSNorm`, an autograd Function saving exactly those.
+
+SDPA flash (q, k, v, out and the fp32
+log-sum-exp; native GQA), GeLU, SiLU, linear layers and the loss save the same on both.
 """
 
 from __future__ import annotations
@@ -38,6 +55,7 @@ from torch import Tensor, nn
 from planc.load import load_text
 from planc.memory import rank_memory
 from planc.memory.activations import layer_bytes, shape_of
+from planc.plannable import Plannable, plannable
 
 # --- the PyTorch models ------------------------------------------------------------------------
 
@@ -56,7 +74,11 @@ class Config:
     attention: str  # "eager" | "flash"
     dropout: float
     dtype: torch.dtype = torch.bfloat16
-    fused_swiglu: bool = True
+    kernels: str = "fused"  # "fused" (Megatron-Core + TE/Apex) | "unfused" (plain PyTorch on CUDA)
+
+    @property
+    def fused_swiglu(self) -> bool:
+        return self.kernels == "fused"
 
     @property
     def k(self) -> int:
@@ -64,7 +86,9 @@ class Config:
 
 
 class FusedRMSNorm(torch.autograd.Function):
-    """RMSNorm that keeps its input and 1/rms for backward, as fused kernels do."""
+    """RMSNorm that keeps its input and the fp32 1/rms for backward, as CUDA's `_fused_rms_norm`
+    (nn.RMSNorm on CUDA, PyTorch ≥ 2.8), Transformer Engine's and Apex's kernels do. CPU
+    `F.rms_norm` is a composite that saves fp32 intermediates instead."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -81,6 +105,44 @@ class FusedRMSNorm(torch.autograd.Function):
         gn = gf * weight.float()
         grad_x = rstd * (gn - normed * (gn * normed).mean(-1, keepdim=True))
         return grad_x.to(x.dtype), grad_weight, None
+
+
+class CudaLayerNorm(torch.autograd.Function):
+    """LayerNorm keeping its input and fp32 mean and rstd for backward, as CUDA's
+    `native_layer_norm` does for 16-bit inputs (aten/src/ATen/native/cuda/layer_norm_kernel.cu
+    allocates mean and rstd in the accumulation type, fp32). The CPU kernel keeps them in the
+    input's dtype (2 bytes each in bf16)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
+        xf = x.float()
+        mean = xf.mean(-1, keepdim=True)
+        rstd = torch.rsqrt(xf.var(-1, unbiased=False, keepdim=True) + eps)
+        ctx.save_for_backward(x, weight, bias, mean, rstd)
+        return ((xf - mean) * rstd).to(x.dtype) * weight + bias
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, Tensor, None]:
+        x, weight, bias, mean, rstd = ctx.saved_tensors
+        normed = (x.float() - mean) * rstd
+        gf = grad.float()
+        dims = tuple(range(grad.dim() - 1))
+        grad_weight = (gf * normed).sum(dim=dims).to(weight.dtype)
+        grad_bias = gf.sum(dim=dims).to(bias.dtype)
+        gn = gf * weight.float()
+        grad_x = rstd * (gn - gn.mean(-1, keepdim=True) - normed * (gn * normed).mean(-1, keepdim=True))
+        return grad_x.to(x.dtype), grad_weight, grad_bias, None
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, h: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(h))
+        self.bias = nn.Parameter(torch.zeros(h))
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = CudaLayerNorm.apply(x, self.weight, self.bias, 1e-5)
+        return out
 
 
 class RMSNorm(nn.Module):
@@ -199,7 +261,7 @@ class MLP(nn.Module):
 
 
 def norm(cfg: Config) -> nn.Module:
-    return nn.LayerNorm(cfg.h) if cfg.gpt else RMSNorm(cfg.h)
+    return LayerNorm(cfg.h) if cfg.gpt else RMSNorm(cfg.h)
 
 
 class Block(nn.Module):
@@ -313,7 +375,7 @@ def spec_for(cfg: Config) -> str:
         "training": {
             "seq_len": cfg.s, "micro_batch": cfg.b, "global_batch": cfg.b,
             "precision": "fp32" if cfg.dtype == torch.float32 else "bf16",
-            "recompute": "none", "attention": cfg.attention,
+            "recompute": "none", "attention": cfg.attention, "kernels": cfg.kernels,
         },
     }
     return yaml.safe_dump(spec, sort_keys=False)
@@ -321,9 +383,10 @@ def spec_for(cfg: Config) -> str:
 
 def planc_estimate(cfg: Config) -> tuple[int, int]:
     job = load_text("validation.yaml", spec_for(cfg)).job
-    if job is None:
-        raise SystemExit(f"planc could not resolve the spec for {cfg}")
-    return layer_bytes(shape_of(job), "none"), rank_memory(job, 0).activations
+    plan = plannable(job) if job is not None else None
+    if not isinstance(plan, Plannable):
+        raise SystemExit(f"planc could not plan the spec for {cfg}: {plan}")
+    return layer_bytes(shape_of(plan), "none"), rank_memory(plan, 0).activations
 
 
 # --- the cases ---------------------------------------------------------------------------------
@@ -338,16 +401,21 @@ def replace(cfg: Config, **changes: Any) -> Config:
     return dc_replace(cfg, **changes)
 
 
-CASES: tuple[tuple[str, Config, bool], ...] = (
-    ("gpt eager, dropout 0.1", GPT, True),
-    ("gpt eager, no dropout", replace(GPT, dropout=0.0), True),
-    ("gpt eager, longer sequence", replace(GPT, s=1024, b=1), True),
-    ("gpt flash (SDPA), dropout 0.1", replace(GPT, attention="flash"), True),
-    ("gpt eager, fp32", replace(GPT, dtype=torch.float32), True),
-    ("llama GQA g=2, flash (SDPA)", LLAMA, True),
-    ("llama GQA g=2, eager", replace(LLAMA, attention="eager"), True),
-    ("llama MHA, flash, h=512", replace(LLAMA, h=512, n=8, g=8, f=1344), True),
-    ("llama GQA, unfused SwiGLU (torchtitan)", replace(LLAMA, fused_swiglu=False), False),
+SHAPES: tuple[tuple[str, Config], ...] = (
+    ("gpt eager, dropout 0.1", GPT),
+    ("gpt eager, no dropout", replace(GPT, dropout=0.0)),
+    ("gpt eager, longer sequence", replace(GPT, s=1024, b=1)),
+    ("gpt flash (SDPA), dropout 0.1", replace(GPT, attention="flash")),
+    ("gpt eager, fp32", replace(GPT, dtype=torch.float32)),
+    ("llama GQA g=2, flash (SDPA)", LLAMA),
+    ("llama GQA g=2, eager", replace(LLAMA, attention="eager")),
+    ("llama GQA g=2, eager, dropout 0.1", replace(LLAMA, attention="eager", dropout=0.1)),
+    ("llama MHA, flash, h=512", replace(LLAMA, h=512, n=8, g=8, f=1344)),
+)
+CASES: tuple[tuple[str, Config, bool], ...] = tuple(
+    (f"{kernels}: {name}", replace(cfg, kernels=kernels), True)
+    for kernels in ("fused", "unfused")
+    for name, cfg in SHAPES
 )
 
 

@@ -49,6 +49,18 @@ KORTHIKANTI = "Korthikanti et al. 2022 §4.1"
 TABLE2 = "Korthikanti et al. 2022 Table 2"
 DROPOUT_MASK_BYTES = 1  # torch.nn.functional.dropout keeps a bool mask
 INDEX_BYTES = 8  # int64 token ids and targets
+# fp32 per-token statistics a norm's CUDA kernel saves for backward: LayerNorm its mean and rstd
+# (native_layer_norm, derivatives.yaml: `input, weight, bias, result1, result2`), RMSNorm its
+# rstd (_fused_rms_norm, PyTorch ≥ 2.8: `input, weight, rstd`). 4 bytes each.
+NORM_STATISTICS_BYTES = {"layernorm": 8, "rmsnorm": 4}
+PYTORCH_NORM = (
+    "PyTorch tools/autograd/derivatives.yaml: native_layer_norm saves input, mean, rstd; "
+    "_fused_rms_norm (CUDA nn.RMSNorm) saves input and rstd, fp32 statistics"
+)
+PYTORCH_SWIGLU = (
+    "PyTorch derivatives.yaml: silu saves its input, mul saves both operands "
+    "(torchtitan FeedForward: w2(silu(w1(x)) * w3(x)))"
+)
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,8 @@ class LayerShape:
     gated: bool  # SwiGLU
     eager: bool
     dropout: bool
+    unfused: bool  # plain PyTorch modules on CUDA instead of Megatron-Core's fused kernels
+    norm_stats: int  # fp32 statistics bytes per token a norm keeps: 8 LayerNorm, 4 RMSNorm
     # symbols for formulas
     tok: str  # "s·b" or "(s/c)·b"
     split: str  # "/t" when t > 1
@@ -88,6 +102,7 @@ def layer_shape(
     t: int = 1,
     c: int = 1,
     sp: bool = False,
+    kernels: str = "fused",
 ) -> LayerShape:
     """The per-rank dimensions of one layer for sequence `s`, micro-batch `b` and degrees t, c."""
     eager = attention == "eager"
@@ -106,6 +121,8 @@ def layer_shape(
         gated=model.mlp == "swiglu",
         eager=eager,
         dropout=model.dropout > 0,
+        unfused=kernels == "unfused",
+        norm_stats=NORM_STATISTICS_BYTES[model.norm],
         tok="(s/c)·b" if c > 1 else "s·b",
         split="/t" if t > 1 else "",
         rep="/t" if sp and t > 1 else "",
@@ -124,6 +141,7 @@ def shape_of(job: Plannable) -> LayerShape:
         t=lay.t,
         c=lay.c,
         sp=lay.sp,
+        kernels=tr.kernels,
     )
 
 
@@ -133,6 +151,13 @@ def shape_of(job: Plannable) -> LayerShape:
 def norm_input(x: LayerShape) -> int:
     """ε·s·b·h: the input of a LayerNorm/RMSNorm (Korthikanti: 2sbh each); /t with SP."""
     return x.e * x.s_r * x.b * x.h
+
+
+def norm_statistics(x: LayerShape) -> int:
+    """4·s·b (RMSNorm) or 8·s·b (LayerNorm): the fp32 per-token statistics an unfused PyTorch norm
+    keeps (CUDA kernels); /t with SP. The fused kernels' statistics are not charged (below 0.1 %
+    of a layer for h ≥ 1024): 0 with fused kernels."""
+    return x.norm_stats * x.s_r * x.b if x.unfused else 0
 
 
 def linear_input(x: LayerShape) -> int:
@@ -197,8 +222,21 @@ def residual_dropout_mask(x: LayerShape) -> int:
 
 def mlp_activation_input(x: LayerShape) -> int:
     """GeLU: ε·s·b·f/t, the fc1 output (Korthikanti: 8sbh at f = 4h). SwiGLU: 2·ε·s·b·f/t, the
-    fc1 output holding gate and up, which Megatron's fused SwiGLU saves whole."""
-    return (2 if x.gated else 1) * x.e * x.s * x.b * x.f
+    fc1 output holding gate and up, which Megatron's fused SwiGLU saves whole; unfused, ε·s·b·f/t,
+    the gate projection's output, which silu keeps as its input."""
+    return (2 if x.gated and not x.unfused else 1) * x.e * x.s * x.b * x.f
+
+
+def swiglu_up_output(x: LayerShape) -> int:
+    """ε·s·b·f/t: the up projection's output, kept by silu(a) * b for its gradient to the SiLU
+    output. Unfused SwiGLU only (the fused kernel keeps it inside the fc1 output)."""
+    return x.e * x.s * x.b * x.f if x.gated and x.unfused else 0
+
+
+def silu_output(x: LayerShape) -> int:
+    """ε·s·b·f/t: the SiLU output, kept by silu(a) * b for its gradient to the up projection.
+    Unfused SwiGLU only (the fused kernel recomputes it from the fc1 output)."""
+    return x.e * x.s * x.b * x.f if x.gated and x.unfused else 0
 
 
 def mlp_output_input(x: LayerShape) -> int:
@@ -231,8 +269,17 @@ def _e(x: LayerShape) -> str:
     return str(x.e)
 
 
+def _stats(x: LayerShape) -> str:
+    return f"{x.norm_stats}·{x.tok}{x.rep}"
+
+
+def _mlp_input_formula(x: LayerShape) -> str:
+    return f"{2 * x.e if x.gated and not x.unfused else x.e}·{x.tok}·f{x.split}"
+
+
 LINES: tuple[Line, ...] = (
     Line("attention norm input", norm_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI),
+    Line("attention norm statistics (fp32)", norm_statistics, _stats, PYTORCH_NORM),
     Line("QKV input", linear_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI),
     Line("Q (QKᵀ input)", query, lambda x: f"{_e(x)}·{x.tok}·n·k{x.split}", KORTHIKANTI),
     Line(
@@ -288,13 +335,21 @@ LINES: tuple[Line, ...] = (
         KORTHIKANTI,
     ),
     Line("MLP norm input", norm_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI),
+    Line("MLP norm statistics (fp32)", norm_statistics, _stats, PYTORCH_NORM),
     Line("fc1 input", linear_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI),
     Line(
         "MLP activation input (fc1 output)",
         mlp_activation_input,
-        lambda x: f"{2 * x.e if x.gated else x.e}·{x.tok}·f{x.split}",
+        _mlp_input_formula,
         KORTHIKANTI + "; SwiGLU: Megatron's fused bias_swiglu saves the fc1 output",
     ),
+    Line(
+        "SwiGLU up-projection output (unfused)",
+        swiglu_up_output,
+        lambda x: f"{_e(x)}·{x.tok}·f{x.split}",
+        PYTORCH_SWIGLU,
+    ),
+    Line("SiLU output (unfused)", silu_output, lambda x: f"{_e(x)}·{x.tok}·f{x.split}", PYTORCH_SWIGLU),
     Line("fc2 input", mlp_output_input, lambda x: f"{_e(x)}·{x.tok}·f{x.split}", KORTHIKANTI),
     Line(
         "MLP residual dropout mask",
@@ -408,18 +463,34 @@ CROSS_ENTROPY = (
 )
 
 
-def last_stage_terms(x: LayerShape, V: int, t: int) -> tuple[Term, ...]:
-    """What the last stage keeps per micro-batch besides its layers: the final norm's input, the
-    LM head's input (its sequence-parallel shard under SP: Megatron's linear re-gathers it in
-    backward) and the cross-entropy's fp32 softmax, 4·s·b·V'/t, plus its int64 target index and
-    bool target mask. The 16-bit logits are not kept (see `logits_buffer`)."""
+PYTORCH_CROSS_ENTROPY = (
+    "PyTorch F.cross_entropy = log_softmax + nll_loss (derivatives.yaml: _log_softmax saves its "
+    "fp32 result, nll_loss its int64 target and a scalar total_weight), on logits.float()"
+)
+
+
+def cross_entropy_terms(x: LayerShape, V: int, t: int) -> tuple[Term, ...]:
+    """The loss's saved tensors: Megatron's _VocabParallelCrossEntropy keeps the fp32 softmax
+    (4·s·b·V'/t) and its int64 target index and bool target mask (9·s·b); unfused, PyTorch's
+    F.cross_entropy keeps the fp32 log-softmax (4·s·b·V'/t) and the int64 targets (8·s·b)."""
+    if x.unfused:
+        return (
+            Term(
+                "cross-entropy log-softmax (fp32)",
+                "activations",
+                4 * logits_elements(x, V, t),
+                f"4·{x.tok}·V'/t",
+                PYTORCH_CROSS_ENTROPY,
+            ),
+            Term(
+                "cross-entropy targets (int64)",
+                "activations",
+                INDEX_BYTES * x.s * x.b,
+                f"8·{x.tok}",
+                PYTORCH_CROSS_ENTROPY,
+            ),
+        )
     return (
-        Term(
-            "final norm input", "activations", norm_input(x), f"{x.e}·{x.tok}·h{x.rep}", KORTHIKANTI
-        ),
-        Term(
-            "LM head input", "activations", linear_input(x), f"{x.e}·{x.tok}·h{x.rep}", KORTHIKANTI
-        ),
         Term(
             "cross-entropy softmax (fp32)",
             "activations",
@@ -435,6 +506,30 @@ def last_stage_terms(x: LayerShape, V: int, t: int) -> tuple[Term, ...]:
             CROSS_ENTROPY,
         ),
     )
+
+
+def last_stage_terms(x: LayerShape, V: int, t: int) -> tuple[Term, ...]:
+    """What the last stage keeps per micro-batch besides its layers: the final norm's input (and
+    its statistics, unfused), the LM head's input (its sequence-parallel shard under SP:
+    Megatron's linear re-gathers it in backward) and the loss's tensors (`cross_entropy_terms`).
+    The 16-bit logits are not kept (see `logits_buffer`)."""
+    terms = (
+        Term(
+            "final norm input", "activations", norm_input(x), f"{x.e}·{x.tok}·h{x.rep}", KORTHIKANTI
+        ),
+        Term(
+            "final norm statistics (fp32)",
+            "activations",
+            norm_statistics(x),
+            _stats(x),
+            PYTORCH_NORM,
+        ),
+        Term(
+            "LM head input", "activations", linear_input(x), f"{x.e}·{x.tok}·h{x.rep}", KORTHIKANTI
+        ),
+        *cross_entropy_terms(x, V, t),
+    )
+    return tuple(term for term in terms if term.bytes)
 
 
 def logits_buffer(x: LayerShape, V: int, t: int) -> int:

@@ -1,0 +1,77 @@
+"""planc's activation bytes against what PyTorch autograd saves, case by case, for both
+`training.kernels` settings (validation/activations.py; docs/memory.md has the full table).
+
+torch is an optional extra; CI installs the CPU build (`.ci/run`), and without it these tests
+skip. Sequences are 4× shorter than the documented table to keep the run short.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+TOLERANCE_PERCENT = 3.0
+SCRIPT = Path(__file__).resolve().parent.parent / "validation" / "activations.py"
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="torch is an optional extra"
+)
+
+
+def _script() -> ModuleType:
+    name = "planc_validation_activations"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _case_names() -> list[str]:
+    if importlib.util.find_spec("torch") is None:
+        return []
+    return [name for name, _, _ in _script().CASES]
+
+
+@pytest.fixture(scope="module")
+def validation() -> Any:
+    module = _script()
+    module.torch.set_num_threads(1)
+    return module
+
+
+@pytest.mark.parametrize("case", _case_names())
+def test_planc_matches_autograd(validation: Any, case: str) -> None:
+    cfg = next(c for name, c, _ in validation.CASES if name == case)
+    cfg = validation.replace(cfg, s=cfg.s // 4)
+    measured_layer, measured_total = validation.measure(cfg, backward=True)
+    planc_layer, planc_total = validation.planc_estimate(cfg)
+    layer_error = validation.Row.error(planc_layer, measured_layer)
+    total_error = validation.Row.error(planc_total, measured_total)
+    assert abs(layer_error) <= TOLERANCE_PERCENT, (case, layer_error)
+    assert abs(total_error) <= TOLERANCE_PERCENT, (case, total_error)
+
+
+def test_unfused_keeps_what_the_fused_kernels_do_not(validation: Any) -> None:
+    # Per layer, the unfused SwiGLU keeps one ε·s·b·f more (silu's input and output and both
+    # operands of the product, against the fused kernel's fc1 output and product). Both models
+    # keep the RMSNorms' fp32 1/rms, which planc charges only unfused (4·s·b for each of two).
+    base = validation.replace(validation.LLAMA, s=128)
+    fused = validation.replace(base, kernels="fused")
+    unfused = validation.replace(base, kernels="unfused")
+    swiglu = 2 * base.s * base.b * base.f
+    statistics = 2 * 4 * base.s * base.b
+    measured = validation.measure(unfused, backward=False)[0] - validation.measure(
+        fused, backward=False
+    )[0]
+    planned = validation.planc_estimate(unfused)[0] - validation.planc_estimate(fused)[0]
+    assert measured == swiglu
+    assert planned == swiglu + statistics
