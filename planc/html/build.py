@@ -32,7 +32,9 @@ def build_report(path: str) -> Built:
     loaded = load_path(path)
     result = check_loaded(loaded)
     blocking = [
-        f for f in result.findings if f.severity.rank >= Severity.ERROR.rank and f.rule not in TOLERATED
+        f
+        for f in result.findings
+        if f.severity.rank >= Severity.ERROR.rank and f.rule not in TOLERATED
     ]
     if loaded.job is None or blocking:
         return Built(result, None)

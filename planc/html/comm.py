@@ -49,8 +49,19 @@ def ops_svg(analysis: Analysis, stage: int) -> str:
             group(
                 [
                     text(LABEL_W - 10, y + 15, _shorten(op.phase, 54), "op-name", "end"),
-                    rect(LABEL_W, y + 3, max(BAR_W * seconds / longest, 1.0), ROW - 8, f"link-{op.link.value}"),
-                    text(LABEL_W + BAR_W + 10, y + 15, f"{fmt.seconds(seconds)} · {fmt.gb(step_bytes(op))} · {op.calls:,} calls", "op-value"),
+                    rect(
+                        LABEL_W,
+                        y + 3,
+                        max(BAR_W * seconds / longest, 1.0),
+                        ROW - 8,
+                        f"link-{op.link.value}",
+                    ),
+                    text(
+                        LABEL_W + BAR_W + 10,
+                        y + 15,
+                        f"{fmt.seconds(seconds)} · {fmt.gb(step_bytes(op))} · {op.calls:,} calls",
+                        "op-value",
+                    ),
                 ],
                 "op-row",
                 tip,
@@ -72,7 +83,9 @@ def link_table(analysis: Analysis, stage: int) -> str:
         ops = [op for op in analysis.ops if op.stage == stage and op.link is link]
         sent = sum(step_bytes(op) for op in ops)
         seconds = sum(op_time_s(plan, op) for op in ops)
-        bandwidth = (plan.cluster.intra if link is LinkClass.NVLINK else plan.cluster.inter).bandwidth_gbs
+        bandwidth = (
+            plan.cluster.intra if link is LinkClass.NVLINK else plan.cluster.inter
+        ).bandwidth_gbs
         rows.append(
             f"<tr><td><span class='swatch link-{link.value}'></span>{link.value}</td>"
             f"<td class='n'>{len(ops)}</td><td class='n'>{fmt.gb(sent)}</td>"
@@ -122,7 +135,15 @@ def step_svg(step: StepEstimate) -> str:
         tip = f"{name}: {fmt.seconds(seconds)} ({seconds / total:.1%} of the step)"
         parts.append(rect(x, 10, w, 34, cls, tip))
         if w >= 90:
-            parts.append(text(x + w / 2, 32, f"{name.split(' (')[0]} {seconds / total:.0%}", "step-label", "middle"))
+            parts.append(
+                text(
+                    x + w / 2,
+                    32,
+                    f"{name.split(' (')[0]} {seconds / total:.0%}",
+                    "step-label",
+                    "middle",
+                )
+            )
         x += w
     legend_x = left
     for cls, name, seconds in step_parts(step):
@@ -130,4 +151,10 @@ def step_svg(step: StepEstimate) -> str:
         label = f"{name} {fmt.seconds(seconds)}"
         parts.append(text(legend_x + 17, 69, label, "legend"))
         legend_x += 40 + 7.0 * len(label)
-    return svg(WIDTH, 80, parts, f"Step time {fmt.seconds(total)}: compute, exposed communication, bubble", "chart step")
+    return svg(
+        WIDTH,
+        80,
+        parts,
+        f"Step time {fmt.seconds(total)}: compute, exposed communication, bubble",
+        "chart step",
+    )

@@ -102,7 +102,9 @@ def _describe(span: Span, stage: int, v: int) -> str:
     return f"stage {stage}: {kind} of micro-batch {span.op.microbatch}{chunk}, {fmt.seconds(start)} – {fmt.seconds(end)}"
 
 
-def _op_rects(span: Span, stage: int, gantt: Gantt, x0: float, x1: float, top: float, height: float) -> list[str]:
+def _op_rects(
+    span: Span, stage: int, gantt: Gantt, x0: float, x1: float, top: float, height: float
+) -> list[str]:
     odd = " odd" if span.op.chunk % 2 else ""
     tip = _describe(span, stage, gantt.v)
     if span.op.kind == "F":
@@ -111,16 +113,29 @@ def _op_rects(span: Span, stage: int, gantt: Gantt, x0: float, x1: float, top: f
         redo = (x1 - x0) * gantt.recompute_share[stage]
         out = [rect(x0, top, x1 - x0, height, "op-b" + odd, tip)]
         if redo >= 0.5:
-            out.append(rect(x0, top, redo, height, "op-r", tip + f" (recompute first, {gantt.recompute_share[stage]:.0%})"))
+            out.append(
+                rect(
+                    x0,
+                    top,
+                    redo,
+                    height,
+                    "op-r",
+                    tip + f" (recompute first, {gantt.recompute_share[stage]:.0%})",
+                )
+            )
     if x1 - x0 >= 16 and height >= 12:
-        out.append(text((x0 + x1) / 2, top + height / 2 + 4, str(span.op.microbatch), "op-label", "middle"))
+        out.append(
+            text((x0 + x1) / 2, top + height / 2 + 4, str(span.op.microbatch), "op-label", "middle")
+        )
     return out
 
 
 Scale = Callable[[Fraction | float], float]
 
 
-def _dense_row(spans: tuple[Span, ...], stage: int, x: Scale, top: float, height: float) -> list[str]:
+def _dense_row(
+    spans: tuple[Span, ...], stage: int, x: Scale, top: float, height: float
+) -> list[str]:
     """Merge ops that touch at pixel resolution into busy runs (a row with thousands of ops)."""
     out: list[str] = []
     run: list[Span] = []
@@ -132,7 +147,9 @@ def _dense_row(spans: tuple[Span, ...], stage: int, x: Scale, top: float, height
                 f"stage {stage}: {len(run)} ops, {fmt.seconds(float(first.start))} – "
                 f"{fmt.seconds(float(last.end))}"
             )
-            out.append(rect(x(first.start), top, x(last.end) - x(first.start), height, "op-busy", tip))
+            out.append(
+                rect(x(first.start), top, x(last.end) - x(first.start), height, "op-busy", tip)
+            )
             run.clear()
 
     for span in spans:
@@ -163,7 +180,16 @@ def gantt_svg(gantt: Gantt) -> str:
         top = TOP + stage * row
         busy = float(tl.busy[stage])
         idle = 1 - busy / makespan
-        children = [rect(LEFT, top, plot_w, bar, "bubble", f"stage {stage}: idle {idle:.1%} of the drawn time (bubble)")]
+        children = [
+            rect(
+                LEFT,
+                top,
+                plot_w,
+                bar,
+                "bubble",
+                f"stage {stage}: idle {idle:.1%} of the drawn time (bubble)",
+            )
+        ]
         if spans and plot_w * busy / makespan / len(spans) < DENSE_PX:
             children += _dense_row(spans, stage, x, top, bar)
         else:
@@ -189,7 +215,12 @@ def gantt_svg(gantt: Gantt) -> str:
 
 
 def _legend(at: float) -> str:
-    items = (("op-f", "forward"), ("op-b", "backward"), ("op-r", "recompute (in backward)"), ("bubble", "idle (bubble)"))
+    items = (
+        ("op-f", "forward"),
+        ("op-b", "backward"),
+        ("op-r", "recompute (in backward)"),
+        ("bubble", "idle (bubble)"),
+    )
     parts: list[str] = []
     x = float(LEFT)
     for cls, name in items:

@@ -36,7 +36,9 @@ def tick_step(top_gib: float) -> int:
 
 def segment_tip(stage: StageBudget, component: str, terms: list[Term]) -> str:
     total = sum(t.bytes for t in terms)
-    lines = [f"stage {stage.stage} (rank {stage.rank}), {component}: {fmt.gib(total)} ({total:,} bytes)"]
+    lines = [
+        f"stage {stage.stage} (rank {stage.rank}), {component}: {fmt.gib(total)} ({total:,} bytes)"
+    ]
     lines += [f"{t.name}: {fmt.gib(t.bytes)} = {t.formula}" for t in terms]
     return "\n".join(lines)
 
@@ -65,18 +67,64 @@ def memory_svg(plan: Plannable, memory: MemoryBudget) -> str:
         parts.append(line(LEFT, at, LEFT + plot_w, at, "grid"))
         parts.append(text(LEFT - 6, at + 4, f"{tick * step:,}", "axis", "end"))
         tick += 1
-    parts.append(text(14, TOP + PLOT_HEIGHT / 2, "GiB per GPU", "axis", "middle", transform=f"rotate(-90 14 {TOP + PLOT_HEIGHT / 2:.0f})"))
-    parts.append(rect(LEFT, y(hbm), plot_w, y(usable) - y(hbm), "headroom", f"headroom: {fmt.gib(hbm - usable)} ({plan.rules.memory_headroom:.0%} of HBM) kept free"))
+    parts.append(
+        text(
+            14,
+            TOP + PLOT_HEIGHT / 2,
+            "GiB per GPU",
+            "axis",
+            "middle",
+            transform=f"rotate(-90 14 {TOP + PLOT_HEIGHT / 2:.0f})",
+        )
+    )
+    parts.append(
+        rect(
+            LEFT,
+            y(hbm),
+            plot_w,
+            y(usable) - y(hbm),
+            "headroom",
+            f"headroom: {fmt.gib(hbm - usable)} ({plan.rules.memory_headroom:.0%} of HBM) kept free",
+        )
+    )
     every = label_every(len(stages))
     for index, stage in enumerate(stages):
-        parts.append(_bar(plan, stage, stage is memory.peak, LEFT + slot * index + (slot - bar) / 2, bar, y, hbm))
+        parts.append(
+            _bar(
+                plan,
+                stage,
+                stage is memory.peak,
+                LEFT + slot * index + (slot - bar) / 2,
+                bar,
+                y,
+                hbm,
+            )
+        )
         if stage.stage % every == 0:
-            parts.append(text(LEFT + slot * (index + 0.5), TOP + PLOT_HEIGHT + 16, str(stage.stage), "axis", "middle"))
-    parts.append(text(LEFT + plot_w / 2, TOP + PLOT_HEIGHT + 32, "pipeline stage (its heaviest rank)", "axis", "middle"))
+            parts.append(
+                text(
+                    LEFT + slot * (index + 0.5),
+                    TOP + PLOT_HEIGHT + 16,
+                    str(stage.stage),
+                    "axis",
+                    "middle",
+                )
+            )
+    parts.append(
+        text(
+            LEFT + plot_w / 2,
+            TOP + PLOT_HEIGHT + 32,
+            "pipeline stage (its heaviest rank)",
+            "axis",
+            "middle",
+        )
+    )
     parts.append(line(LEFT, y(hbm), LEFT + plot_w, y(hbm), "hbm"))
     parts.append(text(LEFT + plot_w + 6, y(hbm) + 4, f"HBM {fmt.gib(hbm)}", "hbm-label"))
     parts.append(line(LEFT, y(usable), LEFT + plot_w, y(usable), "usable"))
-    parts.append(text(LEFT + plot_w + 6, y(usable) + 14, f"usable {fmt.gib(usable)}", "usable-label"))
+    parts.append(
+        text(LEFT + plot_w + 6, y(usable) + 14, f"usable {fmt.gib(usable)}", "usable-label")
+    )
     parts.append(_legend(TOP + PLOT_HEIGHT + 60))
     label = (
         f"Memory per GPU by pipeline stage: the heaviest is stage {memory.peak.stage} with "
@@ -102,15 +150,34 @@ def _bar(
         size = sum(t.bytes for t in terms)
         if not size:
             continue
-        children.append(rect(x, y(base + size), width, y(base) - y(base + size), f"m-{component}", segment_tip(stage, component, terms)))
+        children.append(
+            rect(
+                x,
+                y(base + size),
+                width,
+                y(base) - y(base + size),
+                f"m-{component}",
+                segment_tip(stage, component, terms),
+            )
+        )
         base += size
     over = mem.total > usable_bytes(plan)
     outline = "bar-outline over" if over else "bar-outline"
-    children.append(rect(x, y(mem.total), width, y(0) - y(mem.total), outline + (" peak" if peak else "")))
+    children.append(
+        rect(x, y(mem.total), width, y(0) - y(mem.total), outline + (" peak" if peak else ""))
+    )
     share = mem.total / hbm
     if peak or width >= 34:
         mark = ("▼ " if peak else "") + f"{mem.total / GIB:,.1f}"
-        children.append(text(x + width / 2, y(mem.total) - 6, mark, "bar-label peak-label" if peak else "bar-label", "middle"))
+        children.append(
+            text(
+                x + width / 2,
+                y(mem.total) - 6,
+                mark,
+                "bar-label peak-label" if peak else "bar-label",
+                "middle",
+            )
+        )
     tip = (
         f"stage {stage.stage} (rank {stage.rank}, {plan.layout.stage_layers[stage.stage]} layers): "
         f"{fmt.gib(mem.total)}, {share:.1%} of HBM" + (" — the heaviest stage" if peak else "")

@@ -71,7 +71,9 @@ def cards(plan: Plannable, analysis: Analysis, step: StepEstimate) -> str:
         fmt.percent(step.pipeline.bubble_fraction),
         f"simulated; closed form (p − 1)/(v·m + p − 1) = {fmt.percent(step.bubble_fraction)}",
     )
-    time = _card("Step time", fmt.seconds(step.step_time_s), f"at {step.efficiency:.0%} of peak FLOPS")
+    time = _card(
+        "Step time", fmt.seconds(step.step_time_s), f"at {step.efficiency:.0%} of peak FLOPS"
+    )
     tokens = _card("Throughput", f"{step.tokens_per_s:,.0f}", "tokens per second, whole cluster")
     mfu = _card("MFU", fmt.percent(step.mfu), "model FLOPs (no recompute) over peak")
     return f"<div class='cards'>{memory}{bubble}{time}{tokens}{mfu}</div>"

@@ -48,6 +48,16 @@ def rank_grid(plan: Plannable) -> Grid:
 
 
 @dataclass(frozen=True)
+class Row:
+    """One drawn node: which node, the label left of it, a note right of it, the tooltip."""
+
+    node: int
+    label: str
+    note: str
+    tip: str
+
+
+@dataclass(frozen=True)
 class NodeType:
     """Nodes that look the same in the grid: `nodes` are their indices, `first` draws them."""
 
@@ -80,24 +90,43 @@ def ranges(indices: tuple[int, ...], shown: int = 3) -> str:
         else:
             runs.append((i, i))
     words = [f"{a:,}" if a == b else f"{a:,}–{b:,}" for a, b in runs[:shown]]
-    return ", ".join(words) + (f" and {len(runs) - shown:,} more ranges" if len(runs) > shown else "")
+    return ", ".join(words) + (
+        f" and {len(runs) - shown:,} more ranges" if len(runs) > shown else ""
+    )
 
 
 def _short(name: str) -> str:
     return name if len(name) <= LABEL_CHARS else name[: LABEL_CHARS - 1] + "…"
 
 
-def _node_row(plan: Plannable, grid: Grid, node: int, x: float, y: float, cell: float, label: str, tip: str) -> str:
+def _node_row(plan: Plannable, grid: Grid, row: Row, x: float, y: float, cell: float) -> str:
     """One node: its NVLink domain segments, its GPUs coloured by stage, its TP runs outlined."""
     cl, lay = plan.cluster, plan.layout
     gpn = cl.gpus_per_node
-    stages, groups, domains = grid.stage[node].tolist(), grid.tp_group[node].tolist(), grid.domain[node].tolist()
+    node = row.node
+    stages, groups, domains = (
+        grid.stage[node].tolist(),
+        grid.tp_group[node].tolist(),
+        grid.domain[node].tolist(),
+    )
     base = node * gpn
-    parts = [text(x - 8, y + cell / 2 + 4, label, "host", "end")]
+    parts = [text(x - 8, y + cell / 2 + 4, row.label, "host", "end")]
+    if row.note:
+        parts.append(text(x + gpn * cell + 10, y + cell / 2 + 4, row.note, "host"))
     start = 0
     for gpu in range(1, gpn + 1):
         if gpu == gpn or domains[gpu] != domains[start]:
-            parts.append(rect(x + start * cell - 2, y - 2, (gpu - start) * cell + 4, cell + 4, "nvl", f"NVLink domain {domains[start]:,}", rx=4))
+            parts.append(
+                rect(
+                    x + start * cell - 2,
+                    y - 2,
+                    (gpu - start) * cell + 4,
+                    cell + 4,
+                    "nvl",
+                    f"NVLink domain {domains[start]:,}",
+                    rx=4,
+                )
+            )
             start = gpu
     for gpu in range(gpn):
         rank = base + gpu
@@ -115,45 +144,80 @@ def _node_row(plan: Plannable, grid: Grid, node: int, x: float, y: float, cell: 
             )
         )
         if cell >= 30:
-            parts.append(text(x + (gpu + 0.5) * cell, y + cell / 2 + 4, str(rank), "gpu-label", "middle"))
+            parts.append(
+                text(x + (gpu + 0.5) * cell, y + cell / 2 + 4, str(rank), "gpu-label", "middle")
+            )
     start = 0
     for gpu in range(1, gpn + 1):
         if gpu == gpn or groups[gpu] != groups[start]:
-            parts.append(rect(x + start * cell + 0.5, y + 0.5, (gpu - start) * cell - 1, cell - 1, "tp", None, rx=2))
+            parts.append(
+                rect(
+                    x + start * cell + 0.5,
+                    y + 0.5,
+                    (gpu - start) * cell - 1,
+                    cell - 1,
+                    "tp",
+                    None,
+                    rx=2,
+                )
+            )
             start = gpu
-    return group(parts, "node", tip)
+    return group(parts, "node", row.tip)
 
 
 def placement_svg(plan: Plannable) -> str:
     cl = plan.cluster
     grid = rank_grid(plan)
     full = cl.nodes <= FULL_GRID_NODES
-    rows: list[tuple[int, str, str]] = []  # node drawn, label, tooltip
+    rows: list[Row] = []
     if full:
         for node in range(cl.nodes):
             host = cl.hosts[node]
-            rows.append((node, _short(host), f"node {node} ({host})"))
+            rows.append(Row(node, _short(host), "", f"node {node} ({host})"))
     else:
         for kind in node_types(grid)[:MAX_TYPES]:
             count = len(kind.nodes)
-            hosts = f"{cl.hosts[kind.nodes[0]]} … {cl.hosts[kind.nodes[-1]]}" if count > 1 else cl.hosts[kind.first]
-            rows.append((kind.first, f"× {count:,} nodes", f"{count:,} nodes like node {kind.first}: nodes {ranges(kind.nodes)} ({hosts})"))
+            first, last = cl.hosts[kind.nodes[0]], cl.hosts[kind.nodes[-1]]
+            hosts = f"{first} … {last}" if count > 1 else first
+            stages = sorted(set(grid.stage[kind.first].tolist()))
+            what = f"stage {stages[0]}" if len(stages) == 1 else f"stages {stages[0]}–{stages[-1]}"
+            where = ranges(kind.nodes)
+            rows.append(
+                Row(
+                    kind.first,
+                    f"{count:,} nodes · {what}",
+                    f"nodes {where}",
+                    f"{count:,} nodes like node {kind.first}: nodes {where} ({hosts})",
+                )
+            )
     gpn = cl.gpus_per_node
     cell = 40.0 if len(rows) <= 4 and gpn <= 16 else min(16.0, 520.0 / gpn)
     per_domain = max(1, cl.nvlink_domain // gpn)
-    per_column = len(rows) if len(rows) <= ROWS_PER_COLUMN else max(1, ROWS_PER_COLUMN // per_domain) * per_domain
+    per_column = (
+        len(rows)
+        if len(rows) <= ROWS_PER_COLUMN
+        else max(1, ROWS_PER_COLUMN // per_domain) * per_domain
+    )
     columns = -(-len(rows) // per_column)
-    label_w = 112.0
-    block = label_w + gpn * cell + 24
+    label_w = 112.0 if full else 150.0
+    block = label_w + gpn * cell + (24 if full else 260)
     pitch = cell + 6
     parts: list[str] = []
-    for index, (node, label, tip) in enumerate(rows):
+    for index, row_data in enumerate(rows):
         column, row = divmod(index, per_column)
-        parts.append(_node_row(plan, grid, node, 8 + column * block + label_w, 12 + row * pitch, cell, label, tip))
+        parts.append(
+            _node_row(plan, grid, row_data, 8 + column * block + label_w, 12 + row * pitch, cell)
+        )
     width = max(8 + columns * block, 480.0)
     height = 12 + min(len(rows), per_column) * pitch + 8
     how = "every node" if full else f"{len(rows)} node types standing for {cl.nodes:,} nodes"
-    return svg(width, height, parts, f"Rank placement, {how}: GPUs coloured by pipeline stage, TP groups outlined", "chart placement")
+    return svg(
+        width,
+        height,
+        parts,
+        f"Rank placement, {how}: GPUs coloured by pipeline stage, TP groups outlined",
+        "chart placement",
+    )
 
 
 def stage_legend(plan: Plannable) -> str:
@@ -165,5 +229,3 @@ def stage_legend(plan: Plannable) -> str:
         for s in range(lay.p)
     )
     return f"<ul class='stage-legend'>{items}</ul>"
-
-

@@ -41,7 +41,13 @@ def title(text: str | None) -> str:
 
 
 def rect(
-    x: float, y: float, w: float, h: float, cls: str | None = None, tip: str | None = None, **more: object
+    x: float,
+    y: float,
+    w: float,
+    h: float,
+    cls: str | None = None,
+    tip: str | None = None,
+    **more: object,
 ) -> str:
     body = title(tip)
     head = f"<rect{attrs(x=float(x), y=float(y), width=float(max(w, 0.0)), height=float(max(h, 0.0)), cls=cls, **more)}"
@@ -49,21 +55,35 @@ def rect(
 
 
 def line(x1: float, y1: float, x2: float, y2: float, cls: str | None = None, **more: object) -> str:
-    return f"<line{attrs(x1=float(x1), y1=float(y1), x2=float(x2), y2=float(y2), cls=cls, **more)}/>"
+    return (
+        f"<line{attrs(x1=float(x1), y1=float(y1), x2=float(x2), y2=float(y2), cls=cls, **more)}/>"
+    )
 
 
-def text(x: float, y: float, content: str, cls: str | None = None, anchor: str | None = None, **more: object) -> str:
+def text(
+    x: float,
+    y: float,
+    content: str,
+    cls: str | None = None,
+    anchor: str | None = None,
+    **more: object,
+) -> str:
     return f"<text{attrs(x=float(x), y=float(y), cls=cls, text_anchor=anchor, **more)}>{esc(content)}</text>"
 
 
-def group(children: list[str], cls: str | None = None, tip: str | None = None, **more: object) -> str:
+def group(
+    children: list[str], cls: str | None = None, tip: str | None = None, **more: object
+) -> str:
     return f"<g{attrs(cls=cls, **more)}>{title(tip)}{''.join(children)}</g>"
 
 
-def svg(width: float, height: float, children: list[str], label: str, cls: str | None = None) -> str:
-    """A scalable `<svg>`: the viewBox is width × height, the page's CSS sizes it."""
+def svg(
+    width: float, height: float, children: list[str], label: str, cls: str | None = None
+) -> str:
+    """A scalable `<svg>`: the viewBox is width × height, the page's CSS sizes it, never wider
+    than `width` CSS pixels (a small chart is not blown up)."""
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg"{attrs(viewBox=f"0 0 {num(width)} {num(height)}", cls=cls, role="img", aria_label=label)}>'
+        f'<svg xmlns="http://www.w3.org/2000/svg"{attrs(viewBox=f"0 0 {num(width)} {num(height)}", cls=cls, role="img", aria_label=label, style=f"max-width:{num(width)}px")}>'
         f"{title(label)}{''.join(children)}</svg>"
     )
 
