@@ -171,3 +171,24 @@ def test_tool_planc_table_is_named_in_errors(tmp_path: Path) -> None:
 def test_parse_table_upper_cases_severity_ids() -> None:
     config = parse_table({"severity": {"plc006": "warning"}}, "here")
     assert dict(config.severity) == {"PLC006": "warning"}
+
+
+def _imports_after_check(spec: Path, cwd: Path) -> set[str]:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from planc.cli import main\n"
+        f"try:\n    main(['check', '-q', {str(spec)!r}])\nexcept SystemExit:\n    pass\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True)
+    return set(out.stdout.split())
+
+
+def test_no_configuration_costs_no_toml_parser(repo: Path) -> None:
+    spec = _spec(repo / "a")
+    assert not {"tomllib", "tomli"} & _imports_after_check(spec, repo)
+    (repo / ".planc.toml").write_text("max_bubble = 0.3\n")
+    assert "tomllib" in _imports_after_check(spec, repo)
