@@ -1,71 +1,253 @@
-"""planc verify: the plan's collectives, simulated, reduce exactly and move the budgeted bytes."""
+"""planc verify: an untouched plan passes; every kind of corruption of a compiled plan fails,
+named; random valid specs compile to plans that verify."""
 
 from __future__ import annotations
 
-import dataclasses
+import copy
+import json
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from click.testing import CliRunner
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
-from planc.analysis import analyse
-from planc.cli import main
-from planc.comm.schedule import CommOp
-from planc.verify import check_collective, verify_collectives, verify_pipeline
+from planc.compile.plan import plan_json
+from planc.verify import render, verify_text
+from planc.verify.plandata import PlanFormatError
 
-from conftest import job_of
+from conftest import ROOT, compiled, job_of
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
-
-
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
-def test_examples_verify(path: Path) -> None:
-    result = CliRunner().invoke(main, ["verify", str(path)])
-    assert result.exit_code == 0, result.output
-    assert "verified" in result.output
+Plan = dict[str, Any]
 
 
-def test_every_group_kind_with_traffic_is_checked() -> None:
-    job = job_of("{parallelism: {tensor: 2, data: 2, context: 2, zero_stage: 0}}")
-    ops = analyse(job).ops
-    checks = verify_collectives(job, ops)
-    assert {c.group for c in checks} == {"tp", "dp_cp"}
-    assert all(c.ok for c in checks)
-    # TP on 8192 tokens split over c = 2: b·(s/c)·h·2 bytes = 4096·4096·2, simulated at 2^20 elements.
-    tp = next(c for c in checks if c.group == "tp")
-    assert tp.buffer_bytes == 4096 * 4096 * 2 and tp.scaled
+@pytest.fixture(scope="module")
+def plan70() -> Plan:
+    """Llama 3 70B on 64 H100s: t = 8, p = 4, d = 2, ZeRO-1, sequence parallel."""
+    data: Plan = json.loads(plan_json(compiled(job_of(None, "llama3-70b-8x8.yaml"))))
+    return data
 
 
-def test_pipeline_messages_match_the_plan() -> None:
-    job = job_of(None, "llama3-70b-8x8.yaml")
-    check = verify_pipeline(job, analyse(job).ops)
-    assert check is not None and check.ok
-    # 1F1B, p = 4, m = 256: 3 boundaries × 256 micro-batches × (forward + backward).
-    assert check.messages == 3 * 256 * 2
-    assert abs(check.bubble_fraction - 3 / (256 + 3)) < 1e-12
+def verified(plan: Plan) -> tuple[bool, str]:
+    result = verify_text(json.dumps(plan))
+    return result.ok, render(result)
 
 
-def test_mismatched_plan_bytes_fail() -> None:
-    job = job_of()
-    op = next(o for o in analyse(job).ops if o.group == "tp")
-
-    class Inflated(CommOp):
-        @property
-        def bytes_sent(self) -> int:
-            return super().bytes_sent + 1
-
-    inflated = Inflated(**dataclasses.asdict(op))
-    check = check_collective(inflated, 2, 1)
-    assert not check.bytes_ok and "plan says" in check.detail
+def test_the_untouched_plan_verifies(plan70: Plan) -> None:
+    ok, text = verified(plan70)
+    assert ok, text
+    assert "verified" in text.splitlines()[-1]
 
 
-def test_each_shape_reports_the_groups_it_stands_for() -> None:
-    job = job_of(None, "llama3-70b-8x8.yaml")
-    checks = verify_collectives(job, analyse(job).ops)
-    tp = [c for c in checks if c.group == "tp"]
-    # 64 ranks / t = 8: eight TP groups, all with the same activation shape.
-    assert {c.stands_for for c in tp} == {8}
-    # DP×CP groups: 64 / 2 = 32, each stage's 8 groups listed per bucket shape.
-    full_buckets = [c for c in checks if c.group == "dp_cp" and c.buffer_bytes == 40_000_000 * 2]
-    assert {c.stands_for for c in full_buckets} == {32}
+def _op(plan: Plan, group: str, op: str | None = None) -> dict[str, Any]:
+    found: dict[str, Any] = next(
+        o for o in plan["communication"]["ops"] if o["group"] == group and op in (None, o["op"])
+    )
+    return found
+
+
+def _swap_between_tp_groups(p: Plan) -> None:
+    tp = p["groups"]["tp"]
+    tp[0][1], tp[1][1] = tp[1][1], tp[0][1]
+
+
+def _duplicate_rank(p: Plan) -> None:
+    p["groups"]["dp"][0][1] = p["groups"]["dp"][0][0]
+
+
+def _drop_group(p: Plan) -> None:
+    p["groups"]["pp"].pop()
+
+
+def _halve_groups(p: Plan) -> None:
+    p["groups"]["tp"] = [half for g in p["groups"]["tp"] for half in (g[:4], g[4:])]
+
+
+def _change_coordinate(p: Plan) -> None:
+    p["ranks"][5]["coords"]["tp"] = 6
+
+
+def _wrong_node(p: Plan) -> None:
+    p["ranks"][3]["node"] = 1
+
+
+def _wire_one_element(p: Plan) -> None:
+    p["ranks"][0]["wire"]["nvlink_sent"] -= 2  # one bf16 element
+
+
+def _calls_times_ten(p: Plan) -> None:
+    _op(p, "tp", "all_gather")["calls"] *= 10
+
+
+def _buffer_times_three(p: Plan) -> None:
+    _op(p, "dp_cp", "reduce_scatter")["buffer_bytes"] *= 3
+
+
+def _world_size(p: Plan) -> None:
+    p["world_size"] = 128
+
+
+def _wrong_link(p: Plan) -> None:
+    _op(p, "pp")["link"] = "nvlink"
+
+
+def _pipeline_warmup(p: Plan) -> None:
+    p["communication"]["pipeline"]["stages"][1]["warmup"] += 1
+
+
+def _stage_parameters(p: Plan) -> None:
+    p["model"]["stage_parameters"][2] += 1
+
+
+def _optimizer_shard(p: Plan) -> None:
+    p["ranks"][0]["optimizer_shard"] = 1
+
+
+def _layers_of_a_rank(p: Plan) -> None:
+    p["ranks"][20]["layers"] = [[0, 20]]
+
+
+MUTATIONS: dict[str, tuple[Callable[[Plan], None], str]] = {
+    "a rank moved between groups": (_swap_between_tp_groups, "groups.tp group 0"),
+    "a duplicated rank": (_duplicate_rank, "groups.dp: rank"),
+    "a missing group": (_drop_group, "groups.pp: 15 groups of 4"),
+    "a wrong group size": (
+        _halve_groups,
+        "groups.tp: 16 groups of 4 ranks, expected 8 groups of 8",
+    ),
+    "a coordinate changed": (_change_coordinate, "rank 5: coordinate tp = 6"),
+    "a rank on the wrong node": (_wrong_node, "rank 3: node = 1"),
+    "wire bytes off by one element": (_wire_one_element, "rank 0: wire nvlink_sent"),
+    "an op's calls ×10": (_calls_times_ten, "stage 0 tp all_gather"),
+    "a buffer ×3": (_buffer_times_three, "dp_cp reduce_scatter"),
+    "world size changed": (_world_size, "world_size 128"),
+    "a link class changed": (_wrong_link, "link nvlink, but its groups are on network"),
+    "a pipeline warm-up changed": (_pipeline_warmup, "pipeline stage 1"),
+    "a stage's parameters changed": (_stage_parameters, "model.stage_parameters[2]"),
+    "an optimizer shard changed": (_optimizer_shard, "rank 0: optimizer_shard 1"),
+    "a rank's layers changed": (_layers_of_a_rank, "rank 20: layers"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MUTATIONS))
+def test_every_corruption_fails_and_is_named(plan70: Plan, kind: str) -> None:
+    mutate, named = MUTATIONS[kind]
+    plan = copy.deepcopy(plan70)
+    mutate(plan)
+    ok, text = verified(plan)
+    assert not ok, f"{kind} was not detected:\n{text}"
+    assert named in text, text
+    assert "verification FAILED" in text
+
+
+def test_not_a_plan_is_a_format_error() -> None:
+    with pytest.raises(PlanFormatError, match="not a planc plan"):
+        verify_text('{"format": "something-else"}')
+    with pytest.raises(PlanFormatError, match="not JSON"):
+        verify_text("{")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "planc", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_verifies_a_directory_and_refuses_a_corrupted_one(tmp_path: Path) -> None:
+    out = tmp_path / "plan"
+    assert _cli("compile", "examples/llama3-8b-1node.yaml", "-o", str(out)).returncode == 0
+    done = _cli("verify", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((out / "plan.json").read_text())
+    data["communication"]["ops"][0]["calls"] *= 10
+    (out / "plan.json").write_text(json.dumps(data))
+    done = _cli("verify", str(out))
+    assert done.returncode == 1 and "tensor shapes give" in done.stdout
+    (out / "plan.json").write_text("[]")
+    done = _cli("verify", str(out))
+    assert done.returncode == 2 and "not a planc plan" in done.stderr
+
+
+def test_cli_verifies_a_spec() -> None:
+    done = _cli("verify", "examples/gpt3-175b-gb200-nvl72.yaml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ring all_reduce" in done.stdout and "verified" in done.stdout
+
+
+# --- random valid specs --------------------------------------------------------------------
+
+
+@st.composite
+def layouts(draw: st.DrawFn) -> dict[str, Any]:
+    """Small specs over the layout space: degrees, orders, ZeRO, SP, CP, virtual and uneven
+    stages, tied embeddings, recompute and precision."""
+    per_node = draw(st.sampled_from([4, 8]))
+    nodes = draw(st.sampled_from([1, 2, 4]))
+    t, p, c = (draw(st.sampled_from([1, 2, 4])) for _ in range(3))
+    world = per_node * nodes
+    assume(world % (t * p * c) == 0)
+    d = world // (t * p * c)
+    v = draw(st.sampled_from([1, 2])) if p > 2 else 1
+    b = draw(st.sampled_from([1, 2]))
+    m = p * draw(st.integers(1, 3))
+    order = draw(st.sampled_from(["tp-cp-dp-pp", "tp-cp-pp-dp", "tp-dp-cp-pp", "cp-tp-dp-pp"]))
+    uneven = p > 1 and v == 1 and draw(st.booleans())
+    parallelism: dict[str, Any] = {
+        "tensor": t,
+        "pipeline": p,
+        "context": c,
+        "virtual_stages": v,
+        "sequence_parallel": t > 1 and draw(st.booleans()),
+        "zero_stage": draw(st.sampled_from([0, 1, 2, 3])) if d * c > 1 else 0,
+        "order": order,
+    }
+    if uneven:
+        parallelism["stage_layers"] = [
+            8 + (1 if i == 0 else -1 if i == p - 1 else 0) for i in range(p)
+        ]
+    return {
+        "model": {
+            "preset": None,
+            "layers": 8 * p,
+            "hidden": 256,
+            "heads": 8,
+            "kv_heads": draw(st.sampled_from([2, 8])),
+            "vocab": 1000,
+            "mlp": draw(st.sampled_from(["gelu", "swiglu"])),
+            "tied_embeddings": draw(st.booleans()),
+            "bias": draw(st.booleans()),
+        },
+        "hardware": {
+            "gpus_per_node": per_node,
+            "nvlink_domain": per_node,
+            "nodes": nodes,
+            "hosts": f"n{{1..{nodes}}}",
+        },
+        "parallelism": parallelism,
+        "training": {
+            "seq_len": 64 * c,
+            "micro_batch": b,
+            "global_batch": b * d * m,
+            "recompute": draw(st.sampled_from(["none", "selective", "full"])),
+            "precision": draw(st.sampled_from(["bf16", "fp32"])),
+            "grad_accum_fp32": draw(st.booleans()),
+        },
+        "rules": {"ignore": ["PLC006", "PLC011", "PLC017", "PLC018", "PLC019", "PLC020"]},
+    }
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(overlay=layouts())
+def test_compiled_plans_of_random_specs_verify(overlay: dict[str, Any]) -> None:
+    overlay = copy.deepcopy(overlay)
+    overlay["model"].pop("preset")
+    plan = compiled(job_of(overlay))
+    result = verify_text(plan_json(plan))
+    assert result.ok, render(result)

@@ -17,14 +17,15 @@ import numpy.typing as npt
 
 from planc import __version__
 from planc.analysis import Analysis
-from planc.comm.schedule import CommOp, WireBudget, op_record
+from planc.comm.schedule import CommOp, WireBudget, activation_bytes, grad_bytes, op_record
 from planc.compile.groups import Groups, index_in_group, process_groups
 from planc.compile.ranks import AXES, Placement, Ranks, grid_of, place
 from planc.findings import Finding
 from planc.memory import MemoryBudget, rank_memory
+from planc.memory.params import RankParameters
 from planc.pipeline.bubble import bubble_fraction
 from planc.pipeline.schedule import num_warmup
-from planc.plannable import LayerRange, Plannable
+from planc.plannable import LayerRange, Plannable, padded_vocab
 
 PLAN_FORMAT = "planc-plan"
 COORDS_FORMAT = "planc-coords"
@@ -68,6 +69,7 @@ class Plan:
     shard: Ranks  # optimizer shard index: position in the rank's dp_cp group
     memory: npt.NDArray[np.int64]  # (p, d·c, len(MEMORY_FIELDS)) bytes
     summary: Summary
+    parameters: tuple[RankParameters, ...]  # Ψ_r of one TP rank of each stage
     communication: tuple[CommOp, ...]  # the schedule of one step, per pipeline stage
     wires: tuple[WireBudget, ...]  # bytes per step per link class, per pipeline stage
     findings: tuple[Finding, ...] = ()  # check's error findings a forced compile went past
@@ -176,6 +178,7 @@ def compile_job(analysis: Analysis, findings: tuple[Finding, ...] = ()) -> Plan:
         shard=shard,
         memory=table,
         summary=_summary(job, analysis.memory, placement, shard, table),
+        parameters=analysis.parameters,
         communication=analysis.ops,
         wires=analysis.wires,
         findings=findings,
@@ -201,6 +204,45 @@ def layout_record(plan: Plan) -> dict[str, object]:
         "stage_layers": [[list(chunk) for chunk in stage.layers] for stage in plan.stages],
         "sequence_parallel": lay.sp,
         "zero_stage": lay.zero,
+    }
+
+
+def model_record(plan: Plan) -> dict[str, object]:
+    """The model's shape, in Megatron's names: what `planc verify` recomputes bytes from."""
+    mod = plan.job.model
+    return {
+        "layers": mod.L,
+        "hidden": mod.h,
+        "heads": mod.n,
+        "kv_heads": mod.g,
+        "head_dim": mod.k,
+        "ffn_hidden": mod.f,
+        "vocab": mod.V,
+        "vocab_padded": padded_vocab(mod.V, plan.job.layout.t),
+        "mlp": mod.mlp,
+        "norm": mod.norm,
+        "bias": mod.bias,
+        "tied_embeddings": mod.tied,
+        "position_embedding": mod.position,
+        "max_seq_len": mod.max_seq_len,
+        "stage_parameters": [share.total for share in plan.parameters],
+    }
+
+
+def training_record(plan: Plan) -> dict[str, object]:
+    """One step's shape: sequence, batch, micro-batches, dtypes on the wire, recompute."""
+    job = plan.job
+    tr = job.training
+    return {
+        "seq_len": tr.s,
+        "micro_batch": tr.b,
+        "global_batch": tr.B,
+        "micro_batches": job.m,
+        "precision": tr.precision,
+        "activation_bytes": activation_bytes(job),
+        "gradient_bytes": grad_bytes(job),
+        "recompute": tr.recompute,
+        "attention": tr.attention,
     }
 
 
@@ -341,6 +383,8 @@ def plan_json(plan: Plan) -> str:
         _compact(head)[1:-1],
         f'"layout":{_compact(layout_record(plan))}',
         f'"cluster":{_compact(_cluster_record(plan))}',
+        f'"model":{_compact(model_record(plan))}',
+        f'"training":{_compact(training_record(plan))}',
         f'"summary":{_compact(dataclasses.asdict(plan.summary))}',
         f'"findings":{_compact([_finding_record(f) for f in plan.findings])}',
         f'"groups":{{\n{_groups_lines(plan.groups)}}}',

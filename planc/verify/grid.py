@@ -1,0 +1,202 @@
+"""The rank grid and the process groups, recomputed from the degrees, the order and the hardware.
+
+A rank's coordinate on an axis is (rank // stride) mod degree, the strides being the prefix
+products of the degrees in the order string (fastest first, Megatron's RankGenerator). A group
+of a kind over some axes holds exactly the ranks that share every other coordinate. Ranks fill
+nodes in order; NVLink domains are blocks of consecutive ranks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+import numpy.typing as npt
+
+from planc.verify.plandata import AXES, MEMORY_FIELDS, Ints, PlanData
+
+# The axes each group kind spans (the other axes are shared by its members).
+KIND_AXES = {
+    "tp": ("tp",),
+    "cp": ("cp",),
+    "dp": ("dp",),
+    "pp": ("pp",),
+    "dp_cp": ("dp", "cp"),
+    "model_parallel": ("tp", "pp"),
+}
+
+Found = Iterator[str]
+
+
+def expected_strides(plan: PlanData) -> dict[str, int]:
+    out, stride = {}, 1
+    for axis in plan.order:
+        out[axis] = stride
+        stride *= plan.degrees[axis]
+    return out
+
+
+def _first_bad(mask: npt.NDArray[np.bool_]) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+def world(plan: PlanData) -> Found:
+    """The world size agrees with the degrees, the hardware and the rank list."""
+    product = math.prod(plan.degrees[a] for a in AXES)
+    gpus = plan.nodes * plan.gpus_per_node
+    if sorted(plan.order) != sorted(AXES):
+        yield f"the order {'-'.join(plan.order)} does not name tp, cp, dp and pp once each"
+    if not plan.world == product == gpus == len(plan.rank):
+        yield (
+            f"world_size {plan.world}, tensor × context × data × pipeline = {product}, nodes × "
+            f"gpus_per_node = {gpus} and {len(plan.rank)} rank records must all be equal"
+        )
+    if len(plan.hosts) != plan.nodes or len(set(plan.hosts)) != len(plan.hosts):
+        yield f"{len(plan.hosts)} host names ({len(set(plan.hosts))} distinct) for {plan.nodes} nodes"
+    if dict(plan.strides) != expected_strides(plan):
+        yield f"layout.strides {dict(plan.strides)} are not the prefix products {expected_strides(plan)}"
+
+
+def placement(plan: PlanData) -> Found:
+    """Every rank's coordinates, node, local rank, rail and NVLink domain."""
+    n = len(plan.rank)
+    rank = np.arange(n, dtype=np.int64)
+    if not np.array_equal(plan.rank, rank):
+        yield f"rank records are not 0..{n - 1} in order (first off at position {_first_bad(plan.rank != rank)})"
+        return
+    strides = expected_strides(plan)
+    for axis in AXES:
+        want = rank // strides[axis] % plan.degrees[axis]
+        bad = plan.coords[axis] != want
+        if bad.any():
+            r = _first_bad(bad)
+            yield f"rank {r}: coordinate {axis} = {plan.coords[axis][r]}, but rank // {strides[axis]} mod {plan.degrees[axis]} = {want[r]}"
+    for name, got, want in (
+        ("node", plan.node, rank // plan.gpus_per_node),
+        ("local_rank", plan.local_rank, rank % plan.gpus_per_node),
+        ("rail", plan.rail, rank % plan.gpus_per_node),
+        ("nvlink_domain", plan.domain, rank // plan.nvlink_domain),
+    ):
+        bad = got != want
+        if bad.any():
+            r = _first_bad(bad)
+            yield f"rank {r}: {name} = {got[r]}, but it must be {want[r]}"
+    if plan.host is not None and len(plan.hosts) == plan.nodes:
+        for r, host in enumerate(plan.host):
+            if 0 <= plan.node[r] < plan.nodes and host != plan.hosts[plan.node[r]]:
+                yield f"rank {r}: host {host!r}, but node {plan.node[r]} is {plan.hosts[plan.node[r]]!r}"
+                break
+
+
+def stages(plan: PlanData) -> Found:
+    """Every rank holds its stage's layers; the stages hold the model's layers once each."""
+    layers = [chunk for stage in plan.stage_layers for chunk in stage]
+    covered = sorted(layers)
+    edges = [a for a, _ in covered] + [covered[-1][1]] if covered else [0]
+    if covered and (
+        edges[0] != 0
+        or any(covered[i][1] != covered[i + 1][0] for i in range(len(covered) - 1))
+        or edges[-1] != plan.model["layers"]
+    ):
+        yield f"layout.stage_layers do not cover layers 0..{plan.model['layers']} once each"
+    if len(plan.stage_layers) != plan.degrees["pp"]:
+        yield f"{len(plan.stage_layers)} stages of layers for pipeline = {plan.degrees['pp']}"
+    if plan.layers is not None and len(plan.stage_layers) == plan.degrees["pp"]:
+        for r, held in enumerate(plan.layers):
+            pp = int(plan.coords["pp"][r])
+            if 0 <= pp < len(plan.stage_layers) and held != plan.stage_layers[pp]:
+                yield f"rank {r}: layers {list(held)}, but stage {pp} holds {list(plan.stage_layers[pp])}"
+                break
+
+
+def _partition(kind: str, groups: Ints, world: int) -> Found:
+    flat = groups.reshape(-1)
+    if flat.size and (flat.min() < 0 or flat.max() >= world):
+        yield f"groups.{kind} names a rank outside 0..{world - 1}"
+        return
+    counts = np.bincount(flat, minlength=world)
+    if (counts > 1).any():
+        yield f"groups.{kind}: rank {_first_bad(counts > 1)} is in {counts[counts > 1][0]} groups"
+    if (counts == 0).any():
+        yield f"groups.{kind}: rank {_first_bad(counts == 0)} is in no group"
+
+
+def groups(plan: PlanData) -> Found:
+    """Each kind partitions the ranks into groups of the degrees' size whose members share
+    every other coordinate and differ on the kind's own axes."""
+    world_size = len(plan.rank)
+    for kind, axes in KIND_AXES.items():
+        found = plan.groups.get(kind)
+        if found is None:
+            yield f"groups.{kind} is missing"
+            continue
+        size = math.prod(plan.degrees[a] for a in axes)
+        if found.ndim != 2 or found.shape[1] != size or found.shape[0] * size != world_size:
+            yield f"groups.{kind}: {found.shape[0]} groups of {found.shape[1] if found.ndim == 2 else '?'} ranks, expected {world_size // size} groups of {size}"
+            continue
+        problems = list(_partition(kind, found, world_size))
+        yield from problems
+        if problems:
+            continue
+        yield from _members_agree(plan, kind, axes, found)
+    yield from _embedding(plan)
+
+
+def _members_agree(plan: PlanData, kind: str, axes: tuple[str, ...], found: Ints) -> Found:
+    for axis in AXES:
+        coord = plan.coords[axis][found]
+        if axis in axes:
+            continue
+        bad = (coord != coord[:, :1]).any(axis=1)
+        if bad.any():
+            g = _first_bad(bad)
+            yield f"groups.{kind} group {g} {found[g][:8].tolist()} mixes {axis} coordinates {sorted(set(coord[g].tolist()))[:4]}"
+            return
+    # Distinct on the kind's own axes: a key over them is a permutation of 0..size-1.
+    key = np.zeros_like(found)
+    for axis in axes:
+        key = key * plan.degrees[axis] + plan.coords[axis][found]
+    ordered = np.sort(key, axis=1)
+    bad = (ordered != np.arange(found.shape[1])).any(axis=1)
+    if bad.any():
+        g = _first_bad(bad)
+        yield f"groups.{kind} group {g} repeats a {'/'.join(axes)} coordinate"
+
+
+def _embedding(plan: PlanData) -> Found:
+    pp, found = plan.groups.get("pp"), plan.groups.get("embedding")
+    if pp is None or found is None:
+        if found is None:
+            yield "groups.embedding is missing"
+        return
+    want = pp[:, [0, -1]] if pp.shape[1] > 1 else pp[:, :1]
+    if found.shape != want.shape or not np.array_equal(found, want):
+        yield "groups.embedding are not the first and last rank of each pipeline group"
+
+
+def optimizer_shards(plan: PlanData) -> Found:
+    """A rank's optimizer shard is its position in its dp_cp group."""
+    found = plan.groups.get("dp_cp")
+    if found is None or found.size != len(plan.rank):
+        return
+    position = np.empty(len(plan.rank), dtype=np.int64)
+    position[found] = np.arange(found.shape[1], dtype=np.int64)
+    bad = plan.optimizer_shard != position
+    if bad.any():
+        r = _first_bad(bad)
+        yield f"rank {r}: optimizer_shard {plan.optimizer_shard[r]}, but it is member {position[r]} of its dp_cp group"
+
+
+def memory(plan: PlanData) -> Found:
+    """Each rank's memory total is the sum of its parts, and the summary's peak is the largest."""
+    parts = plan.memory[:, :-1].sum(axis=1)
+    bad = parts != plan.memory[:, -1]
+    if bad.any():
+        r = _first_bad(bad)
+        yield f"rank {r}: memory total {plan.memory[r, -1]} is not the sum of its parts {parts[r]}"
+    if (plan.memory < 0).any():
+        yield f"a memory field is negative ({MEMORY_FIELDS})"
+    summary = plan.raw.get("summary", {})
+    if plan.memory.size and summary.get("peak_memory_bytes") != int(plan.memory[:, -1].max()):
+        yield f"summary.peak_memory_bytes {summary.get('peak_memory_bytes')} is not the largest rank total {int(plan.memory[:, -1].max())}"

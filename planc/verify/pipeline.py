@@ -1,0 +1,111 @@
+"""The pipeline: the plan's schedule pattern against the warm-up formula, expanded by the plan's
+documented order into op lists, and run through the discrete-event simulation, which pairs every
+send with one receive and refuses a deadlock. The simulated micro-batch count is bounded; the
+send counts are linear in m and are scaled to the plan's m exactly.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from planc.pipeline import build_schedule
+from planc.pipeline.timeline import DeadlockError, simulate
+from planc.verify.plandata import PlanData
+
+Found = Iterator[str]
+
+
+def warmup(p: int, m: int, v: int, r: int) -> int:
+    """Forwards before the first backward on stage r: p − r − 1 (1F1B), 2(p − r − 1) + (v − 1)·p
+    (interleaved), never more than the m·v forwards of the step (Megatron schedules.py)."""
+    return min(p - r - 1 if v == 1 else 2 * (p - r - 1) + (v - 1) * p, m * v)
+
+
+def expand(p: int, m: int, v: int, r: int, w: int) -> list[tuple[str, int, int]]:
+    """Stage r's ops as (kind, micro-batch, chunk), by the plan's order: w warm-up forwards,
+    (forward, backward) pairs, then the remaining backwards; the k-th forward is of chunk
+    (k // p) % v and micro-batch (k // (p·v))·p + k % p; backwards reverse the chunks."""
+
+    def fwd(k: int) -> tuple[str, int, int]:
+        return ("F", (k // (p * v)) * p + k % p, (k // p) % v)
+
+    def bwd(k: int) -> tuple[str, int, int]:
+        return ("B", (k // (p * v)) * p + k % p, v - 1 - (k // p) % v)
+
+    total = m * v
+    out = [fwd(k) for k in range(w)]
+    for k in range(total - w):
+        out += [fwd(w + k), bwd(k)]
+    out += [bwd(k) for k in range(total - w, total)]
+    return out
+
+
+def pipeline(plan: PlanData, limit: int = 20_000) -> Found:
+    p, v = plan.degrees["pp"], plan.virtual_stages
+    m = int(plan.training["micro_batches"])
+    pattern = plan.pipeline
+    if p == 1:
+        if pattern is not None:
+            yield "communication.pipeline is present for a plan without pipeline stages"
+        return
+    if pattern is None:
+        yield "communication.pipeline is missing"
+        return
+    if (pattern.get("p"), pattern.get("m"), pattern.get("v")) != (p, m, v):
+        yield f"communication.pipeline is for p, m, v = {pattern.get('p')}, {pattern.get('m')}, {pattern.get('v')}, the plan has {p}, {m}, {v}"
+        return
+    stages = pattern.get("stages", [])
+    for r in range(p):
+        w = warmup(p, m, v, r)
+        pattern_r = {"warmup": w, "steady": m * v - w, "cooldown": w}
+        if r >= len(stages) or stages[r] != pattern_r:
+            yield f"pipeline stage {r}: {stages[r] if r < len(stages) else 'missing'}, the schedule has {pattern_r}"
+            return
+    # A bounded run: from 2p micro-batches on every warm-up is uncapped, so the order is the
+    # same; sends grow linearly in m. Past the limit even that run is too long to simulate.
+    small = m if 2 * p * m * v <= limit else 2 * p
+    if 2 * p * small * v > limit:
+        yield from _counts_only(plan, p, m, v)
+        return
+    schedule = build_schedule(p, small, v)
+    for r, ops in enumerate(schedule.stages):
+        mine = expand(p, small, v, r, warmup(p, small, v, r))
+        if [(op.kind, op.microbatch, op.chunk) for op in ops] != mine:
+            yield f"pipeline stage {r}: the plan's order does not give Megatron's schedule"
+            return
+    try:
+        timeline = simulate(schedule, 1, 2, 0)
+    except (DeadlockError, ValueError) as error:
+        yield f"pipeline: {error}"
+        return
+    sent: Counter[tuple[int, str]] = Counter(
+        (msg.link.src_stage, msg.link.direction) for msg in timeline.messages
+    )
+    for op in plan.ops:
+        if op.get("group") != "pp":
+            continue
+        stage, direction = int(op["stage"]), str(op.get("direction"))
+        want = sent[(stage, direction)] * m // small
+        if int(op["calls"]) != want:
+            yield f"stage {stage} pipeline sends {direction}: the plan has {op['calls']:,}, the simulated schedule {want:,}"
+
+
+def _counts_only(plan: PlanData, p: int, m: int, v: int) -> Found:
+    """Send counts by the order alone, when even two groups are too long to simulate."""
+    for op in plan.ops:
+        if op.get("group") != "pp":
+            continue
+        stage, direction = int(op["stage"]), op.get("direction")
+        end = p - 1 if direction == "fwd" else 0
+        want = m * v - (m if stage == end else 0)
+        if int(op["calls"]) != want:
+            yield f"stage {stage} pipeline sends {direction}: the plan has {op['calls']:,}, the order gives {want:,}"
+
+
+def simulated(plan: PlanData, limit: int = 20_000) -> bool:
+    """Whether `pipeline` runs the discrete-event simulation for this plan (else counts only)."""
+    p, v = plan.degrees["pp"], plan.virtual_stages
+    m = int(plan.training["micro_batches"])
+    small = m if 2 * p * m * v <= limit else 2 * p
+    return p > 1 and 2 * p * small * v <= limit

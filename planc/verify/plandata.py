@@ -1,0 +1,201 @@
+"""plan.json as arrays: what the verifier reads, and nothing it derives.
+
+Ranks come as one record per rank (`"ranks": [...]`) or, in large plans, as columns
+(`planc.compile` docs: `"ranks": {"encoding": "columns", ...}`); groups as lists of member
+lists or as arithmetic progressions (`{"sizes", "strides", "starts"}`). Both forms are read into
+the same arrays here, so every check below works on one shape.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+Ints = npt.NDArray[np.int64]
+AXES = ("tp", "cp", "dp", "pp")
+MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "buffers", "reserve", "total")
+WIRE_FIELDS = ("nvlink_sent", "nvlink_received", "network_sent", "network_received")
+
+
+class PlanFormatError(ValueError):
+    """plan.json is not a planc plan this verifier can read (not JSON, wrong format, a key
+    missing or of the wrong type)."""
+
+
+@dataclass(frozen=True, eq=False)
+class PlanData:
+    """The plan's own numbers. Per-rank arrays are indexed by position in the file."""
+
+    raw: Mapping[str, Any]
+    world: int
+    order: tuple[str, ...]
+    degrees: Mapping[str, int]
+    strides: Mapping[str, int]
+    nodes: int
+    gpus_per_node: int
+    nvlink_domain: int
+    hosts: tuple[str, ...]
+    stage_layers: tuple[tuple[tuple[int, int], ...], ...]
+    model: Mapping[str, Any]
+    training: Mapping[str, Any]
+    zero: int
+    sequence_parallel: bool
+    virtual_stages: int
+    groups: Mapping[str, Ints]  # kind -> (groups × members)
+    rank: Ints
+    node: Ints
+    local_rank: Ints
+    rail: Ints
+    domain: Ints
+    host: tuple[str, ...] | None  # per rank, when the file lists it per rank
+    coords: Mapping[str, Ints]
+    optimizer_shard: Ints
+    layers: tuple[tuple[tuple[int, int], ...], ...] | None  # per rank, when listed per rank
+    memory: Ints  # (ranks × MEMORY_FIELDS)
+    wire: Ints  # (ranks × WIRE_FIELDS)
+    ops: tuple[Mapping[str, Any], ...]
+    pipeline: Mapping[str, Any] | None
+
+
+def _need(data: Mapping[str, Any], key: str, where: str) -> Any:
+    if not isinstance(data, Mapping) or key not in data:
+        raise PlanFormatError(f"{where} has no {key!r}")
+    return data[key]
+
+
+def _ranges(value: Any) -> tuple[tuple[int, int], ...]:
+    return tuple((int(a), int(b)) for a, b in value)
+
+
+def _progression(spec: Mapping[str, Any], kind: str) -> Ints:
+    """Members of arithmetic-progression groups: start + Σ jᵢ·strideᵢ, the first listed axis
+    varying fastest (Megatron's member order)."""
+    sizes = [int(n) for n in _need(spec, "sizes", f"groups.{kind}")]
+    strides = [int(s) for s in _need(spec, "strides", f"groups.{kind}")]
+    starts = np.asarray(_need(spec, "starts", f"groups.{kind}"), dtype=np.int64)
+    if len(sizes) != len(strides) or not sizes:
+        raise PlanFormatError(f"groups.{kind}: sizes and strides must pair up")
+    # unravel_index lists the slowest dim first; the first listed axis is the fastest.
+    index = np.unravel_index(np.arange(int(np.prod(sizes)), dtype=np.int64), sizes[::-1])
+    offsets = sum(
+        (index[len(sizes) - 1 - i].astype(np.int64) * strides[i] for i in range(len(sizes))),
+        np.zeros(1, dtype=np.int64),
+    )
+    return starts[:, None] + offsets[None, :]
+
+
+def _groups(raw: Mapping[str, Any]) -> dict[str, Ints]:
+    out: dict[str, Ints] = {}
+    for kind, value in _need(raw, "groups", "plan.json").items():
+        if isinstance(value, Mapping):
+            out[kind] = _progression(value, kind)
+        else:
+            lists = [list(map(int, group)) for group in value]
+            width = {len(group) for group in lists}
+            if len(width) > 1:
+                raise PlanFormatError(f"groups.{kind} lists groups of sizes {sorted(width)}")
+            out[kind] = np.asarray(lists, dtype=np.int64).reshape(
+                len(lists), width.pop() if lists else 0
+            )
+    return out
+
+
+def _column(values: Sequence[Any]) -> Ints:
+    return np.asarray(values, dtype=np.int64)
+
+
+def _per_rank(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Columns from one record per rank."""
+
+    def col(key: str) -> Ints:
+        return _column([r[key] for r in records])
+
+    try:
+        return {
+            "rank": col("rank"),
+            "node": col("node"),
+            "local_rank": col("local_rank"),
+            "rail": col("rail"),
+            "domain": col("nvlink_domain"),
+            "host": tuple(str(r["host"]) for r in records),
+            "coords": {axis: _column([r["coords"][axis] for r in records]) for axis in AXES},
+            "optimizer_shard": col("optimizer_shard"),
+            "layers": tuple(_ranges(r["layers"]) for r in records),
+            "memory": np.asarray(
+                [[r["memory"][f] for f in MEMORY_FIELDS] for r in records], dtype=np.int64
+            ).reshape(len(records), len(MEMORY_FIELDS)),
+            "wire": np.asarray(
+                [[r["wire"][f] for f in WIRE_FIELDS] for r in records], dtype=np.int64
+            ).reshape(len(records), len(WIRE_FIELDS)),
+        }
+    except (KeyError, TypeError) as error:
+        raise PlanFormatError(f"a rank record lacks {error}") from None
+
+
+def _columns(block: Mapping[str, Any]) -> dict[str, Any]:
+    """Columns from the columnar form: explicit int columns, memory and wire as tables with a
+    per-rank row index."""
+    cols = _need(block, "columns", "ranks")
+    memory_table = np.asarray(_need(block, "memory_table", "ranks"), dtype=np.int64)
+    wire_table = np.asarray(_need(block, "wire_table", "ranks"), dtype=np.int64)
+    memory_row = _column(_need(cols, "memory_row", "ranks.columns"))
+    wire_row = _column(_need(cols, "wire_row", "ranks.columns"))
+    return {
+        "rank": _column(_need(cols, "rank", "ranks.columns")),
+        "node": _column(_need(cols, "node", "ranks.columns")),
+        "local_rank": _column(_need(cols, "local_rank", "ranks.columns")),
+        "rail": _column(_need(cols, "rail", "ranks.columns")),
+        "domain": _column(_need(cols, "nvlink_domain", "ranks.columns")),
+        "host": None,
+        "coords": {axis: _column(_need(cols, axis, "ranks.columns")) for axis in AXES},
+        "optimizer_shard": _column(_need(cols, "optimizer_shard", "ranks.columns")),
+        "layers": None,
+        "memory": memory_table[memory_row],
+        "wire": wire_table[wire_row],
+    }
+
+
+def read_plan(text: str) -> PlanData:
+    """Parse plan.json text. Raises PlanFormatError for anything that is not a readable plan."""
+    try:
+        raw = json.loads(text)
+    except ValueError as error:
+        raise PlanFormatError(f"plan.json is not JSON: {error}") from None
+    if not isinstance(raw, dict) or raw.get("format") != "planc-plan":
+        raise PlanFormatError("plan.json is not a planc plan (format is not 'planc-plan')")
+    try:
+        layout = _need(raw, "layout", "plan.json")
+        cluster = _need(raw, "cluster", "plan.json")
+        ranks = _need(raw, "ranks", "plan.json")
+        columns = _columns(ranks) if isinstance(ranks, Mapping) else _per_rank(ranks)
+        comm = _need(raw, "communication", "plan.json")
+        return PlanData(
+            raw=raw,
+            world=int(_need(raw, "world_size", "plan.json")),
+            order=tuple(str(a) for a in _need(layout, "order", "layout")),
+            degrees={a: int(_need(layout, "degrees", "layout")[a]) for a in AXES},
+            strides={a: int(_need(layout, "strides", "layout")[a]) for a in AXES},
+            nodes=int(_need(cluster, "nodes", "cluster")),
+            gpus_per_node=int(_need(cluster, "gpus_per_node", "cluster")),
+            nvlink_domain=int(_need(cluster, "nvlink_domain", "cluster")),
+            hosts=tuple(str(h) for h in _need(cluster, "hosts", "cluster")),
+            stage_layers=tuple(_ranges(s) for s in _need(layout, "stage_layers", "layout")),
+            model=_need(raw, "model", "plan.json"),
+            training=_need(raw, "training", "plan.json"),
+            zero=int(_need(layout, "zero_stage", "layout")),
+            sequence_parallel=bool(_need(layout, "sequence_parallel", "layout")),
+            virtual_stages=int(_need(layout, "virtual_stages", "layout")),
+            groups=_groups(raw),
+            ops=tuple(_need(comm, "ops", "communication")),
+            pipeline=comm.get("pipeline"),
+            **columns,
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        if isinstance(error, PlanFormatError):
+            raise
+        raise PlanFormatError(f"plan.json has a value of the wrong kind: {error}") from None

@@ -1,0 +1,295 @@
+"""Every op's calls and bytes, recomputed from tensor shapes, and every rank's wire totals.
+
+Shapes, per micro-batch on one rank: the hidden states of b sequences of s/c tokens are
+b·⌈s/c⌉·h elements (the gathered buffer of a tensor-parallel collective); a pipeline message
+is that divided along the sequence over t with sequence parallelism; a ring-attention step
+carries K and V of the rank's kv heads. Gradients travel in buckets of Megatron DDP's default
+size, max(4·10⁷, 10⁶·d) elements, over the parameters a stage holds, which are counted here
+again from the model's shape. Bytes a rank sends per call follow the ring algorithm as
+`planc.sim` simulates it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from planc.sim import ring_all_gather_bytes, ring_allreduce_bytes, ring_reduce_scatter_bytes
+from planc.verify.plandata import WIRE_FIELDS, Ints, PlanData
+
+Found = Iterator[str]
+
+
+def cdiv(a: int, b: int) -> int:
+    return int(-(-a // b))
+
+
+def stage_parameters(plan: PlanData, stage: int) -> int:
+    """Ψ_r: the parameters one tensor-parallel rank of pipeline stage `stage` holds, counted
+    tensor by tensor (Q and O, K and V per kv head kept, MLP matrices, norms, biases, the word
+    embedding and LM head slices of the padded vocabulary, learned positions)."""
+    m: Mapping[str, Any] = plan.model
+    t, p = plan.degrees["tp"], plan.degrees["pp"]
+    h, k = m["hidden"], m["head_dim"]
+    heads, kv, ffn = cdiv(m["heads"], t), cdiv(m["kv_heads"], t), cdiv(m["ffn_hidden"], t)
+    matrices = 3 if m["mlp"] == "swiglu" else 2
+    norm = (2 if m["norm"] == "layernorm" else 1) * h
+    layer = h * heads * k * 2 + h * kv * k * 2 + matrices * h * ffn + 2 * norm
+    if m["bias"]:
+        layer += (heads + 2 * kv) * k + (2 if m["mlp"] == "swiglu" else 1) * ffn + 2 * h
+    layers = sum(b - a for a, b in plan.stage_layers[stage])
+    vocab_slice = m["vocab_padded"] // t * h
+    first, last = stage == 0, stage == p - 1
+    total = layers * layer
+    if first:
+        total += vocab_slice + (m["max_seq_len"] * h if m["position_embedding"] == "learned" else 0)
+    if last:
+        total += norm + (vocab_slice if not m["tied_embeddings"] or p > 1 else 0)
+    return int(total)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One expected op: what, how often per step, how large per call."""
+
+    stage: int
+    group: str
+    op: str
+    direction: str | None
+    group_size: int
+    calls: int
+    buffer_bytes: int
+
+
+def _hidden(plan: PlanData) -> int:
+    tr = plan.training
+    tokens = cdiv(int(tr["seq_len"]), plan.degrees["cp"])
+    return int(tr["micro_batch"]) * tokens * int(plan.model["hidden"]) * int(tr["activation_bytes"])
+
+
+def _tp(plan: PlanData, stage: int, layers: int, m: int) -> list[Op]:
+    t = plan.degrees["tp"]
+    if t == 1:
+        return []
+    size = _hidden(plan)
+    # Two collectives per layer in forward (after attention and after the MLP), mirrored in
+    # backward; full recompute runs the forward's again inside backward.
+    forward = 2 * layers * m
+    again = forward if plan.training["recompute"] == "full" else 0
+    if plan.sequence_parallel:
+        # All-gather before and reduce-scatter after each block, forward and backward.
+        return [
+            Op(stage, "tp", "all_gather", None, t, 2 * forward + again, size),
+            Op(stage, "tp", "reduce_scatter", None, t, 2 * forward + again, size),
+        ]
+    return [
+        Op(stage, "tp", "all_reduce", None, t, forward, size),
+        Op(stage, "tp", "all_reduce", None, t, forward + again, size),
+    ]
+
+
+def _pp(plan: PlanData, stage: int, m: int) -> list[Op]:
+    p, v = plan.degrees["pp"], plan.virtual_stages
+    if p == 1:
+        return []
+    tr = plan.training
+    tokens = cdiv(tr["seq_len"], plan.degrees["cp"])
+    if plan.sequence_parallel:
+        tokens = cdiv(tokens, plan.degrees["tp"])
+    size = tr["micro_batch"] * tokens * plan.model["hidden"] * tr["activation_bytes"]
+    # Each of the v chunks sends every micro-batch on, except the very last virtual stage
+    # forward and the very first backward.
+    forward = m * v - (m if stage == p - 1 else 0)
+    backward = m * v - (m if stage == 0 else 0)
+    return [
+        Op(stage, "pp", "send_recv", direction, 2, calls, size)
+        for direction, calls in (("fwd", forward), ("bwd", backward))
+        if calls
+    ]
+
+
+def _cp(plan: PlanData, stage: int, layers: int, m: int) -> list[Op]:
+    c = plan.degrees["cp"]
+    if c == 1:
+        return []
+    tr, mod = plan.training, plan.model
+    kv = max(mod["kv_heads"] // plan.degrees["tp"], 1)
+    size = (
+        2
+        * tr["micro_batch"]
+        * cdiv(tr["seq_len"], c)
+        * kv
+        * mod["head_dim"]
+        * tr["activation_bytes"]
+    )
+    # Ring attention: c − 1 K/V steps per layer forward; backward passes K/V and dK/dV.
+    return [Op(stage, "cp", "send_recv", None, c, 3 * (c - 1) * layers * m, size)]
+
+
+def _dp(plan: PlanData, stage: int, m: int) -> list[Op]:
+    n = plan.degrees["dp"] * plan.degrees["cp"]
+    if n == 1:
+        return []
+    tr = plan.training
+    psi = stage_parameters(plan, stage)
+    bucket = max(40_000_000, 1_000_000 * plan.degrees["dp"])
+    full, rest = divmod(psi, bucket)
+    ops: list[Op] = []
+    for calls, elements in ((full, bucket), (1, rest)):
+        if not (calls and elements):
+            continue
+        grads, params = elements * tr["gradient_bytes"], elements * tr["activation_bytes"]
+        if plan.zero == 0:
+            ops.append(Op(stage, "dp_cp", "all_reduce", None, n, calls, grads))
+            continue
+        ops.append(
+            Op(
+                stage,
+                "dp_cp",
+                "reduce_scatter",
+                None,
+                n,
+                calls * (m if plan.zero >= 2 else 1),
+                grads,
+            )
+        )
+        ops.append(
+            Op(
+                stage,
+                "dp_cp",
+                "all_gather",
+                None,
+                n,
+                calls * (2 * m if plan.zero == 3 else 1),
+                params,
+            )
+        )
+    return ops
+
+
+def _embedding(plan: PlanData, stage: int) -> list[Op]:
+    p = plan.degrees["pp"]
+    if not plan.model["tied_embeddings"] or p == 1 or stage not in (0, p - 1):
+        return []
+    size = (
+        plan.model["vocab_padded"]
+        // plan.degrees["tp"]
+        * plan.model["hidden"]
+        * plan.training["gradient_bytes"]
+    )
+    return [Op(stage, "embedding", "all_reduce", None, 2, 1, size)]
+
+
+def expected_ops(plan: PlanData) -> list[Op]:
+    m = plan.training["micro_batches"]
+    ops: list[Op] = []
+    for stage, chunks in enumerate(plan.stage_layers):
+        layers = sum(b - a for a, b in chunks)
+        ops += _tp(plan, stage, layers, m) + _cp(plan, stage, layers, m) + _pp(plan, stage, m)
+        ops += _dp(plan, stage, m) + _embedding(plan, stage)
+    return ops
+
+
+def bytes_sent(op: str, n: int, buffer_bytes: int, itemsize: int) -> int:
+    """Bytes one rank sends per call: the mean over the ring of what the simulated ring sends
+    (rounded up), or the whole message for a point-to-point send."""
+    if op == "send_recv":
+        return buffer_bytes
+    formula = {
+        "all_reduce": ring_allreduce_bytes,
+        "reduce_scatter": ring_reduce_scatter_bytes,
+        "all_gather": ring_all_gather_bytes,
+    }[op]
+    elements = buffer_bytes // itemsize
+    return -(-int(formula(n, elements, itemsize).sum()) // n) if n > 1 else 0
+
+
+def itemsize_of(plan: PlanData, group: str, op: str) -> int:
+    gradients = group in ("dp_cp", "embedding") and op != "all_gather"
+    return int(plan.training["gradient_bytes" if gradients else "activation_bytes"])
+
+
+_KEY = ("stage", "group", "op", "direction", "group_size", "buffer_bytes")
+
+
+def _key(op: Mapping[str, Any] | Op) -> tuple[Any, ...]:
+    if isinstance(op, Op):
+        return tuple(getattr(op, name) for name in _KEY)
+    return tuple(op.get(name) for name in _KEY)
+
+
+def ops(plan: PlanData) -> Found:
+    """The plan's ops, summed by shape, equal those recomputed from tensor shapes."""
+    want: Counter[tuple[Any, ...]] = Counter()
+    for mine in expected_ops(plan):
+        want[_key(mine)] += mine.calls
+    got: Counter[tuple[Any, ...]] = Counter()
+    for listed in plan.ops:
+        got[_key(listed)] += int(listed.get("calls", 0))
+    for key in sorted(set(want) | set(got), key=repr):
+        if want[key] != got[key]:
+            stage, group, kind, direction, n, size = key
+            name = f"stage {stage} {group} {kind}{' ' + direction if direction else ''} (n = {n}, {size:,} bytes per call)"
+            yield f"{name}: the plan has {got[key]:,} calls per step, tensor shapes give {want[key]:,}"
+    stages = len(plan.stage_layers)
+    for stage in range(stages):
+        psi = stage_parameters(plan, stage)
+        listed = plan.model.get("stage_parameters", [])
+        if stage < len(listed) and listed[stage] != psi:
+            yield f"model.stage_parameters[{stage}] = {listed[stage]:,}, but the model's shape gives {psi:,}"
+    for op in plan.ops:
+        n, size = int(op["group_size"]), int(op["buffer_bytes"])
+        sent = bytes_sent(op["op"], n, size, itemsize_of(plan, op["group"], op["op"]))
+        if op.get("bytes_sent_per_call") != sent:
+            yield f"stage {op['stage']} {op['group']} {op['op']}: bytes_sent_per_call {op.get('bytes_sent_per_call'):,}, the ring sends {sent:,}"
+
+
+def link_classes(plan: PlanData) -> dict[str, str]:
+    """nvlink for a group kind whose every group sits inside one NVLink domain, else network."""
+    out = {}
+    for kind, found in plan.groups.items():
+        domains = found // plan.nvlink_domain
+        out[kind] = "nvlink" if (domains == domains[:, :1]).all() else "network"
+    out["embedding"] = out.get("pp", "nvlink")
+    return out
+
+
+def links(plan: PlanData) -> Found:
+    """Each op's link class is the one its groups' NVLink domains give."""
+    classes = link_classes(plan)
+    for op in plan.ops:
+        want = classes.get(op["group"])
+        if want is not None and op.get("link") != want:
+            yield f"stage {op['stage']} {op['group']} {op['op']}: link {op.get('link')}, but its groups are on {want}"
+
+
+def wire(plan: PlanData) -> Found:
+    """Every rank's bytes sent and received per link class: ring ops receive what they send; a
+    pipeline rank receives what its neighbours send it (activations from the previous stage,
+    gradients from the next)."""
+    p = plan.degrees["pp"]
+    classes = link_classes(plan)
+    column = {name: i for i, name in enumerate(WIRE_FIELDS)}
+    per_stage = np.zeros((p, len(WIRE_FIELDS)), dtype=np.int64)
+    for op in expected_ops(plan):
+        link = classes.get(op.group, "nvlink")
+        total = op.calls * bytes_sent(
+            op.op, op.group_size, op.buffer_bytes, itemsize_of(plan, op.group, op.op)
+        )
+        per_stage[op.stage, column[f"{link}_sent"]] += total
+        if op.direction is None:
+            per_stage[op.stage, column[f"{link}_received"]] += total
+        else:
+            to = (op.stage + 1) % p if op.direction == "fwd" else (op.stage - 1) % p
+            per_stage[to, column[f"{link}_received"]] += total
+    want: Ints = per_stage[plan.coords["pp"]]
+    bad = (plan.wire != want).any(axis=1)
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        fields = [f for i, f in enumerate(WIRE_FIELDS) if plan.wire[r, i] != want[r, i]]
+        name = fields[0]
+        yield f"rank {r}: wire {name} {plan.wire[r, column[name]]:,} bytes, the ops give {want[r, column[name]]:,}"
