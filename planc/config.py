@@ -220,6 +220,14 @@ def parse_table(table: Mapping[str, Any], where: str, path: str | None = None) -
         raise ConfigError(f'{where}: severity must be a table such as {{PLC006 = "warning"}}')
     for rule_id, level in severity.items():
         rule_list([rule_id], f"{where}: severity")
+        if not re.fullmatch(r"PLC\d{3}", str(rule_id).upper()):
+            raise ConfigError(
+                f"{where}: severity takes whole rule ids such as PLC006, not {rule_id}"
+            )
+        if str(rule_id).upper() in INPUT_RULES:
+            raise ConfigError(
+                f"{where}: severity of {rule_id}: input rules (PLC100-PLC111) keep their severity"
+            )
         if level not in SEVERITIES:
             raise ConfigError(
                 f"{where}: severity of {rule_id} must be one of {', '.join(SEVERITIES)}, "

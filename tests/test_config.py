@@ -148,6 +148,8 @@ def test_input_rules_always_run_and_cannot_be_ignored(repo: Path) -> None:
         ("select = ['PLC9']\n", "no rule starts with"),
         ("severity = {PLC006 = 'fatal'}\n", "one of error, warning, info"),
         ("ignore = ['PLC100']\n", "cannot be ignored"),
+        ("severity = {PLC108 = 'warning'}\n", "keep their severity"),
+        ("severity = {PLC00 = 'warning'}\n", "whole rule ids"),
         ("max_bubble = \n", "not valid TOML"),
     ],
 )
