@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -20,7 +22,7 @@ PUBLISHED = ROOT / "schemas" / "spec.schema.json"
 def test_published_schema_is_current() -> None:
     current = json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
     assert PUBLISHED.read_text(encoding="utf-8") == current, (
-        "schemas/spec.schema.json is stale: run `planc schema -o schemas/spec.schema.json`"
+        "schemas/spec.schema.json is stale: run `python scripts/regenerate.py`"
     )
 
 
@@ -28,8 +30,16 @@ def test_package_ships_the_published_schema() -> None:
     # The fast path of `planc check` validates against the copy inside the package.
     packaged = ROOT / "planc" / "spec.schema.json"
     assert packaged.read_bytes() == PUBLISHED.read_bytes(), (
-        "planc/spec.schema.json differs: run `planc schema -o schemas/spec.schema.json` and copy it"
+        "planc/spec.schema.json differs: run `python scripts/regenerate.py`"
     )
+
+
+def test_generated_files_are_current() -> None:
+    # A new preset is one edit of gpus.json or models.json, then this one command.
+    done = subprocess.run(
+        [sys.executable, "scripts/regenerate.py", "--check"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, f"{done.stdout}run `python scripts/regenerate.py`"
 
 
 def test_schema_snapshot(snapshot: SnapshotAssertion) -> None:

@@ -1,8 +1,10 @@
 """Presets (GPUs, models) as data with their sources, loaded on demand.
 
-The names are listed here so that the spec models can offer them as an enum
-(editor completion, JSON Schema) without reading the data files at import.
-A test keeps these tuples equal to the keys of the JSON files.
+The names are in the generated module `planc.presets.names`, so that the spec models can offer
+them as an enum (editor completion, JSON Schema) without reading the data files at import. A new
+preset is one edit of `gpus.json` or `models.json`, then `python scripts/regenerate.py`, which
+rewrites the names module and both published schemas; tests fail, naming that command, when any
+of them is stale.
 """
 
 from __future__ import annotations
@@ -12,28 +14,7 @@ import os
 from functools import cache
 from typing import Any
 
-GPU_NAMES: tuple[str, ...] = (
-    "a100-40gb",
-    "a100-80gb",
-    "h100-sxm",
-    "h200",
-    "b200",
-    "gb200-nvl72",
-    "mi300x",
-)
-
-MODEL_NAMES: tuple[str, ...] = (
-    "llama3-8b",
-    "llama3-70b",
-    "llama3-405b",
-    "llama3.2-1b",
-    "tinyllama-1.1b",
-    "gpt2-small",
-    "gpt3-175b",
-    "gpt-22b",
-    "gpt-530b",
-    "gpt-1t",
-)
+from planc.presets.names import GPU_NAMES, MODEL_NAMES
 
 
 @cache
@@ -61,3 +42,13 @@ def all_gpu_presets() -> dict[str, dict[str, Any]]:
 
 def all_model_presets() -> dict[str, dict[str, Any]]:
     return {name: model_preset(name) for name in MODEL_NAMES}
+
+
+__all__ = [
+    "GPU_NAMES",
+    "MODEL_NAMES",
+    "all_gpu_presets",
+    "all_model_presets",
+    "gpu_preset",
+    "model_preset",
+]

@@ -1,0 +1,25 @@
+"""Preset names, generated from gpus.json and models.json by scripts/regenerate.py: do not
+edit; add a preset to the JSON file and run the script."""
+
+GPU_NAMES: tuple[str, ...] = (
+    "a100-40gb",
+    "a100-80gb",
+    "h100-sxm",
+    "h200",
+    "b200",
+    "gb200-nvl72",
+    "mi300x",
+)
+
+MODEL_NAMES: tuple[str, ...] = (
+    "llama3-8b",
+    "llama3-70b",
+    "llama3-405b",
+    "llama3.2-1b",
+    "tinyllama-1.1b",
+    "gpt2-small",
+    "gpt3-175b",
+    "gpt-22b",
+    "gpt-530b",
+    "gpt-1t",
+)
