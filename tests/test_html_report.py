@@ -9,7 +9,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import time
 import zlib
 from fractions import Fraction
 from pathlib import Path
@@ -37,7 +36,6 @@ from conftest import EXAMPLES, spec_text
 SMALL = EXAMPLES / "llama3-8b-1node.yaml"
 LARGE = EXAMPLES / "gpt3-175b-1024xa100.yaml"
 MAX_PAGE_BYTES = 2 * 1024 * 1024
-MAX_131K_SECONDS = 5.0
 
 # Llama 3 405B on 16,384 nodes of 8 H100 (131,072 ranks), as benchmarks/bench_compile.py.
 SPEC_131K = """\
@@ -189,6 +187,13 @@ def test_placement_full_grid_and_summary(spec_131k: Path) -> None:
     assert "1,024 nodes · stage 15" in svg and "nodes 15,360–16,383" in svg
 
 
+def test_placement_joins_groups_and_domains_larger_than_a_node() -> None:
+    plan = plan_of(EXAMPLES / "gpt3-175b-gb200-nvl72.yaml")  # t = 24 on 4-GPU trays, NVL72
+    svg = placement_svg(plan)
+    assert svg.count('class="tp"') == plan.world // plan.layout.t  # 6 nodes per box
+    assert svg.count('class="nvl"') == plan.world // plan.cluster.nvlink_domain
+
+
 def test_placement_draws_a_strided_tp_group_cell_by_cell() -> None:
     text = spec_text({"parallelism": {"order": "dp-tp-cp-pp"}})
     job = load_text("strided.yaml", text).job
@@ -245,11 +250,8 @@ def test_findings_are_listed_with_their_location() -> None:
 
 def test_sizes_stay_under_2_mb(spec_131k: Path) -> None:
     assert len(page_of(LARGE).encode()) < MAX_PAGE_BYTES
-    start = time.perf_counter()
-    page = page_of(spec_131k)
-    elapsed = time.perf_counter() - start
+    page = page_of(spec_131k)  # its time is benchmarks/bench_report.py's figure, not a test
     assert len(page.encode()) < MAX_PAGE_BYTES
-    assert elapsed < MAX_131K_SECONDS, f"{elapsed:.2f} s"
     assert "131,072 × h100-sxm" in page
 
 

@@ -164,7 +164,7 @@ def placement_section(plan: Plannable) -> str:
     order = "-".join(a.value for a in lay.order)
     return (
         "<section id='placement'><h2>Placement</h2>"
-        f"<p>{cl.nodes:,} nodes × {cl.gpus_per_node} {esc(cl.gpu.name)} GPUs, NVLink domains of "
+        f"<p>{cl.nodes:,} node{'s' if cl.nodes != 1 else ''} × {cl.gpus_per_node} {esc(cl.gpu.name)} GPUs, NVLink domains of "
         f"{cl.nvlink_domain}; rank order {esc(order)} (fastest first), t = {lay.t}, c = {lay.c}, "
         f"d = {lay.d:,}, p = {lay.p}. Drawn: {how}. GPU colour = pipeline stage, dark outline = "
         "tensor-parallel group, grey panel = NVLink domain.</p>"
@@ -206,7 +206,7 @@ def render_page(result: FileResult, analysis: Analysis, step: StepEstimate) -> s
         },
     }
     subtitle = (
-        f"{plan.world:,} × {esc(cl.gpu.name)} ({cl.nodes:,} nodes × {cl.gpus_per_node}) · "
+        f"{plan.world:,} × {esc(cl.gpu.name)} ({cl.nodes:,} node{'s' if cl.nodes != 1 else ''} × {cl.gpus_per_node}) · "
         f"t={lay.t} p={lay.p} d={lay.d:,} c={lay.c} v={lay.v} · ZeRO-{lay.zero} · "
         f"m={plan.m:,} micro-batches of {tr.b} × {tr.s:,} tokens · recompute {esc(tr.recompute)}"
     )

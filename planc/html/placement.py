@@ -99,37 +99,63 @@ def _short(name: str) -> str:
     return name if len(name) <= LABEL_CHARS else name[: LABEL_CHARS - 1] + "…"
 
 
+def runs(ids: list[int]) -> list[tuple[int, int, int]]:
+    """(first, end, id) of each run of equal ids along a node's GPUs."""
+    out: list[tuple[int, int, int]] = []
+    for gpu, key in enumerate(ids):
+        if out and out[-1][2] == key:
+            out[-1] = (out[-1][0], gpu + 1, key)
+        else:
+            out.append((gpu, gpu + 1, key))
+    return out
+
+
+@dataclass
+class Box:
+    """A run of GPUs with one id (TP group or NVLink domain) over drawn rows first..last."""
+
+    first: int
+    last: int
+    start: int
+    end: int
+    key: int
+
+
+def boxes(rows: list[list[int]], per_column: int, merge: bool) -> list[Box]:
+    """The runs of every drawn row; with `merge`, a run over a whole node that continues over
+    the next node of the same column (a group or domain larger than a node) is one box."""
+    out: list[Box] = []
+    whole: Box | None = None
+    for index, ids in enumerate(rows):
+        previous, whole = whole, None
+        for start, end, key in runs(ids):
+            spans_node = start == 0 and end == len(ids)
+            if (
+                merge
+                and spans_node
+                and previous is not None
+                and previous.key == key
+                and index % per_column
+            ):
+                previous.last = index
+                whole = previous
+                continue
+            out.append(Box(index, index, start, end, key))
+            if spans_node:
+                whole = out[-1]
+    return out
+
+
 def _node_row(plan: Plannable, grid: Grid, row: Row, x: float, y: float, cell: float) -> str:
-    """One node: its NVLink domain segments, its GPUs coloured by stage, its TP runs outlined."""
-    cl, lay = plan.cluster, plan.layout
-    gpn = cl.gpus_per_node
-    node = row.node
-    stages, groups, domains = (
-        grid.stage[node].tolist(),
-        grid.tp_group[node].tolist(),
-        grid.domain[node].tolist(),
-    )
-    base = node * gpn
+    """One node: its label, its GPUs coloured by stage (with rank numbers when they fit)."""
+    lay = plan.layout
+    gpn = plan.cluster.gpus_per_node
+    stages, groups = grid.stage[row.node].tolist(), grid.tp_group[row.node].tolist()
     parts = [text(x - 8, y + cell / 2 + 4, row.label, "host", "end")]
     if row.note:
         parts.append(text(x + gpn * cell + 10, y + cell / 2 + 4, row.note, "host"))
-    start = 0
-    for gpu in range(1, gpn + 1):
-        if gpu == gpn or domains[gpu] != domains[start]:
-            parts.append(
-                rect(
-                    x + start * cell - 2,
-                    y - 2,
-                    (gpu - start) * cell + 4,
-                    cell + 4,
-                    "nvl",
-                    f"NVLink domain {domains[start]:,}",
-                    rx=4,
-                )
-            )
-            start = gpu
     for gpu in range(gpn):
-        rank = base + gpu
+        rank = row.node * gpn + gpu
         stage = stages[gpu]
         parts.append(
             rect(
@@ -147,49 +173,40 @@ def _node_row(plan: Plannable, grid: Grid, row: Row, x: float, y: float, cell: f
             parts.append(
                 text(x + (gpu + 0.5) * cell, y + cell / 2 + 4, str(rank), "gpu-label", "middle")
             )
-    start = 0
-    for gpu in range(1, gpn + 1):
-        if gpu == gpn or groups[gpu] != groups[start]:
-            parts.append(
-                rect(
-                    x + start * cell + 0.5,
-                    y + 0.5,
-                    (gpu - start) * cell - 1,
-                    cell - 1,
-                    "tp",
-                    None,
-                    rx=2,
-                )
-            )
-            start = gpu
     return group(parts, "node", row.tip)
+
+
+def _rows(plan: Plannable, grid: Grid, full: bool) -> list[Row]:
+    cl = plan.cluster
+    if full:
+        return [
+            Row(node, _short(cl.hosts[node]), "", f"node {node} ({cl.hosts[node]})")
+            for node in range(cl.nodes)
+        ]
+    rows = []
+    for kind in node_types(grid)[:MAX_TYPES]:
+        count = len(kind.nodes)
+        first, last = cl.hosts[kind.nodes[0]], cl.hosts[kind.nodes[-1]]
+        hosts = f"{first} … {last}" if count > 1 else first
+        stages = sorted(set(grid.stage[kind.first].tolist()))
+        what = f"stage {stages[0]}" if len(stages) == 1 else f"stages {stages[0]}–{stages[-1]}"
+        where = ranges(kind.nodes)
+        rows.append(
+            Row(
+                kind.first,
+                f"{count:,} nodes · {what}",
+                f"nodes {where}",
+                f"{count:,} nodes like node {kind.first}: nodes {where} ({hosts})",
+            )
+        )
+    return rows
 
 
 def placement_svg(plan: Plannable) -> str:
     cl = plan.cluster
     grid = rank_grid(plan)
     full = cl.nodes <= FULL_GRID_NODES
-    rows: list[Row] = []
-    if full:
-        for node in range(cl.nodes):
-            host = cl.hosts[node]
-            rows.append(Row(node, _short(host), "", f"node {node} ({host})"))
-    else:
-        for kind in node_types(grid)[:MAX_TYPES]:
-            count = len(kind.nodes)
-            first, last = cl.hosts[kind.nodes[0]], cl.hosts[kind.nodes[-1]]
-            hosts = f"{first} … {last}" if count > 1 else first
-            stages = sorted(set(grid.stage[kind.first].tolist()))
-            what = f"stage {stages[0]}" if len(stages) == 1 else f"stages {stages[0]}–{stages[-1]}"
-            where = ranges(kind.nodes)
-            rows.append(
-                Row(
-                    kind.first,
-                    f"{count:,} nodes · {what}",
-                    f"nodes {where}",
-                    f"{count:,} nodes like node {kind.first}: nodes {where} ({hosts})",
-                )
-            )
+    rows = _rows(plan, grid, full)
     gpn = cl.gpus_per_node
     cell = 40.0 if len(rows) <= 4 and gpn <= 16 else min(16.0, 520.0 / gpn)
     per_domain = max(1, cl.nvlink_domain // gpn)
@@ -202,11 +219,43 @@ def placement_svg(plan: Plannable) -> str:
     label_w = 112.0 if full else 150.0
     block = label_w + gpn * cell + (24 if full else 260)
     pitch = cell + 6
-    parts: list[str] = []
-    for index, row_data in enumerate(rows):
+
+    def at(index: int) -> tuple[float, float]:
         column, row = divmod(index, per_column)
+        return 8 + column * block + label_w, 12 + row * pitch
+
+    domains = boxes([grid.domain[r.node].tolist() for r in rows], per_column, full)
+    groups = boxes([grid.tp_group[r.node].tolist() for r in rows], per_column, full)
+    parts: list[str] = []
+    for box in domains:
+        x, y = at(box.first)
+        height = (box.last - box.first) * pitch + cell
+        tip = f"NVLink domain {box.key:,}"
         parts.append(
-            _node_row(plan, grid, row_data, 8 + column * block + label_w, 12 + row * pitch, cell)
+            rect(
+                x + box.start * cell - 2,
+                y - 2,
+                (box.end - box.start) * cell + 4,
+                height + 4,
+                "nvl",
+                tip,
+                rx=4,
+            )
+        )
+    for index, row in enumerate(rows):
+        parts.append(_node_row(plan, grid, row, *at(index), cell))
+    for box in groups:
+        x, y = at(box.first)
+        height = (box.last - box.first) * pitch + cell
+        parts.append(
+            rect(
+                x + box.start * cell + 0.5,
+                y + 0.5,
+                (box.end - box.start) * cell - 1,
+                height - 1,
+                "tp",
+                rx=2,
+            )
         )
     width = max(8 + columns * block, 480.0)
     height = 12 + min(len(rows), per_column) * pitch + 8
