@@ -69,9 +69,10 @@ def test_unfused_keeps_what_the_fused_kernels_do_not(validation: Any) -> None:
     unfused = validation.replace(base, kernels="unfused")
     swiglu = 2 * base.s * base.b * base.f
     statistics = 2 * 4 * base.s * base.b
-    measured = validation.measure(unfused, backward=False)[0] - validation.measure(
-        fused, backward=False
-    )[0]
+    measured = (
+        validation.measure(unfused, backward=False)[0]
+        - validation.measure(fused, backward=False)[0]
+    )
     planned = validation.planc_estimate(unfused)[0] - validation.planc_estimate(fused)[0]
     assert measured == swiglu
     assert planned == swiglu + statistics

@@ -349,7 +349,12 @@ LINES: tuple[Line, ...] = (
         lambda x: f"{_e(x)}·{x.tok}·f{x.split}",
         PYTORCH_SWIGLU,
     ),
-    Line("SiLU output (unfused)", silu_output, lambda x: f"{_e(x)}·{x.tok}·f{x.split}", PYTORCH_SWIGLU),
+    Line(
+        "SiLU output (unfused)",
+        silu_output,
+        lambda x: f"{_e(x)}·{x.tok}·f{x.split}",
+        PYTORCH_SWIGLU,
+    ),
     Line("fc2 input", mlp_output_input, lambda x: f"{_e(x)}·{x.tok}·f{x.split}", KORTHIKANTI),
     Line(
         "MLP residual dropout mask",
@@ -550,7 +555,9 @@ def _scaled(term: Term, count: int, what: str) -> Term:
     )
 
 
-def stage_activation_terms(job: Plannable, pp_rank: int) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
+def stage_activation_terms(
+    job: Plannable, pp_rank: int
+) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
     """(activation terms, buffer terms) of pipeline rank `pp_rank` at its peak."""
     lay, model = job.layout, job.model
     x = shape_of(job)

@@ -10,28 +10,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planc.memory.activations import stage_activation_terms
-from planc.memory.params import (
-    SOURCE_PARAMS,
-    RankParameters,
-    layer_formula,
-    padded_vocab,
-    parameter_count,
-    rank_parameters,
-)
-from planc.memory.static import Group, StateBytes, state_bytes, static_terms
+from planc.memory.engines import engine_terms
+from planc.memory.params import padded_vocab, parameter_count, rank_parameters
+from planc.memory.static import Group, state_bytes
 from planc.memory.terms import COMPONENTS, Term
 from planc.plannable import Plannable
 from planc.vocab import Axis
-
-# ZeRO-3 keeps the unit being computed and the one being prefetched gathered: two units.
-ZERO3_GATHERED_UNITS = 2
 
 RESERVE_SOURCE = "spec hardware.reserve_gib: CUDA context, NCCL buffers, allocator fragmentation"
 
 
 @dataclass(frozen=True)
 class RankMemory:
-    """One rank's bytes by component; `terms` are the lines they add up from."""
+    """One rank's HBM bytes by component; `terms` are the lines they add up from. `host` is what
+    offload keeps in host memory for this rank (not in `total`), `host_terms` its lines."""
 
     weights: int
     gradients: int
@@ -41,11 +33,19 @@ class RankMemory:
     reserve: int
     total: int
     terms: tuple[Term, ...]
+    host: int = 0
+    host_terms: tuple[Term, ...] = ()
 
     @classmethod
-    def of(cls, terms: tuple[Term, ...]) -> RankMemory:
+    def of(cls, terms: tuple[Term, ...], host_terms: tuple[Term, ...] = ()) -> RankMemory:
         sums = {name: sum(t.bytes for t in terms if t.component == name) for name in COMPONENTS}
-        return cls(**sums, total=sum(sums.values()), terms=terms)
+        return cls(
+            **sums,
+            total=sum(sums.values()),
+            terms=terms,
+            host=sum(t.bytes for t in host_terms),
+            host_terms=host_terms,
+        )
 
 
 @dataclass(frozen=True)
@@ -71,81 +71,9 @@ def stage_rank(job: Plannable, pp_rank: int) -> int:
     return pp_rank * job.layout.strides[Axis.PP]
 
 
-def _weight_parts(job: Plannable, share: RankParameters) -> tuple[tuple[str, int, str], ...]:
-    model = job.model
-    tied_copy = model.tied and job.layout.p > 1
-    return (
-        ("layer weights", share.layer_total, f"L_r·[{layer_formula(model)}]"),
-        ("word embedding weights", share.embedding, "V'·h/t"),
-        ("position embedding weights", share.position, "max_seq_len·h"),
-        ("final norm weights", share.final_norm, "ν·h"),
-        (
-            "tied word embedding copy" if tied_copy else "LM head weights",
-            share.lm_head,
-            "V'·h/t",
-        ),
-    )
-
-
-def _parameter_terms(
-    job: Plannable, share: RankParameters, state: StateBytes, group: Group
-) -> tuple[Term, ...]:
-    terms = static_terms(share.total, state, group, _weight_parts(job, share))
-    return tuple(
-        Term(t.name, t.component, t.bytes, t.formula, f"{t.source}; counts: {SOURCE_PARAMS}")
-        if t.component == "weights"
-        else t
-        for t in terms
-    )
-
-
-def zero3_gather_bytes(job: Plannable, share: RankParameters, state: StateBytes) -> int:
-    """w × 2 × the largest unit gathered at once under ZeRO-3: a layer on this TP rank, or the
-    embedding / LM head on the end stages (the unit in use and the one prefetched)."""
-    first_unit = share.embedding + share.position
-    last_unit = share.lm_head + share.final_norm
-    largest = max(share.per_layer if share.layers else 0, first_unit, last_unit)
-    return ZERO3_GATHERED_UNITS * state.weights * largest
-
-
-def buffer_terms(
-    job: Plannable, share: RankParameters, state: StateBytes, group: Group
-) -> tuple[Term, ...]:
-    """Transient buffers of the static state.
-
-    Up to ZeRO-1 the gradient buckets are views of the full gradient buffer (Megatron's
-    param_and_grad_buffer: main_grad is a view, reduced in place), so they cost nothing extra.
-    From ZeRO-2 the gradient buffer is a shard, and each bucket's full gradients exist before its
-    reduce-scatter: one bucket, capped at Ψ_r.
-    """
-    terms: list[Term] = []
-    if group.zero >= 2:
-        elements = min(job.layout.bucket_elements, share.total)
-        terms.append(
-            Term(
-                f"gradient reduce-scatter bucket ({state.grad_label})",
-                "buffers",
-                state.gradients * elements,
-                f"{state.gradients}·min(max(4·10⁷, 10⁶·d), Ψ_r)",
-                "Megatron-LM distributed_data_parallel.py default bucket_size",
-            )
-        )
-    if group.zero >= 3:
-        terms.append(
-            Term(
-                f"ZeRO-3 gathered weights ({state.label})",
-                "buffers",
-                zero3_gather_bytes(job, share, state),
-                f"{state.weights}·2·max(Ψ_ℓ, embedding, head)",
-                "seed lesson §7 (ZeRO-3 materialises one layer, double-buffered prefetch)",
-            )
-        )
-    return tuple(terms)
-
-
 def rank_memory(job: Plannable, pp_rank: int, shard_index: int = 0) -> RankMemory:
-    """The budget of one rank: pipeline rank `pp_rank`, index `shard_index` in its ZeRO shard
-    group of N = d·c ranks (low indices hold ⌈Ψ_r/N⌉ elements, high ones ⌊Ψ_r/N⌋).
+    """The budget of one rank: pipeline rank `pp_rank`, index `shard_index` in its shard group
+    of N ranks (`training.framework` decides how its static state is laid out) (low indices hold ⌈Ψ_r/N⌉ elements, high ones ⌊Ψ_r/N⌋).
 
     Every TP rank of a stage is charged as TP rank 0, the heaviest when a split is uneven.
     """
@@ -161,14 +89,15 @@ def rank_memory(job: Plannable, pp_rank: int, shard_index: int = 0) -> RankMemor
         "reserve_gib·2³⁰",
         RESERVE_SOURCE,
     )
+    static = engine_terms(job, share, state, group)
     terms = (
-        *_parameter_terms(job, share, state, group),
+        *(t for t in static.hbm if t.component != "buffers"),
         *activations,
-        *buffer_terms(job, share, state, group),
+        *(t for t in static.hbm if t.component == "buffers"),
         *transient,
         reserve,
     )
-    return RankMemory.of(terms)
+    return RankMemory.of(terms, static.host)
 
 
 def budget(job: Plannable) -> MemoryBudget:

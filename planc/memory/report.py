@@ -53,13 +53,57 @@ def _symbols(job: Plannable) -> str:
         ("v", lay.v),
         ("c", lay.c),
         ("d", lay.d),
-        ("N=d·c", lay.shard_group),
+        ("N=d·c" if lay.replicas == 1 else "N=data_shard", lay.shard_group),
+        *((("R", lay.replicas),) if lay.replicas > 1 else ()),
         ("ZeRO", lay.zero),
     )
     return "  ".join(f"{name}={value}" for name, value in pairs)
 
 
-def _stage_table(job: Plannable, stage: StageBudget, notes: dict[str, int], peak: bool) -> list[str]:
+FRAMEWORKS = {
+    "megatron": "Megatron-Core (distributed optimizer, contiguous gradient buffer)",
+    "deepspeed": "DeepSpeed ZeRO",
+    "fsdp2": "PyTorch FSDP2 (fully_shard)",
+}
+KERNELS = {
+    "fused": "fused (Megatron-Core with Transformer Engine/Apex)",
+    "unfused": "unfused (plain PyTorch modules on CUDA)",
+}
+
+
+def offloaded(job: Plannable) -> list[str]:
+    """What `training.offload` moves to host memory, by name."""
+    tr = job.training
+    return [
+        name
+        for name, on in (("optimizer", tr.offload_optimizer), ("parameters", tr.offload_parameters))
+        if on
+    ]
+
+
+def stack_line(job: Plannable) -> str:
+    """The engine and kernels the budget models, and what is offloaded."""
+    tr = job.training
+    reshard = (
+        f", reshard_after_forward={str(tr.reshard_after_forward).lower()}"
+        if tr.framework == "fsdp2"
+        else ""
+    )
+    return (
+        f"Modelled stack: framework {tr.framework}: {FRAMEWORKS[tr.framework]}{reshard}; kernels "
+        f"{KERNELS[tr.kernels]}; offload: {', '.join(offloaded(job)) or 'none'}."
+    )
+
+
+def node_host_bytes(job: Plannable, b: MemoryBudget) -> int:
+    """Host bytes one node holds: gpus_per_node × the most any rank offloads (conservative: the
+    ranks of one node may belong to different stages)."""
+    return job.cluster.gpus_per_node * max(stage.memory.host for stage in b.stages)
+
+
+def _stage_table(
+    job: Plannable, stage: StageBudget, notes: dict[str, int], peak: bool
+) -> list[str]:
     mem = stage.memory
     hbm, usable = job.cluster.gpu.memory_bytes, _usable(job)
     layers = job.layout.stage_layers[stage.stage]
@@ -82,6 +126,14 @@ def _stage_table(job: Plannable, stage: StageBudget, notes: dict[str, int], peak
     sums = "  ".join(f"{name} {_gib(getattr(mem, name))}" for name in COMPONENTS)
     lines.append(f"  {'total':<{name_width}}  {'':<11} {_gib(mem.total):>9} {100.0:6.1f} %")
     lines.append(f"  by component (GiB): {sums}")
+    if mem.host_terms:
+        lines.append(f"  offloaded to host memory: {_gib(mem.host)} GiB")
+        for term in mem.host_terms:
+            note = notes.setdefault(term.source, len(notes) + 1)
+            lines.append(
+                f"  {term.name:<{name_width}}  {'host':<11} {_gib(term.bytes):>9}  "
+                f"{term.formula} [{note}]"
+            )
     return lines
 
 
@@ -97,6 +149,7 @@ def render_text(job: Plannable, b: MemoryBudget) -> str:
         f"Parameters: {b.parameters:,}; with the vocabulary padded to a multiple of 128·t: "
         f"{b.parameters_padded:,}.",
         f"Symbols: {_symbols(job)}",
+        stack_line(job),
         "",
     ]
     notes: dict[str, int] = {}
@@ -108,6 +161,14 @@ def render_text(job: Plannable, b: MemoryBudget) -> str:
         f"Peak: stage {b.peak.stage} (rank {b.peak.rank}) needs {_gib(b.peak.memory.total)} GiB "
         f"({b.peak.memory.total / GB:,.2f} GB): {verdict} in {_gib(usable)} GiB usable."
     )
+    if any(stage.memory.host_terms for stage in b.stages):
+        host = node_host_bytes(job, b)
+        have = job.cluster.host_memory_bytes
+        lines.append(
+            f"Host memory per node: {host / GB:,.2f} GB offloaded ({job.cluster.gpus_per_node} GPUs × "
+            f"the heaviest rank's {max(s.memory.host for s in b.stages) / GB:,.2f} GB) of "
+            f"{have / GB:,.2f} GB (hardware.host_memory_gb; PLC021)."
+        )
     lines.append("")
     lines.append("Sources:")
     lines += [f"  [{number}] {source}" for source, number in notes.items()]
@@ -124,6 +185,13 @@ def to_json(job: Plannable, b: MemoryBudget) -> dict[str, Any]:
         "parameters": b.parameters,
         "parameters_padded": b.parameters_padded,
         "peak": {"stage": b.peak.stage, "rank": b.peak.rank, "total": b.peak.memory.total},
+        "stack": {
+            "framework": job.training.framework,
+            "kernels": job.training.kernels,
+            "offload": offloaded(job),
+        },
+        "host_memory_bytes": job.cluster.host_memory_bytes,
+        "host_bytes_per_node": node_host_bytes(job, b),
         "stages": [
             {
                 "stage": stage.stage,
@@ -131,6 +199,16 @@ def to_json(job: Plannable, b: MemoryBudget) -> dict[str, Any]:
                 "layers": job.layout.stage_layers[stage.stage],
                 **{name: getattr(stage.memory, name) for name in COMPONENTS},
                 "total": stage.memory.total,
+                "host": stage.memory.host,
+                "host_terms": [
+                    {
+                        "name": term.name,
+                        "bytes": term.bytes,
+                        "formula": term.formula,
+                        "source": term.source,
+                    }
+                    for term in stage.memory.host_terms
+                ],
                 "terms": [
                     {
                         "name": term.name,
