@@ -69,7 +69,7 @@ svg .op-name{font-size:12px}svg .op-value{fill:var(--muted);font-size:12px}
 .t-compute{fill:var(--t-compute);background:var(--t-compute)}.t-comm{fill:var(--t-comm);background:var(--t-comm)}
 .t-bubble{fill:var(--t-bubble);background:var(--t-bubble)}.t-other{fill:var(--t-other);background:var(--t-other)}
 svg .step-label{fill:#fff;font-weight:650;font-size:12.5px}
-.findings td.loc{white-space:nowrap}.findings .fix{color:var(--muted)}
+.findings td.loc{width:34%;overflow-wrap:anywhere}.findings .fix{color:var(--muted)}
 .note{font-size:12.5px;color:var(--muted)}
 .focus [data-stage]:not(.hl){opacity:.35}
 details>summary{cursor:pointer;color:var(--muted);margin:8px 0}

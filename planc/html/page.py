@@ -94,7 +94,7 @@ def findings_section(result: FileResult) -> str:
 
 def _finding_row(path: str, f: Finding) -> str:
     fix = f"<div class='fix'>fix: {esc(f.fix)}</div>" if f.fix else ""
-    field = f" <code>{esc(f.field)}</code>" if f.field else ""
+    field = f"<div><code>{esc(f.field)}</code></div>" if f.field else ""
     return (
         f"<tr><td class='loc mono'>{esc(path)}:{f.line}:{f.column}{field}</td>"
         f"<td><span class='badge {SEVERITY_BADGE[f.severity]}'>{esc(f.severity.value)}</span></td>"
