@@ -401,6 +401,53 @@ def report(spec: str, output: str) -> None:
     click.echo(f"{spec}: wrote {output} ({len(built.page.encode()):,} bytes)")
 
 
+@main.command()
+@click.argument("spec", type=click.Path(allow_dash=True))
+@click.option("--top", default=10, show_default=True, type=click.IntRange(min=1), metavar="K",
+              help="How many layouts to list.")
+@click.option("--format", "output_format", type=click.Choice(("text", "json", "csv")),
+              default="text", show_default=True)
+@click.option("--write", type=click.Path(dir_okay=False), metavar="BEST.yaml",
+              help="Write the best layout as a complete spec (planc check passes it).")
+@click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(min=1),
+              metavar="N", help="Worker processes; the results do not depend on N.")
+@click.option("--allow", multiple=True, metavar="AXIS=V,V",
+              help="Values to try on one axis, replacing the spec's search section "
+              "(repeatable), e.g. --allow tensor=4,8 --allow recompute=selective,full.")
+@click.option("--max-bubble", type=click.FloatRange(0, 1, max_open=True),
+              help="Largest pipeline bubble allowed (default: search.max_bubble, then "
+              "rules.max_bubble).")
+@click.option("--memory-headroom", type=click.FloatRange(0, 1, max_open=True),
+              help="Fraction of HBM kept free (default: search.memory_headroom, then "
+              "rules.memory_headroom).")  # fmt: skip
+def search(
+    spec: str,
+    top: int,
+    output_format: str,
+    write: str | None,
+    jobs: int,
+    allow: tuple[str, ...],
+    max_bubble: float | None,
+    memory_headroom: float | None,
+) -> None:
+    """Find the fastest parallel layouts for SPEC's model, hardware and training step.
+
+    Every parallelism or training field SPEC writes is pinned. Left out, tensor, pipeline,
+    virtual_stages, context, sequence_parallel, zero_stage, micro_batch and recompute are
+    searched (data is derived); SPEC's search section narrows them. Candidates are pruned by the
+    rules planc check runs and ranked by estimated step time, then peak memory.
+
+    Exit codes: 0 layouts found, 1 no candidate is feasible, 2 unusable input or usage error.
+    """
+    from planc.search.command import Request, run  # start-up: loads the analysis and rules
+
+    request = Request(spec, top, output_format, write, jobs, allow, max_bubble, memory_headroom)
+    outcome = run(request)
+    click.echo(outcome.text, nl=False)
+    click.echo(outcome.notes, nl=False, err=True)
+    sys.exit(outcome.code)
+
+
 @main.command(name="compile")
 @click.argument("spec", type=click.Path(allow_dash=True))
 @click.option(

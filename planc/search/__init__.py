@@ -1,0 +1,6 @@
+"""`planc search`: from judging one layout to finding the fastest ones.
+
+`space` (the axes as data, pinning and narrowing), `evaluate` (the rules `planc check` runs,
+cheapest first, and the step estimate), `rank` (order and counts), `run` (the loop, on one or
+more processes), `output` (text, JSON, CSV and the winner as a spec), `command` (the CLI's work).
+"""

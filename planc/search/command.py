@@ -1,0 +1,116 @@
+"""`planc search SPEC`: load, set up the space, search, report, write the winner."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from planc.findings import Severity
+from planc.load import Loaded, load_path
+from planc.progress import progress
+from planc.rules import REGISTRY
+from planc.search.evaluate import Setup
+from planc.search.output import describe, render_text, spec_yaml, to_csv, to_json, winner_spec
+from planc.search.rank import SearchResult
+from planc.search.run import search
+from planc.search.space import SearchError, build_space, parse_allowed
+
+EXIT_FOUND, EXIT_NONE, EXIT_UNUSABLE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Request:
+    spec: str
+    top: int = 10
+    output_format: str = "text"
+    write: str | None = None
+    jobs: int = 1
+    allow: Sequence[str] = ()
+    max_bubble: float | None = None
+    memory_headroom: float | None = None
+
+
+@dataclass(frozen=True)
+class Report:
+    """What the command prints (stdout), says on stderr, and its exit code."""
+
+    text: str
+    notes: str
+    code: int
+
+
+def setup_of(loaded: Loaded, request: Request) -> Setup:
+    """The search of a loaded spec under the request's narrowing; SearchError if unusable."""
+    if loaded.job is None or loaded.spec is None:
+        raise SearchError("the spec did not load")
+    space = build_space(
+        loaded.job,
+        loaded.spec,
+        lambda path: loaded.locator.present(path),
+        parse_allowed(request.allow),
+        request.max_bubble,
+        request.memory_headroom,
+    )
+    return Setup(loaded.spec, space)
+
+
+def _unusable(loaded: Loaded) -> str | None:
+    """The input findings of a spec that cannot be searched, as check prints them."""
+    blocking = [f for f in loaded.findings if f.severity.rank >= Severity.ERROR.rank]
+    if loaded.job is not None and not blocking:
+        return None
+    from planc.check import check_loaded  # start-up: only for a broken spec
+    from planc.report import REPORTERS
+
+    return REPORTERS["text"]((check_loaded(loaded),), False)
+
+
+def run(request: Request) -> Report:
+    """Run one search as the command line asks."""
+    loaded = load_path(request.spec)
+    broken = _unusable(loaded)
+    if broken is not None:
+        return Report("", broken, EXIT_UNUSABLE)
+    try:
+        setup = setup_of(loaded, request)
+    except SearchError as error:
+        return Report("", f"planc: error: {request.spec}: {error}\n", EXIT_UNUSABLE)
+    result = search(setup, request.top, request.jobs, progress)
+    heading = describe(loaded.job) if loaded.job is not None else ""
+    text = _rendered(result, request, setup.spec["parallelism"]["order"], heading)
+    notes = ""
+    code = EXIT_FOUND if result.results else EXIT_NONE
+    if request.write is not None:
+        try:
+            notes = _write(request.spec, request.write, setup, result)
+        except OSError as error:
+            notes, code = f"{request.spec}: error: cannot write {request.write}: {error}\n", 2
+    return Report(text, notes, code)
+
+
+def _rendered(result: SearchResult, request: Request, order: str, heading: str) -> str:
+    if request.output_format == "json":
+        import json
+
+        return json.dumps(to_json(result, order), indent=2) + "\n"
+    if request.output_format == "csv":
+        return to_csv(result, order)
+    titles = {rule_id: rule.title for rule_id, rule in REGISTRY.items()}
+    return render_text(result, titles, request.top, heading)
+
+
+def _write(spec: str, path: str, setup: Setup, result: SearchResult) -> str:
+    """Write the best layout as a spec; the note for stderr."""
+    if not result.results:
+        return f"{spec}: nothing written to {path}: no candidate is feasible\n"
+    from planc.emit import write_text_atomic
+
+    winner = result.results[0]
+    header = (
+        f"Written by planc search from {spec}: the fastest of {result.feasible:,} "
+        f"feasible layouts\n(estimated step {winner.metrics.step_time_s:.3f} s, "
+        f"{winner.metrics.mfu:.1%} MFU). Check it with: planc check <this file>"
+    )
+    text = spec_yaml(winner_spec(setup.spec, result, winner), header)
+    write_text_atomic(path, text)
+    return f"{spec}: wrote the best layout to {path}\n"

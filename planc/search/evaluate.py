@@ -1,0 +1,245 @@
+"""Judge one candidate with the rules `planc check` runs, cheapest first, and price the feasible.
+
+A candidate is the base job with the searched fields replaced. The rule registry's own checks
+decide (nothing here re-states a rule): first every enabled rule that reads only the job (world
+size, divisibility, bubble, ...), then those that read the plannable job, and only a candidate
+both let through reaches `planc.check.evaluate`, which builds the analysis (memory per stage,
+communication) and runs every rule on it. A candidate is feasible when no rule reports an error
+at the severity the spec gives it; its step is then estimated with `estimate_step`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from planc.analysis import analyse, estimate_step
+from planc.check import evaluate, severity_of
+from planc.findings import Severity
+from planc.job import Job, NodeNames, resolve
+from planc.pipeline.bubble import bubble_fraction
+from planc.plannable import plannable
+from planc.rules import REGISTRY, Rule
+from planc.rules.base import Context, Needs
+from planc.search.space import Space, Value, stage_split
+
+ERROR_RANK = Severity.ERROR.rank
+
+
+class _Step(Protocol):
+    """What search reads of a step estimate (`planc.analysis.estimate_step`)."""
+
+    @property
+    def step_time_s(self) -> float: ...
+    @property
+    def tokens_per_s(self) -> float: ...
+    @property
+    def mfu(self) -> float: ...
+    @property
+    def compute_s(self) -> float: ...
+    @property
+    def bubble_s(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """What a feasible candidate costs, by planc's estimate (`estimate_step`)."""
+
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    compute_s: float  # the busiest stage's compute per step (exposed TP included)
+    bubble_s: float  # pipeline idle time on the critical path
+    exposed_comm_s: float  # the rest of the step: DP/ZeRO tail and after-step communication
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One candidate judged by the rules: the rules that reject it (empty when feasible), and
+    for a feasible one its warnings, derived degrees, memory and a lower bound on its step."""
+
+    index: int
+    rejected: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    data: int = 0
+    micro_batches: int = 0
+    stage_layers: tuple[int, ...] = ()  # the candidate's uneven split; () for an even one
+    peak_memory_bytes: int = 0  # the heaviest rank's bytes (planc memory's peak)
+    memory_headroom: float = 0.0  # fraction of HBM the heaviest rank leaves free
+    bubble_fraction: float = 0.0  # (p − 1)/(v·m + p − 1), the quantity PLC006 bounds
+    step_bound_s: float = 0.0  # m × the busiest stage's compute per micro-batch: ≤ the step
+
+    @property
+    def feasible(self) -> bool:
+        return not self.rejected
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What judging needs, as plain data a worker process can receive: the validated spec and
+    the space."""
+
+    spec: Mapping[str, Any]
+    space: Space
+
+
+@dataclass(frozen=True)
+class Judge:
+    """The base job of a search and the enabled rules by what they read, with their severities."""
+
+    base: Job
+    space: Space
+    job_rules: tuple[tuple[Rule, Severity], ...]
+    plan_rules: tuple[tuple[Rule, Severity], ...]
+
+
+def spec_job(setup: Setup) -> Job:
+    """The spec's job with the search's thresholds (max_bubble, memory_headroom)."""
+    job = resolve(setup.spec)
+    if isinstance(job, list):
+        raise ValueError("the spec did not resolve; load it with planc.load first")
+    space = setup.space
+    rules = dataclasses.replace(
+        job.rules, max_bubble=space.max_bubble, memory_headroom=space.memory_headroom
+    )
+    return dataclasses.replace(job, rules=rules)
+
+
+def base_job(setup: Setup) -> Job:
+    """The job every candidate starts from: `spec_job` with planc's own host names.
+
+    Host names are the one part of PLC014 that no candidate changes and the only check whose
+    cost grows with the node count; `hosts_refusal` checks them once on the spec's job, so each
+    candidate carries `NodeNames` (checked in O(1)).
+    """
+    job = spec_job(setup)
+    cluster = dataclasses.replace(job.cluster, hosts=NodeNames(job.cluster.nodes))
+    return dataclasses.replace(job, cluster=cluster)
+
+
+def make_judge(setup: Setup) -> Judge:
+    base = base_job(setup)
+    ignored = set(base.rules.ignore)
+    enabled = [r for r in REGISTRY.values() if r.check is not None and r.id not in ignored]
+
+    def leveled(needs: Needs) -> tuple[tuple[Rule, Severity], ...]:
+        return tuple((r, severity_of(r.id, r.severity, base)) for r in enabled if r.needs is needs)
+
+    return Judge(base, setup.space, leveled(Needs.JOB), leveled(Needs.PLAN))
+
+
+def hosts_refusal(job: Job) -> tuple[str, ...]:
+    """The error rules the spec's own cluster fails (PLC014 on its host names), which every
+    candidate would fail alike."""
+    rule = REGISTRY["PLC014"]
+    if rule.id in job.rules.ignore or rule.check is None:
+        return ()
+    if severity_of(rule.id, rule.severity, job).rank < ERROR_RANK:
+        return ()
+    return (rule.id,) if any(True for _ in rule.check(Context(job))) else ()
+
+
+def candidate_job(base: Job, space: Space, values: Sequence[Value]) -> Job:
+    """`base` with the candidate's values; data derived unless pinned, the layer split balanced
+    when the layers do not divide evenly (`stage_split`)."""
+    v = space.named(values)
+    t, p, c, chunks = (
+        int(v["tensor"]),
+        int(v["pipeline"]),
+        int(v["context"]),
+        int(v["virtual_stages"]),
+    )
+    inner = t * p * c
+    if space.data is not None:
+        d: int | None = space.data
+    else:
+        d = base.world // inner if base.world % inner == 0 else None
+    layout = dataclasses.replace(
+        base.layout,
+        t=t,
+        p=p,
+        d=d,
+        c=c,
+        v=chunks,
+        stage_layers=space.stage_layers or stage_split(base.model.L, p, chunks),
+        sp=bool(v["sequence_parallel"]),
+        zero=int(v["zero_stage"]),
+        d_given=space.data is not None,
+    )
+    training = dataclasses.replace(
+        base.training, b=int(v["micro_batch"]), recompute=str(v["recompute"])
+    )
+    return dataclasses.replace(base, layout=layout, training=training)
+
+
+def _failing(rules: Iterable[tuple[Rule, Severity]], ctx: Context) -> tuple[str, ...]:
+    return tuple(
+        rule.id
+        for rule, severity in rules
+        if severity.rank >= ERROR_RANK
+        and rule.check is not None
+        and any(True for _ in rule.check(ctx))
+    )
+
+
+def judge(judge: Judge, index: int) -> Verdict:
+    """The verdict of the rules on candidate `index` of the judge's space."""
+    job = candidate_job(judge.base, judge.space, judge.space.candidate(index))
+    failed = _failing(judge.job_rules, Context(job))
+    if failed:
+        return Verdict(index, failed)
+    plan = plannable(job)
+    if isinstance(plan, tuple):  # a precondition rule the spec ignores or re-levels
+        return Verdict(index, tuple(sorted({r.rule for r in plan})))
+    failed = _failing(judge.plan_rules, Context(job, plan))
+    if failed:
+        return Verdict(index, failed)
+    result = evaluate(job)
+    errors = sorted({rule for rule, sev, _ in result.violations if sev.rank >= ERROR_RANK})
+    if errors:
+        return Verdict(index, tuple(errors))
+    analysis = result.context.analysis or analyse(plan)
+    peak = analysis.memory.peak.memory.total
+    lay = plan.layout
+    return Verdict(
+        index,
+        warnings=tuple(sorted({rule for rule, _, _ in result.violations})),
+        data=lay.d,
+        micro_batches=plan.m,
+        stage_layers=job.layout.stage_layers,
+        peak_memory_bytes=peak,
+        memory_headroom=1 - peak / job.cluster.gpu.memory_bytes,
+        bubble_fraction=bubble_fraction(lay.p, plan.m, lay.v),
+        step_bound_s=plan.m * max(t.forward_s + t.backward_s for t in analysis.times),
+    )
+
+
+def price(judge: Judge, index: int) -> Metrics:
+    """The estimated step of a feasible candidate (`estimate_step` on its analysis)."""
+    job = candidate_job(judge.base, judge.space, judge.space.candidate(index))
+    plan = plannable(job)
+    if isinstance(plan, tuple):
+        raise ValueError(f"candidate {index} has no plan; judge it first")
+    step: _Step = estimate_step(analyse(plan))
+    return Metrics(
+        step_time_s=step.step_time_s,
+        tokens_per_s=step.tokens_per_s,
+        mfu=step.mfu,
+        compute_s=step.compute_s,
+        bubble_s=step.bubble_s,
+        exposed_comm_s=max(step.step_time_s - step.compute_s - step.bubble_s, 0.0),
+    )
+
+
+def judge_range(setup: Setup, start: int, stop: int) -> tuple[Verdict, ...]:
+    """Candidates start … stop − 1 judged (one task of a worker process)."""
+    judged = make_judge(setup)
+    return tuple(judge(judged, index) for index in range(start, stop))
+
+
+def price_all(setup: Setup, indices: tuple[int, ...]) -> tuple[Metrics, ...]:
+    """The estimated steps of feasible candidates (one task of a worker process)."""
+    judged = make_judge(setup)
+    return tuple(price(judged, index) for index in indices)

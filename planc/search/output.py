@@ -1,0 +1,247 @@
+"""What a search prints and writes: text, JSON and CSV reports, and the winner as a spec."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+from collections.abc import Mapping
+from typing import Any
+
+from planc.job import GIB, Job
+from planc.search.rank import Ranked, SearchResult
+from planc.search.space import Space, Value
+
+CSV_FIELDS = (
+    "rank",
+    "tensor",
+    "pipeline",
+    "virtual_stages",
+    "data",
+    "context",
+    "sequence_parallel",
+    "zero_stage",
+    "stage_layers",
+    "micro_batch",
+    "recompute",
+    "micro_batches",
+    "step_time_s",
+    "tokens_per_s",
+    "mfu",
+    "peak_memory_bytes",
+    "memory_headroom",
+    "bubble_fraction",
+    "exposed_comm_s",
+    "warnings",
+)
+
+
+def parallelism(result: SearchResult, ranked: Ranked, order: str) -> dict[str, Any]:
+    """The candidate's `parallelism:` section, every field written."""
+    values = result.values(ranked)
+    return {
+        "tensor": values["tensor"],
+        "pipeline": values["pipeline"],
+        "data": ranked.verdict.data,
+        "context": values["context"],
+        "virtual_stages": values["virtual_stages"],
+        "stage_layers": list(ranked.verdict.stage_layers),
+        "sequence_parallel": values["sequence_parallel"],
+        "zero_stage": values["zero_stage"],
+        "order": order,
+    }
+
+
+def training(result: SearchResult, ranked: Ranked) -> dict[str, Any]:
+    """The searched fields of the candidate's `training:` section."""
+    values = result.values(ranked)
+    return {"micro_batch": values["micro_batch"], "recompute": values["recompute"]}
+
+
+def _entry(result: SearchResult, ranked: Ranked, place: int, order: str) -> dict[str, Any]:
+    verdict, metrics = ranked.verdict, ranked.metrics
+    return {
+        "rank": place,
+        "parallelism": parallelism(result, ranked, order),
+        "training": training(result, ranked),
+        "step_time_s": metrics.step_time_s,
+        "tokens_per_s": metrics.tokens_per_s,
+        "mfu": metrics.mfu,
+        "peak_memory_bytes": verdict.peak_memory_bytes,
+        "bubble_fraction": verdict.bubble_fraction,
+        "memory_headroom": verdict.memory_headroom,
+        "micro_batches": verdict.micro_batches,
+        "compute_s": metrics.compute_s,
+        "bubble_s": metrics.bubble_s,
+        "exposed_comm_s": metrics.exposed_comm_s,
+        "warnings": list(verdict.warnings),
+    }
+
+
+def space_json(space: Space) -> dict[str, Any]:
+    return {
+        "axes": {axis.name: list(axis.values) for axis in space.axes},
+        "pinned": [axis.name for axis in space.axes if axis.pinned],
+        "max_bubble": space.max_bubble,
+        "memory_headroom": space.memory_headroom,
+    }
+
+
+def to_json(result: SearchResult, order: str) -> dict[str, Any]:
+    """The JSON report: counts, rejections per rule, results best first, and the space."""
+    return {
+        "evaluated": result.evaluated,
+        "feasible": result.feasible,
+        "rejected_by_rule": dict(result.rejected_by_rule),
+        "results": [
+            _entry(result, ranked, place, order) for place, ranked in enumerate(result.results, 1)
+        ],
+        "estimated": result.estimated,
+        "space": space_json(result.space),
+    }
+
+
+def to_csv(result: SearchResult, order: str) -> str:
+    """One row per result, best first, under a header row."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for place, ranked in enumerate(result.results, 1):
+        entry = _entry(result, ranked, place, order)
+        row = {**entry["parallelism"], **entry["training"], **entry}
+        row["stage_layers"] = " ".join(str(n) for n in entry["parallelism"]["stage_layers"])
+        row["warnings"] = " ".join(entry["warnings"])
+        writer.writerow({name: _cell(row[name]) for name in CSV_FIELDS})
+    return out.getvalue()
+
+
+def _cell(value: Any) -> Any:
+    return str(value).lower() if isinstance(value, bool) else value
+
+
+# --- text -----------------------------------------------------------------------------------
+
+
+def _values(values: tuple[Value, ...]) -> str:
+    return ",".join(_cell(v) if isinstance(v, bool) else str(v) for v in values)
+
+
+def _table(rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ).rstrip()
+        for row in rows
+    ]
+
+
+HEADER = [
+    "#", "t", "p", "v", "d", "c", "sp", "zero", "b", "recompute", "m",
+    "step s", "tokens/s", "MFU", "peak GiB", "free", "bubble", "exposed s", "warnings",
+]  # fmt: skip
+
+
+def _row(result: SearchResult, ranked: Ranked, place: int) -> list[str]:
+    values, verdict, metrics = result.values(ranked), ranked.verdict, ranked.metrics
+    return [
+        str(place),
+        str(values["tensor"]),
+        str(values["pipeline"]),
+        str(values["virtual_stages"]),
+        str(verdict.data),
+        str(values["context"]),
+        "on" if values["sequence_parallel"] else "off",
+        str(values["zero_stage"]),
+        str(values["micro_batch"]),
+        str(values["recompute"]),
+        str(verdict.micro_batches),
+        f"{metrics.step_time_s:.3f}",
+        f"{metrics.tokens_per_s:,.0f}",
+        f"{metrics.mfu:.1%}",
+        f"{verdict.peak_memory_bytes / GIB:.2f}",
+        f"{verdict.memory_headroom:.1%}",
+        f"{verdict.bubble_fraction:.1%}",
+        f"{metrics.exposed_comm_s:.3f}",
+        ",".join(verdict.warnings) or "-",
+    ]
+
+
+def describe(job: Job) -> str:
+    """One line naming the run a search is for: the job, the cluster, the model, the step."""
+    cl, mod, tr = job.cluster, job.model, job.training
+    return (
+        f"{job.name}: {job.world:,} GPUs ({cl.nodes:,} × {cl.gpus_per_node} {cl.gpu.name}), "
+        f"{mod.preset or 'model'} (L={mod.L}, h={mod.h}), seq_len {tr.s:,}, "
+        f"global_batch {tr.B:,}"
+    )
+
+
+def render_text(
+    result: SearchResult, titles: Mapping[str, str], top: int, heading: str = ""
+) -> str:
+    """The text report: the space, the counts, the top results and the rejections per rule."""
+    space = result.space
+    searched = [f"{a.name} {_values(a.values)}" for a in space.axes if not a.pinned]
+    pinned = [f"{a.name} {_values(a.values)}" for a in space.axes if a.pinned]
+    lines = [heading] if heading else []
+    lines += [
+        "searched: " + ("; ".join(searched) or "nothing"),
+        "pinned: " + ("; ".join(pinned) or "nothing"),
+        f"limits: max_bubble {space.max_bubble:g}, memory_headroom {space.memory_headroom:g}",
+        f"{result.evaluated:,} candidates, {result.feasible:,} feasible; {result.estimated:,} "
+        f"step times estimated (the other feasible candidates cannot reach the top {top})",
+        "",
+    ]
+    if result.results:
+        rows = [HEADER, *(_row(result, r, i) for i, r in enumerate(result.results, 1))]
+        lines += _table(rows, right={0, 1, 2, 3, 4, 5, 7, 8, 10, 11, 12, 13, 14, 15, 16, 17})
+        lines.append("")
+    else:
+        lines += ["no candidate is feasible", ""]
+    if result.rejected_by_rule:
+        lines.append("rejected, by rule (a candidate several rules reject counts under each):")
+        width = max(len(f"{n:,}") for n in result.rejected_by_rule.values())
+        for rule, count in result.rejected_by_rule.items():
+            lines.append(f"  {rule}  {count:>{width},}  {titles.get(rule, '')}".rstrip())
+    return "\n".join(lines) + "\n"
+
+
+# --- the winner as a spec ---------------------------------------------------------------------
+
+
+def _pruned(data: Any) -> Any:
+    """`data` without None values and empty mappings or lists (every one a default)."""
+    if isinstance(data, dict):
+        kept = {key: _pruned(value) for key, value in data.items()}
+        return {key: value for key, value in kept.items() if value not in (None, {}, [])}
+    if isinstance(data, list):
+        return [_pruned(item) for item in data]
+    return data
+
+
+def winner_spec(spec: Mapping[str, Any], result: SearchResult, ranked: Ranked) -> dict[str, Any]:
+    """The spec with the candidate's layout written out in full: every parallelism and searched
+    training field, and the search's thresholds as `rules`; the `search` section is dropped."""
+    data: dict[str, Any] = copy.deepcopy(dict(spec))
+    data.pop("search", None)
+    order = data["parallelism"]["order"]
+    data["parallelism"] = {**data["parallelism"], **parallelism(result, ranked, order)}
+    data["training"] = {**data["training"], **training(result, ranked)}
+    data["rules"] = {
+        **data["rules"],
+        "max_bubble": result.space.max_bubble,
+        "memory_headroom": result.space.memory_headroom,
+    }
+    pruned: dict[str, Any] = _pruned(data)
+    return pruned
+
+
+def spec_yaml(data: Mapping[str, Any], header: str) -> str:
+    """`data` as a YAML spec under `header` comment lines."""
+    import yaml  # start-up: only --write needs the emitter
+
+    body = yaml.safe_dump(dict(data), sort_keys=False, allow_unicode=True, width=100)
+    comments = "".join(f"# {line}\n" for line in header.splitlines())
+    return comments + body

@@ -1,0 +1,63 @@
+"""Ranking: feasible candidates by estimated step time, then peak memory, then layout order.
+
+The layout order is the candidate's index in the space (`Space.candidates`), so the ranking is
+total and the same however the work was split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from planc.search.evaluate import Metrics, Verdict
+from planc.search.space import Space, Value
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One feasible candidate with its estimated step."""
+
+    verdict: Verdict
+    metrics: Metrics
+
+    @property
+    def key(self) -> tuple[float, int, int]:
+        return (self.metrics.step_time_s, self.verdict.peak_memory_bytes, self.verdict.index)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The outcome of a search: counts, rejections per rule and the best candidates, best
+    first. `estimated` counts the feasible candidates whose step was estimated; the others
+    could not reach the top (their lower bound was above the last place)."""
+
+    space: Space
+    evaluated: int
+    feasible: int
+    estimated: int
+    rejected_by_rule: Mapping[str, int]
+    results: tuple[Ranked, ...]
+
+    def values(self, ranked: Ranked) -> dict[str, Value]:
+        return self.space.named(self.space.candidate(ranked.verdict.index))
+
+
+def rejections(verdicts: Iterable[Verdict]) -> Mapping[str, int]:
+    """Candidates rejected per rule id, in id order; a candidate rejected by several rules
+    counts once under each."""
+    counts: dict[str, int] = {}
+    for verdict in verdicts:
+        for rule in verdict.rejected:
+            counts[rule] = counts.get(rule, 0) + 1
+    return MappingProxyType(dict(sorted(counts.items())))
+
+
+def best(ranked: Iterable[Ranked], top: int) -> tuple[Ranked, ...]:
+    """The `top` best, best first."""
+    return tuple(sorted(ranked, key=lambda r: r.key)[:top])
+
+
+def last_place(ranked: tuple[Ranked, ...], top: int) -> float:
+    """The step time a candidate must beat to enter the top `top` (infinite until it is full)."""
+    return ranked[top - 1].metrics.step_time_s if len(ranked) >= top else float("inf")

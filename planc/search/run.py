@@ -1,0 +1,136 @@
+"""The search loop: judge every candidate, then estimate the feasible ones best bound first.
+
+1. Judge: every candidate goes through the rules (`planc.search.evaluate.judge`), in chunks of
+   consecutive indices, on `jobs` processes.
+2. Estimate: the feasible candidates are sorted by a lower bound on their step time (m × the
+   busiest stage's compute per micro-batch, which the pipeline must at least run) and estimated
+   in that order, a round of chunks at a time. Once the next bound is above the step time of
+   the K-th best found, no remaining candidate can enter the top K and the loop stops.
+
+The results depend on neither `jobs` nor the chunk size: the top K is exact, ties are broken by
+peak memory and then by the candidate's place in the space.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
+from contextlib import AbstractContextManager, contextmanager
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+from planc.search.evaluate import (
+    Metrics,
+    Setup,
+    Verdict,
+    hosts_refusal,
+    judge_range,
+    price_all,
+    spec_job,
+)
+from planc.search.rank import Ranked, SearchResult, best, last_place, rejections
+
+T = TypeVar("T")
+Tick = Callable[[int], None]
+
+# Candidates per judging task, and feasible candidates per estimating task.
+JUDGE_CHUNK = 512
+PRICE_CHUNK = 8
+
+
+@contextmanager
+def _pool(jobs: int) -> Iterator[Executor | None]:
+    if jobs <= 1:
+        yield None
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        yield pool
+
+
+def _map(
+    pool: Executor | None,
+    work: Callable[..., T],
+    tasks: Sequence[tuple[Any, ...]],
+    weights: Sequence[int],
+    tick: Tick,
+) -> list[T]:
+    """`work(*task)` for every task, in this process or on the pool; results in task order."""
+    if pool is None:
+        out = []
+        for task, weight in zip(tasks, weights, strict=True):
+            out.append(work(*task))
+            tick(weight)
+        return out
+    futures = [pool.submit(work, *task) for task in tasks]
+    results = []
+    for future, weight in zip(futures, weights, strict=True):
+        results.append(future.result())
+        tick(weight)
+    return results
+
+
+Progress = Callable[[str, int], AbstractContextManager[Tick]]
+
+
+def _noop(n: int = 1) -> None:
+    return None
+
+
+@contextmanager
+def silent(label: str, total: int) -> Iterator[Tick]:
+    """No progress report (`planc.progress.progress` draws one on a terminal)."""
+    yield _noop
+
+
+def search(setup: Setup, top: int, jobs: int = 1, report: Progress = silent) -> SearchResult:
+    """Search `setup.space` for the `top` fastest feasible layouts on `jobs` processes."""
+    size = setup.space.size
+    refused = hosts_refusal(spec_job(setup))
+    if refused:  # the cluster itself fails: every candidate alike
+        counts = MappingProxyType(dict.fromkeys(refused, size))
+        return SearchResult(setup.space, size, 0, 0, counts, ())
+    with _pool(jobs) as pool:
+        starts = range(0, size, JUDGE_CHUNK)
+        stops = [min(start + JUDGE_CHUNK, size) for start in starts]
+        tasks = [(setup, start, stop) for start, stop in zip(starts, stops, strict=True)]
+        weights = [stop - start for start, stop in zip(starts, stops, strict=True)]
+        with report("judging candidates", size) as tick:
+            judged = _map(pool, judge_range, tasks, weights, tick)
+        verdicts = [v for chunk in judged for v in chunk]
+        feasible = sorted(
+            (v for v in verdicts if v.feasible), key=lambda v: (v.step_bound_s, v.index)
+        )
+        with report("estimating step times", len(feasible)) as tick:
+            ranked, estimated = _estimate(pool, setup, feasible, top, max(jobs, 1), tick)
+    return SearchResult(
+        space=setup.space,
+        evaluated=size,
+        feasible=len(feasible),
+        estimated=estimated,
+        rejected_by_rule=rejections(verdicts),
+        results=ranked,
+    )
+
+
+def _estimate(
+    pool: Executor | None,
+    setup: Setup,
+    feasible: list[Verdict],
+    top: int,
+    jobs: int,
+    tick: Tick,
+) -> tuple[tuple[Ranked, ...], int]:
+    """The top `top` of `feasible` (sorted by bound), estimating as few as the bound allows."""
+    ranked: tuple[Ranked, ...] = ()
+    done = 0
+    while done < len(feasible):
+        if feasible[done].step_bound_s > last_place(ranked, top):
+            break
+        batch = feasible[done : done + PRICE_CHUNK * jobs]
+        groups = [batch[i : i + PRICE_CHUNK] for i in range(0, len(batch), PRICE_CHUNK)]
+        tasks = [(setup, tuple(v.index for v in group)) for group in groups]
+        priced = _map(pool, price_all, tasks, [len(group) for group in groups], tick)
+        metrics: list[Metrics] = [m for chunk in priced for m in chunk]
+        ranked = best([*ranked, *(Ranked(v, m) for v, m in zip(batch, metrics, strict=True))], top)
+        done += len(batch)
+    return ranked, done
