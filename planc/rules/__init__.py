@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from planc.rules import batch, inputs, layout, memory, model, perf
+from planc.rules import batch, inputs, layout, memory, model, perf, sharding
 from planc.rules.base import Rule, Violation
 
 _ALL: tuple[Rule, ...] = (
@@ -29,6 +29,8 @@ _ALL: tuple[Rule, ...] = (
     layout.zero_without_group,
     perf.dp_traffic_hides,
     perf.pp_traffic_hides,
+    sharding.host_memory_fits,
+    sharding.data_shard_divides,
     inputs.unreadable,
     inputs.not_text,
     inputs.too_large,

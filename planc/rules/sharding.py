@@ -1,0 +1,67 @@
+"""Rules on where the sharded state lives: the shard group (HSDP) and the host memory that
+offload fills."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from planc import plannable as pre
+from planc.job import GB
+from planc.memory.report import node_host_bytes
+from planc.rules.base import Context, Needs, Violation, rule
+
+
+@rule("PLC021", needs=Needs.ANALYSIS)
+def host_memory_fits(ctx: Context) -> Iterator[Violation]:
+    """Offload: what a node's GPUs offload fits in its host memory.
+
+    With `training.offload`, the optimizer state (DeepSpeed ZeRO-Offload, Megatron-Core's
+    optimizer CPU offload, FSDP2) and the sharded parameters (DeepSpeed ZeRO-3 offload_param,
+    FSDP2 CPUOffloadPolicy) live in host memory: 16 bytes per parameter of each rank's shard for
+    mixed-precision Adam under DeepSpeed, 18 with the parameters. A node holds gpus_per_node
+    times the heaviest rank's offloaded bytes (`planc memory` lists them), which must stay
+    within `hardware.host_memory_gb` (default: the GPU preset's node, e.g. 2,000 GB on a DGX
+    H100). Pinned buffers, the data loader and the OS need host memory too.
+
+    Passes:
+        training: {framework: deepspeed, offload: {optimizer: true}}
+
+    Fails:
+        hardware: {host_memory_gb: 100}
+        training: {framework: deepspeed, offload: {optimizer: true}}
+    """
+    if ctx.analysis is None:
+        return
+    plan, memory = ctx.analysis.plan, ctx.analysis.memory
+    need = node_host_bytes(plan, memory)
+    have = plan.cluster.host_memory_bytes
+    if need == 0 or need <= have:
+        return
+    per_rank = max(stage.memory.host for stage in memory.stages)
+    yield Violation(
+        "training.offload",
+        f"the GPUs of one node offload {need / GB:,.1f} GB ({plan.cluster.gpus_per_node} × "
+        f"{per_rank / GB:,.1f} GB), above its {have / GB:,.1f} GB of host memory",
+        "set hardware.host_memory_gb to the node's memory, shard over more ranks "
+        "(parallelism.data_shard, zero_stage), or offload less",
+        ("hardware.host_memory_gb",),
+    )
+
+
+@rule("PLC022")
+def data_shard_divides(ctx: Context) -> Iterator[Violation]:
+    """Sharding: parallelism.data_shard divides data × context; the groups left over replicate.
+
+    ZeRO, Megatron's distributed optimizer and FSDP shard their state over `data_shard` ranks
+    (default data × context). A smaller group shards less and replicates the shards across
+    data × context / data_shard groups, whose gradients are all-reduced (HSDP; torchtitan's
+    dp_replicate × dp_shard; Megatron's num_distributed_optimizer_instances). The shard groups
+    are contiguous slices of each data × context group.
+
+    Passes:
+        parallelism: {data_shard: 2}
+
+    Fails:
+        parallelism: {data_shard: 3}
+    """
+    yield from pre.shard_split(ctx.job)
