@@ -76,6 +76,14 @@ def lines(svg: str) -> str:
     return svg.replace("><", ">\n<")
 
 
+# The deepest pipeline a 128-layer model allows, at 131,072 ranks: the most rows per chart.
+SPEC_DEEP = SPEC_131K.replace(
+    "model: {preset: llama3-405b}", "model: {preset: llama3-405b, layers: 128}"
+).replace(
+    "pipeline: 16, stage_layers: [7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7]", "pipeline: 128"
+)
+
+
 @pytest.fixture(scope="module")
 def spec_131k(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("big") / "llama3-405b-131k.yaml"
@@ -253,6 +261,10 @@ def test_sizes_stay_under_2_mb(spec_131k: Path) -> None:
     page = page_of(spec_131k)  # its time is benchmarks/bench_report.py's figure, not a test
     assert len(page.encode()) < MAX_PAGE_BYTES
     assert "131,072 × h100-sxm" in page
+    deep = spec_131k.with_name("deep.yaml")
+    deep.write_text(SPEC_DEEP, encoding="utf-8")
+    assert plan_of(deep).layout.p == 128
+    assert len(page_of(deep).encode()) < MAX_PAGE_BYTES
 
 
 # --- the command ------------------------------------------------------------------------------

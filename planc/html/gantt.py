@@ -18,7 +18,7 @@ from planc.analysis import Analysis
 from planc.comm.schedule import op_time_s
 from planc.comm.steptime import attention_core_flops, head_flops, layer_matmul_flops
 from planc.html import fmt
-from planc.html.svg import group, line, rect, svg, text
+from planc.html.svg import group, label_every, line, rect, svg, text
 from planc.pipeline.schedule import build_schedule
 from planc.pipeline.timeline import Span, Timeline, simulate
 from planc.plannable import Plannable
@@ -28,7 +28,8 @@ WIDTH = 960
 LEFT, RIGHT, TOP, BOTTOM = 70, 16, 10, 64
 ROWS_HEIGHT = 360
 MAX_ROW = 26.0
-MAX_DRAWN_OPS = 12_000  # forward and backward ops simulated and drawn (2·p·m'·v)
+MAX_DRAWN_OPS = 6_000  # forward and backward ops simulated and drawn (2·p·m'·v)
+TITLED_OPS = 3_000  # up to this many drawn ops each gets a tooltip (the page stays small)
 GROUPS_DRAWN = 3  # micro-batches drawn: this many groups of p (at least 8 with p small)
 DENSE_PX = 3.0  # a row whose ops average under this width is drawn as merged busy runs
 
@@ -103,10 +104,17 @@ def _describe(span: Span, stage: int, v: int) -> str:
 
 
 def _op_rects(
-    span: Span, stage: int, gantt: Gantt, x0: float, x1: float, top: float, height: float
+    span: Span,
+    stage: int,
+    gantt: Gantt,
+    x0: float,
+    x1: float,
+    top: float,
+    height: float,
+    titled: bool = True,
 ) -> list[str]:
     odd = " odd" if span.op.chunk % 2 else ""
-    tip = _describe(span, stage, gantt.v)
+    tip = _describe(span, stage, gantt.v) if titled else None
     if span.op.kind == "F":
         out = [rect(x0, top, x1 - x0, height, "op-f" + odd, tip)]
     else:
@@ -120,7 +128,7 @@ def _op_rects(
                     redo,
                     height,
                     "op-r",
-                    tip + f" (recompute first, {gantt.recompute_share[stage]:.0%})",
+                    tip and tip + f" (recompute first, {gantt.recompute_share[stage]:.0%})",
                 )
             )
     if x1 - x0 >= 16 and height >= 12:
@@ -175,7 +183,8 @@ def gantt_svg(gantt: Gantt) -> str:
         "patternTransform='rotate(45)'><rect width='6' height='6' class='hatch-bg'/>"
         "<line x1='0' y1='0' x2='0' y2='6' class='hatch-line'/></pattern></defs>"
     ]
-    every = 1 if gantt.p <= 32 else -(-gantt.p // 32)
+    every = label_every(row, 13)
+    titled = sum(len(spans) for spans in tl.stages) <= TITLED_OPS
     for stage, spans in enumerate(tl.stages):
         top = TOP + stage * row
         busy = float(tl.busy[stage])
@@ -194,7 +203,9 @@ def gantt_svg(gantt: Gantt) -> str:
             children += _dense_row(spans, stage, x, top, bar)
         else:
             for span in spans:
-                children += _op_rects(span, stage, gantt, x(span.start), x(span.end), top, bar)
+                children += _op_rects(
+                    span, stage, gantt, x(span.start), x(span.end), top, bar, titled
+                )
         if stage % every == 0:
             children.append(text(LEFT - 8, top + bar / 2 + 4, f"stage {stage}", "axis", "end"))
         parts.append(group(children, "gantt-row", None, data_stage=stage))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from planc.html import fmt
-from planc.html.svg import esc, group, line, rect, svg, text
+from planc.html.svg import esc, group, label_every, line, rect, svg, text
 from planc.job import GIB
 from planc.memory.budget import MemoryBudget, StageBudget
 from planc.memory.terms import COMPONENTS, Term
@@ -41,11 +41,6 @@ def segment_tip(stage: StageBudget, component: str, terms: list[Term]) -> str:
     ]
     lines += [f"{t.name}: {fmt.gib(t.bytes)} = {t.formula}" for t in terms]
     return "\n".join(lines)
-
-
-def label_every(stages: int) -> int:
-    """Label every stage up to 32 stages, then every k-th."""
-    return 1 if stages <= 32 else -(-stages // 32)
 
 
 def memory_svg(plan: Plannable, memory: MemoryBudget) -> str:
@@ -87,7 +82,7 @@ def memory_svg(plan: Plannable, memory: MemoryBudget) -> str:
             f"headroom: {fmt.gib(hbm - usable)} ({plan.rules.memory_headroom:.0%} of HBM) kept free",
         )
     )
-    every = label_every(len(stages))
+    every = label_every(slot, 30)
     for index, stage in enumerate(stages):
         parts.append(
             _bar(

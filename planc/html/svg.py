@@ -88,6 +88,15 @@ def svg(
     )
 
 
+def label_every(pitch: float, room: float) -> int:
+    """Label every k-th of items `pitch` apart so labels are at least `room` apart: k = 1, 2, 5,
+    10, 20, 50, ..."""
+    step = 1
+    while step * pitch < room:
+        step = step * 5 // 2 if str(step)[0] == "2" else step * 2
+    return step
+
+
 def stage_colour(stage: int, stages: int) -> str:
     """A distinct fill per pipeline stage: hues spread around the wheel (golden-ratio steps
     once there are more stages than a palette could name), as #rrggbb."""
