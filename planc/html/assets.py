@@ -38,6 +38,7 @@ section{background:var(--panel);border:1px solid var(--rule);border-radius:10px;
 .badge.ok{background:var(--ok)}.badge.warn{background:var(--warn)}.badge.bad{background:var(--bad)}.badge.info{background:var(--info)}
 .gauge{height:10px;border-radius:5px;background:var(--grid);position:relative;margin-top:6px;overflow:hidden}
 .gauge span{position:absolute;left:0;top:0;bottom:0;border-radius:5px}
+.gauge .ok{background:var(--ok)}.gauge .warn{background:var(--warn)}.gauge .bad{background:var(--bad)}
 .gauge i{position:absolute;top:0;bottom:0;width:2px;background:var(--fg)}
 table{border-collapse:collapse;width:100%;margin:8px 0;font-size:13px}
 th,td{text-align:left;padding:4px 8px;border-bottom:1px solid var(--rule);vertical-align:top}

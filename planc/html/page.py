@@ -46,12 +46,10 @@ def _card(key: str, value: str, sub: str, extra: str = "") -> str:
 
 
 def _gauge(share: float, limit: float, badge: str) -> str:
-    """A bar of the peak's share of HBM, the usable limit marked."""
-    width = min(share, 1.0) * 100
+    """A bar of the peak's share of HBM (capped at full), the usable limit marked."""
     return (
-        f"<div class='gauge' title='{share:.1%} of HBM'><span class='badge-{badge}' "
-        f"style='width:{width:.1f}%;background:var(--{'ok' if badge == 'ok' else 'warn' if badge == 'warn' else 'bad'})'></span>"
-        f"<i style='left:{limit * 100:.1f}%'></i></div>"
+        f"<div class='gauge' title='{share:.1%} of HBM'><span class='{badge}' "
+        f"style='width:{min(share, 1.0):.1%}'></span><i style='left:{limit:.1%}'></i></div>"
     )
 
 
@@ -69,7 +67,8 @@ def cards(plan: Plannable, analysis: Analysis, step: StepEstimate) -> str:
     bubble = _card(
         "Pipeline bubble",
         fmt.percent(step.pipeline.bubble_fraction),
-        f"simulated; closed form (p − 1)/(v·m + p − 1) = {fmt.percent(step.bubble_fraction)}",
+        f"{esc(step.pipeline.method)}; closed form (p − 1)/(v·m + p − 1) = "
+        f"{fmt.percent(step.bubble_fraction)}",
     )
     time = _card(
         "Step time", fmt.seconds(step.step_time_s), f"at {step.efficiency:.0%} of peak FLOPS"
@@ -150,6 +149,7 @@ def pipeline_section(plan: Plannable, gantt: Gantt, step: StepEstimate) -> str:
         f"<p class='note'>Drawn: {shown}, simulated with each stage's forward and backward time per "
         f"micro-batch from the analysis (compute only) and {fmt.seconds(gantt.hop_s)} per pipeline message; "
         f"idle share of the drawn time {fmt.percent(drawn)}. The hatched background is idle time. "
+        f"{' Lighter bars are the odd model chunks.' if lay.v > 1 else ''} "
         "Numbers in the bars are micro-batches; hover an op for its times.</p></section>"
     )
 
