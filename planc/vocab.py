@@ -45,8 +45,11 @@ AXES: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 class GroupKind(str, Enum):
     """A kind of process group in the plan.
 
-    `dp_cp` is the optimizer shard group (ranks sharing tp and pp); `embedding` pairs the first
-    and last pipeline rank (tied-embedding gradients); `model_parallel` is tp × pp.
+    `dp_cp` is the data × context group (ranks sharing tp and pp); `dp_shard` the ranks ZeRO or
+    FSDP shards over (`parallelism.data_shard` contiguous members of a dp_cp group; the whole
+    dp_cp group by default) and `dp_replicate` the ranks holding the same shard (HSDP; groups of
+    one by default); `embedding` pairs the first and last pipeline rank (tied-embedding
+    gradients); `model_parallel` is tp × pp.
     """
 
     TP = "tp"
@@ -54,6 +57,8 @@ class GroupKind(str, Enum):
     DP = "dp"
     PP = "pp"
     DP_CP = "dp_cp"
+    DP_SHARD = "dp_shard"
+    DP_REPLICATE = "dp_replicate"
     EMBEDDING = "embedding"
     MODEL_PARALLEL = "model_parallel"
 

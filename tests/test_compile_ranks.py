@@ -142,6 +142,8 @@ def test_group_sizes_equal_degrees(g: Grid) -> None:
         "dp_cp": g.size("dp") * g.size("cp"),
         "model_parallel": g.size("tp") * g.size("pp"),
         "embedding": min(2, g.size("pp")),
+        "dp_shard": g.size("dp") * g.size("cp"),  # data_shard defaults to d·c
+        "dp_replicate": 1,
     }
     for name, members in groups.items():
         assert members.shape[1] == expected[name], name

@@ -12,6 +12,13 @@ Worked example, W=16 with t=2, d=4, p=2, order tp-cp-dp-pp (Megatron's own examp
     dp: [0,2,4,6] [1,3,5,7] [8,10,12,14] [9,11,13,15]
     pp: [0,8] [1,9] ... [7,15]
     model_parallel (tp × pp): [0,1,8,9] [2,3,10,11] [4,5,12,13] [6,7,14,15]
+
+With data_shard = 2 the state is sharded over contiguous halves of each dp_cp group and
+replicated across them (HSDP; Megatron's intra/inter_partial_data_parallel_group_with_cp:
+`ranks[i·N:(i+1)·N]` and `ranks[i::N]`):
+
+    dp_shard: [0,2] [4,6] [1,3] [5,7] [8,10] [12,14] [9,11] [13,15]
+    dp_replicate: [0,4] [2,6] [1,5] [3,7] [8,12] [10,14] [9,13] [11,15]
 """
 
 from __future__ import annotations
@@ -23,7 +30,17 @@ import numpy as np
 
 from planc.compile.ranks import Grid, Ranks
 
-GROUP_KINDS = ("tp", "cp", "dp", "pp", "dp_cp", "embedding", "model_parallel")
+GROUP_KINDS = (
+    "tp",
+    "cp",
+    "dp",
+    "pp",
+    "dp_cp",
+    "embedding",
+    "model_parallel",
+    "dp_shard",
+    "dp_replicate",
+)
 
 
 def orthogonal_groups(grid: Grid, axes: tuple[str, ...]) -> Ranks:
@@ -51,6 +68,21 @@ def embedding_groups(pp: Ranks) -> Ranks:
     return pp[:, [0, -1]] if pp.shape[1] > 1 else pp[:, :1]
 
 
+def shard_groups(dp_cp: Ranks, data_shard: int) -> tuple[Ranks, Ranks]:
+    """(dp_shard, dp_replicate): each dp_cp group cut into contiguous slices of `data_shard`
+    members (the shard groups), and the members at the same position of every slice (the
+    replicate groups), both slices of the grid in Megatron's partial distributed optimizer order.
+    """
+    groups, size = dp_cp.shape
+    if data_shard < 1 or size % data_shard:
+        raise ValueError(f"data_shard = {data_shard} does not divide the dp_cp group of {size}")
+    replicas = size // data_shard
+    cut = dp_cp.reshape(groups, replicas, data_shard)
+    shard: Ranks = cut.reshape(groups * replicas, data_shard)
+    replicate: Ranks = cut.transpose(0, 2, 1).reshape(groups * data_shard, replicas)
+    return shard, replicate
+
+
 def index_in_group(groups: Ranks, world: int) -> Ranks:
     """Each rank's position inside its group, for groups that partition the ranks."""
     index = np.empty(world, dtype=np.int64)
@@ -66,23 +98,30 @@ class Groups:
     cp: Ranks
     dp: Ranks
     pp: Ranks
-    dp_cp: Ranks  # the optimizer shard group: ranks sharing tp and pp
+    dp_cp: Ranks  # data × context: ranks sharing tp and pp
     embedding: Ranks
     model_parallel: Ranks  # tp × pp: ranks sharing dp and cp
+    dp_shard: Ranks  # the optimizer shard group: data_shard members of a dp_cp group
+    dp_replicate: Ranks  # ranks holding the same shard (HSDP)
 
     def items(self) -> Iterator[tuple[str, Ranks]]:
         for field in fields(self):
             yield field.name, getattr(self, field.name)
 
 
-def process_groups(grid: Grid) -> Groups:
+def process_groups(grid: Grid, data_shard: int | None = None) -> Groups:
+    """Every group kind of `grid`; ZeRO/FSDP shard over `data_shard` ranks (default d·c)."""
     pp = orthogonal_groups(grid, ("pp",))
+    dp_cp = orthogonal_groups(grid, ("dp", "cp"))
+    dp_shard, dp_replicate = shard_groups(dp_cp, data_shard or dp_cp.shape[1])
     return Groups(
         tp=orthogonal_groups(grid, ("tp",)),
         cp=orthogonal_groups(grid, ("cp",)),
         dp=orthogonal_groups(grid, ("dp",)),
         pp=pp,
-        dp_cp=orthogonal_groups(grid, ("dp", "cp")),
+        dp_cp=dp_cp,
         embedding=embedding_groups(pp),
         model_parallel=orthogonal_groups(grid, ("tp", "pp")),
+        dp_shard=dp_shard,
+        dp_replicate=dp_replicate,
     )
