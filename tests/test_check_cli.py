@@ -215,3 +215,35 @@ def test_completion_offers_rule_ids() -> None:
     }
     out = CliRunner().invoke(main, [], env=env, prog_name="planc").output
     assert "plain,PLC006,PLC011" in out
+
+
+def test_snippets_never_pass_control_characters_to_the_terminal(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    # U+202E (right-to-left override) is printable to YAML, so it reaches the snippet.
+    spec.write_text(GOOD_TEXT.replace("seq_len: 8192", 'seq_len: "8192\u202e"'), encoding="utf-8")
+    code, out = run(str(spec))
+    assert code == 1 and "PLC110" in out
+    assert "\u202e" not in out and '"8192\ufffd"' in out
+    from planc.findings import Finding, Severity
+    from planc.report import snippet
+
+    (line, _) = snippet("name: \x1b[2Jx\n", Finding(1, 7, "PLC110", Severity.ERROR, "m"))
+    assert line == "1 | name: \ufffd[2Jx"
+
+
+def test_a_long_line_is_shown_as_a_window_around_the_column() -> None:
+    from planc.findings import Finding, Severity
+    from planc.report import SNIPPET_WIDTH, snippet
+
+    source = "a: 1\nlong: " + "x" * 500 + " y\n"
+    line, carets = snippet(source, Finding(2, 508, "PLC110", Severity.ERROR, "m"))
+    assert len(line) <= len("2 | ") + SNIPPET_WIDTH + 2 and line.startswith("2 | …")
+    assert line[carets.index("^")] == "y"
+
+
+def test_finding_lines_and_annotations_are_safe_too(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(GOOD_TEXT.replace("seq_len: 8192", "seq_len: 8192\n  \u202eevil: 1"), "utf-8")
+    for fmt in ("text", "github"):
+        code, out = run(str(spec), "--format", fmt)
+        assert code == 1 and "PLC108" in out and "\u202e" not in out, out

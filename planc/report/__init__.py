@@ -78,18 +78,38 @@ def _paint(text: str, style: str, color: bool) -> str:
 
 # The token a caret row underlines: a key or plain scalar up to a YAML indicator.
 _TOKEN = re.compile(r"[^\s:,\[\]{}#]+")
+# What YAML counts as a line break (libyaml's marks count lines so; CRLF was folded on reading).
+_BREAKS = re.compile("[\n\r\x85\u2028\u2029]")
+# Never sent to a terminal: control characters (escape sequences) and bidirectional overrides
+# ("Trojan Source"); each becomes one U+FFFD so the caret stays aligned.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+SNIPPET_WIDTH = 120
+
+
+def _safe(text: str) -> str:
+    """`text` without terminal control sequences or bidirectional overrides (line breaks in a
+    message stay: the GitHub format escapes them)."""
+    return _UNSAFE.sub("\ufffd", text)
 
 
 def snippet(source: str, finding: Finding, color: bool = False) -> list[str]:
     """The finding's source line with a caret row under its token, ruff style; empty when the
-    line is not in the source."""
-    lines = source.split("\n")
+    line is not in the source. Control characters are replaced, and a long line is cut to a
+    window around the column, marked with an ellipsis."""
+    lines = _BREAKS.split(source)
     if not 1 <= finding.line <= len(lines):
         return []
-    line = lines[finding.line - 1].replace("\t", " ").rstrip("\r")
+    line = _UNSAFE.sub("\ufffd", lines[finding.line - 1].replace("\t", " "))
     start = max(finding.column - 1, 0)
     token = _TOKEN.match(line, start) if start < len(line) else None
     width = max(token.end() - start, 1) if token else 1
+    if len(line) > SNIPPET_WIDTH:
+        left = max(0, min(start - SNIPPET_WIDTH // 3, len(line) - SNIPPET_WIDTH))
+        head = "…" if left else ""
+        tail = "…" if left + SNIPPET_WIDTH < len(line) else ""
+        line = head + line[left : left + SNIPPET_WIDTH] + tail
+        start = start - left + len(head)
+        width = max(1, min(width, len(line) - len(tail) - start))
     number = str(finding.line)
     pad = " " * len(number)
     bar = _paint("|", "gutter", color)
@@ -120,9 +140,11 @@ def text(results: Sequence[FileResult], strict: bool, options: Options = Options
     lines: list[str] = []
     for r in results:
         for f in r.findings:
+            where = _safe(f"{r.path}:{f.line}:{f.column}:")
             head = (
-                f"{_paint(f'{r.path}:{f.line}:{f.column}:', 'bold', color)} "
-                f"{_paint(_level(f), _level(f), color)} {_paint(f.rule, 'bold', color)} {f.text}"
+                f"{_paint(where, 'bold', color)} "
+                f"{_paint(_level(f), _level(f), color)} {_paint(f.rule, 'bold', color)} "
+                f"{_safe(f.text)}"
             )
             lines.append(head)
             if options.source and r.source is not None:
@@ -173,13 +195,13 @@ def github(results: Sequence[FileResult], strict: bool, options: Options = Optio
         for f in r.findings:
             props = ",".join(
                 [
-                    f"file={_escape(r.path, True)}",
+                    f"file={_escape(_safe(r.path), True)}",
                     f"line={f.line}",
                     f"col={f.column}",
                     f"title={f.rule}",
                 ]
             )
-            lines.append(f"::{kinds[_level(f)]} {props}::{_escape(f'{f.rule} {f.text}')}")
+            lines.append(f"::{kinds[_level(f)]} {props}::{_escape(_safe(f'{f.rule} {f.text}'))}")
     if not options.quiet:
         lines.append(_summary(results, strict))
     return "".join(line + "\n" for line in lines)
