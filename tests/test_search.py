@@ -1,0 +1,314 @@
+"""planc search: the space, pruning by the rules check runs, ranking, outputs, processes."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from syrupy.assertion import SnapshotAssertion
+
+from planc.analysis import analyse, estimate_step
+from planc.check import check_loaded
+from planc.cli import main
+from planc.fastcheck import fast_validate
+from planc.findings import Severity
+from planc.load import load_text
+from planc.plannable import plannable
+from planc.search.command import Request, setup_of
+from planc.search.evaluate import Setup
+from planc.search.rank import SearchResult
+from planc.search.run import search
+from planc.search.space import SearchError, stage_split
+from planc.spec import Spec
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Llama 3 8B on two nodes: 16 GPUs, every layout splits 32 layers evenly when v ≤ 2.
+SMALL = """\
+version: 1
+name: small
+model: {preset: llama3-8b}
+hardware: {gpu: h100-sxm, nodes: 2}
+training: {seq_len: 4096, global_batch: 64}
+"""
+
+
+def _loaded(text: str) -> Any:
+    loaded = load_text("spec.yaml", text)
+    assert loaded.job is not None, loaded.findings
+    return loaded
+
+
+def _setup(text: str, **request: Any) -> Setup:
+    return setup_of(_loaded(text), Request("spec.yaml", **request))
+
+
+def _search(text: str, top: int = 10**6, **request: Any) -> SearchResult:
+    return search(_setup(text, **request), top)
+
+
+def _axes(setup: Setup) -> dict[str, tuple[Any, ...]]:
+    return {axis.name: axis.values for axis in setup.space.axes}
+
+
+def _run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, ["search", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+# --- the space --------------------------------------------------------------------------------
+
+
+def test_fields_written_in_the_file_are_pinned_even_at_their_defaults() -> None:
+    free = _axes(_setup(SMALL))
+    assert free["tensor"] == (1, 2, 4, 8)  # divisors of 16 up to the NVLink domain of 8
+    assert free["pipeline"] == (1, 2, 4, 8, 16)  # divisors of 16 up to 32 layers
+    assert free["context"] == (1, 2, 4)  # s / c ≥ 1,024 tokens
+    assert free["micro_batch"] == (1, 2, 4, 8)
+    written = SMALL.replace(
+        "training: {", "parallelism: {tensor: 1, zero_stage: 0}\ntraining: {micro_batch: 1, "
+    )
+    setup = _setup(written)
+    pinned = {axis.name for axis in setup.space.axes if axis.pinned}
+    assert pinned == {"tensor", "zero_stage", "micro_batch"}
+    assert _axes(setup)["tensor"] == (1,)
+    assert setup.space.size == 5 * 8 * 3 * 2 * 1 * 3  # p, v, c, sp, b, recompute
+
+
+def test_search_section_and_flags_narrow_the_space() -> None:
+    text = SMALL + "search: {tensor: [8, 2], recompute: [full], max_bubble: 0.2}\n"
+    setup = _setup(text)
+    assert _axes(setup)["tensor"] == (2, 8)  # the fixed layout order: ascending
+    assert _axes(setup)["recompute"] == ("full",)
+    assert setup.space.max_bubble == 0.2
+    assert setup.space.memory_headroom == 0.1  # from rules
+    flagged = _setup(text, allow=("tensor=4", "sequence-parallel=true"), memory_headroom=0.3)
+    assert _axes(flagged)["tensor"] == (4,)
+    assert _axes(flagged)["sequence_parallel"] == (True,)
+    assert flagged.space.memory_headroom == 0.3
+
+
+def test_a_pinned_field_outside_the_allowed_values_is_refused() -> None:
+    text = SMALL.replace("training: {", "parallelism: {tensor: 8}\ntraining: {")
+    with pytest.raises(SearchError, match="pinned to 8"):
+        _setup(text + "search: {tensor: [1, 2]}\n")
+    with pytest.raises(SearchError, match="unknown axis"):
+        _setup(SMALL, allow=("expert=2",))
+    with pytest.raises(SearchError, match="tensor"):
+        _setup(SMALL, allow=("tensor=0",))
+
+
+def test_uneven_layers_split_as_llama3_405b_ran() -> None:
+    # Dubey et al. 2024, §3.3.2: 126 layers on 16 stages, one fewer on the first and the last.
+    assert stage_split(126, 16, 1) == (7,) + (8,) * 14 + (7,)
+    assert stage_split(96, 8, 3) == ()  # even: Megatron's own split
+    assert stage_split(126, 4, 2) == (32, 32, 32, 30)  # chunks of 2, surplus off the last stage
+    assert stage_split(10, 16, 1) == ()  # fewer layers than stages: PLC004 refuses it
+    assert stage_split(35, 4, 2) == ()  # 35 layers do not split into chunks of 2
+
+
+def test_the_search_section_takes_the_fast_path_exactly() -> None:
+    data = yaml.safe_load(
+        SMALL + "search: {zero_stage: [0, 1], recompute: [full], max_bubble: 0.3}\n"
+    )
+    assert fast_validate(data) == Spec.model_validate(data).model_dump()
+    bad = yaml.safe_load(SMALL + "search: {zero_stage: [true]}\n")
+    assert fast_validate(bad) is None
+
+
+# --- pruning and ranking against planc check and planc explain --------------------------------
+
+ORACLE = SMALL + (
+    "search: {virtual_stages: [1, 2], context: [1, 2], zero_stage: [0, 1], micro_batch: [1, 2], "
+    "recompute: [none, full]}\n"
+)
+
+
+def _checked(values: dict[str, Any], setup: Setup) -> tuple[bool, float]:
+    """Whether `planc check` passes the candidate written as a spec, and its step by explain's
+    path (independent of planc.search: the spec text goes through the loader)."""
+    data = yaml.safe_load(SMALL)
+    t, p, c = values["tensor"], values["pipeline"], values["context"]
+    data["parallelism"] = {
+        "tensor": t,
+        "pipeline": p,
+        "context": c,
+        "virtual_stages": values["virtual_stages"],
+        "sequence_parallel": values["sequence_parallel"],
+        "zero_stage": values["zero_stage"],
+    }
+    data["training"].update(micro_batch=values["micro_batch"], recompute=values["recompute"])
+    loaded = load_text("candidate.yaml", yaml.safe_dump(data))
+    result = check_loaded(loaded)
+    if any(f.severity.rank >= Severity.ERROR.rank for f in result.findings):
+        return False, 0.0
+    assert loaded.job is not None
+    plan = plannable(loaded.job)
+    assert not isinstance(plan, tuple)
+    return True, estimate_step(analyse(plan)).step_time_s
+
+
+def test_feasible_candidates_are_exactly_those_check_passes() -> None:
+    setup = _setup(ORACLE)
+    result = search(setup, 10**6)
+    names = [axis.name for axis in setup.space.axes]
+    expected = {}
+    for combo in itertools.product(*(axis.values for axis in setup.space.axes)):
+        values = dict(zip(names, combo, strict=True))
+        ok, step = _checked(values, setup)
+        if ok:
+            expected[combo] = step
+    found = {tuple(result.values(r).values()): r.metrics.step_time_s for r in result.results}
+    assert result.evaluated == setup.space.size == 4 * 5 * 2 * 2 * 2 * 2 * 2 * 2
+    assert result.feasible == len(expected) > 0
+    assert found == expected
+
+
+def test_ranked_by_step_then_peak_memory_then_layout_order() -> None:
+    result = _search(ORACLE)
+    keys = [
+        (r.metrics.step_time_s, r.verdict.peak_memory_bytes, r.verdict.index)
+        for r in result.results
+    ]
+    assert keys == sorted(keys)
+    assert any(a[0] == b[0] for a, b in itertools.pairwise(keys))  # ties happen: they are ordered
+
+
+def test_the_bound_skips_only_candidates_that_cannot_reach_the_top() -> None:
+    setup = _setup(ORACLE)
+    everything = search(setup, 10**6)
+    top = search(setup, 5)
+    assert top.results == everything.results[:5]
+    assert top.estimated < everything.estimated == everything.feasible
+    # The bound is below every estimate (the busiest stage runs all its micro-batches).
+    assert all(r.metrics.step_time_s >= r.verdict.step_bound_s for r in everything.results)
+
+
+def test_rejections_count_once_under_each_rule() -> None:
+    setup = _setup(ORACLE)
+    result = search(setup, 1)
+    axes = _axes(setup)
+    others = setup.space.size // (len(axes["tensor"]) * len(axes["sequence_parallel"]))
+    # PLC008 reads the job only, so it runs on every candidate: sp on with tensor 1.
+    assert result.rejected_by_rule["PLC008"] == others
+    rejected = result.evaluated - result.feasible
+    assert sum(result.rejected_by_rule.values()) > rejected  # several rules on one candidate
+
+
+# --- the command --------------------------------------------------------------------------------
+
+
+def _write(tmp_path: Path, text: str, name: str = "spec.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_json_contract(tmp_path: Path) -> None:
+    code, out, _ = _run(_write(tmp_path, ORACLE), "--format", "json", "--top", "3")
+    doc = json.loads(out)
+    assert code == 0
+    assert list(doc)[:4] == ["evaluated", "feasible", "rejected_by_rule", "results"]
+    assert isinstance(doc["evaluated"], int) and isinstance(doc["feasible"], int)
+    assert all(rule.startswith("PLC0") for rule in doc["rejected_by_rule"])
+    assert len(doc["results"]) == 3
+    for entry in doc["results"]:
+        assert {"tensor", "pipeline", "data", "context", "virtual_stages"} <= set(
+            entry["parallelism"]
+        )
+        assert set(entry["training"]) == {"micro_batch", "recompute"}
+        for key in ("step_time_s", "tokens_per_s", "mfu", "bubble_fraction"):
+            assert isinstance(entry[key], float)
+        assert isinstance(entry["peak_memory_bytes"], int)
+    steps = [entry["step_time_s"] for entry in doc["results"]]
+    assert steps == sorted(steps)
+
+
+def test_text_and_csv(tmp_path: Path) -> None:
+    spec = _write(tmp_path, ORACLE)
+    code, text, _ = _run(spec, "--top", "2")
+    assert code == 0
+    assert "rejected, by rule (a candidate several rules reject counts under each)" in text
+    assert "PLC008" in text
+    code, csv_text, _ = _run(spec, "--top", "2", "--format", "csv")
+    lines = csv_text.splitlines()
+    assert lines[0].startswith("rank,tensor,pipeline,virtual_stages,data,context")
+    assert len(lines) == 3 and lines[1].startswith("1,")
+
+
+def test_the_written_winner_passes_check_and_pins_everything(tmp_path: Path) -> None:
+    spec = _write(tmp_path, ORACLE)
+    best = str(tmp_path / "best.yaml")
+    code, out, err = _run(spec, "--format", "json", "--top", "1", "--write", best)
+    assert code == 0 and "wrote the best layout" in err
+    checked = CliRunner().invoke(main, ["check", best])
+    assert checked.exit_code == 0, checked.output
+    winner = json.loads(out)["results"][0]
+    again = _search(Path(best).read_text(encoding="utf-8"))
+    assert again.evaluated == 1 and again.feasible == 1
+    (only,) = again.results
+    assert only.metrics.step_time_s == winner["step_time_s"]
+
+
+def test_exit_1_when_no_candidate_is_feasible(tmp_path: Path) -> None:
+    text = SMALL.replace("llama3-8b", "llama3-405b").replace("nodes: 2", "nodes: 1")
+    spec = _write(tmp_path, text + "search: {virtual_stages: [1], micro_batch: [1]}\n")
+    code, out, _ = _run(spec, "--write", str(tmp_path / "best.yaml"))
+    assert code == 1
+    assert "no candidate is feasible" in out
+    assert "PLC007" in out
+    assert not (tmp_path / "best.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["missing.yaml"], "PLC100"),
+        (["{spec}", "--allow", "experts=2"], "unknown axis"),
+        (["{spec}", "--allow", "tensor=0"], "tensor"),
+        (["{bad}"], "PLC108"),
+        (["{pinned}"], "pinned to 8"),
+    ],
+)
+def test_exit_2_for_unusable_input(tmp_path: Path, args: list[str], message: str) -> None:
+    paths = {
+        "spec": _write(tmp_path, SMALL),
+        "bad": _write(tmp_path, SMALL + "serach: {}\n", "bad.yaml"),
+        "pinned": _write(
+            tmp_path,
+            SMALL.replace("training: {", "parallelism: {tensor: 8}\ntraining: {")
+            + "search: {tensor: [1]}\n",
+            "pinned.yaml",
+        ),
+    }
+    code, _, err = _run(*(arg.format(**paths) for arg in args))
+    assert code == 2
+    assert message in err
+
+
+def test_jobs_give_byte_identical_json(tmp_path: Path) -> None:
+    # More candidates than one judging task holds, so two processes share the work.
+    spec = _write(tmp_path, SMALL + "search: {zero_stage: [1], virtual_stages: [1, 2]}\n")
+    outputs = [
+        subprocess.run(
+            [sys.executable, "-m", "planc", "search", spec, "--format", "json", "--jobs", jobs],
+            capture_output=True,
+            check=True,
+        ).stdout
+        for jobs in ("1", "2")
+    ]
+    assert outputs[0] == outputs[1]
+    assert json.loads(outputs[0])["evaluated"] > 1024
+
+
+def test_help_snapshot(snapshot: SnapshotAssertion) -> None:
+    result = CliRunner().invoke(main, ["search", "--help"], prog_name="planc", terminal_width=100)
+    assert result.exit_code == 0
+    assert result.output == snapshot
