@@ -202,18 +202,73 @@ def _buckets(params: int, bucket: int) -> list[tuple[int, int]]:
     return [(calls, size) for calls, size in ((full, bucket), (1, rest)) if calls and size]
 
 
+def sharding_stage(job: Plannable) -> int:
+    """The ZeRO stage whose traffic the engine runs: FSDP2's fully_shard always shards the
+    parameters (stage 3 traffic); the others follow parallelism.zero_stage."""
+    return 3 if job.training.framework == "fsdp2" else job.layout.zero
+
+
+def shard_link(job: Plannable) -> LinkClass:
+    """The link of the dp_shard groups: data_shard contiguous members of a dp_cp group.
+
+    The dp_cp listing runs its faster axis (of cp and dp, in rank order) first. A slice of S
+    members lies inside an aligned block of stride·S ranks on that axis when S divides its
+    degree, or of slow stride·S/n_fast on the slower axis when n_fast divides S; the slices then
+    stay inside one NVLink domain iff the domain is a multiple of that block (`within_domain`).
+    Any other cut is taken as crossing the network.
+    """
+    lay = job.layout
+    if lay.replicas == 1:
+        return link_class(job, (Axis.DP, Axis.CP))
+    sizes, strides_ = lay.degrees, lay.strides
+    fast, slow = sorted((Axis.CP, Axis.DP), key=lambda a: strides_[a])
+    shard = lay.shard_group
+    if sizes[fast] % shard == 0:
+        block = strides_[fast] * shard
+    elif shard % sizes[fast] == 0:
+        block = strides_[slow] * (shard // sizes[fast])
+    else:
+        block = 0
+    domain = job.cluster.nvlink_domain
+    inside = job.world <= domain or (block > 0 and domain % block == 0)
+    return LinkClass.NVLINK if inside else LinkClass.NETWORK
+
+
+def _replicate_op(job: Plannable, stage: int, calls: int, elements: int) -> CommOp:
+    """The all-reduce of the sharded gradients across the replicas of a shard (HSDP: FSDP2
+    all-reduces over the replicate mesh dimension after its reduce-scatter; Megatron's partial
+    distributed optimizer over inter_distributed_optimizer_instance_group)."""
+    lay = job.layout
+    shard = -(-elements // lay.shard_group)
+    inside = link_class(job, (Axis.DP, Axis.CP)) is LinkClass.NVLINK
+    return CommOp(
+        stage=stage,
+        group=GroupKind.DP_REPLICATE,
+        op=Collective.ALL_REDUCE,
+        phase="HSDP all-reduce of the gradient shards across replicas",
+        group_size=lay.replicas,
+        calls=calls,
+        buffer_bytes=shard * grad_bytes(job),
+        link=LinkClass.NVLINK if inside else LinkClass.NETWORK,
+        formula="Ψ_r/N gradients per reduce-scatter, over R = d·c/N replicas",
+    )
+
+
 def _dp_ops(job: Plannable, stage: int, params: int) -> list[CommOp]:
     lay, m = job.layout, job.m
-    n = lay.shard_group
-    if n == 1:
+    zero = sharding_stage(job)
+    hsdp = zero > 0 and lay.replicas > 1
+    n = lay.shard_group if hsdp else lay.d * lay.c
+    if lay.d * lay.c == 1:
         return []
     g, w = grad_bytes(job), activation_bytes(job)
-    link = link_class(job, (Axis.DP, Axis.CP))
+    link = shard_link(job)
+    kind = GroupKind.DP_SHARD if hsdp else GroupKind.DP_CP
 
     def op(collective: Collective, phase: str, calls: int, size: int, formula: str) -> CommOp:
         return CommOp(
             stage=stage,
-            group=GroupKind.DP_CP,
+            group=kind,
             op=collective,
             phase=phase,
             group_size=n,
@@ -225,7 +280,12 @@ def _dp_ops(job: Plannable, stage: int, params: int) -> list[CommOp]:
 
     ops: list[CommOp] = []
     for calls, elements in _buckets(params, lay.bucket_elements):
-        if lay.zero == 0:
+        if hsdp:
+            sharded = zero >= 2
+            ops.append(_replicate_op(job, stage, calls * (m if sharded else 1), elements))
+            if n == 1:
+                continue
+        if zero == 0:
             ops.append(
                 op(
                     Collective.ALL_REDUCE,
@@ -236,7 +296,7 @@ def _dp_ops(job: Plannable, stage: int, params: int) -> list[CommOp]:
                 )
             )
             continue
-        sharded = lay.zero >= 2
+        sharded = zero >= 2
         ops.append(
             op(
                 Collective.REDUCE_SCATTER,
@@ -247,7 +307,7 @@ def _dp_ops(job: Plannable, stage: int, params: int) -> list[CommOp]:
                 + ("per micro-batch (ZeRO-2/3 shard gradients)" if sharded else "once per step"),
             )
         )
-        if lay.zero == 3:
+        if zero == 3:
             ops.append(
                 op(
                     Collective.ALL_GATHER,

@@ -108,7 +108,12 @@ def _dp_exposed(job: Plannable, ops: Sequence[CommOp]) -> float:
     for stage in range(job.layout.p):
         exposed = 0.0
         for op in ops:
-            if op.group not in (GroupKind.DP_CP, GroupKind.EMBEDDING) or op.stage != stage:
+            if op.group not in (
+                GroupKind.DP_CP,
+                GroupKind.DP_SHARD,
+                GroupKind.DP_REPLICATE,
+                GroupKind.EMBEDDING,
+            ) or op.stage != stage:
                 continue
             whole = op_time_s(job, op)
             last_bucket = whole / op.calls if op.calls else 0.0
@@ -116,6 +121,34 @@ def _dp_exposed(job: Plannable, ops: Sequence[CommOp]) -> float:
             exposed += whole if after_step or op.group is GroupKind.EMBEDDING else last_bucket
         worst = max(worst, exposed)
     return worst
+
+
+def offload_transfer_s(job: Plannable) -> float:
+    """Host↔device copies of one step under `training.offload`, all exposed, on the busiest
+    stage: max(bytes to the host, bytes to the device) / hardware host bandwidth per GPU.
+
+    Optimizer offload: each rank copies its gradient shard down (γ·Ψ_r/N) and its updated
+    weights shard back (w·Ψ_r/N) once per step (DeepSpeed ZeRO-Offload, Megatron-Core's
+    optimizer CPU offload). Parameter offload (DeepSpeed ZeRO-3 offload_param, FSDP2
+    CPUOffloadPolicy) copies the weights shard up before each forward and each backward of every
+    micro-batch (2·m·w·Ψ_r/N) and the gradient shard down per micro-batch (m·γ·Ψ_r/N). The CPU
+    optimizer step itself is not timed.
+    """
+    from planc.memory.params import rank_parameters  # planc.memory stays off the check path
+
+    tr, lay, m = job.training, job.layout, job.m
+    if not (tr.offload_optimizer or tr.offload_parameters):
+        return 0.0
+    params_moved = tr.offload_parameters and (
+        tr.framework == "fsdp2" or (tr.framework == "deepspeed" and lay.zero == 3)
+    )
+    w = 4 if tr.precision == "fp32" else 2
+    g = 4 if tr.precision == "fp32" or tr.grad_accum_fp32 else 2
+    psi = max(rank_parameters(job, r).total for r in range(lay.p))
+    shard = -(-psi // lay.shard_group)
+    down = g * shard * (m if params_moved else 1)
+    up = w * shard * (2 * m if params_moved else 1)
+    return max(up, down) / (job.cluster.host_bandwidth_gbs * 1e9)
 
 
 def estimate(
@@ -141,7 +174,7 @@ def estimate(
     t_b = [(t.backward_s + tp[r] / 2) / lay.v for r, t in enumerate(times)]
     pipe = makespan(lay.p, m, lay.v, t_f, t_b, hop)
     compute = m * max(t.forward_s + t.backward_s + tp[r] for r, t in enumerate(times))
-    exposed = _dp_exposed(job, ops)
+    exposed = _dp_exposed(job, ops) + offload_transfer_s(job)
     step = pipe.makespan_s + exposed
     flops = model_flops_per_step(job)
     peak = job.cluster.gpu.bf16_tflops * 1e12 * job.world
