@@ -4,6 +4,7 @@ One op's pass takes
 
     T = max(F / (peak · eff_gemm(F, d)),  B / (HBM · eff_hbm(B)))      (matrix ops)
     T = max(F / (vector peak · e_vec),   B / (HBM · eff_hbm(B)))      (vector ops)
+    T = max(F / (peak · e_flash),        B / (HBM · eff_hbm(B)))      (fused attention)
 
 the roofline of Williams, Waterman & Patterson 2009 (CACM 52(4)): inside one kernel the loads
 overlap the math, so the slower of the two bounds the kernel. Calculon's default adds the two

@@ -59,6 +59,7 @@ class StageInputs:
     after_step_s: float = 0.0
     optimizer_s: float = 0.0
     tp_overlapped_s: float = 0.0  # TP communication hidden behind compute, per micro-batch
+    cp_exposed_s: float = 0.0  # ring-attention K/V exchange not hidden, per micro-batch
     dp_overlapped_s: float = 0.0  # other DP communication hidden behind compute, per micro-batch
 
 
@@ -88,6 +89,7 @@ class StepEstimate:
     compute_s: float  # the busiest stage's own compute (incl. exposed TP and slowdowns)
     bubble_s: float  # pipeline_s − compute_s
     tp_exposed_s: float  # on the busiest stage, per step
+    cp_exposed_s: float  # on the busiest stage, per step
     pp_exposed_s: float  # p2p time on the critical path: pipeline_s − compute_s − idle
     dp_exposed_s: float  # DP tail + after-step communication
     optimizer_s: float
@@ -113,9 +115,15 @@ def _virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
         )
         total_b = sum(st.backward_s) or 1.0
         for j in range(v):
-            t_f[j * p + r] = st.forward_s[j] + st.tp_forward_s[j]
             share = st.backward_s[j] / total_b
-            t_b[j * p + r] = st.backward_s[j] + st.tp_backward_s[j] + slow * share
+            # The CP exchange is a third forward, two thirds backward (K, V; then dK, dV too).
+            t_f[j * p + r] = st.forward_s[j] + st.tp_forward_s[j] + st.cp_exposed_s / (3 * v)
+            t_b[j * p + r] = (
+                st.backward_s[j]
+                + st.tp_backward_s[j]
+                + slow * share
+                + 2 * st.cp_exposed_s / (3 * v)
+            )
     return t_f, t_b
 
 
@@ -215,6 +223,7 @@ def estimate_step(inputs: StepInputs) -> StepEstimate:
         compute_s=compute,
         bubble_s=pipeline - compute,
         tp_exposed_s=tp,
+        cp_exposed_s=m * inputs.stages[worst].cp_exposed_s,
         pp_exposed_s=pp,
         dp_exposed_s=synced - pipeline + max(st.after_step_s for st in inputs.stages),
         optimizer_s=max(st.optimizer_s for st in inputs.stages),

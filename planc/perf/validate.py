@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from planc.comm.cost import ring_steps, wire_bytes
 from planc.comm.schedule import CommOp, schedule
 from planc.job import Job
-from planc.perf.compute import Device, chunk_times, optimizer_time_s, work_time_s
+from planc.perf.compute import Device, chunk_times, optimizer_time_s, pass_times, work_time_s
 from planc.perf.efficiency import Efficiency, for_gpu
 from planc.perf.ops import (
     LayerShape,
+    attention_core,
     embedding_parameters,
     layer_parameters,
     mlp_up,
@@ -95,13 +96,17 @@ def _call_s(job: Plannable, eff: Efficiency, op: CommOp) -> float:
 
 
 def stage_parameters(job: Plannable, stage: int, layers: int, shape: LayerShape) -> int:
-    """Parameters one rank of `stage` holds (after TP), for the optimizer step."""
+    """Parameters one rank of `stage` holds (after TP), for the optimizer step: its layers, the
+    embedding on the first stage, the final norm and the output layer on the last (a tied
+    output layer is a second copy only when it sits on another stage than the embedding)."""
     lay, mod = job.layout, job.model
     total = layers * layer_parameters(shape, mod.bias)
     if stage == 0:
         total += embedding_parameters(shape)
     if stage == lay.p - 1:
-        total += shape.vocab * shape.h + (2 if mod.norm == "layernorm" else 1) * mod.h
+        total += (2 if mod.norm == "layernorm" else 1) * mod.h
+        if not (mod.tied and lay.p == 1):
+            total += shape.vocab * shape.h
     return total
 
 
@@ -150,6 +155,27 @@ def tp_per_layer(job: Plannable, eff: Efficiency, ops: Sequence[CommOp], stage: 
     if job.training.overlap_tp:
         return TpPerLayer(0.0, 0.0, forward + exposed + overlapped + redo, 0.0)
     return TpPerLayer(forward, exposed, overlapped, redo)
+
+
+def cp_exposed_per_microbatch(
+    job: Plannable, eff: Efficiency, ops: Sequence[CommOp], stage: int, layers: int
+) -> float:
+    """Ring-attention K/V exchange left exposed per micro-batch on `stage`.
+
+    Each of the c − 1 ring steps of a layer overlaps the attention core of one K/V block
+    (Liu et al. 2023, Ring Attention; Megatron-Core/TE context parallelism), so per layer and
+    pass only what exceeds the core's time is exposed: forward one exchange of K and V per step,
+    backward two (K, V, and their gradients).
+    """
+    cp = [op for op in ops if op.stage == stage and op.group == "cp" and op.calls]
+    if not cp or layers == 0:
+        return 0.0
+    shape, device = layer_shape(job), device_of(job)
+    core = pass_times(attention_core(shape), device, eff)
+    ring = sum(op.calls * _call_s(job, eff, op) for op in cp) / (layers * job.m)
+    forward, backward = ring / 3, 2 * ring / 3
+    exposed = max(0.0, forward - core.forward_s) + max(0.0, backward - core.backward_s)
+    return layers * exposed
 
 
 def _dp(
@@ -219,6 +245,7 @@ def build_inputs(
                     params[r] / shard, device, eff, job.training.precision == "fp16"
                 ),
                 tp_overlapped_s=layers * tp.backward_overlapped_s,
+                cp_exposed_s=cp_exposed_per_microbatch(job, eff, ops, r, layers),
                 dp_overlapped_s=dp_overlapped / m,
             )
         )
