@@ -16,7 +16,7 @@ from planc.findings import FileResult, Finding, Severity, Violation
 from planc.job import Job
 from planc.load import Loaded, load_path
 from planc.locate import Locator
-from planc.plannable import Refusal, plannable
+from planc.plannable import Refusal, plannable, refusals
 from planc.rules import REGISTRY, Rule
 from planc.rules.base import Context, Needs
 
@@ -45,9 +45,10 @@ def _enabled(job: Job) -> list[Rule]:
 def context_of(job: Job, rules: Iterable[Rule]) -> Context:
     """The context every rule of one file sees: the plannable job and, when a rule reads it, the
     analysis, each computed once."""
-    plan = plannable(job)
+    refused = refusals(job)
+    plan = plannable(job, refused)
     if isinstance(plan, tuple):
-        return Context(job)
+        return Context(job, refusals=refused)
     needed = any(r.needs is Needs.ANALYSIS for r in rules)
     return Context(job, plan, analyse(plan) if needed else None)
 
@@ -95,12 +96,9 @@ def run_rules(job: Job, locator: Locator) -> list[Finding]:
     """Every enabled rule's violations as findings; all violations, not only the first."""
     result = evaluate(job)
     findings = [finding(rule, sev, v, locator) for rule, sev, v in result.violations]
-    if result.context.plan is None and not any(
-        f.severity.rank >= Severity.ERROR.rank for f in findings
-    ):
-        refused = plannable(job)
-        if isinstance(refused, tuple) and refused:
-            findings.append(_not_evaluated(_enabled(job), refused[0], locator))
+    refused = result.context.refusals
+    if refused and not any(f.severity.rank >= Severity.ERROR.rank for f in findings):
+        findings.append(_not_evaluated(_enabled(job), refused[0], locator))
     return findings
 
 

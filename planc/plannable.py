@@ -407,9 +407,12 @@ def refusals(job: Job) -> tuple[Refusal, ...]:
     return tuple(found)
 
 
-def plannable(job: Job) -> Plannable | tuple[Refusal, ...]:
-    """The plannable form of `job`, or the refusals that say why it has none."""
-    refused = refusals(job)
+def plannable(
+    job: Job, refused: tuple[Refusal, ...] | None = None
+) -> Plannable | tuple[Refusal, ...]:
+    """The plannable form of `job`, or the refusals that say why it has none (`refused`: the
+    result of `refusals(job)` when the caller has it already)."""
+    refused = refusals(job) if refused is None else refused
     if refused:
         return refused
     lay, m = job.layout, job.m

@@ -251,3 +251,28 @@ def test_compiled_plans_of_random_specs_verify(overlay: dict[str, Any]) -> None:
     plan = compiled(job_of(overlay))
     result = verify_text(plan_json(plan))
     assert result.ok, render(result)
+
+
+def test_a_plan_above_the_records_limit_is_compact_and_verifies() -> None:
+    """131,584 ranks: columns and starts + offsets, about 50 bytes a rank, verified as written."""
+    from planc.compile.plan import RECORDS_LIMIT
+
+    job = job_of(
+        {
+            "model": {"layers": 64},
+            "hardware": {"nodes": 16448, "gpus_per_node": 8, "nvlink_domain": 8, "hosts": "n{00001..16448}"},
+            "parallelism": {"tensor": 8, "pipeline": 16, "zero_stage": 1},
+            "training": {"global_batch": 16448},
+            "rules": {"ignore": ["PLC006", "PLC007"]},
+        }
+    )
+    assert job.world > RECORDS_LIMIT
+    text = plan_json(compiled(job))
+    data = json.loads(text)
+    assert data["ranks"]["encoding"] == "columns" and set(data["groups"]["tp"]) == {"starts", "offsets"}
+    assert len(text) < 60 * job.world
+    assert verify_text(text).ok
+    # Corrupt one start: a group moves by one rank and the partition breaks.
+    data["groups"]["dp"]["starts"][3] += 1
+    result = verify_text(json.dumps(data))
+    assert not result.ok and "groups.dp" in render(result)

@@ -427,31 +427,25 @@ def wire_budget(job: Plannable, ops: Sequence[CommOp]) -> tuple[WireBudget, ...]
     """Per-stage wire bytes. Ring collectives receive what they send; p2p receives mirror the
     neighbour's sends (forward activations from the previous stage, gradients from the next)."""
     p = job.layout.p
-    out = []
-    for stage in range(p):
-        sent = dict.fromkeys(LinkClass, 0)
-        received = dict.fromkeys(LinkClass, 0)
-        for op in ops:
-            total = op.calls * op.bytes_sent
-            if op.stage == stage:
-                sent[op.link] += total
-                if op.direction is None:
-                    received[op.link] += total
-            elif op.direction is not None and op.stage == _sender_of(stage, op.direction, p):
-                received[op.link] += total
-        out.append(
-            WireBudget(
-                stage,
-                sent[LinkClass.NVLINK],
-                received[LinkClass.NVLINK],
-                sent[LinkClass.NETWORK],
-                received[LinkClass.NETWORK],
-            )
+    sent = [dict.fromkeys(LinkClass, 0) for _ in range(p)]
+    received = [dict.fromkeys(LinkClass, 0) for _ in range(p)]
+    for op in ops:
+        total = op.calls * op.bytes_sent
+        sent[op.stage][op.link] += total
+        to = op.stage if op.direction is None else _receiver_of(op.stage, op.direction, p)
+        received[to][op.link] += total
+    return tuple(
+        WireBudget(
+            stage,
+            sent[stage][LinkClass.NVLINK],
+            received[stage][LinkClass.NVLINK],
+            sent[stage][LinkClass.NETWORK],
+            received[stage][LinkClass.NETWORK],
         )
-    return tuple(out)
+        for stage in range(p)
+    )
 
 
-def _sender_of(stage: int, direction: Direction, p: int) -> int:
-    """The stage whose sends in `direction` arrive at `stage` (interleaved chunks wrap around)."""
-    return (stage - 1) % p if direction is Direction.FORWARD else (stage + 1) % p
-
+def _receiver_of(stage: int, direction: Direction, p: int) -> int:
+    """The stage a send of `stage` in `direction` arrives at (interleaved chunks wrap around)."""
+    return (stage + 1) % p if direction is Direction.FORWARD else (stage - 1) % p

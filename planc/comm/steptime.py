@@ -104,23 +104,20 @@ def _dp_exposed(job: Plannable, ops: Sequence[CommOp]) -> float:
     """The DP reduction overlaps backward except its last bucket; the ZeRO all-gather after the
     optimizer step is exposed (Megatron without --overlap-param-gather), and so is the tied
     embedding's all-reduce."""
-    worst = 0.0
-    for stage in range(job.layout.p):
-        exposed = 0.0
-        for op in ops:
-            if op.group not in (
-                GroupKind.DP_CP,
-                GroupKind.DP_SHARD,
-                GroupKind.DP_REPLICATE,
-                GroupKind.EMBEDDING,
-            ) or op.stage != stage:
-                continue
-            whole = op_time_s(job, op)
-            last_bucket = whole / op.calls if op.calls else 0.0
-            after_step = op.op is Collective.ALL_GATHER and job.layout.zero <= 2
-            exposed += whole if after_step or op.group is GroupKind.EMBEDDING else last_bucket
-        worst = max(worst, exposed)
-    return worst
+    exposed = [0.0] * job.layout.p
+    for op in ops:
+        if op.group not in (
+            GroupKind.DP_CP,
+            GroupKind.DP_SHARD,
+            GroupKind.DP_REPLICATE,
+            GroupKind.EMBEDDING,
+        ):
+            continue
+        whole = op_time_s(job, op)
+        after_step = op.op is Collective.ALL_GATHER and job.layout.zero <= 2
+        whole_exposed = after_step or op.group is GroupKind.EMBEDDING
+        exposed[op.stage] += whole if whole_exposed else (whole / op.calls if op.calls else 0.0)
+    return max(exposed, default=0.0)
 
 
 def offload_transfer_s(job: Plannable) -> float:

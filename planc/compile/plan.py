@@ -354,8 +354,62 @@ def rank_lines(plan: Plan) -> list[str]:
     ]
 
 
-def _groups_lines(groups: Groups) -> str:
-    return ",\n".join(f'"{name}":{_compact(ranks.tolist())}' for name, ranks in groups.items())
+# Up to this many ranks plan.json lists one record per rank and every group's members (about
+# 560 bytes a rank: 73 MB at 131,072 ranks); above it, the compact form (docs/compile.md).
+RECORDS_LIMIT = 131_072
+
+
+def _ints(values: npt.NDArray[np.int64]) -> str:
+    return "[" + ",".join(map(str, values.tolist())) + "]"
+
+
+def _group_record(ranks: Ranks) -> str:
+    """A group kind as starts + offsets when every group has the same shape (it always does
+    for slices of the grid), else the member lists."""
+    offsets = ranks[0] - ranks[0, 0] if ranks.size else ranks.reshape(-1)
+    if ranks.size and np.array_equal(ranks - ranks[:, :1], np.broadcast_to(offsets, ranks.shape)):
+        return f'{{"starts":{_ints(ranks[:, 0])},"offsets":{_ints(offsets)}}}'
+    return _compact(ranks.tolist())
+
+
+def _groups_lines(plan: Plan) -> str:
+    compact = plan.world > RECORDS_LIMIT
+    return ",\n".join(
+        f'"{name}":{_group_record(ranks) if compact else _compact(ranks.tolist())}'
+        for name, ranks in plan.groups.items()
+    )
+
+
+def rank_columns(plan: Plan) -> str:
+    """The ranks as columns: every per-rank number as one list indexed by rank, memory and
+    wire bytes as tables with a per-rank row, stage contents per pipeline rank (about 45 bytes a
+    rank: 47 MB at 1,048,576 ranks)."""
+    pl, p = plan.placement, plan.job.layout.p
+    shards = plan.memory.shape[1]
+    fields = plan.memory.reshape(p * shards, len(MEMORY_FIELDS))
+    table, rows = np.unique(fields, axis=0, return_inverse=True)
+    memory_row = rows.reshape(p, shards)[pl.coords["pp"], plan.shard]
+    wire = [[w.nvlink_sent, w.nvlink_received, w.network_sent, w.network_received] for w in plan.wires]
+    columns = {
+        "node": pl.node,
+        "local_rank": pl.local_rank,
+        "rail": pl.rail,
+        "nvlink_domain": pl.nvlink_domain,
+        **{axis: pl.coords[axis] for axis in AXES},
+        "optimizer_shard": plan.shard,
+        "memory_row": memory_row.astype(np.int64),
+        "wire_row": pl.coords["pp"],
+    }
+    body = ",\n".join(f'"{name}":{_ints(values)}' for name, values in columns.items())
+    stages = [
+        {"layers": [list(c) for c in st.layers], "embedding": st.embedding, "lm_head": st.lm_head, "embedding_copy": st.embedding_copy}
+        for st in plan.stages
+    ]
+    return (
+        f'{{"encoding":"columns","count":{plan.world},"memory_fields":{_compact(list(MEMORY_FIELDS))},'
+        f'"memory_table":{_compact(table.tolist())},"wire_table":{_compact(wire)},'
+        f'"stages":{_compact(stages)},\n"columns":{{\n{body}}}}}'
+    )
 
 
 def _finding_record(finding: Finding) -> dict[str, object]:
@@ -371,7 +425,8 @@ def _finding_record(finding: Finding) -> dict[str, object]:
 
 
 def plan_json(plan: Plan) -> str:
-    """plan.json: compact, one rank per line, so it stays small, greppable and diffable."""
+    """plan.json: one rank per line up to RECORDS_LIMIT ranks, so it stays greppable and
+    diffable; above it, ranks as columns and groups as starts + offsets, so it stays small."""
     head = {
         "format": PLAN_FORMAT,
         "format_version": FORMAT_VERSION,
@@ -387,9 +442,14 @@ def plan_json(plan: Plan) -> str:
         f'"training":{_compact(training_record(plan))}',
         f'"summary":{_compact(dataclasses.asdict(plan.summary))}',
         f'"findings":{_compact([_finding_record(f) for f in plan.findings])}',
-        f'"groups":{{\n{_groups_lines(plan.groups)}}}',
+        f'"groups":{{\n{_groups_lines(plan)}}}',
         f'"communication":{_compact(communication_record(plan))}',
-        '"ranks":[\n' + ",\n".join(rank_lines(plan)) + "]",
+        '"ranks":'
+        + (
+            rank_columns(plan)
+            if plan.world > RECORDS_LIMIT
+            else "[\n" + ",\n".join(rank_lines(plan)) + "]"
+        ),
     ]
     return "{" + ",\n".join(sections) + "}\n"
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 
 from planc.analysis import Analysis
 from planc.findings import Severity, Violation
 from planc.job import Job
-from planc.plannable import Plannable
+from planc.plannable import Plannable, Refusal
 
 
 class Needs(str, Enum):
@@ -31,6 +31,11 @@ class Context:
     job: Job
     plan: Plannable | None = None
     analysis: Analysis | None = None
+    refusals: tuple[Refusal, ...] = ()  # the failed preconditions, computed once
+
+    def refused(self, rule_id: str) -> Iterator[Violation]:
+        """What the precondition of rule `rule_id` found (`planc.plannable.PRECONDITIONS`)."""
+        return (r.violation for r in self.refusals if r.rule == rule_id)
 
 
 Check = Callable[[Context], Iterable[Violation]]

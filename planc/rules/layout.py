@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from planc import plannable as pre
 from planc.comm.schedule import within_domain
 from planc.findings import Severity
 from planc.plannable import HOST_NAME, MAX_RANKS, Plannable
@@ -29,7 +28,7 @@ def world_size(ctx: Context) -> Iterator[Violation]:
         parallelism: {tensor: 2, pipeline: 1, data: 3}
         training: {global_batch: 63}
     """
-    yield from pre.world_size(ctx.job)
+    yield from ctx.refused("PLC001")
 
 
 def _tp_group(rank: int, stride: int, t: int) -> list[int]:
@@ -161,7 +160,7 @@ def interleaved_schedule(ctx: Context) -> Iterator[Violation]:
         parallelism: {virtual_stages: 2}
         training: {global_batch: 68}
     """
-    yield from pre.interleaving(ctx.job)
+    yield from ctx.refused("PLC010")
 
 
 @rule("PLC011", Severity.WARNING)
@@ -230,7 +229,7 @@ def topology(ctx: Context) -> Iterator[Violation]:
     Fails:
         hardware: {hosts: [gpu-a01, gpu-a02]}
     """
-    yield from pre.topology(ctx.job)
+    yield from ctx.refused("PLC014")
 
 
 @rule("PLC015")
@@ -248,7 +247,7 @@ def world_limit(ctx: Context) -> Iterator[Violation]:
         parallelism: {tensor: 8}
         training: {global_batch: 131073}
     """
-    yield from pre.world_limit(ctx.job)
+    yield from ctx.refused("PLC015")
 
 
 @rule("PLC017", Severity.WARNING)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from planc.comm.schedule import op_time_s
+from planc.comm.schedule import CommOp, op_time_s
 from planc.findings import Severity
 from planc.job import GB
 from planc.rules.base import Context, Needs, Violation, rule
@@ -30,16 +30,16 @@ def dp_traffic_hides(ctx: Context) -> Iterator[Violation]:
     """
     if ctx.analysis is None:
         return
-    job, ops = ctx.analysis.plan, ctx.analysis.ops
+    job = ctx.analysis.plan
+    # The post-step parameter all-gather of ZeRO-1/2 does not overlap backward; count the rest.
+    by_stage: list[list[CommOp]] = [[] for _ in ctx.analysis.times]
+    for op in ctx.analysis.ops:
+        if op.group is GroupKind.DP_CP and (
+            op.op is not Collective.ALL_GATHER or job.layout.zero == 3
+        ):
+            by_stage[op.stage].append(op)
     for stage, t in enumerate(ctx.analysis.times):
-        # The post-step parameter all-gather of ZeRO-1/2 does not overlap backward; count the rest.
-        dp = [
-            op
-            for op in ops
-            if op.stage == stage
-            and op.group is GroupKind.DP_CP
-            and (op.op is not Collective.ALL_GATHER or job.layout.zero == 3)
-        ]
+        dp = by_stage[stage]
         reduce_s = sum(op_time_s(job, op) for op in dp)
         backward_s = job.m * t.backward_s
         if reduce_s > backward_s:

@@ -1,8 +1,8 @@
 """plan.json as arrays: what the verifier reads, and nothing it derives.
 
 Ranks come as one record per rank (`"ranks": [...]`) or, in large plans, as columns
-(`planc.compile` docs: `"ranks": {"encoding": "columns", ...}`); groups as lists of member
-lists or as arithmetic progressions (`{"sizes", "strides", "starts"}`). Both forms are read into
+(`"ranks": {"encoding": "columns", ...}`, docs/compile.md); groups as lists of member lists or,
+in large plans, as `{"starts": [...], "offsets": [...]}` (group g is starts[g] + offsets). Both forms are read into
 the same arrays here, so every check below works on one shape.
 """
 
@@ -73,19 +73,10 @@ def _ranges(value: Any) -> tuple[tuple[int, int], ...]:
 
 
 def _progression(spec: Mapping[str, Any], kind: str) -> Ints:
-    """Members of arithmetic-progression groups: start + Σ jᵢ·strideᵢ, the first listed axis
-    varying fastest (Megatron's member order)."""
-    sizes = [int(n) for n in _need(spec, "sizes", f"groups.{kind}")]
-    strides = [int(s) for s in _need(spec, "strides", f"groups.{kind}")]
-    starts = np.asarray(_need(spec, "starts", f"groups.{kind}"), dtype=np.int64)
-    if len(sizes) != len(strides) or not sizes:
-        raise PlanFormatError(f"groups.{kind}: sizes and strides must pair up")
-    # unravel_index lists the slowest dim first; the first listed axis is the fastest.
-    index = np.unravel_index(np.arange(int(np.prod(sizes)), dtype=np.int64), sizes[::-1])
-    offsets = sum(
-        (index[len(sizes) - 1 - i].astype(np.int64) * strides[i] for i in range(len(sizes))),
-        np.zeros(1, dtype=np.int64),
-    )
+    """Members of offset-encoded groups: group g is starts[g] + offsets (every group of the
+    kind has the same shape, so one offsets list serves all)."""
+    starts = np.asarray(_need(spec, "starts", f"groups.{kind}"), dtype=np.int64).reshape(-1)
+    offsets = np.asarray(_need(spec, "offsets", f"groups.{kind}"), dtype=np.int64).reshape(-1)
     return starts[:, None] + offsets[None, :]
 
 
@@ -146,7 +137,7 @@ def _columns(block: Mapping[str, Any]) -> dict[str, Any]:
     memory_row = _column(_need(cols, "memory_row", "ranks.columns"))
     wire_row = _column(_need(cols, "wire_row", "ranks.columns"))
     return {
-        "rank": _column(_need(cols, "rank", "ranks.columns")),
+        "rank": np.arange(int(_need(block, "count", "ranks")), dtype=np.int64),
         "node": _column(_need(cols, "node", "ranks.columns")),
         "local_rank": _column(_need(cols, "local_rank", "ranks.columns")),
         "rail": _column(_need(cols, "rail", "ranks.columns")),
