@@ -91,10 +91,67 @@ def _torchrun_script(plan: Plan, node: int, env_name: str) -> str:
     )
 
 
+# Up to this many nodes each node gets its own script and environment file; above it the nodes,
+# which differ only in their node rank and host name, share one script that takes the node
+# rank as its argument (a million one-GPU nodes would otherwise be two million files).
+NODE_FILES_LIMIT = 1_024
+
+
+def _torchrun_shared_env(plan: Plan) -> str:
+    cl = plan.job.cluster
+    lines = [
+        "# planc: environment of every node; node.sh adds NODE_RANK and PLANC_HOST. KEY=VALUE",
+        f"MASTER_ADDR={cl.hosts[0]}",
+        f"MASTER_PORT={MASTER_PORT}",
+        f"WORLD_SIZE={plan.world}",
+        f"NNODES={cl.nodes}",
+        f"NPROC_PER_NODE={cl.gpus_per_node}",
+        *degree_env(plan),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _torchrun_shared_script(plan: Plan) -> str:
+    cl = plan.job.cluster
+    command = (
+        f"torchrun --nnodes={cl.nodes} --nproc-per-node={cl.gpus_per_node} "
+        f'--node-rank="$NODE_RANK" --master-addr={cl.hosts[0]} --master-port={MASTER_PORT} '
+        f'{TRAIN_SCRIPT} "$@"'
+    )
+    return "\n".join(
+        [
+            "#!/bin/sh",
+            f"# planc: node K of {cl.nodes} runs `node.sh K` on the host on line K + 1 of hosts,",
+            f"# ranks K·{cl.gpus_per_node} … K·{cl.gpus_per_node} + {cl.gpus_per_node - 1}. Further arguments go to the training script.",
+            "# The static rendezvous keeps these ranks on this node; c10d/elastic may renumber them.",
+            "set -eu",
+            'here="$(dirname "$0")"',
+            'NODE_RANK="${1:?usage: node.sh NODE_RANK [training arguments]}"',
+            "shift",
+            'case "$NODE_RANK" in *[!0-9]*|"") echo "node.sh: NODE_RANK must be a number" >&2; exit 2;; esac',
+            f'if [ "$NODE_RANK" -ge {cl.nodes} ]; then echo "node.sh: NODE_RANK must be below {cl.nodes}" >&2; exit 2; fi',
+            'PLANC_HOST="$(sed -n "$((NODE_RANK + 1))p" "$here/hosts")"',
+            "set -a",
+            '. "$here/common.env"',
+            "set +a",
+            "export NODE_RANK PLANC_HOST",
+            f"exec {command}",
+            "",
+        ]
+    )
+
+
 def torchrun_files(plan: Plan) -> Files:
-    width = node_width(plan.job.cluster.nodes)
+    cl = plan.job.cluster
+    if cl.nodes > NODE_FILES_LIMIT:
+        return {
+            "torchrun/common.env": _torchrun_shared_env(plan),
+            "torchrun/node.sh": _torchrun_shared_script(plan),
+            "torchrun/hosts": "".join(f"{host}\n" for host in cl.hosts),
+        }
+    width = node_width(cl.nodes)
     files: Files = {}
-    for node in range(plan.job.cluster.nodes):
+    for node in range(cl.nodes):
         stem = f"torchrun/node-{node:0{width}d}"
         files[f"{stem}.env"] = _torchrun_env(plan, node)
         files[f"{stem}.sh"] = _torchrun_script(plan, node, f"node-{node:0{width}d}.env")
@@ -299,6 +356,21 @@ def _placeholder_warning(hosts: object) -> str:
     )
 
 
+def _torchrun_files_row(nodes: int) -> str:
+    if nodes > NODE_FILES_LIMIT:
+        return "| torchrun/node.sh, common.env, hosts | one torchrun command for every node: `node.sh K` on line K + 1 of hosts |"
+    return "| torchrun/node-*.sh, node-*.env | one torchrun command and environment per node |"
+
+
+def _torchrun_launch(nodes: int, width: int, first: str) -> str:
+    if nodes > NODE_FILES_LIMIT:
+        return (
+            f"run `torchrun/node.sh K` on node K, the host on line K + 1 of `torchrun/hosts` "
+            f"(`torchrun/node.sh 0` on {first}, and so on; `pdsh`/`clush` can fan it out)."
+        )
+    return f"run `torchrun/node-K.sh` on node K (`torchrun/node-{0:0{width}d}.sh` on {first}, and so on)."
+
+
 def readme(plan: Plan) -> str:
     grid, cl, s = plan.placement.grid, plan.job.cluster, plan.summary
     args, notes = megatron_args(plan)
@@ -317,7 +389,7 @@ Written by `planc compile`: edit the spec and compile again rather than editing 
 |---|---|
 | plan.json | every rank's place, coordinates, layers, optimizer shard and memory; the process groups; a summary (schema: schemas/plan.schema.json) |
 | coords.json | order, degrees and strides: a rank's coordinates without reading plan.json |
-| torchrun/node-*.sh, node-*.env | one torchrun command and environment per node |
+{_torchrun_files_row(cl.nodes)}
 | slurm/job.sbatch, hostfile, nodes | sbatch script placing task i on line i of hostfile |
 | deepspeed/hostfile | `host slots=N` in node order |
 | mpi/rankfile | `rank N=host slot=K` (see mpi/README.md) |
@@ -344,9 +416,9 @@ The mesh lists the axes slowest first, so its rank numbering equals planc's:
 {note_text}
 ## Launch
 
-- torchrun: run `torchrun/node-K.sh` on node K (`torchrun/node-{0:0{width}d}.sh` on {cl.hosts[0]}, and so
-  on). The static rendezvous keeps each node's ranks; a c10d or elastic rendezvous keeps the
-  nodes but may renumber the ranks, so this placement is then not guaranteed.
+- torchrun: {_torchrun_launch(cl.nodes, width, cl.hosts[0])} The static rendezvous keeps each
+  node's ranks; a c10d or elastic rendezvous keeps the nodes but may renumber the ranks, so this
+  placement is then not guaranteed.
 - Slurm: `sbatch slurm/job.sbatch` from this directory.
 - DeepSpeed: `deepspeed --hostfile deepspeed/hostfile train.py`.
 - Open MPI: see mpi/README.md.
