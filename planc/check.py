@@ -92,9 +92,8 @@ def evaluate(job: Job) -> Evaluation:
     return Evaluation(ctx, tuple(found))
 
 
-def run_rules(job: Job, locator: Locator) -> list[Finding]:
-    """Every enabled rule's violations as findings; all violations, not only the first."""
-    result = evaluate(job)
+def _placed(result: Evaluation, job: Job, locator: Locator) -> list[Finding]:
+    """An evaluation's violations as located findings, and the note on what was not evaluated."""
     findings = [finding(rule, sev, v, locator) for rule, sev, v in result.violations]
     refused = result.context.refusals
     if refused and not any(f.severity.rank >= Severity.ERROR.rank for f in findings):
@@ -102,11 +101,25 @@ def run_rules(job: Job, locator: Locator) -> list[Finding]:
     return findings
 
 
-def check_loaded(loaded: Loaded) -> FileResult:
+def run_rules(job: Job, locator: Locator) -> list[Finding]:
+    """Every enabled rule's violations as findings; all violations, not only the first."""
+    return _placed(evaluate(job), job, locator)
+
+
+def check_file(loaded: Loaded) -> tuple[FileResult, Context | None]:
+    """The file's findings, and the context the rules saw (None when the spec did not load), so
+    that a command can use the plannable job and analysis check already computed."""
     findings = list(loaded.findings)
+    context = None
     if loaded.job is not None:
-        findings += run_rules(loaded.job, loaded.locator)
-    return FileResult(loaded.path, tuple(sorted(findings)), loaded.text)
+        result = evaluate(loaded.job)
+        context = result.context
+        findings += _placed(result, loaded.job, loaded.locator)
+    return FileResult(loaded.path, tuple(sorted(findings)), loaded.text), context
+
+
+def check_loaded(loaded: Loaded) -> FileResult:
+    return check_file(loaded)[0]
 
 
 def check_paths(
