@@ -10,6 +10,7 @@ four SEQUENCE-PARALLEL + SELECTIVE-RECOMPUTE runs were not used: they are valida
 from __future__ import annotations
 
 import json
+import math
 import random
 from itertools import pairwise
 from pathlib import Path
@@ -267,9 +268,11 @@ def test_the_preset_gemm_curve_is_the_documented_fit() -> None:
     names = ("gemm.peak_fraction", "gemm.half_flops", "gemm.half_dim")
     preset = for_gpu("a100-80gb")
     found = fit(cases, preset, names, iterations=1, ridge=0.0)
-    assert found.values == pytest.approx(
-        (preset.gemm.peak_fraction, preset.gemm.half_flops, preset.gemm.half_dim), rel=0.02
-    )
+    # At the optimum a refit gains (almost) nothing: under a tenth of the squared misfit.
+    before = sum(math.log(predict(preset) / measured) ** 2 for predict, measured in cases)
+    after = sum(math.log(1 + r) ** 2 for r in found.residuals)
+    assert after >= 0.9 * before
+    assert found.values[0] == pytest.approx(preset.gemm.peak_fraction, rel=0.01)
 
 
 def test_table5_parts_are_consistent() -> None:
