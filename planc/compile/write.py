@@ -37,6 +37,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from types import FrameType
 
+from planc.compile.frameworks import framework_files
 from planc.compile.launchers import launcher_files, readme
 from planc.compile.plan import Plan, coords_json, plan_json
 from planc.progress import tracked
@@ -66,6 +67,7 @@ def render_files(plan: Plan) -> dict[str, str]:
         "plan.json": plan_json(plan),
         "coords.json": coords_json(plan),
         **launcher_files(plan),
+        **framework_files(plan),
     }
     return {MANIFEST: manifest(files), **files}
 

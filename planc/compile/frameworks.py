@@ -1,0 +1,372 @@
+"""Framework configurations of a plan: Megatron-LM arguments, a DeepSpeed config and torchtitan
+settings, each from the same plan as plan.json, so the numbers agree by construction.
+
+Versions followed (each file says so too):
+
+- Megatron-LM: `megatron/training/arguments.py` of megatron-core 0.19.2 (PyPI), whose parser
+  (`add_megatron_arguments`) accepts every flag written here; the flags are the same at
+  NVIDIA/Megatron-LM d98e8a64 (2026-08-22).
+- DeepSpeed 0.19.8: `deepspeed/runtime/config.py` (`DeepSpeedConfig`: batch triple, bf16/fp16,
+  gradient_clipping, data_types) and `deepspeed/runtime/zero/config.py`
+  (`DeepSpeedZeroConfig`: stage, buckets, offload, MiCS).
+- torchtitan 0.3.0 (PyPI): `torchtitan/config/configs.py` (`ParallelismConfig`,
+  `TrainingConfig`) and `config/manager.py`, which reads a Python function returning
+  `Trainer.Config` (`--module M --config F`); the TOML files of earlier releases are gone.
+
+Every function returns {relative path: text}; nothing here touches the file system.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from planc.compile.launchers import megatron_args
+from planc.compile.plan import Plan
+from planc.plannable import padded_vocab
+
+MEGATRON = "megatron-core 0.19.2, megatron/training/arguments.py (NVIDIA/Megatron-LM d98e8a64)"
+DEEPSPEED = "DeepSpeed 0.19.8, deepspeed/runtime/config.py and deepspeed/runtime/zero/config.py"
+TORCHTITAN = "torchtitan 0.3.0, torchtitan/config/configs.py"
+# Megatron's --clip-grad default and the usual DeepSpeed gradient_clipping; the spec has no
+# field for it, so the three frameworks get the same value.
+CLIP_GRAD = 1.0
+# torchtitan's mesh, slowest axis first (torchtitan/distributed/parallel_dims.py): the ranks
+# run tp fastest, then cp, dp and pp, which is planc's default order.
+TORCHTITAN_ORDER = "tp-cp-dp-pp"
+
+Files = dict[str, str]
+
+
+def _shard_group(plan: Plan) -> int:
+    """N: the ranks ZeRO/FSDP shards over (parallelism.data_shard; d·c when not set)."""
+    lay = plan.job.layout
+    shard: int = getattr(lay, "data_shard", lay.d * lay.c)
+    return shard
+
+
+def _training_flag(plan: Plan, name: str, default: Any) -> Any:
+    """A training setting that older specs do not have (offload, framework, resharding)."""
+    return getattr(plan.job.training, name, default)
+
+
+# ----------------------------------------------------------------------------- Megatron-LM
+
+
+def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
+    """Every Megatron-LM argument of the plan (layout, model, step), and notes on what no
+    argument expresses. The layout part is `launchers.megatron_args`, the README's recipe."""
+    args, notes = megatron_args(plan)
+    job, lay = plan.job, plan.job.layout
+    mod, tr = job.model, job.training
+    args += [
+        f"--hidden-size {mod.h}",
+        f"--ffn-hidden-size {mod.f}",
+        f"--num-attention-heads {mod.n}",
+        f"--kv-channels {mod.k}",
+    ]
+    if mod.g != mod.n:
+        args += ["--group-query-attention", f"--num-query-groups {mod.g}"]
+    args += [
+        f"--max-position-embeddings {mod.max_seq_len}",
+        "--position-embedding-type " + ("rope" if mod.position == "rope" else "learned_absolute"),
+        "--normalization " + ("RMSNorm" if mod.norm == "rmsnorm" else "LayerNorm"),
+    ]
+    if mod.mlp == "swiglu":
+        args.append("--swiglu")
+    if not mod.bias:
+        args.append("--disable-bias-linear")
+    if not mod.tied:
+        args.append("--untie-embeddings-and-output-weights")
+    args += [
+        f"--hidden-dropout {float(mod.dropout)!r}",
+        f"--attention-dropout {float(mod.dropout)!r}",
+        "--make-vocab-size-divisible-by 128",
+    ]
+    notes.append(
+        f"the vocabulary comes from the tokenizer: planc counts {mod.V:,} tokens, padded to "
+        f"{padded_vocab(mod.V, lay.t):,} (a multiple of 128 × tensor parallel)"
+    )
+    if tr.precision != "fp32":
+        args.append(f"--{tr.precision}")
+    args.append(f"--optimizer {tr.optimizer}")
+    args.append(f"--clip-grad {CLIP_GRAD!r}")
+    if tr.grad_accum_fp32:
+        args.append("--accumulate-allreduce-grads-in-fp32")
+    if tr.recompute == "selective":
+        args.append("--recompute-granularity selective")
+    elif tr.recompute == "full":
+        args += [
+            "--recompute-granularity full",
+            "--recompute-method uniform",
+            "--recompute-num-layers 1",
+        ]
+    args.append("--attention-backend " + ("flash" if tr.attention == "flash" else "unfused"))
+    if tr.overlap_tp:
+        args.append("--tp-comm-overlap")
+    replicas = lay.d * lay.c // _shard_group(plan)
+    if replicas > 1 and lay.zero in (1, 2):
+        args.append(f"--num-distributed-optimizer-instances {replicas}")
+    return args, notes
+
+
+def megatron_files(plan: Plan) -> Files:
+    args, notes = megatron_arguments(plan)
+    note_lines = "".join(f"- {note}.\n" for note in notes) or "- none.\n"
+    readme = f"""# Megatron-LM arguments
+
+`args.txt` holds every argument of this plan, one `--flag value` per line, as Megatron-LM's
+argument parser reads them. Followed: {MEGATRON}. Pass them to the training script:
+
+    torchrun ... pretrain_gpt.py $(cat megatron/args.txt) --tokenizer-type ... --data-path ...
+
+Data, tokenizer, learning rate, checkpoints and logging are yours to add.
+
+Notes:
+
+{note_lines}"""
+    return {"megatron/args.txt": "".join(f"{arg}\n" for arg in args), "megatron/README.md": readme}
+
+
+# ----------------------------------------------------------------------------- DeepSpeed
+
+
+def deepspeed_config(plan: Plan) -> tuple[dict[str, Any], list[str]]:
+    """The DeepSpeed config of the plan (train_batch_size = micro × accumulation × data
+    parallel, as DeepSpeedConfig asserts), and notes on what it cannot express."""
+    job, lay, tr = plan.job, plan.job.layout, plan.job.training
+    notes: list[str] = []
+    bucket = lay.bucket_elements
+    zero: dict[str, Any] = {
+        "stage": lay.zero,
+        "contiguous_gradients": True,
+        "overlap_comm": True,
+        "reduce_bucket_size": bucket,
+        "allgather_bucket_size": bucket,
+    }
+    shard = _shard_group(plan)
+    if shard < lay.d * lay.c:
+        if lay.zero == 3:
+            zero["mics_shard_size"] = shard
+        else:
+            notes.append(
+                f"data_shard {shard}: DeepSpeed shards ZeRO-{lay.zero} over the whole data-"
+                "parallel group; only ZeRO-3 has sub-group sharding (MiCS, mics_shard_size)"
+            )
+    if _training_flag(plan, "offload_optimizer", False):
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if _training_flag(plan, "offload_parameters", False):
+        if lay.zero == 3:
+            zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+        else:
+            notes.append("offload.parameters needs ZeRO-3 in DeepSpeed (offload_param)")
+    config: dict[str, Any] = {
+        "train_batch_size": tr.B,
+        "train_micro_batch_size_per_gpu": tr.b,
+        "gradient_accumulation_steps": job.m,
+        "gradient_clipping": CLIP_GRAD,
+    }
+    if tr.precision == "bf16":
+        config["bf16"] = {"enabled": True}
+    elif tr.precision == "fp16":
+        config["fp16"] = {"enabled": True, "loss_scale": 0}  # 0: dynamic loss scaling
+    if tr.grad_accum_fp32:
+        config["data_types"] = {"grad_accum_dtype": "fp32"}
+    config["zero_optimization"] = zero
+    if lay.t > 1 or lay.p > 1 or lay.c > 1:
+        notes.append(
+            f"tensor ({lay.t}), pipeline ({lay.p}) and context ({lay.c}) parallelism come from "
+            "the model code (Megatron-DeepSpeed's mpu, DeepSpeed's PipelineModule, Ulysses): "
+            "DeepSpeed's config has no degree for them; its data-parallel size must be "
+            f"{lay.d} for these batch numbers"
+        )
+    return config, notes
+
+
+def deepspeed_files(plan: Plan) -> Files:
+    config, notes = deepspeed_config(plan)
+    note_lines = "".join(f"- {note}.\n" for note in notes) or "- none.\n"
+    readme = f"""# DeepSpeed
+
+`ds_config.json` is this plan's DeepSpeed config. Followed: {DEEPSPEED}.
+Use it as `deepspeed.initialize(..., config="deepspeed/ds_config.json")`, or
+`deepspeed --hostfile deepspeed/hostfile train.py --deepspeed_config deepspeed/ds_config.json`.
+train_batch_size = train_micro_batch_size_per_gpu × gradient_accumulation_steps × the
+data-parallel size; the buckets are the elements planc's memory budget counts.
+
+Notes:
+
+{note_lines}"""
+    return {
+        "deepspeed/ds_config.json": json.dumps(config, indent=2) + "\n",
+        "deepspeed/README.md": readme,
+    }
+
+
+# ----------------------------------------------------------------------------- torchtitan
+
+
+def torchtitan_settings(plan: Plan) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """ParallelismConfig and TrainingConfig fields of the plan, and notes."""
+    job, lay, tr = plan.job, plan.job.layout, plan.job.training
+    notes: list[str] = []
+    shard = _shard_group(plan)
+    if lay.zero == 0:
+        replicate, dp_shard = lay.d, 1
+    elif shard % lay.c == 0:
+        dp_shard = shard // lay.c  # torchtitan's FSDP group is dp_shard × cp
+        replicate = lay.d // dp_shard
+    else:
+        replicate, dp_shard = 1, lay.d
+        notes.append(
+            f"data_shard {shard} is not a multiple of context {lay.c}: torchtitan shards over "
+            "dp_shard × cp, so this shards over the whole data-parallel group"
+        )
+    if lay.zero in (1, 2):
+        notes.append(
+            f"ZeRO-{lay.zero}: torchtitan shards with FSDP2; without resharding after forward "
+            "it keeps whole parameters from forward to backward, as ZeRO-2 does"
+        )
+    reshard = lay.zero == 3 and _training_flag(plan, "reshard_after_forward", True)
+    parallelism: dict[str, Any] = {
+        "data_parallel_replicate_degree": replicate,
+        "data_parallel_shard_degree": dp_shard,
+        "fsdp_reshard_after_forward": "always" if reshard else "never",
+        "tensor_parallel_degree": lay.t,
+        "enable_sequence_parallel": lay.sp,
+        "pipeline_parallel_degree": lay.p,
+        "pipeline_parallel_schedule": "Interleaved1F1B" if lay.v > 1 else "1F1B",
+        "pipeline_parallel_microbatch_size": tr.b,
+        "context_parallel_degree": lay.c,
+    }
+    if lay.p > 1:
+        chunks = [size for stage in range(lay.p) for size in lay.chunk_layers(stage)]
+        if len(set(chunks)) == 1:
+            parallelism["pipeline_parallel_layers_per_stage"] = chunks[0]
+        else:
+            parallelism["module_fqns_per_model_part"] = _model_parts(plan)
+            notes.append(
+                "module_fqns_per_model_part names torchtitan's decoder modules (tok_embeddings, "
+                "layers.N, norm, output): other models need their own names"
+            )
+    order = "-".join(plan.placement.grid.order)
+    if order != TORCHTITAN_ORDER:
+        notes.append(
+            f"torchtitan lays ranks out as {TORCHTITAN_ORDER} (fastest first); this plan's "
+            f"order {order} is not what it will run"
+        )
+    if tr.precision == "fp16":
+        notes.append("torchtitan trains in bfloat16 or float32 only: fp16 is not available")
+    training: dict[str, Any] = {
+        # With pipeline parallelism the local batch is one step's micro-batches, split by
+        # pipeline_parallel_microbatch_size; without, the rest is gradient accumulation.
+        "local_batch_size": tr.b * job.m if lay.p > 1 else tr.b,
+        "global_batch_size": tr.B,
+        "seq_len": tr.s,
+        "max_norm": CLIP_GRAD,
+        "mixed_precision_param": "float32" if tr.precision == "fp32" else "bfloat16",
+    }
+    if lay.p > 1:
+        # torchtitan 0.3.0's validation: "CUDA graphs do not support pipeline parallelism yet".
+        training["disable_cuda_graphs"] = True
+    return parallelism, training, notes
+
+
+def _model_parts(plan: Plan) -> list[list[str]]:
+    """The modules of every model chunk in stage order (chunk j of stage r is stage j·p + r, as
+    torchtitan's looped schedules place them)."""
+    lay = plan.job.layout
+    blocks: dict[int, tuple[int, int]] = {}
+    for stage in range(lay.p):
+        for chunk, (first, last) in enumerate(lay.chunks[stage]):
+            blocks[chunk * lay.p + stage] = (first, last)
+    parts = [[f"layers.{i}" for i in range(*blocks[b])] for b in sorted(blocks)]
+    parts[0].insert(0, "tok_embeddings")
+    parts[-1] += ["norm", "output"]
+    return parts
+
+
+_TORCHTITAN_MODULE = '''"""planc: the parallel layout of {name} for torchtitan.
+
+Written by `planc compile` from the same plan as plan.json. Followed: {version}.
+torchtitan reads its configuration from a Python function returning Trainer.Config
+(--module M --config F); `planc` below takes a registered config and sets this plan's
+parallelism and batch:
+
+    PYTHONPATH="$PWD/torchtitan" torchrun ... -m torchtitan.train --module planc_config --config planc
+
+PLANC_TORCHTITAN_BASE=module:function starts from another registered config
+(default {base}).
+{notes}"""
+
+import importlib
+import os
+
+BASE = "{base}"
+
+PARALLELISM = {parallelism}
+
+TRAINING = {training}
+
+
+def apply(config):
+    """Set this plan's parallelism and training fields on a Trainer.Config; return it."""
+    for key, value in PARALLELISM.items():
+        setattr(config.parallelism, key, value)
+    for key, value in TRAINING.items():
+        setattr(config.training, key, value)
+    return config
+
+
+def planc():
+    """The registered base config with this plan applied (--config planc)."""
+    module, _, function = os.environ.get("PLANC_TORCHTITAN_BASE", BASE).partition(":")
+    return apply(getattr(importlib.import_module(module), function)())
+'''
+
+# torchtitan's registered configs of planc's presets (torchtitan/models/llama3/config_registry.py).
+_TORCHTITAN_BASES = {
+    "llama3-8b": "torchtitan.models.llama3.config_registry:llama3_8b",
+    "llama3-70b": "torchtitan.models.llama3.config_registry:llama3_70b",
+    "llama3-405b": "torchtitan.models.llama3.config_registry:llama3_405b",
+}
+
+
+def _python(value: Any, indent: int = 0) -> str:
+    """A literal of plain data as Python source (True/False/None, dicts one key a line)."""
+    if isinstance(value, dict):
+        inner = "".join(
+            f"{'    ' * (indent + 1)}{json.dumps(key)}: {_python(item, indent + 1)},\n"
+            for key, item in value.items()
+        )
+        return "{\n" + inner + "    " * indent + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_python(item, indent) for item in value) + "]"
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    return json.dumps(value)
+
+
+def torchtitan_files(plan: Plan) -> Files:
+    parallelism, training, notes = torchtitan_settings(plan)
+    base = _TORCHTITAN_BASES.get(plan.job.model.preset or "", _TORCHTITAN_BASES["llama3-8b"])
+    if plan.job.model.preset not in _TORCHTITAN_BASES:
+        notes.append(
+            "the model is not one of torchtitan's registered configs: set PLANC_TORCHTITAN_BASE "
+            "to the config of your model"
+        )
+    note_text = "".join(f"\nNote: {note}." for note in notes)
+    text = _TORCHTITAN_MODULE.format(
+        name=plan.job.name.replace('"', "'").replace("\\", "/"),
+        version=TORCHTITAN,
+        base=base,
+        notes=note_text + ("\n" if note_text else ""),
+        parallelism=_python(parallelism),
+        training=_python(training),
+    )
+    return {"torchtitan/planc_config.py": text}
+
+
+def framework_files(plan: Plan) -> Files:
+    """The framework files of the plan directory."""
+    return {**megatron_files(plan), **deepspeed_files(plan), **torchtitan_files(plan)}

@@ -1,0 +1,415 @@
+"""Framework configs in the plan directory (planc.compile.frameworks): Megatron-LM arguments, a
+DeepSpeed config and torchtitan settings, read back and compared with plan.json.
+
+The frameworks' own readers decide acceptance where they are installed: Megatron-LM's argument
+parser (megatron-core needs Python >= 3.12), `DeepSpeedConfig` and torchtitan's
+`ConfigManager`. Each runs in the interpreter named by PLANC_MEGATRON_PYTHON,
+PLANC_DEEPSPEED_PYTHON or PLANC_TORCHTITAN_PYTHON (default: this one) and the test skips, saying
+why, when that interpreter cannot import the framework.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from planc.compile import render_files
+from planc.compile.plan import Plan
+
+from conftest import compiled, job_of
+
+# Layouts that exercise every branch: virtual stages, uneven stages, context parallelism,
+# ZeRO stages, precisions, recompute modes, GPT-style models.
+CASES: dict[str, tuple[dict[str, Any] | None, str]] = {
+    "llama3-8b": (None, "llama3-8b-1node.yaml"),
+    "llama3-70b": (None, "llama3-70b-8x8.yaml"),
+    "gpt3-175b": (None, "gpt3-175b-gb200-nvl72.yaml"),
+    "interleaved": (
+        {"parallelism": {"tensor": 2, "pipeline": 4, "virtual_stages": 2}},
+        "llama3-8b-1node.yaml",
+    ),
+    "uneven": (
+        {"parallelism": {"tensor": 2, "pipeline": 4, "stage_layers": [7, 9, 9, 7]}},
+        "llama3-8b-1node.yaml",
+    ),
+    "context-zero3-fp16-full": (
+        {
+            "parallelism": {"tensor": 2, "context": 2, "zero_stage": 3},
+            "training": {"precision": "fp16", "recompute": "full", "attention": "eager"},
+        },
+        "llama3-8b-1node.yaml",
+    ),
+    "gpt2-fp32-ddp": (
+        {
+            "model": {"preset": "gpt2-small"},
+            "parallelism": {"tensor": 1, "pipeline": 1, "zero_stage": 0},
+            "training": {
+                "precision": "fp32",
+                "recompute": "none",
+                "seq_len": 1024,
+                "global_batch": 64,
+                "grad_accum_fp32": True,
+            },
+        },
+        "llama3-8b-1node.yaml",
+    ),
+}
+
+
+@cache
+def plan_of(case: str) -> Plan:
+    overlay, base = CASES[case]
+    return compiled(job_of(overlay, base))
+
+
+@cache
+def files_of(case: str) -> dict[str, str]:
+    return render_files(plan_of(case))
+
+
+def plan_record(case: str) -> dict[str, Any]:
+    record: dict[str, Any] = json.loads(files_of(case)["plan.json"])
+    return record
+
+
+def flags(text: str) -> dict[str, str | None]:
+    """args.txt as {flag: value or None}, each line one flag."""
+    out: dict[str, str | None] = {}
+    for line in text.splitlines():
+        flag, _, value = line.partition(" ")
+        assert flag.startswith("--") and flag not in out, line
+        out[flag] = value or None
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_files_are_listed_in_the_manifest(case: str) -> None:
+    files = files_of(case)
+    for name in (
+        "megatron/args.txt",
+        "megatron/README.md",
+        "deepspeed/ds_config.json",
+        "deepspeed/README.md",
+        "torchtitan/planc_config.py",
+    ):
+        assert name in files and f"\n{name}\n" in files[".planc-plan"]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_megatron_arguments_agree_with_plan_json(case: str) -> None:
+    record, args = plan_record(case), flags(files_of(case)["megatron/args.txt"])
+    degrees, model, training = (
+        record["layout"]["degrees"],
+        record["model"],
+        record["training"],
+    )
+    assert args["--tensor-model-parallel-size"] == str(degrees["tp"])
+    assert args["--pipeline-model-parallel-size"] == str(degrees["pp"])
+    assert args["--context-parallel-size"] == str(degrees["cp"])
+    assert args["--num-layers"] == str(model["layers"])
+    assert args["--hidden-size"] == str(model["hidden"])
+    assert args["--ffn-hidden-size"] == str(model["ffn_hidden"])
+    assert args["--num-attention-heads"] == str(model["heads"])
+    assert args["--kv-channels"] == str(model["head_dim"])
+    assert args.get("--num-query-groups", str(model["heads"])) == str(model["kv_heads"])
+    assert ("--swiglu" in args) == (model["mlp"] == "swiglu")
+    assert (
+        args["--normalization"] == {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}[model["norm"]]
+    )
+    assert ("--disable-bias-linear" in args) == (not model["bias"])
+    assert ("--untie-embeddings-and-output-weights" in args) == (not model["tied_embeddings"])
+    assert args["--position-embedding-type"] == (
+        "rope" if model["position_embedding"] == "rope" else "learned_absolute"
+    )
+    assert args["--seq-length"] == str(training["seq_len"])
+    assert args["--micro-batch-size"] == str(training["micro_batch"])
+    assert args["--global-batch-size"] == str(training["global_batch"])
+    assert ("--sequence-parallel" in args) == record["layout"]["sequence_parallel"]
+    zero = record["layout"]["zero_stage"]
+    assert ("--use-distributed-optimizer" in args) == (zero in (1, 2))
+    recompute = training["recompute"]
+    assert args.get("--recompute-granularity") == (None if recompute == "none" else recompute)
+    v = record["layout"]["virtual_stages"]
+    stages = record["layout"]["stage_layers"]
+    sizes = {last - first for stage in stages for first, last in stage}
+    if v > 1 and len(sizes) == 1:
+        assert args["--num-layers-per-virtual-pipeline-stage"] == str(sizes.pop())
+    precision = training["precision"]
+    assert ("--bf16" in args, "--fp16" in args) == (precision == "bf16", precision == "fp16")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_deepspeed_batch_and_zero_agree_with_plan_json(case: str) -> None:
+    record = plan_record(case)
+    config = json.loads(files_of(case)["deepspeed/ds_config.json"])
+    d = record["layout"]["degrees"]["dp"]
+    training = record["training"]
+    assert config["train_batch_size"] == training["global_batch"]
+    assert config["train_micro_batch_size_per_gpu"] == training["micro_batch"]
+    assert config["gradient_accumulation_steps"] == training["micro_batches"]
+    # DeepSpeed's own identity (DeepSpeedConfig._batch_assertion), with the data-parallel size.
+    assert config["train_batch_size"] == (
+        config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"] * d
+    )
+    assert config["zero_optimization"]["stage"] == record["layout"]["zero_stage"]
+    precision = training["precision"]
+    assert config.get("bf16", {}).get("enabled", False) == (precision == "bf16")
+    assert config.get("fp16", {}).get("enabled", False) == (precision == "fp16")
+
+
+def torchtitan_settings(case: str) -> SimpleNamespace:
+    """Run the emitted module's `apply` on a stand-in config and return it."""
+    namespace: dict[str, Any] = {}
+    exec(
+        compile(files_of(case)["torchtitan/planc_config.py"], "planc_config.py", "exec"), namespace
+    )
+    config = SimpleNamespace(parallelism=SimpleNamespace(), training=SimpleNamespace())
+    result: SimpleNamespace = namespace["apply"](config)
+    return result
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_torchtitan_degrees_agree_with_plan_json(case: str) -> None:
+    record = plan_record(case)
+    degrees, training = record["layout"]["degrees"], record["training"]
+    config = torchtitan_settings(case)
+    par, tr = config.parallelism, config.training
+    assert par.data_parallel_replicate_degree * par.data_parallel_shard_degree == degrees["dp"]
+    assert par.tensor_parallel_degree == degrees["tp"]
+    assert par.pipeline_parallel_degree == degrees["pp"]
+    assert par.context_parallel_degree == degrees["cp"]
+    world = (
+        par.data_parallel_replicate_degree
+        * par.data_parallel_shard_degree
+        * par.context_parallel_degree
+        * par.tensor_parallel_degree
+        * par.pipeline_parallel_degree
+    )
+    assert world == record["world_size"]
+    # torchtitan: global = local × dp × gradient-accumulation steps; with pipeline parallelism
+    # the local batch is split into micro-batches of pipeline_parallel_microbatch_size.
+    accumulation = tr.global_batch_size // (tr.local_batch_size * degrees["dp"])
+    assert tr.global_batch_size == tr.local_batch_size * degrees["dp"] * accumulation
+    per_step = tr.local_batch_size * accumulation // par.pipeline_parallel_microbatch_size
+    assert per_step == training["micro_batches"]
+    assert tr.seq_len == training["seq_len"]
+    if degrees["pp"] > 1:
+        parts = getattr(par, "module_fqns_per_model_part", None)
+        if parts is None:
+            v = record["layout"]["virtual_stages"]
+            assert (
+                par.pipeline_parallel_layers_per_stage * degrees["pp"] * v
+                == (record["model"]["layers"])
+            )
+        else:
+            layers = [name for part in parts for name in part if name.startswith("layers.")]
+            assert layers == [f"layers.{i}" for i in range(record["model"]["layers"])]
+
+
+def test_uneven_stages_name_every_chunk_in_stage_order() -> None:
+    parts = torchtitan_settings("uneven").parallelism.module_fqns_per_model_part
+    assert [len([n for n in part if n.startswith("layers.")]) for part in parts] == [7, 9, 9, 7]
+    assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "output"]
+
+
+def test_output_is_deterministic() -> None:
+    again = render_files(compiled(job_of(*CASES["interleaved"])))
+    for name in ("megatron/args.txt", "deepspeed/ds_config.json", "torchtitan/planc_config.py"):
+        assert again[name] == files_of("interleaved")[name]
+
+
+# ----------------------------------------------------------------------------- the frameworks
+
+
+def _interpreter(variable: str, module: str) -> str | None:
+    """An interpreter that imports `module`: $variable, else this one."""
+    candidate = os.environ.get(variable) or sys.executable
+    try:
+        run = subprocess.run(
+            [candidate, "-c", f"import {module}"], capture_output=True, timeout=300, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return candidate if run.returncode == 0 else None
+
+
+def _run(python: str, script: str, payload: Any, cwd: Path | None = None) -> Any:
+    run = subprocess.run(
+        [python, "-c", script],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+        check=False,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+MEGATRON_PARSE = """
+import argparse, json, sys
+from megatron.training.arguments import add_megatron_arguments
+parser = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+out = {}
+for case, lines in json.load(sys.stdin).items():
+    args = parser.parse_args([word for line in lines for word in line.split()])
+    out[case] = {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v))
+                 for k, v in vars(args).items()}
+print(json.dumps(out))
+"""
+
+
+def test_megatron_parser_accepts_the_arguments() -> None:
+    python = _interpreter("PLANC_MEGATRON_PYTHON", "megatron.training.arguments")
+    if python is None:
+        pytest.skip(
+            "megatron.training.arguments is not importable (pip install megatron-core on "
+            "Python >= 3.12, and point PLANC_MEGATRON_PYTHON at that interpreter)"
+        )
+    payload = {case: files_of(case)["megatron/args.txt"].splitlines() for case in CASES}
+    parsed = _run(python, MEGATRON_PARSE, payload)
+    for case in CASES:
+        record, args = plan_record(case), parsed[case]
+        degrees, model, training = record["layout"]["degrees"], record["model"], record["training"]
+        assert args["tensor_model_parallel_size"] == degrees["tp"]
+        assert args["pipeline_model_parallel_size"] == degrees["pp"]
+        assert args["context_parallel_size"] == degrees["cp"]
+        assert (args["num_layers"], args["hidden_size"], args["ffn_hidden_size"]) == (
+            model["layers"],
+            model["hidden"],
+            model["ffn_hidden"],
+        )
+        assert args["num_attention_heads"] == model["heads"]
+        assert args["kv_channels"] == model["head_dim"]
+        if model["kv_heads"] != model["heads"]:
+            assert args["group_query_attention"] and args["num_query_groups"] == model["kv_heads"]
+        assert args["add_bias_linear"] == model["bias"]
+        assert args["untie_embeddings_and_output_weights"] == (not model["tied_embeddings"])
+        assert args["swiglu"] == (model["mlp"] == "swiglu")
+        assert args["seq_length"] == training["seq_len"]
+        assert args["micro_batch_size"] == training["micro_batch"]
+        assert args["global_batch_size"] == training["global_batch"]
+        assert args["sequence_parallel"] == record["layout"]["sequence_parallel"]
+        assert args["bf16"] == (training["precision"] == "bf16")
+        assert args["fp16"] == (training["precision"] == "fp16")
+        v = record["layout"]["virtual_stages"]
+        if v > 1:
+            given = args["num_layers_per_virtual_pipeline_stage"]
+            chunks = args["num_virtual_stages_per_pipeline_rank"]
+            assert given is not None or chunks == v
+
+
+DEEPSPEED_CONFIG = """
+import json, os, sys, tempfile
+os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+import deepspeed
+import deepspeed.comm as dist
+from deepspeed.runtime.config import DeepSpeedConfig
+# A one-process gloo group on a file store (no port); DeepSpeedConfig reads the data-parallel
+# size from the mpu only once torch.distributed is up.
+store = os.path.join(tempfile.mkdtemp(), "store")
+dist.init_distributed(dist_backend="gloo", auto_mpi_discovery=False, verbose=False,
+                      init_method=f"file://{store}", rank=0, world_size=1)
+out = {}
+for case, (config, d) in json.load(sys.stdin).items():
+    class Mpu:  # DeepSpeed takes the data-parallel size from the model-parallel unit
+        def get_data_parallel_world_size(self):
+            return d
+    parsed = DeepSpeedConfig(config, mpu=Mpu())
+    zero = parsed.zero_config
+    out[case] = {
+        "version": deepspeed.__version__,
+        "train_batch_size": parsed.train_batch_size,
+        "micro": parsed.train_micro_batch_size_per_gpu,
+        "accumulation": parsed.gradient_accumulation_steps,
+        "stage": int(parsed.zero_optimization_stage),
+        "bf16": parsed.bfloat16_config.enabled,
+        "fp16": parsed.float16_config.enabled,
+        "clipping": parsed.gradient_clipping,
+        "reduce_bucket_size": zero.reduce_bucket_size,
+    }
+print(json.dumps(out))
+"""
+
+
+def test_deepspeed_config_class_accepts_the_config() -> None:
+    python = _interpreter("PLANC_DEEPSPEED_PYTHON", "deepspeed.runtime.config")
+    if python is None:
+        pytest.skip(
+            "deepspeed is not importable (pip install 'deepspeed>=0.19,<0.20', and point "
+            "PLANC_DEEPSPEED_PYTHON at that interpreter)"
+        )
+    payload = {
+        case: [
+            json.loads(files_of(case)["deepspeed/ds_config.json"]),
+            plan_record(case)["layout"]["degrees"]["dp"],
+        ]
+        for case in CASES
+    }
+    parsed = _run(python, DEEPSPEED_CONFIG, payload)
+    for case in CASES:
+        record, got = plan_record(case), parsed[case]
+        training = record["training"]
+        assert got["train_batch_size"] == training["global_batch"]
+        assert got["micro"] == training["micro_batch"]
+        assert got["accumulation"] == training["micro_batches"]
+        assert got["stage"] == record["layout"]["zero_stage"]
+        assert (got["bf16"], got["fp16"]) == (
+            training["precision"] == "bf16",
+            training["precision"] == "fp16",
+        )
+        assert got["clipping"] == 1.0
+
+
+TORCHTITAN_READ = """
+import json, sys
+sys.path.insert(0, ".")
+from torchtitan.config import ConfigManager
+out = {}
+for module in json.load(sys.stdin):
+    config = ConfigManager().parse_args(["--module", module, "--config", "planc"])
+    par, tr = config.parallelism, config.training
+    out[module] = {
+        "replicate": par.data_parallel_replicate_degree,
+        "shard": par.data_parallel_shard_degree,
+        "tp": par.tensor_parallel_degree,
+        "pp": par.pipeline_parallel_degree,
+        "cp": par.context_parallel_degree,
+        "sp": par.enable_sequence_parallel,
+        "local": tr.local_batch_size,
+        "global": tr.global_batch_size,
+        "seq_len": tr.seq_len,
+    }
+print(json.dumps(out))
+"""
+
+
+def test_torchtitan_reads_the_module(tmp_path: Path) -> None:
+    python = _interpreter("PLANC_TORCHTITAN_PYTHON", "torchtitan.models.llama3.config_registry")
+    if python is None:
+        pytest.skip(
+            "torchtitan is not importable (pip install torchtitan==0.3.0 with torch, and point "
+            "PLANC_TORCHTITAN_PYTHON at that interpreter)"
+        )
+    modules = {f"planc_case_{i}": case for i, case in enumerate(sorted(CASES))}
+    for module, case in modules.items():
+        (tmp_path / f"{module}.py").write_text(files_of(case)["torchtitan/planc_config.py"])
+    parsed = _run(python, TORCHTITAN_READ, list(modules), tmp_path)
+    for module, case in modules.items():
+        record, got = plan_record(case), parsed[module]
+        degrees = record["layout"]["degrees"]
+        assert got["replicate"] * got["shard"] == degrees["dp"]
+        assert (got["tp"], got["pp"], got["cp"]) == (degrees["tp"], degrees["pp"], degrees["cp"])
+        assert got["sp"] == record["layout"]["sequence_parallel"]
+        assert got["global"] == record["training"]["global_batch"]
+        assert got["seq_len"] == record["training"]["seq_len"]
