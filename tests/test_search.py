@@ -312,3 +312,13 @@ def test_help_snapshot(snapshot: SnapshotAssertion) -> None:
     result = CliRunner().invoke(main, ["search", "--help"], prog_name="planc", terminal_width=100)
     assert result.exit_code == 0
     assert result.output == snapshot
+
+
+def test_strict_rejects_what_warns() -> None:
+    lenient = _search(ORACLE)
+    strict = search(_setup(ORACLE, strict=True), 10**6)
+    quiet = [r for r in lenient.results if not r.verdict.warnings]
+    assert len(quiet) < lenient.feasible
+    assert strict.feasible == len(quiet)
+    assert [r.verdict.index for r in strict.results] == [r.verdict.index for r in quiet]
+    assert "PLC018" in strict.rejected_by_rule  # ZeRO over a group of one: a warning

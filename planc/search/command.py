@@ -28,6 +28,7 @@ class Request:
     allow: Sequence[str] = ()
     max_bubble: float | None = None
     memory_headroom: float | None = None
+    strict: bool = False
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ def setup_of(loaded: Loaded, request: Request) -> Setup:
         request.max_bubble,
         request.memory_headroom,
     )
-    return Setup(loaded.spec, space)
+    return Setup(loaded.spec, space, request.strict)
 
 
 def _unusable(loaded: Loaded) -> str | None:

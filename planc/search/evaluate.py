@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from planc.analysis import analyse, estimate_step
-from planc.check import evaluate, severity_of
+from planc.check import context_of, evaluate, severity_of
 from planc.findings import Severity
 from planc.job import Job, NodeNames, resolve
 from planc.pipeline.bubble import bubble_fraction
@@ -26,6 +26,7 @@ from planc.rules.base import Context, Needs
 from planc.search.space import Space, Value, stage_split
 
 ERROR_RANK = Severity.ERROR.rank
+WARNING_RANK = Severity.WARNING.rank
 
 
 class _Step(Protocol):
@@ -78,11 +79,17 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Setup:
-    """What judging needs, as plain data a worker process can receive: the validated spec and
-    the space."""
+    """What judging needs, as plain data a worker process can receive: the validated spec, the
+    space, and whether warnings reject a candidate too (`--strict`, as `planc check --strict`)."""
 
     spec: Mapping[str, Any]
     space: Space
+    strict: bool = False
+
+    @property
+    def rejecting(self) -> int:
+        """The lowest severity rank that rejects a candidate."""
+        return WARNING_RANK if self.strict else ERROR_RANK
 
 
 @dataclass(frozen=True)
@@ -91,8 +98,8 @@ class Judge:
 
     base: Job
     space: Space
-    job_rules: tuple[tuple[Rule, Severity], ...]
-    plan_rules: tuple[tuple[Rule, Severity], ...]
+    cheap: tuple[tuple[Rule, Severity], ...]  # rules on the job or the plannable job
+    rejecting: int  # the lowest severity rank that rejects
 
 
 def spec_job(setup: Setup) -> Job:
@@ -124,19 +131,19 @@ def make_judge(setup: Setup) -> Judge:
     ignored = set(base.rules.ignore)
     enabled = [r for r in REGISTRY.values() if r.check is not None and r.id not in ignored]
 
-    def leveled(needs: Needs) -> tuple[tuple[Rule, Severity], ...]:
-        return tuple((r, severity_of(r.id, r.severity, base)) for r in enabled if r.needs is needs)
+    cheap = tuple(
+        (r, severity_of(r.id, r.severity, base)) for r in enabled if r.needs is not Needs.ANALYSIS
+    )
+    return Judge(base, setup.space, cheap, setup.rejecting)
 
-    return Judge(base, setup.space, leveled(Needs.JOB), leveled(Needs.PLAN))
 
-
-def hosts_refusal(job: Job) -> tuple[str, ...]:
+def hosts_refusal(job: Job, rejecting: int = ERROR_RANK) -> tuple[str, ...]:
     """The error rules the spec's own cluster fails (PLC014 on its host names), which every
     candidate would fail alike."""
     rule = REGISTRY["PLC014"]
     if rule.id in job.rules.ignore or rule.check is None:
         return ()
-    if severity_of(rule.id, rule.severity, job).rank < ERROR_RANK:
+    if severity_of(rule.id, rule.severity, job).rank < rejecting:
         return ()
     return (rule.id,) if any(True for _ in rule.check(Context(job))) else ()
 
@@ -174,11 +181,13 @@ def candidate_job(base: Job, space: Space, values: Sequence[Value]) -> Job:
     return dataclasses.replace(base, layout=layout, training=training)
 
 
-def _failing(rules: Iterable[tuple[Rule, Severity]], ctx: Context) -> tuple[str, ...]:
+def _failing(
+    rules: Iterable[tuple[Rule, Severity]], ctx: Context, rejecting: int
+) -> tuple[str, ...]:
     return tuple(
         rule.id
         for rule, severity in rules
-        if severity.rank >= ERROR_RANK
+        if severity.rank >= rejecting
         and rule.check is not None
         and any(True for _ in rule.check(ctx))
     )
@@ -187,17 +196,16 @@ def _failing(rules: Iterable[tuple[Rule, Severity]], ctx: Context) -> tuple[str,
 def judge(judge: Judge, index: int) -> Verdict:
     """The verdict of the rules on candidate `index` of the judge's space."""
     job = candidate_job(judge.base, judge.space, judge.space.candidate(index))
-    failed = _failing(judge.job_rules, Context(job))
+    # check's own context without the analysis: the refusals, or the plannable job.
+    ctx = context_of(job, [rule for rule, _ in judge.cheap])
+    failed = _failing(judge.cheap, ctx, judge.rejecting)
     if failed:
         return Verdict(index, failed)
-    plan = plannable(job)
-    if isinstance(plan, tuple):  # a precondition rule the spec ignores or re-levels
-        return Verdict(index, tuple(sorted({r.rule for r in plan})))
-    failed = _failing(judge.plan_rules, Context(job, plan))
-    if failed:
-        return Verdict(index, failed)
+    plan = ctx.plan
+    if plan is None:  # a precondition rule the spec ignores or re-levels
+        return Verdict(index, tuple(sorted({r.rule for r in ctx.refusals})))
     result = evaluate(job)
-    errors = sorted({rule for rule, sev, _ in result.violations if sev.rank >= ERROR_RANK})
+    errors = sorted({rule for rule, sev, _ in result.violations if sev.rank >= judge.rejecting})
     if errors:
         return Verdict(index, tuple(errors))
     analysis = result.context.analysis or analyse(plan)

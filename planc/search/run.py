@@ -20,7 +20,6 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from planc.search.evaluate import (
-    Metrics,
     Setup,
     Verdict,
     hosts_refusal,
@@ -33,9 +32,12 @@ from planc.search.rank import Ranked, SearchResult, best, last_place, rejections
 T = TypeVar("T")
 Tick = Callable[[int], None]
 
-# Candidates per judging task, and feasible candidates per estimating task.
+# Candidates per judging task; feasible candidates per estimating round and per task.
 JUDGE_CHUNK = 512
-PRICE_CHUNK = 8
+ROUND = 32
+PRICE_CHUNK = 4
+# Rounding: an estimate this close under its bound still counts as above it.
+BOUND_SLACK = 1 - 1e-9
 
 
 @contextmanager
@@ -85,7 +87,7 @@ def silent(label: str, total: int) -> Iterator[Tick]:
 def search(setup: Setup, top: int, jobs: int = 1, report: Progress = silent) -> SearchResult:
     """Search `setup.space` for the `top` fastest feasible layouts on `jobs` processes."""
     size = setup.space.size
-    refused = hosts_refusal(spec_job(setup))
+    refused = hosts_refusal(spec_job(setup), setup.rejecting)
     if refused:  # the cluster itself fails: every candidate alike
         counts = MappingProxyType(dict.fromkeys(refused, size))
         return SearchResult(setup.space, size, 0, 0, counts, ())
@@ -101,7 +103,7 @@ def search(setup: Setup, top: int, jobs: int = 1, report: Progress = silent) -> 
             (v for v in verdicts if v.feasible), key=lambda v: (v.step_bound_s, v.index)
         )
         with report("estimating step times", len(feasible)) as tick:
-            ranked, estimated = _estimate(pool, setup, feasible, top, max(jobs, 1), tick)
+            ranked, estimated = _estimate(pool, setup, feasible, top, tick)
     return SearchResult(
         space=setup.space,
         evaluated=size,
@@ -117,20 +119,27 @@ def _estimate(
     setup: Setup,
     feasible: list[Verdict],
     top: int,
-    jobs: int,
     tick: Tick,
 ) -> tuple[tuple[Ranked, ...], int]:
-    """The top `top` of `feasible` (sorted by bound), estimating as few as the bound allows."""
+    """The top `top` of `feasible` (sorted by bound), estimating as few as the bound allows.
+
+    Rounds have a fixed size, so the candidates estimated do not depend on the process count.
+    Should an estimate ever come out below its bound (a step model that no longer runs every
+    micro-batch of the busiest stage), the bound is not trusted and every candidate is estimated.
+    """
     ranked: tuple[Ranked, ...] = ()
-    done = 0
+    done, trusted = 0, True
     while done < len(feasible):
-        if feasible[done].step_bound_s > last_place(ranked, top):
+        if trusted and feasible[done].step_bound_s > last_place(ranked, top):
             break
-        batch = feasible[done : done + PRICE_CHUNK * jobs]
+        batch = feasible[done : done + ROUND]
         groups = [batch[i : i + PRICE_CHUNK] for i in range(0, len(batch), PRICE_CHUNK)]
         tasks = [(setup, tuple(v.index for v in group)) for group in groups]
         priced = _map(pool, price_all, tasks, [len(group) for group in groups], tick)
-        metrics: list[Metrics] = [m for chunk in priced for m in chunk]
-        ranked = best([*ranked, *(Ranked(v, m) for v, m in zip(batch, metrics, strict=True))], top)
+        fresh = [Ranked(v, m) for v, m in zip(batch, (m for c in priced for m in c), strict=True)]
+        trusted = trusted and all(
+            r.metrics.step_time_s >= r.verdict.step_bound_s * BOUND_SLACK for r in fresh
+        )
+        ranked = best([*ranked, *fresh], top)
         done += len(batch)
     return ranked, done
