@@ -28,8 +28,8 @@ if TYPE_CHECKING:
         def cluster(self) -> Cluster: ...
 
     _Job = TypeVar("_Job", bound=_Clustered)
+    from planc.analysis import Analysis
     from planc.findings import Finding
-    from planc.plannable import Plannable
 
 FORMATS = ("text", "json", "github", "sarif")
 
@@ -292,15 +292,16 @@ def _plan_or_exit(
     output_format: str = "text",
     tolerate: frozenset[str] = frozenset(),
     force: bool = False,
-) -> tuple[Plannable, tuple[Finding, ...]]:
-    """The plannable job of a spec, and the error findings a forced run went past.
+) -> tuple[Analysis, tuple[Finding, ...]]:
+    """The analysed, plannable job of a spec, and the error findings a forced run went past.
 
     Error findings stop the command (exit 1; 2 for unusable input), except rules in `tolerate`
     (a memory report is most useful when PLC007 fails) and, with `force`, every rule about the
     run itself. A job with no layout at all (a precondition rule ignored or re-levelled) stops
     every command with the refusal, located, whatever the flags.
     """
-    from planc.check import check_loaded, finding
+    from planc.analysis import analyse
+    from planc.check import check_file, finding
     from planc.findings import FileResult, Severity, exit_code
     from planc.load import load_path
     from planc.plannable import plannable
@@ -312,7 +313,7 @@ def _plan_or_exit(
         sys.exit(max(exit_code((result,)), 1))
 
     loaded = load_path(path)
-    result = check_loaded(loaded)
+    result, context = check_file(loaded)
     errors = tuple(f for f in result.findings if f.severity.rank >= Severity.ERROR.rank)
     blocking = [
         f for f in errors if f.rule not in tolerate and not (force and f.rule < "PLC100")
@@ -333,7 +334,9 @@ def _plan_or_exit(
         refused = {r.rule for r in refusals}
         kept = tuple(f for f in result.findings if f.rule not in refused)
         stop(FileResult(result.path, tuple(sorted((*kept, *refusals)))))
-    return plan, tuple(f for f in errors if f.rule not in tolerate)
+    # check analysed the job already when a rule needed it; never twice.
+    analysis = context.analysis if context is not None and context.analysis is not None else None
+    return analysis or analyse(plan), tuple(f for f in errors if f.rule not in tolerate)
 
 
 @main.command()
@@ -341,11 +344,10 @@ def _plan_or_exit(
 @click.option("--format", "output_format", type=click.Choice(("text", "json")), default="text")
 def memory(spec: str, output_format: str) -> None:
     """Per-rank memory budget of SPEC, term by term, for every pipeline stage."""
-    from planc.memory import budget
     from planc.memory.report import render_text, to_json
 
-    job, _ = _plan_or_exit(spec, output_format, frozenset({"PLC006", "PLC007"}))
-    result = budget(job)
+    analysis, _ = _plan_or_exit(spec, output_format, frozenset({"PLC006", "PLC007"}))
+    job, result = analysis.plan, analysis.memory
     if output_format == "json":
         import json
 
@@ -359,12 +361,11 @@ def memory(spec: str, output_format: str) -> None:
 @click.option("--format", "output_format", type=click.Choice(("text", "json")), default="text")
 def explain(spec: str, output_format: str) -> None:
     """Summary of SPEC for review: memory, traffic per link, bubble, step time, tokens/s, MFU."""
-    from planc.analysis import analyse
     from planc.explain import explain as build
     from planc.explain import render_text, to_json
 
-    job, _ = _plan_or_exit(spec, output_format, frozenset({"PLC006", "PLC007"}))
-    result = build(analyse(job))
+    analysis, _ = _plan_or_exit(spec, output_format, frozenset({"PLC006", "PLC007"}))
+    result = build(analysis)
     if output_format == "json":
         import json
 
@@ -419,9 +420,7 @@ def report(spec: str, output: str) -> None:
               "rules.max_bubble).")
 @click.option("--memory-headroom", type=click.FloatRange(0, 1, max_open=True),
               help="Fraction of HBM kept free (default: search.memory_headroom, then "
-              "rules.memory_headroom).")
-@click.option("--strict", is_flag=True,
-              help="Warnings reject a candidate too, as planc check --strict fails on them.")  # fmt: skip
+              "rules.memory_headroom).")  # fmt: skip
 def search(
     spec: str,
     top: int,
@@ -444,9 +443,7 @@ def search(
     """
     from planc.search.command import Request, run  # start-up: loads the analysis and rules
 
-    request = Request(
-        spec, top, output_format, write, jobs, allow, max_bubble, memory_headroom, strict
-    )
+    request = Request(spec, top, output_format, write, jobs, allow, max_bubble, memory_headroom)
     outcome = run(request)
     click.echo(outcome.text, nl=False)
     click.echo(outcome.notes, nl=False, err=True)
@@ -497,18 +494,17 @@ def compile_command(
     """
     from pathlib import Path
 
-    from planc.analysis import analyse
     from planc.compile import OutputError, compile_job, write_plan
     from planc.compile.plan import plan_json
 
-    job, forced = _plan_or_exit(spec, force=force)
-    job = _with_hosts(job, spec, hosts_file)
+    analysis, forced = _plan_or_exit(spec, force=force)
+    # Host names only name the nodes; no number of the analysis depends on them.
+    analysis = dataclasses.replace(analysis, plan=_with_hosts(analysis.plan, spec, hosts_file))
     for item in forced:
         click.echo(
             f"{spec}:{item.line}:{item.column}: forced past error {item.rule}: {item.text}",
             err=True,
         )
-    analysis = analyse(job)
     plan = compile_job(analysis, forced)
     if run_verify and not _verified(plan_json(plan)):
         sys.exit(1)
@@ -557,12 +553,11 @@ def verify(path: str) -> None:
             click.echo(f"{target}: error: cannot read the plan: {error}", err=True)
             sys.exit(2)
     else:
-        from planc.analysis import analyse
         from planc.compile import compile_job
         from planc.compile.plan import plan_json
 
-        job, _ = _plan_or_exit(path, tolerate=frozenset({"PLC006", "PLC007"}))
-        text = plan_json(compile_job(analyse(job)))
+        analysis, _ = _plan_or_exit(path, tolerate=frozenset({"PLC006", "PLC007"}))
+        text = plan_json(compile_job(analysis))
     try:
         sys.exit(0 if _verified(text) else 1)
     except PlanFormatError as error:
@@ -592,7 +587,8 @@ def calibrate(measurements: str, output: str) -> None:
         sys.exit(2)
     tolerate = frozenset({"PLC006", "PLC007"})
     runs = [
-        cal.Run(str(path), _plan_or_exit(str(path), tolerate=tolerate)[0], s) for path, s in rows
+        cal.Run(str(path), _plan_or_exit(str(path), tolerate=tolerate)[0].plan, s)
+        for path, s in rows
     ]
     try:
         result = cal.calibrate_runs(runs)
