@@ -420,7 +420,9 @@ def report(spec: str, output: str) -> None:
               "rules.max_bubble).")
 @click.option("--memory-headroom", type=click.FloatRange(0, 1, max_open=True),
               help="Fraction of HBM kept free (default: search.memory_headroom, then "
-              "rules.memory_headroom).")  # fmt: skip
+              "rules.memory_headroom).")
+@click.option("--strict", is_flag=True,
+              help="Warnings reject a candidate too, as planc check --strict fails on them.")  # fmt: skip
 def search(
     spec: str,
     top: int,
@@ -443,7 +445,9 @@ def search(
     """
     from planc.search.command import Request, run  # start-up: loads the analysis and rules
 
-    request = Request(spec, top, output_format, write, jobs, allow, max_bubble, memory_headroom)
+    request = Request(
+        spec, top, output_format, write, jobs, allow, max_bubble, memory_headroom, strict
+    )
     outcome = run(request)
     click.echo(outcome.text, nl=False)
     click.echo(outcome.notes, nl=False, err=True)
