@@ -135,7 +135,8 @@ def _walk(directory: str, excluded: Excluded) -> Iterator[str]:
     except OSError:
         return
     for entry in entries:
-        path = os.path.join(directory, entry.name)
+        # `planc check .` reports ml/spec.yaml, not ./ml/spec.yaml (as pre-commit names it).
+        path = entry.name if directory == os.curdir else os.path.join(directory, entry.name)
         if entry.is_dir(follow_symlinks=False):
             if entry.name.startswith(".") or entry.name in SKIPPED_DIRS or excluded(path):
                 continue

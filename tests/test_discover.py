@@ -142,3 +142,12 @@ def test_symlinked_directories_are_not_followed(tmp_path: Path) -> None:
     _tree(tmp_path)
     (tmp_path / "b" / "loop").symlink_to(tmp_path, target_is_directory=True)
     assert _rel(discover([str(tmp_path / "b")]), tmp_path) == ["b/spec.yaml"]
+
+
+def test_walking_the_current_directory_gives_plain_relative_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _tree(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert discover(["."]) == ["a/sub/x.yaml", "a/z.yml", "b/spec.yaml", "top.yaml"]
+    assert discover(["b"]) == ["b/spec.yaml"]
