@@ -422,7 +422,10 @@ def report(spec: str, output: str) -> None:
               help="Fraction of HBM kept free (default: search.memory_headroom, then "
               "rules.memory_headroom).")
 @click.option("--strict", is_flag=True,
-              help="Warnings reject a candidate too, as planc check --strict fails on them.")  # fmt: skip
+              help="Warnings reject a candidate too, as planc check --strict fails on them.")
+@click.option("--report", type=click.Path(dir_okay=False), metavar="FILE.html",
+              help="Also write a page to explore the best layouts: controls per searched axis, "
+              "each layout's memory bars, step time, throughput and bubble.")  # fmt: skip
 def search(
     spec: str,
     top: int,
@@ -433,6 +436,7 @@ def search(
     max_bubble: float | None,
     memory_headroom: float | None,
     strict: bool,
+    report: str | None,
 ) -> None:
     """Find the fastest parallel layouts for SPEC's model, hardware and training step.
 
@@ -446,54 +450,13 @@ def search(
     from planc.search.command import Request, run  # start-up: loads the analysis and rules
 
     request = Request(
-        spec, top, output_format, write, jobs, allow, max_bubble, memory_headroom, strict
+        spec, top, output_format, write, jobs, allow, max_bubble, memory_headroom, strict,
+        report=report,
     )
     outcome = run(request)
     click.echo(outcome.text, nl=False)
     click.echo(outcome.notes, nl=False, err=True)
     sys.exit(outcome.code)
-
-
-@main.command(name="diff")
-@click.argument("old")
-@click.argument("new")
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(("text", "json", "markdown")),
-    default="text",
-    help="markdown: a pull-request comment.",
-)
-def diff_command(old: str, new: str, output_format: str) -> None:
-    """What changing OLD into NEW does: memory per stage and the peak, step time, tokens/s, MFU,
-    bubble, traffic per link class, findings added and removed.
-
-    OLD and NEW are spec files or git revisions as REV:path (read with git show), e.g.
-    planc diff origin/main:specs/run.yaml specs/run.yaml. Exit codes: 0 no new errors, 1 NEW has
-    an error OLD did not have, 2 an input that cannot be read (no file, no git, bad revision).
-    """
-    from planc.diff import (  # start-up: loads the analysis
-        DiffError,
-        diff,
-        exit_status,
-        render_markdown,
-        render_text,
-        to_json,
-    )
-
-    try:
-        result = diff(old, new)
-    except DiffError as error:
-        click.echo(f"planc diff: error: {error}", err=True)
-        sys.exit(2)
-    if output_format == "json":
-        import json
-
-        click.echo(json.dumps(to_json(result), indent=2))
-    else:
-        render = render_markdown if output_format == "markdown" else render_text
-        click.echo(render(result), nl=False)
-    sys.exit(exit_status(result))
 
 
 @main.command(name="compile")

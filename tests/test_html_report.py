@@ -4,6 +4,7 @@ sizes at 1k and 131k ranks, the CLI's exit codes, and the page rendered in headl
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import struct
@@ -12,6 +13,7 @@ import sys
 import zlib
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -301,6 +303,75 @@ def test_report_help_snapshot(snapshot: SnapshotAssertion) -> None:
     assert result.output == snapshot
 
 
+# --- planc search --report -------------------------------------------------------------------
+
+SEARCH_SPEC = """\
+version: 1
+name: "llama3-8b <search> & co"
+model: {preset: llama3-8b}
+hardware: {gpu: h100-sxm, nodes: 1}
+training: {seq_len: 8192, global_batch: 64, attention: flash}
+"""
+SEARCH_ALLOW = (
+    "tensor=1,2,4",
+    "pipeline=1,2",
+    "context=1",
+    "virtual_stages=1",
+    "micro_batch=1,2",
+    "recompute=selective,full",
+)
+
+
+def searched(path: Path, top: int = 200) -> tuple[str, Any, Any]:
+    """A search of `path` in the SEARCH_ALLOW space; top 200: every feasible candidate."""
+    from planc.search.command import Request, setup_of
+    from planc.search.output import describe
+    from planc.search.run import search
+
+    loaded = load_path(str(path))
+    assert loaded.job is not None
+    setup = setup_of(loaded, Request(str(path), top, allow=SEARCH_ALLOW))
+    return describe(loaded.job), setup, search(setup, top)
+
+
+@pytest.fixture(scope="module")
+def search_spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("search") / "search.yaml"
+    path.write_text(SEARCH_SPEC, encoding="utf-8")
+    return path
+
+
+def test_explorer_embeds_every_ranked_candidate(search_spec: Path) -> None:
+    from planc.html.explorer import explorer_page
+
+    heading, setup, result = searched(search_spec)
+    ranked = len(result.results)
+    assert ranked == result.feasible > 12
+    page = explorer_page(heading, setup, result)
+    assert page == explorer_page(heading, setup, result)
+    assert page.count("<section class='cand'") == ranked
+    for axis in ("tensor", "pipeline", "zero_stage", "micro_batch", "recompute"):
+        assert f"<select id='axis-{axis}'" in page
+    assert "<select id='axis-context'" not in page  # one value: no control
+    data = json.loads(page.split("id='planc-candidates'>", 1)[1].split("</script>", 1)[0])
+    assert [c["place"] for c in data["candidates"]] == list(range(1, ranked + 1))
+    best = result.results[0]
+    assert data["candidates"][0]["step_time_s"] == best.metrics.step_time_s
+    assert "&lt;search&gt; &amp; co" in page and "<search>" not in page
+    assert len(page.encode()) < MAX_PAGE_BYTES
+
+
+def test_search_report_option(search_spec: Path, tmp_path: Path) -> None:
+    out = tmp_path / "explore.html"
+    allow = [arg for value in SEARCH_ALLOW for arg in ("--allow", value)]
+    result = CliRunner().invoke(
+        main, ["search", str(search_spec), *allow, "--top", "5", "--report", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"wrote the search report to {out}" in result.output
+    assert out.read_text(encoding="utf-8").count("<section class='cand'") == 5
+
+
 # --- headless Chromium ------------------------------------------------------------------------
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -434,3 +505,32 @@ def test_png_colours_reads_a_single_colour_image(tmp_path: Path) -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+@needs_chromium
+def test_explorer_controls_pick_a_candidate(search_spec: Path, tmp_path: Path) -> None:
+    """Choosing a value shows the fastest candidate that has it (the script only picks)."""
+    from planc.html.explorer import explorer_page, shown
+
+    heading, setup, result = searched(search_spec)
+    choose = "full"
+    values = [{k: shown(v) for k, v in result.values(r).items()} for r in result.results]
+    # The rule the script follows: among candidates with the chosen value, the most other
+    # values as the controls show them (those of #1), then the best place.
+    with_choice = [
+        (place, v) for place, v in enumerate(values, start=1) if v["recompute"] == choose
+    ]
+    want = min(with_choice, key=lambda pv: (-sum(pv[1][a] == values[0][a] for a in pv[1]), pv[0]))[
+        0
+    ]
+    poke = (
+        "<script>var s = document.getElementById('axis-recompute'); s.value = '"
+        + choose
+        + "'; s.dispatchEvent(new Event('change'));</script></body>"
+    )
+    page = tmp_path / "explore.html"
+    page.write_text(explorer_page(heading, setup, result).replace("</body>", poke), "utf-8")
+    dom = chromium(page, tmp_path / "profile", "--dump-dom")
+    assert console_errors(dom.stderr) == []
+    visible = re.findall(r'<section class="cand" id="cand-(\d+)">', dom.stdout)
+    assert visible == [str(want)], visible

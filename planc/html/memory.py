@@ -43,7 +43,9 @@ def segment_tip(stage: StageBudget, component: str, terms: list[Term]) -> str:
     return "\n".join(lines)
 
 
-def memory_svg(plan: Plannable, memory: MemoryBudget) -> str:
+def memory_svg(plan: Plannable, memory: MemoryBudget, titled: bool = True) -> str:
+    """The bars; without `titled`, no tooltips (the search explorer draws one chart per
+    candidate and stays small)."""
     hbm, usable = plan.cluster.gpu.memory_bytes, usable_bytes(plan)
     stages = memory.stages
     top = max(hbm, memory.peak.memory.total) * 1.08
@@ -93,6 +95,7 @@ def memory_svg(plan: Plannable, memory: MemoryBudget) -> str:
                 bar,
                 y,
                 hbm,
+                titled,
             )
         )
         if stage.stage % every == 0:
@@ -136,6 +139,7 @@ def _bar(
     width: float,
     y: Callable[[float], float],
     hbm: int,
+    titled: bool = True,
 ) -> str:
     mem = stage.memory
     children: list[str] = []
@@ -152,7 +156,7 @@ def _bar(
                 width,
                 y(base) - y(base + size),
                 f"m-{component}",
-                segment_tip(stage, component, terms),
+                segment_tip(stage, component, terms) if titled else None,
             )
         )
         base += size
@@ -177,7 +181,7 @@ def _bar(
         f"stage {stage.stage} (rank {stage.rank}, {plan.layout.stage_layers[stage.stage]} layers): "
         f"{fmt.gib(mem.total)}, {share:.1%} of HBM" + (" — the heaviest stage" if peak else "")
     )
-    return group(children, "stage-bar", tip, data_stage=stage.stage)
+    return group(children, "stage-bar", tip if titled else None, data_stage=stage.stage)
 
 
 def _legend(at: float) -> str:

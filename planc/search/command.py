@@ -29,6 +29,7 @@ class Request:
     max_bubble: float | None = None
     memory_headroom: float | None = None
     strict: bool = False
+    report: str | None = None  # --report FILE.html: the explorer page (planc.html.explorer)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,14 @@ def run(request: Request) -> Report:
             notes = _write(request.spec, request.write, setup, result)
         except OSError as error:
             notes, code = f"{request.spec}: error: cannot write {request.write}: {error}\n", 2
+    if request.report is not None:
+        from planc.html.explorer import write_explorer  # start-up: the page and its charts
+
+        try:
+            notes += write_explorer(request.spec, request.report, heading, setup, result)
+        except OSError as error:
+            notes += f"{request.spec}: error: cannot write {request.report}: {error}\n"
+            code = 2
     return Report(text, notes, code)
 
 
