@@ -459,6 +459,48 @@ def search(
     sys.exit(outcome.code)
 
 
+@main.command(name="diff")
+@click.argument("old")
+@click.argument("new")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(("text", "json", "markdown")),
+    default="text",
+    help="markdown: a pull-request comment.",
+)
+def diff_command(old: str, new: str, output_format: str) -> None:
+    """What changing OLD into NEW does: memory per stage and the peak, step time, tokens/s, MFU,
+    bubble, traffic per link class, findings added and removed.
+
+    OLD and NEW are spec files or git revisions as REV:path (read with git show), e.g.
+    planc diff origin/main:specs/run.yaml specs/run.yaml. Exit codes: 0 no new errors, 1 NEW has
+    an error OLD did not have, 2 an input that cannot be read (no file, no git, bad revision).
+    """
+    from planc.diff import (  # start-up: loads the analysis
+        DiffError,
+        diff,
+        exit_status,
+        render_markdown,
+        render_text,
+        to_json,
+    )
+
+    try:
+        result = diff(old, new)
+    except DiffError as error:
+        click.echo(f"planc diff: error: {error}", err=True)
+        sys.exit(2)
+    if output_format == "json":
+        import json
+
+        click.echo(json.dumps(to_json(result), indent=2))
+    else:
+        render = render_markdown if output_format == "markdown" else render_text
+        click.echo(render(result), nl=False)
+    sys.exit(exit_status(result))
+
+
 @main.command(name="compile")
 @click.argument("spec", type=click.Path(allow_dash=True))
 @click.option(
