@@ -364,3 +364,41 @@ def test_calibrate_command_writes_a_loadable_file(tmp_path: Path) -> None:
     (tmp_path / "bad.csv").write_text("spec,seconds\na.yaml,fast\n", encoding="utf-8")
     bad = CliRunner().invoke(main, ["calibrate", str(tmp_path / "bad.csv"), "-o", str(out)])
     assert bad.exit_code == 2 and "bad.csv:2: 'fast' is not a number" in bad.output
+
+
+def test_a_custom_gpu_gets_the_a100_entry_scaled_by_its_peaks() -> None:
+    a100 = for_gpu("a100-80gb")
+    custom = for_gpu("custom", bf16_tflops=624.0, memory_bandwidth_gbs=4078.0)
+    # The same fixed time per kernel: twice the peak, twice the FLOPs (and bytes) to half speed.
+    assert custom.gemm.half_flops == pytest.approx(2 * a100.gemm.half_flops)
+    assert custom.hbm.half_bytes == pytest.approx(2 * a100.hbm.half_bytes)
+    assert custom.gemm.peak_fraction == a100.gemm.peak_fraction
+    text = (
+        "version: 1\nname: c\nmodel: {preset: llama3-8b, layers: 2}\n"
+        "hardware: {gpu: {memory_gb: 96, bf16_tflops: 500, intra_node: {bandwidth_gbs: 200}, "
+        "inter_node: {bandwidth_gbs: 25}}, nodes: 1}\n"
+        "parallelism: {tensor: 8}\n"
+        "training: {seq_len: 4096, micro_batch: 1, global_batch: 8, attention: flash}\n"
+    )
+    job = load_text("c.yaml", text).job
+    assert job is not None and job.cluster.gpu.memory_bandwidth_gbs == 0
+    assert estimate(job).step_time_s > 0  # no HBM bandwidth given: the A100's bytes per FLOP
+
+
+def test_context_parallel_exchange_is_exposed_only_beyond_the_attention_core() -> None:
+    def cp_exposed(seq_len: int) -> float:
+        text = (
+            "version: 1\nname: cp\nmodel: {preset: llama3-8b, layers: 2}\n"
+            "hardware: {gpu: a100-80gb, nodes: 2, inter_node: {bandwidth_gbs: 5}}\n"
+            "parallelism: {tensor: 8, context: 2, sequence_parallel: true}\n"
+            f"training: {{seq_len: {seq_len}, micro_batch: 1, global_batch: 1, "
+            "attention: flash}\n"
+        )
+        job = load_text("cp.yaml", text).job
+        assert job is not None
+        return estimate(job).cp_exposed_s
+
+    # The ring's bytes grow as s, the attention core's time as s²: a slow link is exposed at
+    # short sequences and hidden at long ones.
+    assert cp_exposed(2048) > 0
+    assert cp_exposed(65536) == 0

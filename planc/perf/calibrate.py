@@ -221,7 +221,8 @@ def calibrate_runs(
     gpus = {run.job.cluster.gpu.name for run in runs}
     if len(gpus) != 1:
         raise ValueError(f"calibrate runs of one GPU type at a time, got {sorted(gpus)}")
-    first = start or for_gpu(gpus.pop())
+    gpu = runs[0].job.cluster.gpu
+    first = start or for_gpu(gpu.name, gpu.bf16_tflops, gpu.memory_bandwidth_gbs)
     cases = [(_predictor(run.job), run.measured_s) for run in runs]
     result = fit(cases, first, names, ridge=ridge)
     before = tuple(predict(first) / measured - 1 for predict, measured in cases)

@@ -188,11 +188,32 @@ def preset_names() -> tuple[str, ...]:
     return tuple(name for name in _presets() if not name.startswith("_"))
 
 
-def for_gpu(name: str) -> Efficiency:
-    """The efficiency entry of GPU preset `name`; custom GPUs get the A100 shape (documented)."""
+# The fitted entry, and its peaks, from which the other entries and custom GPUs are derived.
+REFERENCE = "a100-80gb"
+REFERENCE_TFLOPS = 312.0
+REFERENCE_HBM_GBS = 2039.0
+
+
+def for_gpu(
+    name: str, bf16_tflops: float | None = None, memory_bandwidth_gbs: float | None = None
+) -> Efficiency:
+    """The efficiency entry of GPU preset `name`.
+
+    A GPU without an entry (a custom GPU in the spec) gets the A100 entry derived as the presets
+    are: the same fractions, half_flops scaled by its bf16 peak and half_bytes by its HBM
+    bandwidth (the same fixed time per kernel), when those are given.
+    """
     presets = _presets()
-    key = name if name in presets and not name.startswith("_") else "a100-80gb"
-    return from_json(presets[key], f"efficiency.json[{key}]")
+    if name in presets and not name.startswith("_"):
+        return from_json(presets[name], f"efficiency.json[{name}]")
+    base = from_json(presets[REFERENCE], f"efficiency.json[{REFERENCE}]")
+    flops = (bf16_tflops or REFERENCE_TFLOPS) / REFERENCE_TFLOPS
+    hbm = (memory_bandwidth_gbs or REFERENCE_HBM_GBS) / REFERENCE_HBM_GBS
+    return replace(
+        base.with_gemm(half_flops=base.gemm.half_flops * flops),
+        hbm=replace(base.hbm, half_bytes=base.hbm.half_bytes * hbm),
+        source=f"derived from {REFERENCE} for a GPU without an entry (scaled by its peaks)",
+    )
 
 
 def load_calibration(path: str | Path) -> Efficiency:

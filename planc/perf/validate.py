@@ -27,7 +27,7 @@ from planc.comm.cost import ring_steps, wire_bytes
 from planc.comm.schedule import CommOp, schedule
 from planc.job import Job
 from planc.perf.compute import Device, chunk_times, optimizer_time_s, pass_times, work_time_s
-from planc.perf.efficiency import Efficiency, for_gpu
+from planc.perf.efficiency import REFERENCE_HBM_GBS, REFERENCE_TFLOPS, Efficiency, for_gpu
 from planc.perf.ops import (
     LayerShape,
     attention_core,
@@ -76,8 +76,11 @@ def layer_shape(job: Plannable) -> LayerShape:
 
 
 def device_of(job: Plannable) -> Device:
+    """The GPU's peaks; a custom GPU that gives no HBM bandwidth gets the A100's bytes per FLOP
+    (2,039 GB/s per 312 TFLOPS)."""
     gpu = job.cluster.gpu
-    return Device.of(gpu.bf16_tflops, gpu.memory_bandwidth_gbs)
+    hbm = gpu.memory_bandwidth_gbs or gpu.bf16_tflops * REFERENCE_HBM_GBS / REFERENCE_TFLOPS
+    return Device.of(gpu.bf16_tflops, hbm)
 
 
 def comm_time_s(
@@ -211,12 +214,12 @@ def build_inputs(
 
     `params_by_stage[r]` is Ψ_r, the parameters one rank of stage r holds (planc's memory
     analysis); by default this module's own count. `eff` defaults to the GPU preset's entry of
-    `efficiency.json` (the A100 entry for a custom GPU).
+    `efficiency.json` (for a custom GPU, the A100 entry scaled by its peaks).
     """
     job = plan_of(job)
     lay, m = job.layout, job.m
-    eff = eff or for_gpu(job.cluster.gpu.name)
-    shape, device = layer_shape(job), device_of(job)
+    gpu, shape, device = job.cluster.gpu, layer_shape(job), device_of(job)
+    eff = eff or for_gpu(gpu.name, gpu.bf16_tflops, device.hbm_bytes / 1e9)
     per_stage = lay.stage_layers
     params = (
         list(params_by_stage)
