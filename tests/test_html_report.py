@@ -297,6 +297,19 @@ def test_cli_tolerates_memory_and_bubble_only(tmp_path: Path) -> None:
     assert result.exit_code == 2 and not out.exists()
 
 
+def test_cli_refuses_a_job_with_no_layout(tmp_path: Path) -> None:
+    """A precondition rule ignored by the spec still stops the report, with the refusal."""
+    spec = tmp_path / "ignored.yaml"
+    spec.write_text(
+        spec_text({"parallelism": {"data": 8}, "rules": {"ignore": ["PLC001"]}}), encoding="utf-8"
+    )
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(main, ["report", str(spec), "-o", str(out)])
+    assert result.exit_code == 1
+    assert "PLC001" in result.output and "cannot plan" in result.output
+    assert not out.exists()
+
+
 def test_report_help_snapshot(snapshot: SnapshotAssertion) -> None:
     result = CliRunner().invoke(main, ["report", "--help"], prog_name="planc", terminal_width=100)
     assert result.exit_code == 0

@@ -2,7 +2,7 @@
 
 Like `planc explain`, a report is drawn when the only errors are the ones it exists to show:
 memory that does not fit (PLC007) and a bubble over the limit (PLC006). Any other error, and a
-job with no layout at all, gives no page: the check result says why.
+job with no layout at all, gives no page: the check result says why (as `planc explain` says it).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from planc.analysis import analyse, estimate_step
-from planc.check import check_loaded, finding
+from planc.check import check_file, finding
 from planc.findings import FileResult, Severity
 from planc.html.page import render_page
 from planc.load import load_path
@@ -30,7 +30,7 @@ class Built:
 
 def build_report(path: str) -> Built:
     loaded = load_path(path)
-    result = check_loaded(loaded)
+    result, context = check_file(loaded)
     blocking = [
         f
         for f in result.findings
@@ -39,7 +39,7 @@ def build_report(path: str) -> Built:
     if loaded.job is None or blocking:
         return Built(result, None)
     plan = plannable(loaded.job)
-    if isinstance(plan, tuple):
+    if isinstance(plan, tuple):  # a precondition rule the spec ignores or re-levels
         refusals = tuple(
             finding(
                 r.rule,
@@ -49,6 +49,10 @@ def build_report(path: str) -> Built:
             )
             for r in plan
         )
-        return Built(FileResult(result.path, tuple(sorted({*result.findings, *refusals}))), None)
-    analysis = analyse(plan)
+        refused = {r.rule for r in refusals}
+        kept = tuple(f for f in result.findings if f.rule not in refused)
+        return Built(FileResult(result.path, tuple(sorted((*kept, *refusals)))), None)
+    # check analysed the job already when a rule needed it; never twice.
+    analysis = context.analysis if context is not None and context.analysis is not None else None
+    analysis = analysis or analyse(plan)
     return Built(result, render_page(result, analysis, estimate_step(analysis)))
