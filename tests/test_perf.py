@@ -402,3 +402,13 @@ def test_context_parallel_exchange_is_exposed_only_beyond_the_attention_core() -
     # short sequences and hidden at long ones.
     assert cp_exposed(2048) > 0
     assert cp_exposed(65536) == 0
+
+
+def test_hundreds_of_stages_fall_back_to_the_closed_form() -> None:
+    # 512 equal stages, m = 4096: the two extrapolation runs alone would be millions of ops.
+    ends, counts = pipeline_ends(512, 4096, 1, [1.0] * 512, [2.0] * 512, 0.0)
+    assert counts == ()
+    # Equal stages without p2p delay: (m + p − 1) slots of t_f + t_b, as the simulation gives.
+    assert ends == (3.0 * (4096 + 511),) * 512
+    small = simulate(build_schedule(8, 64, 1), [1.0] * 8, [2.0] * 8, 0)
+    assert float(small.makespan) == 3.0 * (64 + 7)

@@ -39,6 +39,9 @@ from planc.pipeline.timeline import simulate
 # Above this many compute ops (2·p·m·v) the pipeline is simulated at two smaller m and
 # extrapolated; at the bound the exact simulation takes about a second.
 MAX_SIMULATED_OPS = 40_000
+# Above this many ops in the two extrapolation runs (p in the hundreds), the closed form over the
+# slowest stage is used instead.
+MAX_EXTRAPOLATED_OPS = 200_000
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ class StepEstimate:
     tokens_per_s: float
     mfu: float
     stage_end_s: tuple[float, ...]
-    simulated_m: tuple[int, ...]  # the micro-batch counts actually simulated
+    simulated_m: tuple[int, ...]  # the micro-batch counts simulated; () for the closed form
 
 
 def _virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
@@ -168,10 +171,23 @@ def pipeline_ends(
     if counts is None:
         return _simulate_ends(p, m, v, t_f, t_b, hop), (m,)
     m1, m2 = counts
+    if 2 * p * v * (m1 + m2) > MAX_EXTRAPOLATED_OPS:
+        return closed_form_ends(p, m, v, t_f, t_b, hop), ()
     first = _simulate_ends(p, m1, v, t_f, t_b, hop)
     second = _simulate_ends(p, m2, v, t_f, t_b, hop)
     periods = (m - m1) / p
     return tuple(a + periods * (b - a) for a, b in zip(first, second, strict=True)), (m1, m2)
+
+
+def closed_form_ends(
+    p: int, m: int, v: int, t_f: Sequence[float], t_b: Sequence[float], hop: float
+) -> tuple[float, ...]:
+    """Every stage ends at the slowest stage's m·v chunk times plus the fill and drain of
+    (p − 1)/v of them and 2(p − 1) messages (Narayanan et al. 2021 §2.2: bubble (p − 1)/(v·m)
+    of the ideal time); exact for equal stages without p2p delay, an estimate otherwise."""
+    slowest = max(sum(t_f[j * p + r] + t_b[j * p + r] for j in range(v)) for r in range(p))
+    end = slowest * (m + (p - 1) / v) + 2 * (p - 1) * hop
+    return (end,) * p
 
 
 def dp_exposed_s(buckets: Sequence[float], window_s: float) -> tuple[float, float]:
