@@ -29,10 +29,11 @@ from typing import Any
 # Runnable as a script from a checkout without installing the package.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from planc.analysis import analyse
 from planc.compile import compile_job
 from planc.compile.write import render_files, write_files
-from planc.job import Job
 from planc.load import load_text
+from planc.plannable import Plannable, plannable
 
 GPUS_PER_NODE = 8
 NODES = {"1k": 128, "16k": 2048, "131k": 16384}
@@ -64,9 +65,9 @@ def _rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
-def _timed_once(job: Job) -> dict[str, Any]:
+def _timed_once(job: Plannable) -> dict[str, Any]:
     start = time.perf_counter()
-    plan = compile_job(job)
+    plan = compile_job(analyse(job))
     compiled = time.perf_counter()
     files = render_files(plan)
     rendered = time.perf_counter()
@@ -89,9 +90,10 @@ def _timed_once(job: Job) -> dict[str, Any]:
 
 def measure(nodes: int, repeat: int) -> dict[str, Any]:
     """One size, in this process: best-of-`repeat` phase times, peak RSS and bytes written."""
-    job = load_text("bench.yaml", spec_text(nodes)).job
-    if job is None:
-        raise SystemExit("the benchmark spec does not resolve")
+    resolved = load_text("bench.yaml", spec_text(nodes)).job
+    job = plannable(resolved) if resolved is not None else None
+    if job is None or isinstance(job, tuple):
+        raise SystemExit("the benchmark spec does not resolve to a plannable job")
     baseline = _rss_bytes()
     runs = [_timed_once(job) for _ in range(repeat)]
     peak = _rss_bytes()

@@ -97,9 +97,12 @@ def render(result: Verification) -> str:
             lines.append(f"    ... and {len(check.problems) - MAX_SHOWN} more")
     for run in result.rings:
         status = "ok" if not run.problems else "FAILED"
+        what = run.note or (
+            f"{run.simulated} of {run.groups:,} groups of {run.group_size} simulated at "
+            f"{run.elements:,} int64 elements per rank"
+        )
         lines.append(
-            f"{'ring ' + run.op:<24}{status:<8}groups.{run.group}: {run.simulated} of {run.groups:,} "
-            f"groups of {run.group_size} simulated at {run.elements:,} int64 elements per rank"
+            f"{'ring ' + run.op:<24}{status if not run.note else 'skipped':<8}groups.{run.group}: {what}"
         )
         lines += [f"    {p}" for p in run.problems[:MAX_SHOWN]]
     lines.append(

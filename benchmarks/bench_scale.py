@@ -1,0 +1,130 @@
+"""Bounded work: every command at the 1,048,576-rank cap and at a billion micro-batches.
+
+Usage: ``python benchmarks/bench_scale.py [--json FILE]``
+
+Issue 19's target: each command under 30 s and 2 GB on this machine (2 cores). Each command
+runs as its own `python -m planc` process; its wall time and peak RSS (``ru_maxrss`` of the
+child, from ``os.wait4``) are measured. The baseline, in the same run, is `planc check` of the
+shipped 8-GPU example, so the ratios say how much more work the extreme specs cost than the
+smallest one; the absolute figures are what the target is about.
+
+The specs:
+- cap: Llama 3 8B with 4,096 layers on 131,072 nodes × 8 H100 (1,048,576 ranks), t = 8,
+  p = 4,096, d = 32, m = 4,096 (PLC006 ignored; PLC007 fails, so compile uses --force);
+- cap-1gpu: a million nodes of one GPU each (planc's node limit; t = 1, p = 16, d = 62,500): a
+  million host names and launcher lines;
+- billion: Llama 3 8B on 16 H100, t = 8, p = 2, global batch 10⁹ (m = 10⁹).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+LIMIT_S, LIMIT_BYTES = 30.0, 2 * 10**9
+
+SPECS = {
+    "cap": """\
+version: 1
+name: cap
+model: {preset: llama3-8b, layers: 4096}
+hardware: {gpu: h100-sxm, nodes: 131072, hosts: "n{000001..131072}"}
+parallelism: {tensor: 8, pipeline: 4096}
+training: {seq_len: 8192, micro_batch: 1, global_batch: 131072}
+rules: {ignore: [PLC006]}
+""",
+    "cap-1gpu": """\
+version: 1
+name: cap-1gpu
+model: {preset: llama3-8b, layers: 32}
+hardware: {gpu: h100-sxm, nodes: 1000000, gpus_per_node: 1, nvlink_domain: 1, hosts: "n{0000001..1000000}"}
+parallelism: {tensor: 1, pipeline: 16, zero_stage: 1}
+training: {seq_len: 8192, micro_batch: 1, global_batch: 1000000, recompute: full}
+rules: {ignore: [PLC006, PLC019]}
+""",
+    "billion": """\
+version: 1
+name: billion
+model: {preset: llama3-8b}
+hardware: {gpu: h100-sxm, nodes: 2, hosts: "n{1..2}"}
+parallelism: {tensor: 8, pipeline: 2}
+training: {seq_len: 8192, micro_batch: 1, global_batch: 1000000000}
+""",
+}
+
+
+def run(args: list[str]) -> dict[str, Any]:
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "planc", *args],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    _, status, usage = os.wait4(process.pid, 0)
+    elapsed = time.perf_counter() - start
+    code = os.waitstatus_to_exitcode(status)
+    stderr = process.stderr.read().decode() if process.stderr else ""
+    return {
+        "seconds": elapsed,
+        "peak_bytes": usage.ru_maxrss * 1024,
+        "exit": code,
+        "stderr": stderr[-300:],
+    }
+
+
+def commands(spec: Path, out: Path) -> dict[str, list[str]]:
+    return {
+        "check": ["check", str(spec)],
+        "memory": ["memory", str(spec)],
+        "explain": ["explain", str(spec)],
+        "verify spec": ["verify", str(spec)],
+        "compile": ["compile", str(spec), "-o", str(out), "--force"],
+        "verify dir": ["verify", str(out)],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--json", type=Path, help="also write the numbers here")
+    options = parser.parse_args()
+    baseline = run(["check", str(ROOT / "examples" / "llama3-8b-1node.yaml")])
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in SPECS.items():
+            spec = Path(tmp) / f"{name}.yaml"
+            spec.write_text(text)
+            for command, args in commands(spec, Path(tmp) / f"{name}-plan").items():
+                result = run(args)
+                rows.append({"spec": name, "command": command, **result})
+    print(
+        f"baseline: planc check of the 8-GPU example, {baseline['seconds']:.2f} s, {baseline['peak_bytes'] / 1e6:.0f} MB"
+    )
+    print(
+        f"{'spec':<10}{'command':<13}{'exit':>5}{'seconds':>9}{'×base':>8}{'peak MB':>9}{'×base':>8}  target (30 s, 2 GB)"
+    )
+    for row in rows:
+        within = row["seconds"] < LIMIT_S and row["peak_bytes"] < LIMIT_BYTES
+        print(
+            f"{row['spec']:<10}{row['command']:<13}{row['exit']:>5}{row['seconds']:>9.2f}"
+            f"{row['seconds'] / baseline['seconds']:>8.1f}{row['peak_bytes'] / 1e6:>9.0f}"
+            f"{row['peak_bytes'] / baseline['peak_bytes']:>8.1f}  {'met' if within else 'MISSED'}"
+        )
+        if row["exit"] not in (0, 1):
+            print(f"    stderr: {row['stderr']}")
+    if options.json:
+        options.json.write_text(json.dumps({"baseline": baseline, "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
