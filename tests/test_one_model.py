@@ -143,3 +143,20 @@ def test_memory_and_communication_agree(overlay: dict[str, Any]) -> None:
         for term in flight:
             held = int(term.formula.rsplit("× ", 1)[1].split(" ", 1)[0])
             assert held <= m * layers or "layer-micro-batch" in term.formula
+
+
+def test_ignoring_the_rank_cap_does_not_let_a_command_past_it(tmp_path: Path) -> None:
+    # 10,000,000 nodes is refused by the schema; 200,000 nodes × 8 GPUs (1.6M ranks) is a valid
+    # spec above planc's cap. Ignoring PLC015 silences check, never the per-rank work's bound.
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        spec_text(
+            {
+                "hardware": {"nodes": 200_000, "hosts": "n{000001..200000}"},
+                "training": {"global_batch": 400_000},
+                "rules": {"ignore": ["PLC015", "PLC007"]},
+            }
+        )
+    )
+    done = planc("verify", str(spec))
+    assert done.returncode == 1 and "cannot plan" in done.stderr and "PLC015" in done.stderr
