@@ -66,7 +66,7 @@ class Plan:
     placement: Placement
     groups: Groups
     stages: tuple[Stage, ...]
-    shard: Ranks  # optimizer shard index: position in the rank's dp_cp group
+    shard: Ranks  # optimizer shard index: position in the rank's dp_shard group (its dp_cp group by default)
     memory: npt.NDArray[np.int64]  # (p, d·c, len(MEMORY_FIELDS)) bytes
     summary: Summary
     parameters: tuple[RankParameters, ...]  # Ψ_r of one TP rank of each stage
@@ -167,9 +167,9 @@ def compile_job(analysis: Analysis, findings: tuple[Finding, ...] = ()) -> Plan:
     job = analysis.plan
     grid = grid_of(job.layout)
     placement = place(grid, job.cluster.gpus_per_node, job.cluster.nvlink_domain)
-    groups = process_groups(grid)
-    shard = index_in_group(groups.dp_cp, grid.world)
-    table = _memory_table(job, groups.dp_cp.shape[1])
+    groups = process_groups(grid, job.layout.shard_group)
+    shard = index_in_group(groups.dp_shard, grid.world)
+    table = _memory_table(job, groups.dp_shard.shape[1])
     return Plan(
         job=job,
         placement=placement,
