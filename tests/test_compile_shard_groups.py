@@ -8,6 +8,8 @@ import pytest
 from planc.compile.groups import process_groups, shard_groups
 from planc.compile.ranks import Grid
 
+from conftest import compiled, job_of
+
 
 def grid(**degrees: int) -> Grid:
     order = ("tp", "cp", "dp", "pp")
@@ -50,3 +52,13 @@ def test_shard_and_replicate_partition_the_ranks_and_cross_once(shard: int) -> N
 def test_a_shard_that_does_not_divide_is_refused() -> None:
     with pytest.raises(ValueError, match="does not divide"):
         shard_groups(np.arange(8).reshape(2, 4), 3)
+
+
+def test_an_hsdp_spec_compiles_with_shard_indices_in_dp_shard() -> None:
+    # llama3-8b on 8 GPUs, tensor 2, data 4, data_shard 2: two replicas of a 2-way shard.
+    plan = compiled(job_of({"parallelism": {"data_shard": 2}}))
+    assert plan.groups.dp_shard.shape == (4, 2)
+    assert plan.groups.dp_replicate.shape == (4, 2)
+    position = np.empty(8, dtype=np.int64)
+    position[plan.groups.dp_shard] = np.arange(2)
+    assert np.array_equal(plan.shard, position)
