@@ -292,3 +292,23 @@ def test_megatron_optimizer_offload_moves_master_and_moments() -> None:
         fsdp_job(training={"framework": "megatron", "offload": {"parameters": True}}), 0
     )
     assert params.host == 0
+
+
+# --- the report names the stack -------------------------------------------------------------------
+
+
+def test_report_names_the_modelled_stack_and_the_host_bytes() -> None:
+    from planc.memory import budget
+    from planc.memory.report import render_text, to_json
+
+    job = fsdp_job(training={"kernels": "unfused", "offload": {"optimizer": True}})
+    b = budget(job)
+    text = render_text(job, b)
+    assert "Modelled stack: framework fsdp2" in text and "kernels unfused" in text
+    assert "offload: optimizer" in text and "ZeRO=3 (fully_shard)" in text
+    assert "offloaded to host memory" in text and "Host memory per node" in text
+    data = to_json(job, b)
+    assert data["stack"] == {"framework": "fsdp2", "kernels": "unfused", "offload": ["optimizer"]}
+    # 8 GPUs per node × the rank's Adam m and v shard (8 bytes per parameter over 16).
+    assert data["host_bytes_per_node"] == 8 * 8 * -(-hf_total("llama3-8b") // 16)
+    assert data["stages"][0]["host"] == b.peak.memory.host

@@ -55,7 +55,7 @@ def _symbols(job: Plannable) -> str:
         ("d", lay.d),
         ("N=d·c" if lay.replicas == 1 else "N=data_shard", lay.shard_group),
         *((("R", lay.replicas),) if lay.replicas > 1 else ()),
-        ("ZeRO", lay.zero),
+        ("ZeRO", "3 (fully_shard)" if job.training.framework == "fsdp2" else lay.zero),
     )
     return "  ".join(f"{name}={value}" for name, value in pairs)
 
