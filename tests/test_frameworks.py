@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,6 +23,8 @@ from typing import Any
 import pytest
 
 from planc.compile import render_files
+from planc.compile.frameworks import deepspeed_config, megatron_arguments
+from planc.compile.frameworks import torchtitan_settings as torchtitan_settings_of
 from planc.compile.plan import Plan
 
 from conftest import compiled, job_of
@@ -44,6 +47,16 @@ CASES: dict[str, tuple[dict[str, Any] | None, str]] = {
         {
             "parallelism": {"tensor": 2, "context": 2, "zero_stage": 3},
             "training": {"precision": "fp16", "recompute": "full", "attention": "eager"},
+        },
+        "llama3-8b-1node.yaml",
+    ),
+    "deepspeed-zero3-offload": (
+        {
+            "parallelism": {"tensor": 2, "zero_stage": 3},
+            "training": {
+                "framework": "deepspeed",
+                "offload": {"optimizer": True, "parameters": True},
+            },
         },
         "llama3-8b-1node.yaml",
     ),
@@ -220,6 +233,29 @@ def test_uneven_stages_name_every_chunk_in_stage_order() -> None:
     assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "output"]
 
 
+def with_data_shard(plan: Plan, shard: int) -> Plan:
+    """The plan with parallelism.data_shard set (HSDP): the layout the framework files read."""
+    return replace(plan, job=replace(plan.job, layout=replace(plan.job.layout, data_shard=shard)))
+
+
+def test_data_shard_is_hsdp_in_every_framework() -> None:
+    plan = plan_of("context-zero3-fp16-full")  # t=2, c=2, d=2: d·c = 4 ranks shard ZeRO-3
+    assert plan.job.layout.shard_group == 4
+    hsdp = with_data_shard(plan, 2)
+    notes = deepspeed_config(hsdp)[1]
+    assert any("data_shard 2" in note and "every data-parallel rank" in note for note in notes)
+    parallelism = torchtitan_settings_of(hsdp)[0]
+    # torchtitan shards over dp_shard × cp = 2: dp_shard 1, and the 2 data ranks replicate.
+    assert (
+        parallelism["data_parallel_shard_degree"],
+        parallelism["data_parallel_replicate_degree"],
+    ) == (1, 2)
+    zero1 = replace(plan.job.layout, zero=1, data_shard=2)
+    args, _ = megatron_arguments(replace(plan, job=replace(plan.job, layout=zero1)))
+    assert "--num-distributed-optimizer-instances 2" in args
+    assert "--num-distributed-optimizer-instances 2" not in megatron_arguments(plan)[0]
+
+
 def test_output_is_deterministic() -> None:
     again = render_files(compiled(job_of(*CASES["interleaved"])))
     for name in ("megatron/args.txt", "deepspeed/ds_config.json", "torchtitan/planc_config.py"):
@@ -337,6 +373,8 @@ for case, (config, d) in json.load(sys.stdin).items():
         "fp16": parsed.float16_config.enabled,
         "clipping": parsed.gradient_clipping,
         "reduce_bucket_size": zero.reduce_bucket_size,
+        "offload_optimizer": str(getattr(zero.offload_optimizer, 'device', None)),
+        "offload_param": str(getattr(zero.offload_param, 'device', None)),
     }
 print(json.dumps(out))
 """
@@ -369,6 +407,15 @@ def test_deepspeed_config_class_accepts_the_config() -> None:
             training["precision"] == "fp16",
         )
         assert got["clipping"] == 1.0
+        config = payload[case][0]["zero_optimization"]
+        assert got["reduce_bucket_size"] == config["reduce_bucket_size"]
+        offload = ("cpu", "cpu") if case == "deepspeed-zero3-offload" else ("None", "None")
+        assert (got["offload_optimizer"], got["offload_param"]) == offload
+    # data_shard has no DeepSpeed 0.19 form (MiCS was removed): the config stays valid and the
+    # README says so.
+    hsdp = deepspeed_config(with_data_shard(plan_of("context-zero3-fp16-full"), 2))
+    assert "mics_shard_size" not in hsdp[0]["zero_optimization"]
+    _run(python, DEEPSPEED_CONFIG, {"hsdp": [hsdp[0], 2]})
 
 
 TORCHTITAN_READ = """

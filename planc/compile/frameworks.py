@@ -8,7 +8,7 @@ Versions followed (each file says so too):
   NVIDIA/Megatron-LM d98e8a64 (2026-08-22).
 - DeepSpeed 0.19.8: `deepspeed/runtime/config.py` (`DeepSpeedConfig`: batch triple, bf16/fp16,
   gradient_clipping, data_types) and `deepspeed/runtime/zero/config.py`
-  (`DeepSpeedZeroConfig`: stage, buckets, offload, MiCS).
+  (`DeepSpeedZeroConfig`: stage, buckets, offload; MiCS is gone, so no sub-group sharding).
 - torchtitan 0.3.0 (PyPI): `torchtitan/config/configs.py` (`ParallelismConfig`,
   `TrainingConfig`) and `config/manager.py`, which reads a Python function returning
   `Trainer.Config` (`--module M --config F`); the TOML files of earlier releases are gone.
@@ -40,14 +40,7 @@ Files = dict[str, str]
 
 def _shard_group(plan: Plan) -> int:
     """N: the ranks ZeRO/FSDP shards over (parallelism.data_shard; d·c when not set)."""
-    lay = plan.job.layout
-    shard: int = getattr(lay, "data_shard", lay.d * lay.c)
-    return shard
-
-
-def _training_flag(plan: Plan, name: str, default: Any) -> Any:
-    """A training setting that older specs do not have (offload, framework, resharding)."""
-    return getattr(plan.job.training, name, default)
+    return plan.job.layout.shard_group
 
 
 # ----------------------------------------------------------------------------- Megatron-LM
@@ -145,17 +138,16 @@ def deepspeed_config(plan: Plan) -> tuple[dict[str, Any], list[str]]:
         "allgather_bucket_size": bucket,
     }
     shard = _shard_group(plan)
-    if shard < lay.d * lay.c:
-        if lay.zero == 3:
-            zero["mics_shard_size"] = shard
-        else:
-            notes.append(
-                f"data_shard {shard}: DeepSpeed shards ZeRO-{lay.zero} over the whole data-"
-                "parallel group; only ZeRO-3 has sub-group sharding (MiCS, mics_shard_size)"
-            )
-    if _training_flag(plan, "offload_optimizer", False):
+    if shard < lay.d * lay.c and lay.zero > 0:
+        notes.append(
+            f"data_shard {shard}: DeepSpeed 0.19 shards ZeRO-{lay.zero} over the whole data-"
+            "parallel group (MiCS, its sub-group sharding, was removed, and ZeRO++'s "
+            "zero_hpz_partition_size only keeps a second copy of ZeRO-3 parameters), so this "
+            "config shards over every data-parallel rank, not over data_shard"
+        )
+    if tr.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-    if _training_flag(plan, "offload_parameters", False):
+    if tr.offload_parameters:
         if lay.zero == 3:
             zero["offload_param"] = {"device": "cpu", "pin_memory": True}
         else:
@@ -227,7 +219,7 @@ def torchtitan_settings(plan: Plan) -> tuple[dict[str, Any], dict[str, Any], lis
             f"ZeRO-{lay.zero}: torchtitan shards with FSDP2; without resharding after forward "
             "it keeps whole parameters from forward to backward, as ZeRO-2 does"
         )
-    reshard = lay.zero == 3 and _training_flag(plan, "reshard_after_forward", True)
+    reshard = lay.zero == 3 and tr.reshard_after_forward
     parallelism: dict[str, Any] = {
         "data_parallel_replicate_degree": replicate,
         "data_parallel_shard_degree": dp_shard,
