@@ -547,3 +547,24 @@ def test_explorer_controls_pick_a_candidate(search_spec: Path, tmp_path: Path) -
     assert console_errors(dom.stderr) == []
     visible = re.findall(r'<section class="cand" id="cand-(\d+)">', dom.stdout)
     assert visible == [str(want)], visible
+
+
+@needs_chromium
+def test_hovering_a_stage_highlights_it_everywhere(tmp_path: Path) -> None:
+    """The page's script: pointing at stage 1 in one chart marks stage 1 in every chart."""
+    poke = (
+        "<script>document.querySelector('.stage-bar[data-stage=\"1\"] rect')"
+        ".dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));</script></body>"
+    )
+    page = tmp_path / "report.html"
+    page.write_text(page_of(LARGE).replace("</body>", poke), encoding="utf-8")
+    dom = chromium(page, tmp_path / "profile", "--dump-dom")
+    assert console_errors(dom.stderr) == []
+    assert re.search(r"<body[^>]*class=\"focus\"", dom.stdout)
+    marked = re.findall(
+        r'data-stage="(\d+)"[^>]*class="[^"]*\bhl\b|class="[^"]*\bhl\b[^"]*"[^>]*data-stage="(\d+)"',
+        dom.stdout,
+    )
+    stages = {a or b for a, b in marked}
+    assert stages == {"1"}
+    assert len(marked) > plan_of(LARGE).world // plan_of(LARGE).layout.p  # every GPU of stage 1
