@@ -6,7 +6,8 @@ loaded and checked as `planc check` would (the nearest planc configuration of th
 when a side can be planned it is analysed as `planc explain` analyses it. The diff shows memory
 per pipeline stage and the peak, step time, tokens/s, MFU, the bubble, bytes per rank per step
 on each link class, and the findings added and removed (compared by rule, field and message).
-A side with no plan (a refusal, a spec that does not load) still diffs its findings.
+A side with no plan (a refusal, a spec that does not load) still diffs its findings. A
+`model.hf_config` of a `REV:path` side is read from the working tree, beside the path.
 
 Exit status (`exit_status`): 1 when NEW has an error finding whose rule and field OLD did not
 have (an error OLD already had, with other numbers in its message, is not new), else 0; an

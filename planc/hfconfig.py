@@ -621,9 +621,12 @@ def from_config(
     if isinstance(read, list):
         return tuple(read)
     dims, stated = read
-    mlp = _mlp(config, arch)
+    # A field the spec gives replaces the config's: its value in the config is not read.
+    mlp = (given["mlp"], []) if isinstance(given.get("mlp"), str) else _mlp(config, arch)
     dropout = _dropout(config, arch)
-    tied = config.get("tie_word_embeddings", arch.defaults["tie_word_embeddings"])
+    tied = given.get(
+        "tied_embeddings", config.get("tie_word_embeddings", arch.defaults["tie_word_embeddings"])
+    )
     errors = [item for item in (mlp, dropout) if isinstance(item, Note)]
     if not isinstance(tied, bool):
         errors.append(

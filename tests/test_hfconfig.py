@@ -239,6 +239,21 @@ def test_unreadable_configs_are_located_findings(tmp_path: Path) -> None:
         assert words in finding.message
 
 
+def test_a_field_the_spec_gives_is_not_read_from_the_config(tmp_path: Path) -> None:
+    config = json.loads((HF / "llama3-8b" / "config.json").read_text())
+    (tmp_path / "config.json").write_text(
+        json.dumps({**config, "hidden_act": "relu2", "tie_word_embeddings": "yes"})
+    )
+    spec = write_spec(tmp_path, {"hf_config": "config.json"})
+    assert {f.rule for f in findings_of(spec)} == {"PLC110"}
+    spec = write_spec(
+        tmp_path, {"hf_config": "config.json", "mlp": "gelu", "tied_embeddings": True}
+    )
+    loaded = load_path(str(spec))
+    assert loaded.job is not None, loaded.findings
+    assert (loaded.job.model.mlp, loaded.job.model.tied) == ("gelu", True)
+
+
 def test_preset_and_hf_config_together_are_refused(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, {"preset": "llama3-8b", "hf_config": "config.json"})
     (finding,) = findings_of(spec)
