@@ -39,6 +39,8 @@ VOCAB_DIVISOR = 128
 # with_context_parallel=False)`; DistributedDataParallelConfig.bucket_size).
 BUCKET_MIN_ELEMENTS = 40_000_000
 BUCKET_ELEMENTS_PER_RANK = 1_000_000
+# DeepSpeed ZeRO's default reduce_bucket_size, in elements (deepspeed/runtime/zero/config.py).
+DS_REDUCE_BUCKET_ELEMENTS = 500_000_000
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -384,6 +386,16 @@ class Plannable:
     @property
     def world(self) -> int:
         return self.cluster.world
+
+    @property
+    def gradient_bucket_elements(self) -> int:
+        """Elements per gradient bucket of the engine that reduces them: DeepSpeed's
+        reduce_bucket_size (5·10⁸), else Megatron DDP's max(4·10⁷, 10⁶·d). FSDP2 reduces per
+        fully_shard unit; planc uses Megatron's bucket there too, which moves the same bytes in
+        different calls (a documented approximation of its latency terms)."""
+        if self.training.framework == "deepspeed":
+            return DS_REDUCE_BUCKET_ELEMENTS
+        return self.layout.bucket_elements
 
     @property
     def tokens_per_cp_rank(self) -> int:

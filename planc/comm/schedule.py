@@ -279,7 +279,7 @@ def _dp_ops(job: Plannable, stage: int, params: int) -> list[CommOp]:
         )
 
     ops: list[CommOp] = []
-    for calls, elements in _buckets(params, lay.bucket_elements):
+    for calls, elements in _buckets(params, job.gradient_bucket_elements):
         if hsdp:
             sharded = zero >= 2
             ops.append(_replicate_op(job, stage, calls * (m if sharded else 1), elements))

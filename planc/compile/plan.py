@@ -204,6 +204,7 @@ def layout_record(plan: Plan) -> dict[str, object]:
         "stage_layers": [[list(chunk) for chunk in stage.layers] for stage in plan.stages],
         "sequence_parallel": lay.sp,
         "zero_stage": lay.zero,
+        "data_shard": lay.data_shard,
     }
 
 
@@ -243,6 +244,7 @@ def training_record(plan: Plan) -> dict[str, object]:
         "gradient_bytes": grad_bytes(job),
         "recompute": tr.recompute,
         "attention": tr.attention,
+        "framework": tr.framework,
     }
 
 

@@ -36,7 +36,7 @@ from planc.memory.static import (
     static_terms,
 )
 from planc.memory.terms import Component, Term, ceil_div
-from planc.plannable import Plannable
+from planc.plannable import DS_REDUCE_BUCKET_ELEMENTS, Plannable
 
 # --- sources -------------------------------------------------------------------------------------
 
@@ -57,7 +57,6 @@ FSDP2_COLLECTIVES = "PyTorch torch/distributed/fsdp/_fully_shard/_fsdp_collectiv
 FSDP2_OFFLOAD = "PyTorch FSDP2 CPUOffloadPolicy (_fsdp_api.py): sharded parameters, gradients and the optimizer step on the host"
 
 # DeepSpeed's ZeRO defaults, in elements (deepspeed/runtime/zero/config.py).
-DS_REDUCE_BUCKET_ELEMENTS = 500_000_000  # reduce_bucket_size
 DS_ALLGATHER_BUCKET_ELEMENTS = 500_000_000  # allgather_bucket_size
 DS_PREFETCH_BUCKET_ELEMENTS = 50_000_000  # stage3_prefetch_bucket_size
 DS_MAX_LIVE_PARAMETERS = 1_000_000_000  # stage3_max_live_parameters

@@ -26,7 +26,59 @@ KIND_AXES = {
     "model_parallel": ("tp", "pp"),
 }
 
+# Shard groups cut each dp_cp group by position: dp_shard holds data_shard consecutive members,
+# dp_replicate the members at the same position of every such slice (HSDP).
+SHARD_KINDS = ("dp_shard", "dp_replicate")
+
 Found = Iterator[str]
+
+
+def dp_cp_position(plan: PlanData) -> tuple[Ints, Ints]:
+    """Each rank's dp_cp group (a key over the other coordinates) and its position in it: the
+    dp and cp coordinates with the one earlier in the order varying fastest."""
+    key = plan.coords["tp"] + plan.degrees["tp"] * plan.coords["pp"]
+    position = np.zeros(len(plan.rank), dtype=np.int64)
+    scale = 1
+    for axis in plan.order:
+        if axis in ("dp", "cp"):
+            position += plan.coords[axis] * scale
+            scale *= plan.degrees[axis]
+    return key, position
+
+
+def _shard_groups(plan: PlanData) -> Found:
+    """dp_shard and dp_replicate: partitions whose members share a dp_cp group, and the same
+    slice (dp_shard) or the same position in every slice (dp_replicate)."""
+    group = plan.degrees["dp"] * plan.degrees["cp"]
+    shard = plan.data_shard
+    if shard < 1 or group % shard:
+        yield f"layout.data_shard = {shard} does not divide data × context = {group}"
+        return
+    key, position = dp_cp_position(plan)
+    for kind, size, same in (
+        ("dp_shard", shard, position // shard),
+        ("dp_replicate", group // shard, position % shard),
+    ):
+        found = plan.groups.get(kind)
+        if found is None:
+            yield f"groups.{kind} is missing"
+            continue
+        if found.ndim != 2 or found.shape[1] != size or found.size != len(plan.rank):
+            yield f"groups.{kind}: {found.shape[0]} groups of {found.shape[1] if found.ndim == 2 else '?'} ranks, expected {len(plan.rank) // size} groups of {size}"
+            continue
+        problems = list(_partition(kind, found, len(plan.rank)))
+        yield from problems
+        if problems:
+            continue
+        for name, values in (
+            ("dp_cp group", key),
+            ("slice" if kind == "dp_shard" else "position", same),
+        ):
+            bad = (values[found] != values[found][:, :1]).any(axis=1)
+            if bad.any():
+                g = int(np.flatnonzero(bad)[0])
+                yield f"groups.{kind} group {g} {found[g][:8].tolist()} mixes members of more than one {name}"
+                break
 
 
 def expected_strides(plan: PlanData) -> dict[str, int]:
@@ -141,6 +193,7 @@ def groups(plan: PlanData) -> Found:
             continue
         yield from _members_agree(plan, kind, axes, found)
     yield from _embedding(plan)
+    yield from _shard_groups(plan)
 
 
 def _members_agree(plan: PlanData, kind: str, axes: tuple[str, ...], found: Ints) -> Found:
@@ -176,16 +229,16 @@ def _embedding(plan: PlanData) -> Found:
 
 
 def optimizer_shards(plan: PlanData) -> Found:
-    """A rank's optimizer shard is its position in its dp_cp group."""
-    found = plan.groups.get("dp_cp")
-    if found is None or found.size != len(plan.rank):
+    """A rank's optimizer shard is its position in its shard group: its position in its dp_cp
+    group, modulo data_shard."""
+    if plan.data_shard < 1:
         return
-    position = np.empty(len(plan.rank), dtype=np.int64)
-    position[found] = np.arange(found.shape[1], dtype=np.int64)
-    bad = plan.optimizer_shard != position
+    _, position = dp_cp_position(plan)
+    want = position % plan.data_shard
+    bad = plan.optimizer_shard != want
     if bad.any():
         r = _first_bad(bad)
-        yield f"rank {r}: optimizer_shard {plan.optimizer_shard[r]}, but it is member {position[r]} of its dp_cp group"
+        yield f"rank {r}: optimizer_shard {plan.optimizer_shard[r]}, but it is member {want[r]} of its shard group"
 
 
 def memory(plan: PlanData) -> Found:

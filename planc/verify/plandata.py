@@ -44,6 +44,8 @@ class PlanData:
     model: Mapping[str, Any]
     training: Mapping[str, Any]
     zero: int
+    data_shard: int  # ranks ZeRO/FSDP shards over; d·c unless HSDP
+    framework: str
     sequence_parallel: bool
     virtual_stages: int
     groups: Mapping[str, Ints]  # kind -> (groups × members)
@@ -179,6 +181,8 @@ def read_plan(text: str) -> PlanData:
             model=_need(raw, "model", "plan.json"),
             training=_need(raw, "training", "plan.json"),
             zero=int(_need(layout, "zero_stage", "layout")),
+            data_shard=int(_need(layout, "data_shard", "layout")),
+            framework=str(_need(_need(raw, "training", "plan.json"), "framework", "training")),
             sequence_parallel=bool(_need(layout, "sequence_parallel", "layout")),
             virtual_stages=int(_need(layout, "virtual_stages", "layout")),
             groups=_groups(raw),

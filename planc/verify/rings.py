@@ -25,7 +25,7 @@ from planc.sim import (
     ring_reduce_scatter,
     ring_reduce_scatter_bytes,
 )
-from planc.verify.grid import KIND_AXES
+from planc.verify.grid import KIND_AXES, SHARD_KINDS, dp_cp_position
 from planc.verify.plandata import AXES, Ints, PlanData
 from planc.verify.traffic import itemsize_of
 
@@ -70,6 +70,11 @@ def _buffers(ranks: Ints, elements: int) -> Ints:
 
 def _should_hold(plan: PlanData, kind: str, anchor: int) -> Ints:
     """The ranks that share every coordinate but the kind's axes with `anchor`, ascending."""
+    if kind in SHARD_KINDS:
+        key, position = dp_cp_position(plan)
+        mine = position // plan.data_shard if kind == "dp_shard" else position % plan.data_shard
+        same = (key == key[anchor]) & (mine == mine[anchor])
+        return np.flatnonzero(same).astype(np.int64)
     if kind == "embedding":
         pp = plan.groups.get("pp")
         row = (

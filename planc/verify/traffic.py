@@ -131,42 +131,45 @@ def _cp(plan: PlanData, stage: int, layers: int, m: int) -> list[Op]:
 
 
 def _dp(plan: PlanData, stage: int, m: int) -> list[Op]:
-    n = plan.degrees["dp"] * plan.degrees["cp"]
-    if n == 1:
+    """Gradient reduction and parameter gathering over the shard group, buckets of Megatron
+    DDP's default size over Ψ_r. FSDP2 always shards the parameters (ZeRO-3 traffic). With HSDP
+    (data_shard < d·c) the shard group is dp_shard, and each reduce-scatter's shard is then
+    all-reduced over the dp_replicate group of the d·c/data_shard replicas."""
+    group = plan.degrees["dp"] * plan.degrees["cp"]
+    if group == 1:
         return []
     tr = plan.training
+    zero = 3 if plan.framework == "fsdp2" else plan.zero
+    replicas = group // plan.data_shard
+    hsdp = zero > 0 and replicas > 1
+    n, kind = (plan.data_shard, "dp_shard") if hsdp else (group, "dp_cp")
     psi = stage_parameters(plan, stage)
-    bucket = max(40_000_000, 1_000_000 * plan.degrees["dp"])
+    # DeepSpeed's default reduce_bucket_size; Megatron DDP's default bucket otherwise.
+    bucket = (
+        500_000_000
+        if plan.framework == "deepspeed"
+        else max(40_000_000, 1_000_000 * plan.degrees["dp"])
+    )
     full, rest = divmod(psi, bucket)
     ops: list[Op] = []
     for calls, elements in ((full, bucket), (1, rest)):
         if not (calls and elements):
             continue
         grads, params = elements * tr["gradient_bytes"], elements * tr["activation_bytes"]
-        if plan.zero == 0:
-            ops.append(Op(stage, "dp_cp", "all_reduce", None, n, calls, grads))
+        per_step = m if zero >= 2 else 1
+        if hsdp:
+            shard = cdiv(elements, plan.data_shard) * tr["gradient_bytes"]
+            ops.append(
+                Op(stage, "dp_replicate", "all_reduce", None, replicas, calls * per_step, shard)
+            )
+            if n == 1:
+                continue
+        if zero == 0:
+            ops.append(Op(stage, kind, "all_reduce", None, n, calls, grads))
             continue
+        ops.append(Op(stage, kind, "reduce_scatter", None, n, calls * per_step, grads))
         ops.append(
-            Op(
-                stage,
-                "dp_cp",
-                "reduce_scatter",
-                None,
-                n,
-                calls * (m if plan.zero >= 2 else 1),
-                grads,
-            )
-        )
-        ops.append(
-            Op(
-                stage,
-                "dp_cp",
-                "all_gather",
-                None,
-                n,
-                calls * (2 * m if plan.zero == 3 else 1),
-                params,
-            )
+            Op(stage, kind, "all_gather", None, n, calls * (2 * m if zero == 3 else 1), params)
         )
     return ops
 
@@ -209,7 +212,7 @@ def bytes_sent(op: str, n: int, buffer_bytes: int, itemsize: int) -> int:
 
 
 def itemsize_of(plan: PlanData, group: str, op: str) -> int:
-    gradients = group in ("dp_cp", "embedding") and op != "all_gather"
+    gradients = group in ("dp_cp", "dp_shard", "dp_replicate", "embedding") and op != "all_gather"
     return int(plan.training["gradient_bytes" if gradients else "activation_bytes"])
 
 
