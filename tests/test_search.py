@@ -322,3 +322,85 @@ def test_strict_rejects_what_warns() -> None:
     assert strict.feasible == len(quiet)
     assert [r.verdict.index for r in strict.results] == [r.verdict.index for r in quiet]
     assert "PLC018" in strict.rejected_by_rule  # ZeRO over a group of one: a warning
+
+
+# --- published layouts ------------------------------------------------------------------------
+# Korthikanti et al. 2022, Tables 3 and 5 (sequence parallelism + selective recompute, A100 80GB,
+# s = 2048, global batch = GPUs); Dubey et al. 2024, Table 4 (Llama 3 405B: TP8 CP1 PP16 DP128,
+# 16 sequences per DP rank, s = 8192; micro-batch 1, ZeRO-1 and selective recompute assumed).
+# The published layout must pass check under the same limits, and the search's best must be at
+# least as fast by planc's estimate. Full default spaces run in benchmarks/bench_search.py
+# --validate (docs/search.md); the larger ones are narrowed here to keep the suite quick.
+
+KORTHIKANTI = (
+    "version: 1\nname: {name}\nmodel: {{preset: {preset}}}\nhardware: {{gpu: a100-80gb, nodes: "
+    "{nodes}}}\ntraining: {{seq_len: 2048, global_batch: {batch}, precision: fp16, "
+    "attention: eager{extra}}}\nrules: {{max_bubble: {bubble}}}\n"
+)
+PUBLISHED = [
+    ("gpt3-175b", 8, 8, 3, 64, 0.1, ()),
+    ("gpt-530b", 35, 35, 3, 280, 0.1, ("tensor=8", "micro_batch=1", "recompute=selective")),
+    # t8 p64 and m = 512: an 11.0% bubble, so the limit is 0.12 for both.
+    (
+        "gpt-1t",
+        64,
+        64,
+        1,
+        512,
+        0.12,
+        ("tensor=8", "pipeline=32,64", "micro_batch=1", "recompute=selective", "zero_stage=0,1"),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", PUBLISHED, ids=lambda c: c[0])
+def test_published_layouts_are_feasible_and_not_faster_than_the_best(
+    case: tuple[str, int, int, int, int, float, tuple[str, ...]],
+) -> None:
+    preset, nodes, p, v, batch, bubble, allow = case
+    fields = {"name": preset, "preset": preset, "nodes": nodes, "batch": batch, "bubble": bubble}
+    searched = KORTHIKANTI.format(**fields, extra="")
+    pinned = KORTHIKANTI.format(**fields, extra=", micro_batch: 1, recompute: selective") + (
+        f"parallelism: {{tensor: 8, pipeline: {p}, virtual_stages: {v}, sequence_parallel: true}}\n"
+    )
+    loaded = load_text("published.yaml", pinned)
+    assert not [f for f in check_loaded(loaded).findings if f.severity.rank >= Severity.ERROR.rank]
+    assert loaded.job is not None
+    plan = plannable(loaded.job)
+    assert not isinstance(plan, tuple)
+    published = estimate_step(analyse(plan)).step_time_s
+    alone = _search(pinned)
+    # context (1, 2) and zero_stage (0-3) are left free; context 2 breaks the world size.
+    assert (alone.evaluated, alone.feasible) == (8, 4)
+    assert {(alone.values(r)["context"], alone.values(r)["zero_stage"]) for r in alone.results} == {
+        (1, 0),
+        (1, 1),
+        (1, 2),
+        (1, 3),
+    }
+    best = _search(searched, top=1, allow=allow).results[0]
+    assert best.metrics.step_time_s <= published
+
+
+def test_llama3_405b_published_layout_is_feasible_and_not_faster_than_the_best() -> None:
+    searched = (
+        "version: 1\nname: llama3-405b\nmodel: {preset: llama3-405b}\nhardware: {gpu: h100-sxm, "
+        "nodes: 2048}\ntraining: {seq_len: 8192, global_batch: 2048}\n"
+        "rules: {max_bubble: 0.5, memory_headroom: 0.05}\n"
+    )
+    stages = ", ".join(["7", *["8"] * 14, "7"])
+    pinned = searched.replace(
+        "training: {", "training: {micro_batch: 1, recompute: selective, "
+    ) + (
+        f"parallelism: {{tensor: 8, pipeline: 16, stage_layers: [{stages}], "
+        "sequence_parallel: true, zero_stage: 1}\n"
+    )
+    loaded = load_text("published.yaml", pinned)
+    assert not [f for f in check_loaded(loaded).findings if f.severity.rank >= Severity.ERROR.rank]
+    assert loaded.job is not None and loaded.job.layout.d == 128
+    plan = plannable(loaded.job)
+    assert not isinstance(plan, tuple)
+    published = estimate_step(analyse(plan)).step_time_s
+    narrowed = ("tensor=8", "pipeline=16", "micro_batch=1", "recompute=selective")
+    best = _search(searched, top=1, allow=narrowed).results[0]
+    assert best.metrics.step_time_s <= published
