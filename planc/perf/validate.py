@@ -252,8 +252,7 @@ def build_inputs(
                 dp_overlapped_s=dp_overlapped / m,
             )
         )
-    sends = [op for op in ops if op.group == "pp" and op.calls]
-    hop = max((_call_s(job, eff, op) for op in sends), default=0.0)
+    hop = p2p_message_s(job, eff, ops)
     return StepInputs(
         stages=tuple(stages),
         m=m,
@@ -265,6 +264,28 @@ def build_inputs(
         tokens=job.training.B * job.training.s,
         peak_flops=job.world * job.cluster.gpu.bf16_tflops * 1e12,
     )
+
+
+def p2p_message_s(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> float:
+    """Seconds of one pipeline message on the critical path.
+
+    Without sequence parallelism every TP rank holds the whole [s/c, b, h] boundary tensor;
+    Megatron's scatter/gather optimisation (Narayanan et al. 2021 §4.1,
+    `--scatter-gather-tensors-in-pipeline`, on by default) sends a 1/t slice per rank over the
+    pipeline link and all-gathers it over the TP group on arrival. With SP the tensor is
+    already split by t.
+    """
+    sends = [op for op in ops if op.group == "pp" and op.calls]
+    if not sends:
+        return 0.0
+    op = max(sends, key=lambda o: o.buffer_bytes)
+    t = job.layout.t
+    if job.layout.sp or t == 1:
+        return _call_s(job, eff, op)
+    slice_bytes = -(-op.buffer_bytes // t)
+    send = comm_time_s(job, eff, "send_recv", 2, slice_bytes, str(op.link))
+    gather = comm_time_s(job, eff, "all_gather", t, op.buffer_bytes, _tp_link(ops))
+    return send + gather
 
 
 def _tp_link(ops: Sequence[CommOp]) -> str:
