@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from planc.rules import REGISTRY
+
 CONFIG_NAMES = (".planc.toml", "pyproject.toml")
 KEYS = ("select", "ignore", "severity", "exclude", "max_bubble", "memory_headroom")
 SEVERITIES = ("error", "warning", "info")
@@ -69,8 +71,6 @@ class Config:
         every rule that does not run under select and ignore (added to the spec's own)."""
         out: dict[str, Any] = {}
         if self.select is not None or self.ignore:
-            from planc.rules import REGISTRY
-
             off = [rule_id for rule_id in REGISTRY if not self.runs(rule_id)]
             if off:
                 out["ignore"] = off
@@ -125,8 +125,6 @@ def rule_list(values: Iterable[str], where: str) -> tuple[str, ...]:
 
 
 def _known_prefix(item: str) -> bool:
-    from planc.rules import REGISTRY
-
     return any(rule_id.startswith(item) for rule_id in REGISTRY)
 
 

@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 
 from planc.findings import FileResult, Finding, Severity
+from planc.load import decode, read_input
+from planc.plannable import HOST_NAME
 
 RULE = "PLC014"
 # The most names a file may expand to: planc's node limit (spec.MAX_NODES).
@@ -172,8 +174,6 @@ def check_hosts(path: str, nodes: int) -> tuple[FileResult, tuple[str, ...]]:
     """Read a hosts file and check its names by the host rule's terms (PLC014, as for
     `hardware.hosts`): one per node, each usable in a hostfile or rankfile, none repeated.
     Findings are located in the hosts file; the names come back only when there are none."""
-    from planc.load import decode, read_input
-
     data, failure = read_input(path)
     text = None
     if failure is None and data is not None:
@@ -188,8 +188,6 @@ def check_hosts(path: str, nodes: int) -> tuple[FileResult, tuple[str, ...]]:
 
 
 def _host_rule(hosts: Hosts, nodes: int) -> list[Finding]:
-    from planc.rules.layout import HOST_NAME
-
     def at(line: int, message: str, fix: str) -> Finding:
         return Finding(line, 1, RULE, Severity.ERROR, message, "hosts", fix)
 

@@ -267,14 +267,14 @@ def _validated(
     The fast path (`planc.fastcheck`) accepts valid specs without importing pydantic; anything
     it does not accept goes through the pydantic models, which decide and explain.
     """
-    from planc.fastcheck import fast_validate
+    from planc.fastcheck import fast_validate  # start-up: reads the published schema lazily
 
     fast = fast_validate(data)
     if fast is not None:
         return fast, []
-    from pydantic import ValidationError
+    from pydantic import ValidationError  # start-up: pydantic only for specs the fast path refuses
 
-    from planc.spec import Spec
+    from planc.spec import Spec  # start-up: the pydantic models
 
     try:
         return Spec.model_validate(data).model_dump(), []
@@ -310,7 +310,7 @@ def load_text(
     findings += _yaml11(root)
     data = to_data(root)
     if defaults:
-        from planc.config import fill_rule_defaults
+        from planc.config import fill_rule_defaults  # start-up: only with a configuration file
 
         data = fill_rule_defaults(data, defaults)
     spec, errors = _validated(data, locator, {f.field for f in findings})
@@ -337,7 +337,7 @@ def _hf_model(
 ) -> tuple[dict[str, Any] | None, list[Finding]]:
     """The spec with `model.hf_config` read in (`planc.hfconfig`), and its notes as findings at
     the hf_config value; None when the config cannot be used (an error among them)."""
-    from planc.hfconfig import merged_model
+    from planc.hfconfig import merged_model  # start-up: only for model.hf_config
 
     model, notes = merged_model(spec["model"], base_dir)
     field = "model.hf_config"
@@ -553,7 +553,7 @@ def _one(item: Any, path: tuple[Any, ...], field: str, value: Any, locator: Loca
 
 
 def _pattern_mismatch(field: str, value: Any, ctx: dict[str, Any], at: tuple[int, int]) -> Finding:
-    from planc.spec import ONE_LINE
+    from planc.spec import ONE_LINE  # start-up: pydantic, on the error path only
 
     if ctx.get("pattern") != ONE_LINE or not isinstance(value, str):
         return _finding(
@@ -575,7 +575,7 @@ def _pattern_mismatch(field: str, value: Any, ctx: dict[str, Any], at: tuple[int
 
 
 def _unknown_key(path: tuple[Any, ...], field: str, locator: Locator) -> Finding:
-    from planc.spec import Spec as Root
+    from planc.spec import Spec as Root  # start-up: pydantic, on the error path only
 
     model: Any = Root
     for segment in path[:-1]:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from planc.analysis import Analysis, analyse
+from planc.emit import write_text_atomic
 from planc.html import fmt
 from planc.html.assets import CSS, JS
 from planc.html.memory import memory_svg, usable_bytes
@@ -253,8 +254,6 @@ def explorer_page(heading: str, setup: Setup, result: SearchResult) -> str:
 
 def write_explorer(spec: str, path: str, heading: str, setup: Setup, result: SearchResult) -> str:
     """Write the explorer page atomically; the note for stderr."""
-    from planc.emit import write_text_atomic
-
     write_text_atomic(path, explorer_page(heading, setup, result))
     return f"{spec}: wrote the search report to {path}\n"
 

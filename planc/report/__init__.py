@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
+from planc import __version__
 from planc.findings import FileResult, Finding, Severity
+from planc.rules import REGISTRY
 
 if TYPE_CHECKING:
     from planc.rules import Rule
@@ -234,9 +236,6 @@ def sarif(results: Sequence[FileResult], strict: bool, options: Options = Option
 
     Columns count Unicode code points (`columnKind`), as planc's columns do.
     """
-    from planc import __version__
-    from planc.rules import REGISTRY
-
     used = sorted({f.rule for r in results for f in r.findings if f.rule in REGISTRY})
     index = {rule_id: i for i, rule_id in enumerate(used)}
     found = []

@@ -9,11 +9,10 @@ from __future__ import annotations
 import re
 
 from planc.report import level, rule_name
+from planc.rules import REGISTRY
 
 
 def markdown() -> str:
-    from planc.rules import REGISTRY
-
     out = [
         "# planc rules",
         "",
