@@ -21,13 +21,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from syrupy.assertion import SnapshotAssertion
 
 from planc.compile import render_files
 from planc.compile.frameworks import deepspeed_config, megatron_arguments
 from planc.compile.frameworks import torchtitan_settings as torchtitan_settings_of
 from planc.compile.plan import Plan
 
-from conftest import compiled, job_of
+from conftest import check_overlay, compiled, job_of
 
 # Layouts that exercise every branch: virtual stages, uneven stages, context parallelism,
 # ZeRO stages, precisions, recompute modes, GPT-style models.
@@ -63,7 +64,12 @@ CASES: dict[str, tuple[dict[str, Any] | None, str]] = {
     "gpt2-fp32-ddp": (
         {
             "model": {"preset": "gpt2-small"},
-            "parallelism": {"tensor": 1, "pipeline": 1, "zero_stage": 0},
+            "parallelism": {
+                "tensor": 1,
+                "pipeline": 1,
+                "zero_stage": 0,
+                "sequence_parallel": False,
+            },
             "training": {
                 "precision": "fp32",
                 "recompute": "none",
@@ -101,6 +107,13 @@ def flags(text: str) -> dict[str, str | None]:
         assert flag.startswith("--") and flag not in out, line
         out[flag] = value or None
     return out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_cases_are_specs_planc_check_passes(case: str) -> None:
+    overlay, base = CASES[case]
+    errors = [f for f in check_overlay(overlay, base).findings if f.severity.rank >= 2]
+    assert errors == []
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -227,6 +240,15 @@ def test_torchtitan_degrees_agree_with_plan_json(case: str) -> None:
             assert layers == [f"layers.{i}" for i in range(record["model"]["layers"])]
 
 
+def test_torchtitan_needs_a_base_for_a_model_it_has_no_config_of() -> None:
+    namespace: dict[str, Any] = {}
+    source = files_of("gpt2-fp32-ddp")["torchtitan/planc_config.py"]
+    exec(compile(source, "planc_config.py", "exec"), namespace)
+    assert namespace["BASE"] is None
+    with pytest.raises(RuntimeError, match="PLANC_TORCHTITAN_BASE"):
+        namespace["planc"]()
+
+
 def test_uneven_stages_name_every_chunk_in_stage_order() -> None:
     parts = torchtitan_settings("uneven").parallelism.module_fqns_per_model_part
     assert [len([n for n in part if n.startswith("layers.")]) for part in parts] == [7, 9, 9, 7]
@@ -254,6 +276,19 @@ def test_data_shard_is_hsdp_in_every_framework() -> None:
     args, _ = megatron_arguments(replace(plan, job=replace(plan.job, layout=zero1)))
     assert "--num-distributed-optimizer-instances 2" in args
     assert "--num-distributed-optimizer-instances 2" not in megatron_arguments(plan)[0]
+
+
+@pytest.mark.parametrize("case", ["llama3-70b", "uneven", "gpt2-fp32-ddp"])
+def test_framework_files_snapshot(case: str, snapshot: SnapshotAssertion) -> None:
+    files = files_of(case)
+    shown = [
+        "megatron/args.txt",
+        "megatron/README.md",
+        "deepspeed/ds_config.json",
+        "deepspeed/README.md",
+        "torchtitan/planc_config.py",
+    ]
+    assert {name: files[name] for name in shown} == snapshot
 
 
 def test_output_is_deterministic() -> None:
@@ -423,7 +458,13 @@ import json, sys
 sys.path.insert(0, ".")
 from torchtitan.config import ConfigManager
 out = {}
+import importlib, os
 for module in json.load(sys.stdin):
+    # A model without a registered torchtitan config needs one named; any parses.
+    if importlib.import_module(module).BASE is None:
+        os.environ["PLANC_TORCHTITAN_BASE"] = "torchtitan.models.llama3.config_registry:llama3_8b"
+    else:
+        os.environ.pop("PLANC_TORCHTITAN_BASE", None)
     config = ConfigManager().parse_args(["--module", module, "--config", "planc"])
     par, tr = config.parallelism, config.training
     out[module] = {

@@ -109,11 +109,13 @@ def megatron_files(plan: Plan) -> Files:
     readme = f"""# Megatron-LM arguments
 
 `args.txt` holds every argument of this plan, one `--flag value` per line, as Megatron-LM's
-argument parser reads them. Followed: {MEGATRON}. Pass them to the training script:
+argument parser reads them. Pass them to the training script:
 
     torchrun ... pretrain_gpt.py $(cat megatron/args.txt) --tokenizer-type ... --data-path ...
 
 Data, tokenizer, learning rate, checkpoints and logging are yours to add.
+
+Followed: {MEGATRON}.
 
 Notes:
 
@@ -180,11 +182,13 @@ def deepspeed_files(plan: Plan) -> Files:
     note_lines = "".join(f"- {note}.\n" for note in notes) or "- none.\n"
     readme = f"""# DeepSpeed
 
-`ds_config.json` is this plan's DeepSpeed config. Followed: {DEEPSPEED}.
-Use it as `deepspeed.initialize(..., config="deepspeed/ds_config.json")`, or
+`ds_config.json` is this plan's DeepSpeed config. Use it as
+`deepspeed.initialize(..., config="deepspeed/ds_config.json")`, or
 `deepspeed --hostfile deepspeed/hostfile train.py --deepspeed_config deepspeed/ds_config.json`.
 train_batch_size = train_micro_batch_size_per_gpu × gradient_accumulation_steps × the
 data-parallel size; the buckets are the elements planc's memory budget counts.
+
+Followed: {DEEPSPEED}.
 
 Notes:
 
@@ -280,21 +284,23 @@ def _model_parts(plan: Plan) -> list[list[str]]:
 
 _TORCHTITAN_MODULE = '''"""planc: the parallel layout of {name} for torchtitan.
 
-Written by `planc compile` from the same plan as plan.json. Followed: {version}.
+Written by `planc compile` from the same plan as plan.json.
+Followed: {version}.
+
 torchtitan reads its configuration from a Python function returning Trainer.Config
 (--module M --config F); `planc` below takes a registered config and sets this plan's
 parallelism and batch:
 
     PYTHONPATH="$PWD/torchtitan" torchrun ... -m torchtitan.train --module planc_config --config planc
 
-PLANC_TORCHTITAN_BASE=module:function starts from another registered config
-(default {base}).
+PLANC_TORCHTITAN_BASE=module:function names the registered config to start from
+(default: {base_text}).
 {notes}"""
 
 import importlib
 import os
 
-BASE = "{base}"
+BASE = {base}
 
 PARALLELISM = {parallelism}
 
@@ -312,7 +318,12 @@ def apply(config):
 
 def planc():
     """The registered base config with this plan applied (--config planc)."""
-    module, _, function = os.environ.get("PLANC_TORCHTITAN_BASE", BASE).partition(":")
+    base = os.environ.get("PLANC_TORCHTITAN_BASE") or BASE
+    if not base:
+        raise RuntimeError(
+            "set PLANC_TORCHTITAN_BASE=module:function to torchtitan's config of this model"
+        )
+    module, _, function = base.partition(":")
     return apply(getattr(importlib.import_module(module), function)())
 '''
 
@@ -341,17 +352,18 @@ def _python(value: Any, indent: int = 0) -> str:
 
 def torchtitan_files(plan: Plan) -> Files:
     parallelism, training, notes = torchtitan_settings(plan)
-    base = _TORCHTITAN_BASES.get(plan.job.model.preset or "", _TORCHTITAN_BASES["llama3-8b"])
-    if plan.job.model.preset not in _TORCHTITAN_BASES:
+    base = _TORCHTITAN_BASES.get(plan.job.model.preset or "")
+    if base is None:
         notes.append(
-            "the model is not one of torchtitan's registered configs: set PLANC_TORCHTITAN_BASE "
-            "to the config of your model"
+            "the model is not a planc preset with a torchtitan config: set "
+            "PLANC_TORCHTITAN_BASE to torchtitan's config of your model"
         )
     note_text = "".join(f"\nNote: {note}." for note in notes)
     text = _TORCHTITAN_MODULE.format(
         name=plan.job.name.replace('"', "'").replace("\\", "/"),
         version=TORCHTITAN,
-        base=base,
+        base=_python(base),
+        base_text=base or "none: PLANC_TORCHTITAN_BASE must be set",
         notes=note_text + ("\n" if note_text else ""),
         parallelism=_python(parallelism),
         training=_python(training),
