@@ -267,6 +267,15 @@ def test_exit_1_when_no_candidate_is_feasible(tmp_path: Path) -> None:
     assert not (tmp_path / "best.yaml").exists()
 
 
+def test_host_names_the_cluster_lacks_reject_every_candidate(tmp_path: Path) -> None:
+    text = SMALL.replace("nodes: 2}", 'nodes: 2, hosts: "gpu-{00..02}"}')
+    assert "PLC014" in CliRunner().invoke(main, ["check", _write(tmp_path, text)]).output
+    code, out, _ = _run(_write(tmp_path, text + "search: {zero_stage: [1]}\n"), "--format", "json")
+    doc = json.loads(out)
+    assert code == 1
+    assert (doc["feasible"], doc["rejected_by_rule"]) == (0, {"PLC014": doc["evaluated"]})
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -145,7 +145,7 @@ def hosts_refusal(job: Job, rejecting: int = ERROR_RANK) -> tuple[str, ...]:
         return ()
     if severity_of(rule.id, rule.severity, job).rank < rejecting:
         return ()
-    return (rule.id,) if any(True for _ in rule.check(Context(job))) else ()
+    return (rule.id,) if any(True for _ in rule.check(context_of(job, [rule]))) else ()
 
 
 def candidate_job(base: Job, space: Space, values: Sequence[Value]) -> Job:
