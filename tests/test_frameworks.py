@@ -117,6 +117,14 @@ def test_cases_are_specs_planc_check_passes(case: str) -> None:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
+def test_megatron_readme_names_the_environment_validate_args_needs(case: str) -> None:
+    layout = plan_of(case).job.layout
+    readme = files_of(case)["megatron/README.md"]
+    needed = layout.t > 1 or layout.c > 1
+    assert ("CUDA_DEVICE_MAX_CONNECTIONS=1" in readme) == needed
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
 def test_files_are_listed_in_the_manifest(case: str) -> None:
     files = files_of(case)
     for name in (
@@ -328,14 +336,27 @@ def _run(python: str, script: str, payload: Any, cwd: Path | None = None) -> Any
 
 
 MEGATRON_PARSE = """
-import argparse, json, sys
-from megatron.training.arguments import add_megatron_arguments
-parser = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+import argparse, json, os, sys
+import megatron.training.arguments as arguments
+# What megatron/README.md tells a run with tensor or context parallelism on Hopper to set.
+os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+# No GPU here: validate as on the plans' Hopper GPUs (compute capability 9).
+arguments.get_device_arch_version = lambda: 9
+parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+# What a run adds besides the plan's arguments: a tokenizer, data, iterations, a learning rate.
+extra = ["--tokenizer-type", "NullTokenizer", "--mock-data", "--train-iters", "10", "--lr", "1e-4"]
 out = {}
-for case, lines in json.load(sys.stdin).items():
-    args = parser.parse_args([word for line in lines for word in line.split()])
-    out[case] = {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v))
-                 for k, v in vars(args).items()}
+for case, (lines, world, vocab) in json.load(sys.stdin).items():
+    words = [word for line in lines for word in line.split()]
+    args = parser.parse_args(words)
+    parsed = {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v))
+              for k, v in vars(args).items()}
+    full = parser.parse_args(words + extra + ["--vocab-size", str(vocab)])
+    full.world_size, full.rank = world, 0
+    arguments.validate_args(full)
+    parsed["validated_data_parallel_size"] = full.data_parallel_size
+    parsed["validated_virtual_stages"] = full.virtual_pipeline_model_parallel_size
+    out[case] = parsed
 print(json.dumps(out))
 """
 
@@ -347,7 +368,14 @@ def test_megatron_parser_accepts_the_arguments() -> None:
             "megatron.training.arguments is not importable (pip install megatron-core on "
             "Python >= 3.12, and point PLANC_MEGATRON_PYTHON at that interpreter)"
         )
-    payload = {case: files_of(case)["megatron/args.txt"].splitlines() for case in CASES}
+    payload = {
+        case: [
+            files_of(case)["megatron/args.txt"].splitlines(),
+            plan_record(case)["world_size"],
+            plan_record(case)["model"]["vocab"],
+        ]
+        for case in CASES
+    }
     parsed = _run(python, MEGATRON_PARSE, payload)
     for case in CASES:
         record, args = plan_record(case), parsed[case]
@@ -378,6 +406,9 @@ def test_megatron_parser_accepts_the_arguments() -> None:
             given = args["num_layers_per_virtual_pipeline_stage"]
             chunks = args["num_virtual_stages_per_pipeline_rank"]
             assert given is not None or chunks == v
+        # validate_args derives the data-parallel degree from the world size: planc's d.
+        assert args["validated_data_parallel_size"] == degrees["dp"]
+        assert args["validated_virtual_stages"] == (v if v > 1 else None)
 
 
 DEEPSPEED_CONFIG = """

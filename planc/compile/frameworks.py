@@ -97,6 +97,11 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
     args.append("--attention-backend " + ("flash" if tr.attention == "flash" else "unfused"))
     if tr.overlap_tp:
         args.append("--tp-comm-overlap")
+    if lay.t > 1 or lay.c > 1:
+        notes.append(
+            "with tensor or context parallelism on GPUs before Blackwell, Megatron's "
+            "validate_args requires CUDA_DEVICE_MAX_CONNECTIONS=1 in every rank's environment"
+        )
     replicas = lay.d * lay.c // _shard_group(plan)
     if replicas > 1 and lay.zero in (1, 2):
         args.append(f"--num-distributed-optimizer-instances {replicas}")
