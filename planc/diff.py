@@ -27,6 +27,7 @@ from planc.findings import Finding, Severity
 from planc.job import GB, GIB
 
 FORMATS = ("text", "json", "markdown")
+MAX_STAGE_ROWS = 16  # more stages: the first and last 8 (json has them all)
 
 
 class DiffError(ValueError):
@@ -148,6 +149,7 @@ def metrics(side: Side) -> dict[str, Any] | None:
             "micro_batches": plan.m,
         },
         "parameters": an.memory.parameters,
+        "gpu": plan.cluster.gpu.name,
         "hbm_bytes": plan.cluster.gpu.memory_bytes,
         "memory_per_stage": [stage.memory.total for stage in an.memory.stages],
         "peak_memory_bytes": peak.memory.total,
@@ -300,6 +302,14 @@ def rows(result: Diff) -> list[Row]:
         )
 
     out = [Row("layout", _layout(old), _layout(new), "")]
+    out.append(
+        Row(
+            "GPU",
+            "—" if old is None else f"{old['gpu']}, {_gib(old['hbm_bytes'])}",
+            "—" if new is None else f"{new['gpu']}, {_gib(new['hbm_bytes'])}",
+            "",
+        )
+    )
     peak_label = "peak memory per GPU"
     if old is not None or new is not None:
         stages = {m["peak_stage"] for m in (old, new) if m is not None}
@@ -307,7 +317,11 @@ def rows(result: Diff) -> list[Row]:
             peak_label += f" (stage {stages.pop()})"
     out.append(row(peak_label, "peak_memory_bytes", "GiB"))
     count = max((len(m["memory_per_stage"]) for m in (old, new) if m is not None), default=0)
-    out += [row(f"  stage {i}", "memory_per_stage", "GiB", i) for i in range(count)]
+    shown = range(count) if count <= MAX_STAGE_ROWS else [*range(8), *range(count - 8, count)]
+    for i in shown:
+        if count > MAX_STAGE_ROWS and i == count - 8:
+            out.append(Row(f"  stages 8 to {count - 9}", "…", "…", ""))
+        out.append(row(f"  stage {i}", "memory_per_stage", "GiB", i))
     out += [
         row("step time", "step_time_s", "s"),
         row("tokens/s", "tokens_per_s", "tokens/s"),

@@ -189,3 +189,21 @@ def test_no_git_exits_2(repo: Path) -> None:
     result = planc("diff", "HEAD:spec.yaml", "spec.yaml", cwd=repo, env={"PATH": "/nonexistent"})
     assert result.exit_code == 2
     assert "git is not installed" in result.output
+
+
+def test_many_stages_show_the_first_and_last_eight(tmp_path: Path) -> None:
+    old = write(tmp_path, "old.yaml")
+    deep = {
+        "model": {"preset": "gpt-1t"},
+        "hardware": {"gpu": "a100-80gb", "nodes": 64, "hosts": []},
+        "parallelism": {"tensor": 8, "pipeline": 64, "sequence_parallel": False, "zero_stage": 0},
+        "training": {"seq_len": 2048, "global_batch": 512, "recompute": "full"},
+    }
+    new = write(tmp_path, "new.yaml", deep)
+    _, out = diff_json(old, new)
+    assert len(out["new"]["plan"]["memory_per_stage"]) == 64
+    text = planc("diff", str(old), str(new)).output
+    stage_rows = [line for line in text.splitlines() if line.startswith("  stage ")]
+    assert [row.split()[1] for row in stage_rows] == [*map(str, range(8)), *map(str, range(56, 64))]
+    assert "  stages 8 to 55" in text
+    assert "GPU" in text and "a100-80gb, 80.00 GiB" in text
