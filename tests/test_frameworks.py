@@ -299,6 +299,15 @@ def test_framework_files_snapshot(case: str, snapshot: SnapshotAssertion) -> Non
     assert {name: files[name] for name in shown} == snapshot
 
 
+def test_deepspeed_readme_says_pipelines_take_zero_0_or_1_only() -> None:
+    plan = plan_of("uneven")  # p = 4
+    for zero in (0, 1, 2, 3):
+        layout = replace(plan.job.layout, zero=zero)
+        notes = deepspeed_config(replace(plan, job=replace(plan.job, layout=layout)))[1]
+        refused = any("PipelineEngine refuses it" in note for note in notes)
+        assert refused == (zero >= 2)
+
+
 def test_output_is_deterministic() -> None:
     again = render_files(compiled(job_of(*CASES["interleaved"])))
     for name in ("megatron/args.txt", "deepspeed/ds_config.json", "torchtitan/planc_config.py"):

@@ -172,6 +172,11 @@ def deepspeed_config(plan: Plan) -> tuple[dict[str, Any], list[str]]:
     if tr.grad_accum_fp32:
         config["data_types"] = {"grad_accum_dtype": "fp32"}
     config["zero_optimization"] = zero
+    if lay.p > 1 and lay.zero >= 2:
+        notes.append(
+            f"ZeRO-{lay.zero} with pipeline parallelism: DeepSpeed's PipelineEngine refuses it "
+            "(ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism; runtime/pipe/engine.py)"
+        )
     if lay.t > 1 or lay.p > 1 or lay.c > 1:
         notes.append(
             f"tensor ({lay.t}), pipeline ({lay.p}) and context ({lay.c}) parallelism come from "
