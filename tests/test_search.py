@@ -82,6 +82,16 @@ def test_fields_written_in_the_file_are_pinned_even_at_their_defaults() -> None:
     assert setup.space.size == 5 * 8 * 3 * 2 * 1 * 3  # p, v, c, sp, b, recompute
 
 
+def test_a_written_data_degree_is_pinned() -> None:
+    text = SMALL.replace("training: {", "parallelism: {data: 4}\ntraining: {")
+    result = _search(text + "search: {zero_stage: [1], recompute: [selective]}\n")
+    assert result.feasible > 0
+    for ranked in result.results:
+        values = result.values(ranked)
+        assert ranked.verdict.data == 4
+        assert values["tensor"] * values["pipeline"] * values["context"] == 16 // 4
+
+
 def test_search_section_and_flags_narrow_the_space() -> None:
     text = SMALL + "search: {tensor: [8, 2], recompute: [full], max_bubble: 0.2}\n"
     setup = _setup(text)
@@ -212,9 +222,10 @@ def _write(tmp_path: Path, text: str, name: str = "spec.yaml") -> str:
 
 
 def test_json_contract(tmp_path: Path) -> None:
-    code, out, _ = _run(_write(tmp_path, ORACLE), "--format", "json", "--top", "3")
+    code, out, err = _run(_write(tmp_path, ORACLE), "--format", "json", "--top", "3")
     doc = json.loads(out)
     assert code == 0
+    assert err == ""  # no progress bar when stderr is not a terminal
     assert list(doc)[:4] == ["evaluated", "feasible", "rejected_by_rule", "results"]
     assert isinstance(doc["evaluated"], int) and isinstance(doc["feasible"], int)
     assert all(rule.startswith("PLC0") for rule in doc["rejected_by_rule"])
