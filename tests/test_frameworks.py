@@ -61,6 +61,10 @@ CASES: dict[str, tuple[dict[str, Any] | None, str]] = {
         },
         "llama3-8b-1node.yaml",
     ),
+    "hsdp-zero1": (
+        {"parallelism": {"tensor": 2, "zero_stage": 1, "data_shard": 2}},
+        "llama3-8b-1node.yaml",
+    ),
     "gpt2-fp32-ddp": (
         {
             "model": {"preset": "gpt2-small"},
