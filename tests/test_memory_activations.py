@@ -18,8 +18,8 @@ from planc.memory.activations import (
     layer_terms,
     stage_activation_terms,
 )
+from planc.pipeline.counts import num_warmup
 from planc.pipeline.inflight import in_flight
-from planc.pipeline.schedule import num_warmup
 from planc.plannable import Plannable
 
 from conftest import plannable_of

@@ -24,7 +24,7 @@ from planc.findings import Finding
 from planc.memory import MemoryBudget, rank_memory
 from planc.memory.params import RankParameters
 from planc.pipeline.bubble import bubble_fraction
-from planc.pipeline.schedule import num_warmup
+from planc.pipeline.counts import num_warmup
 from planc.plannable import LayerRange, Plannable, padded_vocab
 
 PLAN_FORMAT = "planc-plan"

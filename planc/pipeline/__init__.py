@@ -7,8 +7,8 @@ the bubble fraction; :mod:`planc.pipeline.bounded` gives the makespan for any m 
 work; :mod:`planc.pipeline.inflight` counts the activations held at a rank's peak;
 :mod:`planc.pipeline.bubble` is the closed form. See ``docs/pipeline.md``.
 
-The simulation (exact `fractions` arithmetic) loads on first use, so that importing the counting
-modules keeps `planc check` start-up light.
+Every name loads its module on first use, so that importing the counting modules (on `planc
+check`'s path) loads neither the schedule builder nor the exact-arithmetic simulation.
 """
 
 from __future__ import annotations
@@ -16,24 +16,24 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from planc.pipeline.schedule import (
-    Link,
-    Op,
-    Schedule,
-    build_schedule,
-    held_at_peak,
-    in_flight,
-    num_warmup,
-    validate_schedule,
-)
-
-_SIMULATE = ("DeadlockError", "Message", "Span", "Timeline", "render", "simulate")
+_HOMES = {
+    **dict.fromkeys(
+        ("Link", "Op", "Schedule", "build_schedule", "held_at_peak", "in_flight", "validate_schedule"),
+        "planc.pipeline.schedule",
+    ),
+    "num_warmup": "planc.pipeline.counts",
+    **dict.fromkeys(
+        ("DeadlockError", "Message", "Span", "Timeline", "render", "simulate"),
+        "planc.pipeline.timeline",
+    ),
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _SIMULATE:
-        return getattr(importlib.import_module("planc.pipeline.timeline"), name)
-    raise AttributeError(f"module 'planc.pipeline' has no attribute {name!r}")
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'planc.pipeline' has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)
 
 
 __all__ = [

@@ -1,7 +1,7 @@
 """How many micro-batches of each model chunk a pipeline rank holds at its activation peak.
 
 Closed-form counting over Megatron's schedule order (no op lists are built, so the cost does not
-grow with m): the warm-up count is `planc.pipeline.schedule.num_warmup`, the one definition; the
+grow with m): the warm-up count is `planc.pipeline.counts.num_warmup`, the one definition; the
 steady state is searched only at the steps where the in-flight mix can change slope.
 `tests/test_memory_activations.py` holds these counts equal to walking the built schedule
 (`planc.pipeline.schedule.held_at_peak`).
@@ -9,7 +9,7 @@ steady state is searched only at the steps where the in-flight mix can change sl
 
 from __future__ import annotations
 
-from planc.pipeline.schedule import num_warmup
+from planc.pipeline.counts import num_warmup
 
 
 def forwards_of_chunk(K: int, chunk: int, p: int, v: int, m: int) -> int:

@@ -1,0 +1,32 @@
+"""The counts every pipeline schedule is built from: sizes checked, and the warm-up.
+
+Kept apart from the schedule builder so that the memory model's in-flight counts (on `planc
+check`'s path) do not load it.
+"""
+
+from __future__ import annotations
+
+
+def check_sizes(p: int, m: int, v: int) -> None:
+    for name, value in (("p", p), ("m", m), ("v", v)):
+        # bool is an int subclass; True as a stage count is always a caller bug.
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"pipeline {name} must be a positive integer, got {value!r}")
+
+
+
+def num_warmup(p: int, m: int, v: int, rank: int) -> int:
+    """Forward passes stage ``rank`` runs before its first backward (reference rule P9).
+
+    1F1B: ``min(p − r − 1, m)``. Interleaved: ``min(2(p − r − 1) + (v − 1)·p, m·v)`` virtual
+    micro-batches: the ``(v−1)·p`` term fills every chunk but the last for one group of
+    ``p`` micro-batches, the ``2(p − r − 1)`` term covers the round trip to the last stage.
+    The one definition of the warm-up count (memory's in-flight counts use it too); it does not
+    check the interleaved schedule's preconditions, :func:`build_schedule` does.
+    """
+    check_sizes(p, m, v)
+    if not 0 <= rank < p:
+        raise ValueError(f"stage rank must be in 0..{p - 1}, got {rank}")
+    if v == 1:
+        return min(p - rank - 1, m)
+    return min(2 * (p - rank - 1) + (v - 1) * p, m * v)
