@@ -278,6 +278,19 @@ def test_exit_1_when_no_candidate_is_feasible(tmp_path: Path) -> None:
     assert not (tmp_path / "best.yaml").exists()
 
 
+def test_the_project_configuration_applies_as_in_check(tmp_path: Path) -> None:
+    spec = _write(tmp_path, ORACLE)
+    code, out, _ = _run(spec, "--format", "json")
+    assert code == 0 and "PLC006" in json.loads(out)["rejected_by_rule"]
+    (tmp_path / ".planc.toml").write_text('ignore = ["PLC006"]\n', encoding="utf-8")
+    (tmp_path / ".git").mkdir()  # the configuration search stops at the repository root
+    code, out, _ = _run(spec, "--format", "json")
+    assert code == 0 and "PLC006" not in json.loads(out)["rejected_by_rule"]
+    (tmp_path / ".planc.toml").write_text("ignore = [\n", encoding="utf-8")
+    code, _, err = _run(spec)
+    assert code == 2 and "planc: error:" in err
+
+
 def test_host_names_the_cluster_lacks_reject_every_candidate(tmp_path: Path) -> None:
     text = SMALL.replace("nodes: 2}", 'nodes: 2, hosts: "gpu-{00..02}"}')
     assert "PLC014" in CliRunner().invoke(main, ["check", _write(tmp_path, text)]).output

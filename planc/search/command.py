@@ -69,7 +69,13 @@ def _unusable(loaded: Loaded) -> str | None:
 
 def run(request: Request) -> Report:
     """Run one search as the command line asks."""
-    loaded = load_path(request.spec)
+    from planc.config import ConfigError, Resolver  # start-up: as check reads it
+
+    try:  # the project's rule defaults, as planc check applies them to this file
+        defaults = Resolver().for_path(request.spec).rule_defaults()
+    except ConfigError as error:
+        return Report("", f"planc: error: {error}\n", EXIT_UNUSABLE)
+    loaded = load_path(request.spec, defaults or None)
     broken = _unusable(loaded)
     if broken is not None:
         return Report("", broken, EXIT_UNUSABLE)
