@@ -4,7 +4,8 @@ The config files under tests/data/hf are the published config.json of each model
 the Hugging Face Hub). Expected parameter counts are the published ones: the presets' counts
 in planc/presets/models.json, and for the models without a preset the counts their authors
 publish (GPT-NeoX-20B paper, Table 1; the safetensors totals of Mistral-7B-v0.1, Qwen2.5-7B and
-Qwen3-8B).
+Qwen3-8B). Where transformers and torch are installed, transformers' own model of each file (on
+the meta device) is counted too, and gives the same numbers.
 """
 
 from __future__ import annotations
@@ -326,3 +327,57 @@ def test_stdin_reads_relative_to_the_working_directory(tmp_path: Path) -> None:
     )
     assert elsewhere.returncode == 1 and "PLC110" in elsewhere.stdout
     assert "Traceback" not in elsewhere.stdout + elsewhere.stderr
+
+
+TRANSFORMERS_COUNT = """
+import json, sys
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+out = {}
+for name, path in json.load(sys.stdin).items():
+    config = AutoConfig.for_model(**json.load(open(path)))
+    with torch.device("meta"):  # shapes only: no memory for 405B
+        model = AutoModelForCausalLM.from_config(config)
+    out[name] = sum(p.numel() for p in model.parameters())  # tied weights counted once
+print(json.dumps(out))
+"""
+
+
+def test_transformers_builds_the_same_counts_from_the_config_files(tmp_path: Path) -> None:
+    """transformers' own model of each config file (on the meta device) has the parameters
+    planc counts plus those its notes say it leaves out: the files and the mapping agree."""
+    import os
+
+    python = os.environ.get("PLANC_TRANSFORMERS_PYTHON") or sys.executable
+    probe = subprocess.run(
+        [python, "-c", "import torch, transformers"], capture_output=True, check=False
+    )
+    if probe.returncode != 0:
+        pytest.skip(
+            "transformers with torch is not importable (pip install transformers torch, and "
+            "point PLANC_TRANSFORMERS_PYTHON at that interpreter)"
+        )
+    dense = {
+        name: (published, unmodelled)
+        for name, published, unmodelled in [
+            *((preset, PRESETS[preset]["parameters"], 0) for preset in DENSE_PRESETS),
+            ("gpt-neox-20b", 20_554_567_680, 0),
+            ("mistral-7b", 7_241_732_096, 0),
+            ("qwen2.5-7b", 7_615_616_512, 28 * (28 + 2 * 4) * 128),
+            ("qwen3-8b", 8_190_735_360, 36 * 2 * 128),
+        ]
+    }
+    paths = {name: str(HF / name / "config.json") for name in dense}
+    run = subprocess.run(
+        [python, "-c", TRANSFORMERS_COUNT],
+        input=json.dumps(paths),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    counted = json.loads(run.stdout.strip().splitlines()[-1])
+    for name, (published, unmodelled) in dense.items():
+        model = hf_job(tmp_path / name, name).model
+        assert counted[name] == published == parameter_count(model).total + unmodelled, name
