@@ -1,11 +1,13 @@
 """Judge one candidate with the rules `planc check` runs, cheapest first, and price the feasible.
 
 A candidate is the base job with the searched fields replaced. The rule registry's own checks
-decide (nothing here re-states a rule): first every enabled rule that reads only the job (world
-size, divisibility, bubble, ...), then those that read the plannable job, and only a candidate
-both let through reaches `planc.check.evaluate`, which builds the analysis (memory per stage,
+decide (nothing here re-states a rule): first every enabled rule that reads the job or the
+plannable job, on the context `planc.check.context_of` builds without the analysis (world size,
+divisibility, bubble, ... ; the preconditions computed once), and only a candidate they all let
+through reaches `planc.check.evaluate`, which builds the analysis (memory per stage,
 communication) and runs every rule on it. A candidate is feasible when no rule reports an error
-at the severity the spec gives it; its step is then estimated with `estimate_step`.
+at the severity the spec gives it (or a warning, with `strict`); its step is then estimated with
+`estimate_step`.
 """
 
 from __future__ import annotations

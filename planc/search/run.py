@@ -4,11 +4,12 @@
    consecutive indices, on `jobs` processes.
 2. Estimate: the feasible candidates are sorted by a lower bound on their step time (m × the
    busiest stage's compute per micro-batch, which the pipeline must at least run) and estimated
-   in that order, a round of chunks at a time. Once the next bound is above the step time of
+   in that order, a round of `ROUND` at a time. Once the next bound is above the step time of
    the K-th best found, no remaining candidate can enter the top K and the loop stops.
 
-The results depend on neither `jobs` nor the chunk size: the top K is exact, ties are broken by
-peak memory and then by the candidate's place in the space.
+The results depend on neither `jobs` nor the chunk sizes: the top K is exact, ties are broken by
+peak memory and then by the candidate's place in the space, and the rounds (so the number of
+estimates too) are the same for any `jobs`.
 """
 
 from __future__ import annotations
