@@ -681,10 +681,13 @@ def _no_constant(name: str) -> Any:
 
 
 def _read_bytes(path: str) -> bytes | Note:
-    """The config file's bytes (a regular file, capped), or the error that says why not."""
+    """The config file's bytes (a regular file, capped), or the error that says why not. A
+    model folder (a Hugging Face snapshot) stands for the config.json inside it."""
     import os
     import stat
 
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
     try:
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:

@@ -91,8 +91,9 @@ class ModelSpec(Frozen):
     ) = Field(
         None,
         description="Path of a Hugging Face config.json (Llama, Mistral, Qwen2, Qwen3, GPT-2, "
-        "GPT-NeoX), relative to the spec's folder (to the working directory for standard "
-        "input); explicit fields below override its values. Not with preset.",
+        "GPT-NeoX), or of a model folder holding one, relative to the spec's folder (to the "
+        "working directory for standard input); explicit fields below override its values. "
+        "Not with preset.",
     )
     layers: Dim | None = Field(None, description="Transformer layers L.")
     hidden: Dim | None = Field(None, description="Hidden size h (model width).")

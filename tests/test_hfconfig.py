@@ -11,6 +11,7 @@ the meta device) is counted too, and gives the same numbers.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -229,10 +230,13 @@ def test_bad_json_is_a_finding(data: bytes, words: str) -> None:
 def test_unreadable_configs_are_located_findings(tmp_path: Path) -> None:
     (tmp_path / "broken.json").write_text('{"model_type": "llama",\n', encoding="utf-8")
     (tmp_path / "folder").mkdir()
+    (tmp_path / "fifo").mkdir()
+    os.mkfifo(tmp_path / "fifo" / "config.json")
     for target, words in [
         ("missing.json", "no such file"),
         ("broken.json", "not valid JSON"),
-        ("folder", "not a regular file"),
+        ("folder", "no such file: '" + str(tmp_path / "folder" / "config.json")),
+        ("fifo", "is not a regular file"),
     ]:
         spec = write_spec(tmp_path, {"hf_config": target})
         (finding,) = findings_of(spec)
@@ -253,6 +257,15 @@ def test_a_field_the_spec_gives_is_not_read_from_the_config(tmp_path: Path) -> N
     loaded = load_path(str(spec))
     assert loaded.job is not None, loaded.findings
     assert (loaded.job.model.mlp, loaded.job.model.tied) == ("gelu", True)
+
+
+def test_a_model_folder_stands_for_its_config_json(tmp_path: Path) -> None:
+    snapshot = tmp_path / "models" / "Meta-Llama-3-8B"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_bytes((HF / "llama3-8b" / "config.json").read_bytes())
+    loaded = load_path(str(write_spec(tmp_path, {"hf_config": "models/Meta-Llama-3-8B"})))
+    assert loaded.job is not None, loaded.findings
+    assert parameter_count(loaded.job.model).total == PRESETS["llama3-8b"]["parameters"]
 
 
 def test_preset_and_hf_config_together_are_refused(tmp_path: Path) -> None:
@@ -346,8 +359,6 @@ print(json.dumps(out))
 def test_transformers_builds_the_same_counts_from_the_config_files(tmp_path: Path) -> None:
     """transformers' own model of each config file (on the meta device) has the parameters
     planc counts plus those its notes say it leaves out: the files and the mapping agree."""
-    import os
-
     python = os.environ.get("PLANC_TRANSFORMERS_PYTHON") or sys.executable
     probe = subprocess.run(
         [python, "-c", "import torch, transformers"], capture_output=True, check=False
