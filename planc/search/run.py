@@ -14,7 +14,8 @@ estimates too) are the same for any `jobs`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from types import MappingProxyType
@@ -92,6 +93,9 @@ def search(setup: Setup, top: int, jobs: int = 1, report: Progress = silent) -> 
     if refused:  # the cluster itself fails: every candidate alike
         counts = MappingProxyType(dict.fromkeys(refused, size))
         return SearchResult(setup.space, size, 0, 0, counts, ())
+    # The candidates carry planc's own host names (`base_job`): the spec's list or pattern,
+    # checked above, is not sent to every task to be expanded again.
+    setup = dataclasses.replace(setup, spec=without_hosts(setup.spec))
     with _pool(jobs) as pool:
         starts = range(0, size, JUDGE_CHUNK)
         stops = [min(start + JUDGE_CHUNK, size) for start in starts]
@@ -113,6 +117,11 @@ def search(setup: Setup, top: int, jobs: int = 1, report: Progress = silent) -> 
         rejected_by_rule=rejections(verdicts),
         results=ranked,
     )
+
+
+def without_hosts(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """`spec` with `hardware.hosts` at its default (planc's node-0 … names)."""
+    return {**spec, "hardware": {**spec["hardware"], "hosts": []}}
 
 
 def _estimate(
