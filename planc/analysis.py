@@ -1,19 +1,28 @@
-"""One analysis per spec: memory per stage, the communication schedule and the stage compute
-times of a plannable job, computed once and shared by the rules, explain, compile and verify.
+"""One analysis per spec: memory per stage, the communication schedule, and the compute and
+communication times of a plannable job, computed once and shared by the rules, explain,
+compile, verify, search and the report.
 
-The step estimate (the pipeline run with each stage's own times) is derived from an analysis by
-`estimate_step`; `planc check` never needs it, so it stays off the check path, and each command
-that shows it computes it once.
+Times come from the per-operation model (`planc.perf`): every op of a layer and of the model's
+ends priced on the GPU with the efficiency tables of `planc/presets/efficiency.json` (or the
+spec's `hardware.calibration`), every collective on its link with its efficiency and latency.
+The step estimate runs the pipeline with each stage's own times (`estimate_step`); `planc check`
+never needs it, so it stays off the check path, and each command that shows it computes it once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from planc.comm.schedule import CommOp, WireBudget, schedule, wire_budget
-from planc.comm.steptime import StageTimes, StepEstimate, estimate, stage_times
 from planc.memory import MemoryBudget, budget
 from planc.memory.params import RankParameters, rank_parameters
+from planc.perf.compute import StageTimes
+from planc.perf.efficiency import Efficiency
+from planc.perf.validate import efficiency_of, estimate, model_flops, op_seconds, stage_times
+from planc.pipeline.bounded import PipelineTime
+from planc.pipeline.bubble import bubble_fraction
 from planc.plannable import Plannable
 
 
@@ -26,24 +35,80 @@ class Analysis:
     memory: MemoryBudget
     ops: tuple[CommOp, ...]  # the communication schedule of one step
     wires: tuple[WireBudget, ...]  # bytes per step per link class, per stage
+    efficiency: Efficiency  # the tables the times come from
     times: tuple[StageTimes, ...]  # forward/backward compute per micro-batch, per stage
+    op_seconds: Mapping[CommOp, float]  # seconds per step of each op of `ops`, on its link
 
 
 def analyse(plan: Plannable) -> Analysis:
     """The analysis of `plan`; every quantity in it computed once, here."""
     parameters = tuple(rank_parameters(plan, r) for r in range(plan.layout.p))
     ops = schedule(plan, [share.total for share in parameters])
+    eff = efficiency_of(plan)
     return Analysis(
         plan=plan,
         parameters=parameters,
         memory=budget(plan),
         ops=ops,
         wires=wire_budget(plan, ops),
-        times=stage_times(plan, plan.training.efficiency),
+        efficiency=eff,
+        times=stage_times(plan, eff),
+        op_seconds=MappingProxyType(dict(zip(ops, op_seconds(plan, eff, ops), strict=True))),
     )
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    """One optimizer step: its time and where it goes (seconds), throughput and MFU.
+
+    `compute_s` is the busiest stage's own compute, exposed TP communication included;
+    `bubble_s` the pipeline's makespan beyond it (fill, drain, uneven stages, p2p on the
+    path); `exposed_comm_s` the data-parallel tail and the communication after the optimizer step;
+    `optimizer_s` the optimizer update.
+    """
+
+    step_time_s: float
+    compute_s: float
+    bubble_s: float
+    exposed_comm_s: float
+    optimizer_s: float
+    tp_comm_s: float  # exposed TP communication, inside compute_s
+    cp_comm_s: float  # exposed ring-attention exchange
+    pp_comm_s: float  # pipeline sends on the critical path, inside bubble_s
+    tokens_per_s: float
+    mfu: float  # model FLOPs (no recompute, no causal discount) over peak
+    model_flops: float
+    pipeline: PipelineTime
+    bubble_fraction: float  # closed form (p − 1)/(v·m + p − 1), for comparison
+    model: str  # where the efficiency tables came from
 
 
 def estimate_step(analysis: Analysis) -> StepEstimate:
     """The step time, tokens/s and MFU of an analysed job."""
-    plan = analysis.plan
-    return estimate(plan, analysis.ops, plan.training.efficiency, plan.training.overlap_tp)
+    plan, lay = analysis.plan, analysis.plan.layout
+    params = [share.total for share in analysis.parameters]
+    step = estimate(plan, params, analysis.efficiency, analysis.ops)
+    return StepEstimate(
+        step_time_s=step.step_time_s,
+        compute_s=step.compute_s,
+        bubble_s=step.bubble_s,
+        exposed_comm_s=step.dp_exposed_s,
+        optimizer_s=step.optimizer_s,
+        tp_comm_s=step.tp_exposed_s,
+        cp_comm_s=step.cp_exposed_s,
+        pp_comm_s=step.pp_exposed_s,
+        tokens_per_s=step.tokens_per_s,
+        mfu=step.mfu,
+        model_flops=model_flops(plan),
+        pipeline=step.pipeline,
+        bubble_fraction=bubble_fraction(lay.p, plan.m, lay.v),
+        model=_model_words(plan),
+    )
+
+
+def _model_words(plan: Plannable) -> str:
+    if plan.training.efficiency is not None:
+        return f"flat GEMM efficiency {plan.training.efficiency:.0%} (training.efficiency)"
+    if plan.cluster.calibration is not None:
+        return "per-operation model, efficiency from hardware.calibration"
+    return f"per-operation model, efficiency tables of {plan.cluster.gpu.name} (efficiency.json)"

@@ -21,8 +21,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from planc.analysis import Analysis
-from planc.comm.steptime import StepEstimate
+from planc.analysis import Analysis, StepEstimate
 from planc.findings import Finding, Severity
 from planc.job import GB, GIB
 

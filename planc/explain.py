@@ -9,9 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from planc.analysis import Analysis, estimate_step
-from planc.comm.schedule import op_record, op_time_s
-from planc.comm.steptime import StepEstimate
+from planc.analysis import Analysis, StepEstimate, estimate_step
+from planc.comm.schedule import op_record
 from planc.job import GB, GIB
 from planc.memory.report import to_json as memory_json
 
@@ -63,21 +62,25 @@ def render_text(ex: Explanation) -> str:
             f"  stage {wire.stage:>3}: NVLink {_gb(wire.nvlink_sent)} / {_gb(wire.nvlink_received)}   "
             f"network {_gb(wire.network_sent)} / {_gb(wire.network_received)}"
         )
-    lines += ["", "communication ops (stage 0; α-β time per step):"]
+    lines += ["", "communication ops (stage 0; time per step on the link, latency and efficiency included):"]
     for op in (o for o in an.ops if o.stage == 0):
         lines.append(
             f"  {op.group.value:<9} {op.op.value:<14} n={op.group_size:<5} {op.calls:>7} × {op.buffer_bytes / 2**20:10.2f} MiB "
-            f"on {op.link.value:<7} {op_time_s(job, op):8.3f} s  {op.phase}"
+            f"on {op.link.value:<7} {an.op_seconds[op]:8.3f} s  {op.phase}"
         )
     total = step.step_time_s
     lines += [
         "",
         f"pipeline bubble: (p − 1)/(v·m + p − 1) = {step.bubble_fraction:.2%}" + _simulated_line(ex),
-        f"estimated step time: {total:.2f} s at {job.training.efficiency:.0%} of peak "
-        f"({job.cluster.gpu.bf16_tflops:g} TFLOPS)",
-        f"  compute (incl. exposed TP): {step.compute_s:8.2f} s ({step.compute_s / total:5.1%})",
-        f"  pipeline bubble:            {step.bubble_s:8.2f} s ({step.bubble_s / total:5.1%})",
-        f"  exposed DP comm (tail):     {step.exposed_comm_s:8.2f} s ({step.exposed_comm_s / total:5.1%})",
+        f"estimated step time: {total:.2f} s ({step.model}; {job.cluster.gpu.bf16_tflops:g} "
+        "TFLOPS peak)",
+        f"  compute:            {step.compute_s:8.2f} s ({step.compute_s / total:5.1%})  "
+        f"incl. exposed TP {step.tp_comm_s:.3f} s",
+        f"  pipeline bubble:    {step.bubble_s:8.2f} s ({step.bubble_s / total:5.1%})  "
+        f"incl. p2p on the path {step.pp_comm_s:.3f} s",
+        f"  exposed DP comm:    {step.exposed_comm_s:8.2f} s ({step.exposed_comm_s / total:5.1%})  "
+        "after backward and after the optimizer step",
+        f"  optimizer step:     {step.optimizer_s:8.2f} s ({step.optimizer_s / total:5.1%})",
         f"tokens per second: {step.tokens_per_s:,.0f}   MFU: {step.mfu:.1%} "
         "(model FLOPs, no causal discount, no recompute)",
     ]
@@ -106,7 +109,9 @@ def to_json(ex: Explanation) -> dict[str, Any]:
         "name": job.name,
         "world_size": job.world,
         "memory": memory_json(job, an.memory),
-        "communication": [{**op_record(job, op), "formula": op.formula} for op in an.ops],
+        "communication": [
+            {**op_record(op, an.op_seconds[op]), "formula": op.formula} for op in an.ops
+        ],
         "wire_bytes": [
             {
                 "stage": w.stage,
@@ -129,9 +134,13 @@ def to_json(ex: Explanation) -> dict[str, Any]:
             "compute_s": step.compute_s,
             "bubble_s": step.bubble_s,
             "exposed_comm_s": step.exposed_comm_s,
+            "optimizer_s": step.optimizer_s,
+            "tp_comm_s": step.tp_comm_s,
+            "cp_comm_s": step.cp_comm_s,
+            "pp_comm_s": step.pp_comm_s,
             "tokens_per_s": step.tokens_per_s,
             "mfu": step.mfu,
-            "efficiency": step.efficiency,
+            "model": step.model,
             "model_flops": step.model_flops,
         },
     }

@@ -104,6 +104,9 @@ class Cluster:
     reserve_bytes: int
     host_memory_bytes: int = 0  # host (CPU) memory per node, the offload budget
     host_bandwidth_gbs: float = DEFAULT_HOST_BANDWIDTH_GBS  # host↔device per GPU per direction
+    # hardware.calibration: the efficiency tables `planc calibrate` fitted, as read from the file
+    # (plain JSON data; planc.perf.efficiency reads it). None: the GPU preset's entry.
+    calibration: Mapping[str, Any] | None = None
 
     @property
     def world(self) -> int:
@@ -137,7 +140,7 @@ class Training:
     grad_accum_fp32: bool
     recompute: str
     attention: str
-    efficiency: float = 0.5
+    efficiency: float | None = None  # a flat GEMM efficiency; None: the per-operation curve
     overlap_tp: bool = False
     kernels: str = "fused"  # fused (Megatron-Core + TE/Apex) | unfused (plain PyTorch on CUDA)
     framework: str = "megatron"  # megatron | deepspeed | fsdp2
@@ -382,7 +385,7 @@ def _training(spec: Data) -> Training:
         grad_accum_fp32=tr["grad_accum_fp32"],
         recompute=tr["recompute"],
         attention=tr["attention"],
-        efficiency=float(tr["efficiency"]),
+        efficiency=None if tr["efficiency"] is None else float(tr["efficiency"]),
         overlap_tp=tr["overlap_tp"],
         kernels=tr.get("kernels", "fused"),
         framework=tr.get("framework", "megatron"),

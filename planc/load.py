@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import json
 import math
 import os
 import re
@@ -329,7 +330,39 @@ def load_text(
             for p in resolved
         ]
         return Loaded(path, tuple(findings), locator, spec)
+    calibration = spec["hardware"].get("calibration")
+    if calibration is not None:
+        resolved, problem = _calibrated(resolved, calibration, locator, base_dir)
+        if problem is not None:
+            return Loaded(path, (*findings, problem), locator, spec)
     return Loaded(path, tuple(findings), locator, spec, resolved)
+
+
+def _calibrated(
+    job: Job, name: str, locator: Locator, base_dir: str
+) -> tuple[Job, Finding | None]:
+    """The job with `hardware.calibration`'s efficiency tables read in (a file `planc calibrate`
+    wrote, relative to the spec), or a located finding saying why the file cannot be used."""
+    from planc.perf.efficiency import from_json  # start-up: only for hardware.calibration
+
+    at = locator.position(("hardware", "calibration"))
+    field = "hardware.calibration"
+    target = os.path.join(base_dir, name)
+    try:
+        with open(target, encoding="utf-8") as handle:
+            data = json.loads(handle.read(MAX_BYTES + 1))
+        from_json(data, target)  # refuses a file that is not one GPU's efficiency entry
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        detail = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        return job, _finding(
+            "PLC110",
+            at,
+            f"{field}: {target} cannot be used: {detail}",
+            "give the file `planc calibrate -o FILE` wrote, relative to this spec",
+            field,
+        )
+    cluster = dataclasses.replace(job.cluster, calibration=MappingProxyType(data))
+    return dataclasses.replace(job, cluster=cluster), None
 
 
 def _hf_model(

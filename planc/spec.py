@@ -336,11 +336,12 @@ class TrainingSpec(Frozen):
     attention: Literal["flash", "eager"] = Field(
         "flash", description="flash keeps no s×s score matrix; eager saves scores and softmax."
     )
-    efficiency: Annotated[float, _bounded(0.01, 1.0)] = Field(
-        0.5,
-        description="Fraction of the GPU's peak dense TFLOPS the model's kernels reach, for the "
-        "step-time estimate (planc explain), 0.01 to 1 (below 1% the estimate means nothing). "
-        "0.5 is planc's uncalibrated default.",
+    efficiency: Annotated[float, _bounded(0.01, 1.0)] | None = Field(
+        None,
+        description="A flat fraction of the GPU's peak dense TFLOPS for every matrix multiply, "
+        "0.01 to 1, replacing the per-operation GEMM efficiency curve of the step-time estimate "
+        "(planc explain). Default: the curve of the GPU's entry in planc/presets/efficiency.json "
+        "(or hardware.calibration).",
     )
     overlap_tp: StrictBool = Field(
         False,

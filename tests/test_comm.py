@@ -6,10 +6,11 @@ from fractions import Fraction
 
 import pytest
 
+from planc.analysis import analyse, estimate_step
 from planc.comm.cost import bus_factor, ring_steps, wire_bytes
 from planc.comm.schedule import link_class, schedule, wire_budget
-from planc.comm.steptime import estimate, model_flops_per_step
 from planc.load import load_text
+from planc.perf.validate import model_flops
 from planc.pipeline.bubble import bubble_fraction
 
 from conftest import analysis_of, job_of, plannable_of
@@ -109,7 +110,7 @@ def test_model_flops_match_the_gpt_closed_form() -> None:
     job = job_of(None, "gpt3-175b-1024xa100.yaml")
     B, s, L, h, V = 1536, 2048, 96, 12288, 50257
     closed = Fraction(72 * B * s * L * h * h) * (1 + Fraction(s, 6 * h) + Fraction(V, 12 * h * L))
-    assert model_flops_per_step(job) == closed
+    assert model_flops(job) == pytest.approx(float(closed), rel=1e-12)
 
 
 # Korthikanti et al. 2022, Table 5: measured seconds per iteration on A100 (full recompute,
@@ -120,15 +121,15 @@ TABLE5 = [
     ("gpt-530b", 280, 35, 3, 280, 1, 49.05, 37.83),
     ("gpt-1t", 512, 64, 1, 512, 1, 94.42, 71.49),
 ]
-TOLERANCE = 0.45  # documented in docs/explain.md: the single default efficiency misses large GEMMs
+# Issue 12's targets, for the estimate users get (`planc explain`: analyse → estimate_step, with
+# the memory model's parameter counts): mean absolute error ≤ 3.5 %, worst ≤ 8 %. The GEMM curve
+# was fitted to the four full-recompute runs only (docs/explain.md); the selective runs did not
+# inform it.
+MEAN_TARGET, WORST_TARGET = 0.035, 0.08
 
 
-@pytest.mark.parametrize("case", TABLE5, ids=lambda c: c[0])
-@pytest.mark.parametrize("mode", ["full", "selective"])
-def test_step_time_against_table5(
-    case: tuple[str, int, int, int, int, int, float, float], mode: str
-) -> None:
-    name, gpus, p, v, B, b, full, seqsel = case
+def table5_step(case: tuple[str, int, int, int, int, int, float, float], mode: str) -> float:
+    name, gpus, p, v, B, b, _, _ = case
     sp = "true" if mode == "selective" else "false"
     text = (
         f"version: 1\nname: t5\nmodel: {{preset: {name}}}\nhardware: {{gpu: a100-80gb, nodes: {gpus // 8}}}\n"
@@ -136,14 +137,23 @@ def test_step_time_against_table5(
         f"training: {{seq_len: 2048, micro_batch: {b}, global_batch: {B}, precision: fp16, recompute: {mode}, attention: eager}}\n"
     )
     job = plannable_of(load_text("t5.yaml", text).job)
-    measured = full if mode == "full" else seqsel
-    step = estimate(job, schedule(job, [0] * p)).step_time_s
-    assert abs(step - measured) / measured < TOLERANCE
+    return estimate_step(analyse(job)).step_time_s
+
+
+def test_step_time_against_table5() -> None:
+    errors = []
+    for case in TABLE5:
+        for mode, measured in (("full", case[6]), ("selective", case[7])):
+            errors.append((table5_step(case, mode) - measured) / measured)
+    worst = max(abs(e) for e in errors)
+    mean = sum(abs(e) for e in errors) / len(errors)
+    assert worst <= WORST_TARGET, errors
+    assert mean <= MEAN_TARGET, errors
 
 
 def test_simulated_pipeline_is_bounded_by_the_slowest_stage() -> None:
     analysis = analysis_of(None, "llama3-70b-8x8.yaml")
-    step = estimate(analysis.plan, analysis.ops, overlap_tp=True)
+    step = estimate_step(analysis)
     assert step.pipeline.method == "simulated" and step.pipeline.simulated_ops == 2 * 4 * 256
     slowest = max(t.forward_s + t.backward_s for t in analysis.times)
     # The slowest stage must run all m micro-batches, and everything waits for it to fill.
@@ -154,5 +164,5 @@ def test_simulated_pipeline_is_bounded_by_the_slowest_stage() -> None:
 
 def test_no_bubble_without_a_pipeline() -> None:
     analysis = analysis_of()
-    step = estimate(analysis.plan, analysis.ops)
+    step = estimate_step(analysis)
     assert step.pipeline.bubble_fraction == 0 and step.bubble_s == 0

@@ -7,9 +7,9 @@ from typing import Any
 import yaml
 
 from planc.comm.schedule import schedule, shard_link
-from planc.comm.steptime import offload_transfer_s
 from planc.load import load_text
 from planc.memory.params import rank_parameters
+from planc.perf.offload import offload_transfer_s
 from planc.plannable import Plannable
 from planc.vocab import Collective, GroupKind, LinkClass
 
@@ -88,11 +88,11 @@ def test_offload_transfer_by_hand() -> None:
     # weights up, once per step, over PCIe Gen5 (64 GB/s per direction on an H100 node).
     plan = job({"zero_stage": 1}, {"framework": "deepspeed", "offload": {"optimizer": True}})
     shard = -(-8_030_261_248 // 16)
-    assert offload_transfer_s(plan) == 2 * shard / 64e9
-    assert offload_transfer_s(job({"zero_stage": 1})) == 0.0
+    assert offload_transfer_s(plan, 8_030_261_248) == 2 * shard / 64e9
+    assert offload_transfer_s(job({"zero_stage": 1}), 8_030_261_248) == 0.0
     # ZeRO-3 with the parameters offloaded too: 2·m uploads of the weights shard per step.
     both = job(
         {"zero_stage": 3},
         {"framework": "deepspeed", "offload": {"optimizer": True, "parameters": True}},
     )
-    assert offload_transfer_s(both) == 2 * both.m * 2 * shard / 64e9
+    assert offload_transfer_s(both, 8_030_261_248) == 2 * both.m * 2 * shard / 64e9

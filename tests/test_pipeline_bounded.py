@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planc.pipeline import bounded
 from planc.pipeline.bounded import makespan
 from planc.pipeline.bubble import bubble_fraction
 from planc.pipeline.schedule import build_schedule
@@ -48,12 +47,8 @@ def test_extrapolation_is_within_one_cycle(
     m = groups * p
     t_f = [float(x) for x in times[:p]]
     t_b = [float(x) for x in times[6 : 6 + p]]
-    original = bounded.MAX_SIMULATED_OPS
-    bounded.MAX_SIMULATED_OPS = 2 * p * v * 6 * p  # force extrapolation at these small sizes
-    try:
-        result = makespan(p, m, v, t_f, t_b, float(hop))
-    finally:
-        bounded.MAX_SIMULATED_OPS = original
+    # Force extrapolation at these small sizes.
+    result = makespan(p, m, v, t_f, t_b, float(hop), max_simulated_ops=2 * p * v * 6 * p)
     exact = full(p, m, v, t_f, t_b, float(hop))
     assert result.method == "extrapolated"
     cycle = v * max(f + b for f, b in zip(t_f, t_b, strict=True)) + 2 * hop
@@ -70,12 +65,7 @@ def test_shipped_example_shapes_extrapolate_within_a_tenth_of_a_percent() -> Non
     t_b = [t.backward_s for t in analysis.times]
     m, hop = 2048, 0.0003
     exact = full(4, m, 1, t_f, t_b, hop)
-    original = bounded.MAX_SIMULATED_OPS
-    bounded.MAX_SIMULATED_OPS = 4_000
-    try:
-        result = makespan(4, m, 1, t_f, t_b, hop)
-    finally:
-        bounded.MAX_SIMULATED_OPS = original
+    result = makespan(4, m, 1, t_f, t_b, hop, max_simulated_ops=4_000)
     assert result.method == "extrapolated"
     assert abs(result.makespan_s - exact) / exact < 1e-3
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from planc.comm.cost import call_time_s, ring_steps, wire_bytes
+from planc.comm.cost import ring_steps, wire_bytes
 from planc.job import Link
 from planc.plannable import Plannable, padded_vocab
 from planc.vocab import Axis, Collective, Direction, GroupKind, LinkClass
@@ -387,13 +387,9 @@ def schedule(job: Plannable, params_by_stage: Sequence[int]) -> tuple[CommOp, ..
     return tuple(ops)
 
 
-def op_time_s(job: Plannable, op: CommOp) -> float:
-    """Time of all calls of `op` in one step (α-β model on its link class)."""
-    return op.calls * call_time_s(op.op, op.group_size, op.buffer_bytes, link_of(job, op.link))
-
-
-def op_record(job: Plannable, op: CommOp) -> dict[str, object]:
-    """One op as plain data (plan.json and `planc explain --format json`)."""
+def op_record(op: CommOp, seconds: float) -> dict[str, object]:
+    """One op as plain data (plan.json and `planc explain --format json`); `seconds` is its
+    time per step from the analysis (`planc.analysis.Analysis.op_seconds`)."""
     record: dict[str, object] = {
         "stage": op.stage,
         "group": op.group.value,
@@ -405,7 +401,7 @@ def op_record(job: Plannable, op: CommOp) -> dict[str, object]:
         "bytes_sent_per_call": op.bytes_sent,
         "link": op.link.value,
         # Rounded so the plan's bytes do not depend on the last bits of a float division.
-        "time_s": round(op_time_s(job, op), 9),
+        "time_s": round(seconds, 9),
     }
     if op.direction is not None:
         record["direction"] = op.direction.value

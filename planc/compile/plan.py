@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,6 +72,7 @@ class Plan:
     summary: Summary
     parameters: tuple[RankParameters, ...]  # Ψ_r of one TP rank of each stage
     communication: tuple[CommOp, ...]  # the schedule of one step, per pipeline stage
+    op_seconds: Mapping[CommOp, float]  # each op's time per step (the analysis's model)
     wires: tuple[WireBudget, ...]  # bytes per step per link class, per pipeline stage
     findings: tuple[Finding, ...] = ()  # check's error findings a forced compile went past
 
@@ -180,6 +182,7 @@ def compile_job(analysis: Analysis, findings: tuple[Finding, ...] = ()) -> Plan:
         summary=_summary(job, analysis.memory, placement, shard, table),
         parameters=analysis.parameters,
         communication=analysis.ops,
+        op_seconds=analysis.op_seconds,
         wires=analysis.wires,
         findings=findings,
     )
@@ -322,7 +325,9 @@ def communication_record(plan: Plan) -> dict[str, object]:
     pipeline sends, and α-β seconds per step. `pipeline`: the schedule pattern per stage.
     """
     job = plan.job
-    record: dict[str, object] = {"ops": [op_record(job, op) for op in plan.communication]}
+    record: dict[str, object] = {
+        "ops": [op_record(op, plan.op_seconds[op]) for op in plan.communication]
+    }
     if job.layout.p > 1:
         record["pipeline"] = pipeline_record(job)
     return record

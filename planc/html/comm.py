@@ -3,9 +3,8 @@ every stage, and the step time split into compute, exposed communication and bub
 
 from __future__ import annotations
 
-from planc.analysis import Analysis
-from planc.comm.schedule import CommOp, op_time_s
-from planc.comm.steptime import StepEstimate
+from planc.analysis import Analysis, StepEstimate
+from planc.comm.schedule import CommOp
 from planc.html import fmt
 from planc.html.svg import group, rect, svg, text
 from planc.vocab import LinkClass
@@ -20,7 +19,7 @@ def busiest_stage(analysis: Analysis) -> int:
     """The stage whose ranks spend the most time communicating per step (lowest on ties)."""
     totals = [0.0] * analysis.plan.layout.p
     for op in analysis.ops:
-        totals[op.stage] += op_time_s(analysis.plan, op)
+        totals[op.stage] += analysis.op_seconds[op]
     return max(range(len(totals)), key=lambda s: (totals[s], -s))
 
 
@@ -31,15 +30,14 @@ def step_bytes(op: CommOp) -> int:
 
 def ops_svg(analysis: Analysis, stage: int) -> str:
     """One row per op of `stage`: a bar of its time per step, coloured by link class."""
-    plan = analysis.plan
     ops = [op for op in analysis.ops if op.stage == stage]
     if not ops:
         return "<p class='muted'>No communication: one GPU per model replica and no data parallelism.</p>"
-    longest = max(op_time_s(plan, op) for op in ops) or 1.0
+    longest = max(analysis.op_seconds[op] for op in ops) or 1.0
     parts: list[str] = []
     for index, op in enumerate(ops):
         y = 8 + index * ROW
-        seconds = op_time_s(plan, op)
+        seconds = analysis.op_seconds[op]
         tip = (
             f"{op.phase}: {op.op.value} in groups of {op.group_size} over {op.link.value}, "
             f"{op.calls:,} calls × {fmt.gb(op.buffer_bytes)} buffer = {fmt.gb(step_bytes(op))} sent "
@@ -82,7 +80,7 @@ def link_table(analysis: Analysis, stage: int) -> str:
     for link in LinkClass:
         ops = [op for op in analysis.ops if op.stage == stage and op.link is link]
         sent = sum(step_bytes(op) for op in ops)
-        seconds = sum(op_time_s(plan, op) for op in ops)
+        seconds = sum(analysis.op_seconds[op] for op in ops)
         bandwidth = (
             plan.cluster.intra if link is LinkClass.NVLINK else plan.cluster.inter
         ).bandwidth_gbs
@@ -118,10 +116,11 @@ def step_parts(step: StepEstimate) -> list[tuple[str, str, float]]:
         ("t-compute", "compute (incl. exposed TP)", step.compute_s),
         ("t-comm", "exposed DP communication", step.exposed_comm_s),
         ("t-bubble", "pipeline bubble", step.bubble_s),
+        ("t-other", "optimizer step", step.optimizer_s),
     ]
     rest = step.step_time_s - sum(seconds for _, _, seconds in parts)
     if rest > 1e-9 * step.step_time_s:
-        parts.append(("t-other", "other", rest))
+        parts.append(("t-other", "other (stages waiting for the slowest one's tail)", rest))
     return parts
 
 

@@ -15,13 +15,10 @@ from fractions import Fraction
 from math import floor, log10
 
 from planc.analysis import Analysis
-from planc.comm.schedule import op_time_s
-from planc.comm.steptime import attention_core_flops, head_flops, layer_matmul_flops
 from planc.html import fmt
 from planc.html.svg import group, label_every, line, rect, svg, text
 from planc.pipeline.schedule import build_schedule
 from planc.pipeline.timeline import Span, Timeline, simulate
-from planc.plannable import Plannable
 from planc.vocab import GroupKind
 
 WIDTH = 960
@@ -56,25 +53,17 @@ def drawn_microbatches(p: int, m: int, v: int) -> int:
     return p * groups
 
 
-def recompute_share(plan: Plannable, stage: int) -> float:
-    """The recomputed forward's share of stage `stage`'s backward time, from the FLOPs that
-    `planc.comm.steptime.stage_times` adds up (Korthikanti et al. 2022 §5)."""
-    recompute = plan.training.recompute
-    if recompute == "none":
-        return 0.0
-    tokens = plan.training.b * plan.training.s
-    layers = plan.layout.stage_layers[stage]
-    matmul = layers * layer_matmul_flops(plan, tokens)
-    core = layers * attention_core_flops(plan, plan.training.b)
-    head = head_flops(plan, tokens) if stage == plan.layout.p - 1 else 0
-    redo = core if recompute == "selective" else matmul + core
-    return redo / (2 * (matmul + core + head) + redo)
+def recompute_share(analysis: Analysis, stage: int) -> float:
+    """The recomputed forward's share of stage `stage`'s backward time (the per-operation
+    model's stage times; Korthikanti et al. 2022 §5)."""
+    times = analysis.times[stage]
+    return times.recompute_s / times.backward_s if times.backward_s > 0 else 0.0
 
 
 def pipeline_hop_s(analysis: Analysis) -> float:
     """One pipeline message's time: the slowest PP send per call (0 without pipeline)."""
     sends = [op for op in analysis.ops if op.group is GroupKind.PP and op.calls]
-    return max((op_time_s(analysis.plan, op) / op.calls for op in sends), default=0.0)
+    return max((analysis.op_seconds[op] / op.calls for op in sends), default=0.0)
 
 
 def simulate_drawn(analysis: Analysis) -> Gantt:
@@ -85,7 +74,7 @@ def simulate_drawn(analysis: Analysis) -> Gantt:
     t_b = [t.backward_s / lay.v for t in analysis.times]
     hop = pipeline_hop_s(analysis)
     timeline = simulate(build_schedule(lay.p, shown, lay.v), t_f, t_b, hop)
-    shares = tuple(recompute_share(plan, r) for r in range(lay.p))
+    shares = tuple(recompute_share(analysis, r) for r in range(lay.p))
     return Gantt(lay.p, plan.m, lay.v, shown, timeline, shares, hop)
 
 

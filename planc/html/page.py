@@ -10,8 +10,7 @@ import json
 from typing import Any
 
 from planc import __version__
-from planc.analysis import Analysis
-from planc.comm.steptime import StepEstimate
+from planc.analysis import Analysis, StepEstimate
 from planc.explain import Explanation, to_json
 from planc.findings import FileResult, Finding, Severity
 from planc.html import fmt
@@ -71,7 +70,7 @@ def cards(plan: Plannable, analysis: Analysis, step: StepEstimate) -> str:
         f"{fmt.percent(step.bubble_fraction)}",
     )
     time = _card(
-        "Step time", fmt.seconds(step.step_time_s), f"at {step.efficiency:.0%} of peak FLOPS"
+        "Step time", fmt.seconds(step.step_time_s), step.model
     )
     tokens = _card("Throughput", f"{step.tokens_per_s:,.0f}", "tokens per second, whole cluster")
     mfu = _card("MFU", fmt.percent(step.mfu), "model FLOPs (no recompute) over peak")

@@ -99,6 +99,15 @@ class ChunkTimes:
     layers: int
 
 
+@dataclass(frozen=True)
+class StageTimes:
+    """Compute seconds of one rank of a pipeline stage per micro-batch, all its chunks."""
+
+    forward_s: float
+    backward_s: float  # data + weight gradients + recompute
+    recompute_s: float  # included in backward_s
+
+
 def recompute_time_s(layer: PassTimes, recompute: str) -> float:
     """Recomputed forward per layer: all of it (full), the attention core (selective), nothing.
 

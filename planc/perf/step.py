@@ -10,11 +10,10 @@ Composition, per optimizer step:
    simulation of Megatron's 1F1B or interleaved 1F1B schedule (:mod:`planc.pipeline`) runs them
    with the p2p time per message and gives each stage's finishing time. The bubble is whatever
    the simulation leaves idle, so uneven stages (embedding first, LM head last) are priced.
-2. **Bounded simulation.** Beyond warm-up the 1F1B steady state repeats: the dependency graph is
-   a max-plus linear system, whose finishing times grow by a constant per period (Baccelli et al.
-   1992, *Synchronization and Linearity*, ch. 3). For large m the simulation runs two micro-batch
-   counts m₁ < m₂ = m₁ + p with m₁ ≡ m (mod p) in the steady state and extrapolates each stage's
-   finishing time linearly to m; a test checks this against the full simulation.
+2. **Bounded simulation.** `planc.pipeline.bounded`: the whole schedule up to 20,000 ops; beyond,
+   two runs in the steady state (m₁ ≡ m mod p and m₁ + K·p) and each stage's finishing time
+   extrapolated linearly (the steady state of a max-plus system repeats; Baccelli et al. 1992);
+   the closed form when even those would be too long.
 3. **Data-parallel reduction.** Each stage reduces its gradient buckets while the backward of
    its last micro-batch runs (Megatron DDP `overlap_grad_reduce`): buckets beyond that window
    and always the last bucket are exposed; overlapped buckets slow the compute they overlap by
@@ -33,15 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from planc.pipeline.schedule import build_schedule
-from planc.pipeline.timeline import simulate
-
-# Above this many compute ops (2·p·m·v) the pipeline is simulated at two smaller m and
-# extrapolated; at the bound the exact simulation takes about a second.
-MAX_SIMULATED_OPS = 40_000
-# Above this many ops in the two extrapolation runs (p in the hundreds), the closed form over the
-# slowest stage is used instead.
-MAX_EXTRAPOLATED_OPS = 200_000
+from planc.pipeline.bounded import MAX_SIMULATED_OPS, PipelineTime, run
 
 
 @dataclass(frozen=True)
@@ -100,6 +91,7 @@ class StepEstimate:
     mfu: float
     stage_end_s: tuple[float, ...]
     simulated_m: tuple[int, ...]  # the micro-batch counts simulated; () for the closed form
+    pipeline: PipelineTime  # how the pipeline part was found, and its idle share
 
 
 def _virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
@@ -130,29 +122,6 @@ def _virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
     return t_f, t_b
 
 
-def _simulate_ends(
-    p: int, m: int, v: int, t_f: Sequence[float], t_b: Sequence[float], hop: float
-) -> tuple[float, ...]:
-    """Each stage's finishing time from the exact discrete-event simulation."""
-    timeline = simulate(build_schedule(p, m, v), list(t_f), list(t_b), hop)
-    return tuple(float(spans[-1].end) for spans in timeline.stages)
-
-
-def steady_state_counts(
-    p: int, m: int, v: int, max_ops: int = MAX_SIMULATED_OPS
-) -> tuple[int, int] | None:
-    """(m₁, m₂) to simulate instead of m, or None when m itself is small enough.
-
-    m₁ ≡ m (mod p), m₁ ≥ 2p (past the warm-up of every stage), m₂ = m₁ + p; interleaving needs
-    multiples of p, which m and hence m₁, m₂ then are.
-    """
-    if 2 * p * m * v <= max_ops:
-        return None
-    m1 = 2 * p + (m - 2 * p) % p
-    m2 = m1 + p
-    return (m1, m2) if m2 < m else None
-
-
 def pipeline_ends(
     p: int,
     m: int,
@@ -162,32 +131,11 @@ def pipeline_ends(
     hop: float,
     max_ops: int = MAX_SIMULATED_OPS,
 ) -> tuple[tuple[float, ...], tuple[int, ...]]:
-    """Each stage's finishing time for m micro-batches, and the counts simulated.
-
-    Exact for small schedules; otherwise simulated at m₁ and m₂ = m₁ + p and extrapolated:
-    end(m) = end(m₁) + (m − m₁)/p · (end(m₂) − end(m₁)).
-    """
-    counts = steady_state_counts(p, m, v, max_ops)
-    if counts is None:
-        return _simulate_ends(p, m, v, t_f, t_b, hop), (m,)
-    m1, m2 = counts
-    if 2 * p * v * (m1 + m2) > MAX_EXTRAPOLATED_OPS:
-        return closed_form_ends(p, m, v, t_f, t_b, hop), ()
-    first = _simulate_ends(p, m1, v, t_f, t_b, hop)
-    second = _simulate_ends(p, m2, v, t_f, t_b, hop)
-    periods = (m - m1) / p
-    return tuple(a + periods * (b - a) for a, b in zip(first, second, strict=True)), (m1, m2)
-
-
-def closed_form_ends(
-    p: int, m: int, v: int, t_f: Sequence[float], t_b: Sequence[float], hop: float
-) -> tuple[float, ...]:
-    """Every stage ends at the slowest stage's m·v chunk times plus the fill and drain of
-    (p − 1)/v of them and 2(p − 1) messages (Narayanan et al. 2021 §2.2: bubble (p − 1)/(v·m)
-    of the ideal time); exact for equal stages without p2p delay, an estimate otherwise."""
-    slowest = max(sum(t_f[j * p + r] + t_b[j * p + r] for j in range(v)) for r in range(p))
-    end = slowest * (m + (p - 1) / v) + 2 * (p - 1) * hop
-    return (end,) * p
+    """Each stage's finishing time for m micro-batches, and the counts simulated
+    (`planc.pipeline.bounded`: whole up to `max_ops` ops, else extrapolated from two runs in the
+    steady state, or the closed form when even those are too long)."""
+    found = run(p, m, v, t_f, t_b, hop, max_ops)
+    return found.stage_end_s, found.simulated_m
 
 
 def dp_exposed_s(buckets: Sequence[float], window_s: float) -> tuple[float, float]:
@@ -213,11 +161,8 @@ def estimate_step(inputs: StepInputs) -> StepEstimate:
             raise ValueError("every stage needs one forward, backward and TP time per chunk")
     t_f, t_b = _virtual_times(inputs)
     busy = [m * sum(t_f[j * p + r] + t_b[j * p + r] for j in range(v)) for r in range(p)]
-    if p == 1:
-        ends: tuple[float, ...] = (busy[0],)
-        simulated: tuple[int, ...] = ()
-    else:
-        ends, simulated = pipeline_ends(p, m, v, t_f, t_b, inputs.p2p_s)
+    pipe = run(p, m, v, t_f, t_b, inputs.p2p_s)
+    ends, simulated = pipe.stage_end_s, pipe.simulated_m
     tails = []
     for st in inputs.stages:
         # The link is already busy for dp_overlapped_s of each micro-batch's compute.
@@ -247,6 +192,7 @@ def estimate_step(inputs: StepInputs) -> StepEstimate:
         mfu=inputs.model_flops / (step * inputs.peak_flops) if inputs.peak_flops > 0 else 0.0,
         stage_end_s=ends,
         simulated_m=simulated,
+        pipeline=pipe,
     )
 
 

@@ -24,10 +24,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planc.comm.cost import ring_steps, wire_bytes
-from planc.comm.schedule import CommOp, schedule
+from planc.comm.schedule import CommOp, schedule, sharding_stage
 from planc.job import Job
-from planc.perf.compute import Device, chunk_times, optimizer_time_s, pass_times, work_time_s
-from planc.perf.efficiency import REFERENCE_HBM_GBS, REFERENCE_TFLOPS, Efficiency, for_gpu
+from planc.perf.compute import (
+    Device,
+    StageTimes,
+    chunk_times,
+    optimizer_time_s,
+    pass_times,
+    work_time_s,
+)
+from planc.perf.efficiency import (
+    REFERENCE_HBM_GBS,
+    REFERENCE_TFLOPS,
+    Efficiency,
+    for_gpu,
+    from_json,
+)
+from planc.perf.offload import offload_transfer_s
 from planc.perf.ops import (
     LayerShape,
     attention_core,
@@ -38,6 +52,10 @@ from planc.perf.ops import (
 )
 from planc.perf.step import StageInputs, StepEstimate, StepInputs, estimate_step
 from planc.plannable import Plannable, plannable
+
+# Data-parallel traffic: the shard group (dp_cp, or dp_shard under HSDP), HSDP's replicas, and
+# the tied embedding's all-reduce.
+DP_GROUPS = ("dp_cp", "dp_shard", "dp_replicate", "embedding")
 
 
 def plan_of(job: Job | Plannable) -> Plannable:
@@ -81,6 +99,22 @@ def device_of(job: Plannable) -> Device:
     gpu = job.cluster.gpu
     hbm = gpu.memory_bandwidth_gbs or gpu.bf16_tflops * REFERENCE_HBM_GBS / REFERENCE_TFLOPS
     return Device.of(gpu.bf16_tflops, hbm)
+
+
+def efficiency_of(job: Plannable) -> Efficiency:
+    """The efficiency tables of `job`: hardware.calibration's when given, else the GPU preset's
+    entry (a custom GPU: the A100 entry scaled by its peaks); `training.efficiency`, when set,
+    replaces the GEMM curve by that flat fraction of peak."""
+    gpu = job.cluster.gpu
+    calibration = job.cluster.calibration
+    if calibration is not None:
+        eff = from_json(calibration, "hardware.calibration")
+    else:
+        eff = for_gpu(gpu.name, gpu.bf16_tflops, device_of(job).hbm_bytes / 1e9)
+    flat = job.training.efficiency
+    if flat is not None:
+        eff = eff.with_gemm(peak_fraction=flat, half_flops=0.0, half_dim=0.0)
+    return eff
 
 
 def comm_time_s(
@@ -186,17 +220,18 @@ def _dp(
 ) -> tuple[tuple[float, ...], float, float]:
     """(buckets overlapping the last backward, after-step seconds, other overlapped seconds)."""
     m = job.m
+    zero = sharding_stage(job)
     buckets: list[float] = []
     after = overlapped = 0.0
     for op in ops:
-        if op.stage != stage or op.group not in ("dp_cp", "embedding") or not op.calls:
+        if op.stage != stage or op.group not in DP_GROUPS or not op.calls:
             continue
         one = _call_s(job, eff, op)
-        if op.group == "embedding" or (op.op == "all_gather" and job.layout.zero <= 2):
+        if op.group == "embedding" or (op.op == "all_gather" and zero <= 2):
             after += one * op.calls
-        elif op.op == "all_gather":  # ZeRO-3: gathered before every forward and backward
+        elif op.op == "all_gather":  # ZeRO-3/FSDP2: gathered before every forward and backward
             overlapped += one * op.calls
-        elif job.layout.zero >= 2:  # reduce-scatter after every micro-batch
+        elif zero >= 2:  # reduce-scatter (and HSDP's replica all-reduce) after every micro-batch
             per_mb = op.calls // m
             buckets += [one] * per_mb
             overlapped += one * (op.calls - per_mb)
@@ -209,6 +244,7 @@ def build_inputs(
     job: Job | Plannable,
     params_by_stage: Sequence[int] | None = None,
     eff: Efficiency | None = None,
+    ops: Sequence[CommOp] | None = None,
 ) -> StepInputs:
     """The :class:`StepInputs` of `job`.
 
@@ -218,16 +254,16 @@ def build_inputs(
     """
     job = plan_of(job)
     lay, m = job.layout, job.m
-    gpu, shape, device = job.cluster.gpu, layer_shape(job), device_of(job)
-    eff = eff or for_gpu(gpu.name, gpu.bf16_tflops, device.hbm_bytes / 1e9)
+    shape, device = layer_shape(job), device_of(job)
+    eff = eff or efficiency_of(job)
     per_stage = lay.stage_layers
     params = (
         list(params_by_stage)
         if params_by_stage is not None
         else [stage_parameters(job, r, layers, shape) for r, layers in enumerate(per_stage)]
     )
-    ops = schedule(job, params)
-    shard = lay.shard_group if lay.zero >= 1 else 1
+    ops = schedule(job, params) if ops is None else ops
+    shard = lay.shard_group if sharding_stage(job) >= 1 else 1
     stages = []
     for r, layers in enumerate(per_stage):
         split = lay.chunk_layers(r)
@@ -243,7 +279,7 @@ def build_inputs(
                 tp_forward_s=tuple(n * tp.forward_s for n in split),
                 tp_backward_s=tuple(n * (tp.backward_exposed_s + tp.recompute_s) for n in split),
                 dp_buckets_s=buckets,
-                after_step_s=after,
+                after_step_s=after + offload_transfer_s(job, params[r]),
                 optimizer_s=optimizer_time_s(
                     params[r] / shard, device, eff, job.training.precision == "fp16"
                 ),
@@ -293,13 +329,39 @@ def _tp_link(ops: Sequence[CommOp]) -> str:
 
 
 def _dp_link(ops: Sequence[CommOp]) -> str:
-    return next((str(op.link) for op in ops if op.group == "dp_cp"), "network")
+    return next((str(op.link) for op in ops if op.group in ("dp_cp", "dp_shard")), "network")
 
 
 def estimate(
     job: Job | Plannable,
     params_by_stage: Sequence[int] | None = None,
     eff: Efficiency | None = None,
+    ops: Sequence[CommOp] | None = None,
 ) -> StepEstimate:
     """`estimate_step(build_inputs(job, ...))`."""
-    return estimate_step(build_inputs(job, params_by_stage, eff))
+    return estimate_step(build_inputs(job, params_by_stage, eff, ops))
+
+
+def stage_times(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
+    """Forward, backward (recompute included) and recompute compute seconds per micro-batch of
+    one rank of each stage, all its chunks together."""
+    shape, device, lay = layer_shape(job), device_of(job), job.layout
+    out = []
+    for r in range(lay.p):
+        chunks = chunk_times(
+            shape, lay.chunk_layers(r), r == 0, r == lay.p - 1, job.training.recompute, device, eff
+        )
+        out.append(
+            StageTimes(
+                forward_s=sum(c.forward_s for c in chunks),
+                backward_s=sum(c.backward_s for c in chunks),
+                recompute_s=sum(c.recompute_s for c in chunks),
+            )
+        )
+    return tuple(out)
+
+
+def op_seconds(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> tuple[float, ...]:
+    """Seconds of all calls of each op in one step, on its link with its collective's
+    efficiency and latency."""
+    return tuple(op.calls * _call_s(job, eff, op) for op in ops)

@@ -1,77 +1,123 @@
-"""The pipeline's makespan for any number of micro-batches, with bounded work.
+"""The pipeline's finishing times for any number of micro-batches, with bounded work.
 
 Simulating every op of a step costs O(p·m·v) (about 12 µs an op); a spec may ask for a billion
 micro-batches. Up to `MAX_SIMULATED_OPS` ops the schedule is simulated whole, exactly. Beyond
-that, a flush schedule is warm-up, a steady state and cool-down, and the steady state repeats, so
-the makespan grows affinely in m on average: it is extrapolated from two runs, m₁ ≡ m (mod p)
-just past the warm-up transient and m₂ = m₁ + K·p with K as large as the budget allows:
+that, a flush schedule is warm-up, a steady state and cool-down, and the steady state repeats: the
+dependency graph is a max-plus linear system whose finishing times grow by a constant per period
+(Baccelli et al. 1992, *Synchronization and Linearity*, ch. 3). Each stage's end is extrapolated
+from two runs, m₁ ≡ m (mod p) just past the warm-up transient and m₂ = m₁ + K·p with K groups as
+many as `MAX_EXTRAPOLATED_OPS` allows:
 
-    T(m) ≈ T(m₁) + (m − m₁)·(T(m₂) − T(m₁))/(m₂ − m₁)
+    end(m) = end(m₁) + (m − m₁)·(end(m₂) − end(m₁))/(m₂ − m₁)
 
-For equal stages without p2p delay this is exact; with unequal stages the steady state of a
-max-plus system can cycle over several groups of p, so the slope is the cycle mean only to within
-one cycle's oscillation over K groups. `tests/test_pipeline_bounded.py` bounds the error against
-the full simulation. Where even the two runs would pass the budget (p in the hundreds), the
-closed form over the slowest stage is used. `PipelineTime.method` says which was used.
+For equal stages this is exact. With unequal stages the steady state can cycle over several
+groups of p, so the slope is the cycle mean only to within one cycle's oscillation over K groups;
+`tests/test_pipeline_bounded.py` bounds the error against the full simulation. Where even the two
+runs would pass the budget (p in the hundreds), the closed form over the slowest stage is used.
+`PipelineTime.method` says which.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 
-from planc.pipeline.bubble import bubble_fraction
 from planc.pipeline.schedule import build_schedule
 from planc.pipeline.timeline import simulate
 
 # Runs start this many groups of p micro-batches in, past the warm-up transient.
 TRANSIENT_GROUPS = 2
-# Above this many compute ops in the runs it needs, the closed form is used instead.
+# Up to this many compute ops (2·p·m·v) the step is simulated whole (about 0.25 s).
 MAX_SIMULATED_OPS = 20_000
+# The two extrapolation runs together stay within this many ops; above, the closed form.
+MAX_EXTRAPOLATED_OPS = 60_000
 
 
 @dataclass(frozen=True)
 class PipelineTime:
     """The pipeline part of one step with each stage's own times.
 
-    `method` says how it was found: "simulated" (every op), "extrapolated" (two short runs and
-    the affine steady state), or "closed-form" (the slowest stage, (p − 1)/(v·m + p − 1)).
+    `method`: "simulated" (every op), "extrapolated" (two runs and the steady state), or
+    "closed-form" (the slowest stage, (p − 1)/(v·m + p − 1) of fill and drain).
     """
 
     makespan_s: float
-    bubble_fraction: float
+    bubble_fraction: float  # idle share of p × makespan
     method: str
     simulated_ops: int
+    stage_end_s: tuple[float, ...]
+    simulated_m: tuple[int, ...]  # the micro-batch counts simulated; () for the closed form
 
 
-def _run(p: int, m: int, v: int, t_f: Sequence[Fraction], t_b: Sequence[Fraction], hop: Fraction) -> Fraction:
-    return simulate(build_schedule(p, m, v), t_f, t_b, hop).makespan
+def _per_virtual_stage(times: Sequence[float], p: int, v: int) -> list[float]:
+    """Times per virtual stage (index chunk·p + stage) from p (per stage) or p·v values."""
+    if len(times) == p * v:
+        return [float(t) for t in times]
+    if len(times) == p:
+        return [float(times[i % p]) for i in range(p * v)]
+    raise ValueError(f"need {p} or {p * v} times, got {len(times)}")
+
+
+def _ends(p: int, m: int, v: int, t_f: list[float], t_b: list[float], hop: float) -> tuple[float, ...]:
+    timeline = simulate(build_schedule(p, m, v), t_f, t_b, hop)
+    return tuple(float(spans[-1].end) for spans in timeline.stages)
+
+
+def closed_form_ends(p: int, m: int, v: int, t_f: list[float], t_b: list[float], hop: float) -> tuple[float, ...]:
+    """Every stage ends at the slowest stage's m·v chunk times plus the fill and drain of
+    (p − 1)/v of them and 2(p − 1) messages (Narayanan et al. 2021 §2.2); exact for equal stages
+    without p2p delay, an estimate otherwise."""
+    slowest = max(sum(t_f[j * p + r] + t_b[j * p + r] for j in range(v)) for r in range(p))
+    end = slowest * (m + (p - 1) / v) + 2 * (p - 1) * hop
+    return (end,) * p
+
+
+def run(
+    p: int,
+    m: int,
+    v: int,
+    t_f: Sequence[float],
+    t_b: Sequence[float],
+    hop: float,
+    max_simulated_ops: int = MAX_SIMULATED_OPS,
+) -> PipelineTime:
+    """The step's pipeline part; `t_f`/`t_b` per micro-batch per chunk, per stage (p values) or
+    per virtual stage (p·v values, index chunk·p + stage), in seconds."""
+    f, b = _per_virtual_stage(t_f, p, v), _per_virtual_stage(t_b, p, v)
+    busy = m * (sum(f) + sum(b))
+    ops = 2 * p * m * v
+    counts: tuple[int, ...]
+    if p == 1:
+        ends: tuple[float, ...] = (busy,)
+        method, simulated, counts = "simulated", 0, (m,)
+    elif ops <= max_simulated_ops:
+        ends, method, simulated, counts = _ends(p, m, v, f, b, hop), "simulated", ops, (m,)
+    else:
+        base = TRANSIENT_GROUPS * p
+        m1 = base + (m - base) % p
+        budget = (MAX_EXTRAPOLATED_OPS // (2 * p * v) - 2 * m1) // p
+        groups = min(budget, (m - m1 - 1) // p)  # m₂ < m: never simulate more than asked
+        if groups >= 1:
+            m2 = m1 + groups * p
+            first, second = _ends(p, m1, v, f, b, hop), _ends(p, m2, v, f, b, hop)
+            scale = (m - m1) / (m2 - m1)
+            ends = tuple(a + scale * (c - a) for a, c in zip(first, second, strict=True))
+            method, simulated, counts = "extrapolated", 2 * p * v * (m1 + m2), (m1, m2)
+        else:
+            ends, method, simulated, counts = closed_form_ends(p, m, v, f, b, hop), "closed-form", 0, ()
+    makespan = max(ends)
+    idle = 1 - busy / (p * makespan) if makespan > 0 else 0.0
+    return PipelineTime(makespan, idle, method, simulated, ends, counts)
 
 
 def makespan(
-    p: int, m: int, v: int, t_f: Sequence[float], t_b: Sequence[float], hop: float
+    p: int,
+    m: int,
+    v: int,
+    t_f: Sequence[float],
+    t_b: Sequence[float],
+    hop: float,
+    max_simulated_ops: int = MAX_SIMULATED_OPS,
 ) -> PipelineTime:
-    """Makespan of one step of m micro-batches; `t_f`/`t_b` per stage per chunk, in seconds."""
-    f = [Fraction(x) for x in t_f]
-    b = [Fraction(x) for x in t_b]
-    h = Fraction(hop)
-    busy = m * v * sum(x + y for x, y in zip(f, b, strict=True))
-    ops = 2 * p * m * v
-    if ops <= MAX_SIMULATED_OPS:
-        total = _run(p, m, v, f, b, h)
-        return PipelineTime(float(total), float(1 - busy / (p * total)), "simulated", ops)
-    base = TRANSIENT_GROUPS * p
-    m1 = base + (m - base) % p
-    # K groups apart: the two runs cost 2·p·v·(2·m₁ + K·p) ops together.
-    groups = (MAX_SIMULATED_OPS // (2 * p * v) - 2 * m1) // p
-    if groups >= 1 and m1 + groups * p < m:
-        m2 = m1 + groups * p
-        first, second = _run(p, m1, v, f, b, h), _run(p, m2, v, f, b, h)
-        total = first + Fraction(m - m1, m2 - m1) * (second - first)
-        ops_run = 2 * p * v * (m1 + m2)
-        return PipelineTime(float(total), float(1 - busy / (p * total)), "extrapolated", ops_run)
-    slowest = max(x + y for x, y in zip(f, b, strict=True)) * v
-    bubble = bubble_fraction(p, m, v)
-    total = m * slowest / (1 - Fraction(bubble))
-    return PipelineTime(float(total), float(1 - busy / (p * total)), "closed-form", 0)
+    """`run`, for callers that want the whole pipeline's time."""
+    return run(p, m, v, t_f, t_b, hop, max_simulated_ops)

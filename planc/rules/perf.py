@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from planc.comm.schedule import CommOp, op_time_s
+from planc.comm.schedule import CommOp, sharding_stage
 from planc.findings import Severity
 from planc.job import GB
 from planc.rules.base import Context, Needs, Violation, rule
 from planc.vocab import Collective, GroupKind, LinkClass
+
+# The gradient reduction's groups: the shard group (dp_cp, or dp_shard under HSDP) and HSDP's
+# replicate all-reduce.
+DATA_PARALLEL = (GroupKind.DP_CP, GroupKind.DP_SHARD, GroupKind.DP_REPLICATE)
 
 
 @rule("PLC019", Severity.WARNING, Needs.ANALYSIS)
@@ -18,7 +22,9 @@ def dp_traffic_hides(ctx: Context) -> Iterator[Violation]:
     The DP (ZeRO) gradient reduction runs on its own stream while backward computes, bucket by
     bucket; when its α-β time on its link is longer than the step's backward compute on that
     rank, the difference lands on the critical path every step. Slow networks, small m and
-    large Ψ_r per rank cause it. (`planc explain` shows the ops and their times.)
+    large Ψ_r per rank cause it. Both times come from the per-operation model (`planc explain`
+    shows the ops and their times): the collectives with their link's efficiency and latency,
+    backward from each op's FLOPs and bytes on the GPU.
 
     Passes:
         hardware: {nodes: 8, hosts: "n{1..8}"}
@@ -31,16 +37,15 @@ def dp_traffic_hides(ctx: Context) -> Iterator[Violation]:
     if ctx.analysis is None:
         return
     job = ctx.analysis.plan
+    zero = sharding_stage(job)
     # The post-step parameter all-gather of ZeRO-1/2 does not overlap backward; count the rest.
     by_stage: list[list[CommOp]] = [[] for _ in ctx.analysis.times]
     for op in ctx.analysis.ops:
-        if op.group is GroupKind.DP_CP and (
-            op.op is not Collective.ALL_GATHER or job.layout.zero == 3
-        ):
+        if op.group in DATA_PARALLEL and (op.op is not Collective.ALL_GATHER or zero == 3):
             by_stage[op.stage].append(op)
     for stage, t in enumerate(ctx.analysis.times):
         dp = by_stage[stage]
-        reduce_s = sum(op_time_s(job, op) for op in dp)
+        reduce_s = sum(ctx.analysis.op_seconds[op] for op in dp)
         backward_s = job.m * t.backward_s
         if reduce_s > backward_s:
             sent = sum(op.calls * op.bytes_sent for op in dp)
@@ -78,7 +83,7 @@ def pp_traffic_hides(ctx: Context) -> Iterator[Violation]:
     for op in ctx.analysis.ops:
         if op.group is not GroupKind.PP or not op.calls:
             continue
-        per_send = op_time_s(job, op) / op.calls
+        per_send = ctx.analysis.op_seconds[op] / op.calls
         forward = times[op.stage].forward_s / job.layout.v
         if per_send > forward:
             yield Violation(
