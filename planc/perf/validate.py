@@ -361,6 +361,18 @@ def stage_times(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
     return tuple(out)
 
 
+def after_step_s(
+    job: Plannable, eff: Efficiency, ops: Sequence[CommOp], params_by_stage: Sequence[int]
+) -> tuple[float, ...]:
+    """Per stage, the communication that always follows the optimizer step (ZeRO-1/2 parameter
+    all-gather, tied-embedding all-reduce) and the offload copies: exposed whatever the
+    overlap, so a lower bound on what the step adds after the pipeline."""
+    return tuple(
+        _dp(job, eff, ops, r)[1] + offload_transfer_s(job, params_by_stage[r])
+        for r in range(job.layout.p)
+    )
+
+
 def op_seconds(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> tuple[float, ...]:
     """Seconds of all calls of each op in one step, on its link with its collective's
     efficiency and latency."""

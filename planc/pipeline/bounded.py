@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planc.pipeline.schedule import build_schedule
-from planc.pipeline.timeline import simulate
+from planc.pipeline.timeline import stage_ends
 
 # Runs start this many groups of p micro-batches in, past the warm-up transient.
 TRANSIENT_GROUPS = 2
@@ -58,12 +58,15 @@ def _per_virtual_stage(times: Sequence[float], p: int, v: int) -> list[float]:
     raise ValueError(f"need {p} or {p * v} times, got {len(times)}")
 
 
-def _ends(p: int, m: int, v: int, t_f: list[float], t_b: list[float], hop: float) -> tuple[float, ...]:
-    timeline = simulate(build_schedule(p, m, v), t_f, t_b, hop)
-    return tuple(float(spans[-1].end) for spans in timeline.stages)
+def _ends(
+    p: int, m: int, v: int, t_f: list[float], t_b: list[float], hop: float
+) -> tuple[float, ...]:
+    return tuple(float(end) for end in stage_ends(build_schedule(p, m, v), t_f, t_b, hop))
 
 
-def closed_form_ends(p: int, m: int, v: int, t_f: list[float], t_b: list[float], hop: float) -> tuple[float, ...]:
+def closed_form_ends(
+    p: int, m: int, v: int, t_f: list[float], t_b: list[float], hop: float
+) -> tuple[float, ...]:
     """Every stage ends at the slowest stage's m·v chunk times plus the fill and drain of
     (p − 1)/v of them and 2(p − 1) messages (Narayanan et al. 2021 §2.2); exact for equal stages
     without p2p delay, an estimate otherwise."""
@@ -104,7 +107,12 @@ def run(
             ends = tuple(a + scale * (c - a) for a, c in zip(first, second, strict=True))
             method, simulated, counts = "extrapolated", 2 * p * v * (m1 + m2), (m1, m2)
         else:
-            ends, method, simulated, counts = closed_form_ends(p, m, v, f, b, hop), "closed-form", 0, ()
+            ends, method, simulated, counts = (
+                closed_form_ends(p, m, v, f, b, hop),
+                "closed-form",
+                0,
+                (),
+            )
     makespan = max(ends)
     idle = 1 - busy / (p * makespan) if makespan > 0 else 0.0
     return PipelineTime(makespan, idle, method, simulated, ends, counts)

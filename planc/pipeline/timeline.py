@@ -242,6 +242,29 @@ def simulate(
     return _timeline(run, links)
 
 
+def stage_ends(
+    schedule: Schedule,
+    t_f: Times,
+    t_b: Times | None = None,
+    t_p2p: Number = 0,
+) -> tuple[Fraction, ...]:
+    """When each stage finishes its last op: `simulate`'s answer without the timeline.
+
+    The same event loop and exact arithmetic, but no span, message or pairing report is built,
+    so a step estimate pays only for the run itself. The schedule is not re-validated: give it
+    one `build_schedule` made (`simulate` checks any schedule); a deadlock still raises.
+    """
+    p, v = schedule.p, schedule.v
+    fwd = _per_vstage(t_f, "t_f", p, v)
+    bwd = tuple(2 * t for t in fwd) if t_b is None else _per_vstage(t_b, "t_b", p, v)
+    hop = _exact(t_p2p, "t_p2p")
+    if hop < 0:
+        raise ValueError(f"t_p2p must be non-negative, got {float(hop)}")
+    run = _Run(schedule, _Ticks(fwd, bwd, hop))
+    _event_loop(run)
+    return tuple(run.ticks.time(spans[-1][2]) if spans else Fraction(0) for spans in run.spans)
+
+
 def _event_loop(run: _Run) -> None:
     """Advance stages until all ops ran, waking a stage only when what it waits for ends."""
     queue = deque(range(run.schedule.p))
