@@ -118,6 +118,25 @@ def check_file(loaded: Loaded) -> tuple[FileResult, Context | None]:
     return FileResult(loaded.path, tuple(sorted(findings)), loaded.text), context
 
 
+def with_refusals(
+    result: FileResult, refused: Iterable[Refusal], locator: Locator
+) -> FileResult:
+    """`result` with a run's refusals as located 'cannot plan' errors, in place of the findings
+    of the same rules (which an ignore or a re-levelling may have made quieter)."""
+    refusals = tuple(
+        finding(
+            r.rule,
+            Severity.ERROR,
+            dataclasses.replace(r.violation, message="cannot plan: " + r.violation.message),
+            locator,
+        )
+        for r in refused
+    )
+    rules = {f.rule for f in refusals}
+    kept = tuple(f for f in result.findings if f.rule not in rules)
+    return dataclasses.replace(result, findings=tuple(sorted((*kept, *refusals))))
+
+
 def check_loaded(loaded: Loaded) -> FileResult:
     return check_file(loaded)[0]
 

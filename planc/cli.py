@@ -301,7 +301,7 @@ def _plan_or_exit(
     every command with the refusal, located, whatever the flags.
     """
     from planc.analysis import analyse
-    from planc.check import check_file, finding
+    from planc.check import check_file, with_refusals
     from planc.findings import FileResult, Severity, exit_code
     from planc.load import load_path
     from planc.plannable import plannable
@@ -322,18 +322,7 @@ def _plan_or_exit(
         stop(result)
     plan = plannable(loaded.job)
     if isinstance(plan, tuple):
-        refusals = tuple(
-            finding(
-                r.rule,
-                Severity.ERROR,
-                dataclasses.replace(r.violation, message="cannot plan: " + r.violation.message),
-                loaded.locator,
-            )
-            for r in plan
-        )
-        refused = {r.rule for r in refusals}
-        kept = tuple(f for f in result.findings if f.rule not in refused)
-        stop(FileResult(result.path, tuple(sorted((*kept, *refusals)))))
+        stop(with_refusals(result, plan, loaded.locator))
     # check analysed the job already when a rule needed it; never twice.
     analysis = context.analysis if context is not None and context.analysis is not None else None
     return analysis or analyse(plan), tuple(f for f in errors if f.rule not in tolerate)

@@ -33,9 +33,9 @@ from planc.perf.ops import (
     norm,
     softmax,
 )
-from planc.perf.step import pipeline_ends
 from planc.perf.validate import estimate, model_flops
 from planc.pipeline import build_schedule, simulate
+from planc.pipeline.bounded import run
 
 A100 = Device.of(312, 2039)
 
@@ -171,7 +171,8 @@ def test_bounded_pipeline_extrapolation_matches_the_full_simulation(
     t_f = [rng.choice([1.0, 1.25, 1.5, 2.0]) for _ in range(p * v)]
     t_b = [2 * x + rng.choice([0.0, 0.25, 0.5]) for x in t_f]
     hop = rng.choice([0.0, 0.125, 0.5])
-    ends, counts = pipeline_ends(p, m, v, t_f, t_b, hop, max_ops=0)
+    found = run(p, m, v, t_f, t_b, hop, max_simulated_ops=0)
+    ends, counts = found.stage_end_s, found.simulated_m
     assert len(counts) == 2 and counts[1] < m  # extrapolated, not simulated at m
     full = simulate(build_schedule(p, m, v), t_f, t_b, hop)
     exact = tuple(float(spans[-1].end) for spans in full.stages)
@@ -408,7 +409,8 @@ def test_context_parallel_exchange_is_exposed_only_beyond_the_attention_core() -
 
 def test_hundreds_of_stages_fall_back_to_the_closed_form() -> None:
     # 512 equal stages, m = 4096: the two extrapolation runs alone would be millions of ops.
-    ends, counts = pipeline_ends(512, 4096, 1, [1.0] * 512, [2.0] * 512, 0.0)
+    found = run(512, 4096, 1, [1.0] * 512, [2.0] * 512, 0.0)
+    ends, counts = found.stage_end_s, found.simulated_m
     assert counts == ()
     # Equal stages without p2p delay: (m + p − 1) slots of t_f + t_b, as the simulation gives.
     assert ends == (3.0 * (4096 + 511),) * 512

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planc.pipeline.bounded import makespan
+from planc.pipeline.bounded import run as makespan
 from planc.pipeline.bubble import bubble_fraction
 from planc.pipeline.schedule import build_schedule
 from planc.pipeline.timeline import simulate

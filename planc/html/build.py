@@ -7,11 +7,10 @@ job with no layout at all, gives no page: the check result says why (as `planc e
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from planc.analysis import analyse, estimate_step
-from planc.check import check_file, finding
+from planc.check import check_file, with_refusals
 from planc.findings import FileResult, Severity
 from planc.html.page import render_page
 from planc.load import load_path
@@ -40,18 +39,7 @@ def build_report(path: str) -> Built:
         return Built(result, None)
     plan = plannable(loaded.job)
     if isinstance(plan, tuple):  # a precondition rule the spec ignores or re-levels
-        refusals = tuple(
-            finding(
-                r.rule,
-                Severity.ERROR,
-                dataclasses.replace(r.violation, message="cannot plan: " + r.violation.message),
-                loaded.locator,
-            )
-            for r in plan
-        )
-        refused = {r.rule for r in refusals}
-        kept = tuple(f for f in result.findings if f.rule not in refused)
-        return Built(FileResult(result.path, tuple(sorted((*kept, *refusals)))), None)
+        return Built(with_refusals(result, plan, loaded.locator), None)
     # check analysed the job already when a rule needed it; never twice.
     analysis = context.analysis if context is not None and context.analysis is not None else None
     analysis = analysis or analyse(plan)

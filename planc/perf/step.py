@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from planc.pipeline.bounded import MAX_SIMULATED_OPS, PipelineTime, run
+from planc.pipeline.bounded import PipelineTime, run
 
 
 @dataclass(frozen=True)
@@ -120,22 +120,6 @@ def _virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
                 + 2 * st.cp_exposed_s / (3 * v)
             )
     return t_f, t_b
-
-
-def pipeline_ends(
-    p: int,
-    m: int,
-    v: int,
-    t_f: Sequence[float],
-    t_b: Sequence[float],
-    hop: float,
-    max_ops: int = MAX_SIMULATED_OPS,
-) -> tuple[tuple[float, ...], tuple[int, ...]]:
-    """Each stage's finishing time for m micro-batches, and the counts simulated
-    (`planc.pipeline.bounded`: whole up to `max_ops` ops, else extrapolated from two runs in the
-    steady state, or the closed form when even those are too long)."""
-    found = run(p, m, v, t_f, t_b, hop, max_ops)
-    return found.stage_end_s, found.simulated_m
 
 
 def dp_exposed_s(buckets: Sequence[float], window_s: float) -> tuple[float, float]:

@@ -116,16 +116,3 @@ def run(
     makespan = max(ends)
     idle = 1 - busy / (p * makespan) if makespan > 0 else 0.0
     return PipelineTime(makespan, idle, method, simulated, ends, counts)
-
-
-def makespan(
-    p: int,
-    m: int,
-    v: int,
-    t_f: Sequence[float],
-    t_b: Sequence[float],
-    hop: float,
-    max_simulated_ops: int = MAX_SIMULATED_OPS,
-) -> PipelineTime:
-    """`run`, for callers that want the whole pipeline's time."""
-    return run(p, m, v, t_f, t_b, hop, max_simulated_ops)

@@ -231,6 +231,11 @@ def simulate(
     schedule's messages do not pair up and :class:`DeadlockError` if its order deadlocks.
     """
     links = validate_schedule(schedule)
+    return _timeline(_ran(schedule, t_f, t_b, t_p2p), links)
+
+
+def _ran(schedule: Schedule, t_f: Times, t_b: Times | None, t_p2p: Number) -> _Run:
+    """The event loop run to the end on exact times (ticks); raises on bad times or deadlock."""
     p, v = schedule.p, schedule.v
     fwd = _per_vstage(t_f, "t_f", p, v)
     bwd = tuple(2 * t for t in fwd) if t_b is None else _per_vstage(t_b, "t_b", p, v)
@@ -239,7 +244,7 @@ def simulate(
         raise ValueError(f"t_p2p must be non-negative, got {float(hop)}")
     run = _Run(schedule, _Ticks(fwd, bwd, hop))
     _event_loop(run)
-    return _timeline(run, links)
+    return run
 
 
 def stage_ends(
@@ -254,14 +259,7 @@ def stage_ends(
     so a step estimate pays only for the run itself. The schedule is not re-validated: give it
     one `build_schedule` made (`simulate` checks any schedule); a deadlock still raises.
     """
-    p, v = schedule.p, schedule.v
-    fwd = _per_vstage(t_f, "t_f", p, v)
-    bwd = tuple(2 * t for t in fwd) if t_b is None else _per_vstage(t_b, "t_b", p, v)
-    hop = _exact(t_p2p, "t_p2p")
-    if hop < 0:
-        raise ValueError(f"t_p2p must be non-negative, got {float(hop)}")
-    run = _Run(schedule, _Ticks(fwd, bwd, hop))
-    _event_loop(run)
+    run = _ran(schedule, t_f, t_b, t_p2p)
     return tuple(run.ticks.time(spans[-1][2]) if spans else Fraction(0) for spans in run.spans)
 
 
