@@ -35,6 +35,30 @@ class Problem:
 
 
 @dataclass(frozen=True)
+class MoE:
+    """Mixture of experts, resolved (symbols of Megatron-Core's moe/README.md)."""
+
+    E: int  # routed experts per MoE layer
+    k: int  # experts per token (top-k)
+    f_e: int  # one routed expert's MLP inner size
+    E_s: int  # shared experts
+    f_s: int  # one shared expert's MLP inner size
+    first_dense: int  # leading layers with a dense MLP
+    frequency: int  # layer i ≥ first_dense has experts when i % frequency == 0
+    capacity_factor: float | None  # None: dropless
+    router_bias: bool  # per-expert bias (auxiliary-loss-free balancing)
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Layer `i` (from 0) routes to experts (Megatron's moe_layer_freq pattern, after the
+        first_dense layers, as DeepSeek-V3's first_k_dense_replace)."""
+        return i >= self.first_dense and i % self.frequency == 0
+
+    def moe_layers(self, L: int) -> int:
+        """How many of L layers have experts."""
+        return sum(1 for i in range(L) if self.is_moe_layer(i))
+
+
+@dataclass(frozen=True)
 class Model:
     """Architecture in Megatron/Korthikanti symbols."""
 
@@ -53,6 +77,8 @@ class Model:
     position: str
     max_seq_len: int
     preset: str | None
+    qk_norm: bool = False  # RMSNorm over each query and key head (Qwen3)
+    moe: MoE | None = None  # None: a dense model
 
 
 @dataclass(frozen=True)
@@ -128,6 +154,22 @@ class Layout:
     order: tuple[str, ...]
     d_given: bool
     data_shard: int | None = None  # ranks ZeRO/FSDP shards over; None: d·c
+    ep: int = 1  # expert-parallel degree
+    etp: int | None = None  # expert tensor-parallel degree; None: t
+    # The order as written, ep included when the spec names it (`order` is the dense order,
+    # without ep: Megatron-Core's dense RankGenerator runs with ep = 1).
+    expert_order: tuple[str, ...] = ()
+
+    @property
+    def et(self) -> int:
+        """ETP: the expert tensor-parallel degree (t unless the spec sets it)."""
+        return self.t if self.etp is None else self.etp
+
+    def edp(self, world: int) -> int | None:
+        """EDP = W/(ETP·EP·PP), Megatron-Core's expert_data_parallel_size; None when the world
+        does not divide."""
+        inner = self.et * self.ep * self.p
+        return world // inner if world % inner == 0 else None
 
 
 @dataclass(frozen=True)
@@ -204,13 +246,17 @@ def _model(spec: Data) -> Model | list[Problem]:
     h, n = merged["hidden"], merged["heads"]
     mlp = merged.get("mlp", "gelu")
     default_f = 4 * h if mlp == "gelu" else (8 * h // 3) // 64 * 64
+    f = merged.get("ffn_hidden", default_f)
+    moe = _moe({**base.get("moe", {}), **_given(spec["model"].get("moe") or {})}, f)
+    if isinstance(moe, list):
+        return moe
     return Model(
         L=merged["layers"],
         h=h,
         n=n,
         g=merged.get("kv_heads", n),
         k=merged.get("head_dim", h // n if h % n == 0 else 0),
-        f=merged.get("ffn_hidden", default_f),
+        f=f,
         V=merged["vocab"],
         mlp=mlp,
         norm=merged.get("norm", "layernorm"),
@@ -220,6 +266,37 @@ def _model(spec: Data) -> Model | list[Problem]:
         position=merged.get("position_embedding", "rope"),
         max_seq_len=merged.get("max_seq_len", spec["training"]["seq_len"]),
         preset=preset,
+        qk_norm=merged.get("qk_norm", False),
+        moe=moe,
+    )
+
+
+def _moe(given: Mapping[str, Any], f: int) -> MoE | list[Problem] | None:
+    """model.moe over the preset's, resolved; None for a dense model (neither gives experts)."""
+    if not given:
+        return None
+    missing = [name for name in ("experts", "top_k") if name not in given]
+    if missing:
+        return [
+            Problem(
+                "PLC109",
+                f"model.moe.{name}",
+                f"model.moe.{name} is required: no preset supplies it",
+                f"add model.moe.{name}",
+            )
+            for name in missing
+        ]
+    f_e = given.get("expert_ffn_hidden", f)
+    return MoE(
+        E=given["experts"],
+        k=given["top_k"],
+        f_e=f_e,
+        E_s=given.get("shared_experts", 0),
+        f_s=given.get("shared_expert_ffn_hidden", f_e),
+        first_dense=given.get("first_dense_layers", 0),
+        frequency=given.get("layer_frequency", 1),
+        capacity_factor=given.get("capacity_factor"),
+        router_bias=given.get("router_bias", False),
     )
 
 
@@ -368,9 +445,12 @@ def _layout(spec: Data, world: int) -> Layout:
         stage_layers=tuple(par["stage_layers"]),
         sp=par["sequence_parallel"],
         zero=par["zero_stage"],
-        order=tuple(par["order"].split("-")),
+        order=tuple(axis for axis in par["order"].split("-") if axis != "ep"),
         d_given=par["data"] is not None,
         data_shard=par.get("data_shard"),
+        ep=par.get("expert", 1),
+        etp=par.get("expert_tensor"),
+        expert_order=tuple(par["order"].split("-")),
     )
 
 

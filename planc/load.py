@@ -659,9 +659,9 @@ def _literal(field: str, value: Any, ctx: dict[str, Any], at: tuple[int, int]) -
         return _finding(
             "PLC110",
             at,
-            f"{field} must name tp, cp, dp and pp once each, fastest-varying "
-            f"first; got {_describe(value)}",
-            "write tp-cp-dp-pp (Megatron's default)",
+            f"{field} must name tp, cp, dp and pp once each, and ep at most once, "
+            f"fastest-varying first; got {_describe(value)}",
+            "write tp-cp-dp-pp, or tp-cp-ep-dp-pp with expert parallelism (Megatron's default)",
             field,
         )
     return _finding(

@@ -15,6 +15,11 @@ from pydantic_core import PydanticKnownError
 from planc.presets import GPU_NAMES, MODEL_NAMES
 
 AXES = ("tp", "cp", "dp", "pp")
+# Expert parallelism may be named in the order too: Megatron-Core's RankGenerator takes an order
+# over tp, cp, ep, dp and pp (its default since 0.19 is tp-cp-ep-dp-pp). The dense generator
+# runs with ep = 1 and the expert generator with cp = 1 (parallel_state.py), so ep only places
+# the expert groups; an order without it is the dense order, with ep appended (size 1).
+EXPERT_AXIS = "ep"
 
 # Upper bounds keep a hostile spec (10^100 GPUs) from reaching any per-rank work; they sit far
 # above any machine built so far.
@@ -29,7 +34,8 @@ MAX_STAGES = 4096
 def _orders() -> tuple[str, ...]:
     from itertools import permutations
 
-    return tuple("-".join(p) for p in permutations(AXES))
+    dense = tuple("-".join(p) for p in permutations(AXES))
+    return dense + tuple("-".join(p) for p in permutations((*AXES, EXPERT_AXIS)))
 
 
 if TYPE_CHECKING:
@@ -78,6 +84,63 @@ Degree = Annotated[StrictInt, Field(ge=1, le=MAX_DEGREE)]
 
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MoESpec(Frozen):
+    """Mixture of experts: which layers route tokens to experts, how many, and how wide.
+
+    Symbols: E routed experts, k experts per token (top_k), f_e one expert's MLP inner size,
+    E_s shared experts of inner size f_s. Every expert is an MLP of the model's `mlp` type.
+    """
+
+    experts: Annotated[StrictInt, Field(ge=1, le=MAX_DIM)] | None = Field(
+        None,
+        description="Routed experts E per MoE layer (Megatron --num-experts; Hugging Face "
+        "num_local_experts / num_experts / n_routed_experts). Required unless the preset gives it.",
+    )
+    top_k: Annotated[StrictInt, Field(ge=1, le=MAX_DIM)] | None = Field(
+        None,
+        description="Experts k each token is routed to (Megatron --moe-router-topk; Hugging Face "
+        "num_experts_per_tok). Required unless the preset gives it.",
+    )
+    expert_ffn_hidden: Dim | None = Field(
+        None,
+        description="MLP inner size f_e of one routed expert (Megatron --moe-ffn-hidden-size; "
+        "Hugging Face moe_intermediate_size). Default: model.ffn_hidden.",
+    )
+    shared_experts: Annotated[StrictInt, Field(ge=0, le=MAX_DIM)] | None = Field(
+        None,
+        description="Shared experts E_s every token passes through besides its k routed ones "
+        "(DeepSeek n_shared_experts). Default: 0.",
+    )
+    shared_expert_ffn_hidden: Dim | None = Field(
+        None,
+        description="MLP inner size f_s of one shared expert; Megatron's "
+        "--moe-shared-expert-intermediate-size is E_s·f_s. Default: expert_ffn_hidden.",
+    )
+    first_dense_layers: Annotated[StrictInt, Field(ge=0, le=MAX_DIM)] | None = Field(
+        None,
+        description="Leading layers that keep a dense MLP of size model.ffn_hidden (DeepSeek "
+        "first_k_dense_replace). Default: 0.",
+    )
+    layer_frequency: Dim | None = Field(
+        None,
+        description="Layer i (counted from 0) past the first_dense_layers has experts when "
+        "i % layer_frequency == 0 (Megatron --moe-layer-freq as an integer); 1: every layer. "
+        "Default: 1.",
+    )
+    capacity_factor: Annotated[float, _bounded(0.001, 1_000)] | None = Field(
+        None,
+        description="Expert capacity factor CF, 0.001 to 1,000: each expert takes at most "
+        "ceil(T·k/E·CF) of a micro-batch's T tokens and drops the rest (Megatron "
+        "--moe-expert-capacity-factor). Default: null, dropless (no token is dropped).",
+    )
+    router_bias: StrictBool | None = Field(
+        None,
+        description="The router keeps a per-expert bias for auxiliary-loss-free load balancing "
+        "(DeepSeek-V3 e_score_correction_bias; Megatron --moe-router-enable-expert-bias): E "
+        "more parameters per MoE layer. Default: false.",
+    )
 
 
 class ModelSpec(Frozen):
@@ -138,6 +201,16 @@ class ModelSpec(Frozen):
     max_seq_len: Dim | None = Field(
         None,
         description="Longest sequence the model supports (learned position table size). Default: training.seq_len.",
+    )
+    qk_norm: StrictBool | None = Field(
+        None,
+        description="An RMSNorm over each query and key head before attention (Qwen3 q_norm and "
+        "k_norm): 2·k more weights per layer. Default: false.",
+    )
+    moe: MoESpec | None = Field(
+        None,
+        description="Mixture of experts; null: a dense model. Fields left out come from the "
+        "preset's experts.",
     )
 
 
@@ -284,9 +357,22 @@ class ParallelismSpec(Frozen):
         description="Ranks ZeRO or FSDP shards over; it must divide data × context, and the "
         "data × context / data_shard groups replicate the shards (HSDP). Default: data × context.",
     )
+    expert: Degree = Field(
+        1,
+        description="Expert-parallel degree EP: the routed experts of each MoE layer are split "
+        "over EP ranks (Megatron --expert-model-parallel-size). 1 without model.moe.",
+    )
+    expert_tensor: Degree | None = Field(
+        None,
+        description="Expert tensor-parallel degree ETP: each expert's matrices are split ETP "
+        "ways (Megatron --expert-tensor-parallel-size). Default: tensor.",
+    )
     order: Order = Field(
         "tp-cp-dp-pp",
-        description="Rank order, fastest-varying axis first (Megatron convention).",
+        description="Rank order, fastest-varying axis first (Megatron convention): tp, cp, dp "
+        "and pp once each, and ep where expert parallelism goes (Megatron-Core's default is "
+        "tp-cp-ep-dp-pp). The dense groups ignore ep; the expert groups use the same order with "
+        "tp = expert_tensor and cp = 1.",
     )
 
 
@@ -493,6 +579,7 @@ _SECTION_TITLES = {
     "RulesSpec": "Rules",
     "SearchSpec": "Search",
     "OffloadSpec": "Offload",
+    "MoESpec": "Mixture of experts",
 }
 _WORDS = {
     "gb": "GB",

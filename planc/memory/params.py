@@ -13,10 +13,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planc.job import Model
+from planc.job import Model, MoE
 from planc.memory.terms import ceil_div
 from planc.plannable import Plannable, padded_vocab
 
+SOURCE_MOE_PARAMS = (
+    "Megatron-Core moe/README.md and theoretical_memory_usage.py (routed experts "
+    "E·γ·2·h·f_e, router h·E, shared experts E_s·γ·2·h·f_s); Jiang et al. 2024 (Mixtral), "
+    "Qwen3 technical report (2025)"
+)
 SOURCE_PARAMS = (
     "Megatron-LM theoretical_memory_usage.py (attention 2·h·k·(n+g), MLP 2·h·f·γ, norms ν·h); "
     "biases as in Megatron's Column/RowParallelLinear"
@@ -25,7 +30,9 @@ SOURCE_PARAMS = (
 
 @dataclass(frozen=True)
 class ParameterCount:
-    """The model's own parameters, by part. `total` = L·per_layer + the rest."""
+    """The model's own parameters, by part. `total` = L·per_layer + the rest; with experts,
+    the `moe_layers` of the L layers hold `per_moe_layer` instead (`active_per_moe_layer` of
+    them used by one token)."""
 
     per_layer: int
     embedding: int
@@ -33,16 +40,30 @@ class ParameterCount:
     final_norm: int
     lm_head: int
     layers: int
+    moe_layers: int = 0
+    per_moe_layer: int = 0
+    active_per_moe_layer: int = 0
 
-    @property
-    def total(self) -> int:
+    def _sum(self, per_moe_layer: int) -> int:
+        dense = self.layers - self.moe_layers
         return (
-            self.layers * self.per_layer
+            dense * self.per_layer
+            + self.moe_layers * per_moe_layer
             + self.embedding
             + self.position
             + self.final_norm
             + self.lm_head
         )
+
+    @property
+    def total(self) -> int:
+        return self._sum(self.per_moe_layer)
+
+    @property
+    def active(self) -> int:
+        """Parameters one token passes through: its k routed experts, not all E (= total for a
+        dense model)."""
+        return self._sum(self.active_per_moe_layer)
 
 
 def norm_parameters(model: Model) -> int:
@@ -58,6 +79,63 @@ def attention_parameters(h: int, k: int, n: int, g: int) -> int:
 def mlp_parameters(h: int, f: int, mlp: str) -> int:
     """2·h·f for GeLU (up, down); 3·h·f for SwiGLU (gate, up, down)."""
     return (3 if mlp == "swiglu" else 2) * h * f
+
+
+def qk_norm_parameters(k: int) -> int:
+    """2·k: Qwen3's RMSNorm weights over one query head and one key head (q_norm, k_norm;
+    Hugging Face Qwen3Attention), shared by all heads and replicated over t."""
+    return 2 * k
+
+
+def expert_parameters(h: int, f_e: int, mlp: str) -> int:
+    """One routed expert: an MLP of inner size f_e, γ·2·h·f_e (3·h·f_e for SwiGLU; Megatron-Core
+    SequentialMLP/GroupedMLP, Hugging Face MixtralBlockSparseTop2MLP, Qwen3MoeMLP). No biases."""
+    return mlp_parameters(h, f_e, mlp)
+
+
+def routed_expert_parameters(moe: MoE, h: int, mlp: str, experts: int | None = None) -> int:
+    """E routed experts of one MoE layer, E·γ·2·h·f_e (`experts` overrides E: k for the ones a
+    token uses, E/EP for one expert-parallel rank's)."""
+    return (moe.E if experts is None else experts) * expert_parameters(h, moe.f_e, mlp)
+
+
+def router_parameters(moe: MoE, h: int) -> int:
+    """The router of one MoE layer: its h × E gate matrix (no bias; Megatron TopKRouter.weight,
+    Hugging Face `gate`), plus E for the expert bias of auxiliary-loss-free balancing
+    (DeepSeek-V3 e_score_correction_bias). Replicated on every rank (moe/README.md)."""
+    return h * moe.E + (moe.E if moe.router_bias else 0)
+
+
+def shared_expert_parameters(moe: MoE, h: int, mlp: str) -> int:
+    """E_s shared experts of one MoE layer, E_s·γ·2·h·f_s (DeepSeekMoE; Megatron SharedExpertMLP,
+    split over t like a dense MLP)."""
+    return moe.E_s * mlp_parameters(h, moe.f_s, mlp)
+
+
+def attention_and_norm_parameters(model: Model) -> int:
+    """The non-MLP part of one whole layer: attention, two norms, QK-norm, and the attention
+    biases (QKV on the column side, the output projection on the row side)."""
+    total = attention_parameters(model.h, model.k, model.n, model.g) + 2 * norm_parameters(model)
+    if model.qk_norm:
+        total += qk_norm_parameters(model.k)
+    if model.bias:
+        total += (model.n + 2 * model.g) * model.k + model.h
+    return total
+
+
+def moe_layer_parameters(model: Model, active: bool = False) -> int:
+    """One whole MoE layer: attention and norms, the router, the shared experts and the E routed
+    experts (k of them with `active`, the ones one token passes through)."""
+    moe = model.moe
+    if moe is None:
+        raise ValueError("the model has no experts")
+    experts = moe.k if active else moe.E
+    return (
+        attention_and_norm_parameters(model)
+        + router_parameters(moe, model.h)
+        + shared_expert_parameters(moe, model.h, model.mlp)
+        + routed_expert_parameters(moe, model.h, model.mlp, experts)
+    )
 
 
 def column_bias_parameters(k: int, n: int, g: int, f: int, mlp: str) -> int:
@@ -82,6 +160,8 @@ def layer_parameters(model: Model, t: int = 1) -> int:
         model.h, f_t, model.mlp
     )
     replicated = 2 * norm_parameters(model)
+    if model.qk_norm:
+        replicated += qk_norm_parameters(model.k)
     if model.bias:
         split += column_bias_parameters(model.k, n_t, g_t, f_t, model.mlp)
         replicated += row_bias_parameters(model.h)
@@ -93,6 +173,8 @@ def layer_formula(model: Model) -> str:
     mlp = "3·h·f" if model.mlp == "swiglu" else "2·h·f"
     split = f"2·h·k·(n+g) + {mlp}"
     norms = "4·h" if model.norm == "layernorm" else "2·h"
+    if model.qk_norm:
+        norms += " + 2·k"
     if model.bias:
         split += " + (n+2g)·k + " + ("2f" if model.mlp == "swiglu" else "f")
         norms += " + 2·h"
@@ -105,6 +187,7 @@ def parameter_count(model: Model, vocab: int | None = None) -> ParameterCount:
     Tied embeddings count the shared matrix once; learned positions add max_seq_len·h.
     """
     V = model.V if vocab is None else vocab
+    moe = model.moe
     return ParameterCount(
         per_layer=layer_parameters(model),
         embedding=V * model.h,
@@ -112,6 +195,9 @@ def parameter_count(model: Model, vocab: int | None = None) -> ParameterCount:
         final_norm=norm_parameters(model),
         lm_head=0 if model.tied else V * model.h,
         layers=model.L,
+        moe_layers=0 if moe is None else moe.moe_layers(model.L),
+        per_moe_layer=0 if moe is None else moe_layer_parameters(model),
+        active_per_moe_layer=0 if moe is None else moe_layer_parameters(model, active=True),
     )
 
 

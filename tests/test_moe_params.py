@@ -1,0 +1,148 @@
+"""Mixture-of-experts presets and parameter counts (issue 14, step 1).
+
+Expected totals are the published ones (safetensors sizes of the Hugging Face checkpoints, the
+Qwen3 report); active counts are checked against the papers' rounded figures and written out by
+hand from the configs, independently of planc's functions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from planc.job import Job
+from planc.load import load_text
+from planc.memory import parameter_count
+from planc.memory.params import (
+    expert_parameters,
+    router_parameters,
+    shared_expert_parameters,
+)
+
+
+def job_of(model: dict[str, Any], parallelism: dict[str, Any] | None = None) -> Job:
+    spec = {
+        "version": 1,
+        "name": "t",
+        "model": model,
+        "hardware": {"gpu": "h100-sxm", "nodes": 8},
+        "parallelism": parallelism or {},
+        "training": {"seq_len": 4096, "global_batch": 256},
+    }
+    loaded = load_text("t.yaml", yaml.safe_dump(spec))
+    assert loaded.job is not None, loaded.findings
+    return loaded.job
+
+
+# Totals: Mixtral 8x7B model.safetensors.index.json total_size 93,405,585,408 bytes in bf16;
+# Mixtral 8x22B 281,260,142,592 bytes; Qwen3 safetensors parameter counts on the Hub.
+PUBLISHED_TOTAL = {
+    "mixtral-8x7b": 93_405_585_408 // 2,
+    "mixtral-8x22b": 281_260_142_592 // 2,
+    "qwen3-30b-a3b": 30_532_122_624,
+    "qwen3-235b-a22b": 235_093_634_560,
+}
+# Active parameters as the papers round them: Mixtral 12.9B ("13B"), Mistral's 39B, Qwen3
+# report Table 2: 3.3B and 22B activated. Within 2 % (3.353B is the furthest from its 3.3B).
+PUBLISHED_ACTIVE_BILLIONS = {
+    "mixtral-8x7b": 12.9,
+    "mixtral-8x22b": 39.0,
+    "qwen3-30b-a3b": 3.3,
+    "qwen3-235b-a22b": 22.0,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_TOTAL))
+def test_moe_preset_totals_are_published(name: str) -> None:
+    assert parameter_count(job_of({"preset": name}).model).total == PUBLISHED_TOTAL[name]
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_ACTIVE_BILLIONS))
+def test_moe_preset_active_counts(name: str) -> None:
+    active = parameter_count(job_of({"preset": name}).model).active
+    assert active / 1e9 == pytest.approx(PUBLISHED_ACTIVE_BILLIONS[name], rel=0.02)
+
+
+def test_mixtral_8x7b_by_hand() -> None:
+    # Per layer: attention 2·4096·128·(32+8) = 41,943,040; two RMSNorms 8,192; router
+    # 4096·8 = 32,768; one SwiGLU expert 3·4096·14336 = 176,160,768. Embedding and head
+    # 2·32000·4096 = 262,144,000; final norm 4,096.
+    expert = 3 * 4096 * 14336
+    rest = 41_943_040 + 8192 + 32_768
+    total = 32 * (rest + 8 * expert) + 262_144_000 + 4096
+    active = 32 * (rest + 2 * expert) + 262_144_000 + 4096
+    count = parameter_count(job_of({"preset": "mixtral-8x7b"}).model)
+    assert (count.total, count.active) == (total, active) == (46_702_792_704, 12_879_925_248)
+    assert count.moe_layers == 32
+
+
+def test_qwen3_30b_by_hand() -> None:
+    # QK-norm adds 2·128 per layer; 128 experts of 3·2048·768; router 2048·128.
+    per_layer = 2 * 2048 * 128 * (32 + 4) + 2 * 2048 + 2 * 128 + 2048 * 128
+    total = 48 * (per_layer + 128 * 3 * 2048 * 768) + 2 * 151_936 * 2048 + 2048
+    assert total == 30_532_122_624
+    count = parameter_count(job_of({"preset": "qwen3-30b-a3b"}).model)
+    assert count.total == total
+
+
+def test_terms() -> None:
+    moe = job_of(
+        {
+            "preset": "mixtral-8x7b",
+            "moe": {"shared_experts": 2, "shared_expert_ffn_hidden": 1024, "router_bias": True},
+        }
+    ).model.moe
+    assert moe is not None
+    assert expert_parameters(4096, 14336, "swiglu") == 3 * 4096 * 14336
+    assert expert_parameters(4096, 14336, "gelu") == 2 * 4096 * 14336
+    assert router_parameters(moe, 4096) == 4096 * 8 + 8
+    assert shared_expert_parameters(moe, 4096, "swiglu") == 2 * 3 * 4096 * 1024
+    # The preset's other fields stay: a spec's moe section merges over the preset's.
+    assert (moe.E, moe.k, moe.f_e, moe.f_s) == (8, 2, 14336, 1024)
+
+
+def test_dense_and_moe_layers() -> None:
+    model = job_of(
+        {"preset": "mixtral-8x7b", "moe": {"first_dense_layers": 3, "layer_frequency": 2}}
+    ).model
+    assert model.moe is not None
+    # Layers 0–2 dense; of 3..31 those with i % 2 == 0: 4, 6, ..., 30 → 14.
+    assert [i for i in range(32) if model.moe.is_moe_layer(i)] == list(range(4, 31, 2))
+    count = parameter_count(model)
+    assert count.moe_layers == 14
+    # moe: null keeps the preset's experts (null is "not set", as for every field).
+    unset = parameter_count(job_of({"preset": "mixtral-8x7b", "moe": None}).model)
+    assert unset.total == 46_702_792_704
+
+
+def test_dense_model_has_no_experts() -> None:
+    job = job_of({"preset": "llama3-8b"})
+    count = parameter_count(job.model)
+    assert job.model.moe is None and count.active == count.total and count.moe_layers == 0
+
+
+def test_moe_without_preset_needs_experts_and_top_k() -> None:
+    spec = {
+        "version": 1,
+        "name": "t",
+        "model": {"layers": 2, "hidden": 64, "heads": 4, "vocab": 100, "moe": {"experts": 4}},
+        "hardware": {"gpu": "h100-sxm", "nodes": 1},
+        "training": {"seq_len": 128, "global_batch": 8},
+    }
+    loaded = load_text("t.yaml", yaml.safe_dump(spec))
+    assert loaded.job is None
+    assert [(f.rule, f.field) for f in loaded.findings] == [("PLC109", "model.moe.top_k")]
+
+
+def test_expert_layout_fields() -> None:
+    lay = job_of(
+        {"preset": "mixtral-8x7b"},
+        {"tensor": 2, "expert": 4, "order": "tp-cp-ep-dp-pp"},
+    ).layout
+    assert lay.order == ("tp", "cp", "dp", "pp")  # the dense grid: ep has size 1 there
+    assert lay.expert_order == ("tp", "cp", "ep", "dp", "pp")
+    assert (lay.ep, lay.et, lay.edp(64)) == (4, 2, 8)
+    lay = job_of({"preset": "mixtral-8x7b"}, {"tensor": 2, "expert": 8, "expert_tensor": 1}).layout
+    assert (lay.et, lay.edp(64), lay.expert_order) == (1, 8, ("tp", "cp", "dp", "pp"))
