@@ -2,7 +2,7 @@
 
 `plannable(job)` is the one place that decides whether a run can be laid out at all. It runs the
 preconditions below (the same functions the rules PLC001, PLC004, PLC005, PLC010, PLC012,
-PLC014, PLC015 and PLC022 report) and returns either a `Plannable`, a type with no optional field, or the
+PLC014, PLC015, PLC022 and, for experts, PLC023, PLC024, PLC025 and PLC027 report) and returns either a `Plannable`, a type with no optional field, or the
 refusals that say why not. Memory, communication, the pipeline, explain, compile and verify
 accept only a `Plannable`, so none of them re-derives what a valid job means, and a rule that a
 spec ignores or re-levels cannot lead any of them into a layout that does not exist.
@@ -278,6 +278,116 @@ def shard_split(job: Job) -> Iterator[Violation]:
         )
 
 
+def expert_split(job: Job) -> Iterator[Violation]:
+    """PLC023: expert parallelism splits the routed experts evenly, and only a model with
+    experts has any (Megatron-Core: num_moe_experts % expert_model_parallel_size == 0)."""
+    lay, moe = job.layout, job.model.moe
+    if moe is None:
+        if lay.ep > 1:
+            yield Violation(
+                "parallelism.expert",
+                f"expert = {lay.ep}, but the model has no experts (model.moe is not set)",
+                "set parallelism.expert: 1, or describe the experts under model.moe",
+            )
+        return
+    if moe.E % lay.ep:
+        divisors = [e for e in range(1, moe.E + 1) if moe.E % e == 0 and e <= lay.ep]
+        yield Violation(
+            "parallelism.expert",
+            f"expert = {lay.ep} does not divide the {moe.E} routed experts, so the expert-"
+            "parallel ranks would hold different numbers of experts",
+            f"choose a divisor of {moe.E}, such as {divisors[-1]}",
+            ("model.moe.experts",),
+        )
+
+
+def expert_world(job: Job) -> Iterator[Violation]:
+    """PLC024: the world divides into expert_tensor × expert × pipeline, leaving the expert
+    data-parallel degree EDP = W/(ETP·EP·PP) whole (Megatron-Core initialize_model_parallel)."""
+    lay = job.layout
+    if job.model.moe is None and lay.ep == 1 and lay.etp is None:
+        return
+    inner = lay.et * lay.ep * lay.p
+    if job.world % inner:
+        yield Violation(
+            "parallelism.expert",
+            f"world size {job.world} is not divisible by expert_tensor × expert × pipeline = "
+            f"{lay.et} × {lay.ep} × {lay.p} = {inner}, so the expert data-parallel degree "
+            "is not whole",
+            f"choose expert and expert_tensor so that their product with pipeline divides "
+            f"{job.world}",
+            ("parallelism.expert_tensor", "parallelism.pipeline"),
+        )
+
+
+def expert_routing(job: Job) -> Iterator[Violation]:
+    """PLC025: each token goes to at most all the routed experts: top_k ≤ experts."""
+    moe = job.model.moe
+    if moe is not None and moe.k > moe.E:
+        yield Violation(
+            "model.moe.top_k",
+            f"top_k = {moe.k} routes each token to more experts than the {moe.E} there are",
+            f"choose top_k between 1 and {moe.E}",
+            ("model.moe.experts",),
+        )
+
+
+def _pp_stride(order: tuple[str, ...], sizes: Mapping[str, int]) -> int:
+    """The stride of pp in Megatron's RankGenerator grid: the product of the sizes before it."""
+    return math.prod(sizes[axis] for axis in order[: order.index("pp")])
+
+
+def expert_order(job: Job) -> Iterator[Violation]:
+    """PLC027: an expert layout Megatron-Core's initialize_model_parallel accepts.
+
+    It builds two RankGenerators over one order: the dense one with ep = 1, the expert one with
+    (tp, ep, dp, pp, cp) = (ETP, EP, EDP, PP, 1). It refuses (parallel_state.py): an order
+    that leaves out ep when EP > 1 (RankGenerator: "you haven't specified the order"); with PP >
+    1 and pp not last, an EDP different from DP; pipeline groups that differ between the two
+    generators, which happens exactly when pp has a different stride in the two grids.
+    """
+    lay = job.layout
+    if (lay.ep == 1 and lay.etp is None) or lay.d is None:
+        return
+    edp = lay.edp(job.world)
+    if edp is None:
+        return  # PLC024
+    full = lay.expert_order
+    if lay.ep > 1 and "ep" not in full:
+        yield Violation(
+            "parallelism.order",
+            f"expert = {lay.ep}, but the order {'-'.join(full)} does not place ep: "
+            "Megatron-Core's RankGenerator refuses an axis of size above 1 that the order "
+            "leaves out",
+            "write order: tp-cp-ep-dp-pp (Megatron-Core's default)",
+            ("parallelism.expert",),
+        )
+        return
+    expert = (*full, "ep") if "ep" not in full else full
+    if lay.p > 1 and full[-1] != "pp" and edp != lay.d:
+        yield Violation(
+            "parallelism.order",
+            f"with pipeline = {lay.p} and an order that does not end in pp, Megatron-Core needs "
+            f"the expert data-parallel degree W/(ETP·EP·PP) = {edp} to equal data = {lay.d}",
+            "end the order with pp (tp-cp-ep-dp-pp), or choose expert degrees with "
+            f"expert_tensor × expert = tensor × context = {lay.t * lay.c}",
+            ("parallelism.expert",),
+        )
+        return
+    dense = {"tp": lay.t, "cp": lay.c, "ep": 1, "dp": lay.d, "pp": lay.p}
+    sizes = {"tp": lay.et, "cp": 1, "ep": lay.ep, "dp": edp, "pp": lay.p}
+    dense_stride, expert_stride = _pp_stride(expert, dense), _pp_stride(expert, sizes)
+    if dense_stride != expert_stride:
+        yield Violation(
+            "parallelism.order",
+            f"under order {'-'.join(full)} the pipeline groups of the dense layers (stride "
+            f"{dense_stride}) and of the experts (stride {expert_stride}) differ; Megatron-Core "
+            "requires them equal",
+            "end the order with pp (tp-cp-ep-dp-pp)",
+            ("parallelism.expert", "parallelism.expert_tensor"),
+        )
+
+
 # Rule id and precondition, in the order they are tried; the first group is cheap and bounds
 # the rest (no per-rank or per-stage work runs on a world above the limit).
 PRECONDITIONS = (
@@ -289,6 +399,10 @@ PRECONDITIONS = (
     ("PLC005", batch_split),
     ("PLC010", interleaving),
     ("PLC022", shard_split),
+    ("PLC023", expert_split),
+    ("PLC024", expert_world),
+    ("PLC025", expert_routing),
+    ("PLC027", expert_order),
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from planc.rules import batch, inputs, layout, memory, model, perf, sharding
+from planc.rules import batch, experts, inputs, layout, memory, model, perf, sharding
 from planc.rules.base import Rule, Violation
 
 _ALL: tuple[Rule, ...] = (
@@ -31,6 +31,11 @@ _ALL: tuple[Rule, ...] = (
     perf.pp_traffic_hides,
     sharding.host_memory_fits,
     sharding.data_shard_divides,
+    experts.experts_over_expert_parallel,
+    experts.expert_grid,
+    experts.top_k_within_experts,
+    experts.capacity_factor_at_least_one,
+    experts.expert_order_accepted,
     inputs.unreadable,
     inputs.not_text,
     inputs.too_large,

@@ -1,0 +1,117 @@
+"""Rules on mixture-of-experts layouts: the expert split, the expert grid, routing, capacity and
+the orders Megatron-Core accepts. The first three and the last are preconditions of a plan
+(`planc.plannable.PRECONDITIONS`); these rules report what those found."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from planc.rules.base import Context, Violation, rule
+
+
+@rule("PLC023")
+def experts_over_expert_parallel(ctx: Context) -> Iterator[Violation]:
+    """Experts: parallelism.expert divides the routed experts, and needs a model with experts.
+
+    Expert parallelism gives each of EP ranks E/EP whole experts of every MoE layer
+    (Megatron-Core checks num_moe_experts % expert_model_parallel_size == 0). A dense model has
+    no experts to split, so expert must stay 1 without model.moe.
+
+    Base: mixtral-8x7b-64xh100.yaml
+
+    Passes:
+        parallelism: {expert: 4, data: 16}
+
+    Fails:
+        parallelism: {expert: 16}
+    """
+    yield from ctx.refused("PLC023")
+
+
+@rule("PLC024")
+def expert_grid(ctx: Context) -> Iterator[Violation]:
+    """Experts: the world divides into expert_tensor × expert × pipeline.
+
+    The expert layers use their own grid over the same ranks: ETP (expert_tensor, default
+    tensor) × EP × EDP × PP, with the expert data-parallel degree EDP = W/(ETP·EP·PP)
+    (Megatron-Core initialize_model_parallel raises when the world does not divide). Expert
+    weights, gradients and optimizer state are replicated, or sharded, over EDP.
+
+    Base: mixtral-8x7b-64xh100.yaml
+
+    Passes:
+        parallelism: {expert: 8, expert_tensor: 2}
+
+    Fails:
+        parallelism: {expert: 8, expert_tensor: 3}
+    """
+    yield from ctx.refused("PLC024")
+
+
+@rule("PLC025")
+def top_k_within_experts(ctx: Context) -> Iterator[Violation]:
+    """Experts: model.moe.top_k is at most model.moe.experts.
+
+    Each token is routed to top_k distinct experts of the E in its layer; more than E cannot be
+    chosen (Megatron's TopKRouter takes torch.topk over E scores).
+
+    Base: mixtral-8x7b-64xh100.yaml
+
+    Passes:
+        model: {moe: {top_k: 8}}
+
+    Fails:
+        model: {moe: {top_k: 9}}
+    """
+    yield from ctx.refused("PLC025")
+
+
+@rule("PLC026")
+def capacity_factor_at_least_one(ctx: Context) -> Iterator[Violation]:
+    """Experts: model.moe.capacity_factor is at least 1 (or null, dropless).
+
+    With a capacity factor CF each expert takes at most ⌈T·k/E·CF⌉ of a micro-batch's T tokens
+    (Megatron-Core moe_utils.get_capacity) and drops the rest. Below 1 the experts together hold
+    fewer slots than the T·k assignments, so tokens are dropped even when the router balances
+    perfectly. Leave it out (null) for dropless training.
+
+    Base: mixtral-8x7b-64xh100.yaml
+
+    Passes:
+        model: {moe: {capacity_factor: 1.25}}
+
+    Fails:
+        model: {moe: {capacity_factor: 0.5}}
+    """
+    moe = ctx.job.model.moe
+    if moe is None or moe.capacity_factor is None or moe.capacity_factor >= 1:
+        return
+    cf = moe.capacity_factor
+    yield Violation(
+        "model.moe.capacity_factor",
+        f"capacity_factor = {cf:g} gives the experts {cf:.0%} of the T·k slots the tokens need, "
+        "so tokens are dropped even under perfect balance",
+        "use a capacity factor of at least 1 (1.0 to 1.25 is common), or leave it out for "
+        "dropless routing",
+    )
+
+
+@rule("PLC027")
+def expert_order_accepted(ctx: Context) -> Iterator[Violation]:
+    """Experts: an expert layout Megatron-Core accepts in its rank order.
+
+    Megatron-Core builds the dense groups with one RankGenerator (ep = 1) and the expert groups
+    with another over the same order (tp = expert_tensor, ep = expert, dp = EDP, cp = 1). It
+    refuses an order that leaves out ep when expert > 1; with pipeline > 1 and an order that
+    does not end in pp, an EDP different from data; and pipeline groups that differ between
+    the two grids (parallel_state.py initialize_model_parallel).
+
+    Base: mixtral-8x7b-64xh100.yaml
+
+    Passes:
+        parallelism: {order: tp-ep-cp-dp-pp}
+
+    Fails:
+        parallelism: {order: tp-cp-dp-pp}
+    """
+    yield from ctx.refused("PLC027")
