@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from planc.comm.schedule import CommOp, WireBudget, schedule, wire_budget
 from planc.memory import MemoryBudget, budget
@@ -21,9 +22,11 @@ from planc.memory.params import RankParameters, rank_parameters
 from planc.perf.compute import StageTimes
 from planc.perf.efficiency import Efficiency
 from planc.perf.validate import efficiency_of, estimate, model_flops, op_seconds, stage_times
-from planc.pipeline.bounded import PipelineTime
 from planc.pipeline.bubble import bubble_fraction
 from planc.plannable import Plannable
+
+if TYPE_CHECKING:
+    from planc.pipeline.bounded import PipelineTime
 
 
 @dataclass(frozen=True)

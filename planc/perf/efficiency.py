@@ -23,13 +23,16 @@ The curves (each a smooth saturating function, where Calculon uses step tables):
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-PRESETS = Path(__file__).resolve().parent.parent / "presets" / "efficiency.json"
+# A plain path beside the package: pathlib costs an import at `planc check` start-up.
+PRESETS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "presets", "efficiency.json"
+)
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "send_recv")
 LINKS = ("nvlink", "network")
 
@@ -180,7 +183,8 @@ def to_json(eff: Efficiency, source: str = "") -> dict[str, Any]:
 
 @cache
 def _presets() -> Mapping[str, Any]:
-    data: dict[str, Any] = json.loads(PRESETS.read_text(encoding="utf-8"))
+    with open(PRESETS, encoding="utf-8") as handle:
+        data: dict[str, Any] = json.loads(handle.read())
     return data
 
 
@@ -216,9 +220,10 @@ def for_gpu(
     )
 
 
-def load_calibration(path: str | Path) -> Efficiency:
+def load_calibration(path: str | os.PathLike[str]) -> Efficiency:
     """A calibration file written by `planc calibrate` (one GPU's entry of efficiency.json)."""
-    text = Path(path).read_text(encoding="utf-8")
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
     data = json.loads(text)
     if not isinstance(data, Mapping):
         raise ValueError(f"{path}: a calibration file is one JSON object")

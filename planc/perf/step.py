@@ -31,8 +31,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from planc.pipeline.bounded import PipelineTime, run
+if TYPE_CHECKING:
+    from planc.pipeline.bounded import PipelineTime
+
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,8 @@ def estimate_step(inputs: StepInputs) -> StepEstimate:
             raise ValueError("every stage needs one forward, backward and TP time per chunk")
     t_f, t_b = _virtual_times(inputs)
     busy = [m * sum(t_f[j * p + r] + t_b[j * p + r] for j in range(v)) for r in range(p)]
+    from planc.pipeline.bounded import run  # start-up: the simulation, not needed by check
+
     pipe = run(p, m, v, t_f, t_b, inputs.p2p_s)
     ends, simulated = pipe.stage_end_s, pipe.simulated_m
     tails = []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -51,6 +50,8 @@ class Rule:
 
     @property
     def doc(self) -> str:
+        import inspect  # start-up: only `planc rules` and the reporters' rule texts need it
+
         return inspect.cleandoc(self.doc_source.__doc__ or "")
 
     @property
@@ -62,6 +63,8 @@ class Rule:
         match = re.search(rf"^{kind}:\n((?:    .*\n?|\n)+)", self.doc + "\n", re.MULTILINE)
         if match is None:
             return None
+        import inspect  # start-up: as in `doc`
+
         return inspect.cleandoc(match.group(1))
 
     @property
