@@ -442,7 +442,12 @@ def search(
         spec, top, output_format, write, jobs, allow, max_bubble, memory_headroom, strict,
         report=report,
     )
-    outcome = run(request)
+    if report is not None:
+        from planc.html.explorer import write_explorer  # start-up: the page and its charts
+
+        outcome = run(request, write_explorer)
+    else:
+        outcome = run(request)
     click.echo(outcome.text, nl=False)
     click.echo(outcome.notes, nl=False, err=True)
     sys.exit(outcome.code)

@@ -21,9 +21,13 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from planc.analysis import Analysis, StepEstimate
+from planc.analysis import Analysis, StepEstimate, analyse, estimate_step
+from planc.check import check_file
+from planc.config import ConfigError, Resolver
 from planc.findings import Finding, Severity
 from planc.job import GB, GIB
+from planc.load import MAX_BYTES, decode, load_text, read_input
+from planc.plannable import plannable
 
 FORMATS = ("text", "json", "markdown")
 MAX_STAGE_ROWS = 16  # more stages: the first and last 8 (json has them all)
@@ -70,10 +74,6 @@ def is_revision(source: str) -> bool:
 def read_side(source: str) -> Side:
     """Load, check and (when it can be planned) analyse one side. Raises DiffError for an input
     that cannot be read at all."""
-    from planc.check import check_loaded
-    from planc.config import ConfigError, Resolver
-    from planc.load import MAX_BYTES, decode, load_text, read_input
-
     if is_revision(source):
         revision, _, path = source.partition(":")
         data: bytes | None = _git_show(revision, path)
@@ -95,19 +95,17 @@ def read_side(source: str) -> Side:
     except ConfigError as error:
         raise DiffError(str(error)) from None
     loaded = load_text(source, text, defaults or None, base_dir)
-    result = check_loaded(loaded)
+    result, context = check_file(loaded)
     fatal = [f for f in result.findings if f.severity is Severity.FATAL]
     if fatal:
         raise DiffError(f"{source}: {fatal[0].message}")
     if loaded.job is None:
         return Side(source, result.findings)
-    from planc.analysis import analyse, estimate_step
-    from planc.plannable import plannable
-
     plan = plannable(loaded.job)
     if isinstance(plan, tuple):
         return Side(source, result.findings)
-    analysis = analyse(plan)
+    # check analysed the job already when a rule needed it; never twice.
+    analysis = context.analysis if context is not None and context.analysis else analyse(plan)
     return Side(source, result.findings, analysis, estimate_step(analysis))
 
 

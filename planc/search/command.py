@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from planc.emit import write_text_atomic
 from planc.findings import Severity
 from planc.load import Loaded, load_path
 from planc.progress import progress
@@ -62,13 +63,18 @@ def _unusable(loaded: Loaded) -> str | None:
     if loaded.job is not None and not blocking:
         return None
     from planc.check import check_loaded  # start-up: only for a broken spec
-    from planc.report import REPORTERS
+    from planc.report import REPORTERS  # start-up: as above
 
     return REPORTERS["text"]((check_loaded(loaded),), False)
 
 
-def run(request: Request) -> Report:
-    """Run one search as the command line asks."""
+# Writes the explorer page (`planc.html.explorer.write_explorer`), given by the command line:
+# the page builds on the search, not the search on the page. Returns the note for stderr.
+ExplorerWriter = Callable[[str, str, str, Setup, SearchResult], str]
+
+
+def run(request: Request, write_explorer: ExplorerWriter | None = None) -> Report:
+    """Run one search as the command line asks; `write_explorer` writes `request.report`."""
     from planc.config import ConfigError, Resolver  # start-up: as check reads it
 
     try:  # the project's rule defaults, as planc check applies them to this file
@@ -93,9 +99,7 @@ def run(request: Request) -> Report:
             notes = _write(request.spec, request.write, setup, result)
         except OSError as error:
             notes, code = f"{request.spec}: error: cannot write {request.write}: {error}\n", 2
-    if request.report is not None:
-        from planc.html.explorer import write_explorer  # start-up: the page and its charts
-
+    if request.report is not None and write_explorer is not None:
         try:
             notes += write_explorer(request.spec, request.report, heading, setup, result)
         except OSError as error:
@@ -119,8 +123,6 @@ def _write(spec: str, path: str, setup: Setup, result: SearchResult) -> str:
     """Write the best layout as a spec; the note for stderr."""
     if not result.results:
         return f"{spec}: nothing written to {path}: no candidate is feasible\n"
-    from planc.emit import write_text_atomic
-
     winner = result.results[0]
     header = (
         f"Written by planc search from {spec}: the fastest of {result.feasible:,} "

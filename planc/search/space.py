@@ -231,9 +231,9 @@ def stage_split(layers: int, p: int, v: int) -> tuple[int, ...]:
 def parse_allowed(items: Sequence[str]) -> dict[str, list[Value]]:
     """`--allow AXIS=V,V` options as `search:` lists, validated as the spec's `search:` section
     is (SearchError names the option that is wrong)."""
-    from pydantic import ValidationError
+    from pydantic import ValidationError  # start-up: pydantic only when --allow is given
 
-    from planc.spec import SearchSpec
+    from planc.spec import SearchSpec  # start-up: as above
 
     raw: dict[str, list[Value]] = {}
     for item in items:
