@@ -332,7 +332,7 @@ def expert_routing(job: Job) -> Iterator[Violation]:
         )
 
 
-def _pp_stride(order: tuple[str, ...], sizes: Mapping[str, int]) -> int:
+def pp_stride(order: tuple[str, ...], sizes: Mapping[str, int]) -> int:
     """The stride of pp in Megatron's RankGenerator grid: the product of the sizes before it."""
     return math.prod(sizes[axis] for axis in order[: order.index("pp")])
 
@@ -344,7 +344,8 @@ def expert_order(job: Job) -> Iterator[Violation]:
     (tp, ep, dp, pp, cp) = (ETP, EP, EDP, PP, 1). It refuses (parallel_state.py): an order
     that leaves out ep when EP > 1 (RankGenerator: "you haven't specified the order"); with PP >
     1 and pp not last, an EDP different from DP; pipeline groups that differ between the two
-    generators, which happens exactly when pp has a different stride in the two grids.
+    generators, which happens exactly when p > 1 and pp has a different stride in the two grids
+    (tested against Megatron-Core's RankGenerator).
     """
     lay = job.layout
     if (lay.ep == 1 and lay.etp is None) or lay.d is None:
@@ -376,8 +377,8 @@ def expert_order(job: Job) -> Iterator[Violation]:
         return
     dense = {"tp": lay.t, "cp": lay.c, "ep": 1, "dp": lay.d, "pp": lay.p}
     sizes = {"tp": lay.et, "cp": 1, "ep": lay.ep, "dp": edp, "pp": lay.p}
-    dense_stride, expert_stride = _pp_stride(expert, dense), _pp_stride(expert, sizes)
-    if dense_stride != expert_stride:
+    dense_stride, expert_stride = pp_stride(expert, dense), pp_stride(expert, sizes)
+    if lay.p > 1 and dense_stride != expert_stride:  # with p = 1 every pp group is one rank
         yield Violation(
             "parallelism.order",
             f"under order {'-'.join(full)} the pipeline groups of the dense layers (stride "
@@ -449,6 +450,20 @@ class PlanLayout:
     data_shard: int  # N: ranks ZeRO/FSDP shards over, a divisor of d·c
     stage_layers: tuple[int, ...]  # L_r: layers on each pipeline rank, all chunks
     chunks: tuple[tuple[LayerRange, ...], ...]  # [stage][chunk] -> [first, last)
+    # The expert grid (Megatron-Core's expert RankGenerator): EP, ETP, EDP = W/(ETP·EP·PP), and
+    # the order with ep in it (appended, size 1, when the spec leaves it out). Dense jobs: 1, t,
+    # d·c.
+    ep: int = 1
+    et: int = 1
+    edp: int = 1
+    expert_order: tuple[str, ...] = ("tp", "cp", "dp", "pp", "ep")
+
+    @property
+    def expert_degrees(self) -> Mapping[str, int]:
+        """The expert grid's sizes by axis: tp = ETP, cp = 1, ep = EP, dp = EDP, pp = p."""
+        return MappingProxyType(
+            {"tp": self.et, "cp": 1, "ep": self.ep, "dp": self.edp, "pp": self.p}
+        )
 
     @property
     def degrees(self) -> Mapping[Axis, int]:
@@ -545,6 +560,9 @@ def plannable(
     if lay.d is None or m is None:  # excluded by PLC001 and PLC005 above
         raise AssertionError("a job that passed its preconditions has d and m")
     stage_layers = lay.stage_layers or (job.model.L // lay.p,) * lay.p
+    edp = lay.edp(job.world)
+    if edp is None:  # PLC024 above; a dense job has W/(t·p) = d·c
+        raise AssertionError("a job that passed its preconditions has a whole EDP")
     order = tuple(Axis(name) for name in lay.order)
     if sorted(order) != sorted(AXES):
         raise AssertionError(f"the order {lay.order} names every axis once (the spec enforces it)")
@@ -566,6 +584,10 @@ def plannable(
             data_shard=lay.data_shard or lay.d * lay.c,
             stage_layers=stage_layers,
             chunks=layer_ranges(stage_layers, lay.v),
+            ep=lay.ep,
+            et=lay.et,
+            edp=edp,
+            expert_order=lay.expert_order + (() if "ep" in lay.expert_order else ("ep",)),
         ),
         m=m,
     )

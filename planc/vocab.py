@@ -13,6 +13,12 @@ One name per axis (`Axis`), and the one documented mapping to the spec's field n
 | cp   | context                     | c      | cp                                     |
 | dp   | data                        | d      | dp                                     |
 | pp   | pipeline                    | p      | pp                                     |
+| ep   | expert                      | EP     | layout.expert.degrees.ep               |
+
+`ep` places expert parallelism in an order string; the dense grid (AXES) does not hold it.
+The expert layers use their own grid over the same ranks, in the same order, with tp =
+expert_tensor (ETP), cp = 1, ep = expert (EP), dp = EDP = W/(ETP·EP·PP) and the same pp
+(Megatron-Core's expert RankGenerator, parallel_state.py).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ class Axis(str, Enum):
     CP = "cp"
     DP = "dp"
     PP = "pp"
+    EP = "ep"
 
     @property
     def spec_field(self) -> str:
@@ -37,7 +44,7 @@ class Axis(str, Enum):
         return self.value
 
 
-_SPEC_FIELDS = {"tp": "tensor", "cp": "context", "dp": "data", "pp": "pipeline"}
+_SPEC_FIELDS = {"tp": "tensor", "cp": "context", "dp": "data", "pp": "pipeline", "ep": "expert"}
 
 AXES: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 
@@ -49,7 +56,9 @@ class GroupKind(str, Enum):
     FSDP shards over (`parallelism.data_shard` contiguous members of a dp_cp group; the whole
     dp_cp group by default) and `dp_replicate` the ranks holding the same shard (HSDP; groups of
     one by default); `embedding` pairs the first and last pipeline rank (tied-embedding
-    gradients); `model_parallel` is tp × pp.
+    gradients); `model_parallel` is tp × pp. With experts, `ep`, `etp` and `edp` are the
+    expert grid's ep, tp and dp groups (expert-parallel all-to-all, expert tensor parallelism,
+    expert data parallelism: Megatron-Core's expert RankGenerator).
     """
 
     TP = "tp"
@@ -61,6 +70,9 @@ class GroupKind(str, Enum):
     DP_REPLICATE = "dp_replicate"
     EMBEDDING = "embedding"
     MODEL_PARALLEL = "model_parallel"
+    EP = "ep"
+    ETP = "etp"
+    EDP = "edp"
 
     def __str__(self) -> str:
         return self.value

@@ -13,6 +13,14 @@ Worked example, W=16 with t=2, d=4, p=2, order tp-cp-dp-pp (Megatron's own examp
     pp: [0,8] [1,9] ... [7,15]
     model_parallel (tp × pp): [0,1,8,9] [2,3,10,11] [4,5,12,13] [6,7,14,15]
 
+Experts (Megatron-Core's expert RankGenerator: tp = ETP, ep = EP, dp = EDP, pp = p, cp = 1, in
+the same order). W=16 with t=2, d=4, p=2, EP=2, ETP=1 (EDP = 16/(1·2·2) = 4), order
+tp-cp-ep-dp-pp, so the expert grid is ep fastest, then dp, then pp:
+
+    ep: [0,1] [2,3] ... [14,15]
+    etp: [0] [1] ... [15]
+    edp: [0,2,4,6] [1,3,5,7] [8,10,12,14] [9,11,13,15]
+
 With data_shard = 2 the state is sharded over contiguous halves of each dp_cp group and
 replicated across them (HSDP; Megatron's intra/inter_partial_data_parallel_group_with_cp:
 `ranks[i·N:(i+1)·N]` and `ranks[i::N]`):
@@ -29,6 +37,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from planc.compile.ranks import Grid, Ranks
+from planc.plannable import PlanLayout
 
 GROUP_KINDS = (
     "tp",
@@ -40,7 +49,13 @@ GROUP_KINDS = (
     "model_parallel",
     "dp_shard",
     "dp_replicate",
+    "ep",
+    "etp",
+    "edp",
 )
+# The expert grid's axes as Megatron's expert RankGenerator names them, and the group kind of
+# each: its tp is the expert tensor-parallel group, its dp the expert data-parallel group.
+EXPERT_KINDS = (("ep", "ep"), ("etp", "tp"), ("edp", "dp"))
 
 
 def orthogonal_groups(grid: Grid, axes: tuple[str, ...]) -> Ranks:
@@ -83,6 +98,13 @@ def shard_groups(dp_cp: Ranks, data_shard: int) -> tuple[Ranks, Ranks]:
     return shard, replicate
 
 
+def expert_grid(layout: PlanLayout) -> Grid:
+    """The expert layers' grid over the same ranks: the order with ep in it, sizes tp = ETP,
+    cp = 1, ep = EP, dp = EDP, pp = p (parallel_state.py, expert_decoder_rank_generator)."""
+    degrees = layout.expert_degrees
+    return Grid(layout.expert_order, tuple(degrees[axis] for axis in layout.expert_order))
+
+
 def index_in_group(groups: Ranks, world: int) -> Ranks:
     """Each rank's position inside its group, for groups that partition the ranks."""
     index = np.empty(world, dtype=np.int64)
@@ -103,17 +125,31 @@ class Groups:
     model_parallel: Ranks  # tp × pp: ranks sharing dp and cp
     dp_shard: Ranks  # the optimizer shard group: data_shard members of a dp_cp group
     dp_replicate: Ranks  # ranks holding the same shard (HSDP)
+    # The expert grid's groups; None for a dense model (no such groups in its plan).
+    ep: Ranks | None = None  # expert-parallel: the all-to-all of token dispatch and combine
+    etp: Ranks | None = None  # expert tensor-parallel
+    edp: Ranks | None = None  # expert data-parallel: expert gradients and optimizer state
 
     def items(self) -> Iterator[tuple[str, Ranks]]:
         for field in fields(self):
-            yield field.name, getattr(self, field.name)
+            ranks = getattr(self, field.name)
+            if ranks is not None:
+                yield field.name, ranks
 
 
-def process_groups(grid: Grid, data_shard: int | None = None) -> Groups:
-    """Every group kind of `grid`; ZeRO/FSDP shard over `data_shard` ranks (default d·c)."""
+def process_groups(
+    grid: Grid, data_shard: int | None = None, experts: Grid | None = None
+) -> Groups:
+    """Every group kind of `grid`; ZeRO/FSDP shard over `data_shard` ranks (default d·c); the
+    ep, etp and edp groups of the expert grid `experts` when the model has experts."""
     pp = orthogonal_groups(grid, ("pp",))
     dp_cp = orthogonal_groups(grid, ("dp", "cp"))
     dp_shard, dp_replicate = shard_groups(dp_cp, data_shard or dp_cp.shape[1])
+    expert = (
+        {kind: orthogonal_groups(experts, (axis,)) for kind, axis in EXPERT_KINDS}
+        if experts is not None
+        else {}
+    )
     return Groups(
         tp=orthogonal_groups(grid, ("tp",)),
         cp=orthogonal_groups(grid, ("cp",)),
@@ -124,4 +160,5 @@ def process_groups(grid: Grid, data_shard: int | None = None) -> Groups:
         model_parallel=orthogonal_groups(grid, ("tp", "pp")),
         dp_shard=dp_shard,
         dp_replicate=dp_replicate,
+        **expert,
     )

@@ -19,7 +19,7 @@ import numpy.typing as npt
 from planc import __version__
 from planc.analysis import Analysis
 from planc.comm.schedule import CommOp, WireBudget, activation_bytes, grad_bytes, op_record
-from planc.compile.groups import Groups, index_in_group, process_groups
+from planc.compile.groups import Groups, expert_grid, index_in_group, process_groups
 from planc.compile.ranks import AXES, Placement, Ranks, grid_of, place
 from planc.findings import Finding
 from planc.memory import MemoryBudget, rank_memory
@@ -169,7 +169,8 @@ def compile_job(analysis: Analysis, findings: tuple[Finding, ...] = ()) -> Plan:
     job = analysis.plan
     grid = grid_of(job.layout)
     placement = place(grid, job.cluster.gpus_per_node, job.cluster.nvlink_domain)
-    groups = process_groups(grid, job.layout.shard_group)
+    experts = expert_grid(job.layout) if job.model.moe is not None else None
+    groups = process_groups(grid, job.layout.shard_group, experts)
     shard = index_in_group(groups.dp_shard, grid.world)
     table = _memory_table(job, groups.dp_shard.shape[1])
     return Plan(
@@ -197,7 +198,7 @@ def _compact(value: object) -> str:
 
 def layout_record(plan: Plan) -> dict[str, object]:
     grid, lay = plan.placement.grid, plan.job.layout
-    return {
+    record: dict[str, object] = {
         "order": list(grid.order),
         "degrees": {axis: grid.size(axis) for axis in AXES},
         "strides": {axis: grid.stride(axis) for axis in AXES},
@@ -209,6 +210,13 @@ def layout_record(plan: Plan) -> dict[str, object]:
         "zero_stage": lay.zero,
         "data_shard": lay.data_shard,
     }
+    if plan.job.model.moe is not None:
+        # The expert grid: same ranks and order (ep placed), tp = ETP, dp = EDP, cp = 1.
+        record["expert"] = {
+            "order": list(lay.expert_order),
+            "degrees": dict(lay.expert_degrees),
+        }
+    return record
 
 
 def model_record(plan: Plan) -> dict[str, object]:

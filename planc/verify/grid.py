@@ -26,6 +26,11 @@ KIND_AXES = {
     "model_parallel": ("tp", "pp"),
 }
 
+# Mixture-of-experts plans: each expert group kind is one axis of the expert grid (Megatron-Core's
+# expert RankGenerator: tp = ETP, ep = EP, dp = EDP, pp, cp = 1, in the plan's order).
+EXPERT_KIND_AXES = {"ep": "ep", "etp": "tp", "edp": "dp"}
+EXPERT_AXES = ("tp", "cp", "ep", "dp", "pp")
+
 # Shard groups cut each dp_cp group by position: dp_shard holds data_shard consecutive members,
 # dp_replicate the members at the same position of every such slice (HSDP).
 SHARD_KINDS = ("dp_shard", "dp_replicate")
@@ -194,6 +199,81 @@ def groups(plan: PlanData) -> Found:
         yield from _members_agree(plan, kind, axes, found)
     yield from _embedding(plan)
     yield from _shard_groups(plan)
+    yield from expert_groups(plan)
+
+
+def expert_coordinates(plan: PlanData) -> dict[str, Ints]:
+    """Every rank's coordinate in the expert grid: (rank // stride) mod size, the strides the
+    prefix products of the expert sizes in the expert order."""
+    rank = np.arange(len(plan.rank), dtype=np.int64)
+    out, stride = {}, 1
+    for axis in plan.expert_order:
+        out[axis] = rank // stride % plan.expert_degrees[axis]
+        stride *= plan.expert_degrees[axis]
+    return out
+
+
+def _expert_grid(plan: PlanData) -> Found:
+    """layout.expert names every expert axis once, spans the world, keeps cp = 1 and the
+    pipeline degree, and places pp where the dense grid does (Megatron-Core requires the two
+    generators' pipeline groups to be equal)."""
+    order, sizes = plan.expert_order, plan.expert_degrees
+    if sorted(order) != sorted(EXPERT_AXES) or set(sizes) != set(EXPERT_AXES):
+        yield f"layout.expert names {'-'.join(order)} with sizes for {sorted(sizes)}, not tp, cp, ep, dp and pp once each"
+        return
+    if math.prod(sizes.values()) != len(plan.rank):
+        yield f"layout.expert degrees {dict(sizes)} multiply to {math.prod(sizes.values())}, not the {len(plan.rank)} ranks"
+        return
+    if sizes["cp"] != 1 or sizes["pp"] != plan.degrees["pp"]:
+        yield f"layout.expert has cp = {sizes['cp']} and pp = {sizes['pp']}; the expert grid has cp = 1 and the pipeline's {plan.degrees['pp']}"
+        return
+    pp = expert_coordinates(plan)["pp"]
+    bad = pp != plan.coords["pp"]
+    if bad.any():
+        r = _first_bad(bad)
+        yield f"rank {r}: pipeline stage {plan.coords['pp'][r]} in the dense grid but {pp[r]} in the expert grid"
+
+
+def expert_groups(plan: PlanData) -> Found:
+    """ep, etp and edp partition the ranks into groups of the expert grid's ep, tp and dp size
+    whose members share every other expert coordinate and differ on their own."""
+    listed = [kind for kind in EXPERT_KIND_AXES if kind in plan.groups]
+    if not plan.expert_order:
+        if listed:
+            yield f"groups.{listed[0]} is listed, but layout.expert gives no expert grid"
+        return
+    problems = list(_expert_grid(plan))
+    yield from problems
+    if problems:
+        return
+    coords = expert_coordinates(plan)
+    world_size = len(plan.rank)
+    for kind, axis in EXPERT_KIND_AXES.items():
+        found = plan.groups.get(kind)
+        if found is None:
+            yield f"groups.{kind} is missing"
+            continue
+        size = plan.expert_degrees[axis]
+        if found.ndim != 2 or found.shape[1] != size or found.shape[0] * size != world_size:
+            yield f"groups.{kind}: {found.shape[0]} groups of {found.shape[1] if found.ndim == 2 else '?'} ranks, expected {world_size // size} groups of {size}"
+            continue
+        partition = list(_partition(kind, found, world_size))
+        yield from partition
+        if partition:
+            continue
+        for other in EXPERT_AXES:
+            if other == axis:
+                continue
+            coord = coords[other][found]
+            bad = (coord != coord[:, :1]).any(axis=1)
+            if bad.any():
+                g = _first_bad(bad)
+                yield f"groups.{kind} group {g} {found[g][:8].tolist()} mixes expert-grid {other} coordinates"
+                break
+        own = np.sort(coords[axis][found], axis=1)
+        bad = (own != np.arange(size)).any(axis=1)
+        if bad.any():
+            yield f"groups.{kind} group {_first_bad(bad)} repeats an expert-grid {axis} coordinate"
 
 
 def _members_agree(plan: PlanData, kind: str, axes: tuple[str, ...], found: Ints) -> Found:

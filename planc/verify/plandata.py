@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -62,6 +62,10 @@ class PlanData:
     wire: Ints  # (ranks × WIRE_FIELDS)
     ops: tuple[Mapping[str, Any], ...]
     pipeline: Mapping[str, Any] | None
+    # Mixture-of-experts plans: the expert grid's order and sizes (layout.expert); () and {}
+    # for a dense plan.
+    expert_order: tuple[str, ...] = ()
+    expert_degrees: Mapping[str, int] = field(default_factory=dict)
 
 
 def _need(data: Mapping[str, Any], key: str, where: str) -> Any:
@@ -153,6 +157,18 @@ def _columns(block: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _expert(layout: Mapping[str, Any]) -> dict[str, Any]:
+    """layout.expert of a mixture-of-experts plan: its order and degrees (none when dense)."""
+    expert = layout.get("expert")
+    if expert is None:
+        return {}
+    degrees = _need(expert, "degrees", "layout.expert")
+    return {
+        "expert_order": tuple(str(a) for a in _need(expert, "order", "layout.expert")),
+        "expert_degrees": {str(a): int(n) for a, n in degrees.items()},
+    }
+
+
 def read_plan(text: str) -> PlanData:
     """Parse plan.json text. Raises PlanFormatError for anything that is not a readable plan."""
     try:
@@ -188,6 +204,7 @@ def read_plan(text: str) -> PlanData:
             groups=_groups(raw),
             ops=tuple(_need(comm, "ops", "communication")),
             pipeline=comm.get("pipeline"),
+            **_expert(layout),
             **columns,
         )
     except (KeyError, TypeError, ValueError) as error:
