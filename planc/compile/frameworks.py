@@ -71,6 +71,9 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
         args.append("--disable-bias-linear")
     if not mod.tied:
         args.append("--untie-embeddings-and-output-weights")
+    if mod.qk_norm:
+        args.append("--qk-layernorm")
+    args += megatron_moe_arguments(plan)
     args += [
         f"--hidden-dropout {float(mod.dropout)!r}",
         f"--attention-dropout {float(mod.dropout)!r}",
@@ -106,6 +109,36 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
     if replicas > 1 and lay.zero in (1, 2):
         args.append(f"--num-distributed-optimizer-instances {replicas}")
     return args, notes
+
+
+def megatron_moe_arguments(plan: Plan) -> list[str]:
+    """The experts and their layout as Megatron-LM's arguments (megatron/training/arguments.py
+    _add_moe_args): none for a dense model. The MoE layer pattern is an integer frequency, or a
+    list of 0/1 per layer when leading layers stay dense (--moe-layer-freq [0,0,0,1,...])."""
+    mod, lay = plan.job.model, plan.job.layout
+    moe = mod.moe
+    if moe is None:
+        return []
+    args = [
+        f"--num-experts {moe.E}",
+        f"--moe-router-topk {moe.k}",
+        f"--moe-ffn-hidden-size {moe.f_e}",
+        f"--expert-model-parallel-size {lay.ep}",
+        f"--expert-tensor-parallel-size {lay.et}",
+        "--moe-token-dispatcher-type alltoall",
+    ]
+    if moe.first_dense:
+        pattern = ",".join(str(int(moe.is_moe_layer(i))) for i in range(mod.L))
+        args.append(f"--moe-layer-freq [{pattern}]")
+    elif moe.frequency > 1:
+        args.append(f"--moe-layer-freq {moe.frequency}")
+    if moe.E_s:
+        args.append(f"--moe-shared-expert-intermediate-size {moe.E_s * moe.f_s}")
+    if moe.capacity_factor is not None:
+        args.append(f"--moe-expert-capacity-factor {moe.capacity_factor!r}")
+    if moe.router_bias:
+        args.append("--moe-router-enable-expert-bias")
+    return args
 
 
 def megatron_files(plan: Plan) -> Files:

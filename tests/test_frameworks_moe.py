@@ -1,0 +1,99 @@
+"""Megatron-LM arguments of mixture-of-experts plans (issue 14).
+
+Megatron-LM's own parser and validate_args read them when PLANC_MEGATRON_PYTHON names an
+interpreter with megatron-core (Python ≥ 3.12); that test skips otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from test_frameworks import MEGATRON_PARSE, _interpreter, _run
+
+from planc.compile.frameworks import megatron_arguments
+
+from conftest import compiled, job_of
+
+BASE = "mixtral-8x7b-64xh100.yaml"
+CASES: dict[str, dict[str, Any] | None] = {
+    "mixtral": None,
+    "etp-shared-dense-first": {
+        "model": {
+            "moe": {
+                "shared_experts": 1,
+                "shared_expert_ffn_hidden": 4096,
+                "first_dense_layers": 4,
+                "capacity_factor": 1.25,
+                "router_bias": True,
+            }
+        },
+        "parallelism": {
+            "tensor": 2,
+            "data": 8,
+            "expert": 4,
+            "expert_tensor": 2,
+            "sequence_parallel": True,
+        },
+    },
+    "qwen3-frequency": {
+        "model": {"preset": "qwen3-30b-a3b", "moe": {"layer_frequency": 2}},
+        "parallelism": {"pipeline": 4, "data": 16, "expert": 8},
+    },
+}
+
+
+def args_of(case: str) -> list[str]:
+    return megatron_arguments(compiled(job_of(CASES[case], BASE)))[0]
+
+
+def flags(case: str) -> dict[str, str]:
+    return dict(line.partition(" ")[::2] for line in args_of(case))
+
+
+def test_mixtral_flags() -> None:
+    found = flags("mixtral")
+    assert found["--num-experts"] == "8" and found["--moe-router-topk"] == "2"
+    assert found["--moe-ffn-hidden-size"] == "14336"
+    assert found["--expert-model-parallel-size"] == "8"
+    assert found["--expert-tensor-parallel-size"] == "1"
+    assert "--moe-layer-freq" not in found and "--qk-layernorm" not in found
+
+
+def test_layer_pattern_shared_experts_and_capacity() -> None:
+    found = flags("etp-shared-dense-first")
+    assert found["--moe-layer-freq"] == "[" + ",".join(["0"] * 4 + ["1"] * 28) + "]"
+    assert found["--moe-shared-expert-intermediate-size"] == "4096"
+    assert found["--moe-expert-capacity-factor"] == "1.25"
+    assert "--moe-router-enable-expert-bias" in found
+    assert found["--expert-tensor-parallel-size"] == "2"
+    qwen = flags("qwen3-frequency")
+    assert qwen["--moe-layer-freq"] == "2" and "--qk-layernorm" in qwen
+
+
+def test_dense_plans_have_no_expert_flags() -> None:
+    args = megatron_arguments(compiled(job_of()))[0]
+    assert not [a for a in args if "expert" in a or "moe" in a]
+
+
+def test_megatron_validates_the_moe_arguments() -> None:
+    python = _interpreter("PLANC_MEGATRON_PYTHON", "megatron.training.arguments")
+    if python is None:
+        pytest.skip(
+            "megatron.training.arguments is not importable (pip install megatron-core on "
+            "Python >= 3.12, and point PLANC_MEGATRON_PYTHON at that interpreter)"
+        )
+    plans = {case: compiled(job_of(overlay, BASE)) for case, overlay in CASES.items()}
+    payload = {
+        case: [megatron_arguments(plan)[0], plan.world, plan.job.model.V]
+        for case, plan in plans.items()
+    }
+    parsed = _run(python, MEGATRON_PARSE, payload)
+    for case, plan in plans.items():
+        args, lay, moe = parsed[case], plan.job.layout, plan.job.model.moe
+        assert moe is not None
+        assert args["num_experts"] == moe.E and args["moe_router_topk"] == moe.k
+        assert args["moe_ffn_hidden_size"] == moe.f_e
+        assert args["expert_model_parallel_size"] == lay.ep
+        assert args["expert_tensor_parallel_size"] == lay.et
+        assert args["validated_data_parallel_size"] == lay.d
