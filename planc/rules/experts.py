@@ -13,9 +13,10 @@ from planc.rules.base import Context, Violation, rule
 def experts_over_expert_parallel(ctx: Context) -> Iterator[Violation]:
     """Experts: parallelism.expert divides the routed experts, and needs a model with experts.
 
-    Expert parallelism gives each of EP ranks E/EP whole experts of every MoE layer
-    (Megatron-Core checks num_moe_experts % expert_model_parallel_size == 0). A dense model has
-    no experts to split, so expert must stay 1 without model.moe.
+    Expert parallelism gives each of EP ranks E/EP whole experts of every MoE layer. A dense
+    model has no experts to split, so expert must stay 1 without model.moe. Megatron-LM's
+    validate_args asserts both: expert_model_parallel_size > 1 needs num_experts, and
+    num_experts a multiple of it (megatron/training/arguments.py, 0.19).
 
     Base: mixtral-8x7b-64xh100.yaml
 
