@@ -1,20 +1,16 @@
-"""Collective cost model: NCCL bus-bandwidth factors and an α-β time per call.
+"""Collective sizes: NCCL bus-bandwidth factors and ring steps.
 
 NCCL's performance notes (nccl-tests `doc/PERFORMANCE.md`) define the bus bandwidth of a ring
 collective over n ranks: all-reduce moves 2(n−1)/n of the buffer over each rank's link,
 reduce-scatter and all-gather (n−1)/n (Patarasuk & Yuan 2009). A ring takes 2(n−1) steps for an
-all-reduce and n−1 for the others, each paying the link latency α once. Time per call:
-
-    T = steps · α + wire_bytes / β
-
-with β the per-GPU, per-direction bandwidth of the link class the group uses.
+all-reduce and n−1 for the others, each paying the link latency once. The time of a call,
+steps·α + wire_bytes/(β·e) with the link's efficiency and latency, is priced by the step model
+(`planc.perf.validate.comm_time_s`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
-
-from planc.job import Link
 
 if TYPE_CHECKING:
     from fractions import Fraction
@@ -55,10 +51,3 @@ def wire_bytes(op: str, n: int, buffer_bytes: int) -> int:
     """Bytes one rank sends per call: ⌈bus_factor · buffer⌉ (whole bytes; uneven chunks round up)."""
     numerator, denominator = _bus_ratio(op, n)
     return -(-numerator * buffer_bytes // denominator)
-
-
-def call_time_s(op: str, n: int, buffer_bytes: int, link: Link) -> float:
-    """α-β time of one call in seconds: steps·α + wire_bytes/β (α in µs, β in GB/s = 10^9 B/s)."""
-    alpha = link.latency_us * 1e-6
-    beta = link.bandwidth_gbs * 1e9
-    return ring_steps(op, n) * alpha + wire_bytes(op, n, buffer_bytes) / beta

@@ -14,11 +14,10 @@ al. 2023, Ring Attention).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planc.comm.cost import ring_steps, wire_bytes
-from planc.job import Link
 from planc.plannable import Plannable, padded_vocab
 from planc.vocab import Axis, Collective, Direction, GroupKind, LinkClass
 
@@ -62,11 +61,6 @@ def grad_bytes(job: Plannable) -> int:
     return 4 if job.training.grad_accum_fp32 or job.training.precision == "fp32" else 2
 
 
-def strides(job: Plannable) -> Mapping[Axis, int]:
-    """Stride of each axis in the rank order (fastest first): rank = Σ coord_axis · stride_axis."""
-    return job.layout.strides
-
-
 def within_domain(job: Plannable, axes: tuple[Axis, ...]) -> bool:
     """Every group over `axes` stays inside one NVLink domain (D consecutive ranks).
 
@@ -88,10 +82,6 @@ def within_domain(job: Plannable, axes: tuple[Axis, ...]) -> bool:
 def link_class(job: Plannable, axes: tuple[Axis, ...]) -> LinkClass:
     """nvlink when every group over `axes` stays inside one NVLink domain, else network."""
     return LinkClass.NVLINK if within_domain(job, axes) else LinkClass.NETWORK
-
-
-def link_of(job: Plannable, link: LinkClass) -> Link:
-    return job.cluster.intra if link is LinkClass.NVLINK else job.cluster.inter
 
 
 def activation_message_bytes(job: Plannable) -> int:
