@@ -66,6 +66,7 @@ def test_layer_pattern_shared_experts_and_capacity() -> None:
     assert found["--moe-shared-expert-intermediate-size"] == "4096"
     assert found["--moe-expert-capacity-factor"] == "1.25"
     assert "--moe-router-enable-expert-bias" in found
+    assert found["--moe-router-score-function"] == "sigmoid"
     assert found["--expert-tensor-parallel-size"] == "2"
     qwen = flags("qwen3-frequency")
     assert qwen["--moe-layer-freq"] == "2" and "--qk-layernorm" in qwen
@@ -74,6 +75,20 @@ def test_layer_pattern_shared_experts_and_capacity() -> None:
 def test_dense_plans_have_no_expert_flags() -> None:
     args = megatron_arguments(compiled(job_of()))[0]
     assert not [a for a in args if "expert" in a or "moe" in a]
+
+
+# Megatron's TransformerConfig built from the validated arguments runs the MoE checks of its
+# __post_init__ (expert bias needs sigmoid scores, biases need ETP 1, ...). --no-rope-fusion:
+# the CPU install has no Transformer Engine, which rope fusion needs.
+MEGATRON_CONFIG = MEGATRON_PARSE.replace(
+    '"--lr", "1e-4"]', '"--lr", "1e-4", "--no-rope-fusion"]'
+).replace(
+    "    arguments.validate_args(full)\n",
+    "    arguments.validate_args(full)\n"
+    "    config = arguments.core_transformer_config_from_args(full)\n"
+    "    parsed['config_layer_pattern'] = str(config.moe_layer_freq)\n"
+    "    parsed['config_experts'] = config.num_moe_experts\n",
+)
 
 
 def test_megatron_validates_the_moe_arguments() -> None:
@@ -88,7 +103,9 @@ def test_megatron_validates_the_moe_arguments() -> None:
         case: [megatron_arguments(plan)[0], plan.world, plan.job.model.V]
         for case, plan in plans.items()
     }
-    parsed = _run(python, MEGATRON_PARSE, payload)
+    assert MEGATRON_CONFIG.count("core_transformer_config_from_args") == 1
+    assert MEGATRON_CONFIG.count("--no-rope-fusion") == 1
+    parsed = _run(python, MEGATRON_CONFIG, payload)
     for case, plan in plans.items():
         args, lay, moe = parsed[case], plan.job.layout, plan.job.model.moe
         assert moe is not None
@@ -97,3 +114,6 @@ def test_megatron_validates_the_moe_arguments() -> None:
         assert args["expert_model_parallel_size"] == lay.ep
         assert args["expert_tensor_parallel_size"] == lay.et
         assert args["validated_data_parallel_size"] == lay.d
+        assert args["config_experts"] == moe.E
+        pattern = [int(moe.is_moe_layer(i)) for i in range(plan.job.model.L)]
+        assert args["config_layer_pattern"] in (str(pattern), str(moe.frequency))

@@ -15,11 +15,14 @@ import yaml
 from planc.job import Job
 from planc.load import load_text
 from planc.memory import parameter_count
+from planc.memory.budget import budget
 from planc.memory.params import (
     expert_parameters,
     router_parameters,
     shared_expert_parameters,
 )
+from planc.memory.report import render_text
+from planc.plannable import plannable
 
 
 def job_of(model: dict[str, Any], parallelism: dict[str, Any] | None = None) -> Job:
@@ -146,3 +149,11 @@ def test_expert_layout_fields() -> None:
     assert (lay.ep, lay.et, lay.edp(64)) == (4, 2, 8)
     lay = job_of({"preset": "mixtral-8x7b"}, {"tensor": 2, "expert": 8, "expert_tensor": 1}).layout
     assert (lay.et, lay.edp(64), lay.expert_order) == (1, 8, ("tp", "cp", "dp", "pp"))
+
+
+def test_memory_report_says_experts_are_not_modelled() -> None:
+    for preset, expected in (("mixtral-8x7b", True), ("llama3-8b", False)):
+        plan = plannable(job_of({"preset": preset}, {"pipeline": 4, "tensor": 2}))
+        assert not isinstance(plan, tuple), plan
+        text = render_text(plan, budget(plan))
+        assert ("Experts: not modelled yet" in text) is expected

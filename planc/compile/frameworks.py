@@ -137,7 +137,10 @@ def megatron_moe_arguments(plan: Plan) -> list[str]:
     if moe.capacity_factor is not None:
         args.append(f"--moe-expert-capacity-factor {moe.capacity_factor!r}")
     if moe.router_bias:
-        args.append("--moe-router-enable-expert-bias")
+        # TransformerConfig refuses the expert bias with the default softmax scores
+        # (transformer_config.py: "only supports 'sigmoid' and 'sqrtsoftplus'"); DeepSeek-V3
+        # scores with a sigmoid.
+        args += ["--moe-router-enable-expert-bias", "--moe-router-score-function sigmoid"]
     return args
 
 

@@ -161,6 +161,12 @@ def render_text(job: Plannable, b: MemoryBudget) -> str:
         f"Peak: stage {b.peak.stage} (rank {b.peak.rank}) needs {_gib(b.peak.memory.total)} GiB "
         f"({b.peak.memory.total / GB:,.2f} GB): {verdict} in {_gib(usable)} GiB usable."
     )
+    if job.model.moe is not None:
+        lines.append(
+            "Experts: not modelled yet. Each layer above is priced as a dense layer of "
+            "ffn_hidden (no E/EP experts per rank, no expert state sharded over EDP, no routed "
+            "activations or all-to-all buffers); the parameter count above is the MoE model's."
+        )
     if any(stage.memory.host_terms for stage in b.stages):
         host = node_host_bytes(job, b)
         have = job.cluster.host_memory_bytes
