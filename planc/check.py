@@ -32,9 +32,7 @@ def locate(violation: Violation, locator: Locator) -> tuple[int, int]:
 
 def finding(rule: str, severity: Severity, violation: Violation, locator: Locator) -> Finding:
     line, column = locate(violation, locator)
-    return Finding(
-        line, column, rule, severity, violation.message, violation.field, violation.fix
-    )
+    return Finding(line, column, rule, severity, violation.message, violation.field, violation.fix)
 
 
 def _enabled(job: Job) -> list[Rule]:
@@ -42,15 +40,15 @@ def _enabled(job: Job) -> list[Rule]:
     return [r for r in REGISTRY.values() if r.check is not None and r.id not in ignored]
 
 
-def context_of(job: Job, rules: Iterable[Rule]) -> Context:
+def context_of(job: Job, rules: Iterable[Rule], *, suggest: bool = True) -> Context:
     """The context every rule of one file sees: the plannable job and, when a rule reads it, the
     analysis, each computed once."""
     refused = refusals(job)
     plan = plannable(job, refused)
     if isinstance(plan, tuple):
-        return Context(job, refusals=refused)
+        return Context(job, refusals=refused, suggest=suggest)
     needed = any(r.needs is Needs.ANALYSIS for r in rules)
-    return Context(job, plan, analyse(plan) if needed else None)
+    return Context(job, plan, analyse(plan) if needed else None, suggest=suggest)
 
 
 def _not_evaluated(rules: list[Rule], refused: Refusal, locator: Locator) -> Finding:
@@ -79,10 +77,11 @@ class Evaluation:
         return max((sev for _, sev, _ in self.violations), key=lambda s: s.rank, default=None)
 
 
-def evaluate(job: Job) -> Evaluation:
-    """Run every enabled rule on `job` (the plannable job and analysis computed once)."""
+def evaluate(job: Job, *, suggest: bool = True) -> Evaluation:
+    """Run every enabled rule on `job` (the plannable job and analysis computed once); without
+    `suggest`, rules skip fixes that cost more analyses."""
     rules = _enabled(job)
-    ctx = context_of(job, rules)
+    ctx = context_of(job, rules, suggest=suggest)
     found: list[tuple[str, Severity, Violation]] = []
     for rule in rules:
         if rule.check is None:
@@ -118,9 +117,7 @@ def check_file(loaded: Loaded) -> tuple[FileResult, Context | None]:
     return FileResult(loaded.path, tuple(sorted(findings)), loaded.text), context
 
 
-def with_refusals(
-    result: FileResult, refused: Iterable[Refusal], locator: Locator
-) -> FileResult:
+def with_refusals(result: FileResult, refused: Iterable[Refusal], locator: Locator) -> FileResult:
     """`result` with a run's refusals as located 'cannot plan' errors, in place of the findings
     of the same rules (which an ignore or a re-levelling may have made quieter)."""
     refusals = tuple(

@@ -31,6 +31,9 @@ class Context:
     plan: Plannable | None = None
     analysis: Analysis | None = None
     refusals: tuple[Refusal, ...] = ()  # the failed preconditions, computed once
+    # Whether a rule may compute fixes that cost more analyses (PLC007 tries variants); search
+    # judges thousands of candidates and reads only the rule ids, so it turns this off.
+    suggest: bool = True
 
     def refused(self, rule_id: str) -> Iterator[Violation]:
         """What the precondition of rule `rule_id` found (`planc.plannable.PRECONDITIONS`)."""

@@ -207,7 +207,7 @@ def judge(judge: Judge, index: int) -> Verdict:
     plan = ctx.plan
     if plan is None:  # a precondition rule the spec ignores or re-levels
         return Verdict(index, tuple(sorted({r.rule for r in ctx.refusals})))
-    result = evaluate(job)
+    result = evaluate(job, suggest=False)
     errors = sorted({rule for rule, sev, _ in result.violations if sev.rank >= judge.rejecting})
     if errors:
         return Verdict(index, tuple(errors))

@@ -13,10 +13,13 @@ Hand numbers used below (GiB = 2^30 bytes):
 from __future__ import annotations
 
 import re
+from typing import Any
+
+import yaml
 
 from planc.findings import FileResult, Finding, Severity
 
-from conftest import check_overlay, check_text, spec_text, value_position
+from conftest import EXAMPLES, check_overlay, check_text, merge, spec_text, value_position
 
 GIB = 2**30
 
@@ -84,3 +87,51 @@ def test_the_reserve_adds_exactly_its_size() -> None:
 def test_ignoring_plc007_silences_it() -> None:
     overlay = {"parallelism": {"zero_stage": 0}, "rules": {"ignore": ["PLC007"]}}
     assert findings_of(check_overlay(overlay)) == []
+
+
+FIX_FIELDS = {
+    "micro_batch": ("training", "micro_batch"),
+    "recompute": ("training", "recompute"),
+    "sequence_parallel": ("parallelism", "sequence_parallel"),
+    "zero_stage": ("parallelism", "zero_stage"),
+}
+
+
+def listed_fixes(fix: str) -> list[tuple[str, str]]:
+    """(field, value) pairs of the fixes PLC007 lists, e.g. 'micro_batch: 2 (67.70 GiB)'."""
+    _, _, listed = fix.partition("(peak after it): ")
+    return [tuple(part.split(" (")[0].split(": ")) for part in listed.split("; ")]  # type: ignore[misc]
+
+
+def test_every_listed_fix_makes_the_invalid_example_fit() -> None:
+    # micro_batch 8, seq 8192, no recompute on one node: 187.79 GiB. Activations scale with the
+    # micro-batch (b = 2 keeps a quarter of them), and full recompute keeps only layer inputs.
+    text = (EXAMPLES / "invalid" / "PLC007" / "llama3-8b-1node.yaml").read_text()
+    (finding,) = findings_of(check_text(text))
+    fixes = dict(listed_fixes(finding.fix))
+    assert fixes == {"micro_batch": "2", "recompute": "full"}
+    for field, value in fixes.items():
+        section, key = FIX_FIELDS[field]
+        overlay = {section: {key: yaml.safe_load(value)}}
+        fixed = yaml.safe_dump(merge(yaml.safe_load(text), overlay), sort_keys=False)
+        assert findings_of(check_text(fixed)) == [], (field, value)
+    # micro_batch 4 (the next divisor of 64 / data 4 = 16 below 8) is not offered: it does not fit.
+    half = yaml.safe_dump(merge(yaml.safe_load(text), {"training": {"micro_batch": 4}}))
+    assert findings_of(check_text(half))
+
+
+def hosts_overlay(nodes: int) -> dict[str, Any]:
+    return {"hardware": {"nodes": nodes, "hosts": f"gpu-{{000..{nodes - 1:03d}}}"}}
+
+
+def test_more_nodes_is_offered_at_the_smallest_count_that_fits() -> None:
+    # llama3-70b at tensor 8, pipeline 1, ZeRO 1 keeps 2 B weights + 2 B gradients of Ψ/8 per
+    # rank (2 × 16.43 GiB) and 12 B/param of fp32 master, m and v sharded over data d:
+    # 98.57/d GiB. At d = 2 that is 82.1 GiB of state alone; d = 4 leaves 57.5 GiB plus the
+    # activations (over 72 in total), d = 8 leaves 45.2 GiB plus the same activations.
+    layout = {"parallelism": {"pipeline": 1, "data": None, "zero_stage": 1}}
+    base = "llama3-70b-8x8.yaml"
+    (finding,) = findings_of(check_text(spec_text(merge(layout, hosts_overlay(2)), base)))
+    assert "nodes: 8 (data 8; list 8 hosts)" in finding.fix
+    assert findings_of(check_text(spec_text(merge(layout, hosts_overlay(8)), base))) == []
+    assert findings_of(check_text(spec_text(merge(layout, hosts_overlay(4)), base)))
