@@ -54,8 +54,11 @@ class MoE:
         return i >= self.first_dense and i % self.frequency == 0
 
     def moe_layers(self, L: int) -> int:
-        """How many of L layers have experts."""
-        return sum(1 for i in range(L) if self.is_moe_layer(i))
+        """How many of L layers have experts: the multiples of `frequency` in [first_dense, L),
+        ⌈L/f⌉ − ⌈first_dense/f⌉ (closed form: L may be large)."""
+        if self.first_dense >= L:
+            return 0
+        return -(-L // self.frequency) - -(-self.first_dense // self.frequency)
 
 
 @dataclass(frozen=True)

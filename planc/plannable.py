@@ -291,12 +291,11 @@ def expert_split(job: Job) -> Iterator[Violation]:
             )
         return
     if moe.E % lay.ep:
-        divisors = [e for e in range(1, moe.E + 1) if moe.E % e == 0 and e <= lay.ep]
         yield Violation(
             "parallelism.expert",
             f"expert = {lay.ep} does not divide the {moe.E} routed experts, so the expert-"
             "parallel ranks would hold different numbers of experts",
-            f"choose a divisor of {moe.E}, such as {divisors[-1]}",
+            f"choose a divisor of {moe.E}, such as {math.gcd(moe.E, lay.ep)}",
             ("model.moe.experts",),
         )
 
@@ -467,7 +466,9 @@ class PlanLayout:
 
     @property
     def degrees(self) -> Mapping[Axis, int]:
-        return MappingProxyType({Axis.TP: self.t, Axis.CP: self.c, Axis.DP: self.d, Axis.PP: self.p})
+        return MappingProxyType(
+            {Axis.TP: self.t, Axis.CP: self.c, Axis.DP: self.d, Axis.PP: self.p}
+        )
 
     @property
     def strides(self) -> Mapping[Axis, int]:

@@ -7,6 +7,7 @@ hand from the configs, independently of planc's functions.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from planc.memory.params import (
 )
 from planc.memory.report import render_text
 from planc.plannable import plannable
+from planc.presets import model_preset
 
 
 def job_of(model: dict[str, Any], parallelism: dict[str, Any] | None = None) -> Job:
@@ -66,6 +68,7 @@ def test_moe_preset_totals_are_published(name: str) -> None:
 def test_moe_preset_active_counts(name: str) -> None:
     active = parameter_count(job_of({"preset": name}).model).active
     assert active / 1e9 == pytest.approx(PUBLISHED_ACTIVE_BILLIONS[name], rel=0.02)
+    assert model_preset(name)["active_parameters"] == active  # what the preset's source says
 
 
 def test_mixtral_8x7b_by_hand() -> None:
@@ -157,3 +160,14 @@ def test_memory_report_says_experts_are_not_modelled() -> None:
         assert not isinstance(plan, tuple), plan
         text = render_text(plan, budget(plan))
         assert ("Experts: not modelled yet" in text) is expected
+
+
+def test_moe_layer_count_is_the_pattern_count() -> None:
+    model = job_of({"preset": "mixtral-8x7b"}).model
+    assert model.moe is not None
+    for first in (0, 1, 3, 7, 40):
+        for frequency in (1, 2, 3, 5):
+            for layers in (1, 3, 32, 61):
+                moe = replace(model.moe, first_dense=first, frequency=frequency)
+                pattern = sum(1 for i in range(layers) if moe.is_moe_layer(i))
+                assert moe.moe_layers(layers) == pattern, (first, frequency, layers)

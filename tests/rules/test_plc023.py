@@ -39,3 +39,12 @@ def test_expert_parallel_without_experts_fails() -> None:
 def test_it_is_a_precondition() -> None:
     refused = plannable(resolved_of({"parallelism": {"expert": 16}}, BASE))
     assert isinstance(refused, tuple) and {r.rule for r in refused} == {"PLC023"}
+
+
+def test_many_experts_are_checked_without_listing_divisors() -> None:
+    # 10,000,000 experts over 3 ranks: the fix names gcd(E, EP) = 1 at once.
+    result = check_overlay(
+        {"model": {"moe": {"experts": 10_000_000}}, "parallelism": {"expert": 3}}, BASE
+    )
+    (finding,) = [f for f in result.findings if f.rule == "PLC023"]
+    assert "such as 1" in finding.fix
