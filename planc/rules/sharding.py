@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from planc import plannable as pre
+from planc.analysis import Analysis
 from planc.job import GB
 from planc.memory.report import node_host_bytes
+from planc.rules import fixes
 from planc.rules.base import Context, Needs, Violation, rule
 
 
@@ -22,6 +24,10 @@ def host_memory_fits(ctx: Context) -> Iterator[Violation]:
     times the heaviest rank's offloaded bytes (`planc memory` lists them), which must stay
     within `hardware.host_memory_gb` (default: the GPU preset's node, e.g. 2,000 GB on a DGX
     H100). Pinned buffers, the data loader and the OS need host memory too.
+
+    The fix lists the smallest larger shard group (data_shard), ZeRO stage and node count that
+    fit, each verified with planc's memory model: the node's offload fits its host memory and
+    every GPU still fits its HBM.
 
     Passes:
         training: {framework: deepspeed, offload: {optimizer: true}}
@@ -42,10 +48,32 @@ def host_memory_fits(ctx: Context) -> Iterator[Violation]:
         "training.offload",
         f"the GPUs of one node offload {need / GB:,.1f} GB ({plan.cluster.gpus_per_node} × "
         f"{per_rank / GB:,.1f} GB), above its {have / GB:,.1f} GB of host memory",
-        "set hardware.host_memory_gb to the node's memory, shard over more ranks "
-        "(parallelism.data_shard, zero_stage), or offload less",
+        _host_fix(ctx),
         ("hardware.host_memory_gb",),
     )
+
+
+def _host_fix(ctx: Context) -> str:
+    """Shard over more ranks (a larger data_shard, a higher ZeRO stage, more nodes), each change
+    verified: the node's offload fits its host memory and the GPUs still fit their HBM."""
+    told = "set hardware.host_memory_gb to the node's memory if it is larger"
+    if not ctx.suggest:
+        return (
+            f"{told}, shard over more ranks (parallelism.data_shard, zero_stage), or offload less"
+        )
+    job = ctx.job
+    usable = int(job.cluster.gpu.memory_bytes * (1 - job.rules.memory_headroom))
+
+    def fits(analysis: Analysis) -> str | None:
+        host = node_host_bytes(analysis.plan, analysis.memory)
+        ok = host <= analysis.plan.cluster.host_memory_bytes
+        ok = ok and analysis.memory.peak.memory.total <= usable
+        return f"{host / GB:,.1f} GB per node" if ok else None
+
+    found = fixes.verified(job, (fixes.data_shard, fixes.zero_stage, fixes.nodes), fits)
+    if not found:
+        return f"{told}, or offload less (no larger shard group, ZeRO stage or node count fits)"
+    return f"{told}; or, each alone fits (host memory after it): " + "; ".join(found)
 
 
 @rule("PLC022")

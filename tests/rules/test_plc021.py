@@ -74,3 +74,30 @@ def test_custom_gpu_without_host_memory_fails_when_offloading() -> None:
     }
     result = check_overlay({**OFFLOAD, "hardware": {"gpu": custom}})
     assert "0.0 GB of host memory" in findings_of(result)[0].message
+
+
+def test_the_listed_fix_fits_when_applied() -> None:
+    # Doubling the nodes doubles data (4 → 8), so each rank's ZeRO shard, and with it the node's
+    # offload, halves: 128.5 GB / 2 = 64.2 GB ≤ 100 GB. Nothing smaller than 2 nodes exists at
+    # this layout, and ZeRO-2/3 shard the same optimizer state over the same 4 ranks.
+    overlay = {**OFFLOAD, "hardware": {"host_memory_gb": 100}}
+    (finding,) = findings_of(check_text(spec_text(overlay)))
+    half = offloaded_per_node() // 2
+    assert f"nodes: 2 (data 8; list 2 hosts) ({half / 1e9:,.1f} GB per node)" in finding.fix
+    grown = {**overlay, "hardware": {"host_memory_gb": 100, "nodes": 2, "hosts": "gpu-{1..2}"}}
+    assert findings_of(check_text(spec_text(grown))) == []
+
+
+def test_a_larger_shard_group_is_offered_under_hsdp() -> None:
+    # data_shard 2 of data 4 (HSDP) shards the optimizer over 2 ranks: twice the unsharded
+    # per-node offload of the ZeRO-1 spec above, 257.0 GB; data_shard 4 brings it back to 128.5 GB.
+    need = offloaded_per_node()
+    overlay = {
+        **OFFLOAD,
+        "hardware": {"host_memory_gb": 200},
+        "parallelism": {"data_shard": 2},
+    }
+    (finding,) = findings_of(check_text(spec_text(overlay)))
+    assert f"data_shard: 4 ({need / 1e9:,.1f} GB per node)" in finding.fix
+    fixed = {**overlay, "parallelism": {"data_shard": 4}}
+    assert findings_of(check_text(spec_text(fixed))) == []

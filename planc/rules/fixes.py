@@ -1,0 +1,142 @@
+"""Computed fixes for the resource rules: single changes to a spec, each verified with planc's
+own model before a rule prints it.
+
+Each kind lists its variants from the smallest change to the largest, and along every list the
+resource the rule checks never grows (a smaller micro-batch, more recompute, a higher ZeRO stage,
+a larger shard group or more nodes needs no more memory per rank), so `first_fit` bisects it:
+a few analyses settle a list however long it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+from planc.analysis import Analysis, analyse
+from planc.job import Job, NodeNames
+from planc.plannable import plannable
+
+# More nodes at the same layout are tried up to this factor (ZeRO shards over a larger group).
+MAX_NODE_FACTOR = 64
+
+Variant = tuple[str, Job]  # the change in the spec's words, and the job after it
+Verdict = Callable[[Analysis], str | None]  # what the variant shows when it passes, else None
+
+
+def analysis_of(job: Job) -> Analysis | None:
+    """The analysis of a variant of the job, or None when the variant has no plan."""
+    plan = plannable(job)
+    return None if isinstance(plan, tuple) else analyse(plan)
+
+
+def first_fit(candidates: list[Variant], verdict: Verdict) -> str | None:
+    """The first candidate that passes, with what it shows, by bisection (see the module)."""
+    lo, hi, best = 0, len(candidates) - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        words, variant = candidates[mid]
+        analysis = analysis_of(variant)
+        shown = None if analysis is None else verdict(analysis)
+        if shown is not None:
+            best, hi = f"{words} ({shown})", mid - 1
+        else:
+            lo = mid + 1
+    return best
+
+
+def verified(
+    job: Job, kinds: tuple[Callable[[Job], list[Variant]], ...], verdict: Verdict
+) -> list[str]:
+    """The first passing change of each kind, smallest change first."""
+    return [hit for kind in kinds if (hit := first_fit(kind(job), verdict)) is not None]
+
+
+def _divisors_below(n: int, limit: int) -> list[int]:
+    """Divisors of n below limit, largest first; trial division stops at 2^20 so a huge batch
+    costs at most a million steps (its larger divisors past that are not offered)."""
+    found: set[int] = set()
+    for q in range(1, min(math.isqrt(n), 1 << 20) + 1):
+        if n % q == 0:
+            found.update((q, n // q))
+    return sorted((x for x in found if x < limit), reverse=True)
+
+
+def micro_batch(job: Job) -> list[Variant]:
+    """Smaller micro-batches that still divide the global batch over the data ranks, largest
+    first (the fewest extra micro-batches)."""
+    tr, d = job.training, job.layout.d or 1
+    return [
+        (f"micro_batch: {b}", dataclasses.replace(job, training=dataclasses.replace(tr, b=b)))
+        for b in _divisors_below(tr.B // d, tr.b)
+    ]
+
+
+def recompute(job: Job) -> list[Variant]:
+    order = ("none", "selective", "full")
+    return [
+        (
+            f"recompute: {mode}",
+            dataclasses.replace(job, training=dataclasses.replace(job.training, recompute=mode)),
+        )
+        for mode in order[order.index(job.training.recompute) + 1 :]
+    ]
+
+
+def sequence_parallel(job: Job) -> list[Variant]:
+    lay = job.layout
+    if lay.t == 1 or lay.sp:
+        return []
+    return [
+        (
+            "sequence_parallel: true",
+            dataclasses.replace(job, layout=dataclasses.replace(lay, sp=True)),
+        )
+    ]
+
+
+def zero_stage(job: Job) -> list[Variant]:
+    lay = job.layout
+    if (lay.d or 1) * lay.c == 1:
+        return []
+    return [
+        (
+            f"zero_stage: {stage}",
+            dataclasses.replace(job, layout=dataclasses.replace(lay, zero=stage)),
+        )
+        for stage in range(lay.zero + 1, 4)
+    ]
+
+
+def nodes(job: Job) -> list[Variant]:
+    """More nodes at this layout: the data degree grows, and ZeRO shards over more ranks."""
+    cl, lay, tr = job.cluster, job.layout, job.training
+    if lay.d is None or lay.zero == 0:
+        return []
+    found = []
+    for factor in (2**k for k in range(1, MAX_NODE_FACTOR.bit_length())):
+        d = lay.d * factor
+        if tr.B % (tr.b * d) == 0:
+            count = cl.nodes * factor
+            cluster = dataclasses.replace(cl, nodes=count, hosts=NodeNames(count))
+            variant = dataclasses.replace(
+                job, cluster=cluster, layout=dataclasses.replace(lay, d=d)
+            )
+            found.append((f"nodes: {count} (data {d}; list {count} hosts)", variant))
+    return found
+
+
+def data_shard(job: Job) -> list[Variant]:
+    """Larger ZeRO/FSDP shard groups (HSDP's shard degree), up to all of data × context."""
+    lay = job.layout
+    if lay.data_shard is None or lay.d is None:
+        return []
+    group = lay.d * lay.c
+    return [
+        (
+            f"data_shard: {n}",
+            dataclasses.replace(job, layout=dataclasses.replace(lay, data_shard=n)),
+        )
+        for n in sorted(_divisors_below(group, group + 1))
+        if n > lay.data_shard and n % lay.data_shard == 0
+    ]
