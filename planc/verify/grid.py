@@ -167,6 +167,17 @@ def stages(plan: PlanData) -> Found:
                 break
 
 
+def _well_formed(kind: str, found: Ints, size: int, world_size: int) -> list[str]:
+    """What is wrong with the shape of a group table, or with its partition of the ranks."""
+    if found.ndim != 2 or found.shape[1] != size or found.shape[0] * size != world_size:
+        width = found.shape[1] if found.ndim == 2 else "?"
+        return [
+            f"groups.{kind}: {found.shape[0]} groups of {width} ranks, expected "
+            f"{world_size // size} groups of {size}"
+        ]
+    return list(_partition(kind, found, world_size))
+
+
 def _partition(kind: str, groups: Ints, world: int) -> Found:
     flat = groups.reshape(-1)
     if flat.size and (flat.min() < 0 or flat.max() >= world):
@@ -188,11 +199,7 @@ def groups(plan: PlanData) -> Found:
         if found is None:
             yield f"groups.{kind} is missing"
             continue
-        size = math.prod(plan.degrees[a] for a in axes)
-        if found.ndim != 2 or found.shape[1] != size or found.shape[0] * size != world_size:
-            yield f"groups.{kind}: {found.shape[0]} groups of {found.shape[1] if found.ndim == 2 else '?'} ranks, expected {world_size // size} groups of {size}"
-            continue
-        problems = list(_partition(kind, found, world_size))
+        problems = _well_formed(kind, found, math.prod(plan.degrees[a] for a in axes), world_size)
         yield from problems
         if problems:
             continue
@@ -254,12 +261,9 @@ def expert_groups(plan: PlanData) -> Found:
             yield f"groups.{kind} is missing"
             continue
         size = plan.expert_degrees[axis]
-        if found.ndim != 2 or found.shape[1] != size or found.shape[0] * size != world_size:
-            yield f"groups.{kind}: {found.shape[0]} groups of {found.shape[1] if found.ndim == 2 else '?'} ranks, expected {world_size // size} groups of {size}"
-            continue
-        partition = list(_partition(kind, found, world_size))
-        yield from partition
-        if partition:
+        problems = _well_formed(kind, found, size, world_size)
+        yield from problems
+        if problems:
             continue
         for other in EXPERT_AXES:
             if other == axis:
