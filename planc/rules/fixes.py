@@ -16,6 +16,7 @@ from collections.abc import Callable
 from planc.analysis import Analysis, analyse
 from planc.job import Job, NodeNames
 from planc.plannable import plannable
+from planc.rules.layout import sequence_splits
 
 # More nodes at the same layout are tried up to this factor (ZeRO shards over a larger group).
 MAX_NODE_FACTOR = 64
@@ -85,7 +86,7 @@ def recompute(job: Job) -> list[Variant]:
 
 def sequence_parallel(job: Job) -> list[Variant]:
     lay = job.layout
-    if lay.t == 1 or lay.sp:
+    if lay.t == 1 or lay.sp or not sequence_splits(job):
         return []
     return [
         (
@@ -96,15 +97,19 @@ def sequence_parallel(job: Job) -> list[Variant]:
 
 
 def zero_stage(job: Job) -> list[Variant]:
+    """Higher ZeRO stages; with a pipeline only up to 1, since ZeRO-2/3 there is what PLC011
+    warns of (DeepSpeed's pipeline engine refuses it), and a fix must not trade one finding for
+    another."""
     lay = job.layout
     if (lay.d or 1) * lay.c == 1:
         return []
+    top = 3 if lay.p == 1 else 1
     return [
         (
             f"zero_stage: {stage}",
             dataclasses.replace(job, layout=dataclasses.replace(lay, zero=stage)),
         )
-        for stage in range(lay.zero + 1, 4)
+        for stage in range(lay.zero + 1, top + 1)
     ]
 
 

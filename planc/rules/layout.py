@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from planc.comm.schedule import within_domain
 from planc.findings import Severity
+from planc.job import Job
 from planc.plannable import HOST_NAME, MAX_RANKS, Plannable
 from planc.rules.base import Context, Needs, Violation, rule
 from planc.vocab import Axis
@@ -189,6 +190,13 @@ def zero_with_pipeline(ctx: Context) -> Iterator[Violation]:
         )
 
 
+def sequence_splits(job: Job) -> bool:
+    """Whether sequence parallelism can scatter each CP rank's s/c tokens over the t TP ranks
+    (s not divisible by c is PLC009's finding, not this one)."""
+    lay, s = job.layout, job.training.s
+    return lay.t == 1 or s % lay.c != 0 or (s // lay.c) % lay.t == 0
+
+
 @rule("PLC013")
 def sequence_parallel_split(ctx: Context) -> Iterator[Violation]:
     """Sequence parallelism: the sequence on each CP rank must split evenly over tensor.
@@ -205,7 +213,7 @@ def sequence_parallel_split(ctx: Context) -> Iterator[Violation]:
     """
     job = ctx.job
     lay, s = job.layout, job.training.s
-    if lay.sp and lay.t > 1 and s % lay.c == 0 and (s // lay.c) % lay.t:
+    if lay.sp and not sequence_splits(job):
         yield Violation(
             "training.seq_len",
             f"with sequence parallelism the {s // lay.c} tokens per context rank do not split "

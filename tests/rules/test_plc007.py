@@ -135,3 +135,29 @@ def test_more_nodes_is_offered_at_the_smallest_count_that_fits() -> None:
     assert "nodes: 8 (data 8; list 8 hosts)" in finding.fix
     assert findings_of(check_text(spec_text(merge(layout, hosts_overlay(8)), base))) == []
     assert findings_of(check_text(spec_text(merge(layout, hosts_overlay(4)), base)))
+
+
+def test_fixes_do_not_trade_one_finding_for_another() -> None:
+    # With a pipeline, ZeRO-2/3 is PLC011's warning: the fix stops at ZeRO-1. The 70B example
+    # (pipeline 4, data 2, ZeRO-1) needs 43.59 GiB; ZeRO-2 would shard its bf16 gradients over
+    # the 2 data ranks (−Ψ_stage·2 B/2, about 2 GiB) and fit under 80 × (1 − 0.47) = 42.40 GiB.
+    text = spec_text({"rules": {"memory_headroom": 0.47}}, "llama3-70b-8x8.yaml")
+    (finding,) = findings_of(check_text(text))
+    assert "zero_stage" not in finding.fix
+    zero2 = spec_text(
+        {
+            "rules": {"memory_headroom": 0.47, "ignore": ["PLC011"]},
+            "parallelism": {"zero_stage": 2},
+        },
+        "llama3-70b-8x8.yaml",
+    )
+    assert check_text(zero2).findings == []  # it would fit: only PLC011 keeps it out
+    # Sequence parallelism cannot split 8,191 tokens over tensor 2 (PLC013), so it is not
+    # offered; at 8,192 tokens it is.
+    for seq_len, offered in ((8191, False), (8192, True)):
+        overlay = {
+            "parallelism": {"sequence_parallel": False},
+            "training": {"seq_len": seq_len, "micro_batch": 2, "recompute": "none"},
+        }
+        (finding,) = findings_of(check_overlay(overlay))
+        assert ("sequence_parallel: true" in finding.fix) is offered, finding.fix
