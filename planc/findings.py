@@ -20,6 +20,11 @@ class Severity(str, Enum):
     def rank(self) -> int:
         return _RANK[self]
 
+    @property
+    def word(self) -> str:
+        """The word users see: fatal input is an error (it also exits 2)."""
+        return "error" if self is Severity.FATAL else self.value
+
 
 _RANK = MappingProxyType(
     {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2, Severity.FATAL: 3}
@@ -42,6 +47,18 @@ class Finding:
     def text(self) -> str:
         """The message and, when there is one, the fix."""
         return f"{self.message}; fix: {self.fix}" if self.fix else self.message
+
+    def record(self) -> dict[str, object]:
+        """The finding as JSON data, in one shape for `check --format json` and plan.json."""
+        return {
+            "rule": self.rule,
+            "severity": self.severity.word,
+            "message": self.message,
+            "fix": self.fix,
+            "line": self.line,
+            "column": self.column,
+            "field": self.field,
+        }
 
 
 @dataclass(frozen=True)

@@ -427,18 +427,6 @@ def rank_columns(plan: Plan) -> str:
     )
 
 
-def _finding_record(finding: Finding) -> dict[str, object]:
-    return {
-        "rule": finding.rule,
-        "severity": finding.severity.value,
-        "message": finding.message,
-        "fix": finding.fix,
-        "line": finding.line,
-        "column": finding.column,
-        "field": finding.field,
-    }
-
-
 def plan_json(plan: Plan) -> str:
     """plan.json: one rank per line up to RECORDS_LIMIT ranks, so it stays greppable and
     diffable; above it, ranks as columns and groups as starts + offsets, so it stays small."""
@@ -456,7 +444,7 @@ def plan_json(plan: Plan) -> str:
         f'"model":{_compact(model_record(plan))}',
         f'"training":{_compact(training_record(plan))}',
         f'"summary":{_compact(dataclasses.asdict(plan.summary))}',
-        f'"findings":{_compact([_finding_record(f) for f in plan.findings])}',
+        f'"findings":{_compact([f.record() for f in plan.findings])}',
         f'"groups":{{\n{_groups_lines(plan)}}}',
         f'"communication":{_compact(communication_record(plan))}',
         '"ranks":'

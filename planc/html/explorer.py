@@ -17,9 +17,10 @@ from planc.analysis import Analysis, analyse
 from planc.emit import write_text_atomic
 from planc.html import fmt
 from planc.html.assets import CSS, JS
-from planc.html.memory import memory_svg, usable_bytes
+from planc.html.memory import memory_svg
 from planc.html.page import embedded_json
 from planc.html.svg import esc
+from planc.memory.report import usable_bytes
 from planc.plannable import plannable
 from planc.search.evaluate import Metrics, Setup, Verdict, base_job, candidate_job
 from planc.search.rank import SearchResult

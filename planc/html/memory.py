@@ -11,6 +11,7 @@ from planc.html import fmt
 from planc.html.svg import esc, group, label_every, line, rect, svg, text
 from planc.job import GIB
 from planc.memory.budget import MemoryBudget, StageBudget
+from planc.memory.report import usable_bytes
 from planc.memory.terms import COMPONENTS, Term
 from planc.plannable import Plannable
 
@@ -19,11 +20,6 @@ LEFT, RIGHT, TOP, BOTTOM = 64, 168, 28, 66
 PLOT_HEIGHT = 300
 TICK_STEPS_GIB = (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10_000)
 MAX_TICKS = 8
-
-
-def usable_bytes(plan: Plannable) -> int:
-    """HBM × (1 − memory_headroom), as PLC007 and `planc memory` compute it."""
-    return int(plan.cluster.gpu.memory_bytes * (1 - plan.rules.memory_headroom))
 
 
 def tick_step(top_gib: float) -> int:

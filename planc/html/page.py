@@ -17,9 +17,10 @@ from planc.html import fmt
 from planc.html.assets import CSS, JS
 from planc.html.comm import busiest_stage, link_table, ops_svg, step_svg, wire_table
 from planc.html.gantt import Gantt, gantt_svg, simulate_drawn
-from planc.html.memory import memory_svg, terms_table, usable_bytes
+from planc.html.memory import memory_svg, terms_table
 from planc.html.placement import FULL_GRID_NODES, placement_svg, stage_legend
 from planc.html.svg import esc
+from planc.memory.report import usable_bytes
 from planc.plannable import Plannable
 
 SEVERITY_BADGE = {

@@ -30,7 +30,8 @@ def _bar(total: int, hbm: int, usable: int) -> str:
     return "[" + "".join(cells) + "]" + overflow
 
 
-def _usable(job: Plannable) -> int:
+def usable_bytes(job: Plannable) -> int:
+    """HBM × (1 − rules.memory_headroom): what PLC007 lets the heaviest rank use."""
     return int(job.cluster.gpu.memory_bytes * (1 - job.rules.memory_headroom))
 
 
@@ -105,7 +106,7 @@ def _stage_table(
     job: Plannable, stage: StageBudget, notes: dict[str, int], peak: bool
 ) -> list[str]:
     mem = stage.memory
-    hbm, usable = job.cluster.gpu.memory_bytes, _usable(job)
+    hbm, usable = job.cluster.gpu.memory_bytes, usable_bytes(job)
     layers = job.layout.stage_layers[stage.stage]
     head = (
         f"Stage {stage.stage} (rank {stage.rank}, L_r={layers} layers){'  ← peak' if peak else ''}: "
@@ -140,7 +141,7 @@ def _stage_table(
 def render_text(job: Plannable, b: MemoryBudget) -> str:
     """A table per pipeline stage: every term in GiB with its share and formula, and a bar of
     the stage's total against HBM (`|` marks HBM × (1 − memory_headroom))."""
-    hbm, usable = job.cluster.gpu.memory_bytes, _usable(job)
+    hbm, usable = job.cluster.gpu.memory_bytes, usable_bytes(job)
     lines = [
         f"Memory budget for {job.name!r}: the heaviest rank of each pipeline stage",
         f"Units: GiB = 2^30 bytes, GB = 10^9 bytes. HBM {job.cluster.gpu.name}: {_gib(hbm)} GiB "
@@ -187,7 +188,7 @@ def to_json(job: Plannable, b: MemoryBudget) -> dict[str, Any]:
         "name": job.name,
         "units": "bytes",
         "hbm_bytes": job.cluster.gpu.memory_bytes,
-        "usable_bytes": _usable(job),
+        "usable_bytes": usable_bytes(job),
         "parameters": b.parameters,
         "parameters_padded": b.parameters_padded,
         "peak": {"stage": b.peak.stage, "rank": b.peak.rank, "total": b.peak.memory.total},

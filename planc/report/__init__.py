@@ -43,7 +43,7 @@ class Reporter(Protocol):
 
 def level(severity: Severity) -> str:
     """The word users see for a severity: fatal input is an error (it also exits 2)."""
-    return "error" if severity is Severity.FATAL else severity.value
+    return severity.word
 
 
 def _level(finding: Finding) -> str:
@@ -164,18 +164,7 @@ def as_json(results: Sequence[FileResult], strict: bool, options: Options = Opti
             {
                 "path": r.path,
                 "ok": r.ok(strict),
-                "findings": [
-                    {
-                        "rule": f.rule,
-                        "severity": _level(f),
-                        "message": f.message,
-                        "fix": f.fix,
-                        "line": f.line,
-                        "column": f.column,
-                        "field": f.field,
-                    }
-                    for f in r.findings
-                ],
+                "findings": [f.record() for f in r.findings],
             }
             for r in results
         ],

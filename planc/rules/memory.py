@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from planc.analysis import Analysis
 from planc.job import GIB, Job
+from planc.memory.report import usable_bytes
 from planc.rules import fixes
 from planc.rules.base import Context, Needs, Violation, rule
 
@@ -69,7 +70,7 @@ def memory_fits(ctx: Context) -> Iterator[Violation]:
     job = ctx.analysis.plan
     peak = ctx.analysis.memory.peak
     hbm = job.cluster.gpu.memory_bytes
-    usable = int(hbm * (1 - job.rules.memory_headroom))
+    usable = usable_bytes(job)
     mem = peak.memory
     if mem.total <= usable:
         return

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from planc import plannable as pre
 from planc.analysis import Analysis
 from planc.job import GB
-from planc.memory.report import node_host_bytes
+from planc.memory.report import node_host_bytes, usable_bytes
 from planc.rules import fixes
 from planc.rules.base import Context, Needs, Violation, rule
 
@@ -62,12 +62,11 @@ def _host_fix(ctx: Context) -> str:
             f"{told}, shard over more ranks (parallelism.data_shard, zero_stage), or offload less"
         )
     job = ctx.job
-    usable = int(job.cluster.gpu.memory_bytes * (1 - job.rules.memory_headroom))
 
     def fits(analysis: Analysis) -> str | None:
         host = node_host_bytes(analysis.plan, analysis.memory)
         ok = host <= analysis.plan.cluster.host_memory_bytes
-        ok = ok and analysis.memory.peak.memory.total <= usable
+        ok = ok and analysis.memory.peak.memory.total <= usable_bytes(analysis.plan)
         return f"{host / GB:,.1f} GB per node" if ok else None
 
     found = fixes.verified(job, (fixes.data_shard, fixes.zero_stage, fixes.nodes), fits)
