@@ -56,9 +56,15 @@ class MoE:
     def moe_layers(self, L: int) -> int:
         """How many of L layers have experts: the multiples of `frequency` in [first_dense, L),
         ⌈L/f⌉ − ⌈first_dense/f⌉ (closed form: L may be large)."""
-        if self.first_dense >= L:
+        return self.moe_layers_between(0, L)
+
+    def moe_layers_between(self, first: int, last: int) -> int:
+        """How many of the layers [first, last) have experts (a stage's or a model chunk's
+        range): the multiples of `frequency` in [max(first, first_dense), last)."""
+        start = max(first, self.first_dense)
+        if start >= last:
             return 0
-        return -(-L // self.frequency) - -(-self.first_dense // self.frequency)
+        return -(-last // self.frequency) - -(-start // self.frequency)
 
 
 @dataclass(frozen=True)

@@ -171,3 +171,15 @@ def test_moe_layer_count_is_the_pattern_count() -> None:
                 moe = replace(model.moe, first_dense=first, frequency=frequency)
                 pattern = sum(1 for i in range(layers) if moe.is_moe_layer(i))
                 assert moe.moe_layers(layers) == pattern, (first, frequency, layers)
+
+
+def test_moe_layers_in_a_range_are_the_pattern_count() -> None:
+    model = job_of({"preset": "mixtral-8x7b"}).model
+    assert model.moe is not None
+    for first_dense in (0, 1, 3):
+        for frequency in (1, 2, 3):
+            moe = replace(model.moe, first_dense=first_dense, frequency=frequency)
+            for first in range(9):
+                for last in range(first, 12):
+                    pattern = sum(1 for i in range(first, last) if moe.is_moe_layer(i))
+                    assert moe.moe_layers_between(first, last) == pattern
