@@ -19,6 +19,7 @@ from planc.memory import parameter_count
 from planc.memory.budget import budget
 from planc.memory.params import (
     expert_parameters,
+    rank_parameters,
     router_parameters,
     shared_expert_parameters,
 )
@@ -183,3 +184,34 @@ def test_moe_layers_in_a_range_are_the_pattern_count() -> None:
                 for last in range(first, 12):
                     pattern = sum(1 for i in range(first, last) if moe.is_moe_layer(i))
                     assert moe.moe_layers_between(first, last) == pattern
+
+
+def test_mixtral_rank_share_by_hand() -> None:
+    # Mixtral 8x7B, t = 2, p = 4 (8 layers a stage), EP 4, ETP 1: a middle stage's rank holds,
+    # per layer, Q and O 2·4096·128·16, K and V 2·4096·128·4, two RMSNorms 2·4096 and the
+    # router 4096·8 (dense part), and 8/4 = 2 whole experts of 3·4096·14,336 (expert part).
+    job = job_of(
+        {"preset": "mixtral-8x7b"},
+        {"pipeline": 4, "tensor": 2, "expert": 4, "expert_tensor": 1, "order": "tp-cp-ep-dp-pp"},
+    )
+    plan = plannable(job)
+    assert not isinstance(plan, tuple), plan
+    share = rank_parameters(plan, 1)
+    dense_layer = 2 * 4096 * 128 * 16 + 2 * 4096 * 128 * 4 + 2 * 4096 + 4096 * 8
+    experts = 2 * 3 * 4096 * 14_336
+    assert share.moe_layers == 8
+    assert share.expert_total == 8 * experts == 2_818_572_288
+    assert share.dense_total == 8 * dense_layer == 168_099_840
+    assert share.total == share.dense_total + share.expert_total
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_TOTAL))
+@pytest.mark.parametrize("ep", [1, 2, 4, 8])
+def test_rank_shares_add_up_to_the_model(name: str, ep: int) -> None:
+    # With t = ETP = 1 every rank of a stage holds the whole dense part and 1/EP of the experts:
+    # Σ_stages (Ψ_dense + EP·Ψ_expert) is the model (untied: no embedding copy).
+    job = job_of({"preset": name}, {"pipeline": 2, "tensor": 1, "expert": ep, "order": "tp-cp-ep-dp-pp"})
+    plan = plannable(job)
+    assert not isinstance(plan, tuple), plan
+    shares = [rank_parameters(plan, r) for r in range(2)]
+    assert sum(s.dense_total + ep * s.expert_total for s in shares) == PUBLISHED_TOTAL[name]

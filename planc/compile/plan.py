@@ -238,7 +238,30 @@ def model_record(plan: Plan) -> dict[str, object]:
         "position_embedding": mod.position,
         "max_seq_len": mod.max_seq_len,
         "stage_parameters": [share.total for share in plan.parameters],
+        **_experts_record(plan),
     }
+
+
+def _experts_record(plan: Plan) -> dict[str, object]:
+    """QK-norm and the experts, written only where the model has them (dense plans unchanged)."""
+    mod = plan.job.model
+    record: dict[str, object] = {"qk_norm": True} if mod.qk_norm else {}
+    moe = mod.moe
+    if moe is None:
+        return record
+    record["stage_expert_parameters"] = [share.expert_total for share in plan.parameters]
+    record["moe"] = {
+        "experts": moe.E,
+        "top_k": moe.k,
+        "expert_ffn_hidden": moe.f_e,
+        "shared_experts": moe.E_s,
+        "shared_expert_ffn_hidden": moe.f_s,
+        "first_dense_layers": moe.first_dense,
+        "layer_frequency": moe.frequency,
+        "capacity_factor": moe.capacity_factor,
+        "router_bias": moe.router_bias,
+    }
+    return record
 
 
 def training_record(plan: Plan) -> dict[str, object]:

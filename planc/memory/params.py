@@ -112,17 +112,6 @@ def shared_expert_parameters(moe: MoE, h: int, mlp: str) -> int:
     return moe.E_s * mlp_parameters(h, moe.f_s, mlp)
 
 
-def attention_and_norm_parameters(model: Model) -> int:
-    """The non-MLP part of one whole layer: attention, two norms, QK-norm, and the attention
-    biases (QKV on the column side, the output projection on the row side)."""
-    total = attention_parameters(model.h, model.k, model.n, model.g) + 2 * norm_parameters(model)
-    if model.qk_norm:
-        total += qk_norm_parameters(model.k)
-    if model.bias:
-        total += (model.n + 2 * model.g) * model.k + model.h
-    return total
-
-
 def moe_layer_parameters(model: Model, active: bool = False) -> int:
     """One whole MoE layer: attention and norms, the router, the shared experts and the E routed
     experts (k of them with `active`, the ones one token passes through)."""
@@ -131,7 +120,7 @@ def moe_layer_parameters(model: Model, active: bool = False) -> int:
         raise ValueError("the model has no experts")
     experts = moe.k if active else moe.E
     return (
-        attention_and_norm_parameters(model)
+        attention_block_parameters(model)
         + router_parameters(moe, model.h)
         + shared_expert_parameters(moe, model.h, model.mlp)
         + routed_expert_parameters(moe, model.h, model.mlp, experts)
@@ -149,23 +138,36 @@ def row_bias_parameters(h: int) -> int:
     return 2 * h
 
 
+def attention_block_parameters(model: Model, t: int = 1) -> int:
+    """A layer's attention side on one tensor-parallel rank: Q, K, V, O split over t (⌈g/t⌉ kv
+    heads), the QKV bias split and the output bias replicated, both norms and QK-norm
+    replicated. Dense and MoE layers share it."""
+    n_t, g_t = ceil_div(model.n, t), ceil_div(model.g, t)
+    total = attention_parameters(model.h, model.k, n_t, g_t) + 2 * norm_parameters(model)
+    if model.qk_norm:
+        total += qk_norm_parameters(model.k)
+    if model.bias:
+        total += (n_t + 2 * g_t) * model.k + model.h
+    return total
+
+
+def dense_mlp_parameters(model: Model, t: int = 1) -> int:
+    """A dense layer's MLP on one tensor-parallel rank: γ·2·h·⌈f/t⌉, with fc1's bias split
+    (2f/t for SwiGLU) and fc2's bias replicated."""
+    f_t = ceil_div(model.f, t)
+    total = mlp_parameters(model.h, f_t, model.mlp)
+    if model.bias:
+        total += (2 if model.mlp == "swiglu" else 1) * f_t + model.h
+    return total
+
+
 def layer_parameters(model: Model, t: int = 1) -> int:
     """One transformer layer's parameters on one tensor-parallel rank (t = 1: the whole layer).
 
     Split over t (ceil for the heaviest rank; kv heads are replicated when t > g, so ⌈g/t⌉ = 1):
     attention, MLP, column-parallel biases. Replicated: the two norms and row-parallel biases.
     """
-    n_t, g_t, f_t = ceil_div(model.n, t), ceil_div(model.g, t), ceil_div(model.f, t)
-    split = attention_parameters(model.h, model.k, n_t, g_t) + mlp_parameters(
-        model.h, f_t, model.mlp
-    )
-    replicated = 2 * norm_parameters(model)
-    if model.qk_norm:
-        replicated += qk_norm_parameters(model.k)
-    if model.bias:
-        split += column_bias_parameters(model.k, n_t, g_t, f_t, model.mlp)
-        replicated += row_bias_parameters(model.h)
-    return split + replicated
+    return attention_block_parameters(model, t) + dense_mlp_parameters(model, t)
 
 
 def layer_formula(model: Model) -> str:
@@ -201,9 +203,38 @@ def parameter_count(model: Model, vocab: int | None = None) -> ParameterCount:
     )
 
 
+def moe_layer_dense_parameters(model: Model, t: int) -> int:
+    """The part of one MoE layer on one tensor-parallel rank that is not a routed expert:
+    attention and norms as in a dense layer (split over t), the router (replicated: Megatron
+    TopKRouter is not tensor-parallel) and the shared experts, one MLP of inner size E_s·f_s
+    split over t (Megatron SharedExpertMLP, --moe-shared-expert-intermediate-size). These are
+    reduced and sharded over the dense data-parallel group, like any dense weight."""
+    moe = model.moe
+    if moe is None:
+        raise ValueError("the model has no experts")
+    shared = mlp_parameters(model.h, ceil_div(moe.E_s * moe.f_s, t), model.mlp) if moe.E_s else 0
+    return attention_block_parameters(model, t) + router_parameters(moe, model.h) + shared
+
+
+def local_expert_parameters(model: Model, ep: int, et: int) -> int:
+    """(E/EP)·γ·2·h·⌈f_e/ETP⌉: the routed experts of one MoE layer on one rank, which holds E/EP
+    whole experts (expert parallelism) each split ETP ways on f_e (expert tensor parallelism;
+    Megatron-Core moe/README.md, experts.py GroupedMLP/TEGroupedMLP). Their gradients are
+    reduced, and their optimizer state sharded, over the expert data-parallel group EDP."""
+    moe = model.moe
+    if moe is None:
+        raise ValueError("the model has no experts")
+    return moe.E // ep * expert_parameters(model.h, ceil_div(moe.f_e, et), model.mlp)
+
+
 @dataclass(frozen=True)
 class RankParameters:
-    """Parameters held by one tensor-parallel rank of pipeline rank r, by part (Ψ_r = total)."""
+    """Parameters held by one tensor-parallel rank of pipeline rank r, by part (Ψ_r = total).
+
+    With experts, `moe_layers` of the `layers` hold `per_moe_layer` (attention, router, shared
+    experts) plus `experts_per_moe_layer` (this rank's E/EP routed experts, split over ETP)
+    instead of `per_layer`. Ψ_r = Ψ_dense + Ψ_expert: the dense part is reduced and sharded over
+    the data-parallel group, the expert part over the expert data-parallel group."""
 
     layers: int  # L_r: layers on this pipeline rank, all chunks
     per_layer: int  # Ψ_ℓ on this TP rank
@@ -211,14 +242,29 @@ class RankParameters:
     position: int  # max_seq_len·h on the first stage (replicated over t)
     final_norm: int  # ν·h on the last stage
     lm_head: int  # V'/t·h on the last stage: the untied head, or the tied embedding's copy
+    moe_layers: int = 0  # of the L_r layers, those with experts
+    per_moe_layer: int = 0  # a MoE layer's non-expert part on this TP rank
+    experts_per_moe_layer: int = 0  # a MoE layer's routed experts on this rank
+
+    @property
+    def expert_total(self) -> int:
+        """Ψ_expert: this rank's routed-expert parameters, all its MoE layers."""
+        return self.moe_layers * self.experts_per_moe_layer
 
     @property
     def layer_total(self) -> int:
-        return self.layers * self.per_layer
+        """Every layer parameter on this rank, dense and expert."""
+        dense = (self.layers - self.moe_layers) * self.per_layer
+        return dense + self.moe_layers * self.per_moe_layer + self.expert_total
 
     @property
     def total(self) -> int:
         return self.layer_total + self.embedding + self.position + self.final_norm + self.lm_head
+
+    @property
+    def dense_total(self) -> int:
+        """Ψ_dense = Ψ_r − Ψ_expert: what the data-parallel group reduces and shards."""
+        return self.total - self.expert_total
 
 
 def rank_parameters(job: Plannable, pp_rank: int) -> RankParameters:
@@ -235,6 +281,7 @@ def rank_parameters(job: Plannable, pp_rank: int) -> RankParameters:
     first, last = pp_rank == 0, pp_rank == lay.p - 1
     vocab_slice = padded_vocab(model.V, lay.t) // lay.t * model.h
     head = last and (not model.tied or lay.p > 1)
+    moe = model.moe
     return RankParameters(
         layers=lay.stage_layers[pp_rank],
         per_layer=layer_parameters(model, lay.t),
@@ -242,6 +289,13 @@ def rank_parameters(job: Plannable, pp_rank: int) -> RankParameters:
         position=model.max_seq_len * model.h if first and model.position == "learned" else 0,
         final_norm=norm_parameters(model) if last else 0,
         lm_head=vocab_slice if head else 0,
+        moe_layers=0
+        if moe is None
+        else sum(moe.moe_layers_between(a, b) for a, b in lay.chunks[pp_rank]),
+        per_moe_layer=0 if moe is None else moe_layer_dense_parameters(model, lay.t),
+        experts_per_moe_layer=0
+        if moe is None
+        else local_expert_parameters(model, lay.ep, lay.et),
     )
 
 

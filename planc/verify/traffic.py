@@ -28,23 +28,59 @@ def cdiv(a: int, b: int) -> int:
     return int(-(-a // b))
 
 
+def _moe_layers(moe: Mapping[str, Any], first: int, last: int) -> int:
+    """Layers of [first, last) with experts, counted one by one (the plan's layer ranges are
+    small; planc's own count is a closed form)."""
+    dense, every = moe["first_dense_layers"], moe["layer_frequency"]
+    return sum(1 for i in range(first, last) if i >= dense and i % every == 0)
+
+
+def _mlp(h: int, inner: int, matrices: int) -> int:
+    return matrices * h * inner
+
+
+def stage_expert_parameters(plan: PlanData, stage: int) -> int:
+    """Ψ_expert: the routed-expert parameters one rank of `stage` holds: per MoE layer, E/EP
+    whole experts, each a (gate,) up and down matrix with f_e split over ETP."""
+    m: Mapping[str, Any] = plan.model
+    moe = m.get("moe")
+    if moe is None:
+        return 0
+    ep, et = plan.expert_degrees["ep"], plan.expert_degrees["tp"]
+    matrices = 3 if m["mlp"] == "swiglu" else 2
+    local = moe["experts"] // ep * _mlp(m["hidden"], cdiv(moe["expert_ffn_hidden"], et), matrices)
+    return local * sum(_moe_layers(moe, a, b) for a, b in plan.stage_layers[stage])
+
+
 def stage_parameters(plan: PlanData, stage: int) -> int:
     """Ψ_r: the parameters one tensor-parallel rank of pipeline stage `stage` holds, counted
-    tensor by tensor (Q and O, K and V per kv head kept, MLP matrices, norms, biases, the word
-    embedding and LM head slices of the padded vocabulary, learned positions)."""
+    tensor by tensor (Q and O, K and V per kv head kept, MLP matrices, norms, QK-norm, biases,
+    the word embedding and LM head slices of the padded vocabulary, learned positions; in MoE
+    layers the router, the shared experts' MLP and the rank's routed experts instead of the
+    dense MLP)."""
     m: Mapping[str, Any] = plan.model
     t, p = plan.degrees["tp"], plan.degrees["pp"]
     h, k = m["hidden"], m["head_dim"]
     heads, kv, ffn = cdiv(m["heads"], t), cdiv(m["kv_heads"], t), cdiv(m["ffn_hidden"], t)
     matrices = 3 if m["mlp"] == "swiglu" else 2
     norm = (2 if m["norm"] == "layernorm" else 1) * h
-    layer = h * heads * k * 2 + h * kv * k * 2 + matrices * h * ffn + 2 * norm
+    attention = h * heads * k * 2 + h * kv * k * 2 + 2 * norm + (2 * k if m.get("qk_norm") else 0)
+    mlp = _mlp(h, ffn, matrices)
     if m["bias"]:
-        layer += (heads + 2 * kv) * k + (2 if m["mlp"] == "swiglu" else 1) * ffn + 2 * h
+        attention += (heads + 2 * kv) * k + h
+        mlp += (2 if m["mlp"] == "swiglu" else 1) * ffn + h
     layers = sum(b - a for a, b in plan.stage_layers[stage])
+    total = layers * (attention + mlp)
+    moe = m.get("moe")
+    if moe is not None:
+        routed = sum(_moe_layers(moe, a, b) for a, b in plan.stage_layers[stage])
+        router = h * moe["experts"] + (moe["experts"] if moe["router_bias"] else 0)
+        shared_inner = cdiv(moe["shared_experts"] * moe["shared_expert_ffn_hidden"], t)
+        shared = _mlp(h, shared_inner, matrices) if moe["shared_experts"] else 0
+        total += routed * (router + shared - mlp)
+        total += stage_expert_parameters(plan, stage)
     vocab_slice = m["vocab_padded"] // t * h
     first, last = stage == 0, stage == p - 1
-    total = layers * layer
     if first:
         total += vocab_slice + (m["max_seq_len"] * h if m["position_embedding"] == "learned" else 0)
     if last:
@@ -244,6 +280,10 @@ def ops(plan: PlanData) -> Found:
         listed = plan.model.get("stage_parameters", [])
         if stage < len(listed) and listed[stage] != psi:
             yield f"model.stage_parameters[{stage}] = {listed[stage]:,}, but the model's shape gives {psi:,}"
+        experts = stage_expert_parameters(plan, stage)
+        listed = plan.model.get("stage_expert_parameters", [0] * stages)
+        if stage < len(listed) and listed[stage] != experts:
+            yield f"model.stage_expert_parameters[{stage}] = {listed[stage]:,}, but the model's shape gives {experts:,}"
     for op in plan.ops:
         n, size = int(op["group_size"]), int(op["buffer_bytes"])
         sent = bytes_sent(op["op"], n, size, itemsize_of(plan, op["group"], op["op"]))
