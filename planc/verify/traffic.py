@@ -49,7 +49,7 @@ def stage_expert_parameters(plan: PlanData, stage: int) -> int:
     ep, et = plan.expert_degrees["ep"], plan.expert_degrees["tp"]
     matrices = 3 if m["mlp"] == "swiglu" else 2
     local = moe["experts"] // ep * _mlp(m["hidden"], cdiv(moe["expert_ffn_hidden"], et), matrices)
-    return local * sum(_moe_layers(moe, a, b) for a, b in plan.stage_layers[stage])
+    return int(local) * sum(_moe_layers(moe, a, b) for a, b in plan.stage_layers[stage])
 
 
 def stage_parameters(plan: PlanData, stage: int) -> int:
