@@ -12,7 +12,6 @@ never needs it, so it stays off the check path, and each command that shows it c
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -24,12 +23,13 @@ from planc.perf.efficiency import Efficiency
 from planc.perf.validate import efficiency_of, estimate, model_flops, op_seconds, stage_times
 from planc.pipeline.bubble import bubble_fraction
 from planc.plannable import Plannable
+from planc.record import record
 
 if TYPE_CHECKING:
     from planc.pipeline.bounded import PipelineTime
 
 
-@dataclass(frozen=True)
+@record
 class Analysis:
     """What a plannable job costs, per pipeline stage (no per-rank arrays: cheap at any world)."""
 
@@ -60,7 +60,7 @@ def analyse(plan: Plannable) -> Analysis:
     )
 
 
-@dataclass(frozen=True)
+@record
 class StepEstimate:
     """One optimizer step: its time and where it goes (seconds), throughput and MFU.
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from planc.analysis import analyse
 from planc.config import Resolver
@@ -17,6 +16,7 @@ from planc.job import Job
 from planc.load import Loaded, load_path
 from planc.locate import Locator
 from planc.plannable import Refusal, plannable, refusals
+from planc.record import record
 from planc.rules import REGISTRY, Rule
 from planc.rules.base import Context, Needs
 
@@ -65,7 +65,7 @@ def _not_evaluated(rules: list[Rule], refused: Refusal, locator: Locator) -> Fin
     return finding(refused.rule, Severity.INFO, violation, locator)
 
 
-@dataclass(frozen=True)
+@record
 class Evaluation:
     """What the rules say about one job, before placing it in a file: each enabled rule's
     violations at its (possibly re-levelled) severity, and the context they were computed on."""

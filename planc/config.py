@@ -31,10 +31,11 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import Any
 
+from planc.record import record
 from planc.rules import REGISTRY
 
 CONFIG_NAMES = (".planc.toml", "pyproject.toml")
@@ -49,7 +50,7 @@ class ConfigError(ValueError):
     """A configuration file or option planc cannot use (exit 2)."""
 
 
-@dataclass(frozen=True)
+@record
 class Config:
     """One configuration: where it came from and what it sets (None or empty: not set)."""
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from dataclasses import dataclass
 from typing import Any
 
 from planc.analysis import Analysis, StepEstimate, analyse, estimate_step
@@ -28,6 +27,7 @@ from planc.findings import Finding, Severity
 from planc.job import GB, GIB
 from planc.load import MAX_BYTES, decode, load_text, read_input
 from planc.plannable import plannable
+from planc.record import record
 
 FORMATS = ("text", "json", "markdown")
 MAX_STAGE_ROWS = 16  # more stages: the first and last 8 (json has them all)
@@ -37,7 +37,7 @@ class DiffError(ValueError):
     """An input that cannot be diffed at all: exit 2 with this message."""
 
 
-@dataclass(frozen=True)
+@record
 class Side:
     """One side of the diff: its findings and, when it can be planned, its analysis and step."""
 
@@ -161,7 +161,7 @@ def metrics(side: Side) -> dict[str, Any] | None:
     }
 
 
-@dataclass(frozen=True)
+@record
 class Diff:
     old: Side
     new: Side
@@ -213,7 +213,7 @@ def to_json(result: Diff) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- rendering
 
 
-@dataclass(frozen=True)
+@record
 class Row:
     label: str
     old: str

@@ -17,8 +17,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
+
+from planc.record import record
 
 SUFFIXES = (".yaml", ".yml")
 SKIPPED_DIRS = frozenset({"node_modules", "__pycache__"})
@@ -51,7 +52,7 @@ def file_looks_like_spec(path: str) -> bool:
         return False
 
 
-@dataclass(frozen=True)
+@record
 class Excludes:
     """Glob patterns, each matched against every leading part of a path relative to `base`
     (`k8s`, `k8s/jobs`, `k8s/jobs/a.yaml`) and against each single name in it (`*.tmpl.yaml`).

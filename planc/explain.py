@@ -6,16 +6,16 @@ it goes, tokens per second and MFU. The same numbers as plain data for `--format
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from planc.analysis import Analysis, StepEstimate, estimate_step
 from planc.comm.schedule import op_record
 from planc.job import GB, GIB
 from planc.memory.report import to_json as memory_json
+from planc.record import record
 
 
-@dataclass(frozen=True)
+@record
 class Explanation:
     """An analysed job and its step estimate."""
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
+
+from planc.record import record
 
 
 class Severity(str, Enum):
@@ -31,7 +32,7 @@ _RANK = MappingProxyType(
 )
 
 
-@dataclass(frozen=True, order=True)
+@record(order=True)
 class Finding:
     """One located finding. Lines and columns are 1-based; `field` is the dotted spec path."""
 
@@ -61,7 +62,7 @@ class Finding:
         }
 
 
-@dataclass(frozen=True)
+@record
 class Violation:
     """What a rule found, before it is placed in a file: the spec field it concerns, the numbers,
     and the fix.
@@ -76,7 +77,7 @@ class Violation:
     near: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class FileResult:
     """All findings for one input, sorted by location."""
 

@@ -40,9 +40,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
+
+from planc.record import record
 
 SOURCE = "transformers 5.24.0 configuration classes (field names and defaults)"
 MAX_BYTES = 1024 * 1024  # a config.json is a few KB
@@ -51,7 +52,7 @@ MAX_DIM = 10_000_000  # as planc.spec bounds model dimensions
 Severity = Literal["error", "info"]
 
 
-@dataclass(frozen=True)
+@record
 class Note:
     """Something to say about a config: an error (the model cannot be read) or an info note."""
 
@@ -61,7 +62,7 @@ class Note:
     fix: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class HfModel:
     """The planc model fields a config gives, and the info notes about it."""
 
@@ -87,7 +88,7 @@ def _info(message: str) -> Note:
 # ----------------------------------------------------------------------------- the tables
 
 
-@dataclass(frozen=True)
+@record
 class Architecture:
     """How one `model_type` spells planc's fields, and transformers' defaults for it."""
 

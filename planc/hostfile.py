@@ -16,11 +16,11 @@ HOST_NAME pattern, none repeated).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from planc.findings import FileResult, Finding, Severity
 from planc.load import decode, read_input
 from planc.plannable import HOST_NAME
+from planc.record import record
 
 RULE = "PLC014"
 # The most names a file may expand to: planc's node limit (spec.MAX_NODES).
@@ -37,7 +37,7 @@ class HostfileError(ValueError):
         self.column = column
 
 
-@dataclass(frozen=True)
+@record
 class Hosts:
     """Host names in file order, the line each came from, and the findings of reading them."""
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, overload
 
 from planc.presets import gpu_preset, model_preset
+from planc.record import record
 
 GIB = 2**30
 GB = 10**9
@@ -24,7 +24,7 @@ MAX_NODES = 1_000_000  # as planc.spec bounds hardware.nodes; kept here so check
 Data = Mapping[str, Any]  # a validated spec as plain data, every default filled in
 
 
-@dataclass(frozen=True)
+@record
 class Problem:
     """A spec that validated but cannot be resolved (a field no preset supplies, a bad pattern)."""
 
@@ -34,7 +34,7 @@ class Problem:
     fix: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class MoE:
     """Mixture of experts, resolved (symbols of Megatron-Core's moe/README.md)."""
 
@@ -67,7 +67,7 @@ class MoE:
         return -(-last // self.frequency) - -(-start // self.frequency)
 
 
-@dataclass(frozen=True)
+@record
 class Model:
     """Architecture in Megatron/Korthikanti symbols."""
 
@@ -90,13 +90,13 @@ class Model:
     moe: MoE | None = None  # None: a dense model
 
 
-@dataclass(frozen=True)
+@record
 class Link:
     bandwidth_gbs: float
     latency_us: float
 
 
-@dataclass(frozen=True)
+@record
 class Gpu:
     name: str
     memory_bytes: int
@@ -105,7 +105,7 @@ class Gpu:
     source: str
 
 
-@dataclass(frozen=True)
+@record
 class NodeNames(Sequence[str]):
     """The default host names node-0 … node-(n−1), made on demand: a spec with a million nodes
     must not build a million strings before a rule refuses it."""
@@ -127,7 +127,7 @@ class NodeNames(Sequence[str]):
         return f"node-{index % self.n}"
 
 
-@dataclass(frozen=True)
+@record
 class Cluster:
     gpu: Gpu
     nodes: int
@@ -148,7 +148,7 @@ class Cluster:
         return self.nodes * self.gpus_per_node
 
 
-@dataclass(frozen=True)
+@record
 class Layout:
     """Parallel degrees. `d` is None when it cannot be derived (world not divisible)."""
 
@@ -181,7 +181,7 @@ class Layout:
         return world // inner if world % inner == 0 else None
 
 
-@dataclass(frozen=True)
+@record
 class Training:
     s: int  # sequence length
     b: int  # micro-batch size
@@ -200,7 +200,7 @@ class Training:
     offload_parameters: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class Rules:
     """The spec's `rules` section."""
 
@@ -210,7 +210,7 @@ class Rules:
     severity: Mapping[str, str]
 
 
-@dataclass(frozen=True)
+@record
 class Job:
     name: str
     model: Model

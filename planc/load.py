@@ -13,13 +13,13 @@ import os
 import re
 import stat
 import sys
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from planc.findings import Finding, Severity
 from planc.job import Job, resolve
 from planc.locate import Locator, dotted
+from planc.record import record
 from planc.yamlnodes import Node, compose, to_data, walk_plain_scalars, yaml11_reading
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ _YAML_CODES = MappingProxyType(
 )
 
 
-@dataclass(frozen=True)
+@record
 class Loaded:
     """The outcome of loading one input: findings, and the job when the spec resolved."""
 
@@ -440,7 +440,7 @@ def _is_union_tag(segment: Any) -> bool:
     return segment in _SCALAR_TAGS or re.fullmatch(r"[a-z_][a-z0-9_]*", segment) is None
 
 
-@dataclass(frozen=True)
+@record
 class _Loc:
     """A pydantic loc split into the spec path, the union branch taken, and what stands there."""
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from planc.record import record
 from planc.yamlnodes import Node
 
 Path = Sequence[str | int]
@@ -33,7 +33,7 @@ def parse_dotted(field: str) -> tuple[str | int, ...]:
     return tuple(parts)
 
 
-@dataclass(frozen=True)
+@record
 class Locator:
     """Finds where a spec path stands in the file; falls back to the deepest part that exists."""
 

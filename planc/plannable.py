@@ -16,11 +16,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 
 from planc.findings import Violation
 from planc.job import Cluster, Job, Model, NodeNames, Rules, Training
+from planc.record import record
 from planc.vocab import AXES, Axis
 
 MAX_RANKS = 1_048_576
@@ -406,7 +406,7 @@ PRECONDITIONS = (
 )
 
 
-@dataclass(frozen=True)
+@record
 class Refusal:
     """Why a job has no plan: the rule whose precondition failed, and what it found."""
 
@@ -434,7 +434,7 @@ def layer_ranges(stage_layers: tuple[int, ...], v: int) -> tuple[tuple[LayerRang
     )
 
 
-@dataclass(frozen=True)
+@record
 class PlanLayout:
     """Parallel degrees of a plannable job: every one an integer, every stage's layers decided."""
 
@@ -500,7 +500,7 @@ class PlanLayout:
         return tuple(last - first for first, last in self.chunks[stage])
 
 
-@dataclass(frozen=True)
+@record
 class Plannable:
     """A job that can be laid out: the checked job's model, cluster and training, and a layout
     with no unknowns. Built only by `plannable`."""

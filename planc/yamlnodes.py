@@ -21,6 +21,8 @@ from typing import Any, Literal, NoReturn
 
 import yaml
 
+from planc.record import record
+
 MAX_DEPTH = 64
 MAX_EXPANDED_NODES = 200_000
 # Python converts at most 4,300 digits between text and int (sys.get_int_max_str_digits); a
@@ -32,7 +34,7 @@ Kind = Literal["map", "seq", "scalar"]
 Pairs = tuple[tuple["Node", "Node"], ...]
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Node:
     """A located YAML node. `value` is pairs (map), nodes (seq) or the constructed scalar."""
 
@@ -55,7 +57,7 @@ class Node:
         return None
 
 
-@dataclass(frozen=True)
+@record
 class YamlProblem:
     """A hazard found while composing. `code` names the kind; the loader maps it to a rule id."""
 

@@ -15,14 +15,14 @@ al. 2023, Ring Attention).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from planc.comm.cost import ring_steps, wire_bytes
 from planc.plannable import Plannable, padded_vocab
+from planc.record import record
 from planc.vocab import Axis, Collective, Direction, GroupKind, LinkClass
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class CommOp:
     """One kind of communication a rank of stage `stage` performs, `calls` times per step.
 
@@ -398,7 +398,7 @@ def op_record(op: CommOp, seconds: float) -> dict[str, object]:
     return record
 
 
-@dataclass(frozen=True)
+@record
 class WireBudget:
     """Bytes one rank of a stage sends and receives per step on each link class."""
 

@@ -32,12 +32,13 @@ replicated across them (HSDP; Megatron's intra/inter_partial_data_parallel_group
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 import numpy as np
 
 from planc.compile.ranks import Grid, Ranks
 from planc.plannable import PlanLayout
+from planc.record import record
 
 GROUP_KINDS = (
     "tp",
@@ -112,7 +113,7 @@ def index_in_group(groups: Ranks, world: int) -> Ranks:
     return index
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Groups:
     """Every group kind as a (groups × members) array of ranks."""
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -27,13 +26,14 @@ from planc.memory.params import RankParameters
 from planc.pipeline.bubble import bubble_fraction
 from planc.pipeline.counts import num_warmup
 from planc.plannable import LayerRange, Plannable, padded_vocab
+from planc.record import record
 
 PLAN_FORMAT = "planc-plan"
 COORDS_FORMAT = "planc-coords"
 FORMAT_VERSION = 1
 MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "buffers", "reserve", "total")
 
-@dataclass(frozen=True)
+@record
 class Stage:
     """What one pipeline rank holds: layer ranges [first, last) per model chunk, first chunk first."""
 
@@ -44,7 +44,7 @@ class Stage:
     embedding_copy: bool  # tied embeddings: the last stage's LM head is a synced copy
 
 
-@dataclass(frozen=True)
+@record
 class Summary:
     world_size: int
     nodes: int
@@ -59,7 +59,7 @@ class Summary:
     bubble_fraction: float
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Plan:
     """A compiled job. Arrays are indexed by rank; `memory[pp, shard]` is one rank's budget."""
 

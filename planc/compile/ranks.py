@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from planc.plannable import PlanLayout, axis_strides
+from planc.record import record
 from planc.vocab import AXES as AXIS_ENUMS
 from planc.vocab import Axis
 
@@ -40,7 +40,7 @@ AXES: tuple[str, ...] = tuple(axis.value for axis in AXIS_ENUMS)
 Ranks = npt.NDArray[np.int64]
 
 
-@dataclass(frozen=True)
+@record
 class Grid:
     """Axis sizes in rank order: `order[0]` varies fastest (stride 1)."""
 
@@ -94,7 +94,7 @@ def grid_of(layout: PlanLayout) -> Grid:
     return Grid(tuple(axis.value for axis in layout.order), tuple(degrees[axis] for axis in layout.order))
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Placement:
     """Where each rank runs. Arrays are indexed by rank; `rail` is the local GPU index."""
 

@@ -7,19 +7,18 @@ job with no layout at all, gives no page: the check result says why (as `planc e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from planc.analysis import analyse, estimate_step
 from planc.check import check_file, with_refusals
 from planc.findings import FileResult, Severity
 from planc.html.page import render_page
 from planc.load import load_path
 from planc.plannable import plannable
+from planc.record import record
 
 TOLERATED = frozenset({"PLC006", "PLC007"})
 
 
-@dataclass(frozen=True)
+@record
 class Built:
     """The page, or None with the check result (its errors) that stopped it."""
 

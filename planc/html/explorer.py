@@ -11,7 +11,6 @@ first, with the ranking table.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from planc.analysis import Analysis, analyse
 from planc.emit import write_text_atomic
@@ -22,6 +21,7 @@ from planc.html.page import embedded_json
 from planc.html.svg import esc
 from planc.memory.report import usable_bytes
 from planc.plannable import plannable
+from planc.record import record
 from planc.search.evaluate import Metrics, Setup, Verdict, base_job, candidate_job
 from planc.search.rank import SearchResult
 from planc.search.space import Value
@@ -29,7 +29,7 @@ from planc.search.space import Value
 MAX_PAGE_CHARS = 1_800_000  # panels stop before the page would pass 2 MB
 
 
-@dataclass(frozen=True)
+@record
 class Choice:
     """One estimated candidate: its place in the ranking, its axis values, its analysis."""
 

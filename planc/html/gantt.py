@@ -10,7 +10,6 @@ the first m' (a few groups of p, bounded by MAX_DRAWN_OPS) and says so.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from fractions import Fraction
 from math import floor, log10
 
@@ -19,6 +18,7 @@ from planc.html import fmt
 from planc.html.svg import group, label_every, line, rect, svg, text
 from planc.pipeline.schedule import build_schedule
 from planc.pipeline.timeline import Span, Timeline, simulate
+from planc.record import record
 from planc.vocab import GroupKind
 
 WIDTH = 960
@@ -31,7 +31,7 @@ GROUPS_DRAWN = 3  # micro-batches drawn: this many groups of p (at least 8 with 
 DENSE_PX = 3.0  # a row whose ops average under this width is drawn as merged busy runs
 
 
-@dataclass(frozen=True)
+@record
 class Gantt:
     """What the chart draws: the simulated first `shown` of `m` micro-batches."""
 

@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from planc.html.svg import group, rect, stage_colour, svg, text
 from planc.plannable import Plannable
+from planc.record import record
 from planc.vocab import Axis
 
 FULL_GRID_NODES = 128
@@ -26,7 +27,7 @@ LABEL_CHARS = 16
 Ints = npt.NDArray[np.int64]
 
 
-@dataclass(frozen=True)
+@record
 class Grid:
     """Per node and GPU: the pipeline stage, the TP group (its lowest rank) and the NVLink domain."""
 
@@ -47,7 +48,7 @@ def rank_grid(plan: Plannable) -> Grid:
     )
 
 
-@dataclass(frozen=True)
+@record
 class Row:
     """One drawn node: which node, the label left of it, a note right of it, the tooltip."""
 
@@ -57,7 +58,7 @@ class Row:
     tip: str
 
 
-@dataclass(frozen=True)
+@record
 class NodeType:
     """Nodes that look the same in the grid: `nodes` are their indices, `first` draws them."""
 

@@ -37,13 +37,13 @@ Each line below is one of those tensors, generalised and divided the way Megatro
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from planc.job import Model
 from planc.memory.params import padded_vocab
 from planc.memory.terms import Term, ceil_div
 from planc.pipeline.inflight import in_flight
 from planc.plannable import Plannable
+from planc.record import record
 
 KORTHIKANTI = "Korthikanti et al. 2022 §4.1"
 TABLE2 = "Korthikanti et al. 2022 Table 2"
@@ -63,7 +63,7 @@ PYTORCH_SWIGLU = (
 )
 
 
-@dataclass(frozen=True)
+@record
 class LayerShape:
     """The dimensions one rank sees for one layer and one micro-batch.
 
@@ -254,7 +254,7 @@ def layer_input(x: LayerShape) -> int:
 Measure = Callable[[LayerShape], int]
 
 
-@dataclass(frozen=True)
+@record
 class Line:
     """One saved tensor: its name, size function, formula and whether recompute drops it."""
 

@@ -7,20 +7,19 @@ the low ranks hold the ⌈⌉ shares) and names the peak.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from planc.memory.activations import stage_activation_terms
 from planc.memory.engines import engine_terms
 from planc.memory.params import padded_vocab, parameter_count, rank_parameters
 from planc.memory.static import Group, state_bytes
 from planc.memory.terms import COMPONENTS, Term
 from planc.plannable import Plannable
+from planc.record import record
 from planc.vocab import Axis
 
 RESERVE_SOURCE = "spec hardware.reserve_gib: CUDA context, NCCL buffers, allocator fragmentation"
 
 
-@dataclass(frozen=True)
+@record
 class RankMemory:
     """One rank's HBM bytes by component; `terms` are the lines they add up from. `host` is what
     offload keeps in host memory for this rank (not in `total`), `host_terms` its lines."""
@@ -48,7 +47,7 @@ class RankMemory:
         )
 
 
-@dataclass(frozen=True)
+@record
 class StageBudget:
     """A pipeline stage's heaviest rank: its stage, global rank and memory."""
 
@@ -57,7 +56,7 @@ class StageBudget:
     memory: RankMemory
 
 
-@dataclass(frozen=True)
+@record
 class MemoryBudget:
     parameters: int
     parameters_padded: int

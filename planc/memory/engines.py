@@ -25,8 +25,6 @@ charges; and they take N as every GPU, where planc shards over d·c (TP and PP s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from planc.memory.params import SOURCE_PARAMS, RankParameters, layer_formula
 from planc.memory.static import (
     SHARD_GRADIENTS,
@@ -37,6 +35,7 @@ from planc.memory.static import (
 )
 from planc.memory.terms import Component, Term, ceil_div
 from planc.plannable import DS_REDUCE_BUCKET_ELEMENTS, Plannable
+from planc.record import record
 
 # --- sources -------------------------------------------------------------------------------------
 
@@ -69,7 +68,7 @@ FSDP2_GATHERED_UNITS = 2
 FSDP2_REDUCE_BYTES = 4
 
 
-@dataclass(frozen=True)
+@record
 class Placed:
     """Static terms of one rank: those in HBM and those offloaded to host memory."""
 

@@ -11,11 +11,10 @@ the biases that file leaves out, so that published counts come out exact.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from planc.job import Model, MoE
 from planc.memory.terms import ceil_div
 from planc.plannable import Plannable, padded_vocab
+from planc.record import record
 
 SOURCE_MOE_PARAMS = (
     "Megatron-Core moe/README.md and theoretical_memory_usage.py (routed experts "
@@ -28,7 +27,7 @@ SOURCE_PARAMS = (
 )
 
 
-@dataclass(frozen=True)
+@record
 class ParameterCount:
     """The model's own parameters, by part. `total` = L·per_layer + the rest; with experts,
     the `moe_layers` of the L layers hold `per_moe_layer` instead (`active_per_moe_layer` of
@@ -227,7 +226,7 @@ def local_expert_parameters(model: Model, ep: int, et: int) -> int:
     return moe.E // ep * expert_parameters(model.h, ceil_div(moe.f_e, et), model.mlp)
 
 
-@dataclass(frozen=True)
+@record
 class RankParameters:
     """Parameters held by one tensor-parallel rank of pipeline rank r, by part (Ψ_r = total).
 

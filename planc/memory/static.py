@@ -25,9 +25,8 @@ low shard indices, ⌊Ψ_r/N⌋ for the high ones.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from planc.memory.terms import Component, Term, shard
+from planc.record import record
 
 SOURCE_SEED = (
     "seed lesson §3 (mixed-precision Adam, 16 bytes/param; Rajbhandari et al. 2020, ZeRO §3.1)"
@@ -38,7 +37,7 @@ SOURCE_MEGATRON_18 = (
 SOURCE_ZERO = "Rajbhandari et al. 2020, ZeRO §5 (P_os, P_os+g, P_os+g+p); seed lesson §7"
 
 
-@dataclass(frozen=True)
+@record
 class StateBytes:
     """Bytes per parameter of each static buffer for one precision/optimizer setting."""
 
@@ -73,7 +72,7 @@ def state_bytes(precision: str, optimizer: str, grad_accum_fp32: bool) -> StateB
     )
 
 
-@dataclass(frozen=True)
+@record
 class Group:
     """The ZeRO shard group as one rank sees it: N = d·c ranks, this rank's index, the stage."""
 

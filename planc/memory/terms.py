@@ -6,10 +6,10 @@ comes from, so that a report can show *why* a number is what it is, not only the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 from planc.plannable import ceil_div
+from planc.record import record
 
 Component = Literal["weights", "gradients", "optimizer", "activations", "buffers", "reserve"]
 COMPONENTS: tuple[Component, ...] = (
@@ -22,7 +22,7 @@ COMPONENTS: tuple[Component, ...] = (
 )
 
 
-@dataclass(frozen=True)
+@record
 class Term:
     """One line of a rank's memory: what it is, which component, how many bytes, and why."""
 

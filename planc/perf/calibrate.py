@@ -19,7 +19,6 @@ import csv
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +27,7 @@ from planc.job import Job
 from planc.perf.efficiency import COLLECTIVES, Efficiency, for_gpu, load_calibration, to_json
 from planc.perf.validate import estimate
 from planc.plannable import Plannable
+from planc.record import record
 
 Predict = Callable[[Efficiency], float]
 
@@ -61,7 +61,7 @@ def with_values(eff: Efficiency, names: Sequence[str], values: Sequence[float]) 
     return eff
 
 
-@dataclass(frozen=True)
+@record
 class Fit:
     efficiency: Efficiency
     names: tuple[str, ...]
@@ -159,7 +159,7 @@ CALIBRATED = (
 )
 
 
-@dataclass(frozen=True)
+@record
 class Run:
     """One measured run: a label (the spec path), the job, and its measured seconds per step."""
 
@@ -168,7 +168,7 @@ class Run:
     measured_s: float
 
 
-@dataclass(frozen=True)
+@record
 class Calibration:
     fit: Fit
     runs: tuple[Run, ...]

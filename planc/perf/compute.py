@@ -17,7 +17,6 @@ rank: a pass of a chunk is the sum over its ops.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from planc.perf.efficiency import Efficiency
 from planc.perf.ops import (
@@ -29,11 +28,12 @@ from planc.perf.ops import (
     layer_ops,
     optimizer_step,
 )
+from planc.record import record
 
 RECOMPUTE = ("none", "selective", "full")
 
 
-@dataclass(frozen=True)
+@record
 class Device:
     """The GPU's peaks: dense 16-bit matrix FLOP/s and HBM bytes/s."""
 
@@ -63,7 +63,7 @@ def work_time_s(
     return max(math, memory)
 
 
-@dataclass(frozen=True)
+@record
 class PassTimes:
     """Seconds of a group of ops per micro-batch: forward, data and weight gradients."""
 
@@ -89,7 +89,7 @@ def pass_times(ops: Sequence[OpCost], device: Device, eff: Efficiency) -> PassTi
     return PassTimes(fwd, bwd_d, bwd_w, core)
 
 
-@dataclass(frozen=True)
+@record
 class ChunkTimes:
     """Compute seconds of one model chunk per micro-batch on one rank."""
 
@@ -99,7 +99,7 @@ class ChunkTimes:
     layers: int
 
 
-@dataclass(frozen=True)
+@record
 class StageTimes:
     """Compute seconds of one rank of a pipeline stage per micro-batch, all its chunks."""
 

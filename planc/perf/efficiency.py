@@ -25,9 +25,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from functools import cache
 from typing import Any
+
+from planc.record import record
 
 # A plain path beside the package: pathlib costs an import at `planc check` start-up.
 PRESETS = os.path.join(
@@ -37,7 +39,7 @@ COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "send_recv")
 LINKS = ("nvlink", "network")
 
 
-@dataclass(frozen=True)
+@record
 class GemmCurve:
     """eff(F, d) = peak_fraction · F/(F + half_flops) · d/(d + half_dim)."""
 
@@ -54,7 +56,7 @@ class GemmCurve:
         return self.peak_fraction * size * shape
 
 
-@dataclass(frozen=True)
+@record
 class MemoryCurve:
     """eff(B) = efficiency · B/(B + half_bytes)."""
 
@@ -68,7 +70,7 @@ class MemoryCurve:
         return self.efficiency * moved / (moved + self.half_bytes)
 
 
-@dataclass(frozen=True)
+@record
 class LinkEfficiency:
     """One link class: latency per ring step, bus-bandwidth efficiency per collective."""
 
@@ -87,7 +89,7 @@ class LinkEfficiency:
         return value
 
 
-@dataclass(frozen=True)
+@record
 class Efficiency:
     """Everything the per-operation model needs besides the GPU's peak numbers."""
 

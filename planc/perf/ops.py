@@ -27,8 +27,9 @@ Conventions, stated once:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
+
+from planc.record import record
 
 Engine = Literal["matrix", "vector", "attention"]
 
@@ -37,7 +38,7 @@ Engine = Literal["matrix", "vector", "attention"]
 VOCAB_MULTIPLE = 128
 
 
-@dataclass(frozen=True)
+@record
 class Work:
     """FLOPs and HBM bytes (reads + writes) of one pass of one op, on one rank."""
 
@@ -51,7 +52,7 @@ class Work:
 NOTHING = Work(0.0, 0.0)
 
 
-@dataclass(frozen=True)
+@record
 class GemmShape:
     """A (batched) matmul (M×K)·(K×N), `batch` times: what the GEMM efficiency depends on."""
 
@@ -66,7 +67,7 @@ class GemmShape:
         return min(self.m, self.n, self.k)
 
 
-@dataclass(frozen=True)
+@record
 class OpCost:
     """One op: FLOPs and bytes of forward, backward-data and backward-weight, on one rank."""
 
@@ -83,7 +84,7 @@ class OpCost:
         return self.backward_data + self.backward_weight
 
 
-@dataclass(frozen=True)
+@record
 class LayerShape:
     """The sizes of one rank's share of a layer (plain numbers; see the module docstring)."""
 

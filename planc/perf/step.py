@@ -30,15 +30,16 @@ as `model_flops` (e.g. 72·B·s·L·h²·(1 + s/(6h) + V/(12hL)) for a GPT, Nara
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from planc.record import record
 
 if TYPE_CHECKING:
     from planc.pipeline.bounded import PipelineTime
 
 
 
-@dataclass(frozen=True)
+@record
 class StageInputs:
     """One pipeline stage (one rank of it), per micro-batch unless said otherwise, in seconds.
 
@@ -60,7 +61,7 @@ class StageInputs:
     dp_overlapped_s: float = 0.0  # other DP communication hidden behind compute, per micro-batch
 
 
-@dataclass(frozen=True)
+@record
 class StepInputs:
     """Everything the step composition needs, as plain numbers."""
 
@@ -79,7 +80,7 @@ class StepInputs:
         return len(self.stages)
 
 
-@dataclass(frozen=True)
+@record
 class StepEstimate:
     step_time_s: float
     pipeline_s: float  # the simulated makespan of all forward and backward passes

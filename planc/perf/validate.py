@@ -21,7 +21,6 @@ exposed. `training.overlap_tp` hides all TP communication (then it is all "overl
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from planc.comm.cost import ring_steps, wire_bytes
 from planc.comm.schedule import CommOp, schedule, sharding_stage
@@ -52,6 +51,7 @@ from planc.perf.ops import (
 )
 from planc.perf.step import StageInputs, StepEstimate, StepInputs, estimate_step
 from planc.plannable import Plannable, plannable
+from planc.record import record
 
 # Data-parallel traffic: the shard group (dp_cp, or dp_shard under HSDP), HSDP's replicas, and
 # the tied embedding's all-reduce.
@@ -158,7 +158,7 @@ def model_flops(job: Job | Plannable) -> float:
     return 3.0 * tr.B * (mod.L * per_layer + 2.0 * tr.s * mod.h * mod.V)
 
 
-@dataclass(frozen=True)
+@record
 class TpPerLayer:
     """TP communication of one layer per micro-batch on one rank, in seconds."""
 

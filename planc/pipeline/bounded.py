@@ -20,10 +20,10 @@ runs would pass the budget (p in the hundreds), the closed form over the slowest
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from planc.pipeline.schedule import build_schedule
 from planc.pipeline.timeline import stage_ends
+from planc.record import record
 
 # Runs start this many groups of p micro-batches in, past the warm-up transient.
 TRANSIENT_GROUPS = 2
@@ -33,7 +33,7 @@ MAX_SIMULATED_OPS = 20_000
 MAX_EXTRAPOLATED_OPS = 60_000
 
 
-@dataclass(frozen=True)
+@record
 class PipelineTime:
     """The pipeline part of one step with each stage's own times.
 

@@ -28,6 +28,7 @@ from typing import Literal, NamedTuple, TypeAlias
 
 from planc.pipeline.counts import check_sizes as _check_sizes
 from planc.pipeline.counts import num_warmup
+from planc.record import record
 
 Kind: TypeAlias = Literal["F", "B"]
 Phase: TypeAlias = Literal["warmup", "steady", "cooldown"]
@@ -77,7 +78,7 @@ class Op:
         return f"{self.kind}{self.microbatch}c{self.chunk}"
 
 
-@dataclass(frozen=True)
+@record
 class Schedule:
     """The ops each of the ``p`` stages runs, in order, for ``m`` micro-batches and ``v`` chunks."""
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict, deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, NamedTuple, TypeAlias
 
@@ -32,6 +31,7 @@ from planc.pipeline.schedule import (
     producer_key,
     validate_schedule,
 )
+from planc.record import record
 
 Number: TypeAlias = int | float | Fraction
 #: A time per micro-batch per chunk: one value, or one per stage (``p`` values) or per
@@ -72,7 +72,7 @@ class Message(NamedTuple):
     consumed: Fraction
 
 
-@dataclass(frozen=True)
+@record
 class Timeline:
     """Result of :func:`simulate`: when every op ran, and how much of the time was bubble."""
 

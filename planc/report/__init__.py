@@ -11,12 +11,12 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
 from planc import __version__
 from planc.findings import FileResult, Finding, Severity
+from planc.record import record
 from planc.rules import REGISTRY
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 DOCS_URL = "https://github.com/planc/planc/blob/main/docs/rules.md"
 
 
-@dataclass(frozen=True)
+@record
 class Options:
     """How to render: `quiet` leaves out the summary, `color` adds ANSI colours (text only),
     `source` shows the source line with a caret under each finding (text only)."""
@@ -33,6 +33,9 @@ class Options:
     quiet: bool = False
     color: bool = False
     source: bool = True
+
+
+DEFAULTS = Options()  # frozen: a shared default is safe
 
 
 class Reporter(Protocol):
@@ -135,7 +138,7 @@ def _summary(results: Sequence[FileResult], strict: bool) -> str:
     )
 
 
-def text(results: Sequence[FileResult], strict: bool, options: Options = Options()) -> str:
+def text(results: Sequence[FileResult], strict: bool, options: Options = DEFAULTS) -> str:
     """One line per finding, `path:line:col: severity PLCnnn message`, then (unless `source` is
     off) the source line with a caret under the spot, then a summary (unless `quiet`)."""
     color = options.color
@@ -157,7 +160,7 @@ def text(results: Sequence[FileResult], strict: bool, options: Options = Options
     return "".join(line + "\n" for line in lines)
 
 
-def as_json(results: Sequence[FileResult], strict: bool, options: Options = Options()) -> str:
+def as_json(results: Sequence[FileResult], strict: bool, options: Options = DEFAULTS) -> str:
     document = {
         "ok": all(r.ok(strict) for r in results),
         "files": [
@@ -177,7 +180,7 @@ def _escape(value: str, prop: bool = False) -> str:
     return value.replace(":", "%3A").replace(",", "%2C") if prop else value
 
 
-def github(results: Sequence[FileResult], strict: bool, options: Options = Options()) -> str:
+def github(results: Sequence[FileResult], strict: bool, options: Options = DEFAULTS) -> str:
     """GitHub Actions workflow commands (`::error file=...,line=...::msg`), then the text summary
     (unless `quiet`)."""
     kinds = {"error": "error", "warning": "warning", "info": "notice"}
@@ -220,7 +223,7 @@ def _sarif_rule(rule: Rule) -> dict[str, object]:
     }
 
 
-def sarif(results: Sequence[FileResult], strict: bool, options: Options = Options()) -> str:
+def sarif(results: Sequence[FileResult], strict: bool, options: Options = DEFAULTS) -> str:
     """SARIF 2.1.0 as GitHub code scanning accepts it: rules with descriptions, located results.
 
     Columns count Unicode code points (`columnKind`), as planc's columns do.

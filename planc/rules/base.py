@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from enum import Enum
 
 from planc.analysis import Analysis
 from planc.findings import Severity, Violation
 from planc.job import Job
 from planc.plannable import Plannable, Refusal
+from planc.record import record
 
 
 class Needs(str, Enum):
@@ -22,7 +22,7 @@ class Needs(str, Enum):
     ANALYSIS = "analysis"
 
 
-@dataclass(frozen=True)
+@record
 class Context:
     """What every rule of one file sees, computed once per file (yamllint's shape): the job, its
     plannable form when it has one, and its analysis when a rule needs it."""
@@ -43,7 +43,7 @@ class Context:
 Check = Callable[[Context], Iterable[Violation]]
 
 
-@dataclass(frozen=True)
+@record
 class Rule:
     id: str
     severity: Severity

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from planc.emit import write_text_atomic
 from planc.findings import Severity
 from planc.load import Loaded, load_path
 from planc.progress import progress
+from planc.record import record
 from planc.rules import REGISTRY
 from planc.search.evaluate import Setup
 from planc.search.output import describe, render_text, spec_yaml, to_csv, to_json, winner_spec
@@ -19,7 +19,7 @@ from planc.search.space import SearchError, build_space, parse_allowed
 EXIT_FOUND, EXIT_NONE, EXIT_UNUSABLE = 0, 1, 2
 
 
-@dataclass(frozen=True)
+@record
 class Request:
     spec: str
     top: int = 10
@@ -33,7 +33,7 @@ class Request:
     report: str | None = None  # --report FILE.html: the explorer page (planc.html.explorer)
 
 
-@dataclass(frozen=True)
+@record
 class Report:
     """What the command prints (stdout), says on stderr, and its exit code."""
 

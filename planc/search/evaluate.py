@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from planc.analysis import Analysis, analyse, estimate_step
@@ -24,6 +23,7 @@ from planc.job import Job, NodeNames, resolve
 from planc.perf.validate import after_step_s
 from planc.pipeline.bubble import bubble_fraction
 from planc.plannable import plannable
+from planc.record import record
 from planc.rules import REGISTRY, Rule
 from planc.rules.base import Context, Needs
 from planc.search.space import Space, Value, stage_split
@@ -47,7 +47,7 @@ class _Step(Protocol):
     def bubble_s(self) -> float: ...
 
 
-@dataclass(frozen=True)
+@record
 class Metrics:
     """What a feasible candidate costs, by planc's estimate (`estimate_step`)."""
 
@@ -59,7 +59,7 @@ class Metrics:
     exposed_comm_s: float  # the rest of the step: DP/ZeRO tail and after-step communication
 
 
-@dataclass(frozen=True)
+@record
 class Verdict:
     """One candidate judged by the rules: the rules that reject it (empty when feasible), and
     for a feasible one its warnings, derived degrees, memory and a lower bound on its step."""
@@ -80,7 +80,7 @@ class Verdict:
         return not self.rejected
 
 
-@dataclass(frozen=True)
+@record
 class Setup:
     """What judging needs, as plain data a worker process can receive: the validated spec, the
     space, and whether warnings reject a candidate too (`--strict`, as `planc check --strict`)."""
@@ -95,7 +95,7 @@ class Setup:
         return WARNING_RANK if self.strict else ERROR_RANK
 
 
-@dataclass(frozen=True)
+@record
 class Judge:
     """The base job of a search and the enabled rules by what they read, with their severities."""
 

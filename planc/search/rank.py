@@ -7,14 +7,14 @@ total and the same however the work was split.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 
+from planc.record import record
 from planc.search.evaluate import Metrics, Verdict
 from planc.search.space import Space, Value
 
 
-@dataclass(frozen=True)
+@record
 class Ranked:
     """One feasible candidate with its estimated step."""
 
@@ -26,7 +26,7 @@ class Ranked:
         return (self.metrics.step_time_s, self.verdict.peak_memory_bytes, self.verdict.index)
 
 
-@dataclass(frozen=True)
+@record
 class SearchResult:
     """The outcome of a search: counts, rejections per rule and the best candidates, best
     first. `estimated` counts the feasible candidates whose step was estimated; the others

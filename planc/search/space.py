@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from planc.job import Job
+from planc.record import record
 
 Value = int | bool | str
 
@@ -39,7 +39,7 @@ def divisors(n: int, upper: int) -> tuple[int, ...]:
     return tuple(k for k in every if k <= upper)
 
 
-@dataclass(frozen=True)
+@record
 class AxisDef:
     """One searchable spec field: its `search:` key, the spec section it lives in, and planc's
     default range of values for a job."""
@@ -93,7 +93,7 @@ def _order_key(value: Value) -> tuple[int, Value]:
     return (0, value)
 
 
-@dataclass(frozen=True)
+@record
 class Axis:
     """One axis of a concrete search: its values (in the fixed layout order) and whether the
     spec pins it."""
@@ -104,7 +104,7 @@ class Axis:
     pinned: bool
 
 
-@dataclass(frozen=True)
+@record
 class Space:
     """The candidates of one search: the product of the axes' values, in that order."""
 

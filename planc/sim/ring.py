@@ -47,11 +47,12 @@ Implementation
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+
+from planc.record import record
 
 __all__ = [
     "SUPPORTED_DTYPES",
@@ -78,7 +79,7 @@ _S = TypeVar("_S", bound=np.generic)
 _Int64Array = npt.NDArray[np.int64]
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class RingTrace:
     """Per-rank, per-step traffic of one simulated collective, in bytes.
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from planc.record import record
 
 Ints = npt.NDArray[np.int64]
 AXES = ("tp", "cp", "dp", "pp")
@@ -27,7 +29,7 @@ class PlanFormatError(ValueError):
     missing or of the wrong type)."""
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class PlanData:
     """The plan's own numbers. Per-rank arrays are indexed by position in the file."""
 

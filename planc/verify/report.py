@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
+from planc.record import record
 from planc.verify import grid, pipeline, traffic
 from planc.verify.plandata import PlanData, PlanFormatError, read_plan
 from planc.verify.rings import RingRun, rings
@@ -12,13 +12,13 @@ from planc.verify.rings import RingRun, rings
 MAX_SHOWN = 5  # problems shown per check; the count says how many more
 
 
-@dataclass(frozen=True)
+@record
 class Problem:
     check: str
     message: str
 
 
-@dataclass(frozen=True)
+@record
 class CheckResult:
     name: str
     scope: str  # what was looked at, for the reader
@@ -29,7 +29,7 @@ class CheckResult:
         return not self.problems
 
 
-@dataclass(frozen=True)
+@record
 class Verification:
     checks: tuple[CheckResult, ...]
     rings: tuple[RingRun, ...]

@@ -11,11 +11,11 @@ ring is bounded whatever the group size; the bytes at the real size are checked 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from planc.record import record
 from planc.sim import (
     chunk_sizes,
     ring_all_gather,
@@ -43,7 +43,7 @@ RINGS: dict[str, tuple[Sim, Callable[[int, int, int], Ints]]] = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class RingRun:
     group: str
     op: str

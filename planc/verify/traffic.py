@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from planc.record import record
 from planc.sim import ring_all_gather_bytes, ring_allreduce_bytes, ring_reduce_scatter_bytes
 from planc.verify.plandata import WIRE_FIELDS, Ints, PlanData
 
@@ -88,7 +88,7 @@ def stage_parameters(plan: PlanData, stage: int) -> int:
     return int(total)
 
 
-@dataclass(frozen=True)
+@record
 class Op:
     """One expected op: what, how often per step, how large per call."""
 

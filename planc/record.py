@@ -1,0 +1,149 @@
+"""`record`: planc's frozen dataclass, built without generating code per class.
+
+`dataclasses.dataclass(frozen=True)` compiles six functions for every class it decorates
+(__init__, __repr__, __eq__, __hash__, __setattr__, __delattr__), about 0.35 ms a class on
+Python 3.11. `planc check` imports some sixty record types, so that was a quarter of its
+start-up (issue 17's target is within 1.1× of yamllint). A record compiles only its
+__init__ (a plain dataclass __init__); equality, hashing, ordering, repr and the refusal to
+assign or delete are shared functions that read the class's field tuples. The behaviour is a
+frozen dataclass's: `dataclasses.fields`, `replace`, `asdict` and pickling work unchanged;
+assigning or deleting an attribute raises `dataclasses.FrozenInstanceError`; equality and
+hashing use the fields with compare=True, ordering (order=True) compares them as a tuple.
+
+One difference, on purpose: the shared __setattr__ lets each field be set once while it is
+still unset, which is what lets the plain __init__ run; afterwards every assignment raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import FrozenInstanceError, dataclass, fields
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
+
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform
+else:  # only type checkers read it; typing_extensions would cost start-up, 3.10 lacks typing's
+
+    def dataclass_transform(**_: object) -> Callable[[T], T]:
+        return lambda decorated: decorated
+
+
+T = TypeVar("T")
+
+
+def _key(self: Any) -> tuple[Any, ...]:
+    return cast(tuple[Any, ...], type(self).__record_key__(self))
+
+
+def _eq(self: Any, other: object) -> object:
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    return bool(_key(self) == _key(other))
+
+
+def _hash(self: Any) -> int:
+    return hash(_key(self))
+
+
+def _lt(self: Any, other: object) -> object:
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    return bool(_key(self) < _key(other))
+
+
+def _le(self: Any, other: object) -> object:
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    return bool(_key(self) <= _key(other))
+
+
+def _gt(self: Any, other: object) -> object:
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    return bool(_key(self) > _key(other))
+
+
+def _ge(self: Any, other: object) -> object:
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    return bool(_key(self) >= _key(other))
+
+
+def _repr(self: Any) -> str:
+    shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in type(self).__record_repr__)
+    return f"{type(self).__qualname__}({shown})"
+
+
+def _setattr(self: Any, name: str, value: Any) -> None:
+    # The plain __init__ sets each field once; nothing may be set after that.
+    if name in type(self).__record_fields__ and name not in self.__dict__:
+        object.__setattr__(self, name, value)
+        return
+    raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+
+def _delattr(self: Any, name: str) -> None:
+    raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+def _tuple_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """attrgetter returns a bare value for one name and fails for none; keys are tuples."""
+    if not names:
+        return lambda _: ()
+    if len(names) == 1:
+        get = attrgetter(names[0])
+        return lambda obj: (get(obj),)
+    return attrgetter(*names)
+
+
+def _finish(cls: type[T], eq: bool, order: bool) -> type[T]:
+    specs = fields(cast(Any, cls))
+    cls.__record_fields__ = frozenset(spec.name for spec in specs)  # type: ignore[attr-defined]
+    cls.__record_repr__ = tuple(spec.name for spec in specs if spec.repr)  # type: ignore[attr-defined]
+    cls.__record_key__ = staticmethod(  # type: ignore[attr-defined]
+        _tuple_getter(tuple(spec.name for spec in specs if spec.compare))
+    )
+    shared: dict[str, Callable[..., Any]] = {
+        "__repr__": _repr,
+        "__setattr__": _setattr,
+        "__delattr__": _delattr,
+    }
+    if eq:
+        shared |= {"__eq__": _eq, "__hash__": _hash}
+    if order:
+        shared |= {"__lt__": _lt, "__le__": _le, "__gt__": _gt, "__ge__": _ge}
+    for name, method in shared.items():
+        # As dataclass does: a method the class writes itself is kept (a frozen class may
+        # not write its own __setattr__ or __delattr__).
+        if name in cls.__dict__ and cls.__dict__[name] is not None:
+            if name in ("__setattr__", "__delattr__"):
+                raise TypeError(f"a record cannot define {name} ({cls.__qualname__})")
+            continue
+        setattr(cls, name, method)
+    return cls
+
+
+@overload
+@dataclass_transform(frozen_default=True, eq_default=True)
+def record(cls: type[T], /) -> type[T]: ...
+
+
+@overload
+def record(
+    *, eq: bool = True, order: bool = False, kw_only: bool = False
+) -> Callable[[type[T]], type[T]]: ...
+
+
+def record(
+    cls: type[T] | None = None, /, *, eq: bool = True, order: bool = False, kw_only: bool = False
+) -> type[T] | Callable[[type[T]], type[T]]:
+    """A frozen dataclass (`@record`, or `@record(eq=False)`, `order=True`, `kw_only=True`)."""
+    if order and not eq:
+        raise ValueError("order=True needs eq=True")
+
+    def wrap(cls: type[T]) -> type[T]:
+        built = dataclass(cls, repr=False, eq=False, kw_only=kw_only)
+        return _finish(built, eq, order)
+
+    return wrap if cls is None else wrap(cls)

@@ -1,0 +1,110 @@
+"""`planc.record` behaves as `dataclasses.dataclass(frozen=True)` does, field by field, and
+planc's modules use it (a frozen dataclass costs `planc check` start-up; issue 17)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import pickle
+import re
+from dataclasses import FrozenInstanceError, field
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from planc.record import record
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@record(order=True)
+class Point:
+    x: int
+    y: str = "a"
+    note: tuple[int, ...] = field(default=(), compare=False, repr=False)
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Reference:
+    x: int
+    y: str = "a"
+    note: tuple[int, ...] = field(default=(), compare=False, repr=False)
+
+
+@record(eq=False)
+class Identity:
+    x: int
+
+
+@record(kw_only=True)
+class Named:
+    a: int
+    b: int = 2
+
+
+@record
+class Custom:
+    x: int
+
+    def __repr__(self) -> str:
+        return "custom"
+
+
+def test_assigning_or_deleting_a_field_raises_as_for_a_frozen_dataclass() -> None:
+    point = Point(1)
+    with pytest.raises(FrozenInstanceError):
+        point.x = 2  # type: ignore[misc]
+    with pytest.raises(FrozenInstanceError):
+        del point.x
+    with pytest.raises(FrozenInstanceError):
+        point.z = 3  # type: ignore[attr-defined]
+    assert point.x == 1
+
+
+@given(st.integers(), st.text(), st.lists(st.integers()), st.integers(), st.text())
+def test_equality_hash_order_and_repr_match_dataclass(
+    x: int, y: str, note: list[int], x2: int, y2: str
+) -> None:
+    ours = Point(x, y, tuple(note)), Point(x2, y2)
+    theirs = Reference(x, y, tuple(note)), Reference(x2, y2)
+    assert (ours[0] == ours[1]) is (theirs[0] == theirs[1])
+    assert (ours[0] < ours[1]) is (theirs[0] < theirs[1])
+    assert (ours[0] >= ours[1]) is (theirs[0] >= theirs[1])
+    assert ours[0] == Point(x, y)  # note is compare=False
+    assert hash(ours[0]) == hash(Point(x, y))
+    assert repr(ours[0]) == repr(theirs[0]).replace("Reference", "Point")
+
+
+def test_dataclass_functions_and_pickling_work() -> None:
+    point = Point(1, "b", (3,))
+    assert dataclasses.is_dataclass(point)
+    assert [f.name for f in dataclasses.fields(point)] == ["x", "y", "note"]
+    assert dataclasses.replace(point, x=5) == Point(5, "b")
+    assert dataclasses.asdict(point) == {"x": 1, "y": "b", "note": (3,)}
+    assert pickle.loads(pickle.dumps(point)) == point
+    assert copy.deepcopy(point) == point
+    assert Point(1) != Reference(1)  # type: ignore[comparison-overlap]  # other classes never equal
+
+
+def test_options() -> None:
+    first = Identity(1)
+    assert first != Identity(1) and first == first  # eq=False: identity
+    assert Named(a=1).b == 2
+    with pytest.raises(TypeError):
+        Named(1)  # type: ignore[call-arg]
+    assert repr(Custom(1)) == "custom"  # a method the class writes is kept
+    with pytest.raises(ValueError, match="order"):
+        record(order=True, eq=False)
+
+
+def test_planc_uses_records_not_frozen_dataclasses() -> None:
+    # One exception: the pipeline simulator's Op keeps __slots__ for speed in its hot loop.
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "planc").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.match(r"\s*@dataclass\(frozen=True(?!, slots=True)", line)
+    ]
+    assert not found, f"use @record (planc.record) for frozen data: {found}"
