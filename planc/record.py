@@ -1,23 +1,22 @@
-"""`record`: planc's frozen dataclass, built without generating code per class.
+"""`record`: planc's frozen dataclass, built with one compiled function per class.
 
 `dataclasses.dataclass(frozen=True)` compiles six functions for every class it decorates
 (__init__, __repr__, __eq__, __hash__, __setattr__, __delattr__), about 0.35 ms a class on
 Python 3.11. `planc check` imports some sixty record types, so that was a quarter of its
-start-up (issue 17's target is within 1.1× of yamllint). A record compiles only its
-__init__ (a plain dataclass __init__); equality, hashing, ordering, repr and the refusal to
-assign or delete are shared functions that read the class's field tuples. The behaviour is a
-frozen dataclass's: `dataclasses.fields`, `replace`, `asdict` and pickling work unchanged;
-assigning or deleting an attribute raises `dataclasses.FrozenInstanceError`; equality and
-hashing use the fields with compare=True, ordering (order=True) compares them as a tuple.
-
-One difference, on purpose: the shared __setattr__ lets each field be set once while it is
-still unset, which is what lets the plain __init__ run; afterwards every assignment raises.
+start-up (issue 17's target is within 1.1× of yamllint). A record compiles only its __init__,
+the same code a frozen dataclass's __init__ is (`object.__setattr__` per field, defaults,
+default factories, keyword-only fields, __post_init__); equality, hashing, ordering, repr and
+the refusal to assign or delete are shared functions that read the class's field tuples. The
+behaviour is a frozen dataclass's: `dataclasses.fields`, `replace`, `asdict` and pickling work
+unchanged; assigning or deleting an attribute raises `dataclasses.FrozenInstanceError`;
+equality and hashing use the fields with compare=True, ordering (order=True) compares them as a
+tuple. InitVar pseudo-fields are not supported (planc has none).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import FrozenInstanceError, dataclass, fields
+from dataclasses import MISSING, Field, FrozenInstanceError, dataclass, fields
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
@@ -76,15 +75,55 @@ def _repr(self: Any) -> str:
 
 
 def _setattr(self: Any, name: str, value: Any) -> None:
-    # The plain __init__ sets each field once; nothing may be set after that.
-    if name in type(self).__record_fields__ and name not in self.__dict__:
-        object.__setattr__(self, name, value)
-        return
     raise FrozenInstanceError(f"cannot assign to field {name!r}")
 
 
 def _delattr(self: Any, name: str) -> None:
     raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+def _init(cls: type[Any], specs: tuple[Field[Any], ...]) -> Callable[..., None]:
+    """The __init__ a frozen dataclass has: positional fields in order (defaults after the
+    ones without), keyword-only fields after `*`, each set with object.__setattr__, then
+    __post_init__ if the class has one."""
+    names: dict[str, Any] = {"__set": object.__setattr__, "__missing": MISSING}
+    positional: list[str] = []
+    keyword: list[str] = []
+    body: list[str] = []
+    defaulted = False
+    for spec in specs:
+        name = spec.name
+        if spec.default is not MISSING:
+            names[f"__d_{name}"] = spec.default
+            value, param = f"__d_{name}", f"{name}=__d_{name}"
+        elif spec.default_factory is not MISSING:
+            names[f"__f_{name}"] = spec.default_factory
+            value, param = f"__f_{name}()", f"{name}=__missing"
+        else:
+            value, param = "", name
+        if not spec.init:
+            if not value:
+                continue  # set by __post_init__, as dataclass leaves it
+            body.append(f"__set(self, {name!r}, {value})")
+            continue
+        if spec.default_factory is not MISSING:
+            body.append(f"if {name} is __missing: {name} = __f_{name}()")
+        body.append(f"__set(self, {name!r}, {name})")
+        if spec.kw_only:
+            keyword.append(param)
+            continue
+        if defaulted and param == name:
+            raise TypeError(f"non-default argument {name!r} follows default argument")
+        defaulted = defaulted or param != name
+        positional.append(param)
+    if hasattr(cls, "__post_init__"):
+        body.append("self.__post_init__()")
+    params = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
+    lines = "\n    ".join(body or ["pass"])
+    exec(f"def __init__({params}):\n    {lines}\n", names)
+    init: Callable[..., None] = names["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    return init
 
 
 def _tuple_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
@@ -105,6 +144,7 @@ def _finish(cls: type[T], eq: bool, order: bool) -> type[T]:
         _tuple_getter(tuple(spec.name for spec in specs if spec.compare))
     )
     shared: dict[str, Callable[..., Any]] = {
+        "__init__": _init(cls, specs),
         "__repr__": _repr,
         "__setattr__": _setattr,
         "__delattr__": _delattr,
@@ -117,7 +157,7 @@ def _finish(cls: type[T], eq: bool, order: bool) -> type[T]:
         # As dataclass does: a method the class writes itself is kept (a frozen class may
         # not write its own __setattr__ or __delattr__).
         if name in cls.__dict__ and cls.__dict__[name] is not None:
-            if name in ("__setattr__", "__delattr__"):
+            if name in ("__init__", "__setattr__", "__delattr__"):
                 raise TypeError(f"a record cannot define {name} ({cls.__qualname__})")
             continue
         setattr(cls, name, method)
@@ -143,7 +183,7 @@ def record(
         raise ValueError("order=True needs eq=True")
 
     def wrap(cls: type[T]) -> type[T]:
-        built = dataclass(cls, repr=False, eq=False, kw_only=kw_only)
+        built = dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)
         return _finish(built, eq, order)
 
     return wrap if cls is None else wrap(cls)

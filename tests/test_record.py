@@ -88,6 +88,48 @@ def test_dataclass_functions_and_pickling_work() -> None:
     assert Point(1) != Reference(1)  # type: ignore[comparison-overlap]  # other classes never equal
 
 
+@record(kw_only=True)
+class Built:
+    items: list[int] = field(default_factory=list)
+    total: int = field(init=False, default=0)
+    squares: tuple[int, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "squares", tuple(i * i for i in self.items))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BuiltReference:
+    items: list[int] = field(default_factory=list)
+    total: int = field(init=False, default=0)
+    squares: tuple[int, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "squares", tuple(i * i for i in self.items))
+
+
+def _parameters(cls: type) -> list[tuple[str, object, object]]:
+    import inspect
+
+    return [(p.name, p.kind, p.default) for p in inspect.signature(cls).parameters.values()]
+
+
+def test_init_is_a_frozen_dataclass_init() -> None:
+    assert _parameters(Point) == _parameters(Reference)
+    assert _parameters(Named)[0][1].name == "KEYWORD_ONLY"  # type: ignore[attr-defined]
+    first, second = Built(), Built()
+    assert first.items == [] and first.items is not second.items  # a fresh default each time
+    assert Built(items=[2, 3]).squares == (4, 9) == BuiltReference(items=[2, 3]).squares
+    assert Built().total == 0
+    assert [f.name for f in dataclasses.fields(Built)] == ["items", "total", "squares"]
+    with pytest.raises(TypeError, match="non-default argument 'b' follows default argument"):
+
+        @record
+        class Wrong:
+            a: int = 1
+            b: int  # type: ignore[misc]
+
+
 def test_options() -> None:
     first = Identity(1)
     assert first != Identity(1) and first == first  # eq=False: identity
