@@ -438,8 +438,9 @@ MOE_ROUTER = (
     "loss, compute_routing_scores_for_aux_loss, or the sigmoid scores)"
 )
 MOE_PERMUTE = (
-    f"{MEGATRON_MOE}/moe_utils.py permute (index_select saves sorted_indices, probs "
-    "masked_select saves the routing map) and unpermute (scatter_add on the same indices)"
+    f"{MEGATRON_MOE}/moe_utils.py permute (index_select saves sorted_indices; the probs' "
+    "masked_select saves its T×E input and the routing map) and unpermute (scatter_add on the "
+    "same indices)"
 )
 MOE_EXPERTS = (
     f"{MEGATRON_MOE}/experts.py TEGroupedMLP (fc1 and fc2 save their inputs; the weighted "
@@ -565,6 +566,12 @@ def routing_map(y: ExpertShape) -> int:
     return MASK_BYTES * y.tokens * y.E
 
 
+def dense_probabilities(y: ExpertShape) -> int:
+    """ε·T·E: the routing probabilities scattered to T×E (transposed, in the logits' dtype),
+    which the permutation's masked_select keeps as its input for the backward."""
+    return y.e * y.tokens * y.E
+
+
 def permutation_indices(y: ExpertShape) -> int:
     """8·S: the int64 sorted token indices of the S rows sent, kept by the permute's
     index_select and the unpermute's scatter_add."""
@@ -652,6 +659,9 @@ MOE_LINES: tuple[MoELine, ...] = (
         "router top-k probabilities (fp32)", router_probabilities, lambda y: "4·T·k", MOE_ROUTER
     ),
     MoELine("routing map (bool)", routing_map, lambda y: "T·E", MOE_PERMUTE),
+    MoELine(
+        "routing probabilities (T×E)", dense_probabilities, lambda y: f"{y.e}·T·E", MOE_PERMUTE
+    ),
     MoELine(
         "permutation indices (int64)",
         permutation_indices,
