@@ -425,9 +425,9 @@ def recompute_working_set(x: LayerShape, recompute: str) -> int:
 # indices and routing map, each local expert's GEMM inputs and activation input over the rows
 # it receives, the probabilities its weighted activation keeps, and the shared experts as a
 # dense MLP. Rows: T tokens enter the layer on this rank (⌈s/c⌉·b, /t with sequence
-# parallelism, which Megatron requires with TP for MoE); the router sends S rows (T·k dropless,
-# E·C with a capacity of C = ⌈T·k/E·CF⌉ per expert, get_capacity) and the rank's E/EP experts
-# receive R rows from the EP group, gathered over ETP: T·k·ETP·α dropless (α =
+# parallelism, which Megatron requires with TP for MoE); the router sends S rows (T·topk dropless,
+# E·C with a capacity of C = ⌈T·topk/E·CF⌉ per expert, get_capacity) and the rank's E/EP experts
+# receive R rows from the EP group, gathered over ETP: T·topk·ETP·α dropless (α =
 # training.expert_imbalance), E·C·ETP with a capacity (exact when padded to capacity, an upper
 # bound when not).
 
@@ -479,7 +479,7 @@ class ExpertShape:
 
 
 def expert_capacity(tokens: int, k: int, E: int, capacity_factor: float) -> int:
-    """C = ⌈T·k/E·CF⌉: the most rows one expert takes from one rank's T tokens (Megatron-Core
+    """C = ⌈T·topk/E·CF⌉: the most rows one expert takes from one rank's T tokens (Megatron-Core
     moe_utils.get_capacity, evaluated in the same order)."""
     return math.ceil((tokens * k / E) * capacity_factor)
 
@@ -487,8 +487,8 @@ def expert_capacity(tokens: int, k: int, E: int, capacity_factor: float) -> int:
 def routed_rows(job: Plannable, tokens: int) -> tuple[int, int]:
     """(S, R): the rows this rank's router sends and the rows its local experts receive.
 
-    Dropless: S = T·k and R = ⌈T·k·ETP·α⌉, the balanced expectation (each of the EP ranks sends
-    T·k/EP rows to each other, then the ETP ranks gather theirs) scaled by the imbalance
+    Dropless: S = T·topk and R = ⌈T·topk·ETP·α⌉, the balanced expectation (each of the EP ranks sends
+    T·topk/EP rows to each other, then the ETP ranks gather theirs) scaled by the imbalance
     allowance α (`training.expert_imbalance`). Capacity factor CF: S = E·C and R = (E/EP)·C·EP·ETP
     = E·C·ETP (token_dispatcher.py preprocess with moe_pad_expert_input_to_capacity: every local
     expert gets C·tp_size·ep_size rows); without padding this is the bound dropping enforces.
@@ -512,10 +512,10 @@ def expert_shape(job: Plannable) -> ExpertShape:
     sent, rows = routed_rows(job, tokens)
     alpha = job.training.expert_imbalance
     if moe.capacity_factor is not None:
-        rows_formula = "E·⌈T·k/E·CF⌉" + ("·ETP" if lay.et > 1 else "")
+        rows_formula = "E·⌈T·topk/E·CF⌉" + ("·ETP" if lay.et > 1 else "")
     else:
         rows_formula = (
-            "T·k" + ("·ETP" if lay.et > 1 else "") + (f"·{alpha:g}" if alpha != 1 else "")
+            "T·topk" + ("·ETP" if lay.et > 1 else "") + (f"·{alpha:g}" if alpha != 1 else "")
         )
     return ExpertShape(
         e=x.e,
@@ -550,13 +550,13 @@ def router_scores(y: ExpertShape) -> int:
 
 
 def router_indices(y: ExpertShape) -> int:
-    """8·T·k: the int64 top-k expert indices, which the gather of the top-k logits and the
+    """8·T·topk: the int64 top-k expert indices, which the gather of the top-k logits and the
     scatter into the T×E routing probabilities keep."""
     return INDEX_BYTES * y.tokens * y.k
 
 
 def router_probabilities(y: ExpertShape) -> int:
-    """4·T·k: the fp32 softmax over each token's top-k logits, kept by its backward."""
+    """4·T·topk: the fp32 softmax over each token's top-k logits, kept by its backward."""
     return PROBABILITY_BYTES * y.tokens * y.k
 
 
@@ -654,9 +654,9 @@ def _gate(y: ExpertShape) -> str:
 MOE_LINES: tuple[MoELine, ...] = (
     MoELine("MoE input (router, dispatch)", moe_input, lambda y: f"{y.e}·T·h", MOE_PERMUTE),
     MoELine("router scores (fp32)", router_scores, lambda y: "4·T·E", MOE_ROUTER),
-    MoELine("router top-k indices (int64)", router_indices, lambda y: "8·T·k", MOE_ROUTER),
+    MoELine("router top-k indices (int64)", router_indices, lambda y: "8·T·topk", MOE_ROUTER),
     MoELine(
-        "router top-k probabilities (fp32)", router_probabilities, lambda y: "4·T·k", MOE_ROUTER
+        "router top-k probabilities (fp32)", router_probabilities, lambda y: "4·T·topk", MOE_ROUTER
     ),
     MoELine("routing map (bool)", routing_map, lambda y: "T·E", MOE_PERMUTE),
     MoELine(
@@ -665,7 +665,7 @@ MOE_LINES: tuple[MoELine, ...] = (
     MoELine(
         "permutation indices (int64)",
         permutation_indices,
-        lambda y: "8·E·⌈T·k/E·CF⌉" if y.capacity else "8·T·k",
+        lambda y: "8·E·⌈T·topk/E·CF⌉" if y.capacity else "8·T·topk",
         MOE_PERMUTE,
     ),
     MoELine(
@@ -1004,7 +1004,7 @@ def stage_activation_terms(
                 "all-to-all dispatch and combine buffers (transient)",
                 "buffers",
                 dispatch_buffers(y),
-                f"{y.e}·h·(S + R), S = {'E·⌈T·k/E·CF⌉' if y.capacity else 'T·k'}"
+                f"{y.e}·h·(S + R), S = {'E·⌈T·topk/E·CF⌉' if y.capacity else 'T·topk'}"
                 if y.exchanged
                 else f"{y.e}·h·S",
                 MOE_DISPATCHER,
