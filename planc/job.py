@@ -198,6 +198,7 @@ class Training:
     reshard_after_forward: bool = True  # FSDP2
     offload_optimizer: bool = False
     offload_parameters: bool = False
+    expert_imbalance: float = 1.0  # dropless MoE: peak tokens per EP rank over the balanced T·k
 
 
 @record
@@ -481,6 +482,7 @@ def _training(spec: Data) -> Training:
         reshard_after_forward=tr.get("reshard_after_forward", True),
         offload_optimizer=tr.get("offload", {}).get("optimizer", False),
         offload_parameters=tr.get("offload", {}).get("parameters", False),
+        expert_imbalance=float(tr.get("expert_imbalance", 1.0)),
     )
 
 

@@ -276,6 +276,20 @@ def shard_split(job: Job) -> Iterator[Violation]:
             f"choose a divisor of {group}, such as {math.gcd(group, lay.data_shard)}",
             ("parallelism.data",),
         )
+        return
+    edp = lay.edp(job.world)
+    replicas = group // lay.data_shard
+    if job.model.moe is not None and edp is not None and edp % replicas:
+        yield Violation(
+            "parallelism.data_shard",
+            f"data_shard = {lay.data_shard} leaves {replicas} replicas of the sharded state, "
+            f"which do not divide the expert data-parallel size EDP = {edp}: the experts' "
+            "shards cannot be replicated the same way (Megatron-Core asserts EDP % "
+            "num_distributed_optimizer_instances == 0)",
+            f"choose data_shard so that data × context / data_shard divides {edp}, such as "
+            f"{group // math.gcd(replicas, edp)}",
+            ("parallelism.data", "parallelism.expert"),
+        )
 
 
 def expert_split(job: Job) -> Iterator[Violation]:
@@ -494,6 +508,17 @@ class PlanLayout:
     def replicas(self) -> int:
         """R = d·c/N: the groups that each hold a whole copy of the sharded state."""
         return self.d * self.c // self.data_shard
+
+    @property
+    def expert_shard_group(self) -> int:
+        """N_e = EDP/R: the ranks the routed experts' gradients and optimizer state are sharded
+        over. Megatron-Core builds a separate distributed optimizer for expert parameters over
+        the intra-partial expert data-parallel group of EDP / num_distributed_optimizer_instances
+        ranks (optimizer/__init__.py get_megatron_optimizer, intra_expt_dp_group; parallel_state
+        asserts that R divides EDP); DeepSpeed shards expert param groups over the expert data
+        group (stage_1_and_2.py _configure_moe_settings); torchtitan fully_shards the experts
+        over efsdp = dp_shard·cp·tp/ep, under dp_replicate. Dense jobs: EDP = d·c, so N_e = N."""
+        return self.edp // self.replicas
 
     def chunk_layers(self, stage: int) -> tuple[int, ...]:
         """Layers in each of the v model chunks of pipeline rank `stage`."""

@@ -454,6 +454,14 @@ class TrainingSpec(Frozen):
     offload: OffloadSpec = Field(
         OffloadSpec(), description="What moves to host memory (needs deepspeed or fsdp2)."
     )
+    expert_imbalance: Annotated[float, _bounded(1.0, 1_000)] = Field(
+        1.0,
+        description="Mixture of experts, dropless routing (no capacity_factor): the most tokens "
+        "one expert-parallel rank receives, as a multiple of the balanced T·topk (T tokens per rank, top_k), 1 to 1,000. "
+        "planc sizes each MoE layer's routed activations and all-to-all buffers with it. "
+        "Default: 1.0, the balanced expectation a load-balancing loss aims at; set it from your "
+        "router's measured peak load (Megatron --moe-per-layer-logging) to budget the worst rank.",
+    )
 
 
 class RulesSpec(Frozen):

@@ -76,3 +76,29 @@ def test_unfused_keeps_what_the_fused_kernels_do_not(validation: Any) -> None:
     planned = validation.planc_estimate(unfused)[0] - validation.planc_estimate(fused)[0]
     assert measured == swiglu
     assert planned == swiglu + statistics
+
+
+MOE_TOLERANCE_PERCENT = 0.2
+
+
+def _moe_case_names() -> list[str]:
+    return [name for name in _case_names() if "moe" in name]
+
+
+@pytest.mark.parametrize("case", _moe_case_names())
+def test_moe_layer_matches_autograd(validation: Any, case: str) -> None:
+    # A MoE layer written in torch as Megatron-Core runs it on one rank (router linear, top-k
+    # and fp32 softmaxes, permute by sorted indices, per-expert SwiGLU weighted by the routing
+    # probability, scatter_add unpermute, optional shared expert), with routing forced balanced
+    # so that planc's expectation T·k rows is exact. What remains is the fused RMSNorms' fp32
+    # 1/rms (4·s·b per norm), which planc does not charge with fused kernels, and the 4·E
+    # bytes of the load-balancing loss's mean scores.
+    cfg = next(c for name, c, _ in validation.CASES if name == case)
+    cfg = validation.replace(cfg, s=cfg.s // 4)
+    measured_layer, measured_total = validation.measure(cfg, backward=True)
+    planc_layer, planc_total = validation.planc_estimate(cfg)
+    assert abs(validation.Row.error(planc_layer, measured_layer)) <= MOE_TOLERANCE_PERCENT
+    assert abs(validation.Row.error(planc_total, measured_total)) <= MOE_TOLERANCE_PERCENT
+    unexplained = measured_layer - planc_layer
+    statistics = 0 if cfg.kernels == "unfused" else 2 * 4 * cfg.s * cfg.b
+    assert unexplained == statistics + 4 * cfg.E

@@ -155,12 +155,14 @@ def test_expert_layout_fields() -> None:
     assert (lay.et, lay.edp(64), lay.expert_order) == (1, 8, ("tp", "cp", "dp", "pp"))
 
 
-def test_memory_report_says_experts_are_not_modelled() -> None:
+def test_memory_report_describes_the_experts() -> None:
     for preset, expected in (("mixtral-8x7b", True), ("llama3-8b", False)):
         plan = plannable(job_of({"preset": preset}, {"pipeline": 4, "tensor": 2}))
         assert not isinstance(plan, tuple), plan
         text = render_text(plan, budget(plan))
-        assert ("Experts: not modelled yet" in text) is expected
+        assert "not modelled" not in text
+        assert ("Experts: each rank holds E/EP" in text) is expected
+        assert ("expert Adam m (fp32)" in text) is expected
 
 
 def test_moe_layer_count_is_the_pattern_count() -> None:

@@ -54,7 +54,7 @@ from torch import Tensor, nn
 
 from planc.load import load_text
 from planc.memory import rank_memory
-from planc.memory.activations import layer_bytes, shape_of
+from planc.memory.activations import expert_shape, layer_bytes, moe_layer_bytes, shape_of
 from planc.plannable import Plannable, plannable
 
 # --- the PyTorch models ------------------------------------------------------------------------
@@ -75,6 +75,11 @@ class Config:
     dropout: float
     dtype: torch.dtype = torch.bfloat16
     kernels: str = "fused"  # "fused" (Megatron-Core + TE/Apex) | "unfused" (plain PyTorch on CUDA)
+    E: int = 0  # routed experts (0: a dense model)
+    top_k: int = 0
+    f_e: int = 0  # one routed expert's inner size
+    E_s: int = 0  # shared experts
+    f_s: int = 0  # one shared expert's inner size
 
     @property
     def fused_swiglu(self) -> bool:
@@ -260,6 +265,114 @@ class MLP(nn.Module):
         return dropout(self.fc2(inner), cfg.dropout)
 
 
+class WeightedSwiGLUFunction(torch.autograd.Function):
+    """Megatron's fused weighted SwiGLU (fused_bias_swiglu.WeightedSwiGLUFunction): saves the fc1
+    output and each row's routing probability, returns silu(gate)·up·p."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, probs: Tensor) -> Tensor:
+        ctx.save_for_backward(x, probs)
+        gate, up = x.chunk(2, dim=-1)
+        return (F.silu(gate) * up * probs).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor]:
+        x, probs = ctx.saved_tensors
+        gate, up = x.float().chunk(2, dim=-1)
+        sig = torch.sigmoid(gate)
+        silu = gate * sig
+        g = grad.float()
+        gp = g * probs.float()
+        d_gate = gp * up * sig * (1 + gate * (1 - sig))
+        d_probs = (g * silu * up).sum(-1, keepdim=True)
+        return torch.cat([d_gate, gp * silu], dim=-1).to(x.dtype), d_probs.to(probs.dtype)
+
+
+class ForcedTopK(torch.autograd.Function):
+    """torch.topk's values at given indices: saves only the indices, as topk's backward does
+    (derivatives.yaml: value_selecting_reduction_backward from indices and sizes)."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: Tensor, indices: Tensor) -> Tensor:
+        ctx.save_for_backward(indices)
+        ctx.experts = logits.shape[-1]
+        return logits.gather(1, indices)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        (indices,) = ctx.saved_tensors
+        full = grad.new_zeros(grad.shape[0], ctx.experts)
+        return full.scatter(1, indices, grad), None
+
+
+class MoE(nn.Module):
+    """A MoE layer as Megatron-Core builds it (alltoall dispatcher on one rank, EP = ETP = 1):
+    TopKRouter (gating linear; top-k of the logits, fp32 softmax over the top-k; fp32 softmax
+    over all E for the load-balancing loss), moe_utils.permute (index_select of the tokens by
+    sorted indices, masked_select of the probabilities by the routing map), the experts' fc1 and
+    fc2 per expert on its rows (TEGroupedMLP), the probabilities applied in the activation,
+    unpermute (scatter_add), and a shared expert on the layer's input.
+
+    Routing is forced balanced: token i goes to experts (i·k + j) mod E, so each expert gets
+    exactly T·k/E rows and planc's balanced expectation is exact.
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.router = nn.Linear(cfg.h, cfg.E, bias=False)
+        self.fused = cfg.fused_swiglu
+        width = 2 * cfg.f_e if self.fused else cfg.f_e  # unfused: separate gate and up (w1, w3)
+        self.fc1 = nn.ModuleList(nn.Linear(cfg.h, width, bias=False) for _ in range(cfg.E))
+        self.up = nn.ModuleList(
+            nn.Linear(cfg.h, cfg.f_e, bias=False) for _ in range(0 if self.fused else cfg.E)
+        )
+        self.fc2 = nn.ModuleList(nn.Linear(cfg.f_e, cfg.h, bias=False) for _ in range(cfg.E))
+        shared = replace(cfg, f=cfg.E_s * cfg.f_s, dropout=0.0)
+        self.shared = MLP(shared) if cfg.E_s else None
+        self.aux: list[Tensor] = []
+
+    def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        cfg = self.cfg
+        tokens = x.shape[0]
+        logits = self.router(x)
+        scores = torch.softmax(logits, dim=-1, dtype=torch.float32)  # load-balancing loss
+        self.aux.append(scores.mean(0).square().sum())
+        token = torch.arange(tokens).unsqueeze(1)
+        indices = (token * cfg.top_k + torch.arange(cfg.top_k)) % cfg.E  # forced, balanced
+        top = torch.softmax(ForcedTopK.apply(logits, indices), dim=-1, dtype=torch.float32)
+        probs = torch.zeros_like(logits).scatter(1, indices, top.to(logits.dtype))
+        routing = torch.zeros_like(logits, dtype=torch.int32).scatter(1, indices, 1).bool()
+        return probs, routing
+
+    def forward(self, x: Tensor) -> Tensor:
+        cfg = self.cfg
+        b, s, h = x.shape
+        flat = x.reshape(b * s, h)
+        probs, routing = self.route(flat)
+        mask = routing.T.contiguous()  # [E, T]
+        sorted_indices = torch.arange(b * s).expand(cfg.E, -1).masked_select(mask)
+        permuted_probs = probs.T.contiguous().masked_select(mask)
+        rows = flat.index_select(0, sorted_indices)
+        counts = mask.sum(1).tolist()
+        parts = rows.split(counts)
+        fc1 = torch.cat([fc(part) for fc, part in zip(self.fc1, parts, strict=True)])
+        weights = permuted_probs.unsqueeze(-1)
+        if self.fused:
+            act = WeightedSwiGLUFunction.apply(fc1, weights)
+        else:
+            up = torch.cat([fc(part) for fc, part in zip(self.up, parts, strict=True)])
+            act = (F.silu(fc1) * up) * weights
+        out = torch.cat([fc(part) for fc, part in zip(self.fc2, act.split(counts), strict=True)])
+        combined = torch.zeros_like(flat).scatter_add(
+            0, sorted_indices.unsqueeze(1).expand(-1, h), out
+        )
+        y = combined.view(b, s, h)
+        if self.shared is not None:
+            y = y + self.shared(x)
+        return dropout(y, cfg.dropout)
+
+
 def norm(cfg: Config) -> nn.Module:
     return LayerNorm(cfg.h) if cfg.gpt else RMSNorm(cfg.h)
 
@@ -267,7 +380,8 @@ def norm(cfg: Config) -> nn.Module:
 class Block(nn.Module):
     def __init__(self, cfg: Config) -> None:
         super().__init__()
-        self.norm1, self.attn, self.norm2, self.mlp = norm(cfg), Attention(cfg), norm(cfg), MLP(cfg)
+        self.norm1, self.attn, self.norm2 = norm(cfg), Attention(cfg), norm(cfg)
+        self.mlp = MoE(cfg) if cfg.E else MLP(cfg)
 
     def forward(self, x: Tensor) -> Tensor:
         x = x + self.attn(self.norm1(x))
@@ -367,6 +481,11 @@ def spec_for(cfg: Config) -> str:
     else:
         model |= {"mlp": "swiglu", "norm": "rmsnorm", "bias": False, "tied_embeddings": False,
                   "position_embedding": "rope"}
+    if cfg.E:
+        model["moe"] = {
+            "experts": cfg.E, "top_k": cfg.top_k, "expert_ffn_hidden": cfg.f_e,
+            "shared_experts": cfg.E_s, "shared_expert_ffn_hidden": cfg.f_s or cfg.f_e,
+        }
     spec = {
         "version": 1,
         "name": "validation",
@@ -386,7 +505,11 @@ def planc_estimate(cfg: Config) -> tuple[int, int]:
     plan = plannable(job) if job is not None else None
     if not isinstance(plan, Plannable):
         raise SystemExit(f"planc could not plan the spec for {cfg}: {plan}")
-    return layer_bytes(shape_of(plan), "none"), rank_memory(plan, 0).activations
+    if cfg.E:
+        layer = moe_layer_bytes(shape_of(plan), expert_shape(plan), "none")
+    else:
+        layer = layer_bytes(shape_of(plan), "none")
+    return layer, rank_memory(plan, 0).activations
 
 
 # --- the cases ---------------------------------------------------------------------------------
@@ -411,6 +534,12 @@ SHAPES: tuple[tuple[str, Config], ...] = (
     ("llama GQA g=2, eager", replace(LLAMA, attention="eager")),
     ("llama GQA g=2, eager, dropout 0.1", replace(LLAMA, attention="eager", dropout=0.1)),
     ("llama MHA, flash, h=512", replace(LLAMA, h=512, n=8, g=8, f=1344)),
+)
+MIXTRAL = replace(LLAMA, E=8, top_k=2, f_e=320)  # every layer MoE, forced balanced routing
+SHAPES += (
+    ("moe E=8 k=2 (Mixtral-like), flash", MIXTRAL),
+    ("moe E=8 k=2 + shared expert, flash", replace(MIXTRAL, E_s=1, f_s=256)),
+    ("moe E=8 k=2, eager, dropout 0.1", replace(MIXTRAL, attention="eager", dropout=0.1)),
 )
 CASES: tuple[tuple[str, Config, bool], ...] = tuple(
     (f"{kernels}: {name}", replace(cfg, kernels=kernels), True)

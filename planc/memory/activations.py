@@ -36,6 +36,7 @@ Each line below is one of those tensors, generalised and divided the way Megatro
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from planc.job import Model
@@ -263,6 +264,7 @@ class Line:
     formula: Callable[[LayerShape], str]
     source: str
     core: bool = False  # part of the attention core that selective recompute drops
+    mlp: bool = False  # a dense MLP's tensor, which a MoE layer replaces by its own (MOE_LINES)
 
 
 def _e(x: LayerShape) -> str:
@@ -336,26 +338,35 @@ LINES: tuple[Line, ...] = (
     ),
     Line("MLP norm input", norm_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI),
     Line("MLP norm statistics (fp32)", norm_statistics, _stats, PYTORCH_NORM),
-    Line("fc1 input", linear_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI),
+    Line("fc1 input", linear_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI, mlp=True),
     Line(
         "MLP activation input (fc1 output)",
         mlp_activation_input,
         _mlp_input_formula,
         KORTHIKANTI + "; SwiGLU: Megatron's fused bias_swiglu saves the fc1 output",
+        mlp=True,
     ),
     Line(
         "SwiGLU up-projection output (unfused)",
         swiglu_up_output,
         lambda x: f"{_e(x)}·{x.tok}·f{x.split}",
         PYTORCH_SWIGLU,
+        mlp=True,
     ),
     Line(
         "SiLU output (unfused)",
         silu_output,
         lambda x: f"{_e(x)}·{x.tok}·f{x.split}",
         PYTORCH_SWIGLU,
+        mlp=True,
     ),
-    Line("fc2 input", mlp_output_input, lambda x: f"{_e(x)}·{x.tok}·f{x.split}", KORTHIKANTI),
+    Line(
+        "fc2 input",
+        mlp_output_input,
+        lambda x: f"{_e(x)}·{x.tok}·f{x.split}",
+        KORTHIKANTI,
+        mlp=True,
+    ),
     Line(
         "MLP residual dropout mask",
         residual_dropout_mask,
@@ -403,6 +414,353 @@ def recompute_working_set(x: LayerShape, recompute: str) -> int:
     if recompute == "selective":
         return sum(line.size(x) for line in LINES if line.core)
     return 0
+
+
+# --- mixture-of-experts layers -----------------------------------------------------------------
+#
+# A MoE layer keeps the attention side of a dense layer (every line above but the dense MLP's)
+# and, instead of the dense MLP, what Megatron-Core's MoELayer saves for backward with the
+# alltoall dispatcher (moe_layer.py, router.py, moe_utils.py, token_dispatcher.py, experts.py
+# TEGroupedMLP): the router's scores, top-k indices and probabilities, the permutation's
+# indices and routing map, each local expert's GEMM inputs and activation input over the rows
+# it receives, the probabilities its weighted activation keeps, and the shared experts as a
+# dense MLP. Rows: T tokens enter the layer on this rank (⌈s/c⌉·b, /t with sequence
+# parallelism, which Megatron requires with TP for MoE); the router sends S rows (T·topk dropless,
+# E·C with a capacity of C = ⌈T·topk/E·CF⌉ per expert, get_capacity) and the rank's E/EP experts
+# receive R rows from the EP group, gathered over ETP: T·topk·ETP·α dropless (α =
+# training.expert_imbalance), E·C·ETP with a capacity (exact when padded to capacity, an upper
+# bound when not).
+
+MEGATRON_MOE = "Megatron-Core transformer/moe"
+MOE_ROUTER = (
+    f"{MEGATRON_MOE}/router.py TopKRouter and moe_utils.py topk_routing_with_score_function "
+    "(top-k indices, fp32 softmax over the top-k; fp32 scores over all E for the load-balancing "
+    "loss, compute_routing_scores_for_aux_loss, or the sigmoid scores)"
+)
+MOE_PERMUTE = (
+    f"{MEGATRON_MOE}/moe_utils.py permute (index_select saves sorted_indices; the probs' "
+    "masked_select saves its T×E input and the routing map) and unpermute (scatter_add on the "
+    "same indices)"
+)
+MOE_EXPERTS = (
+    f"{MEGATRON_MOE}/experts.py TEGroupedMLP (fc1 and fc2 save their inputs; the weighted "
+    "SwiGLU, fused_bias_swiglu.weighted_bias_swiglu_impl, saves the fc1 output and the probs)"
+)
+MOE_SHARED = f"{MEGATRON_MOE}/shared_experts.py SharedExpertMLP (a dense MLP of E_s·f_s over t)"
+MOE_DISPATCHER = (
+    f"{MEGATRON_MOE}/token_dispatcher.py MoEAlltoAllTokenDispatcher (permute, A2A(EP), "
+    "AG(ETP), sort_chunks; sort_chunks, RS(ETP), A2A(EP), unpermute)"
+)
+PROBABILITY_BYTES = 4  # the router's fp32 scores and top-k softmax
+MASK_BYTES = 1  # the bool routing map
+
+
+@record
+class ExpertShape:
+    """What one rank sees of one MoE layer for one micro-batch."""
+
+    e: int  # bytes per activation element (ε)
+    tokens: int  # T: tokens entering the layer on this rank
+    shared_tokens: int  # tokens the shared experts' f-sized tensors cover: ⌈s/c⌉·b (split over t)
+    h: int
+    E: int
+    k: int
+    sent: int  # S: rows this rank's router sends to the experts
+    rows: int  # R: rows this rank's local experts receive
+    f_e: int  # ⌈f_e/ETP⌉
+    f_s: int  # ⌈E_s·f_s/t⌉, 0 without shared experts
+    gated: bool
+    unfused: bool
+    exchanged: bool  # EP·ETP > 1: the rows travel (all-to-all, all-gather)
+    capacity: bool  # a capacity factor bounds the rows
+    # symbols for formulas
+    tok: str  # "T"
+    rows_formula: str  # R in symbols
+
+
+def expert_capacity(tokens: int, k: int, E: int, capacity_factor: float) -> int:
+    """C = ⌈T·topk/E·CF⌉: the most rows one expert takes from one rank's T tokens (Megatron-Core
+    moe_utils.get_capacity, evaluated in the same order)."""
+    return math.ceil((tokens * k / E) * capacity_factor)
+
+
+def routed_rows(job: Plannable, tokens: int) -> tuple[int, int]:
+    """(S, R): the rows this rank's router sends and the rows its local experts receive.
+
+    Dropless: S = T·topk and R = ⌈T·topk·ETP·α⌉, the balanced expectation (each of the EP ranks sends
+    T·topk/EP rows to each other, then the ETP ranks gather theirs) scaled by the imbalance
+    allowance α (`training.expert_imbalance`). Capacity factor CF: S = E·C and R = (E/EP)·C·EP·ETP
+    = E·C·ETP (token_dispatcher.py preprocess with moe_pad_expert_input_to_capacity: every local
+    expert gets C·tp_size·ep_size rows); without padding this is the bound dropping enforces.
+    """
+    moe, lay = job.model.moe, job.layout
+    if moe is None:
+        raise ValueError("the model has no experts")
+    if moe.capacity_factor is not None:
+        capacity = expert_capacity(tokens, moe.k, moe.E, moe.capacity_factor)
+        return moe.E * capacity, moe.E * capacity * lay.et
+    balanced = tokens * moe.k * lay.et
+    return tokens * moe.k, math.ceil(balanced * job.training.expert_imbalance)
+
+
+def expert_shape(job: Plannable) -> ExpertShape:
+    """The MoE-layer shape of `job` on any rank (every rank of a MoE job routes the same T)."""
+    moe, lay, x = job.model.moe, job.layout, shape_of(job)
+    if moe is None:
+        raise ValueError("the model has no experts")
+    tokens = x.s_r * x.b
+    sent, rows = routed_rows(job, tokens)
+    alpha = job.training.expert_imbalance
+    if moe.capacity_factor is not None:
+        rows_formula = "E·⌈T·topk/E·CF⌉" + ("·ETP" if lay.et > 1 else "")
+    else:
+        rows_formula = (
+            "T·topk" + ("·ETP" if lay.et > 1 else "") + (f"·{alpha:g}" if alpha != 1 else "")
+        )
+    return ExpertShape(
+        e=x.e,
+        tokens=tokens,
+        shared_tokens=x.s * x.b,
+        h=x.h,
+        E=moe.E,
+        k=moe.k,
+        sent=sent,
+        rows=rows,
+        f_e=ceil_div(moe.f_e, lay.et),
+        f_s=ceil_div(moe.E_s * moe.f_s, lay.t) if moe.E_s else 0,
+        gated=x.gated,
+        unfused=x.unfused,
+        exchanged=lay.ep * lay.et > 1,
+        capacity=moe.capacity_factor is not None,
+        tok="T",
+        rows_formula=rows_formula,
+    )
+
+
+def moe_input(y: ExpertShape) -> int:
+    """ε·T·h: the MLP norm's output, which the router's gating linear, the dispatcher's permute
+    and the shared experts' fc1 all take (one tensor, kept once); the dense layer's fc1 input."""
+    return y.e * y.tokens * y.h
+
+
+def router_scores(y: ExpertShape) -> int:
+    """4·T·E: the router's fp32 scores over all E experts, kept for the load-balancing loss
+    (softmax, compute_routing_scores_for_aux_loss) or for the sigmoid score function."""
+    return PROBABILITY_BYTES * y.tokens * y.E
+
+
+def router_indices(y: ExpertShape) -> int:
+    """8·T·topk: the int64 top-k expert indices, which the gather of the top-k logits and the
+    scatter into the T×E routing probabilities keep."""
+    return INDEX_BYTES * y.tokens * y.k
+
+
+def router_probabilities(y: ExpertShape) -> int:
+    """4·T·topk: the fp32 softmax over each token's top-k logits, kept by its backward."""
+    return PROBABILITY_BYTES * y.tokens * y.k
+
+
+def routing_map(y: ExpertShape) -> int:
+    """T·E: the bool routing map (E×T), which the permutation's masked_select of the
+    probabilities keeps."""
+    return MASK_BYTES * y.tokens * y.E
+
+
+def dense_probabilities(y: ExpertShape) -> int:
+    """ε·T·E: the routing probabilities scattered to T×E (transposed, in the logits' dtype),
+    which the permutation's masked_select keeps as its input for the backward."""
+    return y.e * y.tokens * y.E
+
+
+def permutation_indices(y: ExpertShape) -> int:
+    """8·S: the int64 sorted token indices of the S rows sent, kept by the permute's
+    index_select and the unpermute's scatter_add."""
+    return INDEX_BYTES * y.sent
+
+
+def expert_fc1_input(y: ExpertShape) -> int:
+    """ε·R·h: the rows this rank's experts received, sorted by expert, input of their fc1."""
+    return y.e * y.rows * y.h
+
+
+def expert_activation_input(y: ExpertShape) -> int:
+    """ε·R·f_e/ETP per gated half: the experts' fc1 output (2·ε·R·f_e/ETP for SwiGLU, which the
+    fused weighted SwiGLU keeps whole); unfused, the gate projection's output, silu's input."""
+    return (2 if y.gated and not y.unfused else 1) * y.e * y.rows * y.f_e
+
+
+def expert_up_output(y: ExpertShape) -> int:
+    """ε·R·f_e/ETP: the up projection's output, kept by silu(a)·b. Unfused SwiGLU only."""
+    return y.e * y.rows * y.f_e if y.gated and y.unfused else 0
+
+
+def expert_silu_output(y: ExpertShape) -> int:
+    """ε·R·f_e/ETP: the SiLU output, kept by silu(a)·b. Unfused SwiGLU only."""
+    return y.e * y.rows * y.f_e if y.gated and y.unfused else 0
+
+
+def expert_weighted_input(y: ExpertShape) -> int:
+    """ε·R·f_e/ETP: the activation's output before it is scaled by the routing probability,
+    kept by that multiply (experts.py bias_act_func: activation(x) * permuted_probs). Not with
+    the fused weighted SwiGLU, which scales inside the kernel and keeps only its input."""
+    return 0 if y.gated and not y.unfused else y.e * y.rows * y.f_e
+
+
+def expert_probabilities(y: ExpertShape) -> int:
+    """ε·R: each received row's routing probability (in the logits' dtype), kept by the
+    weighted activation for the probabilities' gradient."""
+    return y.e * y.rows
+
+
+def expert_fc2_input(y: ExpertShape) -> int:
+    """ε·R·f_e/ETP: the weighted activation's output, input of the experts' fc2."""
+    return y.e * y.rows * y.f_e
+
+
+def shared_activation_input(y: ExpertShape) -> int:
+    """ε·s·b·E_s·f_s/t per gated half: the shared experts' fc1 output (as a dense MLP)."""
+    return (2 if y.gated and not y.unfused else 1) * y.e * y.shared_tokens * y.f_s
+
+
+def shared_up_output(y: ExpertShape) -> int:
+    """ε·s·b·E_s·f_s/t: the shared experts' up projection's output. Unfused SwiGLU only."""
+    return y.e * y.shared_tokens * y.f_s if y.gated and y.unfused else 0
+
+
+def shared_silu_output(y: ExpertShape) -> int:
+    """ε·s·b·E_s·f_s/t: the shared experts' SiLU output. Unfused SwiGLU only."""
+    return y.e * y.shared_tokens * y.f_s if y.gated and y.unfused else 0
+
+
+def shared_fc2_input(y: ExpertShape) -> int:
+    """ε·s·b·E_s·f_s/t: the shared experts' fc2 input."""
+    return y.e * y.shared_tokens * y.f_s
+
+
+@record
+class MoELine:
+    """One tensor a MoE layer saves: its name, size function, formula and source."""
+
+    name: str
+    size: Callable[[ExpertShape], int]
+    formula: Callable[[ExpertShape], str]
+    source: str
+
+
+def _gate(y: ExpertShape) -> str:
+    return str(2 * y.e if y.gated and not y.unfused else y.e)
+
+
+MOE_LINES: tuple[MoELine, ...] = (
+    MoELine("MoE input (router, dispatch)", moe_input, lambda y: f"{y.e}·T·h", MOE_PERMUTE),
+    MoELine("router scores (fp32)", router_scores, lambda y: "4·T·E", MOE_ROUTER),
+    MoELine("router top-k indices (int64)", router_indices, lambda y: "8·T·topk", MOE_ROUTER),
+    MoELine(
+        "router top-k probabilities (fp32)", router_probabilities, lambda y: "4·T·topk", MOE_ROUTER
+    ),
+    MoELine("routing map (bool)", routing_map, lambda y: "T·E", MOE_PERMUTE),
+    MoELine(
+        "routing probabilities (T×E)", dense_probabilities, lambda y: f"{y.e}·T·E", MOE_PERMUTE
+    ),
+    MoELine(
+        "permutation indices (int64)",
+        permutation_indices,
+        lambda y: "8·E·⌈T·topk/E·CF⌉" if y.capacity else "8·T·topk",
+        MOE_PERMUTE,
+    ),
+    MoELine(
+        "expert fc1 input (received rows)",
+        expert_fc1_input,
+        lambda y: f"{y.e}·R·h (R = {y.rows_formula})",
+        MOE_EXPERTS + "; " + MOE_DISPATCHER,
+    ),
+    MoELine(
+        "expert activation input (fc1 output)",
+        expert_activation_input,
+        lambda y: f"{_gate(y)}·R·f_e/ETP",
+        MOE_EXPERTS,
+    ),
+    MoELine(
+        "expert up-projection output (unfused)",
+        expert_up_output,
+        lambda y: f"{y.e}·R·f_e/ETP",
+        PYTORCH_SWIGLU,
+    ),
+    MoELine(
+        "expert SiLU output (unfused)",
+        expert_silu_output,
+        lambda y: f"{y.e}·R·f_e/ETP",
+        PYTORCH_SWIGLU,
+    ),
+    MoELine(
+        "expert activation output (before the probability)",
+        expert_weighted_input,
+        lambda y: f"{y.e}·R·f_e/ETP",
+        MOE_EXPERTS + " bias_act_func",
+    ),
+    MoELine(
+        "expert routing probabilities", expert_probabilities, lambda y: f"{y.e}·R", MOE_EXPERTS
+    ),
+    MoELine("expert fc2 input", expert_fc2_input, lambda y: f"{y.e}·R·f_e/ETP", MOE_EXPERTS),
+    MoELine(
+        "shared-expert activation input (fc1 output)",
+        shared_activation_input,
+        lambda y: f"{_gate(y)}·s·b·E_s·f_s/t",
+        MOE_SHARED,
+    ),
+    MoELine(
+        "shared-expert up-projection output (unfused)",
+        shared_up_output,
+        lambda y: f"{y.e}·s·b·E_s·f_s/t",
+        PYTORCH_SWIGLU,
+    ),
+    MoELine(
+        "shared-expert SiLU output (unfused)",
+        shared_silu_output,
+        lambda y: f"{y.e}·s·b·E_s·f_s/t",
+        PYTORCH_SWIGLU,
+    ),
+    MoELine(
+        "shared-expert fc2 input", shared_fc2_input, lambda y: f"{y.e}·s·b·E_s·f_s/t", MOE_SHARED
+    ),
+)
+
+
+def moe_layer_terms(x: LayerShape, y: ExpertShape, recompute: str = "none") -> tuple[Term, ...]:
+    """Per-MoE-layer, per-micro-batch activation terms: the attention side of `layer_terms`
+    (and the MLP norm and residual dropout, which a MoE layer keeps too), then the MoE lines.
+
+    Recompute: selective is Megatron's default --recompute-modules core_attn, which keeps every
+    MoE tensor (planc's vocabulary has no moe / moe_act module recompute); full keeps only the
+    layer's input, as for a dense layer.
+    """
+    if recompute == "full":
+        return layer_terms(x, recompute)
+    attention = tuple(line for line in kept_lines(x, recompute) if not line.mlp)
+    terms = [
+        Term(line.name, "activations", line.size(x), line.formula(x), line.source)
+        for line in attention
+    ]
+    terms += [
+        Term(line.name, "activations", line.size(y), line.formula(y), line.source)
+        for line in MOE_LINES
+    ]
+    return tuple(term for term in terms if term.bytes)
+
+
+def moe_layer_bytes(x: LayerShape, y: ExpertShape, recompute: str = "none") -> int:
+    """Bytes one MoE layer keeps for one micro-batch."""
+    return sum(term.bytes for term in moe_layer_terms(x, y, recompute))
+
+
+def dispatch_buffers(y: ExpertShape) -> int:
+    """ε·h·(S + R): the dispatcher's rows in flight during one MoE layer, beyond what the layer
+    keeps: the permuted tokens the all-to-all sends (S rows) and the rows it receives (R/ETP,
+    then R after the all-gather over ETP, which sort_chunks copies into the experts' fc1 input);
+    on the way back the experts' output (R rows, reduce-scattered over ETP) and the all-to-all's
+    output (S rows) before the unpermute. At most S + R rows are alive at once. With EP·ETP = 1
+    nothing travels: only the S permuted rows before sort_chunks copies them."""
+    return y.e * y.h * (y.sent + (y.rows if y.exchanged else 0))
 
 
 # --- stage ends --------------------------------------------------------------------------------
@@ -555,6 +913,50 @@ def _scaled(term: Term, count: int, what: str) -> Term:
     )
 
 
+def _layer_counts(job: Plannable, pp_rank: int, held: tuple[int, ...]) -> tuple[int, int]:
+    """(dense, MoE) layer-micro-batches pipeline rank `pp_rank` holds at its peak: each chunk's
+    layers of each kind × the micro-batches in flight on that chunk."""
+    lay, moe = job.layout, job.model.moe
+    ranges = lay.chunks[pp_rank]
+    experts = [0 if moe is None else moe.moe_layers_between(a, b) for a, b in ranges]
+    dense = sum((b - a - e) * n for (a, b), e, n in zip(ranges, experts, held, strict=True))
+    return dense, sum(e * n for e, n in zip(experts, held, strict=True))
+
+
+def _layer_lines(
+    x: LayerShape, y: ExpertShape | None, recompute: str, dense: int, moe: int
+) -> list[Term]:
+    """Every per-layer line scaled by the layer-micro-batches that keep it: the attention side
+    by all of them, the dense MLP's lines by the dense layers', the MoE lines by the MoE
+    layers' (under full recompute every layer keeps only its input)."""
+    label = "layer-micro-batch"
+    terms: list[Term] = []
+    for line in kept_lines(x, recompute):
+        count = dense if line.mlp else dense + moe
+        term = Term(line.name, "activations", line.size(x), line.formula(x), line.source)
+        if count and term.bytes:
+            terms.append(_scaled(term, count, label))
+    if y is not None and moe and recompute != "full":
+        for moe_line in MOE_LINES:
+            term = Term(
+                moe_line.name, "activations", moe_line.size(y), moe_line.formula(y), moe_line.source
+            )
+            if term.bytes:
+                terms.append(_scaled(term, moe, f"MoE {label}"))
+    return terms
+
+
+def _working_set(x: LayerShape, y: ExpertShape | None, recompute: str, dense: bool) -> int:
+    """The recompute working set of the rank's layers: the largest re-created layer (full) or
+    one attention core (selective); a MoE layer re-creates its whole MoE side under full."""
+    work = recompute_working_set(x, recompute) if dense else 0
+    if y is not None and recompute == "full":
+        work = max(work, moe_layer_bytes(x, y, "none"))
+    elif y is not None:
+        work = max(work, recompute_working_set(x, recompute))
+    return work
+
+
 def stage_activation_terms(
     job: Plannable, pp_rank: int
 ) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
@@ -564,18 +966,26 @@ def stage_activation_terms(
     recompute = job.training.recompute
     chunks = lay.chunk_layers(pp_rank)
     first, last = pp_rank == 0, pp_rank == lay.p - 1
+    moe = model.moe
+    y = expert_shape(job) if moe is not None else None
     per_layer = layer_bytes(x, recompute)
+    per_moe_layer = moe_layer_bytes(x, y, recompute) if y is not None else 0
+    experts = [0 if moe is None else moe.moe_layers_between(a, b) for a, b in lay.chunks[pp_rank]]
     head = last_stage_terms(x, model.V, lay.t) if last else ()
     stem = first_stage_terms(x, model.position == "learned") if first else ()
-    weights = [layers * per_layer for layers in chunks]
+    weights = [
+        (layers - e) * per_layer + e * per_moe_layer
+        for layers, e in zip(chunks, experts, strict=True)
+    ]
     weights[0] += sum(term.bytes for term in stem)
     weights[-1] += sum(term.bytes for term in head)
     held = in_flight(lay.p, lay.v, job.m, pp_rank, tuple(weights))
-    layer_count = sum(layers * count for layers, count in zip(chunks, held, strict=True))
-    terms = [_scaled(term, layer_count, "layer-micro-batch") for term in layer_terms(x, recompute)]
+    dense_count, moe_count = _layer_counts(job, pp_rank, held)
+    terms = _layer_lines(x, y, recompute, dense_count, moe_count)
     terms += [_scaled(term, held[0], "micro-batch") for term in stem]
     terms += [_scaled(term, held[-1], "micro-batch") for term in head]
-    working = recompute_working_set(x, recompute) if sum(chunks) else 0
+    has_moe = sum(experts) > 0
+    working = _working_set(x, y if has_moe else None, recompute, sum(chunks) > sum(experts))
     if working:
         label = "one layer" if recompute == "full" else "one layer's attention core"
         terms.append(
@@ -587,15 +997,27 @@ def stage_activation_terms(
                 "planc: the backward of one layer re-creates what recompute dropped",
             )
         )
-    buffers: tuple[Term, ...] = ()
+    buffers: list[Term] = []
+    if y is not None and has_moe:
+        buffers.append(
+            Term(
+                "all-to-all dispatch and combine buffers (transient)",
+                "buffers",
+                dispatch_buffers(y),
+                f"{y.e}·h·(S + R), S = {'E·⌈T·topk/E·CF⌉' if y.capacity else 'T·topk'}"
+                if y.exchanged
+                else f"{y.e}·h·S",
+                MOE_DISPATCHER,
+            )
+        )
     if last and logits_buffer(x, model.V, lay.t):
-        buffers = (
+        buffers.append(
             Term(
                 f"LM head logits ({job.training.precision}, transient)",
                 "buffers",
                 logits_buffer(x, model.V, lay.t),
                 f"{x.e}·{x.tok}·V'/t",
                 CROSS_ENTROPY,
-            ),
+            )
         )
-    return tuple(term for term in terms if term.bytes), buffers
+    return tuple(term for term in terms if term.bytes), tuple(buffers)

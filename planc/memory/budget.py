@@ -70,15 +70,20 @@ def stage_rank(job: Plannable, pp_rank: int) -> int:
     return pp_rank * job.layout.strides[Axis.PP]
 
 
-def rank_memory(job: Plannable, pp_rank: int, shard_index: int = 0) -> RankMemory:
+def rank_memory(
+    job: Plannable, pp_rank: int, shard_index: int = 0, expert_shard_index: int = 0
+) -> RankMemory:
     """The budget of one rank: pipeline rank `pp_rank`, index `shard_index` in its shard group
     of N ranks (`training.framework` decides how its static state is laid out) (low indices hold ⌈Ψ_r/N⌉ elements, high ones ⌊Ψ_r/N⌋).
+    With experts, `expert_shard_index` is its index in the expert shard group of N_e = EDP/R
+    ranks, over which the routed experts' state is sharded.
 
     Every TP rank of a stage is charged as TP rank 0, the heaviest when a split is uneven.
     """
-    tr = job.training
+    tr, lay = job.training, job.layout
     state = state_bytes(tr.precision, tr.optimizer, tr.grad_accum_fp32)
-    group = Group(job.layout.zero, job.layout.shard_group, shard_index)
+    group = Group(lay.zero, lay.shard_group, shard_index)
+    expert_group = Group(lay.zero, lay.expert_shard_group, expert_shard_index, "N_e")
     share = rank_parameters(job, pp_rank)
     activations, transient = stage_activation_terms(job, pp_rank)
     reserve = Term(
@@ -88,7 +93,7 @@ def rank_memory(job: Plannable, pp_rank: int, shard_index: int = 0) -> RankMemor
         "reserve_gib·2³⁰",
         RESERVE_SOURCE,
     )
-    static = engine_terms(job, share, state, group)
+    static = engine_terms(job, share, state, group, expert_group)
     terms = (
         *(t for t in static.hbm if t.component != "buffers"),
         *activations,

@@ -25,11 +25,20 @@ charges; and they take N as every GPU, where planc shards over d·c (TP and PP s
 
 from __future__ import annotations
 
-from planc.memory.params import SOURCE_PARAMS, RankParameters, layer_formula
+from planc.memory.params import (
+    SOURCE_MOE_PARAMS,
+    SOURCE_PARAMS,
+    RankParameters,
+    expert_formula,
+    layer_formula,
+    moe_layer_dense_formula,
+    router_parameters,
+)
 from planc.memory.static import (
     SHARD_GRADIENTS,
     SHARD_WEIGHTS,
     Group,
+    Part,
     StateBytes,
     static_terms,
 )
@@ -80,15 +89,62 @@ def _term(name: str, component: Component, size: int, formula: str, source: str)
     return Term(name, component, size, formula, source)
 
 
+# --- the parts a rank's parameters are sharded in ----------------------------------------------
+
+TORCHTITAN_EXPERTS = (
+    "torchtitan distributed/fsdp.py apply_fsdp (routed experts fully_shard-ed over the edp mesh, "
+    "efsdp = dp_shard·cp·tp/ep) and parallel_dims.py"
+)
+MEGATRON_EXPERTS = (
+    "Megatron-Core optimizer/__init__.py get_megatron_optimizer (expert_parallel_buffers and a "
+    "second DistributedOptimizer over intra_expt_dp_group) and distributed_data_parallel.py"
+)
+DS_EXPERTS = (
+    "DeepSpeed moe/utils.py split_params_into_different_moe_groups_for_optimizer; "
+    "stage_1_and_2.py _configure_moe_settings (expert groups partitioned over expert_dp)"
+)
+
+
+def parts(share: RankParameters, group: Group, expert_group: Group) -> tuple[Part, ...]:
+    """The rank's flat parameter buffers: Ψ_r over N for a dense model; with experts, the dense
+    part Ψ_d over N and the routed experts Ψ_e over N_e = EDP/R, which every engine keeps in a
+    buffer and optimizer of their own (Megatron-Core, DeepSpeed, torchtitan's FSDP2)."""
+    if not share.expert_total:
+        return (Part(share.total, group),)
+    return (
+        Part(share.dense_total, group, "Ψ_d"),
+        Part(share.expert_total, expert_group, "Ψ_e", "expert "),
+    )
+
+
 # --- units the engines gather ------------------------------------------------------------------
 
 
+def largest_layer(share: RankParameters) -> int:
+    """The largest layer on this rank: a dense layer's Ψ_ℓ, or a MoE layer's non-expert part
+    (attention, norms, router, shared experts over t) plus its E/EP routed experts over ETP,
+    which FSDP2 and ZeRO-3 gather together as one unit (torchtitan fully_shards the whole
+    transformer block, experts over their own mesh)."""
+    dense = share.layers - share.moe_layers
+    moe = share.per_moe_layer + share.experts_per_moe_layer
+    return max(share.per_layer if dense else 0, moe if share.moe_layers else 0)
+
+
 def largest_unit(share: RankParameters) -> int:
-    """Ψ_u: the largest unit gathered at once on this rank: a layer on this TP rank, or the
-    embedding (with learned positions), or the final norm and the LM head."""
+    """Ψ_u: the largest unit gathered at once on this rank: a layer on this TP rank (with its
+    local experts, `largest_layer`), or the embedding (with learned positions), or the final
+    norm and the LM head."""
     first_unit = share.embedding + share.position
     last_unit = share.lm_head + share.final_norm
-    return max(share.per_layer if share.layers else 0, first_unit, last_unit)
+    return max(largest_layer(share), first_unit, last_unit)
+
+
+def _mlp_modules(h: int, f: int, gated: int, bias: int, fused: bool) -> tuple[int, ...]:
+    """The modules of one MLP of inner size f on this rank: fused, fc1 (gate and up together)
+    and fc2; unfused, separate gate, up and down linears of h·f each."""
+    if fused:
+        return (h * f * gated + bias * f * gated, f * h + bias * h)
+    return (h * f + bias * f,)
 
 
 def largest_module(job: Plannable, share: RankParameters) -> int:
@@ -96,27 +152,35 @@ def largest_module(job: Plannable, share: RankParameters) -> int:
     `largest_layer_params` (stage3.py model_to_params: Σ numel of m.parameters(recurse=False)).
 
     With fused kernels the projections are Megatron's fused QKV and fc1; unfused they are
-    separate q, k, v, o and gate, up, down linears (Hugging Face and torchtitan models).
+    separate q, k, v, o and gate, up, down linears (Hugging Face and torchtitan models). A MoE
+    layer adds its router (h·E), its shared experts as one MLP of E_s·f_s over t, and one
+    routed expert's linears of f_e over ETP: DeepSpeed's MoE keeps a copy of the expert module
+    per local expert (deepspeed/moe/experts.py Experts), so each is a module of its own.
     """
     mod, t = job.model, job.layout.t
-    n, g, f = ceil_div(mod.n, t), ceil_div(mod.g, t), ceil_div(mod.f, t)
+    n, g = ceil_div(mod.n, t), ceil_div(mod.g, t)
     bias = 1 if mod.bias else 0
     gated = 2 if mod.mlp == "swiglu" else 1
-    layer: tuple[int, ...]
-    if job.training.kernels == "fused":
-        layer = (
+    fused = job.training.kernels == "fused"
+    attention: tuple[int, ...]
+    if fused:
+        attention = (
             mod.h * mod.k * (n + 2 * g) + bias * (n + 2 * g) * mod.k,  # QKV
             mod.h * mod.k * n + bias * mod.h,  # out-projection
-            mod.h * f * gated + bias * f * gated,  # fc1
-            f * mod.h + bias * mod.h,  # fc2
         )
     else:
-        layer = (
-            mod.h * mod.k * n + bias * n * mod.k,  # q (and o)
-            mod.h * f + bias * f,  # gate, up, down
-        )
+        attention = (mod.h * mod.k * n + bias * n * mod.k,)  # q (and o)
+    modules: tuple[int, ...] = ()
+    if share.layers > share.moe_layers:
+        modules += attention + _mlp_modules(mod.h, ceil_div(mod.f, t), gated, bias, fused)
+    moe = mod.moe
+    if moe is not None and share.moe_layers:
+        modules += (*attention, router_parameters(moe, mod.h))
+        modules += _mlp_modules(mod.h, ceil_div(moe.f_e, job.layout.et), gated, 0, fused)
+        if moe.E_s:
+            modules += _mlp_modules(mod.h, ceil_div(moe.E_s * moe.f_s, t), gated, 0, fused)
     ends = (share.embedding, share.position, share.lm_head)
-    return max(*(layer if share.layers else ()), *ends)
+    return max(*modules, *ends)
 
 
 # --- Megatron-Core -----------------------------------------------------------------------------
@@ -125,10 +189,15 @@ def largest_module(job: Plannable, share: RankParameters) -> int:
 def megatron_weight_parts(
     job: Plannable, share: RankParameters
 ) -> tuple[tuple[str, int, str], ...]:
+    """The dense part's weights by part: layers (a MoE layer's non-expert part with them),
+    embedding, positions, final norm, LM head or the tied embedding's copy."""
     model = job.model
     tied_copy = model.tied and job.layout.p > 1
+    layers = f"L_r·[{layer_formula(model)}]"
+    if model.moe is not None and share.moe_layers:
+        layers = f"((L_r − L_e)·[{layer_formula(model)}] + L_e·[{moe_layer_dense_formula(model)}])"
     return (
-        ("layer weights", share.layer_total, f"L_r·[{layer_formula(model)}]"),
+        ("layer weights", share.layer_total - share.expert_total, layers),
         ("word embedding weights", share.embedding, "V'·h/t"),
         ("position embedding weights", share.position, "max_seq_len·h"),
         ("final norm weights", share.final_norm, "ν·h"),
@@ -141,17 +210,26 @@ def megatron_weight_parts(
 
 
 def megatron_static_terms(
-    job: Plannable, share: RankParameters, state: StateBytes, group: Group
+    job: Plannable, share: RankParameters, state: StateBytes, buffers: tuple[Part, ...]
 ) -> tuple[Term, ...]:
     """Weights by part, the gradient buffer and the distributed optimizer's state
-    (`planc.memory.static`), the weights sourced to the parameter count too."""
-    terms = static_terms(share.total, state, group, megatron_weight_parts(job, share))
-    return tuple(
-        Term(t.name, t.component, t.bytes, t.formula, f"{t.source}; counts: {SOURCE_PARAMS}")
-        if t.component == "weights"
-        else t
-        for t in terms
-    )
+    (`planc.memory.static`) of each buffer, the weights sourced to the parameter count too.
+    With experts, the expert buffer is Megatron-Core's expert_parallel_buffers, reduced and
+    sharded by its own DistributedOptimizer over the expert data-parallel group."""
+    terms: list[Term] = []
+    for part in buffers:
+        if part.prefix:
+            weights: tuple[tuple[str, int, str], ...] = (
+                ("expert weights", part.psi, f"L_e·{expert_formula(job.model)}"),
+            )
+            counts, every = SOURCE_MOE_PARAMS, f"; {MEGATRON_EXPERTS}"
+        else:
+            weights = megatron_weight_parts(job, share)
+            counts, every = SOURCE_PARAMS, ""
+        for t in static_terms(part.psi, state, part.group, weights, part.symbol, part.prefix):
+            extra = every + (f"; counts: {counts}" if t.component == "weights" else "")
+            terms.append(Term(t.name, t.component, t.bytes, t.formula, t.source + extra))
+    return tuple(terms)
 
 
 def megatron_bucket(job: Plannable, share: RankParameters, state: StateBytes) -> Term:
@@ -184,7 +262,7 @@ def megatron_gather(share: RankParameters, state: StateBytes) -> Term:
 
 
 def megatron_terms(
-    job: Plannable, share: RankParameters, state: StateBytes, group: Group
+    job: Plannable, share: RankParameters, state: StateBytes, buffers: tuple[Part, ...]
 ) -> Placed:
     """Megatron-Core: the distributed optimizer and its contiguous gradient buffer.
 
@@ -194,13 +272,14 @@ def megatron_terms(
     (Megatron-Core's optimizer_cpu_offload) moves the fp32 master and moments to the host;
     Megatron has no parameter offload, so `offload.parameters` moves nothing.
     """
-    static = megatron_static_terms(job, share, state, group)
-    buffers: list[Term] = []
-    if group.zero >= 2:
-        buffers.append(megatron_bucket(job, share, state))
-    if group.zero >= 3:
-        buffers.append(megatron_gather(share, state))
-    hbm = [*static, *buffers]
+    zero = buffers[0].group.zero
+    static = megatron_static_terms(job, share, state, buffers)
+    extra: list[Term] = []
+    if zero >= 2:
+        extra.append(megatron_bucket(job, share, state))
+    if zero >= 3:
+        extra.append(megatron_gather(share, state))
+    hbm = [*static, *extra]
     host: list[Term] = []
     if job.training.offload_optimizer:
         host = [_offloaded(t, MEGATRON_OFFLOAD) for t in hbm if t.component == "optimizer"]
@@ -221,66 +300,80 @@ def _offloaded(term: Term, source: str) -> Term:
 # --- DeepSpeed ZeRO ----------------------------------------------------------------------------
 
 
-def ds_weights(psi: int, state: StateBytes, group: Group) -> Term:
+def _ds_source(zero: int) -> str:
+    return (
+        (DS_STAGE3 if zero >= 3 else DS_STAGE12)
+        + "; "
+        + (DS_ESTIMATOR3 if zero >= 3 else DS_ESTIMATOR2)
+    )
+
+
+def _expert_source(part: Part, source: str, experts: str) -> str:
+    """`source`, and for the expert buffer where the engine keeps it apart."""
+    return f"{source}; {experts}" if part.prefix else source
+
+
+def ds_weights(part: Part, state: StateBytes) -> Term:
     """w·Ψ_r, or w·Ψ_r/N at ZeRO-3: the 16-bit flat parameter groups (stage 1/2:
     bit16_groups_flat, whole) or each parameter's partition (stage 3: ds_tensor)."""
+    group = part.group
     sharded = group.zero >= SHARD_WEIGHTS
     return _term(
-        f"{'parameter partition' if sharded else 'parameters'} ({state.label})",
+        f"{part.prefix}{'parameter partition' if sharded else 'parameters'} ({state.label})",
         "weights",
-        state.weights * group.elements(psi, SHARD_WEIGHTS),
-        f"{state.weights}·Ψ_r{group.suffix(SHARD_WEIGHTS)}",
-        (DS_STAGE3 if sharded else DS_STAGE12)
-        + "; "
-        + (DS_ESTIMATOR3 if sharded else DS_ESTIMATOR2),
+        state.weights * group.elements(part.psi, SHARD_WEIGHTS),
+        f"{state.weights}·{part.symbol}{group.suffix(SHARD_WEIGHTS)}",
+        _expert_source(part, _ds_source(group.zero), DS_EXPERTS),
     )
 
 
-def ds_gradients(psi: int, state: StateBytes, group: Group) -> Term:
+def ds_gradients(part: Part, state: StateBytes) -> Term:
     """γ·Ψ_r, or γ·Ψ_r/N from ZeRO-2: the 16-bit gradients (stage 1: param.grad, whole until the
     step; stage 2: the contiguous grads_in_partition; stage 3: the flat gradient partitions)."""
+    group = part.group
     g = 2 if state.master else state.gradients
+    kind = "partition" if group.zero >= SHARD_GRADIENTS else "buffer"
     return _term(
-        f"gradient {'partition' if group.zero >= SHARD_GRADIENTS else 'buffer'} ({state.label})",
+        f"{part.prefix}gradient {kind} ({state.label})",
         "gradients",
-        g * group.elements(psi, SHARD_GRADIENTS),
-        f"{g}·Ψ_r{group.suffix(SHARD_GRADIENTS)}",
-        (DS_STAGE3 if group.zero >= 3 else DS_STAGE12)
-        + "; "
-        + (DS_ESTIMATOR3 if group.zero >= 3 else DS_ESTIMATOR2),
+        g * group.elements(part.psi, SHARD_GRADIENTS),
+        f"{g}·{part.symbol}{group.suffix(SHARD_GRADIENTS)}",
+        _expert_source(part, _ds_source(group.zero), DS_EXPERTS),
     )
 
 
-def ds_fp32_gradients(psi: int, state: StateBytes, group: Group) -> Term:
+def ds_fp32_gradients(part: Part, state: StateBytes) -> Term:
     """4·Ψ_r/N: the fp32 copy of this rank's gradient partition the optimizer steps on (stage
     1/2: single_partition_grad = flat partition .to(fp32), stage 3:
     fp32_partitioned_groups_flat[i].grad). 0 in fp32 training (the gradients are fp32)."""
-    elements = group.elements(psi, 1) if group.zero else psi
+    group = part.group
+    elements = group.elements(part.psi, 1) if group.zero else part.psi
     return _term(
-        "fp32 gradient partition (optimizer step)",
+        f"{part.prefix}fp32 gradient partition (optimizer step)",
         "gradients",
         4 * elements if state.master else 0,
-        "4·Ψ_r/N" if group.zero else "4·Ψ_r",
-        (DS_STAGE3 if group.zero >= 3 else DS_STAGE12)
-        + "; "
-        + (DS_ESTIMATOR3 if group.zero >= 3 else DS_ESTIMATOR2),
+        f"4·{part.symbol}" + (f"/{group.symbol}" if group.zero else ""),
+        _expert_source(part, _ds_source(group.zero), DS_EXPERTS),
     )
 
 
-def ds_optimizer(psi: int, state: StateBytes, group: Group) -> tuple[Term, ...]:
+def ds_optimizer(part: Part, state: StateBytes) -> tuple[Term, ...]:
     """4·Ψ_r/N each: the fp32 master partition (single_partition_of_fp32_groups /
     fp32_partitioned_groups_flat) and the optimizer's moments on it."""
-    elements = group.elements(psi, 1) if group.zero else psi
-    suffix = "/N" if group.zero else ""
+    group = part.group
+    elements = group.elements(part.psi, 1) if group.zero else part.psi
+    suffix = f"/{group.symbol}" if group.zero else ""
     lines = [("fp32 master partition", state.master)] if state.master else []
     lines += [(f"{name} (fp32)", size) for name, size in state.moments]
-    source = (
-        (DS_STAGE3 if group.zero >= 3 else DS_STAGE12)
-        + "; "
-        + (DS_ESTIMATOR3 if group.zero >= 3 else DS_ESTIMATOR2)
-    )
+    source = _expert_source(part, _ds_source(group.zero), DS_EXPERTS)
     return tuple(
-        _term(name, "optimizer", size * elements, f"{size}·Ψ_r{suffix}", source)
+        _term(
+            f"{part.prefix}{name}",
+            "optimizer",
+            size * elements,
+            f"{size}·{part.symbol}{suffix}",
+            source,
+        )
         for name, size in lines
     )
 
@@ -338,81 +431,94 @@ DS_OFFLOAD_PARAM = "DeepSpeed ZeRO-3 offload_param (partitioned parameters on th
 
 
 def deepspeed_terms(
-    job: Plannable, share: RankParameters, state: StateBytes, group: Group
+    job: Plannable, share: RankParameters, state: StateBytes, buffers: tuple[Part, ...]
 ) -> Placed:
-    """DeepSpeed ZeRO 0–3 over the shard group (stage 0 keeps whole buffers: N = 1 in effect).
+    """DeepSpeed ZeRO 0–3 over the shard group (stage 0 keeps whole buffers: N = 1 in effect),
+    the experts' param groups over the expert data-parallel group (`parts`).
 
     The all-gather of updated parameters after a stage 1/2 step writes into the flat 16-bit
     groups (all_gather_into_tensor), so allgather_bucket_size (5·10⁸) costs no extra memory.
     Optimizer offload moves the fp32 master, the moments and the fp32 gradient partition to the
     host, and from stage 2 the gradients go there as they are reduced, so the 16-bit gradient
     partition is not kept; parameter offload
-    (stage 3 only) moves the 16-bit parameter partition.
+    (stage 3 only) moves the 16-bit parameter partition. DeepSpeed's own MoE refuses ZeRO-3
+    (engine.py _validate_zero3_moe_compatibility, AutoEP only); planc shards the experts over
+    N_e at every stage.
     """
+    zero = buffers[0].group.zero
+    whole = tuple(
+        part
+        if zero
+        else Part(part.psi, Group(0, 1, 0, part.group.symbol), part.symbol, part.prefix)
+        for part in buffers
+    )
+    weights = [ds_weights(part, state) for part in whole]
+    grads = [ds_gradients(part, state) for part in whole]
+    fp32_grads = [ds_fp32_gradients(part, state) for part in whole]
+    optimizer = [term for part in whole for term in ds_optimizer(part, state)]
     psi = share.total
-    shard = group if group.zero else Group(0, 1, 0)
-    weights = ds_weights(psi, state, shard)
-    grads = ds_gradients(psi, state, shard)
-    fp32_grads = ds_fp32_gradients(psi, state, shard)
-    optimizer = ds_optimizer(psi, state, shard)
-    buffers = [ds_reduce_bucket(psi, state)]
-    if group.zero >= 3:
+    extra = [ds_reduce_bucket(psi, state)]
+    if zero >= 3:
         module = largest_module(job, share)
-        buffers += [*ds_module_in_use(module, state), ds_prefetch(psi, module, state)]
-    hbm: list[Term] = [weights, grads, fp32_grads, *optimizer, *buffers]
+        extra += [*ds_module_in_use(module, state), ds_prefetch(psi, module, state)]
+    hbm: list[Term] = [*weights, *grads, *fp32_grads, *optimizer, *extra]
     host: list[Term] = []
     tr = job.training
     if tr.offload_optimizer:
-        moved = [fp32_grads, *optimizer]
+        moved = [*fp32_grads, *optimizer]
         host += [_offloaded(t, DS_OFFLOAD) for t in moved]
         # From stage 2 the reduced gradients are copied straight into the fp32 host partition
         # (stage_1_and_2.py async_inplace_copy_grad_to_fp32_buffer_from_gpu; stage3.py
         # partition_grads to the offloaded fp32 grad buffer): no 16-bit partition is kept.
-        gone = [grads] if group.zero >= SHARD_GRADIENTS else []
+        gone = grads if zero >= SHARD_GRADIENTS else []
         hbm = [t for t in hbm if t not in moved and t not in gone]
-    if tr.offload_parameters and group.zero >= 3:
-        host.append(_offloaded(weights, DS_OFFLOAD_PARAM))
-        hbm.remove(weights)
+    if tr.offload_parameters and zero >= 3:
+        host += [_offloaded(t, DS_OFFLOAD_PARAM) for t in weights]
+        hbm = [t for t in hbm if t not in weights]
     return Placed(tuple(t for t in hbm if t.bytes), tuple(t for t in host if t.bytes))
 
 
 # --- PyTorch FSDP2 -----------------------------------------------------------------------------
 
 
-def fsdp_sharded_parameters(psi: int, group: Group) -> Term:
+def fsdp_sharded_parameters(part: Part) -> Term:
     """4·Ψ_r/N: the sharded parameters, kept in the model's fp32 (FSDPParam._sharded_param_data);
     MixedPrecisionPolicy(param_dtype=bf16) casts only the all-gathered copy. They are the
     optimizer's parameters: there is no separate master copy."""
     return _term(
-        "sharded parameters (fp32)",
+        f"{part.prefix}sharded parameters (fp32)",
         "weights",
-        4 * group.elements(psi, 1),
-        "4·Ψ_r/N",
-        FSDP2 + " (sharded DTensor parameters in the model's dtype)",
+        4 * part.group.elements(part.psi, 1),
+        f"4·{part.symbol}/{part.group.symbol}",
+        _expert_source(
+            part, FSDP2 + " (sharded DTensor parameters in the model's dtype)", TORCHTITAN_EXPERTS
+        ),
     )
 
 
-def fsdp_sharded_gradients(psi: int, group: Group) -> Term:
+def fsdp_sharded_gradients(part: Part) -> Term:
     """4·Ψ_r/N: the sharded gradients, in the sharded parameters' dtype (foreach_reduce casts
     the reduce-scatter output to it and accumulates into sharded_param.grad)."""
     return _term(
-        "sharded gradients (fp32)",
+        f"{part.prefix}sharded gradients (fp32)",
         "gradients",
-        4 * group.elements(psi, 1),
-        "4·Ψ_r/N",
-        FSDP2_COLLECTIVES + " foreach_reduce",
+        4 * part.group.elements(part.psi, 1),
+        f"4·{part.symbol}/{part.group.symbol}",
+        _expert_source(part, FSDP2_COLLECTIVES + " foreach_reduce", TORCHTITAN_EXPERTS),
     )
 
 
-def fsdp_optimizer(psi: int, state: StateBytes, group: Group) -> tuple[Term, ...]:
+def fsdp_optimizer(part: Part, state: StateBytes) -> tuple[Term, ...]:
     """4·Ψ_r/N per moment: the optimizer's state on the sharded fp32 parameters."""
     return tuple(
         _term(
-            f"{name} (fp32)",
+            f"{part.prefix}{name} (fp32)",
             "optimizer",
-            size * group.elements(psi, 1),
-            f"{size}·Ψ_r/N",
-            "torch.optim on FSDP2's sharded DTensor parameters",
+            size * part.group.elements(part.psi, 1),
+            f"{size}·{part.symbol}/{part.group.symbol}",
+            _expert_source(
+                part, "torch.optim on FSDP2's sharded DTensor parameters", TORCHTITAN_EXPERTS
+            ),
         )
         for name, size in state.moments
     )
@@ -461,38 +567,56 @@ def fsdp_unit_gradients(share: RankParameters, state: StateBytes) -> tuple[Term,
     )
 
 
-def fsdp2_terms(job: Plannable, share: RankParameters, state: StateBytes, group: Group) -> Placed:
+def fsdp2_terms(
+    job: Plannable, share: RankParameters, state: StateBytes, buffers: tuple[Part, ...]
+) -> Placed:
     """PyTorch FSDP2 (fully_shard per layer and on the root, as torchtitan applies it): the
     parameters, gradients and optimizer state are always sharded over N (zero_stage is not
-    read). CPUOffloadPolicy (`offload.parameters`) moves the sharded parameters, gradients and
-    the optimizer state to the host, where the optimizer steps; `offload.optimizer` alone moves
-    the optimizer state."""
-    psi = share.total
-    sharded = Group(SHARD_WEIGHTS, group.N, group.index)  # fully_shard: every buffer sharded
-    params = fsdp_sharded_parameters(psi, sharded)
-    grads = fsdp_sharded_gradients(psi, sharded)
-    optimizer = fsdp_optimizer(psi, state, sharded)
+    read), the routed experts over N_e (torchtitan's efsdp mesh). CPUOffloadPolicy
+    (`offload.parameters`) moves the sharded parameters, gradients and the optimizer state to
+    the host, where the optimizer steps; `offload.optimizer` alone moves the optimizer state."""
+    # fully_shard: every buffer sharded, whatever zero_stage says
+    sharded = tuple(
+        Part(
+            p.psi,
+            Group(SHARD_WEIGHTS, p.group.N, p.group.index, p.group.symbol),
+            p.symbol,
+            p.prefix,
+        )
+        for p in buffers
+    )
+    params = [fsdp_sharded_parameters(part) for part in sharded]
+    grads = [fsdp_sharded_gradients(part) for part in sharded]
+    optimizer = [term for part in sharded for term in fsdp_optimizer(part, state)]
     hbm: list[Term] = [
-        params,
-        grads,
+        *params,
+        *grads,
         *optimizer,
         fsdp_gathered_parameters(job, share, state),
         *fsdp_unit_gradients(share, state),
     ]
     moved: list[Term] = []
     if job.training.offload_parameters:
-        moved = [params, grads, *optimizer]
+        moved = [*params, *grads, *optimizer]
     elif job.training.offload_optimizer:
         moved = list(optimizer)
     host = [_offloaded(t, FSDP2_OFFLOAD) for t in moved]
     return Placed(tuple(t for t in hbm if t not in moved), tuple(host))
 
 
-def engine_terms(job: Plannable, share: RankParameters, state: StateBytes, group: Group) -> Placed:
-    """The static terms of one rank under `training.framework`."""
+def engine_terms(
+    job: Plannable,
+    share: RankParameters,
+    state: StateBytes,
+    group: Group,
+    expert_group: Group | None = None,
+) -> Placed:
+    """The static terms of one rank under `training.framework`: its dense buffer sharded over
+    `group`, its routed experts (if any) over `expert_group` (default: `group`)."""
+    buffers = parts(share, group, group if expert_group is None else expert_group)
     framework = job.training.framework
     if framework == "deepspeed":
-        return deepspeed_terms(job, share, state, group)
+        return deepspeed_terms(job, share, state, buffers)
     if framework == "fsdp2":
-        return fsdp2_terms(job, share, state, group)
-    return megatron_terms(job, share, state, group)
+        return fsdp2_terms(job, share, state, buffers)
+    return megatron_terms(job, share, state, buffers)

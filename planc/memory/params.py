@@ -226,6 +226,31 @@ def local_expert_parameters(model: Model, ep: int, et: int) -> int:
     return moe.E // ep * expert_parameters(model.h, ceil_div(moe.f_e, et), model.mlp)
 
 
+def moe_layer_dense_formula(model: Model) -> str:
+    """A MoE layer's non-expert part on one TP rank, in symbols (`moe_layer_dense_parameters`)."""
+    moe = model.moe
+    if moe is None:
+        raise ValueError("the model has no experts")
+    gamma = "3" if model.mlp == "swiglu" else "2"
+    norms = "2·h" if model.norm == "rmsnorm" else "4·h"
+    text = f"2·h·k·(n+g)/t + {norms} + h·E"
+    if model.qk_norm:
+        text += " + 2·k"
+    if model.bias:
+        text += " + (n+2g)·k/t + h"
+    if moe.router_bias:
+        text += " + E"
+    if moe.E_s:
+        text += f" + {gamma}·h·E_s·f_s/t"
+    return text
+
+
+def expert_formula(model: Model) -> str:
+    """One MoE layer's routed experts on one rank, in symbols (`local_expert_parameters`)."""
+    gamma = "3" if model.mlp == "swiglu" else "2"
+    return f"(E/EP)·{gamma}·h·f_e/ETP"
+
+
 @record
 class RankParameters:
     """Parameters held by one tensor-parallel rank of pipeline rank r, by part (Ψ_r = total).

@@ -10,7 +10,7 @@ from typing import Any
 from planc.job import GB, GIB
 from planc.memory.budget import MemoryBudget, StageBudget
 from planc.memory.terms import COMPONENTS
-from planc.plannable import Plannable, padded_vocab
+from planc.plannable import Plannable, ceil_div, padded_vocab
 
 BAR_WIDTH = 40
 
@@ -57,8 +57,31 @@ def _symbols(job: Plannable) -> str:
         ("N=d·c" if lay.replicas == 1 else "N=data_shard", lay.shard_group),
         *((("R", lay.replicas),) if lay.replicas > 1 else ()),
         ("ZeRO", "3 (fully_shard)" if job.training.framework == "fsdp2" else lay.zero),
+        *_expert_symbols(job),
     )
     return "  ".join(f"{name}={value}" for name, value in pairs)
+
+
+def _expert_symbols(job: Plannable) -> tuple[tuple[str, object], ...]:
+    """The mixture-of-experts symbols of the formulas (none for a dense model)."""
+    moe, lay = job.model.moe, job.layout
+    if moe is None:
+        return ()
+    pairs: tuple[tuple[str, object], ...] = (
+        ("E", moe.E),
+        ("topk", moe.k),
+        ("f_e", moe.f_e),
+        ("EP", lay.ep),
+        ("ETP", lay.et),
+        ("EDP", lay.edp),
+        ("N_e=EDP/R", lay.expert_shard_group),
+        ("T", job.tokens_per_sp_rank * job.training.b),
+    )
+    if moe.E_s:
+        pairs += (("E_s", moe.E_s), ("f_s", moe.f_s))
+    if moe.capacity_factor is not None:
+        pairs += (("CF", moe.capacity_factor),)
+    return pairs
 
 
 FRAMEWORKS = {
@@ -162,11 +185,21 @@ def render_text(job: Plannable, b: MemoryBudget) -> str:
         f"Peak: stage {b.peak.stage} (rank {b.peak.rank}) needs {_gib(b.peak.memory.total)} GiB "
         f"({b.peak.memory.total / GB:,.2f} GB): {verdict} in {_gib(usable)} GiB usable."
     )
-    if job.model.moe is not None:
+    moe = job.model.moe
+    if moe is not None:
+        lay = job.layout
+        rows = (
+            f"at most E·⌈T·topk/E·CF⌉·ETP (capacity factor CF = {moe.capacity_factor:g})"
+            if moe.capacity_factor is not None
+            else f"T·topk·ETP·α (dropless, α = training.expert_imbalance = "
+            f"{job.training.expert_imbalance:g})"
+        )
         lines.append(
-            "Experts: not modelled yet. Each layer above is priced as a dense layer of "
-            "ffn_hidden (no E/EP experts per rank, no expert state sharded over EDP, no routed "
-            "activations or all-to-all buffers); the parameter count above is the MoE model's."
+            f"Experts: each rank holds E/EP = {moe.E // lay.ep} routed expert(s) of every MoE "
+            f"layer (f_e/ETP = {ceil_div(moe.f_e, lay.et):,} wide), their gradients and optimizer "
+            f"state sharded over N_e = EDP/R = {lay.expert_shard_group}; a MoE layer's experts "
+            f"receive R = {rows} rows of the T = ⌈s/c⌉·b tokens entering it on each rank (/t "
+            "with sequence parallelism)."
         )
     if any(stage.memory.host_terms for stage in b.stages):
         host = node_host_bytes(job, b)

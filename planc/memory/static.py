@@ -74,11 +74,15 @@ def state_bytes(precision: str, optimizer: str, grad_accum_fp32: bool) -> StateB
 
 @record
 class Group:
-    """The ZeRO shard group as one rank sees it: N = d·c ranks, this rank's index, the stage."""
+    """The ZeRO shard group as one rank sees it: N = d·c ranks, this rank's index, the stage.
+
+    `symbol` names N in formulas: "N" for the dense shard group, "N_e" for the expert one
+    (the expert data-parallel group, EDP/R)."""
 
     zero: int
     N: int
     index: int = 0
+    symbol: str = "N"
 
     def __post_init__(self) -> None:
         if self.zero not in (0, 1, 2, 3) or self.N < 1:
@@ -90,7 +94,20 @@ class Group:
         return shard(psi, self.N, self.index) if self.zero >= sharded_from else psi
 
     def suffix(self, sharded_from: int) -> str:
-        return "/N" if self.zero >= sharded_from else ""
+        return f"/{self.symbol}" if self.zero >= sharded_from else ""
+
+
+@record
+class Part:
+    """One flat parameter buffer of a rank and the group it is sharded over: the whole Ψ_r over
+    N, or, on a mixture-of-experts rank, the dense part Ψ_d over N and the routed experts Ψ_e
+    over N_e, which Megatron-Core, DeepSpeed and FSDP2 keep in buffers and optimizers of their
+    own. `symbol` names its parameters in formulas, `prefix` its lines ("expert ")."""
+
+    psi: int
+    group: Group
+    symbol: str = "Ψ_r"
+    prefix: str = ""
 
 
 # ZeRO stage from which each buffer is sharded.
@@ -127,24 +144,30 @@ def static_bytes(psi: int, state: StateBytes, group: Group) -> int:
     )
 
 
-def gradient_terms(psi: int, state: StateBytes, group: Group) -> tuple[Term, ...]:
-    """The gradient buffer: 16-bit gradients, or fp32 main grads with grad_accum_fp32/fp32."""
+def gradient_terms(
+    psi: int, state: StateBytes, group: Group, symbol: str = "Ψ_r", prefix: str = ""
+) -> tuple[Term, ...]:
+    """The gradient buffer: 16-bit gradients, or fp32 main grads with grad_accum_fp32/fp32.
+    `symbol` names the parameters in the formula (Ψ_r, or Ψ_d and Ψ_e for the dense and expert
+    parts of a mixture-of-experts rank), `prefix` the line ("expert ")."""
     source = SOURCE_MEGATRON_18 if state.gradients == 4 and state.master else SOURCE_SEED
     if group.zero >= SHARD_GRADIENTS:
         source += "; " + SOURCE_ZERO
     return (
         _term(
-            f"gradients ({state.grad_label})",
+            f"{prefix}gradients ({state.grad_label})",
             "gradients",
             state.gradients,
             group.elements(psi, SHARD_GRADIENTS),
-            f"{state.gradients}·Ψ_r{group.suffix(SHARD_GRADIENTS)}",
+            f"{state.gradients}·{symbol}{group.suffix(SHARD_GRADIENTS)}",
             source,
         ),
     )
 
 
-def optimizer_terms(psi: int, state: StateBytes, group: Group) -> tuple[Term, ...]:
+def optimizer_terms(
+    psi: int, state: StateBytes, group: Group, symbol: str = "Ψ_r", prefix: str = ""
+) -> tuple[Term, ...]:
     """fp32 master weights (mixed precision only) and the optimizer's moments, each 4 bytes."""
     elements = group.elements(psi, SHARD_OPTIMIZER)
     suffix = group.suffix(SHARD_OPTIMIZER)
@@ -152,13 +175,17 @@ def optimizer_terms(psi: int, state: StateBytes, group: Group) -> tuple[Term, ..
     lines = [("fp32 master weights", state.master)] if state.master else []
     lines += [(f"{name} (fp32)", size) for name, size in state.moments]
     return tuple(
-        _term(name, "optimizer", size, elements, f"{size}·Ψ_r{suffix}", source)
+        _term(f"{prefix}{name}", "optimizer", size, elements, f"{size}·{symbol}{suffix}", source)
         for name, size in lines
     )
 
 
 def weight_terms(
-    parts: tuple[tuple[str, int, str], ...], state: StateBytes, group: Group
+    parts: tuple[tuple[str, int, str], ...],
+    state: StateBytes,
+    group: Group,
+    symbol: str = "Ψ_r",
+    prefix: str = "",
 ) -> tuple[Term, ...]:
     """Weights by part (name, Ψ of the part, formula of Ψ), or one shard line at ZeRO-3.
 
@@ -170,11 +197,11 @@ def weight_terms(
     if group.zero >= SHARD_WEIGHTS:
         return (
             _term(
-                f"weights shard ({state.label})",
+                f"{prefix}weights shard ({state.label})",
                 "weights",
                 w,
                 group.elements(psi, SHARD_WEIGHTS),
-                f"{w}·Ψ_r/N",
+                f"{w}·{symbol}/{group.symbol}",
                 SOURCE_SEED + "; " + SOURCE_ZERO,
             ),
         )
@@ -190,13 +217,17 @@ def static_terms(
     state: StateBytes,
     group: Group,
     parts: tuple[tuple[str, int, str], ...] | None = None,
+    symbol: str = "Ψ_r",
+    prefix: str = "",
 ) -> tuple[Term, ...]:
-    """All static lines of one rank with Ψ_r = `psi` (weights split into `parts` when given)."""
-    weight_parts = parts if parts is not None else (("weights", psi, "Ψ_r"),)
+    """All static lines of one buffer of Ψ = `psi` parameters (weights split into `parts` when
+    given): a rank's whole state, or one of a mixture-of-experts rank's two, the dense part
+    over N and the routed experts over N_e (`symbol` and `prefix` name them)."""
+    weight_parts = parts if parts is not None else ((f"{prefix}weights", psi, symbol),)
     if sum(count for _, count, _ in weight_parts) != psi:
-        raise ValueError("the weight parts do not add up to Ψ_r")
+        raise ValueError(f"the weight parts do not add up to {symbol}")
     return (
-        *weight_terms(weight_parts, state, group),
-        *gradient_terms(psi, state, group),
-        *optimizer_terms(psi, state, group),
+        *weight_terms(weight_parts, state, group, symbol, prefix),
+        *gradient_terms(psi, state, group, symbol, prefix),
+        *optimizer_terms(psi, state, group, symbol, prefix),
     )

@@ -60,6 +60,7 @@ def top_k_within_experts(ctx: Context) -> Iterator[Violation]:
 
     Passes:
         model: {moe: {top_k: 8}}
+        training: {recompute: full}
 
     Fails:
         model: {moe: {top_k: 9}}

@@ -83,7 +83,10 @@ def data_shard_divides(ctx: Context) -> Iterator[Violation]:
     (default data × context). A smaller group shards less and replicates the shards across
     data × context / data_shard groups, whose gradients are all-reduced (HSDP; torchtitan's
     dp_replicate × dp_shard; Megatron's num_distributed_optimizer_instances). The shard groups
-    are contiguous slices of each data × context group.
+    are contiguous slices of each data × context group. With experts, the replicas
+    (data × context / data_shard) must also divide the expert data-parallel size EDP, over
+    whose EDP / replicas ranks the experts' state is sharded (Megatron-Core parallel_state
+    asserts it).
 
     Passes:
         parallelism: {data_shard: 2}
