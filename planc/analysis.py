@@ -46,7 +46,11 @@ class Analysis:
 def analyse(plan: Plannable) -> Analysis:
     """The analysis of `plan`; every quantity in it computed once, here."""
     parameters = tuple(rank_parameters(plan, r) for r in range(plan.layout.p))
-    ops = schedule(plan, [share.total for share in parameters])
+    ops = schedule(
+        plan,
+        [share.dense_total for share in parameters],
+        [share.expert_total for share in parameters],
+    )
     eff = efficiency_of(plan)
     return Analysis(
         plan=plan,
