@@ -60,6 +60,9 @@ from planc.perf.ops import (
     LayerShape,
     attention_core,
     embedding_parameters,
+    expert_activation,
+    expert_down,
+    expert_up,
     layer_parameters,
     mlp_up,
     qkv_projection,
@@ -219,6 +222,27 @@ class ExchangePerLayer:
     backward_s: float  # the gradients' exchanges, and the forward's again under full recompute
 
 
+def dispatch_combine_s(job: Plannable, eff: Efficiency) -> float:
+    """One MoE layer's dispatch and combine all-to-all of the T·k·h·β_a rows over EP, forward,
+    per micro-batch: 2·((EP−1)·α + (EP−1)/EP·T·k·h·β_a/(β·e)) on the ep groups' link."""
+    lay = job.layout
+    if job.model.moe is None or lay.ep == 1:
+        return 0.0
+    link = str(expert_link(job, Axis.EP))
+    return 2 * comm_time_s(job, eff, "all_to_all", lay.ep, dispatch_bytes(job), link)
+
+
+def expert_compute_s(job: Plannable, eff: Efficiency) -> float:
+    """One MoE layer's routed-expert forward per micro-batch on a rank: the E/EP local experts'
+    fc1, activation and fc2 on their ETP·T·k·EP/E rows each (what the dispatch feeds)."""
+    experts = expert_shape(job)
+    if experts is None:
+        return 0.0
+    shape = layer_shape(job)
+    ops = (expert_up(shape, experts), expert_activation(shape, experts), expert_down(shape, experts))
+    return pass_times(ops, device_of(job), eff).forward_s
+
+
 def ep_per_layer(job: Plannable, eff: Efficiency) -> ExchangePerLayer:
     """The exchanges of one MoE layer per micro-batch (Megatron-Core
     MoEAlltoAllTokenDispatcher), priced on their links:
@@ -239,7 +263,7 @@ def ep_per_layer(job: Plannable, eff: Efficiency) -> ExchangePerLayer:
     forward = backward = 0.0
     if lay.ep > 1:
         link = str(expert_link(job, Axis.EP))
-        exchange = 2 * comm_time_s(job, eff, "all_to_all", lay.ep, tokens, link)
+        exchange = dispatch_combine_s(job, eff)
         exchange += comm_time_s(job, eff, "all_to_all", lay.ep, probs, link)
         forward += exchange
         backward += exchange
