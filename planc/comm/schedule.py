@@ -461,7 +461,9 @@ def _ep_ops(job: Plannable, stage: int) -> list[CommOp]:
             "1 per MoE layer per micro-batch each way, T·k probabilities of β_a",
         ),
     ]
-    if lay.et == 1:  # with ETP > 1 the tp_ep group is not one of the plan's groups (see README)
+    # With ETP > 1 the counts go over the tp_ep group (ETP·EP ranks), which the plan does not
+    # list as a group kind; that small latency-bound call is not counted then.
+    if lay.et == 1:
         ops.append(
             op(
                 Collective.ALL_GATHER,
