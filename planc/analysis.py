@@ -46,7 +46,11 @@ class Analysis:
 def analyse(plan: Plannable) -> Analysis:
     """The analysis of `plan`; every quantity in it computed once, here."""
     parameters = tuple(rank_parameters(plan, r) for r in range(plan.layout.p))
-    ops = schedule(plan, [share.total for share in parameters])
+    ops = schedule(
+        plan,
+        [share.dense_total for share in parameters],
+        [share.expert_total for share in parameters],
+    )
     eff = efficiency_of(plan)
     return Analysis(
         plan=plan,
@@ -64,7 +68,8 @@ def analyse(plan: Plannable) -> Analysis:
 class StepEstimate:
     """One optimizer step: its time and where it goes (seconds), throughput and MFU.
 
-    `compute_s` is the busiest stage's own compute, exposed TP communication included;
+    `compute_s` is the busiest stage's own compute, exposed TP communication and the MoE
+    layers' expert exchanges included;
     `bubble_s` the pipeline's makespan beyond it (fill, drain, uneven stages, p2p on the
     path); `exposed_comm_s` the data-parallel tail and the communication after the optimizer step;
     `optimizer_s` the optimizer update.
@@ -77,6 +82,7 @@ class StepEstimate:
     optimizer_s: float
     tp_comm_s: float  # exposed TP communication, inside compute_s
     cp_comm_s: float  # exposed ring-attention exchange
+    ep_comm_s: float  # expert all-to-all and ETP exchanges, inside compute_s (serialised)
     pp_comm_s: float  # pipeline sends on the critical path, inside bubble_s
     tokens_per_s: float
     mfu: float  # model FLOPs (no recompute, no causal discount) over peak
@@ -90,7 +96,8 @@ def estimate_step(analysis: Analysis) -> StepEstimate:
     """The step time, tokens/s and MFU of an analysed job."""
     plan, lay = analysis.plan, analysis.plan.layout
     params = [share.total for share in analysis.parameters]
-    step = estimate(plan, params, analysis.efficiency, analysis.ops)
+    experts = [share.expert_total for share in analysis.parameters]
+    step = estimate(plan, params, analysis.efficiency, analysis.ops, experts)
     return StepEstimate(
         step_time_s=step.step_time_s,
         compute_s=step.compute_s,
@@ -99,6 +106,7 @@ def estimate_step(analysis: Analysis) -> StepEstimate:
         optimizer_s=step.optimizer_s,
         tp_comm_s=step.tp_exposed_s,
         cp_comm_s=step.cp_exposed_s,
+        ep_comm_s=step.ep_exposed_s,
         pp_comm_s=step.pp_exposed_s,
         tokens_per_s=step.tokens_per_s,
         mfu=step.mfu,

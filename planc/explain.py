@@ -76,6 +76,7 @@ def render_text(ex: Explanation) -> str:
         "TFLOPS peak)",
         f"  compute:            {step.compute_s:8.2f} s ({step.compute_s / total:5.1%})  "
         f"incl. exposed TP {step.tp_comm_s:.3f} s",
+        *_expert_line(ex),
         f"  pipeline bubble:    {step.bubble_s:8.2f} s ({step.bubble_s / total:5.1%})  "
         f"incl. p2p on the path {step.pp_comm_s:.3f} s",
         f"  exposed DP comm:    {step.exposed_comm_s:8.2f} s ({step.exposed_comm_s / total:5.1%})  "
@@ -85,6 +86,19 @@ def render_text(ex: Explanation) -> str:
         "(model FLOPs, no causal discount, no recompute)",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _expert_line(ex: Explanation) -> list[str]:
+    """The MoE layers' expert exchanges, part of compute (Megatron-Core runs them between the
+    router and the experts, serialised); nothing for a dense model."""
+    step = ex.step
+    if ex.analysis.plan.model.moe is None:
+        return []
+    share = step.ep_comm_s / step.step_time_s if step.step_time_s else 0.0
+    return [
+        f"  expert all-to-all:  {step.ep_comm_s:8.2f} s ({share:5.1%})  "
+        "inside compute: EP dispatch and combine (and ETP gathers), not overlapped"
+    ]
 
 
 def _simulated_line(ex: Explanation) -> str:
@@ -137,6 +151,7 @@ def to_json(ex: Explanation) -> dict[str, Any]:
             "optimizer_s": step.optimizer_s,
             "tp_comm_s": step.tp_comm_s,
             "cp_comm_s": step.cp_comm_s,
+            "ep_comm_s": step.ep_comm_s,
             "pp_comm_s": step.pp_comm_s,
             "tokens_per_s": step.tokens_per_s,
             "mfu": step.mfu,

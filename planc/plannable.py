@@ -557,6 +557,14 @@ class Plannable:
         """s/c: the tokens of each sequence one context-parallel rank holds (⌈s/c⌉ if uneven)."""
         return ceil_div(self.training.s, self.layout.c)
 
+    def moe_layers(self, stage: int) -> int:
+        """L_moe,r: the layers with experts among pipeline rank `stage`'s chunks (0 for a dense
+        model)."""
+        moe = self.model.moe
+        if moe is None:
+            return 0
+        return sum(moe.moe_layers_between(a, b) for a, b in self.layout.chunks[stage])
+
     @property
     def tokens_per_sp_rank(self) -> int:
         """The tokens a rank keeps of the parts TP replicates: s/c/t with sequence parallelism."""

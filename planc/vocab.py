@@ -79,17 +79,20 @@ class GroupKind(str, Enum):
 
 
 class Collective(str, Enum):
-    """A communication primitive. `send_recv` is a point-to-point message."""
+    """A communication primitive. `send_recv` is a point-to-point message; `all_to_all` sends
+    each member of the group its own chunk of the buffer (the expert-parallel token exchange)."""
 
     ALL_REDUCE = "all_reduce"
     REDUCE_SCATTER = "reduce_scatter"
     ALL_GATHER = "all_gather"
     SEND_RECV = "send_recv"
+    ALL_TO_ALL = "all_to_all"
 
     @property
     def ring(self) -> bool:
-        """A ring collective (its bytes follow NCCL's bus factor), not a p2p message."""
-        return self is not Collective.SEND_RECV
+        """A ring collective (all-reduce, reduce-scatter, all-gather), not a p2p message or an
+        all-to-all exchange."""
+        return self not in (Collective.SEND_RECV, Collective.ALL_TO_ALL)
 
     def __str__(self) -> str:
         return self.value

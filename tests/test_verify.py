@@ -16,10 +16,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from planc.compile.plan import plan_json
+from planc.plannable import plannable
 from planc.verify import render, verify_text
 from planc.verify.plandata import PlanFormatError
 
-from conftest import ROOT, compiled, job_of
+from conftest import ROOT, compiled, job_of, resolved_of
 
 Plan = dict[str, Any]
 
@@ -280,3 +281,109 @@ def test_a_plan_above_the_records_limit_is_compact_and_verifies() -> None:
     data["groups"]["dp"]["starts"][3] += 1
     result = verify_text(json.dumps(data))
     assert not result.ok and "groups.dp" in render(result)
+
+
+# --- mixture of experts ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mixtral() -> Plan:
+    """Mixtral 8x7B on 64 H100s: EP = 8 inside each node, EDP = 2 across nodes, p = 4."""
+    data: Plan = json.loads(plan_json(compiled(job_of(None, "mixtral-8x7b-64xh100.yaml"))))
+    return data
+
+
+def _all_to_all(plan: Plan) -> dict[str, Any]:
+    return _op(plan, "ep", "all_to_all")
+
+
+def test_the_mixtral_plan_verifies_and_simulates_its_exchange(mixtral: Plan) -> None:
+    ok, text = verified(mixtral)
+    assert ok, text
+    assert "exchange all_to_all" in text and "groups.ep: 4 of 8 groups of 8" in text
+
+
+MOE_MUTATIONS: dict[str, tuple[Callable[[Plan], None], str]] = {
+    "an all-to-all's calls + 1": (
+        lambda p: _all_to_all(p).__setitem__("calls", _all_to_all(p)["calls"] + 1),
+        "stage 0 ep all_to_all",
+    ),
+    "an all-to-all's buffer + 2 bytes": (
+        lambda p: _all_to_all(p).__setitem__("buffer_bytes", _all_to_all(p)["buffer_bytes"] + 2),
+        "stage 0 ep all_to_all",
+    ),
+    "an all-to-all's bytes per call": (
+        lambda p: _all_to_all(p).__setitem__(
+            "bytes_sent_per_call", _all_to_all(p)["buffer_bytes"]
+        ),
+        "ep all_to_all: bytes_sent_per_call",
+    ),
+    "an expert gradient bucket": (
+        lambda p: _op(p, "edp", "reduce_scatter").__setitem__("calls", 34),
+        "stage 0 edp reduce_scatter",
+    ),
+    "two ranks swapped between ep groups": (
+        lambda p: _swap(p["groups"]["ep"]),
+        "groups.ep",
+    ),
+}
+
+
+def _swap(groups: list[list[int]]) -> None:
+    groups[0][1], groups[1][1] = groups[1][1], groups[0][1]
+
+
+@pytest.mark.parametrize("kind", sorted(MOE_MUTATIONS))
+def test_every_expert_corruption_fails_and_is_named(mixtral: Plan, kind: str) -> None:
+    mutate, named = MOE_MUTATIONS[kind]
+    plan = copy.deepcopy(mixtral)
+    mutate(plan)
+    ok, text = verified(plan)
+    assert not ok and named in text, text
+
+
+def test_cli_exits_1_naming_a_wrong_all_to_all(mixtral: Plan, tmp_path: Path) -> None:
+    plan = copy.deepcopy(mixtral)
+    _all_to_all(plan)["calls"] *= 2
+    (tmp_path / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+    done = _cli("verify", str(tmp_path))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "stage 0 ep all_to_all" in done.stdout
+
+
+@st.composite
+def moe_layouts(draw: st.DrawFn) -> dict[str, Any]:
+    """The dense layouts above with experts: E, k, EP, ETP, dense first layers, a layer
+    frequency, shared experts and ep placed in the order; only plannable ones are kept."""
+    overlay = draw(layouts())
+    par = overlay["parallelism"]
+    experts = draw(st.sampled_from([4, 8]))
+    par["expert"] = draw(st.sampled_from([e for e in (1, 2, 4, 8) if experts % e == 0]))
+    par["expert_tensor"] = draw(st.sampled_from([1, 2]))
+    dense = par["order"].split("-")
+    dense.insert(draw(st.integers(0, len(dense))), "ep")
+    par["order"] = "-".join(dense)
+    overlay["model"]["moe"] = {
+        "experts": experts,
+        "top_k": draw(st.sampled_from([1, 2])),
+        "expert_ffn_hidden": draw(st.sampled_from([128, 320])),
+        "shared_experts": draw(st.sampled_from([0, 1])),
+        "first_dense_layers": draw(st.sampled_from([0, 1, 3])),
+        "layer_frequency": draw(st.sampled_from([1, 2])),
+    }
+    overlay["rules"]["ignore"] = [*overlay["rules"]["ignore"], "PLC007", "PLC021"]
+    return overlay
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(overlay=moe_layouts())
+def test_compiled_plans_of_random_moe_specs_verify(overlay: dict[str, Any]) -> None:
+    """The schedule's expert ops and every rank's wire bytes equal verify's recount from
+    tensor shapes, and the exchanges simulate, on random mixture-of-experts layouts."""
+    overlay = copy.deepcopy(overlay)
+    overlay["model"].pop("preset")
+    job = plannable(resolved_of(overlay))
+    assume(not isinstance(job, tuple))
+    assert not isinstance(job, tuple)
+    result = verify_text(plan_json(compiled(job)))
+    assert result.ok, render(result)

@@ -2,8 +2,12 @@
 
 NCCL's performance notes (nccl-tests `doc/PERFORMANCE.md`) define the bus bandwidth of a ring
 collective over n ranks: all-reduce moves 2(n−1)/n of the buffer over each rank's link,
-reduce-scatter and all-gather (n−1)/n (Patarasuk & Yuan 2009). A ring takes 2(n−1) steps for an
-all-reduce and n−1 for the others, each paying the link latency once. The time of a call,
+reduce-scatter and all-gather (n−1)/n (Patarasuk & Yuan 2009), all-to-all (n−1)/n: each rank
+keeps its own 1/n of the buffer and sends the rest, one chunk to each peer ("alltoall: busBw =
+algBw · (n−1)/n"). A ring takes 2(n−1) steps for an all-reduce and n−1 for the others, each
+paying the link latency once; an all-to-all as pairwise exchange also takes n−1 steps, one per
+peer (Thakur, Rabenseifner & Gropp 2005, "Optimization of collective communication operations in
+MPICH", §3: α·(n−1) + (n−1)/n·M/β). The time of a call,
 steps·α + wire_bytes/(β·e) with the link's efficiency and latency, is priced by the step model
 (`planc.perf.validate.comm_time_s`).
 """
@@ -15,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from fractions import Fraction
 
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "send_recv")
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "send_recv", "all_to_all")
 
 
 def _bus_ratio(op: str, n: int) -> tuple[int, int]:
@@ -26,20 +30,22 @@ def _bus_ratio(op: str, n: int) -> tuple[int, int]:
         return 0, 1
     if op == "all_reduce":
         return 2 * (n - 1), n
-    if op in ("reduce_scatter", "all_gather"):
+    if op in ("reduce_scatter", "all_gather", "all_to_all"):
         return n - 1, n
     raise ValueError(f"unknown collective {op!r}")
 
 
 def bus_factor(op: str, n: int) -> Fraction:
-    """Bytes on each rank's link per byte of buffer: 2(n−1)/n, (n−1)/n, or 1 for a p2p send."""
+    """Bytes on each rank's link per byte of buffer: 2(n−1)/n (all-reduce), (n−1)/n
+    (reduce-scatter, all-gather, all-to-all), or 1 for a p2p send."""
     from fractions import Fraction
 
     return Fraction(*_bus_ratio(op, n))
 
 
 def ring_steps(op: str, n: int) -> int:
-    """Latency-bound steps of the ring algorithm: 2(n−1) for all-reduce, n−1 otherwise, 1 for p2p."""
+    """Latency-bound steps: 2(n−1) for a ring all-reduce, n−1 for the other rings and for a
+    pairwise-exchange all-to-all, 1 for p2p."""
     if op == "send_recv":
         return 1
     if n <= 1:

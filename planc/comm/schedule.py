@@ -10,14 +10,24 @@ all-reduce becomes an all-gather plus a reduce-scatter); pipeline p2p of [s/c (/
 (Narayanan et al. 2021; Megatron `schedules.py`); ZeRO traffic (Rajbhandari et al. 2020, §7:
 2Ψ for stages 0–2, 3Ψ for stage 3); ring attention K/V exchange for context parallelism (Liu et
 al. 2023, Ring Attention).
+
+Mixture of experts (Megatron-Core's MoEAlltoAllTokenDispatcher, `--moe-token-dispatcher-type
+alltoall`, the dispatcher planc compiles): per MoE layer per micro-batch, the T tokens a rank
+holds (T = b·s/c/t with sequence parallelism) are routed to k experts each and sent as T·k
+rows of h to the expert-parallel ranks that hold those experts (all-to-all over `ep`), with
+their routing probabilities (a second all-to-all), and the experts' outputs come back the same
+way (combine); backward runs each exchange once more in the other direction. With ETP > 1
+the dispatched rows are all-gathered over the expert tensor-parallel group and the outputs
+reduce-scattered. Expert gradients are reduced over the expert data-parallel group `edp` in
+their own buckets (Megatron DDP's expert_parallel_buffers), the dense ones over dp_cp.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from planc.comm.cost import ring_steps, wire_bytes
-from planc.plannable import Plannable, padded_vocab
+from planc.plannable import Plannable, axis_strides, padded_vocab
 from planc.record import record
 from planc.vocab import Axis, Collective, Direction, GroupKind, LinkClass
 
@@ -62,14 +72,20 @@ def grad_bytes(job: Plannable) -> int:
 
 
 def within_domain(job: Plannable, axes: tuple[Axis, ...]) -> bool:
-    """Every group over `axes` stays inside one NVLink domain (D consecutive ranks).
+    """Every group over `axes` of the dense grid stays inside one NVLink domain."""
+    return _grid_within_domain(job, job.layout.degrees, job.layout.strides, axes)
+
+
+def _grid_within_domain(
+    job: Plannable, sizes: Mapping[Axis, int], stride: Mapping[Axis, int], axes: tuple[Axis, ...]
+) -> bool:
+    """Every group over `axes` of a grid stays inside one NVLink domain (D consecutive ranks).
 
     The groups over `axes` tile "super-blocks" of σ·n ranks, σ and n the stride and size of the
     slowest axis among them; each super-block holds whole groups. A domain boundary strictly
     inside a super-block splits at least one group (one with members on both sides), so the
     groups stay inside iff the world fits one domain or D is a multiple of σ·n.
     """
-    sizes, stride = job.layout.degrees, job.layout.strides
     present = [a for a in axes if sizes[a] > 1]
     if not present:
         return True
@@ -77,6 +93,17 @@ def within_domain(job: Plannable, axes: tuple[Axis, ...]) -> bool:
     block = stride[slowest] * sizes[slowest]
     domain = job.cluster.nvlink_domain
     return job.world <= domain or domain % block == 0
+
+
+def expert_link(job: Plannable, axis: Axis) -> LinkClass:
+    """The link of the expert grid's groups over `axis` (ep, tp = ETP or dp = EDP): the same
+    super-block test on the expert grid (Megatron-Core's expert RankGenerator: the plan's order
+    with ep placed, sizes tp = ETP, cp = 1, ep = EP, dp = EDP, pp = p)."""
+    lay = job.layout
+    order = tuple(Axis(name) for name in lay.expert_order)
+    sizes = {Axis(name): size for name, size in lay.expert_degrees.items()}
+    inside = _grid_within_domain(job, sizes, axis_strides(order, sizes), (axis,))
+    return LinkClass.NVLINK if inside else LinkClass.NETWORK
 
 
 def link_class(job: Plannable, axes: tuple[Axis, ...]) -> LinkClass:
@@ -90,13 +117,26 @@ def activation_message_bytes(job: Plannable) -> int:
     return job.training.b * job.tokens_per_cp_rank * job.model.h * activation_bytes(job)
 
 
-def _tp_ops(job: Plannable, stage: int, layers: int) -> list[CommOp]:
+def tp_blocks(job: Plannable, stage: int) -> int:
+    """Blocks of a rank's layers that run TP collectives: attention in every layer, the MLP in
+    dense layers and the shared experts in MoE layers (SharedExpertMLP is a TP-split MLP with
+    the same all-gather and reduce-scatter under SP). A MoE layer without shared experts has
+    no TP collective around its MLP: its routed experts take the SP-split tokens directly
+    (Megatron-Core MoELayer), and their traffic is the expert ops below."""
+    layers = job.layout.stage_layers[stage]
+    moe = job.model.moe
+    bare = job.moe_layers(stage) if moe is not None and moe.E_s == 0 else 0
+    return 2 * layers - bare
+
+
+def _tp_ops(job: Plannable, stage: int) -> list[CommOp]:
     lay, tr, m = job.layout, job.training, job.m
     if lay.t == 1:
         return []
     size = activation_message_bytes(job)
     link = link_class(job, (Axis.TP,))
-    recompute = 2 * layers * m if tr.recompute == "full" else 0
+    blocks = tp_blocks(job, stage)
+    recompute = blocks * m if tr.recompute == "full" else 0
 
     def op(collective: Collective, phase: str, calls: int, formula: str) -> CommOp:
         return CommOp(
@@ -116,28 +156,29 @@ def _tp_ops(job: Plannable, stage: int, layers: int) -> list[CommOp]:
             op(
                 Collective.ALL_REDUCE,
                 "TP forward all-reduce (attention and MLP outputs)",
-                2 * layers * m,
-                "2 per layer per micro-batch, b·(s/c)·h·β_a",
+                blocks * m,
+                "1 per block (attention, MLP or shared experts) per micro-batch, b·(s/c)·h·β_a",
             ),
             op(
                 Collective.ALL_REDUCE,
                 "TP backward all-reduce (attention and MLP input grads)",
-                2 * layers * m + recompute,
-                "2 per layer per micro-batch (+2 forward again under full recompute), b·(s/c)·h·β_a",
+                blocks * m + recompute,
+                "1 per block per micro-batch (+1 forward again under full recompute), b·(s/c)·h·β_a",
             ),
         ]
     return [
         op(
             Collective.ALL_GATHER,
             "SP all-gather before attention and MLP (forward; again in backward)",
-            4 * layers * m + recompute,
-            "2 forward + 2 backward per layer per micro-batch, gathered b·(s/c)·h·β_a",
+            2 * blocks * m + recompute,
+            "1 forward + 1 backward per block (attention, MLP or shared experts) per micro-batch, "
+            "gathered b·(s/c)·h·β_a",
         ),
         op(
             Collective.REDUCE_SCATTER,
             "SP reduce-scatter after attention and MLP (forward; again in backward)",
-            4 * layers * m + recompute,
-            "2 forward + 2 backward per layer per micro-batch, b·(s/c)·h·β_a before scattering",
+            2 * blocks * m + recompute,
+            "1 forward + 1 backward per block per micro-batch, b·(s/c)·h·β_a before scattering",
         ),
     ]
 
@@ -321,6 +362,238 @@ def _dp_ops(job: Plannable, stage: int, params: int) -> list[CommOp]:
     return ops
 
 
+# --- mixture of experts -------------------------------------------------------------------
+# Bytes of one token count in the dispatcher's metadata (torch.long).
+TOKEN_COUNT_BYTES = 8
+
+
+def moe_tokens(job: Plannable) -> int:
+    """T: the tokens one rank routes per micro-batch, b·s/c/t with sequence parallelism (the
+    MoE layer's input is the SP-split hidden state; Megatron-Core refuses MoE with TP > 1 and
+    no SP in training), b·s/c without."""
+    return job.training.b * job.tokens_per_sp_rank
+
+
+def dispatch_rows(job: Plannable) -> int:
+    """T·k: the token rows a rank sends per dispatch all-to-all, one per (token, chosen expert).
+
+    Dropless routing, balanced expectation: every rank sends T·k/EP rows to each EP rank and
+    receives as many, so it also holds T·k rows for its own E/EP experts after the exchange.
+    planc assumes no imbalance (no setting asks for one). A capacity factor CF caps each
+    expert at C = ⌈T·k/E·CF⌉ rows from a rank (Megatron `get_capacity`) and drops the rest,
+    which leaves the balanced T·k/E ≤ C unchanged (CF ≥ 1, PLC026); planc compiles no
+    --moe-pad-expert-input-to-capacity, so nothing is padded up to C.
+    """
+    moe = job.model.moe
+    return 0 if moe is None else moe_tokens(job) * moe.k
+
+
+def dispatch_bytes(job: Plannable) -> int:
+    """T·k·h·β_a: one dispatch (or combine) all-to-all's send buffer on a rank."""
+    return dispatch_rows(job) * job.model.h * activation_bytes(job)
+
+
+def probs_bytes(job: Plannable) -> int:
+    """T·k·β_a: the routing probabilities of the dispatched rows (the router's output dtype,
+    the activations' without --moe-router-dtype)."""
+    return dispatch_rows(job) * activation_bytes(job)
+
+
+def token_count_bytes(job: Plannable) -> int:
+    """ETP·EP·E·8: the gathered per-expert token counts of the tp_ep group (the dispatcher's
+    metadata all-gather of E longs per rank, `preprocess`)."""
+    moe, lay = job.model.moe, job.layout
+    return 0 if moe is None else lay.et * lay.ep * moe.E * TOKEN_COUNT_BYTES
+
+
+def moe_passes(job: Plannable, stage: int) -> tuple[int, int]:
+    """(forward, backward) runs of the MoE layers of `stage` per step: L_moe·m each, and the
+    forward again inside backward under full recompute (selective recompute repeats only the
+    attention core)."""
+    forward = job.moe_layers(stage) * job.m
+    return forward, forward + (forward if job.training.recompute == "full" else 0)
+
+
+def _ep_ops(job: Plannable, stage: int) -> list[CommOp]:
+    """The expert-parallel all-to-alls (Megatron-Core MoEAlltoAllTokenDispatcher): tokens and
+    probabilities out (token_dispatch), outputs back (token_combine); each one's gradient takes
+    the opposite exchange in backward. And the token counts gathered over tp_ep before them."""
+    lay = job.layout
+    forward, backward = moe_passes(job, stage)
+    if lay.ep == 1 or forward == 0:
+        return []
+    link = expert_link(job, Axis.EP)
+    redo = backward - forward  # forward runs again inside backward
+
+    def op(collective: Collective, phase: str, calls: int, size: int, formula: str) -> CommOp:
+        return CommOp(
+            stage=stage,
+            group=GroupKind.EP,
+            op=collective,
+            phase=phase,
+            group_size=lay.ep,
+            calls=calls,
+            buffer_bytes=size,
+            link=link,
+            formula=formula,
+        )
+
+    ops = [
+        op(
+            Collective.ALL_TO_ALL,
+            "EP all-to-all dispatch of the routed tokens (forward; its gradient in backward)",
+            forward + backward,
+            dispatch_bytes(job),
+            "1 per MoE layer per micro-batch each way, T·k rows of h·β_a (T = b·s/c/t)",
+        ),
+        op(
+            Collective.ALL_TO_ALL,
+            "EP all-to-all combine of the expert outputs (forward; its gradient in backward)",
+            forward + backward,
+            dispatch_bytes(job),
+            "1 per MoE layer per micro-batch each way, T·k rows of h·β_a",
+        ),
+        op(
+            Collective.ALL_TO_ALL,
+            "EP all-to-all of the routing probabilities (forward; their gradient in backward)",
+            forward + backward,
+            probs_bytes(job),
+            "1 per MoE layer per micro-batch each way, T·k probabilities of β_a",
+        ),
+    ]
+    # With ETP > 1 the counts go over the tp_ep group (ETP·EP ranks), which the plan does not
+    # list as a group kind; that small latency-bound call is not counted then.
+    if lay.et == 1:
+        ops.append(
+            op(
+                Collective.ALL_GATHER,
+                "EP all-gather of the tokens per expert (dispatch metadata, forward)",
+                forward + redo,
+                token_count_bytes(job),
+                "1 per MoE layer per forward, EP·E token counts of 8 bytes gathered",
+            )
+        )
+    return ops
+
+
+def _etp_ops(job: Plannable, stage: int) -> list[CommOp]:
+    """Expert tensor parallelism: the dispatched rows all-gathered over the ETP group before the
+    experts and their outputs reduce-scattered after (dispatch_postprocess, combine_preprocess),
+    probabilities gathered too; backward swaps each for the other."""
+    lay = job.layout
+    forward, backward = moe_passes(job, stage)
+    if lay.et == 1 or forward == 0:
+        return []
+    link = expert_link(job, Axis.TP)
+    redo = backward - forward
+    rows, h, beta = lay.et * dispatch_rows(job), job.model.h, activation_bytes(job)
+
+    def op(collective: Collective, phase: str, calls: int, size: int, formula: str) -> CommOp:
+        return CommOp(
+            stage=stage,
+            group=GroupKind.ETP,
+            op=collective,
+            phase=phase,
+            group_size=lay.et,
+            calls=calls,
+            buffer_bytes=size,
+            link=link,
+            formula=formula,
+        )
+
+    return [
+        op(
+            Collective.ALL_GATHER,
+            "ETP all-gather of the dispatched tokens (forward; the combine's gradient in backward)",
+            forward + backward,
+            rows * h * beta,
+            "1 per MoE layer per micro-batch each way, gathered ETP·T·k rows of h·β_a",
+        ),
+        op(
+            Collective.REDUCE_SCATTER,
+            "ETP reduce-scatter of the expert outputs (forward; the dispatch's gradient in backward)",
+            forward + backward,
+            rows * h * beta,
+            "1 per MoE layer per micro-batch each way, ETP·T·k rows of h·β_a before scattering",
+        ),
+        op(
+            Collective.ALL_GATHER,
+            "ETP all-gather of the routing probabilities (forward)",
+            forward + redo,
+            rows * beta,
+            "1 per MoE layer per forward, gathered ETP·T·k probabilities of β_a",
+        ),
+        op(
+            Collective.REDUCE_SCATTER,
+            "ETP reduce-scatter of the probabilities' gradient (backward)",
+            forward,
+            rows * beta,
+            "1 per MoE layer per micro-batch, ETP·T·k probabilities of β_a before scattering",
+        ),
+    ]
+
+
+def _edp_ops(job: Plannable, stage: int, params: int) -> list[CommOp]:
+    """The routed experts' gradients, reduced over the expert data-parallel group in their own
+    buckets (Megatron DDP `expert_parallel_buffers` over intra_expt_dp_group, the same bucket
+    size as the dense buffers), and with the distributed optimizer the updated expert
+    parameters all-gathered over it, as the dense part over dp_cp."""
+    lay, m = job.layout, job.m
+    if lay.edp == 1 or params == 0:
+        return []
+    zero = sharding_stage(job)
+    g, w = grad_bytes(job), activation_bytes(job)
+    link = expert_link(job, Axis.DP)
+
+    def op(collective: Collective, phase: str, calls: int, size: int, formula: str) -> CommOp:
+        return CommOp(
+            stage=stage,
+            group=GroupKind.EDP,
+            op=collective,
+            phase=phase,
+            group_size=lay.edp,
+            calls=calls,
+            buffer_bytes=size,
+            link=link,
+            formula=formula,
+        )
+
+    ops: list[CommOp] = []
+    for calls, elements in _buckets(params, job.gradient_bucket_elements):
+        if zero == 0:
+            ops.append(
+                op(
+                    Collective.ALL_REDUCE,
+                    "EDP expert gradient all-reduce (bucketed, overlapped with backward)",
+                    calls,
+                    elements * g,
+                    "Ψ_expert gradients once per step",
+                )
+            )
+            continue
+        per_step = m if zero >= 2 else 1
+        ops.append(
+            op(
+                Collective.REDUCE_SCATTER,
+                "EDP expert gradient reduce-scatter",
+                calls * per_step,
+                elements * g,
+                "Ψ_expert gradients " + ("per micro-batch" if zero >= 2 else "once per step"),
+            )
+        )
+        ops.append(
+            op(
+                Collective.ALL_GATHER,
+                "EDP expert parameter all-gather"
+                + (", forward and backward" if zero == 3 else " after the optimizer step"),
+                calls * (2 * m if zero == 3 else 1),
+                elements * w,
+                "Ψ_expert 16-bit parameters " + ("twice per micro-batch" if zero == 3 else "once per step"),
+            )
+        )
+    return ops
+
+
 def _cp_ops(job: Plannable, stage: int, layers: int) -> list[CommOp]:
     lay, tr, mod, m = job.layout, job.training, job.model, job.m
     if lay.c == 1:
@@ -362,17 +635,24 @@ def _embedding_ops(job: Plannable, stage: int) -> list[CommOp]:
     ]
 
 
-def schedule(job: Plannable, params_by_stage: Sequence[int]) -> tuple[CommOp, ...]:
+def schedule(
+    job: Plannable, params_by_stage: Sequence[int], experts_by_stage: Sequence[int] = ()
+) -> tuple[CommOp, ...]:
     """Every communication op of one step, for a rank of each pipeline stage.
 
-    `params_by_stage[r]` is Ψ_r, the parameters one rank of stage r holds (after TP sharding).
+    `params_by_stage[r]` is Ψ_dense of one rank of stage r (after TP sharding), what the
+    data-parallel group reduces; `experts_by_stage[r]` its Ψ_expert, what the expert
+    data-parallel group reduces (`planc.memory.params.RankParameters`; empty: no experts).
     """
     ops: list[CommOp] = []
     for stage, layers in enumerate(job.layout.stage_layers):
-        ops += _tp_ops(job, stage, layers)
+        ops += _tp_ops(job, stage)
         ops += _cp_ops(job, stage, layers)
+        ops += _ep_ops(job, stage)
+        ops += _etp_ops(job, stage)
         ops += _pp_ops(job, stage)
         ops += _dp_ops(job, stage, params_by_stage[stage])
+        ops += _edp_ops(job, stage, experts_by_stage[stage] if experts_by_stage else 0)
         ops += _embedding_ops(job, stage)
     return tuple(ops)
 

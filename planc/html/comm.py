@@ -112,8 +112,15 @@ def wire_table(analysis: Analysis) -> str:
 def step_parts(step: StepEstimate) -> list[tuple[str, str, float]]:
     """(css class, name, seconds) of the step: compute, exposed communication, bubble, and
     whatever the estimate's step time holds beyond them."""
+    # The MoE layers' exchanges are part of compute_s (serialised); shown as their own part.
+    experts = (
+        [("t-comm", "expert all-to-all (serialised with compute)", step.ep_comm_s)]
+        if step.ep_comm_s > 0
+        else []
+    )
     parts = [
-        ("t-compute", "compute (incl. exposed TP)", step.compute_s),
+        ("t-compute", "compute (incl. exposed TP)", step.compute_s - step.ep_comm_s),
+        *experts,
         ("t-comm", "exposed DP communication", step.exposed_comm_s),
         ("t-bubble", "pipeline bubble", step.bubble_s),
         ("t-other", "optimizer step", step.optimizer_s),

@@ -313,9 +313,7 @@ def rank_parameters(job: Plannable, pp_rank: int) -> RankParameters:
         position=model.max_seq_len * model.h if first and model.position == "learned" else 0,
         final_norm=norm_parameters(model) if last else 0,
         lm_head=vocab_slice if head else 0,
-        moe_layers=0
-        if moe is None
-        else sum(moe.moe_layers_between(a, b) for a, b in lay.chunks[pp_rank]),
+        moe_layers=job.moe_layers(pp_rank),
         per_moe_layer=0 if moe is None else moe_layer_dense_parameters(model, lay.t),
         experts_per_moe_layer=0
         if moe is None

@@ -20,12 +20,14 @@ from collections.abc import Sequence
 
 from planc.perf.efficiency import Efficiency
 from planc.perf.ops import (
+    ExpertShape,
     LayerShape,
     OpCost,
     Work,
     first_stage_ops,
     last_stage_ops,
     layer_ops,
+    moe_layer_ops,
     optimizer_step,
 )
 from planc.record import record
@@ -127,28 +129,35 @@ def chunk_times(
     recompute: str,
     device: Device,
     eff: Efficiency,
+    moe_layers: Sequence[int] = (),
+    experts: ExpertShape | None = None,
 ) -> tuple[ChunkTimes, ...]:
     """Forward and backward (+ recompute) seconds per micro-batch of each chunk of one stage.
 
     `chunk_layers[j]` is the layer count of the stage's chunk j (one entry without
-    interleaving). The first stage's chunk 0 also runs the embedding; the last stage's last
-    chunk also runs the final norm, the LM head and the fp32 loss.
+    interleaving), `moe_layers[j]` how many of them have `experts` (priced with
+    `moe_layer_ops`; none when empty). The first stage's chunk 0 also runs the embedding; the
+    last stage's last chunk also runs the final norm, the LM head and the fp32 loss.
     """
     layer = pass_times(layer_ops(shape), device, eff)
     redo = recompute_time_s(layer, recompute)
+    moe = pass_times(moe_layer_ops(shape, experts), device, eff) if experts else layer
+    moe_redo = recompute_time_s(moe, recompute)
     head = pass_times(last_stage_ops(shape), device, eff)
     embed = pass_times(first_stage_ops(shape), device, eff)
     out = []
     for j, layers in enumerate(chunk_layers):
-        forward = layers * layer.forward_s
-        backward = layers * (layer.backward_s + redo)
+        routed = moe_layers[j] if moe_layers else 0
+        dense = layers - routed
+        forward = dense * layer.forward_s + routed * moe.forward_s
+        backward = dense * (layer.backward_s + redo) + routed * (moe.backward_s + moe_redo)
         if first_stage and j == 0:
             forward += embed.forward_s
             backward += embed.backward_s
         if last_stage and j == len(chunk_layers) - 1:
             forward += head.forward_s
             backward += head.backward_s
-        out.append(ChunkTimes(forward, backward, layers * redo, layers))
+        out.append(ChunkTimes(forward, backward, dense * redo + routed * moe_redo, layers))
     return tuple(out)
 
 

@@ -35,7 +35,7 @@ from planc.record import record
 PRESETS = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "presets", "efficiency.json"
 )
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "send_recv")
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "send_recv", "all_to_all")
 LINKS = ("nvlink", "network")
 
 
@@ -80,9 +80,11 @@ class LinkEfficiency:
     all_gather: float
     send_recv: float
     processor_usage: float  # fraction of compute lost while a collective overlaps it
+    all_to_all: float
 
     def of(self, op: str) -> float:
-        """The efficiency of collective `op` (all_reduce, reduce_scatter, all_gather, send_recv)."""
+        """The efficiency of collective `op` (all_reduce, reduce_scatter, all_gather, send_recv,
+        all_to_all)."""
         if op not in COLLECTIVES:
             raise ValueError(f"unknown collective {op!r}")
         value: float = getattr(self, op)
@@ -128,10 +130,14 @@ def _link(data: Mapping[str, Any], where: str) -> LinkEfficiency:
     eff = data.get("efficiency", {})
     if not isinstance(eff, Mapping):
         raise ValueError(f"{where}.efficiency must be a mapping of collective to efficiency")
+    # NCCL runs an all-to-all as grouped point-to-point sends, one to each peer (nccl-tests
+    # src/alltoall.cu), so a calibration file written before planc priced all-to-alls takes
+    # its send_recv efficiency for them.
+    given = {"all_to_all": eff.get("send_recv"), **eff}
     return LinkEfficiency(
         latency_us=_number(data, "latency_us", where),
         processor_usage=_number(data, "processor_usage", where),
-        **{op: _number(eff, op, f"{where}.efficiency") for op in COLLECTIVES},
+        **{op: _number(given, op, f"{where}.efficiency") for op in COLLECTIVES},
     )
 
 

@@ -27,6 +27,7 @@ Conventions, stated once:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
 from planc.record import record
@@ -341,6 +342,112 @@ def layer_ops(shape: LayerShape) -> tuple[OpCost, ...]:
         mlp_up(shape),
         activation(shape),
         mlp_down(shape),
+        residual_dropout_add(shape, "MLP dropout + residual"),
+    )
+
+
+# --------------------------------------------------------------------------- MoE block
+
+
+@record
+class ExpertShape:
+    """A MoE layer's sizes on one rank (symbols of Megatron-Core's moe/README.md): E routed
+    experts, k per token, f_e one expert's inner size, E_s·f_s the shared experts' inner size,
+    EP and ETP the expert-parallel and expert tensor-parallel degrees."""
+
+    E: int
+    k: int
+    f_e: int
+    shared: int = 0  # E_s·f_s: the shared experts as one MLP (Megatron's SharedExpertMLP)
+    ep: int = 1
+    et: int = 1
+
+    @property
+    def local_experts(self) -> int:
+        """E/EP: the experts a rank computes."""
+        return self.E // self.ep
+
+
+def routed_rows(shape: LayerShape, experts: ExpertShape) -> float:
+    """T·k: the (token, expert) rows a rank routes, T = b·s/c (/t with SP) its tokens."""
+    return shape.norm_tokens * experts.k
+
+
+def router(shape: LayerShape, experts: ExpertShape) -> OpCost:
+    """The router's gate: [T, h]·[h, E] on the rank's T tokens (TopKRouter.gating; the
+    weights are replicated, no TP split)."""
+    return gemm("router", shape.norm_tokens, shape.h, experts.E, shape.beta)
+
+
+def token_permutation(shape: LayerShape, experts: ExpertShape) -> OpCost:
+    """Permute the routed rows into expert order before the dispatch and back after the
+    combine (Megatron-Core `permute` / `unpermute`, fused): each reads and writes T·k rows of h.
+
+    Forward: the permute reads T·k gathered rows and writes them (2β per element), the
+    unpermute reads T·k rows and their probabilities and writes T sums (≈2β per element); the
+    backward does the same in reverse. One FLOP per element for the weighted sum.
+    """
+    elements = routed_rows(shape, experts) * shape.h
+    work = Work(elements, 4.0 * shape.beta * elements)
+    return OpCost("token permutation", "vector", work, work)
+
+
+def _grouped_gemm(
+    name: str, shape: LayerShape, experts: ExpertShape, inner: float, cols: float
+) -> OpCost:
+    """E/EP experts' matmuls, one per local expert of ETP·T·k·EP/E rows (the balanced share of
+    the gathered rows; Megatron-Core TEGroupedMLP runs them as one grouped GEMM)."""
+    rows = experts.et * routed_rows(shape, experts) * experts.ep / experts.E
+    one = gemm(name, rows, inner, cols, shape.beta)
+    n = experts.local_experts
+    work = Work(one.forward.flops * n, one.forward.bytes * n)
+    gshape = GemmShape(round(rows), round(cols), round(inner), n)
+    return OpCost(name, "matrix", work, work, work, gshape)
+
+
+def expert_up(shape: LayerShape, experts: ExpertShape) -> OpCost:
+    """The routed experts' fc1: [rows, h]·[h, (2)f_e/ETP] per local expert (SwiGLU fuses
+    gate and up)."""
+    cols = (2 if shape.gated else 1) * experts.f_e / experts.et
+    return _grouped_gemm("expert fc1", shape, experts, shape.h, cols)
+
+
+def expert_activation(shape: LayerShape, experts: ExpertShape) -> OpCost:
+    """GeLU or SwiGLU on the experts' fc1 outputs, ETP·T·k rows of f_e/ETP (as `activation`)."""
+    rows = experts.et * routed_rows(shape, experts)
+    # One "sequence" of ETP·T·k rows with an inner size of f_e/ETP, no TP split of its own.
+    gathered = replace(shape, b=1, s=round(rows), c=1, t=1, f=round(experts.f_e / experts.et))
+    return activation(gathered)
+
+
+def expert_down(shape: LayerShape, experts: ExpertShape) -> OpCost:
+    """The routed experts' fc2: [rows, f_e/ETP]·[f_e/ETP, h] per local expert."""
+    return _grouped_gemm("expert fc2", shape, experts, experts.f_e / experts.et, shape.h)
+
+
+def shared_expert_ops(shape: LayerShape, experts: ExpertShape) -> tuple[OpCost, ...]:
+    """The shared experts: a dense, TP-split MLP of inner size E_s·f_s (SharedExpertMLP)."""
+    if not experts.shared:
+        return ()
+    mlp = replace(shape, f=experts.shared)
+    return (mlp_up(mlp), activation(mlp), mlp_down(mlp))
+
+
+def moe_layer_ops(shape: LayerShape, experts: ExpertShape) -> tuple[OpCost, ...]:
+    """Every op of a MoE layer, in forward order: the attention block as in a dense layer,
+    then the router, the permutation, the routed experts and the shared experts instead of the
+    dense MLP (Megatron-Core MoELayer). Its exchanges are priced as communication."""
+    # A dense layer ends with fc1, the activation, fc2 and the residual add: what stays is the
+    # attention block and the pre-MLP norm.
+    attention = layer_ops(shape)[:-4]
+    return (
+        *attention,
+        router(shape, experts),
+        token_permutation(shape, experts),
+        expert_up(shape, experts),
+        expert_activation(shape, experts),
+        expert_down(shape, experts),
+        *shared_expert_ops(shape, experts),
         residual_dropout_add(shape, "MLP dropout + residual"),
     )
 

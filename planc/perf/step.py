@@ -6,7 +6,8 @@
 Composition, per optimizer step:
 
 1. **Pipeline.** Each virtual stage (stage r, chunk j) takes t_f = forward + exposed TP forward
-   and t_b = backward (+ recompute) + exposed TP backward per micro-batch; the discrete-event
+   (+ the MoE layers' expert exchanges) and t_b = backward (+ recompute) + exposed TP backward
+   (+ the exchanges of the gradients) per micro-batch; the discrete-event
    simulation of Megatron's 1F1B or interleaved 1F1B schedule (:mod:`planc.pipeline`) runs them
    with the p2p time per message and gives each stage's finishing time. The bubble is whatever
    the simulation leaves idle, so uneven stages (embedding first, LM head last) are priced.
@@ -59,6 +60,10 @@ class StageInputs:
     tp_overlapped_s: float = 0.0  # TP communication hidden behind compute, per micro-batch
     cp_exposed_s: float = 0.0  # ring-attention K/V exchange not hidden, per micro-batch
     dp_overlapped_s: float = 0.0  # other DP communication hidden behind compute, per micro-batch
+    # Expert exchanges (EP all-to-all, ETP gathers) of the chunk's MoE layers, exposed: forward
+    # and backward per chunk (empty: none).
+    ep_forward_s: tuple[float, ...] = ()
+    ep_backward_s: tuple[float, ...] = ()
 
 
 @record
@@ -88,6 +93,7 @@ class StepEstimate:
     bubble_s: float  # pipeline_s − compute_s
     tp_exposed_s: float  # on the busiest stage, per step
     cp_exposed_s: float  # on the busiest stage, per step
+    ep_exposed_s: float  # the expert exchanges of the busiest stage, per step
     pp_exposed_s: float  # p2p time on the critical path: pipeline_s − compute_s − idle
     dp_exposed_s: float  # DP tail + after-step communication
     optimizer_s: float
@@ -116,10 +122,15 @@ def _virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
         for j in range(v):
             share = st.backward_s[j] / total_b
             # The CP exchange is a third forward, two thirds backward (K, V; then dK, dV too).
-            t_f[j * p + r] = st.forward_s[j] + st.tp_forward_s[j] + st.cp_exposed_s / (3 * v)
+            ep_f = st.ep_forward_s[j] if st.ep_forward_s else 0.0
+            ep_b = st.ep_backward_s[j] if st.ep_backward_s else 0.0
+            t_f[j * p + r] = (
+                st.forward_s[j] + st.tp_forward_s[j] + ep_f + st.cp_exposed_s / (3 * v)
+            )
             t_b[j * p + r] = (
                 st.backward_s[j]
                 + st.tp_backward_s[j]
+                + ep_b
                 + slow * share
                 + 2 * st.cp_exposed_s / (3 * v)
             )
@@ -175,6 +186,9 @@ def estimate_step(inputs: StepInputs) -> StepEstimate:
         bubble_s=pipeline - compute,
         tp_exposed_s=tp,
         cp_exposed_s=m * inputs.stages[worst].cp_exposed_s,
+        ep_exposed_s=m * (
+            sum(inputs.stages[worst].ep_forward_s) + sum(inputs.stages[worst].ep_backward_s)
+        ),
         pp_exposed_s=pp,
         dp_exposed_s=synced - pipeline + max(st.after_step_s for st in inputs.stages),
         optimizer_s=max(st.optimizer_s for st in inputs.stages),

@@ -16,14 +16,28 @@ Which TP collectives hide behind compute (Megatron-LM `tensor_parallel/layers.py
 
 What overlaps is charged `processor_usage` of its time as slowed compute; what does not fit is
 exposed. `training.overlap_tp` hides all TP communication (then it is all "overlapped").
+
+The expert exchanges of a MoE layer (all-to-all dispatch and combine over EP, the ETP gathers
+and scatters) run on the critical path, between the router and the experts and after them:
+Megatron-Core serialises them with compute unless --overlap-moe-expert-parallel-comm (with
+--delay-wgrad-compute) overlaps them across micro-batches, which planc does not model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from planc.comm.cost import ring_steps, wire_bytes
-from planc.comm.schedule import CommOp, schedule, sharding_stage
+from planc.comm.schedule import (
+    CommOp,
+    dispatch_bytes,
+    expert_link,
+    probs_bytes,
+    schedule,
+    sharding_stage,
+    token_count_bytes,
+)
 from planc.job import Job
 from planc.perf.compute import (
     Device,
@@ -42,9 +56,13 @@ from planc.perf.efficiency import (
 )
 from planc.perf.offload import offload_transfer_s
 from planc.perf.ops import (
+    ExpertShape,
     LayerShape,
     attention_core,
     embedding_parameters,
+    expert_activation,
+    expert_down,
+    expert_up,
     layer_parameters,
     mlp_up,
     qkv_projection,
@@ -52,10 +70,11 @@ from planc.perf.ops import (
 from planc.perf.step import StageInputs, StepEstimate, StepInputs, estimate_step
 from planc.plannable import Plannable, plannable
 from planc.record import record
+from planc.vocab import Axis
 
 # Data-parallel traffic: the shard group (dp_cp, or dp_shard under HSDP), HSDP's replicas, and
 # the tied embedding's all-reduce.
-DP_GROUPS = ("dp_cp", "dp_shard", "dp_replicate", "embedding")
+DP_GROUPS = ("dp_cp", "dp_shard", "dp_replicate", "embedding", "edp")
 
 
 def plan_of(job: Job | Plannable) -> Plannable:
@@ -91,6 +110,24 @@ def layer_shape(job: Plannable) -> LayerShape:
         beta=4 if tr.precision == "fp32" else 2,
         positions=mod.max_seq_len if mod.position == "learned" else 0,
     )
+
+
+def expert_shape(job: Plannable) -> ExpertShape | None:
+    """The job's experts as plain numbers for :mod:`planc.perf.ops` (None: a dense model)."""
+    moe, lay = job.model.moe, job.layout
+    if moe is None:
+        return None
+    return ExpertShape(
+        E=moe.E, k=moe.k, f_e=moe.f_e, shared=moe.E_s * moe.f_s, ep=lay.ep, et=lay.et
+    )
+
+
+def chunk_moe_layers(job: Plannable, stage: int) -> tuple[int, ...]:
+    """The MoE layers of each model chunk of `stage` (all zero for a dense model)."""
+    moe = job.model.moe
+    if moe is None:
+        return (0,) * job.layout.v
+    return tuple(moe.moe_layers_between(a, b) for a, b in job.layout.chunks[stage])
 
 
 def device_of(job: Plannable) -> Device:
@@ -150,12 +187,22 @@ def stage_parameters(job: Plannable, stage: int, layers: int, shape: LayerShape)
 def model_flops(job: Job | Plannable) -> float:
     """Model FLOPs per step, no recompute: 3 × forward of the weight matmuls, the attention
     matmuls (no causal discount) and the LM head (Narayanan et al. 2021 Appendix; for a GPT
-    this is 72·B·s·L·h²·(1 + s/(6h) + V/(12hL)))."""
+    this is 72·B·s·L·h²·(1 + s/(6h) + V/(12hL))); in MoE layers the k routed experts, the
+    shared experts and the router in place of the dense MLP (the active parameters)."""
     mod, tr = job.model, job.training
     gamma = 3 if mod.mlp == "swiglu" else 2
-    weights = mod.h * mod.k * (mod.n + mod.g) * 2 + gamma * mod.h * mod.f
+    attention = mod.h * mod.k * (mod.n + mod.g) * 2
+    weights = attention + gamma * mod.h * mod.f
     per_layer = 2.0 * tr.s * weights + 4.0 * tr.s * tr.s * mod.n * mod.k
-    return 3.0 * tr.B * (mod.L * per_layer + 2.0 * tr.s * mod.h * mod.V)
+    total = mod.L * per_layer
+    moe = mod.moe
+    if moe is not None:
+        # A MoE layer's tokens pass through k routed experts and the shared ones instead of the
+        # dense MLP, plus the h·E router (Megatron-LM num_floating_point_operations counts
+        # the experts the same way; it leaves out the router, 2·h·E per token).
+        routed = gamma * mod.h * (moe.k * moe.f_e + moe.E_s * moe.f_s) + mod.h * moe.E
+        total += moe.moe_layers(mod.L) * 2.0 * tr.s * (routed - gamma * mod.h * mod.f)
+    return 3.0 * tr.B * (total + 2.0 * tr.s * mod.h * mod.V)
 
 
 @record
@@ -168,23 +215,104 @@ class TpPerLayer:
     recompute_s: float  # exposed again in backward under full recompute
 
 
-def tp_per_layer(job: Plannable, eff: Efficiency, ops: Sequence[CommOp], stage: int) -> TpPerLayer:
-    """Forward, backward (exposed and hidden) and recomputed TP time of one layer."""
+@record
+class ExchangePerLayer:
+    """A MoE layer's expert exchanges per micro-batch on one rank, in seconds (all exposed)."""
+
+    forward_s: float
+    backward_s: float  # the gradients' exchanges, and the forward's again under full recompute
+
+
+def dispatch_combine_s(job: Plannable, eff: Efficiency) -> float:
+    """One MoE layer's dispatch and combine all-to-all of the T·k·h·β_a rows over EP, forward,
+    per micro-batch: 2·((EP−1)·α + (EP−1)/EP·T·k·h·β_a/(β·e)) on the ep groups' link."""
+    lay = job.layout
+    if job.model.moe is None or lay.ep == 1:
+        return 0.0
+    link = str(expert_link(job, Axis.EP))
+    return 2 * comm_time_s(job, eff, "all_to_all", lay.ep, dispatch_bytes(job), link)
+
+
+def expert_compute_s(job: Plannable, eff: Efficiency) -> float:
+    """One MoE layer's routed-expert forward per micro-batch on a rank: the E/EP local experts'
+    fc1, activation and fc2 on their ETP·T·k·EP/E rows each (what the dispatch feeds)."""
+    experts = expert_shape(job)
+    if experts is None:
+        return 0.0
+    shape = layer_shape(job)
+    ops = (expert_up(shape, experts), expert_activation(shape, experts), expert_down(shape, experts))
+    return pass_times(ops, device_of(job), eff).forward_s
+
+
+def ep_per_layer(job: Plannable, eff: Efficiency) -> ExchangePerLayer:
+    """The exchanges of one MoE layer per micro-batch (Megatron-Core
+    MoEAlltoAllTokenDispatcher), priced on their links:
+
+    forward  = a2a(T·k·h·β) dispatch + a2a(T·k·β) probabilities + AG(token counts)
+               + [ETP > 1] AG(ETP·T·k·h·β) + AG(ETP·T·k·β) + RS(ETP·T·k·h·β)
+               + a2a(T·k·h·β) combine
+    backward = the gradient of each: a2a × 3, [ETP > 1] RS(tokens) + RS(probabilities) +
+               AG(outputs); under full recompute the forward once more.
+
+    Sizes are the schedule's (`planc.comm.schedule`); the token-count gather is counted when the
+    schedule lists it (ETP = 1, where tp_ep is the ep group).
+    """
+    lay = job.layout
+    if job.model.moe is None:
+        return ExchangePerLayer(0.0, 0.0)
+    tokens, probs = dispatch_bytes(job), probs_bytes(job)
+    forward = backward = 0.0
+    if lay.ep > 1:
+        link = str(expert_link(job, Axis.EP))
+        exchange = dispatch_combine_s(job, eff)
+        exchange += comm_time_s(job, eff, "all_to_all", lay.ep, probs, link)
+        forward += exchange
+        backward += exchange
+        if lay.et == 1:
+            forward += comm_time_s(job, eff, "all_gather", lay.ep, token_count_bytes(job), link)
+    if lay.et > 1:
+        link = str(expert_link(job, Axis.TP))
+        rows, small = lay.et * tokens, lay.et * probs
+        gather = comm_time_s(job, eff, "all_gather", lay.et, rows, link)
+        scatter = comm_time_s(job, eff, "reduce_scatter", lay.et, rows, link)
+        forward += gather + scatter + comm_time_s(job, eff, "all_gather", lay.et, small, link)
+        backward += gather + scatter
+        backward += comm_time_s(job, eff, "reduce_scatter", lay.et, small, link)
+    if job.training.recompute == "full":
+        backward += forward
+    return ExchangePerLayer(forward, backward)
+
+
+def _tp_mlp(job: Plannable, moe_layer: bool) -> LayerShape | None:
+    """The TP-split MLP of a layer whose column-parallel weight gradient hides a backward
+    collective: the dense MLP, a MoE layer's shared experts, or none (a MoE layer without
+    shared experts runs no TP collective around its experts)."""
+    shape, moe = layer_shape(job), job.model.moe
+    if not moe_layer or moe is None:
+        return shape
+    return replace(shape, f=moe.E_s * moe.f_s) if moe.E_s else None
+
+
+def tp_per_layer(
+    job: Plannable, eff: Efficiency, ops: Sequence[CommOp], stage: int, moe_layer: bool = False
+) -> TpPerLayer:
+    """Forward, backward (exposed and hidden) and recomputed TP time of one layer (a dense
+    layer, or with `moe_layer` a MoE layer: attention plus the shared experts, if any)."""
     tp = [op for op in ops if op.stage == stage and op.group == "tp" and op.calls]
     if not tp:
         return TpPerLayer(0.0, 0.0, 0.0, 0.0)
     call = {str(op.op): _call_s(job, eff, op) for op in tp}
     shape, device = layer_shape(job), device_of(job)
-    wgrads = [
-        work_time_s(cost, cost.backward_weight, device, eff)
-        for cost in (qkv_projection(shape), mlp_up(shape))
-    ]
+    mlp = _tp_mlp(job, moe_layer)
+    columns = (qkv_projection(shape),) + (() if mlp is None else (mlp_up(mlp),))
+    wgrads = [work_time_s(cost, cost.backward_weight, device, eff) for cost in columns]
+    blocks = len(columns)  # attention, and the MLP or shared experts
     if job.layout.sp:
-        forward = 2 * call.get("all_gather", 0.0) + 2 * call.get("reduce_scatter", 0.0)
+        forward = blocks * (call.get("all_gather", 0.0) + call.get("reduce_scatter", 0.0))
         hidden = call.get("reduce_scatter", 0.0)
-        fixed = 2 * call.get("all_gather", 0.0)
+        fixed = blocks * call.get("all_gather", 0.0)
     else:
-        forward = 2 * call.get("all_reduce", 0.0)
+        forward = blocks * call.get("all_reduce", 0.0)
         hidden, fixed = call.get("all_reduce", 0.0), 0.0
     exposed = fixed + sum(max(0.0, hidden - w) for w in wgrads)
     overlapped = sum(min(hidden, w) for w in wgrads)
@@ -245,11 +373,13 @@ def build_inputs(
     params_by_stage: Sequence[int] | None = None,
     eff: Efficiency | None = None,
     ops: Sequence[CommOp] | None = None,
+    experts_by_stage: Sequence[int] = (),
 ) -> StepInputs:
     """The :class:`StepInputs` of `job`.
 
     `params_by_stage[r]` is Ψ_r, the parameters one rank of stage r holds (planc's memory
-    analysis); by default this module's own count. `eff` defaults to the GPU preset's entry of
+    analysis); by default this module's own count. `experts_by_stage[r]` is its Ψ_expert,
+    sharded over the expert data-parallel group instead of the data-parallel one. `eff` defaults to the GPU preset's entry of
     `efficiency.json` (for a custom GPU, the A100 entry scaled by its peaks).
     """
     job = plan_of(job)
@@ -262,30 +392,56 @@ def build_inputs(
         if params_by_stage is not None
         else [stage_parameters(job, r, layers, shape) for r, layers in enumerate(per_stage)]
     )
-    ops = schedule(job, params) if ops is None else ops
-    shard = lay.shard_group if sharding_stage(job) >= 1 else 1
+    experts = list(experts_by_stage) if experts_by_stage else [0] * lay.p
+    dense = [total - expert for total, expert in zip(params, experts, strict=True)]
+    ops = schedule(job, dense, experts) if ops is None else ops
+    zero = sharding_stage(job) >= 1
+    shard, expert_shard = (lay.shard_group, lay.edp) if zero else (1, 1)
+    exchange = ep_per_layer(job, eff)
     stages = []
     for r, layers in enumerate(per_stage):
-        split = lay.chunk_layers(r)
+        split, routed = lay.chunk_layers(r), chunk_moe_layers(job, r)
         times = chunk_times(
-            shape, split, r == 0, r == lay.p - 1, job.training.recompute, device, eff
+            shape,
+            split,
+            r == 0,
+            r == lay.p - 1,
+            job.training.recompute,
+            device,
+            eff,
+            routed,
+            expert_shape(job),
         )
         tp = tp_per_layer(job, eff, ops, r)
+        tp_moe = tp_per_layer(job, eff, ops, r, moe_layer=True)
         buckets, after, dp_overlapped = _dp(job, eff, ops, r)
+        pairs = tuple(zip(split, routed, strict=True))
         stages.append(
             StageInputs(
                 forward_s=tuple(t.forward_s for t in times),
                 backward_s=tuple(t.backward_s for t in times),
-                tp_forward_s=tuple(n * tp.forward_s for n in split),
-                tp_backward_s=tuple(n * (tp.backward_exposed_s + tp.recompute_s) for n in split),
+                tp_forward_s=tuple((n - e) * tp.forward_s + e * tp_moe.forward_s for n, e in pairs),
+                tp_backward_s=tuple(
+                    (n - e) * (tp.backward_exposed_s + tp.recompute_s)
+                    + e * (tp_moe.backward_exposed_s + tp_moe.recompute_s)
+                    for n, e in pairs
+                ),
                 dp_buckets_s=buckets,
                 after_step_s=after + offload_transfer_s(job, params[r]),
                 optimizer_s=optimizer_time_s(
-                    params[r] / shard, device, eff, job.training.precision == "fp16"
+                    dense[r] / shard + experts[r] / expert_shard,
+                    device,
+                    eff,
+                    job.training.precision == "fp16",
                 ),
-                tp_overlapped_s=layers * tp.backward_overlapped_s,
+                tp_overlapped_s=sum(
+                    (n - e) * tp.backward_overlapped_s + e * tp_moe.backward_overlapped_s
+                    for n, e in pairs
+                ),
                 cp_exposed_s=cp_exposed_per_microbatch(job, eff, ops, r, layers),
                 dp_overlapped_s=dp_overlapped / m,
+                ep_forward_s=tuple(e * exchange.forward_s for e in routed),
+                ep_backward_s=tuple(e * exchange.backward_s for e in routed),
             )
         )
     hop = p2p_message_s(job, eff, ops)
@@ -337,9 +493,10 @@ def estimate(
     params_by_stage: Sequence[int] | None = None,
     eff: Efficiency | None = None,
     ops: Sequence[CommOp] | None = None,
+    experts_by_stage: Sequence[int] = (),
 ) -> StepEstimate:
     """`estimate_step(build_inputs(job, ...))`."""
-    return estimate_step(build_inputs(job, params_by_stage, eff, ops))
+    return estimate_step(build_inputs(job, params_by_stage, eff, ops, experts_by_stage))
 
 
 def stage_times(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
@@ -349,7 +506,15 @@ def stage_times(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
     out = []
     for r in range(lay.p):
         chunks = chunk_times(
-            shape, lay.chunk_layers(r), r == 0, r == lay.p - 1, job.training.recompute, device, eff
+            shape,
+            lay.chunk_layers(r),
+            r == 0,
+            r == lay.p - 1,
+            job.training.recompute,
+            device,
+            eff,
+            chunk_moe_layers(job, r),
+            expert_shape(job),
         )
         out.append(
             StageTimes(

@@ -29,6 +29,7 @@ _ALL: tuple[Rule, ...] = (
     layout.zero_without_group,
     perf.dp_traffic_hides,
     perf.pp_traffic_hides,
+    perf.expert_exchange_hides,
     sharding.host_memory_fits,
     sharding.data_shard_divides,
     experts.experts_over_expert_parallel,

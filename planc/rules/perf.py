@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
-from planc.comm.schedule import CommOp, sharding_stage
+from planc.analysis import Analysis
+from planc.comm.schedule import CommOp, expert_link, sharding_stage
 from planc.findings import Severity
-from planc.job import GB
+from planc.job import GB, Job
+from planc.memory.report import usable_bytes
+from planc.perf.validate import dispatch_combine_s, expert_compute_s
+from planc.rules import fixes
 from planc.rules.base import Context, Needs, Violation, rule
-from planc.vocab import Collective, GroupKind, LinkClass
+from planc.vocab import Axis, Collective, GroupKind, LinkClass
 
 # The gradient reduction's groups: the shard group (dp_cp, or dp_shard under HSDP) and HSDP's
 # replicate all-reduce.
@@ -96,3 +101,108 @@ def pp_traffic_hides(ctx: Context) -> Iterator[Violation]:
                 ("parallelism.pipeline",),
             )
             return
+
+
+# Megatron-Core's default order, which puts ep right after tp (and cp, of size 1 in the expert
+# grid): the EP groups are then ETP-strided blocks of ETP·EP consecutive ranks.
+EP_AFTER_TP = "tp-cp-ep-dp-pp"
+
+
+def exchange_exposed(analysis: Analysis) -> tuple[float, float] | None:
+    """(dispatch + combine, expert compute) seconds of one MoE layer's forward per micro-batch
+    when the EP groups cross NVLink domains and the exchange is the longer; else None."""
+    plan, eff = analysis.plan, analysis.efficiency
+    if plan.model.moe is None or plan.layout.ep == 1:
+        return None
+    if expert_link(plan, Axis.EP) is LinkClass.NVLINK:
+        return None
+    exchange, compute = dispatch_combine_s(plan, eff), expert_compute_s(plan, eff)
+    return (exchange, compute) if exchange > compute else None
+
+
+def smaller_expert_parallel(job: Job) -> list[fixes.Variant]:
+    """Smaller EP degrees that divide the routed experts, largest first."""
+    moe, lay = job.model.moe, job.layout
+    if moe is None:
+        return []
+    return [
+        (f"expert: {ep}", dataclasses.replace(job, layout=dataclasses.replace(lay, ep=ep)))
+        for ep in range(lay.ep - 1, 0, -1)
+        if moe.E % ep == 0
+    ]
+
+
+def expert_order(job: Job) -> list[fixes.Variant]:
+    """The order that puts ep fastest after tp (Megatron-Core's default), if it is not the
+    spec's already."""
+    lay = job.layout
+    if "-".join(lay.expert_order) == EP_AFTER_TP:
+        return []
+    order = tuple(axis for axis in EP_AFTER_TP.split("-") if axis != "ep")
+    variant = dataclasses.replace(
+        lay, order=order, expert_order=tuple(EP_AFTER_TP.split("-"))
+    )
+    return [(f"order: {EP_AFTER_TP}", dataclasses.replace(job, layout=variant))]
+
+
+def _inside(analysis: Analysis) -> str | None:
+    """What a variant shows when its EP groups stay inside one NVLink domain (and its heaviest
+    rank still fits: a fix must not trade one finding for another)."""
+    plan = analysis.plan
+    if analysis.memory.peak.memory.total > usable_bytes(plan):
+        return None
+    if plan.layout.ep == 1:
+        return "no all-to-all"
+    if expert_link(plan, Axis.EP) is not LinkClass.NVLINK:
+        return None
+    return f"all-to-all on NVLink, {dispatch_combine_s(plan, analysis.efficiency) * 1e3:.2f} ms"
+
+
+@rule("PLC028", Severity.WARNING, Needs.ANALYSIS)
+def expert_exchange_hides(ctx: Context) -> Iterator[Violation]:
+    """Expert all-to-all across NVLink domains takes no longer than the expert compute.
+
+    Each MoE layer sends every token's k expert rows to the expert-parallel ranks that hold the
+    experts (dispatch) and brings the outputs back (combine): two all-to-alls of T·k·h
+    activations per micro-batch, T = b·s/c/t the rank's tokens. Megatron-Core runs them on the
+    critical path between the router and the experts. When an EP group spans NVLink domains
+    they go over the network, and when one layer's dispatch and combine then take longer than
+    that layer's expert compute, the exchange, not the experts, sets the pace of every MoE
+    layer. Megatron-Core's MoE guide: keep EP × TP inside the NVLink domain. The fix is EP
+    inside the domain: a smaller expert degree, or an order that puts ep fastest after tp; each
+    listed fix is checked with planc's own model.
+
+    Base: mixtral-8x7b-64xh100.yaml
+
+    Passes:
+        hardware: {inter_node: {bandwidth_gbs: 25}}
+        parallelism: {order: tp-cp-ep-dp-pp}
+
+    Fails:
+        hardware: {inter_node: {bandwidth_gbs: 25}}
+        parallelism: {order: tp-cp-dp-ep-pp}
+    """
+    if ctx.analysis is None:
+        return
+    found = exchange_exposed(ctx.analysis)
+    if found is None:
+        return
+    exchange, compute = found
+    plan = ctx.analysis.plan
+    fix = (
+        "keep the EP group inside one NVLink domain: a smaller parallelism.expert, or an "
+        f"order with ep right after tp ({EP_AFTER_TP})"
+    )
+    if ctx.suggest:
+        listed = fixes.verified(ctx.job, (smaller_expert_parallel, expert_order), _inside)
+        if listed:
+            fix = "keep the EP group inside one NVLink domain: " + "; or ".join(listed)
+    yield Violation(
+        "parallelism.expert",
+        f"the EP groups of {plan.layout.ep} ranks cross NVLink domains (domain of "
+        f"{plan.cluster.nvlink_domain} GPUs): one MoE layer's dispatch and combine all-to-all "
+        f"takes {exchange * 1e3:.2f} ms per micro-batch on the network, longer than the "
+        f"{compute * 1e3:.2f} ms of expert compute it runs beside",
+        fix,
+        ("parallelism.order", "hardware.inter_node"),
+    )

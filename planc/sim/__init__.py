@@ -1,9 +1,12 @@
-"""Embedded numpy simulator of ring collectives (reduce-scatter, all-gather, all-reduce).
+"""Embedded numpy simulator of ring collectives (reduce-scatter, all-gather, all-reduce) and of
+the all-to-all exchange.
 
 Used to check the plan compiler's communication-volume formulas against an executable
-model: see :mod:`planc.sim.ring` for the chunk schedule, byte accounting and tolerances.
+model: see :mod:`planc.sim.ring` for the chunk schedule, byte accounting and tolerances, and
+:mod:`planc.sim.alltoall` for the pairwise exchange.
 """
 
+from planc.sim.alltoall import all_to_all, all_to_all_bytes, all_to_all_received_bytes
 from planc.sim.ring import (
     SUPPORTED_DTYPES,
     RingTrace,
@@ -22,6 +25,9 @@ from planc.sim.ring import (
 __all__ = [
     "SUPPORTED_DTYPES",
     "RingTrace",
+    "all_to_all",
+    "all_to_all_bytes",
+    "all_to_all_received_bytes",
     "chunk_sizes",
     "ring_all_gather",
     "ring_all_gather_bytes",

@@ -41,7 +41,7 @@ class Verification:
     @property
     def problems(self) -> tuple[Problem, ...]:
         found = [Problem(c.name, p) for c in self.checks for p in c.problems]
-        found += [Problem(f"ring {r.op} on {r.group}", p) for r in self.rings for p in r.problems]
+        found += [Problem(f"{r.op} on {r.group}", p) for r in self.rings for p in r.problems]
         return tuple(found)
 
 
@@ -102,7 +102,7 @@ def render(result: Verification) -> str:
             f"{run.elements:,} int64 elements per rank"
         )
         lines.append(
-            f"{'ring ' + run.op:<24}{status if not run.note else 'skipped':<8}groups.{run.group}: {what}"
+            f"{('exchange ' if run.op == 'all_to_all' else 'ring ') + run.op:<24}{status if not run.note else 'skipped':<8}groups.{run.group}: {what}"
         )
         lines += [f"    {p}" for p in run.problems[:MAX_SHOWN]]
     lines.append(

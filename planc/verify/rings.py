@@ -1,4 +1,4 @@
-"""The ring collectives run by `planc.sim` on the plan's real group members.
+"""The ring collectives and the all-to-all run by `planc.sim` on the plan's real group members.
 
 Each rank's buffer is seeded by its rank id, so the expected result depends on *which* ranks
 are in a group: the sum over the ranks that share the group's other coordinates (found here from
@@ -17,6 +17,9 @@ import numpy.typing as npt
 
 from planc.record import record
 from planc.sim import (
+    all_to_all,
+    all_to_all_bytes,
+    all_to_all_received_bytes,
     chunk_sizes,
     ring_all_gather,
     ring_all_gather_bytes,
@@ -25,7 +28,13 @@ from planc.sim import (
     ring_reduce_scatter,
     ring_reduce_scatter_bytes,
 )
-from planc.verify.grid import KIND_AXES, SHARD_KINDS, dp_cp_position
+from planc.verify.grid import (
+    EXPERT_KIND_AXES,
+    KIND_AXES,
+    SHARD_KINDS,
+    dp_cp_position,
+    expert_coordinates,
+)
 from planc.verify.plandata import AXES, Ints, PlanData
 from planc.verify.traffic import itemsize_of
 
@@ -84,6 +93,12 @@ def _should_hold(plan: PlanData, kind: str, anchor: int) -> Ints:
         )
         return np.unique(row[[0, -1]])
     same = np.ones(len(plan.rank), dtype=bool)
+    if kind in EXPERT_KIND_AXES:  # a slice of the expert grid along one of its axes
+        coords = expert_coordinates(plan)
+        for axis, coord in coords.items():
+            if axis != EXPERT_KIND_AXES[kind]:
+                same &= coord == coord[anchor]
+        return np.flatnonzero(same).astype(np.int64)
     for axis in AXES:
         if axis not in KIND_AXES[kind]:
             same &= plan.coords[axis] == plan.coords[axis][anchor]
@@ -116,8 +131,39 @@ def _compare(op: str, out: Ints, want: Ints, n: int, elements: int) -> bool:
     )
 
 
+def _exchange(listed: Ints, should: Ints, elements: int) -> list[str]:
+    """Run the all-to-all over `listed`: every member must receive, from each member in group
+    order, the chunk that member addressed to it (seeded by rank id), the group must hold the
+    ranks that share its other coordinates, and the bytes must be the exchange's formula."""
+    n = len(listed)
+    problems: list[str] = []
+    if not np.array_equal(np.sort(listed), should):
+        problems.append(
+            f"all_to_all over group {listed[:8].tolist()}: the ranks that share its coordinates "
+            f"are {should[:8].tolist()}"
+        )
+    sent_to = _buffers(listed, elements)
+    received, sent, got = all_to_all(sent_to)
+    bounds = np.concatenate(([0], np.cumsum(chunk_sizes(n, elements))))
+    for j in range(n):
+        want = np.concatenate([sent_to[i, bounds[j] : bounds[j + 1]] for i in range(n)])
+        if not np.array_equal(received[j], want):
+            problems.append(
+                f"all_to_all over group {listed[:8].tolist()}: rank {int(listed[j])} did not "
+                "receive what each member addressed to it"
+            )
+            break
+    if not (
+        np.array_equal(sent, all_to_all_bytes(n, elements, 8))
+        and np.array_equal(got, all_to_all_received_bytes(n, elements, 8))
+    ):
+        problems.append(
+            f"all_to_all over group {listed[:8].tolist()}: the simulated bytes differ from the formula"
+        )
+    return problems
+
+
 def run_shape(plan: PlanData, kind: str, op: str, size: int, buffer_bytes: int) -> RingRun:
-    simulate, formula = RINGS[op]
     found = plan.groups.get(kind)
     if found is None or found.ndim != 2 or found.shape[1] != size:
         return RingRun(
@@ -137,6 +183,10 @@ def run_shape(plan: PlanData, kind: str, op: str, size: int, buffer_bytes: int) 
             problems.append(f"groups.{kind} group {g} does not list {size} distinct ranks")
             continue
         should = _should_hold(plan, kind, int(listed[0]))
+        if op == "all_to_all":
+            problems += [f"groups.{kind} group {g}: {p}" for p in _exchange(listed, should, elements)]
+            continue
+        simulate, formula = RINGS[op]
         out, sent = simulate(_buffers(listed, elements))
         if not _compare(op, out, _expected(op, listed, should, elements), size, elements):
             problems.append(
@@ -157,11 +207,11 @@ def simulated_elements(plan: PlanData, kind: str, op: str, size: int, buffer_byt
 
 
 def rings(plan: PlanData) -> Iterator[RingRun]:
-    """One run per distinct (group kind, ring op, group size, simulated size) of the plan's
-    ops: buffers capped to the same size run once."""
+    """One run per distinct (group kind, ring op or all-to-all, group size, simulated size) of
+    the plan's ops: buffers capped to the same size run once."""
     shapes: dict[tuple[str, str, int, int], int] = {}
     for o in plan.ops:
-        if o.get("op") in RINGS and int(o.get("group_size", 1)) > 1:
+        if (o.get("op") in RINGS or o.get("op") == "all_to_all") and int(o.get("group_size", 1)) > 1:
             kind, op, size, size_bytes = (
                 o["group"],
                 o["op"],

@@ -3,7 +3,10 @@
 Shapes, per micro-batch on one rank: the hidden states of b sequences of s/c tokens are
 b·⌈s/c⌉·h elements (the gathered buffer of a tensor-parallel collective); a pipeline message
 is that divided along the sequence over t with sequence parallelism; a ring-attention step
-carries K and V of the rank's kv heads. Gradients travel in buckets of Megatron DDP's default
+carries K and V of the rank's kv heads. A MoE layer's dispatch and combine exchange, per
+micro-batch, the T·k rows of h its T tokens are routed to (T = b·⌈s/c⌉, /t with sequence
+parallelism), over the expert-parallel group; expert gradients go over the expert data-parallel
+group in their own buckets. Gradients travel in buckets of Megatron DDP's default
 size, max(4·10⁷, 10⁶·d) elements, over the parameters a stage holds, which are counted here
 again from the model's shape. Bytes a rank sends per call follow the ring algorithm as
 `planc.sim` simulates it.
@@ -18,7 +21,12 @@ from typing import Any
 import numpy as np
 
 from planc.record import record
-from planc.sim import ring_all_gather_bytes, ring_allreduce_bytes, ring_reduce_scatter_bytes
+from planc.sim import (
+    all_to_all_bytes,
+    ring_all_gather_bytes,
+    ring_allreduce_bytes,
+    ring_reduce_scatter_bytes,
+)
 from planc.verify.plandata import WIRE_FIELDS, Ints, PlanData
 
 Found = Iterator[str]
@@ -107,14 +115,24 @@ def _hidden(plan: PlanData) -> int:
     return int(tr["micro_batch"]) * tokens * int(plan.model["hidden"]) * int(tr["activation_bytes"])
 
 
+def _stage_moe_layers(plan: PlanData, stage: int) -> int:
+    moe = plan.model.get("moe")
+    if moe is None:
+        return 0
+    return sum(_moe_layers(moe, a, b) for a, b in plan.stage_layers[stage])
+
+
 def _tp(plan: PlanData, stage: int, layers: int, m: int) -> list[Op]:
     t = plan.degrees["tp"]
     if t == 1:
         return []
     size = _hidden(plan)
     # Two collectives per layer in forward (after attention and after the MLP), mirrored in
-    # backward; full recompute runs the forward's again inside backward.
-    forward = 2 * layers * m
+    # backward; full recompute runs the forward's again inside backward. A MoE layer without
+    # shared experts has none around its MLP (the experts' exchange replaces them).
+    moe = plan.model.get("moe")
+    bare = _stage_moe_layers(plan, stage) if moe is not None and not moe["shared_experts"] else 0
+    forward = (2 * layers - bare) * m
     again = forward if plan.training["recompute"] == "full" else 0
     if plan.sequence_parallel:
         # All-gather before and reduce-scatter after each block, forward and backward.
@@ -166,6 +184,76 @@ def _cp(plan: PlanData, stage: int, layers: int, m: int) -> list[Op]:
     return [Op(stage, "cp", "send_recv", None, c, 3 * (c - 1) * layers * m, size)]
 
 
+def _routed_rows(plan: PlanData) -> int:
+    """T·k: the rows one rank dispatches per MoE layer per micro-batch."""
+    tr = plan.training
+    tokens = cdiv(tr["seq_len"], plan.degrees["cp"])
+    if plan.sequence_parallel:
+        tokens = cdiv(tokens, plan.degrees["tp"])
+    return int(tr["micro_batch"] * tokens * plan.model["moe"]["top_k"])
+
+
+def _experts(plan: PlanData, stage: int, m: int) -> list[Op]:
+    """Per MoE layer and micro-batch: three all-to-alls over ep forward (tokens, their routing
+    probabilities, the outputs back) and three backward; the E token counts of every rank of
+    the tp_ep group gathered before them (when ETP = 1 it is the ep group); with ETP > 1 the
+    received rows (and probabilities) gathered over etp and the outputs reduce-scattered,
+    each the other way in backward. Full recompute runs the forward's again."""
+    moe = plan.model.get("moe")
+    layers = _stage_moe_layers(plan, stage)
+    if moe is None or layers == 0:
+        return []
+    ep, et = plan.expert_degrees["ep"], plan.expert_degrees["tp"]
+    beta = int(plan.training["activation_bytes"])
+    rows, h = _routed_rows(plan), int(plan.model["hidden"])
+    forward = layers * m
+    again = forward if plan.training["recompute"] == "full" else 0
+    ops: list[Op] = []
+    if ep > 1:
+        ops.append(Op(stage, "ep", "all_to_all", None, ep, 2 * (2 * forward + again), rows * h * beta))
+        ops.append(Op(stage, "ep", "all_to_all", None, ep, 2 * forward + again, rows * beta))
+        if et == 1:
+            counts = ep * moe["experts"] * 8
+            ops.append(Op(stage, "ep", "all_gather", None, ep, forward + again, counts))
+    if et > 1:
+        gathered = et * rows
+        ops.append(Op(stage, "etp", "all_gather", None, et, 2 * forward + again, gathered * h * beta))
+        ops.append(Op(stage, "etp", "reduce_scatter", None, et, 2 * forward + again, gathered * h * beta))
+        ops.append(Op(stage, "etp", "all_gather", None, et, forward + again, gathered * beta))
+        ops.append(Op(stage, "etp", "reduce_scatter", None, et, forward, gathered * beta))
+    return ops
+
+
+def _bucket(plan: PlanData) -> int:
+    """DeepSpeed's default reduce_bucket_size; Megatron DDP's default bucket otherwise."""
+    if plan.framework == "deepspeed":
+        return 500_000_000
+    return max(40_000_000, 1_000_000 * plan.degrees["dp"])
+
+
+def _edp(plan: PlanData, stage: int, m: int) -> list[Op]:
+    """The routed experts' gradients over the expert data-parallel group, in buckets of their
+    own (Megatron DDP's expert buffers, the same bucket size)."""
+    n = plan.expert_degrees.get("dp", 1) if plan.expert_order else 1
+    psi = stage_expert_parameters(plan, stage)
+    if n == 1 or psi == 0:
+        return []
+    tr = plan.training
+    zero = 3 if plan.framework == "fsdp2" else plan.zero
+    full, rest = divmod(psi, _bucket(plan))
+    ops: list[Op] = []
+    for calls, elements in ((full, _bucket(plan)), (1, rest)):
+        if not (calls and elements):
+            continue
+        grads, params = elements * tr["gradient_bytes"], elements * tr["activation_bytes"]
+        if zero == 0:
+            ops.append(Op(stage, "edp", "all_reduce", None, n, calls, grads))
+            continue
+        ops.append(Op(stage, "edp", "reduce_scatter", None, n, calls * (m if zero >= 2 else 1), grads))
+        ops.append(Op(stage, "edp", "all_gather", None, n, calls * (2 * m if zero == 3 else 1), params))
+    return ops
+
+
 def _dp(plan: PlanData, stage: int, m: int) -> list[Op]:
     """Gradient reduction and parameter gathering over the shard group, buckets of Megatron
     DDP's default size over Ψ_r. FSDP2 always shards the parameters (ZeRO-3 traffic). With HSDP
@@ -179,13 +267,9 @@ def _dp(plan: PlanData, stage: int, m: int) -> list[Op]:
     replicas = group // plan.data_shard
     hsdp = zero > 0 and replicas > 1
     n, kind = (plan.data_shard, "dp_shard") if hsdp else (group, "dp_cp")
-    psi = stage_parameters(plan, stage)
-    # DeepSpeed's default reduce_bucket_size; Megatron DDP's default bucket otherwise.
-    bucket = (
-        500_000_000
-        if plan.framework == "deepspeed"
-        else max(40_000_000, 1_000_000 * plan.degrees["dp"])
-    )
+    # The dense part: the experts' gradients go over edp.
+    psi = stage_parameters(plan, stage) - stage_expert_parameters(plan, stage)
+    bucket = _bucket(plan)
     full, rest = divmod(psi, bucket)
     ops: list[Op] = []
     for calls, elements in ((full, bucket), (1, rest)):
@@ -229,26 +313,31 @@ def expected_ops(plan: PlanData) -> list[Op]:
     for stage, chunks in enumerate(plan.stage_layers):
         layers = sum(b - a for a, b in chunks)
         ops += _tp(plan, stage, layers, m) + _cp(plan, stage, layers, m) + _pp(plan, stage, m)
-        ops += _dp(plan, stage, m) + _embedding(plan, stage)
+        ops += _experts(plan, stage, m)
+        ops += _dp(plan, stage, m) + _edp(plan, stage, m) + _embedding(plan, stage)
     return ops
 
 
 def bytes_sent(op: str, n: int, buffer_bytes: int, itemsize: int) -> int:
     """Bytes one rank sends per call: the mean over the ring of what the simulated ring sends
-    (rounded up), or the whole message for a point-to-point send."""
+    (rounded up; for an all-to-all, of what the simulated exchange sends), or the whole message
+    for a point-to-point send."""
     if op == "send_recv":
         return buffer_bytes
+    elements = buffer_bytes // itemsize
+    if op == "all_to_all":
+        return -(-int(all_to_all_bytes(n, elements, itemsize).sum()) // n) if n > 1 else 0
     formula = {
         "all_reduce": ring_allreduce_bytes,
         "reduce_scatter": ring_reduce_scatter_bytes,
         "all_gather": ring_all_gather_bytes,
     }[op]
-    elements = buffer_bytes // itemsize
     return -(-int(formula(n, elements, itemsize).sum()) // n) if n > 1 else 0
 
 
 def itemsize_of(plan: PlanData, group: str, op: str) -> int:
-    gradients = group in ("dp_cp", "dp_shard", "dp_replicate", "embedding") and op != "all_gather"
+    reduced = ("dp_cp", "dp_shard", "dp_replicate", "embedding", "edp")
+    gradients = group in reduced and op != "all_gather"
     return int(plan.training["gradient_bytes" if gradients else "activation_bytes"])
 
 

@@ -1,0 +1,71 @@
+"""PLC028 the expert all-to-all across NVLink domains takes no longer than the expert compute.
+
+Base: Mixtral 8x7B on 8 nodes of 8 H100 (EP = 8, EDP = 2, p = 4, m = 32), T = 4,096 tokens per
+rank, k = 2: one dispatch or combine moves 8,192 rows of 4,096 bf16 values = 67,108,864 bytes,
+7/8 of them off the rank.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planc.findings import Severity
+from planc.rules.perf import expert_order, smaller_expert_parallel
+
+from conftest import check_overlay, job_of, resolved_of, rules_fired
+
+BASE = "mixtral-8x7b-64xh100.yaml"
+CROSSING = {"parallelism": {"order": "tp-cp-dp-ep-pp"}}  # dp faster than ep: EP stride 2
+
+
+def _with(inter_gbs: float, order: str = "tp-cp-dp-ep-pp") -> dict[str, Any]:
+    return {"hardware": {"inter_node": {"bandwidth_gbs": inter_gbs}}, "parallelism": {"order": order}}
+
+
+def test_fails_when_the_crossing_exchange_outlasts_the_experts() -> None:
+    result = check_overlay(_with(25), BASE)
+    (finding,) = [f for f in result.findings if f.rule == "PLC028"]
+    assert finding.severity is Severity.WARNING and finding.field == "parallelism.expert"
+    # By hand: 2 × (58,720,256 B / (25 GB/s × 0.9 efficiency) + 7 steps × 5 µs) = 5.29 ms.
+    assert "takes 5.29 ms per micro-batch on the network" in finding.message
+    assert "EP groups of 8 ranks cross NVLink domains" in finding.message
+    # Both fixes are checked with planc's model: EP 1 (no exchange at all) and the default
+    # order, where the EP groups are the 8 GPUs of one node: on NVLink, 2 × (58,720,256 B /
+    # (450 GB/s × 0.82) + 7 × 2 µs) = 0.35 ms.
+    assert "order: tp-cp-ep-dp-pp (all-to-all on NVLink, 0.35 ms)" in finding.fix
+
+
+def test_each_listed_fix_passes_when_applied() -> None:
+    assert "PLC028" not in rules_fired(check_overlay(_with(25, "tp-cp-ep-dp-pp"), BASE))
+    overlay = _with(25)
+    overlay["parallelism"]["expert"] = 1
+    overlay["parallelism"]["data"] = 16
+    assert "PLC028" not in rules_fired(check_overlay(overlay, BASE))
+
+
+def test_passes_inside_the_domain_however_slow_the_network() -> None:
+    assert "PLC028" not in rules_fired(check_overlay(_with(1, "tp-cp-ep-dp-pp"), BASE))
+
+
+def test_passes_when_the_network_exchange_is_shorter_than_the_experts() -> None:
+    # 50 GB/s: 2 × (58,720,256 / 45e9 + 35 µs) = 2.68 ms, below the experts' ~4 ms.
+    assert "PLC028" not in rules_fired(check_overlay(_with(50), BASE))
+
+
+def test_dense_models_never_fire() -> None:
+    assert "PLC028" not in rules_fired(
+        check_overlay({"hardware": {"inter_node": {"bandwidth_gbs": 1}}}, "llama3-70b-8x8.yaml")
+    )
+
+
+def test_fix_candidates() -> None:
+    job = resolved_of(CROSSING, BASE)
+    # Divisors of E = 8 below EP = 8, largest first; the order fix only when it changes things.
+    assert [words for words, _ in smaller_expert_parallel(job)] == [
+        "expert: 4",
+        "expert: 2",
+        "expert: 1",
+    ]
+    assert [words for words, _ in expert_order(job)] == ["order: tp-cp-ep-dp-pp"]
+    assert expert_order(resolved_of(None, BASE)) == []
+    assert job_of(CROSSING, BASE).layout.ep == 8

@@ -1,0 +1,165 @@
+"""The expert traffic of the communication schedule, against hand-derived numbers.
+
+The Mixtral 8x7B example (examples/mixtral-8x7b-64xh100.yaml): 32 layers, h = 4096, E = 8,
+k = 2, f_e = 14,336, SwiGLU; 64 H100s, t = 1, p = 4, d = 16, EP = 8, ETP = 1, EDP = 64/(1·8·4)
+= 2, order tp-cp-ep-dp-pp, b = 1, s = 4,096, B = 512, so m = 512/(1·16) = 32 and every stage
+holds 8 MoE layers.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from planc.analysis import analyse
+from planc.comm.cost import bus_factor, ring_steps, wire_bytes
+from planc.comm.schedule import CommOp
+from planc.vocab import Collective, GroupKind, LinkClass
+
+from conftest import job_of
+
+MIXTRAL = "mixtral-8x7b-64xh100.yaml"
+
+
+def _stage_ops(overlay: str | None = None, stage: int = 0) -> list[CommOp]:
+    return [op for op in analyse(job_of(overlay, MIXTRAL)).ops if op.stage == stage]
+
+
+def _named(ops: list[CommOp], group: GroupKind, word: str) -> CommOp:
+    return next(op for op in ops if op.group is group and word in op.phase)
+
+
+def test_all_to_all_bus_factor_and_steps() -> None:
+    # nccl-tests PERFORMANCE.md: alltoall busBw = algBw·(n−1)/n; pairwise exchange: n−1 steps.
+    assert bus_factor("all_to_all", 8) == Fraction(7, 8)
+    assert ring_steps("all_to_all", 8) == 7
+    assert wire_bytes("all_to_all", 3, 10) == 7  # ⌈20/3⌉
+    assert wire_bytes("all_to_all", 1, 10) == 0
+
+
+def test_mixtral_dispatch_and_combine_bytes_and_calls() -> None:
+    ops = _stage_ops()
+    # T = b·s = 4,096 tokens (t = 1), T·k = 8,192 rows of h = 4,096 bf16 values.
+    rows = 1 * 4096 * 2
+    for word in ("dispatch", "combine"):
+        op = _named(ops, GroupKind.EP, word)
+        assert op.op is Collective.ALL_TO_ALL and op.group_size == 8
+        assert op.buffer_bytes == rows * 4096 * 2 == 67_108_864
+        # 8 MoE layers × 32 micro-batches forward, as many backward (selective recompute does
+        # not re-run the MoE layer).
+        assert op.calls == 8 * 32 + 8 * 32 == 512
+        # Each rank keeps 1/8 of its rows: 7/8 · 64 MiB leave it per call.
+        assert op.bytes_sent == 67_108_864 * 7 // 8 == 58_720_256
+        # EP is the fastest expert axis (ETP = 1): ranks 8i..8i+7, inside one 8-GPU node.
+        assert op.link is LinkClass.NVLINK
+    probs = _named(ops, GroupKind.EP, "probabilities")
+    assert (probs.buffer_bytes, probs.calls) == (rows * 2, 512)
+    counts = _named(ops, GroupKind.EP, "tokens per expert")
+    # E = 8 longs from each of the ETP·EP = 8 ranks, forward only.
+    assert (counts.op, counts.buffer_bytes, counts.calls) == (Collective.ALL_GATHER, 8 * 8 * 8, 256)
+
+
+def test_mixtral_has_no_tensor_parallel_ops_and_expert_gradients_go_over_edp() -> None:
+    an = analyse(job_of(None, MIXTRAL))
+    ops = [op for op in an.ops if op.stage == 0]
+    assert not [op for op in ops if op.group in (GroupKind.TP, GroupKind.ETP)]
+    # Expert parameters of stage 0: 8 MoE layers × E/EP = 1 expert × 3·h·f_e.
+    experts = 8 * 1 * 3 * 4096 * 14336
+    assert an.parameters[0].expert_total == experts == 1_409_286_144
+    bucket = max(40_000_000, 1_000_000 * 16)  # Megatron DDP default, d = 16
+    edp = [op for op in ops if op.group is GroupKind.EDP]
+    scatter = sorted(
+        (op.buffer_bytes, op.calls) for op in edp if op.op is Collective.REDUCE_SCATTER
+    )
+    # 1,409,286,144 = 35 × 40,000,000 + 9,286,144, bf16 gradients.
+    assert scatter == [(9_286_144 * 2, 1), (bucket * 2, 35)]
+    assert {op.group_size for op in edp} == {2}
+    # EDP members are 8 ranks apart (ep = 8 is faster in the order): across nodes.
+    assert {op.link for op in edp} == {LinkClass.NETWORK}
+    # The dense gradients, Ψ_dense = Ψ_r − Ψ_expert, over dp_cp.
+    dense = an.parameters[0].dense_total
+    reduced = sum(
+        op.calls * op.buffer_bytes // 2
+        for op in ops
+        if op.group is GroupKind.DP_CP and op.op is Collective.REDUCE_SCATTER
+    )
+    assert reduced == dense
+
+
+def test_full_recompute_runs_the_forward_exchanges_again() -> None:
+    ops = _stage_ops("{training: {recompute: full}}")
+    assert _named(ops, GroupKind.EP, "dispatch").calls == 3 * 8 * 32
+    assert _named(ops, GroupKind.EP, "tokens per expert").calls == 2 * 8 * 32
+
+
+def test_ep_across_nodes_takes_the_network() -> None:
+    # Order tp-cp-dp-ep-pp: in the expert grid dp (EDP = 2) is faster than ep, so an EP group
+    # spans ranks 0, 2, ..., 14: two nodes.
+    ops = _stage_ops("{parallelism: {order: tp-cp-dp-ep-pp}}")
+    assert _named(ops, GroupKind.EP, "dispatch").link is LinkClass.NETWORK
+    assert {op.link for op in ops if op.group is GroupKind.EDP} == {LinkClass.NVLINK}
+
+
+def test_expert_tensor_parallelism_gathers_the_dispatched_rows() -> None:
+    # t = 2 with SP, ETP = 2, EP = 4: EDP = 64/(2·4·4) = 2, d = 64/(2·4) = 8, m = 512/8 = 64.
+    ops = _stage_ops(
+        "{parallelism: {tensor: 2, data: 8, expert: 4, expert_tensor: 2, "
+        "sequence_parallel: true}}"
+    )
+    # T = b·s/t = 2,048 tokens, T·k = 4,096 rows; ETP gathers 2 × 4,096 rows.
+    dispatch = _named(ops, GroupKind.EP, "dispatch")
+    assert dispatch.buffer_bytes == 4096 * 4096 * 2 and dispatch.group_size == 4
+    assert dispatch.calls == 2 * 8 * 64
+    gather = _named(ops, GroupKind.ETP, "dispatched tokens")
+    scatter = _named(ops, GroupKind.ETP, "expert outputs")
+    assert gather.op is Collective.ALL_GATHER and scatter.op is Collective.REDUCE_SCATTER
+    assert gather.buffer_bytes == scatter.buffer_bytes == 2 * 4096 * 4096 * 2
+    assert gather.calls == scatter.calls == 2 * 8 * 64
+    assert _named(ops, GroupKind.ETP, "probabilities (").calls == 8 * 64
+    assert _named(ops, GroupKind.ETP, "probabilities' gradient").calls == 8 * 64
+    # Dense TP: attention only (no shared experts): 1 all-gather forward + 1 backward per
+    # layer per micro-batch, gathered b·s·h·2.
+    tp = [op for op in ops if op.group is GroupKind.TP]
+    assert {(op.op, op.calls, op.buffer_bytes) for op in tp} == {
+        (Collective.ALL_GATHER, 2 * 8 * 64, 4096 * 4096 * 2),
+        (Collective.REDUCE_SCATTER, 2 * 8 * 64, 4096 * 4096 * 2),
+    }
+
+
+def test_shared_experts_keep_the_mlp_tensor_parallel_collectives() -> None:
+    ops = _stage_ops(
+        "{model: {moe: {shared_experts: 1}}, parallelism: {tensor: 2, data: 8, expert: 4, "
+        "expert_tensor: 2, sequence_parallel: true}}"
+    )
+    tp = [op for op in ops if op.group is GroupKind.TP]
+    # Attention and the shared expert: 2 blocks per layer, forward and backward.
+    assert {op.calls for op in tp} == {2 * 2 * 8 * 64}
+
+
+def test_dense_layers_of_a_moe_model_keep_their_mlp_collectives() -> None:
+    # first_dense_layers: 4 → stage 0 (layers 0-7) has 4 MoE layers, stage 1 has 8.
+    overlay = (
+        "{model: {moe: {first_dense_layers: 4}}, parallelism: {tensor: 2, data: 8, "
+        "expert: 4, expert_tensor: 2, sequence_parallel: true}}"
+    )
+    first, second = _stage_ops(overlay, 0), _stage_ops(overlay, 1)
+    assert _named(first, GroupKind.EP, "dispatch").calls == 2 * 4 * 64
+    assert _named(second, GroupKind.EP, "dispatch").calls == 2 * 8 * 64
+    # Blocks: 2 per dense layer, 1 per MoE layer: (2·4 + 4) and 8.
+    assert {op.calls for op in first if op.group is GroupKind.TP} == {2 * 12 * 64}
+    assert {op.calls for op in second if op.group is GroupKind.TP} == {2 * 8 * 64}
+
+
+def test_dense_models_have_no_expert_ops() -> None:
+    an = analyse(job_of(None, "llama3-70b-8x8.yaml"))
+    assert not [op for op in an.ops if op.group in (GroupKind.EP, GroupKind.ETP, GroupKind.EDP)]
+    assert not [op for op in an.ops if op.op is Collective.ALL_TO_ALL]
+
+
+def test_wire_budget_counts_the_all_to_all_both_ways() -> None:
+    an = analyse(job_of(None, MIXTRAL))
+    ep = [op for op in an.ops if op.stage == 0 and op.link is LinkClass.NVLINK]
+    sent = sum(op.calls * op.bytes_sent for op in ep)
+    # dispatch + combine: 1,024 calls × 58,720,256 B; probabilities: 512 × ⌈7·16,384/8⌉;
+    # token counts: 256 × 7/8·512.
+    assert sent == 1024 * 58_720_256 + 512 * 14_336 + 256 * 448
+    assert an.wires[0].nvlink_sent == an.wires[0].nvlink_received == sent
