@@ -21,7 +21,7 @@ exposed. `training.overlap_tp` hides all TP communication (then it is all "overl
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planc.comm.cost import ring_steps, wire_bytes
 from planc.comm.schedule import CommOp, schedule, sharding_stage
@@ -45,6 +45,7 @@ from planc.perf.offload import offload_transfer_s
 from planc.perf.ops import (
     LayerShape,
     attention_core,
+    attention_matrix_elements,
     embedding_parameters,
     layer_parameters,
     mlp_up,
@@ -70,15 +71,17 @@ def plan_of(job: Job | Plannable) -> Plannable:
 
 
 def layer_shape(job: Plannable) -> LayerShape:
-    """The job's sizes as plain numbers for :mod:`planc.perf.ops`."""
+    """The job's sizes as plain numbers for :mod:`planc.perf.ops`. Under latent attention k is
+    the query/key head width d_h + d_h^R (and g = n: PLC012 refuses fewer key/value heads)."""
     mod, tr, lay = job.model, job.training, job.layout
+    mla = mod.mla
     return LayerShape(
         b=tr.b,
         s=tr.s,
         h=mod.h,
         n=mod.n,
         g=mod.g,
-        k=mod.k,
+        k=mod.k if mla is None else mla.qk_head,
         f=mod.f,
         V=mod.V,
         t=lay.t,
@@ -90,6 +93,10 @@ def layer_shape(job: Plannable) -> LayerShape:
         flash=tr.attention == "flash",
         beta=4 if tr.precision == "fp32" else 2,
         positions=mod.max_seq_len if mod.position == "learned" else 0,
+        v=0 if mla is None else mla.v_head,
+        q_latent=0 if mla is None or mla.q_lora is None else mla.q_lora,
+        kv_latent=0 if mla is None else mla.kv_lora,
+        rope=0 if mla is None else mla.qk_rope,
     )
 
 
@@ -150,11 +157,15 @@ def stage_parameters(job: Plannable, stage: int, layers: int, shape: LayerShape)
 def model_flops(job: Job | Plannable) -> float:
     """Model FLOPs per step, no recompute: 3 × forward of the weight matmuls, the attention
     matmuls (no causal discount) and the LM head (Narayanan et al. 2021 Appendix; for a GPT
-    this is 72·B·s·L·h²·(1 + s/(6h) + V/(12hL)))."""
+    this is 72·B·s·L·h²·(1 + s/(6h) + V/(12hL))). The attention matmuls are QKᵀ over k and PV
+    over the value head width, 2·s²·n·(k + v) per sequence (v = k but under latent attention)."""
     mod, tr = job.model, job.training
+    plan = plan_of(job)
+    shape = layer_shape(plan)
     gamma = 3 if mod.mlp == "swiglu" else 2
-    weights = mod.h * mod.k * (mod.n + mod.g) * 2 + gamma * mod.h * mod.f
-    per_layer = 2.0 * tr.s * weights + 4.0 * tr.s * tr.s * mod.n * mod.k
+    weights = attention_matrix_elements(replace(shape, t=1)) + gamma * mod.h * mod.f
+    core = 2.0 * tr.s * tr.s * mod.n * (shape.k + shape.value_channels)
+    per_layer = 2.0 * tr.s * weights + core
     return 3.0 * tr.B * (mod.L * per_layer + 2.0 * tr.s * mod.h * mod.V)
 
 
