@@ -153,7 +153,8 @@ def topology(job: Job) -> Iterator[Violation]:
 
 
 def attention_heads(job: Job) -> Iterator[Violation]:
-    """PLC012: hidden splits into heads (or head_dim is given); kv_heads divides heads."""
+    """PLC012: hidden splits into heads (or head_dim is given); kv_heads divides heads, and
+    equals heads under multi-head latent attention."""
     mod = job.model
     if mod.k == 0:
         yield Violation(
