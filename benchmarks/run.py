@@ -9,6 +9,8 @@
   adds an import hook to every start-up. A missing tool is reported as such, not guessed;
 - check latency for 1 and 1,000 files in one call (pre-commit passes hundreds at once);
 - compile time, peak memory and plan size at 1k, 16k and 131k ranks (bench_compile.py);
+- `planc compile` of DeepSeek-V3 at its published 2,048-GPU layout, target < 2 s
+  (bench_deepseek.py);
 - verify time for the largest group shapes of the shipped examples;
 - the simulated ring all-reduce against np.sum (bench_sim.py).
 
@@ -196,6 +198,7 @@ def main() -> None:
     repeat = 3 if args.quick else 9
 
     import bench_compile
+    import bench_deepseek
     import bench_sim
 
     results: dict[str, Any] = {}
@@ -213,6 +216,8 @@ def main() -> None:
     print("verify:", json.dumps(results["verify"], indent=2))
     results["compile"] = bench_compile.run(quick=args.quick)
     print("compile:", json.dumps(results["compile"], indent=2, default=str))
+    results["deepseek"] = bench_deepseek.run(repeat)
+    print("compile DeepSeek-V3 (2,048 H800):", json.dumps(results["deepseek"], indent=2))
     results["sim"] = bench_sim.run(quick=args.quick)
     print("simulated all-reduce:", json.dumps(results["sim"], indent=2, default=str))
     if args.json:

@@ -25,9 +25,13 @@ What is read, per architecture (`model_type`):
 | bias | attention_bias and mlp_bias (llama) | true | attention_bias (default true) |
 | dropout | attention_dropout | resid_pdrop | hidden_dropout |
 
-Mixture-of-experts configurations (mixtral, qwen2_moe, qwen3_moe, deepseek_v2/v3, and any config
-with an expert count) and unknown architectures are refused (PLC111): planc models dense
-transformers only. A value planc cannot use (a missing dimension, a number that is not a positive
+DeepSeek-V3 (`deepseek_v3`) reads as a Llama-like config plus `model.mla` (q_lora_rank,
+kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim) and `model.moe` (n_routed_experts,
+num_experts_per_tok, moe_intermediate_size, n_shared_experts, first_k_dense_replace,
+moe_layer_freq; the router's e_score_correction_bias always); num_nextn_predict_layers is a note
+(transformers builds no multi-token prediction module: model.mtp_layers adds it). Other
+mixture-of-experts configurations (mixtral, qwen2_moe, qwen3_moe, deepseek_v2, and any config
+with an expert count) and unknown architectures are refused (PLC111). A value planc cannot use (a missing dimension, a number that is not a positive
 integer, an activation it has no model for) is PLC110. What planc reads but models approximately
 (Qwen2's QKV-only biases, Qwen3's QK-norm, sliding-window attention) or does not read at all
 (RoPE scaling, partial rotary, parallel residual, a checkpoint's quantization, keys it does not
@@ -231,6 +235,84 @@ def _gpt_neox(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool,
     return False, notes + _unmodelled("gpt_neox", [("MLP biases", mlp)])
 
 
+def _deepseek_v3(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, list[Note]]:
+    """DeepSeek-V3: no biases (attention_bias off by default); group-limited routing (n_group,
+    topk_group) and the routed scaling change neither parameters nor FLOPs; transformers'
+    DeepseekV3ForCausalLM drops the multi-token prediction layers of the checkpoint."""
+    notes = []
+    mtp = config.get("num_nextn_predict_layers")
+    if isinstance(mtp, int) and not isinstance(mtp, bool) and mtp > 0:
+        notes.append(
+            _info(
+                f"num_nextn_predict_layers {mtp} is not read: transformers' "
+                "DeepseekV3ForCausalLM builds no multi-token prediction module; set "
+                f"model.mtp_layers: {mtp} to train one"
+            )
+        )
+    return bool(config.get("attention_bias", False)), notes
+
+
+# DeepseekV3Config (transformers 5.24.0) keys planc reads into model.mla and model.moe, with
+# their defaults; q_lora_rank may be null (no query latent, as DeepSeek-V2-Lite).
+_DEEPSEEK_MLA = (
+    ("kv_lora_rank", "kv_lora_rank", 512),
+    ("qk_nope_head_dim", "qk_nope_head_dim", 128),
+    ("qk_rope_head_dim", "qk_rope_head_dim", 64),
+    ("v_head_dim", "v_head_dim", 128),
+)
+_DEEPSEEK_MOE = (
+    ("experts", "n_routed_experts", 256),
+    ("top_k", "num_experts_per_tok", 8),
+    ("expert_ffn_hidden", "moe_intermediate_size", 2048),
+    ("shared_experts", "n_shared_experts", 1),
+    ("first_dense_layers", "first_k_dense_replace", 3),
+    ("layer_frequency", "moe_layer_freq", 1),
+)
+# DeepSeek keys that change neither parameters, memory nor FLOPs (routing policy, balancing).
+_DEEPSEEK_ROUTING = frozenset(
+    {
+        "n_group",
+        "topk_group",
+        "topk_method",
+        "norm_topk_prob",
+        "routed_scaling_factor",
+        "scoring_func",
+        "aux_loss_alpha",
+        "seq_aux",
+        "ep_size",
+        "num_nextn_predict_layers",
+        "q_lora_rank",
+    }
+)
+
+
+def deepseek_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
+    """model.mla and model.moe of a DeepSeek-V3 config, or the errors that say why not. The
+    router keeps e_score_correction_bias in every MoE layer (DeepseekV3TopkRouter); a shared
+    expert has the routed experts' size (DeepseekV3MoE: moe_intermediate_size · n_shared_experts)."""
+    errors: list[Note] = []
+    mla: dict[str, Any] = {}
+    moe: dict[str, Any] = {"router_bias": True}
+    for target, table in ((mla, _DEEPSEEK_MLA), (moe, _DEEPSEEK_MOE)):
+        for field, key, default in table:
+            value = _integer(config, key, default, "DeepSeek-V3")
+            if isinstance(value, Note):
+                errors.append(value)
+            else:
+                target[field] = value
+    q_lora = config.get("q_lora_rank", 1536)
+    if q_lora is not None:
+        value = _integer(config, "q_lora_rank", 1536, "DeepSeek-V3")
+        if isinstance(value, Note):
+            errors.append(value)
+        else:
+            mla["q_lora_rank"] = value
+    if errors:
+        return errors
+    moe["shared_expert_ffn_hidden"] = moe["expert_ffn_hidden"]
+    return {"mla": mla, "moe": moe}
+
+
 def _llama_like(label: str, extra: Any, **defaults: Any) -> Architecture:
     return Architecture(
         label=label,
@@ -253,6 +335,13 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
         ),
         "qwen2": _llama_like("Qwen2", _qwen2, max_position_embeddings=32768),
         "qwen3": _llama_like("Qwen3", _qwen3, head_dim=128, max_position_embeddings=32768),
+        "deepseek_v3": _llama_like(
+            "DeepSeek-V3",
+            _deepseek_v3,
+            max_position_embeddings=4096,
+            **{key: default for _, key, default in (*_DEEPSEEK_MLA, *_DEEPSEEK_MOE)},
+            **dict.fromkeys(_DEEPSEEK_ROUTING),
+        ),
         "gpt2": Architecture(
             label="GPT-2",
             keys=MappingProxyType(
@@ -593,7 +682,7 @@ def from_config(
     experts = next(
         (key for key in MOE_KEYS if isinstance(config.get(key), int) and config[key] > 0), None
     )
-    if kind in MOE_TYPES or experts is not None:
+    if kind != "deepseek_v3" and (kind in MOE_TYPES or experts is not None):
         what = ", ".join(
             [
                 *([f"model_type {_shown(kind)}"] if kind else []),
@@ -636,7 +725,11 @@ def from_config(
     if errors or isinstance(mlp, Note) or isinstance(dropout, Note):
         return tuple(errors)
     bias, notes = arch.extra(config, dims)
+    nested = deepseek_fields(config) if kind == "deepseek_v3" else {}
+    if isinstance(nested, list):
+        return tuple(nested)
     fields = {
+        **_merged_sections(nested, given),
         **stated,
         "mlp": mlp[0],
         "norm": arch.norm,
@@ -647,6 +740,21 @@ def from_config(
     }
     all_notes = [*mlp[1], *dropout[1], *notes, *_rope_notes(config), *_unknown_keys(config, arch)]
     return HfModel(kind or "", MappingProxyType(fields), tuple(all_notes))
+
+
+def _merged_sections(nested: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """The config's model.mla / model.moe sections with the fields the spec writes in them
+    laid over (a field left null keeps the config's)."""
+    merged = {}
+    for key, section in nested.items():
+        written = given.get(key)
+        overlay = (
+            {k: v for k, v in written.items() if v is not None}
+            if isinstance(written, Mapping)
+            else {}
+        )
+        merged[key] = {**section, **overlay}
+    return merged
 
 
 def parse(data: bytes) -> Mapping[str, Any] | Note:
@@ -742,4 +850,6 @@ def merged_model(
     read = from_config(config, given)
     if isinstance(read, tuple):
         return None, read
-    return {**model, **read.fields, **given}, read.notes
+    # Sections the config fills (model.mla, model.moe) already hold the spec's fields.
+    spec_fields = {key: value for key, value in given.items() if key not in read.fields or not isinstance(value, Mapping)}
+    return {**model, **read.fields, **spec_fields}, read.notes

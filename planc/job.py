@@ -68,6 +68,22 @@ class MoE:
 
 
 @record
+class MLA:
+    """Multi-head latent attention, resolved (DeepSeek-V2 report §2.1 symbols)."""
+
+    q_lora: int | None  # d_c', the query latent; None: a direct h × n·(d_h + d_h^R) projection
+    kv_lora: int  # d_c, the key/value latent
+    qk_nope: int  # d_h, per-head query/key channels without RoPE
+    qk_rope: int  # d_h^R, per-head RoPE channels (the key's shared by all heads)
+    v_head: int  # per-head value channels
+
+    @property
+    def qk_head(self) -> int:
+        """d_h + d_h^R: the channels each head's query and key carry into QKᵀ."""
+        return self.qk_nope + self.qk_rope
+
+
+@record
 class Model:
     """Architecture in Megatron/Korthikanti symbols."""
 
@@ -88,6 +104,8 @@ class Model:
     preset: str | None
     qk_norm: bool = False  # RMSNorm over each query and key head (Qwen3)
     moe: MoE | None = None  # None: a dense model
+    mla: MLA | None = None  # None: multi-head / grouped-query attention
+    mtp: int = 0  # multi-token prediction modules after the last layer (DeepSeek-V3)
 
 
 @record
@@ -260,12 +278,16 @@ def _model(spec: Data) -> Model | list[Problem]:
     moe = _moe({**base.get("moe", {}), **_given(spec["model"].get("moe") or {})}, f)
     if isinstance(moe, list):
         return moe
+    mla = _mla({**base.get("mla", {}), **_given(spec["model"].get("mla") or {})})
+    if isinstance(mla, list):
+        return mla
     return Model(
         L=merged["layers"],
         h=h,
         n=n,
+        # MLA up-projects a key and a value per query head: n key/value heads.
         g=merged.get("kv_heads", n),
-        k=merged.get("head_dim", h // n if h % n == 0 else 0),
+        k=merged.get("head_dim", _head_dim(h, n, mla)),
         f=f,
         V=merged["vocab"],
         mlp=mlp,
@@ -278,6 +300,39 @@ def _model(spec: Data) -> Model | list[Problem]:
         preset=preset,
         qk_norm=merged.get("qk_norm", False),
         moe=moe,
+        mla=mla,
+        mtp=merged.get("mtp_layers", 0),
+    )
+
+
+def _head_dim(h: int, n: int, mla: MLA | None) -> int:
+    """k when the spec gives no head_dim: d_h + d_h^R under latent attention (the width of
+    each head's query and key), else h/n (0 when n does not divide h: PLC012)."""
+    if mla is not None:
+        return mla.qk_head
+    return h // n if h % n == 0 else 0
+
+
+def _mla(given: Mapping[str, Any]) -> MLA | list[Problem] | None:
+    """model.mla over the preset's, resolved; None without latent attention. Defaults are
+    Hugging Face DeepseekV3Config's and Megatron's (d_h 128, d_h^R 64, v_head_dim 128)."""
+    if not given:
+        return None
+    if "kv_lora_rank" not in given:
+        return [
+            Problem(
+                "PLC109",
+                "model.mla.kv_lora_rank",
+                "model.mla.kv_lora_rank is required: no preset supplies it",
+                "add model.mla.kv_lora_rank (DeepSeek-V2 and V3: 512)",
+            )
+        ]
+    return MLA(
+        q_lora=given.get("q_lora_rank"),
+        kv_lora=given["kv_lora_rank"],
+        qk_nope=given.get("qk_nope_head_dim", 128),
+        qk_rope=given.get("qk_rope_head_dim", 64),
+        v_head=given.get("v_head_dim", 128),
     )
 
 

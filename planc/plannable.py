@@ -153,7 +153,8 @@ def topology(job: Job) -> Iterator[Violation]:
 
 
 def attention_heads(job: Job) -> Iterator[Violation]:
-    """PLC012: hidden splits into heads (or head_dim is given); kv_heads divides heads."""
+    """PLC012: hidden splits into heads (or head_dim is given); kv_heads divides heads, and
+    equals heads under multi-head latent attention."""
     mod = job.model
     if mod.k == 0:
         yield Violation(
@@ -162,7 +163,16 @@ def attention_heads(job: Job) -> Iterator[Violation]:
             "set model.head_dim, or make hidden a multiple of heads",
             ("model.heads", "model.preset"),
         )
-    if mod.n % mod.g:
+    if mod.mla is not None and mod.g != mod.n:
+        yield Violation(
+            "model.kv_heads",
+            f"kv_heads = {mod.g} with multi-head latent attention, which up-projects a key and "
+            f"a value for each of the {mod.n} heads (Megatron's validate_args: group query "
+            "attention is mutually exclusive with multi latent attention)",
+            "remove model.kv_heads, or model.mla",
+            ("model.mla", "model.preset"),
+        )
+    elif mod.n % mod.g:
         yield Violation(
             "model.kv_heads",
             f"kv_heads = {mod.g} does not divide heads = {mod.n}",

@@ -143,6 +143,46 @@ class MoESpec(Frozen):
     )
 
 
+class MLASpec(Frozen):
+    """Multi-head latent attention (DeepSeek-V2/V3): queries, keys and values come from
+    low-rank latents instead of one QKV projection.
+
+    Symbols of the DeepSeek-V2 report §2.1: d_c the key/value latent (kv_lora_rank), d_c' the
+    query latent (q_lora_rank), d_h the per-head query/key width without RoPE
+    (qk_nope_head_dim), d_h^R the per-head RoPE width, shared by all heads for the key
+    (qk_rope_head_dim), and the value head width (v_head_dim). Every head attends with
+    queries and keys of d_h + d_h^R channels and values of v_head_dim.
+    """
+
+    q_lora_rank: Dim | None = Field(
+        None,
+        description="Query latent width d_c' (Hugging Face q_lora_rank; Megatron --q-lora-rank). "
+        "Default: null, no query compression: one h × n·(d_h + d_h^R) query projection "
+        "(DeepSeek-V2-Lite).",
+    )
+    kv_lora_rank: Dim | None = Field(
+        None,
+        description="Key/value latent width d_c (Hugging Face kv_lora_rank; Megatron "
+        "--kv-lora-rank). Required unless the preset gives it.",
+    )
+    qk_nope_head_dim: Dim | None = Field(
+        None,
+        description="Per-head query/key channels without RoPE d_h (Hugging Face "
+        "qk_nope_head_dim; Megatron --qk-head-dim). Default: 128.",
+    )
+    qk_rope_head_dim: Dim | None = Field(
+        None,
+        description="Per-head query/key channels that carry RoPE d_h^R; the key's are shared "
+        "by all heads (Hugging Face qk_rope_head_dim; Megatron --qk-pos-emb-head-dim). "
+        "Default: 64.",
+    )
+    v_head_dim: Dim | None = Field(
+        None,
+        description="Per-head value channels (Hugging Face v_head_dim; Megatron --v-head-dim). "
+        "Default: 128.",
+    )
+
+
 class ModelSpec(Frozen):
     """The model: a preset, explicit dimensions, or a preset with explicit overrides."""
 
@@ -154,7 +194,7 @@ class ModelSpec(Frozen):
     ) = Field(
         None,
         description="Path of a Hugging Face config.json (Llama, Mistral, Qwen2, Qwen3, GPT-2, "
-        "GPT-NeoX), or of a model folder holding one, relative to the spec's folder (to the "
+        "GPT-NeoX, DeepSeek-V3), or of a model folder holding one, relative to the spec's folder (to the "
         "working directory for standard input); explicit fields below override its values. "
         "Not with preset.",
     )
@@ -211,6 +251,19 @@ class ModelSpec(Frozen):
         None,
         description="Mixture of experts; null: a dense model. Fields left out come from the "
         "preset's experts.",
+    )
+    mla: MLASpec | None = Field(
+        None,
+        description="Multi-head latent attention (DeepSeek-V2/V3); null: standard multi-head or "
+        "grouped-query attention. Fields left out come from the preset's.",
+    )
+    mtp_layers: Annotated[StrictInt, Field(ge=0, le=MAX_DIM)] | None = Field(
+        None,
+        description="Multi-token prediction modules D after the last layer (DeepSeek-V3 §2.2; "
+        "Megatron --mtp-num-layers; Hugging Face num_nextn_predict_layers): each adds one "
+        "transformer layer, shaped like the last, two norms of its inputs, a 2h × h projection "
+        "and a final norm, and shares the embedding and output head. Counted in the "
+        "parameters and on the last pipeline stage. Default: 0.",
     )
 
 

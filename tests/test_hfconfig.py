@@ -143,7 +143,6 @@ def test_explicit_fields_override_the_config(tmp_path: Path) -> None:
     [
         ("mixtral-8x7b", "'mixtral'"),
         ("qwen3-30b-a3b", "'qwen3_moe'"),
-        ("deepseek-v3", "'deepseek_v3'"),
     ],
 )
 def test_moe_configs_are_refused_where_hf_config_stands(

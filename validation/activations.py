@@ -80,6 +80,16 @@ class Config:
     f_e: int = 0  # one routed expert's inner size
     E_s: int = 0  # shared experts
     f_s: int = 0  # one shared expert's inner size
+    # Multi-head latent attention (DeepSeek-V2/V3) when kv_lora > 0; q_lora 0: no query latent.
+    q_lora: int = 0
+    kv_lora: int = 0
+    qk_nope: int = 0
+    qk_rope: int = 0
+    v_head: int = 0
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora > 0
 
     @property
     def fused_swiglu(self) -> bool:
@@ -241,6 +251,97 @@ class Attention(nn.Module):
         return dropout(self.o(out), cfg.dropout)
 
 
+class FusedAttention(torch.autograd.Function):
+    """Causal attention keeping what a fused kernel keeps for backward: Q, K, V, the output O
+    and the fp32 log-sum-exp per query and head (FlashAttention-2 and cuDNN/Transformer Engine
+    fused attention; the latter takes a value head narrower than the query's, as latent
+    attention needs). CPU SDPA runs its math path, saving the probabilities, when the value
+    head differs, so the MLA flash cases use this function: the CUDA behaviour on the CPU."""
+
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        s = q.shape[-2]
+        mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+        scores = (q.float() @ k.float().transpose(-1, -2) * scale).masked_fill(mask, float("-inf"))
+        lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+        # Laid out [b, s, n, v] as fused kernels return it, so the out-projection reads it as is.
+        out = ((scores - lse).exp() @ v.float()).to(q.dtype).transpose(1, 2).contiguous().transpose(1, 2)
+        ctx.save_for_backward(q, k, v, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v, out, lse = ctx.saved_tensors
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        s = q.shape[-2]
+        mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+        scores = (q.float() @ k.float().transpose(-1, -2) * scale).masked_fill(mask, float("-inf"))
+        probs = (scores - lse).exp()
+        g = grad.float()
+        grad_v = probs.transpose(-1, -2) @ g
+        grad_p = g @ v.float().transpose(-1, -2)
+        delta = (g * out.float()).sum(-1, keepdim=True)
+        grad_s = probs * (grad_p - delta) * scale
+        grad_q, grad_k = grad_s @ k.float(), grad_s.transpose(-1, -2) @ q.float()
+        return grad_q.to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype)
+
+
+class LatentAttention(nn.Module):
+    """DeepSeek-V2/V3 multi-head latent attention as Megatron-Core's MLASelfAttention runs it
+    in training (multi_latent_attention.py, get_query_key_value_tensors): down projections and
+    RMSNorms of the latents, up projections, RoPE on the d_h^R channels (the key's shared by all
+    heads and expanded), Q = [q_nope, q_pe], K = [k_nope, k_pe], V made contiguous."""
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.cfg = cfg
+        n, qk = cfg.n, cfg.qk_nope + cfg.qk_rope
+        if cfg.q_lora:
+            self.q_a = nn.Linear(cfg.h, cfg.q_lora, bias=False)
+            self.q_norm = RMSNorm(cfg.q_lora)
+            self.q_b = nn.Linear(cfg.q_lora, n * qk, bias=False)
+        else:
+            self.q = nn.Linear(cfg.h, n * qk, bias=False)
+        self.kv_a = nn.Linear(cfg.h, cfg.kv_lora + cfg.qk_rope, bias=False)
+        self.kv_norm = RMSNorm(cfg.kv_lora)
+        self.kv_b = nn.Linear(cfg.kv_lora, n * (cfg.qk_nope + cfg.v_head), bias=False)
+        self.o = nn.Linear(n * cfg.v_head, cfg.h, bias=False)
+        self.register_buffer("mask", torch.ones(cfg.s, cfg.s, dtype=torch.bool).triu(1), persistent=False)
+        inv = 1.0 / (10000 ** (torch.arange(0, cfg.qk_rope, 2).float() / cfg.qk_rope))
+        angles = torch.outer(torch.arange(cfg.s).float(), inv)
+        angles = torch.cat([angles, angles], dim=-1)[None, :, None, :]
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def rope(self, x: Tensor) -> Tensor:
+        return x * self.cos.to(x.dtype) + rotate_half(x) * self.sin.to(x.dtype)
+
+    def forward(self, x: Tensor) -> Tensor:
+        cfg = self.cfg
+        b, s, _ = x.shape
+        n = cfg.n
+        q = self.q_b(self.q_norm(self.q_a(x))) if cfg.q_lora else self.q(x)
+        q_nope, q_pe = q.view(b, s, n, -1).split([cfg.qk_nope, cfg.qk_rope], dim=-1)
+        latent, k_pe = self.kv_a(x).split([cfg.kv_lora, cfg.qk_rope], dim=-1)
+        k_pe = self.rope(k_pe.view(b, s, 1, cfg.qk_rope))
+        kv = self.kv_b(self.kv_norm(latent)).view(b, s, n, cfg.qk_nope + cfg.v_head)
+        k_nope, v = kv.split([cfg.qk_nope, cfg.v_head], dim=-1)
+        query = torch.cat([q_nope, self.rope(q_pe)], dim=-1).transpose(1, 2)
+        key = torch.cat([k_nope, k_pe.expand(b, s, n, cfg.qk_rope)], dim=-1).transpose(1, 2)
+        value = v.contiguous().transpose(1, 2)
+        if cfg.attention == "flash":
+            out = FusedAttention.apply(query, key, value)
+        else:
+            scale = 1.0 / math.sqrt(cfg.qk_nope + cfg.qk_rope)
+            scores = torch.matmul(query, key.transpose(-1, -2)) * scale
+            scores = scores.masked_fill(self.mask, float("-inf"))
+            probs = dropout(torch.softmax(scores, dim=-1), cfg.dropout)
+            out = torch.matmul(probs, value)
+        out = out.transpose(1, 2).reshape(b, s, n * cfg.v_head)
+        return dropout(self.o(out), cfg.dropout)
+
+
 class MLP(nn.Module):
     def __init__(self, cfg: Config) -> None:
         super().__init__()
@@ -380,7 +481,8 @@ def norm(cfg: Config) -> nn.Module:
 class Block(nn.Module):
     def __init__(self, cfg: Config) -> None:
         super().__init__()
-        self.norm1, self.attn, self.norm2 = norm(cfg), Attention(cfg), norm(cfg)
+        attention = LatentAttention(cfg) if cfg.mla else Attention(cfg)
+        self.norm1, self.attn, self.norm2 = norm(cfg), attention, norm(cfg)
         self.mlp = MoE(cfg) if cfg.E else MLP(cfg)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -486,6 +588,11 @@ def spec_for(cfg: Config) -> str:
             "experts": cfg.E, "top_k": cfg.top_k, "expert_ffn_hidden": cfg.f_e,
             "shared_experts": cfg.E_s, "shared_expert_ffn_hidden": cfg.f_s or cfg.f_e,
         }
+    if cfg.mla:
+        model["mla"] = {
+            "kv_lora_rank": cfg.kv_lora, "qk_nope_head_dim": cfg.qk_nope,
+            "qk_rope_head_dim": cfg.qk_rope, "v_head_dim": cfg.v_head,
+        } | ({"q_lora_rank": cfg.q_lora} if cfg.q_lora else {})
     spec = {
         "version": 1,
         "name": "validation",
@@ -516,6 +623,11 @@ def planc_estimate(cfg: Config) -> tuple[int, int]:
 
 GPT = Config(L=4, h=256, n=8, g=8, f=1024, V=4096, s=512, b=2, gpt=True, attention="eager", dropout=0.1)
 LLAMA = Config(L=4, h=256, n=8, g=2, f=640, V=4096, s=512, b=2, gpt=False, attention="flash", dropout=0.0)
+# DeepSeek-V3's proportions scaled down: d_c' = 3·d_c (1536/512), d_h = 2·d_h^R (128/64), v = d_h.
+MLA = Config(
+    L=4, h=256, n=8, g=8, f=640, V=4096, s=512, b=2, gpt=False, attention="eager", dropout=0.0,
+    q_lora=96, kv_lora=32, qk_nope=32, qk_rope=16, v_head=32,
+)
 
 
 def replace(cfg: Config, **changes: Any) -> Config:
@@ -534,6 +646,10 @@ SHAPES: tuple[tuple[str, Config], ...] = (
     ("llama GQA g=2, eager", replace(LLAMA, attention="eager")),
     ("llama GQA g=2, eager, dropout 0.1", replace(LLAMA, attention="eager", dropout=0.1)),
     ("llama MHA, flash, h=512", replace(LLAMA, h=512, n=8, g=8, f=1344)),
+    ("MLA (DeepSeek-V3 shape), eager", MLA),
+    ("MLA, fused attention", replace(MLA, attention="flash")),
+    ("MLA, eager, dropout 0.1", replace(MLA, dropout=0.1)),
+    ("MLA without query latent (V2-Lite shape), eager", replace(MLA, q_lora=0)),
 )
 MIXTRAL = replace(LLAMA, E=8, top_k=2, f_e=320)  # every layer MoE, forced balanced routing
 SHAPES += (

@@ -7,8 +7,9 @@ Versions followed (each file says so too):
   (`add_megatron_arguments`) accepts every flag written here; the flags are the same at
   NVIDIA/Megatron-LM d98e8a64 (2026-08-22).
 - DeepSpeed 0.19.8: `deepspeed/runtime/config.py` (`DeepSpeedConfig`: batch triple, bf16/fp16,
-  gradient_clipping, data_types) and `deepspeed/runtime/zero/config.py`
-  (`DeepSpeedZeroConfig`: stage, buckets, offload; MiCS is gone, so no sub-group sharding).
+  gradient_clipping, data_types, expert_parallel), `deepspeed/runtime/zero/config.py`
+  (`DeepSpeedZeroConfig`: stage, buckets, offload; MiCS is gone, so no sub-group sharding) and
+  `deepspeed/module_inject/auto_ep_config.py` (AutoEP: autoep_size, preset_model).
 - torchtitan 0.3.0 (PyPI): `torchtitan/config/configs.py` (`ParallelismConfig`,
   `TrainingConfig`) and `config/manager.py`, which reads a Python function returning
   `Trainer.Config` (`--module M --config F`); the TOML files of earlier releases are gone.
@@ -56,8 +57,10 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
         f"--hidden-size {mod.h}",
         f"--ffn-hidden-size {mod.f}",
         f"--num-attention-heads {mod.n}",
-        f"--kv-channels {mod.k}",
     ]
+    if mod.mla is None:
+        args.append(f"--kv-channels {mod.k}")
+    args += megatron_mla_arguments(plan)
     if mod.g != mod.n:
         args += ["--group-query-attention", f"--num-query-groups {mod.g}"]
     args += [
@@ -109,6 +112,28 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
     if replicas > 1 and lay.zero in (1, 2):
         args.append(f"--num-distributed-optimizer-instances {replicas}")
     return args, notes
+
+
+def megatron_mla_arguments(plan: Plan) -> list[str]:
+    """Multi-head latent attention and multi-token prediction as Megatron-LM's arguments
+    (arguments.py _add_mla_args; --multi-latent-attention and --mtp-num-layers are
+    TransformerConfig fields): none for standard attention without MTP."""
+    mod = plan.job.model
+    args: list[str] = []
+    mla = mod.mla
+    if mla is not None:
+        args.append("--multi-latent-attention")
+        if mla.q_lora is not None:
+            args.append(f"--q-lora-rank {mla.q_lora}")
+        args += [
+            f"--kv-lora-rank {mla.kv_lora}",
+            f"--qk-head-dim {mla.qk_nope}",
+            f"--qk-pos-emb-head-dim {mla.qk_rope}",
+            f"--v-head-dim {mla.v_head}",
+        ]
+    if mod.mtp:
+        args.append(f"--mtp-num-layers {mod.mtp}")
+    return args
 
 
 def megatron_moe_arguments(plan: Plan) -> list[str]:
@@ -208,6 +233,10 @@ def deepspeed_config(plan: Plan) -> tuple[dict[str, Any], list[str]]:
     if tr.grad_accum_fp32:
         config["data_types"] = {"grad_accum_dtype": "fp32"}
     config["zero_optimization"] = zero
+    expert, expert_notes = deepspeed_expert_parallel(plan)
+    if expert:
+        config["expert_parallel"] = expert
+    notes += expert_notes
     if lay.p > 1 and lay.zero >= 2:
         notes.append(
             f"ZeRO-{lay.zero} with pipeline parallelism: DeepSpeed's PipelineEngine refuses it "
@@ -221,6 +250,55 @@ def deepspeed_config(plan: Plan) -> tuple[dict[str, Any], list[str]]:
             f"{lay.d} for these batch numbers"
         )
     return config, notes
+
+
+# DeepSpeed AutoEP's model presets (deepspeed/module_inject/auto_ep_presets) of planc's presets.
+_DEEPSPEED_EP_PRESETS = {
+    "mixtral-8x7b": "mixtral",
+    "mixtral-8x22b": "mixtral",
+    "qwen3-30b-a3b": "qwen3_moe",
+    "qwen3-235b-a22b": "qwen3_moe",
+    "deepseek-v3": "deepseek_v3",
+}
+
+
+def deepspeed_expert_parallel(plan: Plan) -> tuple[dict[str, Any], list[str]]:
+    """The `expert_parallel` section (DeepSpeed AutoEP, deepspeed/module_inject/auto_ep_config.py
+    parse_autoep_config: it replaces a Hugging Face model's MoE layers with expert-parallel
+    ones) for a model with experts, and notes on what it does not run as planned. Nothing for a
+    dense model. AutoEP's checks (auto_ep_folding.py): expert_tensor_parallel_size must be 1,
+    and ep·etp must divide world / pp."""
+    job, lay = plan.job, plan.job.layout
+    moe = job.model.moe
+    if moe is None:
+        return {}, []
+    section: dict[str, Any] = {
+        "enabled": True,
+        "autoep_size": lay.ep,
+        "expert_tensor_parallel_size": 1,
+    }
+    notes: list[str] = []
+    preset = _DEEPSPEED_EP_PRESETS.get(job.model.preset or "")
+    if preset is not None:
+        section["preset_model"] = preset
+    else:
+        notes.append(
+            "expert_parallel has no preset_model: AutoEP detects the MoE layers from the Hugging "
+            "Face model_type (mixtral, qwen3_moe, deepseek_v2, deepseek_v3, ...)"
+        )
+    if lay.et != 1:
+        notes.append(
+            f"expert_tensor {lay.et}: DeepSpeed 0.19's AutoEP refuses "
+            "expert_tensor_parallel_size > 1 (auto_ep_folding.py: reserved, not supported yet), "
+            "so this config keeps each expert whole (1)"
+        )
+    if lay.t > 1:
+        notes.append(
+            f"tensor {lay.t} with experts: AutoEP folds only DeepSpeed's own AutoTP "
+            "(tensor_parallel.autotp_size, with pipeline 1) and refuses a model-code tensor-"
+            "parallel group of another size (validate_folding_global)"
+        )
+    return section, notes
 
 
 def deepspeed_files(plan: Plan) -> Files:
@@ -281,6 +359,9 @@ def torchtitan_settings(plan: Plan) -> tuple[dict[str, Any], dict[str, Any], lis
         "pipeline_parallel_microbatch_size": tr.b,
         "context_parallel_degree": lay.c,
     }
+    if job.model.moe is not None:
+        parallelism["expert_parallel_degree"] = lay.ep
+        notes += _torchtitan_expert_notes(plan, dp_shard)
     if lay.p > 1:
         chunks = [size for stage in range(lay.p) for size in lay.chunk_layers(stage)]
         if len(set(chunks)) == 1:
@@ -312,6 +393,27 @@ def torchtitan_settings(plan: Plan) -> tuple[dict[str, Any], dict[str, Any], lis
         # torchtitan 0.3.0's validation: "CUDA graphs do not support pipeline parallelism yet".
         training["disable_cuda_graphs"] = True
     return parallelism, training, notes
+
+
+def _torchtitan_expert_notes(plan: Plan, dp_shard: int) -> list[str]:
+    """What torchtitan 0.3.0 runs differently from the plan's experts: it has no expert tensor
+    parallelism (ETP was deprecated, pytorch/torchtitan #3167: experts are whole on each EP
+    rank) and carves EP out of dp_shard·cp·tp, which EP must divide (configs.py
+    ParallelismConfig.expert_parallel_degree; distributed/parallel_dims.py)."""
+    lay = plan.job.layout
+    notes = []
+    if lay.et != 1:
+        notes.append(
+            f"expert_tensor {lay.et}: torchtitan 0.3.0 has no expert tensor parallelism (each "
+            "expert is whole on its expert-parallel rank), so its experts are not split"
+        )
+    region = dp_shard * lay.c * lay.t
+    if region % lay.ep:
+        notes.append(
+            f"expert {lay.ep} does not divide torchtitan's dense region dp_shard × cp × tp = "
+            f"{region}: ParallelDims refuses it"
+        )
+    return notes
 
 
 def _model_parts(plan: Plan) -> list[list[str]]:
@@ -378,6 +480,8 @@ _TORCHTITAN_BASES = {
     "llama3-8b": "torchtitan.models.llama3.config_registry:llama3_8b",
     "llama3-70b": "torchtitan.models.llama3.config_registry:llama3_70b",
     "llama3-405b": "torchtitan.models.llama3.config_registry:llama3_405b",
+    "qwen3-30b-a3b": "torchtitan.models.qwen3.config_registry:qwen3_30b_a3b",
+    "deepseek-v3": "torchtitan.models.deepseek_v3.config_registry:deepseek_v3_671b",
 }
 
 

@@ -243,9 +243,20 @@ def model_record(plan: Plan) -> dict[str, object]:
 
 
 def _experts_record(plan: Plan) -> dict[str, object]:
-    """QK-norm and the experts, written only where the model has them (dense plans unchanged)."""
+    """QK-norm, latent attention, multi-token prediction and the experts, written only where the
+    model has them (other plans unchanged)."""
     mod = plan.job.model
     record: dict[str, object] = {"qk_norm": True} if mod.qk_norm else {}
+    if mod.mla is not None:
+        record["mla"] = {
+            "q_lora_rank": mod.mla.q_lora,
+            "kv_lora_rank": mod.mla.kv_lora,
+            "qk_nope_head_dim": mod.mla.qk_nope,
+            "qk_rope_head_dim": mod.mla.qk_rope,
+            "v_head_dim": mod.mla.v_head,
+        }
+    if mod.mtp:
+        record["mtp_layers"] = mod.mtp
     moe = mod.moe
     if moe is None:
         return record

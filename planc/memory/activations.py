@@ -29,6 +29,15 @@ Each line below is one of those tensors, generalised and divided the way Megatro
   masks) by t along the sequence. Context parallelism gives each rank ⌈s/c⌉ tokens; with eager
   attention each rank's queries meet all s keys over the ring and every step's probabilities are
   kept for backward, a·(s/c)·s·b elements (with flash: only the log-sum-exp of its s/c queries).
+* multi-head latent attention (DeepSeek-V2 §2.1): the down projections run on the norm's
+  output (the QKV input line) and keep their outputs as the latent norms' inputs, the query
+  latent (ε·s·b·d_c') and the key/value latent with the key's RoPE part (ε·s·b·(d_c + d_h^R):
+  the norm's input is a split view that keeps the whole projection output); each latent norm's
+  output is the input of its up projection (ε·s·b·d_c', ε·s·b·d_c). These run where the norm
+  runs (/t with SP: Megatron's down projections are replicated and take the sequence shard).
+  Q and K then carry d_h + d_h^R channels for all n/t heads (the shared RoPE key expanded to
+  every head, as Megatron's `key = cat(k_no_pe, k_pos_emb.expand(...))`), V and the attention
+  output v_head_dim channels.
 * recompute: selective drops the attention core (scores, softmax, its dropout mask and output,
   flash's log-sum-exp), as Megatron's selective (core_attn) recompute does; full keeps only
   each layer's input (ε·s·b·h, /t with SP) and re-creates one layer's activations at a time.
@@ -57,6 +66,10 @@ NORM_STATISTICS_BYTES = {"layernorm": 8, "rmsnorm": 4}
 PYTORCH_NORM = (
     "PyTorch tools/autograd/derivatives.yaml: native_layer_norm saves input, mean, rstd; "
     "_fused_rms_norm (CUDA nn.RMSNorm) saves input and rstd, fp32 statistics"
+)
+MLA_SOURCE = (
+    "DeepSeek-V2 report (arXiv 2405.04434) §2.1.2; Megatron-LM multi_latent_attention.py "
+    "(MLASelfAttention.get_query_key_value_tensors); PyTorch autograd (validation/activations.py)"
 )
 PYTORCH_SWIGLU = (
     "PyTorch derivatives.yaml: silu saves its input, mul saves both operands "
@@ -91,6 +104,10 @@ class LayerShape:
     tok: str  # "s·b" or "(s/c)·b"
     split: str  # "/t" when t > 1
     rep: str  # "/t" when sequence parallel
+    v: int = 0  # value channels per head (0: k); latent attention's v_head_dim
+    q_latent: int = 0  # MLA query latent d_c' (0: none)
+    kv_latent: int = 0  # MLA key/value latent d_c (0: not latent attention)
+    rope: int = 0  # MLA per-head RoPE channels d_h^R, the key's shared by all heads
 
 
 def layer_shape(
@@ -108,6 +125,7 @@ def layer_shape(
     """The per-rank dimensions of one layer for sequence `s`, micro-batch `b` and degrees t, c."""
     eager = attention == "eager"
     s_rank = ceil_div(s, c)
+    mla = model.mla
     return LayerShape(
         e=4 if precision == "fp32" else 2,
         s=s_rank,
@@ -117,13 +135,17 @@ def layer_shape(
         h=model.h,
         n=ceil_div(model.n, t),
         g=ceil_div(model.n if eager else model.g, t),
-        k=model.k,
+        k=model.k if mla is None else mla.qk_head,
         f=ceil_div(model.f, t),
         gated=model.mlp == "swiglu",
         eager=eager,
         dropout=model.dropout > 0,
         unfused=kernels == "unfused",
         norm_stats=NORM_STATISTICS_BYTES[model.norm],
+        v=0 if mla is None else mla.v_head,
+        q_latent=0 if mla is None or mla.q_lora is None else mla.q_lora,
+        kv_latent=0 if mla is None else mla.kv_lora,
+        rope=0 if mla is None else mla.qk_rope,
         tok="(s/c)·b" if c > 1 else "s·b",
         split="/t" if t > 1 else "",
         rep="/t" if sp and t > 1 else "",
@@ -176,9 +198,15 @@ def key(x: LayerShape) -> int:
     return x.e * x.s * x.b * x.g * x.k
 
 
+def value_channels(x: LayerShape) -> int:
+    """Channels per value head: k, or latent attention's v_head_dim."""
+    return x.v or x.k
+
+
 def value(x: LayerShape) -> int:
-    """ε·s·b·g·k/t: V, kept for the attention over V (Korthikanti: 2sbh)."""
-    return x.e * x.s * x.b * x.g * x.k
+    """ε·s·b·g·k/t: V, kept for the attention over V (Korthikanti: 2sbh); latent attention:
+    ε·s·b·n·v_head_dim/t."""
+    return x.e * x.s * x.b * x.g * value_channels(x)
 
 
 def score_elements(x: LayerShape) -> int:
@@ -212,8 +240,40 @@ def softmax_statistics(x: LayerShape) -> int:
 
 def attention_output(x: LayerShape) -> int:
     """ε·s·b·n·k/t: the attention output, input of the out-projection (2sbh); flash attention
-    saves the same tensor as its O."""
-    return x.e * x.s * x.b * x.n * x.k
+    saves the same tensor as its O. Latent attention: ε·s·b·n·v_head_dim/t."""
+    return x.e * x.s * x.b * x.n * value_channels(x)
+
+
+def query_latent_norm_input(x: LayerShape) -> int:
+    """ε·s·b·d_c': q_a_proj's output, the input of q_a_layernorm (DeepSeek-V2 eq. 12); /t with
+    SP. 0 without a query latent."""
+    return x.e * x.s_r * x.b * x.q_latent
+
+
+def query_latent(x: LayerShape) -> int:
+    """ε·s·b·d_c': q_a_layernorm's output, the input of q_b_proj; /t with SP (Megatron's
+    column-parallel up projection keeps the sequence shard and re-gathers it in backward)."""
+    return x.e * x.s_r * x.b * x.q_latent
+
+
+def kv_latent_norm_input(x: LayerShape) -> int:
+    """ε·s·b·(d_c + d_h^R): kv_a_proj_with_mqa's output. kv_a_layernorm's input is its first
+    d_c channels, a split view, which keeps the whole output (torch.split in Hugging Face
+    DeepseekV3Attention and Megatron MLASelfAttention); /t with SP. 0 without latent attention."""
+    return x.e * x.s_r * x.b * (x.kv_latent + x.rope) if x.kv_latent else 0
+
+
+def kv_latent(x: LayerShape) -> int:
+    """ε·s·b·d_c: kv_a_layernorm's output c^KV, the input of kv_b_proj (DeepSeek-V2 eq. 9);
+    /t with SP."""
+    return x.e * x.s_r * x.b * x.kv_latent
+
+
+def latent_norm_statistics(x: LayerShape) -> int:
+    """4·s·b per latent norm (RMSNorm's fp32 1/rms), q_a_layernorm and kv_a_layernorm, for an
+    unfused PyTorch norm; /t with SP. 0 with fused kernels (as `norm_statistics`)."""
+    norms = (1 if x.q_latent else 0) + (1 if x.kv_latent else 0)
+    return NORM_STATISTICS_BYTES["rmsnorm"] * norms * x.s_r * x.b if x.unfused else 0
 
 
 def residual_dropout_mask(x: LayerShape) -> int:
@@ -271,6 +331,16 @@ def _e(x: LayerShape) -> str:
     return str(x.e)
 
 
+def _qk(x: LayerShape) -> str:
+    """The query/key head width's symbol: k, or latent attention's d_h + d_h^R."""
+    return "(d_h+d_h^R)" if x.kv_latent else "k"
+
+
+def _v(x: LayerShape) -> str:
+    """The value head width's symbol: k, or latent attention's v_head_dim."""
+    return "d_v" if x.v else "k"
+
+
 def _stats(x: LayerShape) -> str:
     return f"{x.norm_stats}·{x.tok}{x.rep}"
 
@@ -283,11 +353,31 @@ LINES: tuple[Line, ...] = (
     Line("attention norm input", norm_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI),
     Line("attention norm statistics (fp32)", norm_statistics, _stats, PYTORCH_NORM),
     Line("QKV input", linear_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI),
-    Line("Q (QKᵀ input)", query, lambda x: f"{_e(x)}·{x.tok}·n·k{x.split}", KORTHIKANTI),
+    Line(
+        "query latent norm input (q_a output)",
+        query_latent_norm_input,
+        lambda x: f"{_e(x)}·{x.tok}·d_c'{x.rep}",
+        MLA_SOURCE,
+    ),
+    Line("query latent (q_b input)", query_latent, lambda x: f"{_e(x)}·{x.tok}·d_c'{x.rep}", MLA_SOURCE),
+    Line(
+        "key/value latent norm input (kv_a output)",
+        kv_latent_norm_input,
+        lambda x: f"{_e(x)}·{x.tok}·(d_c+d_h^R){x.rep}",
+        MLA_SOURCE,
+    ),
+    Line("key/value latent (kv_b input)", kv_latent, lambda x: f"{_e(x)}·{x.tok}·d_c{x.rep}", MLA_SOURCE),
+    Line(
+        "latent norm statistics (fp32)",
+        latent_norm_statistics,
+        lambda x: f"4·{'2' if x.q_latent else '1'}·{x.tok}{x.rep}",
+        PYTORCH_NORM,
+    ),
+    Line("Q (QKᵀ input)", query, lambda x: f"{_e(x)}·{x.tok}·n·{_qk(x)}{x.split}", KORTHIKANTI),
     Line(
         "K (QKᵀ input)",
         key,
-        lambda x: f"{_e(x)}·{x.tok}·{'n' if x.eager else 'g'}·k{x.split}",
+        lambda x: f"{_e(x)}·{x.tok}·{'n' if x.eager else 'g'}·{_qk(x)}{x.split}",
         KORTHIKANTI + "; GQA: Ainslie et al. 2023",
     ),
     Line(
@@ -314,7 +404,7 @@ LINES: tuple[Line, ...] = (
     Line(
         "V (attention-over-V input)",
         value,
-        lambda x: f"{_e(x)}·{x.tok}·{'n' if x.eager else 'g'}·k{x.split}",
+        lambda x: f"{_e(x)}·{x.tok}·{'n' if x.eager else 'g'}·{_v(x)}{x.split}",
         KORTHIKANTI,
     ),
     Line(
@@ -327,7 +417,7 @@ LINES: tuple[Line, ...] = (
     Line(
         "out-projection input",
         attention_output,
-        lambda x: f"{_e(x)}·{x.tok}·n·k{x.split}",
+        lambda x: f"{_e(x)}·{x.tok}·n·{_v(x)}{x.split}",
         KORTHIKANTI,
     ),
     Line(

@@ -11,7 +11,7 @@ the biases that file leaves out, so that published counts come out exact.
 
 from __future__ import annotations
 
-from planc.job import Model, MoE
+from planc.job import MLA, Model, MoE
 from planc.memory.terms import ceil_div
 from planc.plannable import Plannable, padded_vocab
 from planc.record import record
@@ -24,6 +24,18 @@ SOURCE_MOE_PARAMS = (
 SOURCE_PARAMS = (
     "Megatron-LM theoretical_memory_usage.py (attention 2·h·k·(n+g), MLP 2·h·f·γ, norms ν·h); "
     "biases as in Megatron's Column/RowParallelLinear"
+)
+
+SOURCE_MLA_PARAMS = (
+    "DeepSeek-V2 report (arXiv 2405.04434) §2.1; Hugging Face DeepseekV3Attention (q_a_proj, "
+    "q_a_layernorm, q_b_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj); "
+    "Megatron-LM theoretical_memory_usage.py (multi_latent_attention) and "
+    "multi_latent_attention.py (down projections replicated, up and out split over t)"
+)
+SOURCE_MTP_PARAMS = (
+    "DeepSeek-V3 report (arXiv 2412.19437) §2.2 and README_WEIGHTS.md (embedding and output "
+    "head shared); Megatron-LM multi_token_prediction.py (enorm, hnorm, eh_proj 2h → h, "
+    "one transformer layer, final_layernorm)"
 )
 
 
@@ -42,6 +54,8 @@ class ParameterCount:
     moe_layers: int = 0
     per_moe_layer: int = 0
     active_per_moe_layer: int = 0
+    mtp: int = 0  # the multi-token prediction modules, all D of them
+    active_mtp: int = 0  # their parameters one token passes through
 
     def _sum(self, per_moe_layer: int) -> int:
         dense = self.layers - self.moe_layers
@@ -56,13 +70,13 @@ class ParameterCount:
 
     @property
     def total(self) -> int:
-        return self._sum(self.per_moe_layer)
+        return self._sum(self.per_moe_layer) + self.mtp
 
     @property
     def active(self) -> int:
         """Parameters one token passes through: its k routed experts, not all E (= total for a
         dense model)."""
-        return self._sum(self.active_per_moe_layer)
+        return self._sum(self.active_per_moe_layer) + self.active_mtp
 
 
 def norm_parameters(model: Model) -> int:
@@ -73,6 +87,48 @@ def norm_parameters(model: Model) -> int:
 def attention_parameters(h: int, k: int, n: int, g: int) -> int:
     """2·h·k·(n+g): Q and O are h × n·k each, K and V are h × g·k each (GQA)."""
     return 2 * h * k * (n + g)
+
+
+def mla_down_parameters(h: int, mla: MLA) -> int:
+    """The down projections and latent norms of latent attention: q_a_proj h·d_c' and its
+    RMSNorm d_c' (when the query is compressed), kv_a_proj_with_mqa h·(d_c + d_h^R) (the
+    latent and the key's RoPE part shared by all heads) and its RMSNorm d_c (DeepSeek-V2 §2.1.2,
+    eq. 9, 12 and 14). Whole on every TP rank: Megatron builds them as TELinear
+    `parallel_mode='duplicated'` (multi_latent_attention.py)."""
+    query = 0 if mla.q_lora is None else h * mla.q_lora + mla.q_lora
+    return query + h * (mla.kv_lora + mla.qk_rope) + mla.kv_lora
+
+
+def mla_up_parameters(h: int, n: int, mla: MLA) -> int:
+    """The up projections of n heads: q_b_proj d_c'·n·(d_h + d_h^R), or without a query latent
+    q_proj h·n·(d_h + d_h^R); kv_b_proj d_c·n·(d_h + v_head_dim) (DeepSeek-V2 §2.1.2, eq. 10,
+    11 and 13). No biases. Column-parallel over heads in Megatron."""
+    query = (h if mla.q_lora is None else mla.q_lora) * n * mla.qk_head
+    return query + mla.kv_lora * n * (mla.qk_nope + mla.v_head)
+
+
+def mla_output_parameters(h: int, n: int, mla: MLA) -> int:
+    """o_proj of n heads: n·v_head_dim × h (DeepSeek-V2 §2.1.2, eq. 19); row-parallel."""
+    return n * mla.v_head * h
+
+
+def mla_attention_parameters(h: int, n: int, mla: MLA, t: int = 1) -> int:
+    """Latent attention of one layer on one TP rank (t = 1: the whole layer's): the replicated
+    down projections and norms plus the up and output projections of ⌈n/t⌉ heads."""
+    n_t = ceil_div(n, t)
+    return (
+        mla_down_parameters(h, mla)
+        + mla_up_parameters(h, n_t, mla)
+        + mla_output_parameters(h, n_t, mla)
+    )
+
+
+def attention_matrix_parameters(model: Model, t: int = 1) -> int:
+    """The attention projections of one layer on one TP rank, without biases: latent
+    attention's, or 2·h·k·(⌈n/t⌉ + ⌈g/t⌉)."""
+    if model.mla is not None:
+        return mla_attention_parameters(model.h, model.n, model.mla, t)
+    return attention_parameters(model.h, model.k, ceil_div(model.n, t), ceil_div(model.g, t))
 
 
 def mlp_parameters(h: int, f: int, mlp: str) -> int:
@@ -139,10 +195,10 @@ def row_bias_parameters(h: int) -> int:
 
 def attention_block_parameters(model: Model, t: int = 1) -> int:
     """A layer's attention side on one tensor-parallel rank: Q, K, V, O split over t (⌈g/t⌉ kv
-    heads), the QKV bias split and the output bias replicated, both norms and QK-norm
-    replicated. Dense and MoE layers share it."""
+    heads; or latent attention's projections), the QKV bias split and the output bias
+    replicated, both norms and QK-norm replicated. Dense and MoE layers share it."""
     n_t, g_t = ceil_div(model.n, t), ceil_div(model.g, t)
-    total = attention_parameters(model.h, model.k, n_t, g_t) + 2 * norm_parameters(model)
+    total = attention_matrix_parameters(model, t) + 2 * norm_parameters(model)
     if model.qk_norm:
         total += qk_norm_parameters(model.k)
     if model.bias:
@@ -164,9 +220,20 @@ def layer_parameters(model: Model, t: int = 1) -> int:
     """One transformer layer's parameters on one tensor-parallel rank (t = 1: the whole layer).
 
     Split over t (ceil for the heaviest rank; kv heads are replicated when t > g, so ⌈g/t⌉ = 1):
-    attention, MLP, column-parallel biases. Replicated: the two norms and row-parallel biases.
+    attention, MLP, column-parallel biases. Replicated: the two norms and row-parallel biases,
+    and latent attention's down projections and latent norms (`mla_attention_parameters`).
     """
     return attention_block_parameters(model, t) + dense_mlp_parameters(model, t)
+
+
+def _mla_formula(mla: MLA) -> tuple[str, str]:
+    """Latent attention's (split over t, replicated) terms in DeepSeek-V2's symbols."""
+    if mla.q_lora is None:
+        return "n·(h·(d_h+d_h^R) + d_c·(d_h+d_v) + d_v·h)", "h·(d_c+d_h^R) + d_c"
+    return (
+        "n·(d_c'·(d_h+d_h^R) + d_c·(d_h+d_v) + d_v·h)",
+        "h·(d_c'+d_c+d_h^R) + d_c' + d_c",
+    )
 
 
 def layer_formula(model: Model) -> str:
@@ -174,12 +241,35 @@ def layer_formula(model: Model) -> str:
     mlp = "3·h·f" if model.mlp == "swiglu" else "2·h·f"
     split = f"2·h·k·(n+g) + {mlp}"
     norms = "4·h" if model.norm == "layernorm" else "2·h"
+    if model.mla is not None:
+        attention, latents = _mla_formula(model.mla)
+        split = f"{attention} + {mlp}"
+        norms += f" + {latents}"
     if model.qk_norm:
         norms += " + 2·k"
     if model.bias:
         split += " + (n+2g)·k + " + ("2f" if model.mlp == "swiglu" else "f")
         norms += " + 2·h"
     return f"({split})/t + {norms}"
+
+
+def mtp_layer_parameters(model: Model, active: bool = False) -> int:
+    """The transformer layer of one multi-token prediction module, shaped like the model's last
+    (an MoE layer when layer L−1 routes to experts, as Megatron's mtp_layer_is_moe; all E
+    experts, or the k one token uses with `active`)."""
+    moe = model.moe
+    if moe is not None and moe.is_moe_layer(model.L - 1):
+        return moe_layer_parameters(model, active)
+    return layer_parameters(model)
+
+
+def mtp_extra_parameters(model: Model, t: int = 1) -> int:
+    """What one multi-token prediction module adds around its layer, on one TP rank: eh_proj
+    2h × h (column-parallel, 2h·⌈h/t⌉) and three norms ν·h, enorm, hnorm and the final norm
+    before the shared head. The embedding and the output head are the main model's
+    (DeepSeek-V3 §2.2) and are not counted again; Hugging Face checkpoints store a copy of
+    each under model.layers.L."""
+    return 2 * model.h * ceil_div(model.h, t) + 3 * norm_parameters(model)
 
 
 def parameter_count(model: Model, vocab: int | None = None) -> ParameterCount:
@@ -199,6 +289,8 @@ def parameter_count(model: Model, vocab: int | None = None) -> ParameterCount:
         moe_layers=0 if moe is None else moe.moe_layers(model.L),
         per_moe_layer=0 if moe is None else moe_layer_parameters(model),
         active_per_moe_layer=0 if moe is None else moe_layer_parameters(model, active=True),
+        mtp=model.mtp * (mtp_layer_parameters(model) + mtp_extra_parameters(model)),
+        active_mtp=model.mtp * (mtp_layer_parameters(model, True) + mtp_extra_parameters(model)),
     )
 
 
@@ -266,9 +358,13 @@ class RankParameters:
     position: int  # max_seq_len·h on the first stage (replicated over t)
     final_norm: int  # ν·h on the last stage
     lm_head: int  # V'/t·h on the last stage: the untied head, or the tied embedding's copy
-    moe_layers: int = 0  # of the L_r layers, those with experts
+    moe_layers: int = 0  # of the L_r layers and MTP modules, those with experts
     per_moe_layer: int = 0  # a MoE layer's non-expert part on this TP rank
     experts_per_moe_layer: int = 0  # a MoE layer's routed experts on this rank
+    # DeepSeek-V3's multi-token prediction modules, on the last stage: D layers shaped like the
+    # last layer (counted in moe_layers when it has experts) and each one's eh_proj and norms.
+    mtp_layers: int = 0
+    mtp_extra: int = 0  # one module's eh_proj 2h·h/t and three norms 3νh
 
     @property
     def expert_total(self) -> int:
@@ -277,9 +373,12 @@ class RankParameters:
 
     @property
     def layer_total(self) -> int:
-        """Every layer parameter on this rank, dense and expert."""
-        dense = (self.layers - self.moe_layers) * self.per_layer
-        return dense + self.moe_layers * self.per_moe_layer + self.expert_total
+        """Every layer parameter on this rank, dense and expert, the multi-token prediction
+        modules' included (they are layers too, and the memory reports list weights by these
+        parts)."""
+        dense = (self.layers + self.mtp_layers - self.moe_layers) * self.per_layer
+        mtp = self.mtp_layers * self.mtp_extra
+        return dense + self.moe_layers * self.per_moe_layer + self.expert_total + mtp
 
     @property
     def total(self) -> int:
@@ -298,6 +397,8 @@ def rank_parameters(job: Plannable, pp_rank: int) -> RankParameters:
     positions (replicated); the last stage the final norm and the LM head. With tied embeddings
     and p > 1 the last stage keeps its own copy of the word embedding (Megatron's embedding
     group, parallel_state.py default_embedding_ranks), with its own gradient and optimizer state.
+    Multi-token prediction modules sit on the last stage, after the final layer (Megatron's
+    GPTModel builds the MTP block in its post-process part), each layer priced as the stage's.
     """
     model, lay = job.model, job.layout
     if not 0 <= pp_rank < lay.p:
@@ -306,6 +407,8 @@ def rank_parameters(job: Plannable, pp_rank: int) -> RankParameters:
     vocab_slice = padded_vocab(model.V, lay.t) // lay.t * model.h
     head = last and (not model.tied or lay.p > 1)
     moe = model.moe
+    mtp = model.mtp if last else 0
+    mtp_moe = mtp if moe is not None and moe.is_moe_layer(model.L - 1) else 0
     return RankParameters(
         layers=lay.stage_layers[pp_rank],
         per_layer=layer_parameters(model, lay.t),
@@ -313,11 +416,13 @@ def rank_parameters(job: Plannable, pp_rank: int) -> RankParameters:
         position=model.max_seq_len * model.h if first and model.position == "learned" else 0,
         final_norm=norm_parameters(model) if last else 0,
         lm_head=vocab_slice if head else 0,
-        moe_layers=job.moe_layers(pp_rank),
+        moe_layers=job.moe_layers(pp_rank) + mtp_moe,
         per_moe_layer=0 if moe is None else moe_layer_dense_parameters(model, lay.t),
         experts_per_moe_layer=0
         if moe is None
         else local_expert_parameters(model, lay.ep, lay.et),
+        mtp_layers=mtp,
+        mtp_extra=mtp_extra_parameters(model, lay.t) if mtp else 0,
     )
 
 

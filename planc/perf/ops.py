@@ -107,6 +107,12 @@ class LayerShape:
     beta: int = 2  # bytes per activation element
     positions: int = 0  # rows of a learned position table (0 for RoPE)
     causal: bool = True  # a fused kernel skips the masked half of the scores
+    # Multi-head latent attention (DeepSeek-V2 §2.1), when kv_latent > 0: k is then the query/key
+    # head width d_h + d_h^R and g = n.
+    v: int = 0  # value channels per head (0: k); MLA's v_head_dim
+    q_latent: int = 0  # query latent d_c' (0: none, one h × n·k query projection)
+    kv_latent: int = 0  # key/value latent d_c
+    rope: int = 0  # per-head RoPE channels d_h^R (the key's shared by all heads)
 
     @property
     def queries(self) -> int:
@@ -132,6 +138,11 @@ class LayerShape:
     def kv_heads(self) -> float:
         """g/t key/value heads on this rank (at least one: Megatron replicates KV heads)."""
         return max(self.g / self.t, 1.0)
+
+    @property
+    def value_channels(self) -> int:
+        """Channels per value head: k, or latent attention's v_head_dim."""
+        return self.v or self.k
 
     @property
     def vocab(self) -> int:
@@ -165,10 +176,14 @@ def norm(shape: LayerShape, name: str = "norm") -> OpCost:
     writes dx (3·β per element, the per-row statistics are negligible), about twice the FLOPs;
     dγ (and dβ) are reduced in the same pass (Apex `fused_layer_norm_cuda`).
     """
-    elements = shape.norm_tokens * shape.h
-    per = 8.0 if shape.norm == "layernorm" else 4.0
-    forward = Work(per * elements, 2.0 * shape.beta * elements)
-    backward = Work(2 * per * elements, 3.0 * shape.beta * elements)
+    return _norm_cost(name, shape.norm_tokens * shape.h, shape.norm, shape.beta)
+
+
+def _norm_cost(name: str, elements: float, kind: str, beta: int) -> OpCost:
+    """A fused LayerNorm or RMSNorm over `elements` (see `norm`)."""
+    per = 8.0 if kind == "layernorm" else 4.0
+    forward = Work(per * elements, 2.0 * beta * elements)
+    backward = Work(2 * per * elements, 3.0 * beta * elements)
     return OpCost(name, "vector", forward, backward)
 
 
@@ -176,6 +191,55 @@ def qkv_projection(shape: LayerShape) -> OpCost:
     """Q, K, V projection: [b·s/c, h] · [h, (n + 2g)·k/t] (Shoeybi et al. 2019: column parallel)."""
     cols = (shape.heads + 2 * shape.kv_heads) * shape.k
     return gemm("qkv", shape.tokens, shape.h, cols, shape.beta)
+
+
+def mla_down_projections(shape: LayerShape) -> tuple[OpCost, ...]:
+    """Latent attention's down projections on the norm's rows (b·s/c, /t with SP: Megatron keeps
+    them whole on every TP rank, TELinear `parallel_mode='duplicated'`, on the sequence shard):
+    q_a [rows, h]·[h, d_c'] when the query is compressed, kv_a [rows, h]·[h, d_c + d_h^R]
+    (DeepSeek-V2 §2.1.2, eq. 9, 12 and 14)."""
+    rows = shape.norm_tokens
+    kv = gemm("mla kv down", rows, shape.h, shape.kv_latent + shape.rope, shape.beta)
+    if not shape.q_latent:
+        return (kv,)
+    return (gemm("mla q down", rows, shape.h, shape.q_latent, shape.beta), kv)
+
+
+def mla_latent_norms(shape: LayerShape) -> tuple[OpCost, ...]:
+    """RMSNorm over the latents, q_a_layernorm (rows × d_c') and kv_a_layernorm (rows × d_c), on
+    the down projections' rows; costed as `norm`."""
+    rows = shape.norm_tokens
+    kv = _norm_cost("mla kv latent norm", rows * shape.kv_latent, "rmsnorm", shape.beta)
+    if not shape.q_latent:
+        return (kv,)
+    q = _norm_cost("mla q latent norm", rows * shape.q_latent, "rmsnorm", shape.beta)
+    return (q, kv)
+
+
+def mla_up_projections(shape: LayerShape) -> tuple[OpCost, ...]:
+    """Latent attention's up projections, column parallel over heads: q_b
+    [b·s/c, d_c']·[d_c', n/t·(d_h + d_h^R)] (without a query latent q_proj from h), kv_b
+    [b·s/c, d_c]·[d_c, n/t·(d_h + v_head_dim)] (DeepSeek-V2 §2.1.2, eq. 10, 11 and 13)."""
+    query_in = shape.q_latent or shape.h
+    nope = shape.k - shape.rope
+    return (
+        gemm("mla q up", shape.tokens, query_in, shape.heads * shape.k, shape.beta),
+        gemm(
+            "mla kv up",
+            shape.tokens,
+            shape.kv_latent,
+            shape.heads * (nope + shape.value_channels),
+            shape.beta,
+        ),
+    )
+
+
+def attention_projections(shape: LayerShape) -> tuple[OpCost, ...]:
+    """The projections before the attention core: one QKV matmul, or latent attention's down
+    projections, latent norms and up projections."""
+    if not shape.kv_latent:
+        return (qkv_projection(shape),)
+    return (*mla_down_projections(shape), *mla_latent_norms(shape), *mla_up_projections(shape))
 
 
 def _score_elements(shape: LayerShape) -> float:
@@ -226,18 +290,20 @@ def attention_dropout(shape: LayerShape) -> OpCost:
 
 
 def attention_over_values(shape: LayerShape) -> OpCost:
-    """Attention over V: (n/t)·b batched [s/c, s]·[s, k] matmuls (eager attention).
+    """Attention over V: (n/t)·b batched [s/c, s]·[s, k] matmuls (eager attention); latent
+    attention's values have v_head_dim channels instead of k.
 
     Forward 2·b·(n/t)·(s/c)·s·k FLOPs; reads the probabilities and V, writes the context.
     Backward dP = dO·Vᵀ and dV = Pᵀ·dO: twice the FLOPs; reads dO twice, V and P, writes dP and dV.
     """
     scores = _score_elements(shape)
-    out = shape.b * shape.heads * shape.queries * shape.k
-    v = shape.b * shape.heads * shape.s * shape.k
-    flops = 2.0 * scores * shape.k
+    dv = shape.value_channels
+    out = shape.b * shape.heads * shape.queries * dv
+    v = shape.b * shape.heads * shape.s * dv
+    flops = 2.0 * scores * dv
     forward = Work(flops, (scores + v + out) * shape.beta)
     backward = Work(2 * flops, (2 * scores + 2 * out + 2 * v) * shape.beta)
-    gshape = GemmShape(shape.queries, shape.k, shape.s, round(shape.b * shape.heads))
+    gshape = GemmShape(shape.queries, dv, shape.s, round(shape.b * shape.heads))
     return OpCost("attention over V", "matrix", forward, backward, NOTHING, gshape, True)
 
 
@@ -250,14 +316,18 @@ def flash_attention(shape: LayerShape) -> OpCost:
     native in the kernel). Dropout, if any, runs inside the kernel. A causal kernel skips the
     blocks above the diagonal: it executes half of these FLOPs (the FLOPs returned here are
     the executed ones; model FLOPs for MFU are counted without the discount elsewhere).
+    Latent attention: QKᵀ over k = d_h + d_h^R channels and PV over v_head_dim, so forward
+    2·b·(n/t)·(s/c)·s·(k + v) FLOPs; Q and K of k channels, V and O of v.
     """
     scores = _score_elements(shape) * (0.5 if shape.causal else 1.0)
+    dv = shape.value_channels
     q = shape.b * shape.heads * shape.queries * shape.k
-    kv = shape.b * shape.kv_heads * shape.s * shape.k
+    o = shape.b * shape.heads * shape.queries * dv
+    kv = shape.b * shape.kv_heads * shape.s * (shape.k + dv)
     lse = shape.b * shape.heads * shape.queries * 4.0
-    flops = 4.0 * scores * shape.k
-    forward = Work(flops, (2 * q + 2 * kv) * shape.beta + lse)
-    backward = Work(2.5 * flops, (4 * q + 4 * kv) * shape.beta + lse)
+    flops = 2.0 * scores * (shape.k + dv)
+    forward = Work(flops, (q + o + kv) * shape.beta + lse)
+    backward = Work(2.5 * flops, (2 * q + 2 * o + 2 * kv) * shape.beta + lse)
     gshape = GemmShape(shape.queries, shape.s, shape.k, round(shape.b * shape.heads))
     return OpCost("flash attention", "attention", forward, backward, NOTHING, gshape, True)
 
@@ -275,8 +345,10 @@ def attention_core(shape: LayerShape) -> tuple[OpCost, ...]:
 
 
 def output_projection(shape: LayerShape) -> OpCost:
-    """Attention output projection: [b·s/c, n·k/t]·[n·k/t, h] (row parallel)."""
-    return gemm("attention output", shape.tokens, shape.heads * shape.k, shape.h, shape.beta)
+    """Attention output projection: [b·s/c, n·k/t]·[n·k/t, h] (row parallel); latent
+    attention's over n·v_head_dim/t."""
+    inner = shape.heads * shape.value_channels
+    return gemm("attention output", shape.tokens, inner, shape.h, shape.beta)
 
 
 def residual_dropout_add(shape: LayerShape, name: str = "dropout + residual") -> OpCost:
@@ -334,7 +406,7 @@ def layer_ops(shape: LayerShape) -> tuple[OpCost, ...]:
     """Every op of one pre-norm transformer layer, in forward order (Megatron GPT/Llama)."""
     return (
         norm(shape, "input norm"),
-        qkv_projection(shape),
+        *attention_projections(shape),
         *attention_core(shape),
         output_projection(shape),
         residual_dropout_add(shape, "attention dropout + residual"),
@@ -541,13 +613,30 @@ def layer_parameters(shape: LayerShape, bias: bool) -> int:
     """
     heads, kv = shape.n // shape.t, max(shape.g // shape.t, 1)
     ffn = shape.f // shape.t
-    matrices = shape.h * (heads + 2 * kv) * shape.k + heads * shape.k * shape.h
+    matrices = attention_matrix_elements(shape)
     matrices += (3 if shape.gated else 2) * shape.h * ffn
     biases = (
         (heads + 2 * kv) * shape.k + shape.h + (2 if shape.gated else 1) * ffn + shape.h
     ) * bias
     norms = 2 * (2 if shape.norm == "layernorm" else 1) * shape.h
+    norms += shape.q_latent + shape.kv_latent  # latent attention's RMSNorms, replicated
     return matrices + biases + norms
+
+
+def attention_matrix_elements(shape: LayerShape) -> int:
+    """Weights of one layer's attention matrices on one TP rank (t = 1: the model's), heads =
+    n/t: QKV h·(heads + 2·kv)·k and output heads·k·h, kv = max(g/t, 1) key/value heads;
+    latent attention's down projections h·(d_c' + d_c + d_h^R) (whole on every rank), up
+    projections heads·(d_c'·(d_h + d_h^R) + d_c·(d_h + v)) (h in place of d_c' without a query
+    latent) and output heads·v·h (DeepSeek-V2 §2.1.2). Norms are not matrices: not here."""
+    heads = shape.n // shape.t
+    if not shape.kv_latent:
+        kv = max(shape.g // shape.t, 1)
+        return shape.h * (heads + 2 * kv) * shape.k + heads * shape.k * shape.h
+    v, nope = shape.value_channels, shape.k - shape.rope
+    down = shape.h * (shape.q_latent + shape.kv_latent + shape.rope)
+    up = heads * ((shape.q_latent or shape.h) * shape.k + shape.kv_latent * (nope + v))
+    return down + up + heads * v * shape.h
 
 
 def embedding_parameters(shape: LayerShape) -> int:

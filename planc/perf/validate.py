@@ -59,6 +59,7 @@ from planc.perf.ops import (
     ExpertShape,
     LayerShape,
     attention_core,
+    attention_matrix_elements,
     embedding_parameters,
     expert_activation,
     expert_down,
@@ -89,15 +90,17 @@ def plan_of(job: Job | Plannable) -> Plannable:
 
 
 def layer_shape(job: Plannable) -> LayerShape:
-    """The job's sizes as plain numbers for :mod:`planc.perf.ops`."""
+    """The job's sizes as plain numbers for :mod:`planc.perf.ops`. Under latent attention k is
+    the query/key head width d_h + d_h^R (and g = n: PLC012 refuses fewer key/value heads)."""
     mod, tr, lay = job.model, job.training, job.layout
+    mla = mod.mla
     return LayerShape(
         b=tr.b,
         s=tr.s,
         h=mod.h,
         n=mod.n,
         g=mod.g,
-        k=mod.k,
+        k=mod.k if mla is None else mla.qk_head,
         f=mod.f,
         V=mod.V,
         t=lay.t,
@@ -109,6 +112,10 @@ def layer_shape(job: Plannable) -> LayerShape:
         flash=tr.attention == "flash",
         beta=4 if tr.precision == "fp32" else 2,
         positions=mod.max_seq_len if mod.position == "learned" else 0,
+        v=0 if mla is None else mla.v_head,
+        q_latent=0 if mla is None or mla.q_lora is None else mla.q_lora,
+        kv_latent=0 if mla is None else mla.kv_lora,
+        rope=0 if mla is None else mla.qk_rope,
     )
 
 
@@ -187,14 +194,17 @@ def stage_parameters(job: Plannable, stage: int, layers: int, shape: LayerShape)
 def model_flops(job: Job | Plannable) -> float:
     """Model FLOPs per step, no recompute: 3 × forward of the weight matmuls, the attention
     matmuls (no causal discount) and the LM head (Narayanan et al. 2021 Appendix; for a GPT
-    this is 72·B·s·L·h²·(1 + s/(6h) + V/(12hL))); in MoE layers the k routed experts, the
-    shared experts and the router in place of the dense MLP (the active parameters)."""
+    this is 72·B·s·L·h²·(1 + s/(6h) + V/(12hL))). The attention matmuls are QKᵀ over k and PV
+    over the value head width, 2·s²·n·(k + v) per sequence (v = k but under latent attention);
+    in MoE layers the k routed experts, the shared experts and the router in place of the dense
+    MLP (the active parameters)."""
     mod, tr = job.model, job.training
+    plan = plan_of(job)
+    shape = layer_shape(plan)
     gamma = 3 if mod.mlp == "swiglu" else 2
-    attention = mod.h * mod.k * (mod.n + mod.g) * 2
-    weights = attention + gamma * mod.h * mod.f
-    per_layer = 2.0 * tr.s * weights + 4.0 * tr.s * tr.s * mod.n * mod.k
-    total = mod.L * per_layer
+    weights = attention_matrix_elements(replace(shape, t=1)) + gamma * mod.h * mod.f
+    core = 2.0 * tr.s * tr.s * mod.n * (shape.k + shape.value_channels)
+    total = mod.L * (2.0 * tr.s * weights + core)
     moe = mod.moe
     if moe is not None:
         # A MoE layer's tokens pass through k routed experts and the shared ones instead of the

@@ -74,7 +74,9 @@ def attention_heads(ctx: Context) -> Iterator[Violation]:
 
     Without an explicit head_dim, hidden must be divisible by heads (Megatron kv_channels =
     hidden / heads). Grouped-query attention shares each key/value head among heads / kv_heads
-    query heads, so kv_heads must divide heads.
+    query heads, so kv_heads must divide heads. Multi-head latent attention (model.mla) up-projects
+    a key and a value for every head, so kv_heads must equal heads (Megatron's validate_args:
+    group query attention is mutually exclusive with multi latent attention).
 
     Passes:
         model: {kv_heads: 8}

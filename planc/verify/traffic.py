@@ -47,6 +47,24 @@ def _mlp(h: int, inner: int, matrices: int) -> int:
     return matrices * h * inner
 
 
+def _mtp(plan: PlanData, stage: int) -> tuple[int, int]:
+    """(modules, of them with experts) of the multi-token prediction modules `stage` holds: D on
+    the last stage, each a layer shaped like layer L−1."""
+    m: Mapping[str, Any] = plan.model
+    modules = m.get("mtp_layers", 0) if stage == plan.degrees["pp"] - 1 else 0
+    moe = m.get("moe")
+    routed = modules if moe is not None and _moe_layers(moe, m["layers"] - 1, m["layers"]) else 0
+    return modules, routed
+
+
+def _routed_layers(plan: PlanData, stage: int) -> int:
+    """The layers of `stage` with experts, its multi-token prediction modules' included."""
+    moe = plan.model.get("moe")
+    if moe is None:
+        return 0
+    return sum(_moe_layers(moe, a, b) for a, b in plan.stage_layers[stage]) + _mtp(plan, stage)[1]
+
+
 def stage_expert_parameters(plan: PlanData, stage: int) -> int:
     """Ψ_expert: the routed-expert parameters one rank of `stage` holds: per MoE layer, E/EP
     whole experts, each a (gate,) up and down matrix with f_e split over ETP."""
@@ -57,35 +75,51 @@ def stage_expert_parameters(plan: PlanData, stage: int) -> int:
     ep, et = plan.expert_degrees["ep"], plan.expert_degrees["tp"]
     matrices = 3 if m["mlp"] == "swiglu" else 2
     local = moe["experts"] // ep * _mlp(m["hidden"], cdiv(moe["expert_ffn_hidden"], et), matrices)
-    return int(local) * sum(_moe_layers(moe, a, b) for a, b in plan.stage_layers[stage])
+    return int(local) * _routed_layers(plan, stage)
+
+
+def _attention_matrices(m: Mapping[str, Any], t: int) -> int:
+    """One layer's attention projections on one TP rank: Q and O of ⌈n/t⌉ heads, K and V of
+    ⌈g/t⌉; or latent attention's down projections and latent norms (whole on every rank) and
+    the up and output projections of ⌈n/t⌉ heads."""
+    h, k, heads = m["hidden"], m["head_dim"], cdiv(m["heads"], t)
+    mla = m.get("mla")
+    if mla is None:
+        return int(h * heads * k * 2 + h * cdiv(m["kv_heads"], t) * k * 2)
+    q_lora, kv_lora, v = mla["q_lora_rank"], mla["kv_lora_rank"], mla["v_head_dim"]
+    rope, nope = mla["qk_rope_head_dim"], mla["qk_nope_head_dim"]
+    down = h * (kv_lora + rope) + kv_lora + (0 if q_lora is None else h * q_lora + q_lora)
+    q_up = (h if q_lora is None else q_lora) * heads * (nope + rope)
+    return int(down + q_up + kv_lora * heads * (nope + v) + heads * v * h)
 
 
 def stage_parameters(plan: PlanData, stage: int) -> int:
     """Ψ_r: the parameters one tensor-parallel rank of pipeline stage `stage` holds, counted
-    tensor by tensor (Q and O, K and V per kv head kept, MLP matrices, norms, QK-norm, biases,
-    the word embedding and LM head slices of the padded vocabulary, learned positions; in MoE
-    layers the router, the shared experts' MLP and the rank's routed experts instead of the
-    dense MLP)."""
+    tensor by tensor (attention projections, MLP matrices, norms, QK-norm, biases, the word
+    embedding and LM head slices of the padded vocabulary, learned positions; in MoE layers the
+    router, the shared experts' MLP and the rank's routed experts instead of the dense MLP; on
+    the last stage the multi-token prediction modules, each a layer and eh_proj 2h × h/t and
+    three norms)."""
     m: Mapping[str, Any] = plan.model
     t, p = plan.degrees["tp"], plan.degrees["pp"]
     h, k = m["hidden"], m["head_dim"]
     heads, kv, ffn = cdiv(m["heads"], t), cdiv(m["kv_heads"], t), cdiv(m["ffn_hidden"], t)
     matrices = 3 if m["mlp"] == "swiglu" else 2
     norm = (2 if m["norm"] == "layernorm" else 1) * h
-    attention = h * heads * k * 2 + h * kv * k * 2 + 2 * norm + (2 * k if m.get("qk_norm") else 0)
+    attention = _attention_matrices(m, t) + 2 * norm + (2 * k if m.get("qk_norm") else 0)
     mlp = _mlp(h, ffn, matrices)
     if m["bias"]:
         attention += (heads + 2 * kv) * k + h
         mlp += (2 if m["mlp"] == "swiglu" else 1) * ffn + h
-    layers = sum(b - a for a, b in plan.stage_layers[stage])
-    total = layers * (attention + mlp)
+    modules, _ = _mtp(plan, stage)
+    layers = sum(b - a for a, b in plan.stage_layers[stage]) + modules
+    total = layers * (attention + mlp) + modules * (2 * h * cdiv(h, t) + 3 * norm)
     moe = m.get("moe")
     if moe is not None:
-        routed = sum(_moe_layers(moe, a, b) for a, b in plan.stage_layers[stage])
         router = h * moe["experts"] + (moe["experts"] if moe["router_bias"] else 0)
         shared_inner = cdiv(moe["shared_experts"] * moe["shared_expert_ffn_hidden"], t)
         shared = _mlp(h, shared_inner, matrices) if moe["shared_experts"] else 0
-        total += routed * (router + shared - mlp)
+        total += _routed_layers(plan, stage) * (router + shared - mlp)
         total += stage_expert_parameters(plan, stage)
     vocab_slice = m["vocab_padded"] // t * h
     first, last = stage == 0, stage == p - 1
