@@ -183,7 +183,14 @@ def record(
         raise ValueError("order=True needs eq=True")
 
     def wrap(cls: type[T]) -> type[T]:
-        built = dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)
-        return _finish(built, eq, order)
+        # dataclass writes a missing docstring from inspect.signature, which tokenizes the
+        # signature text (some 1 ms a class); a record writes it from its field names instead.
+        undocumented = not cls.__doc__
+        if undocumented:
+            cls.__doc__ = cls.__qualname__
+        built = _finish(dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only), eq, order)
+        if undocumented:
+            built.__doc__ = f"{cls.__qualname__}({', '.join(f.name for f in fields(cast(Any, built)))})"
+        return built
 
     return wrap if cls is None else wrap(cls)

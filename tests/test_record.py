@@ -150,3 +150,12 @@ def test_planc_uses_records_not_frozen_dataclasses() -> None:
         if re.match(r"\s*@dataclass\(frozen=True(?!, slots=True)", line)
     ]
     assert not found, f"use @record (planc.record) for frozen data: {found}"
+
+
+def test_an_undocumented_record_gets_its_fields_as_its_docstring() -> None:
+    @record
+    class Pair:
+        left: int
+        right: int = 0
+
+    assert Pair.__doc__ == "Pair(left, right)"
