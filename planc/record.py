@@ -190,7 +190,7 @@ def record(
             cls.__doc__ = cls.__qualname__
         built = _finish(dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only), eq, order)
         if undocumented:
-            built.__doc__ = f"{cls.__qualname__}({', '.join(f.name for f in fields(cast(Any, built)))})"
+            built.__doc__ = f"{cls.__name__}({', '.join(f.name for f in fields(cast(Any, built)))})"
         return built
 
     return wrap if cls is None else wrap(cls)
