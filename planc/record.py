@@ -1,16 +1,22 @@
-"""`record`: planc's frozen dataclass, built with one compiled function per class.
+"""`record`: planc's frozen dataclass, built without compiling code until it is needed.
 
 `dataclasses.dataclass(frozen=True)` compiles six functions for every class it decorates
 (__init__, __repr__, __eq__, __hash__, __setattr__, __delattr__), about 0.35 ms a class on
 Python 3.11. `planc check` imports some sixty record types, so that was a quarter of its
-start-up (issue 17's target is within 1.1× of yamllint). A record compiles only its __init__,
-the same code a frozen dataclass's __init__ is (`object.__setattr__` per field, defaults,
-default factories, keyword-only fields, __post_init__); equality, hashing, ordering, repr and
-the refusal to assign or delete are shared functions that read the class's field tuples. The
-behaviour is a frozen dataclass's: `dataclasses.fields`, `replace`, `asdict` and pickling work
-unchanged; assigning or deleting an attribute raises `dataclasses.FrozenInstanceError`;
+start-up (issue 17's target is within 1.1× of yamllint). A record compiles nothing at class
+creation: equality, hashing, ordering, repr and the refusal to assign or delete are shared
+functions that read the class's field tuples, and __init__ starts as a generic function that
+binds arguments as the dataclass __init__ would. After HOT_CALLS calls the class compiles the
+same __init__ a frozen dataclass has (`object.__setattr__` per field, defaults, default
+factories, keyword-only fields, __post_init__), so types built thousands of times (search,
+compile) run at dataclass speed, and types a check builds a few times never pay for a compile.
+
+The behaviour is a frozen dataclass's: `dataclasses.fields`, `replace`, `asdict` and pickling
+work unchanged; assigning or deleting an attribute raises `dataclasses.FrozenInstanceError`;
 equality and hashing use the fields with compare=True, ordering (order=True) compares them as a
-tuple. InitVar pseudo-fields are not supported (planc has none).
+tuple; arguments bind the same way (tests/test_record.py holds both __init__s to dataclass's).
+Until a class is hot, `inspect.signature` shows (*args, **kwargs). InitVar pseudo-fields are not
+supported (planc has none).
 """
 
 from __future__ import annotations
@@ -90,7 +96,6 @@ def _init(cls: type[Any], specs: tuple[Field[Any], ...]) -> Callable[..., None]:
     positional: list[str] = []
     keyword: list[str] = []
     body: list[str] = []
-    defaulted = False
     for spec in specs:
         name = spec.name
         if spec.default is not MISSING:
@@ -112,9 +117,6 @@ def _init(cls: type[Any], specs: tuple[Field[Any], ...]) -> Callable[..., None]:
         if spec.kw_only:
             keyword.append(param)
             continue
-        if defaulted and param == name:
-            raise TypeError(f"non-default argument {name!r} follows default argument")
-        defaulted = defaulted or param != name
         positional.append(param)
     if hasattr(cls, "__post_init__"):
         body.append("self.__post_init__()")
@@ -124,6 +126,89 @@ def _init(cls: type[Any], specs: tuple[Field[Any], ...]) -> Callable[..., None]:
     init: Callable[..., None] = names["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     return init
+
+
+def _check_order(fields_in: tuple[Field[Any], ...]) -> None:
+    """As dataclass refuses at class creation: a positional field without a default after
+    one with a default."""
+    defaulted = False
+    for spec in fields_in:
+        if spec.kw_only:
+            continue
+        has_default = spec.default is not MISSING or spec.default_factory is not MISSING
+        if defaulted and not has_default:
+            raise TypeError(f"non-default argument {spec.name!r} follows default argument")
+        defaulted = defaulted or has_default
+
+
+# Calls a record takes through the generic __init__ before it compiles its own. `planc check`
+# builds most of its sixty record types only a few times, and compiling an __init__ costs about
+# as much as 40 generic calls; search and compile build the same few types thousands of times.
+HOT_CALLS = 32
+
+
+def _generic_init(cls: type[Any], specs: tuple[Field[Any], ...]) -> Callable[..., None]:
+    """The same __init__ as `_init` builds, without compiling one: binds the arguments as
+    Python binds them to that signature (the same TypeErrors), then sets the fields."""
+    fields_in = tuple(spec for spec in specs if spec.init)
+    _check_order(fields_in)
+    positional = tuple(spec.name for spec in fields_in if not spec.kw_only)
+    accepted = frozenset(spec.name for spec in fields_in)
+    preset = tuple(
+        spec
+        for spec in specs
+        if not spec.init and (spec.default is not MISSING or spec.default_factory is not MISSING)
+    )
+    post_init = hasattr(cls, "__post_init__")
+    where = f"{cls.__qualname__}.__init__()"
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if len(args) > len(positional):
+            raise TypeError(
+                f"{where} takes {len(positional) + 1} positional arguments but "
+                f"{len(args) + 1} were given"
+            )
+        values = dict(zip(positional, args, strict=False))  # fewer args than fields: defaults
+        for key, value in kwargs.items():
+            if key in values:
+                raise TypeError(f"{where} got multiple values for argument {key!r}")
+            if key not in accepted:
+                raise TypeError(f"{where} got an unexpected keyword argument {key!r}")
+            values[key] = value
+        for spec in fields_in:
+            if spec.name in values:
+                value = values[spec.name]
+            elif spec.default is not MISSING:
+                value = spec.default
+            elif spec.default_factory is not MISSING:
+                value = spec.default_factory()
+            else:
+                kind = "keyword-only" if spec.kw_only else "positional"
+                raise TypeError(f"{where} missing 1 required {kind} argument: {spec.name!r}")
+            object.__setattr__(self, spec.name, value)
+        for spec in preset:
+            made = spec.default if spec.default is not MISSING else spec.default_factory()  # type: ignore[operator]
+            object.__setattr__(self, spec.name, made)
+        if post_init:
+            self.__post_init__()
+
+    return __init__
+
+
+def _adaptive_init(cls: type[Any], specs: tuple[Field[Any], ...]) -> Callable[..., None]:
+    """The generic __init__, which after HOT_CALLS calls puts the compiled one on the class."""
+    generic = _generic_init(cls, specs)
+    calls = 0
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == HOT_CALLS:
+            type.__setattr__(cls, "__init__", _init(cls, specs))
+        generic(self, *args, **kwargs)
+
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    return __init__
 
 
 def _tuple_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
@@ -144,7 +229,7 @@ def _finish(cls: type[T], eq: bool, order: bool) -> type[T]:
         _tuple_getter(tuple(spec.name for spec in specs if spec.compare))
     )
     shared: dict[str, Callable[..., Any]] = {
-        "__init__": _init(cls, specs),
+        "__init__": _adaptive_init(cls, specs),
         "__repr__": _repr,
         "__setattr__": _setattr,
         "__delattr__": _delattr,

@@ -9,12 +9,13 @@ import pickle
 import re
 from dataclasses import FrozenInstanceError, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planc.record import record
+from planc.record import HOT_CALLS, _generic_init, _init, record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,15 +109,20 @@ class BuiltReference:
         object.__setattr__(self, "squares", tuple(i * i for i in self.items))
 
 
-def _parameters(cls: type) -> list[tuple[str, object, object]]:
+def _parameters(target: Any) -> list[tuple[str, object, object]]:
     import inspect
 
-    return [(p.name, p.kind, p.default) for p in inspect.signature(cls).parameters.values()]
+    return [(p.name, p.kind, p.default) for p in inspect.signature(target).parameters.values()]
+
+
+def _compiled(cls: type) -> Any:
+    """The __init__ a record compiles once it is hot (planc.record.HOT_CALLS)."""
+    return _init(cls, dataclasses.fields(cls))
 
 
 def test_init_is_a_frozen_dataclass_init() -> None:
-    assert _parameters(Point) == _parameters(Reference)
-    assert _parameters(Named)[0][1].name == "KEYWORD_ONLY"  # type: ignore[attr-defined]
+    assert _parameters(_compiled(Point))[1:] == _parameters(Reference)
+    assert _parameters(_compiled(Named))[1][1].name == "KEYWORD_ONLY"  # type: ignore[attr-defined]
     first, second = Built(), Built()
     assert first.items == [] and first.items is not second.items  # a fresh default each time
     assert Built(items=[2, 3]).squares == (4, 9) == BuiltReference(items=[2, 3]).squares
@@ -159,3 +165,48 @@ def test_an_undocumented_record_gets_its_fields_as_its_docstring() -> None:
         right: int = 0
 
     assert Pair.__doc__ == "Pair(left, right)"
+
+
+_CALLS = st.tuples(
+    st.lists(st.integers(), max_size=4),
+    st.dictionaries(st.sampled_from(["x", "y", "note", "z"]), st.integers(), max_size=3),
+)
+
+
+def _outcome(make: Any, args: list[int], kwargs: dict[str, int]) -> object:
+    try:
+        made = make(*args, **kwargs)
+    except TypeError as error:
+        return TypeError, str(error).split("()", 1)[-1]  # the message after the class's name
+    return tuple(getattr(made, f.name) for f in dataclasses.fields(made))
+
+
+@given(_CALLS)
+def test_generic_and_compiled_init_bind_as_dataclass_does(call: tuple[list[int], dict[str, int]]) -> None:
+    args, kwargs = call
+    expected = _outcome(Reference, args, kwargs)
+    for init in (_generic_init(Point, dataclasses.fields(Point)), _compiled(Point)):
+
+        def make(*a: Any, init: Any = init, **k: Any) -> Point:
+            made = Point.__new__(Point)
+            init(made, *a, **k)
+            return made
+
+        got = _outcome(make, args, kwargs)
+        if isinstance(expected, tuple) and expected and expected[0] is TypeError:
+            assert isinstance(got, tuple) and got[0] is TypeError
+        else:
+            assert got == expected
+
+
+def test_a_record_compiles_its_init_once_hot() -> None:
+    @record
+    class Hot:
+        a: int
+        b: list[int] = field(default_factory=list)
+
+    generic = Hot.__init__
+    made = [Hot(i) for i in range(HOT_CALLS + 2)]
+    assert Hot.__init__ is not generic  # compiled on the HOT_CALLS-th call
+    assert [m.a for m in made] == list(range(HOT_CALLS + 2))
+    assert all(m.b == [] for m in made) and made[0].b is not made[-1].b
