@@ -16,6 +16,7 @@ import yaml
 from planc.job import Job
 from planc.load import load_text
 from planc.memory import parameter_count
+from planc.memory.engines import largest_module
 from planc.memory.params import layer_parameters, rank_parameters
 from planc.plannable import Plannable, plannable
 from planc.presets import model_preset
@@ -194,3 +195,16 @@ def test_mla_needs_a_kv_latent_and_refuses_grouped_kv_heads() -> None:
     refused = plannable(job)
     assert isinstance(refused, tuple)
     assert [(r.rule, r.violation.field) for r in refused] == [("PLC012", "model.kv_heads")]
+
+
+def test_the_largest_module_of_a_latent_attention_layer() -> None:
+    # DeepSeek-V3, t = 2, a middle stage of MoE layers: its largest single module (DeepSpeed
+    # ZeRO-3's largest_layer_params) is o_proj, 64 heads × 128 × 7,168, larger than q_b_proj
+    # 1,536 × 64 × 192, kv_b_proj 512 × 64 × 256 and an expert's 7,168 × 2,048 linears.
+    job = job_of(
+        {"preset": "deepseek-v3"},
+        {"pipeline": 4, "stage_layers": [16, 15, 15, 15], "tensor": 2, "expert_tensor": 1},
+    )
+    plan = plannable(job)
+    assert isinstance(plan, Plannable), plan
+    assert largest_module(plan, rank_parameters(plan, 1)) == 64 * 128 * H

@@ -129,13 +129,140 @@ def tp_blocks(job: Plannable, stage: int) -> int:
     return 2 * layers - bare
 
 
+def latent_parts(job: Plannable) -> tuple[tuple[str, str, int], ...]:
+    """(name, symbol, per-token width) of what latent attention's TP collectives move at its
+    input, instead of the hidden state h: with sequence parallelism the query latent d_c' (h
+    without one), the key/value latent d_c and the key's RoPE part d_h^R are all-gathered
+    (forward) and their gradients reduce-scattered (backward); without it the query and
+    key/value latents' gradients are all-reduced (backward). The down projections are
+    duplicated on every TP rank and run on the rank's own tokens; the up projections are
+    column-parallel over the latents (Megatron-Core MLASelfAttention, multi_latent_attention.py:
+    TELinear parallel_mode 'duplicated', k_pos_emb gathered with
+    gather_from_sequence_parallel_region). Empty without latent attention."""
+    mla = job.model.mla
+    if mla is None:
+        return ()
+    query = (
+        ("query input", "h", job.model.h)
+        if mla.q_lora is None
+        else ("query latent", "d_c'", mla.q_lora)
+    )
+    parts = (query, ("key/value latent", "d_c", mla.kv_lora))
+    return (*parts, ("key RoPE part", "d_h^R", mla.qk_rope)) if job.layout.sp else parts
+
+
+def latent_message_bytes(job: Plannable, width: int) -> int:
+    """b·(s/c)·w·β_a: one micro-batch's tokens of width w on a context-parallel rank."""
+    return job.training.b * job.tokens_per_cp_rank * width * activation_bytes(job)
+
+
+def _mla_tp_ops(job: Plannable, stage: int) -> list[CommOp]:
+    """Latent attention's TP collectives on `stage`: per layer and micro-batch, the latents
+    (`latent_parts`) at the block's input and the hidden state h after its output projection
+    (a reduce-scatter with SP, an all-reduce without), mirrored in backward; full recompute runs
+    the forward's again."""
+    lay, m = job.layout, job.m
+    layers = lay.stage_layers[stage]
+    again = layers * m if job.training.recompute == "full" else 0
+    link = link_class(job, (Axis.TP,))
+
+    def op(collective: Collective, phase: str, calls: int, size: int, formula: str) -> CommOp:
+        return CommOp(
+            stage=stage,
+            group=GroupKind.TP,
+            op=collective,
+            phase=phase,
+            group_size=lay.t,
+            calls=calls,
+            buffer_bytes=size,
+            link=link,
+            formula=formula,
+        )
+
+    hidden = activation_message_bytes(job)
+    ops: list[CommOp] = []
+    if lay.sp:
+        for name, symbol, width in latent_parts(job):
+            size = latent_message_bytes(job, width)
+            ops.append(
+                op(
+                    Collective.ALL_GATHER,
+                    f"SP all-gather of the {name} before the up projection (forward)",
+                    layers * m + again,
+                    size,
+                    f"1 per layer per micro-batch (+1 under full recompute), b·(s/c)·{symbol}·β_a",
+                )
+            )
+            ops.append(
+                op(
+                    Collective.REDUCE_SCATTER,
+                    f"SP reduce-scatter of the {name}'s gradient (backward)",
+                    layers * m,
+                    size,
+                    f"1 per layer per micro-batch, b·(s/c)·{symbol}·β_a",
+                )
+            )
+        ops.append(
+            op(
+                Collective.REDUCE_SCATTER,
+                "SP reduce-scatter after the latent attention's output projection (forward)",
+                layers * m + again,
+                hidden,
+                "1 per layer per micro-batch (+1 under full recompute), b·(s/c)·h·β_a",
+            )
+        )
+        ops.append(
+            op(
+                Collective.ALL_GATHER,
+                "SP all-gather of the output projection's gradient (backward)",
+                layers * m,
+                hidden,
+                "1 per layer per micro-batch, b·(s/c)·h·β_a",
+            )
+        )
+        return ops
+    ops.append(
+        op(
+            Collective.ALL_REDUCE,
+            "TP all-reduce after the latent attention's output projection (forward)",
+            layers * m + again,
+            hidden,
+            "1 per layer per micro-batch (+1 under full recompute), b·(s/c)·h·β_a",
+        )
+    )
+    for name, symbol, width in latent_parts(job):
+        size = latent_message_bytes(job, width)
+        ops.append(
+            op(
+                Collective.ALL_REDUCE,
+                f"TP all-reduce of the {name}'s gradient (backward)",
+                layers * m,
+                size,
+                f"1 per layer per micro-batch, b·(s/c)·{symbol}·β_a",
+            )
+        )
+    return ops
+
+
 def _tp_ops(job: Plannable, stage: int) -> list[CommOp]:
-    lay, tr, m = job.layout, job.training, job.m
+    lay = job.layout
     if lay.t == 1:
+        return []
+    blocks = tp_blocks(job, stage)
+    if job.model.mla is None:
+        return _dense_tp_ops(job, stage, blocks)
+    # Latent attention's blocks move latents at their input; the MLPs move h as before.
+    return _mla_tp_ops(job, stage) + _dense_tp_ops(job, stage, blocks - lay.stage_layers[stage])
+
+
+def _dense_tp_ops(job: Plannable, stage: int, blocks: int) -> list[CommOp]:
+    """The TP collectives of `blocks` blocks (attention, MLP or shared experts) that move the
+    hidden state h at both ends."""
+    lay, tr, m = job.layout, job.training, job.m
+    if blocks == 0:
         return []
     size = activation_message_bytes(job)
     link = link_class(job, (Axis.TP,))
-    blocks = tp_blocks(job, stage)
     recompute = blocks * m if tr.recompute == "full" else 0
 
     def op(collective: Collective, phase: str, calls: int, formula: str) -> CommOp:
@@ -599,7 +726,11 @@ def _cp_ops(job: Plannable, stage: int, layers: int) -> list[CommOp]:
     if lay.c == 1:
         return []
     kv_heads = max(mod.g // lay.t, 1)
-    size = 2 * tr.b * job.tokens_per_cp_rank * kv_heads * mod.k * activation_bytes(job)
+    # K of k channels and V of k, or under latent attention the up-projected K of d_h + d_h^R
+    # and V of v_head_dim channels for each of the n heads (Megatron-Core MLA runs the ring
+    # over the expanded heads).
+    channels = 2 * mod.k if mod.mla is None else mod.k + mod.mla.v_head
+    size = tr.b * job.tokens_per_cp_rank * kv_heads * channels * activation_bytes(job)
     return [
         CommOp(
             stage=stage,
@@ -610,7 +741,7 @@ def _cp_ops(job: Plannable, stage: int, layers: int) -> list[CommOp]:
             calls=3 * (lay.c - 1) * layers * m,
             buffer_bytes=size,
             link=link_class(job, (Axis.CP,)),
-            formula="(c−1) ring steps per layer per micro-batch forward, 2× backward; K and V of b·(s/c)·(g/t)·k",
+            formula="(c−1) ring steps per layer per micro-batch forward, 2× backward; K and V of b·(s/c)·(g/t)·k each (k + v_head_dim under latent attention)",
         )
     ]
 

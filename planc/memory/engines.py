@@ -25,6 +25,7 @@ charges; and they take N as every GPU, where planc shards over d·c (TP and PP s
 
 from __future__ import annotations
 
+from planc.job import MLA
 from planc.memory.params import (
     SOURCE_MOE_PARAMS,
     SOURCE_PARAMS,
@@ -147,12 +148,33 @@ def _mlp_modules(h: int, f: int, gated: int, bias: int, fused: bool) -> tuple[in
     return (h * f + bias * f,)
 
 
+def latent_attention_modules(h: int, n: int, mla: MLA) -> tuple[int, ...]:
+    """Latent attention's linears and latent norms on one TP rank of n heads, each its own
+    module (Megatron-Core MLASelfAttention, Hugging Face DeepseekV3Attention): q_a_proj h·d_c'
+    and its norm d_c' (or q_proj h·n·(d_h + d_h^R) without a query latent), q_b_proj
+    d_c'·n·(d_h + d_h^R), kv_a_proj h·(d_c + d_h^R) and its norm d_c, kv_b_proj
+    d_c·n·(d_h + v), o_proj n·v·h."""
+    query: tuple[int, ...] = (
+        (h * n * mla.qk_head,)
+        if mla.q_lora is None
+        else (h * mla.q_lora, mla.q_lora, mla.q_lora * n * mla.qk_head)
+    )
+    return (
+        *query,
+        h * (mla.kv_lora + mla.qk_rope),
+        mla.kv_lora,
+        mla.kv_lora * n * (mla.qk_nope + mla.v_head),
+        n * mla.v_head * h,
+    )
+
+
 def largest_module(job: Plannable, share: RankParameters) -> int:
     """Ψ_M: the largest single module's own parameters on this TP rank, DeepSpeed's
     `largest_layer_params` (stage3.py model_to_params: Σ numel of m.parameters(recurse=False)).
 
     With fused kernels the projections are Megatron's fused QKV and fc1; unfused they are
-    separate q, k, v, o and gate, up, down linears (Hugging Face and torchtitan models). A MoE
+    separate q, k, v, o and gate, up, down linears (Hugging Face and torchtitan models); latent
+    attention's are `latent_attention_modules` either way. A MoE
     layer adds its router (h·E), its shared experts as one MLP of E_s·f_s over t, and one
     routed expert's linears of f_e over ETP: DeepSpeed's MoE keeps a copy of the expert module
     per local expert (deepspeed/moe/experts.py Experts), so each is a module of its own.
@@ -163,7 +185,9 @@ def largest_module(job: Plannable, share: RankParameters) -> int:
     gated = 2 if mod.mlp == "swiglu" else 1
     fused = job.training.kernels == "fused"
     attention: tuple[int, ...]
-    if fused:
+    if mod.mla is not None:
+        attention = latent_attention_modules(mod.h, n, mod.mla)
+    elif fused:
         attention = (
             mod.h * mod.k * (n + 2 * g) + bias * (n + 2 * g) * mod.k,  # QKV
             mod.h * mod.k * n + bias * mod.h,  # out-projection

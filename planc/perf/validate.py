@@ -31,8 +31,11 @@ from dataclasses import replace
 from planc.comm.cost import ring_steps, wire_bytes
 from planc.comm.schedule import (
     CommOp,
+    activation_message_bytes,
     dispatch_bytes,
     expert_link,
+    latent_message_bytes,
+    latent_parts,
     probs_bytes,
     schedule,
     sharding_stage,
@@ -58,6 +61,7 @@ from planc.perf.offload import offload_transfer_s
 from planc.perf.ops import (
     ExpertShape,
     LayerShape,
+    OpCost,
     attention_core,
     attention_matrix_elements,
     embedding_parameters,
@@ -65,6 +69,7 @@ from planc.perf.ops import (
     expert_down,
     expert_up,
     layer_parameters,
+    mla_up_projections,
     mlp_up,
     qkv_projection,
 )
@@ -307,25 +312,43 @@ def tp_per_layer(
     job: Plannable, eff: Efficiency, ops: Sequence[CommOp], stage: int, moe_layer: bool = False
 ) -> TpPerLayer:
     """Forward, backward (exposed and hidden) and recomputed TP time of one layer (a dense
-    layer, or with `moe_layer` a MoE layer: attention plus the shared experts, if any)."""
+    layer, or with `moe_layer` a MoE layer: attention plus the shared experts, if any).
+
+    Each block (attention, MLP or shared experts) gathers its input and reduce-scatters its
+    output with SP (all-reduces the output without); in backward the output's gradient is
+    gathered before the block (exposed) and the input's gradient reduced while the block's
+    column-parallel weight gradient runs (hidden behind it, as Megatron overlaps them). Latent
+    attention moves its latents at the input instead of h (`latent_parts`)."""
     tp = [op for op in ops if op.stage == stage and op.group == "tp" and op.calls]
     if not tp:
         return TpPerLayer(0.0, 0.0, 0.0, 0.0)
-    call = {str(op.op): _call_s(job, eff, op) for op in tp}
+    link = str(tp[0].link)
+
+    def call(collective: str, size: int) -> float:
+        return comm_time_s(job, eff, collective, job.layout.t, size, link)
+
     shape, device = layer_shape(job), device_of(job)
+    hidden = activation_message_bytes(job)
+    latents = [latent_message_bytes(job, width) for _, _, width in latent_parts(job)]
+    inputs = latents or [hidden]  # what the attention block moves at its input
     mlp = _tp_mlp(job, moe_layer)
-    columns = (qkv_projection(shape),) + (() if mlp is None else (mlp_up(mlp),))
-    wgrads = [work_time_s(cost, cost.backward_weight, device, eff) for cost in columns]
-    blocks = len(columns)  # attention, and the MLP or shared experts
-    if job.layout.sp:
-        forward = blocks * (call.get("all_gather", 0.0) + call.get("reduce_scatter", 0.0))
-        hidden = call.get("reduce_scatter", 0.0)
-        fixed = blocks * call.get("all_gather", 0.0)
-    else:
-        forward = blocks * call.get("all_reduce", 0.0)
-        hidden, fixed = call.get("all_reduce", 0.0), 0.0
-    exposed = fixed + sum(max(0.0, hidden - w) for w in wgrads)
-    overlapped = sum(min(hidden, w) for w in wgrads)
+    attention_columns = mla_up_projections(shape) if latents else (qkv_projection(shape),)
+    blocks: list[tuple[list[int], tuple[OpCost, ...]]] = [(inputs, attention_columns)]
+    if mlp is not None:
+        blocks.append(([hidden], (mlp_up(mlp),)))
+    forward = exposed = overlapped = 0.0
+    for sizes, columns in blocks:
+        wgrad = sum(work_time_s(cost, cost.backward_weight, device, eff) for cost in columns)
+        if job.layout.sp:
+            gather = sum(call("all_gather", size) for size in sizes)
+            forward += gather + call("reduce_scatter", hidden)
+            hide = sum(call("reduce_scatter", size) for size in sizes)
+            exposed += call("all_gather", hidden)
+        else:
+            forward += call("all_reduce", hidden)
+            hide = sum(call("all_reduce", size) for size in sizes)
+        exposed += max(0.0, hide - wgrad)
+        overlapped += min(hide, wgrad)
     redo = forward if job.training.recompute == "full" else 0.0
     if job.training.overlap_tp:
         return TpPerLayer(0.0, 0.0, forward + exposed + overlapped + redo, 0.0)

@@ -166,18 +166,52 @@ def _tp(plan: PlanData, stage: int, layers: int, m: int) -> list[Op]:
     # shared experts has none around its MLP (the experts' exchange replaces them).
     moe = plan.model.get("moe")
     bare = _stage_moe_layers(plan, stage) if moe is not None and not moe["shared_experts"] else 0
-    forward = (2 * layers - bare) * m
-    again = forward if plan.training["recompute"] == "full" else 0
+    mla = plan.model.get("mla")
+    attention = 0 if mla is None else layers  # latent attention's blocks, counted below
+    forward = (2 * layers - bare - attention) * m
+    full = plan.training["recompute"] == "full"
+    again = forward if full else 0
     if plan.sequence_parallel:
         # All-gather before and reduce-scatter after each block, forward and backward.
-        return [
+        ops = [
             Op(stage, "tp", "all_gather", None, t, 2 * forward + again, size),
             Op(stage, "tp", "reduce_scatter", None, t, 2 * forward + again, size),
         ]
-    return [
-        Op(stage, "tp", "all_reduce", None, t, forward, size),
-        Op(stage, "tp", "all_reduce", None, t, forward + again, size),
-    ]
+    else:
+        ops = [
+            Op(stage, "tp", "all_reduce", None, t, forward, size),
+            Op(stage, "tp", "all_reduce", None, t, forward + again, size),
+        ]
+    if mla is not None:
+        ops += _latent_tp(plan, stage, layers * m, full)
+    return [op for op in ops if op.calls]
+
+
+def _latent_tp(plan: PlanData, stage: int, per_step: int, full: bool) -> list[Op]:
+    """Latent attention per layer and micro-batch (`per_step` of them): its input moves the
+    latents, not h (the down projections are duplicated on every TP rank, the up projections
+    column-parallel over the latents; Megatron-Core MLASelfAttention). With SP: all-gather of
+    the query latent (h without one), the key/value latent and the key's RoPE part forward,
+    their reduce-scatter backward; reduce-scatter of h after the output projection, its
+    all-gather backward. Without SP: all-reduce of h forward, of the two latents backward."""
+    t, mla, m = plan.degrees["tp"], plan.model["mla"], plan.model
+    token = _hidden(plan) // int(m["hidden"])  # b·(s/c)·β_a
+    query = m["hidden"] if mla["q_lora_rank"] is None else mla["q_lora_rank"]
+    again = per_step if full else 0
+    hidden = _hidden(plan)
+    if plan.sequence_parallel:
+        ops = [
+            Op(stage, "tp", "reduce_scatter", None, t, per_step + again, hidden),
+            Op(stage, "tp", "all_gather", None, t, per_step, hidden),
+        ]
+        for width in (query, mla["kv_lora_rank"], mla["qk_rope_head_dim"]):
+            ops.append(Op(stage, "tp", "all_gather", None, t, per_step + again, token * width))
+            ops.append(Op(stage, "tp", "reduce_scatter", None, t, per_step, token * width))
+        return ops
+    ops = [Op(stage, "tp", "all_reduce", None, t, per_step + again, hidden)]
+    for width in (query, mla["kv_lora_rank"]):
+        ops.append(Op(stage, "tp", "all_reduce", None, t, per_step, token * width))
+    return ops
 
 
 def _pp(plan: PlanData, stage: int, m: int) -> list[Op]:
@@ -206,14 +240,10 @@ def _cp(plan: PlanData, stage: int, layers: int, m: int) -> list[Op]:
         return []
     tr, mod = plan.training, plan.model
     kv = max(mod["kv_heads"] // plan.degrees["tp"], 1)
-    size = (
-        2
-        * tr["micro_batch"]
-        * cdiv(tr["seq_len"], c)
-        * kv
-        * mod["head_dim"]
-        * tr["activation_bytes"]
-    )
+    mla = mod.get("mla")
+    # K and V per kv head: head_dim each, or head_dim and v_head_dim under latent attention.
+    channels = 2 * mod["head_dim"] if mla is None else mod["head_dim"] + mla["v_head_dim"]
+    size = tr["micro_batch"] * cdiv(tr["seq_len"], c) * kv * channels * tr["activation_bytes"]
     # Ring attention: c − 1 K/V steps per layer forward; backward passes K/V and dK/dV.
     return [Op(stage, "cp", "send_recv", None, c, 3 * (c - 1) * layers * m, size)]
 
