@@ -37,6 +37,7 @@ _ALL: tuple[Rule, ...] = (
     experts.top_k_within_experts,
     experts.capacity_factor_at_least_one,
     experts.expert_order_accepted,
+    experts.moe_tensor_parallel_needs_sequence_parallel,
     inputs.unreadable,
     inputs.not_text,
     inputs.too_large,

@@ -1,12 +1,14 @@
 """Rules on mixture-of-experts layouts: the expert split, the expert grid, routing, capacity and
-the orders Megatron-Core accepts. The first three and the last are preconditions of a plan
+the orders Megatron-Core accepts, sequence parallelism with tensor parallelism. The first three and the last are preconditions of a plan
 (`planc.plannable.PRECONDITIONS`); these rules report what those found."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 from planc.rules.base import Context, Violation, rule
+from planc.rules.layout import sequence_splits
 
 
 @rule("PLC023")
@@ -117,3 +119,36 @@ def expert_order_accepted(ctx: Context) -> Iterator[Violation]:
         parallelism: {order: tp-cp-dp-pp}
     """
     yield from ctx.refused("PLC027")
+
+
+@rule("PLC029")
+def moe_tensor_parallel_needs_sequence_parallel(ctx: Context) -> Iterator[Violation]:
+    """Experts: a MoE model with tensor parallelism runs sequence parallelism.
+
+    Megatron-Core's MoELayer refuses to train with tensor parallelism but without sequence
+    parallelism (moe_layer.py, MoELayer.forward: "performance may degrade if MoE and tensor
+    parallelism are enabled without also enabling sequence parallelism", a ValueError): the
+    router and token dispatcher expect each TP rank to hold its own s/t of the tokens, and
+    without SP every TP rank would route and exchange the same tokens t times over.
+
+    Base: mixtral-8x7b-64xh100.yaml
+
+    Passes:
+        parallelism: {tensor: 2, data: 8, sequence_parallel: true}
+
+    Fails:
+        parallelism: {tensor: 2, data: 8, sequence_parallel: false}
+    """
+    lay = ctx.job.layout
+    if ctx.job.model.moe is None or lay.t == 1 or lay.sp:
+        return
+    fix = "set parallelism.sequence_parallel: true"
+    if not sequence_splits(replace(ctx.job, layout=replace(lay, sp=True))):
+        fix += f" (and a seq_len whose share of each context-parallel rank divides by {lay.t})"
+    yield Violation(
+        "parallelism.sequence_parallel",
+        f"tensor = {lay.t} on a mixture-of-experts model without sequence parallelism: "
+        "Megatron-Core's MoE layer refuses to train so (every TP rank would route the same "
+        f"tokens, {lay.t}× the expert work and all-to-all)",
+        fix,
+    )
