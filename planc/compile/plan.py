@@ -272,6 +272,8 @@ def _experts_record(plan: Plan) -> dict[str, object]:
         "capacity_factor": moe.capacity_factor,
         "router_bias": moe.router_bias,
     }
+    if moe.offset:  # written when set, as mtp_layers: plans of other models keep their bytes
+        record["moe"]["layer_offset"] = moe.offset
     return record
 
 
