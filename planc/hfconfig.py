@@ -25,15 +25,28 @@ What is read, per architecture (`model_type`):
 | bias | attention_bias and mlp_bias (llama) | true | attention_bias (default true) |
 | dropout | attention_dropout | resid_pdrop | hidden_dropout |
 
+Mixture-of-experts configs read into `model.moe` too (per-layer routers without bias unless
+said): `mixtral` (num_local_experts, num_experts_per_tok, intermediate_size as one expert's and
+the MLP size; every layer routes); `qwen3_moe` (num_experts, num_experts_per_tok,
+moe_intermediate_size; decoder_sparse_step and mlp_only_layers as first_dense_layers,
+layer_frequency and layer_offset where one such pattern gives the same layers, else PLC111
+naming them; its q_norm/k_norm is model.qk_norm, as Qwen3's); `llama4` (its text_config;
+vision_config is a note) and `llama4_text` (num_local_experts, num_experts_per_tok,
+intermediate_size per expert and for the one shared expert, intermediate_size_mlp as the dense
+layers' ffn_hidden, moe_layers or interleave_moe_layer_step s as layers s − 1, 2s − 1, ...; the
+weightless L2 QK-norm and the NoPE layers hold no parameter, attention chunking is a note).
 DeepSeek-V3 (`deepseek_v3`) reads as a Llama-like config plus `model.mla` (q_lora_rank,
 kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim) and `model.moe` (n_routed_experts,
 num_experts_per_tok, moe_intermediate_size, n_shared_experts, first_k_dense_replace,
 moe_layer_freq; the router's e_score_correction_bias always); num_nextn_predict_layers is a note
-(transformers builds no multi-token prediction module: model.mtp_layers adds it). Other
-mixture-of-experts configurations (mixtral, qwen2_moe, qwen3_moe, deepseek_v2, and any config
-with an expert count) and unknown architectures are refused (PLC111). A value planc cannot use (a missing dimension, a number that is not a positive
-integer, an activation it has no model for) is PLC110. What planc reads but models approximately
-(Qwen2's QKV-only biases, Qwen3's QK-norm, sliding-window attention) or does not read at all
+(transformers builds no multi-token prediction module: model.mtp_layers adds it). Fields written
+in the spec's model.moe beside hf_config override the config's one by one. Other
+mixture-of-experts configurations (qwen2_moe, whose shared_expert_gate planc has no term for,
+deepseek_v2, dbrx, ..., and an expert count in a dense architecture's config) and unknown
+architectures are refused (PLC111, with the reason). A value planc cannot use (a missing
+dimension, a number that is not a positive integer, an activation it has no model for) is
+PLC110. What planc reads but models approximately (Qwen2's QKV-only biases, sliding-window and
+chunked attention) or does not read at all
 (RoPE scaling, partial rotary, parallel residual, a checkpoint's quantization, keys it does not
 know) is an info note naming the fields and why. Bookkeeping keys (token ids, dtype, epsilon,
 initializer range, rope_theta, versions) change neither memory nor FLOPs and are skipped silently.
@@ -43,7 +56,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from itertools import pairwise
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -106,6 +121,9 @@ class Architecture:
     dropout: tuple[str, ...]  # dropout keys; planc takes the largest
     extra: Callable[[Mapping[str, Any], Mapping[str, int]], tuple[bool, list[Note]]]
     # (config, dims) -> (bias, notes): the biases and the parts planc approximates
+    sections: Callable[[Mapping[str, Any]], dict[str, Any] | list[Note]] | None = None
+    # config -> model.moe / model.mla, or the errors; None: a dense architecture
+    qk_norm: bool = False  # a weighted RMSNorm over each query and key head (Qwen3)
 
 
 _LLAMA_KEYS = MappingProxyType(
@@ -192,16 +210,35 @@ def _qwen2(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, li
 
 
 def _qwen3(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, list[Note]]:
-    """Qwen3: RMSNorm over each query and key head (q_norm, k_norm: 2·k weights per layer);
-    attention_bias (q, k, v, o) off by default."""
+    """Qwen3 and Qwen3-MoE: the RMSNorm over each query and key head (q_norm, k_norm) is
+    model.qk_norm; attention_bias (q, k, v, o) off by default."""
     attention = bool(config.get("attention_bias", False))
-    parts = [
-        ("q_norm and k_norm", dims["layers"] * 2 * dims["head_dim"]),
-        ("attention_bias", _attention_bias(dims) if attention else 0),
-    ]
-    notes = _unmodelled("qwen3", parts)
+    notes = _unmodelled("qwen3", [("attention_bias", _attention_bias(dims) if attention else 0)])
     notes += _sliding_window(config, "qwen3", bool(config.get("use_sliding_window", False)))
     return False, notes
+
+
+def _mixtral(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, list[Note]]:
+    """Mixtral: no biases; sliding_window off by default (null)."""
+    return False, _sliding_window(config, "mixtral", config.get("sliding_window") is not None)
+
+
+def _llama4(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, list[Note]]:
+    """Llama 4 text model: attention_bias off by default. use_qk_norm is an L2 norm without
+    weights and the NoPE layers (no_rope_layers) only skip the rotation: no parameter either
+    way. The RoPE layers attend within chunks of attention_chunk_size (default 8192)."""
+    chunk = config.get("attention_chunk_size", 8192)
+    notes = []
+    if chunk is not None:
+        notes.append(
+            _info(
+                f"llama4: attention_chunk_size {chunk} is not modelled: planc counts full causal "
+                "attention in every layer, so attention FLOPs (and the step time) are "
+                "over-estimated for sequences longer than the chunk; memory is the same with "
+                "flash attention"
+            )
+        )
+    return bool(config.get("attention_bias", False)), notes
 
 
 def _gpt2(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, list[Note]]:
@@ -313,6 +350,140 @@ def deepseek_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
     return {"mla": mla, "moe": moe}
 
 
+def layer_pattern(moe_layers: Sequence[int], L: int) -> tuple[int, int, int] | None:
+    """(first_dense_layers, layer_frequency, layer_offset) whose pattern — layer i has experts
+    when i ≥ first_dense_layers and i % layer_frequency == layer_offset — gives exactly the
+    layers `moe_layers` of L, or None when no such pattern does (experts that stop before the
+    last period, or uneven gaps)."""
+    layers = sorted(set(moe_layers))
+    if not layers or layers[0] < 0 or layers[-1] >= L:
+        return None
+    gaps = {b - a for a, b in pairwise(layers)}
+    if len(gaps) > 1:
+        return None  # uneven gaps
+    # One MoE layer: a period that reaches past the last layer.
+    frequency = gaps.pop() if gaps else L - layers[0]
+    if layers[-1] + frequency < L:
+        return None  # the experts stop before the last layer's period
+    offset = layers[0] % frequency
+    return (0 if layers[0] < frequency else layers[0]), frequency, offset
+
+
+def _pattern_fields(
+    moe_layers: Sequence[int], L: int, label: str, keys: str
+) -> dict[str, int] | list[Note]:
+    """model.moe's layer fields for the layers with experts, or the refusal naming `keys`."""
+    fitted = layer_pattern(moe_layers, L)
+    if fitted is None:
+        shown = _shown(sorted(set(moe_layers)), 120)
+        return [
+            _error(
+                f"{label}: {keys} put the experts in layers {shown} of {L}, which planc's one "
+                "pattern (first_dense_layers, then every layer_frequency-th layer from "
+                "layer_offset) cannot express",
+                "give the model's fields and the nearest model.moe pattern in the spec instead "
+                "of hf_config",
+                rule="PLC111",
+            )
+        ]
+    first_dense, frequency, offset = fitted
+    return {"first_dense_layers": first_dense, "layer_frequency": frequency, "layer_offset": offset}
+
+
+def _read_integers(
+    config: Mapping[str, Any], table: Sequence[tuple[str, str, int]], label: str
+) -> dict[str, int] | list[Note]:
+    """planc field -> the config's whole number (its transformers default when absent)."""
+    values: dict[str, int] = {}
+    errors: list[Note] = []
+    for field, key, default in table:
+        value = _integer(config, key, default, label)
+        if isinstance(value, Note):
+            errors.append(value)
+        else:
+            values[field] = value
+    return errors or values
+
+
+# MixtralConfig (transformers 5.24.0): every layer routes; intermediate_size is one expert's.
+_MIXTRAL_MOE = (
+    ("experts", "num_local_experts", 8),
+    ("top_k", "num_experts_per_tok", 2),
+    ("expert_ffn_hidden", "intermediate_size", 14336),
+)
+# Qwen3MoeConfig: moe_intermediate_size per expert; intermediate_size is the dense MLP of the
+# layers without experts. Layer i has experts when i ∉ mlp_only_layers and
+# (i + 1) % decoder_sparse_step == 0 (Qwen3MoeDecoderLayer).
+_QWEN3_MOE = (
+    ("experts", "num_experts", 128),
+    ("top_k", "num_experts_per_tok", 8),
+    ("expert_ffn_hidden", "moe_intermediate_size", 768),
+)
+# Llama4TextConfig: intermediate_size per expert (and the shared expert's), intermediate_size_mlp
+# the dense MLP; moe_layers, else range(interleave_moe_layer_step − 1, L, step).
+_LLAMA4_MOE = (
+    ("experts", "num_local_experts", 16),
+    ("top_k", "num_experts_per_tok", 1),
+    ("expert_ffn_hidden", "intermediate_size", 8192),
+)
+# Keys of MoE configs that change neither parameters, memory nor FLOPs (balancing, routing).
+_ROUTING = ("router_aux_loss_coef", "router_jitter_noise", "output_router_logits", "norm_topk_prob")
+
+
+def mixtral_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
+    """model.moe of a Mixtral config: experts in every layer, no shared expert, a router
+    without bias (MixtralSparseMoeBlock)."""
+    moe = _read_integers(config, _MIXTRAL_MOE, "Mixtral")
+    return moe if isinstance(moe, list) else {"moe": moe}
+
+
+def qwen3_moe_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
+    """model.moe of a Qwen3-MoE config: decoder_sparse_step and mlp_only_layers become
+    first_dense_layers, layer_frequency and layer_offset where one pattern gives the same
+    layers; norm_topk_prob changes no count. No shared expert, a router without bias."""
+    moe = _read_integers(config, _QWEN3_MOE, "Qwen3-MoE")
+    step = _integer(config, "decoder_sparse_step", 1, "Qwen3-MoE")
+    L = _integer(config, "num_hidden_layers", None, "Qwen3-MoE")
+    dense = config.get("mlp_only_layers") or []
+    errors = [item for item in (step, L) if isinstance(item, Note)]
+    if not isinstance(dense, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in dense
+    ):
+        errors.append(_error(f"mlp_only_layers in the config must be a list of layer numbers, got {_shown(dense)}"))
+    if isinstance(moe, list) or errors:
+        return [*(moe if isinstance(moe, list) else []), *errors]
+    assert isinstance(step, int) and isinstance(L, int)
+    layers = [i for i in range(L) if i not in dense and (i + 1) % step == 0]
+    pattern = _pattern_fields(layers, L, "Qwen3-MoE", "decoder_sparse_step and mlp_only_layers")
+    return pattern if isinstance(pattern, list) else {"moe": {**moe, **pattern}}
+
+
+def llama4_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
+    """model.moe of a Llama 4 text config: one shared expert of the routed experts' size in
+    every MoE layer (Llama4TextMoe.shared_expert), a router without bias (Llama4Router), the
+    MoE layers from moe_layers or interleave_moe_layer_step."""
+    moe = _read_integers(config, _LLAMA4_MOE, "Llama 4")
+    step = _integer(config, "interleave_moe_layer_step", 1, "Llama 4")
+    L = _integer(config, "num_hidden_layers", None, "Llama 4")
+    explicit = config.get("moe_layers")
+    errors = [item for item in (step, L) if isinstance(item, Note)]
+    if explicit is not None and not (
+        isinstance(explicit, list)
+        and all(isinstance(i, int) and not isinstance(i, bool) for i in explicit)
+    ):
+        errors.append(_error(f"moe_layers in the config must be a list of layer numbers, got {_shown(explicit)}"))
+    if isinstance(moe, list) or errors:
+        return [*(moe if isinstance(moe, list) else []), *errors]
+    assert isinstance(step, int) and isinstance(L, int)
+    layers = explicit if explicit is not None else list(range(step - 1, L, step))
+    keys = "moe_layers" if explicit is not None else "interleave_moe_layer_step"
+    pattern = _pattern_fields(layers, L, "Llama 4", keys)
+    if isinstance(pattern, list):
+        return pattern
+    shared = {"shared_experts": 1, "shared_expert_ffn_hidden": moe["expert_ffn_hidden"]}
+    return {"moe": {**moe, **shared, **pattern}}
+
+
 def _llama_like(label: str, extra: Any, **defaults: Any) -> Architecture:
     return Architecture(
         label=label,
@@ -327,6 +498,22 @@ def _llama_like(label: str, extra: Any, **defaults: Any) -> Architecture:
     )
 
 
+# Llama4TextConfig keys that change no parameter: attention chunking (a note of its own), the
+# NoPE layers, attention temperature tuning, the weightless L2 QK-norm, the explicit MoE layers
+# (read by llama4_fields), and checkpoint bookkeeping.
+_LLAMA4_NO_PARAMETERS = (
+    "attention_chunk_size",
+    "no_rope_layers",
+    "no_rope_layer_interval",
+    "attn_temperature_tuning",
+    "floor_scale",
+    "attn_scale",
+    "use_qk_norm",
+    "moe_layers",
+    "for_llm_compressor",
+    "cache_implementation",
+)
+
 ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
     {
         "llama": _llama_like("Llama", _llama, max_position_embeddings=2048),
@@ -334,13 +521,59 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
             "Mistral", _mistral, num_key_value_heads=8, max_position_embeddings=4096 * 32
         ),
         "qwen2": _llama_like("Qwen2", _qwen2, max_position_embeddings=32768),
-        "qwen3": _llama_like("Qwen3", _qwen3, head_dim=128, max_position_embeddings=32768),
-        "deepseek_v3": _llama_like(
-            "DeepSeek-V3",
-            _deepseek_v3,
-            max_position_embeddings=4096,
-            **{key: default for _, key, default in (*_DEEPSEEK_MLA, *_DEEPSEEK_MOE)},
-            **dict.fromkeys(_DEEPSEEK_ROUTING),
+        "qwen3": replace(
+            _llama_like("Qwen3", _qwen3, head_dim=128, max_position_embeddings=32768),
+            qk_norm=True,
+        ),
+        "deepseek_v3": replace(
+            _llama_like(
+                "DeepSeek-V3",
+                _deepseek_v3,
+                max_position_embeddings=4096,
+                **{key: default for _, key, default in (*_DEEPSEEK_MLA, *_DEEPSEEK_MOE)},
+                **dict.fromkeys(_DEEPSEEK_ROUTING),
+            ),
+            sections=deepseek_fields,
+        ),
+        "mixtral": replace(
+            _llama_like(
+                "Mixtral",
+                _mixtral,
+                num_key_value_heads=8,
+                max_position_embeddings=4096 * 32,
+                **{key: default for _, key, default in _MIXTRAL_MOE},
+                **dict.fromkeys(_ROUTING),
+            ),
+            sections=mixtral_fields,
+        ),
+        "qwen3_moe": replace(
+            _llama_like(
+                "Qwen3-MoE",
+                _qwen3,
+                max_position_embeddings=32768,
+                decoder_sparse_step=1,
+                mlp_only_layers=None,
+                **{key: default for _, key, default in _QWEN3_MOE},
+                **dict.fromkeys(_ROUTING),
+            ),
+            sections=qwen3_moe_fields,
+            qk_norm=True,
+        ),
+        "llama4_text": replace(
+            _llama_like(
+                "Llama 4",
+                _llama4,
+                num_key_value_heads=8,
+                head_dim=128,
+                intermediate_size_mlp=16384,
+                max_position_embeddings=4096 * 32,
+                interleave_moe_layer_step=1,
+                **{key: default for _, key, default in _LLAMA4_MOE},
+                **dict.fromkeys(_ROUTING),
+                **dict.fromkeys(_LLAMA4_NO_PARAMETERS),
+            ),
+            keys=MappingProxyType({**_LLAMA_KEYS, "ffn_hidden": "intermediate_size_mlp"}),
+            sections=llama4_fields,
         ),
         "gpt2": Architecture(
             label="GPT-2",
@@ -671,6 +904,59 @@ def model_type(config: Mapping[str, Any]) -> str | None:
     return None
 
 
+# Why planc does not read the experts of a mixture-of-experts architecture it knows.
+_MOE_REFUSED = MappingProxyType(
+    {
+        "qwen2_moe": "Qwen2-MoE gates its shared expert with the sigmoid of an h×1 projection "
+        "(shared_expert_gate) in every MoE layer, which planc has no term for, so its counts "
+        "would not be exact",
+    }
+)
+
+
+def _moe_refusal(config: Mapping[str, Any], kind: str | None) -> Note | None:
+    """PLC111 for a mixture-of-experts config planc does not read (an architecture whose
+    experts it has no table for, or an expert count in a dense architecture's config)."""
+    arch = ARCHITECTURES.get(kind or "")
+    if arch is not None and arch.sections is not None:
+        return None
+    experts = next(
+        (key for key in MOE_KEYS if isinstance(config.get(key), int) and config[key] > 0), None
+    )
+    if kind not in MOE_TYPES and experts is None:
+        return None
+    what = ", ".join(
+        [
+            *([f"model_type {_shown(kind)}"] if kind else []),
+            *([f"{experts} {config[experts]}"] if experts else []),
+        ]
+    )
+    read = ", ".join(sorted(k for k, a in ARCHITECTURES.items() if a.sections is not None))
+    reason = _MOE_REFUSED.get(kind or "", f"planc reads the experts of {read} and llama4 configs")
+    return _error(
+        f"{what}: a mixture-of-experts model planc does not read from a config: {reason}",
+        "give the model's fields and model.moe in the spec instead of hf_config",
+        rule="PLC111",
+    )
+
+
+def _llama4_text(config: Mapping[str, Any]) -> dict[str, Any] | Note:
+    """The text_config of a Llama 4 (image and text) config, as a llama4_text config: its
+    tie_word_embeddings, else the outer config's."""
+    text = config.get("text_config")
+    if not isinstance(text, Mapping):
+        return _error(
+            f"the llama4 config has no text_config object, got {_shown(text)}",
+            "point hf_config at the model's config.json (its text_config holds the text model)",
+        )
+    tied = text.get("tie_word_embeddings", config.get("tie_word_embeddings"))
+    return {
+        **text,
+        "model_type": "llama4_text",
+        **({} if tied is None else {"tie_word_embeddings": tied}),
+    }
+
+
 def from_config(
     config: Mapping[str, Any], given: Mapping[str, Any] = MappingProxyType({})
 ) -> HfModel | tuple[Note, ...]:
@@ -679,24 +965,22 @@ def from_config(
     `given` holds the model fields the spec writes beside hf_config: they win, and a dimension
     given there need not be in the config."""
     kind = model_type(config)
-    experts = next(
-        (key for key in MOE_KEYS if isinstance(config.get(key), int) and config[key] > 0), None
-    )
-    if kind != "deepseek_v3" and (kind in MOE_TYPES or experts is not None):
-        what = ", ".join(
-            [
-                *([f"model_type {_shown(kind)}"] if kind else []),
-                *([f"{experts} {config[experts]}"] if experts else []),
-            ]
-        )
-        return (
-            _error(
-                f"{what}: a mixture-of-experts model, which planc cannot model yet (it models "
-                "dense transformers only)",
-                "plan a dense model; MoE support is a separate planc issue",
-                rule="PLC111",
-            ),
-        )
+    wrapper: list[Note] = []
+    if kind == "llama4":
+        text = _llama4_text(config)
+        if isinstance(text, Note):
+            return (text,)
+        config, kind = text, "llama4_text"
+        wrapper = [
+            _info(
+                "llama4: vision_config is not read: planc plans the text model "
+                "(Llama4ForCausalLM); the vision encoder and projector are left out of counts, "
+                "memory and FLOPs"
+            )
+        ]
+    refused = _moe_refusal(config, kind)
+    if refused is not None:
+        return (refused,)
     arch = ARCHITECTURES.get(kind or "")
     if arch is None:
         shown = repr(kind)[:60] if kind else "no model_type"
@@ -725,12 +1009,13 @@ def from_config(
     if errors or isinstance(mlp, Note) or isinstance(dropout, Note):
         return tuple(errors)
     bias, notes = arch.extra(config, dims)
-    nested = deepseek_fields(config) if kind == "deepseek_v3" else {}
+    nested = arch.sections(config) if arch.sections is not None else {}
     if isinstance(nested, list):
         return tuple(nested)
     fields = {
         **_merged_sections(nested, given),
         **stated,
+        "qk_norm": arch.qk_norm,
         "mlp": mlp[0],
         "norm": arch.norm,
         "bias": bias,
@@ -738,7 +1023,14 @@ def from_config(
         "tied_embeddings": tied,
         "position_embedding": arch.position,
     }
-    all_notes = [*mlp[1], *dropout[1], *notes, *_rope_notes(config), *_unknown_keys(config, arch)]
+    all_notes = [
+        *wrapper,
+        *mlp[1],
+        *dropout[1],
+        *notes,
+        *_rope_notes(config),
+        *_unknown_keys(config, arch),
+    ]
     return HfModel(kind or "", MappingProxyType(fields), tuple(all_notes))
 
 

@@ -44,27 +44,32 @@ class MoE:
     E_s: int  # shared experts
     f_s: int  # one shared expert's MLP inner size
     first_dense: int  # leading layers with a dense MLP
-    frequency: int  # layer i ≥ first_dense has experts when i % frequency == 0
+    frequency: int  # layer i ≥ first_dense has experts when i % frequency == offset
     capacity_factor: float | None  # None: dropless
     router_bias: bool  # per-expert bias (auxiliary-loss-free balancing)
+    offset: int = 0  # 0 ≤ offset < frequency; Llama 4 and Qwen MoE: frequency − 1
 
     def is_moe_layer(self, i: int) -> bool:
-        """Layer `i` (from 0) routes to experts (Megatron's moe_layer_freq pattern, after the
-        first_dense layers, as DeepSeek-V3's first_k_dense_replace)."""
-        return i >= self.first_dense and i % self.frequency == 0
+        """Layer `i` (from 0) routes to experts: Megatron's moe_layer_freq pattern
+        (i % f == 0), after the first_dense layers (DeepSeek-V3's first_k_dense_replace), shifted
+        by `offset` (Hugging Face's Llama 4 interleave_moe_layer_step and Qwen's
+        decoder_sparse_step s: (i + 1) % s == 0, so f = s and offset = s − 1)."""
+        return i >= self.first_dense and i % self.frequency == self.offset
 
     def moe_layers(self, L: int) -> int:
-        """How many of L layers have experts: the multiples of `frequency` in [first_dense, L),
-        ⌈L/f⌉ − ⌈first_dense/f⌉ (closed form: L may be large)."""
+        """How many of L layers have experts: those i ≡ offset (mod f) in [first_dense, L),
+        ⌈(L − r)/f⌉ − ⌈(first_dense − r)/f⌉ with r the offset (closed form: L may be large)."""
         return self.moe_layers_between(0, L)
 
     def moe_layers_between(self, first: int, last: int) -> int:
         """How many of the layers [first, last) have experts (a stage's or a model chunk's
-        range): the multiples of `frequency` in [max(first, first_dense), last)."""
+        range): the i ≡ r (mod f) in [a, last) with a = max(first, first_dense) and r the
+        offset, ⌈(last − r)/f⌉ − ⌈(a − r)/f⌉ (the multiples of f in [a − r, last − r))."""
         start = max(first, self.first_dense)
         if start >= last:
             return 0
-        return -(-last // self.frequency) - -(-start // self.frequency)
+        f, r = self.frequency, self.offset
+        return -(-(last - r) // f) - -(-(start - r) // f)
 
 
 @record
@@ -352,6 +357,17 @@ def _moe(given: Mapping[str, Any], f: int) -> MoE | list[Problem] | None:
             for name in missing
         ]
     f_e = given.get("expert_ffn_hidden", f)
+    frequency, offset = given.get("layer_frequency", 1), given.get("layer_offset", 0)
+    if offset >= frequency:
+        return [
+            Problem(
+                "PLC110",
+                "model.moe.layer_offset",
+                f"model.moe.layer_offset {offset} is not below layer_frequency {frequency}: "
+                f"layer i has experts when i % {frequency} == layer_offset, which no layer meets",
+                f"give a layer_offset from 0 to {frequency - 1}",
+            )
+        ]
     return MoE(
         E=given["experts"],
         k=given["top_k"],
@@ -359,9 +375,10 @@ def _moe(given: Mapping[str, Any], f: int) -> MoE | list[Problem] | None:
         E_s=given.get("shared_experts", 0),
         f_s=given.get("shared_expert_ffn_hidden", f_e),
         first_dense=given.get("first_dense_layers", 0),
-        frequency=given.get("layer_frequency", 1),
+        frequency=frequency,
         capacity_factor=given.get("capacity_factor"),
         router_bias=given.get("router_bias", False),
+        offset=offset,
     )
 
 

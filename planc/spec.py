@@ -126,8 +126,15 @@ class MoESpec(Frozen):
     layer_frequency: Dim | None = Field(
         None,
         description="Layer i (counted from 0) past the first_dense_layers has experts when "
-        "i % layer_frequency == 0 (Megatron --moe-layer-freq as an integer); 1: every layer. "
-        "Default: 1.",
+        "i % layer_frequency == layer_offset (Megatron --moe-layer-freq as an integer); 1: every "
+        "layer. Default: 1.",
+    )
+    layer_offset: Annotated[StrictInt, Field(ge=0, le=MAX_DIM)] | None = Field(
+        None,
+        description="Which layer of every layer_frequency has experts, 0 to layer_frequency − 1 "
+        "(Hugging Face Llama 4 interleave_moe_layer_step and Qwen decoder_sparse_step s: "
+        "layer_frequency s, layer_offset s − 1, the experts in layers s − 1, 2s − 1, ...). "
+        "Default: 0.",
     )
     capacity_factor: Annotated[float, _bounded(0.001, 1_000)] | None = Field(
         None,

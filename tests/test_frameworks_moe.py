@@ -40,6 +40,10 @@ CASES: dict[str, dict[str, Any] | None] = {
         "model": {"preset": "qwen3-30b-a3b", "moe": {"layer_frequency": 2}},
         "parallelism": {"pipeline": 4, "data": 16, "expert": 8},
     },
+    "qwen3-odd-layers": {
+        "model": {"preset": "qwen3-30b-a3b", "moe": {"layer_frequency": 2, "layer_offset": 1}},
+        "parallelism": {"pipeline": 4, "data": 16, "expert": 8},
+    },
 }
 
 
@@ -70,6 +74,10 @@ def test_layer_pattern_shared_experts_and_capacity() -> None:
     assert found["--expert-tensor-parallel-size"] == "2"
     qwen = flags("qwen3-frequency")
     assert qwen["--moe-layer-freq"] == "2" and "--qk-layernorm" in qwen
+    # Experts in the odd layers (Llama 4 Maverick's pattern): an integer frequency cannot say
+    # it (Megatron's is i % f == 0), so the list does: 0,1,0,1,... over the 48 layers.
+    odd = flags("qwen3-odd-layers")
+    assert odd["--moe-layer-freq"] == "[" + ",".join(["0", "1"] * 24) + "]"
 
 
 def test_dense_plans_have_no_expert_flags() -> None:

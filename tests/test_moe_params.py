@@ -42,21 +42,42 @@ def job_of(model: dict[str, Any], parallelism: dict[str, Any] | None = None) -> 
     return loaded.job
 
 
+
+
+def llama4_vision_parameters() -> int:
+    """The vision encoder and projector of both Llama 4 checkpoints, by hand from their
+    vision_config (hidden 1408, 34 layers, MLP 5632, image 336, patch 14, projector 4096, text
+    hidden 5120) and transformers' Llama4VisionModel / Llama4MultiModalProjector tensors."""
+    d, layers, mlp, patches = 1408, 34, 5632, (336 // 14) ** 2 + 1
+    layer = 4 * (d * d + d) + (d * mlp + mlp) + (mlp * d + d) + 2 * 2 * d  # q k v o, fc1, fc2, 2 LN
+    embeddings = d + patches * d + 3 * 14 * 14 * d + 2 * 2 * d  # class, positions, patches, 2 LN
+    adapter = mlp * 4096 + 4096 * 4096  # vision_adapter fc1 (5632 → 4096), fc2 (4096 → 4096)
+    projector = 4096 * 5120  # multi_modal_projector.linear_1, no bias
+    return layers * layer + embeddings + adapter + projector
+
+
 # Totals: Mixtral 8x7B model.safetensors.index.json total_size 93,405,585,408 bytes in bf16;
-# Mixtral 8x22B 281,260,142,592 bytes; Qwen3 safetensors parameter counts on the Hub.
+# Mixtral 8x22B 281,260,142,592 bytes; Qwen3 safetensors parameter counts on the Hub. Llama 4:
+# the checkpoints' safetensors counts on the Hub (Scout 108,641,793,536; Maverick
+# 401,583,781,376) hold the vision encoder too; planc's presets are the text model.
 PUBLISHED_TOTAL = {
     "mixtral-8x7b": 93_405_585_408 // 2,
     "mixtral-8x22b": 281_260_142_592 // 2,
     "qwen3-30b-a3b": 30_532_122_624,
     "qwen3-235b-a22b": 235_093_634_560,
+    "llama4-scout-17b-16e": 108_641_793_536 - llama4_vision_parameters(),
+    "llama4-maverick-17b-128e": 401_583_781_376 - llama4_vision_parameters(),
 }
 # Active parameters as the papers round them: Mixtral 12.9B ("13B"), Mistral's 39B, Qwen3
-# report Table 2: 3.3B and 22B activated. Within 2 % (3.353B is the furthest from its 3.3B).
+# report Table 2: 3.3B and 22B activated, the Llama 4 model card 17B for both. Within 2 %
+# (3.353B is the furthest from its 3.3B).
 PUBLISHED_ACTIVE_BILLIONS = {
     "mixtral-8x7b": 12.9,
     "mixtral-8x22b": 39.0,
     "qwen3-30b-a3b": 3.3,
     "qwen3-235b-a22b": 22.0,
+    "llama4-scout-17b-16e": 17.0,
+    "llama4-maverick-17b-128e": 17.0,
 }
 
 
@@ -92,6 +113,59 @@ def test_qwen3_30b_by_hand() -> None:
     assert total == 30_532_122_624
     count = parameter_count(job_of({"preset": "qwen3-30b-a3b"}).model)
     assert count.total == total
+
+
+def test_llama4_vision_part_by_hand() -> None:
+    # transformers 5.24.0 counts the whole checkpoints (meta device) as 108,641,793,536 and
+    # 401,583,781,376, and Llama4ForCausalLM of the text_config alone as the presets' counts.
+    assert llama4_vision_parameters() == 871_932_416
+
+
+def test_llama4_scout_by_hand() -> None:
+    # Per layer: Q and O 2·5120·(40·128), K and V 2·5120·(8·128); two RMSNorms 2·5120; router
+    # 5120·16 (no bias); 16 routed experts and 1 shared expert, each SwiGLU 3·5120·8192. The
+    # L2 QK-norm has no weights. Embedding and head 2·202048·5120; final norm 5120.
+    attention = 2 * 5120 * 5120 + 2 * 5120 * 1024
+    expert = 3 * 5120 * 8192
+    rest = attention + 2 * 5120 + 5120 * 16
+    outside = 2 * 202_048 * 5120 + 5120
+    total = 48 * (rest + 16 * expert + expert) + outside
+    active = 48 * (rest + expert + expert) + outside
+    count = parameter_count(job_of({"preset": "llama4-scout-17b-16e"}).model)
+    assert (count.total, count.active, count.moe_layers) == (total, active, 48)
+    assert (total, active) == (107_769_861_120, 17_172_894_720)
+
+
+def test_llama4_maverick_by_hand() -> None:
+    # interleave_moe_layer_step 2: transformers' moe_layers = range(1, 48, 2), the odd layers.
+    # Odd layer: attention, 2 norms, router 5120·128, 128 routed + 1 shared expert 3·5120·8192.
+    # Even layer: attention, 2 norms, a dense SwiGLU 3·5120·16384 (intermediate_size_mlp).
+    model = job_of({"preset": "llama4-maverick-17b-128e"}).model
+    assert model.moe is not None
+    assert [i for i in range(48) if model.moe.is_moe_layer(i)] == list(range(1, 48, 2))
+    attention = 2 * 5120 * 5120 + 2 * 5120 * 1024
+    expert = 3 * 5120 * 8192
+    moe_rest = attention + 2 * 5120 + 5120 * 128
+    dense = attention + 2 * 5120 + 3 * 5120 * 16384
+    outside = 2 * 202_048 * 5120 + 5120
+    total = 24 * (moe_rest + 129 * expert) + 24 * dense + outside
+    active = 24 * (moe_rest + 2 * expert) + 24 * dense + outside
+    count = parameter_count(model)
+    assert (count.total, count.active, count.moe_layers) == (total, active, 24)
+    assert (total, active) == (400_711_848_960, 17_184_691_200)
+
+
+def test_layer_offset_beyond_the_frequency_is_refused() -> None:
+    spec = {
+        "version": 1,
+        "name": "t",
+        "model": {"preset": "mixtral-8x7b", "moe": {"layer_frequency": 2, "layer_offset": 2}},
+        "hardware": {"gpu": "h100-sxm", "nodes": 1},
+        "training": {"seq_len": 128, "global_batch": 8},
+    }
+    loaded = load_text("t.yaml", yaml.safe_dump(spec))
+    assert loaded.job is None
+    assert [(f.rule, f.field) for f in loaded.findings] == [("PLC110", "model.moe.layer_offset")]
 
 
 def test_terms() -> None:
@@ -170,10 +244,11 @@ def test_moe_layer_count_is_the_pattern_count() -> None:
     assert model.moe is not None
     for first in (0, 1, 3, 7, 40):
         for frequency in (1, 2, 3, 5):
-            for layers in (1, 3, 32, 61):
-                moe = replace(model.moe, first_dense=first, frequency=frequency)
-                pattern = sum(1 for i in range(layers) if moe.is_moe_layer(i))
-                assert moe.moe_layers(layers) == pattern, (first, frequency, layers)
+            for offset in range(frequency):
+                for layers in (1, 3, 32, 61):
+                    moe = replace(model.moe, first_dense=first, frequency=frequency, offset=offset)
+                    pattern = sum(1 for i in range(layers) if moe.is_moe_layer(i))
+                    assert moe.moe_layers(layers) == pattern, (first, frequency, offset, layers)
 
 
 def test_moe_layers_in_a_range_are_the_pattern_count() -> None:
@@ -181,11 +256,12 @@ def test_moe_layers_in_a_range_are_the_pattern_count() -> None:
     assert model.moe is not None
     for first_dense in (0, 1, 3):
         for frequency in (1, 2, 3):
-            moe = replace(model.moe, first_dense=first_dense, frequency=frequency)
-            for first in range(9):
-                for last in range(first, 12):
-                    pattern = sum(1 for i in range(first, last) if moe.is_moe_layer(i))
-                    assert moe.moe_layers_between(first, last) == pattern
+            for offset in range(frequency):
+                moe = replace(model.moe, first_dense=first_dense, frequency=frequency, offset=offset)
+                for first in range(9):
+                    for last in range(first, 12):
+                        pattern = sum(1 for i in range(first, last) if moe.is_moe_layer(i))
+                        assert moe.moe_layers_between(first, last) == pattern
 
 
 def test_mixtral_rank_share_by_hand() -> None:
@@ -211,9 +287,12 @@ def test_mixtral_rank_share_by_hand() -> None:
 @pytest.mark.parametrize("ep", [1, 2, 4, 8])
 def test_rank_shares_add_up_to_the_model(name: str, ep: int) -> None:
     # With t = ETP = 1 every rank of a stage holds the whole dense part and 1/EP of the experts:
-    # Σ_stages (Ψ_dense + EP·Ψ_expert) is the model (untied: no embedding copy).
+    # Σ_stages (Ψ_dense + EP·Ψ_expert) is the model (untied: no embedding copy) with the
+    # embedding and head rows Megatron pads the vocabulary with (to a multiple of 128 for t = 1:
+    # Llama 4's 202,048 becomes 202,112, 2·64·5120 more; the others divide).
     job = job_of({"preset": name}, {"pipeline": 2, "tensor": 1, "expert": ep, "order": "tp-cp-ep-dp-pp"})
     plan = plannable(job)
     assert not isinstance(plan, tuple), plan
     shares = [rank_parameters(plan, r) for r in range(2)]
-    assert sum(s.dense_total + ep * s.expert_total for s in shares) == PUBLISHED_TOTAL[name]
+    padding = 2 * 64 * 5120 if name.startswith("llama4") else 0
+    assert sum(s.dense_total + ep * s.expert_total for s in shares) == PUBLISHED_TOTAL[name] + padding

@@ -354,7 +354,8 @@ def test_cli_exits_1_naming_a_wrong_all_to_all(mixtral: Plan, tmp_path: Path) ->
 @st.composite
 def moe_layouts(draw: st.DrawFn) -> dict[str, Any]:
     """The dense layouts above with experts: E, k, EP, ETP, dense first layers, a layer
-    frequency, shared experts and ep placed in the order; only plannable ones are kept."""
+    frequency and offset, shared experts and ep placed in the order; only plannable ones are
+    kept."""
     overlay = draw(layouts())
     par = overlay["parallelism"]
     experts = draw(st.sampled_from([4, 8]))
@@ -371,6 +372,9 @@ def moe_layouts(draw: st.DrawFn) -> dict[str, Any]:
         "first_dense_layers": draw(st.sampled_from([0, 1, 3])),
         "layer_frequency": draw(st.sampled_from([1, 2])),
     }
+    # The experts in the odd layers (Llama 4 Maverick's pattern) when every second layer has them.
+    if overlay["model"]["moe"]["layer_frequency"] == 2:
+        overlay["model"]["moe"]["layer_offset"] = draw(st.sampled_from([0, 1]))
     overlay["rules"]["ignore"] = [*overlay["rules"]["ignore"], "PLC007", "PLC021"]
     return overlay
 

@@ -139,7 +139,8 @@ def megatron_mla_arguments(plan: Plan) -> list[str]:
 def megatron_moe_arguments(plan: Plan) -> list[str]:
     """The experts and their layout as Megatron-LM's arguments (megatron/training/arguments.py
     _add_moe_args): none for a dense model. The MoE layer pattern is an integer frequency, or a
-    list of 0/1 per layer when leading layers stay dense (--moe-layer-freq [0,0,0,1,...])."""
+    list of 0/1 per layer when leading layers stay dense or the experts are not in the layers
+    i % f == 0 (--moe-layer-freq [0,0,0,1,...]; Llama 4 Maverick [0,1,0,1,...])."""
     mod, lay = plan.job.model, plan.job.layout
     moe = mod.moe
     if moe is None:
@@ -152,7 +153,7 @@ def megatron_moe_arguments(plan: Plan) -> list[str]:
         f"--expert-tensor-parallel-size {lay.et}",
         "--moe-token-dispatcher-type alltoall",
     ]
-    if moe.first_dense:
+    if moe.first_dense or moe.offset:
         pattern = ",".join(str(int(moe.is_moe_layer(i))) for i in range(mod.L))
         args.append(f"--moe-layer-freq [{pattern}]")
     elif moe.frequency > 1:

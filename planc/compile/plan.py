@@ -261,7 +261,7 @@ def _experts_record(plan: Plan) -> dict[str, object]:
     if moe is None:
         return record
     record["stage_expert_parameters"] = [share.expert_total for share in plan.parameters]
-    record["moe"] = {
+    moe_record: dict[str, object] = {
         "experts": moe.E,
         "top_k": moe.k,
         "expert_ffn_hidden": moe.f_e,
@@ -272,6 +272,9 @@ def _experts_record(plan: Plan) -> dict[str, object]:
         "capacity_factor": moe.capacity_factor,
         "router_bias": moe.router_bias,
     }
+    if moe.offset:  # written when set, as mtp_layers: plans of other models keep their bytes
+        moe_record["layer_offset"] = moe.offset
+    record["moe"] = moe_record
     return record
 
 

@@ -25,6 +25,8 @@ MODEL_NAMES: tuple[str, ...] = (
     "qwen3-30b-a3b",
     "qwen3-235b-a22b",
     "deepseek-v3",
+    "llama4-scout-17b-16e",
+    "llama4-maverick-17b-128e",
     "gpt-22b",
     "gpt-530b",
     "gpt-1t",

@@ -40,7 +40,8 @@ def _moe_layers(moe: Mapping[str, Any], first: int, last: int) -> int:
     """Layers of [first, last) with experts, counted one by one (the plan's layer ranges are
     small; planc's own count is a closed form)."""
     dense, every = moe["first_dense_layers"], moe["layer_frequency"]
-    return sum(1 for i in range(first, last) if i >= dense and i % every == 0)
+    offset = moe.get("layer_offset", 0)
+    return sum(1 for i in range(first, last) if i >= dense and i % every == offset)
 
 
 def _mlp(h: int, inner: int, matrices: int) -> int:
