@@ -21,8 +21,9 @@ supported (planc has none).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from dataclasses import MISSING, Field, FrozenInstanceError, dataclass, fields
+from dataclasses import MISSING, Field, FrozenInstanceError, dataclass, field, fields
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
@@ -249,6 +250,77 @@ def _finish(cls: type[T], eq: bool, order: bool) -> type[T]:
     return cls
 
 
+# What dataclass marks its fields and parameters with (the same names in Python 3.10 to 3.13;
+# where they are missing, records take dataclass's own processing).
+_FIELD_MARK = getattr(dataclasses, "_FIELD", None)
+_PARAMS = getattr(dataclasses, "_DataclassParams", None)
+_PSEUDO_FIELDS = ("ClassVar", "InitVar", "KW_ONLY")
+
+
+def is_plain(cls: type[Any]) -> bool:
+    """Whether `_plain_fields` can process `cls`: dataclass's markers are where it expects
+    them, no base is a dataclass, and every annotation is a string that is neither ClassVar,
+    InitVar nor KW_ONLY."""
+    if _FIELD_MARK is None or _PARAMS is None or not hasattr(_PARAMS, "__slots__"):
+        return False
+    if any(hasattr(base, "__dataclass_fields__") for base in cls.__mro__[1:]):
+        return False
+    annotations = cls.__dict__.get("__annotations__", {})  # noqa: RUF063 (as dataclass reads them)
+    return all(
+        isinstance(kind, str) and not any(word in kind for word in _PSEUDO_FIELDS)
+        for kind in annotations.values()
+    )
+
+
+def _plain_fields(cls: type[Any], kw_only: bool) -> bool:
+    """Give `cls` the `__dataclass_fields__` and `__dataclass_params__` that
+    `dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)` would, for the plain
+    case every planc record is: no dataclass base and string annotations that are neither
+    ClassVar, InitVar nor KW_ONLY. dataclass spends some 35 µs a class on its general case
+    (two regular-expression tests per annotation); this takes a few. Returns False, having
+    changed nothing, where the class is not plain; tests/test_record.py holds both equal for
+    every record in planc."""
+    if not is_plain(cls):
+        return False
+    annotations = cls.__dict__.get("__annotations__", {})  # noqa: RUF063 (as dataclass reads them)
+    for name, value in cls.__dict__.items():
+        if isinstance(value, Field) and name not in annotations:
+            raise TypeError(f"{name!r} is a field but has no type annotation")
+    specs: dict[str, Field[Any]] = {}
+    for name, kind in annotations.items():
+        value = cls.__dict__.get(name, MISSING)
+        spec = value if isinstance(value, Field) else field(default=value)
+        spec.name, spec.type = name, kind
+        spec._field_type = _FIELD_MARK  # type: ignore[union-attr]
+        if spec.kw_only is MISSING:
+            spec.kw_only = kw_only
+        if spec.default is not MISSING and spec.default.__class__.__hash__ is None:
+            raise ValueError(
+                f"mutable default {type(spec.default)} for field {name} is not allowed: "
+                "use default_factory"
+            )
+        if spec.default is not MISSING and spec.default_factory is not MISSING:
+            raise ValueError("cannot specify both default and default_factory")
+        specs[name] = spec
+    for name, spec in specs.items():
+        if isinstance(cls.__dict__.get(name), Field):
+            if spec.default is MISSING:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, spec.default)
+    made = cast(Any, _PARAMS)  # is_plain checked it is there
+    params = made.__new__(made)
+    for slot in made.__slots__:
+        object.__setattr__(params, slot, slot == "match_args")
+    cls.__dataclass_fields__ = specs
+    cls.__dataclass_params__ = params
+    if "__match_args__" not in cls.__dict__:
+        cls.__match_args__ = tuple(  # type: ignore[misc]
+            spec.name for spec in specs.values() if spec.init and not spec.kw_only
+        )
+    return True
+
+
 @overload
 @dataclass_transform(frozen_default=True, eq_default=True)
 def record(cls: type[T], /) -> type[T]: ...
@@ -273,7 +345,9 @@ def record(
         undocumented = not cls.__doc__
         if undocumented:
             cls.__doc__ = cls.__qualname__
-        built = _finish(dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only), eq, order)
+        if not _plain_fields(cls, kw_only):
+            dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)
+        built = _finish(cls, eq, order)
         if undocumented:
             built.__doc__ = f"{cls.__name__}({', '.join(f.name for f in fields(cast(Any, built)))})"
         return built

@@ -217,6 +217,9 @@ def _tagged_scalar(tag: str, text: str) -> Any:
 
 @dataclass
 class _Frame:
+    """A mapping or sequence being composed: where it starts, its anchor, what it holds so far
+    (mutable: the composer fills it event by event, and it becomes a frozen Node when closed)."""
+
     kind: Kind
     line: int
     column: int

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planc.record import HOT_CALLS, _generic_init, _init, record
+from planc.record import HOT_CALLS, _generic_init, _init, is_plain, record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -210,3 +210,78 @@ def test_a_record_compiles_its_init_once_hot() -> None:
     assert Hot.__init__ is not generic  # compiled on the HOT_CALLS-th call
     assert [m.a for m in made] == list(range(HOT_CALLS + 2))
     assert all(m.b == [] for m in made) and made[0].b is not made[-1].b
+
+
+def test_planc_dataclasses_have_docstrings() -> None:
+    # dataclass writes a missing docstring from inspect.signature, tokenizing it at import
+    # (about 1 ms a class on the start-up path); records write theirs from the field names.
+    undocumented = []
+    for path in sorted((ROOT / "planc").rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines):
+            if re.match(r"\s*@dataclass\b", line):
+                body = lines[number + 2].strip() if number + 2 < len(lines) else ""
+                if not body.startswith('"""'):
+                    undocumented.append(f"{path.relative_to(ROOT)}:{number + 1}")
+    assert not undocumented, f"give these dataclasses a docstring: {undocumented}"
+
+
+def _body() -> dict[str, Any]:
+    """A class body with every kind of field a record uses, made fresh for each class."""
+    return {
+        "__module__": __name__,
+        "__doc__": "Shapes.",
+        "__annotations__": {
+            "a": "int",
+            "b": "str",
+            "c": "list[int]",
+            "d": "int",
+            "e": "tuple[int, ...]",
+        },
+        "b": "x",
+        "c": field(default_factory=list),
+        "d": field(default=3, compare=False, repr=False, metadata={"unit": "bytes"}),
+        "e": field(init=False, default=()),
+    }
+
+
+@pytest.mark.parametrize("kw_only", [False, True])
+def test_records_get_the_fields_dataclass_gives(kw_only: bool) -> None:
+    ours: Any = record(kw_only=kw_only)(type("Shapes", (), _body()))
+    theirs: Any = dataclasses.dataclass(init=False, repr=False, eq=False, kw_only=kw_only)(
+        type("Shapes", (), _body())
+    )
+    slots: tuple[str, ...] = ("name", "type", "default", "default_factory", "init", "repr")
+    slots += ("hash", "compare", "metadata", "kw_only", "_field_type")
+    assert [[getattr(f, s) for s in slots] for f in dataclasses.fields(ours)] == [
+        [getattr(f, s) for s in slots] for f in dataclasses.fields(theirs)
+    ]
+    for name in "abcde":  # class attributes: defaults kept, factories and Field objects gone
+        assert getattr(ours, name, None) == getattr(theirs, name, None)
+    assert ours.__match_args__ == theirs.__match_args__
+    for slot in type(theirs.__dataclass_params__).__slots__:
+        assert getattr(ours.__dataclass_params__, slot) == getattr(theirs.__dataclass_params__, slot)
+
+
+def test_records_refuse_what_dataclass_refuses() -> None:
+    with pytest.raises(ValueError, match="mutable default"):
+        record(type("Bad", (), {"__module__": __name__, "__annotations__": {"x": "list"}, "x": []}))
+    with pytest.raises(TypeError, match="no type annotation"):
+        record(type("Bad", (), {"__module__": __name__, "x": field(default=1)}))
+
+
+def test_every_planc_record_takes_the_plain_path() -> None:
+    import importlib
+    import pkgutil
+
+    import planc
+
+    records = [
+        value
+        for info in pkgutil.walk_packages(planc.__path__, "planc.")
+        if info.name != "planc.__main__"
+        for value in vars(importlib.import_module(info.name)).values()
+        if isinstance(value, type) and "__record_key__" in value.__dict__
+    ]
+    assert len(records) > 60
+    assert [cls for cls in records if not is_plain(cls)] == []
