@@ -24,7 +24,7 @@ their own buckets (Megatron DDP's expert_parallel_buffers), the dense ones over 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from planc.comm.cost import ring_steps, wire_bytes
 from planc.plannable import Plannable, axis_strides, padded_vocab
@@ -59,6 +59,28 @@ class CommOp:
     @property
     def steps(self) -> int:
         return ring_steps(self.op, self.group_size)
+
+
+def op_maker(
+    stage: int, group: GroupKind, group_size: int, link: LinkClass
+) -> Callable[[Collective, str, int, int, str], CommOp]:
+    """CommOps of one stage's `group` of `group_size` ranks on `link`, from the collective, what
+    it is for, calls per step, bytes per call and the formula."""
+
+    def op(collective: Collective, phase: str, calls: int, size: int, formula: str) -> CommOp:
+        return CommOp(
+            stage=stage,
+            group=group,
+            op=collective,
+            phase=phase,
+            group_size=group_size,
+            calls=calls,
+            buffer_bytes=size,
+            link=link,
+            formula=formula,
+        )
+
+    return op
 
 
 def activation_bytes(job: Plannable) -> int:
@@ -166,18 +188,7 @@ def _mla_tp_ops(job: Plannable, stage: int) -> list[CommOp]:
     again = layers * m if job.training.recompute == "full" else 0
     link = link_class(job, (Axis.TP,))
 
-    def op(collective: Collective, phase: str, calls: int, size: int, formula: str) -> CommOp:
-        return CommOp(
-            stage=stage,
-            group=GroupKind.TP,
-            op=collective,
-            phase=phase,
-            group_size=lay.t,
-            calls=calls,
-            buffer_bytes=size,
-            link=link,
-            formula=formula,
-        )
+    op = op_maker(stage, GroupKind.TP, lay.t, link)
 
     hidden = activation_message_bytes(job)
     ops: list[CommOp] = []
@@ -265,18 +276,10 @@ def _dense_tp_ops(job: Plannable, stage: int, blocks: int) -> list[CommOp]:
     link = link_class(job, (Axis.TP,))
     recompute = blocks * m if tr.recompute == "full" else 0
 
+    make = op_maker(stage, GroupKind.TP, lay.t, link)
+
     def op(collective: Collective, phase: str, calls: int, formula: str) -> CommOp:
-        return CommOp(
-            stage=stage,
-            group=GroupKind.TP,
-            op=collective,
-            phase=phase,
-            group_size=lay.t,
-            calls=calls,
-            buffer_bytes=size,
-            link=link,
-            formula=formula,
-        )
+        return make(collective, phase, calls, size, formula)
 
     if not lay.sp:
         return [
@@ -423,18 +426,7 @@ def _dp_ops(job: Plannable, stage: int, params: int) -> list[CommOp]:
     link = shard_link(job)
     kind = GroupKind.DP_SHARD if hsdp else GroupKind.DP_CP
 
-    def op(collective: Collective, phase: str, calls: int, size: int, formula: str) -> CommOp:
-        return CommOp(
-            stage=stage,
-            group=kind,
-            op=collective,
-            phase=phase,
-            group_size=n,
-            calls=calls,
-            buffer_bytes=size,
-            link=link,
-            formula=formula,
-        )
+    op = op_maker(stage, kind, n, link)
 
     ops: list[CommOp] = []
     for calls, elements in _buckets(params, job.gradient_bucket_elements):
@@ -552,18 +544,7 @@ def _ep_ops(job: Plannable, stage: int) -> list[CommOp]:
     link = expert_link(job, Axis.EP)
     redo = backward - forward  # forward runs again inside backward
 
-    def op(collective: Collective, phase: str, calls: int, size: int, formula: str) -> CommOp:
-        return CommOp(
-            stage=stage,
-            group=GroupKind.EP,
-            op=collective,
-            phase=phase,
-            group_size=lay.ep,
-            calls=calls,
-            buffer_bytes=size,
-            link=link,
-            formula=formula,
-        )
+    op = op_maker(stage, GroupKind.EP, lay.ep, link)
 
     ops = [
         op(
@@ -615,18 +596,7 @@ def _etp_ops(job: Plannable, stage: int) -> list[CommOp]:
     redo = backward - forward
     rows, h, beta = lay.et * dispatch_rows(job), job.model.h, activation_bytes(job)
 
-    def op(collective: Collective, phase: str, calls: int, size: int, formula: str) -> CommOp:
-        return CommOp(
-            stage=stage,
-            group=GroupKind.ETP,
-            op=collective,
-            phase=phase,
-            group_size=lay.et,
-            calls=calls,
-            buffer_bytes=size,
-            link=link,
-            formula=formula,
-        )
+    op = op_maker(stage, GroupKind.ETP, lay.et, link)
 
     return [
         op(
@@ -672,18 +642,7 @@ def _edp_ops(job: Plannable, stage: int, params: int) -> list[CommOp]:
     g, w = grad_bytes(job), activation_bytes(job)
     link = expert_link(job, Axis.DP)
 
-    def op(collective: Collective, phase: str, calls: int, size: int, formula: str) -> CommOp:
-        return CommOp(
-            stage=stage,
-            group=GroupKind.EDP,
-            op=collective,
-            phase=phase,
-            group_size=lay.edp,
-            calls=calls,
-            buffer_bytes=size,
-            link=link,
-            formula=formula,
-        )
+    op = op_maker(stage, GroupKind.EDP, lay.edp, link)
 
     ops: list[CommOp] = []
     for calls, elements in _buckets(params, job.gradient_bucket_elements):
