@@ -22,6 +22,7 @@ supported (planc has none).
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Callable
 from dataclasses import MISSING, Field, FrozenInstanceError, dataclass, field, fields
 from operator import attrgetter
@@ -42,38 +43,29 @@ def _key(self: Any) -> tuple[Any, ...]:
     return cast(tuple[Any, ...], type(self).__record_key__(self))
 
 
-def _eq(self: Any, other: object) -> object:
-    if other.__class__ is not self.__class__:
-        return NotImplemented
-    return bool(_key(self) == _key(other))
+def _compared(compare: Callable[[Any, Any], bool]) -> Callable[[Any, object], object]:
+    """__eq__, __lt__ and the rest: `compare` on the two records' keys, for records of one
+    class (NotImplemented otherwise, as dataclass does)."""
+
+    def method(self: Any, other: object) -> object:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return compare(_key(self), _key(other))
+
+    return method
 
 
 def _hash(self: Any) -> int:
     return hash(_key(self))
 
 
-def _lt(self: Any, other: object) -> object:
-    if other.__class__ is not self.__class__:
-        return NotImplemented
-    return bool(_key(self) < _key(other))
-
-
-def _le(self: Any, other: object) -> object:
-    if other.__class__ is not self.__class__:
-        return NotImplemented
-    return bool(_key(self) <= _key(other))
-
-
-def _gt(self: Any, other: object) -> object:
-    if other.__class__ is not self.__class__:
-        return NotImplemented
-    return bool(_key(self) > _key(other))
-
-
-def _ge(self: Any, other: object) -> object:
-    if other.__class__ is not self.__class__:
-        return NotImplemented
-    return bool(_key(self) >= _key(other))
+_EQ = _compared(operator.eq)
+_ORDER = {
+    "__lt__": _compared(operator.lt),
+    "__le__": _compared(operator.le),
+    "__gt__": _compared(operator.gt),
+    "__ge__": _compared(operator.ge),
+}
 
 
 def _repr(self: Any) -> str:
@@ -224,7 +216,6 @@ def _tuple_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
 
 def _finish(cls: type[T], eq: bool, order: bool) -> type[T]:
     specs = fields(cast(Any, cls))
-    cls.__record_fields__ = frozenset(spec.name for spec in specs)  # type: ignore[attr-defined]
     cls.__record_repr__ = tuple(spec.name for spec in specs if spec.repr)  # type: ignore[attr-defined]
     cls.__record_key__ = staticmethod(  # type: ignore[attr-defined]
         _tuple_getter(tuple(spec.name for spec in specs if spec.compare))
@@ -236,9 +227,9 @@ def _finish(cls: type[T], eq: bool, order: bool) -> type[T]:
         "__delattr__": _delattr,
     }
     if eq:
-        shared |= {"__eq__": _eq, "__hash__": _hash}
+        shared |= {"__eq__": _EQ, "__hash__": _hash}
     if order:
-        shared |= {"__lt__": _lt, "__le__": _le, "__gt__": _gt, "__ge__": _ge}
+        shared |= _ORDER
     for name, method in shared.items():
         # As dataclass does: a method the class writes itself is kept (a frozen class may
         # not write its own __setattr__ or __delattr__).

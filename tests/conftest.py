@@ -70,6 +70,22 @@ def resolved_of(
     return loaded.job
 
 
+def model_job(model: dict[str, Any], parallelism: dict[str, Any] | None = None) -> Job:
+    """The resolved job of `model` on 8 nodes of 8 H100s, s = 4,096, B = 256 (the test fails if
+    the spec does not load)."""
+    spec = {
+        "version": 1,
+        "name": "t",
+        "model": model,
+        "hardware": {"gpu": "h100-sxm", "nodes": 8},
+        "parallelism": parallelism or {},
+        "training": {"seq_len": 4096, "global_batch": 256},
+    }
+    loaded = load_text("t.yaml", yaml.safe_dump(spec))
+    assert loaded.job is not None, loaded.findings
+    return loaded.job
+
+
 def plannable_of(job: Job | None) -> Plannable:
     """The plannable form of a resolved job (the test fails if it has none)."""
     assert job is not None

@@ -16,15 +16,12 @@ installed, transformers' own models of the files (meta device) give the same num
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_hfconfig import HF, PRESETS, hf_job, write_spec
+from test_hfconfig import HF, PRESETS, hf_job, transformers_counts, write_spec
 
 from planc.hfconfig import from_config, layer_pattern
 from planc.load import load_path
@@ -178,36 +175,7 @@ def test_layer_pattern_reproduces_every_regular_set() -> None:
     assert layer_pattern([3], 8) is not None  # one MoE layer is a pattern (frequency 5)
 
 
-TRANSFORMERS_COUNT = """
-import json, sys
-import torch
-from transformers import AutoConfig, AutoModelForCausalLM
-out = {}
-for name, path in json.load(sys.stdin).items():
-    data = json.load(open(path))
-    data = data.get("text_config", data)  # Llama 4: its text model, Llama4ForCausalLM
-    if "attn_temperature_tuning" in data:
-        # The Llama 4 configs write 4 for this flag, which transformers 5's strict config
-        # refuses (it wants a bool); it scales attention logits and holds no tensor.
-        data["attn_temperature_tuning"] = bool(data["attn_temperature_tuning"])
-    config = AutoConfig.for_model(**data)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    out[name] = sum(p.numel() for p in model.parameters())
-print(json.dumps(out))
-"""
-
-
 def test_transformers_builds_the_same_counts_from_the_moe_configs(tmp_path: Path) -> None:
-    python = os.environ.get("PLANC_TRANSFORMERS_PYTHON") or sys.executable
-    probe = subprocess.run(
-        [python, "-c", "import torch, transformers"], capture_output=True, check=False
-    )
-    if probe.returncode != 0:
-        pytest.skip(
-            "transformers with torch is not importable (pip install transformers torch, and "
-            "point PLANC_TRANSFORMERS_PYTHON at that interpreter)"
-        )
     paths = {name: str(HF / name / "config.json") for name in MOE_PRESETS if name != "deepseek-v3"}
     # A Qwen3-MoE with experts in every second layer after a dense prefix (layer_offset 1).
     sparse = tmp_path / "qwen3-sparse.json"
@@ -217,16 +185,7 @@ def test_transformers_builds_the_same_counts_from_the_moe_configs(tmp_path: Path
         )
     )
     paths["qwen3-sparse"] = str(sparse)
-    run = subprocess.run(
-        [python, "-c", TRANSFORMERS_COUNT],
-        input=json.dumps(paths),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    counted = json.loads(run.stdout.strip().splitlines()[-1])
+    counted = transformers_counts(paths)
     for name, path in paths.items():
         loaded = load_path(str(write_spec(tmp_path, {"hf_config": path}, f"{name}.yaml")))
         assert loaded.job is not None, loaded.findings

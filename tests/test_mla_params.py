@@ -8,18 +8,17 @@ of planc's functions, and checked against the published rounded figures.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import yaml
 
-from planc.job import Job
 from planc.load import load_text
 from planc.memory import parameter_count
 from planc.memory.engines import largest_module
 from planc.memory.params import layer_parameters, rank_parameters
 from planc.plannable import Plannable, plannable
 from planc.presets import model_preset
+
+from conftest import model_job
 
 # DeepSeek-V3 config.json: hidden 7168, 128 heads, q_lora_rank 1536, kv_lora_rank 512,
 # qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128, intermediate_size 18432,
@@ -49,18 +48,6 @@ ACTIVE = 3 * DENSE_LAYER + 58 * ACTIVE_MOE_LAYER + 2 * EMBEDDING + H
 MTP = MOE_LAYER + 3 * H + 2 * H * H
 
 
-def job_of(model: dict[str, Any], parallelism: dict[str, Any] | None = None) -> Job:
-    spec = {
-        "version": 1,
-        "name": "t",
-        "model": model,
-        "hardware": {"gpu": "h100-sxm", "nodes": 8},
-        "parallelism": parallelism or {},
-        "training": {"seq_len": 4096, "global_batch": 256},
-    }
-    loaded = load_text("t.yaml", yaml.safe_dump(spec))
-    assert loaded.job is not None, loaded.findings
-    return loaded.job
 
 
 def test_deepseek_v3_attention_by_hand() -> None:
@@ -70,12 +57,12 @@ def test_deepseek_v3_attention_by_hand() -> None:
     # q_lora·(h + n·(d_h + d_h^R) + 1) + kv_lora·(h + n·(d_h + v) + 1) + h·d_h^R + n·v·h.
     megatron = 1536 * (H + N * 192 + 1) + 512 * (H + N * 256 + 1) + H * 64 + N * 128 * H
     assert megatron == ATTENTION
-    model = job_of({"preset": "deepseek-v3"}).model
+    model = model_job({"preset": "deepseek-v3"}).model
     assert layer_parameters(model) == DENSE_LAYER
 
 
 def test_deepseek_v3_total_and_active_are_exact_and_published() -> None:
-    count = parameter_count(job_of({"preset": "deepseek-v3"}).model)
+    count = parameter_count(model_job({"preset": "deepseek-v3"}).model)
     assert (count.total, count.active) == (MAIN, ACTIVE)
     assert (MAIN, ACTIVE) == (671_026_419_200, 37_552_297_472)
     assert count.moe_layers == 58
@@ -90,7 +77,7 @@ def test_deepseek_v3_total_and_active_are_exact_and_published() -> None:
 
 
 def test_deepseek_v3_mtp_module() -> None:
-    count = parameter_count(job_of({"preset": "deepseek-v3", "mtp_layers": 1}).model)
+    count = parameter_count(model_job({"preset": "deepseek-v3", "mtp_layers": 1}).model)
     assert count.mtp == MTP == 11_610_068_224
     assert count.total == MAIN + MTP
     assert count.active == ACTIVE + ACTIVE_MOE_LAYER + 3 * H + 2 * H * H
@@ -100,12 +87,12 @@ def test_deepseek_v3_mtp_module() -> None:
     checkpoint = count.total + 2 * EMBEDDING
     assert checkpoint == 684_489_845_504
     assert checkpoint == pytest.approx(685e9, rel=1e-3)
-    assert parameter_count(job_of({"preset": "deepseek-v3", "mtp_layers": 2}).model).mtp == 2 * MTP
+    assert parameter_count(model_job({"preset": "deepseek-v3", "mtp_layers": 2}).model).mtp == 2 * MTP
 
 
 def test_mtp_of_a_dense_model_is_a_dense_layer() -> None:
     # Llama 3 8B with one MTP module: layer + 3 RMSNorms + eh_proj 2·4096².
-    model = job_of({"preset": "llama3-8b", "mtp_layers": 1}).model
+    model = model_job({"preset": "llama3-8b", "mtp_layers": 1}).model
     layer = 2 * 4096 * 128 * (32 + 8) + 3 * 4096 * 14336 + 2 * 4096
     assert parameter_count(model).mtp == layer + 3 * 4096 + 2 * 4096 * 4096
 
@@ -113,7 +100,7 @@ def test_mtp_of_a_dense_model_is_a_dense_layer() -> None:
 def test_tensor_parallel_split_of_latent_attention() -> None:
     # t = 8: q_b, kv_b and o split over 16 heads per rank; q_a, kv_a and the latent norms
     # whole on every rank (Megatron: TELinear parallel_mode='duplicated'); MLP split.
-    model = job_of({"preset": "deepseek-v3"}).model
+    model = model_job({"preset": "deepseek-v3"}).model
     heads = 16
     split = 1536 * heads * 192 + 512 * heads * 256 + heads * 128 * H + 3 * H * (18432 // 8)
     replicated = Q_A + Q_NORM + KV_A + KV_NORM + NORMS
@@ -121,7 +108,7 @@ def test_tensor_parallel_split_of_latent_attention() -> None:
 
 
 def test_mtp_sits_on_the_last_stage() -> None:
-    job = job_of(
+    job = model_job(
         {"preset": "deepseek-v3", "mtp_layers": 1},
         {"pipeline": 4, "stage_layers": [16, 15, 15, 15], "tensor": 2},
     )
@@ -150,7 +137,7 @@ def test_deepseek_v2_lite_without_query_latent() -> None:
     # h 2048, 16 heads, first layer dense (10944), 64 routed experts of 1408, 2 shared, top 6,
     # vocab 102400, no router bias. Published (DeepSeek-V2 report, Appendix B): 15.7B total,
     # 2.4B activated.
-    model = job_of(
+    model = model_job(
         {
             "layers": 27,
             "hidden": 2048,
@@ -191,7 +178,7 @@ def test_mla_needs_a_kv_latent_and_refuses_grouped_kv_heads() -> None:
     }
     loaded = load_text("t.yaml", yaml.safe_dump(spec))
     assert [(f.rule, f.field) for f in loaded.findings] == [("PLC109", "model.mla.kv_lora_rank")]
-    job = job_of({"preset": "deepseek-v3", "kv_heads": 8})
+    job = model_job({"preset": "deepseek-v3", "kv_heads": 8})
     refused = plannable(job)
     assert isinstance(refused, tuple)
     assert [(r.rule, r.violation.field) for r in refused] == [("PLC012", "model.kv_heads")]
@@ -201,7 +188,7 @@ def test_the_largest_module_of_a_latent_attention_layer() -> None:
     # DeepSeek-V3, t = 2, a middle stage of MoE layers: its largest single module (DeepSpeed
     # ZeRO-3's largest_layer_params) is o_proj, 64 heads × 128 × 7,168, larger than q_b_proj
     # 1,536 × 64 × 192, kv_b_proj 512 × 64 × 256 and an expert's 7,168 × 2,048 linears.
-    job = job_of(
+    job = model_job(
         {"preset": "deepseek-v3"},
         {"pipeline": 4, "stage_layers": [16, 15, 15, 15], "tensor": 2, "expert_tensor": 1},
     )

@@ -8,12 +8,10 @@ hand from the configs, independently of planc's functions.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import pytest
 import yaml
 
-from planc.job import Job
 from planc.load import load_text
 from planc.memory import parameter_count
 from planc.memory.budget import budget
@@ -27,21 +25,7 @@ from planc.memory.report import render_text
 from planc.plannable import plannable
 from planc.presets import model_preset
 
-
-def job_of(model: dict[str, Any], parallelism: dict[str, Any] | None = None) -> Job:
-    spec = {
-        "version": 1,
-        "name": "t",
-        "model": model,
-        "hardware": {"gpu": "h100-sxm", "nodes": 8},
-        "parallelism": parallelism or {},
-        "training": {"seq_len": 4096, "global_batch": 256},
-    }
-    loaded = load_text("t.yaml", yaml.safe_dump(spec))
-    assert loaded.job is not None, loaded.findings
-    return loaded.job
-
-
+from conftest import model_job
 
 
 def llama4_vision_parameters() -> int:
@@ -83,12 +67,12 @@ PUBLISHED_ACTIVE_BILLIONS = {
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_TOTAL))
 def test_moe_preset_totals_are_published(name: str) -> None:
-    assert parameter_count(job_of({"preset": name}).model).total == PUBLISHED_TOTAL[name]
+    assert parameter_count(model_job({"preset": name}).model).total == PUBLISHED_TOTAL[name]
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_ACTIVE_BILLIONS))
 def test_moe_preset_active_counts(name: str) -> None:
-    active = parameter_count(job_of({"preset": name}).model).active
+    active = parameter_count(model_job({"preset": name}).model).active
     assert active / 1e9 == pytest.approx(PUBLISHED_ACTIVE_BILLIONS[name], rel=0.02)
     assert model_preset(name)["active_parameters"] == active  # what the preset's source says
 
@@ -101,7 +85,7 @@ def test_mixtral_8x7b_by_hand() -> None:
     rest = 41_943_040 + 8192 + 32_768
     total = 32 * (rest + 8 * expert) + 262_144_000 + 4096
     active = 32 * (rest + 2 * expert) + 262_144_000 + 4096
-    count = parameter_count(job_of({"preset": "mixtral-8x7b"}).model)
+    count = parameter_count(model_job({"preset": "mixtral-8x7b"}).model)
     assert (count.total, count.active) == (total, active) == (46_702_792_704, 12_879_925_248)
     assert count.moe_layers == 32
 
@@ -111,7 +95,7 @@ def test_qwen3_30b_by_hand() -> None:
     per_layer = 2 * 2048 * 128 * (32 + 4) + 2 * 2048 + 2 * 128 + 2048 * 128
     total = 48 * (per_layer + 128 * 3 * 2048 * 768) + 2 * 151_936 * 2048 + 2048
     assert total == 30_532_122_624
-    count = parameter_count(job_of({"preset": "qwen3-30b-a3b"}).model)
+    count = parameter_count(model_job({"preset": "qwen3-30b-a3b"}).model)
     assert count.total == total
 
 
@@ -131,7 +115,7 @@ def test_llama4_scout_by_hand() -> None:
     outside = 2 * 202_048 * 5120 + 5120
     total = 48 * (rest + 16 * expert + expert) + outside
     active = 48 * (rest + expert + expert) + outside
-    count = parameter_count(job_of({"preset": "llama4-scout-17b-16e"}).model)
+    count = parameter_count(model_job({"preset": "llama4-scout-17b-16e"}).model)
     assert (count.total, count.active, count.moe_layers) == (total, active, 48)
     assert (total, active) == (107_769_861_120, 17_172_894_720)
 
@@ -140,7 +124,7 @@ def test_llama4_maverick_by_hand() -> None:
     # interleave_moe_layer_step 2: transformers' moe_layers = range(1, 48, 2), the odd layers.
     # Odd layer: attention, 2 norms, router 5120·128, 128 routed + 1 shared expert 3·5120·8192.
     # Even layer: attention, 2 norms, a dense SwiGLU 3·5120·16384 (intermediate_size_mlp).
-    model = job_of({"preset": "llama4-maverick-17b-128e"}).model
+    model = model_job({"preset": "llama4-maverick-17b-128e"}).model
     assert model.moe is not None
     assert [i for i in range(48) if model.moe.is_moe_layer(i)] == list(range(1, 48, 2))
     attention = 2 * 5120 * 5120 + 2 * 5120 * 1024
@@ -169,7 +153,7 @@ def test_layer_offset_beyond_the_frequency_is_refused() -> None:
 
 
 def test_terms() -> None:
-    moe = job_of(
+    moe = model_job(
         {
             "preset": "mixtral-8x7b",
             "moe": {"shared_experts": 2, "shared_expert_ffn_hidden": 1024, "router_bias": True},
@@ -185,7 +169,7 @@ def test_terms() -> None:
 
 
 def test_dense_and_moe_layers() -> None:
-    model = job_of(
+    model = model_job(
         {"preset": "mixtral-8x7b", "moe": {"first_dense_layers": 3, "layer_frequency": 2}}
     ).model
     assert model.moe is not None
@@ -194,12 +178,12 @@ def test_dense_and_moe_layers() -> None:
     count = parameter_count(model)
     assert count.moe_layers == 14
     # moe: null keeps the preset's experts (null is "not set", as for every field).
-    unset = parameter_count(job_of({"preset": "mixtral-8x7b", "moe": None}).model)
+    unset = parameter_count(model_job({"preset": "mixtral-8x7b", "moe": None}).model)
     assert unset.total == 46_702_792_704
 
 
 def test_dense_model_has_no_experts() -> None:
-    job = job_of({"preset": "llama3-8b"})
+    job = model_job({"preset": "llama3-8b"})
     count = parameter_count(job.model)
     assert job.model.moe is None and count.active == count.total and count.moe_layers == 0
 
@@ -218,20 +202,20 @@ def test_moe_without_preset_needs_experts_and_top_k() -> None:
 
 
 def test_expert_layout_fields() -> None:
-    lay = job_of(
+    lay = model_job(
         {"preset": "mixtral-8x7b"},
         {"tensor": 2, "expert": 4, "order": "tp-cp-ep-dp-pp"},
     ).layout
     assert lay.order == ("tp", "cp", "dp", "pp")  # the dense grid: ep has size 1 there
     assert lay.expert_order == ("tp", "cp", "ep", "dp", "pp")
     assert (lay.ep, lay.et, lay.edp(64)) == (4, 2, 8)
-    lay = job_of({"preset": "mixtral-8x7b"}, {"tensor": 2, "expert": 8, "expert_tensor": 1}).layout
+    lay = model_job({"preset": "mixtral-8x7b"}, {"tensor": 2, "expert": 8, "expert_tensor": 1}).layout
     assert (lay.et, lay.edp(64), lay.expert_order) == (1, 8, ("tp", "cp", "dp", "pp"))
 
 
 def test_memory_report_describes_the_experts() -> None:
     for preset, expected in (("mixtral-8x7b", True), ("llama3-8b", False)):
-        plan = plannable(job_of({"preset": preset}, {"pipeline": 4, "tensor": 2}))
+        plan = plannable(model_job({"preset": preset}, {"pipeline": 4, "tensor": 2}))
         assert not isinstance(plan, tuple), plan
         text = render_text(plan, budget(plan))
         assert "not modelled" not in text
@@ -240,7 +224,7 @@ def test_memory_report_describes_the_experts() -> None:
 
 
 def test_moe_layer_count_is_the_pattern_count() -> None:
-    model = job_of({"preset": "mixtral-8x7b"}).model
+    model = model_job({"preset": "mixtral-8x7b"}).model
     assert model.moe is not None
     for first in (0, 1, 3, 7, 40):
         for frequency in (1, 2, 3, 5):
@@ -252,7 +236,7 @@ def test_moe_layer_count_is_the_pattern_count() -> None:
 
 
 def test_moe_layers_in_a_range_are_the_pattern_count() -> None:
-    model = job_of({"preset": "mixtral-8x7b"}).model
+    model = model_job({"preset": "mixtral-8x7b"}).model
     assert model.moe is not None
     for first_dense in (0, 1, 3):
         for frequency in (1, 2, 3):
@@ -268,7 +252,7 @@ def test_mixtral_rank_share_by_hand() -> None:
     # Mixtral 8x7B, t = 2, p = 4 (8 layers a stage), EP 4, ETP 1: a middle stage's rank holds,
     # per layer, Q and O 2·4096·128·16, K and V 2·4096·128·4, two RMSNorms 2·4096 and the
     # router 4096·8 (dense part), and 8/4 = 2 whole experts of 3·4096·14,336 (expert part).
-    job = job_of(
+    job = model_job(
         {"preset": "mixtral-8x7b"},
         {"pipeline": 4, "tensor": 2, "expert": 4, "expert_tensor": 1, "order": "tp-cp-ep-dp-pp"},
     )
@@ -290,7 +274,7 @@ def test_rank_shares_add_up_to_the_model(name: str, ep: int) -> None:
     # Σ_stages (Ψ_dense + EP·Ψ_expert) is the model (untied: no embedding copy) with the
     # embedding and head rows Megatron pads the vocabulary with (to a multiple of 128 for t = 1:
     # Llama 4's 202,048 becomes 202,112, 2·64·5120 more; the others divide).
-    job = job_of({"preset": name}, {"pipeline": 2, "tensor": 1, "expert": ep, "order": "tp-cp-ep-dp-pp"})
+    job = model_job({"preset": name}, {"pipeline": 2, "tensor": 1, "expert": ep, "order": "tp-cp-ep-dp-pp"})
     plan = plannable(job)
     assert not isinstance(plan, tuple), plan
     shares = [rank_parameters(plan, r) for r in range(2)]

@@ -207,6 +207,21 @@ def rotate_half(x: Tensor) -> Tensor:
     return torch.cat([-second, first], dim=-1)
 
 
+def register_rope(module: nn.Module, s: int, dim: int) -> None:
+    """RoPE's cos and sin tables for s positions over `dim` channels, as non-persistent
+    buffers of `module` (HF's rotate-half layout)."""
+    inv = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+    angles = torch.outer(torch.arange(s).float(), inv)
+    angles = torch.cat([angles, angles], dim=-1)[None, :, None, :]
+    module.register_buffer("cos", angles.cos(), persistent=False)
+    module.register_buffer("sin", angles.sin(), persistent=False)
+
+
+def apply_rope(module: nn.Module, x: Tensor) -> Tensor:
+    # x·cos + rotate(x)·sin: multiplying by constant tables saves the tables, not x.
+    return x * module.cos.to(x.dtype) + rotate_half(x) * module.sin.to(x.dtype)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: Config) -> None:
         super().__init__()
@@ -218,15 +233,10 @@ class Attention(nn.Module):
         self.o = nn.Linear(cfg.n * cfg.k, cfg.h, bias=bias)
         self.register_buffer("mask", torch.ones(cfg.s, cfg.s, dtype=torch.bool).triu(1), persistent=False)
         if not cfg.gpt:
-            inv = 1.0 / (10000 ** (torch.arange(0, cfg.k, 2).float() / cfg.k))
-            angles = torch.outer(torch.arange(cfg.s).float(), inv)
-            angles = torch.cat([angles, angles], dim=-1)[None, :, None, :]
-            self.register_buffer("cos", angles.cos(), persistent=False)
-            self.register_buffer("sin", angles.sin(), persistent=False)
+            register_rope(self, cfg.s, cfg.k)
 
     def rope(self, x: Tensor) -> Tensor:
-        # x·cos + rotate(x)·sin: multiplying by constant tables saves the tables, not x.
-        return x * self.cos.to(x.dtype) + rotate_half(x) * self.sin.to(x.dtype)
+        return apply_rope(self, x)
 
     def forward(self, x: Tensor) -> Tensor:
         cfg = self.cfg
@@ -308,14 +318,10 @@ class LatentAttention(nn.Module):
         self.kv_b = nn.Linear(cfg.kv_lora, n * (cfg.qk_nope + cfg.v_head), bias=False)
         self.o = nn.Linear(n * cfg.v_head, cfg.h, bias=False)
         self.register_buffer("mask", torch.ones(cfg.s, cfg.s, dtype=torch.bool).triu(1), persistent=False)
-        inv = 1.0 / (10000 ** (torch.arange(0, cfg.qk_rope, 2).float() / cfg.qk_rope))
-        angles = torch.outer(torch.arange(cfg.s).float(), inv)
-        angles = torch.cat([angles, angles], dim=-1)[None, :, None, :]
-        self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
+        register_rope(self, cfg.s, cfg.qk_rope)
 
     def rope(self, x: Tensor) -> Tensor:
-        return x * self.cos.to(x.dtype) + rotate_half(x) * self.sin.to(x.dtype)
+        return apply_rope(self, x)
 
     def forward(self, x: Tensor) -> Tensor:
         cfg = self.cfg

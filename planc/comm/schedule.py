@@ -136,7 +136,7 @@ def link_class(job: Plannable, axes: tuple[Axis, ...]) -> LinkClass:
 def activation_message_bytes(job: Plannable) -> int:
     """b·(s/c)·h·β_a: one micro-batch's hidden states on a context-parallel rank (the TP
     collectives' gathered buffer)."""
-    return job.training.b * job.tokens_per_cp_rank * job.model.h * activation_bytes(job)
+    return latent_message_bytes(job, job.model.h)
 
 
 def tp_blocks(job: Plannable, stage: int) -> int:
@@ -276,10 +276,7 @@ def _dense_tp_ops(job: Plannable, stage: int, blocks: int) -> list[CommOp]:
     link = link_class(job, (Axis.TP,))
     recompute = blocks * m if tr.recompute == "full" else 0
 
-    make = op_maker(stage, GroupKind.TP, lay.t, link)
-
-    def op(collective: Collective, phase: str, calls: int, formula: str) -> CommOp:
-        return make(collective, phase, calls, size, formula)
+    op = op_maker(stage, GroupKind.TP, lay.t, link)
 
     if not lay.sp:
         return [
@@ -287,12 +284,14 @@ def _dense_tp_ops(job: Plannable, stage: int, blocks: int) -> list[CommOp]:
                 Collective.ALL_REDUCE,
                 "TP forward all-reduce (attention and MLP outputs)",
                 blocks * m,
+                size,
                 "1 per block (attention, MLP or shared experts) per micro-batch, b·(s/c)·h·β_a",
             ),
             op(
                 Collective.ALL_REDUCE,
                 "TP backward all-reduce (attention and MLP input grads)",
                 blocks * m + recompute,
+                size,
                 "1 per block per micro-batch (+1 forward again under full recompute), b·(s/c)·h·β_a",
             ),
         ]
@@ -301,6 +300,7 @@ def _dense_tp_ops(job: Plannable, stage: int, blocks: int) -> list[CommOp]:
             Collective.ALL_GATHER,
             "SP all-gather before attention and MLP (forward; again in backward)",
             2 * blocks * m + recompute,
+            size,
             "1 forward + 1 backward per block (attention, MLP or shared experts) per micro-batch, "
             "gathered b·(s/c)·h·β_a",
         ),
@@ -308,6 +308,7 @@ def _dense_tp_ops(job: Plannable, stage: int, blocks: int) -> list[CommOp]:
             Collective.REDUCE_SCATTER,
             "SP reduce-scatter after attention and MLP (forward; again in backward)",
             2 * blocks * m + recompute,
+            size,
             "1 forward + 1 backward per block per micro-batch, b·(s/c)·h·β_a before scattering",
         ),
     ]

@@ -195,9 +195,10 @@ def _latent_tp(plan: PlanData, stage: int, per_step: int, full: bool) -> list[Op
     the query latent (h without one), the key/value latent and the key's RoPE part forward,
     their reduce-scatter backward; reduce-scatter of h after the output projection, its
     all-gather backward. Without SP: all-reduce of h forward, of the two latents backward."""
-    t, mla, m = plan.degrees["tp"], plan.model["mla"], plan.model
-    token = _hidden(plan) // int(m["hidden"])  # b·(s/c)·β_a
-    query = m["hidden"] if mla["q_lora_rank"] is None else mla["q_lora_rank"]
+    t, model = plan.degrees["tp"], plan.model
+    mla = model["mla"]
+    token = _hidden(plan) // int(model["hidden"])  # b·(s/c)·β_a
+    query = model["hidden"] if mla["q_lora_rank"] is None else mla["q_lora_rank"]
     again = per_step if full else 0
     hidden = _hidden(plan)
     if plan.sequence_parallel:
