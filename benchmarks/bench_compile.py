@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from planc.analysis import analyse
 from planc.compile import compile_job
 from planc.compile.write import render_files, write_files
-from planc.load import load_text
 from planc.plannable import Plannable, plannable
+from planc.spec.load import load_text
 
 GPUS_PER_NODE = 8
 NODES = {"1k": 128, "16k": 2048, "131k": 16384}

@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from planc.analysis import analyse
 from planc.compile import compile_job
 from planc.compile.write import render_files, write_files
-from planc.load import load_text
 from planc.plannable import Plannable, plannable
+from planc.spec.load import load_text
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "examples" / "deepseek-v3-2048xh800.yaml"

@@ -28,9 +28,9 @@ from bench_compile import NODES, spec_text
 
 from planc.analysis import analyse, estimate_step
 from planc.check import check_loaded
-from planc.html import render_page
-from planc.load import load_path
 from planc.plannable import plannable
+from planc.report import render_page
+from planc.spec.load import load_path
 
 TARGET_S = 5.0
 TARGET_BYTES = 2 * 1024 * 1024

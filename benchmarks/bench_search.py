@@ -37,12 +37,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planc.analysis import analyse, estimate_step
-from planc.explain import explain
-from planc.load import load_text
+from planc.cli.search import Request, setup_of
+from planc.outputs.explain import explain
 from planc.plannable import plannable
-from planc.search.command import Request, setup_of
 from planc.search.evaluate import Setup, Verdict, judge_range, price_all
 from planc.search.space import Space
+from planc.spec.load import load_text
 
 
 @dataclass(frozen=True)

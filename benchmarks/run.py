@@ -162,8 +162,8 @@ def verify_times() -> dict[str, Any]:
     from planc.analysis import analyse
     from planc.compile import compile_job
     from planc.compile.plan import plan_json
-    from planc.load import load_path
     from planc.plannable import plannable
+    from planc.spec.load import load_path
     from planc.verify import verify_text
 
     out = {}

@@ -1,3 +1,3 @@
-from planc.cli import entry
+from planc.cli.main import entry
 
 entry()

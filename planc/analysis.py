@@ -19,10 +19,10 @@ from planc.comm.schedule import CommOp, WireBudget, schedule, wire_budget
 from planc.memory import MemoryBudget, budget
 from planc.memory.params import RankParameters, rank_parameters
 from planc.perf.compute import StageTimes
-from planc.perf.efficiency import Efficiency
-from planc.perf.validate import efficiency_of, estimate, model_flops, op_seconds, stage_times
+from planc.perf.inputs import efficiency_of, estimate, model_flops, op_seconds, stage_times
 from planc.pipeline.bubble import bubble_fraction
 from planc.plannable import Plannable
+from planc.presets.efficiency import Efficiency
 from planc.record import record
 
 if TYPE_CHECKING:

@@ -10,15 +10,15 @@ import dataclasses
 from collections.abc import Iterable
 
 from planc.analysis import analyse
-from planc.config import Resolver
 from planc.findings import FileResult, Finding, Severity, Violation
-from planc.job import Job
-from planc.load import Loaded, load_path
-from planc.locate import Locator
 from planc.plannable import Refusal, plannable, refusals
 from planc.record import record
 from planc.rules import REGISTRY, Rule
 from planc.rules.base import Context, Needs
+from planc.rules.config import Resolver
+from planc.spec.job import Job
+from planc.spec.load import Loaded, load_path
+from planc.spec.locate import Locator
 
 
 def severity_of(rule_id: str, default: Severity, job: Job) -> Severity:
@@ -143,7 +143,7 @@ def check_paths(
 ) -> tuple[FileResult, ...]:
     """Check each file on its own; one bad file does not stop the others.
 
-    `configs` gives each file its configuration (`planc.config`: rule defaults, and select and
+    `configs` gives each file its configuration (`planc.rules.config`: rule defaults, and select and
     ignore as the rules the spec's `rules.ignore` gains); stdin (`-`) is reported, and its
     configuration looked up, under `stdin_name`.
     """

@@ -14,19 +14,15 @@ stage and of every model chunk, the rank strides, and the tokens one context-par
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
 from planc.findings import Violation
-from planc.job import Cluster, Job, Model, NodeNames, Rules, Training
 from planc.record import record
+from planc.spec.job import HOST_NAME, Cluster, Job, Model, NodeNames, Rules, Training
 from planc.vocab import AXES, Axis
 
 MAX_RANKS = 1_048_576
-# What DeepSpeed hostfiles, Open MPI rankfiles and Slurm hostfiles all accept as a host; matched
-# against the whole name (fullmatch), so a trailing newline is refused too.
-HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:-]*")
 
 LayerRange = tuple[int, int]  # [first, last) layer indices
 
@@ -574,6 +570,11 @@ class Plannable:
         if moe is None:
             return 0
         return sum(moe.moe_layers_between(a, b) for a, b in self.layout.chunks[stage])
+
+    @property
+    def usable_hbm_bytes(self) -> int:
+        """HBM × (1 − rules.memory_headroom): what PLC007 lets the heaviest rank use."""
+        return int(self.cluster.gpu.memory_bytes * (1 - self.rules.memory_headroom))
 
     @property
     def tokens_per_sp_rank(self) -> int:

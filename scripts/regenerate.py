@@ -4,8 +4,8 @@
     python scripts/regenerate.py --check  # exit 1 and name the stale files (what CI's tests check)
 
 Writes `planc/presets/names.py` (the preset names, from the keys of `gpus.json` and
-`models.json`), then `schemas/spec.schema.json` and its packaged copy `planc/spec.schema.json`
-(from the pydantic models in `planc/spec.py`, which offer those names as enums).
+`models.json`), then `schemas/spec.schema.json` and its packaged copy `planc/spec/schema.json`
+(from the pydantic models in `planc/spec/models.py`, which offer those names as enums).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PRESETS = ROOT / "planc" / "presets"
 NAMES = PRESETS / "names.py"
-SCHEMAS = (ROOT / "schemas" / "spec.schema.json", ROOT / "planc" / "spec.schema.json")
+SCHEMAS = (ROOT / "schemas" / "spec.schema.json", ROOT / "planc" / "spec" / "schema.json")
 
 
 def preset_names(file: str) -> tuple[str, ...]:
@@ -41,7 +41,7 @@ def names_module() -> str:
 
 def schema_text() -> str:
     # A fresh interpreter, so the schema is built from the names module just written.
-    code = "import json; from planc.spec import json_schema; print(json.dumps(json_schema(), indent=2, ensure_ascii=False))"
+    code = "import json; from planc.spec.models import json_schema; print(json.dumps(json_schema(), indent=2, ensure_ascii=False))"
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )

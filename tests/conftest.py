@@ -13,9 +13,9 @@ from planc.analysis import Analysis, analyse
 from planc.check import check_loaded
 from planc.compile import Plan, compile_job
 from planc.findings import FileResult
-from planc.job import Job
-from planc.load import load_text
 from planc.plannable import Plannable, plannable
+from planc.spec.job import Job
+from planc.spec.load import load_text
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

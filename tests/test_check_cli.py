@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from planc.cli import main
+from planc.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD_TEXT = (ROOT / "examples" / "llama3-8b-1node.yaml").read_text(encoding="utf-8")
@@ -188,7 +188,7 @@ def test_colour_never_reaches_an_output_file(tmp_path: Path) -> None:
 
 
 def test_use_color_on_a_terminal() -> None:
-    from planc.report import use_color
+    from planc.cli.reporters import use_color
 
     assert use_color(True, {}) and not use_color(False, {})
     assert not use_color(True, {"NO_COLOR": "1"}) and use_color(True, {"NO_COLOR": ""})
@@ -224,16 +224,16 @@ def test_snippets_never_pass_control_characters_to_the_terminal(tmp_path: Path) 
     code, out = run(str(spec))
     assert code == 1 and "PLC110" in out
     assert "\u202e" not in out and '"8192\ufffd"' in out
+    from planc.cli.reporters import snippet
     from planc.findings import Finding, Severity
-    from planc.report import snippet
 
     (line, _) = snippet("name: \x1b[2Jx\n", Finding(1, 7, "PLC110", Severity.ERROR, "m"))
     assert line == "1 | name: \ufffd[2Jx"
 
 
 def test_a_long_line_is_shown_as_a_window_around_the_column() -> None:
+    from planc.cli.reporters import SNIPPET_WIDTH, snippet
     from planc.findings import Finding, Severity
-    from planc.report import SNIPPET_WIDTH, snippet
 
     source = "a: 1\nlong: " + "x" * 500 + " y\n"
     line, carets = snippet(source, Finding(2, 508, "PLC110", Severity.ERROR, "m"))

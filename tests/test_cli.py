@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from syrupy.assertion import SnapshotAssertion
 
-from planc.cli import main
+from planc.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 BAD = ROOT / "examples" / "invalid" / "PLC006" / "llama3-70b-8x8.yaml"

@@ -9,9 +9,9 @@ import pytest
 from planc.analysis import analyse, estimate_step
 from planc.comm.cost import bus_factor, ring_steps, wire_bytes
 from planc.comm.schedule import link_class, schedule, wire_budget
-from planc.load import load_text
-from planc.perf.validate import model_flops
+from planc.perf.inputs import model_flops
 from planc.pipeline.bubble import bubble_fraction
+from planc.spec.load import load_text
 
 from conftest import analysis_of, job_of, plannable_of
 

@@ -7,10 +7,10 @@ from typing import Any
 import yaml
 
 from planc.comm.schedule import schedule, shard_link
-from planc.load import load_text
 from planc.memory.params import rank_parameters
 from planc.perf.offload import offload_transfer_s
 from planc.plannable import Plannable
+from planc.spec.load import load_text
 from planc.vocab import Collective, GroupKind, LinkClass
 
 from conftest import plannable_of

@@ -17,9 +17,9 @@ import yaml
 
 from planc.analysis import analyse
 from planc.compile.plan import compile_job, plan_json
-from planc.load import load_text
-from planc.perf.validate import comm_time_s, tp_per_layer
+from planc.perf.inputs import comm_time_s, tp_per_layer
 from planc.plannable import Plannable, plannable
+from planc.spec.load import load_text
 from planc.verify import render, verify_text
 
 S, H, M = 2048, 1024, 8

@@ -23,7 +23,7 @@ from test_compile_plan import job_from, topologies
 from planc.compile import OutputError, render_files, write_plan
 from planc.compile import write as write_module
 from planc.compile.launchers import megatron_args
-from planc.load import load_path
+from planc.spec.load import load_path
 
 from conftest import EXAMPLES, ROOT, compiled, job_of, plannable_of, spec_text
 

@@ -17,9 +17,9 @@ from syrupy.extensions.json import JSONSnapshotExtension
 from planc.compile import render_files
 from planc.compile.plan import MEMORY_FIELDS, Plan, coords_json, plan_json
 from planc.findings import Severity
-from planc.load import load_path, load_text
 from planc.memory import budget, rank_memory
 from planc.plannable import Plannable, plannable, refusals
+from planc.spec.load import load_path, load_text
 
 from conftest import EXAMPLES, ROOT, check_text, compiled, job_of, resolved_of, spec_text
 

@@ -7,15 +7,15 @@ from pathlib import Path
 import pytest
 
 from planc.check import check_paths
-from planc.config import (
+from planc.rules.config import (
     Config,
     ConfigError,
     Resolver,
-    fill_rule_defaults,
     find_config,
     load_config,
     parse_table,
 )
+from planc.spec.load import fill_rule_defaults
 
 ROOT = Path(__file__).resolve().parent.parent
 BUBBLE = ROOT / "examples" / "invalid" / "PLC006" / "llama3-70b-8x8.yaml"  # bubble 27.3 %
@@ -181,7 +181,7 @@ def _imports_after_check(spec: Path, cwd: Path) -> set[str]:
 
     code = (
         "import sys\n"
-        "from planc.cli import main\n"
+        "from planc.cli.main import main\n"
         f"try:\n    main(['check', '-q', {str(spec)!r}])\nexcept SystemExit:\n    pass\n"
         "print(' '.join(sorted(sys.modules)))\n"
     )

@@ -1,4 +1,4 @@
-"""planc diff OLD NEW (planc/diff.py): numbers against `planc explain --format json` of each side,
+"""planc diff OLD NEW (planc/outputs/diff.py): numbers against `planc explain --format json` of each side,
 findings added and removed, refusals, git revisions and the exit codes."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from planc.cli import main
+from planc.cli.main import main
 
 from conftest import spec_text
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from planc.discover import Excludes, discover, looks_like_spec
+from planc.cli.discover import Excludes, discover, looks_like_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = (ROOT / "examples" / "llama3-8b-1node.yaml").read_text(encoding="utf-8")

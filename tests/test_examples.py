@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from planc.check import check_paths
-from planc.cli import main
+from planc.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 VALID = sorted((ROOT / "examples").glob("*.yaml"))

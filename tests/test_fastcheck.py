@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from planc.fastcheck import fast_validate
-from planc.spec import Spec
+from planc.spec.fastcheck import fast_validate
+from planc.spec.models import Spec
 
 ROOT = Path(__file__).resolve().parent.parent
 VALID = sorted((ROOT / "examples").glob("*.yaml"))

@@ -22,19 +22,19 @@ from pydantic import ValidationError
 
 from planc.analysis import analyse
 from planc.check import check_paths
-from planc.cli import main
+from planc.cli.main import main
 from planc.compile import compile_job
 from planc.compile.plan import plan_json
-from planc.explain import explain, to_json
-from planc.fastcheck import fast_validate
 from planc.findings import FileResult, Finding, Severity
-from planc.job import expand_hosts
-from planc.load import MAX_BYTES, load_text, read_input
-from planc.memory.report import to_json as memory_json
+from planc.outputs.explain import explain, to_json
+from planc.outputs.memory import to_json as memory_json
 from planc.plannable import plannable, refusals
 from planc.rules.layout import HOST_NAME
-from planc.spec import Spec
-from planc.yamlnodes import MAX_INT_DIGITS, compose
+from planc.spec.fastcheck import fast_validate
+from planc.spec.job import expand_hosts
+from planc.spec.load import MAX_BYTES, load_text, read_input
+from planc.spec.models import Spec
+from planc.spec.nodes import MAX_INT_DIGITS, compose
 
 from conftest import EXAMPLES, ROOT, check_text, example_data
 

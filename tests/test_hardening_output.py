@@ -1,6 +1,6 @@
 """Issue 19, output side: what the OS can do to planc's output, each from its reproducer.
 
-The error boundary (planc.boundary) and the atomic write (planc.compile.write) are exercised
+The error boundary (planc.cli.boundary) and the atomic write (planc.compile.write) are exercised
 through real `python -m planc` processes wherever a descriptor, a signal, a locale or a second
 process is involved; the overwrite rules through click's runner.
 """
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from planc.cli import main
+from planc.cli.main import main
 from planc.compile import OutputError
 from planc.compile import write as write_module
 from planc.compile.write import MANIFEST, foreign_files, manifest, write_files
@@ -185,7 +185,7 @@ import planc.check
 def broken(*args, **kwargs): raise RuntimeError("a bug")
 planc.check.check_paths = broken
 sys.argv = ["planc", "check", "x.yaml"]
-from planc.cli import entry
+from planc.cli.main import entry
 entry()
 """
 
@@ -216,7 +216,7 @@ def rename(self, dest):
     return result
 Path.rename = rename
 sys.argv = ["planc", *sys.argv[1:]]
-from planc.cli import entry
+from planc.cli.main import entry
 entry()
 """
 

@@ -23,10 +23,10 @@ import yaml
 
 from planc.check import check_loaded
 from planc.findings import Finding, Severity
-from planc.hfconfig import Note, from_config, parse
-from planc.job import Job
-from planc.load import load_path
 from planc.memory.params import parameter_count
+from planc.spec.hf import Note, from_config, parse
+from planc.spec.job import Job
+from planc.spec.load import load_path
 
 ROOT = Path(__file__).resolve().parent.parent
 HF = ROOT / "tests" / "data" / "hf"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from test_hfconfig import HF, hf_job
 
-from planc.hfconfig import from_config
 from planc.memory import parameter_count
 from planc.presets import model_preset
+from planc.spec.hf import from_config
 
 
 def test_deepseek_v3_config_gives_the_preset_exactly(tmp_path: Path) -> None:

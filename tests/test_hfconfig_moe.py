@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 from test_hfconfig import HF, PRESETS, hf_job, transformers_counts, write_spec
 
-from planc.hfconfig import from_config, layer_pattern
-from planc.load import load_path
 from planc.memory.params import parameter_count
+from planc.spec.hf import from_config, layer_pattern
+from planc.spec.load import load_path
 
 MOE_PRESETS = (
     "mixtral-8x7b",

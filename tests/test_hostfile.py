@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from planc.cli import main
-from planc.hostfile import HostfileError, check_hosts, expand_nodelist, parse_hosts
+from planc.cli.main import main
+from planc.spec.hostfile import HostfileError, check_hosts, expand_nodelist, parse_hosts
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_HOSTS = ROOT / "examples" / "gpt3-175b-gb200-nvl72.yaml"  # 36 nodes, no hardware.hosts
@@ -95,7 +95,7 @@ def test_names_meet_the_host_rule(tmp_path: Path) -> None:
 
 def test_compiled_readme_warns_about_placeholder_hosts() -> None:
     from planc.compile.launchers import _placeholder_warning
-    from planc.load import load_path
+    from planc.spec.load import load_path
 
     placeholder = load_path(str(NO_HOSTS)).job
     named = load_path(str(EIGHT)).job

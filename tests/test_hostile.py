@@ -26,7 +26,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from planc.cli import main
+from planc.cli.main import main
 
 from conftest import EXAMPLES, ROOT
 
@@ -145,7 +145,7 @@ def test_thousand_levels_of_block_mappings(tmp_path: Path) -> None:
 
 
 def test_directory_instead_of_a_file(tmp_path: Path) -> None:
-    # A plain directory is walked for specs (planc.discover); one named like a spec file is not.
+    # A plain directory is walked for specs (planc.cli.discover); one named like a spec file is not.
     path = tmp_path / "spec.yaml"
     path.mkdir()
     assert_clean_failure(run_check(str(path)), str(path), 2, "PLC100", (1, 1))

@@ -21,17 +21,17 @@ from click.testing import CliRunner
 from syrupy.assertion import SnapshotAssertion
 
 from planc.analysis import Analysis, analyse, estimate_step
-from planc.cli import main
-from planc.html import build_report
-from planc.html.comm import busiest_stage, ops_svg, step_svg
-from planc.html.gantt import MAX_DRAWN_OPS, Gantt, drawn_microbatches, gantt_svg, simulate_drawn
-from planc.html.memory import memory_svg
-from planc.html.placement import FULL_GRID_NODES, node_types, placement_svg, rank_grid
-from planc.html.svg import attrs, esc, num, rect
-from planc.load import load_path, load_text
+from planc.cli.main import main
 from planc.pipeline.schedule import build_schedule
 from planc.pipeline.timeline import simulate
 from planc.plannable import Plannable, plannable
+from planc.report import build_report
+from planc.report.comm import busiest_stage, ops_svg, step_svg
+from planc.report.gantt import MAX_DRAWN_OPS, Gantt, drawn_microbatches, gantt_svg, simulate_drawn
+from planc.report.memory import memory_svg
+from planc.report.placement import FULL_GRID_NODES, node_types, placement_svg, rank_grid
+from planc.report.svg import attrs, esc, num, rect
+from planc.spec.load import load_path, load_text
 
 from conftest import EXAMPLES, spec_text
 
@@ -337,7 +337,7 @@ SEARCH_ALLOW = (
 
 def searched(path: Path, top: int = 200) -> tuple[str, Any, Any]:
     """A search of `path` in the SEARCH_ALLOW space; top 200: every feasible candidate."""
-    from planc.search.command import Request, setup_of
+    from planc.cli.search import Request, setup_of
     from planc.search.output import describe
     from planc.search.run import search
 
@@ -355,7 +355,7 @@ def search_spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_explorer_embeds_every_ranked_candidate(search_spec: Path) -> None:
-    from planc.html.explorer import explorer_page
+    from planc.report.explorer import explorer_page
 
     heading, setup, result = searched(search_spec)
     ranked = len(result.results)
@@ -523,7 +523,7 @@ if __name__ == "__main__":  # pragma: no cover
 @needs_chromium
 def test_explorer_controls_pick_a_candidate(search_spec: Path, tmp_path: Path) -> None:
     """Choosing a value shows the fastest candidate that has it (the script only picks)."""
-    from planc.html.explorer import explorer_page, shown
+    from planc.report.explorer import explorer_page, shown
 
     heading, setup, result = searched(search_spec)
     choose = "full"

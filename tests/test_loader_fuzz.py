@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from planc.check import check_loaded, check_paths
 from planc.findings import FileResult, Finding
-from planc.load import Loaded, decode, load_text
 from planc.rules import REGISTRY
+from planc.spec.load import Loaded, decode, load_text
 
 from conftest import EXAMPLES, example_data
 

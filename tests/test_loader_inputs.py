@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from planc.check import check_loaded, check_paths
-from planc.cli import main
+from planc.cli.main import main
 from planc.findings import FileResult, Finding, Severity
-from planc.load import decode, load_path, load_text
+from planc.spec.load import decode, load_path, load_text
 
 from conftest import EXAMPLES, check_text, job_of
 
@@ -368,7 +368,7 @@ def test_top_level_that_is_not_a_mapping(text: str, what: str) -> None:
     [
         ('!!python/object/apply:os.system ["echo pwned"]', "!!python/object/apply:os.system"),
         ("!!python/name:os.system", "!!python/name:os.system"),
-        ("!!python/object:planc.spec.Spec {}", "!!python/object:planc.spec.Spec"),
+        ("!!python/object:planc.spec.models.Spec {}", "!!python/object:planc.spec.models.Spec"),
         ("!!binary aGVsbG8=", "!!binary"),
         ("!foo bar", "!foo"),
         ("!!set {a, b}", "!!set"),

@@ -10,8 +10,6 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planc.job import Model
-from planc.load import load_text
 from planc.memory.activations import (
     layer_bytes,
     layer_shape,
@@ -21,6 +19,8 @@ from planc.memory.activations import (
 from planc.pipeline.counts import num_warmup
 from planc.pipeline.inflight import in_flight
 from planc.plannable import Plannable
+from planc.spec.job import Model
+from planc.spec.load import load_text
 
 from conftest import plannable_of
 

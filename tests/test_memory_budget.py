@@ -10,11 +10,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planc.load import load_text
 from planc.memory import budget, rank_memory
-from planc.memory.report import render_text, to_json
 from planc.memory.terms import COMPONENTS
+from planc.outputs.memory import render_text, to_json
 from planc.plannable import Plannable
+from planc.spec.load import load_text
 
 from conftest import plannable_of
 

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import yaml
 
-from planc.load import load_text
 from planc.memory import rank_memory
 from planc.memory.budget import RankMemory
 from planc.memory.params import parameter_count
 from planc.memory.terms import Term
 from planc.plannable import Plannable
+from planc.spec.load import load_text
 
 from conftest import plannable_of
 
@@ -299,7 +299,7 @@ def test_megatron_optimizer_offload_moves_master_and_moments() -> None:
 
 def test_report_names_the_modelled_stack_and_the_host_bytes() -> None:
     from planc.memory import budget
-    from planc.memory.report import render_text, to_json
+    from planc.outputs.memory import render_text, to_json
 
     job = fsdp_job(training={"kernels": "unfused", "offload": {"optimizer": True}})
     b = budget(job)

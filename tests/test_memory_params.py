@@ -12,11 +12,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planc.job import Model
-from planc.load import load_text
 from planc.memory import parameter_count
 from planc.memory.params import layer_parameters, padded_vocab, rank_parameters
 from planc.plannable import Plannable, plannable
+from planc.spec.job import Model
+from planc.spec.load import load_text
 
 PRESETS = json.loads(
     (Path(__file__).resolve().parent.parent / "planc" / "presets" / "models.json").read_text(

@@ -11,11 +11,11 @@ from typing import Any
 
 import yaml
 
-from planc.load import load_text
 from planc.memory.activations import layer_bytes, layer_terms, shape_of
+from planc.perf.inputs import layer_shape, model_flops
 from planc.perf.ops import layer_ops
-from planc.perf.validate import layer_shape, model_flops
 from planc.plannable import Plannable, plannable
+from planc.spec.load import load_text
 
 H, N, F = 7168, 128, 18432
 Q_LAT, KV_LAT, NOPE, ROPE, V = 1536, 512, 128, 64, 128

@@ -11,12 +11,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from planc.load import load_text
 from planc.memory import parameter_count
 from planc.memory.engines import largest_module
 from planc.memory.params import layer_parameters, rank_parameters
 from planc.plannable import Plannable, plannable
 from planc.presets import model_preset
+from planc.spec.load import load_text
 
 from conftest import model_job
 

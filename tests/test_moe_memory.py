@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
-from planc.load import load_text
 from planc.memory import budget, rank_memory
 from planc.memory.activations import expert_shape, routed_rows
 from planc.plannable import Plannable, plannable, refusals
+from planc.spec.load import load_text
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "mixtral-8x7b-64xh100.yaml"
 

@@ -12,7 +12,6 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from planc.load import load_text
 from planc.memory import parameter_count
 from planc.memory.budget import budget
 from planc.memory.params import (
@@ -21,9 +20,10 @@ from planc.memory.params import (
     router_parameters,
     shared_expert_parameters,
 )
-from planc.memory.report import render_text
+from planc.outputs.memory import render_text
 from planc.plannable import plannable
 from planc.presets import model_preset
+from planc.spec.load import load_text
 
 from conftest import model_job
 

@@ -17,12 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from planc.job import Job
-from planc.load import load_text
 from planc.perf import StageInputs, StepInputs, estimate_step, for_gpu, load_calibration
 from planc.perf.calibrate import fit, leave_one_out
 from planc.perf.compute import Device, chunk_times, pass_times
-from planc.perf.efficiency import COLLECTIVES, preset_names, to_json
+from planc.perf.inputs import estimate, model_flops
 from planc.perf.ops import (
     LayerShape,
     attention_core,
@@ -33,9 +31,11 @@ from planc.perf.ops import (
     norm,
     softmax,
 )
-from planc.perf.validate import estimate, model_flops
 from planc.pipeline import build_schedule, simulate
 from planc.pipeline.bounded import run
+from planc.presets.efficiency import COLLECTIVES, preset_names, to_json
+from planc.spec.job import Job
+from planc.spec.load import load_text
 
 A100 = Device.of(312, 2039)
 
@@ -342,7 +342,7 @@ def test_calibration_file_round_trip(tmp_path: Path) -> None:
 def test_calibrate_command_writes_a_loadable_file(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from planc.cli import main
+    from planc.cli.main import main
 
     truth = for_gpu("a100-80gb").with_gemm(peak_fraction=0.75)
     rows = ["spec,seconds per step"]

@@ -8,14 +8,14 @@ from __future__ import annotations
 import pytest
 
 from planc.analysis import analyse, estimate_step
-from planc.perf.ops import ExpertShape, expert_down, expert_up, moe_layer_ops, router
-from planc.perf.validate import (
+from planc.perf.inputs import (
     dispatch_combine_s,
     efficiency_of,
     ep_per_layer,
     layer_shape,
     model_flops,
 )
+from planc.perf.ops import ExpertShape, expert_down, expert_up, moe_layer_ops, router
 
 from conftest import job_of
 

@@ -1,7 +1,7 @@
 """The pre-commit hook checks planc specs wherever they live and leaves other YAML alone.
 
 The hook has no `files:` pattern: pre-commit names every staged YAML file and the entry's
---skip-non-specs applies the content test (planc.discover.looks_like_spec). The entry is run as
+--skip-non-specs applies the content test (planc.cli.discover.looks_like_spec). The entry is run as
 pre-commit would run it; where pre-commit is installed, `pre-commit try-repo` runs the real hook
 (it builds planc into its own environment, so that test takes tens of seconds).
 """
@@ -18,7 +18,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from planc.cli import main
+from planc.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 HOOKS = {h["id"]: h for h in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}

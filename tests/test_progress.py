@@ -10,8 +10,8 @@ from typing import TypeVar
 import pytest
 from click.testing import CliRunner
 
-from planc.cli import main
-from planc.progress import progress, tracked
+from planc.cli.main import main
+from planc.outputs.progress import progress, tracked
 
 T = TypeVar("T")
 

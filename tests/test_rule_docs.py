@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from planc.cli import main
+from planc.cli.main import main
 from planc.rules import REGISTRY, get
 
 from conftest import check_overlay, rules_fired

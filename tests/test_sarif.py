@@ -12,9 +12,9 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
-from planc.cli import main
-from planc.report import rule_name, rule_url
-from planc.report.rules_doc import markdown
+from planc.cli.main import main
+from planc.cli.reporters import rule_name, rule_url
+from planc.cli.rules_doc import markdown
 from planc.rules import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,5 +104,5 @@ def test_sarif_rule_carries_name_descriptions_and_help_uri() -> None:
 
 def test_rules_doc_is_current() -> None:
     assert DOCS.read_text(encoding="utf-8") == markdown(), (
-        "docs/rules.md is stale: run `python -m planc.report.rules_doc > docs/rules.md`"
+        "docs/rules.md is stale: run `python -m planc.cli.rules_doc > docs/rules.md`"
     )

@@ -13,7 +13,7 @@ import yaml
 from syrupy.assertion import SnapshotAssertion
 
 from planc.presets import GPU_NAMES, MODEL_NAMES, all_gpu_presets, all_model_presets
-from planc.spec import json_schema
+from planc.spec.models import json_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT / "schemas" / "spec.schema.json"
@@ -28,9 +28,9 @@ def test_published_schema_is_current() -> None:
 
 def test_package_ships_the_published_schema() -> None:
     # The fast path of `planc check` validates against the copy inside the package.
-    packaged = ROOT / "planc" / "spec.schema.json"
+    packaged = ROOT / "planc" / "spec" / "schema.json"
     assert packaged.read_bytes() == PUBLISHED.read_bytes(), (
-        "planc/spec.schema.json differs: run `python scripts/regenerate.py`"
+        "planc/spec/schema.json differs: run `python scripts/regenerate.py`"
     )
 
 

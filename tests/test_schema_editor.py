@@ -11,9 +11,9 @@ import jsonschema
 import pytest
 import yaml
 
-from planc.fastcheck import fast_validate
-from planc.load import load_text
-from planc.spec import SCHEMA_ID, Spec, json_schema
+from planc.spec.fastcheck import fast_validate
+from planc.spec.load import load_text
+from planc.spec.models import SCHEMA_ID, Spec, json_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = json.loads((ROOT / "schemas" / "spec.schema.json").read_text(encoding="utf-8"))

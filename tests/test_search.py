@@ -16,17 +16,17 @@ from syrupy.assertion import SnapshotAssertion
 
 from planc.analysis import analyse, estimate_step
 from planc.check import check_loaded
-from planc.cli import main
-from planc.fastcheck import fast_validate
+from planc.cli.main import main
+from planc.cli.search import Request, setup_of
 from planc.findings import Severity
-from planc.load import load_text
 from planc.plannable import plannable
-from planc.search.command import Request, setup_of
 from planc.search.evaluate import Setup
 from planc.search.rank import SearchResult
 from planc.search.run import search
 from planc.search.space import SearchError, stage_split
-from planc.spec import Spec
+from planc.spec.fastcheck import fast_validate
+from planc.spec.load import load_text
+from planc.spec.models import Spec
 
 ROOT = Path(__file__).resolve().parent.parent
 

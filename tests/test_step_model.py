@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from planc.analysis import analyse, estimate_step
-from planc.load import load_path
-from planc.perf.efficiency import for_gpu, to_json
+from planc.presets.efficiency import for_gpu, to_json
+from planc.spec.load import load_path
 
 from conftest import EXAMPLES, check_text, job_of, plannable_of, spec_text
 

@@ -52,10 +52,10 @@ import torch.nn.functional as F
 import yaml
 from torch import Tensor, nn
 
-from planc.load import load_text
 from planc.memory import rank_memory
 from planc.memory.activations import expert_shape, layer_bytes, moe_layer_bytes, shape_of
 from planc.plannable import Plannable, plannable
+from planc.spec.load import load_text
 
 # --- the PyTorch models ------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ paying the link latency once; an all-to-all as pairwise exchange also takes n−
 peer (Thakur, Rabenseifner & Gropp 2005, "Optimization of collective communication operations in
 MPICH", §3: α·(n−1) + (n−1)/n·M/β). The time of a call,
 steps·α + wire_bytes/(β·e) with the link's efficiency and latency, is priced by the step model
-(`planc.perf.validate.comm_time_s`).
+(`planc.perf.inputs.comm_time_s`).
 """
 
 from __future__ import annotations

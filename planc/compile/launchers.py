@@ -16,7 +16,7 @@ import re
 
 from planc.compile.plan import Plan
 from planc.compile.ranks import AXES
-from planc.job import GIB, NodeNames
+from planc.spec.job import GIB, NodeNames
 
 MASTER_PORT = 29500
 TRAIN_SCRIPT = '"${PLANC_TRAIN_SCRIPT:-train.py}"'

@@ -40,7 +40,7 @@ from types import FrameType
 from planc.compile.frameworks import framework_files
 from planc.compile.launchers import launcher_files, readme
 from planc.compile.plan import Plan, coords_json, plan_json
-from planc.progress import tracked
+from planc.outputs.progress import tracked
 
 if sys.platform != "win32":
     import fcntl

@@ -48,12 +48,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from planc.job import Model
 from planc.memory.params import padded_vocab
 from planc.memory.terms import Term, ceil_div
 from planc.pipeline.inflight import in_flight
 from planc.plannable import Plannable
 from planc.record import record
+from planc.spec.job import Model
 
 KORTHIKANTI = "Korthikanti et al. 2022 §4.1"
 TABLE2 = "Korthikanti et al. 2022 Table 2"

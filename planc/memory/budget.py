@@ -117,3 +117,9 @@ def budget(job: Plannable) -> MemoryBudget:
         stages=stages,
         peak=peak,
     )
+
+
+def node_host_bytes(job: Plannable, b: MemoryBudget) -> int:
+    """Host bytes one node holds: gpus_per_node × the most any rank offloads (conservative: the
+    ranks of one node may belong to different stages)."""
+    return job.cluster.gpus_per_node * max(stage.memory.host for stage in b.stages)

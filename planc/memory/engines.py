@@ -25,7 +25,6 @@ charges; and they take N as every GPU, where planc shards over d·c (TP and PP s
 
 from __future__ import annotations
 
-from planc.job import MLA
 from planc.memory.params import (
     SOURCE_MOE_PARAMS,
     SOURCE_PARAMS,
@@ -46,6 +45,7 @@ from planc.memory.static import (
 from planc.memory.terms import Component, Term, ceil_div
 from planc.plannable import DS_REDUCE_BUCKET_ELEMENTS, Plannable
 from planc.record import record
+from planc.spec.job import MLA
 
 # --- sources -------------------------------------------------------------------------------------
 

@@ -11,10 +11,10 @@ the biases that file leaves out, so that published counts come out exact.
 
 from __future__ import annotations
 
-from planc.job import MLA, Model, MoE
 from planc.memory.terms import ceil_div
 from planc.plannable import Plannable, padded_vocab
 from planc.record import record
+from planc.spec.job import MLA, Model, MoE
 
 SOURCE_MOE_PARAMS = (
     "Megatron-Core moe/README.md and theoretical_memory_usage.py (routed experts "

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from planc.job import Job
-from planc.perf.efficiency import COLLECTIVES, Efficiency, for_gpu, load_calibration, to_json
-from planc.perf.validate import estimate
+from planc.perf.inputs import estimate
 from planc.plannable import Plannable
+from planc.presets.efficiency import COLLECTIVES, Efficiency, for_gpu, load_calibration, to_json
 from planc.record import record
+from planc.spec.job import Job
 
 Predict = Callable[[Efficiency], float]
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from planc.perf.efficiency import Efficiency
 from planc.perf.ops import (
     ExpertShape,
     LayerShape,
@@ -30,6 +29,7 @@ from planc.perf.ops import (
     moe_layer_ops,
     optimizer_step,
 )
+from planc.presets.efficiency import Efficiency
 from planc.record import record
 
 RECOMPUTE = ("none", "selective", "full")

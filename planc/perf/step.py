@@ -1,7 +1,7 @@
 """The step: per-stage times composed through the pipeline schedule, plus what stays exposed.
 
 :func:`estimate_step` is a pure function of a frozen :class:`StepInputs` of plain numbers
-(seconds, counts, FLOPs); :mod:`planc.perf.validate` builds one from a job.
+(seconds, counts, FLOPs); :mod:`planc.perf.inputs` builds one from a job.
 
 Composition, per optimizer step:
 

@@ -8,9 +8,9 @@ from enum import Enum
 
 from planc.analysis import Analysis
 from planc.findings import Severity, Violation
-from planc.job import Job
 from planc.plannable import Plannable, Refusal
 from planc.record import record
+from planc.spec.job import Job
 
 
 class Needs(str, Enum):

@@ -14,9 +14,9 @@ import math
 from collections.abc import Callable
 
 from planc.analysis import Analysis, analyse
-from planc.job import Job, NodeNames
 from planc.plannable import plannable
 from planc.rules.layout import sequence_splits
+from planc.spec.job import Job, NodeNames
 
 # More nodes at the same layout are tried up to this factor (ZeRO shards over a larger group).
 MAX_NODE_FACTOR = 64

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 from planc.comm.schedule import within_domain
 from planc.findings import Severity
-from planc.job import Job
-from planc.plannable import HOST_NAME, MAX_RANKS, Plannable
+from planc.plannable import MAX_RANKS, Plannable
 from planc.rules.base import Context, Needs, Violation, rule
+from planc.spec.job import HOST_NAME, Job
 from planc.vocab import Axis
 
 __all__ = ["HOST_NAME", "MAX_RANKS"]

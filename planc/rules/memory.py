@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from planc.analysis import Analysis
-from planc.job import GIB, Job
-from planc.memory.report import usable_bytes
 from planc.rules import fixes
 from planc.rules.base import Context, Needs, Violation, rule
+from planc.spec.job import GIB, Job
 
 GENERIC_FIX = (
     "lower micro_batch, turn on recompute or sequence_parallel, raise zero_stage, or add "
@@ -70,7 +69,7 @@ def memory_fits(ctx: Context) -> Iterator[Violation]:
     job = ctx.analysis.plan
     peak = ctx.analysis.memory.peak
     hbm = job.cluster.gpu.memory_bytes
-    usable = usable_bytes(job)
+    usable = job.usable_hbm_bytes
     mem = peak.memory
     if mem.total <= usable:
         return

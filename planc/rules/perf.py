@@ -8,11 +8,10 @@ from collections.abc import Iterator
 from planc.analysis import Analysis
 from planc.comm.schedule import CommOp, expert_link, sharding_stage
 from planc.findings import Severity
-from planc.job import GB, Job
-from planc.memory.report import usable_bytes
-from planc.perf.validate import dispatch_combine_s, expert_compute_s
+from planc.perf.inputs import dispatch_combine_s, expert_compute_s
 from planc.rules import fixes
 from planc.rules.base import Context, Needs, Violation, rule
+from planc.spec.job import GB, Job
 from planc.vocab import Axis, Collective, GroupKind, LinkClass
 
 # The gradient reduction's groups: the shard group (dp_cp, or dp_shard under HSDP) and HSDP's
@@ -149,7 +148,7 @@ def _inside(analysis: Analysis) -> str | None:
     """What a variant shows when its EP groups stay inside one NVLink domain (and its heaviest
     rank still fits: a fix must not trade one finding for another)."""
     plan = analysis.plan
-    if analysis.memory.peak.memory.total > usable_bytes(plan):
+    if analysis.memory.peak.memory.total > plan.usable_hbm_bytes:
         return None
     if plan.layout.ep == 1:
         return "no all-to-all"

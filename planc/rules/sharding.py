@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 from planc import plannable as pre
 from planc.analysis import Analysis
-from planc.job import GB
-from planc.memory.report import node_host_bytes, usable_bytes
+from planc.memory.budget import node_host_bytes
 from planc.rules import fixes
 from planc.rules.base import Context, Needs, Violation, rule
+from planc.spec.job import GB
 
 
 @rule("PLC021", needs=Needs.ANALYSIS)
@@ -66,7 +66,7 @@ def _host_fix(ctx: Context) -> str:
     def fits(analysis: Analysis) -> str | None:
         host = node_host_bytes(analysis.plan, analysis.memory)
         ok = host <= analysis.plan.cluster.host_memory_bytes
-        ok = ok and analysis.memory.peak.memory.total <= usable_bytes(analysis.plan)
+        ok = ok and analysis.memory.peak.memory.total <= analysis.plan.usable_hbm_bytes
         return f"{host / GB:,.1f} GB per node" if ok else None
 
     found = fixes.verified(job, (fixes.data_shard, fixes.zero_stage, fixes.nodes), fits)

@@ -2,5 +2,5 @@
 
 `space` (the axes as data, pinning and narrowing), `evaluate` (the rules `planc check` runs,
 cheapest first, and the step estimate), `rank` (order and counts), `run` (the loop, on one or
-more processes), `output` (text, JSON, CSV and the winner as a spec), `command` (the CLI's work).
+more processes), `output` (text, JSON, CSV and the winner as a spec); the command itself is `planc.cli.search`.
 """

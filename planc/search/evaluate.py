@@ -19,14 +19,14 @@ from typing import Any, Protocol
 from planc.analysis import Analysis, analyse, estimate_step
 from planc.check import context_of, evaluate, severity_of
 from planc.findings import Severity
-from planc.job import Job, NodeNames, resolve
-from planc.perf.validate import after_step_s
+from planc.perf.inputs import after_step_s
 from planc.pipeline.bubble import bubble_fraction
 from planc.plannable import plannable
 from planc.record import record
 from planc.rules import REGISTRY, Rule
 from planc.rules.base import Context, Needs
 from planc.search.space import Space, Value, stage_split
+from planc.spec.job import Job, NodeNames, resolve
 
 ERROR_RANK = Severity.ERROR.rank
 WARNING_RANK = Severity.WARNING.rank
@@ -109,7 +109,7 @@ def spec_job(setup: Setup) -> Job:
     """The spec's job with the search's thresholds (max_bubble, memory_headroom)."""
     job = resolve(setup.spec)
     if isinstance(job, list):
-        raise ValueError("the spec did not resolve; load it with planc.load first")
+        raise ValueError("the spec did not resolve; load it with planc.spec.load first")
     space = setup.space
     rules = dataclasses.replace(
         job.rules, max_bubble=space.max_bubble, memory_headroom=space.memory_headroom

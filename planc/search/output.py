@@ -8,9 +8,9 @@ import io
 from collections.abc import Mapping
 from typing import Any
 
-from planc.job import GIB, Job
 from planc.search.rank import Ranked, SearchResult
 from planc.search.space import Space, Value
+from planc.spec.job import GIB, Job
 
 CSV_FIELDS = (
     "rank",

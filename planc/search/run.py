@@ -82,7 +82,7 @@ def _noop(n: int = 1) -> None:
 
 @contextmanager
 def silent(label: str, total: int) -> Iterator[Tick]:
-    """No progress report (`planc.progress.progress` draws one on a terminal)."""
+    """No progress report (`planc.outputs.progress.progress` draws one on a terminal)."""
     yield _noop
 
 

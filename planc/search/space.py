@@ -14,8 +14,8 @@ import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from planc.job import Job
 from planc.record import record
+from planc.spec.job import Job
 
 Value = int | bool | str
 
@@ -233,7 +233,7 @@ def parse_allowed(items: Sequence[str]) -> dict[str, list[Value]]:
     is (SearchError names the option that is wrong)."""
     from pydantic import ValidationError  # start-up: pydantic only when --allow is given
 
-    from planc.spec import SearchSpec  # start-up: as above
+    from planc.spec.models import SearchSpec  # start-up: as above
 
     raw: dict[str, list[Value]] = {}
     for item in items:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from planc.cli import main
+from planc.cli.main import main
 from planc.findings import FileResult, Finding, Severity
 
 from conftest import check_overlay, check_text, rules_fired, spec_text, value_position

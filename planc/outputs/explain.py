@@ -10,9 +10,9 @@ from typing import Any
 
 from planc.analysis import Analysis, StepEstimate, estimate_step
 from planc.comm.schedule import op_record
-from planc.job import GB, GIB
-from planc.memory.report import to_json as memory_json
+from planc.outputs.memory import to_json as memory_json
 from planc.record import record
+from planc.spec.job import GB, GIB
 
 
 @record

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from planc.analysis import Analysis, StepEstimate
 from planc.comm.schedule import CommOp
-from planc.html import fmt
-from planc.html.svg import group, rect, svg, text
+from planc.report import fmt
+from planc.report.svg import group, rect, svg, text
 from planc.vocab import LinkClass
 
 WIDTH = 960

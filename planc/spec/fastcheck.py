@@ -3,8 +3,8 @@
 `planc check` runs in pre-commit hooks, where start-up time decides whether the hook stays
 installed, and importing pydantic and building the spec models costs more than everything else
 `check` does. Almost every spec a hook sees is valid, so this module validates the plain YAML data
-against the published JSON Schema (`spec.schema.json`, generated from the pydantic models in
-`planc/spec.py`) and fills in its defaults.
+against the published JSON Schema (`schema.json`, generated from the pydantic models in
+`planc/spec/models.py`) and fills in its defaults.
 
 It may only ever say "valid" where pydantic says valid, and it must then produce exactly
 `Spec.model_validate(data).model_dump()`; anything it is unsure of returns None and the caller
@@ -32,7 +32,7 @@ class _Invalid(Exception):
 def published_schema() -> Schema:
     """The spec's JSON Schema as shipped inside the package."""
     with open(
-        os.path.join(os.path.dirname(__file__), "spec.schema.json"), encoding="utf-8"
+        os.path.join(os.path.dirname(__file__), "schema.json"), encoding="utf-8"
     ) as handle:
         text = handle.read()
     schema: Schema = json.loads(text)

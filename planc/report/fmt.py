@@ -3,7 +3,7 @@ traffic, seconds with a sensible unit, percentages with one decimal."""
 
 from __future__ import annotations
 
-from planc.job import GB, GIB
+from planc.spec.job import GB, GIB
 
 
 def gib(n: float) -> str:

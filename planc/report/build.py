@@ -10,10 +10,10 @@ from __future__ import annotations
 from planc.analysis import analyse, estimate_step
 from planc.check import check_file, with_refusals
 from planc.findings import FileResult, Severity
-from planc.html.page import render_page
-from planc.load import load_path
 from planc.plannable import plannable
 from planc.record import record
+from planc.report.page import render_page
+from planc.spec.load import load_path
 
 TOLERATED = frozenset({"PLC006", "PLC007"})
 

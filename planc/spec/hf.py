@@ -66,7 +66,7 @@ from planc.record import record
 
 SOURCE = "transformers 5.24.0 configuration classes (field names and defaults)"
 MAX_BYTES = 1024 * 1024  # a config.json is a few KB
-MAX_DIM = 10_000_000  # as planc.spec bounds model dimensions
+MAX_DIM = 10_000_000  # as planc.spec.models bounds model dimensions
 
 Severity = Literal["error", "info"]
 

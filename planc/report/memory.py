@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from planc.html import fmt
-from planc.html.svg import esc, group, label_every, line, rect, svg, text
-from planc.job import GIB
 from planc.memory.budget import MemoryBudget, StageBudget
-from planc.memory.report import usable_bytes
 from planc.memory.terms import COMPONENTS, Term
 from planc.plannable import Plannable
+from planc.report import fmt
+from planc.report.svg import esc, group, label_every, line, rect, svg, text
+from planc.spec.job import GIB
 
 WIDTH = 960
 LEFT, RIGHT, TOP, BOTTOM = 64, 168, 28, 66
@@ -42,7 +41,7 @@ def segment_tip(stage: StageBudget, component: str, terms: list[Term]) -> str:
 def memory_svg(plan: Plannable, memory: MemoryBudget, titled: bool = True) -> str:
     """The bars; without `titled`, no tooltips (the search explorer draws one chart per
     candidate and stays small)."""
-    hbm, usable = plan.cluster.gpu.memory_bytes, usable_bytes(plan)
+    hbm, usable = plan.cluster.gpu.memory_bytes, plan.usable_hbm_bytes
     stages = memory.stages
     top = max(hbm, memory.peak.memory.total) * 1.08
     plot_w = WIDTH - LEFT - RIGHT
@@ -156,7 +155,7 @@ def _bar(
             )
         )
         base += size
-    over = mem.total > usable_bytes(plan)
+    over = mem.total > plan.usable_hbm_bytes
     outline = "bar-outline over" if over else "bar-outline"
     children.append(
         rect(x, y(mem.total), width, y(0) - y(mem.total), outline + (" peak" if peak else ""))

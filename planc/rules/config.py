@@ -129,28 +129,6 @@ def _known_prefix(item: str) -> bool:
     return any(rule_id.startswith(item) for rule_id in REGISTRY)
 
 
-def fill_rule_defaults(data: Any, defaults: Mapping[str, Any]) -> Any:
-    """The spec data with `defaults` in its `rules` section wherever the spec leaves a key out;
-    `severity` is merged per rule id with the spec's entries winning, and `ignore` is the union of
-    the spec's list and the defaults'. Data that is not a mapping (or a `rules` that is not one)
-    is returned unchanged, for validation to report."""
-    if not defaults or not isinstance(data, dict):
-        return data
-    rules = data.get("rules", {})
-    if not isinstance(rules, dict):
-        return data
-    merged = {**{k: v for k, v in defaults.items() if k not in ("severity", "ignore")}, **rules}
-    if "severity" in defaults:
-        own = rules.get("severity", {})
-        merged["severity"] = {**defaults["severity"], **own} if isinstance(own, dict) else own
-    if "ignore" in defaults:
-        own = rules.get("ignore", [])
-        merged["ignore"] = (
-            list(dict.fromkeys([*own, *defaults["ignore"]])) if isinstance(own, list) else own
-        )
-    return {**data, "rules": merged}
-
-
 # --- finding and reading configuration files ------------------------------------------------
 
 

@@ -13,14 +13,15 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from planc.findings import Finding, Severity
-from planc.job import Job, resolve
-from planc.locate import Locator, dotted
 from planc.record import record
-from planc.yamlnodes import Node, compose, to_data, walk_plain_scalars, yaml11_reading
+from planc.spec.job import Job, resolve
+from planc.spec.locate import Locator, dotted
+from planc.spec.nodes import Node, compose, to_data, walk_plain_scalars, yaml11_reading
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -265,17 +266,17 @@ def _validated(
 ) -> tuple[dict[str, Any] | None, list[Finding]]:
     """The spec as defaulted plain data, or the findings that say why not.
 
-    The fast path (`planc.fastcheck`) accepts valid specs without importing pydantic; anything
+    The fast path (`planc.spec.fastcheck`) accepts valid specs without importing pydantic; anything
     it does not accept goes through the pydantic models, which decide and explain.
     """
-    from planc.fastcheck import fast_validate  # start-up: reads the published schema lazily
+    from planc.spec.fastcheck import fast_validate  # start-up: reads the published schema lazily
 
     fast = fast_validate(data)
     if fast is not None:
         return fast, []
     from pydantic import ValidationError  # start-up: pydantic only for specs the fast path refuses
 
-    from planc.spec import Spec  # start-up: the pydantic models
+    from planc.spec.models import Spec  # start-up: the pydantic models
 
     try:
         return Spec.model_validate(data).model_dump(), []
@@ -294,12 +295,34 @@ def _within(text: str, findings: list[Finding]) -> list[Finding]:
     return [f if f.line <= last else dataclasses.replace(f, line=last, column=1) for f in findings]
 
 
+def fill_rule_defaults(data: Any, defaults: Mapping[str, Any]) -> Any:
+    """The spec data with `defaults` in its `rules` section wherever the spec leaves a key out;
+    `severity` is merged per rule id with the spec's entries winning, and `ignore` is the union of
+    the spec's list and the defaults'. Data that is not a mapping (or a `rules` that is not one)
+    is returned unchanged, for validation to report."""
+    if not defaults or not isinstance(data, dict):
+        return data
+    rules = data.get("rules", {})
+    if not isinstance(rules, dict):
+        return data
+    merged = {**{k: v for k, v in defaults.items() if k not in ("severity", "ignore")}, **rules}
+    if "severity" in defaults:
+        own = rules.get("severity", {})
+        merged["severity"] = {**defaults["severity"], **own} if isinstance(own, dict) else own
+    if "ignore" in defaults:
+        own = rules.get("ignore", [])
+        merged["ignore"] = (
+            list(dict.fromkeys([*own, *defaults["ignore"]])) if isinstance(own, list) else own
+        )
+    return {**data, "rules": merged}
+
+
 def load_text(
     path: str, text: str, defaults: dict[str, Any] | None = None, base_dir: str = "."
 ) -> Loaded:
     """Load a spec from text; `path` is only used for messages.
 
-    `defaults` (from a configuration file, `planc.config`) fill the spec's `rules` section where
+    `defaults` (from a configuration file, `planc.rules.config`) fill the spec's `rules` section where
     the spec leaves a key out, before validation. `base_dir` is where a relative
     `model.hf_config` starts.
     """
@@ -311,8 +334,6 @@ def load_text(
     findings += _yaml11(root)
     data = to_data(root)
     if defaults:
-        from planc.config import fill_rule_defaults  # start-up: only with a configuration file
-
         data = fill_rule_defaults(data, defaults)
     spec, errors = _validated(data, locator, {f.field for f in findings})
     findings += errors
@@ -343,7 +364,7 @@ def _calibrated(
 ) -> tuple[Job, Finding | None]:
     """The job with `hardware.calibration`'s efficiency tables read in (a file `planc calibrate`
     wrote, relative to the spec), or a located finding saying why the file cannot be used."""
-    from planc.perf.efficiency import from_json  # start-up: only for hardware.calibration
+    from planc.presets.efficiency import from_json  # start-up: only for hardware.calibration
 
     at = locator.position(("hardware", "calibration"))
     field = "hardware.calibration"
@@ -368,9 +389,9 @@ def _calibrated(
 def _hf_model(
     spec: dict[str, Any], locator: Locator, base_dir: str
 ) -> tuple[dict[str, Any] | None, list[Finding]]:
-    """The spec with `model.hf_config` read in (`planc.hfconfig`), and its notes as findings at
+    """The spec with `model.hf_config` read in (`planc.spec.hf`), and its notes as findings at
     the hf_config value; None when the config cannot be used (an error among them)."""
-    from planc.hfconfig import merged_model  # start-up: only for model.hf_config
+    from planc.spec.hf import merged_model  # start-up: only for model.hf_config
 
     model, notes = merged_model(spec["model"], base_dir)
     field = "model.hf_config"
@@ -586,7 +607,7 @@ def _one(item: Any, path: tuple[Any, ...], field: str, value: Any, locator: Loca
 
 
 def _pattern_mismatch(field: str, value: Any, ctx: dict[str, Any], at: tuple[int, int]) -> Finding:
-    from planc.spec import ONE_LINE  # start-up: pydantic, on the error path only
+    from planc.spec.models import ONE_LINE  # start-up: pydantic, on the error path only
 
     if ctx.get("pattern") != ONE_LINE or not isinstance(value, str):
         return _finding(
@@ -608,7 +629,7 @@ def _pattern_mismatch(field: str, value: Any, ctx: dict[str, Any], at: tuple[int
 
 
 def _unknown_key(path: tuple[Any, ...], field: str, locator: Locator) -> Finding:
-    from planc.spec import Spec as Root  # start-up: pydantic, on the error path only
+    from planc.spec.models import Spec as Root  # start-up: pydantic, on the error path only
 
     model: Any = Root
     for segment in path[:-1]:

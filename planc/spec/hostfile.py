@@ -18,9 +18,9 @@ from __future__ import annotations
 import re
 
 from planc.findings import FileResult, Finding, Severity
-from planc.load import decode, read_input
-from planc.plannable import HOST_NAME
 from planc.record import record
+from planc.spec.job import HOST_NAME
+from planc.spec.load import decode, read_input
 
 RULE = "PLC014"
 # The most names a file may expand to: planc's node limit (spec.MAX_NODES).

@@ -1,14 +1,14 @@
 """docs/rules.md, generated from the rule docstrings: one section per rule, anchored by its id.
 
 SARIF `helpUri` and `planc rules ID` point at these sections (`#plc006`).
-Regenerate with `python -m planc.report.rules_doc > docs/rules.md`; a test keeps it current.
+Regenerate with `python -m planc.cli.rules_doc > docs/rules.md`; a test keeps it current.
 """
 
 from __future__ import annotations
 
 import re
 
-from planc.report import level, rule_name
+from planc.cli.reporters import level, rule_name
 from planc.rules import REGISTRY
 
 
@@ -16,7 +16,7 @@ def markdown() -> str:
     out = [
         "# planc rules",
         "",
-        "Generated from the rule docstrings by `python -m planc.report.rules_doc > docs/rules.md`;",
+        "Generated from the rule docstrings by `python -m planc.cli.rules_doc > docs/rules.md`;",
         "`planc rules ID` prints the same text. Severities are defaults: a spec's `rules.severity`,",
         "or `severity` in `[tool.planc]` / `.planc.toml`, changes them. Input rules (PLC100-PLC111)",
         "report files planc cannot read as a spec; they always run and cannot be ignored.",

@@ -3,7 +3,7 @@
 The builder prices every op of :mod:`planc.perf.ops` on the job's GPU with the efficiency
 curves, and every communication op of `planc.comm.schedule.schedule` with the link's bandwidth
 (from the spec), bus factor and ring steps (:mod:`planc.comm.cost`) and the per-collective
-efficiency and latency of :mod:`planc.perf.efficiency`.
+efficiency and latency of :mod:`planc.presets.efficiency`.
 
 Which TP collectives hide behind compute (Megatron-LM `tensor_parallel/layers.py`,
 `LinearWithGradAccumulationAndAsyncCommunication`):
@@ -41,7 +41,6 @@ from planc.comm.schedule import (
     sharding_stage,
     token_count_bytes,
 )
-from planc.job import Job
 from planc.perf.compute import (
     Device,
     StageTimes,
@@ -49,13 +48,6 @@ from planc.perf.compute import (
     optimizer_time_s,
     pass_times,
     work_time_s,
-)
-from planc.perf.efficiency import (
-    REFERENCE_HBM_GBS,
-    REFERENCE_TFLOPS,
-    Efficiency,
-    for_gpu,
-    from_json,
 )
 from planc.perf.offload import offload_transfer_s
 from planc.perf.ops import (
@@ -75,7 +67,15 @@ from planc.perf.ops import (
 )
 from planc.perf.step import StageInputs, StepEstimate, StepInputs, estimate_step
 from planc.plannable import Plannable, plannable
+from planc.presets.efficiency import (
+    REFERENCE_HBM_GBS,
+    REFERENCE_TFLOPS,
+    Efficiency,
+    for_gpu,
+    from_json,
+)
 from planc.record import record
+from planc.spec.job import Job
 from planc.vocab import Axis
 
 # Data-parallel traffic: the shard group (dp_cp, or dp_shard under HSDP), HSDP's replicas, and

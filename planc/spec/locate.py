@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from planc.record import record
-from planc.yamlnodes import Node
+from planc.spec.nodes import Node
 
 Path = Sequence[str | int]
 

@@ -22,12 +22,12 @@ from typing import Any
 
 from planc.analysis import Analysis, StepEstimate, analyse, estimate_step
 from planc.check import check_file
-from planc.config import ConfigError, Resolver
 from planc.findings import Finding, Severity
-from planc.job import GB, GIB
-from planc.load import MAX_BYTES, decode, load_text, read_input
 from planc.plannable import plannable
 from planc.record import record
+from planc.rules.config import ConfigError, Resolver
+from planc.spec.job import GB, GIB
+from planc.spec.load import MAX_BYTES, decode, load_text, read_input
 
 FORMATS = ("text", "json", "markdown")
 MAX_STAGE_ROWS = 16  # more stages: the first and last 8 (json has them all)

@@ -19,7 +19,11 @@ GB = 10**9
 # PCIe Gen4 x16: 16 GT/s × 16 lanes × 128/130 ≈ 31.5 GB/s per direction (PCI-SIG PCIe 4.0 base
 # specification), rounded; the host link of a custom GPU that gives none.
 DEFAULT_HOST_BANDWIDTH_GBS = 32.0
-MAX_NODES = 1_000_000  # as planc.spec bounds hardware.nodes; kept here so check need not import it
+MAX_NODES = 1_000_000  # as planc.spec.models bounds hardware.nodes; kept here so check need not import it
+
+# What DeepSpeed hostfiles, Open MPI rankfiles and Slurm hostfiles all accept as a host; matched
+# against the whole name (fullmatch), so a trailing newline is refused too.
+HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:-]*")
 
 Data = Mapping[str, Any]  # a validated spec as plain data, every default filled in
 
@@ -163,7 +167,7 @@ class Cluster:
     host_memory_bytes: int = 0  # host (CPU) memory per node, the offload budget
     host_bandwidth_gbs: float = DEFAULT_HOST_BANDWIDTH_GBS  # host↔device per GPU per direction
     # hardware.calibration: the efficiency tables `planc calibrate` fitted, as read from the file
-    # (plain JSON data; planc.perf.efficiency reads it). None: the GPU preset's entry.
+    # (plain JSON data; planc.presets.efficiency reads it). None: the GPU preset's entry.
     calibration: Mapping[str, Any] | None = None
 
     @property
@@ -572,7 +576,7 @@ def resolve(spec: Data) -> Job | list[Problem]:
     """Merge presets and defaults into a `Job`, or say what is missing.
 
     `spec` is a validated spec as plain data with every default filled in: `Spec.model_dump()`,
-    or the fast path's output (`planc.fastcheck`), which a property test keeps identical.
+    or the fast path's output (`planc.spec.fastcheck`), which a property test keeps identical.
     """
     model = _model(spec)
     cluster = _cluster(spec)

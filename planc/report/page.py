@@ -11,17 +11,16 @@ from typing import Any
 
 from planc import __version__
 from planc.analysis import Analysis, StepEstimate
-from planc.explain import Explanation, to_json
 from planc.findings import FileResult, Finding, Severity
-from planc.html import fmt
-from planc.html.assets import CSS, JS
-from planc.html.comm import busiest_stage, link_table, ops_svg, step_svg, wire_table
-from planc.html.gantt import Gantt, gantt_svg, simulate_drawn
-from planc.html.memory import memory_svg, terms_table
-from planc.html.placement import FULL_GRID_NODES, placement_svg, stage_legend
-from planc.html.svg import esc
-from planc.memory.report import usable_bytes
+from planc.outputs.explain import Explanation, to_json
 from planc.plannable import Plannable
+from planc.report import fmt
+from planc.report.assets import CSS, JS
+from planc.report.comm import busiest_stage, link_table, ops_svg, step_svg, wire_table
+from planc.report.gantt import Gantt, gantt_svg, simulate_drawn
+from planc.report.memory import memory_svg, terms_table
+from planc.report.placement import FULL_GRID_NODES, placement_svg, stage_legend
+from planc.report.svg import esc
 
 SEVERITY_BADGE = {
     Severity.FATAL: "bad",
@@ -36,7 +35,7 @@ def memory_verdict(plan: Plannable, analysis: Analysis) -> tuple[str, str]:
     peak = analysis.memory.peak.memory.total
     if peak > plan.cluster.gpu.memory_bytes:
         return "bad", "OOM"
-    if peak > usable_bytes(plan):
+    if peak > plan.usable_hbm_bytes:
         return "warn", "TIGHT"
     return "ok", "SAFE"
 
@@ -62,7 +61,7 @@ def cards(plan: Plannable, analysis: Analysis, step: StepEstimate) -> str:
         "Peak memory per GPU",
         f"{fmt.gib(peak.memory.total)} <span class='badge {badge}'>{word}</span>",
         f"{share:.1%} of {fmt.gib(hbm)} HBM, stage {peak.stage} (rank {peak.rank:,})",
-        _gauge(share, usable_bytes(plan) / hbm, badge),
+        _gauge(share, plan.usable_hbm_bytes / hbm, badge),
     )
     bubble = _card(
         "Pipeline bubble",
@@ -102,7 +101,7 @@ def _finding_row(path: str, f: Finding) -> str:
 
 
 def memory_section(plan: Plannable, analysis: Analysis) -> str:
-    hbm, usable = plan.cluster.gpu.memory_bytes, usable_bytes(plan)
+    hbm, usable = plan.cluster.gpu.memory_bytes, plan.usable_hbm_bytes
     peak = analysis.memory.peak
     total = peak.memory.total
     if total > hbm:

@@ -13,15 +13,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from planc.analysis import Analysis, analyse
-from planc.emit import write_text_atomic
-from planc.html import fmt
-from planc.html.assets import CSS, JS
-from planc.html.memory import memory_svg
-from planc.html.page import embedded_json
-from planc.html.svg import esc
-from planc.memory.report import usable_bytes
+from planc.outputs.emit import write_text_atomic
 from planc.plannable import plannable
 from planc.record import record
+from planc.report import fmt
+from planc.report.assets import CSS, JS
+from planc.report.memory import memory_svg
+from planc.report.page import embedded_json
+from planc.report.svg import esc
 from planc.search.evaluate import Metrics, Setup, Verdict, base_job, candidate_job
 from planc.search.rank import SearchResult
 from planc.search.space import Value
@@ -71,7 +70,7 @@ def _panel(choice: Choice, axes: tuple[str, ...]) -> str:
         ("bad", "OOM")
         if peak > hbm
         else ("warn", "TIGHT")
-        if peak > usable_bytes(plan)
+        if peak > plan.usable_hbm_bytes
         else ("ok", "SAFE")
     )
     m = choice.metrics

@@ -14,11 +14,11 @@ from fractions import Fraction
 from math import floor, log10
 
 from planc.analysis import Analysis
-from planc.html import fmt
-from planc.html.svg import group, label_every, line, rect, svg, text
 from planc.pipeline.schedule import build_schedule
 from planc.pipeline.timeline import Span, Timeline, simulate
 from planc.record import record
+from planc.report import fmt
+from planc.report.svg import group, label_every, line, rect, svg, text
 from planc.vocab import GroupKind
 
 WIDTH = 960

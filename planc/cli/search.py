@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from planc.emit import write_text_atomic
 from planc.findings import Severity
-from planc.load import Loaded, load_path
-from planc.progress import progress
+from planc.outputs.emit import write_text_atomic
+from planc.outputs.progress import progress
 from planc.record import record
 from planc.rules import REGISTRY
 from planc.search.evaluate import Setup
@@ -15,6 +14,7 @@ from planc.search.output import describe, render_text, spec_yaml, to_csv, to_jso
 from planc.search.rank import SearchResult
 from planc.search.run import search
 from planc.search.space import SearchError, build_space, parse_allowed
+from planc.spec.load import Loaded, load_path
 
 EXIT_FOUND, EXIT_NONE, EXIT_UNUSABLE = 0, 1, 2
 
@@ -30,7 +30,7 @@ class Request:
     max_bubble: float | None = None
     memory_headroom: float | None = None
     strict: bool = False
-    report: str | None = None  # --report FILE.html: the explorer page (planc.html.explorer)
+    report: str | None = None  # --report FILE.html: the explorer page (planc.report.explorer)
 
 
 @record
@@ -63,19 +63,19 @@ def _unusable(loaded: Loaded) -> str | None:
     if loaded.job is not None and not blocking:
         return None
     from planc.check import check_loaded  # start-up: only for a broken spec
-    from planc.report import REPORTERS  # start-up: as above
+    from planc.cli.reporters import REPORTERS  # start-up: as above
 
     return REPORTERS["text"]((check_loaded(loaded),), False)
 
 
-# Writes the explorer page (`planc.html.explorer.write_explorer`), given by the command line:
+# Writes the explorer page (`planc.report.explorer.write_explorer`), given by the command line:
 # the page builds on the search, not the search on the page. Returns the note for stderr.
 ExplorerWriter = Callable[[str, str, str, Setup, SearchResult], str]
 
 
 def run(request: Request, write_explorer: ExplorerWriter | None = None) -> Report:
     """Run one search as the command line asks; `write_explorer` writes `request.report`."""
-    from planc.config import ConfigError, Resolver  # start-up: as check reads it
+    from planc.rules.config import ConfigError, Resolver  # start-up: as check reads it
 
     try:  # the project's rule defaults, as planc check applies them to this file
         defaults = Resolver().for_path(request.spec).rule_defaults()

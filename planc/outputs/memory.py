@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from planc.job import GB, GIB
-from planc.memory.budget import MemoryBudget, StageBudget
+from planc.memory.budget import MemoryBudget, StageBudget, node_host_bytes
 from planc.memory.terms import COMPONENTS
 from planc.plannable import Plannable, ceil_div, padded_vocab
+from planc.spec.job import GB, GIB
 
 BAR_WIDTH = 40
 
@@ -28,11 +28,6 @@ def _bar(total: int, hbm: int, usable: int) -> str:
         cells[limit] = "|"
     overflow = " OVER" if total > hbm else ""
     return "[" + "".join(cells) + "]" + overflow
-
-
-def usable_bytes(job: Plannable) -> int:
-    """HBM × (1 − rules.memory_headroom): what PLC007 lets the heaviest rank use."""
-    return int(job.cluster.gpu.memory_bytes * (1 - job.rules.memory_headroom))
 
 
 def _symbols(job: Plannable) -> str:
@@ -119,17 +114,11 @@ def stack_line(job: Plannable) -> str:
     )
 
 
-def node_host_bytes(job: Plannable, b: MemoryBudget) -> int:
-    """Host bytes one node holds: gpus_per_node × the most any rank offloads (conservative: the
-    ranks of one node may belong to different stages)."""
-    return job.cluster.gpus_per_node * max(stage.memory.host for stage in b.stages)
-
-
 def _stage_table(
     job: Plannable, stage: StageBudget, notes: dict[str, int], peak: bool
 ) -> list[str]:
     mem = stage.memory
-    hbm, usable = job.cluster.gpu.memory_bytes, usable_bytes(job)
+    hbm, usable = job.cluster.gpu.memory_bytes, job.usable_hbm_bytes
     layers = job.layout.stage_layers[stage.stage]
     head = (
         f"Stage {stage.stage} (rank {stage.rank}, L_r={layers} layers){'  ← peak' if peak else ''}: "
@@ -164,7 +153,7 @@ def _stage_table(
 def render_text(job: Plannable, b: MemoryBudget) -> str:
     """A table per pipeline stage: every term in GiB with its share and formula, and a bar of
     the stage's total against HBM (`|` marks HBM × (1 − memory_headroom))."""
-    hbm, usable = job.cluster.gpu.memory_bytes, usable_bytes(job)
+    hbm, usable = job.cluster.gpu.memory_bytes, job.usable_hbm_bytes
     lines = [
         f"Memory budget for {job.name!r}: the heaviest rank of each pipeline stage",
         f"Units: GiB = 2^30 bytes, GB = 10^9 bytes. HBM {job.cluster.gpu.name}: {_gib(hbm)} GiB "
@@ -221,7 +210,7 @@ def to_json(job: Plannable, b: MemoryBudget) -> dict[str, Any]:
         "name": job.name,
         "units": "bytes",
         "hbm_bytes": job.cluster.gpu.memory_bytes,
-        "usable_bytes": usable_bytes(job),
+        "usable_bytes": job.usable_hbm_bytes,
         "parameters": b.parameters,
         "parameters_padded": b.parameters_padded,
         "peak": {"stage": b.peak.stage, "rank": b.peak.rank, "total": b.peak.memory.total},

@@ -17,7 +17,7 @@ from planc import __version__
 if TYPE_CHECKING:
     from typing import Any, ClassVar, Protocol, TypeVar
 
-    from planc.job import Cluster
+    from planc.spec.job import Cluster
 
     class _Clustered(Protocol):
         """A job or plannable job: a dataclass with a cluster (`_with_hosts`)."""
@@ -48,8 +48,8 @@ def main() -> None:
 
 
 def entry() -> None:
-    """The `planc` program (console script and `python -m planc`): `main` in planc.boundary."""
-    from planc.boundary import run
+    """The `planc` program (console script and `python -m planc`): `main` in planc.cli.boundary."""
+    from planc.cli.boundary import run
 
     run(main)
 
@@ -168,10 +168,10 @@ def check(
     .planc.toml, found upwards from each file.
     """
     from planc.check import check_paths
-    from planc.config import ConfigError, Resolver
-    from planc.discover import Excludes, discover
+    from planc.cli.discover import Excludes, discover
+    from planc.cli.reporters import REPORTERS, Options, use_color
     from planc.findings import exit_code
-    from planc.report import REPORTERS, Options, use_color
+    from planc.rules.config import ConfigError, Resolver
 
     try:
         configs = Resolver(config_file, select or None, ignore)
@@ -192,7 +192,7 @@ def check(
     options = Options(quiet=quiet, color=color, source=not quiet)
     report = REPORTERS[output_format or _default_format()](results, strict, options)
     if output_file is not None:
-        from planc.emit import write_text_atomic
+        from planc.outputs.emit import write_text_atomic
 
         write_text_atomic(output_file, report)
     else:
@@ -204,7 +204,7 @@ def check(
 @click.argument("rule_id", required=False, shell_complete=_complete_rules)
 def rules(rule_id: str | None) -> None:
     """List the rules, or explain RULE_ID with a passing and a failing example."""
-    from planc.report import level, rule_url
+    from planc.cli.reporters import level, rule_url
     from planc.rules import REGISTRY, get
 
     if rule_id is None:
@@ -225,7 +225,7 @@ def _with_hosts(job: _Job, spec: str, hosts_file: str | None) -> _Job:
     Without hosts anywhere, warn that the launcher files name placeholders."""
     import dataclasses
 
-    from planc.job import NodeNames
+    from planc.spec.job import NodeNames
 
     hosts = job.cluster.hosts
     if hosts_file is None:
@@ -237,9 +237,9 @@ def _with_hosts(job: _Job, spec: str, hosts_file: str | None) -> _Job:
                 err=True,
             )
         return job
+    from planc.cli.reporters import REPORTERS
     from planc.findings import exit_code
-    from planc.hostfile import check_hosts
-    from planc.report import REPORTERS
+    from planc.spec.hostfile import check_hosts
 
     result, names = check_hosts(hosts_file, job.cluster.nodes)
     if result.findings:
@@ -256,13 +256,13 @@ def schema(output: str | None) -> None:
     """Print the JSON Schema of the spec (the file published as schemas/spec.schema.json)."""
     import json
 
-    from planc.spec import json_schema
+    from planc.spec.models import json_schema
 
     text = json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
     if output is None:
         click.echo(text, nl=False)
         return
-    from planc.emit import write_text_atomic
+    from planc.outputs.emit import write_text_atomic
 
     write_text_atomic(output, text)
 
@@ -302,10 +302,10 @@ def _plan_or_exit(
     """
     from planc.analysis import analyse
     from planc.check import check_file, with_refusals
+    from planc.cli.reporters import REPORTERS
     from planc.findings import FileResult, Severity, exit_code
-    from planc.load import load_path
     from planc.plannable import plannable
-    from planc.report import REPORTERS
+    from planc.spec.load import load_path
 
     def stop(result: FileResult) -> NoReturn:
         reporter = REPORTERS["json" if output_format == "json" else "text"]
@@ -333,7 +333,7 @@ def _plan_or_exit(
 @click.option("--format", "output_format", type=click.Choice(("text", "json")), default="text")
 def memory(spec: str, output_format: str) -> None:
     """Per-rank memory budget of SPEC, term by term, for every pipeline stage."""
-    from planc.memory.report import render_text, to_json
+    from planc.outputs.memory import render_text, to_json
 
     analysis, _ = _plan_or_exit(spec, output_format, frozenset({"PLC006", "PLC007"}))
     job, result = analysis.plan, analysis.memory
@@ -350,8 +350,8 @@ def memory(spec: str, output_format: str) -> None:
 @click.option("--format", "output_format", type=click.Choice(("text", "json")), default="text")
 def explain(spec: str, output_format: str) -> None:
     """Summary of SPEC for review: memory, traffic per link, bubble, step time, tokens/s, MFU."""
-    from planc.explain import explain as build
-    from planc.explain import render_text, to_json
+    from planc.outputs.explain import explain as build
+    from planc.outputs.explain import render_text, to_json
 
     analysis, _ = _plan_or_exit(spec, output_format, frozenset({"PLC006", "PLC007"}))
     result = build(analysis)
@@ -378,10 +378,10 @@ def report(spec: str, output: str) -> None:
     Self-contained (opens from file://, no network). Drawn even when memory (PLC007) or the
     bubble (PLC006) fails; other errors exit 1 with the findings, unusable input exits 2.
     """
-    from planc.emit import write_text_atomic
+    from planc.cli.reporters import REPORTERS
     from planc.findings import exit_code
-    from planc.html import build_report  # start-up: the analysis, the simulation and numpy
-    from planc.report import REPORTERS
+    from planc.outputs.emit import write_text_atomic
+    from planc.report import build_report  # start-up: the analysis, the simulation and numpy
 
     built = build_report(spec)
     if built.page is None:
@@ -436,14 +436,14 @@ def search(
 
     Exit codes: 0 layouts found, 1 no candidate is feasible, 2 unusable input or usage error.
     """
-    from planc.search.command import Request, run  # start-up: loads the analysis and rules
+    from planc.cli.search import Request, run  # start-up: loads the analysis and rules
 
     request = Request(
         spec, top, output_format, write, jobs, allow, max_bubble, memory_headroom, strict,
         report=report,
     )
     if report is not None:
-        from planc.html.explorer import write_explorer  # start-up: the page and its charts
+        from planc.report.explorer import write_explorer  # start-up: the page and its charts
 
         outcome = run(request, write_explorer)
     else:
@@ -471,7 +471,7 @@ def diff_command(old: str, new: str, output_format: str) -> None:
     planc diff origin/main:specs/run.yaml specs/run.yaml. Exit codes: 0 no new errors, 1 NEW has
     an error OLD did not have, 2 an input that cannot be read (no file, no git, bad revision).
     """
-    from planc.diff import (  # start-up: loads the analysis
+    from planc.outputs.diff import (  # start-up: loads the analysis
         DiffError,
         diff,
         exit_status,
@@ -622,7 +622,7 @@ def calibrate(measurements: str, output: str) -> None:
     as hardware.calibration) and prints each run's error before and after the fit and from a fit
     that left it out.
     """
-    from planc.emit import write_text_atomic
+    from planc.outputs.emit import write_text_atomic
     from planc.perf import calibrate as cal  # start-up: numpy and the step model
 
     try:

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from planc.html.svg import group, rect, stage_colour, svg, text
 from planc.plannable import Plannable
 from planc.record import record
+from planc.report.svg import group, rect, stage_colour, svg, text
 from planc.vocab import Axis
 
 FULL_GRID_NODES = 128

@@ -31,10 +31,8 @@ from typing import Any
 
 from planc.record import record
 
-# A plain path beside the package: pathlib costs an import at `planc check` start-up.
-PRESETS = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "presets", "efficiency.json"
-)
+# A plain path beside this module: pathlib costs an import at `planc check` start-up.
+PRESETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "efficiency.json")
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "send_recv", "all_to_all")
 LINKS = ("nvlink", "network")
 

@@ -1,0 +1,291 @@
+"""Reporters: render check results as text, JSON, GitHub annotations or SARIF 2.1.0.
+
+Every reporter renders the same `FileResult`s; none decides the exit code. One severity
+vocabulary reaches users: error, warning, info. `fatal` (input planc cannot use, exit 2) is shown
+as error everywhere, in `planc rules` too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Protocol
+
+from planc import __version__
+from planc.findings import FileResult, Finding, Severity
+from planc.record import record
+from planc.rules import REGISTRY
+
+if TYPE_CHECKING:
+    from planc.rules import Rule
+
+DOCS_URL = "https://github.com/planc/planc/blob/main/docs/rules.md"
+
+
+@record
+class Options:
+    """How to render: `quiet` leaves out the summary, `color` adds ANSI colours (text only),
+    `source` shows the source line with a caret under each finding (text only)."""
+
+    quiet: bool = False
+    color: bool = False
+    source: bool = True
+
+
+DEFAULTS = Options()  # frozen: a shared default is safe
+
+
+class Reporter(Protocol):
+    def __call__(
+        self, results: Sequence[FileResult], strict: bool, options: Options = ...
+    ) -> str: ...
+
+
+def level(severity: Severity) -> str:
+    """The word users see for a severity: fatal input is an error (it also exits 2)."""
+    return severity.word
+
+
+def _level(finding: Finding) -> str:
+    return level(finding.severity)
+
+
+def use_color(stream_is_tty: bool, environ: Mapping[str, str] | None = None) -> bool:
+    """Colour on a terminal, unless NO_COLOR is set (https://no-color.org); FORCE_COLOR forces it
+    anywhere (https://force-color.org). Both count only when set to a non-empty value; NO_COLOR
+    wins when both are."""
+    env = os.environ if environ is None else environ
+    if env.get("NO_COLOR"):
+        return False
+    if env.get("FORCE_COLOR"):
+        return True
+    return stream_is_tty
+
+
+_STYLE = MappingProxyType(
+    {
+        "error": "\x1b[1;31m",
+        "warning": "\x1b[1;33m",
+        "info": "\x1b[1;36m",
+        "bold": "\x1b[1m",
+        "gutter": "\x1b[34m",
+    }
+)
+_RESET = "\x1b[0m"
+
+
+def _paint(text: str, style: str, color: bool) -> str:
+    return f"{_STYLE[style]}{text}{_RESET}" if color else text
+
+
+# The token a caret row underlines: a key or plain scalar up to a YAML indicator.
+_TOKEN = re.compile(r"[^\s:,\[\]{}#]+")
+# What YAML counts as a line break (libyaml's marks count lines so; CRLF was folded on reading).
+_BREAKS = re.compile("[\n\r\x85\u2028\u2029]")
+# Never sent to a terminal: control characters (escape sequences) and bidirectional overrides
+# ("Trojan Source"); each becomes one U+FFFD so the caret stays aligned.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+SNIPPET_WIDTH = 120
+
+
+def _safe(text: str) -> str:
+    """`text` without terminal control sequences or bidirectional overrides (line breaks in a
+    message stay: the GitHub format escapes them)."""
+    return _UNSAFE.sub("\ufffd", text)
+
+
+def snippet(source: str, finding: Finding, color: bool = False) -> list[str]:
+    """The finding's source line with a caret row under its token, ruff style; empty when the
+    line is not in the source. Control characters are replaced, and a long line is cut to a
+    window around the column, marked with an ellipsis."""
+    lines = _BREAKS.split(source)
+    if not 1 <= finding.line <= len(lines):
+        return []
+    line = _UNSAFE.sub("\ufffd", lines[finding.line - 1].replace("\t", " "))
+    start = max(finding.column - 1, 0)
+    token = _TOKEN.match(line, start) if start < len(line) else None
+    width = max(token.end() - start, 1) if token else 1
+    if len(line) > SNIPPET_WIDTH:
+        left = max(0, min(start - SNIPPET_WIDTH // 3, len(line) - SNIPPET_WIDTH))
+        head = "…" if left else ""
+        tail = "…" if left + SNIPPET_WIDTH < len(line) else ""
+        line = head + line[left : left + SNIPPET_WIDTH] + tail
+        start = start - left + len(head)
+        width = max(1, min(width, len(line) - len(tail) - start))
+    number = str(finding.line)
+    pad = " " * len(number)
+    bar = _paint("|", "gutter", color)
+    caret = _paint("^" * width, _level(finding), color)
+    return [
+        f"{_paint(number, 'gutter', color)} {bar} {line}".rstrip(),
+        f"{pad} {bar} {' ' * start}{caret}",
+    ]
+
+
+def _summary(results: Sequence[FileResult], strict: bool) -> str:
+    counts = {
+        s: sum(_level(f) == s for r in results for f in r.findings)
+        for s in ("error", "warning", "info")
+    }
+    failed = sum(not r.ok(strict) for r in results)
+    return (
+        f"{len(results)} file{'s' * (len(results) != 1)} checked: {counts['error']} error(s), "
+        f"{counts['warning']} warning(s), {counts['info']} info; "
+        + (f"{failed} failed" if failed else "all passed")
+    )
+
+
+def text(results: Sequence[FileResult], strict: bool, options: Options = DEFAULTS) -> str:
+    """One line per finding, `path:line:col: severity PLCnnn message`, then (unless `source` is
+    off) the source line with a caret under the spot, then a summary (unless `quiet`)."""
+    color = options.color
+    lines: list[str] = []
+    for r in results:
+        for f in r.findings:
+            where = _safe(f"{r.path}:{f.line}:{f.column}:")
+            head = (
+                f"{_paint(where, 'bold', color)} "
+                f"{_paint(_level(f), _level(f), color)} {_paint(f.rule, 'bold', color)} "
+                f"{_safe(f.text)}"
+            )
+            lines.append(head)
+            if options.source and r.source is not None:
+                shown = snippet(r.source, f, color)
+                lines += [*shown, ""] if shown else []
+    if not options.quiet:
+        lines.append(_summary(results, strict))
+    return "".join(line + "\n" for line in lines)
+
+
+def as_json(results: Sequence[FileResult], strict: bool, options: Options = DEFAULTS) -> str:
+    document = {
+        "ok": all(r.ok(strict) for r in results),
+        "files": [
+            {
+                "path": r.path,
+                "ok": r.ok(strict),
+                "findings": [f.record() for f in r.findings],
+            }
+            for r in results
+        ],
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def _escape(value: str, prop: bool = False) -> str:
+    value = value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return value.replace(":", "%3A").replace(",", "%2C") if prop else value
+
+
+def github(results: Sequence[FileResult], strict: bool, options: Options = DEFAULTS) -> str:
+    """GitHub Actions workflow commands (`::error file=...,line=...::msg`), then the text summary
+    (unless `quiet`)."""
+    kinds = {"error": "error", "warning": "warning", "info": "notice"}
+    lines = []
+    for r in results:
+        for f in r.findings:
+            props = ",".join(
+                [
+                    f"file={_escape(_safe(r.path), True)}",
+                    f"line={f.line}",
+                    f"col={f.column}",
+                    f"title={f.rule}",
+                ]
+            )
+            lines.append(f"::{kinds[_level(f)]} {props}::{_escape(_safe(f'{f.rule} {f.text}'))}")
+    if not options.quiet:
+        lines.append(_summary(results, strict))
+    return "".join(line + "\n" for line in lines)
+
+
+def rule_name(rule: Rule) -> str:
+    """A rule's kebab-case name (SARIF `name`), from its function: `pipeline-bubble`."""
+    return getattr(rule.doc_source, "__name__", rule.id).strip("_").replace("_", "-")
+
+
+def rule_url(rule_id: str) -> str:
+    """The rule's documentation: its section of docs/rules.md."""
+    return f"{DOCS_URL}#{rule_id.lower()}"
+
+
+def _sarif_rule(rule: Rule) -> dict[str, object]:
+    return {
+        "id": rule.id,
+        "name": rule_name(rule),
+        "shortDescription": {"text": rule.title},
+        "fullDescription": {"text": rule.doc},
+        "help": {"text": rule.doc, "markdown": rule.doc},
+        "helpUri": rule_url(rule.id),
+        "defaultConfiguration": {"level": _sarif_level(rule.severity)},
+    }
+
+
+def sarif(results: Sequence[FileResult], strict: bool, options: Options = DEFAULTS) -> str:
+    """SARIF 2.1.0 as GitHub code scanning accepts it: rules with descriptions, located results.
+
+    Columns count Unicode code points (`columnKind`), as planc's columns do.
+    """
+    used = sorted({f.rule for r in results for f in r.findings if f.rule in REGISTRY})
+    index = {rule_id: i for i, rule_id in enumerate(used)}
+    found = []
+    for r in results:
+        for f in r.findings:
+            result: dict[str, object] = {
+                "ruleId": f.rule,
+                "level": _sarif_level(f.severity),
+                "message": {"text": f.text},
+                "locations": [
+                    {
+                        "physicalLocation": {
+                            "artifactLocation": {"uri": _uri(r.path)},
+                            "region": {"startLine": f.line, "startColumn": f.column},
+                        },
+                        "logicalLocations": (
+                            [{"fullyQualifiedName": f.field, "kind": "member"}] if f.field else []
+                        ),
+                    }
+                ],
+            }
+            if f.rule in index:
+                result["ruleIndex"] = index[f.rule]
+            found.append(result)
+    log = {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "planc",
+                        "version": __version__,
+                        "informationUri": "https://github.com/planc/planc",
+                        "rules": [_sarif_rule(REGISTRY[rule_id]) for rule_id in used],
+                    }
+                },
+                "columnKind": "unicodeCodePoints",
+                "results": found,
+            }
+        ],
+    }
+    return json.dumps(log, indent=2, ensure_ascii=False) + "\n"
+
+
+def _uri(path: str) -> str:
+    """A relative URI reference for a path: forward slashes, no leading ./, spaces escaped."""
+    from urllib.parse import quote
+
+    return quote(path.replace(os.sep, "/").removeprefix("./"), safe="/:@-._~!$&'()*+,;=")
+
+
+def _sarif_level(severity: Severity) -> str:
+    return {"info": "note", "warning": "warning", "error": "error", "fatal": "error"}[
+        severity.value
+    ]
+
+
+REPORTERS: Mapping[str, Reporter] = MappingProxyType(
+    {"text": text, "json": as_json, "github": github, "sarif": sarif}
+)

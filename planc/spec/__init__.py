@@ -1,0 +1,1 @@
+"""The input side: text → located YAML nodes → validated spec data → Job."""
