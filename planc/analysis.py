@@ -11,7 +11,7 @@ never needs it, so it stays off the check path, and each command that shows it c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -19,7 +19,8 @@ from planc.comm.schedule import CommOp, WireBudget, schedule, wire_budget
 from planc.memory import MemoryBudget, budget
 from planc.memory.params import RankParameters, rank_parameters
 from planc.perf.compute import StageTimes
-from planc.perf.inputs import efficiency_of, estimate, model_flops, op_seconds, stage_times
+from planc.perf.inputs import build_inputs, efficiency_of, model_flops, op_seconds, stage_times
+from planc.perf.step import estimate_step as pipeline_step
 from planc.pipeline.bubble import bubble_fraction
 from planc.plannable import Plannable
 from planc.presets.efficiency import Efficiency
@@ -92,12 +93,15 @@ class StepEstimate:
     model: str  # where the efficiency tables came from
 
 
-def estimate_step(analysis: Analysis) -> StepEstimate:
-    """The step time, tokens/s and MFU of an analysed job."""
+def estimate_step(analysis: Analysis, efficiency: Efficiency | None = None) -> StepEstimate:
+    """The step time, tokens/s and MFU of an analysed job: the one path every command, the
+    calibration and the accuracy tests take. `efficiency` replaces the analysis's tables (what
+    `planc calibrate` does while it fits them); by default the analysis's own."""
     plan, lay = analysis.plan, analysis.plan.layout
     params = [share.total for share in analysis.parameters]
     experts = [share.expert_total for share in analysis.parameters]
-    step = estimate(plan, params, analysis.efficiency, analysis.ops, experts)
+    eff = analysis.efficiency if efficiency is None else efficiency
+    step = pipeline_step(build_inputs(plan, params, experts, eff, analysis.ops))
     return StepEstimate(
         step_time_s=step.step_time_s,
         compute_s=step.compute_s,
@@ -123,3 +127,9 @@ def _model_words(plan: Plannable) -> str:
     if plan.cluster.calibration is not None:
         return "per-operation model, efficiency from hardware.calibration"
     return f"per-operation model, efficiency tables of {plan.cluster.gpu.name} (efficiency.json)"
+
+
+def predictor(analysis: Analysis) -> Callable[[Efficiency], float]:
+    """The step time of an analysed job as a function of the efficiency tables, priced per
+    call by `estimate_step` (what `planc calibrate` fits)."""
+    return lambda eff: estimate_step(analysis, eff).step_time_s

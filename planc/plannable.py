@@ -17,6 +17,7 @@ import math
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
+from planc.dims import Numerics, RankDims, numerics, rank_dims
 from planc.findings import Violation
 from planc.record import record
 from planc.spec.job import HOST_NAME, Cluster, Job, Model, NodeNames, Rules, Training
@@ -26,9 +27,6 @@ MAX_RANKS = 1_048_576
 
 LayerRange = tuple[int, int]  # [first, last) layer indices
 
-# Megatron's --make-vocab-size-divisible-by default: the vocabulary is padded to a multiple of
-# 128·t so that every tensor-parallel rank holds an equal, aligned slice (vocab_utils.py).
-VOCAB_DIVISOR = 128
 # Megatron-Core DDP's default gradient bucket, in elements: max(40,000,000, 1,000,000 × the
 # data-parallel group size), the group taken without context parallelism
 # (distributed_data_parallel.py: `dp_group.size()`, `get_data_parallel_group(
@@ -37,18 +35,6 @@ BUCKET_MIN_ELEMENTS = 40_000_000
 BUCKET_ELEMENTS_PER_RANK = 1_000_000
 # DeepSpeed ZeRO's default reduce_bucket_size, in elements (deepspeed/runtime/zero/config.py).
 DS_REDUCE_BUCKET_ELEMENTS = 500_000_000
-
-
-def ceil_div(a: int, b: int) -> int:
-    """⌈a/b⌉ for non-negative integers."""
-    return -(-a // b)
-
-
-def padded_vocab(V: int, t: int) -> int:
-    """V' = ⌈V/(128·t)⌉·128·t: Megatron pads the vocabulary so that V'/t is a multiple of 128
-    (megatron/training/vocab_utils.py, make_vocab_size_divisible_by)."""
-    unit = VOCAB_DIVISOR * t
-    return ceil_div(V, unit) * unit
 
 
 def axis_strides(order: tuple[Axis, ...], degrees: Mapping[Axis, int]) -> dict[Axis, int]:
@@ -174,6 +160,39 @@ def attention_heads(job: Job) -> Iterator[Violation]:
             f"kv_heads = {mod.g} does not divide heads = {mod.n}",
             "choose kv_heads among the divisors of heads",
             ("model.preset",),
+        )
+
+
+def tensor_split(job: Job) -> Iterator[Violation]:
+    """PLC003: heads, key/value heads and the MLP's inner size split over tensor.
+
+    Column-parallel QKV gives each TP rank heads / tensor whole query heads; key/value heads
+    either split (kv_heads % tensor == 0) or are replicated when tensor is a multiple of
+    kv_heads (Megatron `TransformerConfig`; torchtitan accepts only the first form). The MLP's
+    ffn_hidden splits over tensor too (ColumnParallelLinear's `divide`). A precondition, so that
+    every rank's share of a layer (`planc.dims.RankDims`) is exact.
+    """
+    mod, t = job.model, job.layout.t
+    if mod.n % t:
+        yield Violation(
+            "model.heads",
+            f"heads = {mod.n} is not divisible by tensor = {t}",
+            f"use a tensor degree that divides {mod.n}",
+            ("parallelism.tensor", "model.preset"),
+        )
+    if mod.g % t and t % mod.g:
+        yield Violation(
+            "model.kv_heads",
+            f"kv_heads = {mod.g} neither divides nor is a multiple of tensor = {t}",
+            f"use a tensor degree that divides {mod.g} or is a multiple of it",
+            ("parallelism.tensor", "model.preset"),
+        )
+    if mod.f % t:
+        yield Violation(
+            "model.ffn_hidden",
+            f"ffn_hidden = {mod.f} is not divisible by tensor = {t}",
+            f"use a tensor degree that divides {mod.f}",
+            ("parallelism.tensor", "model.preset"),
         )
 
 
@@ -415,6 +434,7 @@ PRECONDITIONS = (
     ("PLC001", world_size),
     ("PLC014", topology),
     ("PLC012", attention_heads),
+    ("PLC003", tensor_split),
     ("PLC004", layer_split),
     ("PLC005", batch_split),
     ("PLC010", interleaving),
@@ -543,6 +563,8 @@ class Plannable:
     rules: Rules
     layout: PlanLayout
     m: int  # micro-batches per data-parallel rank per step: B / (b·d)
+    numerics: Numerics  # the run's number formats (planc.dims)
+    dims: RankDims  # one rank's share of a layer, the same on every stage (planc.dims)
 
     @property
     def world(self) -> int:
@@ -561,7 +583,7 @@ class Plannable:
     @property
     def tokens_per_cp_rank(self) -> int:
         """s/c: the tokens of each sequence one context-parallel rank holds (⌈s/c⌉ if uneven)."""
-        return ceil_div(self.training.s, self.layout.c)
+        return self.dims.s_c
 
     def moe_layers(self, stage: int) -> int:
         """L_moe,r: the layers with experts among pipeline rank `stage`'s chunks (0 for a dense
@@ -579,8 +601,7 @@ class Plannable:
     @property
     def tokens_per_sp_rank(self) -> int:
         """The tokens a rank keeps of the parts TP replicates: s/c/t with sequence parallelism."""
-        s = self.tokens_per_cp_rank
-        return ceil_div(s, self.layout.t) if self.layout.sp else s
+        return self.dims.s_r
 
 
 def refusals(job: Job) -> tuple[Refusal, ...]:
@@ -635,4 +656,16 @@ def plannable(
             expert_order=lay.expert_order + (() if "ep" in lay.expert_order else ("ep",)),
         ),
         m=m,
+        numerics=numerics(job.training),
+        dims=rank_dims(
+            job.model,
+            s=job.training.s,
+            b=job.training.b,
+            t=lay.t,
+            c=lay.c,
+            sp=lay.sp,
+            et=lay.et,
+            ep=lay.ep,
+            imbalance=job.training.expert_imbalance,
+        ),
     )

@@ -24,6 +24,7 @@ expert_tensor (ETP), cp = 1, ep = expert (EP), dp = EDP = W/(ETP·EP·PP) and th
 from __future__ import annotations
 
 from enum import Enum
+from typing import Literal
 
 
 class Axis(str, Enum):
@@ -117,3 +118,47 @@ class Direction(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class DType(str, Enum):
+    """A number format: what a tensor is stored, sent or multiplied in. fp8 and fp4 are named so
+    that presets can carry their peaks; no training precision selects them yet."""
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+    FP4 = "fp4"
+
+    @property
+    def bits(self) -> int:
+        return _BITS[self.value]
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "fp4": 4}
+
+# The closed choices of a spec, one spelling shared by the pydantic models (planc.spec.models)
+# and the resolved job (planc.spec.job), so that mypy sees every comparison against them.
+Precision = Literal["bf16", "fp16", "fp32"]
+OptimizerName = Literal["adam", "sgd"]
+Recompute = Literal["none", "selective", "full"]
+AttentionKind = Literal["flash", "eager"]
+Kernels = Literal["fused", "unfused"]
+Framework = Literal["megatron", "deepspeed", "fsdp2"]
+Mlp = Literal["gelu", "swiglu"]
+Norm = Literal["layernorm", "rmsnorm"]
+Position = Literal["rope", "learned"]
+
+# Least to most recomputation (the order PLC007's fixes try them in).
+RECOMPUTE_MODES: tuple[Recompute, ...] = ("none", "selective", "full")
+
+
+def recompute_mode(value: object) -> Recompute:
+    """`value` as a recompute mode (ValueError for anything else)."""
+    for mode in RECOMPUTE_MODES:
+        if value == mode:
+            return mode
+    raise ValueError(f"unknown recompute mode {value!r}")

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from planc.dims import numerics_for
 from planc.memory.static import (
     Group,
     gradient_bytes,
@@ -18,8 +19,9 @@ from planc.memory.static import (
     weight_bytes,
 )
 from planc.memory.terms import shard
+from planc.vocab import OptimizerName, Precision
 
-MIXED_ADAM = state_bytes("bf16", "adam", False)
+MIXED_ADAM = state_bytes(numerics_for("bf16", False), "adam")
 
 
 def gb(n: int) -> Decimal:
@@ -69,7 +71,7 @@ def test_seed_lesson_175b_exercise() -> None:
 def test_megatron_18_bytes_and_distributed_optimizer() -> None:
     # Megatron dist_optimizer.md: bf16 params + fp32 grads: 18 bytes; 6 + 12/d with the
     # distributed optimizer (ZeRO-1).
-    state = state_bytes("bf16", "adam", True)
+    state = state_bytes(numerics_for("bf16", True), "adam")
     assert (state.weights, state.gradients, state.optimizer, state.total) == (2, 4, 12, 18)
     psi, d = 1_200_000, 8
     assert static_bytes(psi, state, Group(0, d)) == 18 * psi
@@ -78,16 +80,16 @@ def test_megatron_18_bytes_and_distributed_optimizer() -> None:
 
 def test_fp32_training() -> None:
     # fp32/fp32 in Megatron's table: 16 bytes, 8 + 8/d distributed. No master copy.
-    state = state_bytes("fp32", "adam", False)
+    state = state_bytes(numerics_for("fp32", False), "adam")
     assert (state.weights, state.gradients, state.master, state.optimizer) == (4, 4, 0, 8)
-    assert state_bytes("fp32", "adam", True) == state  # fp32 gradients already
+    assert state_bytes(numerics_for("fp32", True), "adam") == state  # fp32 gradients already
     assert static_bytes(800, state, Group(1, 8)) == 8 * 800 + 8 * 100
 
 
 def test_sgd() -> None:
-    mixed = state_bytes("bf16", "sgd", False)
+    mixed = state_bytes(numerics_for("bf16", False), "sgd")
     assert (mixed.weights, mixed.gradients, mixed.optimizer) == (2, 2, 8)  # master + momentum
-    full = state_bytes("fp32", "sgd", False)
+    full = state_bytes(numerics_for("fp32", False), "sgd")
     assert (full.weights, full.gradients, full.optimizer) == (4, 4, 4)  # momentum only
     names = [t.name for t in static_terms(10, mixed, Group(0, 1))]
     assert names == ["weights (bf16)", "gradients (bf16)", "fp32 master weights", "SGD momentum (fp32)"]
@@ -133,9 +135,14 @@ def test_parts_must_add_up() -> None:
     data=st.data(),
 )
 def test_zero_stages_never_grow_and_shards_add_up(
-    psi: int, N: int, precision: str, optimizer: str, fp32_grads: bool, data: st.DataObject
+    psi: int,
+    N: int,
+    precision: Precision,
+    optimizer: OptimizerName,
+    fp32_grads: bool,
+    data: st.DataObject,
 ) -> None:
-    state = state_bytes(precision, optimizer, fp32_grads)
+    state = state_bytes(numerics_for(precision, fp32_grads), optimizer)
     index = data.draw(st.integers(0, N - 1))
     sizes = [static_bytes(psi, state, Group(zero, N, index)) for zero in range(4)]
     assert sizes == sorted(sizes, reverse=True)

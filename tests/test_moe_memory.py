@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from planc.memory import budget, rank_memory
-from planc.memory.activations import expert_shape, routed_rows
+from planc.memory.activations import expert_shape
 from planc.plannable import Plannable, plannable, refusals
 from planc.spec.load import load_text
 
@@ -73,7 +73,8 @@ def test_mixtral_example_moe_activations_by_hand() -> None:
     plan = spec()
     s, topk, count = 4096, 2, 32
     rows = s * topk
-    assert routed_rows(plan, s) == (rows, rows)
+    y = plan.dims.experts
+    assert y is not None and (y.sent, y.received) == (rows, rows)
     got = terms(plan)
     assert got["expert fc1 input (received rows)"] == 2 * rows * H * count
     assert got["expert activation input (fc1 output)"] == 2 * 2 * rows * F_E * count
@@ -98,7 +99,9 @@ def test_rows_with_expert_tensor_parallelism_capacity_and_imbalance() -> None:
     assert loaded.job is not None
     capped = plannable(loaded.job)
     assert isinstance(capped, Plannable)
-    assert routed_rows(capped, 4096) == (8 * 1280, 8 * 1280)
+    y = capped.dims.experts
+    assert y is not None and y.tokens == 4096
+    assert (y.sent, y.received) == (8 * 1280, 8 * 1280)
 
 
 def megatron_weight_and_optimizer_bytes(

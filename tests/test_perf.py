@@ -12,17 +12,20 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
+from planc.analysis import StepEstimate, analyse, predictor
+from planc.analysis import estimate_step as step_of
 from planc.perf import StageInputs, StepInputs, estimate_step, for_gpu, load_calibration
 from planc.perf.calibrate import fit, leave_one_out
 from planc.perf.compute import Device, chunk_times, pass_times
-from planc.perf.inputs import estimate, model_flops
+from planc.perf.inputs import model_flops
 from planc.perf.ops import (
-    LayerShape,
+    OpShape,
     attention_core,
     cross_entropy,
     flash_attention,
@@ -33,16 +36,53 @@ from planc.perf.ops import (
 )
 from planc.pipeline import build_schedule, simulate
 from planc.pipeline.bounded import run
-from planc.presets.efficiency import COLLECTIVES, preset_names, to_json
+from planc.plannable import Plannable, plannable
+from planc.presets.efficiency import COLLECTIVES, Efficiency, preset_names, to_json
 from planc.spec.job import Job
 from planc.spec.load import load_text
 
 A100 = Device.of(312, 2039)
 
 
-def _gpt(b: int = 1, s: int = 2048, h: int = 12288, t: int = 1, **kw: object) -> LayerShape:
-    n = h // 128
-    return LayerShape(b=b, s=s, h=h, n=n, g=n, k=128, f=4 * h, V=51200, t=t, **kw)  # type: ignore[arg-type]
+def _rank(
+    b: int, s: int, h: int, n: int, V: int, t: int = 1, c: int = 1, sp: bool = False, **kw: object
+) -> OpShape:
+    """A GPT layer's share on one rank, divided by hand: n/t heads (g = n), 4h/t MLP, s/c
+    queries, s/c/t norm rows under SP, V/t vocabulary (V a multiple of 128·t: no padding)."""
+    queries = s // c
+    rows = queries // t if sp else queries
+    return OpShape(  # type: ignore[arg-type]
+        b=b,
+        s=s,
+        s_c=queries,
+        s_r=rows,
+        h=h,
+        n=n // t,
+        g=n // t,
+        k=h // n,
+        f=4 * h // t,
+        vocab=V // t,
+        **kw,
+    )
+
+
+def _gpt(
+    b: int = 1,
+    s: int = 2048,
+    h: int = 12288,
+    t: int = 1,
+    c: int = 1,
+    sp: bool = False,
+    **kw: object,
+) -> OpShape:
+    return _rank(b, s, h, h // 128, 51200, t, c, sp, **kw)
+
+
+def _estimate(job: Job, eff: Efficiency | None = None) -> StepEstimate:
+    """The step estimate `planc explain` shows (the analysis path), with `eff` if given."""
+    plan = plannable(job)
+    assert isinstance(plan, Plannable)
+    return step_of(analyse(plan), eff)
 
 
 # --------------------------------------------------------------------------- FLOPs and bytes
@@ -55,7 +95,7 @@ def test_training_flops_match_narayanan_closed_form(t: int) -> None:
     # matmuls are 2·(3h² + h² + 4h² + 4h²) = 24h² forward; the two attention matmuls 4·s·h per
     # token; the head 2·h·V; backward is twice forward, so a step is 3 × forward.
     B, b, s, h, L, V = 8, 2, 2048, 12288, 96, 51200  # V a multiple of 128·t: no padding
-    shape = LayerShape(b=b, s=s, h=h, n=96, g=96, k=128, f=4 * h, V=V, t=t)
+    shape = _rank(b, s, h, 96, V, t)
     matrix = [op for op in (*layer_ops(shape),) if op.engine == "matrix"]
     per_layer = sum(op.forward.flops + op.backward.flops for op in matrix)
     head = [op for op in last_stage_ops(shape) if op.engine == "matrix"]
@@ -244,7 +284,7 @@ def _table5_errors() -> dict[tuple[str, str], float]:
     out = {}
     for name, gpus, p, v, B, b, full, selective in TABLE5:
         for mode, sp, measured in (("full", False, full), ("selective", True, selective)):
-            step = estimate(_job(name, gpus, p, v, B, b, mode, sp)).step_time_s
+            step = _estimate(_job(name, gpus, p, v, B, b, mode, sp)).step_time_s
             out[name, mode] = step / measured - 1
     return out
 
@@ -277,12 +317,13 @@ def test_the_preset_gemm_curve_is_the_documented_fit() -> None:
 
 
 def test_table5_parts_are_consistent() -> None:
-    step = estimate(_job("gpt-1t", 512, 64, 1, 512, 1, "selective", True))
+    step = _estimate(_job("gpt-1t", 512, 64, 1, 512, 1, "selective", True))
     # Bounded: 2·64·512 = 65,536 ops are not simulated whole; two steady-state runs are.
-    assert len(step.simulated_m) == 2 and step.simulated_m[0] % 64 == 512 % 64
-    assert step.simulated_m[1] < 512
-    assert step.pipeline_s == pytest.approx(step.compute_s + step.bubble_s)
-    assert step.step_time_s >= step.pipeline_s
+    simulated = step.pipeline.simulated_m
+    assert len(simulated) == 2 and simulated[0] % 64 == 512 % 64
+    assert simulated[1] < 512
+    assert step.pipeline.makespan_s == pytest.approx(step.compute_s + step.bubble_s)
+    assert step.step_time_s >= step.pipeline.makespan_s
     # Measured: 56.3 % MFU (Korthikanti et al. 2022 Table 5, 1T, selective).
     assert step.mfu == pytest.approx(0.563, abs=0.03)
 
@@ -304,7 +345,7 @@ def test_calibration_recovers_known_parameters() -> None:
             ("llama3-8b", 8, 2),
         )
     ]
-    cases = [(_predictor(job), estimate(job, eff=truth).step_time_s) for job in jobs]
+    cases = [(_predictor(job), _estimate(job, truth).step_time_s) for job in jobs]
     names = ("gemm.peak_fraction", "gemm.half_flops", "gemm.half_dim", "nvlink.efficiency")
     found = fit(cases, for_gpu("a100-80gb"), names, ridge=0.0)
     assert found.values == pytest.approx((0.7, 5e9, 120.0, 0.55), rel=1e-3)
@@ -325,8 +366,10 @@ def _small_job(model: str, t: int, b: int) -> Job:
     return job
 
 
-def _predictor(job: Job):  # type: ignore[no-untyped-def]
-    return lambda eff: estimate(job, eff=eff).step_time_s
+def _predictor(job: Job) -> Callable[[Efficiency], float]:
+    plan = plannable(job)
+    assert isinstance(plan, Plannable)
+    return predictor(analyse(plan))
 
 
 def test_calibration_file_round_trip(tmp_path: Path) -> None:
@@ -356,7 +399,7 @@ def test_calibrate_command_writes_a_loadable_file(tmp_path: Path) -> None:
         (tmp_path / f"{model}-{b}.yaml").write_text(text, encoding="utf-8")
         job = load_text("x.yaml", text).job
         assert job is not None
-        rows.append(f"{model}-{b}.yaml,{estimate(job, eff=truth).step_time_s!r}")
+        rows.append(f"{model}-{b}.yaml,{_estimate(job, truth).step_time_s!r}")
     (tmp_path / "runs.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     out = tmp_path / "cluster.json"
     result = CliRunner().invoke(main, ["calibrate", str(tmp_path / "runs.csv"), "-o", str(out)])
@@ -385,7 +428,7 @@ def test_a_custom_gpu_gets_the_a100_entry_scaled_by_its_peaks() -> None:
     )
     job = load_text("c.yaml", text).job
     assert job is not None and job.cluster.gpu.memory_bandwidth_gbs == 0
-    assert estimate(job).step_time_s > 0  # no HBM bandwidth given: the A100's bytes per FLOP
+    assert _estimate(job).step_time_s > 0  # no HBM bandwidth given: the A100's bytes per FLOP
 
 
 def test_context_parallel_exchange_is_exposed_only_beyond_the_attention_core() -> None:
@@ -399,7 +442,7 @@ def test_context_parallel_exchange_is_exposed_only_beyond_the_attention_core() -
         )
         job = load_text("cp.yaml", text).job
         assert job is not None
-        return estimate(job).cp_exposed_s
+        return _estimate(job).cp_comm_s
 
     # The ring's bytes grow as s, the attention core's time as s²: a slow link is exposed at
     # short sequences and hidden at long ones.

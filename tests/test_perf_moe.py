@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from planc.analysis import analyse, estimate_step
+from planc.dims import ExpertDims
 from planc.perf.inputs import (
     dispatch_combine_s,
     efficiency_of,
@@ -15,17 +16,27 @@ from planc.perf.inputs import (
     layer_shape,
     model_flops,
 )
-from planc.perf.ops import ExpertShape, expert_down, expert_up, moe_layer_ops, router
+from planc.perf.ops import expert_down, expert_up, moe_layer_ops, router
 
 from conftest import job_of
 
 MIXTRAL = "mixtral-8x7b-64xh100.yaml"
 
 
+def _experts(ep: int = 1, et: int = 1, shared: int = 0) -> ExpertDims:
+    """Mixtral's MoE layer on one rank, by hand: T = 4,096 tokens (t = c = 1), top-2 of E = 8,
+    f_e = 14,336 split over ETP, dropless and balanced (T·k rows, gathered over ETP)."""
+    T, k = 4096, 2
+    return ExpertDims(
+        E=8, topk=k, ep=ep, et=et, tokens=T, routed=T * k, sent=T * k, received=T * k * et,
+        f_e=14336 // et, f_s=shared, capacity=False,
+    )
+
+
 def test_expert_gemms_count_k_experts_per_token_whatever_the_split() -> None:
     shape = layer_shape(job_of(None, MIXTRAL))
     for ep, et in ((8, 1), (4, 2), (1, 1)):
-        experts = ExpertShape(E=8, k=2, f_e=14336, ep=ep, et=et)
+        experts = _experts(ep, et)
         up, down = expert_up(shape, experts), expert_down(shape, experts)
         # fc1: 2 FLOPs × ETP·T·k gathered rows × h × 2·f_e/ETP (gate and up); fc2 likewise:
         # ETP cancels, a rank computes k experts' worth of its own T tokens.
@@ -34,15 +45,15 @@ def test_expert_gemms_count_k_experts_per_token_whatever_the_split() -> None:
         # One matmul per local expert, of ETP·T·k·EP/E rows (balanced).
         assert up.shape is not None and up.shape.batch == 8 // ep
         assert up.shape.m == et * 4096 * 2 * ep // 8
-    gate = router(shape, ExpertShape(E=8, k=2, f_e=14336))
+    gate = router(shape, _experts())
     assert gate.forward.flops == 2 * 4096 * 4096 * 8
 
 
 def test_moe_layer_has_no_dense_mlp() -> None:
     shape = layer_shape(job_of(None, MIXTRAL))
-    names = [op.name for op in moe_layer_ops(shape, ExpertShape(E=8, k=2, f_e=14336))]
+    names = [op.name for op in moe_layer_ops(shape, _experts())]
     assert "mlp fc1" not in names and "expert fc1" in names and "router" in names
-    shared = moe_layer_ops(shape, ExpertShape(E=8, k=2, f_e=14336, shared=2816))
+    shared = moe_layer_ops(shape, _experts(shared=2816))
     assert [op.name for op in shared].count("mlp fc1") == 1
 
 

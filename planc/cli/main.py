@@ -622,6 +622,7 @@ def calibrate(measurements: str, output: str) -> None:
     as hardware.calibration) and prints each run's error before and after the fit and from a fit
     that left it out.
     """
+    from planc.analysis import predictor
     from planc.outputs.emit import write_text_atomic
     from planc.perf import calibrate as cal  # start-up: numpy and the step model
 
@@ -631,10 +632,8 @@ def calibrate(measurements: str, output: str) -> None:
         click.echo(f"error: {error}", err=True)
         sys.exit(2)
     tolerate = frozenset({"PLC006", "PLC007"})
-    runs = [
-        cal.Run(str(path), _plan_or_exit(str(path), tolerate=tolerate)[0].plan, s)
-        for path, s in rows
-    ]
+    analyses = [(path, s, _plan_or_exit(str(path), tolerate=tolerate)[0]) for path, s in rows]
+    runs = [cal.Run(str(path), a.plan, s, predictor(a)) for path, s, a in analyses]
     try:
         result = cal.calibrate_runs(runs)
     except ValueError as error:

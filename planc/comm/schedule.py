@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from planc.comm.cost import ring_steps, wire_bytes
-from planc.plannable import Plannable, axis_strides, padded_vocab
+from planc.plannable import Plannable, axis_strides
 from planc.record import record
 from planc.vocab import Axis, Collective, Direction, GroupKind, LinkClass
 
@@ -84,13 +84,20 @@ def op_maker(
 
 
 def activation_bytes(job: Plannable) -> int:
-    """β_a: 2 for bf16/fp16, 4 for fp32."""
-    return 4 if job.training.precision == "fp32" else 2
+    """β_a: bytes per activation element on the wire (`Numerics.activation`)."""
+    return job.numerics.activation
+
+
+def param_bytes(job: Plannable) -> int:
+    """Bytes per parameter element on the wire: the working weights ZeRO and FSDP gather
+    (`Numerics.weight`)."""
+    return job.numerics.weight
 
 
 def grad_bytes(job: Plannable) -> int:
-    """Bytes per gradient element on the wire: fp32 when gradients accumulate in fp32."""
-    return 4 if job.training.grad_accum_fp32 or job.training.precision == "fp32" else 2
+    """Bytes per gradient element on the wire (`Numerics.gradient`: fp32 when gradients
+    accumulate in fp32)."""
+    return job.numerics.gradient
 
 
 def within_domain(job: Plannable, axes: tuple[Axis, ...]) -> bool:
@@ -175,7 +182,7 @@ def latent_parts(job: Plannable) -> tuple[tuple[str, str, int], ...]:
 
 def latent_message_bytes(job: Plannable, width: int) -> int:
     """b·(s/c)·w·β_a: one micro-batch's tokens of width w on a context-parallel rank."""
-    return job.training.b * job.tokens_per_cp_rank * width * activation_bytes(job)
+    return job.dims.tokens * width * activation_bytes(job)
 
 
 def _mla_tp_ops(job: Plannable, stage: int) -> list[CommOp]:
@@ -316,7 +323,7 @@ def _dense_tp_ops(job: Plannable, stage: int, blocks: int) -> list[CommOp]:
 
 def pipeline_message_bytes(job: Plannable) -> int:
     """[s/c (/t with SP), b, h]·β_a: one pipeline send (Megatron's p2p tensor shape)."""
-    return job.training.b * job.tokens_per_sp_rank * job.model.h * activation_bytes(job)
+    return job.dims.replicated_tokens * job.model.h * activation_bytes(job)
 
 
 def pipeline_sends(job: Plannable, stage: int, direction: Direction) -> int:
@@ -423,7 +430,7 @@ def _dp_ops(job: Plannable, stage: int, params: int) -> list[CommOp]:
     n = lay.shard_group if hsdp else lay.d * lay.c
     if lay.d * lay.c == 1:
         return []
-    g, w = grad_bytes(job), activation_bytes(job)
+    g, w = grad_bytes(job), param_bytes(job)
     link = shard_link(job)
     kind = GroupKind.DP_SHARD if hsdp else GroupKind.DP_CP
 
@@ -491,7 +498,7 @@ def moe_tokens(job: Plannable) -> int:
     """T: the tokens one rank routes per micro-batch, b·s/c/t with sequence parallelism (the
     MoE layer's input is the SP-split hidden state; Megatron-Core refuses MoE with TP > 1 and
     no SP in training), b·s/c without."""
-    return job.training.b * job.tokens_per_sp_rank
+    return job.dims.replicated_tokens
 
 
 def dispatch_rows(job: Plannable) -> int:
@@ -499,13 +506,13 @@ def dispatch_rows(job: Plannable) -> int:
 
     Dropless routing, balanced expectation: every rank sends T·k/EP rows to each EP rank and
     receives as many, so it also holds T·k rows for its own E/EP experts after the exchange.
-    planc assumes no imbalance (no setting asks for one). A capacity factor CF caps each
+    The exchange is priced at that expectation; `training.expert_imbalance` bounds the rows the memory budget holds (`ExpertDims.received`). A capacity factor CF caps each
     expert at C = ⌈T·k/E·CF⌉ rows from a rank (Megatron `get_capacity`) and drops the rest,
     which leaves the balanced T·k/E ≤ C unchanged (CF ≥ 1, PLC026); planc compiles no
     --moe-pad-expert-input-to-capacity, so nothing is padded up to C.
     """
-    moe = job.model.moe
-    return 0 if moe is None else moe_tokens(job) * moe.k
+    experts = job.dims.experts
+    return 0 if experts is None else experts.routed
 
 
 def dispatch_bytes(job: Plannable) -> int:
@@ -640,7 +647,7 @@ def _edp_ops(job: Plannable, stage: int, params: int) -> list[CommOp]:
     if lay.edp == 1 or params == 0:
         return []
     zero = sharding_stage(job)
-    g, w = grad_bytes(job), activation_bytes(job)
+    g, w = grad_bytes(job), param_bytes(job)
     link = expert_link(job, Axis.DP)
 
     op = op_maker(stage, GroupKind.EDP, lay.edp, link)
@@ -682,15 +689,15 @@ def _edp_ops(job: Plannable, stage: int, params: int) -> list[CommOp]:
 
 
 def _cp_ops(job: Plannable, stage: int, layers: int) -> list[CommOp]:
-    lay, tr, mod, m = job.layout, job.training, job.model, job.m
+    lay, m = job.layout, job.m
     if lay.c == 1:
         return []
-    kv_heads = max(mod.g // lay.t, 1)
+    dims = job.dims
     # K of k channels and V of k, or under latent attention the up-projected K of d_h + d_h^R
     # and V of v_head_dim channels for each of the n heads (Megatron-Core MLA runs the ring
     # over the expanded heads).
-    channels = 2 * mod.k if mod.mla is None else mod.k + mod.mla.v_head
-    size = tr.b * job.tokens_per_cp_rank * kv_heads * channels * activation_bytes(job)
+    channels = dims.k + dims.v_head
+    size = dims.b * dims.s_c * dims.g * channels * activation_bytes(job)
     return [
         CommOp(
             stage=stage,
@@ -710,7 +717,7 @@ def _embedding_ops(job: Plannable, stage: int) -> list[CommOp]:
     lay = job.layout
     if not job.model.tied or lay.p == 1 or stage not in (0, lay.p - 1):
         return []
-    size = padded_vocab(job.model.V, lay.t) // lay.t * job.model.h * grad_bytes(job)
+    size = job.dims.vocab * job.model.h * grad_bytes(job)
     return [
         CommOp(
             stage=stage,

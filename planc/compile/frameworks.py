@@ -24,7 +24,8 @@ from typing import Any
 
 from planc.compile.launchers import megatron_args
 from planc.compile.plan import Plan
-from planc.plannable import padded_vocab
+from planc.dims import padded_vocab
+from planc.vocab import DType
 
 MEGATRON = "megatron-core 0.19.2, megatron/training/arguments.py (NVIDIA/Megatron-LM d98e8a64)"
 DEEPSPEED = "DeepSpeed 0.19.8, deepspeed/runtime/config.py and deepspeed/runtime/zero/config.py"
@@ -37,6 +38,9 @@ CLIP_GRAD = 1.0
 TORCHTITAN_ORDER = "tp-cp-dp-pp"
 
 Files = dict[str, str]
+
+# torchtitan's training.mixed_precision_param for each precision it can run (it has no fp16).
+TORCH_DTYPES = {DType.FP32: "float32", DType.BF16: "bfloat16", DType.FP16: "bfloat16"}
 
 
 def _shard_group(plan: Plan) -> int:
@@ -86,7 +90,7 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
         f"the vocabulary comes from the tokenizer: planc counts {mod.V:,} tokens, padded to "
         f"{padded_vocab(mod.V, lay.t):,} (a multiple of 128 × tensor parallel)"
     )
-    if tr.precision != "fp32":
+    if job.numerics.precision is not DType.FP32:  # --bf16 / --fp16: mixed precision
         args.append(f"--{tr.precision}")
     args.append(f"--optimizer {tr.optimizer}")
     args.append(f"--clip-grad {CLIP_GRAD!r}")
@@ -388,7 +392,7 @@ def torchtitan_settings(plan: Plan) -> tuple[dict[str, Any], dict[str, Any], lis
         "global_batch_size": tr.B,
         "seq_len": tr.s,
         "max_norm": CLIP_GRAD,
-        "mixed_precision_param": "float32" if tr.precision == "fp32" else "bfloat16",
+        "mixed_precision_param": TORCH_DTYPES[job.numerics.precision],
     }
     if lay.p > 1:
         # torchtitan 0.3.0's validation: "CUDA graphs do not support pipeline parallelism yet".

@@ -20,12 +20,13 @@ from planc.analysis import Analysis
 from planc.comm.schedule import CommOp, WireBudget, activation_bytes, grad_bytes, op_record
 from planc.compile.groups import Groups, expert_grid, index_in_group, process_groups
 from planc.compile.ranks import AXES, Placement, Ranks, grid_of, place
+from planc.dims import padded_vocab
 from planc.findings import Finding
 from planc.memory import MemoryBudget, rank_memory
 from planc.memory.params import RankParameters
 from planc.pipeline.bubble import bubble_fraction
 from planc.pipeline.counts import num_warmup
-from planc.plannable import LayerRange, Plannable, padded_vocab
+from planc.plannable import LayerRange, Plannable
 from planc.record import record
 
 PLAN_FORMAT = "planc-plan"

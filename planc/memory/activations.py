@@ -45,15 +45,15 @@ Each line below is one of those tensors, generalised and divided the way Megatro
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
-from planc.memory.params import padded_vocab
-from planc.memory.terms import Term, ceil_div
+from planc.dims import RankDims, padded_vocab, rank_dims
+from planc.memory.terms import Term
 from planc.pipeline.inflight import in_flight
 from planc.plannable import Plannable
 from planc.record import record
 from planc.spec.job import Model
+from planc.vocab import AttentionKind, DType, Kernels, Precision
 
 KORTHIKANTI = "Korthikanti et al. 2022 §4.1"
 TABLE2 = "Korthikanti et al. 2022 Table 2"
@@ -115,57 +115,55 @@ def layer_shape(
     *,
     s: int,
     b: int,
-    precision: str = "bf16",
-    attention: str = "eager",
+    precision: Precision = "bf16",
+    attention: AttentionKind = "eager",
     t: int = 1,
     c: int = 1,
     sp: bool = False,
-    kernels: str = "fused",
+    kernels: Kernels = "fused",
 ) -> LayerShape:
-    """The per-rank dimensions of one layer for sequence `s`, micro-batch `b` and degrees t, c."""
+    """The per-rank dimensions of one layer for sequence `s`, micro-batch `b` and degrees t, c
+    (the dims of `planc.dims.rank_dims`, with ε the activations' bytes for `precision`)."""
+    dims = rank_dims(model, s=s, b=b, t=t, c=c, sp=sp)
+    return shape_from(model, dims, DType(precision).bits // 8, attention, kernels)
+
+
+def shape_from(
+    model: Model, dims: RankDims, e: int, attention: AttentionKind, kernels: Kernels
+) -> LayerShape:
+    """The memory view of a rank's dims: ε bytes per activation element, the key/value heads
+    eager attention keeps (it expands them to n heads), and the formulas' symbols."""
     eager = attention == "eager"
-    s_rank = ceil_div(s, c)
-    mla = model.mla
     return LayerShape(
-        e=4 if precision == "fp32" else 2,
-        s=s_rank,
-        s_r=ceil_div(s_rank, t) if sp else s_rank,
-        s_kv=s,
-        b=b,
-        h=model.h,
-        n=ceil_div(model.n, t),
-        g=ceil_div(model.n if eager else model.g, t),
-        k=model.k if mla is None else mla.qk_head,
-        f=ceil_div(model.f, t),
+        e=e,
+        s=dims.s_c,
+        s_r=dims.s_r,
+        s_kv=dims.s,
+        b=dims.b,
+        h=dims.h,
+        n=dims.n,
+        g=dims.n if eager else dims.g,
+        k=dims.k,
+        f=dims.f,
         gated=model.mlp == "swiglu",
         eager=eager,
         dropout=model.dropout > 0,
         unfused=kernels == "unfused",
         norm_stats=NORM_STATISTICS_BYTES[model.norm],
-        v=0 if mla is None else mla.v_head,
-        q_latent=0 if mla is None or mla.q_lora is None else mla.q_lora,
-        kv_latent=0 if mla is None else mla.kv_lora,
-        rope=0 if mla is None else mla.qk_rope,
-        tok="(s/c)·b" if c > 1 else "s·b",
-        split="/t" if t > 1 else "",
-        rep="/t" if sp and t > 1 else "",
+        v=dims.v_head if model.mla is not None else 0,
+        q_latent=dims.q_latent,
+        kv_latent=dims.kv_latent,
+        rope=dims.rope,
+        tok="(s/c)·b" if dims.c > 1 else "s·b",
+        split="/t" if dims.t > 1 else "",
+        rep="/t" if dims.sp and dims.t > 1 else "",
     )
 
 
 def shape_of(job: Plannable) -> LayerShape:
     """The layer shape of `job` on any rank (all ranks of a job see the same per-layer shape)."""
-    lay, tr = job.layout, job.training
-    return layer_shape(
-        job.model,
-        s=tr.s,
-        b=tr.b,
-        precision=tr.precision,
-        attention=tr.attention,
-        t=lay.t,
-        c=lay.c,
-        sp=lay.sp,
-        kernels=tr.kernels,
-    )
+    tr = job.training
+    return shape_from(job.model, job.dims, job.numerics.activation, tr.attention, tr.kernels)
 
 
 # --- one function per saved tensor (bytes for one layer, one micro-batch) -------------------
@@ -568,38 +566,11 @@ class ExpertShape:
     rows_formula: str  # R in symbols
 
 
-def expert_capacity(tokens: int, k: int, E: int, capacity_factor: float) -> int:
-    """C = ⌈T·topk/E·CF⌉: the most rows one expert takes from one rank's T tokens (Megatron-Core
-    moe_utils.get_capacity, evaluated in the same order)."""
-    return math.ceil((tokens * k / E) * capacity_factor)
-
-
-def routed_rows(job: Plannable, tokens: int) -> tuple[int, int]:
-    """(S, R): the rows this rank's router sends and the rows its local experts receive.
-
-    Dropless: S = T·topk and R = ⌈T·topk·ETP·α⌉, the balanced expectation (each of the EP ranks sends
-    T·topk/EP rows to each other, then the ETP ranks gather theirs) scaled by the imbalance
-    allowance α (`training.expert_imbalance`). Capacity factor CF: S = E·C and R = (E/EP)·C·EP·ETP
-    = E·C·ETP (token_dispatcher.py preprocess with moe_pad_expert_input_to_capacity: every local
-    expert gets C·tp_size·ep_size rows); without padding this is the bound dropping enforces.
-    """
-    moe, lay = job.model.moe, job.layout
-    if moe is None:
-        raise ValueError("the model has no experts")
-    if moe.capacity_factor is not None:
-        capacity = expert_capacity(tokens, moe.k, moe.E, moe.capacity_factor)
-        return moe.E * capacity, moe.E * capacity * lay.et
-    balanced = tokens * moe.k * lay.et
-    return tokens * moe.k, math.ceil(balanced * job.training.expert_imbalance)
-
-
 def expert_shape(job: Plannable) -> ExpertShape:
     """The MoE-layer shape of `job` on any rank (every rank of a MoE job routes the same T)."""
-    moe, lay, x = job.model.moe, job.layout, shape_of(job)
-    if moe is None:
+    moe, lay, x, y = job.model.moe, job.layout, shape_of(job), job.dims.experts
+    if moe is None or y is None:
         raise ValueError("the model has no experts")
-    tokens = x.s_r * x.b
-    sent, rows = routed_rows(job, tokens)
     alpha = job.training.expert_imbalance
     if moe.capacity_factor is not None:
         rows_formula = "E·⌈T·topk/E·CF⌉" + ("·ETP" if lay.et > 1 else "")
@@ -609,19 +580,19 @@ def expert_shape(job: Plannable) -> ExpertShape:
         )
     return ExpertShape(
         e=x.e,
-        tokens=tokens,
+        tokens=y.tokens,
         shared_tokens=x.s * x.b,
         h=x.h,
-        E=moe.E,
-        k=moe.k,
-        sent=sent,
-        rows=rows,
-        f_e=ceil_div(moe.f_e, lay.et),
-        f_s=ceil_div(moe.E_s * moe.f_s, lay.t) if moe.E_s else 0,
+        E=y.E,
+        k=y.topk,
+        sent=y.sent,
+        rows=y.received,
+        f_e=y.f_e,
+        f_s=y.f_s,
         gated=x.gated,
         unfused=x.unfused,
-        exchanged=lay.ep * lay.et > 1,
-        capacity=moe.capacity_factor is not None,
+        exchanged=y.exchanged,
+        capacity=y.capacity,
         tok="T",
         rows_formula=rows_formula,
     )

@@ -81,7 +81,7 @@ def rank_memory(
     Every TP rank of a stage is charged as TP rank 0, the heaviest when a split is uneven.
     """
     tr, lay = job.training, job.layout
-    state = state_bytes(tr.precision, tr.optimizer, tr.grad_accum_fp32)
+    state = state_bytes(job.numerics, tr.optimizer)
     group = Group(lay.zero, lay.shard_group, shard_index)
     expert_group = Group(lay.zero, lay.expert_shard_group, expert_shard_index, "N_e")
     share = rank_parameters(job, pp_rank)

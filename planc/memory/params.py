@@ -11,8 +11,9 @@ the biases that file leaves out, so that published counts come out exact.
 
 from __future__ import annotations
 
+from planc.dims import padded_vocab
 from planc.memory.terms import ceil_div
-from planc.plannable import Plannable, padded_vocab
+from planc.plannable import Plannable
 from planc.record import record
 from planc.spec.job import MLA, Model, MoE
 

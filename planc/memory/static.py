@@ -25,8 +25,10 @@ low shard indices, ⌊Ψ_r/N⌋ for the high ones.
 
 from __future__ import annotations
 
+from planc.dims import Numerics
 from planc.memory.terms import Component, Term, shard
 from planc.record import record
+from planc.vocab import OptimizerName
 
 SOURCE_SEED = (
     "seed lesson §3 (mixed-precision Adam, 16 bytes/param; Rajbhandari et al. 2020, ZeRO §3.1)"
@@ -57,18 +59,16 @@ class StateBytes:
         return self.weights + self.gradients + self.optimizer
 
 
-def state_bytes(precision: str, optimizer: str, grad_accum_fp32: bool) -> StateBytes:
-    """Bytes per parameter for `precision` (bf16|fp16|fp32) and `optimizer` (adam|sgd)."""
-    mixed = precision != "fp32"
-    wide_grads = not mixed or grad_accum_fp32
+def state_bytes(numerics: Numerics, optimizer: OptimizerName) -> StateBytes:
+    """Bytes per parameter for the run's number formats and `optimizer` (adam|sgd)."""
     moments = (("Adam m", 4), ("Adam v", 4)) if optimizer == "adam" else (("SGD momentum", 4),)
     return StateBytes(
-        weights=2 if mixed else 4,
-        gradients=4 if wide_grads else 2,
-        master=4 if mixed else 0,
+        weights=numerics.weight,
+        gradients=numerics.gradient,
+        master=numerics.master,
         moments=moments,
-        label=precision,
-        grad_label="fp32" if wide_grads else precision,
+        label=numerics.weight_label,
+        grad_label=numerics.gradient_label,
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from planc.plannable import ceil_div
+from planc.dims import ceil_div
 from planc.record import record
 
 Component = Literal["weights", "gradients", "optimizer", "activations", "buffers", "reserve"]

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from planc.dims import ceil_div, padded_vocab
 from planc.memory.budget import MemoryBudget, StageBudget, node_host_bytes
 from planc.memory.terms import COMPONENTS
-from planc.plannable import Plannable, ceil_div, padded_vocab
+from planc.plannable import Plannable
 from planc.spec.job import GB, GIB
 
 BAR_WIDTH = 40

@@ -23,11 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from planc.perf.inputs import estimate
 from planc.plannable import Plannable
-from planc.presets.efficiency import COLLECTIVES, Efficiency, for_gpu, load_calibration, to_json
+from planc.presets.efficiency import COLLECTIVES, Efficiency, for_gpu, to_json
 from planc.record import record
-from planc.spec.job import Job
 
 Predict = Callable[[Efficiency], float]
 
@@ -161,11 +159,14 @@ CALIBRATED = (
 
 @record
 class Run:
-    """One measured run: a label (the spec path), the job, and its measured seconds per step."""
+    """One measured run: a label (the spec path), the plannable job, its measured seconds per
+    step, and its step time as a function of the efficiency tables (`planc.analysis.predictor`:
+    the analysis `planc explain` runs, computed once, re-priced with each candidate)."""
 
     label: str
-    job: Job | Plannable
+    job: Plannable
     measured_s: float
+    predict: Predict
 
 
 @record
@@ -207,10 +208,6 @@ def read_measurements(path: str | Path) -> list[tuple[Path, float]]:
     return rows
 
 
-def _predictor(job: Job | Plannable) -> Predict:
-    return lambda eff: estimate(job, eff=eff).step_time_s
-
-
 def calibrate_runs(
     runs: Sequence[Run],
     start: Efficiency | None = None,
@@ -223,7 +220,7 @@ def calibrate_runs(
         raise ValueError(f"calibrate runs of one GPU type at a time, got {sorted(gpus)}")
     gpu = runs[0].job.cluster.gpu
     first = start or for_gpu(gpu.name, gpu.bf16_tflops, gpu.memory_bandwidth_gbs)
-    cases = [(_predictor(run.job), run.measured_s) for run in runs]
+    cases = [(run.predict, run.measured_s) for run in runs]
     result = fit(cases, first, names, ridge=ridge)
     before = tuple(predict(first) / measured - 1 for predict, measured in cases)
     loo = leave_one_out(cases, first, names, ridge) if len(cases) > 1 else ()
@@ -268,8 +265,3 @@ def calibration_json(cal: Calibration, measurements: str) -> str:
         )
     )
     return json.dumps(to_json(cal.fit.efficiency, source), indent=2, ensure_ascii=False) + "\n"
-
-
-def resolve_calibration(spec_path: str | Path, value: str) -> Efficiency:
-    """`hardware.calibration: value` of the spec at `spec_path`: the file, relative to the spec."""
-    return load_calibration(Path(spec_path).parent / value)

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from planc.dims import ExpertDims
 from planc.perf.ops import (
-    ExpertShape,
-    LayerShape,
     OpCost,
+    OpShape,
     Work,
     first_stage_ops,
     last_stage_ops,
@@ -122,7 +122,7 @@ def recompute_time_s(layer: PassTimes, recompute: str) -> float:
 
 
 def chunk_times(
-    shape: LayerShape,
+    shape: OpShape,
     chunk_layers: Sequence[int],
     first_stage: bool,
     last_stage: bool,
@@ -130,7 +130,7 @@ def chunk_times(
     device: Device,
     eff: Efficiency,
     moe_layers: Sequence[int] = (),
-    experts: ExpertShape | None = None,
+    experts: ExpertDims | None = None,
 ) -> tuple[ChunkTimes, ...]:
     """Forward and backward (+ recompute) seconds per micro-batch of each chunk of one stage.
 

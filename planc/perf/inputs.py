@@ -37,10 +37,10 @@ from planc.comm.schedule import (
     latent_message_bytes,
     latent_parts,
     probs_bytes,
-    schedule,
     sharding_stage,
     token_count_bytes,
 )
+from planc.dims import ExpertDims, rank_dims
 from planc.perf.compute import (
     Device,
     StageTimes,
@@ -51,22 +51,20 @@ from planc.perf.compute import (
 )
 from planc.perf.offload import offload_transfer_s
 from planc.perf.ops import (
-    ExpertShape,
-    LayerShape,
     OpCost,
+    OpShape,
     attention_core,
     attention_matrix_elements,
-    embedding_parameters,
     expert_activation,
     expert_down,
     expert_up,
-    layer_parameters,
     mla_up_projections,
     mlp_up,
+    op_shape,
     qkv_projection,
 )
-from planc.perf.step import StageInputs, StepEstimate, StepInputs, estimate_step
-from planc.plannable import Plannable, plannable
+from planc.perf.step import StageInputs, StepInputs
+from planc.plannable import Plannable
 from planc.presets.efficiency import (
     REFERENCE_HBM_GBS,
     REFERENCE_TFLOPS,
@@ -83,55 +81,15 @@ from planc.vocab import Axis
 DP_GROUPS = ("dp_cp", "dp_shard", "dp_replicate", "embedding", "edp")
 
 
-def plan_of(job: Job | Plannable) -> Plannable:
-    """The plannable form of `job` (ValueError naming the first refusal when it has none)."""
-    if isinstance(job, Plannable):
-        return job
-    plan = plannable(job)
-    if not isinstance(plan, Plannable):
-        first = plan[0]
-        raise ValueError(f"{first.rule}: {first.violation.message}")
-    return plan
+def layer_shape(job: Plannable) -> OpShape:
+    """One rank's share of a layer (`Plannable.dims`) for :mod:`planc.perf.ops`, with the
+    activations' bytes of the run's number formats."""
+    return op_shape(job.model, job.dims, job.numerics.activation, job.training.attention == "flash")
 
 
-def layer_shape(job: Plannable) -> LayerShape:
-    """The job's sizes as plain numbers for :mod:`planc.perf.ops`. Under latent attention k is
-    the query/key head width d_h + d_h^R (and g = n: PLC012 refuses fewer key/value heads)."""
-    mod, tr, lay = job.model, job.training, job.layout
-    mla = mod.mla
-    return LayerShape(
-        b=tr.b,
-        s=tr.s,
-        h=mod.h,
-        n=mod.n,
-        g=mod.g,
-        k=mod.k if mla is None else mla.qk_head,
-        f=mod.f,
-        V=mod.V,
-        t=lay.t,
-        c=lay.c,
-        sp=lay.sp,
-        gated=mod.mlp == "swiglu",
-        norm=mod.norm,
-        dropout=mod.dropout,
-        flash=tr.attention == "flash",
-        beta=4 if tr.precision == "fp32" else 2,
-        positions=mod.max_seq_len if mod.position == "learned" else 0,
-        v=0 if mla is None else mla.v_head,
-        q_latent=0 if mla is None or mla.q_lora is None else mla.q_lora,
-        kv_latent=0 if mla is None else mla.kv_lora,
-        rope=0 if mla is None else mla.qk_rope,
-    )
-
-
-def expert_shape(job: Plannable) -> ExpertShape | None:
-    """The job's experts as plain numbers for :mod:`planc.perf.ops` (None: a dense model)."""
-    moe, lay = job.model.moe, job.layout
-    if moe is None:
-        return None
-    return ExpertShape(
-        E=moe.E, k=moe.k, f_e=moe.f_e, shared=moe.E_s * moe.f_s, ep=lay.ep, et=lay.et
-    )
+def expert_shape(job: Plannable) -> ExpertDims | None:
+    """One rank's share of a MoE layer (None: a dense model)."""
+    return job.dims.experts
 
 
 def chunk_moe_layers(job: Plannable, stage: int) -> tuple[int, ...]:
@@ -143,11 +101,21 @@ def chunk_moe_layers(job: Plannable, stage: int) -> tuple[int, ...]:
 
 
 def device_of(job: Plannable) -> Device:
-    """The GPU's peaks; a custom GPU that gives no HBM bandwidth gets the A100's bytes per FLOP
-    (2,039 GB/s per 312 TFLOPS)."""
+    """The GPU's peaks: the dense matrix peak of the GEMMs' data type (`Numerics.gemm`) and its
+    HBM bandwidth; a custom GPU that gives no HBM bandwidth gets the A100's bytes per FLOP
+    (2,039 GB/s per 312 TFLOPS at bf16)."""
     gpu = job.cluster.gpu
     hbm = gpu.memory_bandwidth_gbs or gpu.bf16_tflops * REFERENCE_HBM_GBS / REFERENCE_TFLOPS
-    return Device.of(gpu.bf16_tflops, hbm)
+    return Device.of(gemm_peak_tflops(job), hbm)
+
+
+def gemm_peak_tflops(job: Plannable) -> float:
+    """The GPU's dense peak in the GEMMs' data type (the spec's loader refuses a precision whose
+    peak the GPU does not give)."""
+    peak = job.cluster.gpu.peak_tflops(job.numerics.gemm)
+    if peak is None:
+        raise ValueError(f"{job.cluster.gpu.name} gives no {job.numerics.gemm} peak")
+    return peak
 
 
 def efficiency_of(job: Plannable) -> Efficiency:
@@ -181,34 +149,18 @@ def _call_s(job: Plannable, eff: Efficiency, op: CommOp) -> float:
     return comm_time_s(job, eff, str(op.op), op.group_size, op.buffer_bytes, str(op.link))
 
 
-def stage_parameters(job: Plannable, stage: int, layers: int, shape: LayerShape) -> int:
-    """Parameters one rank of `stage` holds (after TP), for the optimizer step: its layers, the
-    embedding on the first stage, the final norm and the output layer on the last (a tied
-    output layer is a second copy only when it sits on another stage than the embedding)."""
-    lay, mod = job.layout, job.model
-    total = layers * layer_parameters(shape, mod.bias)
-    if stage == 0:
-        total += embedding_parameters(shape)
-    if stage == lay.p - 1:
-        total += (2 if mod.norm == "layernorm" else 1) * mod.h
-        if not (mod.tied and lay.p == 1):
-            total += shape.vocab * shape.h
-    return total
-
-
 def model_flops(job: Job | Plannable) -> float:
     """Model FLOPs per step, no recompute: 3 × forward of the weight matmuls, the attention
     matmuls (no causal discount) and the LM head (Narayanan et al. 2021 Appendix; for a GPT
     this is 72·B·s·L·h²·(1 + s/(6h) + V/(12hL))). The attention matmuls are QKᵀ over k and PV
     over the value head width, 2·s²·n·(k + v) per sequence (v = k but under latent attention);
     in MoE layers the k routed experts, the shared experts and the router in place of the dense
-    MLP (the active parameters)."""
+    MLP (the active parameters). The layout does not enter: the whole layer's dims (t = c = 1)."""
     mod, tr = job.model, job.training
-    plan = plan_of(job)
-    shape = layer_shape(plan)
+    whole = op_shape(mod, rank_dims(mod, s=tr.s, b=tr.b), 2, flash=False)
     gamma = 3 if mod.mlp == "swiglu" else 2
-    weights = attention_matrix_elements(replace(shape, t=1)) + gamma * mod.h * mod.f
-    core = 2.0 * tr.s * tr.s * mod.n * (shape.k + shape.value_channels)
+    weights = attention_matrix_elements(whole) + gamma * mod.h * mod.f
+    core = 2.0 * tr.s * tr.s * mod.n * (whole.k + whole.value_channels)
     total = mod.L * (2.0 * tr.s * weights + core)
     moe = mod.moe
     if moe is not None:
@@ -298,14 +250,14 @@ def ep_per_layer(job: Plannable, eff: Efficiency) -> ExchangePerLayer:
     return ExchangePerLayer(forward, backward)
 
 
-def _tp_mlp(job: Plannable, moe_layer: bool) -> LayerShape | None:
+def _tp_mlp(job: Plannable, moe_layer: bool) -> OpShape | None:
     """The TP-split MLP of a layer whose column-parallel weight gradient hides a backward
     collective: the dense MLP, a MoE layer's shared experts, or none (a MoE layer without
     shared experts runs no TP collective around its experts)."""
-    shape, moe = layer_shape(job), job.model.moe
-    if not moe_layer or moe is None:
+    shape, experts = layer_shape(job), job.dims.experts
+    if not moe_layer or experts is None:
         return shape
-    return replace(shape, f=moe.E_s * moe.f_s) if moe.E_s else None
+    return replace(shape, f=experts.f_s) if experts.f_s else None
 
 
 def tp_per_layer(
@@ -402,32 +354,23 @@ def _dp(
 
 
 def build_inputs(
-    job: Job | Plannable,
-    params_by_stage: Sequence[int] | None = None,
-    eff: Efficiency | None = None,
-    ops: Sequence[CommOp] | None = None,
-    experts_by_stage: Sequence[int] = (),
+    job: Plannable,
+    params_by_stage: Sequence[int],
+    experts_by_stage: Sequence[int],
+    eff: Efficiency,
+    ops: Sequence[CommOp],
 ) -> StepInputs:
-    """The :class:`StepInputs` of `job`.
-
-    `params_by_stage[r]` is Ψ_r, the parameters one rank of stage r holds (planc's memory
-    analysis); by default this module's own count. `experts_by_stage[r]` is its Ψ_expert,
-    sharded over the expert data-parallel group instead of the data-parallel one. `eff` defaults to the GPU preset's entry of
-    `efficiency.json` (for a custom GPU, the A100 entry scaled by its peaks).
+    """The :class:`StepInputs` of `job`: `params_by_stage[r]` is Ψ_r, the parameters one rank of
+    stage r holds, and `experts_by_stage[r]` its Ψ_expert (sharded over the expert data-parallel
+    group instead of the data-parallel one), both from planc's memory analysis
+    (`Analysis.parameters`); `ops` the communication schedule (`Analysis.ops`) and `eff` the
+    efficiency tables. `planc.analysis.estimate_step` is the one caller.
     """
-    job = plan_of(job)
     lay, m = job.layout, job.m
     shape, device = layer_shape(job), device_of(job)
-    eff = eff or efficiency_of(job)
     per_stage = lay.stage_layers
-    params = (
-        list(params_by_stage)
-        if params_by_stage is not None
-        else [stage_parameters(job, r, layers, shape) for r, layers in enumerate(per_stage)]
-    )
-    experts = list(experts_by_stage) if experts_by_stage else [0] * lay.p
+    params, experts = list(params_by_stage), list(experts_by_stage)
     dense = [total - expert for total, expert in zip(params, experts, strict=True)]
-    ops = schedule(job, dense, experts) if ops is None else ops
     zero = sharding_stage(job) >= 1
     shard, expert_shard = (lay.shard_group, lay.edp) if zero else (1, 1)
     exchange = ep_per_layer(job, eff)
@@ -465,7 +408,7 @@ def build_inputs(
                     dense[r] / shard + experts[r] / expert_shard,
                     device,
                     eff,
-                    job.training.precision == "fp16",
+                    job.numerics.loss_scaling,
                 ),
                 tp_overlapped_s=sum(
                     (n - e) * tp.backward_overlapped_s + e * tp_moe.backward_overlapped_s
@@ -487,7 +430,7 @@ def build_inputs(
         dp_processor_usage=eff.link(_dp_link(ops)).processor_usage,
         model_flops=model_flops(job),
         tokens=job.training.B * job.training.s,
-        peak_flops=job.world * job.cluster.gpu.bf16_tflops * 1e12,
+        peak_flops=job.world * gemm_peak_tflops(job) * 1e12,
     )
 
 
@@ -519,17 +462,6 @@ def _tp_link(ops: Sequence[CommOp]) -> str:
 
 def _dp_link(ops: Sequence[CommOp]) -> str:
     return next((str(op.link) for op in ops if op.group in ("dp_cp", "dp_shard")), "network")
-
-
-def estimate(
-    job: Job | Plannable,
-    params_by_stage: Sequence[int] | None = None,
-    eff: Efficiency | None = None,
-    ops: Sequence[CommOp] | None = None,
-    experts_by_stage: Sequence[int] = (),
-) -> StepEstimate:
-    """`estimate_step(build_inputs(job, ...))`."""
-    return estimate_step(build_inputs(job, params_by_stage, eff, ops, experts_by_stage))
 
 
 def stage_times(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:

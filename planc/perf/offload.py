@@ -23,8 +23,7 @@ def offload_transfer_s(job: Plannable, stage_parameters: int) -> float:
     params_moved = tr.offload_parameters and (
         tr.framework == "fsdp2" or (tr.framework == "deepspeed" and lay.zero == 3)
     )
-    w = 4 if tr.precision == "fp32" else 2
-    g = 4 if tr.precision == "fp32" or tr.grad_accum_fp32 else 2
+    w, g = job.numerics.weight, job.numerics.gradient
     shard = -(-stage_parameters // lay.shard_group)
     down = g * shard * (m if params_moved else 1)
     up = w * shard * (2 * m if params_moved else 1)

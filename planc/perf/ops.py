@@ -1,6 +1,6 @@
 """FLOPs and HBM bytes of every operation of a transformer layer and of the model's two ends.
 
-Each op is a small named function of a :class:`LayerShape` (plain numbers of one rank) that
+Each op is a small named function of a :class:`OpShape` (plain numbers of one rank) that
 returns an :class:`OpCost`: FLOPs and bytes moved (HBM reads + writes) for the forward pass, the
 backward pass for the inputs (data gradient) and the backward pass for the weights. Symbols as
 in Korthikanti et al. 2022 (arXiv 2205.05198) and Narayanan et al. 2021 (arXiv 2104.04473):
@@ -30,13 +30,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Literal
 
+from planc.dims import ExpertDims, RankDims
 from planc.record import record
+from planc.spec.job import Model
+from planc.vocab import Norm
 
 Engine = Literal["matrix", "vector", "attention"]
-
-# Megatron pads the vocabulary to a multiple of 128·t (`--make-vocab-size-divisible-by 128`,
-# megatron/training/tokenizer: _vocab_size_with_padding).
-VOCAB_MULTIPLE = 128
 
 
 @record
@@ -86,22 +85,23 @@ class OpCost:
 
 
 @record
-class LayerShape:
-    """The sizes of one rank's share of a layer (plain numbers; see the module docstring)."""
+class OpShape:
+    """One rank's share of a layer as the per-op model reads it: the rank's dimensions
+    (`planc.dims.RankDims`: heads, kv heads and f already per TP rank, the sequence already per
+    CP and SP rank) and the kernels' settings (plain numbers; see the module docstring)."""
 
     b: int
-    s: int  # full sequence length (keys); a rank holds s/c queries
+    s: int  # full sequence length (keys); a rank holds s_c queries
+    s_c: int  # ⌈s/c⌉: the queries this rank computes
+    s_r: int  # ⌈s_c/t⌉ with SP, else s_c: rows of norms, dropouts and residual adds
     h: int
-    n: int
-    g: int
+    n: int  # query heads on this rank, n/t
+    g: int  # key/value heads on this rank, ⌈g/t⌉ (Megatron replicates them when t > g)
     k: int
-    f: int
-    V: int
-    t: int = 1
-    c: int = 1
-    sp: bool = False
+    f: int  # MLP inner size on this rank, f/t
+    vocab: int  # V'/t: the rank's slice of the padded vocabulary
     gated: bool = False  # SwiGLU (three MLP matrices) instead of GeLU (two)
-    norm: str = "layernorm"  # or rmsnorm
+    norm: Norm = "layernorm"  # or rmsnorm
     dropout: float = 0.0
     flash: bool = False
     beta: int = 2  # bytes per activation element
@@ -117,38 +117,58 @@ class LayerShape:
     @property
     def queries(self) -> int:
         """s/c: the sequence positions this rank computes."""
-        return self.s // self.c
+        return self.s_c
 
     @property
     def tokens(self) -> int:
         """b·s/c: rows of the weight matmuls on this rank."""
-        return self.b * self.queries
+        return self.b * self.s_c
 
     @property
-    def norm_tokens(self) -> float:
+    def norm_tokens(self) -> int:
         """Rows of norms, dropouts and residual adds: b·s/c, divided by t under SP."""
-        return self.tokens / self.t if self.sp else float(self.tokens)
+        return self.b * self.s_r
 
     @property
-    def heads(self) -> float:
+    def heads(self) -> int:
         """n/t query heads on this rank."""
-        return self.n / self.t
+        return self.n
 
     @property
-    def kv_heads(self) -> float:
-        """g/t key/value heads on this rank (at least one: Megatron replicates KV heads)."""
-        return max(self.g / self.t, 1.0)
+    def kv_heads(self) -> int:
+        """⌈g/t⌉ key/value heads on this rank."""
+        return self.g
 
     @property
     def value_channels(self) -> int:
         """Channels per value head: k, or latent attention's v_head_dim."""
         return self.v or self.k
 
-    @property
-    def vocab(self) -> int:
-        """V'/t: the rank's slice of the vocabulary padded to a multiple of 128·t."""
-        unit = VOCAB_MULTIPLE * self.t
-        return -(-self.V // unit) * unit // self.t
+
+def op_shape(model: Model, dims: RankDims, beta: int, flash: bool) -> OpShape:
+    """The per-op view of a rank's `dims` for `model` (β bytes per activation element)."""
+    return OpShape(
+        b=dims.b,
+        s=dims.s,
+        s_c=dims.s_c,
+        s_r=dims.s_r,
+        h=dims.h,
+        n=dims.n,
+        g=dims.g,
+        k=dims.k,
+        f=dims.f,
+        vocab=dims.vocab,
+        gated=model.mlp == "swiglu",
+        norm=model.norm,
+        dropout=model.dropout,
+        flash=flash,
+        beta=beta,
+        positions=model.max_seq_len if model.position == "learned" else 0,
+        v=0 if model.mla is None else dims.v_head,
+        q_latent=dims.q_latent,
+        kv_latent=dims.kv_latent,
+        rope=dims.rope,
+    )
 
 
 def gemm(name: str, rows: float, inner: float, cols: float, beta: int) -> OpCost:
@@ -168,7 +188,7 @@ def gemm(name: str, rows: float, inner: float, cols: float, beta: int) -> OpCost
 # --------------------------------------------------------------------------- attention block
 
 
-def norm(shape: LayerShape, name: str = "norm") -> OpCost:
+def norm(shape: OpShape, name: str = "norm") -> OpCost:
     """LayerNorm or RMSNorm over b·s/c(/t with SP) rows of h (Apex fused kernels).
 
     Forward reads x and writes y: 2·β bytes per element, ~8 FLOPs per element for LayerNorm
@@ -187,13 +207,13 @@ def _norm_cost(name: str, elements: float, kind: str, beta: int) -> OpCost:
     return OpCost(name, "vector", forward, backward)
 
 
-def qkv_projection(shape: LayerShape) -> OpCost:
+def qkv_projection(shape: OpShape) -> OpCost:
     """Q, K, V projection: [b·s/c, h] · [h, (n + 2g)·k/t] (Shoeybi et al. 2019: column parallel)."""
     cols = (shape.heads + 2 * shape.kv_heads) * shape.k
     return gemm("qkv", shape.tokens, shape.h, cols, shape.beta)
 
 
-def mla_down_projections(shape: LayerShape) -> tuple[OpCost, ...]:
+def mla_down_projections(shape: OpShape) -> tuple[OpCost, ...]:
     """Latent attention's down projections on the norm's rows (b·s/c, /t with SP: Megatron keeps
     them whole on every TP rank, TELinear `parallel_mode='duplicated'`, on the sequence shard):
     q_a [rows, h]·[h, d_c'] when the query is compressed, kv_a [rows, h]·[h, d_c + d_h^R]
@@ -205,7 +225,7 @@ def mla_down_projections(shape: LayerShape) -> tuple[OpCost, ...]:
     return (gemm("mla q down", rows, shape.h, shape.q_latent, shape.beta), kv)
 
 
-def mla_latent_norms(shape: LayerShape) -> tuple[OpCost, ...]:
+def mla_latent_norms(shape: OpShape) -> tuple[OpCost, ...]:
     """RMSNorm over the latents, q_a_layernorm (rows × d_c') and kv_a_layernorm (rows × d_c), on
     the down projections' rows; costed as `norm`."""
     rows = shape.norm_tokens
@@ -216,7 +236,7 @@ def mla_latent_norms(shape: LayerShape) -> tuple[OpCost, ...]:
     return (q, kv)
 
 
-def mla_up_projections(shape: LayerShape) -> tuple[OpCost, ...]:
+def mla_up_projections(shape: OpShape) -> tuple[OpCost, ...]:
     """Latent attention's up projections, column parallel over heads: q_b
     [b·s/c, d_c']·[d_c', n/t·(d_h + d_h^R)] (without a query latent q_proj from h), kv_b
     [b·s/c, d_c]·[d_c, n/t·(d_h + v_head_dim)] (DeepSeek-V2 §2.1.2, eq. 10, 11 and 13)."""
@@ -234,7 +254,7 @@ def mla_up_projections(shape: LayerShape) -> tuple[OpCost, ...]:
     )
 
 
-def attention_projections(shape: LayerShape) -> tuple[OpCost, ...]:
+def attention_projections(shape: OpShape) -> tuple[OpCost, ...]:
     """The projections before the attention core: one QKV matmul, or latent attention's down
     projections, latent norms and up projections."""
     if not shape.kv_latent:
@@ -242,12 +262,12 @@ def attention_projections(shape: LayerShape) -> tuple[OpCost, ...]:
     return (*mla_down_projections(shape), *mla_latent_norms(shape), *mla_up_projections(shape))
 
 
-def _score_elements(shape: LayerShape) -> float:
+def _score_elements(shape: OpShape) -> float:
     """b·(n/t)·(s/c)·s: the attention score matrix of one rank."""
     return shape.b * shape.heads * shape.queries * shape.s
 
 
-def attention_scores(shape: LayerShape) -> OpCost:
+def attention_scores(shape: OpShape) -> OpCost:
     """QKᵀ: (n/t)·b batched [s/c, k]·[k, s] matmuls (eager attention).
 
     Forward 2·b·(n/t)·(s/c)·s·k FLOPs; reads Q and K, writes the scores (β each). Backward
@@ -264,7 +284,7 @@ def attention_scores(shape: LayerShape) -> OpCost:
     return OpCost("attention scores QKᵀ", "matrix", forward, backward, NOTHING, gshape, True)
 
 
-def softmax(shape: LayerShape) -> OpCost:
+def softmax(shape: OpShape) -> OpCost:
     """Scale, causal mask and softmax over the scores (Megatron `FusedScaleMaskSoftmax`).
 
     Forward reads and writes the b·(n/t)·(s/c)·s scores (2·β per element, ~5 FLOPs: scale,
@@ -276,7 +296,7 @@ def softmax(shape: LayerShape) -> OpCost:
     return OpCost("softmax", "vector", forward, backward, attention_core=True)
 
 
-def attention_dropout(shape: LayerShape) -> OpCost:
+def attention_dropout(shape: OpShape) -> OpCost:
     """Dropout on the attention probabilities (none when the model's dropout is 0).
 
     Forward reads the probabilities, writes the result and a one-byte mask: (2β + 1) per
@@ -289,7 +309,7 @@ def attention_dropout(shape: LayerShape) -> OpCost:
     return OpCost("attention dropout", "vector", work, work, attention_core=True)
 
 
-def attention_over_values(shape: LayerShape) -> OpCost:
+def attention_over_values(shape: OpShape) -> OpCost:
     """Attention over V: (n/t)·b batched [s/c, s]·[s, k] matmuls (eager attention); latent
     attention's values have v_head_dim channels instead of k.
 
@@ -307,7 +327,7 @@ def attention_over_values(shape: LayerShape) -> OpCost:
     return OpCost("attention over V", "matrix", forward, backward, NOTHING, gshape, True)
 
 
-def flash_attention(shape: LayerShape) -> OpCost:
+def flash_attention(shape: OpShape) -> OpCost:
     """Fused attention (FlashAttention-2, Dao 2023): both matmuls, no s×s tensor in HBM.
 
     Forward 4·b·(n/t)·(s/c)·s·k FLOPs (QKᵀ and PV); reads Q, K, V, writes O and the fp32
@@ -332,7 +352,7 @@ def flash_attention(shape: LayerShape) -> OpCost:
     return OpCost("flash attention", "attention", forward, backward, NOTHING, gshape, True)
 
 
-def attention_core(shape: LayerShape) -> tuple[OpCost, ...]:
+def attention_core(shape: OpShape) -> tuple[OpCost, ...]:
     """The core between the projections: fused (flash) or the four eager kernels."""
     if shape.flash:
         return (flash_attention(shape),)
@@ -344,14 +364,14 @@ def attention_core(shape: LayerShape) -> tuple[OpCost, ...]:
     )
 
 
-def output_projection(shape: LayerShape) -> OpCost:
+def output_projection(shape: OpShape) -> OpCost:
     """Attention output projection: [b·s/c, n·k/t]·[n·k/t, h] (row parallel); latent
     attention's over n·v_head_dim/t."""
     inner = shape.heads * shape.value_channels
     return gemm("attention output", shape.tokens, inner, shape.h, shape.beta)
 
 
-def residual_dropout_add(shape: LayerShape, name: str = "dropout + residual") -> OpCost:
+def residual_dropout_add(shape: OpShape, name: str = "dropout + residual") -> OpCost:
     """Bias, dropout and residual add, fused (`bias_dropout_add_fused_train`), on b·s/c(/t) rows.
 
     Forward reads the branch and the residual, writes the sum (and a one-byte mask when
@@ -368,20 +388,21 @@ def residual_dropout_add(shape: LayerShape, name: str = "dropout + residual") ->
 # --------------------------------------------------------------------------- MLP block
 
 
-def mlp_up(shape: LayerShape) -> OpCost:
-    """fc1: [b·s/c, h]·[h, f/t]; SwiGLU fuses gate and up into one [h, 2f/t] matmul."""
-    cols = (2 if shape.gated else 1) * shape.f / shape.t
+def mlp_up(shape: OpShape) -> OpCost:
+    """fc1: [b·s/c, h]·[h, f/t]; SwiGLU fuses gate and up into one [h, 2f/t] matmul (f in
+    `OpShape` is already f/t)."""
+    cols = (2 if shape.gated else 1) * shape.f
     return gemm("mlp fc1", shape.tokens, shape.h, cols, shape.beta)
 
 
-def activation(shape: LayerShape) -> OpCost:
+def activation(shape: OpShape) -> OpCost:
     """GeLU (Megatron `bias_gelu` fusion) or SwiGLU on b·s/c·f/t elements.
 
     GeLU: forward reads x, writes y (2β per element, ~8 FLOPs for the tanh form); backward reads
     x and dy, writes dx (3β). SwiGLU: forward reads gate and up, writes y (3β, ~6 FLOPs);
     backward reads gate, up and dy, writes both gradients (5β).
     """
-    elements = shape.tokens * shape.f / shape.t
+    elements = shape.tokens * shape.f
     if shape.gated:
         return OpCost(
             "swiglu",
@@ -397,12 +418,12 @@ def activation(shape: LayerShape) -> OpCost:
     )
 
 
-def mlp_down(shape: LayerShape) -> OpCost:
+def mlp_down(shape: OpShape) -> OpCost:
     """fc2: [b·s/c, f/t]·[f/t, h] (row parallel)."""
-    return gemm("mlp fc2", shape.tokens, shape.f / shape.t, shape.h, shape.beta)
+    return gemm("mlp fc2", shape.tokens, shape.f, shape.h, shape.beta)
 
 
-def layer_ops(shape: LayerShape) -> tuple[OpCost, ...]:
+def layer_ops(shape: OpShape) -> tuple[OpCost, ...]:
     """Every op of one pre-norm transformer layer, in forward order (Megatron GPT/Llama)."""
     return (
         norm(shape, "input norm"),
@@ -421,37 +442,13 @@ def layer_ops(shape: LayerShape) -> tuple[OpCost, ...]:
 # --------------------------------------------------------------------------- MoE block
 
 
-@record
-class ExpertShape:
-    """A MoE layer's sizes on one rank (symbols of Megatron-Core's moe/README.md): E routed
-    experts, k per token, f_e one expert's inner size, E_s·f_s the shared experts' inner size,
-    EP and ETP the expert-parallel and expert tensor-parallel degrees."""
-
-    E: int
-    k: int
-    f_e: int
-    shared: int = 0  # E_s·f_s: the shared experts as one MLP (Megatron's SharedExpertMLP)
-    ep: int = 1
-    et: int = 1
-
-    @property
-    def local_experts(self) -> int:
-        """E/EP: the experts a rank computes."""
-        return self.E // self.ep
-
-
-def routed_rows(shape: LayerShape, experts: ExpertShape) -> float:
-    """T·k: the (token, expert) rows a rank routes, T = b·s/c (/t with SP) its tokens."""
-    return shape.norm_tokens * experts.k
-
-
-def router(shape: LayerShape, experts: ExpertShape) -> OpCost:
+def router(shape: OpShape, experts: ExpertDims) -> OpCost:
     """The router's gate: [T, h]·[h, E] on the rank's T tokens (TopKRouter.gating; the
     weights are replicated, no TP split)."""
-    return gemm("router", shape.norm_tokens, shape.h, experts.E, shape.beta)
+    return gemm("router", experts.tokens, shape.h, experts.E, shape.beta)
 
 
-def token_permutation(shape: LayerShape, experts: ExpertShape) -> OpCost:
+def token_permutation(shape: OpShape, experts: ExpertDims) -> OpCost:
     """Permute the routed rows into expert order before the dispatch and back after the
     combine (Megatron-Core `permute` / `unpermute`, fused): each reads and writes T·k rows of h.
 
@@ -459,17 +456,17 @@ def token_permutation(shape: LayerShape, experts: ExpertShape) -> OpCost:
     unpermute reads T·k rows and their probabilities and writes T sums (≈2β per element); the
     backward does the same in reverse. One FLOP per element for the weighted sum.
     """
-    elements = routed_rows(shape, experts) * shape.h
+    elements = experts.routed * shape.h
     work = Work(elements, 4.0 * shape.beta * elements)
     return OpCost("token permutation", "vector", work, work)
 
 
 def _grouped_gemm(
-    name: str, shape: LayerShape, experts: ExpertShape, inner: float, cols: float
+    name: str, shape: OpShape, experts: ExpertDims, inner: float, cols: float
 ) -> OpCost:
     """E/EP experts' matmuls, one per local expert of ETP·T·k·EP/E rows (the balanced share of
     the gathered rows; Megatron-Core TEGroupedMLP runs them as one grouped GEMM)."""
-    rows = experts.et * routed_rows(shape, experts) * experts.ep / experts.E
+    rows = experts.et * experts.routed * experts.ep / experts.E
     one = gemm(name, rows, inner, cols, shape.beta)
     n = experts.local_experts
     work = Work(one.forward.flops * n, one.forward.bytes * n)
@@ -477,35 +474,36 @@ def _grouped_gemm(
     return OpCost(name, "matrix", work, work, work, gshape)
 
 
-def expert_up(shape: LayerShape, experts: ExpertShape) -> OpCost:
+def expert_up(shape: OpShape, experts: ExpertDims) -> OpCost:
     """The routed experts' fc1: [rows, h]·[h, (2)f_e/ETP] per local expert (SwiGLU fuses
-    gate and up)."""
-    cols = (2 if shape.gated else 1) * experts.f_e / experts.et
+    gate and up; `ExpertDims.f_e` is already f_e/ETP)."""
+    cols = (2 if shape.gated else 1) * experts.f_e
     return _grouped_gemm("expert fc1", shape, experts, shape.h, cols)
 
 
-def expert_activation(shape: LayerShape, experts: ExpertShape) -> OpCost:
+def expert_activation(shape: OpShape, experts: ExpertDims) -> OpCost:
     """GeLU or SwiGLU on the experts' fc1 outputs, ETP·T·k rows of f_e/ETP (as `activation`)."""
-    rows = experts.et * routed_rows(shape, experts)
-    # One "sequence" of ETP·T·k rows with an inner size of f_e/ETP, no TP split of its own.
-    gathered = replace(shape, b=1, s=round(rows), c=1, t=1, f=round(experts.f_e / experts.et))
+    rows = experts.et * experts.routed
+    # One "sequence" of ETP·T·k rows with an inner size of f_e/ETP.
+    gathered = replace(shape, b=1, s=rows, s_c=rows, s_r=rows, f=experts.f_e)
     return activation(gathered)
 
 
-def expert_down(shape: LayerShape, experts: ExpertShape) -> OpCost:
+def expert_down(shape: OpShape, experts: ExpertDims) -> OpCost:
     """The routed experts' fc2: [rows, f_e/ETP]·[f_e/ETP, h] per local expert."""
-    return _grouped_gemm("expert fc2", shape, experts, experts.f_e / experts.et, shape.h)
+    return _grouped_gemm("expert fc2", shape, experts, experts.f_e, shape.h)
 
 
-def shared_expert_ops(shape: LayerShape, experts: ExpertShape) -> tuple[OpCost, ...]:
-    """The shared experts: a dense, TP-split MLP of inner size E_s·f_s (SharedExpertMLP)."""
-    if not experts.shared:
+def shared_expert_ops(shape: OpShape, experts: ExpertDims) -> tuple[OpCost, ...]:
+    """The shared experts: a dense, TP-split MLP of inner size E_s·f_s (SharedExpertMLP;
+    `ExpertDims.f_s` is its share per TP rank)."""
+    if not experts.f_s:
         return ()
-    mlp = replace(shape, f=experts.shared)
+    mlp = replace(shape, f=experts.f_s)
     return (mlp_up(mlp), activation(mlp), mlp_down(mlp))
 
 
-def moe_layer_ops(shape: LayerShape, experts: ExpertShape) -> tuple[OpCost, ...]:
+def moe_layer_ops(shape: OpShape, experts: ExpertDims) -> tuple[OpCost, ...]:
     """Every op of a MoE layer, in forward order: the attention block as in a dense layer,
     then the router, the permutation, the routed experts and the shared experts instead of the
     dense MLP (Megatron-Core MoELayer). Its exchanges are priced as communication."""
@@ -527,7 +525,7 @@ def moe_layer_ops(shape: LayerShape, experts: ExpertShape) -> tuple[OpCost, ...]
 # --------------------------------------------------------------------------- the model's ends
 
 
-def embedding(shape: LayerShape) -> OpCost:
+def embedding(shape: OpShape) -> OpCost:
     """Token (and learned position) embedding lookup on the first stage, plus its dropout.
 
     Forward reads b·s/c rows of h (and the position rows), writes the sum: 3β per element with
@@ -547,12 +545,12 @@ def embedding(shape: LayerShape) -> OpCost:
     )
 
 
-def lm_head(shape: LayerShape) -> OpCost:
+def lm_head(shape: OpShape) -> OpCost:
     """Output layer: [b·s/c, h]·[h, V'/t] (vocabulary-parallel logits, Megatron)."""
     return gemm("lm head", shape.tokens, shape.h, shape.vocab, shape.beta)
 
 
-def cross_entropy(shape: LayerShape) -> OpCost:
+def cross_entropy(shape: OpShape) -> OpCost:
     """Vocabulary-parallel cross-entropy in fp32 (Megatron `tensor_parallel/cross_entropy.py`).
 
     Per logit element: forward reads the 16-bit logits and writes an fp32 copy (β + 4), subtracts
@@ -567,12 +565,12 @@ def cross_entropy(shape: LayerShape) -> OpCost:
     return OpCost("cross-entropy (fp32)", "vector", forward, backward)
 
 
-def first_stage_ops(shape: LayerShape) -> tuple[OpCost, ...]:
+def first_stage_ops(shape: OpShape) -> tuple[OpCost, ...]:
     """What the first pipeline stage runs before its layers."""
     return (embedding(shape),)
 
 
-def last_stage_ops(shape: LayerShape) -> tuple[OpCost, ...]:
+def last_stage_ops(shape: OpShape) -> tuple[OpCost, ...]:
     """What the last pipeline stage runs after its layers: final norm, LM head, loss."""
     return (norm(shape, "final norm"), lm_head(shape), cross_entropy(shape))
 
@@ -601,44 +599,20 @@ def optimizer_step(parameters: float, loss_scaling: bool = False) -> Work:
     return Work(ADAM_FLOPS_PER_PARAMETER * parameters, per * parameters)
 
 
-# --------------------------------------------------------------------------- parameters
+# --------------------------------------------------------------------------- weights
 
 
-def layer_parameters(shape: LayerShape, bias: bool) -> int:
-    """Parameters of one layer on one TP rank: QKV, output, MLP matrices, biases and two norms.
-
-    QKV h·(n + 2g)·k/t, output (n/t)·k·h, MLP γ·h·f/t (γ = 3 SwiGLU, 2 GeLU), biases on the
-    column-parallel outputs and replicated row-parallel biases, two norms (LayerNorm γ and β:
-    2h each; RMSNorm γ: h each), replicated over TP.
-    """
-    heads, kv = shape.n // shape.t, max(shape.g // shape.t, 1)
-    ffn = shape.f // shape.t
-    matrices = attention_matrix_elements(shape)
-    matrices += (3 if shape.gated else 2) * shape.h * ffn
-    biases = (
-        (heads + 2 * kv) * shape.k + shape.h + (2 if shape.gated else 1) * ffn + shape.h
-    ) * bias
-    norms = 2 * (2 if shape.norm == "layernorm" else 1) * shape.h
-    norms += shape.q_latent + shape.kv_latent  # latent attention's RMSNorms, replicated
-    return matrices + biases + norms
-
-
-def attention_matrix_elements(shape: LayerShape) -> int:
+def attention_matrix_elements(shape: OpShape) -> int:
     """Weights of one layer's attention matrices on one TP rank (t = 1: the model's), heads =
     n/t: QKV h·(heads + 2·kv)·k and output heads·k·h, kv = max(g/t, 1) key/value heads;
     latent attention's down projections h·(d_c' + d_c + d_h^R) (whole on every rank), up
     projections heads·(d_c'·(d_h + d_h^R) + d_c·(d_h + v)) (h in place of d_c' without a query
     latent) and output heads·v·h (DeepSeek-V2 §2.1.2). Norms are not matrices: not here."""
-    heads = shape.n // shape.t
+    heads = shape.heads
     if not shape.kv_latent:
-        kv = max(shape.g // shape.t, 1)
+        kv = shape.kv_heads
         return shape.h * (heads + 2 * kv) * shape.k + heads * shape.k * shape.h
     v, nope = shape.value_channels, shape.k - shape.rope
     down = shape.h * (shape.q_latent + shape.kv_latent + shape.rope)
     up = heads * ((shape.q_latent or shape.h) * shape.k + shape.kv_latent * (nope + v))
     return down + up + heads * v * shape.h
-
-
-def embedding_parameters(shape: LayerShape) -> int:
-    """The rank's vocabulary slice V'/t·h plus a learned position table (positions·h)."""
-    return shape.vocab * shape.h + shape.positions * shape.h

@@ -17,6 +17,7 @@ from planc.analysis import Analysis, analyse
 from planc.plannable import plannable
 from planc.rules.layout import sequence_splits
 from planc.spec.job import Job, NodeNames
+from planc.vocab import RECOMPUTE_MODES
 
 # More nodes at the same layout are tried up to this factor (ZeRO shards over a larger group).
 MAX_NODE_FACTOR = 64
@@ -74,7 +75,7 @@ def micro_batch(job: Job) -> list[Variant]:
 
 
 def recompute(job: Job) -> list[Variant]:
-    order = ("none", "selective", "full")
+    order = RECOMPUTE_MODES
     return [
         (
             f"recompute: {mode}",

@@ -23,29 +23,7 @@ def head_and_width_divisibility(ctx: Context) -> Iterator[Violation]:
         model: {heads: 36, kv_heads: 12, hidden: 4608, ffn_hidden: 14336}
         parallelism: {tensor: 8, data: 1, zero_stage: 0}
     """
-    job = ctx.job
-    mod, t = job.model, job.layout.t
-    if mod.n % t:
-        yield Violation(
-            "model.heads",
-            f"heads = {mod.n} is not divisible by tensor = {t}",
-            f"use a tensor degree that divides {mod.n}",
-            ("parallelism.tensor", "model.preset"),
-        )
-    if mod.g % t and t % mod.g:
-        yield Violation(
-            "model.kv_heads",
-            f"kv_heads = {mod.g} neither divides nor is a multiple of tensor = {t}",
-            f"use a tensor degree that divides {mod.g} or is a multiple of it",
-            ("parallelism.tensor", "model.preset"),
-        )
-    if mod.f % t:
-        yield Violation(
-            "model.ffn_hidden",
-            f"ffn_hidden = {mod.f} is not divisible by tensor = {t}",
-            f"use a tensor degree that divides {mod.f}",
-            ("parallelism.tensor", "model.preset"),
-        )
+    yield from ctx.refused("PLC003")
 
 
 @rule("PLC004")

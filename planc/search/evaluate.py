@@ -27,6 +27,7 @@ from planc.rules import REGISTRY, Rule
 from planc.rules.base import Context, Needs
 from planc.search.space import Space, Value, stage_split
 from planc.spec.job import Job, NodeNames, resolve
+from planc.vocab import recompute_mode
 
 ERROR_RANK = Severity.ERROR.rank
 WARNING_RANK = Severity.WARNING.rank
@@ -179,7 +180,7 @@ def candidate_job(base: Job, space: Space, values: Sequence[Value]) -> Job:
         d_given=space.data is not None,
     )
     training = dataclasses.replace(
-        base.training, b=int(v["micro_batch"]), recompute=str(v["recompute"])
+        base.training, b=int(v["micro_batch"]), recompute=recompute_mode(v["recompute"])
     )
     return dataclasses.replace(base, layout=layout, training=training)
 

@@ -13,6 +13,18 @@ from typing import Any, overload
 
 from planc.presets import gpu_preset, model_preset
 from planc.record import record
+from planc.vocab import (
+    AttentionKind,
+    DType,
+    Framework,
+    Kernels,
+    Mlp,
+    Norm,
+    OptimizerName,
+    Position,
+    Precision,
+    Recompute,
+)
 
 GIB = 2**30
 GB = 10**9
@@ -103,12 +115,12 @@ class Model:
     k: int  # channels per head
     f: int  # MLP inner size
     V: int  # vocabulary before padding
-    mlp: str
-    norm: str
+    mlp: Mlp
+    norm: Norm
     bias: bool
     dropout: float
     tied: bool
-    position: str
+    position: Position
     max_seq_len: int
     preset: str | None
     qk_norm: bool = False  # RMSNorm over each query and key head (Qwen3)
@@ -127,9 +139,18 @@ class Link:
 class Gpu:
     name: str
     memory_bytes: int
-    bf16_tflops: float
+    peaks: Mapping[DType, float]  # dense TFLOPS by data type; a type the GPU lacks is absent
     memory_bandwidth_gbs: float
     source: str
+
+    @property
+    def bf16_tflops(self) -> float:
+        """The dense BF16 tensor peak (every GPU gives one), for display and MFU."""
+        return self.peaks[DType.BF16]
+
+    def peak_tflops(self, dtype: DType) -> float | None:
+        """The dense peak for `dtype` in TFLOPS; None when the GPU has no units for it."""
+        return self.peaks.get(dtype)
 
 
 @record
@@ -213,15 +234,15 @@ class Training:
     s: int  # sequence length
     b: int  # micro-batch size
     B: int  # global batch in sequences
-    precision: str
-    optimizer: str
+    precision: Precision
+    optimizer: OptimizerName
     grad_accum_fp32: bool
-    recompute: str
-    attention: str
+    recompute: Recompute
+    attention: AttentionKind
     efficiency: float | None = None  # a flat GEMM efficiency; None: the per-operation curve
     overlap_tp: bool = False
-    kernels: str = "fused"  # fused (Megatron-Core + TE/Apex) | unfused (plain PyTorch on CUDA)
-    framework: str = "megatron"  # megatron | deepspeed | fsdp2
+    kernels: Kernels = "fused"  # fused (Megatron-Core + TE/Apex) | unfused (plain PyTorch on CUDA)
+    framework: Framework = "megatron"  # megatron | deepspeed | fsdp2
     reshard_after_forward: bool = True  # FSDP2
     offload_optimizer: bool = False
     offload_parameters: bool = False
@@ -418,7 +439,15 @@ def _gpu(spec: Data) -> tuple[Gpu, dict[str, Any]] | list[Problem]:
             )
         ]
     bandwidth = float(raw.get("memory_bandwidth_gbs", 0.0))
-    return Gpu(name, memory, float(raw["bf16_tflops"]), bandwidth, source), raw
+    return Gpu(name, memory, _peaks(raw), bandwidth, source), raw
+
+
+def _peaks(raw: Mapping[str, Any]) -> Mapping[DType, float]:
+    """Dense TFLOPS by data type from a preset's or custom GPU's `<dtype>_tflops` keys; fp16
+    defaults to bf16 (the same tensor-core rate on every GPU planc knows)."""
+    given = {dtype: raw.get(f"{dtype.value}_tflops") for dtype in DType}
+    given[DType.FP16] = given[DType.FP16] or given[DType.BF16]
+    return MappingProxyType({d: float(v) for d, v in given.items() if v is not None})
 
 
 # One {first..last} range of ASCII digits (`\d` would also take other scripts' digits). Its
@@ -586,5 +615,16 @@ def resolve(spec: Data) -> Job | list[Problem]:
     ]
     if problems or isinstance(model, list) or isinstance(cluster, list):
         return problems
+    training = _training(spec)
+    if cluster.gpu.peak_tflops(DType(training.precision)) is None:
+        return [
+            Problem(
+                "PLC109",
+                "hardware.gpu",
+                f"precision {training.precision} needs the GPU's {training.precision} peak: the "
+                f"custom GPU gives none",
+                f"add {training.precision}_tflops to hardware.gpu (an H100 SXM has 67 for fp32)",
+            )
+        ]
     layout = _layout(spec, cluster.world)
-    return Job(spec["name"], model, cluster, layout, _training(spec), _rules(spec))
+    return Job(spec["name"], model, cluster, layout, training, _rules(spec))

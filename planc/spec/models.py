@@ -13,6 +13,17 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, 
 from pydantic_core import PydanticKnownError
 
 from planc.presets import GPU_NAMES, MODEL_NAMES
+from planc.vocab import (
+    AttentionKind,
+    Framework,
+    Kernels,
+    Mlp,
+    Norm,
+    OptimizerName,
+    Position,
+    Precision,
+    Recompute,
+)
 
 AXES = ("tp", "cp", "dp", "pp")
 # Expert parallelism may be named in the order too: Megatron-Core's RankGenerator takes an order
@@ -222,10 +233,10 @@ class ModelSpec(Frozen):
         "floor(8·hidden/3 / 64)·64 for swiglu (Megatron's default).",
     )
     vocab: Dim | None = Field(None, description="Vocabulary size V before padding.")
-    mlp: Literal["gelu", "swiglu"] | None = Field(
+    mlp: Mlp | None = Field(
         None, description="MLP type: gelu (2 matrices) or swiglu (3 matrices). Default: gelu."
     )
-    norm: Literal["layernorm", "rmsnorm"] | None = Field(
+    norm: Norm | None = Field(
         None,
         description="Normalisation: layernorm (weight and bias) or rmsnorm (weight). Default: layernorm.",
     )
@@ -241,7 +252,7 @@ class ModelSpec(Frozen):
     tied_embeddings: StrictBool | None = Field(
         None, description="The LM head shares the input embedding matrix. Default: false."
     )
-    position_embedding: Literal["rope", "learned"] | None = Field(
+    position_embedding: Position | None = Field(
         None,
         description="rope (no parameters) or learned (max_seq_len × hidden parameters). Default: rope.",
     )
@@ -309,8 +320,22 @@ class GpuSpec(Frozen):
         description="HBM capacity in GiB (2^30 bytes), 0.001 to 1,000,000 (about 1 MiB to 1 PiB).",
     )
     bf16_tflops: Throughput = Field(
-        description="Dense BF16/FP16 tensor throughput in TFLOPS, 0.001 to 10,000,000 "
+        description="Dense BF16 tensor throughput in TFLOPS, 0.001 to 10,000,000 "
         "(1 GFLOPS to 10 EFLOPS; a B200 has 2,250)."
+    )
+    fp16_tflops: Throughput | None = Field(
+        None, description="Dense FP16 tensor throughput in TFLOPS. Default: bf16_tflops."
+    )
+    fp32_tflops: Throughput | None = Field(
+        None,
+        description="FP32 throughput in TFLOPS (non-tensor: PyTorch runs fp32 matmuls without "
+        "TF32 by default; an H100 SXM has 67). Needed for precision: fp32.",
+    )
+    fp8_tflops: Throughput | None = Field(
+        None, description="Dense FP8 tensor throughput in TFLOPS (none: no FP8 tensor cores)."
+    )
+    fp4_tflops: Throughput | None = Field(
+        None, description="Dense FP4 tensor throughput in TFLOPS (none: no FP4 tensor cores)."
     )
     memory_bandwidth_gbs: Bandwidth | None = Field(
         None,
@@ -463,10 +488,10 @@ class TrainingSpec(Frozen):
     global_batch: Annotated[StrictInt, Field(ge=1, le=2**40)] = Field(
         description="Global batch B in sequences per optimizer step."
     )
-    precision: Literal["bf16", "fp16", "fp32"] = Field(
+    precision: Precision = Field(
         "bf16", description="Weights and activations dtype; bf16/fp16 keep fp32 master weights."
     )
-    optimizer: Literal["adam", "sgd"] = Field(
+    optimizer: OptimizerName = Field(
         "adam",
         description="adam: fp32 master, m and v (12 bytes/param); sgd: fp32 master and momentum.",
     )
@@ -475,11 +500,11 @@ class TrainingSpec(Frozen):
         description="Accumulate gradients in fp32 main-grad buffers (Megatron: 18 bytes/param "
         "instead of 16).",
     )
-    recompute: Literal["none", "selective", "full"] = Field(
+    recompute: Recompute = Field(
         "selective",
         description="Activation recomputation: none, selective (attention core), full (layer inputs only).",
     )
-    attention: Literal["flash", "eager"] = Field(
+    attention: AttentionKind = Field(
         "flash", description="flash keeps no s×s score matrix; eager saves scores and softmax."
     )
     efficiency: Annotated[float, _bounded(0.01, 1.0)] | None = Field(
@@ -494,13 +519,13 @@ class TrainingSpec(Frozen):
         description="Tensor-parallel communication overlaps compute (TP comm overlap); off, it "
         "is added to the step time.",
     )
-    kernels: Literal["fused", "unfused"] = Field(
+    kernels: Kernels = Field(
         "fused",
         description="fused: Megatron-Core with Transformer Engine/Apex kernels (fused norms, "
         "SwiGLU, cross-entropy); unfused: plain PyTorch modules on CUDA (nn.RMSNorm/LayerNorm, "
         "SwiGLU as silu(a)·b, F.cross_entropy on fp32 logits, SDPA).",
     )
-    framework: Literal["megatron", "deepspeed", "fsdp2"] = Field(
+    framework: Framework = Field(
         "megatron",
         description="The engine whose weights, gradients, optimizer state and buffers planc "
         "models: megatron (distributed optimizer, grad buffer), deepspeed (ZeRO 0–3) or fsdp2 "
@@ -579,7 +604,7 @@ class SearchSpec(Frozen):
     micro_batch: Choices[Annotated[StrictInt, Field(ge=1, le=MAX_DIM)]] | None = Field(
         None, description="Micro-batch sizes to try. Default: [1, 2, 4, 8]."
     )
-    recompute: Choices[Literal["none", "selective", "full"]] | None = Field(
+    recompute: Choices[Recompute] | None = Field(
         None, description="Activation recomputation modes to try. Default: all three."
     )
     max_bubble: Fraction | None = Field(

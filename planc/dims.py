@@ -1,0 +1,256 @@
+"""One derivation of what a rank holds and what it computes in: its share of a layer
+(`RankDims`, and `ExpertDims` for a MoE layer) and the run's number formats (`Numerics`).
+
+Memory (`planc.memory`), the step model (`planc.perf`) and the communication schedule
+(`planc.comm`) read these records from the `Plannable`; none of them divides a dimension by a
+degree or chooses a byte width itself. Symbols as in Korthikanti et al. 2022 (arXiv 2205.05198)
+and Narayanan et al. 2021 (arXiv 2104.04473): b micro-batch, s sequence, h hidden, n heads,
+g key/value heads, k channels per head, f MLP inner size, V vocabulary; t, c the tensor- and
+context-parallel degrees.
+
+**One rounding rule.** A dimension split over a degree is rounded up, ⌈x/t⌉, as Megatron pads
+what does not divide. In a plannable job heads, key/value heads and the MLP split exactly: the
+tensor split (PLC003) is a precondition of a plan, so the rounding only ever acts on the
+sequence shares ⌈s/c⌉ and ⌈s/c/t⌉, whose divisibility rules (PLC008, PLC009) a spec may relax.
+"""
+
+from __future__ import annotations
+
+import math
+
+from planc.record import record
+from planc.spec.job import Model, Training
+from planc.vocab import DType, Precision
+
+# Megatron pads the vocabulary so that every tensor-parallel rank holds an equal, aligned
+# slice: V' = ⌈V/(128·t)⌉·128·t (`--make-vocab-size-divisible-by 128`,
+# megatron/training/vocab_utils.py).
+VOCAB_DIVISOR = 128
+
+
+def ceil_div(a: int, b: int) -> int:
+    """⌈a/b⌉ for non-negative integers."""
+    return -(-a // b)
+
+
+def padded_vocab(V: int, t: int) -> int:
+    """V' = ⌈V/(128·t)⌉·128·t: the vocabulary Megatron pads to, so that V'/t is a multiple of 128
+    (megatron/training/vocab_utils.py, make_vocab_size_divisible_by)."""
+    unit = VOCAB_DIVISOR * t
+    return ceil_div(V, unit) * unit
+
+
+# --- number formats ------------------------------------------------------------------------------
+
+
+@record
+class Numerics:
+    """The run's number formats: bytes per element of every tensor planc counts or moves.
+
+    Mixed precision (bf16/fp16; Micikevicius et al. 2018, Mixed Precision Training §3): 16-bit
+    working weights, activations and GEMMs, an fp32 master copy in the optimizer, 16-bit
+    gradients unless they accumulate into fp32 main-grad buffers (Megatron's
+    `--accumulate-allreduce-grads-in-fp32`, training.grad_accum_fp32). fp32 training keeps one
+    fp32 copy of the weights and fp32 gradients.
+    """
+
+    precision: DType  # training.precision
+    weight: int  # w: the working weights the GEMMs read and ZeRO-3/FSDP gathers
+    master: int  # the optimizer's fp32 master weights; 0 when the weights are fp32 already
+    gradient: int  # γ: gradients as accumulated and reduced over data parallelism
+    activation: int  # ε (β_a): activations saved for backward and sent (TP, CP, PP, EP)
+    gemm: DType  # the data type the GEMMs run in, whose peak prices them
+    loss_scaling: bool  # fp16's dynamic loss scale: an unscale pass before the update
+
+    @property
+    def weight_label(self) -> str:
+        """The weights' data type, for names: bf16, fp16 or fp32."""
+        return self.precision.value
+
+    @property
+    def gradient_label(self) -> str:
+        """The gradients' data type, for names."""
+        return DType.FP32.value if self.gradient == 4 else self.precision.value
+
+
+def numerics(training: Training) -> Numerics:
+    """The number formats of `training` (see `Numerics`)."""
+    return numerics_for(training.precision, training.grad_accum_fp32)
+
+
+def numerics_for(precision: Precision, grad_accum_fp32: bool = False) -> Numerics:
+    """The number formats of a run in `precision`, its gradients accumulated in fp32 or not."""
+    dtype = DType(precision)
+    width = dtype.bits // 8
+    mixed = dtype is not DType.FP32
+    return Numerics(
+        precision=dtype,
+        weight=width,
+        master=4 if mixed else 0,
+        gradient=4 if grad_accum_fp32 or not mixed else width,
+        activation=width,
+        gemm=dtype,
+        loss_scaling=dtype is DType.FP16,
+    )
+
+
+# --- a rank's share of a layer ------------------------------------------------------------------
+
+
+@record
+class ExpertDims:
+    """One rank's share of one MoE layer for one micro-batch (symbols of Megatron-Core's
+    moe/README.md): E routed experts, topk per token, EP and ETP the expert-parallel and expert
+    tensor-parallel degrees.
+
+    `routed` is the balanced expectation of the rows a rank dispatches, T·topk (every EP rank
+    sends T·topk/EP rows to each other), which prices the exchange and the experts' GEMMs.
+    `sent` and `received` are the bounds the memory budget holds (`expert_rows`): a capacity
+    factor caps each expert's rows, and dropless routing allows for imbalance.
+    """
+
+    E: int
+    topk: int
+    ep: int
+    et: int  # ETP
+    tokens: int  # T: tokens entering the layer on this rank, b·⌈s/c⌉ (/t with SP)
+    routed: int  # T·topk: rows dispatched per all-to-all, balanced
+    sent: int  # S: rows this rank's router sends (T·topk, or E·C with a capacity)
+    received: int  # R: rows its local experts receive, gathered over ETP
+    f_e: int  # ⌈f_e/ETP⌉: one expert's MLP inner size on this rank
+    f_s: int  # ⌈E_s·f_s/t⌉: the shared experts' inner size per TP rank (0: none)
+    capacity: bool  # a capacity factor bounds the rows
+
+    @property
+    def local_experts(self) -> int:
+        """E/EP: the experts a rank computes."""
+        return self.E // self.ep
+
+    @property
+    def exchanged(self) -> bool:
+        """EP·ETP > 1: the rows travel (all-to-all, all-gather)."""
+        return self.ep * self.et > 1
+
+
+def expert_capacity(tokens: int, k: int, E: int, capacity_factor: float) -> int:
+    """C = ⌈T·topk/E·CF⌉: the most rows one expert takes from one rank's T tokens (Megatron-Core
+    moe_utils.get_capacity, evaluated in the same order)."""
+    return math.ceil((tokens * k / E) * capacity_factor)
+
+
+def expert_rows(
+    tokens: int, E: int, k: int, et: int, capacity_factor: float | None, imbalance: float
+) -> tuple[int, int]:
+    """(S, R): the rows a rank's router sends and the rows its local experts receive.
+
+    Dropless: S = T·topk and R = ⌈T·topk·ETP·α⌉, the balanced expectation (each of the EP ranks
+    sends T·topk/EP rows to each other, then the ETP ranks gather theirs) scaled by the imbalance
+    allowance α (`training.expert_imbalance`). Capacity factor CF: S = E·C and
+    R = (E/EP)·C·EP·ETP = E·C·ETP (token_dispatcher.py preprocess with
+    moe_pad_expert_input_to_capacity: every local expert gets C·tp_size·ep_size rows); without
+    padding this is the bound dropping enforces.
+    """
+    if capacity_factor is not None:
+        capacity = expert_capacity(tokens, k, E, capacity_factor)
+        return E * capacity, E * capacity * et
+    return tokens * k, math.ceil(tokens * k * et * imbalance)
+
+
+@record
+class RankDims:
+    """One rank's share of one transformer layer and one micro-batch: every per-rank size
+    memory, the step model and the communication schedule use."""
+
+    b: int  # micro-batch
+    s: int  # sequence length: the keys each query meets
+    s_c: int  # ⌈s/c⌉: the tokens (queries) a context-parallel rank holds
+    s_r: int  # ⌈s_c/t⌉ with sequence parallelism, else s_c: rows of what TP leaves replicated
+    h: int
+    n: int  # ⌈n/t⌉ query heads
+    g: int  # ⌈g/t⌉ key/value heads (1 where t > g: Megatron replicates them)
+    k: int  # channels per query/key head (d_h + d_h^R under latent attention)
+    v_head: int  # channels per value head (k; latent attention's v_head_dim)
+    f: int  # ⌈f/t⌉ MLP inner size
+    V_padded: int  # V' = ⌈V/(128·t)⌉·128·t
+    vocab: int  # V'/t: the rank's slice of the padded vocabulary
+    t: int
+    c: int
+    sp: bool
+    q_latent: int = 0  # latent attention's query latent d_c' (0: none)
+    kv_latent: int = 0  # its key/value latent d_c (0: not latent attention)
+    rope: int = 0  # its per-head RoPE channels d_h^R, the key's shared by all heads
+    experts: ExpertDims | None = None  # a MoE layer's share (None: a dense model)
+
+    @property
+    def tokens(self) -> int:
+        """b·⌈s/c⌉: rows of the weight matmuls on this rank."""
+        return self.b * self.s_c
+
+    @property
+    def replicated_tokens(self) -> int:
+        """b·s_r: rows of norms, dropouts, residual adds and the projections' inputs."""
+        return self.b * self.s_r
+
+
+def rank_dims(
+    model: Model,
+    *,
+    s: int,
+    b: int,
+    t: int = 1,
+    c: int = 1,
+    sp: bool = False,
+    et: int = 1,
+    ep: int = 1,
+    imbalance: float = 1.0,
+) -> RankDims:
+    """The dims of one rank for sequence `s` and micro-batch `b` under tensor degree `t`,
+    context degree `c`, sequence parallelism `sp` and, for experts, ETP `et`, EP `ep` and the
+    dropless imbalance allowance (with the defaults: the whole layer on one GPU)."""
+    mla = model.mla
+    s_c = ceil_div(s, c)
+    s_r = ceil_div(s_c, t) if sp else s_c
+    V_padded = padded_vocab(model.V, t)
+    return RankDims(
+        b=b,
+        s=s,
+        s_c=s_c,
+        s_r=s_r,
+        h=model.h,
+        n=ceil_div(model.n, t),
+        g=ceil_div(model.g, t),
+        k=model.k if mla is None else mla.qk_head,
+        v_head=model.k if mla is None else mla.v_head,
+        f=ceil_div(model.f, t),
+        V_padded=V_padded,
+        vocab=V_padded // t,
+        t=t,
+        c=c,
+        sp=sp,
+        q_latent=0 if mla is None or mla.q_lora is None else mla.q_lora,
+        kv_latent=0 if mla is None else mla.kv_lora,
+        rope=0 if mla is None else mla.qk_rope,
+        experts=_expert_dims(model, t, b * s_r, et, ep, imbalance),
+    )
+
+
+def _expert_dims(
+    model: Model, t: int, tokens: int, et: int, ep: int, imbalance: float
+) -> ExpertDims | None:
+    moe = model.moe
+    if moe is None:
+        return None
+    sent, received = expert_rows(tokens, moe.E, moe.k, et, moe.capacity_factor, imbalance)
+    return ExpertDims(
+        E=moe.E,
+        topk=moe.k,
+        ep=ep,
+        et=et,
+        tokens=tokens,
+        routed=tokens * moe.k,
+        sent=sent,
+        received=received,
+        f_e=ceil_div(moe.f_e, et),
+        f_s=ceil_div(moe.E_s * moe.f_s, t) if moe.E_s else 0,
+        capacity=moe.capacity_factor is not None,
+    )
