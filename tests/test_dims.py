@@ -16,6 +16,7 @@ from planc.memory.activations import expert_shape as memory_expert_shape
 from planc.memory.activations import shape_of
 from planc.perf.inputs import device_of, layer_shape
 from planc.plannable import Plannable, plannable
+from planc.presets.efficiency import for_gpu, from_json, to_json
 from planc.vocab import DType, Precision
 
 from conftest import EXAMPLES, check_text, job_of, resolved_of, rules_fired
@@ -136,3 +137,24 @@ def test_every_command_reads_one_step_time() -> None:
     assert json.loads(shown.output)["step"]["step_time_s"] == pytest.approx(
         step.step_time_s, rel=1e-12
     )
+
+
+def test_efficiency_tables_key_gemm_curves_by_data_type() -> None:
+    base = for_gpu("h100-sxm")
+    assert base.gemm_for(DType.FP32) == base.gemm  # no measured fp32 curve: the 16-bit one
+    data = to_json(base)
+    data["gemm_by_dtype"] = {"fp32": {"peak_fraction": 0.5, "half_flops": 1e9, "half_dim": 64}}
+    keyed = from_json(data)
+    assert keyed.gemm_for(DType.FP32).peak_fraction == 0.5
+    assert keyed.gemm_for(DType.BF16) == base.gemm
+    assert from_json(to_json(keyed)) == keyed  # what planc calibrate writes reads back
+    data["gemm_by_dtype"] = {"bf16": data["gemm"]}
+    with pytest.raises(ValueError, match="fp32, fp8 or fp4"):
+        from_json(data)
+    data["gemm_by_dtype"] = {"int4": data["gemm"]}
+    with pytest.raises(ValueError, match="not a data type"):
+        from_json(data)
+    # The fp32 curve prices an fp32 run's GEMMs: a lower fraction, a longer step.
+    fp32 = job_of({"training": {"precision": "fp32"}})
+    analysis = analyse(fp32)
+    assert estimate_step(analysis, keyed).compute_s > estimate_step(analysis, base).compute_s

@@ -183,17 +183,6 @@ def moe_layer_parameters(model: Model, active: bool = False) -> int:
     )
 
 
-def column_bias_parameters(k: int, n: int, g: int, f: int, mlp: str) -> int:
-    """Biases of the column-parallel layers, split over t: QKV (n+2g)·k and fc1 f (2f for SwiGLU)."""
-    return (n + 2 * g) * k + (2 if mlp == "swiglu" else 1) * f
-
-
-def row_bias_parameters(h: int) -> int:
-    """Biases of the row-parallel layers, replicated on every TP rank: attention out h, fc2 h
-    (Megatron's RowParallelLinear adds its bias after the all-reduce)."""
-    return 2 * h
-
-
 def attention_block_parameters(model: Model, t: int = 1) -> int:
     """A layer's attention side on one tensor-parallel rank: Q, K, V, O split over t (⌈g/t⌉ kv
     heads; or latent attention's projections), the QKV bias split and the output bias

@@ -31,20 +31,24 @@ from planc.perf.ops import (
 )
 from planc.presets.efficiency import Efficiency
 from planc.record import record
+from planc.vocab import DType
 
 RECOMPUTE = ("none", "selective", "full")
 
 
 @record
 class Device:
-    """The GPU's peaks: dense 16-bit matrix FLOP/s and HBM bytes/s."""
+    """The GPU's peaks: dense matrix FLOP/s in the GEMMs' data type and HBM bytes/s."""
 
     matrix_flops: float
     hbm_bytes: float
+    gemm: DType = DType.BF16  # the data type the matrix peak is of; picks the GEMM curve
 
     @classmethod
-    def of(cls, bf16_tflops: float, memory_bandwidth_gbs: float) -> Device:
-        return cls(bf16_tflops * 1e12, memory_bandwidth_gbs * 1e9)
+    def of(
+        cls, tflops: float, memory_bandwidth_gbs: float, gemm: DType = DType.BF16
+    ) -> Device:
+        return cls(tflops * 1e12, memory_bandwidth_gbs * 1e9, gemm)
 
 
 def work_time_s(
@@ -57,7 +61,7 @@ def work_time_s(
         rate = device.matrix_flops * (eff.flash_backward if backward else eff.flash_forward)
     elif op.engine == "matrix":
         smallest = op.shape.smallest if op.shape is not None else 0
-        rate = device.matrix_flops * eff.gemm.efficiency(work.flops, smallest)
+        rate = device.matrix_flops * eff.gemm_for(device.gemm).efficiency(work.flops, smallest)
     else:
         rate = eff.vector_tflops * 1e12 * eff.vector_efficiency
     math = work.flops / rate if work.flops > 0 else 0.0

@@ -106,7 +106,7 @@ def device_of(job: Plannable) -> Device:
     (2,039 GB/s per 312 TFLOPS at bf16)."""
     gpu = job.cluster.gpu
     hbm = gpu.memory_bandwidth_gbs or gpu.bf16_tflops * REFERENCE_HBM_GBS / REFERENCE_TFLOPS
-    return Device.of(gemm_peak_tflops(job), hbm)
+    return Device.of(gemm_peak_tflops(job), hbm, job.numerics.gemm)
 
 
 def gemm_peak_tflops(job: Plannable) -> float:

@@ -25,11 +25,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, replace
+from dataclasses import asdict, field, replace
 from functools import cache
+from types import MappingProxyType
 from typing import Any
 
 from planc.record import record
+from planc.vocab import DType
 
 # A plain path beside this module: pathlib costs an import at `planc check` start-up.
 PRESETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "efficiency.json")
@@ -102,6 +104,13 @@ class Efficiency:
     nvlink: LinkEfficiency
     network: LinkEfficiency
     source: str = ""
+    # GEMM curves of other data types where an entry measures them (`gemm_by_dtype`); a data
+    # type without one reaches the 16-bit curve's fractions of its own peak.
+    gemm_by_dtype: Mapping[DType, GemmCurve] = field(default_factory=lambda: MappingProxyType({}))
+
+    def gemm_for(self, dtype: DType) -> GemmCurve:
+        """The GEMM curve of `dtype`: its own, else the 16-bit (bf16/fp16) curve `gemm`."""
+        return self.gemm_by_dtype.get(dtype, self.gemm)
 
     def link(self, name: str) -> LinkEfficiency:
         """nvlink or network."""
@@ -149,11 +158,7 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
             f"{where} needs gemm, hbm, vector, flash_attention and network sections"
         ) from error
     return Efficiency(
-        gemm=GemmCurve(
-            _number(gemm, "peak_fraction", f"{where}.gemm"),
-            _number(gemm, "half_flops", f"{where}.gemm"),
-            _number(gemm, "half_dim", f"{where}.gemm"),
-        ),
+        gemm=_curve(gemm, f"{where}.gemm"),
         hbm=MemoryCurve(
             _number(hbm, "efficiency", f"{where}.hbm"), _number(hbm, "half_bytes", f"{where}.hbm")
         ),
@@ -164,7 +169,33 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
         nvlink=_link(net["nvlink"], f"{where}.network.nvlink"),
         network=_link(net["network"], f"{where}.network.network"),
         source=str(data.get("source", "")),
+        gemm_by_dtype=_gemm_by_dtype(data.get("gemm_by_dtype", {}), f"{where}.gemm_by_dtype"),
     )
+
+
+def _curve(data: Mapping[str, Any], where: str) -> GemmCurve:
+    return GemmCurve(
+        _number(data, "peak_fraction", where),
+        _number(data, "half_flops", where),
+        _number(data, "half_dim", where),
+    )
+
+
+def _gemm_by_dtype(data: Any, where: str) -> Mapping[DType, GemmCurve]:
+    """`gemm_by_dtype`: a GEMM curve per data type name (fp32, fp8, fp4; bf16 and fp16 are
+    `gemm`)."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{where} must be a mapping of data type to a GEMM curve")
+    curves: dict[DType, GemmCurve] = {}
+    for name, curve in data.items():
+        try:
+            dtype = DType(name)
+        except ValueError:
+            raise ValueError(f"{where}: {name!r} is not a data type ({', '.join(DType)})") from None
+        if dtype in (DType.BF16, DType.FP16) or not isinstance(curve, Mapping):
+            raise ValueError(f"{where}.{name} must be a GEMM curve of fp32, fp8 or fp4")
+        curves[dtype] = _curve(curve, f"{where}.{name}")
+    return MappingProxyType(curves)
 
 
 def to_json(eff: Efficiency, source: str = "") -> dict[str, Any]:
@@ -184,6 +215,11 @@ def to_json(eff: Efficiency, source: str = "") -> dict[str, Any]:
         "vector": {"tflops": eff.vector_tflops, "efficiency": eff.vector_efficiency},
         "flash_attention": {"forward": eff.flash_forward, "backward": eff.flash_backward},
         "network": {"nvlink": link(eff.nvlink), "network": link(eff.network)},
+        **(
+            {"gemm_by_dtype": {str(d): asdict(c) for d, c in eff.gemm_by_dtype.items()}}
+            if eff.gemm_by_dtype
+            else {}
+        ),
     }
 
 
