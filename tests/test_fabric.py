@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from itertools import permutations
 from typing import Any
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_comm_links import AXIS_SETS, brute_force
 
 from planc.analysis import analyse, estimate_step
 from planc.comm.schedule import expert_link, group_tier, link_class, schedule, wire_budget
@@ -134,6 +138,39 @@ def test_a_leaf_tier_holds_expert_data_parallel_groups() -> None:
     assert expert_link(job, Axis.DP) == "leaf"
     assert link_class(job, (Axis.DP, Axis.CP)) == "leaf"
     assert link_class(job, (Axis.PP,)) == "network"
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    t=st.sampled_from([1, 2, 4]),
+    c=st.sampled_from([1, 2]),
+    d=st.sampled_from([1, 2, 4]),
+    p=st.sampled_from([1, 2, 3]),
+    order=st.sampled_from(list(permutations(("tp", "cp", "dp", "pp")))),
+    per_node=st.sampled_from([1, 2, 4]),
+    leaf_nodes=st.sampled_from([2, 3, 4]),
+)
+def test_the_tier_of_every_group_matches_brute_force(
+    t: int, c: int, d: int, p: int, order: tuple[str, ...], per_node: int, leaf_nodes: int
+) -> None:
+    """With a leaf of `leaf_nodes` nodes between NVLink (one node) and the network, each group
+    kind's tier is the first whose blocks hold all of its groups, found on the grid itself."""
+    world = t * c * d * p
+    if world % per_node:
+        return
+    overlay = (
+        f"{{hardware: {{nodes: {world // per_node}, gpus_per_node: {per_node}, nvlink_domain: {per_node}, hosts: []}},"
+        f" parallelism: {{tensor: {t}, context: {c}, data: {d}, pipeline: {p}, order: {'-'.join(order)},"
+        f" sequence_parallel: false, zero_stage: 0}}, model: {{preset: gpt2-small}}, training: {{seq_len: 1024, global_batch: {d * 4}}}}}"
+    )
+    job = with_leaf(job_of(overlay), nodes=leaf_nodes)
+    sizes = {"tp": t, "cp": c, "dp": d, "pp": p}
+    for axes in AXIS_SETS:
+        want = next(
+            (tier.name for tier in job.cluster.fabric if brute_force(order, sizes, tier.span, axes)),
+            "network",
+        )
+        assert link_class(job, tuple(Axis(a) for a in axes)) == want, axes
 
 
 # --- the probe tier through the schedule, the budgets and the step -------------------------------
