@@ -38,7 +38,7 @@ class Analysis:
     parameters: tuple[RankParameters, ...]  # Ψ_r of one TP rank of each stage, by part
     memory: MemoryBudget
     ops: tuple[CommOp, ...]  # the communication schedule of one step
-    wires: tuple[WireBudget, ...]  # bytes per step per link class, per stage
+    wires: tuple[WireBudget, ...]  # bytes per step on each fabric tier, per stage
     efficiency: Efficiency  # the tables the times come from
     times: tuple[StageTimes, ...]  # forward/backward compute per micro-batch, per stage
     op_seconds: Mapping[CommOp, float]  # seconds per step of each op of `ops`, on its link

@@ -1,5 +1,5 @@
-"""Closed vocabularies: the parallel axes, process-group kinds, collectives, link classes and
-pipeline directions, one name each across the spec, the plan and the code.
+"""Closed vocabularies: the parallel axes, process-group kinds, collectives and pipeline
+directions, one name each across the spec, the plan and the code.
 
 The members are `str` enums, so a member equals its plain name (`Axis.TP == "tp"`), serialises
 as that name in JSON, and reads back with `Axis("tp")`. Behaviour keys on the member, never on a
@@ -94,16 +94,6 @@ class Collective(str, Enum):
         """A ring collective (all-reduce, reduce-scatter, all-gather), not a p2p message or an
         all-to-all exchange."""
         return self not in (Collective.SEND_RECV, Collective.ALL_TO_ALL)
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class LinkClass(str, Enum):
-    """The wire a group's traffic uses: inside one NVLink domain, or the inter-node network."""
-
-    NVLINK = "nvlink"
-    NETWORK = "network"
 
     def __str__(self) -> str:
         return self.value

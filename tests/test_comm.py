@@ -75,7 +75,7 @@ def test_pipeline_sends_per_stage() -> None:
     assert {o.buffer_bytes for o in pp} == {1024 * 8192 * 2}
     assert {o.link for o in pp} == {"network"}
     wires = wire_budget(job, ops)
-    assert sum(w.network_sent for w in wires) == sum(w.network_received for w in wires)
+    assert sum(w.tiers["network"].sent for w in wires) == sum(w.tiers["network"].received for w in wires)
 
 
 def test_zero_stages_change_dp_traffic() -> None:

@@ -12,8 +12,8 @@ from fractions import Fraction
 
 from planc.analysis import analyse
 from planc.comm.cost import bus_factor, ring_steps, wire_bytes
-from planc.comm.schedule import CommOp
-from planc.vocab import Collective, GroupKind, LinkClass
+from planc.comm.schedule import CommOp, Wire
+from planc.vocab import Collective, GroupKind
 
 from conftest import job_of
 
@@ -50,7 +50,7 @@ def test_mixtral_dispatch_and_combine_bytes_and_calls() -> None:
         # Each rank keeps 1/8 of its rows: 7/8 · 64 MiB leave it per call.
         assert op.bytes_sent == 67_108_864 * 7 // 8 == 58_720_256
         # EP is the fastest expert axis (ETP = 1): ranks 8i..8i+7, inside one 8-GPU node.
-        assert op.link is LinkClass.NVLINK
+        assert op.link == "nvlink"
     probs = _named(ops, GroupKind.EP, "probabilities")
     assert (probs.buffer_bytes, probs.calls) == (rows * 2, 512)
     counts = _named(ops, GroupKind.EP, "tokens per expert")
@@ -74,7 +74,7 @@ def test_mixtral_has_no_tensor_parallel_ops_and_expert_gradients_go_over_edp() -
     assert scatter == [(9_286_144 * 2, 1), (bucket * 2, 35)]
     assert {op.group_size for op in edp} == {2}
     # EDP members are 8 ranks apart (ep = 8 is faster in the order): across nodes.
-    assert {op.link for op in edp} == {LinkClass.NETWORK}
+    assert {op.link for op in edp} == {"network"}
     # The dense gradients, Ψ_dense = Ψ_r − Ψ_expert, over dp_cp.
     dense = an.parameters[0].dense_total
     reduced = sum(
@@ -95,8 +95,8 @@ def test_ep_across_nodes_takes_the_network() -> None:
     # Order tp-cp-dp-ep-pp: in the expert grid dp (EDP = 2) is faster than ep, so an EP group
     # spans ranks 0, 2, ..., 14: two nodes.
     ops = _stage_ops("{parallelism: {order: tp-cp-dp-ep-pp}}")
-    assert _named(ops, GroupKind.EP, "dispatch").link is LinkClass.NETWORK
-    assert {op.link for op in ops if op.group is GroupKind.EDP} == {LinkClass.NVLINK}
+    assert _named(ops, GroupKind.EP, "dispatch").link == "network"
+    assert {op.link for op in ops if op.group is GroupKind.EDP} == {"nvlink"}
 
 
 def test_expert_tensor_parallelism_gathers_the_dispatched_rows() -> None:
@@ -157,9 +157,9 @@ def test_dense_models_have_no_expert_ops() -> None:
 
 def test_wire_budget_counts_the_all_to_all_both_ways() -> None:
     an = analyse(job_of(None, MIXTRAL))
-    ep = [op for op in an.ops if op.stage == 0 and op.link is LinkClass.NVLINK]
+    ep = [op for op in an.ops if op.stage == 0 and op.link == "nvlink"]
     sent = sum(op.calls * op.bytes_sent for op in ep)
     # dispatch + combine: 1,024 calls × 58,720,256 B; probabilities: 512 × ⌈7·16,384/8⌉;
     # token counts: 256 × 7/8·512.
     assert sent == 1024 * 58_720_256 + 512 * 14_336 + 256 * 448
-    assert an.wires[0].nvlink_sent == an.wires[0].nvlink_received == sent
+    assert an.wires[0].tiers["nvlink"] == Wire(sent, sent)

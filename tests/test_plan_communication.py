@@ -23,8 +23,8 @@ def test_wire_bytes_balance_over_the_world(base: str) -> None:
     plan = json.loads(plan_json(compiled(job_of(None, base))))
     jsonschema.validate(plan, SCHEMA)
     for link in ("nvlink", "network"):
-        sent = sum(rank["wire"][f"{link}_sent"] for rank in plan["ranks"])
-        received = sum(rank["wire"][f"{link}_received"] for rank in plan["ranks"])
+        sent = sum(rank["wire"][link]["sent"] for rank in plan["ranks"])
+        received = sum(rank["wire"][link]["received"] for rank in plan["ranks"])
         # Every byte one rank sends, another receives.
         assert sent == received
 
@@ -45,4 +45,4 @@ def test_tp_ops_are_on_nvlink_and_pp_on_the_network() -> None:
     links = {(op["group"], op["link"]) for op in plan["communication"]["ops"]}
     assert ("tp", "nvlink") in links and ("pp", "network") in links
     rank0 = plan["ranks"][0]["wire"]
-    assert rank0["nvlink_sent"] > 0 and rank0["network_sent"] > 0
+    assert rank0["nvlink"]["sent"] > 0 and rank0["network"]["sent"] > 0

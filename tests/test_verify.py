@@ -76,7 +76,7 @@ def _wrong_node(p: Plan) -> None:
 
 
 def _wire_one_element(p: Plan) -> None:
-    p["ranks"][0]["wire"]["nvlink_sent"] -= 2  # one bf16 element
+    p["ranks"][0]["wire"]["nvlink"]["sent"] -= 2  # one bf16 element
 
 
 def _calls_times_ten(p: Plan) -> None:
@@ -121,7 +121,7 @@ MUTATIONS: dict[str, tuple[Callable[[Plan], None], str]] = {
     ),
     "a coordinate changed": (_change_coordinate, "rank 5: coordinate tp = 6"),
     "a rank on the wrong node": (_wrong_node, "rank 3: node = 1"),
-    "wire bytes off by one element": (_wire_one_element, "rank 0: wire nvlink_sent"),
+    "wire bytes off by one element": (_wire_one_element, "rank 0: wire nvlink sent"),
     "an op's calls ×10": (_calls_times_ten, "stage 0 tp all_gather"),
     "a buffer ×3": (_buffer_times_three, "dp_cp reduce_scatter"),
     "world size changed": (_world_size, "world_size 128"),

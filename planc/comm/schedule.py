@@ -25,11 +25,13 @@ their own buckets (Megatron DDP's expert_parallel_buffers), the dense ones over 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 
 from planc.comm.cost import ring_steps, wire_bytes
 from planc.plannable import Plannable, axis_strides
 from planc.record import record
-from planc.vocab import Axis, Collective, Direction, GroupKind, LinkClass
+from planc.spec.fabric import Tier
+from planc.vocab import Axis, Collective, Direction, GroupKind
 
 
 @record(kw_only=True)
@@ -47,7 +49,7 @@ class CommOp:
     group_size: int
     calls: int  # per optimizer step
     buffer_bytes: int  # per call: the full (gathered) buffer
-    link: LinkClass
+    link: str  # the name of the fabric tier its groups use (the smallest holding them)
     formula: str
     direction: Direction | None = None
 
@@ -62,7 +64,7 @@ class CommOp:
 
 
 def op_maker(
-    stage: int, group: GroupKind, group_size: int, link: LinkClass
+    stage: int, group: GroupKind, group_size: int, link: str
 ) -> Callable[[Collective, str, int, int, str], CommOp]:
     """CommOps of one stage's `group` of `group_size` ranks on `link`, from the collective, what
     it is for, calls per step, bytes per call and the formula."""
@@ -100,44 +102,66 @@ def grad_bytes(job: Plannable) -> int:
     return job.numerics.gradient
 
 
-def within_domain(job: Plannable, axes: tuple[Axis, ...]) -> bool:
-    """Every group over `axes` of the dense grid stays inside one NVLink domain."""
-    return _grid_within_domain(job, job.layout.degrees, job.layout.strides, axes)
+def group_tier(job: Plannable, axes: tuple[Axis, ...]) -> Tier:
+    """The smallest tier of the fabric that holds every group over `axes` of the dense grid."""
+    return _grid_tier(job, job.layout.degrees, job.layout.strides, axes)
 
 
-def _grid_within_domain(
-    job: Plannable, sizes: Mapping[Axis, int], stride: Mapping[Axis, int], axes: tuple[Axis, ...]
+def within_span(
+    world: int, span: int, sizes: Mapping[Axis, int], stride: Mapping[Axis, int], axes: tuple[Axis, ...]
 ) -> bool:
-    """Every group over `axes` of a grid stays inside one NVLink domain (D consecutive ranks).
+    """Every group over `axes` of a grid of `world` ranks stays inside one block of `span`
+    consecutive ranks (an NVLink domain, a leaf switch's nodes, ...).
 
     The groups over `axes` tile "super-blocks" of σ·n ranks, σ and n the stride and size of the
-    slowest axis among them; each super-block holds whole groups. A domain boundary strictly
+    slowest axis among them; each super-block holds whole groups. A block boundary strictly
     inside a super-block splits at least one group (one with members on both sides), so the
-    groups stay inside iff the world fits one domain or D is a multiple of σ·n.
+    groups stay inside iff the world fits one block or the span is a multiple of σ·n.
     """
     present = [a for a in axes if sizes[a] > 1]
     if not present:
         return True
     slowest = max(present, key=lambda a: stride[a])
     block = stride[slowest] * sizes[slowest]
-    domain = job.cluster.nvlink_domain
-    return job.world <= domain or domain % block == 0
+    return world <= span or span % block == 0
 
 
-def expert_link(job: Plannable, axis: Axis) -> LinkClass:
-    """The link of the expert grid's groups over `axis` (ep, tp = ETP or dp = EDP): the same
+def _grid_tier(
+    job: Plannable, sizes: Mapping[Axis, int], stride: Mapping[Axis, int], axes: tuple[Axis, ...]
+) -> Tier:
+    """The first tier, innermost first, whose span holds every group over `axes` of a grid; the
+    outermost (which holds the world) when none does."""
+    fabric = job.cluster.fabric
+    for tier in fabric:
+        if within_span(job.world, tier.span, sizes, stride, axes):
+            return tier
+    return fabric.outermost
+
+
+def within_domain(job: Plannable, axes: tuple[Axis, ...]) -> bool:
+    """Every group over `axes` of the dense grid stays on the fabric's innermost tier (the
+    NVLink domain)."""
+    return group_tier(job, axes) == job.cluster.fabric.innermost
+
+
+def expert_tier(job: Plannable, axis: Axis) -> Tier:
+    """The tier of the expert grid's groups over `axis` (ep, tp = ETP or dp = EDP): the same
     super-block test on the expert grid (Megatron-Core's expert RankGenerator: the plan's order
     with ep placed, sizes tp = ETP, cp = 1, ep = EP, dp = EDP, pp = p)."""
     lay = job.layout
     order = tuple(Axis(name) for name in lay.expert_order)
     sizes = {Axis(name): size for name, size in lay.expert_degrees.items()}
-    inside = _grid_within_domain(job, sizes, axis_strides(order, sizes), (axis,))
-    return LinkClass.NVLINK if inside else LinkClass.NETWORK
+    return _grid_tier(job, sizes, axis_strides(order, sizes), (axis,))
 
 
-def link_class(job: Plannable, axes: tuple[Axis, ...]) -> LinkClass:
-    """nvlink when every group over `axes` stays inside one NVLink domain, else network."""
-    return LinkClass.NVLINK if within_domain(job, axes) else LinkClass.NETWORK
+def expert_link(job: Plannable, axis: Axis) -> str:
+    """The name of `expert_tier`: what the expert ops over `axis` carry as their link."""
+    return expert_tier(job, axis).name
+
+
+def link_class(job: Plannable, axes: tuple[Axis, ...]) -> str:
+    """The name of `group_tier`: what the ops over `axes` carry as their link."""
+    return group_tier(job, axes).name
 
 
 def activation_message_bytes(job: Plannable) -> int:
@@ -377,14 +401,16 @@ def sharding_stage(job: Plannable) -> int:
     return 3 if job.training.framework == "fsdp2" else job.layout.zero
 
 
-def shard_link(job: Plannable) -> LinkClass:
-    """The link of the dp_shard groups: data_shard contiguous members of a dp_cp group.
+def shard_link(job: Plannable) -> str:
+    """The tier (its name) of the dp_shard groups: data_shard contiguous members of a dp_cp
+    group.
 
     The dp_cp listing runs its faster axis (of cp and dp, in rank order) first. A slice of S
     members lies inside an aligned block of stride·S ranks on that axis when S divides its
     degree, or of slow stride·S/n_fast on the slower axis when n_fast divides S; the slices then
-    stay inside one NVLink domain iff the domain is a multiple of that block (`within_domain`).
-    Any other cut is taken as crossing the network.
+    stay inside one block of a tier iff its span is a multiple of that block (`within_span`);
+    the first such tier, innermost first, holds them. Any other cut is taken as crossing the
+    outermost tier.
     """
     lay = job.layout
     if lay.replicas == 1:
@@ -398,9 +424,11 @@ def shard_link(job: Plannable) -> LinkClass:
         block = strides_[slow] * (shard // sizes[fast])
     else:
         block = 0
-    domain = job.cluster.nvlink_domain
-    inside = job.world <= domain or (block > 0 and domain % block == 0)
-    return LinkClass.NVLINK if inside else LinkClass.NETWORK
+    fabric = job.cluster.fabric
+    for tier in fabric:
+        if job.world <= tier.span or (block > 0 and tier.span % block == 0):
+            return tier.name
+    return fabric.outermost.name
 
 
 def _replicate_op(job: Plannable, stage: int, calls: int, elements: int) -> CommOp:
@@ -409,7 +437,6 @@ def _replicate_op(job: Plannable, stage: int, calls: int, elements: int) -> Comm
     distributed optimizer over inter_distributed_optimizer_instance_group)."""
     lay = job.layout
     shard = -(-elements // lay.shard_group)
-    inside = link_class(job, (Axis.DP, Axis.CP)) is LinkClass.NVLINK
     return CommOp(
         stage=stage,
         group=GroupKind.DP_REPLICATE,
@@ -418,7 +445,8 @@ def _replicate_op(job: Plannable, stage: int, calls: int, elements: int) -> Comm
         group_size=lay.replicas,
         calls=calls,
         buffer_bytes=shard * grad_bytes(job),
-        link=LinkClass.NVLINK if inside else LinkClass.NETWORK,
+        # The replicas of a shard lie inside their dp_cp group: its tier holds them.
+        link=link_class(job, (Axis.DP, Axis.CP)),
         formula="Ψ_r/N gradients per reduce-scatter, over R = d·c/N replicas",
     )
 
@@ -767,7 +795,7 @@ def op_record(op: CommOp, seconds: float) -> dict[str, object]:
         "calls": op.calls,
         "buffer_bytes": op.buffer_bytes,
         "bytes_sent_per_call": op.bytes_sent,
-        "link": op.link.value,
+        "link": op.link,
         # Rounded so the plan's bytes do not depend on the last bits of a float division.
         "time_s": round(seconds, 9),
     }
@@ -777,22 +805,32 @@ def op_record(op: CommOp, seconds: float) -> dict[str, object]:
 
 
 @record
+class Wire:
+    """Bytes one rank sends and receives per step on one tier."""
+
+    sent: int
+    received: int
+
+
+@record
 class WireBudget:
-    """Bytes one rank of a stage sends and receives per step on each link class."""
+    """Bytes one rank of a stage sends and receives per step on each tier of the fabric:
+    `tiers` maps every tier's name, innermost first, to its `Wire` (zero when unused)."""
 
     stage: int
-    nvlink_sent: int
-    nvlink_received: int
-    network_sent: int
-    network_received: int
+    tiers: Mapping[str, Wire]
+
+    def on(self, tier: str) -> Wire:
+        """The bytes on tier `tier` (zero on a tier the budget does not list)."""
+        return self.tiers.get(tier, Wire(0, 0))
 
 
 def wire_budget(job: Plannable, ops: Sequence[CommOp]) -> tuple[WireBudget, ...]:
     """Per-stage wire bytes. Ring collectives receive what they send; p2p receives mirror the
     neighbour's sends (forward activations from the previous stage, gradients from the next)."""
-    p = job.layout.p
-    sent = [dict.fromkeys(LinkClass, 0) for _ in range(p)]
-    received = [dict.fromkeys(LinkClass, 0) for _ in range(p)]
+    p, names = job.layout.p, job.cluster.fabric.names
+    sent = [dict.fromkeys(names, 0) for _ in range(p)]
+    received = [dict.fromkeys(names, 0) for _ in range(p)]
     for op in ops:
         total = op.calls * op.bytes_sent
         sent[op.stage][op.link] += total
@@ -801,10 +839,9 @@ def wire_budget(job: Plannable, ops: Sequence[CommOp]) -> tuple[WireBudget, ...]
     return tuple(
         WireBudget(
             stage,
-            sent[stage][LinkClass.NVLINK],
-            received[stage][LinkClass.NVLINK],
-            sent[stage][LinkClass.NETWORK],
-            received[stage][LinkClass.NETWORK],
+            MappingProxyType(
+                {name: Wire(sent[stage][name], received[stage][name]) for name in names}
+            ),
         )
         for stage in range(p)
     )

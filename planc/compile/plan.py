@@ -31,7 +31,10 @@ from planc.record import record
 
 PLAN_FORMAT = "planc-plan"
 COORDS_FORMAT = "planc-coords"
-FORMAT_VERSION = 1
+# plan.json's layout version: 2 keys each rank's wire bytes by fabric tier and lists the tiers
+# (cluster.fabric); `planc verify` reads this version only. coords.json is unchanged at 1.
+FORMAT_VERSION = 2
+COORDS_FORMAT_VERSION = 1
 MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "buffers", "reserve", "total")
 
 @record
@@ -74,7 +77,7 @@ class Plan:
     parameters: tuple[RankParameters, ...]  # Ψ_r of one TP rank of each stage
     communication: tuple[CommOp, ...]  # the schedule of one step, per pipeline stage
     op_seconds: Mapping[CommOp, float]  # each op's time per step (the analysis's model)
-    wires: tuple[WireBudget, ...]  # bytes per step per link class, per pipeline stage
+    wires: tuple[WireBudget, ...]  # bytes per step on each fabric tier, per pipeline stage
     findings: tuple[Finding, ...] = ()  # check's error findings a forced compile went past
 
     @property
@@ -297,6 +300,22 @@ def training_record(plan: Plan) -> dict[str, object]:
     }
 
 
+def fabric_record(plan: Plan) -> list[dict[str, object]]:
+    """The fabric's tiers, innermost first: what each op's `link` and each rank's wire bytes
+    name, and what `planc verify` places the groups on."""
+    return [
+        {
+            "name": tier.name,
+            "span": tier.span,
+            "bandwidth_gbs": tier.bandwidth_gbs,
+            "latency_us": tier.latency_us,
+            "oversubscription": tier.oversubscription,
+            "efficiency": tier.efficiency,
+        }
+        for tier in plan.job.cluster.fabric
+    ]
+
+
 def _cluster_record(plan: Plan) -> dict[str, object]:
     cl = plan.job.cluster
     return {
@@ -304,6 +323,7 @@ def _cluster_record(plan: Plan) -> dict[str, object]:
         "nodes": cl.nodes,
         "gpus_per_node": cl.gpus_per_node,
         "nvlink_domain": cl.nvlink_domain,
+        "fabric": fabric_record(plan),
         "hosts": list(cl.hosts),
     }
 
@@ -327,12 +347,20 @@ def _memory_fragments(table: npt.NDArray[np.int64]) -> list[list[str]]:
     return [[text(budget) for budget in stage] for stage in table.tolist()]
 
 
+def _wire_text(wire: WireBudget) -> str:
+    """One stage's wire bytes per tier: {"<tier>":{"sent":…,"received":…},…}, innermost first."""
+    return (
+        "{"
+        + ",".join(
+            f'{_compact(name)}:{{"sent":{w.sent},"received":{w.received}}}'
+            for name, w in wire.tiers.items()
+        )
+        + "}"
+    )
+
+
 def _wire_fragments(plan: Plan) -> list[str]:
-    return [
-        f'"wire":{{"nvlink_sent":{w.nvlink_sent},"nvlink_received":{w.nvlink_received},'
-        f'"network_sent":{w.network_sent},"network_received":{w.network_received}}}'
-        for w in plan.wires
-    ]
+    return [f'"wire":{_wire_text(w)}' for w in plan.wires]
 
 
 PIPELINE_ORDER = (
@@ -442,7 +470,7 @@ def rank_columns(plan: Plan) -> str:
     fields = plan.memory.reshape(p * shards, len(MEMORY_FIELDS))
     table, rows = np.unique(fields, axis=0, return_inverse=True)
     memory_row = rows.reshape(p, shards)[pl.coords["pp"], plan.shard]
-    wire = [[w.nvlink_sent, w.nvlink_received, w.network_sent, w.network_received] for w in plan.wires]
+    wire = "[" + ",".join(_wire_text(w) for w in plan.wires) + "]"
     columns = {
         "node": pl.node,
         "local_rank": pl.local_rank,
@@ -460,7 +488,7 @@ def rank_columns(plan: Plan) -> str:
     ]
     return (
         f'{{"encoding":"columns","count":{plan.world},"memory_fields":{_compact(list(MEMORY_FIELDS))},'
-        f'"memory_table":{_compact(table.tolist())},"wire_table":{_compact(wire)},'
+        f'"memory_table":{_compact(table.tolist())},"wire_table":{wire},'
         f'"stages":{_compact(stages)},\n"columns":{{\n{body}}}}}'
     )
 
@@ -500,7 +528,7 @@ def coords_json(plan: Plan) -> str:
     layout = layout_record(plan)
     record = {
         "format": COORDS_FORMAT,
-        "format_version": FORMAT_VERSION,
+        "format_version": COORDS_FORMAT_VERSION,
         "world_size": plan.world,
         "gpus_per_node": plan.job.cluster.gpus_per_node,
         "rule": "coord[axis] = RANK // strides[axis] % degrees[axis]",

@@ -5,7 +5,7 @@ takes it: from the repository root, or `./path` from the working directory). Bot
 loaded and checked as `planc check` would (the nearest planc configuration of the path applies);
 when a side can be planned it is analysed as `planc explain` analyses it. The diff shows memory
 per pipeline stage and the peak, step time, tokens/s, MFU, the bubble, bytes per rank per step
-on each link class, and the findings added and removed (compared by rule, field and message).
+on each tier of the fabric, and the findings added and removed (compared by rule, field and message).
 A side with no plan (a refusal, a spec that does not load) still diffs its findings. A
 `model.hf_config` of a `REV:path` side is read from the working tree, beside the path.
 
@@ -155,9 +155,12 @@ def metrics(side: Side) -> dict[str, Any] | None:
         "tokens_per_s": step.tokens_per_s,
         "mfu": step.mfu,
         "bubble_fraction": step.pipeline.bubble_fraction,
-        # Per rank per step, the heaviest stage's rank (what its links must carry).
-        "nvlink_sent_bytes": max(w.nvlink_sent for w in wires),
-        "network_sent_bytes": max(w.network_sent for w in wires),
+        # Per rank per step, on each tier of the fabric, the heaviest stage's rank (what its
+        # links must carry).
+        **{
+            f"{tier.name}_sent_bytes": max(w.on(tier.name).sent for w in wires)
+            for tier in plan.cluster.fabric
+        },
     }
 
 
@@ -281,7 +284,7 @@ def rows(result: Diff) -> list[Row]:
     old, new = metrics(result.old), metrics(result.new)
 
     def value(m: dict[str, Any] | None, key: str, index: int | None = None) -> Any:
-        if m is None:
+        if m is None or key not in m:  # a tier only the other side's fabric has
             return None
         item = m[key]
         if index is None:
@@ -324,10 +327,28 @@ def rows(result: Diff) -> list[Row]:
         row("tokens/s", "tokens_per_s", "tokens/s"),
         row("MFU", "mfu", "fraction"),
         row("pipeline bubble", "bubble_fraction", "fraction"),
-        row("NVLink sent per GPU per step", "nvlink_sent_bytes", "GB"),
-        row("network sent per GPU per step", "network_sent_bytes", "GB"),
+    ]
+    out += [
+        row(f"{label} sent per GPU per step", f"{name}_sent_bytes", "GB")
+        for name, label in _tiers(result)
     ]
     return out
+
+
+# The tiers of a spec's default fabric (planc.spec.job.default_fabric), shown when neither
+# side has a plan to read its own from.
+DEFAULT_TIERS = (("nvlink", "NVLink"), ("network", "network"))
+
+
+def _tiers(result: Diff) -> list[tuple[str, str]]:
+    """(name, label) of every tier either side's fabric has, the old side's first."""
+    out: list[tuple[str, str]] = []
+    for side in (result.old, result.new):
+        if side.analysis is not None:
+            for tier in side.analysis.plan.cluster.fabric:
+                if tier.name not in (name for name, _ in out):
+                    out.append((tier.name, tier.shown))
+    return out or list(DEFAULT_TIERS)
 
 
 def _finding_line(finding: Finding) -> str:

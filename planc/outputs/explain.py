@@ -1,6 +1,6 @@
 """Explain: a readable summary of a job for a person reviewing a change.
 
-Memory per stage, traffic per step per link class, the bubble, the estimated step time and where
+Memory per stage, traffic per step on each tier of the fabric, the bubble, the estimated step time and where
 it goes, tokens per second and MFU. The same numbers as plain data for `--format json`.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from planc.analysis import Analysis, StepEstimate, estimate_step
-from planc.comm.schedule import op_record
+from planc.comm.schedule import WireBudget, op_record
 from planc.outputs.memory import to_json as memory_json
 from planc.record import record
 from planc.spec.job import GB, GIB
@@ -35,6 +35,15 @@ def _gb(n: int) -> str:
     return f"{n / GB:10.2f} GB"
 
 
+def _wire_json(wire: WireBudget) -> dict[str, int]:
+    """One stage's wire bytes: <tier>_sent and <tier>_received for each tier, innermost first."""
+    out = {"stage": wire.stage}
+    for name, w in wire.tiers.items():
+        out[f"{name}_sent"] = w.sent
+        out[f"{name}_received"] = w.received
+    return out
+
+
 def render_text(ex: Explanation) -> str:
     an, step = ex.analysis, ex.step
     job, lay = an.plan, an.plan.layout
@@ -57,16 +66,18 @@ def render_text(ex: Explanation) -> str:
             f"buffers {mem.buffers / GIB:.2f}, reserve {mem.reserve / GIB:.2f}"
         )
     lines += ["", "traffic per step per rank (GB = 10^9 bytes; sent, received):"]
+    fabric = job.cluster.fabric
     for wire in an.wires:
-        lines.append(
-            f"  stage {wire.stage:>3}: NVLink {_gb(wire.nvlink_sent)} / {_gb(wire.nvlink_received)}   "
-            f"network {_gb(wire.network_sent)} / {_gb(wire.network_received)}"
+        tiers = "   ".join(
+            f"{tier.shown} {_gb(wire.on(tier.name).sent)} / {_gb(wire.on(tier.name).received)}"
+            for tier in fabric
         )
+        lines.append(f"  stage {wire.stage:>3}: {tiers}")
     lines += ["", "communication ops (stage 0; time per step on the link, latency and efficiency included):"]
     for op in (o for o in an.ops if o.stage == 0):
         lines.append(
             f"  {op.group.value:<9} {op.op.value:<14} n={op.group_size:<5} {op.calls:>7} × {op.buffer_bytes / 2**20:10.2f} MiB "
-            f"on {op.link.value:<7} {an.op_seconds[op]:8.3f} s  {op.phase}"
+            f"on {op.link:<7} {an.op_seconds[op]:8.3f} s  {op.phase}"
         )
     total = step.step_time_s
     lines += [
@@ -126,16 +137,7 @@ def to_json(ex: Explanation) -> dict[str, Any]:
         "communication": [
             {**op_record(op, an.op_seconds[op]), "formula": op.formula} for op in an.ops
         ],
-        "wire_bytes": [
-            {
-                "stage": w.stage,
-                "nvlink_sent": w.nvlink_sent,
-                "nvlink_received": w.nvlink_received,
-                "network_sent": w.network_sent,
-                "network_received": w.network_received,
-            }
-            for w in an.wires
-        ],
+        "wire_bytes": [_wire_json(w) for w in an.wires],
         "bubble_fraction": step.bubble_fraction,
         "pipeline": {
             "makespan_s": step.pipeline.makespan_s,

@@ -69,6 +69,7 @@ from planc.presets.efficiency import (
     REFERENCE_HBM_GBS,
     REFERENCE_TFLOPS,
     Efficiency,
+    LinkEfficiency,
     for_gpu,
     from_json,
 )
@@ -137,16 +138,19 @@ def efficiency_of(job: Plannable) -> Efficiency:
 def comm_time_s(
     job: Plannable, eff: Efficiency, op: str, n: int, buffer_bytes: int, link: str
 ) -> float:
-    """One call: steps·α + wire_bytes/(β·e), α and e of the link class and collective."""
-    spec_link = job.cluster.intra if link == "nvlink" else job.cluster.inter
-    measured = eff.link(link)
+    """One call on the fabric tier named `link`: steps·α + wire_bytes/(β·e), β the tier's
+    per-GPU bandwidth, α (per ring step) and e (per collective) of the efficiency entry the
+    tier names (nccl-tests PERFORMANCE.md bus bandwidth; `planc.presets.efficiency`).
+    Oversubscription is not priced yet: every tier built today has k = 1."""
+    tier = job.cluster.fabric.tier(link)
+    measured = eff.link(tier.efficiency)
     alpha = measured.latency_us * 1e-6
-    rate = spec_link.bandwidth_gbs * 1e9 * measured.of(op)
+    rate = tier.bandwidth_gbs * 1e9 * measured.of(op)
     return ring_steps(op, n) * alpha + wire_bytes(op, n, buffer_bytes) / rate
 
 
 def _call_s(job: Plannable, eff: Efficiency, op: CommOp) -> float:
-    return comm_time_s(job, eff, str(op.op), op.group_size, op.buffer_bytes, str(op.link))
+    return comm_time_s(job, eff, str(op.op), op.group_size, op.buffer_bytes, op.link)
 
 
 def model_flops(job: Job | Plannable) -> float:
@@ -426,8 +430,8 @@ def build_inputs(
         m=m,
         v=lay.v,
         p2p_s=hop,
-        tp_processor_usage=eff.link(_tp_link(ops)).processor_usage,
-        dp_processor_usage=eff.link(_dp_link(ops)).processor_usage,
+        tp_processor_usage=_entry(job, eff, _tp_link(job, ops)).processor_usage,
+        dp_processor_usage=_entry(job, eff, _dp_link(job, ops)).processor_usage,
         model_flops=model_flops(job),
         tokens=job.training.B * job.training.s,
         peak_flops=job.world * gemm_peak_tflops(job) * 1e12,
@@ -451,17 +455,26 @@ def p2p_message_s(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> flo
     if job.layout.sp or t == 1:
         return _call_s(job, eff, op)
     slice_bytes = -(-op.buffer_bytes // t)
-    send = comm_time_s(job, eff, "send_recv", 2, slice_bytes, str(op.link))
-    gather = comm_time_s(job, eff, "all_gather", t, op.buffer_bytes, _tp_link(ops))
+    send = comm_time_s(job, eff, "send_recv", 2, slice_bytes, op.link)
+    gather = comm_time_s(job, eff, "all_gather", t, op.buffer_bytes, _tp_link(job, ops))
     return send + gather
 
 
-def _tp_link(ops: Sequence[CommOp]) -> str:
-    return next((str(op.link) for op in ops if op.group == "tp"), "nvlink")
+def _tp_link(job: Plannable, ops: Sequence[CommOp]) -> str:
+    """The tier of the TP ops (the innermost tier when there are none)."""
+    default = job.cluster.fabric.innermost.name
+    return next((op.link for op in ops if op.group == "tp"), default)
 
 
-def _dp_link(ops: Sequence[CommOp]) -> str:
-    return next((str(op.link) for op in ops if op.group in ("dp_cp", "dp_shard")), "network")
+def _dp_link(job: Plannable, ops: Sequence[CommOp]) -> str:
+    """The tier of the data-parallel gradient ops (the outermost tier when there are none)."""
+    default = job.cluster.fabric.outermost.name
+    return next((op.link for op in ops if op.group in ("dp_cp", "dp_shard")), default)
+
+
+def _entry(job: Plannable, eff: Efficiency, link: str) -> LinkEfficiency:
+    """The efficiency entry that prices the fabric tier named `link`."""
+    return eff.link(job.cluster.fabric.tier(link).efficiency)
 
 
 def stage_times(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:

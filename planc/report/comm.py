@@ -1,4 +1,4 @@
-"""Communication: bytes and time per link class and per op (the busiest stage), wire bytes of
+"""Communication: bytes and time per fabric tier and per op (the busiest stage), wire bytes of
 every stage, and the step time split into compute, exposed communication and bubble."""
 
 from __future__ import annotations
@@ -6,8 +6,7 @@ from __future__ import annotations
 from planc.analysis import Analysis, StepEstimate
 from planc.comm.schedule import CommOp
 from planc.report import fmt
-from planc.report.svg import group, rect, svg, text
-from planc.vocab import LinkClass
+from planc.report.svg import esc, group, rect, svg, text
 
 WIDTH = 960
 LABEL_W = 380
@@ -39,7 +38,7 @@ def ops_svg(analysis: Analysis, stage: int) -> str:
         y = 8 + index * ROW
         seconds = analysis.op_seconds[op]
         tip = (
-            f"{op.phase}: {op.op.value} in groups of {op.group_size} over {op.link.value}, "
+            f"{op.phase}: {op.op.value} in groups of {op.group_size} over {op.link}, "
             f"{op.calls:,} calls × {fmt.gb(op.buffer_bytes)} buffer = {fmt.gb(step_bytes(op))} sent "
             f"per step, {fmt.seconds(seconds)} (α-β); {op.formula}"
         )
@@ -52,7 +51,7 @@ def ops_svg(analysis: Analysis, stage: int) -> str:
                         y + 3,
                         max(BAR_W * seconds / longest, 1.0),
                         ROW - 8,
-                        f"link-{op.link.value}",
+                        f"link-{op.link}",
                     ),
                     text(
                         LABEL_W + BAR_W + 10,
@@ -74,20 +73,17 @@ def _shorten(phase: str, limit: int) -> str:
 
 
 def link_table(analysis: Analysis, stage: int) -> str:
-    """Bytes sent and time per step on each link class, for one rank of `stage`."""
+    """Bytes sent and time per step on each tier of the fabric, for one rank of `stage`."""
     plan = analysis.plan
     rows = []
-    for link in LinkClass:
-        ops = [op for op in analysis.ops if op.stage == stage and op.link is link]
+    for tier in plan.cluster.fabric:
+        ops = [op for op in analysis.ops if op.stage == stage and op.link == tier.name]
         sent = sum(step_bytes(op) for op in ops)
         seconds = sum(analysis.op_seconds[op] for op in ops)
-        bandwidth = (
-            plan.cluster.intra if link is LinkClass.NVLINK else plan.cluster.inter
-        ).bandwidth_gbs
         rows.append(
-            f"<tr><td><span class='swatch link-{link.value}'></span>{link.value}</td>"
+            f"<tr><td><span class='swatch link-{esc(tier.name)}'></span>{esc(tier.name)}</td>"
             f"<td class='n'>{len(ops)}</td><td class='n'>{fmt.gb(sent)}</td>"
-            f"<td class='n'>{fmt.seconds(seconds)}</td><td class='n'>{bandwidth:g} GB/s</td></tr>"
+            f"<td class='n'>{fmt.seconds(seconds)}</td><td class='n'>{tier.bandwidth_gbs:g} GB/s</td></tr>"
         )
     return (
         "<table><thead><tr><th>link class</th><th>ops</th><th>sent per step</th>"
@@ -96,16 +92,23 @@ def link_table(analysis: Analysis, stage: int) -> str:
 
 
 def wire_table(analysis: Analysis) -> str:
-    """Bytes sent and received per step by one rank of each stage, per link class."""
+    """Bytes sent and received per step by one rank of each stage, on each tier."""
+    fabric = analysis.plan.cluster.fabric
     rows = "".join(
-        f"<tr data-stage='{w.stage}'><td>{w.stage}</td><td class='n'>{fmt.gb(w.nvlink_sent)}</td>"
-        f"<td class='n'>{fmt.gb(w.nvlink_received)}</td><td class='n'>{fmt.gb(w.network_sent)}</td>"
-        f"<td class='n'>{fmt.gb(w.network_received)}</td></tr>"
+        f"<tr data-stage='{w.stage}'><td>{w.stage}</td>"
+        + "".join(
+            f"<td class='n'>{fmt.gb(w.on(tier.name).sent)}</td>"
+            f"<td class='n'>{fmt.gb(w.on(tier.name).received)}</td>"
+            for tier in fabric
+        )
+        + "</tr>"
         for w in analysis.wires
     )
+    heads = "".join(
+        f"<th>{esc(tier.shown)} sent</th><th>{esc(tier.shown)} received</th>" for tier in fabric
+    )
     return (
-        "<table><thead><tr><th>stage</th><th>NVLink sent</th><th>NVLink received</th>"
-        f"<th>network sent</th><th>network received</th></tr></thead><tbody>{rows}</tbody></table>"
+        f"<table><thead><tr><th>stage</th>{heads}</tr></thead><tbody>{rows}</tbody></table>"
     )
 
 

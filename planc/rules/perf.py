@@ -6,13 +6,13 @@ import dataclasses
 from collections.abc import Iterator
 
 from planc.analysis import Analysis
-from planc.comm.schedule import CommOp, expert_link, sharding_stage
+from planc.comm.schedule import CommOp, expert_tier, sharding_stage
 from planc.findings import Severity
 from planc.perf.inputs import dispatch_combine_s, expert_compute_s
 from planc.rules import fixes
 from planc.rules.base import Context, Needs, Violation, rule
 from planc.spec.job import GB, Job
-from planc.vocab import Axis, Collective, GroupKind, LinkClass
+from planc.vocab import Axis, Collective, GroupKind
 
 # The gradient reduction's groups: the shard group (dp_cp, or dp_shard under HSDP) and HSDP's
 # replicate all-reduce.
@@ -91,7 +91,7 @@ def pp_traffic_hides(ctx: Context) -> Iterator[Violation]:
         forward = times[op.stage].forward_s / job.layout.v
         if per_send > forward:
             yield Violation(
-                "hardware.inter_node" if op.link is LinkClass.NETWORK else "hardware.intra_node",
+                job.cluster.fabric.tier(op.link).field,
                 f"stage {op.stage}: one pipeline send of {op.buffer_bytes / 2**20:.1f} MiB on "
                 f"{op.link} takes {per_send * 1e3:.1f} ms, longer than the {forward * 1e3:.1f} ms "
                 "forward of a micro-batch",
@@ -113,7 +113,7 @@ def exchange_exposed(analysis: Analysis) -> tuple[float, float] | None:
     plan, eff = analysis.plan, analysis.efficiency
     if plan.model.moe is None or plan.layout.ep == 1:
         return None
-    if expert_link(plan, Axis.EP) is LinkClass.NVLINK:
+    if expert_tier(plan, Axis.EP) == plan.cluster.fabric.innermost:
         return None
     exchange, compute = dispatch_combine_s(plan, eff), expert_compute_s(plan, eff)
     return (exchange, compute) if exchange > compute else None
@@ -152,7 +152,7 @@ def _inside(analysis: Analysis) -> str | None:
         return None
     if plan.layout.ep == 1:
         return "no all-to-all"
-    if expert_link(plan, Axis.EP) is not LinkClass.NVLINK:
+    if expert_tier(plan, Axis.EP) != plan.cluster.fabric.innermost:
         return None
     return f"all-to-all on NVLink, {dispatch_combine_s(plan, analysis.efficiency) * 1e3:.2f} ms"
 
@@ -200,8 +200,9 @@ def expert_exchange_hides(ctx: Context) -> Iterator[Violation]:
         "parallelism.expert",
         f"the EP groups of {plan.layout.ep} ranks cross NVLink domains (domain of "
         f"{plan.cluster.nvlink_domain} GPUs): one MoE layer's dispatch and combine all-to-all "
-        f"takes {exchange * 1e3:.2f} ms per micro-batch on the network, longer than the "
+        f"takes {exchange * 1e3:.2f} ms per micro-batch on the "
+        f"{expert_tier(plan, Axis.EP).shown}, longer than the "
         f"{compute * 1e3:.2f} ms of expert compute it runs beside",
         fix,
-        ("parallelism.order", "hardware.inter_node"),
+        ("parallelism.order", expert_tier(plan, Axis.EP).field),
     )

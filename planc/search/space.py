@@ -51,7 +51,8 @@ class AxisDef:
 
 
 def _tensor(job: Job) -> tuple[Value, ...]:
-    return divisors(job.world, job.cluster.nvlink_domain)
+    """Divisors of the world up to the span of the fabric's innermost tier (the NVLink domain)."""
+    return divisors(job.world, job.cluster.fabric.innermost.span)
 
 
 def _pipeline(job: Job) -> tuple[Value, ...]:

@@ -13,6 +13,7 @@ from typing import Any, overload
 
 from planc.presets import gpu_preset, model_preset
 from planc.record import record
+from planc.spec.fabric import Fabric, Tier
 from planc.vocab import (
     AttentionKind,
     DType,
@@ -131,6 +132,9 @@ class Model:
 
 @record
 class Link:
+    """One link's settings as the spec and the presets give them (hardware.intra_node or
+    inter_node): what a tier of the default fabric is built from."""
+
     bandwidth_gbs: float
     latency_us: float
 
@@ -181,8 +185,7 @@ class Cluster:
     nodes: int
     gpus_per_node: int
     nvlink_domain: int
-    intra: Link
-    inter: Link
+    fabric: Fabric  # the tiers of wire, innermost first (planc.spec.fabric)
     hosts: Sequence[str]  # a tuple of the spec's names, or NodeNames
     reserve_bytes: int
     host_memory_bytes: int = 0  # host (CPU) memory per node, the offload budget
@@ -417,6 +420,34 @@ def _link(*layers: Data | None) -> Link | None:
     return Link(float(values["bandwidth_gbs"]), float(values.get("latency_us", 0.0)))
 
 
+def default_fabric(nvlink_domain: int, world: int, intra: Link, inter: Link) -> Fabric:
+    """The fabric of today's hardware fields: tier `nvlink`, the NVLink domain (D GPUs) on
+    hardware.intra_node's link, and tier `network`, the whole world on hardware.inter_node's;
+    each priced by the efficiency entry of the same name."""
+    return Fabric(
+        (
+            Tier(
+                name="nvlink",
+                span=nvlink_domain,
+                bandwidth_gbs=intra.bandwidth_gbs,
+                latency_us=intra.latency_us,
+                efficiency="nvlink",
+                label="NVLink",
+                field="hardware.intra_node",
+            ),
+            Tier(
+                name="network",
+                span=world,
+                bandwidth_gbs=inter.bandwidth_gbs,
+                latency_us=inter.latency_us,
+                efficiency="network",
+                label="network",
+                field="hardware.inter_node",
+            ),
+        )
+    )
+
+
 def _gpu(spec: Data) -> tuple[Gpu, dict[str, Any]] | list[Problem]:
     gpu = spec["hardware"]["gpu"]
     if isinstance(gpu, Mapping):
@@ -533,13 +564,13 @@ def _cluster(spec: Data) -> Cluster | list[Problem]:
         return problems
     gpus_per_node = hw["gpus_per_node"] or raw.get("gpus_per_node") or 8
     host_memory_gb = hw.get("host_memory_gb") or raw.get("host_memory_gb") or 0.0
+    domain = hw["nvlink_domain"] or raw.get("nvlink_domain") or gpus_per_node
     return Cluster(
         gpu=gpu,
         nodes=hw["nodes"],
         gpus_per_node=gpus_per_node,
-        nvlink_domain=hw["nvlink_domain"] or raw.get("nvlink_domain") or gpus_per_node,
-        intra=intra,
-        inter=inter,
+        nvlink_domain=domain,
+        fabric=default_fabric(domain, hw["nodes"] * gpus_per_node, intra, inter),
         hosts=hosts,
         reserve_bytes=round(hw["reserve_gib"] * GIB),
         host_memory_bytes=round(host_memory_gb * GB),

@@ -3,7 +3,8 @@
 A rank's coordinate on an axis is (rank // stride) mod degree, the strides being the prefix
 products of the degrees in the order string (fastest first, Megatron's RankGenerator). A group
 of a kind over some axes holds exactly the ranks that share every other coordinate. Ranks fill
-nodes in order; NVLink domains are blocks of consecutive ranks.
+nodes in order; NVLink domains, and the blocks of every tier of the fabric, are blocks of
+consecutive ranks.
 """
 
 from __future__ import annotations
@@ -113,6 +114,21 @@ def world(plan: PlanData) -> Found:
         yield f"{len(plan.hosts)} host names ({len(set(plan.hosts))} distinct) for {plan.nodes} nodes"
     if dict(plan.strides) != expected_strides(plan):
         yield f"layout.strides {dict(plan.strides)} are not the prefix products {expected_strides(plan)}"
+    yield from _fabric(plan)
+
+
+def _fabric(plan: PlanData) -> Found:
+    """cluster.fabric names each tier once, gives every tier a span of at least one GPU, and its
+    outermost tier holds the world (so every group has a tier)."""
+    names = [name for name, _ in plan.tiers]
+    if len(set(names)) != len(names):
+        yield f"cluster.fabric names a tier twice: {names}"
+    small = [f"{name} ({span})" for name, span in plan.tiers if span < 1]
+    if small:
+        yield f"cluster.fabric tiers with a span below one GPU: {', '.join(small)}"
+    outermost, span = plan.tiers[-1]
+    if span < plan.world:
+        yield f"cluster.fabric's outermost tier {outermost} spans {span:,} GPUs, less than the world of {plan.world:,}"
 
 
 def placement(plan: PlanData) -> Found:

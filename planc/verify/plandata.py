@@ -21,7 +21,9 @@ from planc.record import record
 Ints = npt.NDArray[np.int64]
 AXES = ("tp", "cp", "dp", "pp")
 MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "buffers", "reserve", "total")
-WIRE_FIELDS = ("nvlink_sent", "nvlink_received", "network_sent", "network_received")
+WIRE_FIELDS = ("sent", "received")  # per tier, in a rank's wire record
+# The plan layout this verifier reads (planc compile writes it; 2 keys wire bytes by tier).
+FORMAT_VERSION = 2
 
 
 class PlanFormatError(ValueError):
@@ -41,6 +43,7 @@ class PlanData:
     nodes: int
     gpus_per_node: int
     nvlink_domain: int
+    tiers: tuple[tuple[str, int], ...]  # cluster.fabric: (name, span in ranks), innermost first
     hosts: tuple[str, ...]
     stage_layers: tuple[tuple[tuple[int, int], ...], ...]
     model: Mapping[str, Any]
@@ -61,7 +64,7 @@ class PlanData:
     optimizer_shard: Ints
     layers: tuple[tuple[tuple[int, int], ...], ...] | None  # per rank, when listed per rank
     memory: Ints  # (ranks × MEMORY_FIELDS)
-    wire: Ints  # (ranks × WIRE_FIELDS)
+    wire: Ints  # (ranks × tiers × WIRE_FIELDS)
     ops: tuple[Mapping[str, Any], ...]
     pipeline: Mapping[str, Any] | None
     # Mixture-of-experts plans: the expert grid's order and sizes (layout.expert); () and {}
@@ -108,7 +111,31 @@ def _column(values: Sequence[Any]) -> Ints:
     return np.asarray(values, dtype=np.int64)
 
 
-def _per_rank(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _tiers(cluster: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """cluster.fabric: each tier's name and span, innermost first."""
+    tiers = _need(cluster, "fabric", "cluster")
+    if not isinstance(tiers, list) or not tiers:
+        raise PlanFormatError("cluster.fabric is not a list of tiers")
+    return tuple(
+        (str(_need(tier, "name", "cluster.fabric[]")), int(_need(tier, "span", "cluster.fabric[]")))
+        for tier in tiers
+    )
+
+
+def _wire(records: Sequence[Mapping[str, Any]], tiers: Sequence[str]) -> Ints:
+    """(records × tiers × WIRE_FIELDS) from wire records keyed by tier."""
+    for wire in records:
+        if not isinstance(wire, Mapping) or list(wire) != list(tiers):
+            names = list(wire) if isinstance(wire, Mapping) else wire
+            raise PlanFormatError(
+                f"a wire record names the tiers {names}, not cluster.fabric's {list(tiers)}"
+            )
+    return np.asarray(
+        [[[w[tier][f] for f in WIRE_FIELDS] for tier in tiers] for w in records], dtype=np.int64
+    ).reshape(len(records), len(tiers), len(WIRE_FIELDS))
+
+
+def _per_rank(records: Sequence[Mapping[str, Any]], tiers: Sequence[str]) -> dict[str, Any]:
     """Columns from one record per rank."""
 
     def col(key: str) -> Ints:
@@ -128,20 +155,18 @@ def _per_rank(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "memory": np.asarray(
                 [[r["memory"][f] for f in MEMORY_FIELDS] for r in records], dtype=np.int64
             ).reshape(len(records), len(MEMORY_FIELDS)),
-            "wire": np.asarray(
-                [[r["wire"][f] for f in WIRE_FIELDS] for r in records], dtype=np.int64
-            ).reshape(len(records), len(WIRE_FIELDS)),
+            "wire": _wire([r["wire"] for r in records], tiers),
         }
     except (KeyError, TypeError) as error:
         raise PlanFormatError(f"a rank record lacks {error}") from None
 
 
-def _columns(block: Mapping[str, Any]) -> dict[str, Any]:
+def _columns(block: Mapping[str, Any], tiers: Sequence[str]) -> dict[str, Any]:
     """Columns from the columnar form: explicit int columns, memory and wire as tables with a
     per-rank row index."""
     cols = _need(block, "columns", "ranks")
     memory_table = np.asarray(_need(block, "memory_table", "ranks"), dtype=np.int64)
-    wire_table = np.asarray(_need(block, "wire_table", "ranks"), dtype=np.int64)
+    wire_table = _wire(_need(block, "wire_table", "ranks"), tiers)
     memory_row = _column(_need(cols, "memory_row", "ranks.columns"))
     wire_row = _column(_need(cols, "wire_row", "ranks.columns"))
     return {
@@ -179,11 +204,19 @@ def read_plan(text: str) -> PlanData:
         raise PlanFormatError(f"plan.json is not JSON: {error}") from None
     if not isinstance(raw, dict) or raw.get("format") != "planc-plan":
         raise PlanFormatError("plan.json is not a planc plan (format is not 'planc-plan')")
+    version = raw.get("format_version")
+    if version != FORMAT_VERSION:
+        raise PlanFormatError(
+            f"plan.json has format_version {version!r}, but this planc verify reads version "
+            f"{FORMAT_VERSION} only: compile the spec again with this planc"
+        )
     try:
         layout = _need(raw, "layout", "plan.json")
         cluster = _need(raw, "cluster", "plan.json")
         ranks = _need(raw, "ranks", "plan.json")
-        columns = _columns(ranks) if isinstance(ranks, Mapping) else _per_rank(ranks)
+        tiers = _tiers(cluster)
+        names = [name for name, _ in tiers]
+        columns = _columns(ranks, names) if isinstance(ranks, Mapping) else _per_rank(ranks, names)
         comm = _need(raw, "communication", "plan.json")
         return PlanData(
             raw=raw,
@@ -194,6 +227,7 @@ def read_plan(text: str) -> PlanData:
             nodes=int(_need(cluster, "nodes", "cluster")),
             gpus_per_node=int(_need(cluster, "gpus_per_node", "cluster")),
             nvlink_domain=int(_need(cluster, "nvlink_domain", "cluster")),
+            tiers=tiers,
             hosts=tuple(str(h) for h in _need(cluster, "hosts", "cluster")),
             stage_layers=tuple(_ranges(s) for s in _need(layout, "stage_layers", "layout")),
             model=_need(raw, "model", "plan.json"),

@@ -446,48 +446,57 @@ def ops(plan: PlanData) -> Found:
             yield f"stage {op['stage']} {op['group']} {op['op']}: bytes_sent_per_call {op.get('bytes_sent_per_call'):,}, the ring sends {sent:,}"
 
 
-def link_classes(plan: PlanData) -> dict[str, str]:
-    """nvlink for a group kind whose every group sits inside one NVLink domain, else network."""
+def group_tiers(plan: PlanData) -> dict[str, str]:
+    """Each group kind's tier: the first of cluster.fabric, innermost first, such that every
+    group of the kind has all its members in one block of the tier (rank // span), found on the
+    plan's own member lists; the outermost tier when none holds them. The embedding groups
+    take the pipeline groups' tier (the planner prices them on it)."""
     out = {}
+    outermost = plan.tiers[-1][0]
     for kind, found in plan.groups.items():
-        domains = found // plan.nvlink_domain
-        out[kind] = "nvlink" if (domains == domains[:, :1]).all() else "network"
-    out["embedding"] = out.get("pp", "nvlink")
+        out[kind] = outermost
+        for name, span in plan.tiers:
+            blocks = found // max(span, 1)
+            if (blocks == blocks[:, :1]).all():
+                out[kind] = name
+                break
+    out["embedding"] = out.get("pp", plan.tiers[0][0])
     return out
 
 
 def links(plan: PlanData) -> Found:
-    """Each op's link class is the one its groups' NVLink domains give."""
-    classes = link_classes(plan)
+    """Each op's link is the tier its groups' members give."""
+    tiers = group_tiers(plan)
     for op in plan.ops:
-        want = classes.get(op["group"])
+        want = tiers.get(op["group"])
         if want is not None and op.get("link") != want:
             yield f"stage {op['stage']} {op['group']} {op['op']}: link {op.get('link')}, but its groups are on {want}"
 
 
 def wire(plan: PlanData) -> Found:
-    """Every rank's bytes sent and received per link class: ring ops receive what they send; a
+    """Every rank's bytes sent and received on each tier: ring ops receive what they send; a
     pipeline rank receives what its neighbours send it (activations from the previous stage,
     gradients from the next)."""
     p = plan.degrees["pp"]
-    classes = link_classes(plan)
-    column = {name: i for i, name in enumerate(WIRE_FIELDS)}
-    per_stage = np.zeros((p, len(WIRE_FIELDS)), dtype=np.int64)
+    tiers = group_tiers(plan)
+    names = [name for name, _ in plan.tiers]
+    sent, received = WIRE_FIELDS.index("sent"), WIRE_FIELDS.index("received")
+    per_stage = np.zeros((p, len(names), len(WIRE_FIELDS)), dtype=np.int64)
     for op in expected_ops(plan):
-        link = classes.get(op.group, "nvlink")
+        tier = names.index(tiers.get(op.group, names[0]))
         total = op.calls * bytes_sent(
             op.op, op.group_size, op.buffer_bytes, itemsize_of(plan, op.group, op.op)
         )
-        per_stage[op.stage, column[f"{link}_sent"]] += total
+        per_stage[op.stage, tier, sent] += total
         if op.direction is None:
-            per_stage[op.stage, column[f"{link}_received"]] += total
+            per_stage[op.stage, tier, received] += total
         else:
             to = (op.stage + 1) % p if op.direction == "fwd" else (op.stage - 1) % p
-            per_stage[to, column[f"{link}_received"]] += total
+            per_stage[to, tier, received] += total
     want: Ints = per_stage[plan.coords["pp"]]
-    bad = (plan.wire != want).any(axis=1)
+    bad = (plan.wire != want).any(axis=(1, 2))
     if bad.any():
         r = int(np.flatnonzero(bad)[0])
-        fields = [f for i, f in enumerate(WIRE_FIELDS) if plan.wire[r, i] != want[r, i]]
-        name = fields[0]
-        yield f"rank {r}: wire {name} {plan.wire[r, column[name]]:,} bytes, the ops give {want[r, column[name]]:,}"
+        tier, field = (int(i) for i in np.argwhere(plan.wire[r] != want[r])[0])
+        name = f"{names[tier]} {WIRE_FIELDS[field]}"
+        yield f"rank {r}: wire {name} {plan.wire[r, tier, field]:,} bytes, the ops give {want[r, tier, field]:,}"
