@@ -71,7 +71,7 @@ def test_the_threshold_in_the_spec_reaches_the_rule() -> None:
     assert "PLC006" in rules_fired(check_text(text + "rules: {max_bubble: 0.27}\n"))
     assert "PLC006" not in rules_fired(check_text(text + "rules: {max_bubble: 0.28}\n"))
     job = resolved_of({"rules": {"max_bubble": 0.28, "memory_headroom": 0.3}})
-    assert dict(job.rules.options) == {"max_bubble": 0.28, "memory_headroom": 0.3}
+    assert (job.rules.options["max_bubble"], job.rules.options["memory_headroom"]) == (0.28, 0.3)
 
 
 def test_an_option_left_out_is_its_declared_default() -> None:
@@ -146,31 +146,51 @@ def test_an_unknown_key_in_tool_planc_is_refused_naming_the_keys() -> None:
     assert KEYS[4:] == tuple(o.name for o in OPTIONS)
 
 
+def _outside(option: Option) -> list[float]:
+    """Values just outside an option's declared bounds."""
+    step = 1 if option.value_type is int else 0.01
+    found = [] if option.ge is None else [option.ge - step]
+    found += [] if option.gt is None else [option.gt]
+    found += [] if option.le is None else [option.le + step]
+    return found + ([] if option.lt is None else [option.lt])
+
+
 @pytest.mark.parametrize("option", OPTIONS, ids=lambda o: o.name)
-@pytest.mark.parametrize("value", [-0.01, 1.0, 1.5])
-def test_bounds_are_enforced_in_the_spec(option: Option, value: float) -> None:
-    # Every option today is a fraction in [0, 1).
-    text = _without_rules() + f"rules: {{{option.name}: {value}}}\n"
-    findings = [f for f in check_text(text).findings if f.rule == "PLC110"]
-    assert [f.field for f in findings] == [f"rules.{option.name}"]
+def test_bounds_are_enforced_in_the_spec(option: Option) -> None:
+    for value in _outside(option):
+        text = _without_rules() + f"rules: {{{option.name}: {value}}}\n"
+        findings = [f for f in check_text(text).findings if f.rule == "PLC110"]
+        assert [f.field for f in findings] == [f"rules.{option.name}"], value
 
 
 @pytest.mark.parametrize("option", OPTIONS, ids=lambda o: o.name)
 def test_bounds_are_enforced_in_tool_planc(option: Option) -> None:
     where = "pyproject.toml: [tool.planc]"
-    with pytest.raises(ConfigError, match=f"{option.name} must be at least 0 and below 1, got 1"):
-        parse_table({option.name: 1}, where)
-    with pytest.raises(ConfigError, match=f"{option.name} must be a number, got True"):
-        parse_table({option.name: True}, where)
-    assert parse_table({option.name: 0}, where).options == {option.name: 0.0}
+    for value in [*_outside(option), True, "0.1"]:
+        with pytest.raises(ConfigError, match=f"{option.name} must be"):
+            parse_table({option.name: value}, where)
+    assert parse_table({option.name: option.default}, where).options == {
+        option.name: option.default
+    }
+
+
+@pytest.mark.parametrize("name", ["max_bubble", "memory_headroom"])
+def test_the_fractions_say_their_bounds(name: str) -> None:
+    where = "pyproject.toml: [tool.planc]"
+    with pytest.raises(ConfigError, match=f"{name} must be at least 0 and below 1, got 1$"):
+        parse_table({name: 1}, where)
+    with pytest.raises(ConfigError, match=f"{name} must be a number, got True"):
+        parse_table({name: True}, where)
+    assert parse_table({name: 0}, where).options == {name: 0.0}
 
 
 @pytest.mark.parametrize("option", OPTIONS, ids=lambda o: o.name)
 def test_bounds_are_enforced_on_the_search_command_line(option: Option, tmp_path: Path) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(SMALL, encoding="utf-8")
-    done = CliRunner().invoke(main, ["search", str(spec), option.flag, "1"], env=PLAIN)
-    assert done.exit_code == 2 and "0<=x<1" in done.output
+    for value in _outside(option):
+        done = CliRunner().invoke(main, ["search", str(spec), option.flag, str(value)], env=PLAIN)
+        assert done.exit_code == 2 and f"Invalid value for '{option.flag}'" in done.output
 
 
 # --- derived, not copied ------------------------------------------------------------------------
@@ -179,7 +199,7 @@ def test_bounds_are_enforced_on_the_search_command_line(option: Option, tmp_path
 def test_the_generated_table_is_the_registrys_declarations() -> None:
     assert rule_options.OPTIONS == OPTIONS == declared_options(REGISTRY.values())
     owners = {o.name: o.rule for o in OPTIONS}
-    assert owners == {"max_bubble": "PLC006", "memory_headroom": "PLC007"}
+    assert (owners["max_bubble"], owners["memory_headroom"]) == ("PLC006", "PLC007")
     assert all(REGISTRY[o.rule].options.count(o) == 1 for o in OPTIONS)
 
 
@@ -191,7 +211,14 @@ def test_the_schemas_rules_section_is_the_declarations() -> None:
         o.name for o in OPTIONS
     ]
     for option in OPTIONS:
-        declared = {"type": "number", "minimum": option.ge, "exclusiveMaximum": option.lt}
+        keywords = {
+            "minimum": option.ge,
+            "exclusiveMinimum": option.gt,
+            "maximum": option.le,
+            "exclusiveMaximum": option.lt,
+        }
+        declared = {k: v for k, v in keywords.items() if v is not None}
+        declared["type"] = "integer" if option.value_type is int else "number"
         assert {key: rules[option.name][key] for key in declared} == declared
         assert rules[option.name]["default"] == option.default
         assert rules[option.name]["description"].endswith(f"({option.rule}).")

@@ -204,9 +204,11 @@ def build_space(
 
 
 def _threshold(flag: float | None, searched: float | None, rule: float) -> float:
+    """The first value given, of the type of the option's resolved value (`Rules.options`
+    holds an integer option as int, a number as float)."""
     for value in (flag, searched):
         if value is not None:
-            return float(value)
+            return type(rule)(value)
     return rule
 
 
