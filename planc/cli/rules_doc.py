@@ -25,16 +25,19 @@ def markdown() -> str:
     out = [
         "# planc rules",
         "",
-        "Generated from the rule docstrings by `python -m planc.cli.rules_doc > docs/rules.md`;",
-        "`planc rules ID` prints the same text. Severities are defaults: a spec's `rules.severity`,",
-        "or `severity` in `[tool.planc]` / `.planc.toml`, changes them. Input rules (PLC100-PLC111)",
-        "report files planc cannot read as a spec; they always run and cannot be ignored.",
+        "Generated from the rule registry (docstrings and declared options) by",
+        "`python scripts/regenerate.py`; `planc rules ID` prints the same text. Severities are",
+        "defaults: a spec's `rules.severity`, or `severity` in `[tool.planc]` / `.planc.toml`,",
+        "changes them; a rule's options are keys of the spec's `rules:` section and of",
+        "`[tool.planc]`, and flags of `planc search`. Input rules (PLC100-PLC111) report files",
+        "planc cannot read as a spec; they always run and cannot be ignored.",
         "",
-        "| id | name | severity | what it checks |",
-        "|---|---|---|---|",
+        "| id | name | severity | kind | what it checks |",
+        "|---|---|---|---|---|",
     ]
     out += [
-        f"| [{r.id}](#{r.id.lower()}) | {rule_name(r)} | {level(r.severity)} | {r.title} |"
+        f"| [{r.id}](#{r.id.lower()}) | {rule_name(r)} | {level(r.severity)} | {r.kind.value} "
+        f"| {r.title} |"
         for r in REGISTRY.values()
     ]
     for rule in REGISTRY.values():
