@@ -335,3 +335,13 @@ def test_readme_rule_table_is_current_and_lists_every_rule() -> None:
         assert f"| {each.kind.value} |" in row
     (bubble,) = [line for line in table.splitlines() if line.startswith("| [PLC006]")]
     assert bubble.endswith("| `max_bubble` 0.1 |")
+
+
+def test_an_option_cannot_shadow_a_search_axis_or_be_a_bad_name() -> None:
+    with pytest.raises(ValueError, match="'tensor' is also a search axis"):
+        option_models((Option("tensor", 8, "Widest", value_type=int, ge=1, rule="PLC900"),))
+    bad = rule("PLC900", options=(Option("Max-Bubble", 0.5, "Bad", ge=0.0, lt=1.0),))(
+        lambda ctx: iter(())
+    )
+    with pytest.raises(ValueError, match="not a snake_case name"):
+        declared_options([bad])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
@@ -57,10 +58,13 @@ REGISTRY: Mapping[str, Rule] = MappingProxyType({r.id: r for r in sorted(_ALL, k
 
 def declared_options(rules: Iterable[Rule]) -> tuple[Option, ...]:
     """Every option the rules declare, in rule-id order, then in each rule's order; ValueError
-    when two rules declare the same name (a name is one key of the spec's `rules:` section)."""
+    when two rules declare the same name (a name is one key of the spec's `rules:` section) or
+    a name is not snake_case."""
     found: dict[str, Option] = {}
     for each in sorted(rules, key=lambda r: r.id):
         for option in each.options:
+            if not re.fullmatch(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*", option.name):
+                raise ValueError(f"{each.id}: option {option.name!r} is not a snake_case name")
             if option.name in found or option.name in RESERVED:
                 owner = found[option.name].rule if option.name in found else "planc"
                 raise ValueError(f"{each.id}: option {option.name!r} is taken by {owner}")
@@ -81,4 +85,13 @@ def get(rule_id: str) -> Rule:
         raise ValueError(f"unknown rule {rule_id!r}; 'planc rules' lists them") from None
 
 
-__all__ = ["OPTIONS", "REGISTRY", "Option", "Rule", "RuleKind", "Violation", "declared_options", "get"]
+__all__ = [
+    "OPTIONS",
+    "REGISTRY",
+    "Option",
+    "Rule",
+    "RuleKind",
+    "Violation",
+    "declared_options",
+    "get",
+]

@@ -622,7 +622,11 @@ class SearchAxes(Frozen):
 
 def option_models(options: tuple[Option, ...]) -> tuple[type[Frozen], type[Frozen]]:
     """`RulesSpec` and `SearchSpec` for these rule options: `rules:` takes each option with its
-    default, `search:` each option again (replacing rules: while searching) after its axes."""
+    default, `search:` each option again (replacing rules: while searching) after its axes;
+    ValueError for an option named like a search axis."""
+    clash = sorted({o.name for o in options} & set(SearchAxes.model_fields))
+    if clash:
+        raise ValueError(f"rule option {clash[0]!r} is also a search axis; name it otherwise")
     rules = create_model(
         "RulesSpec",
         __base__=Frozen,
