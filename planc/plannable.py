@@ -595,8 +595,9 @@ class Plannable:
 
     @property
     def usable_hbm_bytes(self) -> int:
-        """HBM × (1 − rules.memory_headroom): what PLC007 lets the heaviest rank use."""
-        return int(self.cluster.gpu.memory_bytes * (1 - self.rules.memory_headroom))
+        """HBM × (1 − rules.memory_headroom): what PLC007 lets the heaviest rank use (PLC007
+        owns the option, planc.rules.memory.MEMORY_HEADROOM)."""
+        return int(self.cluster.gpu.memory_bytes * (1 - self.rules.options["memory_headroom"]))
 
     @property
     def tokens_per_sp_rank(self) -> int:

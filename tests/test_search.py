@@ -97,12 +97,14 @@ def test_search_section_and_flags_narrow_the_space() -> None:
     setup = _setup(text)
     assert _axes(setup)["tensor"] == (2, 8)  # the fixed layout order: ascending
     assert _axes(setup)["recompute"] == ("full",)
-    assert setup.space.max_bubble == 0.2
-    assert setup.space.memory_headroom == 0.1  # from rules
-    flagged = _setup(text, allow=("tensor=4", "sequence-parallel=true"), memory_headroom=0.3)
+    assert setup.space.limit("max_bubble") == 0.2
+    assert setup.space.limit("memory_headroom") == 0.1  # from rules
+    flagged = _setup(
+        text, allow=("tensor=4", "sequence-parallel=true"), limits={"memory_headroom": 0.3}
+    )
     assert _axes(flagged)["tensor"] == (4,)
     assert _axes(flagged)["sequence_parallel"] == (True,)
-    assert flagged.space.memory_headroom == 0.3
+    assert flagged.space.limit("memory_headroom") == 0.3
 
 
 def test_a_pinned_field_outside_the_allowed_values_is_refused() -> None:

@@ -28,6 +28,11 @@ if TYPE_CHECKING:
         def cluster(self) -> Cluster: ...
 
     _Job = TypeVar("_Job", bound=_Clustered)
+    from collections.abc import Callable
+
+    from planc.spec.options import Option
+
+    _Command = TypeVar("_Command", bound=Callable[..., None])
     from planc.analysis import Analysis
     from planc.findings import Finding
 
@@ -287,6 +292,15 @@ def presets() -> None:
         )
 
 
+def _about_the_run(rule_id: str) -> bool:
+    """Whether a rule's finding is about the run a spec describes (a run rule or a
+    precondition), not about a file planc cannot use as a spec (an input rule)."""
+    from planc.rules import REGISTRY, RuleKind
+
+    rule = REGISTRY.get(rule_id)
+    return rule is not None and rule.kind is not RuleKind.INPUT
+
+
 def _plan_or_exit(
     path: str,
     output_format: str = "text",
@@ -316,7 +330,7 @@ def _plan_or_exit(
     result, context = check_file(loaded)
     errors = tuple(f for f in result.findings if f.severity.rank >= Severity.ERROR.rank)
     blocking = [
-        f for f in errors if f.rule not in tolerate and not (force and f.rule < "PLC100")
+        f for f in errors if f.rule not in tolerate and not (force and _about_the_run(f.rule))
     ]
     if loaded.job is None or blocking:
         stop(result)
@@ -391,6 +405,39 @@ def report(spec: str, output: str) -> None:
     click.echo(f"{spec}: wrote {output} ({len(built.page.encode()):,} bytes)")
 
 
+def _bounds_type(option: Option) -> click.IntRange | click.FloatRange:
+    """A rule option's click type: its bounds, open or closed as declared."""
+    low = option.ge if option.ge is not None else option.gt
+    high = option.le if option.le is not None else option.lt
+    min_open, max_open = option.gt is not None, option.lt is not None
+    if option.value_type is int:
+        return click.IntRange(
+            None if low is None else int(low),
+            None if high is None else int(high),
+            min_open=min_open,
+            max_open=max_open,
+        )
+    return click.FloatRange(_shown(low), _shown(high), min_open=min_open, max_open=max_open)
+
+
+def _shown(bound: float | None) -> float | None:
+    """A whole bound as an int, so the help reads [0<=x<1] (click prints the bound as given)."""
+    return int(bound) if bound is not None and bound.is_integer() else bound
+
+
+def _rule_option_flags(command: _Command) -> _Command:
+    """`planc search`'s `--max-bubble` and the rest: one flag per rule option, in the order of
+    `planc.spec.rule_options` (the rules' declarations)."""
+    from planc.spec.rule_options import OPTIONS
+
+    for option in reversed(OPTIONS):  # click lists the last decorator applied first
+        flag = click.option(
+            option.flag, option.name, type=_bounds_type(option), help=option.flag_help()
+        )
+        command = flag(command)
+    return command
+
+
 @main.command()
 @click.argument("spec", type=click.Path(allow_dash=True))
 @click.option("--top", default=10, show_default=True, type=click.IntRange(min=1), metavar="K",
@@ -404,12 +451,7 @@ def report(spec: str, output: str) -> None:
 @click.option("--allow", multiple=True, metavar="AXIS=V,V",
               help="Values to try on one axis, replacing the spec's search section "
               "(repeatable), e.g. --allow tensor=4,8 --allow recompute=selective,full.")
-@click.option("--max-bubble", type=click.FloatRange(0, 1, max_open=True),
-              help="Largest pipeline bubble allowed (default: search.max_bubble, then "
-              "rules.max_bubble).")
-@click.option("--memory-headroom", type=click.FloatRange(0, 1, max_open=True),
-              help="Fraction of HBM kept free (default: search.memory_headroom, then "
-              "rules.memory_headroom).")
+@_rule_option_flags
 @click.option("--strict", is_flag=True,
               help="Warnings reject a candidate too, as planc check --strict fails on them.")
 @click.option("--report", type=click.Path(dir_okay=False), metavar="FILE.html",
@@ -422,10 +464,9 @@ def search(
     write: str | None,
     jobs: int,
     allow: tuple[str, ...],
-    max_bubble: float | None,
-    memory_headroom: float | None,
     strict: bool,
     report: str | None,
+    **limits: float | None,
 ) -> None:
     """Find the fastest parallel layouts for SPEC's model, hardware and training step.
 
@@ -438,10 +479,7 @@ def search(
     """
     from planc.cli.search import Request, run  # start-up: loads the analysis and rules
 
-    request = Request(
-        spec, top, output_format, write, jobs, allow, max_bubble, memory_headroom, strict,
-        report=report,
-    )
+    request = Request(spec, top, output_format, write, jobs, allow, limits, strict, report)
     if report is not None:
         from planc.report.explorer import write_explorer  # start-up: the page and its charts
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import field
 
 from planc.findings import Severity
 from planc.outputs.emit import write_text_atomic
@@ -27,8 +28,8 @@ class Request:
     write: str | None = None
     jobs: int = 1
     allow: Sequence[str] = ()
-    max_bubble: float | None = None
-    memory_headroom: float | None = None
+    # Rule options given on the command line (--max-bubble, ...), by name; None: not given.
+    limits: Mapping[str, float | None] = field(default_factory=dict)
     strict: bool = False
     report: str | None = None  # --report FILE.html: the explorer page (planc.report.explorer)
 
@@ -51,8 +52,7 @@ def setup_of(loaded: Loaded, request: Request) -> Setup:
         loaded.spec,
         lambda path: loaded.locator.present(path),
         parse_allowed(request.allow),
-        request.max_bubble,
-        request.memory_headroom,
+        request.limits,
     )
     return Setup(loaded.spec, space, request.strict)
 

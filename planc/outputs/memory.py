@@ -158,7 +158,7 @@ def render_text(job: Plannable, b: MemoryBudget) -> str:
     lines = [
         f"Memory budget for {job.name!r}: the heaviest rank of each pipeline stage",
         f"Units: GiB = 2^30 bytes, GB = 10^9 bytes. HBM {job.cluster.gpu.name}: {_gib(hbm)} GiB "
-        f"({hbm / GB:,.2f} GB); usable with {job.rules.memory_headroom:.0%} headroom: "
+        f"({hbm / GB:,.2f} GB); usable with {job.rules.options['memory_headroom']:.0%} headroom: "
         f"{_gib(usable)} GiB.",
         f"Parameters: {b.parameters:,}; with the vocabulary padded to a multiple of 128·t: "
         f"{b.parameters_padded:,}.",

@@ -76,7 +76,7 @@ def memory_svg(plan: Plannable, memory: MemoryBudget, titled: bool = True) -> st
             plot_w,
             y(usable) - y(hbm),
             "headroom",
-            f"headroom: {fmt.gib(hbm - usable)} ({plan.rules.memory_headroom:.0%} of HBM) kept free",
+            f"headroom: {fmt.gib(hbm - usable)} ({plan.rules.options['memory_headroom']:.0%} of HBM) kept free",
         )
     )
     every = label_every(slot, 30)

@@ -107,14 +107,14 @@ def memory_section(plan: Plannable, analysis: Analysis) -> str:
     if total > hbm:
         verdict = f"does not fit: {fmt.gib(total - hbm)} over HBM"
     elif total > usable:
-        verdict = f"fits HBM but eats into the {plan.rules.memory_headroom:.0%} headroom by {fmt.gib(total - usable)}"
+        verdict = f"fits HBM but eats into the {plan.rules.options['memory_headroom']:.0%} headroom by {fmt.gib(total - usable)}"
     else:
         verdict = f"fits, {fmt.gib(usable - total)} under the usable limit"
     return (
         "<section id='memory'><h2>Memory per GPU</h2>"
         f"<p>The heaviest rank is on <strong>stage {peak.stage}</strong> (rank {peak.rank:,}): "
         f"<strong>{fmt.gib(total)}</strong> of {fmt.gib(hbm)} HBM ({total / hbm:.1%}); it {verdict}. "
-        f"Usable = HBM × (1 − {plan.rules.memory_headroom:g}) = {fmt.gib(usable)}.</p>"
+        f"Usable = HBM × (1 − {plan.rules.options['memory_headroom']:g}) = {fmt.gib(usable)}.</p>"
         f"{memory_svg(plan, analysis.memory)}"
         "<p class='note'>Each bar is the heaviest rank of a stage (TP, CP and DP coordinate 0); hover a "
         "segment for its terms, bytes and formulas.</p>"

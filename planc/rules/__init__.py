@@ -1,12 +1,13 @@
-"""The rule registry: every rule by its stable id, in id order."""
+"""The rule registry: every rule by its stable id, in id order, and the options they own."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 from planc.rules import batch, experts, inputs, layout, memory, model, perf, sharding
-from planc.rules.base import Rule, Violation
+from planc.rules.base import Option, Rule, RuleKind, Violation
 
 _ALL: tuple[Rule, ...] = (
     layout.world_size,
@@ -55,6 +56,27 @@ _ALL: tuple[Rule, ...] = (
 REGISTRY: Mapping[str, Rule] = MappingProxyType({r.id: r for r in sorted(_ALL, key=lambda r: r.id)})
 
 
+def declared_options(rules: Iterable[Rule]) -> tuple[Option, ...]:
+    """Every option the rules declare, in rule-id order, then in each rule's order; ValueError
+    when two rules declare the same name (a name is one key of the spec's `rules:` section) or
+    a name is not snake_case."""
+    found: dict[str, Option] = {}
+    for each in sorted(rules, key=lambda r: r.id):
+        for option in each.options:
+            if not re.fullmatch(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*", option.name):
+                raise ValueError(f"{each.id}: option {option.name!r} is not a snake_case name")
+            if option.name in found or option.name in RESERVED:
+                owner = found[option.name].rule if option.name in found else "planc"
+                raise ValueError(f"{each.id}: option {option.name!r} is taken by {owner}")
+            found[option.name] = option
+    return tuple(found.values())
+
+
+# Keys of `rules:` and `[tool.planc]` that are not a rule's option.
+RESERVED = frozenset({"ignore", "severity", "select", "exclude"})
+OPTIONS: tuple[Option, ...] = declared_options(_ALL)
+
+
 def get(rule_id: str) -> Rule:
     """The rule with this id; ValueError for an unknown id."""
     try:
@@ -63,4 +85,13 @@ def get(rule_id: str) -> Rule:
         raise ValueError(f"unknown rule {rule_id!r}; 'planc rules' lists them") from None
 
 
-__all__ = ["REGISTRY", "Rule", "Violation", "get"]
+__all__ = [
+    "OPTIONS",
+    "REGISTRY",
+    "Option",
+    "Rule",
+    "RuleKind",
+    "Violation",
+    "declared_options",
+    "get",
+]

@@ -1,16 +1,19 @@
-"""The rule protocol: a stable id, a default severity, a check, and its docstring as documentation."""
+"""The rule protocol: a stable id, a default severity, a kind, the options it reads, a check, and
+its docstring as documentation."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from enum import Enum
 
 from planc.analysis import Analysis
 from planc.findings import Severity, Violation
-from planc.plannable import Plannable, Refusal
+from planc.plannable import PRECONDITIONS, Plannable, Refusal
 from planc.record import record
 from planc.spec.job import Job
+from planc.spec.options import Option
 
 
 class Needs(str, Enum):
@@ -20,6 +23,17 @@ class Needs(str, Enum):
     JOB = "job"
     PLAN = "plan"
     ANALYSIS = "analysis"
+
+
+class RuleKind(str, Enum):
+    """What a rule's finding says: the file is not a usable spec (input, reported by the loader;
+    always runs, exit 2), the job has no layout at all (precondition: `planc.plannable`
+    PRECONDITIONS refuses it before planning), or the run it describes would fail or waste
+    (run)."""
+
+    INPUT = "input"
+    PRECONDITION = "precondition"
+    RUN = "run"
 
 
 @record
@@ -34,6 +48,11 @@ class Context:
     # Whether a rule may compute fixes that cost more analyses (PLC007 tries variants); search
     # judges thousands of candidates and reads only the rule ids, so it turns this off.
     suggest: bool = True
+
+    def option(self, option: Option) -> float:
+        """The value of one of a rule's options for this file: the spec's `rules:` section,
+        else the project configuration, else the option's default (resolved in `Job.rules`)."""
+        return self.job.rules.options[option.name]
 
     def refused(self, rule_id: str) -> Iterator[Violation]:
         """What the precondition of rule `rule_id` found (`planc.plannable.PRECONDITIONS`)."""
@@ -50,6 +69,8 @@ class Rule:
     check: Check | None  # None: the loader reports it (input and schema rules)
     doc_source: Callable[..., object]
     needs: Needs = Needs.JOB
+    kind: RuleKind = RuleKind.RUN
+    options: tuple[Option, ...] = ()  # the thresholds it reads, in `rules:` (ctx.option)
 
     @property
     def doc(self) -> str:
@@ -76,13 +97,26 @@ class Rule:
         return match.group(1) if match else "llama3-8b-1node.yaml"
 
 
+# The rules whose check is a precondition of planning (`planc.plannable.PRECONDITIONS`).
+_PRECONDITION_IDS = frozenset(rule_id for rule_id, _ in PRECONDITIONS)
+
+
 def rule(
-    id: str, severity: Severity = Severity.ERROR, needs: Needs = Needs.JOB
+    id: str,
+    severity: Severity = Severity.ERROR,
+    needs: Needs = Needs.JOB,
+    options: tuple[Option, ...] = (),
 ) -> Callable[[Check], Rule]:
-    """Turn a check function into a `Rule`; its docstring becomes the rule's documentation."""
+    """Turn a check function into a `Rule`; its docstring becomes the rule's documentation.
+
+    `options` are the thresholds the check reads (`ctx.option(OPTION)`); each becomes a key of
+    the spec's `rules:` section, of `[tool.planc]` and a `planc search` option once
+    `scripts/regenerate.py` has run. A rule listed in PRECONDITIONS is a precondition."""
+    kind = RuleKind.PRECONDITION if id in _PRECONDITION_IDS else RuleKind.RUN
+    owned = tuple(replace(option, rule=id) for option in options)
 
     def wrap(check: Check) -> Rule:
-        return Rule(id, severity, check, check, needs)
+        return Rule(id, severity, check, check, needs, kind, owned)
 
     return wrap
 
@@ -90,12 +124,23 @@ def rule(
 def documented(
     id: str, severity: Severity = Severity.ERROR
 ) -> Callable[[Callable[[], None]], Rule]:
-    """A rule the loader reports; the decorated function only carries its documentation."""
+    """An input rule, which the loader reports; the decorated function only carries its
+    documentation."""
 
     def wrap(doc: Callable[[], None]) -> Rule:
-        return Rule(id, severity, None, doc)
+        return Rule(id, severity, None, doc, kind=RuleKind.INPUT)
 
     return wrap
 
 
-__all__ = ["Check", "Context", "Needs", "Rule", "Violation", "documented", "rule"]
+__all__ = [
+    "Check",
+    "Context",
+    "Needs",
+    "Option",
+    "Rule",
+    "RuleKind",
+    "Violation",
+    "documented",
+    "rule",
+]

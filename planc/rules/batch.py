@@ -6,7 +6,11 @@ import math
 from collections.abc import Iterator
 
 from planc.pipeline.bubble import bubble_fraction, microbatches_for
-from planc.rules.base import Context, Violation, rule
+from planc.rules.base import Context, Option, Violation, rule
+
+MAX_BUBBLE = Option(
+    "max_bubble", 0.10, "Largest pipeline bubble fraction allowed", ge=0.0, lt=1.0
+)
 
 
 @rule("PLC005")
@@ -26,7 +30,7 @@ def batch_divisibility(ctx: Context) -> Iterator[Violation]:
     yield from ctx.refused("PLC005")
 
 
-@rule("PLC006")
+@rule("PLC006", options=(MAX_BUBBLE,))
 def pipeline_bubble(ctx: Context) -> Iterator[Violation]:
     """Pipeline bubble: (p − 1)/(v·m + p − 1) stays under rules.max_bubble.
 
@@ -47,7 +51,7 @@ def pipeline_bubble(ctx: Context) -> Iterator[Violation]:
     lay, m = job.layout, job.m
     if lay.p == 1 or m is None or lay.d is None:
         return
-    limit = job.rules.max_bubble
+    limit = ctx.option(MAX_BUBBLE)
     bubble = bubble_fraction(lay.p, m, lay.v)
     if bubble <= limit:
         return

@@ -15,6 +15,10 @@ Keys (all optional):
     max_bubble = 0.2                      # default of the spec's rules.max_bubble
     memory_headroom = 0.05                # default of the spec's rules.memory_headroom
 
+The last two are rule options: every option a rule declares (`planc.spec.rule_options`, which
+`planc rules` and docs/rules.md list) is a key here, checked against the option's type and
+bounds, and is the default of the spec's `rules.<name>`.
+
 Precedence, strongest first: the spec's own `rules:` section (per key; `severity` per rule id),
 the command line (`--select` replaces `select`; `--ignore` and the spec's `rules.ignore` add to
 `ignore`), the configuration file, planc's defaults. Input rules PLC100-PLC111 say a file cannot
@@ -26,7 +30,6 @@ costs a few `stat` calls per directory.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import sys
@@ -36,14 +39,24 @@ from types import MappingProxyType
 from typing import Any
 
 from planc.record import record
-from planc.rules import REGISTRY
+from planc.rules import REGISTRY, RuleKind
+from planc.spec.options import Option
+from planc.spec.rule_options import OPTIONS
 
 CONFIG_NAMES = (".planc.toml", "pyproject.toml")
-KEYS = ("select", "ignore", "severity", "exclude", "max_bubble", "memory_headroom")
+
+
+def keys(options: tuple[Option, ...]) -> tuple[str, ...]:
+    """The keys of a configuration: select, ignore, severity and exclude, then the rule
+    options."""
+    return ("select", "ignore", "severity", "exclude", *(o.name for o in options))
+
+
+KEYS = keys(OPTIONS)
 SEVERITIES = ("error", "warning", "info")
 _RULE_PREFIX = re.compile(r"^PLC\d{0,3}$")
 # Input rules: the loader reports them; without them there is no spec to check.
-INPUT_RULES = frozenset(f"PLC{n}" for n in range(100, 112))
+INPUT_RULES = frozenset(r.id for r in REGISTRY.values() if r.kind is RuleKind.INPUT)
 
 
 class ConfigError(ValueError):
@@ -59,8 +72,7 @@ class Config:
     ignore: tuple[str, ...] = ()
     severity: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     exclude: tuple[str, ...] = ()
-    max_bubble: float | None = None
-    memory_headroom: float | None = None
+    options: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def base(self) -> str:
@@ -75,10 +87,7 @@ class Config:
             off = [rule_id for rule_id in REGISTRY if not self.runs(rule_id)]
             if off:
                 out["ignore"] = off
-        if self.max_bubble is not None:
-            out["max_bubble"] = self.max_bubble
-        if self.memory_headroom is not None:
-            out["memory_headroom"] = self.memory_headroom
+        out.update(self.options)
         if self.severity:
             out["severity"] = dict(self.severity)
         return out
@@ -187,10 +196,18 @@ def load_config(path: str) -> Config:
     return parse_table(table, where, path)
 
 
-def parse_table(table: Mapping[str, Any], where: str, path: str | None = None) -> Config:
-    unknown = sorted(set(table) - set(KEYS))
+def parse_table(
+    table: Mapping[str, Any],
+    where: str,
+    path: str | None = None,
+    options: tuple[Option, ...] = OPTIONS,
+) -> Config:
+    """A configuration table, checked; `options` are the rule options it may set (the rules'
+    declarations, `planc.spec.rule_options`)."""
+    known = keys(options)
+    unknown = sorted(set(table) - set(known))
     if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; planc takes {', '.join(KEYS)}")
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; planc takes {', '.join(known)}")
     select = _strings(table, "select", where)
     severity = table.get("severity", {})
     if not isinstance(severity, dict):
@@ -216,8 +233,9 @@ def parse_table(table: Mapping[str, Any], where: str, path: str | None = None) -
         ignore=rule_list(_strings(table, "ignore", where), f"{where}: ignore"),
         severity=MappingProxyType({k.upper(): v for k, v in sorted(severity.items())}),
         exclude=_strings(table, "exclude", where),
-        max_bubble=_fraction(table, "max_bubble", where),
-        memory_headroom=_fraction(table, "memory_headroom", where),
+        options=MappingProxyType(
+            {o.name: _option(table, o, where) for o in options if table.get(o.name) is not None}
+        ),
     )
 
 
@@ -228,15 +246,13 @@ def _strings(table: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _fraction(table: Mapping[str, Any], key: str, where: str) -> float | None:
-    value = table.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
-    if not 0.0 <= value < 1.0:
-        raise ConfigError(f"{where}: {key} must be at least 0 and below 1, got {value}")
-    return float(value)
+def _option(table: Mapping[str, Any], option: Option, where: str) -> float:
+    """A rule option's value, checked against its type and bounds."""
+    value = table[option.name]
+    problem = option.problem(value)
+    if problem is not None:
+        raise ConfigError(f"{where}: {option.name} {problem}")
+    return option.value_type(value)
 
 
 class Resolver:

@@ -6,8 +6,14 @@ from collections.abc import Iterator
 
 from planc.analysis import Analysis
 from planc.rules import fixes
-from planc.rules.base import Context, Needs, Violation, rule
+from planc.rules.base import Context, Needs, Option, Violation, rule
 from planc.spec.job import GIB, Job
+
+# Plannable.usable_hbm_bytes reads it (as rules.options["memory_headroom"]): the budget PLC007,
+# the memory report and the search's fixes share.
+MEMORY_HEADROOM = Option(
+    "memory_headroom", 0.10, "Fraction of HBM kept free on every rank", ge=0.0, lt=1.0
+)
 
 GENERIC_FIX = (
     "lower micro_batch, turn on recompute or sequence_parallel, raise zero_stage, or add "
@@ -44,7 +50,7 @@ def _fix(ctx: Context, usable: int) -> str:
     )
 
 
-@rule("PLC007", needs=Needs.ANALYSIS)
+@rule("PLC007", needs=Needs.ANALYSIS, options=(MEMORY_HEADROOM,))
 def memory_fits(ctx: Context) -> Iterator[Violation]:
     """Memory: the heaviest rank's bytes stay under HBM × (1 − memory_headroom).
 
@@ -78,7 +84,7 @@ def memory_fits(ctx: Context) -> Iterator[Violation]:
     yield Violation(
         "training.micro_batch",
         f"pipeline stage {peak.stage} (rank {peak.rank} and its peers) needs {_gib(mem.total)}, above "
-        f"{_gib(usable)} usable ({_gib(hbm)} HBM × (1 − {job.rules.memory_headroom:g})); "
+        f"{_gib(usable)} usable ({_gib(hbm)} HBM × (1 − {ctx.option(MEMORY_HEADROOM):g})); "
         f"largest terms: {parts}",
         _fix(ctx, usable),
         ("hardware.gpu", "parallelism"),

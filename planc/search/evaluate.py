@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from planc.analysis import Analysis, analyse, estimate_step
@@ -107,14 +108,12 @@ class Judge:
 
 
 def spec_job(setup: Setup) -> Job:
-    """The spec's job with the search's thresholds (max_bubble, memory_headroom)."""
+    """The spec's job with the search's thresholds (the rule options: max_bubble, ...)."""
     job = resolve(setup.spec)
     if isinstance(job, list):
         raise ValueError("the spec did not resolve; load it with planc.spec.load first")
     space = setup.space
-    rules = dataclasses.replace(
-        job.rules, max_bubble=space.max_bubble, memory_headroom=space.memory_headroom
-    )
+    rules = dataclasses.replace(job.rules, options=MappingProxyType(dict(space.limits)))
     return dataclasses.replace(job, rules=rules)
 
 

@@ -82,8 +82,7 @@ def space_json(space: Space) -> dict[str, Any]:
     return {
         "axes": {axis.name: list(axis.values) for axis in space.axes},
         "pinned": [axis.name for axis in space.axes if axis.pinned],
-        "max_bubble": space.max_bubble,
-        "memory_headroom": space.memory_headroom,
+        **dict(space.limits),
     }
 
 
@@ -189,7 +188,7 @@ def render_text(
     lines += [
         "searched: " + ("; ".join(searched) or "nothing"),
         "pinned: " + ("; ".join(pinned) or "nothing"),
-        f"limits: max_bubble {space.max_bubble:g}, memory_headroom {space.memory_headroom:g}",
+        "limits: " + ", ".join(f"{name} {value:g}" for name, value in space.limits),
         f"{result.evaluated:,} candidates, {result.feasible:,} feasible; {result.estimated:,} "
         f"step times estimated (the other feasible candidates cannot reach the top {top})",
         "",
@@ -229,11 +228,7 @@ def winner_spec(spec: Mapping[str, Any], result: SearchResult, ranked: Ranked) -
     order = data["parallelism"]["order"]
     data["parallelism"] = {**data["parallelism"], **parallelism(result, ranked, order)}
     data["training"] = {**data["training"], **training(result, ranked)}
-    data["rules"] = {
-        **data["rules"],
-        "max_bubble": result.space.max_bubble,
-        "memory_headroom": result.space.memory_headroom,
-    }
+    data["rules"] = {**data["rules"], **dict(result.space.limits)}
     pruned: dict[str, Any] = _pruned(data)
     return pruned
 

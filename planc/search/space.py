@@ -112,8 +112,13 @@ class Space:
     axes: tuple[Axis, ...]
     data: int | None  # parallelism.data when the spec writes it
     stage_layers: tuple[int, ...]  # parallelism.stage_layers when the spec writes it
-    max_bubble: float
-    memory_headroom: float
+    # Every rule option (max_bubble, ...) as this search sets it, in the table's order; pairs,
+    # not a mapping proxy, since the space goes to the worker processes.
+    limits: tuple[tuple[str, float], ...]
+
+    def limit(self, name: str) -> float:
+        """The value of one rule option in this search (KeyError for an unknown name)."""
+        return dict(self.limits)[name]
 
     @property
     def size(self) -> int:
@@ -163,15 +168,15 @@ def build_space(
     spec: Mapping[str, Any],
     present: Callable[[tuple[str, str]], bool],
     allowed: Mapping[str, Sequence[Value]],
-    max_bubble: float | None = None,
-    memory_headroom: float | None = None,
+    limits: Mapping[str, float | None] | None = None,
 ) -> Space:
     """The search space of a resolved spec.
 
     `spec` is the validated spec data (defaults filled in), `present(section, field)` whether
     the file writes a field (`Locator.present`), `allowed` the values per axis that the command
-    line gives (they replace the spec's `search:` lists). Thresholds: the argument, else the
-    spec's `search:` section, else its `rules:` section.
+    line gives (they replace the spec's `search:` lists). Thresholds (the rule options, by
+    name): `limits` (the command line; None: not given), else the spec's `search:` section, else
+    its `rules:` section.
     """
     unknown = sorted(set(allowed) - set(AXIS_NAMES))
     if unknown:
@@ -192,17 +197,19 @@ def build_space(
         axes=tuple(axes),
         data=data,
         stage_layers=stages,
-        max_bubble=_threshold(max_bubble, section.get("max_bubble"), job.rules.max_bubble),
-        memory_headroom=_threshold(
-            memory_headroom, section.get("memory_headroom"), job.rules.memory_headroom
+        limits=tuple(
+            (name, _threshold((limits or {}).get(name), section.get(name), value))
+            for name, value in job.rules.options.items()
         ),
     )
 
 
 def _threshold(flag: float | None, searched: float | None, rule: float) -> float:
+    """The first value given, of the type of the option's resolved value (`Rules.options`
+    holds an integer option as int, a number as float)."""
     for value in (flag, searched):
         if value is not None:
-            return float(value)
+            return type(rule)(value)
     return rule
 
 

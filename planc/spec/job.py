@@ -14,6 +14,7 @@ from typing import Any, overload
 from planc.presets import gpu_preset, model_preset
 from planc.record import record
 from planc.spec.fabric import Fabric, Tier
+from planc.spec.rule_options import OPTIONS as RULE_OPTIONS
 from planc.vocab import (
     AttentionKind,
     DType,
@@ -254,10 +255,11 @@ class Training:
 
 @record
 class Rules:
-    """The spec's `rules` section."""
+    """The spec's `rules` section: each rule option's value by name (every option of
+    `planc.spec.rule_options`, defaults filled in; a rule reads its own through
+    `Context.option`), the ignored rules and the severity overrides."""
 
-    max_bubble: float
-    memory_headroom: float
+    options: Mapping[str, float]
     ignore: tuple[str, ...]
     severity: Mapping[str, str]
 
@@ -625,8 +627,9 @@ def _training(spec: Data) -> Training:
 def _rules(spec: Data) -> Rules:
     ru = spec["rules"]
     return Rules(
-        max_bubble=float(ru["max_bubble"]),
-        memory_headroom=float(ru["memory_headroom"]),
+        options=MappingProxyType(
+            {o.name: o.value_type(ru[o.name]) for o in RULE_OPTIONS}
+        ),
         ignore=tuple(ru["ignore"]),
         severity=MappingProxyType(dict(ru["severity"])),
     )

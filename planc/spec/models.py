@@ -9,10 +9,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    create_model,
+)
 from pydantic_core import PydanticKnownError
 
 from planc.presets import GPU_NAMES, MODEL_NAMES
+from planc.spec.options import Option
+from planc.spec.rule_options import OPTIONS
 from planc.vocab import (
     AttentionKind,
     Framework,
@@ -549,23 +560,48 @@ class TrainingSpec(Frozen):
     )
 
 
-class RulesSpec(Frozen):
-    """Thresholds and per-rule settings."""
+# --- rules: and the thresholds search may replace, from the options the rules own ---------------
 
-    max_bubble: Fraction = Field(
-        0.10, description="Largest pipeline bubble fraction allowed (PLC006)."
+
+def _option_type(option: Option) -> Any:
+    """The strict, bounded type of one rule option (`planc.spec.options.Option`)."""
+    ge, gt, le, lt = option.ge, option.gt, option.le, option.lt
+    if option.value_type is int:
+        return Annotated[StrictInt, Field(ge=ge, gt=gt, le=le, lt=lt)]
+    return Annotated[float, Field(strict=True, allow_inf_nan=False, ge=ge, gt=gt, le=le, lt=lt)]
+
+
+def _rules_fields(options: tuple[Option, ...]) -> dict[str, Any]:
+    """The fields of `rules:`: every rule option with its default, then ignore and severity."""
+    fields: dict[str, Any] = {
+        o.name: (_option_type(o), Field(o.default, description=o.rules_description()))
+        for o in options
+    }
+    fields["ignore"] = (
+        list[RuleId],
+        Field(
+            default_factory=list,
+            json_schema_extra={"default": []},
+            description="Rule ids not to run.",
+        ),
     )
-    memory_headroom: Fraction = Field(
-        0.10, description="Fraction of HBM kept free on every rank (PLC007)."
+    fields["severity"] = (
+        dict[RuleId, Literal["error", "warning", "info"]],
+        Field(
+            default_factory=dict,
+            json_schema_extra={"default": {}},
+            description="Severity overrides, e.g. {PLC006: warning}.",
+        ),
     )
-    ignore: list[RuleId] = Field(
-        default_factory=list, json_schema_extra={"default": []}, description="Rule ids not to run."
-    )
-    severity: dict[RuleId, Literal["error", "warning", "info"]] = Field(
-        default_factory=dict,
-        json_schema_extra={"default": {}},
-        description="Severity overrides, e.g. {PLC006: warning}.",
-    )
+    return fields
+
+
+def _search_fields(options: tuple[Option, ...]) -> dict[str, Any]:
+    """The thresholds of `search:`: every rule option, unset by default (rules: decides)."""
+    return {
+        o.name: (_option_type(o) | None, Field(None, description=o.search_description()))
+        for o in options
+    }
 
 
 _Choice = TypeVar("_Choice")
@@ -573,7 +609,7 @@ _Choice = TypeVar("_Choice")
 Choices = Annotated[list[_Choice], Field(min_length=1, max_length=256)]
 
 
-class SearchSpec(Frozen):
+class SearchAxes(Frozen):
     """What `planc search` may try. An axis left out here is searched over planc's default
     range; an axis the spec sets under parallelism or training is pinned and not searched."""
 
@@ -607,17 +643,43 @@ class SearchSpec(Frozen):
     recompute: Choices[Recompute] | None = Field(
         None, description="Activation recomputation modes to try. Default: all three."
     )
-    max_bubble: Fraction | None = Field(
-        None,
-        description="Largest pipeline bubble a layout may have, replacing rules.max_bubble "
-        "while searching (and in the spec --write writes). Default: rules.max_bubble.",
+
+
+def option_models(options: tuple[Option, ...]) -> tuple[type[Frozen], type[Frozen]]:
+    """`RulesSpec` and `SearchSpec` for these rule options: `rules:` takes each option with its
+    default, `search:` each option again (replacing rules: while searching) after its axes;
+    ValueError for an option named like a search axis."""
+    clash = sorted({o.name for o in options} & set(SearchAxes.model_fields))
+    if clash:
+        raise ValueError(f"rule option {clash[0]!r} is also a search axis; name it otherwise")
+    rules = create_model(
+        "RulesSpec",
+        __base__=Frozen,
+        __doc__="Thresholds and per-rule settings.",
+        __module__=__name__,
+        **_rules_fields(options),
     )
-    memory_headroom: Fraction | None = Field(
-        None,
-        description="Fraction of HBM every rank of a layout keeps free, replacing "
-        "rules.memory_headroom while searching (and in the spec --write writes). Default: "
-        "rules.memory_headroom.",
+    search = create_model(
+        "SearchSpec",
+        __base__=SearchAxes,
+        __doc__=SearchAxes.__doc__,
+        __module__=__name__,
+        **_search_fields(options),
     )
+    return rules, search
+
+
+if TYPE_CHECKING:  # the option fields are built from the table; the type checker sees the rest
+
+    class RulesSpec(Frozen):
+        ignore: list[str] = []
+        severity: dict[str, str] = {}
+
+    class SearchSpec(SearchAxes):
+        pass
+
+else:
+    RulesSpec, SearchSpec = option_models(OPTIONS)
 
 
 class Spec(Frozen):
