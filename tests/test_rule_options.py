@@ -24,7 +24,8 @@ from click.testing import CliRunner
 from pydantic import ValidationError
 
 from planc.check import check_paths
-from planc.cli.main import _about_the_run, main
+from planc.cli.common import about_the_run as _about_the_run
+from planc.cli.main import main
 from planc.cli.rules_doc import options_module, readme_table
 from planc.plannable import PRECONDITIONS
 from planc.rules import OPTIONS, REGISTRY, RuleKind, declared_options
