@@ -28,7 +28,7 @@ Ints = npt.NDArray[np.int64]
 
 
 @record
-class Grid:
+class PlacementGrid:
     """Per node and GPU: the pipeline stage, the TP group (its lowest rank) and the NVLink domain."""
 
     stage: Ints
@@ -36,12 +36,12 @@ class Grid:
     domain: Ints
 
 
-def rank_grid(plan: Plannable) -> Grid:
+def rank_grid(plan: Plannable) -> PlacementGrid:
     cl, lay = plan.cluster, plan.layout
     ranks = np.arange(plan.world, dtype=np.int64).reshape(cl.nodes, cl.gpus_per_node)
     strides = lay.strides
     tp_coord = (ranks // strides[Axis.TP]) % lay.t
-    return Grid(
+    return PlacementGrid(
         stage=(ranks // strides[Axis.PP]) % lay.p,
         tp_group=ranks - tp_coord * strides[Axis.TP],
         domain=ranks // cl.nvlink_domain,
@@ -66,7 +66,7 @@ class NodeType:
     nodes: tuple[int, ...]
 
 
-def node_types(grid: Grid) -> list[NodeType]:
+def node_types(grid: PlacementGrid) -> list[NodeType]:
     """Group nodes by stage pattern, TP breaks and NVLink breaks, in order of first node."""
     breaks_tp = grid.tp_group[:, 1:] != grid.tp_group[:, :-1]
     breaks_nvl = grid.domain[:, 1:] != grid.domain[:, :-1]
@@ -147,7 +147,7 @@ def boxes(rows: list[list[int]], per_column: int, merge: bool) -> list[Box]:
     return out
 
 
-def _node_row(plan: Plannable, grid: Grid, row: Row, x: float, y: float, cell: float) -> str:
+def _node_row(plan: Plannable, grid: PlacementGrid, row: Row, x: float, y: float, cell: float) -> str:
     """One node: its label, its GPUs coloured by stage (with rank numbers when they fit)."""
     lay = plan.layout
     gpn = plan.cluster.gpus_per_node
@@ -177,7 +177,7 @@ def _node_row(plan: Plannable, grid: Grid, row: Row, x: float, y: float, cell: f
     return group(parts, "node", row.tip)
 
 
-def _rows(plan: Plannable, grid: Grid, full: bool) -> list[Row]:
+def _rows(plan: Plannable, grid: PlacementGrid, full: bool) -> list[Row]:
     cl = plan.cluster
     if full:
         return [

@@ -5,7 +5,7 @@ default range for a job. A field the spec writes is pinned to its value; the spe
 section (or `--allow AXIS=V,V` on the command line) narrows an axis to the values it lists. The
 data degree is derived (world / (tensor · pipeline · context)), and so is the layer split of an
 uneven pipeline (`stage_split`). Adding an axis (expert parallelism, data_shard, offload) is one
-more `AxisDef` in `AXES` and one more field in `candidate_job`.
+more `SearchAxisDef` in `AXES` and one more field in `candidate_job`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def divisors(n: int, upper: int) -> tuple[int, ...]:
 
 
 @record
-class AxisDef:
+class SearchAxisDef:
     """One searchable spec field: its `search:` key, the spec section it lives in, and planc's
     default range of values for a job."""
 
@@ -67,20 +67,20 @@ def _context(job: Job) -> tuple[Value, ...]:
     return divisors(job.world, max(1, job.training.s // MIN_TOKENS_PER_CP_RANK))
 
 
-AXES: tuple[AxisDef, ...] = (
-    AxisDef("tensor", "parallelism", _tensor, "divisors of the world size up to the NVLink domain"),
-    AxisDef("pipeline", "parallelism", _pipeline, "divisors of the world size up to the layers"),
-    AxisDef("virtual_stages", "parallelism", _virtual, f"1 to {MAX_VIRTUAL_STAGES}"),
-    AxisDef(
+AXES: tuple[SearchAxisDef, ...] = (
+    SearchAxisDef("tensor", "parallelism", _tensor, "divisors of the world size up to the NVLink domain"),
+    SearchAxisDef("pipeline", "parallelism", _pipeline, "divisors of the world size up to the layers"),
+    SearchAxisDef("virtual_stages", "parallelism", _virtual, f"1 to {MAX_VIRTUAL_STAGES}"),
+    SearchAxisDef(
         "context",
         "parallelism",
         _context,
         f"divisors of the world size leaving ≥ {MIN_TOKENS_PER_CP_RANK:,} tokens per rank",
     ),
-    AxisDef("sequence_parallel", "parallelism", lambda job: (False, True), "off, on"),
-    AxisDef("zero_stage", "parallelism", lambda job: (0, 1, 2, 3), "0 to 3"),
-    AxisDef("micro_batch", "training", lambda job: MICRO_BATCHES, "1, 2, 4, 8"),
-    AxisDef("recompute", "training", lambda job: RECOMPUTE, "none, selective, full"),
+    SearchAxisDef("sequence_parallel", "parallelism", lambda job: (False, True), "off, on"),
+    SearchAxisDef("zero_stage", "parallelism", lambda job: (0, 1, 2, 3), "0 to 3"),
+    SearchAxisDef("micro_batch", "training", lambda job: MICRO_BATCHES, "1, 2, 4, 8"),
+    SearchAxisDef("recompute", "training", lambda job: RECOMPUTE, "none, selective, full"),
 )
 AXIS_NAMES = tuple(axis.name for axis in AXES)
 # Fields that are not searched but are pinned when the spec writes them.
@@ -95,7 +95,7 @@ def _order_key(value: Value) -> tuple[int, Value]:
 
 
 @record
-class Axis:
+class SearchAxis:
     """One axis of a concrete search: its values (in the fixed layout order) and whether the
     spec pins it."""
 
@@ -109,7 +109,7 @@ class Axis:
 class Space:
     """The candidates of one search: the product of the axes' values, in that order."""
 
-    axes: tuple[Axis, ...]
+    axes: tuple[SearchAxis, ...]
     data: int | None  # parallelism.data when the spec writes it
     stage_layers: tuple[int, ...]  # parallelism.stage_layers when the spec writes it
     # Every rule option (max_bubble, ...) as this search sets it, in the table's order; pairs,
@@ -144,8 +144,8 @@ class Space:
 
 
 def _narrowed(
-    axis: AxisDef, job: Job, pinned: tuple[Value] | None, allowed: Sequence[Value] | None
-) -> Axis:
+    axis: SearchAxisDef, job: Job, pinned: tuple[Value] | None, allowed: Sequence[Value] | None
+) -> SearchAxis:
     if pinned is not None:
         value = pinned[0]
         if allowed is not None and value not in allowed:
@@ -153,10 +153,10 @@ def _narrowed(
                 f"{axis.section}.{axis.name} is pinned to {_shown(value)} but the search allows "
                 f"only {', '.join(_shown(v) for v in allowed)}: drop one of the two"
             )
-        return Axis(axis.name, axis.section, (value,), True)
+        return SearchAxis(axis.name, axis.section, (value,), True)
     values = tuple(allowed) if allowed is not None else axis.default(job)
     unique = tuple(sorted(set(values), key=_order_key))
-    return Axis(axis.name, axis.section, unique, False)
+    return SearchAxis(axis.name, axis.section, unique, False)
 
 
 def _shown(value: Value) -> str:

@@ -132,7 +132,7 @@ class Model:
 
 
 @record
-class Link:
+class LinkSpeed:
     """One link's settings as the spec and the presets give them (hardware.intra_node or
     inter_node): what a tier of the default fabric is built from."""
 
@@ -412,17 +412,17 @@ def _moe(given: Mapping[str, Any], f: int) -> MoE | list[Problem] | None:
     )
 
 
-def _link(*layers: Data | None) -> Link | None:
+def _link(*layers: Data | None) -> LinkSpeed | None:
     """The first-to-last merge of link settings (preset, custom GPU, hardware section)."""
     values: dict[str, Any] = {}
     for layer in layers:
         values.update(_given(layer or {}))
     if "bandwidth_gbs" not in values:
         return None
-    return Link(float(values["bandwidth_gbs"]), float(values.get("latency_us", 0.0)))
+    return LinkSpeed(float(values["bandwidth_gbs"]), float(values.get("latency_us", 0.0)))
 
 
-def default_fabric(nvlink_domain: int, world: int, intra: Link, inter: Link) -> Fabric:
+def default_fabric(nvlink_domain: int, world: int, intra: LinkSpeed, inter: LinkSpeed) -> Fabric:
     """The fabric of today's hardware fields: tier `nvlink`, the NVLink domain (D GPUs) on
     hardware.intra_node's link, and tier `network`, the whole world on hardware.inter_node's;
     each priced by the efficiency entry of the same name."""

@@ -132,7 +132,7 @@ def stage_parameters(plan: PlanData, stage: int) -> int:
 
 
 @record
-class Op:
+class ExpectedOp:
     """One expected op: what, how often per step, how large per call."""
 
     stage: int
@@ -157,7 +157,7 @@ def _stage_moe_layers(plan: PlanData, stage: int) -> int:
     return sum(_moe_layers(moe, a, b) for a, b in plan.stage_layers[stage])
 
 
-def _tp(plan: PlanData, stage: int, layers: int, m: int) -> list[Op]:
+def _tp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
     t = plan.degrees["tp"]
     if t == 1:
         return []
@@ -175,20 +175,20 @@ def _tp(plan: PlanData, stage: int, layers: int, m: int) -> list[Op]:
     if plan.sequence_parallel:
         # All-gather before and reduce-scatter after each block, forward and backward.
         ops = [
-            Op(stage, "tp", "all_gather", None, t, 2 * forward + again, size),
-            Op(stage, "tp", "reduce_scatter", None, t, 2 * forward + again, size),
+            ExpectedOp(stage, "tp", "all_gather", None, t, 2 * forward + again, size),
+            ExpectedOp(stage, "tp", "reduce_scatter", None, t, 2 * forward + again, size),
         ]
     else:
         ops = [
-            Op(stage, "tp", "all_reduce", None, t, forward, size),
-            Op(stage, "tp", "all_reduce", None, t, forward + again, size),
+            ExpectedOp(stage, "tp", "all_reduce", None, t, forward, size),
+            ExpectedOp(stage, "tp", "all_reduce", None, t, forward + again, size),
         ]
     if mla is not None:
         ops += _latent_tp(plan, stage, layers * m, full)
     return [op for op in ops if op.calls]
 
 
-def _latent_tp(plan: PlanData, stage: int, per_step: int, full: bool) -> list[Op]:
+def _latent_tp(plan: PlanData, stage: int, per_step: int, full: bool) -> list[ExpectedOp]:
     """Latent attention per layer and micro-batch (`per_step` of them): its input moves the
     latents, not h (the down projections are duplicated on every TP rank, the up projections
     column-parallel over the latents; Megatron-Core MLASelfAttention). With SP: all-gather of
@@ -203,20 +203,20 @@ def _latent_tp(plan: PlanData, stage: int, per_step: int, full: bool) -> list[Op
     hidden = _hidden(plan)
     if plan.sequence_parallel:
         ops = [
-            Op(stage, "tp", "reduce_scatter", None, t, per_step + again, hidden),
-            Op(stage, "tp", "all_gather", None, t, per_step, hidden),
+            ExpectedOp(stage, "tp", "reduce_scatter", None, t, per_step + again, hidden),
+            ExpectedOp(stage, "tp", "all_gather", None, t, per_step, hidden),
         ]
         for width in (query, mla["kv_lora_rank"], mla["qk_rope_head_dim"]):
-            ops.append(Op(stage, "tp", "all_gather", None, t, per_step + again, token * width))
-            ops.append(Op(stage, "tp", "reduce_scatter", None, t, per_step, token * width))
+            ops.append(ExpectedOp(stage, "tp", "all_gather", None, t, per_step + again, token * width))
+            ops.append(ExpectedOp(stage, "tp", "reduce_scatter", None, t, per_step, token * width))
         return ops
-    ops = [Op(stage, "tp", "all_reduce", None, t, per_step + again, hidden)]
+    ops = [ExpectedOp(stage, "tp", "all_reduce", None, t, per_step + again, hidden)]
     for width in (query, mla["kv_lora_rank"]):
-        ops.append(Op(stage, "tp", "all_reduce", None, t, per_step, token * width))
+        ops.append(ExpectedOp(stage, "tp", "all_reduce", None, t, per_step, token * width))
     return ops
 
 
-def _pp(plan: PlanData, stage: int, m: int) -> list[Op]:
+def _pp(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
     p, v = plan.degrees["pp"], plan.virtual_stages
     if p == 1:
         return []
@@ -230,13 +230,13 @@ def _pp(plan: PlanData, stage: int, m: int) -> list[Op]:
     forward = m * v - (m if stage == p - 1 else 0)
     backward = m * v - (m if stage == 0 else 0)
     return [
-        Op(stage, "pp", "send_recv", direction, 2, calls, size)
+        ExpectedOp(stage, "pp", "send_recv", direction, 2, calls, size)
         for direction, calls in (("fwd", forward), ("bwd", backward))
         if calls
     ]
 
 
-def _cp(plan: PlanData, stage: int, layers: int, m: int) -> list[Op]:
+def _cp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
     c = plan.degrees["cp"]
     if c == 1:
         return []
@@ -247,7 +247,7 @@ def _cp(plan: PlanData, stage: int, layers: int, m: int) -> list[Op]:
     channels = 2 * mod["head_dim"] if mla is None else mod["head_dim"] + mla["v_head_dim"]
     size = tr["micro_batch"] * cdiv(tr["seq_len"], c) * kv * channels * tr["activation_bytes"]
     # Ring attention: c − 1 K/V steps per layer forward; backward passes K/V and dK/dV.
-    return [Op(stage, "cp", "send_recv", None, c, 3 * (c - 1) * layers * m, size)]
+    return [ExpectedOp(stage, "cp", "send_recv", None, c, 3 * (c - 1) * layers * m, size)]
 
 
 def _routed_rows(plan: PlanData) -> int:
@@ -259,7 +259,7 @@ def _routed_rows(plan: PlanData) -> int:
     return int(tr["micro_batch"] * tokens * plan.model["moe"]["top_k"])
 
 
-def _experts(plan: PlanData, stage: int, m: int) -> list[Op]:
+def _experts(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
     """Per MoE layer and micro-batch: three all-to-alls over ep forward (tokens, their routing
     probabilities, the outputs back) and three backward; the E token counts of every rank of
     the tp_ep group gathered before them (when ETP = 1 it is the ep group); with ETP > 1 the
@@ -274,19 +274,19 @@ def _experts(plan: PlanData, stage: int, m: int) -> list[Op]:
     rows, h = _routed_rows(plan), int(plan.model["hidden"])
     forward = layers * m
     again = forward if plan.training["recompute"] == "full" else 0
-    ops: list[Op] = []
+    ops: list[ExpectedOp] = []
     if ep > 1:
-        ops.append(Op(stage, "ep", "all_to_all", None, ep, 2 * (2 * forward + again), rows * h * beta))
-        ops.append(Op(stage, "ep", "all_to_all", None, ep, 2 * forward + again, rows * beta))
+        ops.append(ExpectedOp(stage, "ep", "all_to_all", None, ep, 2 * (2 * forward + again), rows * h * beta))
+        ops.append(ExpectedOp(stage, "ep", "all_to_all", None, ep, 2 * forward + again, rows * beta))
         if et == 1:
             counts = ep * moe["experts"] * 8
-            ops.append(Op(stage, "ep", "all_gather", None, ep, forward + again, counts))
+            ops.append(ExpectedOp(stage, "ep", "all_gather", None, ep, forward + again, counts))
     if et > 1:
         gathered = et * rows
-        ops.append(Op(stage, "etp", "all_gather", None, et, 2 * forward + again, gathered * h * beta))
-        ops.append(Op(stage, "etp", "reduce_scatter", None, et, 2 * forward + again, gathered * h * beta))
-        ops.append(Op(stage, "etp", "all_gather", None, et, forward + again, gathered * beta))
-        ops.append(Op(stage, "etp", "reduce_scatter", None, et, forward, gathered * beta))
+        ops.append(ExpectedOp(stage, "etp", "all_gather", None, et, 2 * forward + again, gathered * h * beta))
+        ops.append(ExpectedOp(stage, "etp", "reduce_scatter", None, et, 2 * forward + again, gathered * h * beta))
+        ops.append(ExpectedOp(stage, "etp", "all_gather", None, et, forward + again, gathered * beta))
+        ops.append(ExpectedOp(stage, "etp", "reduce_scatter", None, et, forward, gathered * beta))
     return ops
 
 
@@ -297,7 +297,7 @@ def _bucket(plan: PlanData) -> int:
     return max(40_000_000, 1_000_000 * plan.degrees["dp"])
 
 
-def _edp(plan: PlanData, stage: int, m: int) -> list[Op]:
+def _edp(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
     """The routed experts' gradients over the expert data-parallel group, in buckets of their
     own (Megatron DDP's expert buffers, the same bucket size)."""
     n = plan.expert_degrees.get("dp", 1) if plan.expert_order else 1
@@ -307,20 +307,20 @@ def _edp(plan: PlanData, stage: int, m: int) -> list[Op]:
     tr = plan.training
     zero = 3 if plan.framework == "fsdp2" else plan.zero
     full, rest = divmod(psi, _bucket(plan))
-    ops: list[Op] = []
+    ops: list[ExpectedOp] = []
     for calls, elements in ((full, _bucket(plan)), (1, rest)):
         if not (calls and elements):
             continue
         grads, params = elements * tr["gradient_bytes"], elements * tr["activation_bytes"]
         if zero == 0:
-            ops.append(Op(stage, "edp", "all_reduce", None, n, calls, grads))
+            ops.append(ExpectedOp(stage, "edp", "all_reduce", None, n, calls, grads))
             continue
-        ops.append(Op(stage, "edp", "reduce_scatter", None, n, calls * (m if zero >= 2 else 1), grads))
-        ops.append(Op(stage, "edp", "all_gather", None, n, calls * (2 * m if zero == 3 else 1), params))
+        ops.append(ExpectedOp(stage, "edp", "reduce_scatter", None, n, calls * (m if zero >= 2 else 1), grads))
+        ops.append(ExpectedOp(stage, "edp", "all_gather", None, n, calls * (2 * m if zero == 3 else 1), params))
     return ops
 
 
-def _dp(plan: PlanData, stage: int, m: int) -> list[Op]:
+def _dp(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
     """Gradient reduction and parameter gathering over the shard group, buckets of Megatron
     DDP's default size over Ψ_r. FSDP2 always shards the parameters (ZeRO-3 traffic). With HSDP
     (data_shard < d·c) the shard group is dp_shard, and each reduce-scatter's shard is then
@@ -337,7 +337,7 @@ def _dp(plan: PlanData, stage: int, m: int) -> list[Op]:
     psi = stage_parameters(plan, stage) - stage_expert_parameters(plan, stage)
     bucket = _bucket(plan)
     full, rest = divmod(psi, bucket)
-    ops: list[Op] = []
+    ops: list[ExpectedOp] = []
     for calls, elements in ((full, bucket), (1, rest)):
         if not (calls and elements):
             continue
@@ -346,21 +346,21 @@ def _dp(plan: PlanData, stage: int, m: int) -> list[Op]:
         if hsdp:
             shard = cdiv(elements, plan.data_shard) * tr["gradient_bytes"]
             ops.append(
-                Op(stage, "dp_replicate", "all_reduce", None, replicas, calls * per_step, shard)
+                ExpectedOp(stage, "dp_replicate", "all_reduce", None, replicas, calls * per_step, shard)
             )
             if n == 1:
                 continue
         if zero == 0:
-            ops.append(Op(stage, kind, "all_reduce", None, n, calls, grads))
+            ops.append(ExpectedOp(stage, kind, "all_reduce", None, n, calls, grads))
             continue
-        ops.append(Op(stage, kind, "reduce_scatter", None, n, calls * per_step, grads))
+        ops.append(ExpectedOp(stage, kind, "reduce_scatter", None, n, calls * per_step, grads))
         ops.append(
-            Op(stage, kind, "all_gather", None, n, calls * (2 * m if zero == 3 else 1), params)
+            ExpectedOp(stage, kind, "all_gather", None, n, calls * (2 * m if zero == 3 else 1), params)
         )
     return ops
 
 
-def _embedding(plan: PlanData, stage: int) -> list[Op]:
+def _embedding(plan: PlanData, stage: int) -> list[ExpectedOp]:
     p = plan.degrees["pp"]
     if not plan.model["tied_embeddings"] or p == 1 or stage not in (0, p - 1):
         return []
@@ -370,12 +370,12 @@ def _embedding(plan: PlanData, stage: int) -> list[Op]:
         * plan.model["hidden"]
         * plan.training["gradient_bytes"]
     )
-    return [Op(stage, "embedding", "all_reduce", None, 2, 1, size)]
+    return [ExpectedOp(stage, "embedding", "all_reduce", None, 2, 1, size)]
 
 
-def expected_ops(plan: PlanData) -> list[Op]:
+def expected_ops(plan: PlanData) -> list[ExpectedOp]:
     m = plan.training["micro_batches"]
-    ops: list[Op] = []
+    ops: list[ExpectedOp] = []
     for stage, chunks in enumerate(plan.stage_layers):
         layers = sum(b - a for a, b in chunks)
         ops += _tp(plan, stage, layers, m) + _cp(plan, stage, layers, m) + _pp(plan, stage, m)
@@ -410,8 +410,8 @@ def itemsize_of(plan: PlanData, group: str, op: str) -> int:
 _KEY = ("stage", "group", "op", "direction", "group_size", "buffer_bytes")
 
 
-def _key(op: Mapping[str, Any] | Op) -> tuple[Any, ...]:
-    if isinstance(op, Op):
+def _key(op: Mapping[str, Any] | ExpectedOp) -> tuple[Any, ...]:
+    if isinstance(op, ExpectedOp):
         return tuple(getattr(op, name) for name in _KEY)
     return tuple(op.get(name) for name in _KEY)
 
