@@ -12,6 +12,7 @@ never needs it, so it stays off the check path, and each command that shows it c
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -19,8 +20,9 @@ from planc.comm.schedule import CommOp, WireBudget, schedule, wire_budget
 from planc.memory import MemoryBudget, budget
 from planc.memory.params import RankParameters, rank_parameters
 from planc.perf.compute import StageTimes
-from planc.perf.inputs import efficiency_of, estimate, model_flops, op_seconds, stage_times
-from planc.pipeline.bubble import bubble_fraction
+from planc.perf.inputs import build_inputs, efficiency_of, model_flops, op_seconds, stage_times
+from planc.perf.step import estimate_step as compose_step
+from planc.pipeline.registry import bubble_fraction
 from planc.plannable import Plannable
 from planc.presets.efficiency import Efficiency
 from planc.record import record
@@ -88,7 +90,7 @@ class StepEstimate:
     mfu: float  # model FLOPs (no recompute, no causal discount) over peak
     model_flops: float
     pipeline: PipelineTime
-    bubble_fraction: float  # closed form (p − 1)/(v·m + p − 1), for comparison
+    bubble_fraction: float  # the schedule's closed form, e.g. (p − 1)/(v·m + p − 1), for comparison
     model: str  # where the efficiency tables came from
 
 
@@ -97,7 +99,8 @@ def estimate_step(analysis: Analysis) -> StepEstimate:
     plan, lay = analysis.plan, analysis.plan.layout
     params = [share.total for share in analysis.parameters]
     experts = [share.expert_total for share in analysis.parameters]
-    step = estimate(plan, params, analysis.efficiency, analysis.ops, experts)
+    inputs = build_inputs(plan, params, analysis.efficiency, analysis.ops, experts)
+    step = compose_step(replace(inputs, schedule=lay.schedule))
     return StepEstimate(
         step_time_s=step.step_time_s,
         compute_s=step.compute_s,
@@ -112,7 +115,7 @@ def estimate_step(analysis: Analysis) -> StepEstimate:
         mfu=step.mfu,
         model_flops=model_flops(plan),
         pipeline=step.pipeline,
-        bubble_fraction=bubble_fraction(lay.p, plan.m, lay.v),
+        bubble_fraction=bubble_fraction(lay.schedule, lay.p, plan.m, lay.v),
         model=_model_words(plan),
     )
 

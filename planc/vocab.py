@@ -1,5 +1,5 @@
-"""Closed vocabularies: the parallel axes, process-group kinds, collectives, link classes and
-pipeline directions, one name each across the spec, the plan and the code.
+"""Closed vocabularies: the parallel axes, process-group kinds, collectives, link classes,
+pipeline directions and pipeline schedules, one name each across the spec, the plan and the code.
 
 The members are `str` enums, so a member equals its plain name (`Axis.TP == "tp"`), serialises
 as that name in JSON, and reads back with `Axis("tp")`. Behaviour keys on the member, never on a
@@ -114,6 +114,28 @@ class Direction(str, Enum):
 
     FORWARD = "fwd"
     BACKWARD = "bwd"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ScheduleKind(str, Enum):
+    """A pipeline schedule by name (`parallelism.pipeline_schedule`, plan.json's
+    `communication.pipeline.schedule`); `planc.pipeline.registry` holds what each one is.
+
+    `1f1b` is PipeDream-Flush (Narayanan et al. 2021 §2.2; Megatron-LM
+    `forward_backward_pipelining_without_interleaving`), `interleaved-1f1b` the interleaved
+    schedule over v model chunks per stage (§2.2.1; `forward_backward_pipelining_with_interleaving`).
+    """
+
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED_1F1B = "interleaved-1f1b"
+
+    @classmethod
+    def default(cls, v: int) -> ScheduleKind:
+        """The schedule a spec that names none runs: 1F1B with one model chunk per stage,
+        interleaved 1F1B with v > 1 (Megatron picks the same from its virtual pipeline size)."""
+        return cls.ONE_F_ONE_B if v == 1 else cls.INTERLEAVED_1F1B
 
     def __str__(self) -> str:
         return self.value

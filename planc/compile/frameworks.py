@@ -25,6 +25,7 @@ from typing import Any
 from planc.compile.launchers import megatron_args
 from planc.compile.plan import Plan
 from planc.plannable import padded_vocab
+from planc.vocab import ScheduleKind
 
 MEGATRON = "megatron-core 0.19.2, megatron/training/arguments.py (NVIDIA/Megatron-LM d98e8a64)"
 DEEPSPEED = "DeepSpeed 0.19.8, deepspeed/runtime/config.py and deepspeed/runtime/zero/config.py"
@@ -35,6 +36,12 @@ CLIP_GRAD = 1.0
 # torchtitan's mesh, slowest axis first (torchtitan/distributed/parallel_dims.py): the ranks
 # run tp fastest, then cp, dp and pp, which is planc's default order.
 TORCHTITAN_ORDER = "tp-cp-dp-pp"
+# torchtitan's pipeline_parallel_schedule names (torch.distributed.pipelining get_schedule_class:
+# Schedule1F1B, ScheduleInterleaved1F1B).
+TORCHTITAN_SCHEDULES = {
+    ScheduleKind.ONE_F_ONE_B: "1F1B",
+    ScheduleKind.INTERLEAVED_1F1B: "Interleaved1F1B",
+}
 
 Files = dict[str, str]
 
@@ -356,7 +363,7 @@ def torchtitan_settings(plan: Plan) -> tuple[dict[str, Any], dict[str, Any], lis
         "tensor_parallel_degree": lay.t,
         "enable_sequence_parallel": lay.sp,
         "pipeline_parallel_degree": lay.p,
-        "pipeline_parallel_schedule": "Interleaved1F1B" if lay.v > 1 else "1F1B",
+        "pipeline_parallel_schedule": TORCHTITAN_SCHEDULES[lay.schedule],
         "pipeline_parallel_microbatch_size": tr.b,
         "context_parallel_degree": lay.c,
     }

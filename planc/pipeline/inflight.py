@@ -75,7 +75,8 @@ def in_flight(p: int, v: int, m: int, r: int, weights: tuple[int, ...]) -> tuple
     The peak is the moment, after a forward and before the next backward, when Σ weights[c] ×
     held[c] is largest (weights: bytes one micro-batch of chunk c keeps). 1F1B: p − r held,
     capped at m (Korthikanti §4.2; Narayanan et al. 2021). Interleaved: warm-up + 1 chunk-micro-
-    batches (megatron-torchtitan.md §1.5 P9), in Megatron's chunk order. No pipeline: 1.
+    batches (Megatron-LM schedules.py, forward_backward_pipelining_with_interleaving's
+    num_warmup_microbatches), in Megatron's chunk order. No pipeline: 1.
     """
     if len(weights) != v:
         raise ValueError("one weight per chunk")

@@ -152,6 +152,10 @@ def interleaved_schedule(ctx: Context) -> Iterator[Violation]:
     cannot be told apart; Megatron's interleaved schedule also runs micro-batches in groups of
     `pipeline`, so m must be a multiple of it (Megatron `schedules.py`).
 
+    A schedule named in `parallelism.pipeline_schedule` must fit the layout the same way: 1f1b
+    runs one model chunk per stage (virtual_stages: 1), interleaved-1f1b more than one. Without
+    the field, virtual_stages picks the schedule (1f1b at 1, interleaved-1f1b above).
+
     Base: llama3-70b-8x8.yaml
 
     Passes:
