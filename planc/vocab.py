@@ -125,11 +125,13 @@ class ScheduleKind(str, Enum):
 
     `1f1b` is PipeDream-Flush (Narayanan et al. 2021 §2.2; Megatron-LM
     `forward_backward_pipelining_without_interleaving`), `interleaved-1f1b` the interleaved
-    schedule over v model chunks per stage (§2.2.1; `forward_backward_pipelining_with_interleaving`).
+    schedule over v model chunks per stage (§2.2.1; `forward_backward_pipelining_with_interleaving`),
+    `gpipe` all forwards, then all backwards (Huang et al. 2019; PyTorch `ScheduleGPipe`).
     """
 
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED_1F1B = "interleaved-1f1b"
+    GPIPE = "gpipe"
 
     @classmethod
     def default(cls, v: int) -> ScheduleKind:

@@ -4,8 +4,9 @@ op lists, the default choice, and `parallelism.pipeline_schedule` from spec to p
 Expected counts are Megatron-LM's published formulas written out here
 (`megatron/core/pipeline_parallel/schedules.py`: forward_backward_pipelining_without_interleaving
 warms up p − r − 1 micro-batches, at most m; forward_backward_pipelining_with_interleaving
-warms up 2(p − r − 1) + (v − 1)·p, at most m·v) and the bubble of Narayanan et al. 2021 §2.2,
-(p − 1)/(v·m + p − 1), not values read from planc.
+warms up 2(p − r − 1) + (v − 1)·p, at most m·v), GPipe's (PyTorch ScheduleGPipe: every forward,
+then every backward; Huang et al. 2019 §2.2: m micro-batches in flight) and the bubble of
+Narayanan et al. 2021 §2.2, (p − 1)/(v·m + p − 1), not values read from planc.
 """
 
 from __future__ import annotations
@@ -35,12 +36,14 @@ BASE = "llama3-70b-8x8.yaml"  # 80 layers, tensor 8, pipeline 4, data 2, m = 256
 def megatron_warmup(kind: ScheduleKind, p: int, m: int, v: int, r: int) -> int:
     if kind is ScheduleKind.ONE_F_ONE_B:
         return min(p - r - 1, m)
+    if kind is ScheduleKind.GPIPE:
+        return m  # all of them
     return min(2 * (p - r - 1) + (v - 1) * p, m * v)
 
 
 def grid(kind: ScheduleKind) -> list[tuple[int, int, int]]:
     """(p, m, v) the schedule runs on: every need of it holds."""
-    if kind is ScheduleKind.ONE_F_ONE_B:
+    if kind in (ScheduleKind.ONE_F_ONE_B, ScheduleKind.GPIPE):
         return [(p, m, 1) for p in (1, 2, 3, 4, 6) for m in (1, 2, 3, 5, 8, 13)]
     return [(p, m, v) for p in (3, 4, 5) for v in (2, 3) for m in (p, 2 * p, 3 * p)]
 
@@ -133,6 +136,8 @@ def test_builder_runs_every_op_once_in_dependency_order(
         (ScheduleKind.INTERLEAVED_1F1B, 4, None, 2, None),  # m unknown: PLC005's business
         (ScheduleKind.INTERLEAVED_1F1B, 4, 8, 2, None),
         (ScheduleKind.ONE_F_ONE_B, 4, 7, 1, None),
+        (ScheduleKind.GPIPE, 4, 7, 1, None),
+        (ScheduleKind.GPIPE, 4, 8, 2, registry.ScheduleNeed.ONE_CHUNK),
     ],
 )
 def test_first_unmet_need(
@@ -311,3 +316,54 @@ def test_verify_refuses_a_schedule_name_that_does_not_fit_the_plan(
     result = verify_text(json.dumps(plan))
     assert not result.ok
     assert "'1f1b' is not a schedule verify can expand for v = 2" in render(result)
+
+
+# --------------------------------------------------------------------------- GPipe
+
+
+def test_gpipe_is_all_forwards_then_all_backwards() -> None:
+    schedule = registry.build(ScheduleKind.GPIPE, 3, 4, 1)
+    for ops in schedule.stages:
+        assert [op.label for op in ops] == [
+            "F0c0", "F1c0", "F2c0", "F3c0", "B0c0", "B1c0", "B2c0", "B3c0"
+        ]
+    # Every stage holds all m = 4 micro-batches at its peak, the last one too (1F1B: 1).
+    assert [registry.in_flight(ScheduleKind.GPIPE, 3, 1, 4, r, (1,)) for r in range(3)] == [(4,)] * 3
+    assert registry.in_flight(ScheduleKind.ONE_F_ONE_B, 3, 1, 4, 2, (1,)) == (1,)
+
+
+def test_gpipe_memory_holds_m_microbatches_on_the_last_stage() -> None:
+    """The memory model follows the schedule: the last stage of 1F1B holds one micro-batch's
+    activations, GPipe's all m = 4 (llama3-70b-8x8 with global_batch 8: m = 8 / 2)."""
+    from planc.memory.activations import stage_activation_terms
+
+    def held(name: str) -> int:
+        overlay = {"parallelism": {"pipeline_schedule": name}, "training": {"global_batch": 8}}
+        terms, _ = stage_activation_terms(job_of(overlay, BASE), 3)
+        return sum(term.bytes for term in terms)
+
+    one, gpipe = held("1f1b"), held("gpipe")
+    assert gpipe > one
+    # The per-layer part scales with the micro-batches held: 4× (the one-layer working set of
+    # selective recompute is held once either way, so the ratio is a little under 4).
+    assert 3 * one < gpipe <= 4 * one
+
+
+def test_gpipe_reaches_the_plan_and_torchtitan() -> None:
+    from planc.compile.frameworks import megatron_arguments, torchtitan_settings
+
+    overlay = {
+        "parallelism": {"pipeline_schedule": "gpipe"},
+        "training": {"global_batch": 8, "framework": "fsdp2"},
+    }
+    plan = compiled(job_of(overlay, BASE))
+    pattern = pipeline_record(plan.job)
+    assert pattern["schedule"] == "gpipe"
+    # m = 4 on p = 4: every stage runs 4 forwards, no steady state, 4 backwards.
+    assert pattern["stages"] == [{"warmup": 4, "steady": 0, "cooldown": 4}] * 4
+    parallelism, _, _ = torchtitan_settings(plan)
+    assert parallelism["pipeline_parallel_schedule"] == "GPipe"
+    _, notes = megatron_arguments(plan)
+    assert any("no GPipe schedule" in note for note in notes)
+    result = verify_text(plan_json(plan))
+    assert result.ok, render(result)

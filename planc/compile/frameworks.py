@@ -24,6 +24,7 @@ from typing import Any
 
 from planc.compile.launchers import megatron_args
 from planc.compile.plan import Plan
+from planc.pipeline.registry import definition
 from planc.plannable import padded_vocab
 from planc.vocab import ScheduleKind
 
@@ -36,14 +37,27 @@ CLIP_GRAD = 1.0
 # torchtitan's mesh, slowest axis first (torchtitan/distributed/parallel_dims.py): the ranks
 # run tp fastest, then cp, dp and pp, which is planc's default order.
 TORCHTITAN_ORDER = "tp-cp-dp-pp"
-# torchtitan's pipeline_parallel_schedule names (torch.distributed.pipelining get_schedule_class:
-# Schedule1F1B, ScheduleInterleaved1F1B).
-TORCHTITAN_SCHEDULES = {
-    ScheduleKind.ONE_F_ONE_B: "1F1B",
-    ScheduleKind.INTERLEAVED_1F1B: "Interleaved1F1B",
-}
+# The registry's key for torchtitan's names of a schedule (its pipeline_parallel_schedule, which
+# torch.distributed.pipelining get_schedule_class resolves: 1F1B, Interleaved1F1B, GPipe).
+TORCHTITAN_FRAMEWORK = "fsdp2"
 
 Files = dict[str, str]
+
+
+def _framework_schedule(plan: Plan, framework: str, notes: list[str]) -> str:
+    """The framework's name for the plan's pipeline schedule; when it has none, its default
+    schedule's name and a note (PLC030 refuses such a plan when the spec's framework is this
+    one)."""
+    kind = plan.job.layout.schedule
+    names = definition(kind).runs_on
+    if framework in names:
+        return names[framework]
+    fallback = definition(ScheduleKind.default(plan.job.layout.v))
+    notes.append(
+        f"this framework has no {definition(kind).title} schedule: it runs {fallback.title}, "
+        "whose activation memory and bubble differ from the plan's"
+    )
+    return fallback.runs_on.get(framework, "")
 
 
 def _shard_group(plan: Plan) -> int:
@@ -118,6 +132,8 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
     replicas = lay.d * lay.c // _shard_group(plan)
     if replicas > 1 and lay.zero in (1, 2):
         args.append(f"--num-distributed-optimizer-instances {replicas}")
+    if lay.p > 1:  # Megatron picks its schedule from the virtual pipeline size, no flag
+        _framework_schedule(plan, "megatron", notes)
     return args, notes
 
 
@@ -363,7 +379,7 @@ def torchtitan_settings(plan: Plan) -> tuple[dict[str, Any], dict[str, Any], lis
         "tensor_parallel_degree": lay.t,
         "enable_sequence_parallel": lay.sp,
         "pipeline_parallel_degree": lay.p,
-        "pipeline_parallel_schedule": TORCHTITAN_SCHEDULES[lay.schedule],
+        "pipeline_parallel_schedule": _framework_schedule(plan, TORCHTITAN_FRAMEWORK, notes),
         "pipeline_parallel_microbatch_size": tr.b,
         "context_parallel_degree": lay.c,
     }

@@ -35,3 +35,13 @@ def num_warmup(p: int, m: int, v: int, rank: int) -> int:
     if v == 1:
         return min(p - rank - 1, m)
     return min(2 * (p - rank - 1) + (v - 1) * p, m * v)
+
+
+def gpipe_warmup(p: int, m: int, v: int, rank: int) -> int:
+    """GPipe's forwards before its first backward: all m·v of them, on every stage (Huang et al.
+    2019 §2.2; PyTorch torch.distributed.pipelining ScheduleGPipe runs every micro-batch's
+    forward, then every backward)."""
+    check_sizes(p, m, v)
+    if not 0 <= rank < p:
+        raise ValueError(f"stage rank must be in 0..{p - 1}, got {rank}")
+    return m * v

@@ -74,7 +74,9 @@ class ScheduleNeed(str, Enum):
 class ScheduleDef:
     """One pipeline schedule: name, words, source, builder, needs and optional closed forms.
 
-    `microbatch_step(p)`: m must be a multiple of it (p for interleaved 1F1B, else 1), which
+    `runs_on`: the training frameworks (`training.framework`) that run it, each with the name
+    the framework gives it (a function, class or setting). `microbatch_step(p)`: m must be a
+    multiple of it (p for interleaved 1F1B, else 1), which
     the bubble rule uses to suggest a batch. `splits_backward`: the builder emits W ops (B is
     then the input-gradient backward and W the weight-gradient one); else B is the whole
     backward. `bubble_formula`: the closed-form bubble in the paper's symbols, as outputs print
@@ -86,6 +88,7 @@ class ScheduleDef:
     source: str
     builder: Builder
     needs: tuple[ScheduleNeed, ...]
+    runs_on: Mapping[str, str]
     microbatch_step: Callable[[int], int]
     splits_backward: bool = False
     warmup: Warmup | None = None
@@ -110,6 +113,12 @@ def _build_interleaved(p: int, m: int, v: int) -> Schedule:
     from planc.pipeline.schedule import interleaved_1f1b  # start-up: as above
 
     return interleaved_1f1b(p, m, v)
+
+
+def _build_gpipe(p: int, m: int, v: int) -> Schedule:
+    from planc.pipeline.schedule import gpipe  # start-up: as above
+
+    return gpipe(p, m, v)
 
 
 def _closed_ends(
@@ -137,6 +146,13 @@ SCHEDULES: Mapping[ScheduleKind, ScheduleDef] = MappingProxyType(
             "forward_backward_pipelining_without_interleaving",
             builder=_build_1f1b,
             needs=(ScheduleNeed.ONE_CHUNK,),
+            runs_on=MappingProxyType(
+                {
+                    "megatron": "forward_backward_pipelining_without_interleaving",
+                    "deepspeed": "TrainSchedule (deepspeed/runtime/pipe/schedule.py)",
+                    "fsdp2": "1F1B",
+                }
+            ),
             microbatch_step=lambda p: 1,
             warmup=counts.num_warmup,
             in_flight=inflight.in_flight,
@@ -153,9 +169,34 @@ SCHEDULES: Mapping[ScheduleKind, ScheduleDef] = MappingProxyType(
             "forward_backward_pipelining_with_interleaving",
             builder=_build_interleaved,
             needs=(ScheduleNeed.CHUNKS, ScheduleNeed.STAGES_ABOVE_TWO, ScheduleNeed.WHOLE_ROUNDS),
+            runs_on=MappingProxyType(
+                {
+                    "megatron": "forward_backward_pipelining_with_interleaving",
+                    "fsdp2": "Interleaved1F1B",
+                }
+            ),
             microbatch_step=lambda p: p,
             warmup=counts.num_warmup,
             in_flight=inflight.in_flight,
+            bubble=bubble.bubble_fraction,
+            bubble_formula=_FLUSH_BUBBLE,
+            bubble_numbers=_flush_numbers,
+            microbatches_for=bubble.microbatches_for,
+            closed_ends=_closed_ends,
+        ),
+        # Fill and drain are 1F1B's, (p − 1)/(m + p − 1) of the step with equal stages (Huang
+        # et al. 2019 §2.2; v = 1), and so is the makespan; what differs is memory: all m
+        # micro-batches are in flight on every stage.
+        ScheduleKind.GPIPE: ScheduleDef(
+            kind=ScheduleKind.GPIPE,
+            title="GPipe",
+            source="Huang et al. 2019 §2.2; PyTorch torch.distributed.pipelining ScheduleGPipe",
+            builder=_build_gpipe,
+            needs=(ScheduleNeed.ONE_CHUNK,),
+            runs_on=MappingProxyType({"fsdp2": "GPipe"}),
+            microbatch_step=lambda p: 1,
+            warmup=counts.gpipe_warmup,
+            in_flight=inflight.gpipe_in_flight,
             bubble=bubble.bubble_fraction,
             bubble_formula=_FLUSH_BUBBLE,
             bubble_numbers=_flush_numbers,

@@ -179,6 +179,17 @@ def interleaved_1f1b(p: int, m: int, v: int) -> Schedule:
     return _flush(p, m, v, ScheduleKind.INTERLEAVED_1F1B)
 
 
+def gpipe(p: int, m: int, v: int = 1) -> Schedule:
+    """GPipe (Huang et al. 2019; PyTorch torch.distributed.pipelining ScheduleGPipe): every
+    stage runs all m forwards, then all m backwards in micro-batch order: the flush pattern with
+    a warm-up of m. One model chunk per stage: ``v`` must be 1."""
+    _check_sizes(p, m, v)
+    if v != 1:
+        raise ValueError(f"the GPipe schedule runs one model chunk per stage, got v={v}")
+    stages = tuple(_stage_ops(p, m, v, rank, m * v) for rank in range(p))
+    return Schedule(p=p, m=m, v=v, stages=stages, kind=ScheduleKind.GPIPE)
+
+
 def _flush(p: int, m: int, v: int, kind: ScheduleKind) -> Schedule:
     """Warm-up, steady and cool-down of every stage, Megatron's warm-up count."""
     stages = tuple(_stage_ops(p, m, v, rank, num_warmup(p, m, v, rank)) for rank in range(p))

@@ -402,9 +402,10 @@ class ParallelismSpec(Frozen):
     )
     pipeline_schedule: ScheduleName | None = Field(
         None,
-        description="The pipeline schedule by name: 1f1b (one model chunk per stage) or "
-        "interleaved-1f1b (virtual_stages > 1 chunks). Default: 1f1b when virtual_stages is 1, "
-        "interleaved-1f1b otherwise.",
+        description="The pipeline schedule by name: 1f1b (one model chunk per stage), "
+        "interleaved-1f1b (virtual_stages > 1 chunks) or gpipe (all forwards, then all "
+        "backwards; one chunk per stage, m micro-batches in flight). Default: 1f1b when "
+        "virtual_stages is 1, interleaved-1f1b otherwise.",
     )
     stage_layers: list[Annotated[StrictInt, Field(ge=0, le=MAX_DIM)]] = Field(
         default_factory=list,

@@ -29,10 +29,16 @@ def _megatron_interleaved(p: int, m: int, v: int, r: int) -> int:
     return min(2 * (p - r - 1) + (v - 1) * p, m * v)
 
 
+def _gpipe(p: int, m: int, v: int, r: int) -> int:
+    """Every forward first (PyTorch ScheduleGPipe): m·v, no steady state."""
+    return m * v
+
+
 # Verify's own warm-up count of each schedule it can expand, and the chunk counts it runs on.
 WARMUPS: dict[str, tuple[Callable[[int, int, int, int], int], Callable[[int], bool]]] = {
     "1f1b": (_megatron_1f1b, lambda v: v == 1),
     "interleaved-1f1b": (_megatron_interleaved, lambda v: v > 1),
+    "gpipe": (_gpipe, lambda v: v == 1),
 }
 
 
