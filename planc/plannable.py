@@ -18,10 +18,10 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
 from planc.findings import Violation
-from planc.pipeline.registry import ScheduleNeed, unmet
+from planc.pipeline.registry import unmet
 from planc.record import record
 from planc.spec.job import HOST_NAME, Cluster, Job, Model, NodeNames, Rules, Training
-from planc.vocab import AXES, Axis, ScheduleKind
+from planc.vocab import AXES, Axis, ScheduleKind, ScheduleNeed
 
 MAX_RANKS = 1_048_576
 

@@ -141,3 +141,28 @@ class ScheduleKind(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class ScheduleNeed(str, Enum):
+    """A condition a schedule puts on the layout (p stages, m micro-batches, v chunks).
+
+    Each schedule lists its needs in `planc.pipeline.registry`, and `planc.plannable` turns a
+    failed one into a located finding (PLC010). A schedule's needs are tried in order and only
+    the first failed one is reported, since the later ones assume the earlier.
+    """
+
+    ONE_CHUNK = "v == 1"
+    CHUNKS = "v > 1"
+    STAGES_ABOVE_TWO = "p > 2"
+    WHOLE_ROUNDS = "m % p == 0"
+
+    def holds(self, p: int, m: int | None, v: int) -> bool:
+        """Whether the layout meets this need; a need on m holds while m is unknown (PLC005
+        reports an m that is not whole)."""
+        if self is ScheduleNeed.ONE_CHUNK:
+            return v == 1
+        if self is ScheduleNeed.CHUNKS:
+            return v > 1
+        if self is ScheduleNeed.STAGES_ABOVE_TWO:
+            return p > 2
+        return m is None or m % p == 0

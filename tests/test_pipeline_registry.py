@@ -26,7 +26,7 @@ from planc.pipeline import registry
 from planc.pipeline.schedule import Link, Op, Schedule, held_at_peak, validate_schedule
 from planc.pipeline.timeline import simulate
 from planc.verify import render, verify_text
-from planc.vocab import ScheduleKind
+from planc.vocab import ScheduleKind, ScheduleNeed
 
 from conftest import check_text, compiled, job_of, resolved_of, spec_text, value_position
 
@@ -129,19 +129,19 @@ def test_builder_runs_every_op_once_in_dependency_order(
 @pytest.mark.parametrize(
     ("kind", "p", "m", "v", "need"),
     [
-        (ScheduleKind.ONE_F_ONE_B, 4, 8, 2, registry.ScheduleNeed.ONE_CHUNK),
-        (ScheduleKind.INTERLEAVED_1F1B, 4, 8, 1, registry.ScheduleNeed.CHUNKS),
-        (ScheduleKind.INTERLEAVED_1F1B, 2, 8, 2, registry.ScheduleNeed.STAGES_ABOVE_TWO),
-        (ScheduleKind.INTERLEAVED_1F1B, 4, 6, 2, registry.ScheduleNeed.WHOLE_ROUNDS),
+        (ScheduleKind.ONE_F_ONE_B, 4, 8, 2, ScheduleNeed.ONE_CHUNK),
+        (ScheduleKind.INTERLEAVED_1F1B, 4, 8, 1, ScheduleNeed.CHUNKS),
+        (ScheduleKind.INTERLEAVED_1F1B, 2, 8, 2, ScheduleNeed.STAGES_ABOVE_TWO),
+        (ScheduleKind.INTERLEAVED_1F1B, 4, 6, 2, ScheduleNeed.WHOLE_ROUNDS),
         (ScheduleKind.INTERLEAVED_1F1B, 4, None, 2, None),  # m unknown: PLC005's business
         (ScheduleKind.INTERLEAVED_1F1B, 4, 8, 2, None),
         (ScheduleKind.ONE_F_ONE_B, 4, 7, 1, None),
         (ScheduleKind.GPIPE, 4, 7, 1, None),
-        (ScheduleKind.GPIPE, 4, 8, 2, registry.ScheduleNeed.ONE_CHUNK),
+        (ScheduleKind.GPIPE, 4, 8, 2, ScheduleNeed.ONE_CHUNK),
     ],
 )
 def test_first_unmet_need(
-    kind: ScheduleKind, p: int, m: int | None, v: int, need: registry.ScheduleNeed | None
+    kind: ScheduleKind, p: int, m: int | None, v: int, need: ScheduleNeed | None
 ) -> None:
     assert registry.unmet(kind, p, m, v) is need
 

@@ -8,9 +8,12 @@ functions of this module by name (`warmup`, `in_flight`, `bubble_fraction`, `run
 where a schedule has no closed form they answer from its op lists or from the bounded
 simulator (`planc.pipeline.bounded`), so no caller falls back on its own.
 
-Adding a schedule is one `ScheduleKind` member, its builder (`planc.pipeline.schedule`) and one
-entry in `SCHEDULES`; the spec, the plan, verify, memory, the step model and the rules reach it
-by name.
+Adding a schedule (GPipe was added this way) is a `ScheduleKind` member, its builder
+(`planc.pipeline.schedule`), its closed forms if any (`counts`, `inflight`, `bubble`) and one
+entry in `SCHEDULES` with the frameworks that run it; then verify's own warm-up for the name
+(`planc.verify.pipeline.WARMUPS`), the name in `schemas/plan.schema.json`, the spec field's
+description and `python scripts/regenerate.py`. Memory, the step model, the plan, the rules
+(PLC006, PLC010, PLC030), the report and search reach it by name.
 
 Kept light: the builders and the simulator load on first use, so `planc check` (which reads
 only the counts) does not import them.
@@ -19,13 +22,12 @@ only the counts) does not import them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from enum import Enum
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from planc.pipeline import bubble, counts, inflight
 from planc.record import record
-from planc.vocab import ScheduleKind
+from planc.vocab import ScheduleKind, ScheduleNeed
 
 if TYPE_CHECKING:
     from planc.pipeline.bounded import PipelineTime
@@ -43,31 +45,6 @@ Microbatches = Callable[[int, int, float], int]
 ClosedEnds = Callable[[int, int, int, list[float], list[float], float], tuple[float, ...]]
 #: (p, m, v) → the schedule's op lists.
 Builder = Callable[[int, int, int], "Schedule"]
-
-
-class ScheduleNeed(str, Enum):
-    """A condition a schedule puts on the layout (p stages, m micro-batches, v chunks).
-
-    `planc.plannable` turns each failed need into a located finding (PLC010); the needs of a
-    schedule are tried in order and only the first failed one is reported, since the later
-    ones assume the earlier.
-    """
-
-    ONE_CHUNK = "v == 1"
-    CHUNKS = "v > 1"
-    STAGES_ABOVE_TWO = "p > 2"
-    WHOLE_ROUNDS = "m % p == 0"
-
-    def holds(self, p: int, m: int | None, v: int) -> bool:
-        """Whether the layout meets this need; a need on m holds while m is unknown (PLC005
-        reports an m that is not whole)."""
-        if self is ScheduleNeed.ONE_CHUNK:
-            return v == 1
-        if self is ScheduleNeed.CHUNKS:
-            return v > 1
-        if self is ScheduleNeed.STAGES_ABOVE_TWO:
-            return p > 2
-        return m is None or m % p == 0
 
 
 @record
@@ -276,15 +253,15 @@ def microbatches_for(kind: ScheduleKind, p: int, v: int, limit: float) -> int:
         return -(-need // step) * step
     if bubble_fraction(kind, p, step, v) <= limit:
         return step
-    low, high = 1, 2  # in units of step
+    low, high = 1, 2  # in units of step: low fails the limit, high meets it
     while bubble_fraction(kind, p, high * step, v) > limit:
         low, high = high, 2 * high
     while high - low > 1:
         middle = (low + high) // 2
-        low, high = (low, middle) if bubble_fraction(kind, p, middle * step, v) <= limit else (
-            middle,
-            high,
-        )
+        if bubble_fraction(kind, p, middle * step, v) <= limit:
+            high = middle
+        else:
+            low = middle
     return high * step
 
 
