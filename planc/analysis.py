@@ -21,7 +21,7 @@ from planc.memory.params import RankParameters, rank_parameters
 from planc.perf.compute import StageTimes
 from planc.perf.inputs import build_inputs, efficiency_of, model_flops, op_seconds, stage_times
 from planc.perf.step import estimate_step as pipeline_step
-from planc.pipeline.bubble import bubble_fraction
+from planc.pipeline.registry import bubble_fraction
 from planc.plannable import Plannable
 from planc.presets.efficiency import Efficiency
 from planc.record import record
@@ -89,7 +89,7 @@ class StepEstimate:
     mfu: float  # model FLOPs (no recompute, no causal discount) over peak
     model_flops: float
     pipeline: PipelineTime
-    bubble_fraction: float  # closed form (p − 1)/(v·m + p − 1), for comparison
+    bubble_fraction: float  # the schedule's closed form, e.g. (p − 1)/(v·m + p − 1), for comparison
     model: str  # where the efficiency tables came from
 
 
@@ -116,7 +116,7 @@ def estimate_step(analysis: Analysis, efficiency: Efficiency | None = None) -> S
         mfu=step.mfu,
         model_flops=model_flops(plan),
         pipeline=step.pipeline,
-        bubble_fraction=bubble_fraction(lay.p, plan.m, lay.v),
+        bubble_fraction=bubble_fraction(lay.schedule, lay.p, plan.m, lay.v),
         model=_model_words(plan),
     )
 

@@ -19,9 +19,10 @@ from types import MappingProxyType
 
 from planc.dims import Numerics, RankDims, numerics, rank_dims
 from planc.findings import Violation
+from planc.pipeline.registry import unmet
 from planc.record import record
 from planc.spec.job import HOST_NAME, Cluster, Job, Model, NodeNames, Rules, Training
-from planc.vocab import AXES, Axis
+from planc.vocab import AXES, Axis, ScheduleKind, ScheduleNeed
 
 MAX_RANKS = 1_048_576
 
@@ -266,25 +267,50 @@ def batch_split(job: Job) -> Iterator[Violation]:
 
 
 def interleaving(job: Job) -> Iterator[Violation]:
-    """PLC010: virtual_stages > 1 needs pipeline > 2 and m a multiple of pipeline."""
-    lay, m = job.layout, job.m
-    if lay.v == 1:
-        return
-    if lay.p <= 2:
-        yield Violation(
+    """PLC010: the pipeline schedule fits the layout (`planc.pipeline.registry` needs): 1F1B
+    runs one chunk per stage; interleaved 1F1B needs virtual_stages > 1, pipeline > 2 and m a
+    multiple of pipeline. Only the first unmet need is reported."""
+    lay = job.layout
+    need = unmet(lay.schedule, lay.p, job.m, lay.v)
+    if need is not None:
+        yield _unmet_need(job, need)
+
+
+def _unmet_need(job: Job, need: ScheduleNeed) -> Violation:
+    """The located finding for a schedule need the layout fails."""
+    lay, m, name = job.layout, job.m, job.layout.schedule.value
+    if need is ScheduleNeed.ONE_CHUNK:
+        return Violation(
+            "parallelism.pipeline_schedule",
+            f"pipeline_schedule = {name} runs one model chunk per stage, but virtual_stages = "
+            f"{lay.v}",
+            f"set virtual_stages: 1, or remove pipeline_schedule (virtual_stages = {lay.v} runs "
+            f"{ScheduleKind.default(lay.v).value})",
+            ("parallelism.virtual_stages",),
+        )
+    if need is ScheduleNeed.CHUNKS:
+        return Violation(
+            "parallelism.pipeline_schedule",
+            f"pipeline_schedule = {name} runs virtual_stages > 1 model chunks per stage, but "
+            f"virtual_stages = {lay.v}",
+            f"set virtual_stages: 2 or more, or pipeline_schedule: "
+            f"{ScheduleKind.default(lay.v).value}",
+            ("parallelism.virtual_stages",),
+        )
+    if need is ScheduleNeed.STAGES_ABOVE_TWO:
+        return Violation(
             "parallelism.virtual_stages",
             f"virtual_stages = {lay.v} needs pipeline > 2, but pipeline = {lay.p}",
             "set virtual_stages: 1, or pipeline ≥ 3",
         )
-    if m is not None and lay.p > 2 and m % lay.p:
-        step = job.training.b * (lay.d or 1) * lay.p
-        yield Violation(
-            "training.global_batch",
-            f"the interleaved schedule needs micro-batches m = {m} to be a multiple of "
-            f"pipeline = {lay.p}",
-            f"make global_batch a multiple of micro_batch × data × pipeline = {step}",
-            ("parallelism.virtual_stages",),
-        )
+    step = job.training.b * (lay.d or 1) * lay.p
+    return Violation(
+        "training.global_batch",
+        f"the interleaved schedule needs micro-batches m = {m} to be a multiple of "
+        f"pipeline = {lay.p}",
+        f"make global_batch a multiple of micro_batch × data × pipeline = {step}",
+        ("parallelism.virtual_stages",),
+    )
 
 
 def shard_split(job: Job) -> Iterator[Violation]:
@@ -496,6 +522,8 @@ class PlanLayout:
     et: int = 1
     edp: int = 1
     expert_order: tuple[str, ...] = ("tp", "cp", "dp", "pp", "ep")
+    # The pipeline schedule (`planc.pipeline.registry`), one that fits p, m and v (PLC010).
+    schedule: ScheduleKind = ScheduleKind.ONE_F_ONE_B
 
     @property
     def expert_degrees(self) -> Mapping[str, int]:
@@ -655,6 +683,7 @@ def plannable(
             et=lay.et,
             edp=edp,
             expert_order=lay.expert_order + (() if "ep" in lay.expert_order else ("ep",)),
+            schedule=lay.schedule,
         ),
         m=m,
         numerics=numerics(job.training),

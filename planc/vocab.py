@@ -1,5 +1,6 @@
-"""Closed vocabularies: the parallel axes, process-group kinds, collectives and pipeline
-directions, one name each across the spec, the plan and the code.
+"""Closed vocabularies: the parallel axes, process-group kinds, collectives, pipeline
+directions, pipeline schedules and number formats, one name each across the spec, the plan and the
+code.
 
 The members are `str` enums, so a member equals its plain name (`Axis.TP == "tp"`), serialises
 as that name in JSON, and reads back with `Axis("tp")`. Behaviour keys on the member, never on a
@@ -128,6 +129,30 @@ class DType(str, Enum):
         return self.value
 
 
+class ScheduleKind(str, Enum):
+    """A pipeline schedule by name (`parallelism.pipeline_schedule`, plan.json's
+    `communication.pipeline.schedule`); `planc.pipeline.registry` holds what each one is.
+
+    `1f1b` is PipeDream-Flush (Narayanan et al. 2021 §2.2; Megatron-LM
+    `forward_backward_pipelining_without_interleaving`), `interleaved-1f1b` the interleaved
+    schedule over v model chunks per stage (§2.2.1; `forward_backward_pipelining_with_interleaving`),
+    `gpipe` all forwards, then all backwards (Huang et al. 2019; PyTorch `ScheduleGPipe`).
+    """
+
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED_1F1B = "interleaved-1f1b"
+    GPIPE = "gpipe"
+
+    @classmethod
+    def default(cls, v: int) -> ScheduleKind:
+        """The schedule a spec that names none runs: 1F1B with one model chunk per stage,
+        interleaved 1F1B with v > 1 (Megatron picks the same from its virtual pipeline size)."""
+        return cls.ONE_F_ONE_B if v == 1 else cls.INTERLEAVED_1F1B
+
+    def __str__(self) -> str:
+        return self.value
+
+
 _BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "fp4": 4}
 
 # The closed choices of a spec, one spelling shared by the pydantic models (planc.spec.models)
@@ -152,3 +177,28 @@ def recompute_mode(value: object) -> Recompute:
         if value == mode:
             return mode
     raise ValueError(f"unknown recompute mode {value!r}")
+
+
+class ScheduleNeed(str, Enum):
+    """A condition a schedule puts on the layout (p stages, m micro-batches, v chunks).
+
+    Each schedule lists its needs in `planc.pipeline.registry`, and `planc.plannable` turns a
+    failed one into a located finding (PLC010). A schedule's needs are tried in order and only
+    the first failed one is reported, since the later ones assume the earlier.
+    """
+
+    ONE_CHUNK = "v == 1"
+    CHUNKS = "v > 1"
+    STAGES_ABOVE_TWO = "p > 2"
+    WHOLE_ROUNDS = "m % p == 0"
+
+    def holds(self, p: int, m: int | None, v: int) -> bool:
+        """Whether the layout meets this need; a need on m holds while m is unknown (PLC005
+        reports an m that is not whole)."""
+        if self is ScheduleNeed.ONE_CHUNK:
+            return v == 1
+        if self is ScheduleNeed.CHUNKS:
+            return v > 1
+        if self is ScheduleNeed.STAGES_ABOVE_TWO:
+            return p > 2
+        return m is None or m % p == 0

@@ -25,7 +25,8 @@ from typing import Any
 from planc.compile.launchers import megatron_args
 from planc.compile.plan import Plan
 from planc.dims import padded_vocab
-from planc.vocab import DType
+from planc.pipeline.registry import definition
+from planc.vocab import DType, ScheduleKind
 
 MEGATRON = "megatron-core 0.19.2, megatron/training/arguments.py (NVIDIA/Megatron-LM d98e8a64)"
 DEEPSPEED = "DeepSpeed 0.19.8, deepspeed/runtime/config.py and deepspeed/runtime/zero/config.py"
@@ -36,11 +37,30 @@ CLIP_GRAD = 1.0
 # torchtitan's mesh, slowest axis first (torchtitan/distributed/parallel_dims.py): the ranks
 # run tp fastest, then cp, dp and pp, which is planc's default order.
 TORCHTITAN_ORDER = "tp-cp-dp-pp"
+# The registry's key for torchtitan's names of a schedule (its pipeline_parallel_schedule, which
+# torch.distributed.pipelining get_schedule_class resolves: 1F1B, Interleaved1F1B, GPipe).
+TORCHTITAN_FRAMEWORK = "fsdp2"
 
 Files = dict[str, str]
 
 # torchtitan's training.mixed_precision_param for each precision it can run (it has no fp16).
 TORCH_DTYPES = {DType.FP32: "float32", DType.BF16: "bfloat16", DType.FP16: "bfloat16"}
+
+
+def _framework_schedule(plan: Plan, framework: str, notes: list[str]) -> str:
+    """The framework's name for the plan's pipeline schedule; when it has none, its default
+    schedule's name and a note (PLC030 refuses such a plan when the spec's framework is this
+    one)."""
+    kind = plan.job.layout.schedule
+    names = definition(kind).runs_on
+    if framework in names:
+        return names[framework]
+    fallback = definition(ScheduleKind.default(plan.job.layout.v))
+    notes.append(
+        f"this framework has no {definition(kind).title} schedule: it runs {fallback.title}, "
+        "whose activation memory and bubble differ from the plan's"
+    )
+    return fallback.runs_on.get(framework, "")
 
 
 def _shard_group(plan: Plan) -> int:
@@ -115,6 +135,8 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
     replicas = lay.d * lay.c // _shard_group(plan)
     if replicas > 1 and lay.zero in (1, 2):
         args.append(f"--num-distributed-optimizer-instances {replicas}")
+    if lay.p > 1:  # Megatron picks its schedule from the virtual pipeline size, no flag
+        _framework_schedule(plan, "megatron", notes)
     return args, notes
 
 
@@ -360,7 +382,7 @@ def torchtitan_settings(plan: Plan) -> tuple[dict[str, Any], dict[str, Any], lis
         "tensor_parallel_degree": lay.t,
         "enable_sequence_parallel": lay.sp,
         "pipeline_parallel_degree": lay.p,
-        "pipeline_parallel_schedule": "Interleaved1F1B" if lay.v > 1 else "1F1B",
+        "pipeline_parallel_schedule": _framework_schedule(plan, TORCHTITAN_FRAMEWORK, notes),
         "pipeline_parallel_microbatch_size": tr.b,
         "context_parallel_degree": lay.c,
     }

@@ -24,8 +24,7 @@ from planc.dims import padded_vocab
 from planc.findings import Finding
 from planc.memory import MemoryBudget, rank_memory
 from planc.memory.params import RankParameters
-from planc.pipeline.bubble import bubble_fraction
-from planc.pipeline.counts import num_warmup
+from planc.pipeline.registry import bubble_fraction, warmup
 from planc.plannable import LayerRange, Plannable
 from planc.record import record
 
@@ -163,7 +162,7 @@ def _summary(
         peak_stage=int(placement.coords["pp"][peak_rank]),
         hbm_bytes=job.cluster.gpu.memory_bytes,
         micro_batches=m,
-        bubble_fraction=round(bubble_fraction(lay.p, m, lay.v), 6),
+        bubble_fraction=round(bubble_fraction(lay.schedule, lay.p, m, lay.v), 6),
     )
 
 
@@ -371,7 +370,8 @@ PIPELINE_ORDER = (
 
 
 def pipeline_record(job: Plannable) -> dict[str, object]:
-    """The pipeline schedule as a pattern: per stage, the warm-up, steady and cool-down counts.
+    """The pipeline schedule by name, as a pattern: per stage, the warm-up, steady and cool-down
+    counts of the named schedule (`planc.pipeline.registry`).
 
     The op list itself has 2·m·v entries per stage; the pattern and `PIPELINE_ORDER` give every
     one of them, so the plan stays the same size for any number of micro-batches.
@@ -379,13 +379,13 @@ def pipeline_record(job: Plannable) -> dict[str, object]:
     lay, m = job.layout, job.m
     stages = []
     for r in range(lay.p):
-        warmup = num_warmup(lay.p, m, lay.v, r)
-        stages.append({"warmup": warmup, "steady": m * lay.v - warmup, "cooldown": warmup})
+        first = warmup(lay.schedule, lay.p, m, lay.v, r)
+        stages.append({"warmup": first, "steady": m * lay.v - first, "cooldown": first})
     return {
         "p": lay.p,
         "m": m,
         "v": lay.v,
-        "schedule": "interleaved-1f1b" if lay.v > 1 else "1f1b",
+        "schedule": lay.schedule.value,
         "order": PIPELINE_ORDER,
         "stages": stages,
     }

@@ -49,7 +49,8 @@ from collections.abc import Callable
 
 from planc.dims import RankDims, padded_vocab, rank_dims
 from planc.memory.terms import Term
-from planc.pipeline.inflight import in_flight
+from planc.pipeline import registry
+from planc.pipeline.inflight import in_flight as in_flight  # re-exported: tests cross-check it
 from planc.plannable import Plannable
 from planc.record import record
 from planc.spec.job import Model
@@ -1040,7 +1041,7 @@ def stage_activation_terms(
     ]
     weights[0] += sum(term.bytes for term in stem)
     weights[-1] += sum(term.bytes for term in head)
-    held = in_flight(lay.p, lay.v, job.m, pp_rank, tuple(weights))
+    held = registry.in_flight(lay.schedule, lay.p, lay.v, job.m, pp_rank, tuple(weights))
     dense_count, moe_count = _layer_counts(job, pp_rank, held)
     terms = _layer_lines(x, y, recompute, dense_count, moe_count)
     terms += [_scaled(term, held[0], "micro-batch") for term in stem]

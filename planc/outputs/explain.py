@@ -11,6 +11,7 @@ from typing import Any
 from planc.analysis import Analysis, StepEstimate, estimate_step
 from planc.comm.schedule import WireBudget, op_record
 from planc.outputs.memory import to_json as memory_json
+from planc.pipeline.registry import definition
 from planc.record import record
 from planc.spec.job import GB, GIB
 
@@ -82,7 +83,7 @@ def render_text(ex: Explanation) -> str:
     total = step.step_time_s
     lines += [
         "",
-        f"pipeline bubble: (p − 1)/(v·m + p − 1) = {step.bubble_fraction:.2%}" + _simulated_line(ex),
+        _bubble_words(ex) + _simulated_line(ex),
         f"estimated step time: {total:.2f} s ({step.model}; {job.cluster.gpu.bf16_tflops:g} "
         "TFLOPS peak)",
         f"  compute:            {step.compute_s:8.2f} s ({step.compute_s / total:5.1%})  "
@@ -125,6 +126,14 @@ def _simulated_line(ex: Explanation) -> str:
         f"; with each stage's own times and the p2p time ({how}): "
         f"{pipe.bubble_fraction:.2%}, pipeline {pipe.makespan_s:.2f} s"
     )
+
+
+def _bubble_words(ex: Explanation) -> str:
+    """The schedule's closed-form bubble, in its formula (the simulated one with equal stages for
+    a schedule without a closed form)."""
+    formula = definition(ex.analysis.plan.layout.schedule).bubble_formula
+    shown = f"{formula} = " if formula is not None else "with equal stages (simulated) "
+    return f"pipeline bubble: {shown}{ex.step.bubble_fraction:.2%}"
 
 
 def to_json(ex: Explanation) -> dict[str, Any]:

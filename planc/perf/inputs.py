@@ -435,6 +435,7 @@ def build_inputs(
         model_flops=model_flops(job),
         tokens=job.training.B * job.training.s,
         peak_flops=job.world * gemm_peak_tflops(job) * 1e12,
+        schedule=lay.schedule,
     )
 
 

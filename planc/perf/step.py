@@ -8,8 +8,10 @@ Composition, per optimizer step:
 1. **Pipeline.** Each virtual stage (stage r, chunk j) takes t_f = forward + exposed TP forward
    (+ the MoE layers' expert exchanges) and t_b = backward (+ recompute) + exposed TP backward
    (+ the exchanges of the gradients) per micro-batch; the discrete-event
-   simulation of Megatron's 1F1B or interleaved 1F1B schedule (:mod:`planc.pipeline`) runs them
-   with the p2p time per message and gives each stage's finishing time. The bubble is whatever
+   simulation of the named schedule (`StepInputs.schedule`; Megatron's 1F1B or interleaved 1F1B
+   by default, `planc.pipeline.registry`) runs them with the p2p time per message and gives
+   each stage's finishing time. A schedule that splits the backward runs its weight-gradient
+   part t_w as separate W ops and t_b − t_w as B. The bubble is whatever
    the simulation leaves idle, so uneven stages (embedding first, LM head last) are priced.
 2. **Bounded simulation.** `planc.pipeline.bounded`: the whole schedule up to 20,000 ops; beyond,
    two runs in the steady state (m₁ ≡ m mod p and m₁ + K·p) and each stage's finishing time
@@ -34,6 +36,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from planc.record import record
+from planc.vocab import ScheduleKind
 
 if TYPE_CHECKING:
     from planc.pipeline.bounded import PipelineTime
@@ -64,6 +67,9 @@ class StageInputs:
     # and backward per chunk (empty: none).
     ep_forward_s: tuple[float, ...] = ()
     ep_backward_s: tuple[float, ...] = ()
+    # The weight-gradient part of backward_s per chunk, run as W ops by a schedule that splits
+    # the backward (empty: half of backward_s, the zero-bubble paper's B = W).
+    backward_weight_s: tuple[float, ...] = ()
 
 
 @record
@@ -79,6 +85,12 @@ class StepInputs:
     model_flops: float = 0.0  # per step, for MFU
     tokens: int = 0  # per step
     peak_flops: float = 0.0  # all GPUs together, FLOP/s
+    schedule: ScheduleKind | None = None  # the pipeline schedule; None: the default for v
+
+    @property
+    def pipeline_schedule(self) -> ScheduleKind:
+        """The schedule the pipeline runs: `schedule`, else the default for v."""
+        return self.schedule or ScheduleKind.default(self.v)
 
     @property
     def p(self) -> int:
@@ -137,6 +149,18 @@ def _virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
     return t_f, t_b
 
 
+def _weight_times(inputs: StepInputs) -> list[float]:
+    """t_w per virtual stage: each chunk's weight-gradient backward (half its backward when the
+    inputs do not say)."""
+    p, v = inputs.p, inputs.v
+    t_w = [0.0] * (p * v)
+    for r, st in enumerate(inputs.stages):
+        weights = st.backward_weight_s or tuple(b / 2 for b in st.backward_s)
+        for j in range(v):
+            t_w[j * p + r] = weights[j]
+    return t_w
+
+
 def dp_exposed_s(buckets: Sequence[float], window_s: float) -> tuple[float, float]:
     """(exposed, overlapped) seconds of the gradient buckets against a backward window.
 
@@ -160,9 +184,15 @@ def estimate_step(inputs: StepInputs) -> StepEstimate:
             raise ValueError("every stage needs one forward, backward and TP time per chunk")
     t_f, t_b = _virtual_times(inputs)
     busy = [m * sum(t_f[j * p + r] + t_b[j * p + r] for j in range(v)) for r in range(p)]
-    from planc.pipeline.bounded import run  # start-up: the simulation, not needed by check
+    from planc.pipeline import registry  # start-up: the simulation, not needed by check
 
-    pipe = run(p, m, v, t_f, t_b, inputs.p2p_s)
+    kind = inputs.pipeline_schedule
+    if registry.definition(kind).splits_backward:
+        t_w = _weight_times(inputs)
+        t_in = [whole - weight for whole, weight in zip(t_b, t_w, strict=True)]
+        pipe = registry.run(kind, p, m, v, t_f, t_in, inputs.p2p_s, t_w)
+    else:
+        pipe = registry.run(kind, p, m, v, t_f, t_b, inputs.p2p_s)
     ends, simulated = pipe.stage_end_s, pipe.simulated_m
     tails = []
     for st in inputs.stages:

@@ -1,7 +1,10 @@
 """Pipeline-parallel schedules as data, and a discrete-event simulation of them.
 
-:mod:`planc.pipeline.schedule` builds the per-stage op lists of Megatron's 1F1B and
-interleaved 1F1B schedules (stdlib only); :mod:`planc.pipeline.timeline` times them,
+:mod:`planc.pipeline.registry` holds the schedules by name (`planc.vocab.ScheduleKind`): each
+one's builder, needs and closed forms, with the op lists and the bounded simulator where a
+closed form is missing; :mod:`planc.pipeline.schedule` builds the per-stage op lists (F, B and
+W ops) of Megatron's 1F1B and interleaved 1F1B schedules (stdlib only);
+:mod:`planc.pipeline.timeline` times them,
 checks that every send meets its receive and that the order cannot deadlock, and reports
 the bubble fraction; :mod:`planc.pipeline.bounded` gives the makespan for any m with bounded
 work; :mod:`planc.pipeline.inflight` counts the activations held at a rank's peak;

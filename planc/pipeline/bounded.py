@@ -13,17 +13,26 @@ many as `MAX_EXTRAPOLATED_OPS` allows:
 For equal stages this is exact. With unequal stages the steady state can cycle over several
 groups of p, so the slope is the cycle mean only to within one cycle's oscillation over K groups;
 `tests/test_pipeline_bounded.py` bounds the error against the full simulation. Where even the two
-runs would pass the budget (p in the hundreds), the closed form over the slowest stage is used.
-`PipelineTime.method` says which.
+runs would pass the budget (p in the hundreds), the closed form over the slowest stage is used,
+if the schedule has one; a schedule without one is extrapolated from the smallest two runs
+however long they are. `PipelineTime.method` says which.
+
+Which schedule runs is the caller's `build` (default: `build_schedule`, the default schedule for
+v); `planc.pipeline.registry.run` passes the named schedule's builder and closed form.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from planc.pipeline.schedule import build_schedule
+from planc.pipeline.schedule import Schedule, build_schedule
 from planc.pipeline.timeline import stage_ends
 from planc.record import record
+
+#: A schedule's builder: (p, m, v) → its op lists.
+Builder = Callable[[int, int, int], Schedule]
+#: Every stage's end from per-virtual-stage t_f and whole-backward t_b, and the p2p time.
+ClosedEnds = Callable[[int, int, int, list[float], list[float], float], tuple[float, ...]]
 
 # Runs start this many groups of p micro-batches in, past the warm-up transient.
 TRANSIENT_GROUPS = 2
@@ -59,9 +68,15 @@ def _per_virtual_stage(times: Sequence[float], p: int, v: int) -> list[float]:
 
 
 def _ends(
-    p: int, m: int, v: int, t_f: list[float], t_b: list[float], hop: float
+    build: Builder,
+    p: int,
+    m: int,
+    v: int,
+    times: tuple[list[float], list[float], list[float] | None],
+    hop: float,
 ) -> tuple[float, ...]:
-    return tuple(float(end) for end in stage_ends(build_schedule(p, m, v), t_f, t_b, hop))
+    t_f, t_b, t_w = times
+    return tuple(float(end) for end in stage_ends(build(p, m, v), t_f, t_b, hop, t_w))
 
 
 def closed_form_ends(
@@ -83,32 +98,47 @@ def run(
     t_b: Sequence[float],
     hop: float,
     max_simulated_ops: int = MAX_SIMULATED_OPS,
+    *,
+    t_w: Sequence[float] | None = None,
+    build: Builder = build_schedule,
+    closed_ends: ClosedEnds | None = closed_form_ends,
 ) -> PipelineTime:
     """The step's pipeline part; `t_f`/`t_b` per micro-batch per chunk, per stage (p values) or
-    per virtual stage (p·v values, index chunk·p + stage), in seconds."""
+    per virtual stage (p·v values, index chunk·p + stage), in seconds. `t_w` is given for a
+    schedule that splits the backward (its W ops; `t_b` then the input-gradient part)."""
     f, b = _per_virtual_stage(t_f, p, v), _per_virtual_stage(t_b, p, v)
-    busy = m * (sum(f) + sum(b))
-    ops = 2 * p * m * v
+    w = None if t_w is None else _per_virtual_stage(t_w, p, v)
+    times = (f, b, w)
+    kinds = 2 if w is None else 3  # ops per micro-batch per chunk
+    busy = m * (sum(f) + sum(b) + (sum(w) if w is not None else 0.0))
+    ops = kinds * p * m * v
     counts: tuple[int, ...]
     if p == 1:
         ends: tuple[float, ...] = (busy,)
         method, simulated, counts = "simulated", 0, (m,)
     elif ops <= max_simulated_ops:
-        ends, method, simulated, counts = _ends(p, m, v, f, b, hop), "simulated", ops, (m,)
+        ends, method, simulated = _ends(build, p, m, v, times, hop), "simulated", ops
+        counts = (m,)
     else:
         base = TRANSIENT_GROUPS * p
         m1 = base + (m - base) % p
-        budget = (MAX_EXTRAPOLATED_OPS // (2 * p * v) - 2 * m1) // p
+        budget = (MAX_EXTRAPOLATED_OPS // (kinds * p * v) - 2 * m1) // p
+        if closed_ends is None:
+            budget = max(budget, 1)  # no closed form to fall back on: the smallest two runs
         groups = min(budget, (m - m1 - 1) // p)  # m₂ < m: never simulate more than asked
         if groups >= 1:
             m2 = m1 + groups * p
-            first, second = _ends(p, m1, v, f, b, hop), _ends(p, m2, v, f, b, hop)
+            first, second = _ends(build, p, m1, v, times, hop), _ends(build, p, m2, v, times, hop)
             scale = (m - m1) / (m2 - m1)
             ends = tuple(a + scale * (c - a) for a, c in zip(first, second, strict=True))
-            method, simulated, counts = "extrapolated", 2 * p * v * (m1 + m2), (m1, m2)
+            method, simulated, counts = "extrapolated", kinds * p * v * (m1 + m2), (m1, m2)
+        elif closed_ends is None:
+            ends, method, simulated = _ends(build, p, m, v, times, hop), "simulated", ops
+            counts = (m,)
         else:
+            whole = b if w is None else [x + y for x, y in zip(b, w, strict=True)]
             ends, method, simulated, counts = (
-                closed_form_ends(p, m, v, f, b, hop),
+                closed_ends(p, m, v, f, whole, hop),
                 "closed-form",
                 0,
                 (),

@@ -16,11 +16,16 @@ def check_sizes(p: int, m: int, v: int) -> None:
 
 
 def num_warmup(p: int, m: int, v: int, rank: int) -> int:
-    """Forward passes stage ``rank`` runs before its first backward (reference rule P9).
+    """Forward passes stage ``rank`` runs before its first backward, in 1F1B and interleaved 1F1B.
 
-    1F1B: ``min(p − r − 1, m)``. Interleaved: ``min(2(p − r − 1) + (v − 1)·p, m·v)`` virtual
-    micro-batches: the ``(v−1)·p`` term fills every chunk but the last for one group of
-    ``p`` micro-batches, the ``2(p − r − 1)`` term covers the round trip to the last stage.
+    1F1B: ``min(p − r − 1, m)`` (Megatron-LM `megatron/core/pipeline_parallel/schedules.py`,
+    forward_backward_pipelining_without_interleaving: num_warmup_microbatches = pipeline size −
+    rank − 1, capped at num_microbatches; Narayanan et al. 2021 §2.2). Interleaved:
+    ``min(2(p − r − 1) + (v − 1)·p, m·v)`` virtual micro-batches
+    (forward_backward_pipelining_with_interleaving: (p − r − 1)·2 + (num_model_chunks − 1)·
+    microbatch_group_size_per_vp_stage, the group size p by default; §2.2.1): the ``(v−1)·p``
+    term fills every chunk but the last for one group of ``p`` micro-batches, the
+    ``2(p − r − 1)`` term covers the round trip to the last stage.
     The one definition of the warm-up count (memory's in-flight counts use it too); it does not
     check the interleaved schedule's preconditions, :func:`build_schedule` does.
     """
@@ -30,3 +35,13 @@ def num_warmup(p: int, m: int, v: int, rank: int) -> int:
     if v == 1:
         return min(p - rank - 1, m)
     return min(2 * (p - rank - 1) + (v - 1) * p, m * v)
+
+
+def gpipe_warmup(p: int, m: int, v: int, rank: int) -> int:
+    """GPipe's forwards before its first backward: all m·v of them, on every stage (Huang et al.
+    2019 §2.2; PyTorch torch.distributed.pipelining ScheduleGPipe runs every micro-batch's
+    forward, then every backward)."""
+    check_sizes(p, m, v)
+    if not 0 <= rank < p:
+        raise ValueError(f"stage rank must be in 0..{p - 1}, got {rank}")
+    return m * v

@@ -69,13 +69,24 @@ def _candidates(W: int, p: int, v: int, m: int) -> set[int]:
     return {point for point in points if 0 <= point < steps}
 
 
+def gpipe_in_flight(p: int, v: int, m: int, r: int, weights: tuple[int, ...]) -> tuple[int, ...]:
+    """GPipe holds every micro-batch of every chunk when its forwards end: m of each, on every
+    stage (Huang et al. 2019 §2.2: activation memory O(m) per stage without re-materialisation).
+    No pipeline: 1, as for 1F1B (with one stage no framework runs a pipeline schedule; the
+    micro-batches are plain gradient accumulation)."""
+    if len(weights) != v:
+        raise ValueError("one weight per chunk")
+    return tuple(1 if p == 1 else m for _ in range(v))
+
+
 def in_flight(p: int, v: int, m: int, r: int, weights: tuple[int, ...]) -> tuple[int, ...]:
     """Micro-batches of each of rank r's v chunks held at its activation peak.
 
     The peak is the moment, after a forward and before the next backward, when Σ weights[c] ×
     held[c] is largest (weights: bytes one micro-batch of chunk c keeps). 1F1B: p − r held,
     capped at m (Korthikanti §4.2; Narayanan et al. 2021). Interleaved: warm-up + 1 chunk-micro-
-    batches (megatron-torchtitan.md §1.5 P9), in Megatron's chunk order. No pipeline: 1.
+    batches (Megatron-LM schedules.py, forward_backward_pipelining_with_interleaving's
+    num_warmup_microbatches), in Megatron's chunk order. No pipeline: 1.
     """
     if len(weights) != v:
         raise ValueError("one weight per chunk")

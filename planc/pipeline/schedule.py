@@ -1,6 +1,10 @@
-"""Pipeline-parallel schedules as data: per stage, the ordered forward/backward ops of one step.
+"""Pipeline-parallel schedules as data: per stage, the ordered ops of one step.
 
-Two schedules, both "flush" schedules (every optimizer step drains the pipeline):
+An op is a forward (``F``), a backward (``B``) or a weight-gradient backward (``W``) of one
+micro-batch on one model chunk. A schedule that splits the backward (the zero-bubble family,
+Qi et al. 2024) runs ``B`` as the input-gradient part and ``W`` as the weight-gradient part;
+the two schedules built here keep the fused backward: their ``B`` is the whole backward and
+they emit no ``W``. Both are "flush" schedules (every optimizer step drains the pipeline):
 
 * 1F1B (PipeDream-Flush; Narayanan et al. 2021 §2.2; Megatron
   ``forward_backward_pipelining_without_interleaving``): stage ``r`` runs
@@ -17,7 +21,9 @@ Communication is explicit: an op that needs a tensor from another virtual stage 
 the identity of one point-to-point message, so a send and its receive carry *equal* links;
 :func:`validate_schedule` checks that they pair up one to one.
 
-Pure and stdlib-only so that the plan compiler can import it cheaply.
+Schedules are chosen by name in :mod:`planc.pipeline.registry`; :func:`build_schedule` is the
+default schedule for ``v`` (:meth:`planc.vocab.ScheduleKind.default`). Pure and stdlib-only so
+that the plan compiler can import it cheaply.
 """
 
 from __future__ import annotations
@@ -29,8 +35,11 @@ from typing import Literal, NamedTuple, TypeAlias
 from planc.pipeline.counts import check_sizes as _check_sizes
 from planc.pipeline.counts import num_warmup
 from planc.record import record
+from planc.vocab import ScheduleKind
 
-Kind: TypeAlias = Literal["F", "B"]
+#: F forward, B backward (input gradient, or the whole backward when the schedule emits no W),
+#: W weight-gradient backward.
+Kind: TypeAlias = Literal["F", "B", "W"]
 Phase: TypeAlias = Literal["warmup", "steady", "cooldown"]
 Direction: TypeAlias = Literal["fwd", "bwd"]
 
@@ -58,11 +67,13 @@ class Link(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Op:
-    """Forward (``"F"``) or backward (``"B"``) compute of one micro-batch on one model chunk.
+    """Forward (``"F"``), backward (``"B"``) or weight-gradient (``"W"``) compute of one
+    micro-batch on one model chunk.
 
     ``recv`` is the message this op waits for before it can start (``None`` for the very
     first virtual stage's forward and the very last virtual stage's backward, whose inputs
-    are local); ``send`` is the message it emits when it ends (``None`` at the other end).
+    are local); ``send`` is the message it emits when it ends (``None`` at the other end). A
+    ``W`` op has neither: it needs only its own ``B`` on the same stage.
     """
 
     kind: Kind
@@ -80,12 +91,16 @@ class Op:
 
 @record
 class Schedule:
-    """The ops each of the ``p`` stages runs, in order, for ``m`` micro-batches and ``v`` chunks."""
+    """The ops each of the ``p`` stages runs, in order, for ``m`` micro-batches and ``v`` chunks.
+
+    ``kind`` names the schedule the ops were built from (``None`` for a hand-made op list).
+    """
 
     p: int
     m: int
     v: int
     stages: tuple[tuple[Op, ...], ...]
+    kind: ScheduleKind | None = None
 
     def __post_init__(self) -> None:
         _check_sizes(self.p, self.m, self.v)
@@ -98,21 +113,31 @@ class Schedule:
     def interleaved(self) -> bool:
         return self.v > 1
 
+    @property
+    def splits_backward(self) -> bool:
+        """Whether the backward runs as two ops, B (input gradient) and W (weight gradient)."""
+        return any(op.kind == "W" for ops in self.stages for op in ops)
+
 
 # --------------------------------------------------------------------------- sizes
 
 
 def _check_interleaved(p: int, m: int, v: int) -> None:
-    """Megatron's preconditions for the interleaved schedule (reference rules P4, P7)."""
+    """Megatron-LM's preconditions for the interleaved schedule: more than two stages
+    (`megatron/training/arguments.py` validate_args: "pipeline-model-parallel size should be
+    greater than 2 with interleaved schedule") and whole groups of p micro-batches
+    (`megatron/core/pipeline_parallel/schedules.py`,
+    forward_backward_pipelining_with_interleaving: microbatch_group_size_per_vp_stage, default
+    p)."""
     if p <= 2:
         # With p == 2 the send-to-next and send-to-previous peers are the same rank, and
-        # Megatron's batched p2p cannot tell the two messages apart (rule P4).
+        # Megatron's batched p2p cannot tell the two messages apart.
         raise ValueError(
             f"the interleaved schedule (v={v}) needs more than 2 pipeline stages, got p={p}"
         )
     if m % p != 0:
         # Megatron forms micro-batch groups of size p per virtual stage; a short last group
-        # leaves dependency bubbles and Megatron rejects it (rule P7, default group size p).
+        # leaves dependency bubbles and Megatron rejects it (default group size p).
         raise ValueError(
             f"the interleaved schedule needs the micro-batch count to be a multiple of the "
             f"pipeline size: m={m} is not a multiple of p={p}"
@@ -123,16 +148,52 @@ def _check_interleaved(p: int, m: int, v: int) -> None:
 
 
 def build_schedule(p: int, m: int, v: int = 1) -> Schedule:
-    """The Megatron 1F1B (``v == 1``) or interleaved 1F1B (``v > 1``) schedule.
+    """The default schedule for ``v`` (:meth:`ScheduleKind.default`): Megatron's 1F1B
+    (``v == 1``) or interleaved 1F1B (``v > 1``). By name: :func:`planc.pipeline.registry.build`.
 
     Raises ``ValueError`` for non-positive sizes and, when ``v > 1``, for ``p <= 2`` or
     ``m % p != 0`` (Megatron's own preconditions).
     """
     _check_sizes(p, m, v)
-    if v > 1:
-        _check_interleaved(p, m, v)
-    stages = tuple(_stage_ops(p, m, v, rank) for rank in range(p))
-    return Schedule(p=p, m=m, v=v, stages=stages)
+    return one_f_one_b(p, m, v) if v == 1 else interleaved_1f1b(p, m, v)
+
+
+def one_f_one_b(p: int, m: int, v: int = 1) -> Schedule:
+    """1F1B (PipeDream-Flush; Narayanan et al. 2021 §2.2; Megatron-LM
+    `megatron/core/pipeline_parallel/schedules.py` forward_backward_pipelining_without_interleaving):
+    ``min(p − r − 1, m)`` warm-up forwards, (forward, backward) pairs, the remaining backwards.
+    One model chunk per stage: ``v`` must be 1."""
+    _check_sizes(p, m, v)
+    if v != 1:
+        raise ValueError(f"the 1F1B schedule runs one model chunk per stage, got v={v}")
+    return _flush(p, m, v, ScheduleKind.ONE_F_ONE_B)
+
+
+def interleaved_1f1b(p: int, m: int, v: int) -> Schedule:
+    """Interleaved 1F1B (Narayanan et al. 2021 §2.2.1; Megatron-LM
+    forward_backward_pipelining_with_interleaving) over ``v > 1`` model chunks per stage."""
+    _check_sizes(p, m, v)
+    if v == 1:
+        raise ValueError("the interleaved schedule needs v > 1 model chunks per stage, got v=1")
+    _check_interleaved(p, m, v)
+    return _flush(p, m, v, ScheduleKind.INTERLEAVED_1F1B)
+
+
+def gpipe(p: int, m: int, v: int = 1) -> Schedule:
+    """GPipe (Huang et al. 2019; PyTorch torch.distributed.pipelining ScheduleGPipe): every
+    stage runs all m forwards, then all m backwards in micro-batch order: the flush pattern with
+    a warm-up of m. One model chunk per stage: ``v`` must be 1."""
+    _check_sizes(p, m, v)
+    if v != 1:
+        raise ValueError(f"the GPipe schedule runs one model chunk per stage, got v={v}")
+    stages = tuple(_stage_ops(p, m, v, rank, m * v) for rank in range(p))
+    return Schedule(p=p, m=m, v=v, stages=stages, kind=ScheduleKind.GPIPE)
+
+
+def _flush(p: int, m: int, v: int, kind: ScheduleKind) -> Schedule:
+    """Warm-up, steady and cool-down of every stage, Megatron's warm-up count."""
+    stages = tuple(_stage_ops(p, m, v, rank, num_warmup(p, m, v, rank)) for rank in range(p))
+    return Schedule(p=p, m=m, v=v, stages=stages, kind=kind)
 
 
 def _virtual_microbatch(p: int, v: int, k: int, forward: bool) -> tuple[int, int]:
@@ -148,10 +209,9 @@ def _virtual_microbatch(p: int, v: int, k: int, forward: bool) -> tuple[int, int
     return chunk, microbatch
 
 
-def _stage_ops(p: int, m: int, v: int, rank: int) -> tuple[Op, ...]:
-    """Warm-up forwards, steady (forward, backward) pairs, cool-down backwards for one stage."""
+def _stage_ops(p: int, m: int, v: int, rank: int, warmup: int) -> tuple[Op, ...]:
+    """``warmup`` forwards, steady (forward, backward) pairs, cool-down backwards for one stage."""
     total = m * v
-    warmup = num_warmup(p, m, v, rank)
     steady = total - warmup
     ops: list[Op] = [_make_op(p, v, rank, "F", k, "warmup") for k in range(warmup)]
     for k in range(steady):
@@ -172,9 +232,13 @@ def _make_op(p: int, v: int, rank: int, kind: Kind, k: int, phase: Phase) -> Op:
 def _links(
     p: int, v: int, rank: int, chunk: int, microbatch: int, kind: Kind
 ) -> tuple[Link | None, Link | None]:
-    """(recv, send) links of one op; virtual stage index is ``chunk·p + rank`` (rule P8)."""
+    """(recv, send) links of one op; virtual stage index is ``chunk·p + rank`` (Megatron's
+    interleaved assignment: chunk j of stage r holds the layers of virtual stage j·p + r). A
+    weight-gradient op has none."""
     here = chunk * p + rank
     first, last = here == 0, here == p * v - 1
+    if kind == "W":
+        return None, None
     if kind == "F":
         recv = None if first else _link("fwd", microbatch, p, here - 1, here)
         send = None if last else _link("fwd", microbatch, p, here, here + 1)
@@ -203,16 +267,27 @@ def in_flight(schedule: Schedule, rank: int) -> int:
     """Peak number of forward activations stage ``rank`` holds at once.
 
     Counted from the op list: a forward adds one (micro-batch, chunk) activation set, its
-    backward frees it. For 1F1B this is ``min(p − r, m)``; interleaved, Megatron's warm-up
-    + 1 capped at ``m·v`` (each unit then being one chunk's ``L/(p·v)`` layers).
+    last backward op frees it (``W`` when the schedule splits the backward, which still needs
+    the layer inputs, else ``B``). For 1F1B this is ``min(p − r, m)``; interleaved, Megatron's
+    warm-up + 1 capped at ``m·v`` (each unit then being one chunk's ``L/(p·v)`` layers).
     """
     if not 0 <= rank < schedule.p:
         raise ValueError(f"stage rank must be in 0..{schedule.p - 1}, got {rank}")
+    frees = _freeing_kind(schedule)
     held = peak = 0
     for op in schedule.stages[rank]:
-        held += 1 if op.kind == "F" else -1
+        held += _held_change(op, frees)
         peak = max(peak, held)
     return peak
+
+
+def _freeing_kind(schedule: Schedule) -> Kind:
+    """The op that releases a micro-batch's activations: its W, or its B without W ops."""
+    return "W" if schedule.splits_backward else "B"
+
+
+def _held_change(op: Op, frees: Kind) -> int:
+    return 1 if op.kind == "F" else -1 if op.kind == frees else 0
 
 
 def held_at_peak(
@@ -229,10 +304,11 @@ def held_at_peak(
     weight = (1,) * schedule.v if weights is None else weights
     if len(weight) != schedule.v:
         raise ValueError(f"need one weight per chunk (v={schedule.v}), got {len(weight)}")
+    frees = _freeing_kind(schedule)
     held = [0] * schedule.v
     best, best_total = tuple(held), 0
     for op in schedule.stages[rank]:
-        held[op.chunk] += 1 if op.kind == "F" else -1
+        held[op.chunk] += _held_change(op, frees)
         total = sum(w * h for w, h in zip(weight, held, strict=True))
         if total > best_total:
             best, best_total = tuple(held), total
@@ -253,14 +329,16 @@ def producer_key(link: Link) -> OpKey:
 def validate_schedule(schedule: Schedule) -> tuple[Link, ...]:
     """Check that ``schedule`` is complete and its messages pair up; return the links.
 
-    Every stage must run each (kind, micro-batch, chunk) exactly once; every op's links
-    must be the ones its virtual stage implies; and each sent link must be received exactly
-    once, by an op on the link's destination stage. Raises ``ValueError`` naming the first
-    problem. Ordering (deadlock) is not checked here: see :func:`planc.pipeline.simulate`.
+    Every stage must run each (kind, micro-batch, chunk) exactly once (F and B, and W when
+    the schedule emits any W); every op's links must be the ones its virtual stage implies;
+    and each sent link must be received exactly once, by an op on the link's destination
+    stage. Raises ``ValueError`` naming the first problem. Ordering (deadlock) is not checked
+    here: see :func:`planc.pipeline.simulate`.
     """
+    kinds = ("F", "B", "W") if schedule.splits_backward else ("F", "B")
     expected: Counter[tuple[str, int, int]] = Counter(
         (kind, mb, chunk)
-        for kind in ("F", "B")
+        for kind in kinds
         for mb in range(schedule.m)
         for chunk in range(schedule.v)
     )

@@ -7,7 +7,9 @@ its stage is free and its inputs are there:
   which arrives ``t_p2p`` after that op ends; the first virtual stage reads local data;
 * a backward needs its own forward (the saved activations) and the backward output of the
   next virtual stage, again ``t_p2p`` after it ends; the last virtual stage starts from
-  its loss.
+  its loss;
+* a weight-gradient op (``W``, in schedules that split the backward) needs its own
+  backward-input op (``B``) on the same stage, and sends nothing.
 
 Sends are asynchronous with unbounded buffering: a sender never waits for its receiver.
 Arithmetic is exact (:class:`fractions.Fraction`; floats convert exactly), so the bubble
@@ -146,11 +148,19 @@ class _Ticks:
     denominators keeps the arithmetic exact and much faster than adding Fractions.
     """
 
-    def __init__(self, t_f: tuple[Fraction, ...], t_b: tuple[Fraction, ...], hop: Fraction):
-        self.unit = math.lcm(*(t.denominator for t in (*t_f, *t_b, hop)))
+    def __init__(
+        self,
+        t_f: tuple[Fraction, ...],
+        t_b: tuple[Fraction, ...],
+        hop: Fraction,
+        t_w: tuple[Fraction, ...] = (),
+    ):
+        self.unit = math.lcm(*(t.denominator for t in (*t_f, *t_b, *t_w, hop)))
         self.t_f = tuple(self.count(t) for t in t_f)
         self.t_b = tuple(self.count(t) for t in t_b)
+        self.t_w = tuple(self.count(t) for t in t_w)
         self.hop = self.count(hop)
+        self.by_kind = {"F": self.t_f, "B": self.t_b, "W": self.t_w}
 
     def count(self, time: Fraction) -> int:
         return time.numerator * (self.unit // time.denominator)
@@ -178,6 +188,9 @@ class _Run:
         if op.kind == "B":
             # Backward consumes the activations its own forward saved.
             deps.append((("F", op.microbatch, stage, op.chunk), 0))
+        elif op.kind == "W":
+            # The weight gradient needs the output gradient its backward-input op received.
+            deps.append((("B", op.microbatch, stage, op.chunk), 0))
         if op.recv is not None:
             deps.append((producer_key(op.recv), self.ticks.hop))
         return deps
@@ -201,7 +214,7 @@ class _Run:
 
     def finish(self, stage: int, op: Op, start: int) -> list[int]:
         vstage = op.chunk * self.schedule.p + stage
-        end = start + (self.ticks.t_f if op.kind == "F" else self.ticks.t_b)[vstage]
+        end = start + self.ticks.by_kind[op.kind][vstage]
         key = op_key(stage, op)
         self.ended[key] = end
         self.spans[stage].append((op, start, end))
@@ -223,26 +236,34 @@ def simulate(
     t_f: Times,
     t_b: Times | None = None,
     t_p2p: Number = 0,
+    t_w: Times | None = None,
 ) -> Timeline:
     """Run ``schedule`` with per-chunk forward/backward times and a per-message p2p time.
 
     ``t_f``/``t_b`` are the compute times of one micro-batch on one chunk (scalar, per stage,
-    or per virtual stage); ``t_b`` defaults to ``2·t_f``. Raises ``ValueError`` if the
+    or per virtual stage); ``t_b`` defaults to ``2·t_f``. ``t_w`` is the weight-gradient op's
+    time, read only when the schedule emits W ops (then ``t_b`` is the input-gradient part);
+    it defaults to ``t_f`` (the zero-bubble paper's F = B = W). Raises ``ValueError`` if the
     schedule's messages do not pair up and :class:`DeadlockError` if its order deadlocks.
     """
     links = validate_schedule(schedule)
-    return _timeline(_ran(schedule, t_f, t_b, t_p2p), links)
+    return _timeline(_ran(schedule, t_f, t_b, t_p2p, t_w), links)
 
 
-def _ran(schedule: Schedule, t_f: Times, t_b: Times | None, t_p2p: Number) -> _Run:
+def _ran(
+    schedule: Schedule, t_f: Times, t_b: Times | None, t_p2p: Number, t_w: Times | None = None
+) -> _Run:
     """The event loop run to the end on exact times (ticks); raises on bad times or deadlock."""
     p, v = schedule.p, schedule.v
     fwd = _per_vstage(t_f, "t_f", p, v)
     bwd = tuple(2 * t for t in fwd) if t_b is None else _per_vstage(t_b, "t_b", p, v)
+    wgt: tuple[Fraction, ...] = ()
+    if schedule.splits_backward:
+        wgt = fwd if t_w is None else _per_vstage(t_w, "t_w", p, v)
     hop = _exact(t_p2p, "t_p2p")
     if hop < 0:
         raise ValueError(f"t_p2p must be non-negative, got {float(hop)}")
-    run = _Run(schedule, _Ticks(fwd, bwd, hop))
+    run = _Run(schedule, _Ticks(fwd, bwd, hop, wgt))
     _event_loop(run)
     return run
 
@@ -252,14 +273,15 @@ def stage_ends(
     t_f: Times,
     t_b: Times | None = None,
     t_p2p: Number = 0,
+    t_w: Times | None = None,
 ) -> tuple[Fraction, ...]:
     """When each stage finishes its last op: `simulate`'s answer without the timeline.
 
     The same event loop and exact arithmetic, but no span, message or pairing report is built,
     so a step estimate pays only for the run itself. The schedule is not re-validated: give it
-    one `build_schedule` made (`simulate` checks any schedule); a deadlock still raises.
+    one a registered builder made (`simulate` checks any schedule); a deadlock still raises.
     """
-    run = _ran(schedule, t_f, t_b, t_p2p)
+    run = _ran(schedule, t_f, t_b, t_p2p, t_w)
     return tuple(run.ticks.time(spans[-1][2]) if spans else Fraction(0) for spans in run.spans)
 
 
@@ -307,8 +329,8 @@ def _messages(run: _Run, links: tuple[Link, ...]) -> tuple[Message, ...]:
 def render(timeline: Timeline, width: int = 100) -> str:
     """ASCII picture: one row per stage, time left to right, ``.`` = idle.
 
-    ``F``/``B`` mark forward/backward on even chunks, ``f``/``b`` on odd chunks, so the
-    interleaved schedule's alternation between chunks is visible.
+    ``F``/``B``/``W`` mark forward/backward/weight-gradient ops on even chunks, ``f``/``b``/``w``
+    on odd chunks, so the interleaved schedule's alternation between chunks is visible.
     """
     if width < 1:
         raise ValueError(f"render width must be positive, got {width}")

@@ -14,12 +14,12 @@ from fractions import Fraction
 from math import floor, log10
 
 from planc.analysis import Analysis
-from planc.pipeline.schedule import build_schedule
+from planc.pipeline.registry import build, definition
 from planc.pipeline.timeline import Span, Timeline, simulate
 from planc.record import record
 from planc.report import fmt
 from planc.report.svg import group, label_every, line, rect, svg, text
-from planc.vocab import GroupKind
+from planc.vocab import GroupKind, ScheduleKind
 
 WIDTH = 960
 LEFT, RIGHT, TOP, BOTTOM = 70, 16, 10, 64
@@ -44,13 +44,17 @@ class Gantt:
     hop_s: float
 
 
-def drawn_microbatches(p: int, m: int, v: int) -> int:
-    """m' ≤ m: GROUPS_DRAWN groups of p (at least 8), at most MAX_DRAWN_OPS ops; with v > 1 a
-    multiple of p, as the interleaved schedule needs."""
-    if v == 1:
-        return max(1, min(m, max(GROUPS_DRAWN * p, 8), MAX_DRAWN_OPS // (2 * p)))
-    groups = max(1, min(m // p, GROUPS_DRAWN, MAX_DRAWN_OPS // (2 * p * p * v)))
-    return p * groups
+def drawn_microbatches(p: int, m: int, v: int, kind: ScheduleKind | None = None) -> int:
+    """m' ≤ m: GROUPS_DRAWN groups of p (at least 8), at most MAX_DRAWN_OPS ops; a multiple of
+    the schedule's micro-batch step (p for interleaved 1F1B) where it has one. `kind`: the
+    schedule (default: the one for v)."""
+    entry = definition(kind or ScheduleKind.default(v))
+    ops = 3 if entry.splits_backward else 2  # ops per micro-batch per chunk
+    step = entry.microbatch_step(p)
+    if step == 1:
+        return max(1, min(m, max(GROUPS_DRAWN * p, 8), MAX_DRAWN_OPS // (ops * p * v)))
+    groups = max(1, min(m // step, GROUPS_DRAWN, MAX_DRAWN_OPS // (ops * p * step * v)))
+    return step * groups
 
 
 def recompute_share(analysis: Analysis, stage: int) -> float:
@@ -69,11 +73,16 @@ def pipeline_hop_s(analysis: Analysis) -> float:
 def simulate_drawn(analysis: Analysis) -> Gantt:
     plan = analysis.plan
     lay = plan.layout
-    shown = drawn_microbatches(lay.p, plan.m, lay.v)
+    shown = drawn_microbatches(lay.p, plan.m, lay.v, lay.schedule)
     t_f = [t.forward_s / lay.v for t in analysis.times]
     t_b = [t.backward_s / lay.v for t in analysis.times]
     hop = pipeline_hop_s(analysis)
-    timeline = simulate(build_schedule(lay.p, shown, lay.v), t_f, t_b, hop)
+    schedule = build(lay.schedule, lay.p, shown, lay.v)
+    if schedule.splits_backward:  # B and W: half the backward each (the zero-bubble B = W)
+        t_b = [t / 2 for t in t_b]
+        timeline = simulate(schedule, t_f, t_b, hop, t_b)
+    else:
+        timeline = simulate(schedule, t_f, t_b, hop)
     shares = tuple(recompute_share(analysis, r) for r in range(lay.p))
     return Gantt(lay.p, plan.m, lay.v, shown, timeline, shares, hop)
 
@@ -85,8 +94,11 @@ def nice_step(total: float, ticks: int = 8) -> float:
     return next(k * base for k in (1, 2, 5, 10) if k * base >= raw)
 
 
+_OP_WORDS = {"F": "forward", "B": "backward", "W": "weight-gradient backward"}
+
+
 def _describe(span: Span, stage: int, v: int) -> str:
-    kind = "forward" if span.op.kind == "F" else "backward"
+    kind = _OP_WORDS[span.op.kind]
     chunk = f", chunk {span.op.chunk}" if v > 1 else ""
     start, end = float(span.start), float(span.end)
     return f"stage {stage}: {kind} of micro-batch {span.op.microbatch}{chunk}, {fmt.seconds(start)} – {fmt.seconds(end)}"

@@ -13,6 +13,7 @@ from planc import __version__
 from planc.analysis import Analysis, StepEstimate
 from planc.findings import FileResult, Finding, Severity
 from planc.outputs.explain import Explanation, to_json
+from planc.pipeline.registry import definition
 from planc.plannable import Plannable
 from planc.report import fmt
 from planc.report.assets import CSS, JS
@@ -132,13 +133,18 @@ def pipeline_section(plan: Plannable, gantt: Gantt, step: StepEstimate) -> str:
         if gantt.shown == gantt.m
         else f"the first <strong>{gantt.shown} of {gantt.m:,}</strong> micro-batches (m′ = {gantt.shown}; a longer step repeats the steady state in the middle)"
     )
-    schedule = "interleaved 1F1B" if lay.v > 1 else "1F1B"
+    entry = definition(lay.schedule)
+    closed = (
+        f"Bubble, closed form {entry.bubble_formula} = "
+        if entry.bubble_formula is not None
+        else "Bubble with equal stages (simulated) = "
+    )
     if lay.p == 1:
         intro = "<p>One pipeline stage: no pipeline, so no bubble. The row shows the micro-batches running back to back.</p>"
     else:
         intro = (
-            f"<p>{schedule} over p = {lay.p} stages, v = {lay.v}, m = {plan.m:,} micro-batches. "
-            f"Bubble, closed form (p − 1)/(v·m + p − 1) = <strong>{fmt.percent(step.bubble_fraction)}</strong>; "
+            f"<p>{entry.title} over p = {lay.p} stages, v = {lay.v}, m = {plan.m:,} micro-batches. "
+            f"{closed}<strong>{fmt.percent(step.bubble_fraction)}</strong>; "
             f"simulated over the whole step with each stage's own times and the p2p time "
             f"({esc(pipe.method)}): <strong>{fmt.percent(pipe.bubble_fraction)}</strong>.</p>"
         )

@@ -39,6 +39,7 @@ _ALL: tuple[Rule, ...] = (
     experts.capacity_factor_at_least_one,
     experts.expert_order_accepted,
     experts.moe_tensor_parallel_needs_sequence_parallel,
+    layout.schedule_on_framework,
     inputs.unreadable,
     inputs.not_text,
     inputs.too_large,

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 
-from planc.pipeline.bubble import bubble_fraction, microbatches_for
+from planc.pipeline.registry import bubble_fraction, definition, microbatches_for, unmet
 from planc.rules.base import Context, Option, Violation, rule
 
 MAX_BUBBLE = Option(
@@ -52,7 +51,10 @@ def pipeline_bubble(ctx: Context) -> Iterator[Violation]:
     if lay.p == 1 or m is None or lay.d is None:
         return
     limit = ctx.option(MAX_BUBBLE)
-    bubble = bubble_fraction(lay.p, m, lay.v)
+    kind = lay.schedule
+    if definition(kind).bubble is None and unmet(kind, lay.p, m, lay.v) is not None:
+        return  # no closed form, and PLC010 refuses the layout the simulation would need
+    bubble = bubble_fraction(kind, lay.p, m, lay.v)
     if bubble <= limit:
         return
     if limit == 0:
@@ -64,13 +66,16 @@ def pipeline_bubble(ctx: Context) -> Iterator[Violation]:
             ("rules.max_bubble",),
         )
         return
-    need = microbatches_for(lay.p, lay.v, limit)
-    if lay.v > 1:
-        need = math.ceil(need / lay.p) * lay.p
+    need = microbatches_for(kind, lay.p, lay.v, limit)
     batch = need * job.training.b * lay.d
+    entry = definition(kind)
+    if entry.bubble_formula is not None and entry.bubble_numbers is not None:
+        shown = f"{entry.bubble_formula} = {entry.bubble_numbers(lay.p, m, lay.v)}"
+    else:
+        shown = f"of the {entry.title} schedule (simulated)"
     yield Violation(
         "training.global_batch",
-        f"pipeline bubble (p − 1)/(v·m + p − 1) = ({lay.p} − 1)/({lay.v}·{m} + {lay.p} − 1) = "
+        f"pipeline bubble {shown} = "
         f"{bubble:.1%} is above max_bubble {limit:.0%} (m = {m} micro-batches, p = {lay.p} stages)",
         f"use at least m = {need} micro-batches: global_batch ≥ {batch} at micro_batch "
         f"{job.training.b} and data {lay.d}, or fewer pipeline stages",

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from planc.comm.schedule import within_domain
 from planc.findings import Severity
+from planc.pipeline.registry import definition
 from planc.plannable import MAX_RANKS, Plannable
 from planc.rules.base import Context, Needs, Violation, rule
 from planc.spec.job import HOST_NAME, Job
@@ -152,6 +153,10 @@ def interleaved_schedule(ctx: Context) -> Iterator[Violation]:
     cannot be told apart; Megatron's interleaved schedule also runs micro-batches in groups of
     `pipeline`, so m must be a multiple of it (Megatron `schedules.py`).
 
+    A schedule named in `parallelism.pipeline_schedule` must fit the layout the same way: 1f1b
+    runs one model chunk per stage (virtual_stages: 1), interleaved-1f1b more than one. Without
+    the field, virtual_stages picks the schedule (1f1b at 1, interleaved-1f1b above).
+
     Base: llama3-70b-8x8.yaml
 
     Passes:
@@ -162,6 +167,50 @@ def interleaved_schedule(ctx: Context) -> Iterator[Violation]:
         training: {global_batch: 68}
     """
     yield from ctx.refused("PLC010")
+
+
+_FRAMEWORK_WORDS = {"megatron": "Megatron-LM", "deepspeed": "DeepSpeed", "fsdp2": "torchtitan"}
+
+
+@rule("PLC030")
+def schedule_on_framework(ctx: Context) -> Iterator[Violation]:
+    """Pipeline schedule: training.framework runs the schedule parallelism.pipeline_schedule names.
+
+    Megatron-LM runs 1f1b and interleaved-1f1b (`megatron/core/pipeline_parallel/schedules.py`
+    get_forward_backward_func) and has no GPipe; torchtitan (framework: fsdp2) runs PyTorch's
+    schedules by name (pipeline_parallel_schedule: 1F1B, Interleaved1F1B, GPipe); DeepSpeed's
+    PipelineEngine runs its TrainSchedule, a 1F1B. A plan for a schedule the framework lacks
+    would be run with another schedule, whose memory and bubble are not the plan's. Only a
+    schedule the spec names is checked (without one, virtual_stages picks 1f1b or
+    interleaved-1f1b), and only with pipeline > 1 (one stage runs no pipeline schedule).
+
+    Base: llama3-70b-8x8.yaml
+
+    Passes:
+        parallelism: {pipeline_schedule: 1f1b}
+        training: {global_batch: 8}
+        rules: {max_bubble: 0.5}
+
+    Fails:
+        parallelism: {pipeline_schedule: gpipe}
+        training: {global_batch: 8}
+        rules: {max_bubble: 0.5}
+    """
+    lay, framework = ctx.job.layout, ctx.job.training.framework
+    named = lay.named_schedule
+    if named is None or lay.p == 1 or framework in definition(named).runs_on:
+        return
+    entry = definition(named)
+    able = sorted(_FRAMEWORK_WORDS.get(name, name) for name in entry.runs_on)
+    choices = [f"framework: {name}" for name in sorted(entry.runs_on)]
+    yield Violation(
+        "parallelism.pipeline_schedule",
+        f"pipeline_schedule = {named.value}, but {_FRAMEWORK_WORDS.get(framework, framework)} "
+        f"(training.framework: {framework}) has no {entry.title} schedule; "
+        f"{', '.join(able) or 'no framework planc emits'} runs it",
+        f"set training.{' or '.join(choices)}, or another pipeline_schedule",
+        ("training.framework",),
+    )
 
 
 @rule("PLC011", Severity.WARNING)

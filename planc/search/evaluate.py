@@ -21,7 +21,7 @@ from planc.analysis import Analysis, analyse, estimate_step
 from planc.check import context_of, evaluate, severity_of
 from planc.findings import Severity
 from planc.perf.inputs import after_step_s
-from planc.pipeline.bubble import bubble_fraction
+from planc.pipeline.registry import bubble_fraction
 from planc.plannable import plannable
 from planc.record import record
 from planc.rules import REGISTRY, Rule
@@ -74,7 +74,7 @@ class Verdict:
     stage_layers: tuple[int, ...] = ()  # the candidate's uneven split; () for an even one
     peak_memory_bytes: int = 0  # the heaviest rank's bytes (planc memory's peak)
     memory_headroom: float = 0.0  # fraction of HBM the heaviest rank leaves free
-    bubble_fraction: float = 0.0  # (p − 1)/(v·m + p − 1), the quantity PLC006 bounds
+    bubble_fraction: float = 0.0  # the schedule's bubble, the quantity PLC006 bounds
     step_bound_s: float = 0.0  # m × the busiest stage's compute per micro-batch: ≤ the step
 
     @property
@@ -222,7 +222,7 @@ def judge(judge: Judge, index: int) -> Verdict:
         stage_layers=job.layout.stage_layers,
         peak_memory_bytes=peak,
         memory_headroom=1 - peak / job.cluster.gpu.memory_bytes,
-        bubble_fraction=bubble_fraction(lay.p, plan.m, lay.v),
+        bubble_fraction=bubble_fraction(lay.schedule, lay.p, plan.m, lay.v),
         step_bound_s=step_lower_bound(analysis),
     )
 

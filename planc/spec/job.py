@@ -26,6 +26,7 @@ from planc.vocab import (
     Position,
     Precision,
     Recompute,
+    ScheduleKind,
 )
 
 GIB = 2**30
@@ -220,6 +221,14 @@ class Layout:
     # The order as written, ep included when the spec names it (`order` is the dense order,
     # without ep: Megatron-Core's dense RankGenerator runs with ep = 1).
     expert_order: tuple[str, ...] = ()
+    # parallelism.pipeline_schedule as written; None: the default for v (`schedule`).
+    named_schedule: ScheduleKind | None = None
+
+    @property
+    def schedule(self) -> ScheduleKind:
+        """The pipeline schedule: the one the spec names, else the default for v (1F1B with
+        one chunk per stage, interleaved 1F1B with more)."""
+        return self.named_schedule or ScheduleKind.default(self.v)
 
     @property
     def et(self) -> int:
@@ -599,7 +608,12 @@ def _layout(spec: Data, world: int) -> Layout:
         ep=par.get("expert", 1),
         etp=par.get("expert_tensor"),
         expert_order=tuple(par["order"].split("-")),
+        named_schedule=_schedule(par.get("pipeline_schedule")),
     )
+
+
+def _schedule(name: str | None) -> ScheduleKind | None:
+    return None if name is None else ScheduleKind(name)
 
 
 def _training(spec: Data) -> Training:

@@ -34,6 +34,7 @@ from planc.vocab import (
     Position,
     Precision,
     Recompute,
+    ScheduleKind,
 )
 
 AXES = ("tp", "cp", "dp", "pp")
@@ -64,10 +65,12 @@ if TYPE_CHECKING:
     GpuName = str
     ModelName = str
     Order = str
+    ScheduleName = str
 else:
     GpuName = Literal[GPU_NAMES]
     ModelName = Literal[MODEL_NAMES]
     Order = Literal[_orders()]
+    ScheduleName = Literal[tuple(kind.value for kind in ScheduleKind)]
 
 # ASCII digits only (`\d` also takes other scripts' digits). Patterns are JSON Schema (ECMA-262)
 # patterns: pydantic, the fast path and editors all read `$` as the end of the string.
@@ -432,6 +435,13 @@ class ParallelismSpec(Frozen):
     )
     virtual_stages: Annotated[StrictInt, Field(ge=1, le=4096)] = Field(
         1, description="Model chunks per pipeline rank v (interleaved 1F1B); 1 means plain 1F1B."
+    )
+    pipeline_schedule: ScheduleName | None = Field(
+        None,
+        description="The pipeline schedule by name: 1f1b (one model chunk per stage), "
+        "interleaved-1f1b (virtual_stages > 1 chunks) or gpipe (all forwards, then all "
+        "backwards; one chunk per stage, m micro-batches in flight). Default: 1f1b when "
+        "virtual_stages is 1, interleaved-1f1b otherwise.",
     )
     stage_layers: list[Annotated[StrictInt, Field(ge=0, le=MAX_DIM)]] = Field(
         default_factory=list,

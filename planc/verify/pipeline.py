@@ -1,25 +1,52 @@
-"""The pipeline: the plan's schedule pattern against the warm-up formula, expanded by the plan's
-documented order into op lists, and run through the discrete-event simulation, which pairs every
-send with one receive and refuses a deadlock. The simulated micro-batch count is bounded; the
-send counts are linear in m and are scaled to the plan's m exactly.
+"""The pipeline: the plan's schedule, by name, against verify's own warm-up formula for that
+name; expanded by the plan's documented order into op lists, compared with the op lists the
+planner's builder of that name makes, and run through the discrete-event simulation, which pairs
+every send with one receive and refuses a deadlock. The simulated micro-batch count is bounded;
+the send counts are linear in m and are scaled to the plan's m exactly.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-from planc.pipeline import build_schedule
+from planc.pipeline.registry import build
 from planc.pipeline.timeline import DeadlockError, simulate
 from planc.verify.plandata import PlanData
+from planc.vocab import ScheduleKind
 
 Found = Iterator[str]
 
 
-def warmup(p: int, m: int, v: int, r: int) -> int:
-    """Forwards before the first backward on stage r: p − r − 1 (1F1B), 2(p − r − 1) + (v − 1)·p
-    (interleaved), never more than the m·v forwards of the step (Megatron schedules.py)."""
-    return min(p - r - 1 if v == 1 else 2 * (p - r - 1) + (v - 1) * p, m * v)
+def _megatron_1f1b(p: int, m: int, v: int, r: int) -> int:
+    """p − r − 1, at most m (Megatron-LM schedules.py, forward_backward_pipelining_without_
+    interleaving)."""
+    return min(p - r - 1, m * v)
+
+
+def _megatron_interleaved(p: int, m: int, v: int, r: int) -> int:
+    """2(p − r − 1) + (v − 1)·p, at most m·v (forward_backward_pipelining_with_interleaving)."""
+    return min(2 * (p - r - 1) + (v - 1) * p, m * v)
+
+
+def _gpipe(p: int, m: int, v: int, r: int) -> int:
+    """Every forward first (PyTorch ScheduleGPipe): m·v, no steady state."""
+    return m * v
+
+
+# Verify's own warm-up count of each schedule it can expand, and the chunk counts it runs on.
+WARMUPS: dict[str, tuple[Callable[[int, int, int, int], int], Callable[[int], bool]]] = {
+    "1f1b": (_megatron_1f1b, lambda v: v == 1),
+    "interleaved-1f1b": (_megatron_interleaved, lambda v: v > 1),
+    "gpipe": (_gpipe, lambda v: v == 1),
+}
+
+
+def warmup(p: int, m: int, v: int, r: int, schedule: str | None = None) -> int:
+    """Forwards before the first backward on stage r under `schedule` (default: 1F1B for v = 1,
+    interleaved for v > 1), never more than the m·v forwards of the step."""
+    name = schedule or ("1f1b" if v == 1 else "interleaved-1f1b")
+    return WARMUPS[name][0](p, m, v, r)
 
 
 def expand(p: int, m: int, v: int, r: int, w: int) -> list[tuple[str, int, int]]:
@@ -55,9 +82,13 @@ def pipeline(plan: PlanData, limit: int = 20_000) -> Found:
     if (pattern.get("p"), pattern.get("m"), pattern.get("v")) != (p, m, v):
         yield f"communication.pipeline is for p, m, v = {pattern.get('p')}, {pattern.get('m')}, {pattern.get('v')}, the plan has {p}, {m}, {v}"
         return
+    name = str(pattern.get("schedule"))
+    if name not in WARMUPS or not WARMUPS[name][1](v):
+        yield f"communication.pipeline.schedule {name!r} is not a schedule verify can expand for v = {v}"
+        return
     stages = pattern.get("stages", [])
     for r in range(p):
-        w = warmup(p, m, v, r)
+        w = warmup(p, m, v, r, name)
         pattern_r = {"warmup": w, "steady": m * v - w, "cooldown": w}
         if r >= len(stages) or stages[r] != pattern_r:
             yield f"pipeline stage {r}: {stages[r] if r < len(stages) else 'missing'}, the schedule has {pattern_r}"
@@ -68,11 +99,11 @@ def pipeline(plan: PlanData, limit: int = 20_000) -> Found:
     if 2 * p * small * v > limit:
         yield from _counts_only(plan, p, m, v)
         return
-    schedule = build_schedule(p, small, v)
+    schedule = build(ScheduleKind(name), p, small, v)
     for r, ops in enumerate(schedule.stages):
-        mine = expand(p, small, v, r, warmup(p, small, v, r))
+        mine = expand(p, small, v, r, warmup(p, small, v, r, name))
         if [(op.kind, op.microbatch, op.chunk) for op in ops] != mine:
-            yield f"pipeline stage {r}: the plan's order does not give Megatron's schedule"
+            yield f"pipeline stage {r}: the plan's order does not give the {name} schedule"
             return
     try:
         timeline = simulate(schedule, 1, 2, 0)

@@ -1,0 +1,296 @@
+"""Pipeline schedules by name: what each one is, how it is built, and what it needs.
+
+A schedule is one `ScheduleDef` under its `planc.vocab.ScheduleKind`: its builder (per stage,
+the ordered F, B and W ops of one step), the layouts it can run on (`needs`), and, where they
+exist, its closed forms: the warm-up count of each stage, the micro-batches of each chunk a
+stage holds at its activation peak, the bubble fraction and every stage's end. Callers ask the
+functions of this module by name (`warmup`, `in_flight`, `bubble_fraction`, `run`, `build`);
+where a schedule has no closed form they answer from its op lists or from the bounded
+simulator (`planc.pipeline.bounded`), so no caller falls back on its own.
+
+Adding a schedule (GPipe was added this way) is a `ScheduleKind` member, its builder
+(`planc.pipeline.schedule`), its closed forms if any (`counts`, `inflight`, `bubble`) and one
+entry in `SCHEDULES` with the frameworks that run it; then verify's own warm-up for the name
+(`planc.verify.pipeline.WARMUPS`), the name in `schemas/plan.schema.json`, the spec field's
+description and `python scripts/regenerate.py`. Memory, the step model, the plan, the rules
+(PLC006, PLC010, PLC030), the report and search reach it by name.
+
+Kept light: the builders and the simulator load on first use, so `planc check` (which reads
+only the counts) does not import them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from planc.pipeline import bubble, counts, inflight
+from planc.record import record
+from planc.vocab import ScheduleKind, ScheduleNeed
+
+if TYPE_CHECKING:
+    from planc.pipeline.bounded import PipelineTime
+    from planc.pipeline.schedule import Schedule
+
+#: (p, m, v, stage) → forwards before the stage's first backward.
+Warmup = Callable[[int, int, int, int], int]
+#: (p, v, m, stage, weights) → micro-batches of each chunk held at the stage's weighted peak.
+InFlight = Callable[[int, int, int, int, tuple[int, ...]], tuple[int, ...]]
+#: (p, m, v) → the idle fraction of a step with equal stages.
+Bubble = Callable[[int, int, int], float]
+#: (p, v, limit) → the fewest micro-batches whose bubble is at most `limit`.
+Microbatches = Callable[[int, int, float], int]
+#: (p, m, v, t_f, t_b, hop) → every stage's end, t_b the whole backward.
+ClosedEnds = Callable[[int, int, int, list[float], list[float], float], tuple[float, ...]]
+#: (p, m, v) → the schedule's op lists.
+Builder = Callable[[int, int, int], "Schedule"]
+
+
+@record
+class ScheduleDef:
+    """One pipeline schedule: name, words, source, builder, needs and optional closed forms.
+
+    `runs_on`: the training frameworks (`training.framework`) that run it, each with the name
+    the framework gives it (a function, class or setting). `microbatch_step(p)`: m must be a
+    multiple of it (p for interleaved 1F1B, else 1), which
+    the bubble rule uses to suggest a batch. `splits_backward`: the builder emits W ops (B is
+    then the input-gradient backward and W the weight-gradient one); else B is the whole
+    backward. `bubble_formula`: the closed-form bubble in the paper's symbols, as outputs print
+    it, and `bubble_numbers(p, m, v)` the same with the numbers in (None without a closed form).
+    """
+
+    kind: ScheduleKind
+    title: str
+    source: str
+    builder: Builder
+    needs: tuple[ScheduleNeed, ...]
+    runs_on: Mapping[str, str]
+    microbatch_step: Callable[[int], int]
+    splits_backward: bool = False
+    warmup: Warmup | None = None
+    in_flight: InFlight | None = None
+    bubble: Bubble | None = None
+    bubble_formula: str | None = None
+    bubble_numbers: Callable[[int, int, int], str] | None = None
+    microbatches_for: Microbatches | None = None
+    closed_ends: ClosedEnds | None = None
+
+
+# --------------------------------------------------------------------------- builders
+
+
+def _build_1f1b(p: int, m: int, v: int) -> Schedule:
+    from planc.pipeline.schedule import one_f_one_b  # start-up: the builder, not needed by check
+
+    return one_f_one_b(p, m, v)
+
+
+def _build_interleaved(p: int, m: int, v: int) -> Schedule:
+    from planc.pipeline.schedule import interleaved_1f1b  # start-up: as above
+
+    return interleaved_1f1b(p, m, v)
+
+
+def _build_gpipe(p: int, m: int, v: int) -> Schedule:
+    from planc.pipeline.schedule import gpipe  # start-up: as above
+
+    return gpipe(p, m, v)
+
+
+def _closed_ends(
+    p: int, m: int, v: int, t_f: list[float], t_b: list[float], hop: float
+) -> tuple[float, ...]:
+    from planc.pipeline.bounded import closed_form_ends  # start-up: the simulator module
+
+    return closed_form_ends(p, m, v, t_f, t_b, hop)
+
+
+_MEGATRON = "Megatron-LM megatron/core/pipeline_parallel/schedules.py"
+_FLUSH_BUBBLE = "(p − 1)/(v·m + p − 1)"
+
+
+def _flush_numbers(p: int, m: int, v: int) -> str:
+    return f"({p} − 1)/({v}·{m} + {p} − 1)"
+
+
+SCHEDULES: Mapping[ScheduleKind, ScheduleDef] = MappingProxyType(
+    {
+        ScheduleKind.ONE_F_ONE_B: ScheduleDef(
+            kind=ScheduleKind.ONE_F_ONE_B,
+            title="1F1B",
+            source=f"Narayanan et al. 2021 §2.2 (PipeDream-Flush); {_MEGATRON}, "
+            "forward_backward_pipelining_without_interleaving",
+            builder=_build_1f1b,
+            needs=(ScheduleNeed.ONE_CHUNK,),
+            runs_on=MappingProxyType(
+                {
+                    "megatron": "forward_backward_pipelining_without_interleaving",
+                    "deepspeed": "TrainSchedule (deepspeed/runtime/pipe/schedule.py)",
+                    "fsdp2": "1F1B",
+                }
+            ),
+            microbatch_step=lambda p: 1,
+            warmup=counts.num_warmup,
+            in_flight=inflight.in_flight,
+            bubble=bubble.bubble_fraction,
+            bubble_formula=_FLUSH_BUBBLE,
+            bubble_numbers=_flush_numbers,
+            microbatches_for=bubble.microbatches_for,
+            closed_ends=_closed_ends,
+        ),
+        ScheduleKind.INTERLEAVED_1F1B: ScheduleDef(
+            kind=ScheduleKind.INTERLEAVED_1F1B,
+            title="interleaved 1F1B",
+            source=f"Narayanan et al. 2021 §2.2.1; {_MEGATRON}, "
+            "forward_backward_pipelining_with_interleaving",
+            builder=_build_interleaved,
+            needs=(ScheduleNeed.CHUNKS, ScheduleNeed.STAGES_ABOVE_TWO, ScheduleNeed.WHOLE_ROUNDS),
+            runs_on=MappingProxyType(
+                {
+                    "megatron": "forward_backward_pipelining_with_interleaving",
+                    "fsdp2": "Interleaved1F1B",
+                }
+            ),
+            microbatch_step=lambda p: p,
+            warmup=counts.num_warmup,
+            in_flight=inflight.in_flight,
+            bubble=bubble.bubble_fraction,
+            bubble_formula=_FLUSH_BUBBLE,
+            bubble_numbers=_flush_numbers,
+            microbatches_for=bubble.microbatches_for,
+            closed_ends=_closed_ends,
+        ),
+        # Fill and drain are 1F1B's, (p − 1)/(m + p − 1) of the step with equal stages (Huang
+        # et al. 2019 §2.2; v = 1), and so is the makespan; what differs is memory: all m
+        # micro-batches are in flight on every stage.
+        ScheduleKind.GPIPE: ScheduleDef(
+            kind=ScheduleKind.GPIPE,
+            title="GPipe",
+            source="Huang et al. 2019 §2.2; PyTorch torch.distributed.pipelining ScheduleGPipe",
+            builder=_build_gpipe,
+            needs=(ScheduleNeed.ONE_CHUNK,),
+            runs_on=MappingProxyType({"fsdp2": "GPipe"}),
+            microbatch_step=lambda p: 1,
+            warmup=counts.gpipe_warmup,
+            in_flight=inflight.gpipe_in_flight,
+            bubble=bubble.bubble_fraction,
+            bubble_formula=_FLUSH_BUBBLE,
+            bubble_numbers=_flush_numbers,
+            microbatches_for=bubble.microbatches_for,
+            closed_ends=_closed_ends,
+        ),
+    }
+)
+
+
+def definition(kind: ScheduleKind) -> ScheduleDef:
+    """The registered schedule `kind`."""
+    return SCHEDULES[kind]
+
+
+def unmet(kind: ScheduleKind, p: int, m: int | None, v: int) -> ScheduleNeed | None:
+    """The first need of `kind` the layout fails, or None when it can run."""
+    return next((need for need in SCHEDULES[kind].needs if not need.holds(p, m, v)), None)
+
+
+def build(kind: ScheduleKind, p: int, m: int, v: int) -> Schedule:
+    """The op lists of schedule `kind` for p stages, m micro-batches and v chunks per stage."""
+    return SCHEDULES[kind].builder(p, m, v)
+
+
+# --------------------------------------------------------------------------- closed forms, or the ops
+
+
+def warmup(kind: ScheduleKind, p: int, m: int, v: int, stage: int) -> int:
+    """The warm-up forwards of `stage` (those before its steady state or cool-down): the closed
+    form, else counted on the built op list (its ops in the "warmup" phase)."""
+    form = SCHEDULES[kind].warmup
+    if form is not None:
+        return form(p, m, v, stage)
+    return sum(op.phase == "warmup" for op in build(kind, p, m, v).stages[stage])
+
+
+def in_flight(
+    kind: ScheduleKind, p: int, v: int, m: int, stage: int, weights: tuple[int, ...]
+) -> tuple[int, ...]:
+    """Micro-batches of each of `stage`'s v chunks held at its activation peak (weights: bytes
+    one micro-batch of chunk c keeps): the closed form, else walked on the built op list
+    (`planc.pipeline.schedule.held_at_peak`; no pipeline: 1 of each)."""
+    form = SCHEDULES[kind].in_flight
+    if form is not None:
+        return form(p, v, m, stage, weights)
+    if p == 1:
+        return tuple(1 for _ in range(v))
+    from planc.pipeline.schedule import held_at_peak  # start-up: the builder, not needed by check
+
+    return held_at_peak(build(kind, p, m, v), stage, weights)
+
+
+def bubble_fraction(kind: ScheduleKind, p: int, m: int, v: int) -> float:
+    """The idle fraction of a step with equal stages: the closed form, else the bounded
+    simulator's with unit times (F = 1 and B = 2, or F = B = W = 1 when the backward is split:
+    the zero-bubble paper's setting) and no p2p time."""
+    form = SCHEDULES[kind].bubble
+    if form is not None:
+        return form(p, m, v)
+    if p == 1:
+        return 0.0
+    split = SCHEDULES[kind].splits_backward
+    t_b = [1.0 if split else 2.0] * (p * v)
+    t_w = [1.0] * (p * v) if split else None
+    return run(kind, p, m, v, [1.0] * (p * v), t_b, 0.0, t_w).bubble_fraction
+
+
+def microbatches_for(kind: ScheduleKind, p: int, v: int, limit: float) -> int:
+    """The fewest micro-batches (a multiple of the schedule's `microbatch_step`) whose bubble is
+    at most `limit` (> 0): the closed form's inverse, else doubling and bisection on
+    `bubble_fraction` (the bubble of a flush schedule falls as m grows)."""
+    entry = SCHEDULES[kind]
+    step = entry.microbatch_step(p)
+    if entry.microbatches_for is not None:
+        need = entry.microbatches_for(p, v, limit)
+        return -(-need // step) * step
+    if bubble_fraction(kind, p, step, v) <= limit:
+        return step
+    low, high = 1, 2  # in units of step: low fails the limit, high meets it
+    while bubble_fraction(kind, p, high * step, v) > limit:
+        low, high = high, 2 * high
+    while high - low > 1:
+        middle = (low + high) // 2
+        if bubble_fraction(kind, p, middle * step, v) <= limit:
+            high = middle
+        else:
+            low = middle
+    return high * step
+
+
+def run(
+    kind: ScheduleKind,
+    p: int,
+    m: int,
+    v: int,
+    t_f: Sequence[float],
+    t_b: Sequence[float],
+    hop: float,
+    t_w: Sequence[float] | None = None,
+) -> PipelineTime:
+    """The pipeline part of a step with each stage's own times (`planc.pipeline.bounded.run`)
+    under schedule `kind`. For a schedule that splits the backward, `t_b` is the input-gradient
+    part and `t_w` the weight-gradient part (required); else `t_b` is the whole backward."""
+    from planc.pipeline.bounded import run as bounded  # start-up: the simulation
+
+    entry = SCHEDULES[kind]
+    if entry.splits_backward and t_w is None:
+        raise ValueError(f"the {entry.title} schedule splits the backward: give t_w")
+    return bounded(
+        p,
+        m,
+        v,
+        t_f,
+        t_b,
+        hop,
+        t_w=t_w if entry.splits_backward else None,
+        build=entry.builder,
+        closed_ends=entry.closed_ends,
+    )
