@@ -20,7 +20,7 @@ from planc.memory import MemoryBudget, budget
 from planc.memory.params import RankParameters, rank_parameters
 from planc.perf.compute import StageTimes
 from planc.perf.inputs import build_inputs, efficiency_of, model_flops, op_seconds, stage_times
-from planc.perf.step import estimate_step as pipeline_step
+from planc.perf.step import pipeline_step
 from planc.pipeline.registry import bubble_fraction
 from planc.plannable import Plannable
 from planc.presets.efficiency import Efficiency

@@ -20,7 +20,7 @@ import pytest
 
 from planc.analysis import StepEstimate, analyse, predictor
 from planc.analysis import estimate_step as step_of
-from planc.perf import StageInputs, StepInputs, estimate_step, for_gpu, load_calibration
+from planc.perf import StageInputs, StepInputs, for_gpu, load_calibration, pipeline_step
 from planc.perf.calibrate import fit, leave_one_out
 from planc.perf.compute import Device, chunk_times, pass_times
 from planc.perf.inputs import model_flops
@@ -229,7 +229,7 @@ def test_single_stage_step_is_compute_plus_tails() -> None:
         after_step_s=0.125,
         optimizer_s=0.25,
     )
-    step = estimate_step(StepInputs(stages=(stage,), m=4, v=1, p2p_s=0.0, tokens=8))
+    step = pipeline_step(StepInputs(stages=(stage,), m=4, v=1, p2p_s=0.0, tokens=8))
     # 4·(1 + 2 + 0.25 + 0.5) = 15; buckets 1.75 s against a 2 s backward: only the last
     # bucket (0.75) is exposed; then the optimizer and the after-step all-gather.
     assert step.step_time_s == pytest.approx(15 + 0.75 + 0.25 + 0.125)
@@ -249,7 +249,7 @@ def test_overlapped_dp_traffic_hides_only_behind_compute() -> None:
         dp_overlapped_s=4.0,
     )
     inputs = StepInputs(stages=(stage,), m=2, v=1, p2p_s=0.0, dp_processor_usage=0.1)
-    step = estimate_step(inputs)
+    step = pipeline_step(inputs)
     assert step.step_time_s == pytest.approx(2 * (3 + 1 + 0.1 * 3) + 0.5 + 0.1 * 0)
 
 

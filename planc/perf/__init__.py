@@ -7,15 +7,15 @@ chunk), :mod:`planc.perf.step` (the pipeline and what stays exposed), :mod:`plan
 See docs/explain.md, "Per-operation model".
 """
 
-from planc.perf.step import StageInputs, StepEstimate, StepInputs, estimate_step
+from planc.perf.step import PipelineStep, StageInputs, StepInputs, pipeline_step
 from planc.presets.efficiency import Efficiency, for_gpu, load_calibration
 
 __all__ = [
     "Efficiency",
+    "PipelineStep",
     "StageInputs",
-    "StepEstimate",
     "StepInputs",
-    "estimate_step",
     "for_gpu",
     "load_calibration",
+    "pipeline_step",
 ]

@@ -1,6 +1,6 @@
 """The step: per-stage times composed through the pipeline schedule, plus what stays exposed.
 
-:func:`estimate_step` is a pure function of a frozen :class:`StepInputs` of plain numbers
+:func:`pipeline_step` is a pure function of a frozen :class:`StepInputs` of plain numbers
 (seconds, counts, FLOPs); :mod:`planc.perf.inputs` builds one from a job.
 
 Composition, per optimizer step:
@@ -98,7 +98,7 @@ class StepInputs:
 
 
 @record
-class StepEstimate:
+class PipelineStep:
     step_time_s: float
     pipeline_s: float  # the simulated makespan of all forward and backward passes
     compute_s: float  # the busiest stage's own compute (incl. exposed TP and slowdowns)
@@ -174,7 +174,7 @@ def dp_exposed_s(buckets: Sequence[float], window_s: float) -> tuple[float, floa
     return exposed, total - exposed
 
 
-def estimate_step(inputs: StepInputs) -> StepEstimate:
+def pipeline_step(inputs: StepInputs) -> PipelineStep:
     """Step time, its parts, tokens/s and MFU for `inputs` (see the module docstring)."""
     p, m, v = inputs.p, inputs.m, inputs.v
     if p < 1 or m < 1 or v < 1:
@@ -209,7 +209,7 @@ def estimate_step(inputs: StepInputs) -> StepEstimate:
     compute = busy[worst]
     tp = m * (sum(inputs.stages[worst].tp_forward_s) + sum(inputs.stages[worst].tp_backward_s))
     pp = _p2p_on_path(inputs, pipeline, compute)
-    return StepEstimate(
+    return PipelineStep(
         step_time_s=step,
         pipeline_s=pipeline,
         compute_s=compute,
