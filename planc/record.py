@@ -27,15 +27,7 @@ import operator
 from collections.abc import Callable
 from dataclasses import MISSING, Field, FrozenInstanceError, dataclass, fields
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
-
-if TYPE_CHECKING:
-    from typing_extensions import dataclass_transform
-else:  # only type checkers read it; typing_extensions would cost start-up, 3.10 lacks typing's
-
-    def dataclass_transform(**_: object) -> Callable[[T], T]:
-        return lambda decorated: decorated
-
+from typing import Any, TypeVar, cast, dataclass_transform, overload
 
 T = TypeVar("T")
 
