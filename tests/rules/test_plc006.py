@@ -67,7 +67,7 @@ def test_p8_at_the_threshold_passes() -> None:
 
 
 def test_rule_of_thumb_nine_times_p_is_always_enough() -> None:
-    # m = 9p > 9(p − 1), so the seed lesson's rule of thumb passes for every p.
+    # m = 9p > 9(p − 1), so (p − 1)/(m + p − 1) < 10% for every p.
     assert "PLC006" not in rules_fired(check_overlay(p8(72), BASE))
     assert "PLC006" not in rules_fired(check_overlay({"training": {"global_batch": 72}}, BASE))
 
