@@ -100,11 +100,6 @@ def _placed(result: Evaluation, job: Job, locator: Locator) -> list[Finding]:
     return findings
 
 
-def run_rules(job: Job, locator: Locator) -> list[Finding]:
-    """Every enabled rule's violations as findings; all violations, not only the first."""
-    return _placed(evaluate(job), job, locator)
-
-
 def check_file(loaded: Loaded) -> tuple[FileResult, Context | None]:
     """The file's findings, and the context the rules saw (None when the spec did not load), so
     that a command can use the plannable job and analysis check already computed."""

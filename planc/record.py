@@ -4,12 +4,14 @@
 (__init__, __repr__, __eq__, __hash__, __setattr__, __delattr__), about 0.35 ms a class on
 Python 3.11. `planc check` imports some sixty record types, so that was a quarter of its
 start-up (issue 17's target is within 1.1× of yamllint). A record compiles nothing at class
-creation: equality, hashing, ordering, repr and the refusal to assign or delete are shared
-functions that read the class's field tuples, and __init__ starts as a generic function that
-binds arguments as the dataclass __init__ would. After HOT_CALLS calls the class compiles the
-same __init__ a frozen dataclass has (`object.__setattr__` per field, defaults, default
-factories, keyword-only fields, __post_init__), so types built thousands of times (search,
-compile) run at dataclass speed, and types a check builds a few times never pay for a compile.
+creation: its fields are made by `dataclass(init=False, repr=False, eq=False)`, which writes no
+function (about 45 µs a class); equality, hashing, ordering, repr and the refusal to assign or
+delete are shared functions that read the class's field tuples; and __init__ starts as a generic
+function that binds arguments as the dataclass __init__ would. After HOT_CALLS calls the class
+compiles the same __init__ a frozen dataclass has (`object.__setattr__` per field, defaults,
+default factories, keyword-only fields, __post_init__), so types built thousands of times
+(search, compile) run at dataclass speed, and types a check builds a few times never pay for a
+compile.
 
 The behaviour is a frozen dataclass's: `dataclasses.fields`, `replace`, `asdict` and pickling
 work unchanged; assigning or deleting an attribute raises `dataclasses.FrozenInstanceError`;
@@ -21,20 +23,11 @@ supported (planc has none).
 
 from __future__ import annotations
 
-import dataclasses
 import operator
 from collections.abc import Callable
-from dataclasses import MISSING, Field, FrozenInstanceError, dataclass, field, fields
+from dataclasses import MISSING, Field, FrozenInstanceError, dataclass, fields
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
-
-if TYPE_CHECKING:
-    from typing_extensions import dataclass_transform
-else:  # only type checkers read it; typing_extensions would cost start-up, 3.10 lacks typing's
-
-    def dataclass_transform(**_: object) -> Callable[[T], T]:
-        return lambda decorated: decorated
-
+from typing import Any, TypeVar, cast, dataclass_transform, overload
 
 T = TypeVar("T")
 
@@ -241,77 +234,6 @@ def _finish(cls: type[T], eq: bool, order: bool) -> type[T]:
     return cls
 
 
-# What dataclass marks its fields and parameters with (the same names in Python 3.10 to 3.13;
-# where they are missing, records take dataclass's own processing).
-_FIELD_MARK = getattr(dataclasses, "_FIELD", None)
-_PARAMS = getattr(dataclasses, "_DataclassParams", None)
-_PSEUDO_FIELDS = ("ClassVar", "InitVar", "KW_ONLY")
-
-
-def is_plain(cls: type[Any]) -> bool:
-    """Whether `_plain_fields` can process `cls`: dataclass's markers are where it expects
-    them, no base is a dataclass, and every annotation is a string that is neither ClassVar,
-    InitVar nor KW_ONLY."""
-    if _FIELD_MARK is None or _PARAMS is None or not hasattr(_PARAMS, "__slots__"):
-        return False
-    if any(hasattr(base, "__dataclass_fields__") for base in cls.__mro__[1:]):
-        return False
-    annotations = cls.__dict__.get("__annotations__", {})  # noqa: RUF063 (as dataclass reads them)
-    return all(
-        isinstance(kind, str) and not any(word in kind for word in _PSEUDO_FIELDS)
-        for kind in annotations.values()
-    )
-
-
-def _plain_fields(cls: type[Any], kw_only: bool) -> bool:
-    """Give `cls` the `__dataclass_fields__` and `__dataclass_params__` that
-    `dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)` would, for the plain
-    case every planc record is: no dataclass base and string annotations that are neither
-    ClassVar, InitVar nor KW_ONLY. dataclass spends some 35 µs a class on its general case
-    (two regular-expression tests per annotation); this takes a few. Returns False, having
-    changed nothing, where the class is not plain; tests/test_record.py holds both equal for
-    every record in planc."""
-    if not is_plain(cls):
-        return False
-    annotations = cls.__dict__.get("__annotations__", {})  # noqa: RUF063 (as dataclass reads them)
-    for name, value in cls.__dict__.items():
-        if isinstance(value, Field) and name not in annotations:
-            raise TypeError(f"{name!r} is a field but has no type annotation")
-    specs: dict[str, Field[Any]] = {}
-    for name, kind in annotations.items():
-        value = cls.__dict__.get(name, MISSING)
-        spec = value if isinstance(value, Field) else field(default=value)
-        spec.name, spec.type = name, kind
-        spec._field_type = _FIELD_MARK  # type: ignore[union-attr]
-        if spec.kw_only is MISSING:
-            spec.kw_only = kw_only
-        if spec.default is not MISSING and spec.default.__class__.__hash__ is None:
-            raise ValueError(
-                f"mutable default {type(spec.default)} for field {name} is not allowed: "
-                "use default_factory"
-            )
-        if spec.default is not MISSING and spec.default_factory is not MISSING:
-            raise ValueError("cannot specify both default and default_factory")
-        specs[name] = spec
-    for name, spec in specs.items():
-        if isinstance(cls.__dict__.get(name), Field):
-            if spec.default is MISSING:
-                delattr(cls, name)
-            else:
-                setattr(cls, name, spec.default)
-    made = cast(Any, _PARAMS)  # is_plain checked it is there
-    params = made.__new__(made)
-    for slot in made.__slots__:
-        object.__setattr__(params, slot, slot == "match_args")
-    cls.__dataclass_fields__ = specs
-    cls.__dataclass_params__ = params
-    if "__match_args__" not in cls.__dict__:
-        cls.__match_args__ = tuple(  # type: ignore[misc]
-            spec.name for spec in specs.values() if spec.init and not spec.kw_only
-        )
-    return True
-
-
 @overload
 @dataclass_transform(frozen_default=True, eq_default=True)
 def record(cls: type[T], /) -> type[T]: ...
@@ -336,8 +258,8 @@ def record(
         undocumented = not cls.__doc__
         if undocumented:
             cls.__doc__ = cls.__qualname__
-        if not _plain_fields(cls, kw_only):
-            dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)
+        # The fields as dataclass makes them; with init, repr and eq off it compiles nothing.
+        dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)
         built = _finish(cls, eq, order)
         if undocumented:
             built.__doc__ = f"{cls.__name__}({', '.join(f.name for f in fields(cast(Any, built)))})"

@@ -37,16 +37,9 @@ class Axis(str, Enum):
     PP = "pp"
     EP = "ep"
 
-    @property
-    def spec_field(self) -> str:
-        """The `parallelism.` field that sets this axis's degree."""
-        return _SPEC_FIELDS[self.value]
-
     def __str__(self) -> str:
         return self.value
 
-
-_SPEC_FIELDS = {"tp": "tensor", "cp": "context", "dp": "data", "pp": "pipeline", "ep": "expert"}
 
 AXES: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 

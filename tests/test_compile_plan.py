@@ -1,5 +1,6 @@
-"""The compiled plan (planc.compile.plan): plan.json against its schema, snapshots of the
-shipped examples, per-rank content, memory budgets against planc.memory, and determinism."""
+"""The compiled plan (planc.compile.plan): plan.json against its schema, the shape of the
+shipped examples' plans (snapshots) and their numbers (by hand), per-rank content, memory
+budgets against planc.memory, and determinism."""
 
 from __future__ import annotations
 
@@ -56,9 +57,116 @@ def test_plan_json_valid_against_schema(name: str, schema: dict[str, Any]) -> No
     jsonschema.Draft202012Validator(schema).validate(parsed(compiled(example_job(name))))
 
 
+def plan_shape(plan: Plan) -> dict[str, Any]:
+    """What a reviewer can read in a diff: the layout, each group kind's count, size and first
+    and last members, the communication ops (stage, group, collective) and the files written.
+    The numbers are asserted against hand derivations below."""
+    data = parsed(plan)
+    return {
+        **{key: data[key] for key in ("world_size", "layout")},
+        "groups": {
+            kind: {"count": len(groups), "size": len(groups[0]), "first": groups[0], "last": groups[-1]}
+            for kind, groups in data["groups"].items()
+        },
+        "ops": [f"{op['stage']} {op['group']} {op['op']}" for op in data["communication"]["ops"]],
+        "files": sorted(render_files(plan)),
+    }
+
+
 @pytest.mark.parametrize("name", SMALL)
-def test_plan_json_snapshot(name: str, snapshot: SnapshotAssertion) -> None:
-    assert plan_json(compiled(example_job(name))) == snapshot
+def test_plan_shape_snapshot(name: str, snapshot: SnapshotAssertion) -> None:
+    assert plan_shape(compiled(example_job(name))) == snapshot.use_extension(JSONSnapshotExtension)
+
+
+def ops_of(data: dict[str, Any], stage: int, group: str, op: str) -> list[dict[str, Any]]:
+    return [
+        found
+        for found in data["communication"]["ops"]
+        if (found["stage"], found["group"], found["op"]) == (stage, group, op)
+    ]
+
+
+# Hand derivations for the shipped examples (model sizes from their presets; Megatron-LM's
+# layout: Shoeybi et al. 2019 §3 for the TP split, Korthikanti et al. 2022 §4.2.2 for SP).
+
+
+def llama_layer_parameters(h: int, kv_width: int, ffn: int) -> int:
+    """One Llama layer: Q and O are h×h, K and V h×(kv_heads·head_dim), SwiGLU three h×ffn
+    matrices, two RMSNorm weights of h; no biases."""
+    return 2 * h * h + 2 * h * kv_width + 3 * h * ffn + 2 * h
+
+
+def test_llama3_8b_rank_by_hand() -> None:
+    """Llama 3 8B (L = 32, h = 4,096, 8 KV heads of 128, ffn 14,336, V = 128,256, untied) at
+    t = 2, d = 4, p = 1, ZeRO-1, bf16, s = 8,192, b = 1, B = 64 (m = 16 micro-batches)."""
+    data = parsed(compiled(example_job("llama3-8b-1node.yaml")))
+    L, h, kv, ffn, V, t, d, s, b, m = 32, 4096, 8 * 128, 14336, 128256, 2, 4, 8192, 1, 16
+    total = L * llama_layer_parameters(h, kv, ffn) + 2 * V * h + h  # + embedding, head, final norm
+    assert data["summary"]["parameters"] == total == 8_030_261_248
+    # Per TP rank: every matrix and the vocabulary split over t, the norms whole.
+    norms = 2 * h * L + h
+    per_rank = (total - norms) // t + norms
+    assert data["model"]["stage_parameters"] == [per_rank]
+    memory = data["ranks"][0]["memory"]
+    assert memory["weights"] == memory["gradients"] == 2 * per_rank  # bf16 weights and gradients
+    # ZeRO-1 (Rajbhandari et al. 2020 §5.1): fp32 master, momentum and variance, K = 12 bytes a
+    # parameter, split over the d data-parallel ranks.
+    assert memory["optimizer"] == 12 * per_rank // d
+    # SP all-gather and reduce-scatter of the b·s·h activation (bf16): before and after attention
+    # and MLP, forward and again in backward, every layer and micro-batch; each rank sends
+    # (t−1)/t of the buffer.
+    gathers = ops_of(data, 0, "tp", "all_gather")
+    assert [(g["calls"], g["buffer_bytes"], g["bytes_sent_per_call"]) for g in gathers] == [
+        (2 * 2 * L * m, b * s * h * 2, (t - 1) * b * s * h * 2 // t)
+    ]
+    # The ZeRO gradient reduce-scatter moves each rank's bf16 gradients once, in buckets.
+    scatters = ops_of(data, 0, "dp_cp", "reduce_scatter")
+    assert sum(op["calls"] * op["buffer_bytes"] for op in scatters) == 2 * per_rank
+    # Every wire stays inside the node's NVLink: TP's gather and scatter, ZeRO's scatter and
+    # gather, each sending (group − 1)/group of what it moves.
+    tp_sent = 2 * (2 * 2 * L * m) * (t - 1) * b * s * h * 2 // t
+    dp_sent = 2 * (d - 1) * (2 * per_rank) // d
+    assert data["ranks"][0]["wire"] == {
+        "nvlink": {"sent": tp_sent + dp_sent, "received": tp_sent + dp_sent},
+        "network": {"sent": 0, "received": 0},
+    }
+
+
+def test_llama3_70b_stages_by_hand() -> None:
+    """Llama 3 70B (L = 80, h = 8,192, 8 KV heads of 128, ffn 28,672, V = 128,256, untied) at
+    t = 8, p = 4 (20 layers a stage), SP, s = 8,192, b = 1."""
+    data = parsed(compiled(example_job("llama3-70b-8x8.yaml")))
+    h, kv, ffn, V, t, s, b = 8192, 8 * 128, 28672, 128256, 8, 8192, 1
+    # Megatron pads the vocabulary to a multiple of 128·t (make-vocab-size-divisible-by 128).
+    padded = -(-V // (128 * t)) * (128 * t)
+    assert data["model"]["vocab_padded"] == padded == 129_024
+    layers = 20 * ((llama_layer_parameters(h, kv, ffn) - 2 * h) // t + 2 * h)
+    embedding = padded // t * h
+    assert data["model"]["stage_parameters"] == [
+        layers + embedding,  # the first stage holds the embedding
+        layers,
+        layers,
+        layers + embedding + h,  # the last the output layer and the final norm
+    ]
+    # The activation a stage sends on is scattered over the TP ranks (b·s·h/t, bf16), once per
+    # micro-batch each way.
+    sends = ops_of(data, 1, "pp", "send_recv")
+    assert [(op["direction"], op["calls"], op["buffer_bytes"]) for op in sends] == [
+        ("fwd", 256, b * s * h * 2 // t),
+        ("bwd", 256, b * s * h * 2 // t),
+    ]
+
+
+def test_gpt3_175b_tp_all_reduce_by_hand() -> None:
+    """GPT-3 175B (h = 12,288) at t = 24 without SP, s = 2,048, b = 1, 32 layers a stage, m = 256:
+    one all-reduce after attention and one after the MLP in forward, and their mirrors in
+    backward, of the b·s·h activation (bf16); a ring all-reduce sends 2·(t−1)/t of the buffer."""
+    data = parsed(compiled(example_job("gpt3-175b-gb200-nvl72.yaml")))
+    h, t, s, b, layers, m = 12288, 24, 2048, 1, 32, 256
+    reduces = ops_of(data, 0, "tp", "all_reduce")
+    assert [(op["calls"], op["buffer_bytes"], op["bytes_sent_per_call"]) for op in reduces] == [
+        (2 * layers * m, b * s * h * 2, 2 * (t - 1) * b * s * h * 2 // t)
+    ] * 2
 
 
 @pytest.mark.parametrize("name", ALL)

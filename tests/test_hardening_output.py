@@ -312,6 +312,7 @@ os._exit(0)  # before the interpreter's shutdown puts the default handlers back
 """
 
 
+@pytest.mark.slow
 @POSIX
 def test_signals_during_many_writes_never_leave_a_partial_plan(tmp_path: Path) -> None:
     out = tmp_path / "area" / "plan"

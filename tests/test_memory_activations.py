@@ -172,6 +172,26 @@ def forward_order(p: int, v: int, m: int) -> list[int]:
     return order
 
 
+def megatron_warmup(p: int, v: int, m: int, r: int) -> int:
+    """Warm-up forwards of rank r, as Megatron-Core's `get_pp_rank_microbatches`
+    (megatron/core/pipeline_parallel/schedules.py) counts them: `p − r − 1` without
+    interleaving; `(p − r − 1)·2 + (v − 1)·microbatch_group_size_per_vp_stage` with it (the group
+    size defaults to p); then capped at the m·v virtual micro-batches."""
+    warmup = p - r - 1 if v == 1 else (p - r - 1) * 2 + (v - 1) * p
+    return min(warmup, m * v)
+
+
+def test_the_oracles_warmup_is_the_papers() -> None:
+    # Narayanan et al. 2021 Fig. 4 (top): with p = 4 and 8 micro-batches, 1F1B's first device
+    # runs four forwards before its first backward (three of warm-up, then one of the steady
+    # 1F1B pair) and the last device one. Interleaved, v = 2: the first stage fills chunk 0 and
+    # chunk 1 for a group of p = 4 micro-batches (8) and the round trip to the last stage
+    # adds 2·(p − r − 1): 10, 8, 6, 4.
+    assert [megatron_warmup(4, 1, 8, r) for r in range(4)] == [3, 2, 1, 0]
+    assert [megatron_warmup(4, 2, 8, r) for r in range(4)] == [10, 8, 6, 4]
+    assert megatron_warmup(4, 2, 2, 0) == 4  # fewer micro-batches than the warm-up: all of them
+
+
 def simulate(p: int, v: int, m: int, r: int, weights: tuple[int, ...]) -> int:
     """The largest Σ weight × held over the schedule, by walking it step by step."""
     forwards = forward_order(p, v, m)
@@ -179,7 +199,7 @@ def simulate(p: int, v: int, m: int, r: int, weights: tuple[int, ...]) -> int:
     total = m * v
     if p == 1:
         return sum(weights)
-    W = min(p - r - 1 if v == 1 else 2 * (p - r - 1) + (v - 1) * p, total)
+    W = megatron_warmup(p, v, m, r)
     held = [0] * v
     for chunk in forwards[:W]:
         held[chunk] += 1
@@ -228,7 +248,7 @@ def test_one_f_one_b_holds_p_minus_r(p: int, m: int) -> None:
 
 
 def test_interleaved_warmup_matches_megatron() -> None:
-    # 2(p − r − 1) + (v − 1)·p, capped at m·v (megatron-torchtitan.md §1.5 P9).
+    # 2(p − r − 1) + (v − 1)·p, capped at m·v (Megatron-Core's get_pp_rank_microbatches).
     assert [num_warmup(4, 8, 2, r) for r in range(4)] == [10, 8, 6, 4]
     assert num_warmup(4, 4, 2, 0) == 8  # capped: m·v = 8
     assert sum(in_flight(4, 2, 8, 0, (1, 1))) == 11

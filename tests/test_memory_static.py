@@ -1,4 +1,5 @@
-"""Static state: the seed lesson's worked numbers, Megatron's 18 bytes, exact ZeRO shards."""
+"""Static state: ZeRO's worked numbers (Rajbhandari et al. 2020), Megatron's 18 bytes, exact ZeRO
+shards."""
 
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ from planc.vocab import OptimizerName, Precision
 MIXED_ADAM = state_bytes(numerics_for("bf16", False), "adam")
 
 
-def gb(n: int) -> Decimal:
-    """Decimal GB (10^9 bytes) rounded half-up to 2 places, as the lesson prints them."""
-    return (Decimal(n) / Decimal(10**9)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+def gb(n: int, places: int = 2) -> Decimal:
+    """Decimal GB (10^9 bytes) rounded half-up to `places` places."""
+    step = Decimal(1).scaleb(-places)
+    return (Decimal(n) / Decimal(10**9)).quantize(step, rounding=ROUND_HALF_UP)
 
 
 PSI_70B = 70 * 10**9
@@ -36,20 +38,29 @@ PSI_70B = 70 * 10**9
     ("zero", "expected"),
     [(0, "1120.00"), (1, "293.13"), (2, "155.31"), (3, "17.50")],
 )
-def test_seed_lesson_zero_table(zero: int, expected: str) -> None:
-    # Seed lesson §7: Ψ = 70B, N_d = 64: 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N in decimal GB.
+def test_zero_table_for_70b_on_64(zero: int, expected: str) -> None:
+    # ZeRO §5 at Ψ = 70B, N_d = 64: 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N in decimal GB, by hand:
+    # 1,120; 280 + 13.125; 140 + 15.3125; 17.5.
     assert gb(static_bytes(PSI_70B, MIXED_ADAM, Group(zero, 64))) == Decimal(expected)
 
 
-def test_seed_lesson_exact_bytes() -> None:
+@pytest.mark.parametrize(
+    ("zero", "published"), [(0, "120.0"), (1, "31.4"), (2, "16.6"), (3, "1.9")]
+)
+def test_zero_paper_figure_1(zero: int, published: str) -> None:
+    # Rajbhandari et al. 2020, Fig. 1: Ψ = 7.5B, N_d = 64, K = 12: 120, 31.4, 16.6 and 1.9 GB.
+    assert gb(static_bytes(7_500_000_000, MIXED_ADAM, Group(zero, 64)), 1) == Decimal(published)
+
+
+def test_zero_exact_bytes() -> None:
     # 70e9/64 = 1,093,750,000 exactly, so the bytes are whole: 280e9 + 12·1.09375e9, ...
     assert static_bytes(PSI_70B, MIXED_ADAM, Group(1, 64)) == 293_125_000_000
     assert static_bytes(PSI_70B, MIXED_ADAM, Group(2, 64)) == 155_312_500_000
     assert static_bytes(PSI_70B, MIXED_ADAM, Group(3, 64)) == 17_500_000_000
 
 
-def test_seed_lesson_static_table() -> None:
-    # §3: 2 + 2 + 4 + 4 + 4 bytes: 140, 140, 280, 280, 280 GB for 70B.
+def test_mixed_precision_adam_terms() -> None:
+    # ZeRO §3.1: 2 + 2 + 4 + 4 + 4 bytes: 140, 140, 280, 280, 280 GB for 70B.
     group = Group(0, 1)
     assert weight_bytes(PSI_70B, MIXED_ADAM, group) == 140 * 10**9
     assert gradient_bytes(PSI_70B, MIXED_ADAM, group) == 140 * 10**9
@@ -58,7 +69,7 @@ def test_seed_lesson_static_table() -> None:
     assert [t.bytes for t in terms] == [140 * 10**9, 140 * 10**9] + [280 * 10**9] * 3
 
 
-def test_seed_lesson_175b_exercise() -> None:
+def test_175b_needs_35_gpus_at_zero_3() -> None:
     # 16 × 175e9 = 2,800 GB; DDP cannot hold it on one 80 GB H100 (nor on a node's 640 GB).
     psi = 175 * 10**9
     assert static_bytes(psi, MIXED_ADAM, Group(0, 1)) == 2_800 * 10**9

@@ -289,6 +289,7 @@ def _table5_errors() -> dict[tuple[str, str], float]:
     return out
 
 
+@pytest.mark.slow
 def test_table5_mean_and_worst_error() -> None:
     errors = _table5_errors()
     absolute = [abs(e) for e in errors.values()]
@@ -299,6 +300,7 @@ def test_table5_mean_and_worst_error() -> None:
     assert max(held_out) <= 0.08, errors
 
 
+@pytest.mark.slow
 def test_the_preset_gemm_curve_is_the_documented_fit() -> None:
     # Refit the three GEMM parameters to the four full-recompute runs (the fit documented in
     # efficiency.json and docs/explain.md), starting from the preset: it stays put.

@@ -1,7 +1,8 @@
 """Pipeline schedules as data: op order, phases, links, warm-up and in-flight counts.
 
 Expected values come from hand derivation (Narayanan et al. 2021 Fig. 3/4) and from
-Megatron's documented warm-up formula (reference rule P9), not from the code under test.
+Megatron-Core's warm-up count, written out below (`megatron_warmup`), not from the code under
+test.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from planc.pipeline import (
     num_warmup,
     validate_schedule,
 )
+from planc.pipeline.inflight import in_flight as closed_form_in_flight
 
 
 def labels(ops: tuple[Op, ...]) -> list[str]:
@@ -31,6 +33,21 @@ def labels(ops: tuple[Op, ...]) -> list[str]:
 def seq(text: str) -> list[str]:
     """'F0 F1 B0' -> ['F0c0', 'F1c0', 'B0c0']; entries already naming a chunk stay as is."""
     return [tok if "c" in tok else f"{tok}c0" for tok in text.split()]
+
+
+def megatron_warmup(p: int, m: int, v: int, r: int) -> int:
+    """Forward passes rank r runs before its first backward, as Megatron-Core counts them
+    (`get_pp_rank_microbatches` in megatron/core/pipeline_parallel/schedules.py): 1F1B
+    `p − r − 1`; interleaved `(p − r − 1)·2 + (v − 1)·microbatch_group_size_per_vp_stage`, the
+    group size defaulting to p; either capped at the total, m·v virtual micro-batches."""
+    warmup = p - r - 1 if v == 1 else (p - r - 1) * 2 + (v - 1) * p
+    return min(warmup, m * v)
+
+
+def leading_forwards(ops: tuple[Op, ...]) -> int:
+    """Forward ops before the first backward, counted in the built op list."""
+    kinds = [op.kind for op in ops]
+    return kinds.index("B") if "B" in kinds else len(kinds)
 
 
 def valid_interleaved() -> list[tuple[int, int, int]]:
@@ -109,7 +126,7 @@ def test_phases_are_labelled_in_order(p: int, m: int, v: int) -> None:
     sched = build_schedule(p, m, v)
     for rank, ops in enumerate(sched.stages):
         phases = [op.phase for op in ops]
-        warm = num_warmup(p, m, v, rank)
+        warm = megatron_warmup(p, m, v, rank)
         steady = 2 * (m * v - warm)
         assert phases == ["warmup"] * warm + ["steady"] * steady + ["cooldown"] * warm
         assert all(op.kind == "F" for op in ops[:warm])
@@ -220,8 +237,8 @@ def test_in_flight_1f1b_is_min_p_minus_r_m(p: int) -> None:
 def test_in_flight_interleaved_is_warmup_plus_one(p: int, m: int, v: int) -> None:
     sched = build_schedule(p, m, v)
     for r in range(p):
-        # Megatron (P9): at the peak, warm-up + 1 chunk-micro-batches, capped at m·v.
-        assert in_flight(sched, r) == min(2 * (p - r - 1) + (v - 1) * p + 1, m * v)
+        # At the peak, Megatron-Core's warm-up + 1 chunk-micro-batches, capped at m·v.
+        assert in_flight(sched, r) == min(megatron_warmup(p, m, v, r) + 1, m * v)
 
 
 def test_held_at_peak_splits_in_flight_by_chunk() -> None:
@@ -239,15 +256,11 @@ def test_held_at_peak_splits_in_flight_by_chunk() -> None:
 
 def test_held_at_peak_agrees_with_memory_model() -> None:
     """Cross-check the memory model's closed-form peak with the op-list walk."""
-    activations = pytest.importorskip("planc.memory.activations")
-    mem_in_flight = getattr(activations, "in_flight", None)
-    if mem_in_flight is None:
-        pytest.skip("planc.memory.activations has no in_flight")
     for p, m, v in [*valid_interleaved(), (4, 2, 1), (4, 8, 1), (8, 3, 1)]:
         sched = build_schedule(p, m, v)
         for r in range(p):
             for weights in [(1,) * v, tuple(range(1, v + 1)), tuple(range(v, 0, -1))]:
-                assert mem_in_flight(p, v, m, r, weights) == held_at_peak(sched, r, weights)
+                assert closed_form_in_flight(p, v, m, r, weights) == held_at_peak(sched, r, weights)
 
 
 # --------------------------------------------------------------------------- properties
@@ -273,6 +286,11 @@ def test_property_in_flight_matches_formula(cfg: tuple[int, int, int]) -> None:
     p, m, v = cfg
     sched = build_schedule(p, m, v)
     for r in range(p):
-        expected = min(p - r, m) if v == 1 else min(2 * (p - r - 1) + (v - 1) * p + 1, m * v)
+        # The peak is at the first backward: the warm-up's forwards plus the first steady one
+        # (none when every forward is warm-up), counted in the op list and held to Megatron's
+        # count.
+        ops = sched.stages[r]
+        expected = min(megatron_warmup(p, m, v, r) + 1, m * v)
+        assert leading_forwards(ops) == expected
         assert in_flight(sched, r) == expected
         assert sum(held_at_peak(sched, r)) == expected

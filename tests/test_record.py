@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planc.record import HOT_CALLS, _generic_init, _init, is_plain, record
+from planc.record import HOT_CALLS, _generic_init, _init, record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -269,19 +269,3 @@ def test_records_refuse_what_dataclass_refuses() -> None:
     with pytest.raises(TypeError, match="no type annotation"):
         record(type("Bad", (), {"__module__": __name__, "x": field(default=1)}))
 
-
-def test_every_planc_record_takes_the_plain_path() -> None:
-    import importlib
-    import pkgutil
-
-    import planc
-
-    records = [
-        value
-        for info in pkgutil.walk_packages(planc.__path__, "planc.")
-        if info.name != "planc.__main__"
-        for value in vars(importlib.import_module(info.name)).values()
-        if isinstance(value, type) and "__record_key__" in value.__dict__
-    ]
-    assert len(records) > 60
-    assert [cls for cls in records if not is_plain(cls)] == []

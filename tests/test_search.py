@@ -167,6 +167,7 @@ def _checked(values: dict[str, Any], setup: Setup) -> tuple[bool, float]:
     return True, estimate_step(analyse(plan)).step_time_s
 
 
+@pytest.mark.slow
 def test_feasible_candidates_are_exactly_those_check_passes() -> None:
     setup = _setup(ORACLE)
     result = search(setup, 10**6)
@@ -388,6 +389,7 @@ PUBLISHED = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", PUBLISHED, ids=lambda c: c[0])
 def test_published_layouts_are_feasible_and_not_faster_than_the_best(
     case: tuple[str, int, int, int, int, float, tuple[str, ...]],
@@ -417,6 +419,7 @@ def test_published_layouts_are_feasible_and_not_faster_than_the_best(
     assert best.metrics.step_time_s <= published
 
 
+@pytest.mark.slow
 def test_llama3_405b_published_layout_is_feasible_and_not_faster_than_the_best() -> None:
     searched = (
         "version: 1\nname: llama3-405b\nmodel: {preset: llama3-405b}\nhardware: {gpu: h100-sxm, "

@@ -84,10 +84,10 @@ def int_buffers(draw: st.DrawFn, max_n: int = 17, max_m: int = 200) -> Array:
     return rng.integers(-(10**6), 10**6, size=(n, m), dtype=np.int64)
 
 
-# --------------------------------------------------------------------------- the seed lesson
+# --------------------------------------------------------------------------- worked by hand
 
 
-def test_seed_lesson_four_workers_one_to_four() -> None:
+def test_four_workers_one_to_four() -> None:
     # Worker w holds w+1 in all 8 elements; the sum is 1+2+3+4 = 10 everywhere. Each
     # worker sends 2 phases x (4-1) steps x (8/4 elements) x 8 bytes = 96 bytes.
     x = np.repeat(np.array([[1.0], [2.0], [3.0], [4.0]]), 8, axis=1)

@@ -248,6 +248,7 @@ def layouts(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(overlay=layouts())
 def test_compiled_plans_of_random_specs_verify(overlay: dict[str, Any]) -> None:
@@ -379,6 +380,7 @@ def moe_layouts(draw: st.DrawFn) -> dict[str, Any]:
     return overlay
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(overlay=moe_layouts())
 def test_compiled_plans_of_random_moe_specs_verify(overlay: dict[str, Any]) -> None:

@@ -40,20 +40,6 @@ from planc.compile.ranks import Grid, Ranks
 from planc.plannable import PlanLayout
 from planc.record import record
 
-GROUP_KINDS = (
-    "tp",
-    "cp",
-    "dp",
-    "pp",
-    "dp_cp",
-    "embedding",
-    "model_parallel",
-    "dp_shard",
-    "dp_replicate",
-    "ep",
-    "etp",
-    "edp",
-)
 # The expert grid's axes as Megatron's expert RankGenerator names them, and the group kind of
 # each: its tp is the expert tensor-parallel group, its dp the expert data-parallel group.
 EXPERT_KINDS = (("ep", "ep"), ("etp", "tp"), ("edp", "dp"))

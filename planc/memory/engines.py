@@ -275,13 +275,17 @@ def zero3_gather_bytes(share: RankParameters, state: StateBytes) -> int:
 
 
 def megatron_gather(share: RankParameters, state: StateBytes) -> Term:
-    """w·2·Ψ_u: ZeRO-3's gathered unit and its prefetched successor (seed lesson §7)."""
+    """w·2·Ψ_u: ZeRO-3's gathered unit and its prefetched successor (ZeRO §5.3 and §7.2.2:
+    each layer's parameters are gathered just before its forward and backward; DeepSpeed's stage3_prefetch_bucket_size and PyTorch
+    FSDP's forward/backward prefetch overlap the next unit's all-gather with this one's compute)."""
     return _term(
         f"ZeRO-3 gathered weights ({state.label})",
         "buffers",
         zero3_gather_bytes(share, state),
         f"{state.weights}·2·max(Ψ_ℓ, embedding, head)",
-        "seed lesson §7 (ZeRO-3 materialises one layer, double-buffered prefetch)",
+        "Rajbhandari et al. 2020, ZeRO §5.3, §7.2.2 (one layer gathered at a time); DeepSpeed ZeRO-3 "
+        "prefetch (stage3_prefetch_bucket_size) and Zhao et al. 2023, PyTorch FSDP (the next "
+        "unit prefetched): two units gathered",
     )
 
 

@@ -10,7 +10,8 @@ Bytes per parameter (Ψ = parameters on the rank):
 | bf16/fp16 + SGD (momentum)       | 2       | 2 (4)     | 4 master + 4 momentum = 8   | 12/14 |
 | fp32 + SGD (momentum)            | 4       | 4         | 4 momentum                  | 12    |
 
-16 is the seed lesson's mixed-precision Adam (§3, after Rajbhandari et al. 2020, ZeRO §3.1).
+16 is mixed-precision Adam as Rajbhandari et al. 2020 (ZeRO) §3.1 count it: 2Ψ + 2Ψ + KΨ with
+K = 12 (fp32 master weights, momentum and variance).
 18 is Megatron's bf16 with fp32 main gradients (docs/user-guide/features/dist_optimizer.md:
 "bf16 params, fp32 grads: 18 bytes, 6 + 12/d with the distributed optimizer"): the 16-bit
 gradient is accumulated straight into the fp32 main-grad buffer (gradient-accumulation fusion),
@@ -18,7 +19,8 @@ so no separate 16-bit gradient exists; the fp32 main grad replaces it (2 + 4 + 1
 
 ZeRO shards over the group of N = d·c ranks (Megatron's distributed optimizer shards over the
 data × context group, intra_dp_cp): stage 1 the optimizer state, stage 2 also the gradients,
-stage 3 also the weights. So with 16 bytes: 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N (seed lesson §7).
+stage 3 also the weights. So with 16 bytes: 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N (ZeRO §5,
+Fig. 1: P_os, P_os+g, P_os+g+p).
 A shard is a contiguous range of the rank's flat Ψ_r-element buffer: ⌈Ψ_r/N⌉ elements for the
 low shard indices, ⌊Ψ_r/N⌋ for the high ones.
 """
@@ -30,13 +32,11 @@ from planc.memory.terms import Component, Term, shard
 from planc.record import record
 from planc.vocab import OptimizerName
 
-SOURCE_SEED = (
-    "seed lesson §3 (mixed-precision Adam, 16 bytes/param; Rajbhandari et al. 2020, ZeRO §3.1)"
-)
+SOURCE_ADAM = "Rajbhandari et al. 2020, ZeRO §3.1 (mixed-precision Adam: 2 + 2 + 12 bytes/param)"
 SOURCE_MEGATRON_18 = (
     "Megatron-LM docs dist_optimizer.md (bf16 params, fp32 main grads: 18 bytes/param)"
 )
-SOURCE_ZERO = "Rajbhandari et al. 2020, ZeRO §5 (P_os, P_os+g, P_os+g+p); seed lesson §7"
+SOURCE_ZERO = "Rajbhandari et al. 2020, ZeRO §5 and Fig. 1 (P_os, P_os+g, P_os+g+p)"
 
 
 @record
@@ -150,7 +150,7 @@ def gradient_terms(
     """The gradient buffer: 16-bit gradients, or fp32 main grads with grad_accum_fp32/fp32.
     `symbol` names the parameters in the formula (Ψ_r, or Ψ_d and Ψ_e for the dense and expert
     parts of a mixture-of-experts rank), `prefix` the line ("expert ")."""
-    source = SOURCE_MEGATRON_18 if state.gradients == 4 and state.master else SOURCE_SEED
+    source = SOURCE_MEGATRON_18 if state.gradients == 4 and state.master else SOURCE_ADAM
     if group.zero >= SHARD_GRADIENTS:
         source += "; " + SOURCE_ZERO
     return (
@@ -171,7 +171,7 @@ def optimizer_terms(
     """fp32 master weights (mixed precision only) and the optimizer's moments, each 4 bytes."""
     elements = group.elements(psi, SHARD_OPTIMIZER)
     suffix = group.suffix(SHARD_OPTIMIZER)
-    source = SOURCE_SEED + ("; " + SOURCE_ZERO if group.zero >= SHARD_OPTIMIZER else "")
+    source = SOURCE_ADAM + ("; " + SOURCE_ZERO if group.zero >= SHARD_OPTIMIZER else "")
     lines = [("fp32 master weights", state.master)] if state.master else []
     lines += [(f"{name} (fp32)", size) for name, size in state.moments]
     return tuple(
@@ -202,11 +202,11 @@ def weight_terms(
                 w,
                 group.elements(psi, SHARD_WEIGHTS),
                 f"{w}·{symbol}/{group.symbol}",
-                SOURCE_SEED + "; " + SOURCE_ZERO,
+                SOURCE_ADAM + "; " + SOURCE_ZERO,
             ),
         )
     return tuple(
-        _term(f"{name} ({state.label})", "weights", w, count, f"{w}·{formula}", SOURCE_SEED)
+        _term(f"{name} ({state.label})", "weights", w, count, f"{w}·{formula}", SOURCE_ADAM)
         for name, count, formula in parts
         if count
     )

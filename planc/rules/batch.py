@@ -35,8 +35,9 @@ def pipeline_bubble(ctx: Context) -> Iterator[Violation]:
 
     Warm-up and cool-down of a 1F1B pipeline leave p − 1 micro-batch slots idle per stage.
     With m micro-batches per data-parallel rank (m = global_batch / (micro_batch × data)) and v
-    virtual stages, the idle fraction is (p − 1)/(v·m + p − 1); m ≥ 9 × p keeps it under 10%
-    for plain 1F1B (the seed lesson's rule of thumb).
+    virtual stages, the idle fraction is (p − 1)/(v·m + p − 1) (Narayanan et al. 2021 §2.2: the
+    bubble is (p − 1)/(v·m) of the ideal time); it is at most 10% exactly when v·m ≥ 9(p − 1),
+    so m ≥ 9 × p is always enough for plain 1F1B.
 
     Base: llama3-70b-8x8.yaml
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import field
 from types import MappingProxyType
@@ -175,10 +174,7 @@ def _has_planc_table(path: str) -> bool:
 
 def load_config(path: str) -> Config:
     """Read and check one configuration file; ConfigError says what is wrong and where."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10: the same parser from PyPI
-        import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
+    import tomllib  # start-up: only a run that has a configuration file parses TOML
     try:
         with open(path, "rb") as handle:
             document = tomllib.load(handle)

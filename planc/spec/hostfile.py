@@ -45,9 +45,6 @@ class Hosts:
     lines: tuple[int, ...]
     findings: tuple[Finding, ...]
 
-    def line_of(self, name: str) -> int:
-        return self.lines[self.names.index(name)] if name in self.names else 1
-
 
 def parse_hosts(text: str) -> Hosts:
     """Every name in `text`, or located PLC014 findings for the lines that cannot be read."""
