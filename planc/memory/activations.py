@@ -50,7 +50,6 @@ from collections.abc import Callable
 from planc.dims import RankDims, padded_vocab, rank_dims
 from planc.memory.terms import Term
 from planc.pipeline import registry
-from planc.pipeline.inflight import in_flight as in_flight  # re-exported: tests cross-check it
 from planc.plannable import Plannable
 from planc.record import record
 from planc.spec.job import Model
