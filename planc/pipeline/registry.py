@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from planc.pipeline import bubble, counts, inflight
 from planc.record import record
@@ -114,6 +114,31 @@ def _flush_numbers(p: int, m: int, v: int) -> str:
     return f"({p} − 1)/({v}·{m} + {p} − 1)"
 
 
+class _ClosedForms(TypedDict):
+    warmup: Warmup
+    in_flight: InFlight
+    bubble: Bubble
+    bubble_formula: str
+    bubble_numbers: Callable[[int, int, int], str]
+    microbatches_for: Microbatches
+    closed_ends: ClosedEnds
+
+
+def _flush_closed_forms() -> _ClosedForms:
+    """The closed forms 1F1B and interleaved 1F1B share (flush schedules: Narayanan et al. 2021
+    §2.2 and §2.2.1): Megatron's warm-up, the in-flight counts, the (p − 1)/(v·m + p − 1)
+    bubble and the stage ends of equal stages."""
+    return {
+        "warmup": counts.num_warmup,
+        "in_flight": inflight.in_flight,
+        "bubble": bubble.bubble_fraction,
+        "bubble_formula": _FLUSH_BUBBLE,
+        "bubble_numbers": _flush_numbers,
+        "microbatches_for": bubble.microbatches_for,
+        "closed_ends": _closed_ends,
+    }
+
+
 SCHEDULES: Mapping[ScheduleKind, ScheduleDef] = MappingProxyType(
     {
         ScheduleKind.ONE_F_ONE_B: ScheduleDef(
@@ -131,13 +156,7 @@ SCHEDULES: Mapping[ScheduleKind, ScheduleDef] = MappingProxyType(
                 }
             ),
             microbatch_step=lambda p: 1,
-            warmup=counts.num_warmup,
-            in_flight=inflight.in_flight,
-            bubble=bubble.bubble_fraction,
-            bubble_formula=_FLUSH_BUBBLE,
-            bubble_numbers=_flush_numbers,
-            microbatches_for=bubble.microbatches_for,
-            closed_ends=_closed_ends,
+            **_flush_closed_forms(),
         ),
         ScheduleKind.INTERLEAVED_1F1B: ScheduleDef(
             kind=ScheduleKind.INTERLEAVED_1F1B,
@@ -153,13 +172,7 @@ SCHEDULES: Mapping[ScheduleKind, ScheduleDef] = MappingProxyType(
                 }
             ),
             microbatch_step=lambda p: p,
-            warmup=counts.num_warmup,
-            in_flight=inflight.in_flight,
-            bubble=bubble.bubble_fraction,
-            bubble_formula=_FLUSH_BUBBLE,
-            bubble_numbers=_flush_numbers,
-            microbatches_for=bubble.microbatches_for,
-            closed_ends=_closed_ends,
+            **_flush_closed_forms(),
         ),
         # Fill and drain are 1F1B's, (p − 1)/(m + p − 1) of the step with equal stages (Huang
         # et al. 2019 §2.2; v = 1), and so is the makespan; what differs is memory: all m
