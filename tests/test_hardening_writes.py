@@ -8,11 +8,16 @@ loses no plan, and a compile that finds its target locked says whose lock it is 
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import json
 import os
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -21,6 +26,7 @@ from test_hardening_output import ENV, SMALL, beside, paused, plan_files, planc,
 from planc.compile import OutputError
 from planc.compile import write as write_module
 from planc.compile.write import write_files
+from planc.outputs.emit import OutputRefused, write_text_atomic
 
 POSIX = pytest.mark.skipif(sys.platform == "win32", reason="POSIX renames, locks and signals")
 
@@ -198,3 +204,208 @@ def test_the_lock_records_its_holder_while_held(
     write_files(plan_files(8), out)
     assert len(seen) == 1 and seen[0].startswith(f"pid {os.getpid()} on host ")
     assert beside(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- item 2: the writer
+
+
+def spec_copy(tmp_path: Path) -> Path:
+    spec = tmp_path / "s.yaml"
+    spec.write_bytes(SMALL.read_bytes())
+    return spec
+
+
+def runs_csv(tmp_path: Path) -> Path:
+    """Three small runs and made-up step times: enough for calibrate to fit and write."""
+    rows = ["spec,seconds per step"]
+    for model, b, seconds in (("gpt-22b", 1, 0.5), ("gpt-22b", 4, 1.7), ("llama3-8b", 2, 0.4)):
+        (tmp_path / f"{model}-{b}.yaml").write_text(
+            f"version: 1\nname: {model}-{b}\nmodel: {{preset: {model}, layers: 4}}\n"
+            f"hardware: {{gpu: a100-80gb, nodes: 1}}\nparallelism: {{tensor: 8}}\n"
+            f"training: {{seq_len: 2048, micro_batch: {b}, global_batch: {4 * b}, "
+            f"attention: eager}}\n",
+            encoding="utf-8",
+        )
+        rows.append(f"{model}-{b}.yaml,{seconds}")
+    path = tmp_path / "runs.csv"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def refused(done: subprocess.CompletedProcess[bytes], out: str | Path, source: Path) -> None:
+    """Exit 2, one line naming the output and the input it is, no traceback."""
+    text = done.stderr.decode()
+    assert done.returncode == 2, text
+    assert "Traceback" not in text and len(text.splitlines()) == 1, text
+    assert f"{out}: is the same file as {source}, which this command reads" in text, text
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["report", "{spec}", "-o", "{spec}"],
+        ["search", "{spec}", "--allow", "tensor=2", "--write", "{spec}"],
+        ["search", "{spec}", "--allow", "tensor=2", "--report", "{spec}"],
+        ["check", "{spec}", "--output-file", "{spec}"],
+    ],
+    ids=["report", "search-write", "search-report", "check"],
+)
+def test_an_output_over_the_spec_is_refused(tmp_path: Path, command: list[str]) -> None:
+    """The reproducers: each of these replaced the spec it read."""
+    spec = spec_copy(tmp_path)
+    done = planc(*(arg.format(spec=spec) for arg in command))
+    if command[0] == "search":  # search says it before searching, in its own words
+        text = done.stderr.decode()
+        assert done.returncode == 2 and len(text.splitlines()) == 1, text
+        assert text.startswith(f"{spec}: error: cannot write {spec}: is the same file as {spec}")
+        assert done.stdout == b""
+    else:
+        refused(done, spec, spec)
+    assert spec.read_bytes() == SMALL.read_bytes()
+
+
+@pytest.mark.parametrize("spelling", ["dot", "symlink", "hardlink", "absolute"])
+def test_the_spec_is_recognised_however_it_is_spelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str
+) -> None:
+    spec = spec_copy(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    out = {"dot": "./s.yaml", "absolute": str(spec)}.get(spelling, "other.yaml")
+    if spelling == "symlink":
+        Path(out).symlink_to("s.yaml")
+    elif spelling == "hardlink":
+        os.link("s.yaml", out)
+    refused(planc("check", "s.yaml", "--output-file", out), out, Path("s.yaml"))
+    assert spec.read_bytes() == SMALL.read_bytes()
+    assert Path(out).is_symlink() == (spelling == "symlink")
+
+
+def test_calibrate_never_writes_over_its_measurements_or_specs(tmp_path: Path) -> None:
+    csv = runs_csv(tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    refused(planc("calibrate", csv, "-o", csv), csv, csv)
+    spec = tmp_path / "llama3-8b-2.yaml"
+    refused(planc("calibrate", csv, "-o", spec), spec, spec)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    done = planc("calibrate", csv, "-o", "-")  # the file on stdout, the table on stderr
+    assert done.returncode == 0, done.stderr.decode()
+    assert json.loads(done.stdout)["gemm"] and b"leave-one-out" in done.stderr
+
+
+def test_a_fifo_is_written_in_place(tmp_path: Path) -> None:
+    """`schema -o FIFO` (and through a symbolic link to it): written, not renamed over."""
+    fifo, link = tmp_path / "pipe", tmp_path / "link"
+    os.mkfifo(fifo)
+    link.symlink_to(fifo)
+    inode = fifo.stat().st_ino
+    expected = planc("schema").stdout
+    for target in (fifo, link):
+        got: list[bytes] = []
+        reader = threading.Thread(target=lambda into=got: into.append(fifo.read_bytes()))
+        reader.start()
+        done = planc("schema", "-o", target)
+        reader.join(timeout=60)
+        assert done.returncode == 0, done.stderr.decode()
+        assert got == [expected]
+        assert stat.S_ISFIFO(fifo.lstat().st_mode) and fifo.stat().st_ino == inode
+    assert link.is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == ["link", "pipe"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd/1").exists(), reason="Linux /proc")
+@pytest.mark.parametrize("command", [["schema", "-o"], ["check", str(SMALL), "--output-file"]])
+def test_a_link_to_proc_self_fd_1_writes_to_stdout(tmp_path: Path, command: list[str]) -> None:
+    link = tmp_path / "stdout"
+    link.symlink_to("/proc/self/fd/1")
+    expected = planc(*[arg for arg in command if not arg.startswith("-")])
+    done = planc(*command, link)
+    assert done.returncode == expected.returncode, done.stderr.decode()
+    assert done.stdout == expected.stdout and done.stdout
+    assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stdout"]
+
+
+def test_dev_null_is_opened_not_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """First proven in this process with renames and temporary files forbidden; only then a
+    real `planc schema -o /dev/null`, after which /dev/null is still the same device."""
+    before = os.stat(os.devnull)
+    assert stat.S_ISCHR(before.st_mode)
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a rename or a temporary file beside a device")
+
+    with monkeypatch.context() as patched:
+        for module, name in ((os, "replace"), (os, "rename"), (tempfile, "mkstemp")):
+            patched.setattr(module, name, forbidden)
+        write_text_atomic(os.devnull, "planc\n")
+    done = planc("schema", "-o", os.devnull)
+    assert done.returncode == 0 and done.stdout == b"", done.stderr.decode()
+    after = os.stat(os.devnull)
+    assert (after.st_ino, after.st_rdev, after.st_mode) == (
+        before.st_ino,
+        before.st_rdev,
+        before.st_mode,
+    )
+
+
+def test_only_regular_files_are_replaced(tmp_path: Path) -> None:
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (tmp_path / "to-folder").symlink_to(folder)
+    for target in (folder, tmp_path / "to-folder"):
+        with pytest.raises(OutputRefused, match="is a directory") as raised:
+            write_text_atomic(target, "x")
+        assert raised.value.errno == errno.EISDIR and raised.value.filename == str(target)
+    assert list(folder.iterdir()) == []
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(tmp_path / "sock"))
+        with pytest.raises(OutputRefused, match="neither a regular file"):
+            write_text_atomic(tmp_path / "sock", "x")
+    finally:
+        sock.close()
+    assert stat.S_ISSOCK((tmp_path / "sock").lstat().st_mode)
+
+
+def test_a_directory_on_the_command_line_is_exit_2(tmp_path: Path) -> None:
+    done = planc("schema", "-o", tmp_path)
+    assert done.returncode == 2 and b"Traceback" not in done.stderr
+    assert tmp_path.is_dir()
+
+
+def test_a_link_to_a_regular_file_replaces_the_file_and_keeps_the_link(tmp_path: Path) -> None:
+    real, link = tmp_path / "real.json", tmp_path / "link.json"
+    real.write_text("old\n")
+    link.symlink_to("real.json")
+    write_text_atomic(link, "new\n")
+    assert link.is_symlink() and real.read_text() == "new\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "real.json"]
+
+
+def test_a_dash_is_standard_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert planc("schema", "-o", "-").stdout == planc("schema").stdout
+    plain = planc("check", SMALL)
+    dashed = planc("check", SMALL, "--output-file", "-")
+    assert (dashed.returncode, dashed.stdout) == (plain.returncode, plain.stdout)
+    page = planc("report", SMALL, "-o", "-")
+    assert page.returncode == 0, page.stderr.decode()
+    assert page.stdout.startswith(b"<!DOCTYPE html>") and page.stdout.endswith(b"</html>\n")
+    assert page.stderr.decode().startswith(f"{SMALL}: wrote - (")
+    assert list(tmp_path.iterdir()) == []  # no file named -
+
+
+@pytest.mark.parametrize("option", ["--write", "--report"])
+def test_search_keeps_stdout_for_its_ranking(tmp_path: Path, option: str) -> None:
+    done = planc("search", SMALL, "--allow", "tensor=2", option, "-")
+    assert done.returncode == 2 and done.stdout == b""
+    assert done.stderr.decode() == (
+        f"{SMALL}: error: {option} -: standard output carries the ranked layouts; "
+        "give a file name\n"
+    )
+
+
+def test_search_still_writes_a_new_file(tmp_path: Path) -> None:
+    out = tmp_path / "best.yaml"
+    done = planc("search", SMALL, "--allow", "tensor=2", "--write", out)
+    assert done.returncode == 0, done.stderr.decode()
+    assert out.read_text().startswith("# Written by planc search from")
