@@ -292,6 +292,10 @@ def test_calibrate_never_writes_over_its_measurements_or_specs(tmp_path: Path) -
     assert json.loads(done.stdout)["gemm"] and b"leave-one-out" in done.stderr
 
 
+def drain(fifo: Path, into: list[bytes]) -> None:
+    into.append(fifo.read_bytes())
+
+
 def test_a_fifo_is_written_in_place(tmp_path: Path) -> None:
     """`schema -o FIFO` (and through a symbolic link to it): written, not renamed over."""
     fifo, link = tmp_path / "pipe", tmp_path / "link"
@@ -301,7 +305,8 @@ def test_a_fifo_is_written_in_place(tmp_path: Path) -> None:
     expected = planc("schema").stdout
     for target in (fifo, link):
         got: list[bytes] = []
-        reader = threading.Thread(target=lambda into=got: into.append(fifo.read_bytes()))
+        # A daemon: should planc rename over the FIFO, the blocked reader must not hang pytest.
+        reader = threading.Thread(target=drain, args=(fifo, got), daemon=True)
         reader.start()
         done = planc("schema", "-o", target)
         reader.join(timeout=60)
