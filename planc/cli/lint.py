@@ -156,7 +156,7 @@ def check(
         from planc.outputs.emit import write_text_atomic
 
         read = [configs.for_path(stdin_filename if p == "-" else p).path for p in paths]
-        write_text_atomic(output_file, report, [*paths, *filter(None, read)])  # never an input
+        write_text_atomic(output_file, report, [*paths, *filter(None, read)])  # refused as output
     else:
         click.echo(report, nl=False, color=color)  # click would strip colour off a non-TTY
     sys.exit(exit_code(results, strict, exit_zero))
