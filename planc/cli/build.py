@@ -156,6 +156,7 @@ def calibrate(measurements: str, output: str) -> None:
     except ValueError as error:
         click.echo(f"{measurements}: error: {error}", err=True)
         sys.exit(2)
-    write_text_atomic(output, cal.calibration_json(result, measurements))
-    click.echo(cal.render(result), nl=False)
-    click.echo(f"wrote {output}")
+    read = [measurements, *(str(path) for path, _ in rows)]
+    write_text_atomic(output, cal.calibration_json(result, measurements), read)
+    click.echo(cal.render(result), nl=False, err=output == "-")  # stdout holds the file
+    click.echo(f"wrote {output}", err=output == "-")

@@ -155,7 +155,8 @@ def check(
     if output_file is not None:
         from planc.outputs.emit import write_text_atomic
 
-        write_text_atomic(output_file, report)
+        read = [configs.for_path(stdin_filename if p == "-" else p).path for p in paths]
+        write_text_atomic(output_file, report, [*paths, *filter(None, read)])  # refused as output
     else:
         click.echo(report, nl=False, color=color)  # click would strip colour off a non-TTY
     sys.exit(exit_code(results, strict, exit_zero))

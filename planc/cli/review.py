@@ -78,8 +78,8 @@ def report(spec: str, output: str) -> None:
     if built.page is None:
         click.echo(REPORTERS["text"]((built.result,), False), nl=False, err=True)
         sys.exit(max(exit_code((built.result,)), 1))
-    write_text_atomic(output, built.page)
-    click.echo(f"{spec}: wrote {output} ({len(built.page.encode()):,} bytes)")
+    write_text_atomic(output, built.page, (spec,))
+    click.echo(f"{spec}: wrote {output} ({len(built.page.encode()):,} bytes)", err=output == "-")
 
 
 def _bounds_type(option: Option) -> click.IntRange | click.FloatRange:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import field
 
 from planc.findings import Severity
-from planc.outputs.emit import write_text_atomic
+from planc.outputs.emit import STDOUT, check_output, write_text_atomic
 from planc.outputs.progress import progress
 from planc.record import record
 from planc.rules import REGISTRY
@@ -81,6 +81,9 @@ def run(request: Request, write_explorer: ExplorerWriter | None = None) -> Repor
         defaults = Resolver().for_path(request.spec).rule_defaults()
     except ConfigError as error:
         return Report("", f"planc: error: {error}\n", EXIT_UNUSABLE)
+    refused = _refused_output(request)
+    if refused is not None:
+        return Report("", refused, EXIT_UNUSABLE)
     loaded = load_path(request.spec, defaults or None)
     broken = _unusable(loaded)
     if broken is not None:
@@ -108,6 +111,24 @@ def run(request: Request, write_explorer: ExplorerWriter | None = None) -> Repor
     return Report(text, notes, code)
 
 
+def _refused_output(request: Request) -> str | None:
+    """Why `--write` or `--report` cannot be written, said before the search runs: standard
+    output (it carries the ranking) or an output the writer refuses (the spec itself, ...)."""
+    for option, path in (("--write", request.write), ("--report", request.report)):
+        if path is None:
+            continue
+        if path == STDOUT:
+            return (
+                f"{request.spec}: error: {option} -: standard output carries the ranked "
+                "layouts; give a file name\n"
+            )
+        try:
+            check_output(path, (request.spec,))
+        except OSError as error:
+            return f"{request.spec}: error: cannot write {path}: {error.strerror}\n"
+    return None
+
+
 def _rendered(result: SearchResult, request: Request, order: str, heading: str) -> str:
     if request.output_format == "json":
         import json
@@ -130,5 +151,5 @@ def _write(spec: str, path: str, setup: Setup, result: SearchResult) -> str:
         f"{winner.metrics.mfu:.1%} MFU). Check it with: planc check <this file>"
     )
     text = spec_yaml(winner_spec(setup.spec, result, winner), header)
-    write_text_atomic(path, text)
+    write_text_atomic(path, text, (spec,))
     return f"{spec}: wrote the best layout to {path}\n"

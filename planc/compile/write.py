@@ -10,8 +10,14 @@ completes, and the signal is dropped, since the new plan is then in place. Betwe
 renames the target is briefly absent (POSIX has no portable directory swap). Files are not
 fsynced: this guards against interruption, not power loss.
 
-Writers of one target are serialised by `flock` on a lock file beside it; the writer holding
-the lock first removes what a killed writer left (its temporary and `.old` directories).
+Writers of one target are serialised by `flock` on a lock file beside it, which records the
+holder's pid, host and start time; a writer that cannot take the lock says whose it is on
+stderr and gives up after `LOCK_WAIT_SECONDS` (`OutputError`). The writer holding the lock
+first recovers from a killed writer: when the target is missing and a `.old` directory is
+beside it (a kill between the two renames), that plan is renamed back into place; only then
+are the killed writers' temporary and `.old` directories removed. An `.old` directory is only
+ever removed after a rename to a `.trash` name, so a `.old` directory is always a whole plan
+and no sequence of interrupted writes loses both the old plan and the new.
 Temporary names are `.planc-<hash of the target name>.<random>`, so their length does not grow
 with the target's name.
 
@@ -30,6 +36,7 @@ import re
 import secrets
 import shutil
 import signal
+import socket
 import sys
 import threading
 import time
@@ -54,6 +61,11 @@ _EXECUTABLE = (".sh", ".sbatch")
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _SHOWN = 3  # foreign files named in a refusal
 _POLL_SECONDS = 0.02  # between attempts to take the lock of a target another writer holds
+LOCK_WAIT_SECONDS = 60.0  # how long a writer waits for the lock before it gives up
+_HOLDER_BYTES = 256  # the most of a lock file's holder record that is read
+_HOLDER = re.compile(
+    r"pid (\d{1,10}) on host ([!-~]{1,64}) since (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)\n"
+)
 
 
 class OutputError(ValueError):
@@ -272,9 +284,20 @@ def _swap_in(fresh: Path, target: Path, guard: _Guard) -> None:
             guard.committed = False
             old.rename(target)
             raise
-        shutil.rmtree(old, ignore_errors=True)
+        _discard(old)
     finally:
         guard.release()
+
+
+def _discard(old: Path) -> None:
+    """Delete a moved-aside plan: renamed to a `.trash` name first, so that a `.old` directory
+    is never a partly deleted plan (recovery may put a `.old` directory back)."""
+    trash = old.with_name(old.name[: -len(".old")] + ".trash")
+    try:
+        old.rename(trash)
+    except OSError:
+        trash = old
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def _stem(target: Path) -> str:
@@ -284,13 +307,14 @@ def _stem(target: Path) -> str:
 
 
 @contextlib.contextmanager
-def _locked(target: Path, guard: _Guard) -> Iterator[None]:
-    """Hold the lock of `target`, then remove what killed writers of it left behind.
+def _locked(target: Path, shown: str, guard: _Guard) -> Iterator[None]:
+    """Hold the lock of `target`, then recover from killed writers of it (`_recover`).
 
     The lock file is removed on release, so a writer polls: it opens the path and takes the
     lock without blocking, and keeps it only if the file it locked is still the one at the
     path. Each attempt is a held section, so an interrupted writer never leaves a lock file;
-    between attempts Ctrl-C works as usual.
+    between attempts Ctrl-C works as usual. A writer that finds the lock held says whose it is
+    on stderr, once, and raises `OutputError` after `LOCK_WAIT_SECONDS`.
     """
     stem = _stem(target)
     path = target.parent / f"{stem}.lock"
@@ -298,19 +322,32 @@ def _locked(target: Path, guard: _Guard) -> Iterator[None]:
         yield
         return
     fd = -1
+    wait = LOCK_WAIT_SECONDS
+    deadline: float | None = None
     try:
         while True:
             guard.depth += 1
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
                 if _lock(fd, path):
+                    _record_holder(fd)
                     break
+                holder = _holder(fd)
                 os.close(fd)
                 fd = -1
             finally:
                 guard.release()
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + wait
+                _say(f"planc: {shown} is being written by {holder}; waiting up to {wait:g} s")
+            elif now >= deadline:
+                raise OutputError(
+                    f"{shown} is being written by {holder}, which still holds its lock "
+                    f"({path.name}) after {wait:g} s; wait for it to finish, or stop it"
+                )
             time.sleep(_POLL_SECONDS)
-        _remove_leftovers(target, stem)
+        _recover(target, stem)
         yield
     finally:
         if fd >= 0:
@@ -335,15 +372,53 @@ def _lock(fd: int, path: Path) -> bool:
         return False
 
 
-def _remove_leftovers(target: Path, stem: str) -> None:
-    """Remove the temporary and `.old` directories of killed writers of `target`.
+def _record_holder(fd: int) -> None:
+    """Write who holds the lock into the lock file: pid, host and start time (UTC)."""
+    host = "".join(c for c in socket.gethostname()[:64] if "!" <= c <= "~") or "unknown"
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    record = f"pid {os.getpid()} on host {host} since {since}\n".encode("ascii")
+    with contextlib.suppress(OSError):  # the record only informs a waiting writer
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record, 0)
 
-    Also those of planc versions before the lock, named `.<target name>.planc-XXXXXXXX`.
+
+def _holder(fd: int) -> str:
+    """Who holds the lock, as its lock file records it (read bounded, shown only if well formed)."""
+    try:
+        data = os.pread(fd, _HOLDER_BYTES, 0)
+    except OSError:
+        data = b""
+    match = _HOLDER.fullmatch(data.decode("ascii", "replace"))
+    if match is None:
+        return "another process (its lock file does not say which)"
+    pid, host, since = match.groups()
+    return f"process {pid} on host {host} (since {since})"
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # stderr closed or gone
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def _recover(target: Path, stem: str) -> None:
+    """Recover from killed writers of `target`: put back the plan one of them moved aside,
+    then remove their temporary, `.old` and `.trash` directories.
+
+    A writer killed between its two renames leaves no target and the previous plan in a `.old`
+    directory: that directory is renamed back to the target (the newest, should there be
+    several). Also recognises the names of planc versions before the lock,
+    `.<target name>.planc-XXXXXXXX`.
     """
     prefixes = f"{re.escape(stem)}\\.|{re.escape(f'.{target.name}.planc-')}"
-    pattern = re.compile(f"(?:{prefixes})[0-9a-f]{{8}}(\\.old)?")
+    pattern = re.compile(f"(?:{prefixes})[0-9a-f]{{8}}(\\.old|\\.trash)?")
     with os.scandir(target.parent) as entries:
-        stale = [Path(e.path) for e in entries if pattern.fullmatch(e.name)]
+        stale = sorted(Path(e.path) for e in entries if pattern.fullmatch(e.name))
+    aside = [path for path in stale if path.name.endswith(".old") and path.is_dir()]
+    if aside and not os.path.lexists(target):
+        newest = max(aside, key=lambda path: (path.lstat().st_ctime_ns, path.name))
+        newest.rename(target)
+        stale.remove(newest)
     for path in stale:
         shutil.rmtree(path, ignore_errors=True)
 
@@ -365,7 +440,7 @@ def write_files(
     try:
         with _guarded() as guard:
             target.parent.mkdir(parents=True, exist_ok=True)
-            with _locked(target, guard):
+            with _locked(target, shown, guard):
                 _check_target(target, shown, overwrite, protect)
                 _write_atomically(files, target, guard)
     except _Terminated:
