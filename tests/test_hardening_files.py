@@ -1,0 +1,233 @@
+"""Issue 30, items 6-8: the files planc reads besides a spec (calibration files, measurement
+CSVs, project configuration) and the directories `planc check` walks.
+
+Each reproducer of the issue is a test: a one-line error with exit 2, or a located finding,
+never a traceback, a hang or a silent pass. Positions are computed from the text each test
+writes; the stat counts of the deep walk are compared with each other (a walk that lists each
+directory once costs the same per level), not with numbers the code printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from planc.cli.main import main
+from planc.presets.efficiency import for_gpu, from_json, to_json
+
+from conftest import EXAMPLES, ROOT
+
+SPEC = (EXAMPLES / "llama3-8b-1node.yaml").read_text(encoding="utf-8")
+# The same spec, but tensor 3 does not divide the node's 8 GPUs: an error (exit 1) if checked.
+FAILING = SPEC.replace("  tensor: 2\n", "  tensor: 3\n")
+CALIBRATED = SPEC.replace("hardware:\n", "hardware:\n  calibration: cal.json\n", 1)
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+def one_line_error(result: Result, code: int = 2) -> str:
+    """The error of a run that must exit `code` with a one-line message and no traceback."""
+    assert result.exit_code == code, result.output
+    assert isinstance(result.exception, SystemExit), result.exception
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+def run_planc(
+    *args: str, cwd: Path, limit_bytes: int | None = None
+) -> subprocess.CompletedProcess[str]:
+    """planc in its own process (a FIFO or a memory limit must not reach the test's process);
+    the timeout turns a hang into a failure."""
+
+    def limit() -> None:
+        if limit_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "planc", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        preexec_fn=limit,
+        check=False,
+    )
+
+
+# --------------------------------------------------------------------------- item 6: calibrate
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Path:
+    (tmp_path / "s.yaml").write_text(SPEC, encoding="utf-8")
+    return tmp_path
+
+
+def calibrate(folder: Path, csv_text: str) -> Result:
+    (folder / "m.csv").write_text(csv_text, encoding="utf-8")
+    return invoke("calibrate", str(folder / "m.csv"), "-o", str(folder / "cal.json"))
+
+
+@pytest.mark.parametrize("seconds", ["1e-300", "1e300", "1e-9", "1e9", "nan", "inf", "0", "-1"])
+def test_calibrate_refuses_an_implausible_step_time_naming_the_row(
+    runs: Path, seconds: str
+) -> None:
+    error = one_line_error(calibrate(runs, f"spec,seconds\ns.yaml,{seconds}\n"))
+    assert f"m.csv:2: {seconds} s per step is outside" in error
+    assert not (runs / "cal.json").exists()
+
+
+def test_calibrate_refuses_a_200000_character_field(runs: Path) -> None:
+    error = one_line_error(calibrate(runs, "s.yaml," + "1" * 200_000 + "\n"))
+    assert "m.csv:1:" in error
+    assert not (runs / "cal.json").exists()
+
+
+def test_a_bad_first_row_is_an_error_not_a_header(runs: Path) -> None:
+    error = one_line_error(calibrate(runs, "s.yaml,fast\ns.yaml,6.0\n"))
+    assert "m.csv:1: 'fast' is not a number of seconds" in error
+    # A header names its columns; after a comment it is still the first row.
+    assert calibrate(runs, "# runs\nspec,seconds per step\ns.yaml,6.0\n").exit_code == 0
+    # A header only comes first: the same row later is a bad row.
+    error = one_line_error(calibrate(runs, "s.yaml,6.0\nspec,seconds per step\n"))
+    assert "m.csv:2: 'seconds per step' is not a number of seconds" in error
+
+
+def test_calibrate_refuses_measurements_a_fit_cannot_mean(runs: Path) -> None:
+    # The issue's set: a billion times apart, both in and out of the range a step takes.
+    one_line_error(calibrate(runs, "s.yaml,1e-9\ns.yaml,1e9\n"))
+    # Within the range, but the same spec measured at 0.01 s and 3,000 s: 300,000 times apart,
+    # at least one of them more than 20 times from any step time the model can give.
+    error = one_line_error(calibrate(runs, "s.yaml,0.01\ns.yaml,3000\n"))
+    assert "times the model's" in error
+    assert not (runs / "cal.json").exists()
+
+
+def test_calibrate_refuses_a_fifo_without_waiting(runs: Path) -> None:
+    os.mkfifo(runs / "m.csv")
+    done = run_planc("calibrate", "m.csv", "-o", "cal.json", cwd=runs)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "error: m.csv: is a named pipe (FIFO), not a regular file"
+
+
+# ----------------------------------------------------------------- item 6: calibration files
+
+GOOD = to_json(for_gpu("h100-sxm"))
+
+
+def with_value(path: tuple[str, ...], value: Any) -> str:
+    """The h100-sxm entry as JSON text with the field at `path` set to `value` (JSON text)."""
+    marker = "__PLANC_VALUE__"
+    data = json.loads(json.dumps(GOOD))
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = marker
+    return json.dumps(data).replace(f'"{marker}"', value)
+
+
+PEAK = ("gemm", "peak_fraction")
+HOSTILE = {
+    "Infinity": with_value(PEAK, "Infinity"),
+    "NaN": with_value(PEAK, "NaN"),
+    "1e400": with_value(PEAK, "1e400"),
+    "zero fraction": with_value(PEAK, "0"),
+    "fraction above 1": with_value(PEAK, "1.0000001"),
+    "negative": with_value(("hbm", "half_bytes"), "-1"),
+    "a list": with_value(PEAK, "[0.8]"),
+    "a boolean": with_value(PEAK, "true"),
+    "a string": with_value(PEAK, '"0.8"'),
+    "10^400": with_value(("gemm", "half_dim"), "1" + "0" * 400),
+    "10^30 half_dim": with_value(("gemm", "half_dim"), "1" + "0" * 30),
+    "deep nesting": "[" * 100_000 + "]" * 100_000,
+    "nesting in a field": with_value(PEAK, "[" * 50 + "]" * 50),
+    "a list at the top": "[1]",
+    "an unknown key": with_value(("gemm", "peak"), "0.8"),
+    "zero link efficiency": with_value(("network", "nvlink", "efficiency", "all_reduce"), "0"),
+    "not JSON": "{",
+}
+
+
+def check_calibrated(folder: Path) -> tuple[Result, tuple[int, int]]:
+    """`planc check` of the spec naming cal.json, and where `cal.json` stands in it."""
+    (folder / "s.yaml").write_text(CALIBRATED, encoding="utf-8")
+    index = CALIBRATED.index("cal.json")
+    line = CALIBRATED.count("\n", 0, index) + 1
+    column = index - CALIBRATED.rfind("\n", 0, index)
+    return invoke("check", str(folder / "s.yaml")), (line, column)
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_a_hostile_calibration_file_is_a_located_finding(tmp_path: Path, name: str) -> None:
+    (tmp_path / "cal.json").write_text(HOSTILE[name], encoding="utf-8")
+    result, (line, column) = check_calibrated(tmp_path)
+    assert result.exit_code == 1, result.output
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
+    first = result.output.splitlines()[0]
+    assert first.startswith(f"{tmp_path / 's.yaml'}:{line}:{column}: error PLC110 ")
+    assert "hardware.calibration:" in first
+
+
+def test_the_calibration_bounds_are_inclusive_where_a_value_can_be_reached(tmp_path: Path) -> None:
+    # A fraction of exactly 1 (the peak) and a processor usage of 0 (no SMs taken) are valid.
+    data = json.loads(with_value(PEAK, "1"))
+    data["network"]["network"]["processor_usage"] = 0
+    (tmp_path / "cal.json").write_text(json.dumps(data), encoding="utf-8")
+    result, _ = check_calibrated(tmp_path)
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory", "too large"])
+def test_a_calibration_that_is_not_a_small_regular_file_is_refused_unread(
+    tmp_path: Path, kind: str
+) -> None:
+    target = tmp_path / "cal.json"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "device":
+        target.symlink_to("/dev/zero")
+    elif kind == "directory":
+        target.mkdir()
+    else:
+        target.write_text(" " * (1024 * 1024) + json.dumps(GOOD), encoding="utf-8")
+    (tmp_path / "s.yaml").write_text(CALIBRATED, encoding="utf-8")
+    done = run_planc("check", "s.yaml", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "error PLC110 hardware.calibration: ./cal.json cannot be used: " in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+def test_nan_in_a_calibration_reaches_no_output(tmp_path: Path) -> None:
+    (tmp_path / "cal.json").write_text(HOSTILE["NaN"], encoding="utf-8")
+    (tmp_path / "s.yaml").write_text(CALIBRATED, encoding="utf-8")
+    explained = invoke("explain", str(tmp_path / "s.yaml"), "--format", "json")
+    assert explained.exit_code == 1
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} in explain's JSON")
+
+    report = json.loads(explained.output, parse_constant=refuse)  # no NaN value anywhere
+    assert report["ok"] is False
+    compiled = invoke("compile", str(tmp_path / "s.yaml"), "-o", str(tmp_path / "plan"))
+    assert compiled.exit_code == 1 and not (tmp_path / "plan").exists()
+
+
+def test_a_valid_calibration_round_trips_through_the_strict_model(tmp_path: Path) -> None:
+    (tmp_path / "cal.json").write_text(json.dumps(GOOD), encoding="utf-8")
+    result, _ = check_calibrated(tmp_path)
+    assert result.exit_code == 0, result.output
+    assert from_json(GOOD) == for_gpu("h100-sxm")
