@@ -231,3 +231,79 @@ def test_a_valid_calibration_round_trips_through_the_strict_model(tmp_path: Path
     result, _ = check_calibrated(tmp_path)
     assert result.exit_code == 0, result.output
     assert from_json(GOOD) == for_gpu("h100-sxm")
+
+
+# ---------------------------------------------------------------- item 7: project configuration
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "s.yaml").write_text(FAILING, encoding="utf-8")
+    return tmp_path
+
+
+def check_in(folder: Path, *args: str) -> Result:
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        return invoke("check", *args)
+    finally:
+        os.chdir(cwd)
+
+
+def test_a_5000_level_planc_toml_is_a_config_error(project: Path) -> None:
+    (project / ".planc.toml").write_text("a = " + "[" * 5000 + "]" * 5000 + "\n", encoding="utf-8")
+    error = one_line_error(check_in(project, "s.yaml"))
+    assert error.startswith(f"planc: error: {project / '.planc.toml'}: ")
+
+
+def test_an_integer_past_pythons_digit_limit_is_a_config_error(project: Path) -> None:
+    (project / ".planc.toml").write_text("max_bubble = 1" + "0" * 5000 + "\n", encoding="utf-8")
+    one_line_error(check_in(project, "s.yaml"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'tool = """\n[tool.planc]\nselect = 3\n"""\n',
+        '[project]\ndescription = """\n[tool.planc]\nselect = 3\n"""\n',
+        "# [tool.planc]\n[project]\nname = 'x'\n",
+    ],
+)
+def test_a_tool_planc_header_inside_a_string_is_not_a_table(project: Path, text: str) -> None:
+    # Passed over as a pyproject.toml without [tool.planc]: the spec is checked (and fails,
+    # exit 1) with planc's defaults, not stopped by `select = 3` or a traceback.
+    (project / "pyproject.toml").write_text(text, encoding="utf-8")
+    result = check_in(project, "s.yaml")
+    assert result.exit_code == 1, result.output
+    assert "PLC001" in result.output
+
+
+def test_a_real_tool_planc_table_is_still_read(project: Path) -> None:
+    (project / "pyproject.toml").write_text('[tool.planc]\nignore = ["PLC001"]\n', "utf-8")
+    assert "PLC001" not in check_in(project, "s.yaml").output
+
+
+def test_config_dev_zero_is_refused_unread(project: Path) -> None:
+    error = one_line_error(check_in(project, "--config", "/dev/zero", "s.yaml"))
+    assert error == "planc: error: /dev/zero: is a character device, not a regular file"
+
+
+def test_config_fifo_is_refused_without_waiting(project: Path) -> None:
+    os.mkfifo(project / "fifo.toml")
+    done = run_planc("check", "--config", "fifo.toml", "s.yaml", cwd=project)
+    assert done.returncode == 2
+    assert (
+        done.stderr.strip() == "planc: error: fifo.toml: is a named pipe (FIFO), not a regular file"
+    )
+
+
+def test_a_300_mb_config_is_refused_in_bounded_memory(project: Path) -> None:
+    with open(project / "big.toml", "wb") as handle:
+        handle.truncate(300 * 1024 * 1024)  # sparse: 300 MB of NUL bytes, no disk used
+    # 600 MiB of address space: reading the whole file (what planc did) cannot fit beside the
+    # interpreter, so a run that succeeds here read a bounded prefix.
+    done = run_planc("check", "--config", "big.toml", "s.yaml", cwd=project, limit_bytes=600 << 20)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == "planc: error: big.toml: is larger than 1,048,576 bytes"
