@@ -307,3 +307,124 @@ def test_a_300_mb_config_is_refused_in_bounded_memory(project: Path) -> None:
     done = run_planc("check", "--config", "big.toml", "s.yaml", cwd=project, limit_bytes=600 << 20)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == "planc: error: big.toml: is larger than 1,048,576 bytes"
+
+
+# ---------------------------------------------------------------------- item 8: walking trees
+
+
+def chain(root: Path, depth: int, spec: str) -> Path:
+    """`depth` nested directories `d/d/...` below `root`, a spec at the bottom; `root` holds
+    .git, so the configuration lookup stops there. Built with mkdir: os.makedirs recurses."""
+    (root / ".git").mkdir(parents=True)
+    path = str(root)
+    for _ in range(depth):
+        path = os.path.join(path, "d")
+        os.mkdir(path)
+    with open(os.path.join(path, "s.yaml"), "w", encoding="utf-8") as handle:
+        handle.write(spec)
+    return Path(path)
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every os.stat and os.scandir call (os.path.isfile, exists and isdir stat through os.stat)."""
+    calls: list[str] = []
+    real_stat, real_scandir = os.stat, os.scandir
+
+    def stat(*args: Any, **kwargs: Any) -> Any:
+        calls.append("stat")
+        return real_stat(*args, **kwargs)
+
+    def scandir(*args: Any, **kwargs: Any) -> Any:
+        calls.append("scandir")
+        return real_scandir(*args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+    monkeypatch.setattr(os, "scandir", scandir)
+    yield calls
+
+
+def remove_chain(root: Path) -> None:
+    """Remove what `chain` built, deepest first (shutil.rmtree recurses, and pytest's cleanup
+    of its temporary directories with it)."""
+    path, levels = str(root), []
+    while os.path.isdir(os.path.join(path, "d")):
+        path = os.path.join(path, "d")
+        levels.append(path)
+    for level in reversed(levels):
+        for name in os.listdir(level):
+            os.remove(os.path.join(level, name))
+        os.rmdir(level)
+
+
+@pytest.fixture
+def deep(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path
+    for root in (tmp_path, *tmp_path.iterdir()):
+        remove_chain(root)
+
+
+def test_a_1200_deep_tree_is_walked_and_its_spec_checked(deep: Path) -> None:
+    tmp_path = deep
+    chain(tmp_path, 1200, FAILING)
+    result = check_in(tmp_path / "d", ".")  # relative names: under PATH_MAX at every level
+    assert result.exit_code == 1, result.output[-2000:]
+    assert "PLC001" in result.output
+    assert "1 file checked" in result.output
+
+
+def test_walk_and_config_lookup_cost_grows_linearly_with_depth(
+    deep: Path, counted: list[str]
+) -> None:
+    tmp_path = deep
+
+    def calls(depth: int) -> int:
+        root = tmp_path / str(depth)
+        chain(root, depth, SPEC)
+        counted.clear()
+        assert check_in(root, ".").exit_code == 0
+        return len(counted)
+
+    calls(1)  # imports planc's lazily imported modules, which stat files of their own
+    c100, c200, c400 = calls(100), calls(200), calls(400)
+    # The same work per level: twice the extra depth costs exactly twice the extra calls. A
+    # lookup that walks up again from every directory costs depth² (61,106 calls at 200).
+    assert c400 - c200 == 2 * (c200 - c100)
+    assert c200 - c100 <= 10 * 100
+
+
+def test_an_unreadable_directory_is_an_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "ok.yaml").write_text(SPEC, encoding="utf-8")
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked" / "s.yaml").write_text(FAILING, encoding="utf-8")
+    real_scandir = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if os.path.basename(os.fspath(path)) == "locked":
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    error = one_line_error(invoke("check", str(tmp_path)))
+    assert error.startswith(
+        f"planc: error: cannot read directory {tmp_path / 'locked'}: Permission denied"
+    )
+    # Excluded, it is not listed, and the run checks the rest.
+    assert invoke("check", str(tmp_path), "--exclude", "locked").exit_code == 0
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a chmod 000 directory")
+def test_a_chmod_000_directory_fails_the_run(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "s.yaml").write_text(FAILING, encoding="utf-8")
+    locked.chmod(0)
+    try:
+        error = one_line_error(invoke("check", str(tmp_path)))
+    finally:
+        locked.chmod(0o755)
+    assert f"cannot read directory {locked}" in error
