@@ -6,7 +6,9 @@ reports PLC100) or does not look like a spec; so is a directory named like a YAM
 among its files only `*.yaml` / `*.yml` files that pass `looks_like_spec` are checked, so a
 repository's other YAML (Kubernetes manifests, CI workflows, Helm charts) is left alone.
 Hidden directories (`.git`, `.venv`, ...), `node_modules` and `__pycache__` are not entered,
-and symbolic links to directories are not followed.
+and symbolic links to directories are not followed. The walk is iterative (any depth), and a
+directory below a named one that cannot be listed stops the run with an error naming it
+(`UnreadableDirectory`, exit 2): its specs would otherwise go unchecked and the run pass.
 
 With `only_specs` (the pre-commit hook's `--skip-non-specs`) the content test applies to named
 files too, because pre-commit names every staged YAML file.
@@ -128,20 +130,28 @@ def discover(
     return out
 
 
+class UnreadableDirectory(ValueError):
+    """A directory below a path given to `planc check` that cannot be listed: its specs would go
+    unchecked, so the run is an error (exit 2), not a pass."""
+
+
 def _walk(directory: str, excluded: Excluded) -> Iterator[str]:
-    """YAML specs below `directory`, depth first, entries sorted by name."""
-    try:
-        with os.scandir(directory) as scan:
-            entries = sorted(scan, key=lambda e: e.name)
-    except OSError:
-        return
-    for entry in entries:
+    """YAML specs below `directory`, depth first, entries sorted by name (a directory's
+    contents where its name sorts). Iterative: a stack of the open directories' remaining
+    entries, so a tree of any depth is walked in constant Python stack, each directory listed
+    once."""
+    stack = [(directory, iter(_entries(directory)))]
+    while stack:
+        current, remaining = stack[-1]
+        entry = next(remaining, None)
+        if entry is None:
+            stack.pop()
+            continue
         # `planc check .` reports ml/spec.yaml, not ./ml/spec.yaml (as pre-commit names it).
-        path = entry.name if directory == os.curdir else os.path.join(directory, entry.name)
+        path = entry.name if current == os.curdir else os.path.join(current, entry.name)
         if entry.is_dir(follow_symlinks=False):
-            if entry.name.startswith(".") or entry.name in SKIPPED_DIRS or excluded(path):
-                continue
-            yield from _walk(path, excluded)
+            if not (entry.name.startswith(".") or entry.name in SKIPPED_DIRS or excluded(path)):
+                stack.append((path, iter(_entries(path))))
         elif (
             entry.name.endswith(SUFFIXES)
             and entry.is_file()
@@ -149,3 +159,18 @@ def _walk(directory: str, excluded: Excluded) -> Iterator[str]:
             and file_looks_like_spec(path)
         ):
             yield path
+
+
+def _entries(directory: str) -> list[os.DirEntry[str]]:
+    """A directory's entries sorted by name; UnreadableDirectory when it cannot be listed (one
+    that vanished while being walked has nothing left to check and lists as empty)."""
+    try:
+        with os.scandir(directory) as scan:
+            return sorted(scan, key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+    except OSError as error:
+        raise UnreadableDirectory(
+            f"cannot read directory {directory}: {error.strerror or error}; the specs in it "
+            "would go unchecked (make it readable, or exclude it with --exclude)"
+        ) from None

@@ -129,7 +129,7 @@ def check(
     .planc.toml, found upwards from each file.
     """
     from planc.check import check_paths
-    from planc.cli.discover import Excludes, discover
+    from planc.cli.discover import Excludes, UnreadableDirectory, discover
     from planc.cli.reporters import REPORTERS, Options, use_color
     from planc.findings import exit_code
     from planc.rules.config import ConfigError, Resolver
@@ -144,7 +144,7 @@ def check(
 
         paths = discover(files, excluded, skip_non_specs, force_exclude)
         results = check_paths(paths, configs, stdin_filename)
-    except ConfigError as error:
+    except (ConfigError, UnreadableDirectory) as error:
         raise _ConfigProblem(str(error)) from None
     if not paths and not skip_non_specs:
         click.echo("planc: no planc specs found in " + ", ".join(files), err=True)

@@ -16,6 +16,7 @@ calibration on data it did not see.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -23,8 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
+from planc.bounded import InputError, read_text
 from planc.plannable import Plannable
-from planc.presets.efficiency import COLLECTIVES, Efficiency, for_gpu, to_json
+from planc.presets.efficiency import COLLECTIVES, Efficiency, for_gpu, from_json, to_json
 from planc.record import record
 
 Predict = Callable[[Efficiency], float]
@@ -177,32 +179,77 @@ class Calibration:
     leave_one_out: tuple[float, ...]  # relative error of each run from a fit without it
 
 
+# What a measurements CSV may hold: a few KB of rows, each a path and a step time a real run
+# can take (a tenth of a millisecond to a day), a path of at most a few thousand characters.
+MEASUREMENTS_MAX_BYTES = 1024 * 1024
+MAX_RUNS = 256
+MIN_SECONDS = 1e-4
+MAX_SECONDS = 86_400.0
+MAX_FIELD = 4096
+_SPEC_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def _looks_like_header(cells: Sequence[str]) -> bool:
+    """A header names its columns: no spec file in the first cell, no digit in the second."""
+    return not cells[0].lower().endswith(_SPEC_SUFFIXES) and not any(c.isdigit() for c in cells[1])
+
+
+def _seconds(cell: str, where: str) -> float:
+    """A measured step time in seconds, in the range a real run can take, else ValueError."""
+    try:
+        seconds = float(cell)
+    except ValueError:
+        raise ValueError(f"{where}: {cell[:40]!r} is not a number of seconds") from None
+    if not MIN_SECONDS <= seconds <= MAX_SECONDS:  # NaN fails this too
+        raise ValueError(
+            f"{where}: {cell[:40]} s per step is outside {MIN_SECONDS:g} to {MAX_SECONDS:g} s "
+            "(a step takes milliseconds to hours; are these seconds?)"
+        )
+    return seconds
+
+
 def read_measurements(path: str | Path) -> list[tuple[Path, float]]:
     """Rows `spec path, seconds per step` of a CSV file; paths relative to the file.
 
-    A first row whose second cell is not a number is a header; blank rows and rows starting
-    with `#` are skipped. ValueError names the first bad row.
+    The file is read bounded (`planc.bounded`, a regular file of at most
+    `MEASUREMENTS_MAX_BYTES`). The first row that is not blank or a `#` comment is a header
+    when its second cell is not a number and it looks like one (`_looks_like_header`); every
+    other row is a measurement, its seconds between `MIN_SECONDS` and `MAX_SECONDS`. ValueError
+    names the first bad row.
     """
     source = Path(path)
+    try:
+        text = read_text(str(source), MEASUREMENTS_MAX_BYTES)
+    except InputError as error:
+        raise ValueError(f"{source}: {error}") from None
     rows: list[tuple[Path, float]] = []
-    with source.open(encoding="utf-8", newline="") as handle:
-        for number, row in enumerate(csv.reader(handle), start=1):
-            cells = [cell.strip() for cell in row]
-            if not any(cells) or cells[0].startswith("#"):
-                continue
-            if len(cells) < 2:
-                raise ValueError(f"{source}:{number}: expected `spec path, seconds per step`")
+    first = True
+    reader = csv.reader(io.StringIO(text, newline=""))
+    while True:
+        try:
+            row = next(reader, None)
+        except csv.Error as error:
+            raise ValueError(f"{source}:{reader.line_num}: not a CSV row: {error}") from None
+        if row is None:
+            break
+        where = f"{source}:{reader.line_num}"
+        cells = [cell.strip() for cell in row]
+        if not any(cells) or cells[0].startswith("#"):
+            continue
+        if len(cells) < 2 or any(len(cell) > MAX_FIELD for cell in cells):
+            raise ValueError(
+                f"{where}: expected `spec path, seconds per step` "
+                f"(two cells of at most {MAX_FIELD:,} characters)"
+            )
+        header, first = first, False
+        if header and _looks_like_header(cells):
             try:
-                seconds = float(cells[1])
+                float(cells[1])
             except ValueError:
-                if not rows and number == 1:
-                    continue  # a header
-                raise ValueError(
-                    f"{source}:{number}: {cells[1]!r} is not a number of seconds"
-                ) from None
-            if not math.isfinite(seconds) or seconds <= 0:
-                raise ValueError(f"{source}:{number}: seconds per step must be positive")
-            rows.append((source.parent / cells[0], seconds))
+                continue
+        rows.append((source.parent / cells[0], _seconds(cells[1], where)))
+        if len(rows) > MAX_RUNS:
+            raise ValueError(f"{where}: more than {MAX_RUNS} measurements; calibrate fewer runs")
     if not rows:
         raise ValueError(f"{source}: no measurements")
     return rows
@@ -221,10 +268,47 @@ def calibrate_runs(
     gpu = runs[0].job.cluster.gpu
     first = start or for_gpu(gpu.name, gpu.bf16_tflops, gpu.memory_bandwidth_gbs)
     cases = [(run.predict, run.measured_s) for run in runs]
+    _fittable(runs, [predict(first) for predict, _ in cases])
     result = fit(cases, first, names, ridge=ridge)
+    _written_back(result.efficiency)
     before = tuple(predict(first) / measured - 1 for predict, measured in cases)
     loo = leave_one_out(cases, first, names, ridge) if len(cases) > 1 else ()
     return Calibration(result, tuple(runs), before, loo)
+
+
+# How far a measured step may be from the model with the starting tables, either way, and how
+# far apart the runs' ratios may be. Efficiency tables move a step by the efficiency of what
+# bounds it: a run 20 times slower than the model would need every kernel at 5 % of the
+# preset's efficiency, and one faster than the model needs efficiencies above 1. Beyond that
+# the rows are in other units or name the wrong specs, and a fit to them means nothing.
+MAX_RATIO = 20.0
+
+
+def _fittable(runs: Sequence[Run], predicted: Sequence[float]) -> None:
+    """Refuse runs no efficiency tables can explain (ValueError names the run and the ratio)."""
+    ratios = [run.measured_s / p for run, p in zip(runs, predicted, strict=True)]
+    for run, p, ratio in zip(runs, predicted, ratios, strict=True):
+        if not 1 / MAX_RATIO <= ratio <= MAX_RATIO:
+            raise ValueError(
+                f"{run.label}: measured {run.measured_s:.4g} s per step, {ratio:.3g} times the "
+                f"model's {p:.4g} s; a fit moves a step by at most {MAX_RATIO:g} times either "
+                "way (are the seconds in seconds, and is this the spec that ran?)"
+            )
+    spread = max(ratios) / min(ratios)
+    if spread > MAX_RATIO:
+        raise ValueError(
+            f"the runs are {min(ratios):.3g} to {max(ratios):.3g} times the model's step times, "
+            f"a spread of {spread:.3g} (at most {MAX_RATIO:g}): one set of efficiency tables "
+            "cannot fit them (are all rows in the same units, on the same cluster?)"
+        )
+
+
+def _written_back(eff: Efficiency) -> None:
+    """Refuse fitted tables that `hardware.calibration` would refuse to read back."""
+    try:
+        from_json(to_json(eff), "the fitted tables")
+    except ValueError as error:
+        raise ValueError(f"the fit left planc's bounds: {error}") from None
 
 
 def render(cal: Calibration) -> str:

@@ -23,6 +23,7 @@ The curves (each a smooth saturating function, where Calculon uses step tables):
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, field, replace
@@ -30,6 +31,7 @@ from functools import cache
 from types import MappingProxyType
 from typing import Any
 
+from planc.bounded import read_text, strict_json
 from planc.record import record
 from planc.vocab import DType
 
@@ -126,58 +128,129 @@ class Efficiency:
         return replace(self, nvlink=link) if name == "nvlink" else replace(self, network=link)
 
 
-def _number(data: Mapping[str, Any], key: str, where: str) -> float:
+# The ranges a table's numbers may take (the calibration file is checked as strictly as a spec):
+# a fraction of a peak is in (0, 1]; a share of the SMs in [0, 1]; the half-points of the
+# curves are non-negative and bounded by sizes no kernel reaches; every number is finite, an
+# int or a float but never a boolean.
+_FRACTION = (0.0, 1.0, False)  # (low, high, low included)
+_SHARE = (0.0, 1.0, True)
+_HALF_FLOPS = (0.0, 1e18, True)  # FLOPs: a million times the largest GEMM of a step
+_HALF_DIM = (0.0, 1e7, True)  # a matrix dimension, bounded as model dimensions are
+_HALF_BYTES = (0.0, 1e15, True)  # bytes: a petabyte
+_TFLOPS = (0.0, 1e6, False)  # a GPU's vector peak: an exaFLOP per second
+_LATENCY_US = (0.0, 1e7, True)  # microseconds per ring step: ten seconds
+_MAX_SOURCE = 10_000  # characters of a `source` note
+
+
+def _number(
+    data: Mapping[str, Any], key: str, where: str, bounds: tuple[float, float, bool]
+) -> float:
+    """`data[key]`: an int or float (not a boolean) inside `bounds`, else ValueError."""
+    low, high, closed = bounds
     value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ValueError(f"{where}.{key} must be a non-negative number, got {value!r}")
-    return float(value)
+    opening = "[" if closed else "("
+    if value is None:
+        raise ValueError(f"{where}.{key} is missing: a number in {opening}{low:g}, {high:g}]")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        got = "a boolean" if isinstance(value, bool) else f"a {type(value).__name__}"
+        raise ValueError(
+            f"{where}.{key} must be a number in {opening}{low:g}, {high:g}], got {got}"
+        )
+    if isinstance(value, int) and abs(value) > high:  # before float(): 10**400 overflows
+        raise ValueError(f"{where}.{key} must be at most {high:g}, got an integer that large")
+    number = float(value)
+    if not math.isfinite(number) or number > high or number < low or (number == low and not closed):
+        raise ValueError(
+            f"{where}.{key} must be a number in {opening}{low:g}, {high:g}], got {number!r}"
+        )
+    return number
 
 
-def _link(data: Mapping[str, Any], where: str) -> LinkEfficiency:
-    eff = data.get("efficiency", {})
-    if not isinstance(eff, Mapping):
-        raise ValueError(f"{where}.efficiency must be a mapping of collective to efficiency")
+def _section(
+    data: Mapping[str, Any], key: str, where: str, keys: tuple[str, ...]
+) -> Mapping[str, Any]:
+    """`data[key]`: an object with only `keys` (and a `source` note) in it, else ValueError."""
+    value = data.get(key)
+    if not isinstance(value, Mapping):
+        got = "missing" if value is None else f"a {type(value).__name__}"
+        raise ValueError(f"{where}.{key} must be an object, got {got}")
+    _only(value, f"{where}.{key}", keys)
+    return value
+
+
+def _only(data: Mapping[str, Any], where: str, keys: tuple[str, ...]) -> None:
+    """Refuse a key outside `keys` and `source`, and a `source` that is not a short string."""
+    unknown = sorted(str(k) for k in data if k not in keys and k != "source")
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown key {unknown[0][:40]!r}; it takes {', '.join((*keys, 'source'))}"
+        )
+    source = data.get("source", "")
+    if not isinstance(source, str) or len(source) > _MAX_SOURCE:
+        raise ValueError(f"{where}.source must be a string of at most {_MAX_SOURCE:,} characters")
+
+
+def _link(data: Mapping[str, Any], key: str, where: str) -> LinkEfficiency:
+    link = _section(data, key, where, ("latency_us", "processor_usage", "efficiency"))
+    where = f"{where}.{key}"
     # NCCL runs an all-to-all as grouped point-to-point sends, one to each peer (nccl-tests
     # src/alltoall.cu), so a calibration file written before planc priced all-to-alls takes
     # its send_recv efficiency for them.
+    eff = _section(link, "efficiency", where, COLLECTIVES)
     given = {"all_to_all": eff.get("send_recv"), **eff}
     return LinkEfficiency(
-        latency_us=_number(data, "latency_us", where),
-        processor_usage=_number(data, "processor_usage", where),
-        **{op: _number(given, op, f"{where}.efficiency") for op in COLLECTIVES},
+        latency_us=_number(link, "latency_us", where, _LATENCY_US),
+        processor_usage=_number(link, "processor_usage", where, _SHARE),
+        **{op: _number(given, op, f"{where}.efficiency", _FRACTION) for op in COLLECTIVES},
     )
 
 
+_TOP = ("gemm", "hbm", "vector", "flash_attention", "network", "gemm_by_dtype")
+
+
 def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
-    """One GPU's entry of efficiency.json (or a calibration file) as an :class:`Efficiency`."""
-    try:
-        gemm, hbm, vector = data["gemm"], data["hbm"], data["vector"]
-        flash, net = data["flash_attention"], data["network"]
-    except (KeyError, TypeError) as error:
+    """One GPU's entry of efficiency.json (or a calibration file) as an :class:`Efficiency`.
+
+    Checked as strictly as a spec: every section an object with only its own keys, every
+    number finite, of the right type and in its range (`_FRACTION` and the others above);
+    ValueError names the first field that is not.
+    """
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{where} must be a JSON object, got a {type(data).__name__}")
+    _only(data, where, _TOP)
+    if not all(isinstance(data.get(k), Mapping) for k in _TOP[:5]):
         raise ValueError(
-            f"{where} needs gemm, hbm, vector, flash_attention and network sections"
-        ) from error
+            f"{where} needs gemm, hbm, vector, flash_attention and network sections (objects)"
+        )
+    hbm = _section(data, "hbm", where, ("efficiency", "half_bytes"))
+    vector = _section(data, "vector", where, ("tflops", "efficiency"))
+    flash = _section(data, "flash_attention", where, ("forward", "backward"))
+    net = _section(data, "network", where, LINKS)
     return Efficiency(
-        gemm=_curve(gemm, f"{where}.gemm"),
+        gemm=_curve(_section(data, "gemm", where, _CURVE), f"{where}.gemm"),
         hbm=MemoryCurve(
-            _number(hbm, "efficiency", f"{where}.hbm"), _number(hbm, "half_bytes", f"{where}.hbm")
+            _number(hbm, "efficiency", f"{where}.hbm", _FRACTION),
+            _number(hbm, "half_bytes", f"{where}.hbm", _HALF_BYTES),
         ),
-        vector_tflops=_number(vector, "tflops", f"{where}.vector"),
-        vector_efficiency=_number(vector, "efficiency", f"{where}.vector"),
-        flash_forward=_number(flash, "forward", f"{where}.flash_attention"),
-        flash_backward=_number(flash, "backward", f"{where}.flash_attention"),
-        nvlink=_link(net["nvlink"], f"{where}.network.nvlink"),
-        network=_link(net["network"], f"{where}.network.network"),
+        vector_tflops=_number(vector, "tflops", f"{where}.vector", _TFLOPS),
+        vector_efficiency=_number(vector, "efficiency", f"{where}.vector", _FRACTION),
+        flash_forward=_number(flash, "forward", f"{where}.flash_attention", _FRACTION),
+        flash_backward=_number(flash, "backward", f"{where}.flash_attention", _FRACTION),
+        nvlink=_link(net, "nvlink", f"{where}.network"),
+        network=_link(net, "network", f"{where}.network"),
         source=str(data.get("source", "")),
         gemm_by_dtype=_gemm_by_dtype(data.get("gemm_by_dtype", {}), f"{where}.gemm_by_dtype"),
     )
 
 
+_CURVE = ("peak_fraction", "half_flops", "half_dim")
+
+
 def _curve(data: Mapping[str, Any], where: str) -> GemmCurve:
     return GemmCurve(
-        _number(data, "peak_fraction", where),
-        _number(data, "half_flops", where),
-        _number(data, "half_dim", where),
+        _number(data, "peak_fraction", where, _FRACTION),
+        _number(data, "half_flops", where, _HALF_FLOPS),
+        _number(data, "half_dim", where, _HALF_DIM),
     )
 
 
@@ -191,9 +264,13 @@ def _gemm_by_dtype(data: Any, where: str) -> Mapping[DType, GemmCurve]:
         try:
             dtype = DType(name)
         except ValueError:
-            raise ValueError(f"{where}: {name!r} is not a data type ({', '.join(DType)})") from None
+            shown = str(name)[:40]
+            raise ValueError(
+                f"{where}: {shown!r} is not a data type ({', '.join(DType)})"
+            ) from None
         if dtype in (DType.BF16, DType.FP16) or not isinstance(curve, Mapping):
             raise ValueError(f"{where}.{name} must be a GEMM curve of fp32, fp8 or fp4")
+        _only(curve, f"{where}.{name}", _CURVE)
         curves[dtype] = _curve(curve, f"{where}.{name}")
     return MappingProxyType(curves)
 
@@ -262,11 +339,22 @@ def for_gpu(
     )
 
 
+# A calibration file is a few KB and nests four levels (network.nvlink.efficiency.all_reduce).
+CALIBRATION_MAX_BYTES = 1024 * 1024
+CALIBRATION_MAX_DEPTH = 8
+
+
+def read_calibration(path: str | os.PathLike[str]) -> tuple[Mapping[str, Any], Efficiency]:
+    """A calibration file written by `planc calibrate` (one GPU's entry of efficiency.json) as
+    its data and its tables: a regular file of at most `CALIBRATION_MAX_BYTES`, strict JSON
+    (`planc.bounded`), checked by :func:`from_json`. ValueError says why not, in one line."""
+    name = os.fspath(path)
+    data = strict_json(read_text(name, CALIBRATION_MAX_BYTES), CALIBRATION_MAX_DEPTH)
+    if not isinstance(data, dict):
+        raise ValueError(f"a calibration file is one JSON object, not a {type(data).__name__}")
+    return MappingProxyType(data), from_json(data, "calibration")
+
+
 def load_calibration(path: str | os.PathLike[str]) -> Efficiency:
-    """A calibration file written by `planc calibrate` (one GPU's entry of efficiency.json)."""
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
-    data = json.loads(text)
-    if not isinstance(data, Mapping):
-        raise ValueError(f"{path}: a calibration file is one JSON object")
-    return from_json(data, str(path))
+    """The tables of a calibration file (:func:`read_calibration`)."""
+    return read_calibration(path)[1]

@@ -25,7 +25,9 @@ the command line (`--select` replaces `select`; `--ignore` and the spec's `rules
 be used at all; they always run and cannot be selected away or ignored.
 
 Nothing here is imported, and no TOML parsed, when no configuration file exists: finding one
-costs a few `stat` calls per directory.
+costs a few `stat` calls per directory, each directory looked up once (`_Lookup`). A
+configuration file is a regular file of at most `MAX_BYTES` (`planc.bounded`); anything tomllib
+refuses, nesting too deep for it included, is a one-line ConfigError (exit 2).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from dataclasses import field
 from types import MappingProxyType
 from typing import Any
 
+from planc.bounded import InputError, read_regular
 from planc.record import record
 from planc.rules import REGISTRY, RuleKind
 from planc.spec.options import Option
@@ -141,20 +144,53 @@ def _known_prefix(item: str) -> bool:
 
 
 def find_config(start: str) -> str | None:
-    """The nearest configuration file for a file in directory `start`, or None."""
-    directory = os.path.abspath(start)
-    while True:
-        for name in CONFIG_NAMES:
-            candidate = os.path.join(directory, name)
-            if os.path.isfile(candidate) and (
-                name != "pyproject.toml" or _has_planc_table(candidate)
-            ):
-                return candidate
-        parent = os.path.dirname(directory)
-        if parent == directory or os.path.exists(os.path.join(directory, ".git")):
-            return None
-        directory = parent
+    """The nearest configuration file for a file in directory `start`, or None (one lookup;
+    `Resolver` remembers every directory it passes, so a tree is looked up once)."""
+    return _Lookup().nearest(os.path.abspath(start))
 
+
+class _Lookup:
+    """The configuration found from each directory, remembered: looking up a directory walks up
+    only to the first directory already looked up, so a tree of any depth costs a few `stat`
+    calls per directory, not per directory per level."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, str | None] = {}
+
+    def nearest(self, directory: str) -> str | None:
+        """The configuration for files in the absolute path `directory`."""
+        passed: list[str] = []
+        found: str | None = None
+        while directory not in self._found:
+            passed.append(directory)
+            own = _own_config(directory)
+            parent = os.path.dirname(directory)
+            if (
+                own is not None
+                or parent == directory
+                or os.path.exists(os.path.join(directory, ".git"))
+            ):
+                found = own
+                break
+            directory = parent
+        else:
+            found = self._found[directory]
+        for seen in passed:
+            self._found[seen] = found
+        return found
+
+
+def _own_config(directory: str) -> str | None:
+    """The configuration file in `directory` itself, if it has one."""
+    for name in CONFIG_NAMES:
+        candidate = os.path.join(directory, name)
+        if os.path.isfile(candidate) and (name != "pyproject.toml" or _has_planc_table(candidate)):
+            return candidate
+    return None
+
+
+# A configuration file is a few hundred bytes; a pyproject.toml a few KB.
+MAX_BYTES = 1024 * 1024
 
 # A `[tool.planc]` (or `[tool.planc.x]`) header, or a dotted `tool.planc.key = ...` line.
 _PLANC_TABLE = re.compile(
@@ -163,27 +199,53 @@ _PLANC_TABLE = re.compile(
 
 
 def _has_planc_table(path: str) -> bool:
-    """A cheap look before parsing: only a pyproject.toml with a tool.planc table is parsed (a
-    comment that mentions it is not one)."""
+    """Whether a pyproject.toml has a tool.planc table. A cheap look first (no TOML parsed for a
+    pyproject.toml that never names it); when a line looks like one, the parse decides, so a
+    `[tool.planc]` inside a string or a comment is not one. A pyproject.toml that cannot be read
+    or parsed is reported, when it names the table, by `load_config`."""
     try:
-        with open(path, "rb") as handle:
-            return _PLANC_TABLE.search(handle.read()) is not None
-    except OSError:
+        data = read_regular(path, MAX_BYTES)
+    except InputError:
+        return True
+    if _PLANC_TABLE.search(data) is None:
         return False
+    try:
+        document = _parse(data, path)
+    except ConfigError:
+        return True
+    tool = document.get("tool")
+    return isinstance(tool, dict) and "planc" in tool
+
+
+def _parse(data: bytes, path: str) -> dict[str, Any]:
+    """TOML bytes as a document; ConfigError (one line) for anything tomllib refuses."""
+    import tomllib  # start-up: only a run that has a configuration file parses TOML
+
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"{path}: not UTF-8: byte 0x{data[error.start]:02x} at offset {error.start}"
+        ) from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML: {error}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML for planc: nested too deeply") from None
+    except ValueError as error:  # an integer past Python's 4,300 digits
+        raise ConfigError(f"{path}: not valid TOML for planc: {str(error)[:80]}") from None
 
 
 def load_config(path: str) -> Config:
-    """Read and check one configuration file; ConfigError says what is wrong and where."""
-    import tomllib  # start-up: only a run that has a configuration file parses TOML
+    """Read and check one configuration file (a regular file of at most `MAX_BYTES`);
+    ConfigError says what is wrong and where."""
     try:
-        with open(path, "rb") as handle:
-            document = tomllib.load(handle)
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot be read: {error.strerror or error}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: not valid TOML: {error}") from None
+        data = read_regular(path, MAX_BYTES)
+    except InputError as error:
+        raise ConfigError(f"{path}: {error}") from None
+    document = _parse(data, path)
     if os.path.basename(path) == "pyproject.toml":
-        table = document.get("tool", {}).get("planc", {})
+        tool = document.get("tool", {})
+        table = tool.get("planc", {}) if isinstance(tool, dict) else {}
         where = f"{path}: [tool.planc]"
     else:
         table, where = document, path
@@ -270,6 +332,7 @@ class Resolver:
         self._explicit = self._finish(load_config(explicit)) if explicit else None
         self._by_dir: dict[str, Config] = {}
         self._by_file: dict[str, Config] = {}
+        self._lookup = _Lookup()
 
     def _finish(self, config: Config) -> Config:
         return with_options(config, self._select, self._ignore)
@@ -280,7 +343,7 @@ class Resolver:
             return self._explicit
         directory = os.path.dirname(os.path.abspath(path))
         if directory not in self._by_dir:
-            found = find_config(directory) or ""
+            found = self._lookup.nearest(directory) or ""
             if found not in self._by_file:
                 self._by_file[found] = self._finish(load_config(found) if found else Config())
             self._by_dir[directory] = self._by_file[found]

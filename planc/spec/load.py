@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import json
 import math
 import os
 import re
@@ -364,25 +363,23 @@ def _calibrated(
 ) -> tuple[Job, Finding | None]:
     """The job with `hardware.calibration`'s efficiency tables read in (a file `planc calibrate`
     wrote, relative to the spec), or a located finding saying why the file cannot be used."""
-    from planc.presets.efficiency import from_json  # start-up: only for hardware.calibration
+    from planc.presets.efficiency import read_calibration  # start-up: hardware.calibration
 
     at = locator.position(("hardware", "calibration"))
     field = "hardware.calibration"
     target = os.path.join(base_dir, name)
     try:
-        with open(target, encoding="utf-8") as handle:
-            data = json.loads(handle.read(MAX_BYTES + 1))
-        from_json(data, target)  # refuses a file that is not one GPU's efficiency entry
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        detail = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        # A regular file, bounded, strict JSON, checked as strictly as a spec.
+        data, _ = read_calibration(target)
+    except ValueError as error:
         return job, _finding(
             "PLC110",
             at,
-            f"{field}: {target} cannot be used: {detail}",
+            f"{field}: {_cut(target, 200)} cannot be used: {error}",
             "give the file `planc calibrate -o FILE` wrote, relative to this spec",
             field,
         )
-    cluster = dataclasses.replace(job.cluster, calibration=MappingProxyType(data))
+    cluster = dataclasses.replace(job.cluster, calibration=data)
     return dataclasses.replace(job, cluster=cluster), None
 
 
