@@ -51,9 +51,16 @@ class Side:
 
 
 def _git_show(revision: str, path: str) -> bytes:
+    """`git show REV:path`, REV never taken as an option: one starting with `-` is refused, and
+    `--end-of-options` ends git's options before it."""
+    if revision.startswith("-"):
+        raise DiffError(f"{revision}:{path}: a revision cannot start with '-'")
     try:
         run = subprocess.run(
-            ["git", "show", f"{revision}:{path}"], capture_output=True, check=False, timeout=60
+            ["git", "show", "--end-of-options", f"{revision}:{path}"],
+            capture_output=True,
+            check=False,
+            timeout=60,
         )
     except FileNotFoundError:
         raise DiffError("git is not installed: it is needed to read REV:path") from None
