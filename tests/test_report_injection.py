@@ -77,7 +77,11 @@ class Page(HTMLParser):
 def merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in overlay.items():
-        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = (
+            merge(out[key], value)
+            if isinstance(value, dict) and isinstance(out.get(key), dict)
+            else value
+        )
     return out
 
 
@@ -110,10 +114,44 @@ def assert_inert(page: str, payload: str, shown: bool = True) -> None:
     the page shows it (`shown`)."""
     parsed = Page(page)
     assert set(parsed.tags) <= {
-        "html", "head", "meta", "title", "style", "body", "main", "header", "h1", "h2", "h3",
-        "p", "span", "strong", "code", "div", "i", "section", "table", "thead", "tbody",
-        "tfoot", "tr", "th", "td", "details", "summary", "ul", "li", "footer", "script",
-        "svg", "g", "rect", "line", "text", "defs", "pattern",
+        "html",
+        "head",
+        "meta",
+        "title",
+        "style",
+        "body",
+        "main",
+        "header",
+        "h1",
+        "h2",
+        "h3",
+        "p",
+        "span",
+        "strong",
+        "code",
+        "div",
+        "i",
+        "section",
+        "table",
+        "thead",
+        "tbody",
+        "tfoot",
+        "tr",
+        "th",
+        "td",
+        "details",
+        "summary",
+        "ul",
+        "li",
+        "footer",
+        "script",
+        "svg",
+        "g",
+        "rect",
+        "line",
+        "text",
+        "defs",
+        "pattern",
     }, set(parsed.tags)
     assert parsed.tags.count("script") == 2  # the embedded numbers and the page's own script
     names = {name for name, _ in parsed.attributes}
@@ -131,9 +169,7 @@ def assert_inert(page: str, payload: str, shown: bool = True) -> None:
 )
 def test_a_payload_in_a_spec_string_is_text(tmp_path: Path, field: str, payload: str) -> None:
     overlay: dict[str, Any] = (
-        {"name": payload}
-        if field == "name"
-        else {"hardware": {"gpu": {"name": payload}}}
+        {"name": payload} if field == "name" else {"hardware": {"gpu": {"name": payload}}}
     )
     page = page_of(write_spec(tmp_path, overlay))
     assert_inert(page, payload)
@@ -182,7 +218,9 @@ def test_the_page_allows_only_its_own_style_and_script(tmp_path: Path) -> None:
     the hash of the page's own (recomputed here from the page's elements with hashlib)."""
     page = page_of(write_spec(tmp_path, {}))
     policy = html.unescape(
-        re.search(r"<meta http-equiv='Content-Security-Policy' content=\"([^\"]*)\">", page).group(1)  # type: ignore[union-attr]
+        re.search(r"<meta http-equiv='Content-Security-Policy' content=\"([^\"]*)\">", page).group(
+            1
+        )  # type: ignore[union-attr]
     )
     directives = {d.split()[0]: d.split()[1:] for d in policy.split("; ")}
     assert directives["default-src"] == ["'none'"]

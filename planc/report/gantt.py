@@ -182,8 +182,8 @@ def gantt_svg(gantt: Gantt) -> Html:
     parts: list[Html] = [
         markup(
             "<defs><pattern id='planc-hatch' width='6' height='6' patternUnits='userSpaceOnUse' "
-        "patternTransform='rotate(45)'><rect width='6' height='6' class='hatch-bg'/>"
-        "<line x1='0' y1='0' x2='0' y2='6' class='hatch-line'/></pattern></defs>"
+            "patternTransform='rotate(45)'><rect width='6' height='6' class='hatch-bg'/>"
+            "<line x1='0' y1='0' x2='0' y2='6' class='hatch-line'/></pattern></defs>"
         )
     ]
     every = label_every(row, 13)

@@ -98,7 +98,9 @@ def rect(
     return markup("<rect{}>{}</rect>", head, body) if body else markup("<rect{}/>", head)
 
 
-def line(x1: float, y1: float, x2: float, y2: float, cls: str | None = None, **more: object) -> Html:
+def line(
+    x1: float, y1: float, x2: float, y2: float, cls: str | None = None, **more: object
+) -> Html:
     return markup(
         "<line{}/>", attrs(x1=float(x1), y1=float(y1), x2=float(x2), y2=float(y2), cls=cls, **more)
     )
@@ -113,7 +115,9 @@ def text(
     **more: object,
 ) -> Html:
     return markup(
-        "<text{}>{}</text>", attrs(x=float(x), y=float(y), cls=cls, text_anchor=anchor, **more), content
+        "<text{}>{}</text>",
+        attrs(x=float(x), y=float(y), cls=cls, text_anchor=anchor, **more),
+        content,
     )
 
 
