@@ -178,6 +178,14 @@ def test_a_payload_in_a_spec_string_is_text(tmp_path: Path, field: str, payload:
     assert any(payload in text for text in strings(data))
 
 
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_a_payload_in_a_host_name_draws_no_page(tmp_path: Path, payload: str) -> None:
+    """Host names go into hostfiles, so PLC014 refuses markup in one before any page exists."""
+    built = build_report(str(write_spec(tmp_path, {"hardware": {"hosts": [payload]}})))
+    assert built.page is None
+    assert "PLC014" in {f.rule for f in built.result.findings}
+
+
 @pytest.mark.parametrize("payload", FILE_PAYLOADS)
 def test_a_payload_in_the_spec_file_name_is_text(tmp_path: Path, payload: str) -> None:
     spec = write_spec(tmp_path, {}, name=payload + ".yaml")

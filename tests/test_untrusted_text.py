@@ -162,9 +162,7 @@ GPU_PAYLOAD = "`x`[l](http://e.io)![i](e.png)@octocat<b>b</b>"
 # CommonMark: a backslash before ASCII punctuation makes it literal; [ ] < > ` | are the ones
 # that open links, images, HTML, code and cells. A word joiner (U+2060) after '@' and inside
 # '://' keeps GitHub from mentioning or autolinking.
-GPU_SHOWN = (
-    "\\`x\\`\\[l\\](http:" + WJ + "//e.io)!\\[i\\](e.png)@" + WJ + "octocat\\<b\\>b\\</b\\>"
-)
+GPU_SHOWN = "\\`x\\`\\[l\\](http:" + WJ + "//e.io)!\\[i\\](e.png)@" + WJ + "octocat\\<b\\>b\\</b\\>"
 
 
 def test_markdown_diff_shows_a_gpu_name_as_text(tmp_path: Path) -> None:
