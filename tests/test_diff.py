@@ -191,6 +191,17 @@ def test_no_git_exits_2(repo: Path) -> None:
     assert "git is not installed" in result.output
 
 
+@pytest.mark.parametrize("revision", ["--output=FILE", "-p", "--no-index"])
+def test_a_revision_that_is_an_option_is_refused(repo: Path, revision: str) -> None:
+    # issue 30 item 10: `planc diff -- "--output=FILE:s.yaml" s.yaml` made git write FILE.
+    before = sorted(p.name for p in repo.iterdir())
+    result = planc("diff", "--", f"{revision}:spec.yaml", "spec.yaml", cwd=repo)
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1
+    assert "a revision cannot start with '-'" in result.output
+    assert sorted(p.name for p in repo.iterdir()) == before
+
+
 def test_many_stages_show_the_first_and_last_eight(tmp_path: Path) -> None:
     old = write(tmp_path, "old.yaml")
     deep = {

@@ -4,6 +4,8 @@ sizes at 1k and 131k ranks, the CLI's exit codes, and the page rendered in headl
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 import shutil
@@ -413,6 +415,16 @@ def chromium(page: Path, profile: Path, *extra: str) -> subprocess.CompletedProc
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 
+def with_script(page: str, script: str) -> str:
+    """`page` with `<script>script</script>` run last, its hash added to the page's
+    Content-Security-Policy (which otherwise runs only the page's own scripts)."""
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+    policy = "script-src &#x27;"
+    assert page.count(policy) == 1
+    page = page.replace(policy, f"{policy}sha256-{digest}&#x27; &#x27;", 1)
+    return page.replace("</body>", f"<script>{script}</script></body>", 1)
+
+
 def console_errors(stderr: str) -> list[str]:
     """Console messages and uncaught exceptions Chromium logged for the page."""
     return [line for line in stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
@@ -537,12 +549,12 @@ def test_explorer_controls_pick_a_candidate(search_spec: Path, tmp_path: Path) -
         0
     ]
     poke = (
-        "<script>var s = document.getElementById('axis-recompute'); s.value = '"
+        "var s = document.getElementById('axis-recompute'); s.value = '"
         + choose
-        + "'; s.dispatchEvent(new Event('change'));</script></body>"
+        + "'; s.dispatchEvent(new Event('change'));"
     )
     page = tmp_path / "explore.html"
-    page.write_text(explorer_page(heading, setup, result).replace("</body>", poke), "utf-8")
+    page.write_text(with_script(explorer_page(heading, setup, result), poke), "utf-8")
     dom = chromium(page, tmp_path / "profile", "--dump-dom")
     assert console_errors(dom.stderr) == []
     visible = re.findall(r'<section class="cand" id="cand-(\d+)">', dom.stdout)
@@ -553,11 +565,11 @@ def test_explorer_controls_pick_a_candidate(search_spec: Path, tmp_path: Path) -
 def test_hovering_a_stage_highlights_it_everywhere(tmp_path: Path) -> None:
     """The page's script: pointing at stage 1 in one chart marks stage 1 in every chart."""
     poke = (
-        "<script>document.querySelector('.stage-bar[data-stage=\"1\"] rect')"
-        ".dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));</script></body>"
+        "document.querySelector('.stage-bar[data-stage=\"1\"] rect')"
+        ".dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));"
     )
     page = tmp_path / "report.html"
-    page.write_text(page_of(LARGE).replace("</body>", poke), encoding="utf-8")
+    page.write_text(with_script(page_of(LARGE), poke), encoding="utf-8")
     dom = chromium(page, tmp_path / "profile", "--dump-dom")
     assert console_errors(dom.stderr) == []
     assert re.search(r"<body[^>]*class=\"focus\"", dom.stdout)

@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, NoReturn, TextIO
 
 import click
 
+from planc.outputs import escape
+
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
@@ -120,7 +122,7 @@ def _discard(stream: TextIO, fd: int) -> None:
 
 def _fail(message: str, code: int = 2) -> NoReturn:
     try:
-        sys.stderr.write(f"planc: error: {message}\n")
+        sys.stderr.write(f"planc: error: {escape.line(message)}\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         _discard(sys.stderr, 2)

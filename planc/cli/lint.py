@@ -8,6 +8,8 @@ import sys
 
 import click
 
+from planc.outputs import escape
+
 FORMATS = ("text", "json", "github", "sarif")
 
 
@@ -38,7 +40,7 @@ class _ConfigProblem(click.ClickException):
     exit_code = 2
 
     def show(self, file: object = None) -> None:
-        click.echo(f"planc: error: {self.format_message()}", err=True)
+        click.echo(f"planc: error: {escape.line(self.format_message())}", err=True)
 
 
 @click.command()
@@ -147,7 +149,7 @@ def check(
     except (ConfigError, UnreadableDirectory) as error:
         raise _ConfigProblem(str(error)) from None
     if not paths and not skip_non_specs:
-        click.echo("planc: no planc specs found in " + ", ".join(files), err=True)
+        click.echo("planc: no planc specs found in " + escape.line(", ".join(files)), err=True)
     to_file = output_file is not None
     color = not to_file and use_color(sys.stdout.isatty())
     options = Options(quiet=quiet, color=color, source=not quiet)

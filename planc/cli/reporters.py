@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from planc import __version__
 from planc.findings import FileResult, Finding, Severity
+from planc.outputs import escape
 from planc.record import record
 from planc.rules import REGISTRY
 
@@ -91,12 +92,6 @@ _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u206
 SNIPPET_WIDTH = 120
 
 
-def _safe(text: str) -> str:
-    """`text` without terminal control sequences or bidirectional overrides (line breaks in a
-    message stay: the GitHub format escapes them)."""
-    return _UNSAFE.sub("\ufffd", text)
-
-
 def snippet(source: str, finding: Finding, color: bool = False) -> list[str]:
     """The finding's source line with a caret row under its token, ruff style; empty when the
     line is not in the source. Control characters are replaced, and a long line is cut to a
@@ -145,11 +140,11 @@ def text(results: Sequence[FileResult], strict: bool, options: Options = DEFAULT
     lines: list[str] = []
     for r in results:
         for f in r.findings:
-            where = _safe(f"{r.path}:{f.line}:{f.column}:")
+            where = escape.line(f"{r.path}:{f.line}:{f.column}:")
             head = (
                 f"{_paint(where, 'bold', color)} "
                 f"{_paint(_level(f), _level(f), color)} {_paint(f.rule, 'bold', color)} "
-                f"{_safe(f.text)}"
+                f"{escape.line(f.text)}"
             )
             lines.append(head)
             if options.source and r.source is not None:
@@ -175,9 +170,25 @@ def as_json(results: Sequence[FileResult], strict: bool, options: Options = DEFA
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 
-def _escape(value: str, prop: bool = False) -> str:
-    value = value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-    return value.replace(":", "%3A").replace(",", "%2C") if prop else value
+# In a workflow command: every control character but the line breaks GitHub escapes itself,
+# and bidirectional overrides, as U+FFFD.
+_COMMAND_UNSAFE = re.compile(
+    "[\x00-\x09\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def github_data(value: str) -> str:
+    """Text as the data of a GitHub workflow command (`::error ...::DATA`), GitHub's own
+    escaping (actions/toolkit `escapeData`): `%` `%25`, CR `%0D`, LF `%0A`; no input ends the
+    line, so none can write a workflow command of its own. Other control characters as U+FFFD."""
+    value = _COMMAND_UNSAFE.sub("\ufffd", value)
+    return value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def github_property(value: str) -> str:
+    """Text as a property value of a workflow command (`file=VALUE,...`): `github_data`, and
+    `:` `%3A`, `,` `%2C` (actions/toolkit `escapeProperty`)."""
+    return github_data(value).replace(":", "%3A").replace(",", "%2C")
 
 
 def github(results: Sequence[FileResult], strict: bool, options: Options = DEFAULTS) -> str:
@@ -189,13 +200,13 @@ def github(results: Sequence[FileResult], strict: bool, options: Options = DEFAU
         for f in r.findings:
             props = ",".join(
                 [
-                    f"file={_escape(_safe(r.path), True)}",
+                    f"file={github_property(r.path)}",
                     f"line={f.line}",
                     f"col={f.column}",
                     f"title={f.rule}",
                 ]
             )
-            lines.append(f"::{kinds[_level(f)]} {props}::{_escape(_safe(f'{f.rule} {f.text}'))}")
+            lines.append(f"::{kinds[_level(f)]} {props}::{github_data(f'{f.rule} {f.text}')}")
     if not options.quiet:
         lines.append(_summary(results, strict))
     return "".join(line + "\n" for line in lines)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from planc.cli.common import plan_or_exit
+from planc.outputs import escape
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -198,7 +199,7 @@ def diff_command(old: str, new: str, output_format: str) -> None:
     try:
         result = diff(old, new)
     except DiffError as error:
-        click.echo(f"planc diff: error: {error}", err=True)
+        click.echo(f"planc diff: error: {escape.line(str(error))}", err=True)
         sys.exit(2)
     if output_format == "json":
         import json

@@ -23,6 +23,7 @@ from typing import Any
 from planc.analysis import Analysis, StepEstimate, analyse, estimate_step
 from planc.check import check_file
 from planc.findings import Finding, Severity
+from planc.outputs import escape
 from planc.plannable import plannable
 from planc.record import record
 from planc.rules.config import ConfigError, Resolver
@@ -51,9 +52,16 @@ class Side:
 
 
 def _git_show(revision: str, path: str) -> bytes:
+    """`git show REV:path`, REV never taken as an option: one starting with `-` is refused, and
+    `--end-of-options` ends git's options before it."""
+    if revision.startswith("-"):
+        raise DiffError(f"{revision}:{path}: a revision cannot start with '-'")
     try:
         run = subprocess.run(
-            ["git", "show", f"{revision}:{path}"], capture_output=True, check=False, timeout=60
+            ["git", "show", "--end-of-options", f"{revision}:{path}"],
+            capture_output=True,
+            check=False,
+            timeout=60,
         )
     except FileNotFoundError:
         raise DiffError("git is not installed: it is needed to read REV:path") from None
@@ -358,46 +366,48 @@ def _finding_line(finding: Finding) -> str:
 
 
 def render_text(result: Diff) -> str:
-    table = rows(result)
+    """The table and the findings as text; every string from input one line (`escape.line`)."""
+    table = [
+        Row(*(escape.line(cell) for cell in (r.label, r.old, r.new, r.change)))
+        for r in rows(result)
+    ]
     width = max(len(r.label) for r in table)
     left = max(len(r.old) for r in table)
     right = max(len(r.new) for r in table)
-    lines = [f"planc diff {result.old.label} → {result.new.label}", ""]
+    lines = [f"planc diff {escape.line(result.old.label)} → {escape.line(result.new.label)}", ""]
     lines.append(f"{'':<{width}}  {'before':>{left}}  {'after':>{right}}  change")
     for r in table:
         lines.append(f"{r.label:<{width}}  {r.old:>{left}}  {r.new:>{right}}  {r.change}".rstrip())
     lines += ["", f"findings added: {len(result.added)}"]
-    lines += [f"  + {_finding_line(f)}" for f in result.added]
+    lines += [f"  + {escape.line(_finding_line(f))}" for f in result.added]
     lines.append(f"findings removed: {len(result.removed)}")
-    lines += [f"  - {_finding_line(f)}" for f in result.removed]
+    lines += [f"  - {escape.line(_finding_line(f))}" for f in result.removed]
     if result.new_errors:
         lines.append(f"new errors: {len(result.new_errors)} (exit 1)")
     return "\n".join(lines) + "\n"
 
 
-def _cell(text: str) -> str:
-    """Text for a markdown table cell or list item: pipes and line breaks escaped."""
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
 def render_markdown(result: Diff) -> str:
-    """A pull-request comment: a heading, the table, and the findings as lists."""
+    """A pull-request comment: a heading, the table, and the findings as lists. File names
+    are code spans (`escape.code`), every other string from input is text (`escape.markdown`):
+    no link, image, HTML, mention or cell of its own."""
     title = (
         result.new.label.partition(":")[2] if is_revision(result.new.label) else result.new.label
     )
     verdict = f"**{len(result.new_errors)} new error(s)**" if result.new_errors else "no new errors"
     lines = [
-        f"### planc diff: `{_cell(title)}`",
+        f"### planc diff: {escape.code(title)}",
         "",
-        f"`{_cell(result.old.label)}` → `{_cell(result.new.label)}`: {verdict}",
+        f"{escape.code(result.old.label)} → {escape.code(result.new.label)}: {verdict}",
         "",
         "| | before | after | change |",
         "|---|---:|---:|---:|",
     ]
     for r in rows(result):
         label = r.label.strip() if not r.label.startswith("  ") else "↳ " + r.label.strip()
-        lines.append(f"| {_cell(label)} | {_cell(r.old)} | {_cell(r.new)} | {_cell(r.change)} |")
+        cells = (escape.markdown(cell) for cell in (label, r.old, r.new, r.change))
+        lines.append("| " + " | ".join(cells) + " |")
     for heading, items in (("Findings added", result.added), ("Findings removed", result.removed)):
         lines += ["", f"**{heading}** ({len(items)})", ""]
-        lines += [f"- {_cell(_finding_line(f))}" for f in items] or ["- none"]
+        lines += [f"- {escape.markdown(_finding_line(f))}" for f in items] or ["- none"]
     return "\n".join(lines) + "\n"

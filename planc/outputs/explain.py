@@ -10,6 +10,7 @@ from typing import Any
 
 from planc.analysis import Analysis, StepEstimate, estimate_step
 from planc.comm.schedule import WireBudget, op_record
+from planc.outputs import escape
 from planc.outputs.memory import to_json as memory_json
 from planc.pipeline.registry import definition
 from planc.record import record
@@ -50,7 +51,7 @@ def render_text(ex: Explanation) -> str:
     job, lay = an.plan, an.plan.layout
     hbm = job.cluster.gpu.memory_bytes
     lines = [
-        f"{job.name}: {job.world} × {job.cluster.gpu.name} ({job.cluster.nodes} nodes × "
+        f"{escape.line(job.name)}: {job.world} × {escape.line(job.cluster.gpu.name)} ({job.cluster.nodes} nodes × "
         f"{job.cluster.gpus_per_node}), t={lay.t} p={lay.p} d={lay.d} c={lay.c} v={lay.v}, "
         f"ZeRO-{lay.zero}, m={job.m} micro-batches of {job.training.b} × {job.training.s} tokens",
         f"parameters: {an.memory.parameters:,} ({an.memory.parameters_padded:,} with the vocab padded)",
@@ -70,7 +71,7 @@ def render_text(ex: Explanation) -> str:
     fabric = job.cluster.fabric
     for wire in an.wires:
         tiers = "   ".join(
-            f"{tier.shown} {_gb(wire.on(tier.name).sent)} / {_gb(wire.on(tier.name).received)}"
+            f"{escape.line(tier.shown)} {_gb(wire.on(tier.name).sent)} / {_gb(wire.on(tier.name).received)}"
             for tier in fabric
         )
         lines.append(f"  stage {wire.stage:>3}: {tiers}")
@@ -84,7 +85,7 @@ def render_text(ex: Explanation) -> str:
     lines += [
         "",
         _bubble_words(ex) + _simulated_line(ex),
-        f"estimated step time: {total:.2f} s ({step.model}; {job.cluster.gpu.bf16_tflops:g} "
+        f"estimated step time: {total:.2f} s ({escape.line(step.model)}; {job.cluster.gpu.bf16_tflops:g} "
         "TFLOPS peak)",
         f"  compute:            {step.compute_s:8.2f} s ({step.compute_s / total:5.1%})  "
         f"incl. exposed TP {step.tp_comm_s:.3f} s",

@@ -7,6 +7,12 @@ over it: it computes nothing, and without it the page reads the same.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+from collections.abc import Sequence
+
+from planc.report.svg import Html, markup
+
 CSS = """
 :root{color-scheme:light dark;
 --bg:#fbfbfa;--panel:#ffffff;--fg:#1d232a;--muted:#5d6873;--rule:#d9dee3;--grid:#e6e9ec;
@@ -101,3 +107,25 @@ JS = """
   document.documentElement.setAttribute("data-js", "on");
 })();
 """
+
+
+def _source(text: str) -> str:
+    """A CSP source allowing exactly the inline element whose content is `text`."""
+    digest = base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii")
+    return f"'sha256-{digest}'"
+
+
+def csp_meta(styles: Sequence[str], scripts: Sequence[str]) -> Html:
+    """The page's Content-Security-Policy: nothing is fetched (default-src 'none', no base URL,
+    no form target); the only stylesheets and scripts that run are the page's own `<style>` and
+    `<script>` elements, each allowed by the hash of its content; style attributes (bar widths,
+    stage colours) are allowed, and with nothing fetchable they cannot load anything. No inline
+    event handler runs: the page's script attaches its listeners itself."""
+    policy = (
+        "default-src 'none'; base-uri 'none'; form-action 'none'; "
+        f"style-src {' '.join(_source(s) for s in styles)}; "
+        f"style-src-elem {' '.join(_source(s) for s in styles)}; "
+        "style-src-attr 'unsafe-inline'; "
+        f"script-src {' '.join(_source(s) for s in scripts)}"
+    )
+    return markup("<meta http-equiv='Content-Security-Policy' content=\"{}\">", policy)

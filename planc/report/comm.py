@@ -6,7 +6,7 @@ from __future__ import annotations
 from planc.analysis import Analysis, StepEstimate
 from planc.comm.schedule import CommOp
 from planc.report import fmt
-from planc.report.svg import esc, group, rect, svg, text
+from planc.report.svg import Html, group, join, markup, rect, svg, text
 
 WIDTH = 960
 LABEL_W = 380
@@ -27,13 +27,15 @@ def step_bytes(op: CommOp) -> int:
     return op.calls * op.bytes_sent
 
 
-def ops_svg(analysis: Analysis, stage: int) -> str:
+def ops_svg(analysis: Analysis, stage: int) -> Html:
     """One row per op of `stage`: a bar of its time per step, coloured by link class."""
     ops = [op for op in analysis.ops if op.stage == stage]
     if not ops:
-        return "<p class='muted'>No communication: one GPU per model replica and no data parallelism.</p>"
+        return markup(
+            "<p class='muted'>No communication: one GPU per model replica and no data parallelism.</p>"
+        )
     longest = max(analysis.op_seconds[op] for op in ops) or 1.0
-    parts: list[str] = []
+    parts: list[Html] = []
     for index, op in enumerate(ops):
         y = 8 + index * ROW
         seconds = analysis.op_seconds[op]
@@ -72,7 +74,7 @@ def _shorten(phase: str, limit: int) -> str:
     return phase if len(phase) <= limit else phase[: limit - 1] + "…"
 
 
-def link_table(analysis: Analysis, stage: int) -> str:
+def link_table(analysis: Analysis, stage: int) -> Html:
     """Bytes sent and time per step on each tier of the fabric, for one rank of `stage`."""
     plan = analysis.plan
     rows = []
@@ -81,34 +83,49 @@ def link_table(analysis: Analysis, stage: int) -> str:
         sent = sum(step_bytes(op) for op in ops)
         seconds = sum(analysis.op_seconds[op] for op in ops)
         rows.append(
-            f"<tr><td><span class='swatch link-{esc(tier.name)}'></span>{esc(tier.name)}</td>"
-            f"<td class='n'>{len(ops)}</td><td class='n'>{fmt.gb(sent)}</td>"
-            f"<td class='n'>{fmt.seconds(seconds)}</td><td class='n'>{tier.bandwidth_gbs:g} GB/s</td></tr>"
+            markup(
+                "<tr><td><span class='swatch link-{}'></span>{}</td>"
+                "<td class='n'>{}</td><td class='n'>{}</td>"
+                "<td class='n'>{}</td><td class='n'>{:g} GB/s</td></tr>",
+                tier.name,
+                tier.name,
+                len(ops),
+                fmt.gb(sent),
+                fmt.seconds(seconds),
+                tier.bandwidth_gbs,
+            )
         )
-    return (
+    return markup(
         "<table><thead><tr><th>link class</th><th>ops</th><th>sent per step</th>"
-        f"<th>time per step (α-β)</th><th>bandwidth</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        "<th>time per step (α-β)</th><th>bandwidth</th></tr></thead><tbody>{}</tbody></table>",
+        join(rows),
     )
 
 
-def wire_table(analysis: Analysis) -> str:
+def wire_table(analysis: Analysis) -> Html:
     """Bytes sent and received per step by one rank of each stage, on each tier."""
     fabric = analysis.plan.cluster.fabric
-    rows = "".join(
-        f"<tr data-stage='{w.stage}'><td>{w.stage}</td>"
-        + "".join(
-            f"<td class='n'>{fmt.gb(w.on(tier.name).sent)}</td>"
-            f"<td class='n'>{fmt.gb(w.on(tier.name).received)}</td>"
-            for tier in fabric
+    rows = join(
+        markup(
+            "<tr data-stage='{}'><td>{}</td>{}</tr>",
+            w.stage,
+            w.stage,
+            join(
+                markup(
+                    "<td class='n'>{}</td><td class='n'>{}</td>",
+                    fmt.gb(w.on(tier.name).sent),
+                    fmt.gb(w.on(tier.name).received),
+                )
+                for tier in fabric
+            ),
         )
-        + "</tr>"
         for w in analysis.wires
     )
-    heads = "".join(
-        f"<th>{esc(tier.shown)} sent</th><th>{esc(tier.shown)} received</th>" for tier in fabric
+    heads = join(
+        markup("<th>{} sent</th><th>{} received</th>", tier.shown, tier.shown) for tier in fabric
     )
-    return (
-        f"<table><thead><tr><th>stage</th>{heads}</tr></thead><tbody>{rows}</tbody></table>"
+    return markup(
+        "<table><thead><tr><th>stage</th>{}</tr></thead><tbody>{}</tbody></table>", heads, rows
     )
 
 
@@ -134,10 +151,10 @@ def step_parts(step: StepEstimate) -> list[tuple[str, str, float]]:
     return parts
 
 
-def step_svg(step: StepEstimate) -> str:
+def step_svg(step: StepEstimate) -> Html:
     """The step time as one stacked bar, each part labelled with seconds and share."""
     total = step.step_time_s
-    parts: list[str] = []
+    parts: list[Html] = []
     x, left, width = 10.0, 10.0, WIDTH - 20.0
     for cls, name, seconds in step_parts(step):
         w = width * seconds / total if total else 0.0

@@ -17,7 +17,7 @@ from planc.outputs.emit import write_text_atomic
 from planc.plannable import plannable
 from planc.record import record
 from planc.report import fmt
-from planc.report.assets import CSS, JS
+from planc.report.assets import CSS, JS, csp_meta
 from planc.report.memory import memory_svg
 from planc.report.page import embedded_json
 from planc.report.svg import esc
@@ -239,8 +239,10 @@ def explorer_page(heading: str, setup: Setup, result: SearchResult) -> str:
             else "<section><p><span class='badge bad'>none</span> No candidate is feasible.</p></section>"
         )
     )
+    scripts = (JS, EXPLORER_JS) if items else (JS,)
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"{csp_meta((CSS + EXPLORER_CSS,), scripts)}"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         "<meta name='color-scheme' content='light dark'>"
         f"<title>planc search: {esc(heading)}</title><style>{CSS}{EXPLORER_CSS}</style></head>"

@@ -18,7 +18,7 @@ from planc.pipeline.registry import build, definition
 from planc.pipeline.timeline import Span, Timeline, simulate
 from planc.record import record
 from planc.report import fmt
-from planc.report.svg import group, label_every, line, rect, svg, text
+from planc.report.svg import Html, group, label_every, line, markup, rect, svg, text
 from planc.vocab import GroupKind, ScheduleKind
 
 WIDTH = 960
@@ -113,7 +113,7 @@ def _op_rects(
     top: float,
     height: float,
     titled: bool = True,
-) -> list[str]:
+) -> list[Html]:
     odd = " odd" if span.op.chunk % 2 else ""
     tip = _describe(span, stage, gantt.v) if titled else None
     if span.op.kind == "F":
@@ -144,9 +144,9 @@ Scale = Callable[[Fraction | float], float]
 
 def _dense_row(
     spans: tuple[Span, ...], stage: int, x: Scale, top: float, height: float
-) -> list[str]:
+) -> list[Html]:
     """Merge ops that touch at pixel resolution into busy runs (a row with thousands of ops)."""
-    out: list[str] = []
+    out: list[Html] = []
     run: list[Span] = []
 
     def flush() -> None:
@@ -169,7 +169,7 @@ def _dense_row(
     return out
 
 
-def gantt_svg(gantt: Gantt) -> str:
+def gantt_svg(gantt: Gantt) -> Html:
     tl = gantt.timeline
     makespan = float(tl.makespan)
     plot_w = WIDTH - LEFT - RIGHT
@@ -179,10 +179,12 @@ def gantt_svg(gantt: Gantt) -> str:
     def x(t: Fraction | float) -> float:
         return LEFT + plot_w * float(t) / makespan
 
-    parts = [
-        "<defs><pattern id='planc-hatch' width='6' height='6' patternUnits='userSpaceOnUse' "
-        "patternTransform='rotate(45)'><rect width='6' height='6' class='hatch-bg'/>"
-        "<line x1='0' y1='0' x2='0' y2='6' class='hatch-line'/></pattern></defs>"
+    parts: list[Html] = [
+        markup(
+            "<defs><pattern id='planc-hatch' width='6' height='6' patternUnits='userSpaceOnUse' "
+            "patternTransform='rotate(45)'><rect width='6' height='6' class='hatch-bg'/>"
+            "<line x1='0' y1='0' x2='0' y2='6' class='hatch-line'/></pattern></defs>"
+        )
     ]
     every = label_every(row, 13)
     titled = sum(len(spans) for spans in tl.stages) <= TITLED_OPS
@@ -226,14 +228,14 @@ def gantt_svg(gantt: Gantt) -> str:
     return svg(WIDTH, bottom + BOTTOM - 8, parts, label, "chart gantt")
 
 
-def _legend(at: float) -> str:
+def _legend(at: float) -> Html:
     items = (
         ("op-f", "forward"),
         ("op-b", "backward"),
         ("op-r", "recompute (in backward)"),
         ("bubble", "idle (bubble)"),
     )
-    parts: list[str] = []
+    parts: list[Html] = []
     x = float(LEFT)
     for cls, name in items:
         parts.append(rect(x, at - 10, 14, 12, cls))

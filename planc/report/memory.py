@@ -11,7 +11,7 @@ from planc.memory.budget import MemoryBudget, StageBudget
 from planc.memory.terms import COMPONENTS, Term
 from planc.plannable import Plannable
 from planc.report import fmt
-from planc.report.svg import esc, group, label_every, line, rect, svg, text
+from planc.report.svg import Html, group, join, label_every, line, markup, rect, svg, text
 from planc.spec.job import GIB
 
 WIDTH = 960
@@ -38,7 +38,7 @@ def segment_tip(stage: StageBudget, component: str, terms: list[Term]) -> str:
     return "\n".join(lines)
 
 
-def memory_svg(plan: Plannable, memory: MemoryBudget, titled: bool = True) -> str:
+def memory_svg(plan: Plannable, memory: MemoryBudget, titled: bool = True) -> Html:
     """The bars; without `titled`, no tooltips (the search explorer draws one chart per
     candidate and stays small)."""
     hbm, usable = plan.cluster.gpu.memory_bytes, plan.usable_hbm_bytes
@@ -51,7 +51,7 @@ def memory_svg(plan: Plannable, memory: MemoryBudget, titled: bool = True) -> st
     def y(n: float) -> float:
         return TOP + PLOT_HEIGHT * (1 - n / top)
 
-    parts: list[str] = []
+    parts: list[Html] = []
     step = tick_step(top / GIB)
     tick = 0
     while tick * step * GIB <= top:
@@ -135,9 +135,9 @@ def _bar(
     y: Callable[[float], float],
     hbm: int,
     titled: bool = True,
-) -> str:
+) -> Html:
     mem = stage.memory
-    children: list[str] = []
+    children: list[Html] = []
     base = 0
     for component in COMPONENTS:
         terms = [t for t in mem.terms if t.component == component and t.bytes]
@@ -179,8 +179,8 @@ def _bar(
     return group(children, "stage-bar", tip if titled else None, data_stage=stage.stage)
 
 
-def _legend(at: float) -> str:
-    parts: list[str] = []
+def _legend(at: float) -> Html:
+    parts: list[Html] = []
     x = float(LEFT)
     for component in COMPONENTS:
         parts.append(rect(x, at - 9, 11, 11, f"m-{component}"))
@@ -193,17 +193,28 @@ def _legend(at: float) -> str:
     return group(parts, "legend-row")
 
 
-def terms_table(plan: Plannable, stage: StageBudget) -> str:
+def terms_table(plan: Plannable, stage: StageBudget) -> Html:
     """The peak stage's budget term by term, as an HTML table."""
     mem = stage.memory
-    rows = "".join(
-        f"<tr><td>{esc(t.name)}</td><td><span class='swatch m-{t.component}'></span>{esc(t.component)}</td>"
-        f"<td class='n'>{fmt.gib(t.bytes)}</td><td class='n'>{t.bytes / mem.total:.1%}</td>"
-        f"<td><code>{esc(t.formula)}</code></td><td class='src'>{esc(t.source)}</td></tr>"
+    rows = join(
+        markup(
+            "<tr><td>{}</td><td><span class='swatch m-{}'></span>{}</td>"
+            "<td class='n'>{}</td><td class='n'>{:.1%}</td>"
+            "<td><code>{}</code></td><td class='src'>{}</td></tr>",
+            t.name,
+            t.component,
+            t.component,
+            fmt.gib(t.bytes),
+            t.bytes / mem.total,
+            t.formula,
+            t.source,
+        )
         for t in mem.terms
     )
-    return (
+    return markup(
         "<table class='terms'><thead><tr><th>term</th><th>component</th><th>GiB</th><th>share</th>"
-        f"<th>formula</th><th>source</th></tr></thead><tbody>{rows}</tbody><tfoot><tr><th>total</th>"
-        f"<th></th><th class='n'>{fmt.gib(mem.total)}</th><th class='n'>100.0%</th><th></th><th></th></tr></tfoot></table>"
+        "<th>formula</th><th>source</th></tr></thead><tbody>{}</tbody><tfoot><tr><th>total</th>"
+        "<th></th><th class='n'>{}</th><th class='n'>100.0%</th><th></th><th></th></tr></tfoot></table>",
+        rows,
+        fmt.gib(mem.total),
     )

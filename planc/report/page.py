@@ -16,12 +16,12 @@ from planc.outputs.explain import Explanation, to_json
 from planc.pipeline.registry import definition
 from planc.plannable import Plannable
 from planc.report import fmt
-from planc.report.assets import CSS, JS
+from planc.report.assets import CSS, JS, csp_meta
 from planc.report.comm import busiest_stage, link_table, ops_svg, step_svg, wire_table
 from planc.report.gantt import Gantt, gantt_svg, simulate_drawn
 from planc.report.memory import memory_svg, terms_table
 from planc.report.placement import FULL_GRID_NODES, placement_svg, stage_legend
-from planc.report.svg import esc
+from planc.report.svg import NOTHING, Html, join, markup
 
 SEVERITY_BADGE = {
     Severity.FATAL: "bad",
@@ -41,33 +41,44 @@ def memory_verdict(plan: Plannable, analysis: Analysis) -> tuple[str, str]:
     return "ok", "SAFE"
 
 
-def _card(key: str, value: str, sub: str, extra: str = "") -> str:
-    return f"<div class='card'><div class='k'>{esc(key)}</div><div class='v'>{value}</div><div class='s'>{sub}</div>{extra}</div>"
-
-
-def _gauge(share: float, limit: float, badge: str) -> str:
-    """A bar of the peak's share of HBM (capped at full), the usable limit marked."""
-    return (
-        f"<div class='gauge' title='{share:.1%} of HBM'><span class='{badge}' "
-        f"style='width:{min(share, 1.0):.1%}'></span><i style='left:{limit:.1%}'></i></div>"
+def _card(key: str, value: str, sub: str, extra: Html = NOTHING) -> Html:
+    """A headline number: `value` and `sub` are text (escaped), or Html made by `markup`."""
+    return markup(
+        "<div class='card'><div class='k'>{}</div><div class='v'>{}</div><div class='s'>{}</div>{}</div>",
+        key,
+        value,
+        sub,
+        extra,
     )
 
 
-def cards(plan: Plannable, analysis: Analysis, step: StepEstimate) -> str:
+def _gauge(share: float, limit: float, badge: str) -> Html:
+    """A bar of the peak's share of HBM (capped at full), the usable limit marked."""
+    return markup(
+        "<div class='gauge' title='{:.1%} of HBM'><span class='{}' "
+        "style='width:{:.1%}'></span><i style='left:{:.1%}'></i></div>",
+        share,
+        badge,
+        min(share, 1.0),
+        limit,
+    )
+
+
+def cards(plan: Plannable, analysis: Analysis, step: StepEstimate) -> Html:
     hbm = plan.cluster.gpu.memory_bytes
     peak = analysis.memory.peak
     badge, word = memory_verdict(plan, analysis)
     share = peak.memory.total / hbm
     memory = _card(
         "Peak memory per GPU",
-        f"{fmt.gib(peak.memory.total)} <span class='badge {badge}'>{word}</span>",
+        markup("{} <span class='badge {}'>{}</span>", fmt.gib(peak.memory.total), badge, word),
         f"{share:.1%} of {fmt.gib(hbm)} HBM, stage {peak.stage} (rank {peak.rank:,})",
         _gauge(share, plan.usable_hbm_bytes / hbm, badge),
     )
     bubble = _card(
         "Pipeline bubble",
         fmt.percent(step.pipeline.bubble_fraction),
-        f"{esc(step.pipeline.method)}; closed form (p − 1)/(v·m + p − 1) = "
+        f"{step.pipeline.method}; closed form (p − 1)/(v·m + p − 1) = "
         f"{fmt.percent(step.bubble_fraction)}",
     )
     time = _card(
@@ -75,33 +86,46 @@ def cards(plan: Plannable, analysis: Analysis, step: StepEstimate) -> str:
     )
     tokens = _card("Throughput", f"{step.tokens_per_s:,.0f}", "tokens per second, whole cluster")
     mfu = _card("MFU", fmt.percent(step.mfu), "model FLOPs (no recompute) over peak")
-    return f"<div class='cards'>{memory}{bubble}{time}{tokens}{mfu}</div>"
+    return markup("<div class='cards'>{}{}{}{}{}</div>", memory, bubble, time, tokens, mfu)
 
 
-def findings_section(result: FileResult) -> str:
+def findings_section(result: FileResult) -> Html:
     if not result.findings:
-        return "<section id='findings'><h2>Findings</h2><p><span class='badge ok'>clean</span> planc check found nothing.</p></section>"
-    rows = "".join(_finding_row(result.path, f) for f in result.findings)
-    return (
-        f"<section id='findings'><h2>Findings</h2><p class='note'>planc check, {len(result.findings)} "
+        return markup(
+            "<section id='findings'><h2>Findings</h2><p><span class='badge ok'>clean</span> planc check found nothing.</p></section>"
+        )
+    rows = join(_finding_row(result.path, f) for f in result.findings)
+    return markup(
+        "<section id='findings'><h2>Findings</h2><p class='note'>planc check, {} "
         "finding(s); a report is drawn even when memory (PLC007) or the bubble (PLC006) fails, "
         "since that is when the pictures help most.</p>"
         "<table class='findings'><thead><tr><th>where</th><th>severity</th><th>rule</th><th>message</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table></section>"
+        "<tbody>{}</tbody></table></section>",
+        len(result.findings),
+        rows,
     )
 
 
-def _finding_row(path: str, f: Finding) -> str:
-    fix = f"<div class='fix'>fix: {esc(f.fix)}</div>" if f.fix else ""
-    field = f"<div><code>{esc(f.field)}</code></div>" if f.field else ""
-    return (
-        f"<tr><td class='loc mono'>{esc(path)}:{f.line}:{f.column}{field}</td>"
-        f"<td><span class='badge {SEVERITY_BADGE[f.severity]}'>{esc(f.severity.value)}</span></td>"
-        f"<td class='mono'>{esc(f.rule)}</td><td>{esc(f.message)}{fix}</td></tr>"
+def _finding_row(path: str, f: Finding) -> Html:
+    fix = markup("<div class='fix'>fix: {}</div>", f.fix) if f.fix else NOTHING
+    field = markup("<div><code>{}</code></div>", f.field) if f.field else NOTHING
+    return markup(
+        "<tr><td class='loc mono'>{}:{}:{}{}</td>"
+        "<td><span class='badge {}'>{}</span></td>"
+        "<td class='mono'>{}</td><td>{}{}</td></tr>",
+        path,
+        f.line,
+        f.column,
+        field,
+        SEVERITY_BADGE[f.severity],
+        f.severity.value,
+        f.rule,
+        f.message,
+        fix,
     )
 
 
-def memory_section(plan: Plannable, analysis: Analysis) -> str:
+def memory_section(plan: Plannable, analysis: Analysis) -> Html:
     hbm, usable = plan.cluster.gpu.memory_bytes, plan.usable_hbm_bytes
     peak = analysis.memory.peak
     total = peak.memory.total
@@ -111,27 +135,43 @@ def memory_section(plan: Plannable, analysis: Analysis) -> str:
         verdict = f"fits HBM but eats into the {plan.rules.options['memory_headroom']:.0%} headroom by {fmt.gib(total - usable)}"
     else:
         verdict = f"fits, {fmt.gib(usable - total)} under the usable limit"
-    return (
+    return markup(
         "<section id='memory'><h2>Memory per GPU</h2>"
-        f"<p>The heaviest rank is on <strong>stage {peak.stage}</strong> (rank {peak.rank:,}): "
-        f"<strong>{fmt.gib(total)}</strong> of {fmt.gib(hbm)} HBM ({total / hbm:.1%}); it {verdict}. "
-        f"Usable = HBM × (1 − {plan.rules.options['memory_headroom']:g}) = {fmt.gib(usable)}.</p>"
-        f"{memory_svg(plan, analysis.memory)}"
+        "<p>The heaviest rank is on <strong>stage {}</strong> (rank {:,}): "
+        "<strong>{}</strong> of {} HBM ({:.1%}); it {}. "
+        "Usable = HBM × (1 − {:g}) = {}.</p>"
+        "{}"
         "<p class='note'>Each bar is the heaviest rank of a stage (TP, CP and DP coordinate 0); hover a "
         "segment for its terms, bytes and formulas.</p>"
-        f"<details><summary>Stage {peak.stage}, term by term, with sources</summary>{terms_table(plan, peak)}</details>"
-        "</section>"
+        "<details><summary>Stage {}, term by term, with sources</summary>{}</details>"
+        "</section>",
+        peak.stage,
+        peak.rank,
+        fmt.gib(total),
+        fmt.gib(hbm),
+        total / hbm,
+        verdict,
+        plan.rules.options["memory_headroom"],
+        fmt.gib(usable),
+        memory_svg(plan, analysis.memory),
+        peak.stage,
+        terms_table(plan, peak),
     )
 
 
-def pipeline_section(plan: Plannable, gantt: Gantt, step: StepEstimate) -> str:
+def pipeline_section(plan: Plannable, gantt: Gantt, step: StepEstimate) -> Html:
     lay = plan.layout
     pipe = step.pipeline
     drawn = float(gantt.timeline.bubble_fraction)
     shown = (
-        f"all {gantt.m} micro-batches"
+        markup("all {} micro-batches", gantt.m)
         if gantt.shown == gantt.m
-        else f"the first <strong>{gantt.shown} of {gantt.m:,}</strong> micro-batches (m′ = {gantt.shown}; a longer step repeats the steady state in the middle)"
+        else markup(
+            "the first <strong>{} of {:,}</strong> micro-batches (m′ = {}; a longer step repeats the steady state in the middle)",
+            gantt.shown,
+            gantt.m,
+            gantt.shown,
+        )
     )
     entry = definition(lay.schedule)
     closed = (
@@ -140,26 +180,42 @@ def pipeline_section(plan: Plannable, gantt: Gantt, step: StepEstimate) -> str:
         else "Bubble with equal stages (simulated) = "
     )
     if lay.p == 1:
-        intro = "<p>One pipeline stage: no pipeline, so no bubble. The row shows the micro-batches running back to back.</p>"
-    else:
-        intro = (
-            f"<p>{entry.title} over p = {lay.p} stages, v = {lay.v}, m = {plan.m:,} micro-batches. "
-            f"{closed}<strong>{fmt.percent(step.bubble_fraction)}</strong>; "
-            f"simulated over the whole step with each stage's own times and the p2p time "
-            f"({esc(pipe.method)}): <strong>{fmt.percent(pipe.bubble_fraction)}</strong>.</p>"
+        intro = markup(
+            "<p>One pipeline stage: no pipeline, so no bubble. The row shows the micro-batches running back to back.</p>"
         )
-    return (
+    else:
+        intro = markup(
+            "<p>{} over p = {} stages, v = {}, m = {:,} micro-batches. "
+            "{}<strong>{}</strong>; "
+            "simulated over the whole step with each stage's own times and the p2p time "
+            "({}): <strong>{}</strong>.</p>",
+            entry.title,
+            lay.p,
+            lay.v,
+            plan.m,
+            closed,
+            fmt.percent(step.bubble_fraction),
+            pipe.method,
+            fmt.percent(pipe.bubble_fraction),
+        )
+    return markup(
         "<section id='pipeline'><h2>Pipeline schedule</h2>"
-        f"{intro}{gantt_svg(gantt)}"
-        f"<p class='note'>Drawn: {shown}, simulated with each stage's forward and backward time per "
-        f"micro-batch from the analysis (compute only) and {fmt.seconds(gantt.hop_s)} per pipeline message; "
-        f"idle share of the drawn time {fmt.percent(drawn)}. The hatched background is idle time. "
-        f"{' Lighter bars are the odd model chunks.' if lay.v > 1 else ''} "
-        "Numbers in the bars are micro-batches; hover an op for its times.</p></section>"
+        "{}{}"
+        "<p class='note'>Drawn: {}, simulated with each stage's forward and backward time per "
+        "micro-batch from the analysis (compute only) and {} per pipeline message; "
+        "idle share of the drawn time {}. The hatched background is idle time. "
+        "{} "
+        "Numbers in the bars are micro-batches; hover an op for its times.</p></section>",
+        intro,
+        gantt_svg(gantt),
+        shown,
+        fmt.seconds(gantt.hop_s),
+        fmt.percent(drawn),
+        " Lighter bars are the odd model chunks." if lay.v > 1 else "",
     )
 
 
-def placement_section(plan: Plannable) -> str:
+def placement_section(plan: Plannable) -> Html:
     cl, lay = plan.cluster, plan.layout
     how = (
         "every node"
@@ -167,33 +223,54 @@ def placement_section(plan: Plannable) -> str:
         else f"one row per kind of node ({cl.nodes:,} nodes are too many to draw; each row says how many it stands for)"
     )
     order = "-".join(a.value for a in lay.order)
-    return (
+    return markup(
         "<section id='placement'><h2>Placement</h2>"
-        f"<p>{cl.nodes:,} node{'s' if cl.nodes != 1 else ''} × {cl.gpus_per_node} {esc(cl.gpu.name)} GPUs, NVLink domains of "
-        f"{cl.nvlink_domain}; rank order {esc(order)} (fastest first), t = {lay.t}, c = {lay.c}, "
-        f"d = {lay.d:,}, p = {lay.p}. Drawn: {how}. GPU colour = pipeline stage, dark outline = "
+        "<p>{:,} node{} × {} {} GPUs, NVLink domains of "
+        "{}; rank order {} (fastest first), t = {}, c = {}, "
+        "d = {:,}, p = {}. Drawn: {}. GPU colour = pipeline stage, dark outline = "
         "tensor-parallel group, grey panel = NVLink domain.</p>"
-        f"{stage_legend(plan)}{placement_svg(plan)}</section>"
+        "{}{}</section>",
+        cl.nodes,
+        "s" if cl.nodes != 1 else "",
+        cl.gpus_per_node,
+        cl.gpu.name,
+        cl.nvlink_domain,
+        order,
+        lay.t,
+        lay.c,
+        lay.d,
+        lay.p,
+        how,
+        stage_legend(plan),
+        placement_svg(plan),
     )
 
 
-def comm_section(analysis: Analysis, step: StepEstimate) -> str:
+def comm_section(analysis: Analysis, step: StepEstimate) -> Html:
     stage = busiest_stage(analysis)
-    return (
+    return markup(
         "<section id='communication'><h2>Step time and communication</h2>"
-        f"<p>Estimated step time {fmt.seconds(step.step_time_s)}: where it goes.</p>{step_svg(step)}"
-        f"<h3>Stage {stage}, the stage that communicates longest: per link class</h3>{link_table(analysis, stage)}"
-        f"<h3>Per op, stage {stage} (time per step, α-β model; bytes sent per step)</h3>"
-        f"{ops_svg(analysis, stage)}"
-        f"<details><summary>Wire bytes per step of every stage</summary>{wire_table(analysis)}</details>"
-        "</section>"
+        "<p>Estimated step time {}: where it goes.</p>{}"
+        "<h3>Stage {}, the stage that communicates longest: per link class</h3>{}"
+        "<h3>Per op, stage {} (time per step, α-β model; bytes sent per step)</h3>"
+        "{}"
+        "<details><summary>Wire bytes per step of every stage</summary>{}</details>"
+        "</section>",
+        fmt.seconds(step.step_time_s),
+        step_svg(step),
+        stage,
+        link_table(analysis, stage),
+        stage,
+        ops_svg(analysis, stage),
+        wire_table(analysis),
     )
 
 
-def embedded_json(data: dict[str, Any]) -> str:
-    """JSON safe inside a `<script>` element: `<`, `>` and `&` as \\u escapes."""
+def embedded_json(data: dict[str, Any]) -> Html:
+    """JSON safe inside a `<script>` element: `<`, `>` and `&` as \\u escapes (JSON's own
+    escaping, so the data reads back unchanged; no `</script>` can end the element)."""
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return Html(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
 
 
 def render_page(result: FileResult, analysis: Analysis, step: StepEstimate) -> str:
@@ -211,28 +288,44 @@ def render_page(result: FileResult, analysis: Analysis, step: StepEstimate) -> s
         },
     }
     subtitle = (
-        f"{plan.world:,} × {esc(cl.gpu.name)} ({cl.nodes:,} node{'s' if cl.nodes != 1 else ''} × {cl.gpus_per_node}) · "
+        f"{plan.world:,} × {cl.gpu.name} ({cl.nodes:,} node{'s' if cl.nodes != 1 else ''} × {cl.gpus_per_node}) · "
         f"t={lay.t} p={lay.p} d={lay.d:,} c={lay.c} v={lay.v} · ZeRO-{lay.zero} · "
-        f"m={plan.m:,} micro-batches of {tr.b} × {tr.s:,} tokens · recompute {esc(tr.recompute)}"
+        f"m={plan.m:,} micro-batches of {tr.b} × {tr.s:,} tokens · recompute {tr.recompute}"
     )
-    body = (
-        f"<header><h1>planc report: {esc(plan.name)}</h1><p class='muted'>{subtitle}</p>"
-        f"<p class='muted mono'>{esc(result.path)}</p></header>"
-        f"{cards(plan, analysis, step)}"
-        f"{findings_section(result)}"
-        f"{memory_section(plan, analysis)}"
-        f"{pipeline_section(plan, gantt, step)}"
-        f"{placement_section(plan)}"
-        f"{comm_section(analysis, step)}"
-        f"<footer>planc {esc(__version__)} · every number on this page is computed by planc and "
-        "embedded below as JSON (<code>#planc-data</code>); the script only highlights a stage.</footer>"
+    body = markup(
+        "<header><h1>planc report: {}</h1><p class='muted'>{}</p>"
+        "<p class='muted mono'>{}</p></header>{}{}{}{}{}{}"
+        "<footer>planc {} · every number on this page is computed by planc and "
+        "embedded below as JSON (<code>#planc-data</code>); the script only highlights a stage.</footer>",
+        plan.name,
+        subtitle,
+        result.path,
+        cards(plan, analysis, step),
+        findings_section(result),
+        memory_section(plan, analysis),
+        pipeline_section(plan, gantt, step),
+        placement_section(plan),
+        comm_section(analysis, step),
+        __version__,
     )
-    return (
-        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+    return page(f"planc report: {plan.name}", CSS, body, embedded_json(data), JS)
+
+
+def page(title: str, css: str, body: Html, data: Html, *scripts: str) -> str:
+    """The document: `title` (text), the page's own stylesheet and scripts (constants of
+    planc.report.assets), the body, the numbers as JSON (`embedded_json`), and the
+    Content-Security-Policy that lets only that stylesheet and those scripts run."""
+    return markup(
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>{}"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         "<meta name='color-scheme' content='light dark'>"
-        f"<title>planc report: {esc(plan.name)}</title><style>{CSS}</style></head>"
-        f"<body><main>{body}</main>"
-        f"<script type='application/json' id='planc-data'>{embedded_json(data)}</script>"
-        f"<script>{JS}</script></body></html>\n"
+        "<title>{}</title><style>{}</style></head>"
+        "<body><main>{}</main>"
+        "<script type='application/json' id='planc-data'>{}</script>{}</body></html>\n",
+        csp_meta((css,), scripts),
+        title,
+        Html(css),
+        body,
+        data,
+        join(markup("<script>{}</script>", Html(script)) for script in scripts),
     )

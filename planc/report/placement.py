@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from planc.plannable import Plannable
 from planc.record import record
-from planc.report.svg import group, rect, stage_colour, svg, text
+from planc.report.svg import Html, group, join, markup, rect, stage_colour, svg, text
 from planc.vocab import Axis
 
 FULL_GRID_NODES = 128
@@ -147,7 +147,7 @@ def boxes(rows: list[list[int]], per_column: int, merge: bool) -> list[Box]:
     return out
 
 
-def _node_row(plan: Plannable, grid: PlacementGrid, row: Row, x: float, y: float, cell: float) -> str:
+def _node_row(plan: Plannable, grid: PlacementGrid, row: Row, x: float, y: float, cell: float) -> Html:
     """One node: its label, its GPUs coloured by stage (with rank numbers when they fit)."""
     lay = plan.layout
     gpn = plan.cluster.gpus_per_node
@@ -203,7 +203,7 @@ def _rows(plan: Plannable, grid: PlacementGrid, full: bool) -> list[Row]:
     return rows
 
 
-def placement_svg(plan: Plannable) -> str:
+def placement_svg(plan: Plannable) -> Html:
     cl = plan.cluster
     grid = rank_grid(plan)
     full = cl.nodes <= FULL_GRID_NODES
@@ -227,7 +227,7 @@ def placement_svg(plan: Plannable) -> str:
 
     domains = boxes([grid.domain[r.node].tolist() for r in rows], per_column, full)
     groups = boxes([grid.tp_group[r.node].tolist() for r in rows], per_column, full)
-    parts: list[str] = []
+    parts: list[Html] = []
     for box in domains:
         x, y = at(box.first)
         height = (box.last - box.first) * pitch + cell
@@ -270,12 +270,18 @@ def placement_svg(plan: Plannable) -> str:
     )
 
 
-def stage_legend(plan: Plannable) -> str:
+def stage_legend(plan: Plannable) -> Html:
     """HTML swatches: stage → colour, and the stage's layers."""
     lay = plan.layout
-    items = "".join(
-        f"<li data-stage='{s}'><span class='swatch' style='background:{stage_colour(s, lay.p)}'></span>"
-        f"stage {s} <span class='muted'>({lay.stage_layers[s]} layers)</span></li>"
+    items = join(
+        markup(
+            "<li data-stage='{}'><span class='swatch' style='background:{}'></span>"
+            "stage {} <span class='muted'>({} layers)</span></li>",
+            s,
+            stage_colour(s, lay.p),
+            s,
+            lay.stage_layers[s],
+        )
         for s in range(lay.p)
     )
-    return f"<ul class='stage-legend'>{items}</ul>"
+    return markup("<ul class='stage-legend'>{}</ul>", items)

@@ -8,12 +8,54 @@ pipeline-stage colours of the placement grid, which are computed (`stage_colour`
 from __future__ import annotations
 
 import colorsys
+import string
+from collections.abc import Iterable
 from html import escape
+from typing import Any
 
 
-def esc(text: object) -> str:
-    """`text` safe inside HTML/SVG text and double- or single-quoted attributes."""
-    return escape(str(text), quote=True)
+class Html(str):
+    """Markup the page contains as it is. Made only here: by `esc` (text escaped) and by `markup`
+    (the page's own template, every field escaped unless it is Html already). A function that
+    draws part of the page returns Html and takes Html children, so a plain `str` from a spec,
+    a preset, a file or the analysis cannot reach the page unescaped: mypy refuses it."""
+
+    __slots__ = ()
+
+
+NOTHING = Html()
+
+
+def esc(text: object) -> Html:
+    """`text` safe inside HTML/SVG text and double- or single-quoted attributes: the one escaping
+    function of the report (`&`, `<`, `>`, `"` and `'` as character references). Html is
+    already safe and passes unchanged."""
+    if isinstance(text, Html):
+        return text
+    return Html(escape(str(text), quote=True))
+
+
+class _Escaping(string.Formatter):
+    """str.format whose fields are formatted as usual, then escaped (Html fields as they are)."""
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        if isinstance(value, Html):
+            return value
+        return esc(format(value, format_spec))
+
+
+_ESCAPING = _Escaping()
+
+
+def markup(template: str, *fields: object) -> Html:
+    """The page's own `template` (a literal in planc's source) with its `{}` fields filled, each
+    escaped unless it is Html: the only way markup other than escaped text is made."""
+    return Html(_ESCAPING.format(template, *fields))
+
+
+def join(parts: Iterable[Html]) -> Html:
+    """Pieces of markup one after the other."""
+    return Html("".join(parts))
 
 
 def num(value: float) -> str:
@@ -22,7 +64,7 @@ def num(value: float) -> str:
     return "0" if text in ("-0", "") else text
 
 
-def attrs(**values: object) -> str:
+def attrs(**values: object) -> Html:
     """` key="value"` pairs in the order given; `cls` becomes `class`, `_` in names becomes `-`,
     None values are left out, floats go through `num`."""
     out = []
@@ -31,13 +73,13 @@ def attrs(**values: object) -> str:
             continue
         name = "class" if key == "cls" else key.replace("_", "-")
         shown = num(value) if isinstance(value, float) else value
-        out.append(f' {name}="{esc(shown)}"')
-    return "".join(out)
+        out.append(markup(' {}="{}"', name, shown))
+    return join(out)
 
 
-def title(text: str | None) -> str:
+def title(text: str | None) -> Html:
     """A `<title>` child: the tooltip browsers show on hover (and screen readers read)."""
-    return f"<title>{esc(text)}</title>" if text else ""
+    return markup("<title>{}</title>", text) if text else NOTHING
 
 
 def rect(
@@ -48,15 +90,19 @@ def rect(
     cls: str | None = None,
     tip: str | None = None,
     **more: object,
-) -> str:
+) -> Html:
     body = title(tip)
-    head = f"<rect{attrs(x=float(x), y=float(y), width=float(max(w, 0.0)), height=float(max(h, 0.0)), cls=cls, **more)}"
-    return f"{head}>{body}</rect>" if body else f"{head}/>"
+    head = attrs(
+        x=float(x), y=float(y), width=float(max(w, 0.0)), height=float(max(h, 0.0)), cls=cls, **more
+    )
+    return markup("<rect{}>{}</rect>", head, body) if body else markup("<rect{}/>", head)
 
 
-def line(x1: float, y1: float, x2: float, y2: float, cls: str | None = None, **more: object) -> str:
-    return (
-        f"<line{attrs(x1=float(x1), y1=float(y1), x2=float(x2), y2=float(y2), cls=cls, **more)}/>"
+def line(
+    x1: float, y1: float, x2: float, y2: float, cls: str | None = None, **more: object
+) -> Html:
+    return markup(
+        "<line{}/>", attrs(x1=float(x1), y1=float(y1), x2=float(x2), y2=float(y2), cls=cls, **more)
     )
 
 
@@ -67,24 +113,34 @@ def text(
     cls: str | None = None,
     anchor: str | None = None,
     **more: object,
-) -> str:
-    return f"<text{attrs(x=float(x), y=float(y), cls=cls, text_anchor=anchor, **more)}>{esc(content)}</text>"
+) -> Html:
+    return markup(
+        "<text{}>{}</text>",
+        attrs(x=float(x), y=float(y), cls=cls, text_anchor=anchor, **more),
+        content,
+    )
 
 
 def group(
-    children: list[str], cls: str | None = None, tip: str | None = None, **more: object
-) -> str:
-    return f"<g{attrs(cls=cls, **more)}>{title(tip)}{''.join(children)}</g>"
+    children: Iterable[Html], cls: str | None = None, tip: str | None = None, **more: object
+) -> Html:
+    return markup("<g{}>{}{}</g>", attrs(cls=cls, **more), title(tip), join(children))
 
 
 def svg(
-    width: float, height: float, children: list[str], label: str, cls: str | None = None
-) -> str:
+    width: float, height: float, children: Iterable[Html], label: str, cls: str | None = None
+) -> Html:
     """A scalable `<svg>`: the viewBox is width × height, the page's CSS sizes it, never wider
     than `width` CSS pixels (a small chart is not blown up)."""
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg"{attrs(viewBox=f"0 0 {num(width)} {num(height)}", cls=cls, role="img", aria_label=label, style=f"max-width:{num(width)}px")}>'
-        f"{title(label)}{''.join(children)}</svg>"
+    head = attrs(
+        viewBox=f"0 0 {num(width)} {num(height)}",
+        cls=cls,
+        role="img",
+        aria_label=label,
+        style=f"max-width:{num(width)}px",
+    )
+    return markup(
+        '<svg xmlns="http://www.w3.org/2000/svg"{}>{}{}</svg>', head, title(label), join(children)
     )
 
 
