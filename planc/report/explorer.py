@@ -256,7 +256,7 @@ def explorer_page(heading: str, setup: Setup, result: SearchResult) -> str:
 
 def write_explorer(spec: str, path: str, heading: str, setup: Setup, result: SearchResult) -> str:
     """Write the explorer page atomically; the note for stderr."""
-    write_text_atomic(path, explorer_page(heading, setup, result))
+    write_text_atomic(path, explorer_page(heading, setup, result), (spec,))  # never over the spec
     return f"{spec}: wrote the search report to {path}\n"
 
 
