@@ -9,6 +9,7 @@ import sys
 import click
 
 from planc.cli.common import plan_or_exit, with_hosts
+from planc.outputs.escape import line
 
 
 @click.command(name="compile")
@@ -73,7 +74,7 @@ def compile_command(
         protect = () if spec == "-" else (spec,)
         written = write_plan(plan, Path(out_dir), overwrite=overwrite, protect=protect)
     except OutputError as error:
-        click.echo(f"{spec}: error: {error}", err=True)
+        click.echo(line(f"{spec}: error: {error}"), err=True)
         sys.exit(2)
     summary = plan.summary
     click.echo(
@@ -122,7 +123,7 @@ def verify(path: str) -> None:
     try:
         sys.exit(0 if _verified(text) else 1)
     except PlanFormatError as error:
-        click.echo(f"{path}: error: {error}", err=True)
+        click.echo(line(f"{path}: error: {error}"), err=True)
         sys.exit(2)
 
 
@@ -146,7 +147,7 @@ def calibrate(measurements: str, output: str) -> None:
     try:
         rows = cal.read_measurements(measurements)
     except (OSError, ValueError) as error:
-        click.echo(f"error: {error}", err=True)
+        click.echo(line(f"error: {error}"), err=True)
         sys.exit(2)
     tolerate = frozenset({"PLC006", "PLC007"})
     analyses = [(path, s, plan_or_exit(str(path), tolerate=tolerate)[0]) for path, s in rows]
@@ -154,7 +155,7 @@ def calibrate(measurements: str, output: str) -> None:
     try:
         result = cal.calibrate_runs(runs)
     except ValueError as error:
-        click.echo(f"{measurements}: error: {error}", err=True)
+        click.echo(line(f"{measurements}: error: {error}"), err=True)
         sys.exit(2)
     read = [measurements, *(str(path) for path, _ in rows)]
     write_text_atomic(output, cal.calibration_json(result, measurements), read)
