@@ -309,6 +309,7 @@ def test_host_names_the_cluster_lacks_reject_every_candidate(tmp_path: Path) -> 
         (["missing.yaml"], "PLC100"),
         (["{spec}", "--allow", "experts=2"], "unknown axis"),
         (["{spec}", "--allow", "tensor=0"], "tensor"),
+        (["{spec}", "--allow", "tensor=" + "9" * 5000], "tensor: a number of 5,000 digits"),
         (["{bad}"], "PLC108"),
         (["{pinned}"], "pinned to 8"),
     ],
@@ -327,6 +328,56 @@ def test_exit_2_for_unusable_input(tmp_path: Path, args: list[str], message: str
     code, _, err = _run(*(arg.format(**paths) for arg in args))
     assert code == 2
     assert message in err
+    assert "Traceback" not in err
+
+
+# Llama 3 8B on one node at 8,192 tokens, a space of 16 (t ∈ {1, 2}, p ∈ {1, 2}, sp, recompute).
+NARROW = (
+    "--allow", "tensor=1,2", "--allow", "pipeline=1,2", "--allow", "context=1",
+    "--allow", "virtual_stages=1", "--allow", "zero_stage=1", "--allow", "micro_batch=1",
+    "--allow", "recompute=none,selective",
+)  # fmt: skip
+
+
+def _slow_nvlink(tmp_path: Path) -> str:
+    """A spec whose hardware.calibration measures every NVLink collective at 2 % efficiency."""
+    from planc.presets.efficiency import COLLECTIVES, for_gpu, to_json
+
+    slow = for_gpu("h100-sxm").with_link("nvlink", **dict.fromkeys(COLLECTIVES, 0.02))
+    (tmp_path / "slow.json").write_text(json.dumps(to_json(slow)), encoding="utf-8")
+    text = SMALL.replace("nodes: 2}", "nodes: 1, calibration: slow.json}")
+    return _write(tmp_path, text.replace("seq_len: 4096", "seq_len: 8192"), "calibrated.yaml")
+
+
+def _explained_step(tmp_path: Path, spec: str, entry: dict[str, Any]) -> float:
+    """planc explain's step time of one search result, written out as a complete spec."""
+    data = yaml.safe_load(Path(spec).read_text(encoding="utf-8"))
+    layout = {k: v for k, v in entry["parallelism"].items() if k != "stage_layers"}
+    data["parallelism"] = layout
+    data["training"].update(entry["training"])
+    pinned = tmp_path / "pinned.yaml"
+    pinned.write_text(yaml.safe_dump(data), encoding="utf-8")
+    result = CliRunner().invoke(main, ["explain", str(pinned), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    step: float = json.loads(result.stdout)["step"]["step_time_s"]
+    return step
+
+
+def test_search_prices_candidates_on_the_calibrated_model(tmp_path: Path) -> None:
+    calibrated = _slow_nvlink(tmp_path)
+    plain = _write(tmp_path, Path(calibrated).read_text().replace(", calibration: slow.json", ""))
+    runs = {}
+    for name, spec in (("plain", plain), ("calibrated", calibrated)):
+        code, out, _ = _run(spec, "--format", "json", "--top", "100", *NARROW)
+        assert code == 0
+        runs[name] = json.loads(out)["results"]
+    # On the preset's NVLink, TP 2 is fastest; at 2 % NVLink efficiency a TP 1 layout is.
+    assert runs["plain"][0]["parallelism"]["tensor"] == 2
+    assert runs["calibrated"][0]["parallelism"]["tensor"] == 1
+    # Every feasible candidate, as planc explain prices it: the search ranks as explain does.
+    explained = [_explained_step(tmp_path, calibrated, entry) for entry in runs["calibrated"]]
+    assert explained.index(min(explained)) == 0
+    assert explained == pytest.approx([entry["step_time_s"] for entry in runs["calibrated"]])
 
 
 def test_jobs_give_byte_identical_json(tmp_path: Path) -> None:

@@ -54,7 +54,11 @@ def setup_of(loaded: Loaded, request: Request) -> Setup:
         parse_allowed(request.allow),
         request.limits,
     )
-    return Setup(loaded.spec, space, request.strict)
+    # hardware.calibration's tables as loading read them (plain JSON under a read-only top
+    # level): a dict, so that a worker process receives them.
+    calibration = loaded.job.cluster.calibration
+    tables = None if calibration is None else dict(calibration)
+    return Setup(loaded.spec, space, request.strict, tables)
 
 
 def _unusable(loaded: Loaded) -> str | None:

@@ -85,11 +85,15 @@ class Verdict:
 @record
 class Setup:
     """What judging needs, as plain data a worker process can receive: the validated spec, the
-    space, and whether warnings reject a candidate too (`--strict`, as `planc check --strict`)."""
+    space, whether warnings reject a candidate too (`--strict`, as `planc check --strict`), and
+    what loading read in beyond the spec: `hardware.calibration`'s tables (the JSON data of
+    `Cluster.calibration`, None for the GPU preset's), so that every candidate is priced on the
+    calibrated model `planc explain` and `planc check` use."""
 
     spec: Mapping[str, Any]
     space: Space
     strict: bool = False
+    calibration: Mapping[str, Any] | None = None
 
     @property
     def rejecting(self) -> int:
@@ -108,13 +112,16 @@ class Judge:
 
 
 def spec_job(setup: Setup) -> Job:
-    """The spec's job with the search's thresholds (the rule options: max_bubble, ...)."""
+    """The spec's job as `planc.spec.load` resolves it (its calibration read in), with the
+    search's thresholds (the rule options: max_bubble, ...)."""
     job = resolve(setup.spec)
     if isinstance(job, list):
         raise ValueError("the spec did not resolve; load it with planc.spec.load first")
     space = setup.space
     rules = dataclasses.replace(job.rules, options=MappingProxyType(dict(space.limits)))
-    return dataclasses.replace(job, rules=rules)
+    calibration = None if setup.calibration is None else MappingProxyType(dict(setup.calibration))
+    cluster = dataclasses.replace(job.cluster, calibration=calibration)
+    return dataclasses.replace(job, rules=rules, cluster=cluster)
 
 
 def base_job(setup: Setup) -> Job:
