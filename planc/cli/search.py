@@ -15,6 +15,7 @@ from planc.search.output import describe, render_text, spec_yaml, to_csv, to_jso
 from planc.search.rank import SearchResult
 from planc.search.run import search
 from planc.search.space import SearchError, build_space, parse_allowed
+from planc.search.workers import capped
 from planc.spec.load import Loaded, load_path
 
 EXIT_FOUND, EXIT_NONE, EXIT_UNUSABLE = 0, 1, 2
@@ -93,10 +94,11 @@ def run(request: Request, write_explorer: ExplorerWriter | None = None) -> Repor
         setup = setup_of(loaded, request)
     except SearchError as error:
         return Report("", f"planc: error: {request.spec}: {error}\n", EXIT_UNUSABLE)
-    result = search(setup, request.top, request.jobs, progress)
+    jobs, capping = capped(request.jobs)
+    result = search(setup, request.top, jobs, progress)
     heading = describe(loaded.job) if loaded.job is not None else ""
     text = _rendered(result, request, setup.spec["parallelism"]["order"], heading)
-    notes = ""
+    notes = capping
     code = EXIT_FOUND if result.results else EXIT_NONE
     if request.write is not None:
         try:

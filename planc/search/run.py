@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from contextlib import AbstractContextManager, contextmanager
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from planc.search import workers
 from planc.search.evaluate import (
     Setup,
     Verdict,
@@ -47,7 +48,7 @@ def _pool(jobs: int) -> Iterator[Executor | None]:
     if jobs <= 1:
         yield None
         return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    with workers.pool(jobs) as pool:
         yield pool
 
 
