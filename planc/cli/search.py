@@ -7,7 +7,7 @@ from dataclasses import field
 
 from planc.findings import Severity
 from planc.outputs.emit import write_text_atomic
-from planc.outputs.progress import progress
+from planc.outputs.progress import logged
 from planc.record import record
 from planc.rules import REGISTRY
 from planc.search.evaluate import Setup
@@ -95,7 +95,7 @@ def run(request: Request, write_explorer: ExplorerWriter | None = None) -> Repor
     except SearchError as error:
         return Report("", f"planc: error: {request.spec}: {error}\n", EXIT_UNUSABLE)
     jobs, capping = capped(request.jobs)
-    result = search(setup, request.top, jobs, progress)
+    result = search(setup, request.top, jobs, logged)
     heading = describe(loaded.job) if loaded.job is not None else ""
     text = _rendered(result, request, setup.spec["parallelism"]["order"], heading)
     notes = capping
