@@ -204,6 +204,32 @@ def test_the_bound_skips_only_candidates_that_cannot_reach_the_top() -> None:
     assert all(r.metrics.step_time_s >= r.verdict.step_bound_s for r in everything.results)
 
 
+def test_the_pipeline_inputs_bound_equals_1f1b_on_equal_stages() -> None:
+    # p = 2, v = 1, m = 4, t_f = 1 s, t_b = 2 s: 1F1B ends at (m + p − 1)(t_f + t_b) = 15 s
+    # (Narayanan et al. 2021 §2.2); the bound is stage 1's fill (1) + busy (4 × 3) + the
+    # drain through stage 0 (2) = 15 s, and the simulation agrees.
+    from planc.perf.step import StageInputs, StepInputs, pipeline_step, step_lower_bound_s
+
+    stage = StageInputs((1.0,), (2.0,), (0.0,), (0.0,))
+    inputs = StepInputs((stage, stage), m=4, v=1, p2p_s=0.0)
+    assert step_lower_bound_s(inputs) == 15.0 == pipeline_step(inputs).step_time_s
+    slower = StepInputs((stage, StageInputs((1.0,), (3.0,), (0.5,), (0.5,))), 4, 1, p2p_s=0.1)
+    assert step_lower_bound_s(slower) == 1 + 4 * 5 + 2  # stage 1: fill, busy, drain
+    assert pipeline_step(slower).step_time_s >= step_lower_bound_s(slower)
+
+
+def test_the_tighter_bound_is_below_every_estimate() -> None:
+    from planc.search.evaluate import make_judge, price_below
+
+    setup = _setup(ORACLE)
+    judged = make_judge(setup)
+    everything = search(setup, 10**6)
+    for ranked in everything.results:
+        priced = price_below(judged, ranked.verdict.index, float("inf"))
+        assert priced.metrics == ranked.metrics
+        assert ranked.verdict.step_bound_s <= priced.bound_s <= ranked.metrics.step_time_s
+
+
 def test_rejections_count_once_under_each_rule() -> None:
     setup = _setup(ORACLE)
     result = search(setup, 1)
