@@ -134,3 +134,35 @@ def test_compile_refuses_bad_hosts_with_findings_in_the_file(tmp_path: Path) -> 
     code, _, err = _compile(str(EIGHT), "-o", str(out), "--hosts", hosts)
     assert code == 1 and f"{hosts}:1:1: error PLC014 7 host names for 8 nodes" in err
     assert not out.exists()
+
+
+def test_slots_must_match_the_gpus_per_node(tmp_path: Path) -> None:
+    # planc puts gpus_per_node ranks on every node; a hostfile saying otherwise is refused at
+    # the slots= word (line 2, column 9), and a count that is not a number too.
+    text = "gpu-a01 slots=8\ngpu-a02 slots=4 max_slots=8\ngpu-a03\ngpu-a04\n"
+    result, names = check_hosts(_hosts_file(tmp_path, text), 4, 8)
+    assert names == ()
+    assert [(f.line, f.column, f.rule) for f in result.findings] == [(2, 9, "PLC014")]
+    assert "slots=4" in result.findings[0].message and "8 GPUs" in result.findings[0].message
+    words = check_hosts(_hosts_file(tmp_path, text.replace("=4 ", "=eight ")), 4, 8)
+    assert [(f.line, f.column) for f in words[0].findings] == [(2, 9)]
+    matching = "gpu-a01 slots=8\ngpu-a02 slots=8 max_slots=8\ngpu-[03-04]\n"
+    result, names = check_hosts(_hosts_file(tmp_path, matching), 4, 8)
+    assert result.findings == () and len(names) == 4
+    digits = check_hosts(_hosts_file(tmp_path, "gpu-a01 slots=" + "9" * 5000 + "\n"), 1, 8)
+    assert [(f.line, f.column) for f in digits[0].findings] == [(1, 9)]
+
+
+def test_compile_hosts_refuses_a_slots_count_the_spec_does_not_run(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from planc.cli.main import main
+
+    spec = Path(__file__).resolve().parent.parent / "examples" / "llama3-8b-1node.yaml"
+    hosts = _hosts_file(tmp_path, "gpu-a01 slots=4\n")
+    result = CliRunner().invoke(
+        main, ["compile", str(spec), "--hosts", hosts, "-o", str(tmp_path / "plan")]
+    )
+    assert result.exit_code == 1  # an error finding, as check exits
+    assert "slots=4" in result.stderr and f"{hosts}:1:9" in result.stderr
+    assert not (tmp_path / "plan").exists()

@@ -58,3 +58,41 @@ def test_compile_reports_every_file_it_writes(
     written = [p for p in (tmp_path / "plan").rglob("*") if p.is_file()]
     assert seen == [("planc compile: writing files", len(written))]
     assert "writing files" not in result.stderr  # not a terminal
+
+
+def test_logged_writes_plain_lines_off_a_terminal() -> None:
+    from planc.outputs.progress import logged
+
+    stream = io.StringIO()
+    with logged("judging", 4, stream) as tick:
+        tick(4)
+    assert stream.getvalue() == ""  # shorter than LOG_EVERY_S: silent
+    with logged("judging", 4, stream, every=0.0) as tick:
+        tick(1)
+        tick(3)
+    assert stream.getvalue() == "judging: 1/4 25%\njudging: 4/4 100%\n"
+    terminal = Terminal()
+    with logged("judging", 4, terminal, every=0.0) as tick:
+        tick(4)
+    assert "\n" not in terminal.getvalue()  # a terminal gets the redrawn line, not a log
+
+
+def test_search_logs_progress_off_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from planc.outputs import progress as module
+
+    monkeypatch.setattr(module, "LOG_EVERY_S", 0.0)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "version: 1\nname: small\nmodel: {preset: llama3-8b}\n"
+        "hardware: {gpu: h100-sxm, nodes: 1}\ntraining: {seq_len: 4096, global_batch: 64}\n"
+        "search: {tensor: [1, 2], pipeline: [1], zero_stage: [1], micro_batch: [1]}\n",
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(main, ["search", str(spec), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    assert lines and all(": " in line and "\r" not in line for line in lines)
+    assert lines[0].startswith("judging candidates: ")
+    assert any(line.startswith("estimating step times: ") for line in lines)

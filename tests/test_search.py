@@ -204,6 +204,32 @@ def test_the_bound_skips_only_candidates_that_cannot_reach_the_top() -> None:
     assert all(r.metrics.step_time_s >= r.verdict.step_bound_s for r in everything.results)
 
 
+def test_the_pipeline_inputs_bound_equals_1f1b_on_equal_stages() -> None:
+    # p = 2, v = 1, m = 4, t_f = 1 s, t_b = 2 s: 1F1B ends at (m + p − 1)(t_f + t_b) = 15 s
+    # (Narayanan et al. 2021 §2.2); the bound is stage 1's fill (1) + busy (4 × 3) + the
+    # drain through stage 0 (2) = 15 s, and the simulation agrees.
+    from planc.perf.step import StageInputs, StepInputs, pipeline_step, step_lower_bound_s
+
+    stage = StageInputs((1.0,), (2.0,), (0.0,), (0.0,))
+    inputs = StepInputs((stage, stage), m=4, v=1, p2p_s=0.0)
+    assert step_lower_bound_s(inputs) == 15.0 == pipeline_step(inputs).step_time_s
+    slower = StepInputs((stage, StageInputs((1.0,), (3.0,), (0.5,), (0.5,))), 4, 1, p2p_s=0.1)
+    assert step_lower_bound_s(slower) == 1 + 4 * 5 + 2  # stage 1: fill, busy, drain
+    assert pipeline_step(slower).step_time_s >= step_lower_bound_s(slower)
+
+
+def test_the_tighter_bound_is_below_every_estimate() -> None:
+    from planc.search.evaluate import make_judge, price_below
+
+    setup = _setup(ORACLE)
+    judged = make_judge(setup)
+    everything = search(setup, 10**6)
+    for ranked in everything.results:
+        priced = price_below(judged, ranked.verdict.index, float("inf"))
+        assert priced.metrics == ranked.metrics
+        assert ranked.verdict.step_bound_s <= priced.bound_s <= ranked.metrics.step_time_s
+
+
 def test_rejections_count_once_under_each_rule() -> None:
     setup = _setup(ORACLE)
     result = search(setup, 1)
@@ -309,6 +335,7 @@ def test_host_names_the_cluster_lacks_reject_every_candidate(tmp_path: Path) -> 
         (["missing.yaml"], "PLC100"),
         (["{spec}", "--allow", "experts=2"], "unknown axis"),
         (["{spec}", "--allow", "tensor=0"], "tensor"),
+        (["{spec}", "--allow", "tensor=" + "9" * 5000], "tensor: a number of 5,000 digits"),
         (["{bad}"], "PLC108"),
         (["{pinned}"], "pinned to 8"),
     ],
@@ -327,6 +354,56 @@ def test_exit_2_for_unusable_input(tmp_path: Path, args: list[str], message: str
     code, _, err = _run(*(arg.format(**paths) for arg in args))
     assert code == 2
     assert message in err
+    assert "Traceback" not in err
+
+
+# Llama 3 8B on one node at 8,192 tokens, a space of 16 (t ∈ {1, 2}, p ∈ {1, 2}, sp, recompute).
+NARROW = (
+    "--allow", "tensor=1,2", "--allow", "pipeline=1,2", "--allow", "context=1",
+    "--allow", "virtual_stages=1", "--allow", "zero_stage=1", "--allow", "micro_batch=1",
+    "--allow", "recompute=none,selective",
+)  # fmt: skip
+
+
+def _slow_nvlink(tmp_path: Path) -> str:
+    """A spec whose hardware.calibration measures every NVLink collective at 2 % efficiency."""
+    from planc.presets.efficiency import COLLECTIVES, for_gpu, to_json
+
+    slow = for_gpu("h100-sxm").with_link("nvlink", **dict.fromkeys(COLLECTIVES, 0.02))
+    (tmp_path / "slow.json").write_text(json.dumps(to_json(slow)), encoding="utf-8")
+    text = SMALL.replace("nodes: 2}", "nodes: 1, calibration: slow.json}")
+    return _write(tmp_path, text.replace("seq_len: 4096", "seq_len: 8192"), "calibrated.yaml")
+
+
+def _explained_step(tmp_path: Path, spec: str, entry: dict[str, Any]) -> float:
+    """planc explain's step time of one search result, written out as a complete spec."""
+    data = yaml.safe_load(Path(spec).read_text(encoding="utf-8"))
+    layout = {k: v for k, v in entry["parallelism"].items() if k != "stage_layers"}
+    data["parallelism"] = layout
+    data["training"].update(entry["training"])
+    pinned = tmp_path / "pinned.yaml"
+    pinned.write_text(yaml.safe_dump(data), encoding="utf-8")
+    result = CliRunner().invoke(main, ["explain", str(pinned), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    step: float = json.loads(result.stdout)["step"]["step_time_s"]
+    return step
+
+
+def test_search_prices_candidates_on_the_calibrated_model(tmp_path: Path) -> None:
+    calibrated = _slow_nvlink(tmp_path)
+    plain = _write(tmp_path, Path(calibrated).read_text().replace(", calibration: slow.json", ""))
+    runs = {}
+    for name, spec in (("plain", plain), ("calibrated", calibrated)):
+        code, out, _ = _run(spec, "--format", "json", "--top", "100", *NARROW)
+        assert code == 0
+        runs[name] = json.loads(out)["results"]
+    # On the preset's NVLink, TP 2 is fastest; at 2 % NVLink efficiency a TP 1 layout is.
+    assert runs["plain"][0]["parallelism"]["tensor"] == 2
+    assert runs["calibrated"][0]["parallelism"]["tensor"] == 1
+    # Every feasible candidate, as planc explain prices it: the search ranks as explain does.
+    explained = [_explained_step(tmp_path, calibrated, entry) for entry in runs["calibrated"]]
+    assert explained.index(min(explained)) == 0
+    assert explained == pytest.approx([entry["step_time_s"] for entry in runs["calibrated"]])
 
 
 def test_jobs_give_byte_identical_json(tmp_path: Path) -> None:

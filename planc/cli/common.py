@@ -98,7 +98,7 @@ def with_hosts(job: _Job, spec: str, hosts_file: str | None) -> _Job:
     from planc.findings import exit_code
     from planc.spec.hostfile import check_hosts
 
-    result, names = check_hosts(hosts_file, job.cluster.nodes)
+    result, names = check_hosts(hosts_file, job.cluster.nodes, job.cluster.gpus_per_node)
     if result.findings:
         click.echo(REPORTERS["text"]((result,), False), nl=False, err=True)
         sys.exit(max(exit_code((result,)), 1))

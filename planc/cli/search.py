@@ -7,7 +7,8 @@ from dataclasses import field
 
 from planc.findings import Severity
 from planc.outputs.emit import STDOUT, check_output, write_text_atomic
-from planc.outputs.progress import progress
+from planc.outputs.escape import line
+from planc.outputs.progress import logged
 from planc.record import record
 from planc.rules import REGISTRY
 from planc.search.evaluate import Setup
@@ -15,6 +16,7 @@ from planc.search.output import describe, render_text, spec_yaml, to_csv, to_jso
 from planc.search.rank import SearchResult
 from planc.search.run import search
 from planc.search.space import SearchError, build_space, parse_allowed
+from planc.search.workers import capped
 from planc.spec.load import Loaded, load_path
 
 EXIT_FOUND, EXIT_NONE, EXIT_UNUSABLE = 0, 1, 2
@@ -54,7 +56,11 @@ def setup_of(loaded: Loaded, request: Request) -> Setup:
         parse_allowed(request.allow),
         request.limits,
     )
-    return Setup(loaded.spec, space, request.strict)
+    # hardware.calibration's tables as loading read them (plain JSON under a read-only top
+    # level): a dict, so that a worker process receives them.
+    calibration = loaded.job.cluster.calibration
+    tables = None if calibration is None else dict(calibration)
+    return Setup(loaded.spec, space, request.strict, tables)
 
 
 def _unusable(loaded: Loaded) -> str | None:
@@ -80,7 +86,7 @@ def run(request: Request, write_explorer: ExplorerWriter | None = None) -> Repor
     try:  # the project's rule defaults, as planc check applies them to this file
         defaults = Resolver().for_path(request.spec).rule_defaults()
     except ConfigError as error:
-        return Report("", f"planc: error: {error}\n", EXIT_UNUSABLE)
+        return Report("", line(f"planc: error: {error}") + "\n", EXIT_UNUSABLE)
     refused = _refused_output(request)
     if refused is not None:
         return Report("", refused, EXIT_UNUSABLE)
@@ -91,11 +97,12 @@ def run(request: Request, write_explorer: ExplorerWriter | None = None) -> Repor
     try:
         setup = setup_of(loaded, request)
     except SearchError as error:
-        return Report("", f"planc: error: {request.spec}: {error}\n", EXIT_UNUSABLE)
-    result = search(setup, request.top, request.jobs, progress)
+        return Report("", line(f"planc: error: {request.spec}: {error}") + "\n", EXIT_UNUSABLE)
+    jobs, capping = capped(request.jobs)
+    result = search(setup, request.top, jobs, logged)
     heading = describe(loaded.job) if loaded.job is not None else ""
     text = _rendered(result, request, setup.spec["parallelism"]["order"], heading)
-    notes = ""
+    notes = capping
     code = EXIT_FOUND if result.results else EXIT_NONE
     if request.write is not None:
         try:

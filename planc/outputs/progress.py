@@ -1,13 +1,18 @@
-"""Progress on stderr for work that takes more than about a second, on a terminal only.
+"""Progress on stderr for work that takes more than about a second.
 
     with progress("writing files", total=len(files)) as tick:
         for name in files:
             ...
             tick()
 
-Nothing is printed when stderr is not a terminal (CI logs, pipes, pre-commit), nor before
-`delay` seconds have passed, so fast runs stay silent. The line is redrawn at most ten times a
-second and cleared at the end.
+`progress` prints on a terminal only: nothing when stderr is not a terminal (CI logs, pipes,
+pre-commit), nor before `delay` seconds have passed, so fast runs stay silent. The line is
+redrawn at most ten times a second and cleared at the end.
+
+`logged` is the same on a terminal and, off one, writes a plain line (no carriage return, no
+escape) every `LOG_EVERY_S` seconds once that long has passed: for a command that can run for
+minutes (`planc search`), so that a CI log shows it is alive. A run shorter than that prints
+nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from typing import TextIO, TypeVar
 
 Tick = Callable[[int], None]
 T = TypeVar("T")
+
+# Off a terminal, `logged` writes a line this often (seconds).
+LOG_EVERY_S = 5.0
 
 
 def _noop(n: int = 1) -> None:
@@ -65,6 +73,40 @@ def progress(
         yield bar.tick
     finally:
         bar.close()
+
+
+class _Log:
+    """Plain progress lines, one every `every` seconds (from the start)."""
+
+    def __init__(self, label: str, total: int, stream: TextIO, every: float) -> None:
+        self.label, self.total, self.stream, self.every = label, total, stream, every
+        self.done = 0
+        self.next_line = time.monotonic() + every
+
+    def tick(self, n: int = 1) -> None:
+        self.done += n
+        now = time.monotonic()
+        if now < self.next_line:
+            return
+        self.next_line = now + self.every
+        share = f" {100 * self.done // self.total}%" if self.total else ""
+        self.stream.write(f"{self.label}: {self.done:,}/{self.total:,}{share}\n")
+        self.stream.flush()
+
+
+@contextmanager
+def logged(
+    label: str, total: int, stream: TextIO | None = None, every: float | None = None
+) -> Iterator[Tick]:
+    """`progress` on a terminal; off one, a plain line on `stream` (stderr) every `every`
+    seconds (default `LOG_EVERY_S`) once that long has passed."""
+    out = sys.stderr if stream is None else stream
+    every = LOG_EVERY_S if every is None else every
+    if out is None or _is_tty(out):
+        with progress(label, total, out) as tick:
+            yield tick
+        return
+    yield _Log(label, total, out, every).tick
 
 
 def _is_tty(stream: TextIO) -> bool:

@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from planc.pipeline.bounded import PipelineTime
 
 
-
 @record
 class StageInputs:
     """One pipeline stage (one rank of it), per micro-batch unless said otherwise, in seconds.
@@ -136,9 +135,7 @@ def _virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
             # The CP exchange is a third forward, two thirds backward (K, V; then dK, dV too).
             ep_f = st.ep_forward_s[j] if st.ep_forward_s else 0.0
             ep_b = st.ep_backward_s[j] if st.ep_backward_s else 0.0
-            t_f[j * p + r] = (
-                st.forward_s[j] + st.tp_forward_s[j] + ep_f + st.cp_exposed_s / (3 * v)
-            )
+            t_f[j * p + r] = st.forward_s[j] + st.tp_forward_s[j] + ep_f + st.cp_exposed_s / (3 * v)
             t_b[j * p + r] = (
                 st.backward_s[j]
                 + st.tp_backward_s[j]
@@ -174,6 +171,52 @@ def dp_exposed_s(buckets: Sequence[float], window_s: float) -> tuple[float, floa
     return exposed, total - exposed
 
 
+def _dp_tails(inputs: StepInputs) -> list[float]:
+    """Per stage, the DP reduction left after its pipeline end (step 3 of the module's list)."""
+    tails = []
+    for st in inputs.stages:
+        # The link is already busy for dp_overlapped_s of each micro-batch's compute.
+        free = sum(st.forward_s) + sum(st.backward_s) - st.dp_overlapped_s
+        window = min(sum(st.backward_s), max(0.0, free))
+        exposed, overlapped = dp_exposed_s(st.dp_buckets_s, window)
+        tails.append(exposed + inputs.dp_processor_usage * overlapped)
+    return tails
+
+
+def _after_pipeline_s(inputs: StepInputs) -> float:
+    """max_r(optimizer_r + after-step communication_r): the step after the synchronisation."""
+    return max(st.optimizer_s + st.after_step_s for st in inputs.stages)
+
+
+def step_lower_bound_s(inputs: StepInputs) -> float:
+    """A lower bound on `pipeline_step(inputs).step_time_s` without running the pipeline.
+
+    Stage r runs its m micro-batches one op at a time, busy_r = m·Σ_j (t_f + t_b)[j·p + r] (the
+    times the simulation runs: TP, CP and expert exposure and slowdowns included). It cannot
+    start before micro-batch 0's chunk-0 forward passed the stages before it, fill_r =
+    Σ_{r'<r} t_f[r']; on a schedule whose backward is one op, its last op is chunk 0's backward
+    of the last micro-batch, which then passes the stages before it, drain_r = Σ_{r'<r} t_b[r'],
+    before stage 0 ends. So the synchronised pipeline ends no earlier than
+    max_r(fill_r + busy_r + max(drain_r, tail_r)) (tail_r the stage's DP tail), and the step
+    adds max_r(optimizer_r + after-step_r) (step 4). Messages are left out: a lower bound still.
+    A step estimated below it (an extrapolated pipeline, `planc.pipeline.bounded`) is possible
+    only by the extrapolation's error; `planc.search.run` then stops trusting the bound.
+    """
+    p, m, v = inputs.p, inputs.m, inputs.v
+    t_f, t_b = _virtual_times(inputs)
+    from planc.pipeline import registry  # start-up: as in pipeline_step
+
+    whole_backward = not registry.definition(inputs.pipeline_schedule).splits_backward
+    tails = _dp_tails(inputs)
+    bounds = []
+    for r in range(p):
+        busy = m * sum(t_f[j * p + r] + t_b[j * p + r] for j in range(v))
+        fill = sum(t_f[:r])
+        drain = sum(t_b[:r]) if whole_backward else 0.0
+        bounds.append(fill + busy + max(drain, tails[r]))
+    return max(bounds) + _after_pipeline_s(inputs)
+
+
 def pipeline_step(inputs: StepInputs) -> PipelineStep:
     """Step time, its parts, tokens/s and MFU for `inputs` (see the module docstring)."""
     p, m, v = inputs.p, inputs.m, inputs.v
@@ -194,16 +237,10 @@ def pipeline_step(inputs: StepInputs) -> PipelineStep:
     else:
         pipe = registry.run(kind, p, m, v, t_f, t_b, inputs.p2p_s)
     ends, simulated = pipe.stage_end_s, pipe.simulated_m
-    tails = []
-    for st in inputs.stages:
-        # The link is already busy for dp_overlapped_s of each micro-batch's compute.
-        free = sum(st.forward_s) + sum(st.backward_s) - st.dp_overlapped_s
-        window = min(sum(st.backward_s), max(0.0, free))
-        exposed, overlapped = dp_exposed_s(st.dp_buckets_s, window)
-        tails.append(exposed + inputs.dp_processor_usage * overlapped)
+    tails = _dp_tails(inputs)
     pipeline = max(ends)
     synced = max(end + tail for end, tail in zip(ends, tails, strict=True))
-    after = max(st.optimizer_s + st.after_step_s for st in inputs.stages)
+    after = _after_pipeline_s(inputs)
     step = synced + after
     worst = max(range(p), key=lambda r: busy[r])
     compute = busy[worst]
@@ -216,9 +253,8 @@ def pipeline_step(inputs: StepInputs) -> PipelineStep:
         bubble_s=pipeline - compute,
         tp_exposed_s=tp,
         cp_exposed_s=m * inputs.stages[worst].cp_exposed_s,
-        ep_exposed_s=m * (
-            sum(inputs.stages[worst].ep_forward_s) + sum(inputs.stages[worst].ep_backward_s)
-        ),
+        ep_exposed_s=m
+        * (sum(inputs.stages[worst].ep_forward_s) + sum(inputs.stages[worst].ep_backward_s)),
         pp_exposed_s=pp,
         dp_exposed_s=synced - pipeline + max(st.after_step_s for st in inputs.stages),
         optimizer_s=max(st.optimizer_s for st in inputs.stages),

@@ -7,6 +7,9 @@ job with no layout at all, gives no page: the check result says why (as `planc e
 
 from __future__ import annotations
 
+import dataclasses
+import os
+
 from planc.analysis import analyse, estimate_step
 from planc.check import check_file, with_refusals
 from planc.findings import FileResult, Severity
@@ -42,4 +45,11 @@ def build_report(path: str) -> Built:
     # check analysed the job already when a rule needed it; never twice.
     analysis = context.analysis if context is not None and context.analysis is not None else None
     analysis = analysis or analyse(plan)
-    return Built(result, render_page(result, analysis, estimate_step(analysis)))
+    shown = dataclasses.replace(result, path=page_path(result.path))
+    return Built(result, render_page(shown, analysis, estimate_step(analysis)))
+
+
+def page_path(path: str) -> str:
+    """`path` as the page shows it: a file name that is not UTF-8 (Python holds its bytes as
+    lone surrogates, PEP 383) with those bytes as \\xNN escapes, so the page stays UTF-8."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")

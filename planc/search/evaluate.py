@@ -20,7 +20,8 @@ from typing import Any, Protocol
 from planc.analysis import Analysis, analyse, estimate_step
 from planc.check import context_of, evaluate, severity_of
 from planc.findings import Severity
-from planc.perf.inputs import after_step_s
+from planc.perf.inputs import after_step_s, build_inputs
+from planc.perf.step import step_lower_bound_s
 from planc.pipeline.registry import bubble_fraction
 from planc.plannable import plannable
 from planc.record import record
@@ -85,11 +86,15 @@ class Verdict:
 @record
 class Setup:
     """What judging needs, as plain data a worker process can receive: the validated spec, the
-    space, and whether warnings reject a candidate too (`--strict`, as `planc check --strict`)."""
+    space, whether warnings reject a candidate too (`--strict`, as `planc check --strict`), and
+    what loading read in beyond the spec: `hardware.calibration`'s tables (the JSON data of
+    `Cluster.calibration`, None for the GPU preset's), so that every candidate is priced on the
+    calibrated model `planc explain` and `planc check` use."""
 
     spec: Mapping[str, Any]
     space: Space
     strict: bool = False
+    calibration: Mapping[str, Any] | None = None
 
     @property
     def rejecting(self) -> int:
@@ -108,13 +113,16 @@ class Judge:
 
 
 def spec_job(setup: Setup) -> Job:
-    """The spec's job with the search's thresholds (the rule options: max_bubble, ...)."""
+    """The spec's job as `planc.spec.load` resolves it (its calibration read in), with the
+    search's thresholds (the rule options: max_bubble, ...)."""
     job = resolve(setup.spec)
     if isinstance(job, list):
         raise ValueError("the spec did not resolve; load it with planc.spec.load first")
     space = setup.space
     rules = dataclasses.replace(job.rules, options=MappingProxyType(dict(space.limits)))
-    return dataclasses.replace(job, rules=rules)
+    calibration = None if setup.calibration is None else MappingProxyType(dict(setup.calibration))
+    cluster = dataclasses.replace(job.cluster, calibration=calibration)
+    return dataclasses.replace(job, rules=rules, cluster=cluster)
 
 
 def base_job(setup: Setup) -> Job:
@@ -246,13 +254,43 @@ def step_lower_bound(analysis: Analysis) -> float:
     return plan.m * per_stage[busiest] + fill + after
 
 
-def price(judge: Judge, index: int) -> Metrics:
-    """The estimated step of a feasible candidate (`estimate_step` on its analysis)."""
+@record
+class Priced:
+    """One feasible candidate's estimate, or None when its step's lower bound from the inputs
+    the pipeline would run on (`planc.perf.step.step_lower_bound_s`) is already above the
+    cutoff; `bound_s` that bound."""
+
+    metrics: Metrics | None
+    bound_s: float
+
+
+def _analysis(judge: Judge, index: int) -> Analysis:
     job = candidate_job(judge.base, judge.space, judge.space.candidate(index))
     plan = plannable(job)
     if isinstance(plan, tuple):
         raise ValueError(f"candidate {index} has no plan; judge it first")
-    step: _Step = estimate_step(analyse(plan))
+    return analyse(plan)
+
+
+def price(judge: Judge, index: int) -> Metrics:
+    """The estimated step of a feasible candidate (`estimate_step` on its analysis)."""
+    return _metrics(estimate_step(_analysis(judge, index)))
+
+
+def price_below(judge: Judge, index: int, cutoff: float) -> Priced:
+    """`price`, unless the candidate's step's lower bound from the inputs its pipeline would
+    run on is above `cutoff` (the top's last place: it cannot enter); the bound either way."""
+    analysis = _analysis(judge, index)
+    params = [share.total for share in analysis.parameters]
+    experts = [share.expert_total for share in analysis.parameters]
+    inputs = build_inputs(analysis.plan, params, experts, analysis.efficiency, analysis.ops)
+    bound = step_lower_bound_s(inputs)
+    if bound > cutoff:
+        return Priced(None, bound)
+    return Priced(_metrics(estimate_step(analysis)), bound)
+
+
+def _metrics(step: _Step) -> Metrics:
     return Metrics(
         step_time_s=step.step_time_s,
         tokens_per_s=step.tokens_per_s,
@@ -273,3 +311,9 @@ def price_all(setup: Setup, indices: tuple[int, ...]) -> tuple[Metrics, ...]:
     """The estimated steps of feasible candidates (one task of a worker process)."""
     judged = make_judge(setup)
     return tuple(price(judged, index) for index in indices)
+
+
+def price_all_below(setup: Setup, indices: tuple[int, ...], cutoff: float) -> tuple[Priced, ...]:
+    """`price_below` of feasible candidates (one task of a worker process)."""
+    judged = make_judge(setup)
+    return tuple(price_below(judged, index, cutoff) for index in indices)

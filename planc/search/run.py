@@ -5,7 +5,11 @@
 2. Estimate: the feasible candidates are sorted by a lower bound on their step time (m × the
    busiest stage's compute per micro-batch, which the pipeline must at least run) and estimated
    in that order, a round of `ROUND` at a time. Once the next bound is above the step time of
-   the K-th best found, no remaining candidate can enter the top K and the loop stops.
+   the K-th best found, no remaining candidate can enter the top K and the loop stops. Within a
+   round, a candidate whose tighter bound (the pipeline's own inputs, exposed communication
+   included, `planc.perf.step.step_lower_bound_s`) is above the K-th best is not simulated:
+   at a large global batch the pipeline runs thousands of micro-batches and the bubble is a
+   fraction of a percent, so that bound is within it of the estimate and few are simulated.
 
 The results depend on neither `jobs` nor the chunk sizes: the top K is exact, ties are broken by
 peak memory and then by the candidate's place in the space, and the rounds (so the number of
@@ -16,17 +20,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from contextlib import AbstractContextManager, contextmanager
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from planc.search import workers
 from planc.search.evaluate import (
     Setup,
     Verdict,
     hosts_refusal,
     judge_range,
-    price_all,
+    price_all_below,
     spec_job,
 )
 from planc.search.rank import Ranked, SearchResult, best, last_place, rejections
@@ -47,7 +52,7 @@ def _pool(jobs: int) -> Iterator[Executor | None]:
     if jobs <= 1:
         yield None
         return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    with workers.pool(jobs) as pool:
         yield pool
 
 
@@ -134,22 +139,41 @@ def _estimate(
     """The top `top` of `feasible` (sorted by bound), estimating as few as the bound allows.
 
     Rounds have a fixed size, so the candidates estimated do not depend on the process count.
-    Should an estimate ever come out below its bound (a step model that no longer runs every
-    micro-batch of the busiest stage), the bound is not trusted and every candidate is estimated.
+    In a round, a candidate whose step's tighter lower bound (`price_below`: the pipeline's own
+    inputs, exposed communication included) is above the last place at the round's start is
+    not estimated: it cannot enter the top. Should an estimate ever come out below either bound
+    (a step model that no longer runs every micro-batch of the busiest stage, or an
+    extrapolated pipeline's error), the bounds are not trusted and every candidate is estimated.
     """
     ranked: tuple[Ranked, ...] = ()
-    done, trusted = 0, True
+    done, estimated, trusted = 0, 0, True
+    skipped: list[Verdict] = []  # cut by the tighter bound; estimated after all if it fails
     while done < len(feasible):
-        if trusted and feasible[done].step_bound_s > last_place(ranked, top):
+        cutoff = last_place(ranked, top) if trusted else float("inf")
+        if feasible[done].step_bound_s > cutoff:
             break
-        batch = feasible[done : done + ROUND]
+        # The first round fills the top (no cutoff yet); the later ones are cut by it.
+        batch = feasible[done : done + (min(top, ROUND) if not ranked else ROUND)]
         groups = [batch[i : i + PRICE_CHUNK] for i in range(0, len(batch), PRICE_CHUNK)]
-        tasks = [(setup, tuple(v.index for v in group)) for group in groups]
-        priced = _map(pool, price_all, tasks, [len(group) for group in groups], tick)
-        fresh = [Ranked(v, m) for v, m in zip(batch, (m for c in priced for m in c), strict=True)]
+        tasks = [(setup, tuple(v.index for v in group), cutoff) for group in groups]
+        parts = _map(pool, price_all_below, tasks, [len(group) for group in groups], tick)
+        priced = [(v, p) for v, p in zip(batch, (p for c in parts for p in c), strict=True)]
+        fresh = [Ranked(v, p.metrics) for v, p in priced if p.metrics is not None]
         trusted = trusted and all(
-            r.metrics.step_time_s >= r.verdict.step_bound_s * BOUND_SLACK for r in fresh
+            p.metrics.step_time_s >= max(v.step_bound_s, p.bound_s) * BOUND_SLACK
+            for v, p in priced
+            if p.metrics is not None
         )
         ranked = best([*ranked, *fresh], top)
         done += len(batch)
-    return ranked, done
+        estimated += len(fresh)
+        skipped += [v for v, p in priced if p.metrics is None]
+    if not trusted and skipped:
+        groups = [skipped[i : i + PRICE_CHUNK] for i in range(0, len(skipped), PRICE_CHUNK)]
+        tasks = [(setup, tuple(v.index for v in group), float("inf")) for group in groups]
+        parts = _map(pool, price_all_below, tasks, [0] * len(groups), tick)
+        again = zip(skipped, (p for c in parts for p in c), strict=True)
+        late = [Ranked(v, p.metrics) for v, p in again if p.metrics is not None]
+        ranked = best([*ranked, *late], top)
+        estimated += len(late)
+    return ranked, estimated

@@ -25,6 +25,10 @@ MIN_TOKENS_PER_CP_RANK = 1024
 MAX_VIRTUAL_STAGES = 8
 MICRO_BATCHES = (1, 2, 4, 8)
 RECOMPUTE = ("none", "selective", "full")
+# The most digits an `--allow` number may have: every axis is bounded far below 10^18 (degrees
+# by the 1,048,576-rank cap), and a longer string is refused before int() reads it (which takes
+# time quadratic in the digits and refuses more than 4,300).
+MAX_DIGITS = 18
 
 
 class SearchError(ValueError):
@@ -253,7 +257,7 @@ def parse_allowed(items: Sequence[str]) -> dict[str, list[Value]]:
             raise SearchError(
                 f"--allow {item!r}: unknown axis; the axes are {', '.join(AXIS_NAMES)}"
             )
-        raw[name] = [_token(token.strip()) for token in text.split(",")]
+        raw[name] = [_token(name, token.strip()) for token in text.split(",")]
     try:
         checked = SearchSpec.model_validate(raw)
     except ValidationError as error:
@@ -263,7 +267,12 @@ def parse_allowed(items: Sequence[str]) -> dict[str, list[Value]]:
     return {name: list(getattr(checked, name)) for name in raw}
 
 
-def _token(text: str) -> Value:
+def _token(axis: str, text: str) -> Value:
+    if len(text) > MAX_DIGITS and text.isascii() and text.isdigit():
+        raise SearchError(
+            f"--allow {axis}: a number of {len(text):,} digits; the values are at most "
+            f"{MAX_DIGITS} digits long"
+        )
     if text.lower() in ("true", "on"):
         return True
     if text.lower() in ("false", "off"):

@@ -3,8 +3,10 @@
 Accepted, one entry per line, in node order:
 
 - a plain hostfile: `gpu-a01`; `#` starts a comment; blank lines are skipped;
-- DeepSpeed / Open MPI hostfile lines: `gpu-a01 slots=8` (only the name is used; `key=value`
-  words after it are accepted and ignored);
+- DeepSpeed / Open MPI hostfile lines: `gpu-a01 slots=8`: `slots=N` is the GPUs (processes)
+  of that node, and must equal the spec's `hardware.gpus_per_node`, since planc places exactly
+  that many ranks on every node (a different count is a PLC014 finding at the `slots=` word);
+  other `key=value` words (`max_slots=8`) are accepted and ignored;
 - Slurm nodelists, as `scontrol show hostnames` expands them: `gpu-[001-004,007]`,
   `rack[1-2]-gpu[01-02]`, several separated by commas (`gpu-[01-02],cpu-01`).
 
@@ -26,6 +28,8 @@ RULE = "PLC014"
 # The most names a file may expand to: planc's node limit (spec.MAX_NODES).
 MAX_NAMES = 1_000_000
 _OPTION = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*=\S*")
+# The most digits a slots count may have (a node's GPUs are counted in the tens).
+MAX_SLOT_DIGITS = 6
 _RANGE = re.compile(r"(\d+)(?:-(\d+))?")
 
 
@@ -44,6 +48,8 @@ class Hosts:
     names: tuple[str, ...]
     lines: tuple[int, ...]
     findings: tuple[Finding, ...]
+    # Each `slots=N` word: its line, 1-based column and N (the names of that line share it).
+    slots: tuple[tuple[int, int, int], ...] = ()
 
 
 def parse_hosts(text: str) -> Hosts:
@@ -51,6 +57,7 @@ def parse_hosts(text: str) -> Hosts:
     names: list[str] = []
     lines: list[int] = []
     findings: list[Finding] = []
+    slots: list[tuple[int, int, int]] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
         if not line:
@@ -71,13 +78,38 @@ def parse_hosts(text: str) -> Hosts:
                 Finding(number, offset + error.column, RULE, Severity.ERROR, str(error), "hosts")
             )
             continue
+        try:
+            slots += _slots(number, raw, options)
+        except HostfileError as error:
+            findings.append(
+                Finding(number, error.column, RULE, Severity.ERROR, str(error), "hosts")
+            )
+            continue
         names += expanded
         lines += [number] * len(expanded)
     if not names and not findings:
         findings.append(
             Finding(1, 1, RULE, Severity.ERROR, "the file names no hosts", "hosts", "one per line")
         )
-    return Hosts(tuple(names), tuple(lines), tuple(findings))
+    return Hosts(tuple(names), tuple(lines), tuple(findings), tuple(slots))
+
+
+def _slots(number: int, raw: str, options: list[str]) -> list[tuple[int, int, int]]:
+    """The line's `slots=N` words as (line, column, N); HostfileError for an N that is not a
+    whole number of processes."""
+    out = []
+    position = 0
+    for option in options:
+        position = raw.index(option, position)
+        key, _, value = option.partition("=")
+        if key == "slots":
+            if not (value.isascii() and value.isdigit()) or len(value) > MAX_SLOT_DIGITS:
+                raise HostfileError(
+                    f"slots={value[:20]} is not a count of GPUs (a whole number)", position + 1
+                )
+            out.append((number, position + 1, int(value)))
+        position += len(option)
+    return out
 
 
 def expand_nodelist(text: str, limit: int = MAX_NAMES) -> list[str]:
@@ -167,10 +199,13 @@ def _expand(part: str) -> list[str]:
     ]
 
 
-def check_hosts(path: str, nodes: int) -> tuple[FileResult, tuple[str, ...]]:
+def check_hosts(
+    path: str, nodes: int, gpus_per_node: int | None = None
+) -> tuple[FileResult, tuple[str, ...]]:
     """Read a hosts file and check its names by the host rule's terms (PLC014, as for
-    `hardware.hosts`): one per node, each usable in a hostfile or rankfile, none repeated.
-    Findings are located in the hosts file; the names come back only when there are none."""
+    `hardware.hosts`): one per node, each usable in a hostfile or rankfile, none repeated, and
+    every `slots=N` equal to `gpus_per_node` (when given). Findings are located in the hosts
+    file; the names come back only when there are none."""
     data, failure = read_input(path)
     text = None
     if failure is None and data is not None:
@@ -178,10 +213,34 @@ def check_hosts(path: str, nodes: int) -> tuple[FileResult, tuple[str, ...]]:
     if failure is not None or text is None:
         return FileResult(path, (failure,) if failure else ()), ()
     hosts = parse_hosts(text)
-    findings = hosts.findings or tuple(_host_rule(hosts, nodes))
+    findings = hosts.findings or (
+        *_host_rule(hosts, nodes),
+        *_slots_rule(hosts, gpus_per_node),
+    )
     if findings:
         return FileResult(path, tuple(sorted(findings)), text), ()
     return FileResult(path, (), text), hosts.names
+
+
+def _slots_rule(hosts: Hosts, gpus_per_node: int | None) -> list[Finding]:
+    """A `slots=N` other than the spec's GPUs per node: planc places gpus_per_node ranks on
+    every node, so the file and the spec disagree about the cluster."""
+    if gpus_per_node is None:
+        return []
+    return [
+        Finding(
+            line,
+            column,
+            RULE,
+            Severity.ERROR,
+            f"slots={count}, but the spec runs {gpus_per_node} GPUs on every node "
+            "(hardware.gpus_per_node)",
+            "hosts",
+            f"write slots={gpus_per_node}, or set hardware.gpus_per_node: {count} in the spec",
+        )
+        for line, column, count in hosts.slots
+        if count != gpus_per_node
+    ]
 
 
 def _host_rule(hosts: Hosts, nodes: int) -> list[Finding]:
