@@ -248,3 +248,74 @@ def test_finite_floats_still_pass_where_numbers_are_allowed(text70: str) -> None
     times = [op["time_s"] for op in data["communication"]["ops"]]
     assert all(isinstance(t, float) and math.isfinite(t) and t >= 0 for t in times)
     assert verify_text(text70).ok
+
+
+@pytest.fixture(scope="module")
+def compact() -> str:
+    """131,584 ranks (16,448 nodes × 8, t = 8, p = 16): the columnar form, groups as starts +
+    offsets."""
+    job = job_of(
+        {
+            "model": {"layers": 64},
+            "hardware": {
+                "nodes": 16448,
+                "gpus_per_node": 8,
+                "nvlink_domain": 8,
+                "hosts": "n{00001..16448}",
+            },
+            "parallelism": {"tensor": 8, "pipeline": 16, "zero_stage": 1},
+            "training": {"global_batch": 16448},
+            "rules": {"ignore": ["PLC006", "PLC007"]},
+        }
+    )
+    return plan_json(compiled(job))
+
+
+def _column_float(data: Plan) -> None:
+    data["ranks"]["columns"]["node"][70_000] = float(data["ranks"]["columns"]["node"][70_000])
+
+
+def _column_short(data: Plan) -> None:
+    data["ranks"]["columns"]["rail"].pop()
+
+
+def _row_beyond_table(data: Plan) -> None:
+    data["ranks"]["columns"]["memory_row"][5] = len(data["ranks"]["memory_table"])
+
+
+def _negative_offset(data: Plan) -> None:
+    data["groups"]["dp"]["offsets"][-1] = -1
+
+
+def _empty_host(data: Plan) -> None:
+    data["cluster"]["hosts"][9_000] = ""
+
+
+def _memory_row_of_six(data: Plan) -> None:
+    data["ranks"]["memory_table"][0].pop()
+
+
+COMPACT: list[tuple[str, Callable[[Plan], None], str]] = [
+    (
+        "a float in a column",
+        _column_float,
+        r"ranks\.columns\.node\[\*\]: 8750\.0 is not of type 'integer'",
+    ),
+    ("a column one short", _column_short, r"ranks\.columns\.rail lists 131,583 ranks"),
+    ("a row beyond the table", _row_beyond_table, r"ranks\.columns\.memory_row names row"),
+    ("a negative offset", _negative_offset, r"groups\.dp\.offsets\[\*\]: -1"),
+    ("an empty host name", _empty_host, r"cluster\.hosts\[\*\]"),
+    (
+        "a memory row of six terms",
+        _memory_row_of_six,
+        r"ranks\.memory_table\[\*\]: .* is too short",
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "edit", "said"), COMPACT, ids=[r[0] for r in COMPACT])
+def test_a_corrupted_columnar_plan_is_refused_naming_the_field(
+    compact: str, what: str, edit: Callable[[Plan], None], said: str
+) -> None:
+    with pytest.raises(PlanFormatError, match=said):
+        verify_text(_edited(compact, edit))

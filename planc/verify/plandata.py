@@ -176,10 +176,18 @@ def _columns(block: Mapping[str, Any], tiers: Sequence[str]) -> dict[str, Any]:
     """Columns from the columnar form: explicit int columns, memory and wire as tables with a
     per-rank row index."""
     cols = _need(block, "columns", "ranks")
+    if list(_need(block, "memory_fields", "ranks")) != list(MEMORY_FIELDS):
+        raise PlanFormatError(f"ranks.memory_fields is not {list(MEMORY_FIELDS)}")
     memory_table = np.asarray(_need(block, "memory_table", "ranks"), dtype=np.int64)
     wire_table = _wire(_need(block, "wire_table", "ranks"), tiers)
     memory_row = _column(_need(cols, "memory_row", "ranks.columns"))
     wire_row = _column(_need(cols, "wire_row", "ranks.columns"))
+    for name, rows, table in (("memory", memory_row, memory_table), ("wire", wire_row, wire_table)):
+        if rows.size and int(rows.max()) >= len(table):
+            raise PlanFormatError(
+                f"ranks.columns.{name}_row names row {int(rows.max()):,} of ranks.{name}_table, "
+                f"which has {len(table):,}"
+            )
     return {
         "rank": np.arange(int(_need(block, "count", "ranks")), dtype=np.int64),
         "node": _column(_need(cols, "node", "ranks.columns")),
