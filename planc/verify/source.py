@@ -7,14 +7,15 @@ are refused, and nesting is bounded by MAX_DEPTH. The result is then validated a
 `plan.schema.json` (the packaged copy of `schemas/plan.schema.json`) with exact types: an
 integer is a JSON integer, never 3.0 or true.
 
-Validating every element of a million-rank plan one by one takes minutes, so long arrays are
-first summarised into representatives that the schema judges exactly as it would judge every
-element (`summarise`): integers and floats by their distinct values, or their least and greatest
-when there are many (the schema's item constraints on numbers are types and bounds); strings by
-their distinct values, or their shortest and longest (lengths) plus the first MAX_DISTINCT
-distinct ones; objects grouped by their keys and lists by their lengths, each group summarised
-field by field (the schema's constraints on an object's fields, and on a list's items, apply
-to each one by itself).
+Validating every element of a million-rank plan one by one takes minutes, so arrays longer
+than LONG are first summarised into representatives that the schema judges as it would judge
+every element (`summarise`): numbers by their least and greatest (the schema's constraints on
+numbers in long arrays are types and bounds; a few distinct values are kept as they are);
+strings by their distinct values, or by the shortest, the longest and those among the first
+MAX_DISTINCT (its constraints on strings in long arrays are lengths); objects grouped by their
+keys and lists by their lengths, each group summarised field by field (its constraints on an
+object's fields, and on a list's items, apply to each one by itself). A refusal names the
+first element that holds the refused value (`ranks[37].memory.total`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-MAX_PLAN_BYTES = 256 * 2**20  # a plan of 1,000,000 ranks has 75 MB; JSON of small ints takes 4× its size parsed
+# A plan of 1,000,000 ranks has 75 MB; parsed, JSON of small integers takes 4× its size.
+MAX_PLAN_BYTES = 256 * 2**20
 MAX_DEPTH = 16  # plan.json nests 6 deep
 LONG = 16  # arrays longer than this are summarised before validation
 MAX_DISTINCT = 64
@@ -95,8 +97,9 @@ def _float(text: str) -> float | NonFinite:
 
 def parse(text: str) -> Any:
     """JSON text as Python values, bounded: NaN, Infinity and floats beyond 64 bits as
-    NonFinite (for validation to refuse), no integer of more digits than Python converts (sys.get_int_max_str_digits(), 4,300 by
-    default; the schema's bounds then refuse any integer above 2^62)."""
+    NonFinite (for validation to refuse); no integer of more digits than Python converts
+    (sys.get_int_max_str_digits(), 4,300 by default; the schema's bounds then refuse any
+    integer above 2^62)."""
     if len(text) > MAX_PLAN_BYTES:
         raise PlanFormatError(f"plan.json is larger than {MAX_PLAN_BYTES:,} bytes")
     try:
@@ -221,11 +224,46 @@ def validate(raw: Any) -> None:
     if error is None:
         return
     message = error.message if len(error.message) <= 160 else error.message[:157] + "..."
-    raise PlanFormatError(f"{_path(error.absolute_path, raw)}: {message}")
+    parts = list(error.absolute_path)
+    found = _find(raw, parts, error.instance)
+    where = _joined(found) if found is not None else _path(parts, raw)
+    raise PlanFormatError(f"{where}: {message}")
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and bool(a == b)
+
+
+def _find(node: Any, parts: list[Any], instance: Any) -> list[Any] | None:
+    """The path as written to a value equal to `instance` (same type) along `parts`, an index
+    into a summarised array replaced by the first element's that holds it; None when none does
+    (a representative built field by field need not be any one element)."""
+    if not parts:
+        return [] if _same(node, instance) else None
+    part, rest = parts[0], parts[1:]
+    if isinstance(part, int) and isinstance(node, list) and len(node) > LONG:
+        for index, item in enumerate(node):
+            inner = _find(item, rest, instance)
+            if inner is not None:
+                return [index, *inner]
+        return None
+    present = (isinstance(node, list) and isinstance(part, int) and part < len(node)) or (
+        isinstance(node, dict) and part in node
+    )
+    inner = _find(node[part], rest, instance) if present else None
+    return None if inner is None else [part, *inner]
+
+
+def _joined(parts: list[Any]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "plan.json"
 
 
 def _path(path: Any, raw: Any) -> str:
-    """The field's path as written (an index into a summarised array is shown as [*])."""
+    """The field's path as written, an index into a summarised array shown as [*] (when no one
+    element holds the representative the schema refused)."""
     out, node = "", raw
     for part in path:
         if isinstance(part, int):
