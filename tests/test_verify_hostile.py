@@ -70,6 +70,20 @@ def _member_as_float(data: Plan) -> None:
     data["groups"]["tp"][3][2] = float(data["groups"]["tp"][3][2])
 
 
+def _op_time_doubled(data: Plan) -> None:
+    # Stage 0's TP all-gather; stages 1 to 3 have the same one, of the same calls and bytes.
+    data["communication"]["ops"][0]["time_s"] *= 2
+
+
+def _smaller_buffer_slower(data: Plan) -> None:
+    # Stage 0's last ZeRO-1 bucket (63,086,592 bytes, one call) made slower per call than the
+    # full 80,000,000-byte buckets of the same reduce-scatter on the same tier.
+    ops = data["communication"]["ops"]
+    small = next(o for o in ops if o["op"] == "reduce_scatter" and o["buffer_bytes"] == 63_086_592)
+    full = next(o for o in ops if o["op"] == "reduce_scatter" and o["buffer_bytes"] == 80_000_000)
+    small["time_s"] = 2 * full["time_s"] / full["calls"] * small["calls"]
+
+
 def _billion_members(data: Plan) -> None:
     # 31,250 starts × 32,000 offsets: 10^9 members, from a file of a few hundred KB.
     data["groups"]["tp"] = {"starts": list(range(31_250)), "offsets": list(range(32_000))}
@@ -126,6 +140,8 @@ REFUSED: list[tuple[str, Callable[[Plan], None], int, str]] = [
     ("world_size true", _set("world_size", value=True), 2, "world_size"),
     ("memory total + 1", _set("ranks", 0, "memory", "total", value=0), 1, "memory total"),
     ("bubble 0.5", _set("summary", "bubble_fraction", value=0.5), 1, "summary.bubble_fraction"),
+    ("an op's time doubled", _op_time_doubled, 1, "tp all_gather on nvlink (n = 8)"),
+    ("a smaller buffer slower", _smaller_buffer_slower, 1, "a smaller buffer (63,086,592 bytes)"),
 ]
 
 

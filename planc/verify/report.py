@@ -81,6 +81,12 @@ def verify_plan(plan: PlanData) -> Verification:
         _run("optimizer shards", "position in the dp_cp group", grid.optimizer_shards, plan),
         _run("memory records", "totals and the summary's peak", grid.memory, plan),
         _run("ops from tensor shapes", f"{len(plan.ops)} ops", traffic.ops, plan),
+        _run(
+            "op times",
+            "time per call alike for alike calls, growing with bytes",
+            traffic.times,
+            plan,
+        ),
         _run("link tiers", "the smallest fabric tier holding each group", traffic.links, plan),
         _run("wire bytes per rank", "sent and received per fabric tier", traffic.wire, plan),
         _run("pipeline", pipe_scope, pipeline.pipeline, plan),
