@@ -8,7 +8,8 @@ Writes `planc/presets/names.py` (the preset names, from the keys of `gpus.json` 
 `models.json`) and `planc/spec/rule_options.py` (the options the rules declare, from the rule
 registry), then `schemas/spec.schema.json` and its packaged copy `planc/spec/schema.json` (from
 the pydantic models in `planc/spec/models.py`, which offer those names as enums and the rule
-options as fields of `rules:` and `search:`), then `docs/rules.md` and the rule table of
+options as fields of `rules:` and `search:`), the packaged copy `planc/verify/plan.schema.json`
+of the hand-written `schemas/plan.schema.json`, then `docs/rules.md` and the rule table of
 `README.md` (from the registry).
 """
 
@@ -24,6 +25,8 @@ PRESETS = ROOT / "planc" / "presets"
 NAMES = PRESETS / "names.py"
 RULE_OPTIONS = ROOT / "planc" / "spec" / "rule_options.py"
 SCHEMAS = (ROOT / "schemas" / "spec.schema.json", ROOT / "planc" / "spec" / "schema.json")
+# The plan schema is written by hand; verify reads its packaged copy.
+PLAN_SCHEMA = (ROOT / "schemas" / "plan.schema.json", ROOT / "planc" / "verify" / "plan.schema.json")
 RULES_DOC = ROOT / "docs" / "rules.md"
 README = ROOT / "README.md"
 
@@ -90,6 +93,7 @@ def main(argv: list[str]) -> int:
     schema = schema_text()
     for path in SCHEMAS:
         update(path, schema)
+    update(PLAN_SCHEMA[1], PLAN_SCHEMA[0].read_text(encoding="utf-8"))
     update(RULES_DOC, from_registry("markdown"))
     update(README, readme_text())
     for path in stale:

@@ -106,13 +106,14 @@ def verify(path: str) -> None:
     from pathlib import Path
 
     from planc.verify.plandata import PlanFormatError  # start-up: numpy
+    from planc.verify.source import read_plan_file  # start-up: jsonschema
 
     if path != "-" and Path(path).is_dir():
         target = Path(path) / "plan.json"
         try:
-            text = target.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            click.echo(f"{target}: error: cannot read the plan: {error}", err=True)
+            text = read_plan_file(target)
+        except PlanFormatError as error:
+            click.echo(f"{target}: error: {error}", err=True)
             sys.exit(2)
     else:
         from planc.compile import compile_job

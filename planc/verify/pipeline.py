@@ -140,3 +140,25 @@ def simulated(plan: PlanData, limit: int = 20_000) -> bool:
     m = int(plan.training["micro_batches"])
     small = m if 2 * p * m * v <= limit else 2 * p
     return p > 1 and 2 * p * small * v <= limit
+
+
+def _flush_bubble(p: int, m: int, v: int) -> float:
+    """(p − 1)/(v·m + p − 1): the idle fraction of a flush schedule (GPipe, 1F1B, interleaved
+    1F1B) with equal stages (Narayanan et al. 2021, §2.2); 0 without pipeline stages."""
+    return (p - 1) / (v * m + p - 1)
+
+
+def bubble(plan: PlanData) -> Found:
+    """summary.bubble_fraction is the schedule's bubble at the plan's p, m and v, rounded to the
+    6 digits the plan writes; summary.micro_batches is training's m."""
+    p, v = plan.degrees["pp"], plan.virtual_stages
+    m = int(plan.training["micro_batches"])
+    summary = plan.raw["summary"]
+    if summary["micro_batches"] != m:
+        yield f"summary.micro_batches {summary['micro_batches']:,} is not training.micro_batches {m:,}"
+    schedule = plan.pipeline.get("schedule") if plan.pipeline is not None else None
+    if p > 1 and schedule not in WARMUPS:
+        return  # the pipeline check names a schedule verify cannot expand
+    want = round(_flush_bubble(p, m, v), 6)
+    if abs(summary["bubble_fraction"] - want) > 5e-7:
+        yield f"summary.bubble_fraction {summary['bubble_fraction']}, but (p − 1)/(v·m + p − 1) at p = {p}, m = {m}, v = {v} is {want}"

@@ -8,7 +8,6 @@ the same arrays here, so every check below works on one shape.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import field
 from typing import Any
@@ -17,6 +16,8 @@ import numpy as np
 import numpy.typing as npt
 
 from planc.record import record
+from planc.verify.source import PlanFormatError as PlanFormatError
+from planc.verify.source import parse, validate
 
 Ints = npt.NDArray[np.int64]
 AXES = ("tp", "cp", "dp", "pp")
@@ -24,11 +25,6 @@ MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "buffers", 
 WIRE_FIELDS = ("sent", "received")  # per tier, in a rank's wire record
 # The plan layout this verifier reads (planc compile writes it; 2 keys wire bytes by tier).
 FORMAT_VERSION = 2
-
-
-class PlanFormatError(ValueError):
-    """plan.json is not a planc plan this verifier can read (not JSON, wrong format, a key
-    missing or of the wrong type)."""
 
 
 @record(eq=False)
@@ -83,20 +79,35 @@ def _ranges(value: Any) -> tuple[tuple[int, int], ...]:
     return tuple((int(a), int(b)) for a, b in value)
 
 
-def _progression(spec: Mapping[str, Any], kind: str) -> Ints:
+def _progression(spec: Mapping[str, Any], kind: str, world: int) -> Ints:
     """Members of offset-encoded groups: group g is starts[g] + offsets (every group of the
-    kind has the same shape, so one offsets list serves all)."""
+    kind has the same shape, so one offsets list serves all). Their count is checked against
+    the world before the table is built (no kind holds more members than there are ranks)."""
+    members = len(_need(spec, "starts", f"groups.{kind}")) * len(
+        _need(spec, "offsets", f"groups.{kind}")
+    )
+    if members > world:
+        raise PlanFormatError(
+            f"groups.{kind}: {members:,} members in all (starts × offsets), more than the {world:,} ranks listed"
+        )
     starts = np.asarray(_need(spec, "starts", f"groups.{kind}"), dtype=np.int64).reshape(-1)
     offsets = np.asarray(_need(spec, "offsets", f"groups.{kind}"), dtype=np.int64).reshape(-1)
     return starts[:, None] + offsets[None, :]
 
 
-def _groups(raw: Mapping[str, Any]) -> dict[str, Ints]:
+def _groups(raw: Mapping[str, Any], world: int) -> dict[str, Ints]:
+    """Every kind's groups as a (groups × members) table; a kind whose groups hold more
+    members in all than there are ranks is refused before any table is built."""
     out: dict[str, Ints] = {}
     for kind, value in _need(raw, "groups", "plan.json").items():
         if isinstance(value, Mapping):
-            out[kind] = _progression(value, kind)
+            out[kind] = _progression(value, kind, world)
         else:
+            members = sum(len(group) for group in value)
+            if members > world:
+                raise PlanFormatError(
+                    f"groups.{kind}: {members:,} members in all, more than the {world:,} ranks listed"
+                )
             lists = [list(map(int, group)) for group in value]
             width = {len(group) for group in lists}
             if len(width) > 1:
@@ -165,10 +176,18 @@ def _columns(block: Mapping[str, Any], tiers: Sequence[str]) -> dict[str, Any]:
     """Columns from the columnar form: explicit int columns, memory and wire as tables with a
     per-rank row index."""
     cols = _need(block, "columns", "ranks")
+    if list(_need(block, "memory_fields", "ranks")) != list(MEMORY_FIELDS):
+        raise PlanFormatError(f"ranks.memory_fields is not {list(MEMORY_FIELDS)}")
     memory_table = np.asarray(_need(block, "memory_table", "ranks"), dtype=np.int64)
     wire_table = _wire(_need(block, "wire_table", "ranks"), tiers)
     memory_row = _column(_need(cols, "memory_row", "ranks.columns"))
     wire_row = _column(_need(cols, "wire_row", "ranks.columns"))
+    for name, rows, table in (("memory", memory_row, memory_table), ("wire", wire_row, wire_table)):
+        if rows.size and int(rows.max()) >= len(table):
+            raise PlanFormatError(
+                f"ranks.columns.{name}_row names row {int(rows.max()):,} of ranks.{name}_table, "
+                f"which has {len(table):,}"
+            )
     return {
         "rank": np.arange(int(_need(block, "count", "ranks")), dtype=np.int64),
         "node": _column(_need(cols, "node", "ranks.columns")),
@@ -196,12 +215,25 @@ def _expert(layout: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _listed(raw: Mapping[str, Any]) -> int:
+    """How many ranks the file lists: its rank records, or the columns' count once every column
+    has that length (checked before any per-rank array is built)."""
+    ranks = raw["ranks"]
+    if not isinstance(ranks, Mapping):
+        return len(ranks)
+    count = int(ranks["count"])
+    for name, column in ranks["columns"].items():
+        if len(column) != count:
+            raise PlanFormatError(
+                f"ranks.columns.{name} lists {len(column):,} ranks, ranks.count is {count:,}"
+            )
+    return count
+
+
 def read_plan(text: str) -> PlanData:
-    """Parse plan.json text. Raises PlanFormatError for anything that is not a readable plan."""
-    try:
-        raw = json.loads(text)
-    except ValueError as error:
-        raise PlanFormatError(f"plan.json is not JSON: {error}") from None
+    """Parse plan.json text, bounded, and validate it against the plan schema before reading
+    anything from it. Raises PlanFormatError for anything that is not a readable plan."""
+    raw = parse(text)
     if not isinstance(raw, dict) or raw.get("format") != "planc-plan":
         raise PlanFormatError("plan.json is not a planc plan (format is not 'planc-plan')")
     version = raw.get("format_version")
@@ -210,6 +242,8 @@ def read_plan(text: str) -> PlanData:
             f"plan.json has format_version {version!r}, but this planc verify reads version "
             f"{FORMAT_VERSION} only: compile the spec again with this planc"
         )
+    validate(raw)
+    listed = _listed(raw)
     try:
         layout = _need(raw, "layout", "plan.json")
         cluster = _need(raw, "cluster", "plan.json")
@@ -220,7 +254,7 @@ def read_plan(text: str) -> PlanData:
         comm = _need(raw, "communication", "plan.json")
         return PlanData(
             raw=raw,
-            world=int(_need(raw, "world_size", "plan.json")),
+            world=int(raw["world_size"]),
             order=tuple(str(a) for a in _need(layout, "order", "layout")),
             degrees={a: int(_need(layout, "degrees", "layout")[a]) for a in AXES},
             strides={a: int(_need(layout, "strides", "layout")[a]) for a in AXES},
@@ -237,13 +271,13 @@ def read_plan(text: str) -> PlanData:
             framework=str(_need(_need(raw, "training", "plan.json"), "framework", "training")),
             sequence_parallel=bool(_need(layout, "sequence_parallel", "layout")),
             virtual_stages=int(_need(layout, "virtual_stages", "layout")),
-            groups=_groups(raw),
+            groups=_groups(raw, listed),
             ops=tuple(_need(comm, "ops", "communication")),
             pipeline=comm.get("pipeline"),
             **_expert(layout),
             **columns,
         )
-    except (KeyError, TypeError, ValueError) as error:
+    except (KeyError, IndexError, TypeError, ValueError) as error:
         if isinstance(error, PlanFormatError):
             raise
         raise PlanFormatError(f"plan.json has a value of the wrong kind: {error}") from None

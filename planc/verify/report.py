@@ -48,7 +48,10 @@ class Verification:
 def _run(
     name: str, scope: str, check: Callable[[PlanData], Iterable[str]], plan: PlanData
 ) -> CheckResult:
-    return CheckResult(name, scope, tuple(check(plan)))
+    try:
+        return CheckResult(name, scope, tuple(check(plan)))
+    except OverflowError:
+        return CheckResult(name, scope, ("its numbers do not fit in 64 bits",))
 
 
 def verify_plan(plan: PlanData) -> Verification:
@@ -61,8 +64,12 @@ def verify_plan(plan: PlanData) -> Verification:
         if pipeline.simulated(plan)
         else "pattern and send counts (too long to simulate)"
     )
+    first = _run("world and degrees", f"{world:,} ranks", grid.world, plan)
+    if not first.ok:
+        # Every other check indexes ranks by the degrees; they mean nothing until these agree.
+        return Verification((first,), ())
     checks = (
-        _run("world and degrees", f"{world:,} ranks", grid.world, plan),
+        first,
         _run(
             "rank placement",
             "coordinates, node, local rank, rail, NVLink domain",
@@ -74,9 +81,16 @@ def verify_plan(plan: PlanData) -> Verification:
         _run("optimizer shards", "position in the dp_cp group", grid.optimizer_shards, plan),
         _run("memory records", "totals and the summary's peak", grid.memory, plan),
         _run("ops from tensor shapes", f"{len(plan.ops)} ops", traffic.ops, plan),
+        _run(
+            "op times",
+            "time per call alike for alike calls, growing with bytes",
+            traffic.times,
+            plan,
+        ),
         _run("link tiers", "the smallest fabric tier holding each group", traffic.links, plan),
         _run("wire bytes per rank", "sent and received per fabric tier", traffic.wire, plan),
         _run("pipeline", pipe_scope, pipeline.pipeline, plan),
+        _run("pipeline bubble", "summary.bubble_fraction from p, m and v", pipeline.bubble, plan),
     )
     # Rings need groups whose members are ranks of this plan; a broken grid is reported above.
     ring_runs = tuple(rings(plan)) if checks[0].ok and checks[1].ok else ()

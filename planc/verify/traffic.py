@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Mapping
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -500,3 +501,44 @@ def wire(plan: PlanData) -> Found:
         tier, field = (int(i) for i in np.argwhere(plan.wire[r] != want[r])[0])
         name = f"{names[tier]} {WIRE_FIELDS[field]}"
         yield f"rank {r}: wire {name} {plan.wire[r, tier, field]:,} bytes, the ops give {want[r, tier, field]:,}"
+
+
+# time_s is written rounded to 9 decimals (planc.comm's op record).
+TIME_ROUNDING_S = 5e-10
+
+
+def _per_call(op: Mapping[str, Any]) -> tuple[float, float]:
+    """An op's seconds per call and how far rounding can move them."""
+    calls = int(op["calls"])
+    return float(op["time_s"]) / calls, TIME_ROUNDING_S / calls
+
+
+def times(plan: PlanData) -> Found:
+    """Each op's time_s against the α-β model as verify can recompute it without the efficiency
+    tables the plan names: one call on a fabric tier takes steps(op, n)·α + wire(op, n, B)/(β·e),
+    α and e those of the tier's efficiency entry for the collective, so ops of one collective,
+    group size and tier take the same time per call at the same buffer size B, and no less at a
+    larger one (Hockney's α-β model; planc.perf.inputs.comm_time_s is the model's planc side).
+    An op of no calls takes no time."""
+    by_call: dict[tuple[Any, ...], list[tuple[int, float, float, Mapping[str, Any]]]] = {}
+    for op in plan.ops:
+        if int(op["calls"]) == 0:
+            if float(op["time_s"]) != 0:
+                yield f"stage {op['stage']} {op['group']} {op['op']}: time_s {op['time_s']} for no calls"
+            continue
+        seconds, slack = _per_call(op)
+        key = (op["op"], int(op["group_size"]), op["link"])
+        by_call.setdefault(key, []).append((int(op["buffer_bytes"]), seconds, slack, op))
+    for (kind, n, link), found in sorted(by_call.items(), key=repr):
+        found.sort(key=lambda item: (item[0], item[1]))
+        for (size_a, time_a, slack_a, _), (size_b, time_b, slack_b, op) in pairwise(found):
+            tolerance = slack_a + slack_b + 1e-9 * max(abs(time_a), abs(time_b))
+            same = size_a == size_b and abs(time_b - time_a) > tolerance
+            if same or time_b < time_a - tolerance:
+                what = "the same" if same else "a smaller"
+                yield (
+                    f"stage {op['stage']} {op['group']} {kind} on {link} (n = {n}): "
+                    f"{time_b:.9g} s per call for {size_b:,} bytes, but another op of {what} "
+                    f"buffer ({size_a:,} bytes) takes {time_a:.9g} s"
+                )
+                break
