@@ -68,8 +68,16 @@ def compile_command(
             err=True,
         )
     plan = compile_job(analysis, forced)
-    if run_verify and not _verified(plan_json(plan)):
-        sys.exit(1)
+    if run_verify:
+        from planc.verify.plandata import PlanFormatError  # start-up: numpy
+
+        try:
+            verified = _verified(plan_json(plan))
+        except PlanFormatError as error:  # a plan verify cannot read: a planc bug, said plainly
+            click.echo(line(f"{spec}: error: the compiled plan is not one verify reads: {error}"), err=True)
+            sys.exit(2)
+        if not verified:
+            sys.exit(1)
     try:
         protect = () if spec == "-" else (spec,)
         written = write_plan(plan, Path(out_dir), overwrite=overwrite, protect=protect)
