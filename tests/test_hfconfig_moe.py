@@ -190,3 +190,23 @@ def test_transformers_builds_the_same_counts_from_the_moe_configs(tmp_path: Path
         loaded = load_path(str(write_spec(tmp_path, {"hf_config": path}, f"{name}.yaml")))
         assert loaded.job is not None, loaded.findings
         assert counted[name] == parameter_count(loaded.job.model).total, name
+
+
+def test_qwen3_moe_as_transformers_5_writes_it() -> None:
+    # Qwen3MoeConfig(num_experts=64).save_pretrained() writes num_local_experts (transformers
+    # 5's attribute_map): 64 experts, not the default 128. Per layer the routed experts are
+    # E·3·h·f_e = 64·3·2,048·768 parameters, half of the 128-expert file's.
+    base = {key: value for key, value in config_of("qwen3-30b-a3b").items() if key != "num_experts"}
+    written = from_config({**base, "num_local_experts": 64})
+    assert not isinstance(written, tuple)
+    assert written.fields["moe"]["experts"] == 64
+    full = from_config(config_of("qwen3-30b-a3b"))
+    assert not isinstance(full, tuple) and full.fields["moe"]["experts"] == 128
+    assert not any("num_local_experts" in note.message for note in written.notes)
+    # Both spellings, disagreeing: refused, naming both.
+    both = from_config({**base, "num_experts": 128, "num_local_experts": 64})
+    assert isinstance(both, tuple)
+    (error,) = both
+    assert "num_experts" in error.message and "num_local_experts" in error.message
+    same = from_config({**base, "num_experts": 64, "num_local_experts": 64})
+    assert not isinstance(same, tuple) and same.fields["moe"]["experts"] == 64

@@ -57,6 +57,8 @@ def _repo(root: Path, files: dict[str, str]) -> None:
 def test_hooks_match_every_yaml_file_and_skip_non_specs() -> None:
     for hook in HOOKS.values():
         assert hook["types"] == ["yaml"] and "files" not in hook
+        # One summary and one exit code for the whole commit, not one per chunk of files.
+        assert hook["require_serial"] is True
         assert "--skip-non-specs" in shlex.split(hook["entry"])
 
 

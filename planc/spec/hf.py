@@ -441,6 +441,10 @@ def qwen3_moe_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
     """model.moe of a Qwen3-MoE config: decoder_sparse_step and mlp_only_layers become
     first_dense_layers, layer_frequency and layer_offset where one pattern gives the same
     layers; norm_topk_prob changes no count. No shared expert, a router without bias."""
+    spelled = _one_spelling(config, "num_experts", "num_local_experts", "Qwen3-MoE")
+    if isinstance(spelled, Note):
+        return [spelled]
+    config = spelled
     moe = _read_integers(config, _QWEN3_MOE, "Qwen3-MoE")
     step = _integer(config, "decoder_sparse_step", 1, "Qwen3-MoE")
     L = _integer(config, "num_hidden_layers", None, "Qwen3-MoE")
@@ -456,6 +460,23 @@ def qwen3_moe_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
     layers = [i for i in range(L) if i not in dense and (i + 1) % step == 0]
     pattern = _pattern_fields(layers, L, "Qwen3-MoE", "decoder_sparse_step and mlp_only_layers")
     return pattern if isinstance(pattern, list) else {"moe": {**moe, **pattern}}
+
+
+def _one_spelling(
+    config: Mapping[str, Any], key: str, alias: str, label: str
+) -> Mapping[str, Any] | Note:
+    """`config` with `key` read from `alias` where only the alias is given: transformers 5's
+    Qwen3MoeConfig takes num_experts and writes num_local_experts (its attribute_map), so a
+    config it saved names the experts by the alias. Both, disagreeing, is an error."""
+    if alias not in config:
+        return config
+    if key in config and config[key] != config[alias]:
+        return _error(
+            f"the {label} config gives {key} = {_shown(config[key])} and {alias} = "
+            f"{_shown(config[alias])}, two spellings of one number that disagree",
+            f"keep one of {key} and {alias} in the config",
+        )
+    return {**config, key: config[alias]}
 
 
 def llama4_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
@@ -554,6 +575,7 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 decoder_sparse_step=1,
                 mlp_only_layers=None,
                 **{key: default for _, key, default in _QWEN3_MOE},
+                num_local_experts=None,  # num_experts as transformers 5 writes it
                 **dict.fromkeys(_ROUTING),
             ),
             sections=qwen3_moe_fields,
