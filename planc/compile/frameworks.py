@@ -90,6 +90,7 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
     args += [
         f"--max-position-embeddings {mod.max_seq_len}",
         "--position-embedding-type " + ("rope" if mod.position == "rope" else "learned_absolute"),
+        *([f"--rotary-base {_rotary_base(mod.rope_theta)}"] if mod.position == "rope" else []),
         "--normalization " + ("RMSNorm" if mod.norm == "rmsnorm" else "LayerNorm"),
     ]
     if mod.mlp == "swiglu":
@@ -110,6 +111,11 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
         f"the vocabulary comes from the tokenizer: planc counts {mod.V:,} tokens, padded to "
         f"{padded_vocab(mod.V, lay.t):,} (a multiple of 128 × tensor parallel)"
     )
+    if mod.position == "rope" and not mod.rope_theta.is_integer():
+        notes.append(
+            f"Megatron's --rotary-base is an integer: θ = {mod.rope_theta:g} is written as "
+            f"{_rotary_base(mod.rope_theta)}"
+        )
     if job.numerics.precision is not DType.FP32:  # --bf16 / --fp16: mixed precision
         args.append(f"--{tr.precision}")
     args.append(f"--optimizer {tr.optimizer}")
@@ -551,3 +557,9 @@ def torchtitan_files(plan: Plan) -> Files:
 def framework_files(plan: Plan) -> Files:
     """The framework files of the plan directory."""
     return {**megatron_files(plan), **deepspeed_files(plan), **torchtitan_files(plan)}
+
+
+def _rotary_base(theta: float) -> int:
+    """Megatron's --rotary-base takes an integer (arguments.py: type=int); every published θ is
+    whole (10,000; 500,000; 1,000,000)."""
+    return round(theta)

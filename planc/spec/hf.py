@@ -979,6 +979,21 @@ def _llama4_text(config: Mapping[str, Any]) -> dict[str, Any] | Note:
     }
 
 
+def _rope_theta(config: Mapping[str, Any]) -> float | Note | None:
+    """RoPE's base θ: rope_theta (rotary_emb_base in GPT-NeoX configs); None when the config
+    gives neither (planc's default, 10,000, is transformers' default for these models)."""
+    key = "rope_theta" if "rope_theta" in config else "rotary_emb_base"
+    value = config.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value <= 1e12:
+        return _error(
+            f"{key} in the config must be a number from 1 to 10^12, got {_shown(value)}",
+            f"fix {key} in the config, or give model.rope_theta in the spec",
+        )
+    return float(value)
+
+
 def from_config(
     config: Mapping[str, Any], given: Mapping[str, Any] = MappingProxyType({})
 ) -> HfModel | tuple[Note, ...]:
@@ -1034,9 +1049,13 @@ def from_config(
     nested = arch.sections(config) if arch.sections is not None else {}
     if isinstance(nested, list):
         return tuple(nested)
+    theta = _rope_theta(config) if arch.position == "rope" else None
+    if isinstance(theta, Note):
+        return (theta,)
     fields = {
         **_merged_sections(nested, given),
         **stated,
+        **({} if theta is None else {"rope_theta": theta}),
         "qk_norm": arch.qk_norm,
         "mlp": mlp[0],
         "norm": arch.norm,

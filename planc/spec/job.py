@@ -130,6 +130,7 @@ class Model:
     moe: MoE | None = None  # None: a dense model
     mla: MLA | None = None  # None: multi-head / grouped-query attention
     mtp: int = 0  # multi-token prediction modules after the last layer (DeepSeek-V3)
+    rope_theta: float = 10000.0  # RoPE base θ (no count depends on it; the frameworks need it)
 
 
 @record
@@ -346,6 +347,7 @@ def _model(spec: Data) -> Model | list[Problem]:
         moe=moe,
         mla=mla,
         mtp=merged.get("mtp_layers", 0),
+        rope_theta=float(merged.get("rope_theta", 10000.0)),
     )
 
 

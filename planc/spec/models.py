@@ -270,6 +270,12 @@ class ModelSpec(Frozen):
         None,
         description="rope (no parameters) or learned (max_seq_len × hidden parameters). Default: rope.",
     )
+    rope_theta: Annotated[float, _bounded(1.0, 1e12)] | None = Field(
+        None,
+        description="RoPE base θ (Su et al. 2021: 10,000; Llama 3 500,000; Mixtral and Qwen3 "
+        "1,000,000), written to Megatron's --rotary-base. Default: the preset's, else 10,000 "
+        "(Megatron's and transformers' default). Changes no count, byte or FLOP.",
+    )
     max_seq_len: Dim | None = Field(
         None,
         description="Longest sequence the model supports (learned position table size). Default: training.seq_len.",
