@@ -166,3 +166,19 @@ def test_compile_hosts_refuses_a_slots_count_the_spec_does_not_run(tmp_path: Pat
     assert result.exit_code == 1  # an error finding, as check exits
     assert "slots=4" in result.stderr and f"{hosts}:1:9" in result.stderr
     assert not (tmp_path / "plan").exists()
+
+
+def test_compile_takes_a_slurm_nodelist_written_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `--hosts 'gpu-[001-004,007-010]'`, as the README promises: the names, not a file.
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "plan"
+    code, _, err = _compile(str(EIGHT), "-o", str(out), "--hosts", "gpu-[001-004,007-010]")
+    assert code == 0 and "warning" not in err, err
+    names = [f"gpu-{i:03d}" for i in (1, 2, 3, 4, 7, 8, 9, 10)]
+    hostfile = (out / "deepspeed" / "hostfile").read_text().splitlines()
+    assert [line.split()[0] for line in hostfile if not line.startswith("#")] == names
+    # Too few names: located in the nodelist itself; a lone name is still taken for a file.
+    code, _, err = _compile(str(EIGHT), "-o", str(tmp_path / "short"), "--hosts", "gpu-[001-004]")
+    assert code == 1 and "gpu-[001-004]:1:1: error PLC014 4 host names for 8 nodes" in err
+    code, _, err = _compile(str(EIGHT), "-o", str(tmp_path / "typo"), "--hosts", "hostz.txt")
+    assert code == 2 and "PLC100" in err

@@ -22,7 +22,14 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.argument("spec", type=click.Path(allow_dash=True))
-@click.option("--format", "output_format", type=click.Choice(("text", "json")), default="text")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(("text", "json")),
+    default="text",
+    show_default=True,
+    help="text for people; json for tools (bytes as integers).",
+)
 def memory(spec: str, output_format: str) -> None:
     """Per-rank memory budget of SPEC, term by term, for every pipeline stage."""
     from planc.outputs.memory import render_text, to_json
@@ -39,7 +46,14 @@ def memory(spec: str, output_format: str) -> None:
 
 @click.command()
 @click.argument("spec", type=click.Path(allow_dash=True))
-@click.option("--format", "output_format", type=click.Choice(("text", "json")), default="text")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(("text", "json")),
+    default="text",
+    show_default=True,
+    help="text for people; json for tools (bytes as integers).",
+)
 def explain(spec: str, output_format: str) -> None:
     """Summary of SPEC for review: memory, traffic per link, bubble, step time, tokens/s, MFU."""
     from planc.outputs.explain import explain as build

@@ -17,6 +17,7 @@ HOST_NAME pattern, none repeated).
 
 from __future__ import annotations
 
+import os
 import re
 
 from planc.findings import FileResult, Finding, Severity
@@ -24,6 +25,8 @@ from planc.record import record
 from planc.spec.job import HOST_NAME
 from planc.spec.load import decode, read_input
 
+# A nodelist written on the command line: host-name characters, brackets, ranges and commas.
+_NODELIST_CHARS = re.compile(r"[A-Za-z0-9_.:\[\],-]+")
 RULE = "PLC014"
 # The most names a file may expand to: planc's node limit (spec.MAX_NODES).
 MAX_NAMES = 1_000_000
@@ -206,7 +209,8 @@ def check_hosts(
     `hardware.hosts`): one per node, each usable in a hostfile or rankfile, none repeated, and
     every `slots=N` equal to `gpus_per_node` (when given). Findings are located in the hosts
     file; the names come back only when there are none."""
-    data, failure = read_input(path)
+    # `--hosts 'gpu-[001-004,007]'`: the names themselves, not a file of them.
+    data, failure = (path.encode(), None) if _inline_nodelist(path) else read_input(path)
     text = None
     if failure is None and data is not None:
         text, failure = decode(data)
@@ -220,6 +224,18 @@ def check_hosts(
     if findings:
         return FileResult(path, tuple(sorted(findings)), text), ()
     return FileResult(path, (), text), hosts.names
+
+
+def _inline_nodelist(value: str) -> bool:
+    """Whether a `--hosts` value is a Slurm nodelist written out (`gpu-[001-004,007]`,
+    `a1,a2`) rather than a file: no such file, a bracket or a comma (a lone name is taken for a
+    file name, so a mistyped one still says "no such file"), and only the characters of host
+    names, brackets, ranges and commas."""
+    return (
+        not os.path.exists(value)
+        and ("[" in value or "," in value)
+        and _NODELIST_CHARS.fullmatch(value) is not None
+    )
 
 
 def _slots_rule(hosts: Hosts, gpus_per_node: int | None) -> list[Finding]:
