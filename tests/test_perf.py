@@ -407,6 +407,8 @@ def test_calibrate_command_writes_a_loadable_file(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["calibrate", str(tmp_path / "runs.csv"), "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert "leave-one-out" in result.output
+    # Five parameters (the GEMM curve's three, two links' efficiencies) from three runs: said.
+    assert "warning: 5 parameters fitted to 3 runs: the fit is underdetermined" in result.output
     fitted = load_calibration(out)
     assert fitted.gemm.peak_fraction == pytest.approx(0.75, rel=0.02)
     (tmp_path / "bad.csv").write_text("spec,seconds\na.yaml,fast\n", encoding="utf-8")

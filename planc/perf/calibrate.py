@@ -333,7 +333,23 @@ def render(cal: Calibration) -> str:
     lines += [
         f"  {name} = {value:.6g}" for name, value in zip(cal.fit.names, cal.fit.values, strict=True)
     ]
-    return "\n".join(lines) + "\n"
+    note = underdetermined(cal)
+    return "\n".join([*lines, *([note] if note else [])]) + "\n"
+
+
+def underdetermined(cal: Calibration) -> str:
+    """A warning when fewer runs than parameters were fitted: the runs cannot decide every
+    parameter, and the ridge holds the undecided ones near the starting tables ('' when the
+    fit is determined)."""
+    n, k = len(cal.runs), len(cal.fit.names)
+    if n >= k:
+        return ""
+    return (
+        f"warning: {k} parameters fitted to {n} run{'s' if n != 1 else ''}: the fit is "
+        f"underdetermined (at least {k - n} parameter{'s' if k - n != 1 else ''} rest on the "
+        f"starting tables, held there by the ridge); measure at least {k} runs that differ in "
+        "layout and size"
+    )
 
 
 def calibration_json(cal: Calibration, measurements: str) -> str:
