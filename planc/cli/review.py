@@ -20,9 +20,8 @@ if TYPE_CHECKING:
     _Command = TypeVar("_Command", bound=Callable[..., None])
 
 
-@click.command()
-@click.argument("spec", type=click.Path(allow_dash=True))
-@click.option(
+# explain's and memory's --format: one definition of the option both take.
+_TEXT_OR_JSON = click.option(
     "--format",
     "output_format",
     type=click.Choice(("text", "json")),
@@ -30,6 +29,11 @@ if TYPE_CHECKING:
     show_default=True,
     help="text for people; json for tools (bytes as integers).",
 )
+
+
+@click.command()
+@click.argument("spec", type=click.Path(allow_dash=True))
+@_TEXT_OR_JSON
 def memory(spec: str, output_format: str) -> None:
     """Per-rank memory budget of SPEC, term by term, for every pipeline stage."""
     from planc.outputs.memory import render_text, to_json
@@ -46,14 +50,7 @@ def memory(spec: str, output_format: str) -> None:
 
 @click.command()
 @click.argument("spec", type=click.Path(allow_dash=True))
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(("text", "json")),
-    default="text",
-    show_default=True,
-    help="text for people; json for tools (bytes as integers).",
-)
+@_TEXT_OR_JSON
 def explain(spec: str, output_format: str) -> None:
     """Summary of SPEC for review: memory, traffic per link, bubble, step time, tokens/s, MFU."""
     from planc.outputs.explain import explain as build
