@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +123,33 @@ def examples_dir() -> Path:
 def compiled(job: Plannable) -> Plan:
     """The compiled plan of a plannable job (analysed once, as `planc compile` does)."""
     return compile_job(analyse(job))
+
+
+# Headless Chromium for the report's rendering tests (Debian's package; .ci/run installs it).
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="chromium is not installed (apt-get install -y chromium; .ci/run installs it)",
+)
+# As root, headless, and quiet on a closed network (no background connections).
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+
+def grid_overlay(t: int, c: int, d: int, p: int, order: tuple[str, ...], per_node: int) -> str:
+    """A gpt2-small spec overlay of degrees t·c·d·p in `order` on nodes of `per_node` GPUs, one
+    NVLink domain a node (the rank-grid property tests)."""
+    world = t * c * d * p
+    return (
+        f"{{hardware: {{nodes: {world // per_node}, gpus_per_node: {per_node}, nvlink_domain: {per_node}, hosts: []}},"
+        f" parallelism: {{tensor: {t}, context: {c}, data: {d}, pipeline: {p}, order: {'-'.join(order)},"
+        f" sequence_parallel: false, zero_stage: 0}}, model: {{preset: gpt2-small}}, training: {{seq_len: 1024, global_batch: {d * 4}}}}}"
+    )

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from planc.comm.schedule import within_domain
 
-from conftest import job_of
+from conftest import grid_overlay, job_of
 
 AXIS_SETS = [("tp",), ("cp",), ("dp",), ("pp",), ("dp", "cp")]
 
@@ -40,11 +40,7 @@ def test_within_domain_matches_brute_force(t: int, c: int, d: int, p: int, order
     world = t * c * d * p
     if world % per_node:
         return
-    overlay = (
-        f"{{hardware: {{nodes: {world // per_node}, gpus_per_node: {per_node}, nvlink_domain: {per_node}, hosts: []}},"
-        f" parallelism: {{tensor: {t}, context: {c}, data: {d}, pipeline: {p}, order: {'-'.join(order)},"
-        f" sequence_parallel: false, zero_stage: 0}}, model: {{preset: gpt2-small}}, training: {{seq_len: 1024, global_batch: {d * 4}}}}}"
-    )
+    overlay = grid_overlay(t, c, d, p, order, per_node)
     job = job_of(overlay)
     sizes = {"tp": t, "cp": c, "dp": d, "pp": p}
     for axes in AXIS_SETS:

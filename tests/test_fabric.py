@@ -32,7 +32,7 @@ from planc.verify import grid, render, traffic, verify_text
 from planc.verify.plandata import PlanFormatError, read_plan
 from planc.vocab import Axis, GroupKind
 
-from conftest import ROOT, compiled, job_of
+from conftest import ROOT, compiled, grid_overlay, job_of
 
 PLAN_SCHEMA = json.loads((ROOT / "schemas" / "plan.schema.json").read_text("utf-8"))
 
@@ -158,11 +158,7 @@ def test_the_tier_of_every_group_matches_brute_force(
     world = t * c * d * p
     if world % per_node:
         return
-    overlay = (
-        f"{{hardware: {{nodes: {world // per_node}, gpus_per_node: {per_node}, nvlink_domain: {per_node}, hosts: []}},"
-        f" parallelism: {{tensor: {t}, context: {c}, data: {d}, pipeline: {p}, order: {'-'.join(order)},"
-        f" sequence_parallel: false, zero_stage: 0}}, model: {{preset: gpt2-small}}, training: {{seq_len: 1024, global_batch: {d * 4}}}}}"
-    )
+    overlay = grid_overlay(t, c, d, p, order, per_node)
     job = with_leaf(job_of(overlay), nodes=leaf_nodes)
     sizes = {"tp": t, "cp": c, "dp": d, "pp": p}
     for axes in AXIS_SETS:

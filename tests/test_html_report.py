@@ -8,7 +8,6 @@ import base64
 import hashlib
 import json
 import re
-import shutil
 import struct
 import subprocess
 import sys
@@ -35,7 +34,7 @@ from planc.report.placement import FULL_GRID_NODES, node_types, placement_svg, r
 from planc.report.svg import attrs, esc, num, rect
 from planc.spec.load import load_path, load_text
 
-from conftest import EXAMPLES, spec_text
+from conftest import CHROMIUM, CHROMIUM_FLAGS, EXAMPLES, needs_chromium, spec_text
 
 SMALL = EXAMPLES / "llama3-8b-1node.yaml"
 LARGE = EXAMPLES / "gpt3-175b-1024xa100.yaml"
@@ -389,29 +388,12 @@ def test_search_report_option(search_spec: Path, tmp_path: Path) -> None:
 
 # --- headless Chromium ------------------------------------------------------------------------
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="chromium is not installed (apt-get install -y chromium; .ci/run installs it)",
-)
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--hide-scrollbars",
-    "--enable-logging=stderr",
-    "--v=0",
-)
+PAGE_FLAGS = (*CHROMIUM_FLAGS, "--hide-scrollbars", "--enable-logging=stderr", "--v=0")
 
 
 def chromium(page: Path, profile: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     assert CHROMIUM is not None
-    command = [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *extra, page.as_uri()]
+    command = [CHROMIUM, *PAGE_FLAGS, f"--user-data-dir={profile}", *extra, page.as_uri()]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 

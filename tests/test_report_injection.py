@@ -12,7 +12,6 @@ import html
 import http.server
 import json
 import re
-import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ import yaml
 from planc.presets.efficiency import for_gpu, to_json
 from planc.report import build_report
 
-from conftest import example_data
+from conftest import CHROMIUM, CHROMIUM_FLAGS, example_data, needs_chromium
 
 ROOT = Path(__file__).resolve().parent.parent
 HF = ROOT / "tests" / "data" / "hf"
@@ -248,22 +247,7 @@ def test_the_page_allows_only_its_own_style_and_script(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------- headless Chromium
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="chromium is not installed (apt-get install -y chromium; .ci/run installs it)",
-)
-FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--dump-dom",
-)
+FLAGS = (*CHROMIUM_FLAGS, "--dump-dom")
 
 
 class Listener:
