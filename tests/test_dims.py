@@ -143,7 +143,7 @@ def test_efficiency_tables_key_gemm_curves_by_data_type() -> None:
     base = for_gpu("h100-sxm")
     assert base.gemm_for(DType.FP32) == base.gemm  # no measured fp32 curve: the 16-bit one
     data = to_json(base)
-    data["gemm_by_dtype"] = {"fp32": {"peak_fraction": 0.5, "half_flops": 1e9, "half_dim": 64}}
+    data["gemm_by_dtype"] = {"fp32": {**data["gemm"], "peak_fraction": 0.5, "half_dim": 64}}
     keyed = from_json(data)
     assert keyed.gemm_for(DType.FP32).peak_fraction == 0.5
     assert keyed.gemm_for(DType.BF16) == base.gemm

@@ -2,7 +2,7 @@
 numbers, the efficiency curves' shape, the bounded pipeline simulation against the full one,
 step time against Korthikanti et al. 2022 Table 5, and the calibration round trip.
 
-Which data informed the fit: the A100 GEMM curve (peak_fraction, half_flops, half_dim) in
+Which data informed the fit: the A100 GEMM curve (peak_fraction, half_dim) in
 planc/presets/efficiency.json was fitted to the four FULL-RECOMPUTE runs of Table 5 only. The
 four SEQUENCE-PARALLEL + SELECTIVE-RECOMPUTE runs were not used: they are validation.
 """
@@ -302,13 +302,13 @@ def test_table5_mean_and_worst_error() -> None:
 
 @pytest.mark.slow
 def test_the_preset_gemm_curve_is_the_documented_fit() -> None:
-    # Refit the three GEMM parameters to the four full-recompute runs (the fit documented in
+    # Refit the two GEMM parameters to the four full-recompute runs (the fit documented in
     # efficiency.json and docs/explain.md), starting from the preset: it stays put.
     cases = []
     for name, gpus, p, v, B, b, full, _ in TABLE5:
         job = _job(name, gpus, p, v, B, b, "full", False)
         cases.append((_predictor(job), full))
-    names = ("gemm.peak_fraction", "gemm.half_flops", "gemm.half_dim")
+    names = ("gemm.peak_fraction", "gemm.half_dim")
     preset = for_gpu("a100-80gb")
     found = fit(cases, preset, names, iterations=1, ridge=0.0)
     # At the optimum a refit gains (almost) nothing: under a tenth of the squared misfit.
@@ -334,7 +334,7 @@ def test_table5_parts_are_consistent() -> None:
 
 
 def test_calibration_recovers_known_parameters() -> None:
-    truth = for_gpu("a100-80gb").with_gemm(peak_fraction=0.7, half_flops=5e9, half_dim=120.0)
+    truth = for_gpu("a100-80gb").with_gemm(peak_fraction=0.7, half_dim=120.0)
     truth = truth.with_link("nvlink", all_reduce=0.55, reduce_scatter=0.55, all_gather=0.55)
     jobs = [
         _small_job(model, t, b)
@@ -348,9 +348,9 @@ def test_calibration_recovers_known_parameters() -> None:
         )
     ]
     cases = [(_predictor(job), _estimate(job, truth).step_time_s) for job in jobs]
-    names = ("gemm.peak_fraction", "gemm.half_flops", "gemm.half_dim", "nvlink.efficiency")
+    names = ("gemm.peak_fraction", "gemm.half_dim", "nvlink.efficiency")
     found = fit(cases, for_gpu("a100-80gb"), names, ridge=0.0)
-    assert found.values == pytest.approx((0.7, 5e9, 120.0, 0.55), rel=1e-3)
+    assert found.values == pytest.approx((0.7, 120.0, 0.55), rel=1e-3)
     assert max(abs(r) for r in found.residuals) < 1e-6
     assert max(abs(e) for e in leave_one_out(cases, for_gpu("a100-80gb"), names, 0.0)) < 1e-3
 
@@ -407,8 +407,8 @@ def test_calibrate_command_writes_a_loadable_file(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["calibrate", str(tmp_path / "runs.csv"), "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert "leave-one-out" in result.output
-    # Five parameters (the GEMM curve's three, two links' efficiencies) from three runs: said.
-    assert "warning: 5 parameters fitted to 3 runs: the fit is underdetermined" in result.output
+    # Four parameters (the GEMM curve's two, two links' efficiencies) from three runs: said.
+    assert "warning: 4 parameters fitted to 3 runs: the fit is underdetermined" in result.output
     fitted = load_calibration(out)
     assert fitted.gemm.peak_fraction == pytest.approx(0.75, rel=0.02)
     (tmp_path / "bad.csv").write_text("spec,seconds\na.yaml,fast\n", encoding="utf-8")
@@ -418,11 +418,11 @@ def test_calibrate_command_writes_a_loadable_file(tmp_path: Path) -> None:
 
 def test_a_custom_gpu_gets_the_a100_entry_scaled_by_its_peaks() -> None:
     a100 = for_gpu("a100-80gb")
-    custom = for_gpu("custom", bf16_tflops=624.0, memory_bandwidth_gbs=4078.0)
-    # The same fixed time per kernel: twice the peak, twice the FLOPs (and bytes) to half speed.
-    assert custom.gemm.half_flops == pytest.approx(2 * a100.gemm.half_flops)
+    custom = for_gpu("custom", memory_bandwidth_gbs=4078.0)
+    # The same fixed time per kernel: twice the bandwidth, twice the bytes to half speed.
     assert custom.hbm.half_bytes == pytest.approx(2 * a100.hbm.half_bytes)
-    assert custom.gemm.peak_fraction == a100.gemm.peak_fraction
+    # The same fractions of its own peak, and the A100's SMs and tiles.
+    assert custom.gemm == a100.gemm
     text = (
         "version: 1\nname: c\nmodel: {preset: llama3-8b, layers: 2}\n"
         "hardware: {gpu: {memory_gb: 96, bf16_tflops: 500, intra_node: {bandwidth_gbs: 200}, "

@@ -149,10 +149,9 @@ def leave_one_out(
 # --------------------------------------------------------------------------- measured runs
 
 # What `planc calibrate` fits: the GEMM curve and each link's efficiency. The ridge keeps what
-# the runs cannot see (the network on one node, half_flops without small GEMMs) at its prior.
+# the runs cannot see (the network on one node, half_dim without skinny GEMMs) at its prior.
 CALIBRATED = (
     "gemm.peak_fraction",
-    "gemm.half_flops",
     "gemm.half_dim",
     "nvlink.efficiency",
     "network.efficiency",
@@ -266,7 +265,7 @@ def calibrate_runs(
     if len(gpus) != 1:
         raise ValueError(f"calibrate runs of one GPU type at a time, got {sorted(gpus)}")
     gpu = runs[0].job.cluster.gpu
-    first = start or for_gpu(gpu.name, gpu.bf16_tflops, gpu.memory_bandwidth_gbs)
+    first = start or for_gpu(gpu.name, gpu.memory_bandwidth_gbs)
     cases = [(run.predict, run.measured_s) for run in runs]
     _fittable(runs, [predict(first) for predict, _ in cases])
     result = fit(cases, first, names, ridge=ridge)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from planc.dims import ExpertDims
 from planc.perf.ops import (
+    GemmShape,
     OpCost,
     OpShape,
     Work,
@@ -45,28 +46,40 @@ class Device:
     gemm: DType = DType.BF16  # the data type the matrix peak is of; picks the GEMM curve
 
     @classmethod
-    def of(
-        cls, tflops: float, memory_bandwidth_gbs: float, gemm: DType = DType.BF16
-    ) -> Device:
+    def of(cls, tflops: float, memory_bandwidth_gbs: float, gemm: DType = DType.BF16) -> Device:
         return cls(tflops * 1e12, memory_bandwidth_gbs * 1e9, gemm)
 
 
 def work_time_s(
-    op: OpCost, work: Work, device: Device, eff: Efficiency, backward: bool = False
+    op: OpCost,
+    work: Work,
+    device: Device,
+    eff: Efficiency,
+    backward: bool = False,
+    gemm: GemmShape | None = None,
 ) -> float:
-    """Seconds of one pass of `op`: the roofline max of its math time and its HBM time."""
+    """Seconds of one pass of `op`: the roofline max of its math time and its HBM time. `gemm`
+    is the pass's matmul (its output decides the wave quantization), `op.shape` when None."""
     if work.flops <= 0 and work.bytes <= 0:
         return 0.0
     if op.engine == "attention":
         rate = device.matrix_flops * (eff.flash_backward if backward else eff.flash_forward)
     elif op.engine == "matrix":
-        smallest = op.shape.smallest if op.shape is not None else 0
-        rate = device.matrix_flops * eff.gemm_for(device.gemm).efficiency(work.flops, smallest)
+        rate = device.matrix_flops * gemm_efficiency(eff, device, gemm or op.shape)
     else:
         rate = eff.vector_tflops * 1e12 * eff.vector_efficiency
     math = work.flops / rate if work.flops > 0 else 0.0
     memory = work.bytes / (device.hbm_bytes * eff.hbm.at(work.bytes)) if work.bytes > 0 else 0.0
     return max(math, memory)
+
+
+def gemm_efficiency(eff: Efficiency, device: Device, gemm: GemmShape | None) -> float:
+    """The achieved fraction of the matrix peak of matmul `gemm` (the e_max and shape term
+    without a shape)."""
+    curve = eff.gemm_for(device.gemm)
+    if gemm is None:
+        return curve.efficiency(0)
+    return curve.efficiency(gemm.smallest, gemm.m, gemm.n, gemm.batch)
 
 
 @record
@@ -89,8 +102,9 @@ def pass_times(ops: Sequence[OpCost], device: Device, eff: Efficiency) -> PassTi
     for op in ops:
         f = work_time_s(op, op.forward, device, eff)
         fwd += f
-        bwd_d += work_time_s(op, op.backward_data, device, eff, backward=True)
-        bwd_w += work_time_s(op, op.backward_weight, device, eff, backward=True)
+        data, weight = (op.shape.data(), op.shape.weight()) if op.shape else (None, None)
+        bwd_d += work_time_s(op, op.backward_data, device, eff, True, data)
+        bwd_w += work_time_s(op, op.backward_weight, device, eff, True, weight)
         core += f if op.attention_core else 0.0
     return PassTimes(fwd, bwd_d, bwd_w, core)
 

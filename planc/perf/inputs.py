@@ -51,6 +51,7 @@ from planc.perf.compute import (
 )
 from planc.perf.offload import offload_transfer_s
 from planc.perf.ops import (
+    GemmShape,
     OpCost,
     OpShape,
     attention_core,
@@ -128,10 +129,10 @@ def efficiency_of(job: Plannable) -> Efficiency:
     if calibration is not None:
         eff = from_json(calibration, "hardware.calibration")
     else:
-        eff = for_gpu(gpu.name, gpu.bf16_tflops, device_of(job).hbm_bytes / 1e9)
+        eff = for_gpu(gpu.name, device_of(job).hbm_bytes / 1e9)
     flat = job.training.efficiency
     if flat is not None:
-        eff = eff.with_gemm(peak_fraction=flat, half_flops=0.0, half_dim=0.0)
+        eff = eff.with_gemm(peak_fraction=flat, half_dim=0.0, sms=1)
     return eff
 
 
@@ -211,7 +212,11 @@ def expert_compute_s(job: Plannable, eff: Efficiency) -> float:
     if experts is None:
         return 0.0
     shape = layer_shape(job)
-    ops = (expert_up(shape, experts), expert_activation(shape, experts), expert_down(shape, experts))
+    ops = (
+        expert_up(shape, experts),
+        expert_activation(shape, experts),
+        expert_down(shape, experts),
+    )
     return pass_times(ops, device_of(job), eff).forward_s
 
 
@@ -294,7 +299,10 @@ def tp_per_layer(
         blocks.append(([hidden], (mlp_up(mlp),)))
     forward = exposed = overlapped = 0.0
     for sizes, columns in blocks:
-        wgrad = sum(work_time_s(cost, cost.backward_weight, device, eff) for cost in columns)
+        wgrad = sum(
+            work_time_s(cost, cost.backward_weight, device, eff, True, _weight_gemm(cost))
+            for cost in columns
+        )
         if job.layout.sp:
             gather = sum(call("all_gather", size) for size in sizes)
             forward += gather + call("reduce_scatter", hidden)
@@ -309,6 +317,11 @@ def tp_per_layer(
     if job.training.overlap_tp:
         return TpPerLayer(0.0, 0.0, forward + exposed + overlapped + redo, 0.0)
     return TpPerLayer(forward, exposed, overlapped, redo)
+
+
+def _weight_gemm(cost: OpCost) -> GemmShape | None:
+    """The weight-gradient matmul of `cost` (None for a vector op)."""
+    return cost.shape.weight() if cost.shape is not None else None
 
 
 def cp_exposed_per_microbatch(

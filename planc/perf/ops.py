@@ -66,6 +66,14 @@ class GemmShape:
         """The smallest of M, N, K: a small one limits data reuse and tile occupancy."""
         return min(self.m, self.n, self.k)
 
+    def data(self) -> GemmShape:
+        """The data gradient dX[M×K] = dY[M×N]·Wᵀ[N×K]: output M × K, reduced over N."""
+        return GemmShape(self.m, self.k, self.n, self.batch)
+
+    def weight(self) -> GemmShape:
+        """The weight gradient dW[K×N] = Xᵀ[K×M]·dY[M×N]: output K × N, reduced over M."""
+        return GemmShape(self.k, self.n, self.m, self.batch)
+
 
 @record
 class OpCost:

@@ -6,11 +6,17 @@ The numbers live in `planc/presets/efficiency.json`, one entry per GPU preset of
 
 The curves (each a smooth saturating function, where Calculon uses step tables):
 
-* GEMM:  eff(F, d) = e_max · F/(F + F½) · d/(d + d½), F the op's FLOPs, d its smallest matrix
-  dimension. F/(F + F½) is exactly what a fixed per-kernel cost τ does to a kernel that would
-  otherwise run at e_max (F½ = τ · peak · e_max); d/(d + d½) is the loss of data reuse when one of
-  M, N, K is small (the attention matmuls' K = k = 64…160, Calculon's measured 0.29–0.43 on them).
-* HBM:   eff(B) = e_hbm · B/(B + B½), the same fixed-cost form for a kernel moving B bytes.
+* GEMM:  eff = e_max · d/(d + d½) · q_wave, d the op's smallest matrix dimension and q_wave the
+  wave quantization of its output tiles over the GPU's SMs: with T = ⌈M/t_m⌉·⌈N/t_n⌉·batch
+  tiles of t_m × t_n, q_wave = T/(⌈T/SMs⌉·SMs) (NVIDIA, "Matrix Multiplication Background User's
+  Guide", tile and wave quantization). d/(d + d½) is the loss of data reuse when one of M, N, K
+  is small (the attention matmuls' K = k = 64…160, Calculon's measured 0.29–0.43 on them).
+  A GEMM's time is the roofline max of its math at that rate and its HBM time (below), so a
+  skinny GEMM (a router's N = E) is priced at its memory time, never far above its roofline.
+  e_max is where each generation differs most: the largest fraction of the dense peak a matmul
+  reaches (Bekman's Maximum Achievable Matmul FLOPS, ml-engineering).
+* HBM:   eff(B) = e_hbm · B/(B + B½) for a kernel moving B bytes: B½ = τ·e_hbm·bandwidth is a
+  fixed τ per kernel (launch and tail), the floor every op pays.
 * Vector units: a constant fraction of the non-tensor peak (element-wise ops are memory bound).
 * Fused attention (FlashAttention): a constant fraction of the matrix peak on the FLOPs the
   kernel executes, forward and backward, from the kernel's published benchmarks.
@@ -43,19 +49,33 @@ LINKS = ("nvlink", "network")
 
 @record
 class GemmCurve:
-    """eff(F, d) = peak_fraction · F/(F + half_flops) · d/(d + half_dim)."""
+    """eff = peak_fraction · d/(d + half_dim) · q_wave (module docstring): the achieved fraction
+    of the matrix peak of a GEMM whose smallest dimension is d and whose output is `tiles` tiles
+    of tile_m × tile_n, over `sms` streaming multiprocessors."""
 
     peak_fraction: float
-    half_flops: float
     half_dim: float
+    sms: int  # streaming multiprocessors (compute units) that run the output tiles
+    tile_m: int  # output tile rows of the GEMM kernels (cuBLAS's large-GEMM tiles)
+    tile_n: int  # output tile columns
 
-    def efficiency(self, flops: float, smallest: int) -> float:
-        """Achieved fraction of the matrix peak for a matmul of `flops` FLOPs, smallest dim d."""
-        if flops <= 0:
-            return self.peak_fraction
-        size = flops / (flops + self.half_flops)
+    def efficiency(self, smallest: int, rows: int = 0, cols: int = 0, batch: int = 1) -> float:
+        """Achieved fraction of the matrix peak for a matmul with smallest dimension `smallest`
+        and a [rows × cols] output (times `batch`); no wave term when rows or cols is 0."""
         shape = smallest / (smallest + self.half_dim) if smallest > 0 else 1.0
-        return self.peak_fraction * size * shape
+        return self.peak_fraction * shape * self.wave(rows, cols, batch)
+
+    def wave(self, rows: int, cols: int, batch: int = 1) -> float:
+        """q_wave = T'/(⌈T'/SMs⌉·SMs), the share of the last wave's SMs that have a tile, for
+        T = ⌈rows/tile_m⌉·⌈cols/tile_n⌉·batch output tiles; a GEMM with fewer tiles than SMs is
+        split along K into ⌊SMs/T⌋ parts (cuBLAS's split-K), T' = T·⌊SMs/T⌋. 1 when rows or
+        cols is 0, or no SMs are known."""
+        if rows <= 0 or cols <= 0 or self.sms <= 0:
+            return 1.0
+        tiles = -(-rows // self.tile_m) * -(-cols // self.tile_n) * max(batch, 1)
+        tiles *= max(1, self.sms // tiles)
+        waves = -(-tiles // self.sms)
+        return tiles / (waves * self.sms)
 
 
 @record
@@ -120,7 +140,7 @@ class Efficiency:
             raise ValueError(f"unknown link class {name!r}")
         return self.nvlink if name == "nvlink" else self.network
 
-    def with_gemm(self, **changes: float) -> Efficiency:
+    def with_gemm(self, **changes: Any) -> Efficiency:  # floats, and ints for sms and tiles
         return replace(self, gemm=replace(self.gemm, **changes))
 
     def with_link(self, name: str, **changes: float) -> Efficiency:
@@ -134,7 +154,8 @@ class Efficiency:
 # int or a float but never a boolean.
 _FRACTION = (0.0, 1.0, False)  # (low, high, low included)
 _SHARE = (0.0, 1.0, True)
-_HALF_FLOPS = (0.0, 1e18, True)  # FLOPs: a million times the largest GEMM of a step
+_SMS = 100_000  # streaming multiprocessors of one GPU: a hundred times today's largest
+_TILE = 4096  # rows or columns of a GEMM kernel's output tile
 _HALF_DIM = (0.0, 1e7, True)  # a matrix dimension, bounded as model dimensions are
 _HALF_BYTES = (0.0, 1e15, True)  # bytes: a petabyte
 _TFLOPS = (0.0, 1e6, False)  # a GPU's vector peak: an exaFLOP per second
@@ -243,15 +264,34 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
     )
 
 
-_CURVE = ("peak_fraction", "half_flops", "half_dim")
+_CURVE = ("peak_fraction", "half_dim", "sms", "tile_m", "tile_n")
 
 
 def _curve(data: Mapping[str, Any], where: str) -> GemmCurve:
+    if "half_flops" in data:
+        # The curve of planc 0.2 multiplied a size factor F/(F + half_flops) into every GEMM,
+        # which priced a router's skinny GEMM at 200× its roofline; sizes are now wave
+        # quantization and the fixed cost per kernel is hbm.half_bytes.
+        raise ValueError(
+            f"{where}.half_flops is no longer read (the GEMM curve is now peak_fraction, "
+            "half_dim and wave quantization over sms, tile_m, tile_n); re-run planc calibrate"
+        )
+    _only(data, where, _CURVE)
     return GemmCurve(
         _number(data, "peak_fraction", where, _FRACTION),
-        _number(data, "half_flops", where, _HALF_FLOPS),
         _number(data, "half_dim", where, _HALF_DIM),
+        _count(data, "sms", where, _SMS),
+        _count(data, "tile_m", where, _TILE),
+        _count(data, "tile_n", where, _TILE),
     )
+
+
+def _count(data: Mapping[str, Any], key: str, where: str, high: int) -> int:
+    """`data[key]`: an integer in [1, high] (not a boolean), else ValueError."""
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise ValueError(f"{where}.{key} must be an integer in [1, {high:,}], got {value!r}"[:200])
+    return value
 
 
 def _gemm_by_dtype(data: Any, where: str) -> Mapping[DType, GemmCurve]:
@@ -270,7 +310,6 @@ def _gemm_by_dtype(data: Any, where: str) -> Mapping[DType, GemmCurve]:
             ) from None
         if dtype in (DType.BF16, DType.FP16) or not isinstance(curve, Mapping):
             raise ValueError(f"{where}.{name} must be a GEMM curve of fp32, fp8 or fp4")
-        _only(curve, f"{where}.{name}", _CURVE)
         curves[dtype] = _curve(curve, f"{where}.{name}")
     return MappingProxyType(curves)
 
@@ -317,23 +356,20 @@ REFERENCE_TFLOPS = 312.0
 REFERENCE_HBM_GBS = 2039.0
 
 
-def for_gpu(
-    name: str, bf16_tflops: float | None = None, memory_bandwidth_gbs: float | None = None
-) -> Efficiency:
+def for_gpu(name: str, memory_bandwidth_gbs: float | None = None) -> Efficiency:
     """The efficiency entry of GPU preset `name`.
 
-    A GPU without an entry (a custom GPU in the spec) gets the A100 entry derived as the presets
-    are: the same fractions, half_flops scaled by its bf16 peak and half_bytes by its HBM
-    bandwidth (the same fixed time per kernel), when those are given.
+    A GPU without an entry (a custom GPU in the spec) gets the A100 entry: the same fractions of
+    its own peaks, its SMs and tiles, and half_bytes scaled by its HBM bandwidth (the same fixed
+    time per kernel) when that is given.
     """
     presets = _presets()
     if name in presets and not name.startswith("_"):
         return from_json(presets[name], f"efficiency.json[{name}]")
     base = from_json(presets[REFERENCE], f"efficiency.json[{REFERENCE}]")
-    flops = (bf16_tflops or REFERENCE_TFLOPS) / REFERENCE_TFLOPS
     hbm = (memory_bandwidth_gbs or REFERENCE_HBM_GBS) / REFERENCE_HBM_GBS
     return replace(
-        base.with_gemm(half_flops=base.gemm.half_flops * flops),
+        base,
         hbm=replace(base.hbm, half_bytes=base.hbm.half_bytes * hbm),
         source=f"derived from {REFERENCE} for a GPU without an entry (scaled by its peaks)",
     )
