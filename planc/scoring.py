@@ -48,14 +48,16 @@ class Corpus:
 
 
 def layout_words(job: Job) -> str:
-    """The layout as the table prints it: t, p, v, d, c, ep, b, B, s, recompute, SP, ZeRO."""
+    """The layout as the table prints it: t, p, v, d, c, ep and etp, b, B, s, recompute, SP,
+    TP overlap, ZeRO stage or FSDP2."""
     lay, tr = job.layout, job.training
     parts = [f"t{lay.t}", f"p{lay.p}"]
     parts += [f"v{lay.v}"] if lay.v > 1 else []
     parts += [f"d{lay.d}", f"c{lay.c}"]
-    parts += [f"ep{lay.ep}"] if lay.ep > 1 else []
+    parts += [f"ep{lay.ep}", f"etp{lay.et}"] if lay.ep > 1 else []
     parts += [f"b{tr.b}", f"B{tr.B}", f"s{tr.s}", f"rc-{tr.recompute}"]
     parts += ["sp"] if lay.sp else []
+    parts += ["tp-overlap"] if tr.overlap_tp else []
     parts += [f"z{lay.zero}" if tr.framework != "fsdp2" else "fsdp2"]
     return " ".join(parts)
 
