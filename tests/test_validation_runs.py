@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -212,9 +213,8 @@ def test_leave_one_source_out_fits_without_the_held_out_group() -> None:
     ],
 )
 def test_a_bad_entry_is_an_error_naming_the_run(entry: dict[str, Any], words: str) -> None:
-    with pytest.raises(CorpusError, match=None) as raised:
+    with pytest.raises(CorpusError, match=re.escape(words)):
         parse_index(json.dumps([entry]))
-    assert words in str(raised.value)
 
 
 def test_a_repeated_id_and_a_bad_file_are_errors() -> None:
@@ -231,4 +231,16 @@ def test_a_spec_planc_cannot_load_is_an_error_naming_it(tmp_path: Path) -> None:
     (tmp_path / "runs" / "a.yaml").write_text("version: 1\nname: a\n")
     (tmp_path / "runs.json").write_text(json.dumps([_entry()]))
     with pytest.raises(CorpusError, match=r"a\.yaml: PLC"):
+        score_corpus(str(tmp_path / "runs.json"))
+
+
+def test_a_spec_planc_refuses_is_an_error_naming_the_rule(tmp_path: Path) -> None:
+    # 32 layers over 3 pipeline stages: PLC004, a precondition, so there is no plan to price.
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "a.yaml").write_text(
+        "version: 1\nname: a\nmodel: {preset: llama3-8b}\nhardware: {gpu: h100-sxm, nodes: 3}\n"
+        "parallelism: {pipeline: 3}\ntraining: {seq_len: 4096, global_batch: 64}\n"
+    )
+    (tmp_path / "runs.json").write_text(json.dumps([_entry()]))
+    with pytest.raises(CorpusError, match=r"a\.yaml: refused by PLC004"):
         score_corpus(str(tmp_path / "runs.json"))
