@@ -28,8 +28,8 @@ from planc.perf.validation import (
     read_index,
     score,
 )
-from planc.scoring import check_rules, price, score_corpus, spec_path
-from planc.vocab import RunRole
+from planc.scoring import check_rules, job_of, price, score_corpus, spec_path
+from planc.vocab import Generation, RunCategory, RunRole
 
 ROOT = Path(__file__).resolve().parent.parent
 INDEX = ROOT / "validation" / "runs.json"
@@ -68,6 +68,27 @@ def test_every_run_loads_and_plans(run: Run) -> None:
     # The spec is usable input (it loads and plans), and what check reports on it is recorded in
     # the index: a rule that starts or stops firing on a published layout is a visible diff.
     assert check_rules(spec_path(str(INDEX), run)) == run.check_rules
+
+
+# Each GPU preset's generation (NVIDIA's architecture names); a run names the GPU its spec names.
+GENERATIONS = {
+    "a100-80gb": Generation.AMPERE,
+    "a100-40gb": Generation.AMPERE,
+    "h100-sxm": Generation.HOPPER,
+    "h800": Generation.HOPPER,
+    "h200": Generation.HOPPER,
+    "b200": Generation.BLACKWELL,
+    "gb200-nvl72": Generation.BLACKWELL,
+}
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[run.id for run in RUNS])
+def test_the_index_says_what_the_spec_says(run: Run) -> None:
+    job = job_of(spec_path(str(INDEX), run))
+    assert job.cluster.gpu.name == run.gpu
+    assert GENERATIONS[run.gpu] is run.generation
+    # A mixture-of-experts run is one whose model has experts, and only such a run.
+    assert (run.category is RunCategory.MOE) == (job.model.moe is not None)
 
 
 def test_the_index_and_the_spec_files_match() -> None:
