@@ -29,7 +29,10 @@ Written by `python scripts/validation_table.py -o docs/validation.md`; the tests
 stale (`--check`). Each row is a published training run (`validation/runs.json`, the specs in
 `validation/runs/`, sources in the index and `validation/README.md`) priced by planc's step model
 (`planc explain`'s estimate). The error is predicted/measured − 1: positive when planc is too slow.
-`fit` runs may inform a parameter of the model; `validation` runs must not.
+`fit` runs may inform a parameter of the model; `validation` runs must not. Layout: t tensor, p
+pipeline, v virtual stages, d data, c context, ep and etp expert and expert-tensor parallel, b
+micro-batch, B global batch, s sequence, rc recompute, sp sequence parallel, tp-overlap, z ZeRO
+stage (or fsdp2).
 """
 
 
