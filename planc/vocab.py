@@ -195,3 +195,51 @@ class ScheduleNeed(str, Enum):
         if self is ScheduleNeed.STAGES_ABOVE_TWO:
             return p > 2
         return m is None or m % p == 0
+
+
+class RunRole(str, Enum):
+    """What a published run in `validation/runs.json` is for: `fit` runs may inform a parameter
+    of the step model; `validation` runs must not (issue 24: fit and validation kept apart)."""
+
+    FIT = "fit"
+    VALIDATION = "validation"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Generation(str, Enum):
+    """A GPU generation, as the validation corpus groups its runs."""
+
+    AMPERE = "ampere"
+    HOPPER = "hopper"
+    BLACKWELL = "blackwell"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class RunCategory(str, Enum):
+    """What dominates a published run's layout: plain tensor/data parallelism, a large pipeline,
+    context parallelism, mixture of experts, or fully sharded data parallelism."""
+
+    DENSE = "dense"
+    PIPELINE = "pipeline"
+    CONTEXT = "context"
+    MOE = "moe"
+    FSDP = "fsdp"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class RunFramework(str, Enum):
+    """The software a published run was measured with."""
+
+    MEGATRON = "megatron"
+    DEEPSPEED = "deepspeed"
+    TORCHTITAN = "torchtitan"
+    OTHER = "other"
+
+    def __str__(self) -> str:
+        return self.value

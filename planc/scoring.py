@@ -1,0 +1,113 @@
+"""planc's step model on the published-runs corpus (`validation/runs.json`, issue 24).
+
+Each run's spec is read through planc's own loader (`spec.load.load_path`), planned
+(`plannable`) and priced by the one path to a step time (`analyse` → `estimate_step`); the
+arithmetic (signed errors, aggregates, leave-one-source-out) is `planc.perf.validation`'s.
+"""
+
+from __future__ import annotations
+
+import os
+
+from planc.analysis import analyse, estimate_step
+from planc.check import check_loaded
+from planc.findings import Severity
+from planc.perf.validation import (
+    Aggregate,
+    CorpusError,
+    Run,
+    Scored,
+    aggregates,
+    held_out_errors,
+    read_index,
+    score,
+)
+from planc.plannable import plannable
+from planc.record import record
+from planc.spec.job import Job
+from planc.spec.load import load_path
+
+
+@record
+class Priced:
+    """One run's spec as planc plans it: the layout in words and the estimated step."""
+
+    layout: str
+    step_s: float
+    mfu: float
+
+
+@record
+class Corpus:
+    """The whole corpus scored: every run, the aggregates and the held-out-source errors."""
+
+    scored: tuple[Scored, ...]
+    layouts: tuple[str, ...]  # layout_words of each scored run, in the same order
+    aggregates: tuple[Aggregate, ...]
+    held_out: tuple[Aggregate, ...]
+
+
+def layout_words(job: Job) -> str:
+    """The layout as the table prints it: t, p, v, d, c, ep and etp, b, B, s, recompute, SP,
+    TP overlap, ZeRO stage or FSDP2."""
+    lay, tr = job.layout, job.training
+    parts = [f"t{lay.t}", f"p{lay.p}"]
+    parts += [f"v{lay.v}"] if lay.v > 1 else []
+    parts += [f"d{lay.d}", f"c{lay.c}"]
+    parts += [f"ep{lay.ep}", f"etp{lay.et}"] if lay.ep > 1 else []
+    parts += [f"b{tr.b}", f"B{tr.B}", f"s{tr.s}", f"rc-{tr.recompute}"]
+    parts += ["sp"] if lay.sp else []
+    parts += ["tp-overlap"] if tr.overlap_tp else []
+    parts += [f"z{lay.zero}" if tr.framework != "fsdp2" else "fsdp2"]
+    return " ".join(parts)
+
+
+def job_of(spec_path: str) -> Job:
+    """The Job of a corpus spec; CorpusError with the first finding when it does not load."""
+    loaded = load_path(spec_path)
+    if loaded.job is None:
+        first = loaded.findings[0] if loaded.findings else None
+        reason = f"{first.rule}: {first.message}" if first else "it does not load"
+        raise CorpusError(f"{spec_path}: {reason}")
+    return loaded.job
+
+
+def check_rules(spec_path: str) -> tuple[str, ...]:
+    """The rules `planc check` reports on a corpus spec at warning or error, sorted, each once."""
+    found = check_loaded(load_path(spec_path)).findings
+    serious = (Severity.WARNING, Severity.ERROR, Severity.FATAL)
+    return tuple(sorted({f.rule for f in found if f.severity in serious}))
+
+
+def price(spec_path: str) -> Priced:
+    """The spec's layout in words and planc's estimated step; CorpusError when planc refuses it."""
+    job = job_of(spec_path)
+    plan = plannable(job)
+    if isinstance(plan, tuple):
+        first = plan[0]
+        raise CorpusError(f"{spec_path}: refused by {first.rule}: {first.violation.message}")
+    step = estimate_step(analyse(plan))
+    return Priced(layout=layout_words(job), step_s=step.step_time_s, mfu=step.mfu)
+
+
+def spec_path(index_path: str, run: Run) -> str:
+    """Where a run's spec is: its `spec` relative to the index's directory."""
+    return os.path.join(os.path.dirname(index_path) or ".", *run.spec.split("/"))
+
+
+def score_corpus(index_path: str) -> Corpus:
+    """Every run of the index priced, with the aggregates and the held-out-source errors."""
+    runs = read_index(index_path)
+    priced = {run.id: price(spec_path(index_path, run)) for run in runs}
+
+    def predict(run: Run) -> float:
+        return priced[run.id].step_s
+
+    scored = score(runs, predict)
+    return Corpus(
+        scored=scored,
+        layouts=tuple(priced[run.id].layout for run in runs),
+        aggregates=aggregates(scored),
+        # Nothing in the current model is refitted per fold: every fold prices with `predict`.
+        held_out=held_out_errors(runs, lambda fit: predict),
+    )

@@ -1,0 +1,110 @@
+"""Print planc's step time against the published-runs corpus (validation/runs.json) as Markdown.
+
+    python scripts/validation_table.py                           # the table on stdout
+    python scripts/validation_table.py -o docs/validation.md     # write it
+    python scripts/validation_table.py --check docs/validation.md  # exit 1 when it is stale
+
+One row per run (its planc layout, the measured and predicted seconds per step, the signed error
+predicted/measured − 1, the role), then mean |error| and the worst error by role, by GPU
+generation, category and source (validation runs only) and leave-one-source-out. Fixed
+formatting, so the same model gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from planc.perf.validation import Aggregate
+from planc.scoring import Corpus, score_corpus
+
+ROOT = Path(__file__).resolve().parent.parent
+INDEX = ROOT / "validation" / "runs.json"
+
+HEADER = """\
+# Step time on published runs
+
+Written by `python scripts/validation_table.py -o docs/validation.md`; the tests fail when it is
+stale (`--check`). Each row is a published training run (`validation/runs.json`, the specs in
+`validation/runs/`, sources in the index and `validation/README.md`) priced by planc's step model
+(`planc explain`'s estimate). The error is predicted/measured − 1: positive when planc is too slow.
+`fit` runs may inform a parameter of the model; `validation` runs must not. Layout: t tensor, p
+pipeline, v virtual stages, d data, c context, ep and etp expert and expert-tensor parallel, b
+micro-batch, B global batch, s sequence, rc recompute, sp sequence parallel, tp-overlap, z ZeRO
+stage (or fsdp2).
+"""
+
+
+def percent(value: float) -> str:
+    """A signed percentage with one decimal, e.g. +3.1 %."""
+    return f"{value * 100:+.1f} %"
+
+
+def run_rows(corpus: Corpus) -> list[str]:
+    rows = [
+        "| run | gpu | layout | measured s | predicted s | error | role |",
+        "|---|---|---|---:|---:|---:|---|",
+    ]
+    for scored, layout in zip(corpus.scored, corpus.layouts, strict=True):
+        run = scored.run
+        rows.append(
+            f"| {run.id} | {run.gpu} | {layout} | {run.measured_s:.3f} | "
+            f"{scored.predicted_s:.3f} | {percent(scored.error)} | {run.role} |"
+        )
+    return rows
+
+
+def aggregate_rows(aggregates: tuple[Aggregate, ...]) -> list[str]:
+    rows = [
+        "| by | group | runs | mean abs error | worst error | worst run |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for a in aggregates:
+        mean = f"{a.mean_abs_error * 100:.1f} %"
+        rows.append(
+            f"| {a.axis} | {a.group} | {a.runs} | {mean} | {percent(a.worst_error)} | {a.worst_id} |"
+        )
+    return rows
+
+
+def table(corpus: Corpus) -> str:
+    """The whole Markdown page."""
+    parts = [
+        HEADER,
+        "## Runs\n",
+        "\n".join(run_rows(corpus)) + "\n",
+        "## Aggregates\n",
+        "Role over every run; generation, category and source over the validation runs only.\n",
+        "\n".join(aggregate_rows(corpus.aggregates)) + "\n",
+        "## Leave one source out\n",
+        "Each source group's runs (fit runs included) scored by the model fitted on the fit runs "
+        "of the other groups. Nothing in the current model is refitted per fold, so these are "
+        "each group's plain errors until a fit reads the fit set.\n",
+        "\n".join(aggregate_rows(corpus.held_out)) + "\n",
+    ]
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--index", default=str(INDEX), help="the corpus index (runs.json)")
+    parser.add_argument("-o", "--output", help="write the table to this file")
+    parser.add_argument("--check", metavar="FILE", help="exit 1 when FILE is not the current table")
+    args = parser.parse_args(argv)
+    text = table(score_corpus(args.index))
+    if args.check:
+        current = Path(args.check).read_text(encoding="utf-8")
+        if current != text:
+            print(f"{args.check} is stale: run python scripts/validation_table.py -o {args.check}")
+            return 1
+        return 0
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
