@@ -133,6 +133,12 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
     args.append("--attention-backend " + ("flash" if tr.attention == "flash" else "unfused"))
     if tr.overlap_tp:
         args.append("--tp-comm-overlap")
+    if tr.overlap_grad_reduce and lay.d * lay.c > 1:
+        args.append("--overlap-grad-reduce")
+        # validate_args: --overlap-param-gather needs the distributed optimizer and
+        # --overlap-grad-reduce (Megatron-LM megatron/training/arguments.py).
+        if tr.overlap_param_gather and lay.zero in (1, 2):
+            args.append("--overlap-param-gather")
     if lay.t > 1 or lay.c > 1:
         notes.append(
             "with tensor or context parallelism on GPUs before Blackwell, Megatron's "
@@ -234,7 +240,7 @@ def deepspeed_config(plan: Plan) -> tuple[dict[str, Any], list[str]]:
     zero: dict[str, Any] = {
         "stage": lay.zero,
         "contiguous_gradients": True,
-        "overlap_comm": True,
+        "overlap_comm": tr.overlap_grad_reduce,
         "reduce_bucket_size": bucket,
         "allgather_bucket_size": bucket,
     }

@@ -60,8 +60,10 @@ from planc.perf.ops import (
     expert_down,
     expert_up,
     mla_up_projections,
+    mlp_down,
     mlp_up,
     op_shape,
+    output_projection,
     qkv_projection,
 )
 from planc.perf.step import StageInputs, StepInputs
@@ -279,14 +281,23 @@ def tp_per_layer(
     output with SP (all-reduces the output without); in backward the output's gradient is
     gathered before the block (exposed) and the input's gradient reduced while the block's
     column-parallel weight gradient runs (hidden behind it, as Megatron overlaps them). Latent
-    attention moves its latents at the input instead of h (`latent_parts`)."""
+    attention moves its latents at the input instead of h (`latent_parts`).
+
+    With `training.overlap_tp` and SP (Megatron `--tp-comm-overlap`, Transformer Engine's
+    userbuffers): the input all-gather is split into t chunks pipelined with the column GEMM
+    (QKV, fc1) and the output reduce-scatter with the row GEMM (projection, fc2); in backward the
+    output gradient's all-gather with the row GEMM's data gradient. A pipelined pair hides at
+    most (t − 1)/t of the collective behind the GEMM (the first chunk's gather, or the last
+    chunk's reduction, has nothing to run beside): `pipelined_exposed_s`. What hides slows the
+    GEMM by the link's processor_usage (the step's tp_processor_usage)."""
     tp = [op for op in ops if op.stage == stage and op.group == "tp" and op.calls]
     if not tp:
         return TpPerLayer(0.0, 0.0, 0.0, 0.0)
     link = str(tp[0].link)
+    t = job.layout.t
 
     def call(collective: str, size: int) -> float:
-        return comm_time_s(job, eff, collective, job.layout.t, size, link)
+        return comm_time_s(job, eff, collective, t, size, link)
 
     shape, device = layer_shape(job), device_of(job)
     hidden = activation_message_bytes(job)
@@ -294,29 +305,64 @@ def tp_per_layer(
     inputs = latents or [hidden]  # what the attention block moves at its input
     mlp = _tp_mlp(job, moe_layer)
     attention_columns = mla_up_projections(shape) if latents else (qkv_projection(shape),)
-    blocks: list[tuple[list[int], tuple[OpCost, ...]]] = [(inputs, attention_columns)]
+    blocks: list[tuple[list[int], tuple[OpCost, ...], OpCost]] = [
+        (inputs, attention_columns, output_projection(shape))
+    ]
     if mlp is not None:
-        blocks.append(([hidden], (mlp_up(mlp),)))
+        blocks.append(([hidden], (mlp_up(mlp),), mlp_down(mlp)))
+    pipelined = job.training.overlap_tp and job.layout.sp
     forward = exposed = overlapped = 0.0
-    for sizes, columns in blocks:
+    for sizes, columns, row in blocks:
         wgrad = sum(
             work_time_s(cost, cost.backward_weight, device, eff, True, _weight_gemm(cost))
             for cost in columns
         )
         if job.layout.sp:
             gather = sum(call("all_gather", size) for size in sizes)
-            forward += gather + call("reduce_scatter", hidden)
+            scatter = call("reduce_scatter", hidden)
+            grad_gather = call("all_gather", hidden)
             hide = sum(call("reduce_scatter", size) for size in sizes)
-            exposed += call("all_gather", hidden)
+            if pipelined:
+                column_f = sum(work_time_s(c, c.forward, device, eff) for c in columns)
+                row_f = work_time_s(row, row.forward, device, eff)
+                row_d = work_time_s(row, row.backward_data, device, eff, True, _data_gemm(row))
+                shown = (
+                    pipelined_exposed_s(gather, column_f, t),
+                    pipelined_exposed_s(scatter, row_f, t),
+                    pipelined_exposed_s(grad_gather, row_d, t),
+                )
+                forward += shown[0] + shown[1]
+                exposed += shown[2]
+                overlapped += gather + scatter + grad_gather - sum(shown)
+            else:
+                forward += gather + scatter
+                exposed += grad_gather
         else:
             forward += call("all_reduce", hidden)
             hide = sum(call("all_reduce", size) for size in sizes)
         exposed += max(0.0, hide - wgrad)
         overlapped += min(hide, wgrad)
     redo = forward if job.training.recompute == "full" else 0.0
-    if job.training.overlap_tp:
+    if job.training.overlap_tp and not job.layout.sp:
+        # Without SP Megatron has no userbuffers overlap (validate_args requires SP for
+        # --tp-comm-overlap); planc keeps its older reading of overlap_tp: all hidden.
         return TpPerLayer(0.0, 0.0, forward + exposed + overlapped + redo, 0.0)
     return TpPerLayer(forward, exposed, overlapped, redo)
+
+
+def pipelined_exposed_s(collective_s: float, gemm_s: float, t: int) -> float:
+    """Seconds of a collective left exposed when it is split into t chunks pipelined with a GEMM
+    of `gemm_s` seconds (TE userbuffers' ring-exchange and pipelined overlaps): at least one
+    chunk, c/t, has no GEMM chunk beside it, and the rest hides behind (t − 1)/t of the GEMM:
+    max(c/t, c − g·(t − 1)/t)."""
+    if t <= 1:
+        return 0.0
+    return max(collective_s / t, collective_s - gemm_s * (t - 1) / t)
+
+
+def _data_gemm(cost: OpCost) -> GemmShape | None:
+    """The data-gradient matmul of `cost` (None for a vector op)."""
+    return cost.shape.data() if cost.shape is not None else None
 
 
 def _weight_gemm(cost: OpCost) -> GemmShape | None:
@@ -345,20 +391,46 @@ def cp_exposed_per_microbatch(
     return layers * exposed
 
 
+@record
+class DataParallelTimes:
+    """A stage's data-parallel communication in one step, in seconds, as the step composes it."""
+
+    buckets: tuple[float, ...]  # gradient buckets overlapping the last backward, in order
+    after_step: float  # exposed after the optimizer step
+    overlapped: float  # hidden behind compute (slowing it by processor_usage)
+
+
 def _dp(
-    job: Plannable, eff: Efficiency, ops: Sequence[CommOp], stage: int
-) -> tuple[tuple[float, ...], float, float]:
-    """(buckets overlapping the last backward, after-step seconds, other overlapped seconds)."""
+    job: Plannable, eff: Efficiency, ops: Sequence[CommOp], stage: int, forward_s: float
+) -> DataParallelTimes:
+    """The stage's data-parallel communication, placed as the framework issues it.
+
+    * Gradient reduce-scatters (all-reduces without ZeRO) run in buckets as the last
+      micro-batch's backward produces them (Megatron DDP `--overlap-grad-reduce`, DeepSpeed
+      `overlap_comm`); with `training.overlap_grad_reduce` off they run as one block after the
+      backward, all exposed. ZeRO-2/3 and FSDP2 reduce every micro-batch's gradients: all but
+      the last micro-batch's hide behind the next micro-batch's compute.
+    * ZeRO-1/2's parameter all-gather follows the optimizer step. With
+      `training.overlap_param_gather` (Megatron `--overlap-param-gather`) bucket i + 1 is
+      gathered while the next step's first forward runs on bucket i: the first bucket is
+      exposed, the rest hide behind one micro-batch's forward (`forward_s`) and what does not
+      fit is exposed. ZeRO-3/FSDP2 gather before every forward and backward (hidden, prefetched).
+    * The tied embedding's all-reduce follows the optimizer step, exposed.
+    """
     m = job.m
     zero = sharding_stage(job)
+    tr = job.training
     buckets: list[float] = []
+    gathers: list[float] = []
     after = overlapped = 0.0
     for op in ops:
         if op.stage != stage or op.group not in DP_GROUPS or not op.calls:
             continue
         one = _call_s(job, eff, op)
-        if op.group == "embedding" or (op.op == "all_gather" and zero <= 2):
+        if op.group == "embedding":
             after += one * op.calls
+        elif op.op == "all_gather" and zero <= 2:
+            gathers += [one] * op.calls
         elif op.op == "all_gather":  # ZeRO-3/FSDP2: gathered before every forward and backward
             overlapped += one * op.calls
         elif zero >= 2:  # reduce-scatter (and HSDP's replica all-reduce) after every micro-batch
@@ -367,7 +439,15 @@ def _dp(
             overlapped += one * (op.calls - per_mb)
         else:
             buckets += [one] * op.calls
-    return tuple(buckets), after, overlapped
+    if gathers and tr.overlap_param_gather and tr.overlap_grad_reduce:
+        hidden = min(sum(gathers[1:]), forward_s)
+        after += sum(gathers) - hidden
+        overlapped += hidden
+    else:
+        after += sum(gathers)
+    if buckets and not tr.overlap_grad_reduce:
+        buckets = [sum(buckets)]  # one block after the backward: the last bucket is exposed
+    return DataParallelTimes(tuple(buckets), after, overlapped)
 
 
 def build_inputs(
@@ -407,7 +487,7 @@ def build_inputs(
         )
         tp = tp_per_layer(job, eff, ops, r)
         tp_moe = tp_per_layer(job, eff, ops, r, moe_layer=True)
-        buckets, after, dp_overlapped = _dp(job, eff, ops, r)
+        dp = _dp(job, eff, ops, r, sum(t.forward_s for t in times))
         pairs = tuple(zip(split, routed, strict=True))
         stages.append(
             StageInputs(
@@ -419,8 +499,8 @@ def build_inputs(
                     + e * (tp_moe.backward_exposed_s + tp_moe.recompute_s)
                     for n, e in pairs
                 ),
-                dp_buckets_s=buckets,
-                after_step_s=after + offload_transfer_s(job, params[r]),
+                dp_buckets_s=dp.buckets,
+                after_step_s=dp.after_step + offload_transfer_s(job, params[r]),
                 optimizer_s=optimizer_time_s(
                     dense[r] / shard + experts[r] / expert_shard,
                     device,
@@ -432,7 +512,7 @@ def build_inputs(
                     for n, e in pairs
                 ),
                 cp_exposed_s=cp_exposed_per_microbatch(job, eff, ops, r, layers),
-                dp_overlapped_s=dp_overlapped / m,
+                dp_overlapped_s=dp.overlapped / m,
                 ep_forward_s=tuple(e * exchange.forward_s for e in routed),
                 ep_backward_s=tuple(e * exchange.backward_s for e in routed),
             )
@@ -519,13 +599,19 @@ def stage_times(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
 
 
 def after_step_s(
-    job: Plannable, eff: Efficiency, ops: Sequence[CommOp], params_by_stage: Sequence[int]
+    job: Plannable,
+    eff: Efficiency,
+    ops: Sequence[CommOp],
+    params_by_stage: Sequence[int],
+    times: Sequence[StageTimes],
 ) -> tuple[float, ...]:
-    """Per stage, the communication that always follows the optimizer step (ZeRO-1/2 parameter
-    all-gather, tied-embedding all-reduce) and the offload copies: exposed whatever the
-    overlap, so a lower bound on what the step adds after the pipeline."""
+    """Per stage, the communication that always follows the optimizer step (what of the ZeRO-1/2
+    parameter all-gather its overlap leaves exposed, the tied-embedding all-reduce) and the
+    offload copies: exposed whatever else overlaps, so a lower bound on what the step adds after
+    the pipeline. `times` are the stages' compute times (`Analysis.times`)."""
     return tuple(
-        _dp(job, eff, ops, r)[1] + offload_transfer_s(job, params_by_stage[r])
+        _dp(job, eff, ops, r, times[r].forward_s).after_step
+        + offload_transfer_s(job, params_by_stage[r])
         for r in range(job.layout.p)
     )
 

@@ -250,7 +250,9 @@ def step_lower_bound(analysis: Analysis) -> float:
     busiest = max(range(len(per_stage)), key=lambda r: (per_stage[r], r))
     fill = sum(per_stage[:busiest]) / plan.layout.v
     params = [share.total for share in analysis.parameters]
-    after = max(after_step_s(plan, analysis.efficiency, analysis.ops, params), default=0.0)
+    after = max(
+        after_step_s(plan, analysis.efficiency, analysis.ops, params, analysis.times), default=0.0
+    )
     return plan.m * per_stage[busiest] + fill + after
 
 

@@ -255,6 +255,8 @@ class Training:
     attention: AttentionKind
     efficiency: float | None = None  # a flat GEMM efficiency; None: the per-operation curve
     overlap_tp: bool = False
+    overlap_grad_reduce: bool = True  # DP reduction in buckets during the last backward
+    overlap_param_gather: bool = True  # ZeRO-1/2 parameter all-gather behind the next forward
     kernels: Kernels = "fused"  # fused (Megatron-Core + TE/Apex) | unfused (plain PyTorch on CUDA)
     framework: Framework = "megatron"  # megatron | deepspeed | fsdp2
     reshard_after_forward: bool = True  # FSDP2
@@ -631,6 +633,8 @@ def _training(spec: Data) -> Training:
         attention=tr["attention"],
         efficiency=None if tr["efficiency"] is None else float(tr["efficiency"]),
         overlap_tp=tr["overlap_tp"],
+        overlap_grad_reduce=tr.get("overlap_grad_reduce", True),
+        overlap_param_gather=tr.get("overlap_param_gather", True),
         kernels=tr.get("kernels", "fused"),
         framework=tr.get("framework", "megatron"),
         reshard_after_forward=tr.get("reshard_after_forward", True),

@@ -546,6 +546,20 @@ class TrainingSpec(Frozen):
         description="Tensor-parallel communication overlaps compute (TP comm overlap); off, it "
         "is added to the step time.",
     )
+    overlap_grad_reduce: StrictBool = Field(
+        True,
+        description="Gradient reduction runs in buckets while the last micro-batch's backward "
+        "produces them (Megatron --overlap-grad-reduce, DeepSpeed overlap_comm; planc emits "
+        "both, as NVIDIA's recipes do; Megatron-LM's own default is off); off, it runs after "
+        "the backward, exposed.",
+    )
+    overlap_param_gather: StrictBool = Field(
+        True,
+        description="ZeRO-1/2's parameter all-gather after the optimizer step hides behind the "
+        "next step's first forward, bucket by bucket (Megatron --overlap-param-gather, with "
+        "overlap_grad_reduce; NVIDIA's recipes turn it on, Megatron-LM's default is off); "
+        "off, it is exposed after the optimizer step.",
+    )
     kernels: Kernels = Field(
         "fused",
         description="fused: Megatron-Core with Transformer Engine/Apex kernels (fused norms, "
