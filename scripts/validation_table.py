@@ -1,7 +1,7 @@
 """Print planc's step time against the published-runs corpus (validation/runs.json) as Markdown.
 
     python scripts/validation_table.py                           # the table on stdout
-    python scripts/validation_table.py -o docs/validation.md     # write it
+    python scripts/validation_table.py -o docs/validation.md     # write it (and accuracy.json)
     python scripts/validation_table.py --check docs/validation.md  # exit 1 when it is stale
 
 One row per run (its planc layout, the measured and predicted seconds per step, the signed error
@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from planc.perf.validation import Aggregate
+from planc.presets.accuracy import ACCURACY, accuracy_json
 from planc.scoring import Corpus, score_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,21 +87,36 @@ def table(corpus: Corpus) -> str:
     return "\n".join(parts)
 
 
+def accuracy(corpus: Corpus) -> str:
+    """accuracy.json: the validation runs' error per GPU generation (the aggregates' rows)."""
+    rows = {
+        a.group: (a.runs, a.mean_abs_error, a.worst_error)
+        for a in corpus.aggregates
+        if a.axis == "generation"
+    }
+    return accuracy_json(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--index", default=str(INDEX), help="the corpus index (runs.json)")
     parser.add_argument("-o", "--output", help="write the table to this file")
     parser.add_argument("--check", metavar="FILE", help="exit 1 when FILE is not the current table")
     args = parser.parse_args(argv)
-    text = table(score_corpus(args.index))
+    corpus = score_corpus(args.index)
+    text, bars = table(corpus), accuracy(corpus)
     if args.check:
         current = Path(args.check).read_text(encoding="utf-8")
-        if current != text:
-            print(f"{args.check} is stale: run python scripts/validation_table.py -o {args.check}")
+        if current != text or Path(ACCURACY).read_text(encoding="utf-8") != bars:
+            print(
+                f"{args.check} or {ACCURACY} is stale: run "
+                f"python scripts/validation_table.py -o {args.check}"
+            )
             return 1
         return 0
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
+        Path(ACCURACY).write_text(bars, encoding="utf-8")
     else:
         sys.stdout.write(text)
     return 0

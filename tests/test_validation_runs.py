@@ -265,3 +265,37 @@ def test_a_spec_planc_refuses_is_an_error_naming_the_rule(tmp_path: Path) -> Non
     (tmp_path / "runs.json").write_text(json.dumps([_entry()]))
     with pytest.raises(CorpusError, match=r"a\.yaml: refused by PLC004"):
         score_corpus(str(tmp_path / "runs.json"))
+
+
+def test_explain_quotes_the_validation_error_of_the_gpus_generation() -> None:
+    # The error bar is the validation runs' aggregate for the GPU's generation, as
+    # docs/validation.md's table states it, not a number of its own.
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from planc.cli.main import main
+    from planc.presets.accuracy import ACCURACY
+
+    table = _json.loads(Path(ACCURACY).read_text(encoding="utf-8"))["generations"]["hopper"]
+    spec = Path(__file__).parent.parent / "examples" / "llama3-70b-8x8.yaml"
+    text = CliRunner().invoke(main, ["explain", str(spec)]).output
+    mean = f"±{table['mean_abs_error'] * 100:.1f} % mean"
+    assert (
+        f"{mean}, worst {table['worst_error'] * 100:+.1f} %, on {table['runs']} validated hopper runs"
+        in text
+    )
+    out = CliRunner().invoke(main, ["explain", str(spec), "--format", "json"]).output
+    bar = _json.loads(out)["step"]["model_error"]
+    assert bar == {
+        "generation": "hopper",
+        "validated_runs": table["runs"],
+        "mean_abs_error": table["mean_abs_error"],
+        "worst_error": table["worst_error"],
+    }
+    runs = [
+        r
+        for r in read_index(str(INDEX))
+        if r.generation.value == "hopper" and r.role.value == "validation"
+    ]
+    assert len(runs) == table["runs"]

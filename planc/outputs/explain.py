@@ -13,6 +13,7 @@ from planc.comm.schedule import WireBudget, op_record
 from planc.outputs import escape
 from planc.outputs.memory import to_json as memory_json
 from planc.pipeline.registry import definition
+from planc.presets.accuracy import error_bar
 from planc.record import record
 from planc.spec.job import GB, GIB
 
@@ -75,7 +76,10 @@ def render_text(ex: Explanation) -> str:
             for tier in fabric
         )
         lines.append(f"  stage {wire.stage:>3}: {tiers}")
-    lines += ["", "communication ops (stage 0; time per step on the link, latency and efficiency included):"]
+    lines += [
+        "",
+        "communication ops (stage 0; time per step on the link, latency and efficiency included):",
+    ]
     for op in (o for o in an.ops if o.stage == 0):
         lines.append(
             f"  {op.group.value:<9} {op.op.value:<14} n={op.group_size:<5} {op.calls:>7} × {op.buffer_bytes / 2**20:10.2f} MiB "
@@ -87,6 +91,7 @@ def render_text(ex: Explanation) -> str:
         _bubble_words(ex) + _simulated_line(ex),
         f"estimated step time: {total:.2f} s ({escape.line(step.model)}; {job.cluster.gpu.bf16_tflops:g} "
         "TFLOPS peak)",
+        *_error_bar_line(job.cluster.gpu.name, job.cluster.calibration is not None),
         f"  compute:            {step.compute_s:8.2f} s ({step.compute_s / total:5.1%})  "
         f"incl. exposed TP {step.tp_comm_s:.3f} s",
         *_expert_line(ex),
@@ -169,5 +174,32 @@ def to_json(ex: Explanation) -> dict[str, Any]:
             "mfu": step.mfu,
             "model": step.model,
             "model_flops": step.model_flops,
+            "model_error": _error_bar_json(
+                job.cluster.gpu.name, job.cluster.calibration is not None
+            ),
         },
     }
+
+
+def _error_bar_json(gpu: str, calibrated: bool) -> dict[str, Any] | None:
+    """The error bar of `_error_bar_line` as data (None where there is none)."""
+    bar = None if calibrated else error_bar(gpu)
+    if bar is None:
+        return None
+    return {
+        "generation": bar.generation,
+        "validated_runs": bar.runs,
+        "mean_abs_error": bar.mean_abs_error,
+        "worst_error": bar.worst_error,
+    }
+
+
+def _error_bar_line(gpu: str, calibrated: bool) -> list[str]:
+    """The model's error on published runs of this GPU's generation (docs/validation.md); none
+    for a GPU without validated runs or a spec priced with its own calibration."""
+    bar = None if calibrated else error_bar(gpu)
+    if bar is None:
+        return []
+    return [
+        f"  model error on published runs it was not fitted to: {bar.words()} (docs/validation.md)"
+    ]

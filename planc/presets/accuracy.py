@@ -1,0 +1,79 @@
+"""How far planc's step time is from published runs it was not fitted on, as data.
+
+`planc/presets/accuracy.json` is written by `python scripts/validation_table.py -o
+docs/validation.md` from the validation runs of `validation/runs.json` (role `validation`
+only: the runs no parameter read), one entry per GPU generation: how many runs, the mean of
+|predicted/measured − 1| and the worst signed error. `planc explain`, the report and search
+show it beside the step time, so a user reads the estimate with the error the model has on
+runs like theirs; `planc calibrate` on their own runs is how to tighten it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from planc.record import record
+
+ACCURACY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "accuracy.json")
+
+# Each GPU preset's generation, as the corpus groups its runs (NVIDIA's architecture names); a
+# GPU with none (MI300X, a custom GPU) has no validated runs to quote.
+GENERATION_OF: Mapping[str, str] = {
+    "a100-40gb": "ampere",
+    "a100-80gb": "ampere",
+    "h100-sxm": "hopper",
+    "h800": "hopper",
+    "h200": "hopper",
+    "b200": "blackwell",
+    "gb200-nvl72": "blackwell",
+}
+
+
+@record
+class ErrorBar:
+    """The model's error on the validation runs of one GPU generation."""
+
+    generation: str
+    runs: int
+    mean_abs_error: float  # mean of |predicted/measured − 1|
+    worst_error: float  # the signed error of largest magnitude
+
+    def words(self) -> str:
+        """E.g. '±6.2 % mean, worst +15.1 %, on 18 validated hopper runs'."""
+        return (
+            f"±{self.mean_abs_error * 100:.1f} % mean, worst {self.worst_error * 100:+.1f} %, "
+            f"on {self.runs} validated {self.generation} runs"
+        )
+
+
+@cache
+def _table() -> Mapping[str, Any]:
+    with open(ACCURACY, encoding="utf-8") as handle:
+        data: dict[str, Any] = json.loads(handle.read())
+    return data
+
+
+def error_bar(gpu: str) -> ErrorBar | None:
+    """The error bar of GPU preset `gpu`'s generation (None: no validated runs)."""
+    generation = GENERATION_OF.get(gpu)
+    entry = _table().get("generations", {}).get(generation) if generation else None
+    if not entry:
+        return None
+    return ErrorBar(generation or "", entry["runs"], entry["mean_abs_error"], entry["worst_error"])
+
+
+def accuracy_json(by_generation: Mapping[str, tuple[int, float, float]]) -> str:
+    """The text of accuracy.json for (runs, mean |error|, worst error) per generation."""
+    data = {
+        "_about": "Written by scripts/validation_table.py from validation/runs.json (validation "
+        "runs only): planc's step-time error per GPU generation; read by planc.presets.accuracy.",
+        "generations": {
+            name: {"runs": runs, "mean_abs_error": round(mean, 4), "worst_error": round(worst, 4)}
+            for name, (runs, mean, worst) in sorted(by_generation.items())
+        },
+    }
+    return json.dumps(data, indent=2) + "\n"
