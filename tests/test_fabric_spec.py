@@ -24,9 +24,7 @@ def fabric_of(overlay: dict[str, Any], base: str = "llama3-70b-8x8.yaml") -> Fab
 
 
 def shape(fabric: Fabric) -> list[tuple[str, int, float, float, bool]]:
-    return [
-        (t.name, t.span, t.bandwidth_gbs, t.oversubscription, t.rail_aligned) for t in fabric
-    ]
+    return [(t.name, t.span, t.bandwidth_gbs, t.oversubscription, t.rail_aligned) for t in fabric]
 
 
 def test_a_spec_without_a_fabric_keeps_its_two_tiers() -> None:
@@ -103,8 +101,18 @@ def test_written_tiers_take_the_network_s_numbers_unless_they_give_their_own() -
     assert fabric.pxn
     leaf, spine = fabric.tier("leaf"), fabric.tier("spine")
     # inter_node of the example: 50 GB/s, 5 µs.
-    assert (leaf.span, leaf.bandwidth_gbs, leaf.latency_us, leaf.oversubscription) == (16, 50.0, 5.0, 1.0)
-    assert (spine.span, spine.bandwidth_gbs, spine.latency_us, spine.oversubscription) == (64, 25.0, 8.0, 2.0)
+    assert (leaf.span, leaf.bandwidth_gbs, leaf.latency_us, leaf.oversubscription) == (
+        16,
+        50.0,
+        5.0,
+        1.0,
+    )
+    assert (spine.span, spine.bandwidth_gbs, spine.latency_us, spine.oversubscription) == (
+        64,
+        25.0,
+        8.0,
+        2.0,
+    )
     assert (leaf.efficiency, spine.efficiency) == ("network", "network")
     assert (leaf.field, spine.field) == ("hardware.fabric[0]", "hardware.fabric[1]")
 
@@ -156,7 +164,9 @@ BAD = [
 
 
 @pytest.mark.parametrize(("tiers", "rule", "message"), BAD)
-def test_a_bad_fabric_is_a_located_finding(tiers: list[dict[str, Any]], rule: str, message: str) -> None:
+def test_a_bad_fabric_is_a_located_finding(
+    tiers: list[dict[str, Any]], rule: str, message: str
+) -> None:
     result = check_overlay({"hardware": {"fabric": tiers}}, "llama3-70b-8x8.yaml")
     found = [f for f in result.findings if f.rule == rule]
     assert any(message in f.message for f in found), [f.message for f in result.findings]

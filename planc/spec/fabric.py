@@ -27,7 +27,7 @@ or names a preset (`planc/presets/fabrics.json`); `planc.spec.job.spec_fabric` b
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from planc.record import record
 
@@ -92,3 +92,14 @@ class Fabric:
     def index(self, name: str) -> int:
         """The position of tier `name`, 0 innermost."""
         return self.names.index(name)
+
+
+@record
+class Topology:
+    """A Slurm topology file read (`planc.spec.topology`): its levels' tier names innermost
+    first, each node's group at every level (innermost first) and the nodes in file order."""
+
+    path: str
+    levels: tuple[str, ...]
+    places: Mapping[str, tuple[str, ...]]
+    order: tuple[str, ...]

@@ -13,7 +13,7 @@ from typing import Any, overload
 
 from planc.presets import fabric_preset, gpu_preset, model_preset
 from planc.record import record
-from planc.spec.fabric import Fabric, Tier
+from planc.spec.fabric import Fabric, Tier, Topology
 from planc.spec.rule_options import OPTIONS as RULE_OPTIONS
 from planc.vocab import (
     AttentionKind,
@@ -196,6 +196,9 @@ class Cluster:
     # hardware.calibration: the efficiency tables `planc calibrate` fitted, as read from the file
     # (plain JSON data; planc.presets.efficiency reads it). None: the GPU preset's entry.
     calibration: Mapping[str, Any] | None = None
+    # hardware.topology: the Slurm topology the hosts were placed on (planc.spec.topology),
+    # kept so that `compile --hosts` places its hosts the same way. None: no topology file.
+    topology: Topology | None = None
 
     @property
     def world(self) -> int:
@@ -678,6 +681,16 @@ def _cluster(spec: Data) -> Cluster | list[Problem]:
     host_memory_gb = hw.get("host_memory_gb") or raw.get("host_memory_gb") or 0.0
     domain = hw["nvlink_domain"] or raw.get("nvlink_domain") or gpus_per_node
     shape = (hw["nodes"], gpus_per_node, domain)
+    if hw.get("fabric") is not None and hw.get("topology") is not None:
+        return [
+            Problem(
+                "PLC110",
+                "hardware.topology",
+                "hardware.fabric and hardware.topology both describe the tiers: give one",
+                "keep hardware.topology for the scheduler's switches, or hardware.fabric for "
+                "bandwidths, oversubscription and rails",
+            )
+        ]
     fabric = spec_fabric(hw.get("fabric"), bool(hw.get("pxn", False)), intra, inter, shape)
     if isinstance(fabric, list):
         return fabric

@@ -463,6 +463,15 @@ class HardwareSpec(Frozen):
         "(planc/presets/fabrics.json). A group's tier is the first whose blocks hold it. "
         "Default: one tier, network, joining every node on hardware.inter_node.",
     )
+    topology: (
+        Annotated[StrictStr, Field(min_length=1, max_length=4096, pattern=ONE_LINE)] | None
+    ) = Field(
+        None,
+        description="A Slurm topology.conf or topology.yaml (tree or block), relative to the "
+        "spec: each level of switches or blocks becomes a tier above the NVLink domain, on "
+        "hardware.inter_node's link, and the hosts are placed in their order in it. Not with "
+        "hardware.fabric. Default: none.",
+    )
     pxn: StrictBool = Field(
         False,
         description="NCCL routes cross-rail traffic over NVLink first (PXN: to the GPU on the "
