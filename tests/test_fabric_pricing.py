@@ -206,3 +206,46 @@ def test_verify_reads_pxn_and_the_rails(rail_plan: dict[str, Any]) -> None:
     del plan["cluster"]["fabric"][1]["rail_aligned"]
     problems = list(traffic.links(read_plan(json.dumps(plan))))
     assert any("link spine, but its groups are on leaf" in p for p in problems)
+
+
+# --- explain and the report show the tiers and the groups on them -------------------------------
+
+
+def test_explain_lists_the_tiers_and_the_groups_on_each() -> None:
+    from planc.outputs.explain import explain, render_text, to_json
+    from planc.report.comm import link_table
+
+    # Llama 3 405B on Meta's pods: TP on NVLink, PP in the pod, DP through the 1:7 layer.
+    job = job_of(LLAMA3, "llama3-70b-8x8.yaml")
+    ex = explain(analyse(job))
+    lines = render_text(ex).splitlines()
+    start = lines.index(
+        "fabric (innermost first; each group kind runs on the first tier whose blocks hold it):"
+    )
+    rows = [line.split() for line in lines[start + 1 : start + 5]]
+    assert [(r[0], r[1]) for r in rows] == [
+        ("NVLink", "8"),
+        ("rack", "16"),
+        ("pod", "3,072"),
+        ("aggregation", "24,576"),
+    ]
+    # The ring bandwidth after oversubscription: 50 / 7 = 7.14 GB/s on the aggregation layer.
+    assert rows[3][-3:] == ["7.14", "1:7", "dp_cp"]
+    assert rows[2][-1] == "pp" and rows[0][-1] == "tp" and rows[1][-1] == "-"
+    fabric = to_json(ex)["fabric"]
+    assert [t["groups"] for t in fabric] == [["tp"], [], ["pp"], ["dp_cp"]]
+    assert fabric[3]["ring_bandwidth_gbs"] == pytest.approx(50 / 7)
+    table = link_table(analyse(job), 0)
+    assert "<th>a ring on it (B/k)</th><th>groups</th>" in table
+    assert "<td class='n'>7.14 GB/s</td><td>dp_cp</td>" in table
+
+
+def test_a_plain_two_tier_spec_shows_no_fabric_section() -> None:
+    from planc.outputs.explain import explain, render_text, to_json
+    from planc.report.comm import link_table
+
+    analysis = analyse(job_of(None, "llama3-70b-8x8.yaml"))
+    ex = explain(analysis)
+    assert "fabric (" not in render_text(ex)
+    assert "fabric" not in to_json(ex)
+    assert "groups</th>" not in link_table(analysis, 0)

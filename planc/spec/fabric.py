@@ -82,6 +82,16 @@ class Fabric:
     def outermost(self) -> Tier:
         return self.tiers[-1]
 
+    @property
+    def plain(self) -> bool:
+        """Two tiers, no rails, no oversubscription and no PXN: what a spec without
+        hardware.fabric or hardware.topology gives (outputs show no fabric section for it)."""
+        return (
+            len(self.tiers) == 2
+            and not self.pxn
+            and all(not t.rail_aligned and t.oversubscription == 1.0 for t in self.tiers)
+        )
+
     def tier(self, name: str) -> Tier:
         """The tier called `name`. Raises KeyError for a name the fabric does not have."""
         for tier in self.tiers:
