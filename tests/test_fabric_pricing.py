@@ -21,7 +21,7 @@ from planc.comm.schedule import link_class
 from planc.comm.tiers import Level, hierarchical_all_reduce_s, ring_all_reduce_s, ring_bandwidth_gbs
 from planc.compile.plan import plan_json
 from planc.perf.inputs import comm_time_s
-from planc.plannable import Plannable
+from planc.plannable import Plannable, plannable
 from planc.verify import traffic, verify_text
 from planc.verify.plandata import read_plan
 from planc.vocab import Axis
@@ -249,3 +249,27 @@ def test_a_plain_two_tier_spec_shows_no_fabric_section() -> None:
     assert "fabric (" not in render_text(ex)
     assert "fabric" not in to_json(ex)
     assert "groups</th>" not in link_table(analysis, 0)
+
+
+def test_the_llama3_example_s_data_parallel_buckets_cross_the_aggregation_layer() -> None:
+    # examples/llama3-405b-16384xh100.yaml: DP 128 (stride 128) across 5⅓ pods; a 256 MB
+    # gradient bucket's reduce-scatter sends 127/128 of it per rank. With the h100-sxm network
+    # entry (e = 0.9, α = 5 µs per step): 253,999,999.99… → 254,000,000 bytes /
+    # (50/7 · 0.9 GB/s) + 127 · 5 µs = 40.146 ms on the aggregation layer; at the pod rate
+    # 254,000,000 / 45 GB/s + 0.635 ms = 6.279 ms.
+    from planc.spec.load import load_path
+
+    from conftest import EXAMPLES
+
+    loaded = load_path(str(EXAMPLES / "llama3-405b-16384xh100.yaml"))
+    assert loaded.job is not None
+    plan = plannable(loaded.job)
+    assert not isinstance(plan, tuple)
+    eff = analyse(plan).efficiency
+    assert (eff.network.of("reduce_scatter"), eff.network.latency_us) == (0.9, 5.0)
+    bucket = 256_000_000
+    wire = math.ceil(127 * bucket / 128)
+    agg = comm_time_s(plan, eff, "reduce_scatter", 128, bucket, "aggregation")
+    pod = comm_time_s(plan, eff, "reduce_scatter", 128, bucket, "pod")
+    assert agg == pytest.approx(wire / (50 / 7 * 0.9 * GB) + 127 * 5e-6, rel=1e-12)
+    assert (round(agg * 1e3, 3), round(pod * 1e3, 3)) == (40.146, 6.279)

@@ -311,3 +311,21 @@ def test_files_that_are_not_topologies(tmp_path: Path) -> None:
     assert "is larger than 16,777,216 bytes" in message("big.conf")
     (tmp_path / "latin.conf").write_bytes(b"SwitchName=s\xe9 Nodes=a[0-7]\n")
     assert "is not UTF-8" in message("latin.conf")
+
+
+def test_the_shipped_slurm_example() -> None:
+    # examples/slurm/topology.conf: leaf1 over gpu-000..003, leaf2 over gpu-004..007, spine1
+    # over both: leaf blocks of 4 nodes (32 GPUs). t = 8, p = 4, d = 2 in order tp-cp-pp-dp:
+    # PP stride 8 spans 32 GPUs (a leaf), DP r and r + 32 cross the spine.
+    loaded = load_path(str(EXAMPLES / "slurm" / "llama3-70b-topology.yaml"))
+    assert loaded.findings == ()
+    assert loaded.job is not None
+    assert [(t.name, t.span) for t in loaded.job.cluster.fabric] == [
+        ("nvlink", 8),
+        ("leaf", 32),
+        ("spine", 64),
+    ]
+    assert tuple(loaded.job.cluster.hosts) == tuple(f"gpu-00{i}" for i in range(8))
+    plan = plannable(loaded.job)
+    assert not isinstance(plan, tuple)
+    assert (link_class(plan, (Axis.PP,)), link_class(plan, (Axis.DP,))) == ("leaf", "spine")
