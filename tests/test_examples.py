@@ -55,6 +55,7 @@ def _expected_exit(path: Path) -> int:
         "PLC028",
         "PLC040",
         "PLC041",
+        "PLC042",
     )
     return 2 if fatal else 0 if warning_only else 1
 

@@ -42,6 +42,7 @@ _ALL: tuple[Rule, ...] = (
     layout.schedule_on_framework,
     fabric.pipeline_inside_tier,
     fabric.data_parallel_on_rails,
+    fabric.oversubscription_exposed,
     inputs.unreadable,
     inputs.not_text,
     inputs.too_large,

@@ -13,15 +13,15 @@ import dataclasses
 from collections.abc import Iterator
 from itertools import permutations
 
-from planc.analysis import analyse, estimate_step
-from planc.comm.schedule import group_tier, rail_aligned, within_span
-from planc.comm.tiers import ring_bandwidth_gbs
+from planc.analysis import Analysis, analyse, estimate_step
+from planc.comm.schedule import CommOp, group_tier, rail_aligned, within_span
+from planc.comm.tiers import Level, hierarchical_all_reduce_s, ring_bandwidth_gbs
 from planc.findings import Severity
 from planc.plannable import Plannable, plannable
 from planc.rules.base import Context, Needs, Violation, rule
 from planc.spec.fabric import Tier
 from planc.spec.job import Job
-from planc.vocab import Axis
+from planc.vocab import Axis, Collective, GroupKind
 
 DENSE_AXES = ("tp", "cp", "dp", "pp")
 
@@ -190,3 +190,136 @@ def data_parallel_on_rails(ctx: Context) -> Iterator[Violation]:
 def _fits(plan: Plannable, span: int, axes: tuple[Axis, ...]) -> bool:
     """Every group over `axes` lies inside one block of `span` ranks."""
     return within_span(plan.world, span, plan.layout.degrees, plan.layout.strides, axes)
+
+
+# Below a hundredth of the step the oversubscription's cost is within what the efficiency tables
+# can tell apart (their bus-bandwidth efficiencies are given to two digits).
+MATERIAL_SHARE = 0.01
+
+
+def _full_bisection(plan: Plannable) -> Plannable:
+    """The plan on the same fabric with every tier at full bisection (k = 1)."""
+    fabric = plan.cluster.fabric
+    tiers = tuple(dataclasses.replace(t, oversubscription=1.0) for t in fabric.tiers)
+    cluster = dataclasses.replace(plan.cluster, fabric=dataclasses.replace(fabric, tiers=tiers))
+    return dataclasses.replace(plan, cluster=cluster)
+
+
+def _hierarchical_s(analysis: Analysis, ops: list[CommOp], tier: Tier) -> float | None:
+    """The seconds per step of `ops` (one group kind's collectives on `tier`) as hierarchical
+    collectives: a ring inside each block of the tier below, then a ring across the blocks on
+    the 1/n_in shard (`planc.comm.tiers.hierarchical_all_reduce_s`; a reduce-scatter or an
+    all-gather is half an all-reduce at every level, as for the flat ring). None when the
+    groups have fewer than two members in a block below (the flat ring is then the same) or
+    do not split evenly over the blocks."""
+    plan, eff = analysis.plan, analysis.efficiency
+    fabric = plan.cluster.fabric
+    below = fabric.tiers[fabric.index(tier.name) - 1]
+    lay = plan.layout
+    offsets = [
+        i * lay.strides[Axis.DP] + j * lay.strides[Axis.CP]
+        for i in range(lay.d)
+        for j in range(lay.c)
+    ]
+    inside = sum(1 for o in offsets if o < below.span)
+    n = len(offsets)
+    if inside < 2 or n % inside:
+        return None
+    entry = eff.link(tier.efficiency)
+    alpha = entry.latency_us * 1e-6
+    total = 0.0
+    for op in ops:
+        e = entry.of(str(op.op))
+        levels = (
+            Level(inside, ring_bandwidth_gbs(fabric, below.name) * e, alpha),
+            Level(n // inside, ring_bandwidth_gbs(fabric, tier.name) * e, alpha),
+        )
+        share = 1.0 if op.op is Collective.ALL_REDUCE else 0.5
+        total += op.calls * share * hierarchical_all_reduce_s(levels, op.buffer_bytes)
+    return total
+
+
+@rule("PLC042", Severity.WARNING, Needs.ANALYSIS)
+def oversubscription_exposed(ctx: Context) -> Iterator[Violation]:
+    """An oversubscribed tier costs no more than a hundredth of the step.
+
+    Under full load a tier oversubscribed k:1 gives each GPU B/k (Llama 3's aggregation layer
+    above its 3,072-GPU pods: 50/7 = 7.1 GB/s). A flat ring through it, what the plan assumes,
+    runs every byte at that rate; when the step planc estimates is longer by more than 1% than
+    the same plan at full bisection, the finding gives the cost, the data-parallel reduction's
+    time through the tier and what a hierarchical all-reduce (a ring inside each block below,
+    then across the blocks on the 1/n shard; Meta's topology-aware collectives, NCCL's tree and
+    CollNet) would take, and an order planc has placed and priced that brings the cost under
+    the threshold when there is one. Only oversubscribed tiers (hardware.fabric) can fire it.
+
+    Base: llama3-70b-8x8.yaml
+
+    Passes:
+        hardware: {nodes: 8, hosts: [], fabric: [{name: pod, nodes: 4}, {name: aggregation, oversubscription: 7}]}
+        parallelism: {tensor: 8, pipeline: 4, data: 2, order: tp-cp-dp-pp}
+        training: {global_batch: 64}
+
+    Fails:
+        hardware: {nodes: 8, hosts: [], fabric: [{name: pod, nodes: 4}, {name: aggregation, oversubscription: 7}]}
+        parallelism: {tensor: 8, pipeline: 4, data: 2, order: tp-cp-pp-dp}
+        training: {global_batch: 64}
+    """
+    analysis = ctx.analysis
+    if analysis is None:
+        return
+    plan = analysis.plan
+    fabric = plan.cluster.fabric
+    if all(t.oversubscription == 1.0 for t in fabric.tiers):
+        return
+    step = estimate_step(analysis).step_time_s
+    full = estimate_step(analyse(_full_bisection(plan))).step_time_s
+    if step - full <= MATERIAL_SHARE * step:
+        return
+    crossed = [t for t in fabric.tiers if t.oversubscription > 1.0]
+    tier = next((t for t in crossed if any(op.link == t.name for op in analysis.ops)), crossed[0])
+    dp = [
+        op
+        for op in analysis.ops
+        if op.stage == 0 and op.link == tier.name and op.group is GroupKind.DP_CP
+    ]
+    words = [
+        f"the 1:{tier.oversubscription:g} tier {_shown(tier, plan)} costs "
+        f"{step - full:.3f} s of the {step:.3f} s step ({(step - full) / step:.1%}; at full "
+        f"bisection {full:.3f} s)"
+    ]
+    if dp:
+        flat = sum(analysis.op_seconds[op] for op in dp)
+        words.append(f"the data-parallel reduction through it takes {flat:.3f} s as a flat ring")
+        hierarchical = _hierarchical_s(analysis, dp, tier)
+        if hierarchical is not None:
+            words.append(f"a hierarchical all-reduce would take {hierarchical:.3f} s")
+    fix = (
+        "keep the heavy groups inside the tier's blocks (parallelism.order), or run the "
+        "data-parallel reduction hierarchically (NCCL_ALGO=Tree or a topology-aware collective)"
+    )
+    if ctx.suggest:
+        found = _cheaper_order(ctx.job, plan, step)
+        if found is not None:
+            fix = f"use order: {'-'.join(found[1])} ({found[0]:.3f} s per step); or " + fix
+    yield Violation(
+        "parallelism.order",
+        "; ".join(words),
+        fix,
+        (tier.field, "parallelism.data"),
+    )
+
+
+def _cheaper_order(job: Job, plan: Plannable, step: float) -> tuple[float, tuple[str, ...]] | None:
+    """The fastest other order whose oversubscription cost is under the threshold and whose
+    step is shorter, keeping TP and CP where they are."""
+    best: tuple[float, tuple[str, ...]] | None = None
+    for order in _orders(job):
+        other = _ordered(job, order)
+        if other is None or not _no_worse(other, plan, (Axis.TP, Axis.CP)):
+            continue
+        seconds = estimate_step(analyse(other)).step_time_s
+        full = estimate_step(analyse(_full_bisection(other))).step_time_s
+        cheap = seconds < step and seconds - full <= MATERIAL_SHARE * seconds
+        if cheap and (best is None or seconds < best[0]):
+            best = (seconds, order)
+    return best
