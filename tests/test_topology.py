@@ -179,6 +179,10 @@ def test_compile_places_the_hosts_given_with_hosts(tmp_path: Path) -> None:
         ("leaf", 16),
         ("spine", 64),
     ]
+    # 8 nodes on leaves of 2: the job asks Slurm for 4 leaf switches.
+    sbatch = (out / "slurm" / "job.sbatch").read_text("utf-8")
+    assert "#SBATCH --switches=4\n" in sbatch
+    assert (out / "slurm" / "nodes").read_text("utf-8").split() == [f"gpu-00{i}" for i in range(8)]
 
 
 def test_compile_refuses_a_host_the_topology_does_not_list(tmp_path: Path) -> None:
