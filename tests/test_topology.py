@@ -333,3 +333,16 @@ def test_the_shipped_slurm_example() -> None:
     plan = plannable(loaded.job)
     assert not isinstance(plan, tuple)
     assert (link_class(plan, (Axis.PP,)), link_class(plan, (Axis.DP,))) == ("leaf", "spine")
+
+
+def test_search_prices_candidates_on_the_topology_s_tiers() -> None:
+    # Resolving the spec alone gives the two-tier default; the search's setup carries the
+    # fabric loading built from the file, so every candidate is placed on leaf and spine.
+    from planc.cli.search import Request, setup_of
+    from planc.search.evaluate import spec_job
+
+    path = EXAMPLES / "slurm" / "llama3-70b-topology.yaml"
+    setup = setup_of(load_path(str(path)), Request(str(path)))
+    assert spec_job(setup).cluster.fabric.names == ("nvlink", "leaf", "spine")
+    result = CliRunner().invoke(main, ["search", str(path), "--top", "1"])
+    assert result.exit_code == 0, result.output
