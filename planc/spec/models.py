@@ -318,7 +318,8 @@ class LinkSpec(Frozen):
     latency_us: Latency | None = Field(
         None,
         description="Latency per message in microseconds, 0 to 1,000,000,000 (about 17 "
-        "minutes; real links take 1 to 100 µs).",
+        "minutes; real links take 1 to 100 µs). Carried to plan.json; calls are priced with "
+        "the efficiency entry's measured latency per ring step (docs/fabric.md).",
     )
 
 
