@@ -4,8 +4,8 @@ preset, a spec model or a rule (its options, title or docstring).
     python scripts/regenerate.py          # rewrite the files
     python scripts/regenerate.py --check  # exit 1 and name the stale files (what CI's tests check)
 
-Writes `planc/presets/names.py` (the preset names, from the keys of `gpus.json` and
-`models.json`) and `planc/spec/rule_options.py` (the options the rules declare, from the rule
+Writes `planc/presets/names.py` (the preset names, from the keys of `gpus.json`,
+`models.json` and `fabrics.json`) and `planc/spec/rule_options.py` (the options the rules declare, from the rule
 registry), then `schemas/spec.schema.json` and its packaged copy `planc/spec/schema.json` (from
 the pydantic models in `planc/spec/models.py`, which offer those names as enums and the rule
 options as fields of `rules:` and `search:`), the packaged copy `planc/verify/plan.schema.json`
@@ -41,11 +41,13 @@ def names_module() -> str:
         return f"{name}: tuple[str, ...] = (\n" + "".join(f'    "{v}",\n' for v in values) + ")\n"
 
     return (
-        '"""Preset names, generated from gpus.json and models.json by scripts/regenerate.py: do not\n'
-        'edit; add a preset to the JSON file and run the script."""\n\n'
+        '"""Preset names, generated from gpus.json, models.json and fabrics.json by\n'
+        'scripts/regenerate.py: do not edit; add a preset to the JSON file and run the script."""\n\n'
         + block("GPU_NAMES", preset_names("gpus.json"))
         + "\n"
         + block("MODEL_NAMES", preset_names("models.json"))
+        + "\n"
+        + block("FABRIC_NAMES", preset_names("fabrics.json"))
     )
 
 

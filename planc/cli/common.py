@@ -102,4 +102,17 @@ def with_hosts(job: _Job, spec: str, hosts_file: str | None) -> _Job:
     if result.findings:
         click.echo(REPORTERS["text"]((result,), False), nl=False, err=True)
         sys.exit(max(exit_code((result,)), 1))
-    return dataclasses.replace(job, cluster=dataclasses.replace(job.cluster, hosts=names))
+    topology = job.cluster.topology
+    if topology is None:
+        return dataclasses.replace(job, cluster=dataclasses.replace(job.cluster, hosts=names))
+    from planc.spec.topology import TopologyError, placed_cluster
+
+    try:
+        # The hosts take their places on hardware.topology, as the spec's own would.
+        cluster, skipped = placed_cluster(job.cluster, topology, names)
+    except TopologyError as error:
+        click.echo(f"planc: error: --hosts {hosts_file}: {topology.path}: {error}", err=True)
+        sys.exit(2)
+    for level in skipped:
+        click.echo(f"{spec}: warning: hardware.topology: level {level}; it is not a tier", err=True)
+    return dataclasses.replace(job, cluster=cluster)

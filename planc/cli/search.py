@@ -60,7 +60,11 @@ def setup_of(loaded: Loaded, request: Request) -> Setup:
     # level): a dict, so that a worker process receives them.
     calibration = loaded.job.cluster.calibration
     tables = None if calibration is None else dict(calibration)
-    return Setup(loaded.spec, space, request.strict, tables)
+    # hardware.topology's tiers as loading placed the hosts on them (resolving the spec alone
+    # gives the two-tier default).
+    cluster = loaded.job.cluster
+    placed = cluster.fabric if cluster.topology is not None else None
+    return Setup(loaded.spec, space, request.strict, tables, placed)
 
 
 def _unusable(loaded: Loaded) -> str | None:

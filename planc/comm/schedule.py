@@ -126,14 +126,40 @@ def within_span(
     return world <= span or span % block == 0
 
 
+def rail_aligned(
+    world: int, per_node: int, sizes: Mapping[Axis, int], stride: Mapping[Axis, int], axes: tuple[Axis, ...]
+) -> bool:
+    """Every group over `axes` is rail-aligned: its members on different nodes share their
+    local GPU index (rank mod G, the NIC's rail; landscape §3.2).
+
+    Moving along an axis of stride σ changes the local index unless G divides σ; a group with
+    such an axis and members on two nodes has a pair on different nodes with different indices
+    (combine the step with a move to another node). So the groups are rail-aligned iff G
+    divides the stride of every axis they span, or each lies inside one node."""
+    present = [a for a in axes if sizes[a] > 1]
+    if all(stride[a] % per_node == 0 for a in present):
+        return True
+    return within_span(world, per_node, sizes, stride, axes)
+
+
+def _holds(job: Plannable, tier: Tier, inside: bool, aligned: bool) -> bool:
+    """Tier `tier` carries a group kind whose groups lie `inside` its blocks: a rail-aligned
+    tier only when the groups are rail-aligned or NCCL routes cross-rail over NVLink (PXN);
+    otherwise their traffic crosses rails through the tier above (the spine)."""
+    return inside and (aligned or not tier.rail_aligned or job.cluster.fabric.pxn)
+
+
 def _grid_tier(
     job: Plannable, sizes: Mapping[Axis, int], stride: Mapping[Axis, int], axes: tuple[Axis, ...]
 ) -> Tier:
-    """The first tier, innermost first, whose span holds every group over `axes` of a grid; the
-    outermost (which holds the world) when none does."""
+    """The first tier, innermost first, whose span holds every group over `axes` of a grid (and,
+    when the tier is rail-aligned, whose rails carry them: `rail_aligned`); the outermost
+    (which holds the world) when none does."""
     fabric = job.cluster.fabric
+    aligned = rail_aligned(job.world, job.cluster.gpus_per_node, sizes, stride, axes)
     for tier in fabric:
-        if within_span(job.world, tier.span, sizes, stride, axes):
+        inside = within_span(job.world, tier.span, sizes, stride, axes)
+        if _holds(job, tier, inside, aligned):
             return tier
     return fabric.outermost
 
@@ -418,15 +444,24 @@ def shard_link(job: Plannable) -> str:
     sizes, strides_ = lay.degrees, lay.strides
     fast, slow = sorted((Axis.CP, Axis.DP), key=lambda a: strides_[a])
     shard = lay.shard_group
+    per_node = job.cluster.gpus_per_node
     if sizes[fast] % shard == 0:
         block = strides_[fast] * shard
+        spanned = [strides_[fast]]
     elif shard % sizes[fast] == 0:
         block = strides_[slow] * (shard // sizes[fast])
+        spanned = [strides_[a] for a in (fast, slow) if sizes[a] > 1]
     else:
-        block = 0
+        block, spanned = 0, []
+    # Rail-aligned as `rail_aligned` decides it: G divides every stride the slices span, or
+    # each slice lies inside one node.
+    aligned = block > 0 and (
+        all(s % per_node == 0 for s in spanned) or job.world <= per_node or per_node % block == 0
+    )
     fabric = job.cluster.fabric
     for tier in fabric:
-        if job.world <= tier.span or (block > 0 and tier.span % block == 0):
+        inside = job.world <= tier.span or (block > 0 and tier.span % block == 0)
+        if _holds(job, tier, inside, aligned):
             return tier.name
     return fabric.outermost.name
 

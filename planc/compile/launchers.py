@@ -185,6 +185,7 @@ def _sbatch(plan: Plan) -> str:
             f"#SBATCH --ntasks-per-node={cl.gpus_per_node}",
             f"#SBATCH --gpus-per-node={cl.gpus_per_node}",
             "#SBATCH --nodelist=slurm/nodes",
+            *_switches(plan),
             "set -euo pipefail",
             'plan_dir="${SLURM_SUBMIT_DIR:-$PWD}"',
             'export SLURM_HOSTFILE="$plan_dir/slurm/hostfile"',
@@ -196,6 +197,24 @@ def _sbatch(plan: Plan) -> str:
             "",
         ]
     )
+
+
+def _switches(plan: Plan) -> list[str]:
+    """`#SBATCH --switches=N` on a fabric with a leaf tier below the world (hardware.fabric or
+    hardware.topology): N = ⌈nodes / nodes per leaf block⌉, the fewest leaf switches the hosts
+    fill (Slurm's topology/tree: "the maximum count of leaf switches desired for the job
+    allocation"). Nothing on the plain two tiers."""
+    cl = plan.job.cluster
+    fabric = cl.fabric
+    if fabric.plain or len(fabric) < 3 or fabric.tiers[1].span % cl.gpus_per_node:
+        return []
+    leaf = fabric.tiers[1]
+    per_leaf = leaf.span // cl.gpus_per_node
+    count = -(-cl.nodes // per_leaf)
+    return [
+        f"# {leaf.shown} blocks of {per_leaf} nodes: the hosts fill {count} of them.",
+        f"#SBATCH --switches={count}",
+    ]
 
 
 def slurm_files(plan: Plan) -> Files:

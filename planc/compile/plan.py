@@ -27,6 +27,7 @@ from planc.memory.params import RankParameters
 from planc.pipeline.registry import bubble_fraction, warmup
 from planc.plannable import LayerRange, Plannable
 from planc.record import record
+from planc.spec.fabric import Tier
 
 PLAN_FORMAT = "planc-plan"
 COORDS_FORMAT = "planc-coords"
@@ -302,17 +303,23 @@ def training_record(plan: Plan) -> dict[str, object]:
 def fabric_record(plan: Plan) -> list[dict[str, object]]:
     """The fabric's tiers, innermost first: what each op's `link` and each rank's wire bytes
     name, and what `planc verify` places the groups on."""
-    return [
-        {
-            "name": tier.name,
-            "span": tier.span,
-            "bandwidth_gbs": tier.bandwidth_gbs,
-            "latency_us": tier.latency_us,
-            "oversubscription": tier.oversubscription,
-            "efficiency": tier.efficiency,
-        }
-        for tier in plan.job.cluster.fabric
-    ]
+    return [_tier_record(tier) for tier in plan.job.cluster.fabric]
+
+
+def _tier_record(tier: Tier) -> dict[str, object]:
+    """One tier; `rail_aligned` only when true, so plans of fabrics without rails keep their
+    bytes."""
+    out: dict[str, object] = {
+        "name": tier.name,
+        "span": tier.span,
+        "bandwidth_gbs": tier.bandwidth_gbs,
+        "latency_us": tier.latency_us,
+        "oversubscription": tier.oversubscription,
+        "efficiency": tier.efficiency,
+    }
+    if tier.rail_aligned:
+        out["rail_aligned"] = True
+    return out
 
 
 def _cluster_record(plan: Plan) -> dict[str, object]:
@@ -323,6 +330,7 @@ def _cluster_record(plan: Plan) -> dict[str, object]:
         "gpus_per_node": cl.gpus_per_node,
         "nvlink_domain": cl.nvlink_domain,
         "fabric": fabric_record(plan),
+        **({"pxn": True} if cl.fabric.pxn else {}),
         "hosts": list(cl.hosts),
     }
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from planc.analysis import Analysis, StepEstimate, estimate_step
 from planc.comm.schedule import WireBudget, op_record
+from planc.comm.tiers import ring_bandwidth_gbs
 from planc.outputs import escape
 from planc.outputs.memory import to_json as memory_json
 from planc.pipeline.registry import definition
@@ -68,6 +69,7 @@ def render_text(ex: Explanation) -> str:
             f"optimizer {mem.optimizer / GIB:.2f}, activations {mem.activations / GIB:.2f}, "
             f"buffers {mem.buffers / GIB:.2f}, reserve {mem.reserve / GIB:.2f}"
         )
+    lines += _fabric_lines(an)
     lines += ["", "traffic per step per rank (GB = 10^9 bytes; sent, received):"]
     fabric = job.cluster.fabric
     for wire in an.wires:
@@ -104,6 +106,60 @@ def render_text(ex: Explanation) -> str:
         "(model FLOPs, no causal discount, no recompute)",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _groups_by_tier(an: Analysis) -> dict[str, list[str]]:
+    """The group kinds whose ops run on each tier, in the order the schedule lists them."""
+    out: dict[str, list[str]] = {tier.name: [] for tier in an.plan.cluster.fabric}
+    for op in an.ops:
+        if op.group.value not in out[op.link]:
+            out[op.link].append(op.group.value)
+    return out
+
+
+def _tier_json(an: Analysis) -> list[dict[str, Any]]:
+    """Each tier with its span, bandwidth, oversubscription, rails, the per-GPU bandwidth of a
+    flat ring whose outermost tier it is, and the group kinds that run on it."""
+    fabric = an.plan.cluster.fabric
+    groups = _groups_by_tier(an)
+    return [
+        {
+            "name": tier.name,
+            "span": tier.span,
+            "bandwidth_gbs": tier.bandwidth_gbs,
+            "oversubscription": tier.oversubscription,
+            "rail_aligned": tier.rail_aligned,
+            "ring_bandwidth_gbs": ring_bandwidth_gbs(fabric, tier.name),
+            "groups": groups[tier.name],
+        }
+        for tier in fabric
+    ]
+
+
+def _fabric_lines(an: Analysis) -> list[str]:
+    """The fabric's tiers and the groups on each, for a fabric other than the plain two tiers."""
+    fabric = an.plan.cluster.fabric
+    if fabric.plain:
+        return []
+    lines = [
+        "",
+        "fabric (innermost first; each group kind runs on the first tier whose blocks hold it"
+        + ("; PXN routes cross-rail over NVLink" if fabric.pxn else "")
+        + "):",
+    ]
+    for tier in _tier_json(an):
+        extra = []
+        if tier["oversubscription"] != 1.0:
+            extra.append(f"1:{tier['oversubscription']:g}")
+        if tier["rail_aligned"]:
+            extra.append("rail-aligned")
+        groups = ", ".join(tier["groups"]) or "-"
+        lines.append(
+            f"  {escape.line(fabric.tier(tier['name']).shown):<12} {tier['span']:>9,} GPUs  "
+            f"{tier['bandwidth_gbs']:8.2f} GB/s per GPU, a ring on it {tier['ring_bandwidth_gbs']:8.2f}  "
+            f"{' '.join(extra):<16} {groups}"
+        )
+    return lines
 
 
 def _expert_line(ex: Explanation) -> list[str]:
@@ -153,6 +209,7 @@ def to_json(ex: Explanation) -> dict[str, Any]:
             {**op_record(op, an.op_seconds[op]), "formula": op.formula} for op in an.ops
         ],
         "wire_bytes": [_wire_json(w) for w in an.wires],
+        **({} if job.cluster.fabric.plain else {"fabric": _tier_json(an)}),
         "bubble_fraction": step.bubble_fraction,
         "pipeline": {
             "makespan_s": step.pipeline.makespan_s,

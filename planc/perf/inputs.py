@@ -40,6 +40,7 @@ from planc.comm.schedule import (
     sharding_stage,
     token_count_bytes,
 )
+from planc.comm.tiers import ring_bandwidth_gbs
 from planc.dims import ExpertDims, rank_dims
 from planc.perf.compute import (
     Device,
@@ -141,14 +142,15 @@ def efficiency_of(job: Plannable) -> Efficiency:
 def comm_time_s(
     job: Plannable, eff: Efficiency, op: str, n: int, buffer_bytes: int, link: str
 ) -> float:
-    """One call on the fabric tier named `link`: steps·α + wire_bytes/(β·e), β the tier's
-    per-GPU bandwidth, α (per ring step) and e (per collective) of the efficiency entry the
-    tier names (nccl-tests PERFORMANCE.md bus bandwidth; `planc.presets.efficiency`).
-    Oversubscription is not priced yet: every tier built today has k = 1."""
+    """One call on the fabric tier named `link`: steps·α + wire_bytes/(β·e), β the bandwidth
+    of a flat ring whose outermost tier is `link` (min over the tiers it crosses of B/k,
+    `planc.comm.tiers.ring_bandwidth_gbs`), α (per ring step) and e (per collective) of the
+    efficiency entry the tier names (nccl-tests PERFORMANCE.md bus bandwidth;
+    `planc.presets.efficiency`). The entry's measured α wins over the tier's latency_us."""
     tier = job.cluster.fabric.tier(link)
     measured = eff.link(tier.efficiency)
     alpha = measured.latency_us * 1e-6
-    rate = tier.bandwidth_gbs * 1e9 * measured.of(op)
+    rate = ring_bandwidth_gbs(job.cluster.fabric, link) * 1e9 * measured.of(op)
     return ring_steps(op, n) * alpha + wire_bytes(op, n, buffer_bytes) / rate
 
 

@@ -1,4 +1,4 @@
-"""Presets (GPUs, models) as data with their sources, loaded on demand.
+"""Presets (GPUs, models, fabrics) as data with their sources, loaded on demand.
 
 The names are in the generated module `planc.presets.names`, so that the spec models can offer
 them as an enum (editor completion, JSON Schema) without reading the data files at import. A new
@@ -14,7 +14,7 @@ import os
 from functools import cache
 from typing import Any
 
-from planc.presets.names import GPU_NAMES, MODEL_NAMES
+from planc.presets.names import FABRIC_NAMES, GPU_NAMES, MODEL_NAMES
 
 
 @cache
@@ -36,6 +36,12 @@ def model_preset(name: str) -> dict[str, Any]:
     return dict(_load("models.json")[name])
 
 
+def fabric_preset(name: str) -> dict[str, Any]:
+    """The fabric preset `name` (the network tiers above the NVLink domain) as a plain mapping
+    (a copy), with its `source`."""
+    return dict(_load("fabrics.json")[name])
+
+
 def all_gpu_presets() -> dict[str, dict[str, Any]]:
     return {name: gpu_preset(name) for name in GPU_NAMES}
 
@@ -45,10 +51,12 @@ def all_model_presets() -> dict[str, dict[str, Any]]:
 
 
 __all__ = [
+    "FABRIC_NAMES",
     "GPU_NAMES",
     "MODEL_NAMES",
     "all_gpu_presets",
     "all_model_presets",
+    "fabric_preset",
     "gpu_preset",
     "model_preset",
 ]

@@ -1,5 +1,5 @@
-"""Preset names, generated from gpus.json and models.json by scripts/regenerate.py: do not
-edit; add a preset to the JSON file and run the script."""
+"""Preset names, generated from gpus.json, models.json and fabrics.json by
+scripts/regenerate.py: do not edit; add a preset to the JSON file and run the script."""
 
 GPU_NAMES: tuple[str, ...] = (
     "a100-40gb",
@@ -30,4 +30,11 @@ MODEL_NAMES: tuple[str, ...] = (
     "gpt-22b",
     "gpt-530b",
     "gpt-1t",
+)
+
+FABRIC_NAMES: tuple[str, ...] = (
+    "llama3-roce",
+    "dgx-superpod-h100",
+    "dgx-superpod-b200",
+    "gb200-nvl72-superpod",
 )

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from planc.analysis import Analysis, StepEstimate
 from planc.comm.schedule import CommOp
+from planc.comm.tiers import ring_bandwidth_gbs
 from planc.report import fmt
-from planc.report.svg import Html, group, join, markup, rect, svg, text
+from planc.report.svg import NOTHING, Html, group, join, markup, rect, svg, text
 
 WIDTH = 960
 LABEL_W = 380
@@ -75,29 +76,41 @@ def _shorten(phase: str, limit: int) -> str:
 
 
 def link_table(analysis: Analysis, stage: int) -> Html:
-    """Bytes sent and time per step on each tier of the fabric, for one rank of `stage`."""
+    """Bytes sent and time per step on each tier of the fabric, for one rank of `stage`; on a
+    fabric other than the plain two tiers, also the group kinds on each tier and the bandwidth
+    of a ring whose outermost tier it is (after oversubscription)."""
     plan = analysis.plan
+    fabric = plan.cluster.fabric
     rows = []
-    for tier in plan.cluster.fabric:
+    for tier in fabric:
         ops = [op for op in analysis.ops if op.stage == stage and op.link == tier.name]
         sent = sum(step_bytes(op) for op in ops)
         seconds = sum(analysis.op_seconds[op] for op in ops)
-        rows.append(
-            markup(
-                "<tr><td><span class='swatch link-{}'></span>{}</td>"
-                "<td class='n'>{}</td><td class='n'>{}</td>"
-                "<td class='n'>{}</td><td class='n'>{:g} GB/s</td></tr>",
-                tier.name,
-                tier.name,
-                len(ops),
-                fmt.gb(sent),
-                fmt.seconds(seconds),
-                tier.bandwidth_gbs,
-            )
+        row = markup(
+            "<td><span class='swatch link-{}'></span>{}</td>"
+            "<td class='n'>{}</td><td class='n'>{}</td>"
+            "<td class='n'>{}</td><td class='n'>{:g} GB/s</td>",
+            tier.name,
+            tier.name,
+            len(ops),
+            fmt.gb(sent),
+            fmt.seconds(seconds),
+            tier.bandwidth_gbs,
         )
+        if not fabric.plain:
+            kinds = ", ".join(dict.fromkeys(op.group.value for op in ops)) or "-"
+            row = markup(
+                "{}<td class='n'>{:.3g} GB/s</td><td>{}</td>",
+                row,
+                ring_bandwidth_gbs(fabric, tier.name),
+                kinds,
+            )
+        rows.append(markup("<tr>{}</tr>", row))
+    extra = NOTHING if fabric.plain else markup("<th>a ring on it (B/k)</th><th>groups</th>")
     return markup(
         "<table><thead><tr><th>link class</th><th>ops</th><th>sent per step</th>"
-        "<th>time per step (α-β)</th><th>bandwidth</th></tr></thead><tbody>{}</tbody></table>",
+        "<th>time per step (α-β)</th><th>bandwidth</th>{}</tr></thead><tbody>{}</tbody></table>",
+        extra,
         join(rows),
     )
 

@@ -28,6 +28,7 @@ from planc.record import record
 from planc.rules import REGISTRY, Rule
 from planc.rules.base import Context, Needs
 from planc.search.space import Space, Value, stage_split
+from planc.spec.fabric import Fabric
 from planc.spec.job import Job, NodeNames, resolve
 from planc.vocab import recompute_mode
 
@@ -89,12 +90,15 @@ class Setup:
     space, whether warnings reject a candidate too (`--strict`, as `planc check --strict`), and
     what loading read in beyond the spec: `hardware.calibration`'s tables (the JSON data of
     `Cluster.calibration`, None for the GPU preset's), so that every candidate is priced on the
-    calibrated model `planc explain` and `planc check` use."""
+    calibrated model `planc explain` and `planc check` use, and `hardware.topology`'s tiers."""
 
     spec: Mapping[str, Any]
     space: Space
     strict: bool = False
     calibration: Mapping[str, Any] | None = None
+    # hardware.topology's fabric as loading built it from the file and the hosts; None: the
+    # fabric the spec's own fields give.
+    fabric: Fabric | None = None
 
     @property
     def rejecting(self) -> int:
@@ -122,6 +126,8 @@ def spec_job(setup: Setup) -> Job:
     rules = dataclasses.replace(job.rules, options=MappingProxyType(dict(space.limits)))
     calibration = None if setup.calibration is None else MappingProxyType(dict(setup.calibration))
     cluster = dataclasses.replace(job.cluster, calibration=calibration)
+    if setup.fabric is not None:
+        cluster = dataclasses.replace(cluster, fabric=setup.fabric)
     return dataclasses.replace(job, rules=rules, cluster=cluster)
 
 

@@ -14,13 +14,20 @@ ring step and processor usage per collective) that prices a call on it. This is 
 axis is assigned one and must fit its size) and ASTRA-sim's per-dimension topology, decided
 per group rather than per axis.
 
-Today's specs give two tiers (`planc.spec.job.default_fabric`): `nvlink`, the NVLink domain
-with hardware.intra_node's link, and `network`, the world with hardware.inter_node's.
+A tier may be rail-aligned (a rail-optimised leaf: NIC i of every node on switch i, as in a
+DGX SuperPOD scalable unit): a group whose members on different nodes differ in local GPU index
+cannot stay on it, and takes the next tier (the spine), unless NCCL routes cross-rail traffic
+over NVLink first (PXN, `Fabric.pxn`).
+
+A spec without hardware.fabric gives two tiers (`planc.spec.job.default_fabric`): `nvlink`, the
+NVLink domain with hardware.intra_node's link, and `network`, the world with
+hardware.inter_node's. hardware.fabric lists the tiers above the NVLink domain, innermost first,
+or names a preset (`planc/presets/fabrics.json`); `planc.spec.job.spec_fabric` builds them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from planc.record import record
 
@@ -40,6 +47,7 @@ class Tier:
     oversubscription: float = 1.0  # k ≥ 1: bandwidth under full load is B/k (1: full bisection)
     label: str = ""
     field: str = ""
+    rail_aligned: bool = False  # its switches are rails: NIC i of every node on switch i
 
     @property
     def shown(self) -> str:
@@ -49,9 +57,12 @@ class Tier:
 
 @record
 class Fabric:
-    """The tiers, innermost first. The last one holds the whole world."""
+    """The tiers, innermost first. The last one holds the whole world. `pxn`: NCCL moves
+    cross-rail traffic over NVLink to the GPU on the destination's rail first (NCCL's PXN), so a
+    rail-aligned tier also carries groups that are not rail-aligned."""
 
     tiers: tuple[Tier, ...]
+    pxn: bool = False
 
     def __iter__(self) -> Iterator[Tier]:
         return iter(self.tiers)
@@ -71,6 +82,16 @@ class Fabric:
     def outermost(self) -> Tier:
         return self.tiers[-1]
 
+    @property
+    def plain(self) -> bool:
+        """Two tiers, no rails, no oversubscription and no PXN: what a spec without
+        hardware.fabric or hardware.topology gives (outputs show no fabric section for it)."""
+        return (
+            len(self.tiers) == 2
+            and not self.pxn
+            and all(not t.rail_aligned and t.oversubscription == 1.0 for t in self.tiers)
+        )
+
     def tier(self, name: str) -> Tier:
         """The tier called `name`. Raises KeyError for a name the fabric does not have."""
         for tier in self.tiers:
@@ -81,3 +102,14 @@ class Fabric:
     def index(self, name: str) -> int:
         """The position of tier `name`, 0 innermost."""
         return self.names.index(name)
+
+
+@record
+class Topology:
+    """A Slurm topology file read (`planc.spec.topology`): its levels' tier names innermost
+    first, each node's group at every level (innermost first) and the nodes in file order."""
+
+    path: str
+    levels: tuple[str, ...]
+    places: Mapping[str, tuple[str, ...]]
+    order: tuple[str, ...]

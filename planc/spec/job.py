@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, overload
 
-from planc.presets import gpu_preset, model_preset
+from planc.presets import fabric_preset, gpu_preset, model_preset
 from planc.record import record
-from planc.spec.fabric import Fabric, Tier
+from planc.spec.fabric import Fabric, Tier, Topology
 from planc.spec.rule_options import OPTIONS as RULE_OPTIONS
 from planc.vocab import (
     AttentionKind,
@@ -196,6 +196,9 @@ class Cluster:
     # hardware.calibration: the efficiency tables `planc calibrate` fitted, as read from the file
     # (plain JSON data; planc.presets.efficiency reads it). None: the GPU preset's entry.
     calibration: Mapping[str, Any] | None = None
+    # hardware.topology: the Slurm topology the hosts were placed on (planc.spec.topology),
+    # kept so that `compile --hosts` places its hosts the same way. None: no topology file.
+    topology: Topology | None = None
 
     @property
     def world(self) -> int:
@@ -463,6 +466,105 @@ def default_fabric(nvlink_domain: int, world: int, intra: LinkSpeed, inter: Link
     )
 
 
+def spec_fabric(
+    given: str | Sequence[Data] | None,
+    pxn: bool,
+    nvlink: LinkSpeed,
+    inter: LinkSpeed,
+    shape: tuple[int, int, int],
+) -> Fabric | list[Problem]:
+    """The fabric of hardware.fabric (a preset's name or the tiers above the NVLink domain,
+    innermost first) on `shape` = (nodes, GPUs per node, NVLink domain in GPUs): the NVLink
+    domain first, then each tier in turn up to the first whose block of `nodes` holds every
+    node, which joins the world. A tier's bandwidth and latency default to hardware.inter_node's
+    and it is priced by the `network` efficiency entry. None: `default_fabric`.
+
+    Each tier's block must be a whole number of the block below (nodes the leaf joins in a
+    spine block) unless it holds the world (16,384 GPUs under Llama 3's 1:7 aggregation layer
+    over pods of 3,072); the last tier listed must hold every node."""
+    nodes, per_node, domain = shape
+    world = nodes * per_node
+    if given is None:
+        return default_fabric(domain, world, nvlink, inter)
+    field = "hardware.fabric"
+    listed = fabric_preset(given)["tiers"] if isinstance(given, str) else given
+    inner = Tier(
+        name="nvlink",
+        span=domain,
+        bandwidth_gbs=nvlink.bandwidth_gbs,
+        latency_us=nvlink.latency_us,
+        efficiency="nvlink",
+        label="NVLink",
+        field="hardware.intra_node",
+    )
+    tiers, problems = [inner], []
+    for index, raw in enumerate(listed):
+        at = field if isinstance(given, str) else f"{field}[{index}]"
+        last = index == len(listed) - 1
+        span = world if raw.get("nodes") is None else raw["nodes"] * per_node
+        problem = _tier_problem(raw, at, (span, world, tiers[-1], last), {t.name for t in tiers})
+        if problem is not None:
+            problems.append(problem)
+            continue
+        tiers.append(
+            Tier(
+                name=raw["name"],
+                span=min(span, world),
+                bandwidth_gbs=float(raw.get("bandwidth_gbs") or inter.bandwidth_gbs),
+                latency_us=float(
+                    inter.latency_us if raw.get("latency_us") is None else raw["latency_us"]
+                ),
+                efficiency="network",
+                oversubscription=float(raw.get("oversubscription", 1.0)),
+                label=raw.get("label") or raw["name"],
+                field=at,
+                rail_aligned=bool(raw.get("rail_aligned", False)),
+            )
+        )
+        if span >= world:
+            break
+    if problems:
+        return problems
+    return Fabric(tuple(tiers), pxn=pxn)
+
+
+def _tier_problem(
+    raw: Data, at: str, where: tuple[int, int, Tier, bool], names: set[str]
+) -> Problem | None:
+    """Why tier `raw` (span in GPUs, the world, the tier below, whether it is listed last)
+    cannot follow the tier below, or None."""
+    span, world, below, last = where
+    name = raw["name"]
+    if name in names:
+        return Problem(
+            "PLC110", f"{at}.name", f"{at}: a second tier called {name}", "give each tier its own name"
+        )
+    if raw.get("nodes") is None and not last:
+        return Problem(
+            "PLC109",
+            f"{at}.nodes",
+            f"{at} ({name}) gives no nodes: only the last tier may leave it out (it joins every node)",
+            "give the nodes one block of the tier joins",
+        )
+    if span < world and last:
+        return Problem(
+            "PLC110",
+            f"{at}.nodes",
+            f"{at} ({name}), the last tier, joins {span:,} GPUs, fewer than the world of {world:,}: "
+            "no tier joins every node",
+            "leave out the last tier's nodes (it then joins every node), or add a tier above it",
+        )
+    if span < world and (span < below.span or span % below.span):
+        return Problem(
+            "PLC110",
+            f"{at}.nodes",
+            f"{at} ({name}) joins {span:,} GPUs, not a whole number of the {below.shown} "
+            f"tier's blocks of {below.span:,}",
+            f"make its nodes a multiple of {below.shown}'s block",
+        )
+    return None
+
+
 def _gpu(spec: Data) -> tuple[Gpu, dict[str, Any]] | list[Problem]:
     gpu = spec["hardware"]["gpu"]
     if isinstance(gpu, Mapping):
@@ -580,12 +682,26 @@ def _cluster(spec: Data) -> Cluster | list[Problem]:
     gpus_per_node = hw["gpus_per_node"] or raw.get("gpus_per_node") or 8
     host_memory_gb = hw.get("host_memory_gb") or raw.get("host_memory_gb") or 0.0
     domain = hw["nvlink_domain"] or raw.get("nvlink_domain") or gpus_per_node
+    shape = (hw["nodes"], gpus_per_node, domain)
+    if hw.get("fabric") is not None and hw.get("topology") is not None:
+        return [
+            Problem(
+                "PLC110",
+                "hardware.topology",
+                "hardware.fabric and hardware.topology both describe the tiers: give one",
+                "keep hardware.topology for the scheduler's switches, or hardware.fabric for "
+                "bandwidths, oversubscription and rails",
+            )
+        ]
+    fabric = spec_fabric(hw.get("fabric"), bool(hw.get("pxn", False)), intra, inter, shape)
+    if isinstance(fabric, list):
+        return fabric
     return Cluster(
         gpu=gpu,
         nodes=hw["nodes"],
         gpus_per_node=gpus_per_node,
         nvlink_domain=domain,
-        fabric=default_fabric(domain, hw["nodes"] * gpus_per_node, intra, inter),
+        fabric=fabric,
         hosts=hosts,
         reserve_bytes=round(hw["reserve_gib"] * GIB),
         host_memory_bytes=round(host_memory_gb * GB),

@@ -355,7 +355,55 @@ def load_text(
         resolved, problem = _calibrated(resolved, calibration, locator, base_dir)
         if problem is not None:
             return Loaded(path, (*findings, problem), locator, spec)
+    topology = spec["hardware"].get("topology")
+    if topology is not None:
+        given = spec["hardware"].get("hosts")
+        placed, notes = _placed(resolved, topology, bool(given), locator, base_dir)
+        findings += notes
+        if placed is None:
+            return Loaded(path, tuple(findings), locator, spec)
+        resolved = placed
     return Loaded(path, tuple(findings), locator, spec, resolved)
+
+
+def _placed(
+    job: Job, name: str, hosts_given: bool, locator: Locator, base_dir: str
+) -> tuple[Job | None, list[Finding]]:
+    """The job with its hosts placed on `hardware.topology` (a Slurm topology.conf or
+    topology.yaml, relative to the spec) and the tiers it makes (`planc.spec.topology`), and
+    the levels left out as warnings; None and a located finding when the file cannot be used."""
+    from planc.spec.topology import TopologyError, placed_cluster, read  # start-up: topology
+
+    at = locator.position(("hardware", "topology"))
+    field = "hardware.topology"
+    target = os.path.join(base_dir, name)
+    hosts = job.cluster.hosts if hosts_given else None
+    try:
+        cluster, skipped = placed_cluster(job.cluster, read(target), hosts)
+    except TopologyError as error:
+        where = f"{_cut(target, 200)}:{error.line}" if error.line else _cut(target, 200)
+        return None, [
+            _finding(
+                "PLC110",
+                at,
+                f"{field}: {where}: {error}",
+                "give the scheduler's topology.conf or topology.yaml (a tree or blocks) that "
+                "lists every host of the job",
+                field,
+            )
+        ]
+    notes = [
+        _finding(
+            "PLC110",
+            at,
+            f"{field}: level {level}; it is not a tier, and its groups are priced on the tier above",
+            "give the job the same number of hosts under every switch or block of that level",
+            field,
+            Severity.WARNING,
+        )
+        for level in skipped
+    ]
+    return dataclasses.replace(job, cluster=cluster), notes
 
 
 def _calibrated(

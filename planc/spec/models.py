@@ -21,7 +21,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticKnownError
 
-from planc.presets import GPU_NAMES, MODEL_NAMES
+from planc.presets import FABRIC_NAMES, GPU_NAMES, MODEL_NAMES
 from planc.spec.options import Option
 from planc.spec.rule_options import OPTIONS
 from planc.vocab import (
@@ -62,11 +62,13 @@ def _orders() -> tuple[str, ...]:
 
 
 if TYPE_CHECKING:
+    FabricName = str
     GpuName = str
     ModelName = str
     Order = str
     ScheduleName = str
 else:
+    FabricName = Literal[FABRIC_NAMES]
     GpuName = Literal[GPU_NAMES]
     ModelName = Literal[MODEL_NAMES]
     Order = Literal[_orders()]
@@ -316,7 +318,8 @@ class LinkSpec(Frozen):
     latency_us: Latency | None = Field(
         None,
         description="Latency per message in microseconds, 0 to 1,000,000,000 (about 17 "
-        "minutes; real links take 1 to 100 µs).",
+        "minutes; real links take 1 to 100 µs). Carried to plan.json; calls are priced with "
+        "the efficiency entry's measured latency per ring step (docs/fabric.md).",
     )
 
 
@@ -380,6 +383,53 @@ class GpuSpec(Frozen):
     )
 
 
+# A tier's name keys ops' links, wire budgets and plan.json: a lower-case word.
+TIER_NAME = r"^[a-z][a-z0-9_]{0,31}$"
+MAX_TIERS = 16
+Oversubscription = Annotated[float, _bounded(1.0, 1000.0)]
+
+
+class TierSpec(Frozen):
+    """One network tier above the NVLink domain: a leaf or top-of-rack switch, a spine, a core
+    or aggregation layer. Its blocks are `nodes` consecutive nodes of hardware.hosts."""
+
+    name: Annotated[StrictStr, Field(pattern=TIER_NAME)] = Field(
+        description="What ops, wire budgets and plan.json call the tier: a lower-case word "
+        "(letters, digits, _; up to 32), not nvlink (the NVLink domain is always the first tier)."
+    )
+    nodes: Annotated[StrictInt, Field(ge=1, le=MAX_NODES)] | None = Field(
+        None,
+        description="Nodes one block of the tier joins (a leaf's nodes, a scalable unit, a pod), "
+        "consecutive in host order; a multiple of the tier below. Required but on the last "
+        "tier, which joins the whole cluster; a tier whose block holds every node ends the list.",
+    )
+    bandwidth_gbs: Bandwidth | None = Field(
+        None,
+        description="Bandwidth per GPU per direction in GB/s through the tier at full bisection, "
+        "0.001 to 10,000,000. Default: hardware.inter_node's.",
+    )
+    latency_us: Latency | None = Field(
+        None,
+        description="Latency per message in microseconds, carried to plan.json; calls are priced "
+        "with the efficiency entry's measured latency per ring step. Default: hardware.inter_node's.",
+    )
+    oversubscription: Oversubscription = Field(
+        1.0,
+        description="k ≥ 1, downlinks per uplink into this tier (Llama 3's aggregation: 7): under "
+        "full load a group crossing its blocks' boundaries gets bandwidth_gbs/k. 1 to 1,000. "
+        "Default: 1 (full bisection).",
+    )
+    rail_aligned: StrictBool = Field(
+        False,
+        description="The tier's switches are rails (NIC i of every node on switch i, a "
+        "rail-optimised leaf): a group whose members on different nodes differ in local GPU "
+        "index cannot stay on it and takes the next tier, unless hardware.pxn. Default: false.",
+    )
+    label: (
+        Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=ONE_LINE)] | None
+    ) = Field(None, description="How reports show the tier. Default: its name.")
+
+
 class HardwareSpec(Frozen):
     """The cluster: GPU type, how many, and how they are wired."""
 
@@ -404,6 +454,30 @@ class HardwareSpec(Frozen):
         json_schema_extra={"default": []},
         description="Host names in node order, or a pattern such as 'gpu-{000..063}'. "
         "Default: node-0, node-1, ...",
+    )
+    fabric: (
+        FabricName | Annotated[list[TierSpec], Field(min_length=1, max_length=MAX_TIERS)] | None
+    ) = Field(
+        None,
+        description="The network tiers above the NVLink domain, innermost first (a rail leaf or "
+        "top-of-rack, a spine, a core or aggregation layer), or a fabric preset's name "
+        "(planc/presets/fabrics.json). A group's tier is the first whose blocks hold it. "
+        "Default: one tier, network, joining every node on hardware.inter_node.",
+    )
+    topology: (
+        Annotated[StrictStr, Field(min_length=1, max_length=4096, pattern=ONE_LINE)] | None
+    ) = Field(
+        None,
+        description="A Slurm topology.conf or topology.yaml (tree or block), relative to the "
+        "spec: each level of switches or blocks becomes a tier above the NVLink domain, on "
+        "hardware.inter_node's link, and the hosts are placed in their order in it. Not with "
+        "hardware.fabric. Default: none.",
+    )
+    pxn: StrictBool = Field(
+        False,
+        description="NCCL routes cross-rail traffic over NVLink first (PXN: to the GPU on the "
+        "destination's rail, then out its NIC), so a group that is not rail-aligned stays on "
+        "a rail-aligned tier. Default: false (it pays the next tier, the spine).",
     )
     host_memory_gb: Capacity | None = Field(
         None,
@@ -765,6 +839,7 @@ _SECTION_TITLES = {
     "SearchSpec": "Search",
     "OffloadSpec": "Offload",
     "MoESpec": "Mixture of experts",
+    "TierSpec": "Fabric tier",
 }
 _WORDS = {
     "gb": "GB",
@@ -791,6 +866,7 @@ _WORDS = {
 _BRANCH_TITLES = {
     ("HardwareSpec", "hosts"): ("Host names, in node order", "Host pattern such as gpu-{000..063}"),
     ("HardwareSpec", "gpu"): ("GPU preset", "Custom GPU"),
+    ("HardwareSpec", "fabric"): ("Fabric preset", "Fabric tiers"),
 }
 _MODEL_DIMENSIONS = ("layers", "hidden", "heads", "vocab")
 

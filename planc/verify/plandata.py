@@ -67,6 +67,9 @@ class PlanData:
     # for a dense plan.
     expert_order: tuple[str, ...] = ()
     expert_degrees: Mapping[str, int] = field(default_factory=dict)
+    # Per tier of cluster.fabric: its rails carry only rail-aligned groups (rail_aligned and
+    # no cluster.pxn). () for a plan that lists no rails.
+    rails_only: tuple[bool, ...] = ()
 
 
 def _need(data: Mapping[str, Any], key: str, where: str) -> Any:
@@ -130,6 +133,14 @@ def _tiers(cluster: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
     return tuple(
         (str(_need(tier, "name", "cluster.fabric[]")), int(_need(tier, "span", "cluster.fabric[]")))
         for tier in tiers
+    )
+
+
+def _rails_only(cluster: Mapping[str, Any]) -> tuple[bool, ...]:
+    """Each tier of cluster.fabric: rail_aligned and cluster.pxn not set."""
+    pxn = cluster.get("pxn") is True
+    return tuple(
+        tier.get("rail_aligned") is True and not pxn for tier in _need(cluster, "fabric", "cluster")
     )
 
 
@@ -262,6 +273,7 @@ def read_plan(text: str) -> PlanData:
             gpus_per_node=int(_need(cluster, "gpus_per_node", "cluster")),
             nvlink_domain=int(_need(cluster, "nvlink_domain", "cluster")),
             tiers=tiers,
+            rails_only=_rails_only(cluster),
             hosts=tuple(str(h) for h in _need(cluster, "hosts", "cluster")),
             stage_layers=tuple(_ranges(s) for s in _need(layout, "stage_layers", "layout")),
             model=_need(raw, "model", "plan.json"),

@@ -449,20 +449,34 @@ def ops(plan: PlanData) -> Found:
 
 def group_tiers(plan: PlanData) -> dict[str, str]:
     """Each group kind's tier: the first of cluster.fabric, innermost first, such that every
-    group of the kind has all its members in one block of the tier (rank // span), found on the
-    plan's own member lists; the outermost tier when none holds them. The embedding groups
+    group of the kind has all its members in one block of the tier (rank // span) and, on a
+    tier of rails only, is rail-aligned, found on the plan's own member lists; the outermost
+    tier when none holds them. The embedding groups
     take the pipeline groups' tier (the planner prices them on it)."""
     out = {}
     outermost = plan.tiers[-1][0]
+    rails = plan.rails_only or (False,) * len(plan.tiers)
     for kind, found in plan.groups.items():
         out[kind] = outermost
-        for name, span in plan.tiers:
+        aligned = _rail_aligned(found, plan.gpus_per_node)
+        for (name, span), rails_only in zip(plan.tiers, rails, strict=True):
             blocks = found // max(span, 1)
-            if (blocks == blocks[:, :1]).all():
+            if (blocks == blocks[:, :1]).all() and (aligned or not rails_only):
                 out[kind] = name
                 break
     out["embedding"] = out.get("pp", plan.tiers[0][0])
     return out
+
+
+def _rail_aligned(found: Ints, per_node: int) -> bool:
+    """Every group's members on different nodes share their local GPU index (rank mod G): each
+    group lies in one node or has one local index."""
+    if found.size == 0:
+        return True
+    node, local = found // max(per_node, 1), found % max(per_node, 1)
+    one_node = (node == node[:, :1]).all(axis=1)
+    one_rail = (local == local[:, :1]).all(axis=1)
+    return bool((one_node | one_rail).all())
 
 
 def links(plan: PlanData) -> Found:
