@@ -49,8 +49,13 @@ CASES: tuple[tuple[str, str, dict[str, Any]], ...] = (
     (
         "llama-bias-tied",
         "LlamaConfig",
-        {**SMALL, "num_hidden_layers": 3, "attention_bias": True, "mlp_bias": True,
-         "tie_word_embeddings": True},
+        {
+            **SMALL,
+            "num_hidden_layers": 3,
+            "attention_bias": True,
+            "mlp_bias": True,
+            "tie_word_embeddings": True,
+        },
     ),
     ("llama-headdim", "LlamaConfig", {**SMALL, "head_dim": 32, "num_key_value_heads": 1}),
     ("mistral", "MistralConfig", {**SMALL, "num_key_value_heads": 2, "head_dim": 16}),
@@ -70,17 +75,39 @@ CASES: tuple[tuple[str, str, dict[str, Any]], ...] = (
     (
         "deepseek-v3",
         "DeepseekV3Config",
-        {**SMALL, **_MLA, "num_hidden_layers": 4, "q_lora_rank": 24, "qk_rope_head_dim": 4,
-         "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
-         "moe_intermediate_size": 32, "n_shared_experts": 1, "first_k_dense_replace": 1},
+        {
+            **SMALL,
+            **_MLA,
+            "num_hidden_layers": 4,
+            "q_lora_rank": 24,
+            "qk_rope_head_dim": 4,
+            "n_routed_experts": 8,
+            "num_experts_per_tok": 2,
+            "n_group": 2,
+            "topk_group": 1,
+            "moe_intermediate_size": 32,
+            "n_shared_experts": 1,
+            "first_k_dense_replace": 1,
+        },
     ),
     (
         "deepseek-v3-noq",
         "DeepseekV3Config",
-        {**SMALL, **_MLA, "num_hidden_layers": 3, "q_lora_rank": None, "qk_rope_head_dim": 8,
-         "v_head_dim": 8, "n_routed_experts": 4, "num_experts_per_tok": 2, "n_group": 1,
-         "topk_group": 1, "moe_intermediate_size": 24, "n_shared_experts": 2,
-         "first_k_dense_replace": 0},
+        {
+            **SMALL,
+            **_MLA,
+            "num_hidden_layers": 3,
+            "q_lora_rank": None,
+            "qk_rope_head_dim": 8,
+            "v_head_dim": 8,
+            "n_routed_experts": 4,
+            "num_experts_per_tok": 2,
+            "n_group": 1,
+            "topk_group": 1,
+            "moe_intermediate_size": 24,
+            "n_shared_experts": 2,
+            "first_k_dense_replace": 0,
+        },
     ),
     (
         "mixtral",
@@ -90,21 +117,39 @@ CASES: tuple[tuple[str, str, dict[str, Any]], ...] = (
     (
         "mixtral-8",
         "MixtralConfig",
-        {**SMALL, "num_key_value_heads": 4, "num_local_experts": 8, "num_experts_per_tok": 1,
-         "head_dim": 32},
+        {
+            **SMALL,
+            "num_key_value_heads": 4,
+            "num_local_experts": 8,
+            "num_experts_per_tok": 1,
+            "head_dim": 32,
+        },
     ),
     (
         "qwen3-moe",
         "Qwen3MoeConfig",
-        {**SMALL, "num_key_value_heads": 2, "num_experts": 8, "num_experts_per_tok": 2,
-         "moe_intermediate_size": 32, "head_dim": 16},
+        {
+            **SMALL,
+            "num_key_value_heads": 2,
+            "num_experts": 8,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32,
+            "head_dim": 16,
+        },
     ),
     (
         "qwen3-moe-sparse",
         "Qwen3MoeConfig",
-        {**SMALL, "num_hidden_layers": 6, "num_key_value_heads": 2, "num_experts": 4,
-         "num_experts_per_tok": 2, "moe_intermediate_size": 32, "decoder_sparse_step": 2,
-         "mlp_only_layers": [1]},
+        {
+            **SMALL,
+            "num_hidden_layers": 6,
+            "num_key_value_heads": 2,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32,
+            "decoder_sparse_step": 2,
+            "mlp_only_layers": [1],
+        },
     ),
     (
         "llama4-text",
@@ -120,19 +165,36 @@ CASES: tuple[tuple[str, str, dict[str, Any]], ...] = (
         "llama4",
         "Llama4Config",
         {
-            "text_config": {**_LLAMA4, "num_hidden_layers": 4, "num_local_experts": 4,
-                            "interleave_moe_layer_step": 2},
-            "vision_config": {"hidden_size": 32, "num_hidden_layers": 1,
-                              "num_attention_heads": 2, "intermediate_size": 64},
+            "text_config": {
+                **_LLAMA4,
+                "num_hidden_layers": 4,
+                "num_local_experts": 4,
+                "interleave_moe_layer_step": 2,
+            },
+            "vision_config": {
+                "hidden_size": 32,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 2,
+                "intermediate_size": 64,
+            },
         },
     ),
-    ("gpt2", "GPT2Config", {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000,
-                            "n_positions": 128}),
+    (
+        "gpt2",
+        "GPT2Config",
+        {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000, "n_positions": 128},
+    ),
     (
         "gpt2-inner",
         "GPT2Config",
-        {"n_layer": 3, "n_embd": 64, "n_head": 2, "vocab_size": 1000, "n_positions": 256,
-         "n_inner": 100},
+        {
+            "n_layer": 3,
+            "n_embd": 64,
+            "n_head": 2,
+            "vocab_size": 1000,
+            "n_positions": 256,
+            "n_inner": 100,
+        },
     ),
     ("gpt-neox", "GPTNeoXConfig", {**SMALL, "max_position_embeddings": 256}),
     (
@@ -359,8 +421,13 @@ def test_rope_base_where_transformers_5_writes_it() -> None:
         "intermediate_size": 160,
         "vocab_size": 1000,
     }
-    llama = from_config({**config, "model_type": "llama",
-                         "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}})
+    llama = from_config(
+        {
+            **config,
+            "model_type": "llama",
+            "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0},
+        }
+    )
     assert not isinstance(llama, tuple) and llama.fields["rope_theta"] == 500_000
     mixtral = from_config({**config, "model_type": "mixtral", "num_local_experts": 4})
     assert not isinstance(mixtral, tuple) and mixtral.fields["rope_theta"] == 1_000_000

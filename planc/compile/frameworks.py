@@ -89,8 +89,9 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
         args += ["--group-query-attention", f"--num-query-groups {mod.g}"]
     args += [
         f"--max-position-embeddings {mod.max_seq_len}",
-        "--position-embedding-type " + ("rope" if mod.position == "rope" else "learned_absolute"),
+        "--position-embedding-type " + _position_type(plan),
         *([f"--rotary-base {_rotary_base(mod.rope_theta)}"] if mod.position == "rope" else []),
+        *megatron_rope_arguments(plan, notes),
         "--normalization " + ("RMSNorm" if mod.norm == "rmsnorm" else "LayerNorm"),
     ]
     if mod.mlp == "swiglu":
@@ -99,7 +100,10 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
         args.append("--disable-bias-linear")
     if not mod.tied:
         args.append("--untie-embeddings-and-output-weights")
-    if mod.qk_norm:
+    if mod.qk_norm or mod.mla is not None:
+        # Under latent attention the flag builds the RMSNorms of the query and key/value
+        # latents (q_layernorm, kv_layernorm of MLASelfAttention; DeepSeek-V3's q_a_layernorm
+        # and kv_a_layernorm), which planc counts: without it Megatron-Core leaves them out.
         args.append("--qk-layernorm")
     args += megatron_moe_arguments(plan)
     args += [
@@ -144,6 +148,69 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
     if lay.p > 1:  # Megatron picks its schedule from the virtual pipeline size, no flag
         _framework_schedule(plan, "megatron", notes)
     return args, notes
+
+
+def _position_type(plan: Plan) -> str:
+    """Megatron's --position-embedding-type: rope, yarn (GPTModel's YaRN branch; latent
+    attention takes its RoPE kind from --rope-type instead) or learned_absolute."""
+    mod = plan.job.model
+    if mod.position != "rope":
+        return "learned_absolute"
+    scaling = mod.rope_scaling
+    if scaling is not None and scaling.kind == "yarn" and mod.mla is None:
+        return "yarn"
+    return "rope"
+
+
+# MLATransformerConfig's YaRN fields that no argument sets (arguments.py has no flag for them:
+# core_transformer_config_from_args copies only fields of the same name), with their defaults.
+_MLA_YARN_FIXED = (
+    ("original", "original_max_position_embeddings", 4096.0),
+    ("beta_fast", "beta_fast", 32.0),
+    ("beta_slow", "beta_slow", 1.0),
+)
+
+
+def megatron_rope_arguments(plan: Plan, notes: list[str]) -> list[str]:
+    """RoPE scaling as Megatron-LM's arguments (megatron-core 0.19.2), and notes on what they
+    cannot say. Latent attention builds its own rotary embedding from --rope-type, yarn by
+    default with MLATransformerConfig's DeepSeek-V3 values, so an MLA model states its kind
+    either way. YaRN elsewhere is --position-embedding-type yarn with the --yarn-* flags
+    (argument_utils._apply_yarn_config_from_args); Llama 3.1's scaling is --use-rope-scaling
+    with its factor, the other three numbers fixed (RotaryEmbedding._apply_scaling: low 1,
+    high 4, original 8192)."""
+    mod = plan.job.model
+    scaling = mod.rope_scaling
+    if mod.position != "rope":
+        return []
+    if scaling is None:
+        return ["--rope-type rope"] if mod.mla is not None else []
+    if scaling.kind == "llama3":
+        fixed = (scaling.low_freq_factor, scaling.high_freq_factor, scaling.original)
+        if fixed != (1.0, 4.0, 8192):
+            notes.append(
+                "Megatron's Llama 3 RoPE scaling fixes low_freq_factor 1, high_freq_factor 4 and "
+                f"8,192 original positions; this model's {fixed[0]:g}, {fixed[1]:g} and "
+                f"{fixed[2]:,} are not what it will run"
+            )
+        return ["--use-rope-scaling", f"--rope-scaling-factor {scaling.factor!r}"]
+    args = [f"--rotary-scaling-factor {scaling.factor!r}"]
+    if mod.mla is not None:
+        args.insert(0, "--rope-type yarn")
+        for attr, name, default in _MLA_YARN_FIXED:
+            value = float(getattr(scaling, attr))
+            if value != default:
+                notes.append(
+                    f"YaRN {name} {value:g}: Megatron-LM has no argument for it under latent "
+                    f"attention (MLATransformerConfig keeps {default:g})"
+                )
+    else:
+        args += [
+            f"--yarn-original-max-position-embeddings {scaling.original}",
+            f"--yarn-beta-fast {scaling.beta_fast!r}",
+            f"--yarn-beta-slow {scaling.beta_slow!r}",
+        ]
+    return [*args, f"--mscale {scaling.mscale!r}", f"--mscale-all-dim {scaling.mscale_all_dim!r}"]
 
 
 def megatron_mla_arguments(plan: Plan) -> list[str]:
@@ -199,6 +266,11 @@ def megatron_moe_arguments(plan: Plan) -> list[str]:
         # (transformer_config.py: "only supports 'sigmoid' and 'sqrtsoftplus'"); DeepSeek-V3
         # scores with a sigmoid.
         args += ["--moe-router-enable-expert-bias", "--moe-router-score-function sigmoid"]
+    if moe.groups is not None and moe.group_k is not None:
+        # Group-limited routing (TransformerConfig moe_router_num_groups, moe_router_group_topk).
+        args += [f"--moe-router-num-groups {moe.groups}", f"--moe-router-group-topk {moe.group_k}"]
+    if moe.scaling is not None:
+        args.append(f"--moe-router-topk-scaling-factor {moe.scaling!r}")
     return args
 
 

@@ -390,10 +390,40 @@ def deepseek_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
             errors.append(value)
         else:
             mla["q_lora_rank"] = value
+    routing = _deepseek_routing(config)
+    if isinstance(routing, Note):
+        return [*errors, routing]
     if errors:
         return errors
     moe["shared_expert_ffn_hidden"] = moe["expert_ffn_hidden"]
-    return {"mla": mla, "moe": moe}
+    return {"mla": mla, "moe": {**moe, **routing}}
+
+
+def _deepseek_routing(config: Mapping[str, Any]) -> dict[str, Any] | Note:
+    """Group-limited routing (n_group, topk_group: DeepseekV3TopkRouter picks the top
+    topk_group groups by the sum of each group's two best scores, then the top_k experts among
+    them) and routed_scaling_factor, with DeepseekV3Config's defaults (8, 4, 2.5). One group is
+    no grouping; a factor of 1 no scaling."""
+    groups = _integer(config, "n_group", 8, "DeepSeek-V3")
+    group_k = _integer(config, "topk_group", 4, "DeepSeek-V3")
+    if isinstance(groups, Note):
+        return groups
+    if isinstance(group_k, Note):
+        return group_k
+    scaling = config.get("routed_scaling_factor")
+    scaling = 2.5 if scaling is None else scaling
+    if isinstance(scaling, bool) or not isinstance(scaling, int | float) or not 0.001 <= scaling <= 1000:
+        return _error(
+            f"routed_scaling_factor in the config must be a number from 0.001 to 1,000, got "
+            f"{_shown(scaling)}",
+            "fix routed_scaling_factor in the config, or give model.moe.router_scaling_factor",
+        )
+    read: dict[str, Any] = {}
+    if groups > 1:
+        read |= {"router_groups": groups, "router_group_top_k": group_k}
+    if scaling != 1:
+        read["router_scaling_factor"] = float(scaling)
+    return read
 
 
 def layer_pattern(moe_layers: Sequence[int], L: int) -> tuple[int, int, int] | None:
@@ -944,7 +974,28 @@ def _dropout(config: Mapping[str, Any], arch: Architecture) -> tuple[float, list
     ]
 
 
-def _rope_notes(config: Mapping[str, Any]) -> list[Note]:
+# RoPE scalings planc reads into model.rope_scaling: the keys of each (rope_scaling or
+# transformers 5's rope_parameters), as model.rope_scaling names them.
+_ROPE_SCALING_KEYS = MappingProxyType(
+    {
+        "yarn": (
+            "factor",
+            "original_max_position_embeddings",
+            "beta_fast",
+            "beta_slow",
+            "mscale",
+            "mscale_all_dim",
+        ),
+        "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
+    }
+)
+
+
+def _rope_scaling(config: Mapping[str, Any]) -> tuple[dict[str, Any] | None, list[Note]]:
+    """model.rope_scaling from the config's rope_scaling (or rope_parameters, where
+    transformers 5 writes it): YaRN and Llama 3.1's scaling are read, any other kind is an info
+    note (it changes the rotation frequencies, not the parameters, memory or FLOPs); a value
+    that is not a number is an error."""
     for key in _ROPE_SCALING:
         value = config.get(key)
         if not isinstance(value, Mapping):
@@ -952,13 +1003,37 @@ def _rope_notes(config: Mapping[str, Any]) -> list[Note]:
         kind = value.get("rope_type", value.get("type", "default"))
         if kind in (None, "default"):
             continue
-        return [
-            _info(
-                f"{key} ({kind}) is not read: RoPE scaling changes the rotation frequencies, "
-                "not the parameters, memory or FLOPs"
-            )
-        ]
-    return []
+        if kind not in _ROPE_SCALING_KEYS:
+            return None, [
+                _info(
+                    f"{key} ({_shown(kind)}) is not read: RoPE scaling changes the rotation "
+                    "frequencies, not the parameters, memory or FLOPs"
+                )
+            ]
+        read: dict[str, Any] = {"type": kind}
+        for name in _ROPE_SCALING_KEYS[kind]:
+            number = value.get(name)
+            if number is None:
+                continue
+            if isinstance(number, bool) or not isinstance(number, int | float) or not (
+                math.isfinite(number) and number >= 0
+            ):
+                return None, [
+                    _error(
+                        f"{key}.{name} in the config must be a number, got {_shown(number)}",
+                        f"fix {key}.{name} in the config, or give model.rope_scaling in the spec",
+                    )
+                ]
+            read[name] = int(number) if name == "original_max_position_embeddings" else float(number)
+        if "factor" not in read:
+            return None, [
+                _error(
+                    f"{key} ({kind}) has no factor",
+                    f"add {key}.factor to the config, or give model.rope_scaling in the spec",
+                )
+            ]
+        return read, []
+    return None, []
 
 
 def _unknown_keys(config: Mapping[str, Any], arch: Architecture) -> list[Note]:
@@ -1198,6 +1273,9 @@ def from_config(
     theta = _rope_theta(config, arch) if arch.position == "rope" else None
     if isinstance(theta, Note):
         return (theta,)
+    scaling, scaling_notes = _rope_scaling(config)
+    if scaling is not None:
+        nested = {**nested, "rope_scaling": scaling}
     fields = {
         **_merged_sections(nested, given),
         **stated,
@@ -1215,7 +1293,7 @@ def from_config(
         *mlp[1],
         *dropout[1],
         *notes,
-        *_rope_notes(config),
+        *scaling_notes,
         *_unknown_keys(config, arch),
     ]
     errors_among = tuple(note for note in all_notes if note.severity == "error")
