@@ -152,8 +152,8 @@ _YARN = {
 # (base example, overlay): every architecture field the presets and examples use — GQA and
 # MHA, gated and plain MLPs, biases, learned positions, tied embeddings, QK-norm, experts with
 # shared ones, dense leading layers, latent attention, multi-token prediction, RoPE bases,
-# YaRN with and without latent attention, Llama 3.1's scaling, group-limited routing, and a
-# vocabulary Megatron pads (tensor 8).
+# YaRN with and without latent attention, Llama 3.1's scaling, group-limited routing, sigmoid
+# and top-1 routers, and a vocabulary Megatron pads (tensor 8).
 CASES: dict[str, tuple[str, dict[str, Any] | None]] = {
     "llama3-8b": ("llama3-8b-1node.yaml", None),
     "llama3-70b-tp8": ("llama3-70b-8x8.yaml", None),
@@ -167,6 +167,8 @@ CASES: dict[str, tuple[str, dict[str, Any] | None]] = {
     "mixtral-8x7b": ("mixtral-8x7b-64xh100.yaml", None),
     "qwen3-30b-a3b": ("mixtral-8x7b-64xh100.yaml", {"model": {"preset": "qwen3-30b-a3b"}}),
     "deepseek-v3": ("deepseek-v3-2048xh800.yaml", None),
+    "llama4-scout": ("mixtral-8x7b-64xh100.yaml", {"model": {"preset": "llama4-scout-17b-16e"}}),
+    "mixtral-top1": ("mixtral-8x7b-64xh100.yaml", {"model": {"moe": {"top_k": 1}}}),
 }
 
 
@@ -213,6 +215,7 @@ def test_megatron_core_builds_the_spec_model_from_the_emitted_arguments() -> Non
         moe = model.moe
         routing = (got["groups"], got["group_topk"], got["topk_scaling"])
         assert routing == ((moe.groups, moe.group_k, moe.scaling) if moe else (None, None, None))
+        assert got["score"] == (moe.score if moe else "softmax"), name
     # The cases reach what they are there for (not a test of planc: of the list above).
     deepseek = plans["deepseek-v3"].job.model
     assert deepseek.rope_scaling is not None and deepseek.moe is not None

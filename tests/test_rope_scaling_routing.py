@@ -118,3 +118,21 @@ def test_configs_give_the_scaling_and_the_routing() -> None:
     assert not isinstance(llama, tuple)
     assert llama.fields["rope_scaling"]["factor"] == 32.0
     assert llama.fields["rope_scaling"]["type"] == "llama3"
+
+
+def test_router_score_function() -> None:
+    """Llama 4's router weighs its one expert by a sigmoid; a softmax router with top-1 is
+    Megatron's pre-softmax (the top probability, not 1); Mixtral's softmax is the default; an
+    expert bias on softmax scores is refused."""
+    scout, _ = flags({"model": {"preset": "llama4-scout-17b-16e"}}, "mixtral-8x7b-64xh100.yaml")
+    assert scout["--moe-router-score-function"] == "sigmoid"
+    assert "--moe-router-pre-softmax" not in scout
+    top1, _ = flags({"model": {"moe": {"top_k": 1}}}, "mixtral-8x7b-64xh100.yaml")
+    assert "--moe-router-pre-softmax" in top1 and "--moe-router-score-function" not in top1
+    mixtral, _ = flags(None, "mixtral-8x7b-64xh100.yaml")
+    assert not {"--moe-router-pre-softmax", "--moe-router-score-function"} & set(mixtral)
+    refused = load_text(
+        "spec.yaml", spec_text({"model": {"moe": {"router_score": "softmax"}}}, DEEPSEEK)
+    )
+    assert refused.job is None
+    assert any(f.field == "model.moe.router_score" for f in refused.findings)

@@ -19,6 +19,7 @@ Every function returns {relative path: text}; nothing here touches the file syst
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -26,6 +27,7 @@ from planc.compile.launchers import megatron_args
 from planc.compile.plan import Plan
 from planc.dims import padded_vocab
 from planc.pipeline.registry import definition
+from planc.spec.job import preset_model
 from planc.vocab import DType, ScheduleKind
 
 MEGATRON = "megatron-core 0.19.2, megatron/training/arguments.py (NVIDIA/Megatron-LM d98e8a64)"
@@ -262,10 +264,16 @@ def megatron_moe_arguments(plan: Plan) -> list[str]:
     if moe.capacity_factor is not None:
         args.append(f"--moe-expert-capacity-factor {moe.capacity_factor!r}")
     if moe.router_bias:
-        # TransformerConfig refuses the expert bias with the default softmax scores
-        # (transformer_config.py: "only supports 'sigmoid' and 'sqrtsoftplus'"); DeepSeek-V3
-        # scores with a sigmoid.
-        args += ["--moe-router-enable-expert-bias", "--moe-router-score-function sigmoid"]
+        # TransformerConfig refuses the expert bias with softmax scores (transformer_config.py:
+        # "only supports 'sigmoid' and 'sqrtsoftplus'"), which job.py refuses too.
+        args.append("--moe-router-enable-expert-bias")
+    if moe.score == "sigmoid":
+        args.append("--moe-router-score-function sigmoid")
+    elif moe.k == 1:
+        # Softmax over the one expert picked would weigh it 1 and give the router no gradient
+        # (TransformerConfig: "Please use --moe-router-pre-softmax when topk is 1"): the
+        # softmax over all experts, then the top one (Switch Transformer's routing).
+        args.append("--moe-router-pre-softmax")
     if moe.groups is not None and moe.group_k is not None:
         # Group-limited routing (TransformerConfig moe_router_num_groups, moe_router_group_topk).
         args += [f"--moe-router-num-groups {moe.groups}", f"--moe-router-group-topk {moe.group_k}"]
@@ -605,14 +613,57 @@ def _python(value: Any, indent: int = 0) -> str:
     return json.dumps(value)
 
 
-def torchtitan_files(plan: Plan) -> Files:
-    parallelism, training, notes = torchtitan_settings(plan)
-    base = _TORCHTITAN_BASES.get(plan.job.model.preset or "")
+# The spec's names of the resolved model's fields (planc/spec/job.py Model).
+_SPEC_FIELDS = {
+    "L": "layers",
+    "h": "hidden",
+    "n": "heads",
+    "g": "kv_heads",
+    "k": "head_dim",
+    "f": "ffn_hidden",
+    "V": "vocab",
+    "tied": "tied_embeddings",
+    "position": "position_embedding",
+    "mtp": "mtp_layers",
+}
+
+
+def _torchtitan_base(plan: Plan, notes: list[str]) -> str | None:
+    """torchtitan's registered config of the plan's model: its preset's, when the spec changes
+    none of the preset's fields (a registered config is that model and no other); else None and
+    a note naming the fields that differ."""
+    model = plan.job.model
+    name = model.preset or ""
+    base = _TORCHTITAN_BASES.get(name)
     if base is None:
         notes.append(
             "the model is not a planc preset with a torchtitan config: set "
             "PLANC_TORCHTITAN_BASE to torchtitan's config of your model"
         )
+        return None
+    own = preset_model(name, plan.job.training.s)
+    changed = (
+        []
+        if own is None
+        else [
+            "model." + _SPEC_FIELDS.get(field.name, field.name)
+            for field in dataclasses.fields(model)
+            if getattr(model, field.name) != getattr(own, field.name)
+        ]
+    )
+    if own is not None and not changed:
+        return base
+    notes.append(
+        f"the spec changes {', '.join(changed) or 'fields'} of the {name} preset: "
+        f"torchtitan's registered config of {name} ({base}) is not this model; set "
+        "PLANC_TORCHTITAN_BASE to torchtitan's config of it"
+    )
+    return None
+
+
+def torchtitan_files(plan: Plan) -> Files:
+    parallelism, training, notes = torchtitan_settings(plan)
+    base = _torchtitan_base(plan, notes)
     note_text = "".join(f"\nNote: {note}." for note in notes)
     text = _TORCHTITAN_MODULE.format(
         name=plan.job.name.replace('"', "'").replace("\\", "/"),

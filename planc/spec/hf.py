@@ -418,7 +418,13 @@ def _deepseek_routing(config: Mapping[str, Any]) -> dict[str, Any] | Note:
             f"{_shown(scaling)}",
             "fix routed_scaling_factor in the config, or give model.moe.router_scaling_factor",
         )
-    read: dict[str, Any] = {}
+    score = config.get("scoring_func", "sigmoid")
+    if score not in ("sigmoid", "softmax"):
+        return _error(
+            f"scoring_func {_shown(score)}: planc knows sigmoid and softmax routers",
+            "give model.moe.router_score in the spec instead of hf_config",
+        )
+    read: dict[str, Any] = {"router_score": score}
     if groups > 1:
         read |= {"router_groups": groups, "router_group_top_k": group_k}
     if scaling != 1:
@@ -586,7 +592,8 @@ def llama4_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
     if isinstance(pattern, list):
         return pattern
     shared = {"shared_experts": 1, "shared_expert_ffn_hidden": moe["expert_ffn_hidden"]}
-    return {"moe": {**moe, **shared, **pattern}}
+    # Llama4Router: the sigmoid of each token's top logits weighs its experts.
+    return {"moe": {**moe, **shared, **pattern, "router_score": "sigmoid"}}
 
 
 def _llama_like(label: str, extra: Any, **defaults: Any) -> Architecture:

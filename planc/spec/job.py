@@ -27,6 +27,7 @@ from planc.vocab import (
     Precision,
     Recompute,
     RopeScalingKind,
+    RouterScore,
     ScheduleKind,
 )
 
@@ -71,6 +72,7 @@ class MoE:
     groups: int | None = None  # group-limited routing: expert groups (DeepSeek-V3 n_group)
     group_k: int | None = None  # groups a token's experts come from (topk_group)
     scaling: float | None = None  # factor on the routed output (routed_scaling_factor)
+    score: RouterScore = "softmax"  # how the router weighs the experts it picks
 
     def is_moe_layer(self, i: int) -> bool:
         """Layer `i` (from 0) routes to experts: Megatron's moe_layer_freq pattern
@@ -400,6 +402,13 @@ def _rope_scaling(values: Mapping[str, Any]) -> RopeScaling | None:
     )
 
 
+def preset_model(name: str, seq_len: int) -> Model | None:
+    """The model preset `name` resolved with nothing written beside it (what a framework's own
+    config of that preset describes); None when it does not resolve."""
+    model = _model({"model": {"preset": name}, "training": {"seq_len": seq_len}})
+    return None if isinstance(model, list) else model
+
+
 def _head_dim(h: int, n: int, mla: MLA | None) -> int:
     """k when the spec gives no head_dim: d_h + d_h^R under latent attention (the width of
     each head's query and key), else h/n (0 when n does not divide h: PLC012)."""
@@ -447,6 +456,17 @@ def _moe(given: Mapping[str, Any], f: int) -> MoE | list[Problem] | None:
             for name in missing
         ]
     routing = _routing_problems(given)
+    if given.get("router_bias") and given.get("router_score") == "softmax":
+        routing.append(
+            Problem(
+                "PLC110",
+                "model.moe.router_score",
+                "model.moe.router_bias balances the experts with a bias on sigmoid scores "
+                "(DeepSeek-V3's auxiliary-loss-free balancing); softmax scores have none "
+                "(Megatron-Core's TransformerConfig refuses the pair)",
+                "set model.moe.router_score: sigmoid, or router_bias: false",
+            )
+        )
     if routing:
         return routing
     f_e = given.get("expert_ffn_hidden", f)
@@ -475,6 +495,7 @@ def _moe(given: Mapping[str, Any], f: int) -> MoE | list[Problem] | None:
         groups=given.get("router_groups"),
         group_k=given.get("router_group_top_k"),
         scaling=given.get("router_scaling_factor"),
+        score=given.get("router_score", "sigmoid" if given.get("router_bias") else "softmax"),
     )
 
 

@@ -35,6 +35,7 @@ from planc.vocab import (
     Precision,
     Recompute,
     RopeScalingKind,
+    RouterScore,
     ScheduleKind,
 )
 
@@ -173,6 +174,13 @@ class MoESpec(Frozen):
         description="The router keeps a per-expert bias for auxiliary-loss-free load balancing "
         "(DeepSeek-V3 e_score_correction_bias; Megatron --moe-router-enable-expert-bias): E "
         "more parameters per MoE layer. Default: false.",
+    )
+    router_score: RouterScore | None = Field(
+        None,
+        description="How the router scores experts: softmax (Mixtral, Qwen3-MoE) or sigmoid "
+        "(DeepSeek-V3 scoring_func, Llama 4's router); Megatron --moe-router-score-function. "
+        "Changes no count, byte or FLOP. Default: sigmoid with router_bias (Megatron's expert "
+        "bias needs it), else softmax.",
     )
     router_groups: Dim | None = Field(
         None,
