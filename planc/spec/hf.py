@@ -1013,7 +1013,7 @@ def _rope_scaling(config: Mapping[str, Any]) -> tuple[dict[str, Any] | None, lis
         if kind not in _ROPE_SCALING_KEYS:
             return None, [
                 _info(
-                    f"{key} ({_shown(kind)}) is not read: RoPE scaling changes the rotation "
+                    f"{key} ({kind}) is not read: RoPE scaling changes the rotation "
                     "frequencies, not the parameters, memory or FLOPs"
                 )
             ]
