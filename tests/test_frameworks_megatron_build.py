@@ -135,6 +135,7 @@ for case, (lines, world, vocab) in json.load(sys.stdin).items():
         "rope": rope, "rope_scaling": bool(args.use_rope_scaling), "rope_scaling_factor": args.rope_scaling_factor,
         "groups": config.moe_router_num_groups, "group_topk": config.moe_router_group_topk,
         "topk_scaling": config.moe_router_topk_scaling_factor, "score": config.moe_router_score_function,
+        "pre_softmax": config.moe_router_pre_softmax,
         "position": args.position_embedding_type,
     }
 print(json.dumps(out))
@@ -169,6 +170,10 @@ CASES: dict[str, tuple[str, dict[str, Any] | None]] = {
     "deepseek-v3": ("deepseek-v3-2048xh800.yaml", None),
     "llama4-scout": ("mixtral-8x7b-64xh100.yaml", {"model": {"preset": "llama4-scout-17b-16e"}}),
     "mixtral-top1": ("mixtral-8x7b-64xh100.yaml", {"model": {"moe": {"top_k": 1}}}),
+    "qwen3-unnormalised": (
+        "mixtral-8x7b-64xh100.yaml",
+        {"model": {"preset": "qwen3-30b-a3b", "moe": {"router_normalize": False}}},
+    ),
 }
 
 
@@ -216,6 +221,12 @@ def test_megatron_core_builds_the_spec_model_from_the_emitted_arguments() -> Non
         routing = (got["groups"], got["group_topk"], got["topk_scaling"])
         assert routing == ((moe.groups, moe.group_k, moe.scaling) if moe else (None, None, None))
         assert got["score"] == (moe.score if moe else "softmax"), name
+        # Softmax weights: normalised over the k picked (Megatron's default) unless the spec
+        # says not, or k = 1; then the softmax over all experts (pre-softmax).
+        softmax_all = (
+            moe is not None and moe.score == "softmax" and (moe.k == 1 or not moe.normalize)
+        )
+        assert got["pre_softmax"] == softmax_all, name
     # The cases reach what they are there for (not a test of planc: of the list above).
     deepseek = plans["deepseek-v3"].job.model
     assert deepseek.rope_scaling is not None and deepseek.moe is not None

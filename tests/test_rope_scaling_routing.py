@@ -136,3 +136,21 @@ def test_router_score_function() -> None:
     )
     assert refused.job is None
     assert any(f.field == "model.moe.router_score" for f in refused.findings)
+
+
+def test_unnormalised_top_k_weights() -> None:
+    """Qwen3MoeConfig leaves the top-k softmax weights unnormalised unless norm_topk_prob (its
+    default is false; the published Qwen3 configs set it true): Megatron's pre-softmax."""
+    config = json.loads((HF / "qwen3-30b-a3b" / "config.json").read_text())
+    published = from_config(config)
+    assert not isinstance(published, tuple) and published.fields["moe"]["router_normalize"]
+    plain = from_config({**config, "norm_topk_prob": False})
+    assert not isinstance(plain, tuple) and not plain.fields["moe"]["router_normalize"]
+    overlay = {"model": {"preset": "qwen3-30b-a3b", "moe": {"router_normalize": False}}}
+    found, _ = flags(overlay, "mixtral-8x7b-64xh100.yaml")
+    assert "--moe-router-pre-softmax" in found
+    normal, _ = flags({"model": {"preset": "qwen3-30b-a3b"}}, "mixtral-8x7b-64xh100.yaml")
+    assert "--moe-router-pre-softmax" not in normal
+    sigmoid = {"model": {"moe": {"router_normalize": False}}}
+    _, notes = flags(sigmoid)
+    assert any("renormalises the top-k weights of a sigmoid router" in note for note in notes)

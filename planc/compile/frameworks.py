@@ -108,6 +108,17 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
         # and kv_a_layernorm), which planc counts: without it Megatron-Core leaves them out.
         args.append("--qk-layernorm")
     args += megatron_moe_arguments(plan)
+    if (
+        mod.moe is not None
+        and mod.moe.score == "sigmoid"
+        and not mod.moe.normalize
+        and mod.moe.k > 1
+    ):
+        notes.append(
+            "Megatron-Core renormalises the top-k weights of a sigmoid router (router_utils.py "
+            "topk_routing_with_score_function): this model's unnormalised weights "
+            "(router_normalize false) are not what it will run"
+        )
     args += [
         f"--hidden-dropout {float(mod.dropout)!r}",
         f"--attention-dropout {float(mod.dropout)!r}",
@@ -269,10 +280,11 @@ def megatron_moe_arguments(plan: Plan) -> list[str]:
         args.append("--moe-router-enable-expert-bias")
     if moe.score == "sigmoid":
         args.append("--moe-router-score-function sigmoid")
-    elif moe.k == 1:
-        # Softmax over the one expert picked would weigh it 1 and give the router no gradient
-        # (TransformerConfig: "Please use --moe-router-pre-softmax when topk is 1"): the
-        # softmax over all experts, then the top one (Switch Transformer's routing).
+    elif moe.k == 1 or not moe.normalize:
+        # The softmax over all experts, then the top k, unnormalised (Hugging Face
+        # norm_topk_prob false); with top-1 also the only choice, since the softmax over the one
+        # expert picked would weigh it 1 and give the router no gradient (TransformerConfig:
+        # "Please use --moe-router-pre-softmax when topk is 1"; Switch Transformer's routing).
         args.append("--moe-router-pre-softmax")
     if moe.groups is not None and moe.group_k is not None:
         # Group-limited routing (TransformerConfig moe_router_num_groups, moe_router_group_topk).

@@ -424,7 +424,12 @@ def _deepseek_routing(config: Mapping[str, Any]) -> dict[str, Any] | Note:
             f"scoring_func {_shown(score)}: planc knows sigmoid and softmax routers",
             "give model.moe.router_score in the spec instead of hf_config",
         )
-    read: dict[str, Any] = {"router_score": score}
+    # DeepseekV3TopkRouter renormalises the top-k sigmoid weights with norm_topk_prob (default
+    # true).
+    read: dict[str, Any] = {
+        "router_score": score,
+        "router_normalize": bool(config.get("norm_topk_prob", True)),
+    }
     if groups > 1:
         read |= {"router_groups": groups, "router_group_top_k": group_k}
     if scaling != 1:
@@ -537,7 +542,10 @@ def qwen3_moe_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
     assert isinstance(step, int) and isinstance(L, int)
     layers = [i for i in range(L) if i not in dense and (i + 1) % step == 0]
     pattern = _pattern_fields(layers, L, "Qwen3-MoE", "decoder_sparse_step and mlp_only_layers")
-    return pattern if isinstance(pattern, list) else {"moe": {**moe, **pattern}}
+    # Qwen3MoeSparseMoeBlock renormalises the top-k softmax weights only with norm_topk_prob
+    # (Qwen3MoeConfig's default: false).
+    normalize = {"router_normalize": bool(config.get("norm_topk_prob", False))}
+    return pattern if isinstance(pattern, list) else {"moe": {**moe, **pattern, **normalize}}
 
 
 def _one_spelling(

@@ -73,6 +73,7 @@ class MoE:
     group_k: int | None = None  # groups a token's experts come from (topk_group)
     scaling: float | None = None  # factor on the routed output (routed_scaling_factor)
     score: RouterScore = "softmax"  # how the router weighs the experts it picks
+    normalize: bool = True  # the top-k weights renormalised to sum to 1 (norm_topk_prob)
 
     def is_moe_layer(self, i: int) -> bool:
         """Layer `i` (from 0) routes to experts: Megatron's moe_layer_freq pattern
@@ -496,6 +497,7 @@ def _moe(given: Mapping[str, Any], f: int) -> MoE | list[Problem] | None:
         group_k=given.get("router_group_top_k"),
         scaling=given.get("router_scaling_factor"),
         score=given.get("router_score", "sigmoid" if given.get("router_bias") else "softmax"),
+        normalize=given.get("router_normalize", True),
     )
 
 

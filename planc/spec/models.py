@@ -182,6 +182,13 @@ class MoESpec(Frozen):
         "Changes no count, byte or FLOP. Default: sigmoid with router_bias (Megatron's expert "
         "bias needs it), else softmax.",
     )
+    router_normalize: StrictBool | None = Field(
+        None,
+        description="The top_k routed weights are renormalised to sum to 1 (Hugging Face "
+        "norm_topk_prob; Mixtral always). With softmax scores false is Megatron's "
+        "--moe-router-pre-softmax (the softmax over all experts, then the top k). Changes no "
+        "count, byte or FLOP. Default: true.",
+    )
     router_groups: Dim | None = Field(
         None,
         description="Group-limited routing: the experts form this many equal groups and each "
