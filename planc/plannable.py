@@ -202,14 +202,50 @@ def _even_stages(job: Job) -> Iterator[Violation]:
     chunks = lay.p * lay.v
     if L % chunks:
         lower = L // chunks
+        fixed = _preset_layers(job)
         yield Violation(
             "model.layers",
             f"layers = {L} do not split evenly over pipeline × virtual_stages = {lay.p} × {lay.v} "
             f"= {chunks} chunks ({L / chunks:.2f} each)",
-            f"give parallelism.stage_layers explicitly, or use {lower * chunks} or "
+            _preset_split_fix(job, fixed)
+            if fixed
+            else f"give parallelism.stage_layers explicitly, or use {lower * chunks} or "
             f"{(lower + 1) * chunks} layers",
             ("parallelism.pipeline", "model.preset"),
         )
+
+
+def _preset_layers(job: Job) -> str | None:
+    """The model preset whose layers the spec keeps (a preset's depth is the model's: a fix
+    cannot change it), or None."""
+    from planc.spec.job import preset_model  # start-up: only for a layout that does not split
+
+    name = job.model.preset
+    own = preset_model(name, job.training.s) if name else None
+    return name if own is not None and own.L == job.model.L else None
+
+
+def _preset_split_fix(job: Job, preset: str) -> str:
+    """A fix that keeps the preset's L layers: an uneven stage_layers (each stage a multiple of
+    v, the first stages one chunk more) and the nearest pipeline degrees p' whose p'·v chunks
+    split L evenly and that the world divides (world = t·c·p'·d for a whole d)."""
+    lay, L, world = job.layout, job.model.L, job.world
+    fixes = []
+    if L % lay.v == 0 and L // lay.v >= lay.p:
+        units, extra = divmod(L // lay.v, lay.p)
+        stages = [(units + (i < extra)) * lay.v for i in range(lay.p)]
+        fixes.append(f"give parallelism.stage_layers {stages}")
+    degrees = [
+        p
+        for p in range(1, min(L, world) + 1)
+        if p != lay.p and L % (p * lay.v) == 0 and world % (lay.t * lay.c * p) == 0
+    ]
+    nearest = sorted(sorted(degrees, key=lambda p: (abs(p - lay.p), p))[:4])
+    if nearest:
+        shown = ", ".join(map(str, nearest[:-1])) + (" or " if len(nearest) > 1 else "")
+        fixes.append(f"use pipeline {shown}{nearest[-1]}")
+    said = " or ".join(fixes) or "choose another pipeline degree"
+    return f"{said} (the {preset} preset's {L} layers are the model's)"
 
 
 def _given_stages(job: Job) -> Iterator[Violation]:

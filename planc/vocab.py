@@ -159,6 +159,10 @@ Framework = Literal["megatron", "deepspeed", "fsdp2"]
 Mlp = Literal["gelu", "swiglu"]
 Norm = Literal["layernorm", "rmsnorm"]
 Position = Literal["rope", "learned"]
+# RoPE frequency scaling for long context: YaRN (Peng et al. 2023; DeepSeek-V3) or Llama 3.1's.
+RopeScalingKind = Literal["yarn", "llama3"]
+# How a router turns its logits into expert weights (Megatron --moe-router-score-function).
+RouterScore = Literal["softmax", "sigmoid"]
 
 # Least to most recomputation (the order PLC007's fixes try them in).
 RECOMPUTE_MODES: tuple[Recompute, ...] = ("none", "selective", "full")

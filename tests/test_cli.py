@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jsonschema
@@ -61,7 +62,8 @@ def test_github_format_is_chosen_on_actions() -> None:
     assert code == 1
     first = out.splitlines()[0]
     assert first.startswith(
-        f"::error file={BAD},line=31,col=17,title=PLC006::PLC006 pipeline bubble"
+        f"::error file={BAD},line=31,col=17,endLine=31,endColumn=18,title=PLC006::PLC006 "
+        "pipeline bubble"
     )
     assert "%0A" not in first
 
@@ -142,3 +144,13 @@ def test_memory_reports_even_when_it_does_not_fit() -> None:
     doc = json.loads(out)
     assert code == 0
     assert doc["parameters"] == 8_030_261_248
+
+
+def test_presets_give_every_gpu_memory_in_one_unit() -> None:
+    """Every GPU's HBM in GiB (what memory budgets count), its GB beside it: the H200's
+    datasheet 141 GB is 141·10^9 / 2^30 = 131.3 GiB, the H100's 80 GiB 85.9 GB."""
+    out = CliRunner().invoke(main, ["presets"]).output
+    gpus = [line for line in out.splitlines() if "TFLOPS bf16" in line]
+    assert gpus and all(re.search(r" \d+\.\d GiB +\d+\.\d GB ", line) for line in gpus)
+    assert any(line.split()[:5] == ["h200", "131.3", "GiB", "141.0", "GB"] for line in gpus)
+    assert any(line.split()[:5] == ["h100-sxm", "80.0", "GiB", "85.9", "GB"] for line in gpus)

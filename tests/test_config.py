@@ -142,7 +142,8 @@ def test_input_rules_always_run_and_cannot_be_ignored(repo: Path) -> None:
     [
         ("max_bubble = 1.5\n", "below 1"),
         ("max_bubble = 'a'\n", "must be a number"),
-        ("selct = []\n", "unknown key 'selct'"),
+        ("selct = []\n", "unknown key 'selct'; did you mean 'select'\\?"),
+        ("ignor = ['PLC006']\n", "unknown key 'ignor'; did you mean 'ignore'\\?"),
         ("select = 'PLC006'\n", "list of strings"),
         ("select = ['E501']\n", "not a rule id"),
         ("select = ['PLC9']\n", "no rule starts with"),
@@ -161,6 +162,28 @@ def test_bad_configuration_is_refused_with_its_place(
     with pytest.raises(ConfigError, match=message) as caught:
         load_config(str(path))
     assert str(path) in str(caught.value)
+
+
+def test_a_key_like_none_gets_no_guess(tmp_path: Path) -> None:
+    path = tmp_path / ".planc.toml"
+    path.write_text("zzzz = 1\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(str(path))
+    assert "did you mean" not in str(caught.value) and "planc takes select" in str(caught.value)
+
+
+@pytest.mark.parametrize("header", ["[tool.planc\n", "[ tool . planc \nmax_bubble = 0.3\n"])
+def test_an_unclosed_tool_planc_header_is_reported_not_passed_over(repo: Path, header: str) -> None:
+    """A `[tool.planc` header without its `]` is a planc table the user meant: the TOML error
+    and its line are reported, where it was once taken for a pyproject.toml without one."""
+    (repo / "pyproject.toml").write_text("[project]\nname = 'x'\n" + header)
+    found = find_config(str(repo / "a"))
+    assert found == str(repo / "pyproject.toml")
+    with pytest.raises(ConfigError, match=r"not valid TOML.*line 3"):
+        load_config(found)
+    # Another tool whose name starts with planc is not planc's table.
+    (repo / "pyproject.toml").write_text("[tool.planck]\nx = 1\n[tool.planc-lint]\ny = 2\n")
+    assert find_config(str(repo / "a")) is None
 
 
 def test_tool_planc_table_is_named_in_errors(tmp_path: Path) -> None:

@@ -81,7 +81,7 @@ def test_torchtitan_expert_parallel_degree() -> None:
     parallelism, _, notes = torchtitan_settings(compiled(job_of(None, DEEPSEEK)))
     assert parallelism["expert_parallel_degree"] == 64
     assert not [note for note in notes if "expert" in note]
-    files = framework_files(compiled(job_of(None, DEEPSEEK)))
+    files = framework_files(compiled(job_of({"model": {"mtp_layers": 0}}, DEEPSEEK)))
     assert "deepseek_v3.config_registry:deepseek_v3_671b" in files["torchtitan/planc_config.py"]
     # ETP 2: torchtitan 0.3.0 has no expert tensor parallelism.
     overlay = {"parallelism": {"tensor": 2, "data": 8, "expert": 4, "expert_tensor": 2}}
@@ -112,3 +112,21 @@ def test_megatron_parses_the_mla_arguments() -> None:
     )
     assert parsed["mtp_num_layers"] == 1
     assert parsed["validated_data_parallel_size"] == 128
+
+
+def test_torchtitan_names_no_base_for_a_changed_preset() -> None:
+    """A registered torchtitan config is its preset's model and no other: a spec that changes a
+    field of the preset gets no base, and a note naming the fields. The DeepSeek-V3 example
+    adds a multi-token prediction layer, which torchtitan's deepseek_v3_671b leaves out
+    (num_mtp_layers 0)."""
+    plain = {"model": {"mtp_layers": 0}}
+    same = framework_files(compiled(job_of(plain, DEEPSEEK)))["torchtitan/planc_config.py"]
+    assert "deepseek_v3.config_registry:deepseek_v3_671b" in same
+    assert "the spec changes" not in same
+    example = framework_files(compiled(job_of(None, DEEPSEEK)))["torchtitan/planc_config.py"]
+    assert "BASE = None" in example
+    assert "the spec changes model.mtp_layers of the deepseek-v3 preset:" in example
+    other = {"model": {"mtp_layers": 0, "dropout": 0.1, "moe": {"capacity_factor": 1.25}}}
+    changed = framework_files(compiled(job_of(other, DEEPSEEK)))["torchtitan/planc_config.py"]
+    assert "BASE = None" in changed
+    assert "the spec changes model.dropout, model.moe of the deepseek-v3 preset:" in changed

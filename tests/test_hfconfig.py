@@ -297,9 +297,14 @@ def test_preset_and_hf_config_together_are_refused(tmp_path: Path) -> None:
 
 
 def test_ignored_fields_are_named_with_the_reason(tmp_path: Path) -> None:
-    hf_job(tmp_path, "llama3-405b")
-    (note,) = [f for f in findings_of(tmp_path / "spec.yaml") if f.field == "model.hf_config"]
-    assert note.severity is Severity.INFO and "rope_scaling (llama3) is not read" in note.message
+    # Llama 3.1's rope_scaling is read (model.rope_scaling); a kind planc does not read is named.
+    assert hf_job(tmp_path, "llama3-405b").model.rope_scaling is not None
+    assert not [f for f in findings_of(tmp_path / "spec.yaml") if f.field == "model.hf_config"]
+    linear = json.loads((HF / "llama3-8b" / "config.json").read_text())
+    read = from_config({**linear, "rope_scaling": {"rope_type": "linear", "factor": 2.0}})
+    assert not isinstance(read, tuple) and "rope_scaling" not in read.fields
+    (note,) = read.notes
+    assert note.severity == "info" and "rope_scaling (linear) is not read" in note.message
     hf_job(tmp_path, "mistral-7b")
     (note,) = [f for f in findings_of(tmp_path / "spec.yaml") if f.field == "model.hf_config"]
     assert note.severity is Severity.INFO

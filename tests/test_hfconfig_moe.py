@@ -127,11 +127,17 @@ def test_qwen3_moe_sparse_step_and_dense_prefix() -> None:
     assert not isinstance(read, tuple)
     moe = read.fields["moe"]
     assert (moe["first_dense_layers"], moe["layer_frequency"], moe["layer_offset"]) == (5, 2, 1)
-    # norm_topk_prob renormalises the top-k weights: no parameter, so no change.
+    # norm_topk_prob renormalises the top-k weights: no parameter, so nothing else changes; the
+    # frameworks need it (model.moe.router_normalize, Megatron's pre-softmax when false).
     other = from_config({**base, "norm_topk_prob": False})
     same = from_config(base)
     assert not isinstance(other, tuple) and not isinstance(same, tuple)
-    assert other.fields == same.fields
+    assert (other.fields["moe"]["router_normalize"], same.fields["moe"]["router_normalize"]) == (
+        False,
+        True,
+    )
+    unnormalised = {**same.fields["moe"], "router_normalize": False}
+    assert dict(other.fields) == {**same.fields, "moe": unnormalised}
 
 
 @pytest.mark.parametrize(

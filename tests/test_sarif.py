@@ -106,3 +106,44 @@ def test_rules_doc_is_current() -> None:
     assert DOCS.read_text(encoding="utf-8") == markdown(), (
         "docs/rules.md is stale: run `python -m planc.cli.rules_doc > docs/rules.md`"
     )
+
+
+def test_regions_span_the_token_and_paths_sit_on_srcroot(tmp_path: Path) -> None:
+    """The PLC006 example's finding is at `global_batch: 16` (line 31, the value at column 17):
+    the region spans the two characters of `16`, endColumn 19 (SARIF's is exclusive). The
+    path, given relative to the working directory, is relative to %SRCROOT%, which
+    originalUriBaseIds defines as that directory; a file outside it is an absolute file URI."""
+    relative = BAD.relative_to(ROOT)
+    result = CliRunner().invoke(
+        main, ["check", "--format", "sarif", str(relative)], env={"GITHUB_ACTIONS": ""}
+    )
+    log = json.loads(result.stdout)
+    validate(log)
+    run = log["runs"][0]
+    (found,) = run["results"]
+    location = found["locations"][0]["physicalLocation"]
+    assert location["region"] == {
+        "startLine": 31,
+        "startColumn": 17,
+        "endLine": 31,
+        "endColumn": 19,
+    }
+    assert location["artifactLocation"] == {"uri": str(relative), "uriBaseId": "%SRCROOT%"}
+    assert run["originalUriBaseIds"]["%SRCROOT%"]["uri"] == ROOT.as_uri() + "/"
+    outside = tmp_path / "a b.yaml"
+    outside.write_text(BAD.read_text("utf-8"), encoding="utf-8")
+    _, log = sarif(str(outside))
+    validate(log)
+    artifact = log["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert artifact == {"uri": outside.as_uri()}
+
+
+def test_github_annotations_span_the_token() -> None:
+    result = CliRunner().invoke(
+        main,
+        ["check", "--format", "github", str(BAD.relative_to(ROOT))],
+        env={"GITHUB_ACTIONS": ""},
+    )
+    (annotation,) = [line for line in result.stdout.splitlines() if line.startswith("::")]
+    # GitHub's endColumn is the last column annotated: `16` covers columns 17 and 18.
+    assert ",line=31,col=17,endLine=31,endColumn=18,title=PLC006::" in annotation

@@ -519,3 +519,16 @@ def test_llama3_405b_published_layout_is_feasible_and_not_faster_than_the_best()
     narrowed = ("tensor=8", "pipeline=16", "micro_batch=1", "recompute=selective")
     best = _search(searched, top=1, allow=narrowed).results[0]
     assert best.metrics.step_time_s <= published
+
+
+def test_the_text_report_escapes_the_spec_own_strings(tmp_path: Path) -> None:
+    """A job name and a custom GPU name are the spec's text: a bidirectional override (U+202E,
+    which a spec's one-line pattern lets through: it refuses only control characters and line
+    separators) cannot reach the terminal through search's heading."""
+    text = SMALL.replace("name: small", 'name: "job\\u202eevil"')
+    spec = _write(tmp_path, text)
+    code, out, err = _run(spec, "--top", "1")
+    assert code == 0, out + err
+    heading = out.splitlines()[0]
+    assert "\u202e" not in out
+    assert heading.startswith("job\ufffdevil: 16 GPUs")

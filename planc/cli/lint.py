@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 import click
 
@@ -202,16 +204,22 @@ def schema(output: str | None) -> None:
     write_text_atomic(output, text)
 
 
+def _hbm(gpu: Mapping[str, Any]) -> str:
+    """A preset's HBM in one unit for every GPU (GiB, what planc budgets), and the datasheet's
+    GB beside it: a 40 GiB A100 is 42.9 GB, a 141 GB H200 131.3 GiB."""
+    size = gpu["memory_gib"] * 2**30 if "memory_gib" in gpu else gpu["memory_gb"] * 10**9
+    return f"{size / 2**30:>6.1f} GiB {size / 10**9:>6.1f} GB"
+
+
 @click.command()
 def presets() -> None:
     """List the GPU and model presets with their sources."""
     from planc.presets import all_gpu_presets, all_model_presets
 
-    click.echo("GPUs:")
+    click.echo("GPUs (HBM in GiB, 2^30 bytes, as memory budgets count it; GB = 10^9 bytes):")
     for name, gpu in all_gpu_presets().items():
-        memory = f"{gpu['memory_gib']} GiB" if "memory_gib" in gpu else f"{gpu['memory_gb']} GB"
         click.echo(
-            f"  {name:<12} {memory:>8}  {gpu['bf16_tflops']:>5} TFLOPS bf16  NVLink domain "
+            f"  {name:<12} {_hbm(gpu)}  {gpu['bf16_tflops']:>5} TFLOPS bf16  NVLink domain "
             f"{gpu['nvlink_domain']}\n      source: {gpu['source']}"
         )
     click.echo("Models:")

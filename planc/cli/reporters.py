@@ -120,6 +120,19 @@ def snippet(source: str, finding: Finding, color: bool = False) -> list[str]:
     ]
 
 
+def end_column(source: str | None, finding: Finding) -> int | None:
+    """The column just past the token the finding points at (the caret's span, in code points),
+    or None when the line is not in the source: SARIF's exclusive endColumn."""
+    if source is None:
+        return None
+    lines = _BREAKS.split(source)
+    if not 1 <= finding.line <= len(lines):
+        return None
+    line, start = lines[finding.line - 1], max(finding.column - 1, 0)
+    token = _TOKEN.match(line, start) if start < len(line) else None
+    return finding.column + (max(token.end() - start, 1) if token else 1)
+
+
 def _summary(results: Sequence[FileResult], strict: bool) -> str:
     counts = {
         s: sum(_level(f) == s for r in results for f in r.findings)
@@ -198,11 +211,15 @@ def github(results: Sequence[FileResult], strict: bool, options: Options = DEFAU
     lines = []
     for r in results:
         for f in r.findings:
+            end = end_column(r.source, f)
+            # GitHub's endColumn is the last column annotated (it defaults to col).
+            span = [f"endLine={f.line}", f"endColumn={end - 1}"] if end is not None else []
             props = ",".join(
                 [
                     f"file={github_property(r.path)}",
                     f"line={f.line}",
                     f"col={f.column}",
+                    *span,
                     f"title={f.rule}",
                 ]
             )
@@ -242,18 +259,21 @@ def sarif(results: Sequence[FileResult], strict: bool, options: Options = DEFAUL
     used = sorted({f.rule for r in results for f in r.findings if f.rule in REGISTRY})
     index = {rule_id: i for i, rule_id in enumerate(used)}
     found = []
+    root = os.getcwd()
     for r in results:
+        artifact = _artifact(r.path, root)
         for f in r.findings:
+            region = {"startLine": f.line, "startColumn": f.column}
+            end = end_column(r.source, f)
+            if end is not None:
+                region |= {"endLine": f.line, "endColumn": end}
             result: dict[str, object] = {
                 "ruleId": f.rule,
                 "level": _sarif_level(f.severity),
                 "message": {"text": f.text},
                 "locations": [
                     {
-                        "physicalLocation": {
-                            "artifactLocation": {"uri": _uri(r.path)},
-                            "region": {"startLine": f.line, "startColumn": f.column},
-                        },
+                        "physicalLocation": {"artifactLocation": artifact, "region": region},
                         "logicalLocations": (
                             [{"fullyQualifiedName": f.field, "kind": "member"}] if f.field else []
                         ),
@@ -276,12 +296,37 @@ def sarif(results: Sequence[FileResult], strict: bool, options: Options = DEFAUL
                         "rules": [_sarif_rule(REGISTRY[rule_id]) for rule_id in used],
                     }
                 },
+                "originalUriBaseIds": {SRCROOT: {"uri": _file_uri(root) + "/"}},
                 "columnKind": "unicodeCodePoints",
                 "results": found,
             }
         ],
     }
     return json.dumps(log, indent=2, ensure_ascii=False) + "\n"
+
+
+# The base of relative artifact URIs: the directory planc ran in (GitHub code scanning takes
+# %SRCROOT% as the repository's checkout).
+SRCROOT = "%SRCROOT%"
+
+
+def _artifact(path: str, root: str) -> dict[str, str]:
+    """A SARIF artifactLocation: a URI relative to %SRCROOT% (the working directory) for a
+    file under it, else an absolute file URI."""
+    if path != "-" and os.path.isabs(path):
+        inside = os.path.commonpath([os.path.abspath(path), root]) == root
+        if not inside:
+            return {"uri": _file_uri(path)}
+        path = os.path.relpath(path, root)
+    elif os.path.normpath(path).startswith(os.pardir):
+        return {"uri": _file_uri(os.path.abspath(path))}
+    return {"uri": _uri(path), "uriBaseId": SRCROOT}
+
+
+def _file_uri(path: str) -> str:
+    """An absolute path as a file URI (forward slashes, escaped as _uri escapes)."""
+    text = path.replace(os.sep, "/")
+    return "file://" + ("" if text.startswith("/") else "/") + _uri(text)
 
 
 def _uri(path: str) -> str:

@@ -19,6 +19,7 @@ Every function returns {relative path: text}; nothing here touches the file syst
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -26,6 +27,7 @@ from planc.compile.launchers import megatron_args
 from planc.compile.plan import Plan
 from planc.dims import padded_vocab
 from planc.pipeline.registry import definition
+from planc.spec.job import preset_model
 from planc.vocab import DType, ScheduleKind
 
 MEGATRON = "megatron-core 0.19.2, megatron/training/arguments.py (NVIDIA/Megatron-LM d98e8a64)"
@@ -89,8 +91,9 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
         args += ["--group-query-attention", f"--num-query-groups {mod.g}"]
     args += [
         f"--max-position-embeddings {mod.max_seq_len}",
-        "--position-embedding-type " + ("rope" if mod.position == "rope" else "learned_absolute"),
+        "--position-embedding-type " + _position_type(plan),
         *([f"--rotary-base {_rotary_base(mod.rope_theta)}"] if mod.position == "rope" else []),
+        *megatron_rope_arguments(plan, notes),
         "--normalization " + ("RMSNorm" if mod.norm == "rmsnorm" else "LayerNorm"),
     ]
     if mod.mlp == "swiglu":
@@ -99,9 +102,23 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
         args.append("--disable-bias-linear")
     if not mod.tied:
         args.append("--untie-embeddings-and-output-weights")
-    if mod.qk_norm:
+    if mod.qk_norm or mod.mla is not None:
+        # Under latent attention the flag builds the RMSNorms of the query and key/value
+        # latents (q_layernorm, kv_layernorm of MLASelfAttention; DeepSeek-V3's q_a_layernorm
+        # and kv_a_layernorm), which planc counts: without it Megatron-Core leaves them out.
         args.append("--qk-layernorm")
     args += megatron_moe_arguments(plan)
+    if (
+        mod.moe is not None
+        and mod.moe.score == "sigmoid"
+        and not mod.moe.normalize
+        and mod.moe.k > 1
+    ):
+        notes.append(
+            "Megatron-Core renormalises the top-k weights of a sigmoid router (router_utils.py "
+            "topk_routing_with_score_function): this model's unnormalised weights "
+            "(router_normalize false) are not what it will run"
+        )
     args += [
         f"--hidden-dropout {float(mod.dropout)!r}",
         f"--attention-dropout {float(mod.dropout)!r}",
@@ -150,6 +167,69 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
     if lay.p > 1:  # Megatron picks its schedule from the virtual pipeline size, no flag
         _framework_schedule(plan, "megatron", notes)
     return args, notes
+
+
+def _position_type(plan: Plan) -> str:
+    """Megatron's --position-embedding-type: rope, yarn (GPTModel's YaRN branch; latent
+    attention takes its RoPE kind from --rope-type instead) or learned_absolute."""
+    mod = plan.job.model
+    if mod.position != "rope":
+        return "learned_absolute"
+    scaling = mod.rope_scaling
+    if scaling is not None and scaling.kind == "yarn" and mod.mla is None:
+        return "yarn"
+    return "rope"
+
+
+# MLATransformerConfig's YaRN fields that no argument sets (arguments.py has no flag for them:
+# core_transformer_config_from_args copies only fields of the same name), with their defaults.
+_MLA_YARN_FIXED = (
+    ("original", "original_max_position_embeddings", 4096.0),
+    ("beta_fast", "beta_fast", 32.0),
+    ("beta_slow", "beta_slow", 1.0),
+)
+
+
+def megatron_rope_arguments(plan: Plan, notes: list[str]) -> list[str]:
+    """RoPE scaling as Megatron-LM's arguments (megatron-core 0.19.2), and notes on what they
+    cannot say. Latent attention builds its own rotary embedding from --rope-type, yarn by
+    default with MLATransformerConfig's DeepSeek-V3 values, so an MLA model states its kind
+    either way. YaRN elsewhere is --position-embedding-type yarn with the --yarn-* flags
+    (argument_utils._apply_yarn_config_from_args); Llama 3.1's scaling is --use-rope-scaling
+    with its factor, the other three numbers fixed (RotaryEmbedding._apply_scaling: low 1,
+    high 4, original 8192)."""
+    mod = plan.job.model
+    scaling = mod.rope_scaling
+    if mod.position != "rope":
+        return []
+    if scaling is None:
+        return ["--rope-type rope"] if mod.mla is not None else []
+    if scaling.kind == "llama3":
+        fixed = (scaling.low_freq_factor, scaling.high_freq_factor, scaling.original)
+        if fixed != (1.0, 4.0, 8192):
+            notes.append(
+                "Megatron's Llama 3 RoPE scaling fixes low_freq_factor 1, high_freq_factor 4 and "
+                f"8,192 original positions; this model's {fixed[0]:g}, {fixed[1]:g} and "
+                f"{fixed[2]:,} are not what it will run"
+            )
+        return ["--use-rope-scaling", f"--rope-scaling-factor {scaling.factor!r}"]
+    args = [f"--rotary-scaling-factor {scaling.factor!r}"]
+    if mod.mla is not None:
+        args.insert(0, "--rope-type yarn")
+        for attr, name, default in _MLA_YARN_FIXED:
+            value = float(getattr(scaling, attr))
+            if value != default:
+                notes.append(
+                    f"YaRN {name} {value:g}: Megatron-LM has no argument for it under latent "
+                    f"attention (MLATransformerConfig keeps {default:g})"
+                )
+    else:
+        args += [
+            f"--yarn-original-max-position-embeddings {scaling.original}",
+            f"--yarn-beta-fast {scaling.beta_fast!r}",
+            f"--yarn-beta-slow {scaling.beta_slow!r}",
+        ]
+    return [*args, f"--mscale {scaling.mscale!r}", f"--mscale-all-dim {scaling.mscale_all_dim!r}"]
 
 
 def megatron_mla_arguments(plan: Plan) -> list[str]:
@@ -201,10 +281,22 @@ def megatron_moe_arguments(plan: Plan) -> list[str]:
     if moe.capacity_factor is not None:
         args.append(f"--moe-expert-capacity-factor {moe.capacity_factor!r}")
     if moe.router_bias:
-        # TransformerConfig refuses the expert bias with the default softmax scores
-        # (transformer_config.py: "only supports 'sigmoid' and 'sqrtsoftplus'"); DeepSeek-V3
-        # scores with a sigmoid.
-        args += ["--moe-router-enable-expert-bias", "--moe-router-score-function sigmoid"]
+        # TransformerConfig refuses the expert bias with softmax scores (transformer_config.py:
+        # "only supports 'sigmoid' and 'sqrtsoftplus'"), which job.py refuses too.
+        args.append("--moe-router-enable-expert-bias")
+    if moe.score == "sigmoid":
+        args.append("--moe-router-score-function sigmoid")
+    elif moe.k == 1 or not moe.normalize:
+        # The softmax over all experts, then the top k, unnormalised (Hugging Face
+        # norm_topk_prob false); with top-1 also the only choice, since the softmax over the one
+        # expert picked would weigh it 1 and give the router no gradient (TransformerConfig:
+        # "Please use --moe-router-pre-softmax when topk is 1"; Switch Transformer's routing).
+        args.append("--moe-router-pre-softmax")
+    if moe.groups is not None and moe.group_k is not None:
+        # Group-limited routing (TransformerConfig moe_router_num_groups, moe_router_group_topk).
+        args += [f"--moe-router-num-groups {moe.groups}", f"--moe-router-group-topk {moe.group_k}"]
+    if moe.scaling is not None:
+        args.append(f"--moe-router-topk-scaling-factor {moe.scaling!r}")
     return args
 
 
@@ -539,14 +631,57 @@ def _python(value: Any, indent: int = 0) -> str:
     return json.dumps(value)
 
 
-def torchtitan_files(plan: Plan) -> Files:
-    parallelism, training, notes = torchtitan_settings(plan)
-    base = _TORCHTITAN_BASES.get(plan.job.model.preset or "")
+# The spec's names of the resolved model's fields (planc/spec/job.py Model).
+_SPEC_FIELDS = {
+    "L": "layers",
+    "h": "hidden",
+    "n": "heads",
+    "g": "kv_heads",
+    "k": "head_dim",
+    "f": "ffn_hidden",
+    "V": "vocab",
+    "tied": "tied_embeddings",
+    "position": "position_embedding",
+    "mtp": "mtp_layers",
+}
+
+
+def _torchtitan_base(plan: Plan, notes: list[str]) -> str | None:
+    """torchtitan's registered config of the plan's model: its preset's, when the spec changes
+    none of the preset's fields (a registered config is that model and no other); else None and
+    a note naming the fields that differ."""
+    model = plan.job.model
+    name = model.preset or ""
+    base = _TORCHTITAN_BASES.get(name)
     if base is None:
         notes.append(
             "the model is not a planc preset with a torchtitan config: set "
             "PLANC_TORCHTITAN_BASE to torchtitan's config of your model"
         )
+        return None
+    own = preset_model(name, plan.job.training.s)
+    changed = (
+        []
+        if own is None
+        else [
+            "model." + _SPEC_FIELDS.get(field.name, field.name)
+            for field in dataclasses.fields(model)
+            if getattr(model, field.name) != getattr(own, field.name)
+        ]
+    )
+    if own is not None and not changed:
+        return base
+    notes.append(
+        f"the spec changes {', '.join(changed) or 'fields'} of the {name} preset: "
+        f"torchtitan's registered config of {name} ({base}) is not this model; set "
+        "PLANC_TORCHTITAN_BASE to torchtitan's config of it"
+    )
+    return None
+
+
+def torchtitan_files(plan: Plan) -> Files:
+    parallelism, training, notes = torchtitan_settings(plan)
+    base = _torchtitan_base(plan, notes)
     note_text = "".join(f"\nNote: {note}." for note in notes)
     text = _TORCHTITAN_MODULE.format(
         name=plan.job.name.replace('"', "'").replace("\\", "/"),

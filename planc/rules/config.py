@@ -192,9 +192,10 @@ def _own_config(directory: str) -> str | None:
 # A configuration file is a few hundred bytes; a pyproject.toml a few KB.
 MAX_BYTES = 1024 * 1024
 
-# A `[tool.planc]` (or `[tool.planc.x]`) header, or a dotted `tool.planc.key = ...` line.
+# A `[tool.planc]` (or `[tool.planc.x]`) header, or a dotted `tool.planc.key = ...` line; a
+# header left unclosed (`[tool.planc`) too, so the parse reports it instead of passing over it.
 _PLANC_TABLE = re.compile(
-    rb"^[ \t]*(?:\[[ \t]*tool[ \t]*\.[ \t]*planc[ \t]*[\].]|tool\.planc\.)", re.M
+    rb"^[ \t]*(?:\[[ \t]*tool[ \t]*\.[ \t]*planc(?![A-Za-z0-9_-])|tool\.planc\.)", re.M
 )
 
 
@@ -265,7 +266,13 @@ def parse_table(
     known = keys(options)
     unknown = sorted(set(table) - set(known))
     if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; planc takes {', '.join(known)}")
+        import difflib  # start-up: only for a misspelt key
+
+        close = difflib.get_close_matches(str(unknown[0]), known, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(
+            f"{where}: unknown key {unknown[0]!r}; {hint}planc takes {', '.join(known)}"
+        )
     select = _strings(table, "select", where)
     severity = table.get("severity", {})
     if not isinstance(severity, dict):

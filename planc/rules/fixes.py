@@ -146,3 +146,64 @@ def data_shard(job: Job) -> list[Variant]:
         for n in sorted(_divisors_below(group, group + 1))
         if n > lay.data_shard and n % lay.data_shard == 0
     ]
+
+
+# A whole layout is looked for among at most this many (tensor, pipeline) pairs.
+MAX_LAYOUTS = 48
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    return [2**k for k in range(limit.bit_length()) if 2**k <= limit]
+
+
+def layouts(job: Job) -> list[Variant]:
+    """Whole layouts on the same GPUs for when no single change fits: tensor (a power of two
+    within the NVLink domain, at least the spec's) × pipeline (at least the spec's, splitting
+    the layers evenly), the data degree what the world leaves, with every memory saving on
+    (sequence parallelism where tensor > 1, full recompute, micro_batch 1, ZeRO-1, or ZeRO-3
+    without a pipeline), the least model parallelism first; at most MAX_LAYOUTS of them."""
+    lay, tr, cl, L = job.layout, job.training, job.cluster, job.model.L
+    found: list[tuple[int, int, Variant]] = []
+    for t in _powers_of_two(cl.nvlink_domain):
+        for p in range(lay.p, L + 1):
+            if t < lay.t or L % p or cl.world % (t * lay.c * p):
+                continue
+            d = cl.world // (t * lay.c * p)
+            if tr.B % d or (t, p) == (lay.t, lay.p):
+                continue
+            zero = 3 if p == 1 else 1
+            layout = dataclasses.replace(
+                lay,
+                t=t,
+                p=p,
+                d=d,
+                v=1,
+                stage_layers=(),
+                sp=t > 1,
+                zero=zero,
+                data_shard=None,
+                d_given=False,
+                named_schedule=None,
+            )
+            training = dataclasses.replace(tr, b=1, recompute="full")
+            words = (
+                f"parallelism {{tensor: {t}, pipeline: {p}, data: {d}, virtual_stages: 1, "
+                f"sequence_parallel: {str(t > 1).lower()}, zero_stage: {zero}}} with "
+                "training {micro_batch: 1, recompute: full}"
+            )
+            found.append(
+                (t * p, t, (words, dataclasses.replace(job, layout=layout, training=training)))
+            )
+    found.sort(key=lambda item: (item[0], item[1]))
+    return [variant for _, _, variant in found[:MAX_LAYOUTS]]
+
+
+def first_layout(job: Job, verdict: Verdict) -> str | None:
+    """The first of `layouts` that passes (a linear scan: memory per rank is not monotone over
+    the list), with what it shows; None when none does."""
+    for words, variant in layouts(job):
+        analysis = analysis_of(variant)
+        shown = None if analysis is None else verdict(analysis)
+        if shown is not None:
+            return f"{words} ({shown})"
+    return None

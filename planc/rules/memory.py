@@ -44,9 +44,21 @@ def _fix(ctx: Context, usable: int) -> str:
     found = verified_fixes(ctx.job, usable)
     if found:
         return "each of these alone fits (peak after it): " + "; ".join(found)
-    return (
+    none = (
         "no single change of micro_batch, recompute, sequence_parallel, zero_stage or up to "
-        f"{fixes.MAX_NODE_FACTOR}× the nodes fits: add tensor or pipeline parallelism"
+        f"{fixes.MAX_NODE_FACTOR}× the nodes fits"
+    )
+
+    def fits(analysis: Analysis) -> str | None:
+        peak = analysis.memory.peak.memory.total
+        return f"peak {_gib(peak)}" if peak <= usable else None
+
+    layout = fixes.first_layout(ctx.job, fits)
+    if layout is not None:
+        return f"{none}; this layout on the same GPUs does: {layout}"
+    return (
+        f"{none}, nor does any of {fixes.MAX_LAYOUTS} layouts of more tensor and pipeline "
+        "parallelism on these GPUs: add GPUs, or GPUs with more memory"
     )
 
 
@@ -63,6 +75,9 @@ def memory_fits(ctx: Context) -> Iterator[Violation]:
     The fix lists only changes that apply and that planc's own memory model shows to fit, each
     alone, with the peak after it: the next smaller micro-batch that divides the batch, more
     recompute, sequence parallelism, a higher ZeRO stage, or more nodes at the same layout.
+    When none fits alone, it offers the first whole layout on the same GPUs that does (more
+    tensor and pipeline parallelism with every saving on, the least model parallelism first,
+    from a bounded list), or says that none of them fits.
 
     Passes:
         training: {seq_len: 8192, micro_batch: 1}

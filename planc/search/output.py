@@ -8,6 +8,7 @@ import io
 from collections.abc import Mapping
 from typing import Any
 
+from planc.outputs import escape
 from planc.search.rank import Ranked, SearchResult
 from planc.search.space import Space, Value
 from planc.spec.job import GIB, Job
@@ -184,7 +185,9 @@ def render_text(
     space = result.space
     searched = [f"{a.name} {_values(a.values)}" for a in space.axes if not a.pinned]
     pinned = [f"{a.name} {_values(a.values)}" for a in space.axes if a.pinned]
-    lines = [heading] if heading else []
+    # The heading carries the spec's own strings (its name, a custom GPU's name): one line of
+    # text each, no terminal escape or bidirectional override (outputs/escape.line).
+    lines = [escape.line(heading)] if heading else []
     lines += [
         "searched: " + ("; ".join(searched) or "nothing"),
         "pinned: " + ("; ".join(pinned) or "nothing"),

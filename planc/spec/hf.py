@@ -48,8 +48,16 @@ dimension, a number that is not a positive integer, an activation it has no mode
 PLC110. What planc reads but models approximately (Qwen2's QKV-only biases, sliding-window and
 chunked attention) or does not read at all
 (RoPE scaling, partial rotary, parallel residual, a checkpoint's quantization, keys it does not
-know) is an info note naming the fields and why. Bookkeeping keys (token ids, dtype, epsilon,
-initializer range, rope_theta, versions) change neither memory nor FLOPs and are skipped silently.
+know) is an info note naming the fields and why; but a parameter planc has no term for (GPT-2's
+add_cross_attention) and a key it does not know whose name says it sizes the model (num_..., a
+..._size, ..._dim, ..._experts, ..._bias set to something) are errors, since the counts would
+not be the file's model. Every other spelling a config class accepts for a key (its
+attribute_map: GPT2Config hidden_size for n_embd, Qwen3MoeConfig num_local_experts for
+num_experts, ...) is read as the key; RoPE's θ is read where transformers 5 writes it
+(rope_parameters.rope_theta), else rope_theta, else the class's default_theta.
+tests/test_hfconfig_roundtrip.py holds every architecture to transformers' own models of files
+its config classes wrote, with every key changed in turn. Bookkeeping keys (token ids, dtype,
+epsilon, initializer range, versions) change neither memory nor FLOPs and are skipped silently.
 """
 
 from __future__ import annotations
@@ -124,6 +132,10 @@ class Architecture:
     sections: Callable[[Mapping[str, Any]], dict[str, Any] | list[Note]] | None = None
     # config -> model.moe / model.mla, or the errors; None: a dense architecture
     qk_norm: bool = False  # a weighted RMSNorm over each query and key head (Qwen3)
+    aliases: tuple[tuple[str, str], ...] = ()
+    # (other spelling, the key): the config class's attribute_map (transformers 5.24.0), which
+    # it accepts in a config.json as the key itself
+    rope_theta: float = 10_000.0  # the config class's default_theta, when the config gives none
 
 
 _LLAMA_KEYS = MappingProxyType(
@@ -238,11 +250,26 @@ def _llama4(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, l
                 "flash attention"
             )
         )
-    return bool(config.get("attention_bias", False)), notes
+    if config.get("attention_bias", False):
+        # Llama4TextAttention: q, k, v and o carry biases; the MLPs and experts none.
+        notes += _unmodelled("llama4", [("attention_bias", _attention_bias(dims))])
+    return False, notes
 
 
 def _gpt2(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, list[Note]]:
-    """GPT-2: every linear layer carries a bias (Conv1D)."""
+    """GPT-2: every linear layer carries a bias (Conv1D). add_cross_attention gives every block
+    a second attention over an encoder's states (GPT2Block.crossattention), which a decoder-only
+    plan has no term for."""
+    if config.get("add_cross_attention", False):
+        return True, [
+            _error(
+                "add_cross_attention true: every GPT-2 block gets a cross-attention over an "
+                "encoder's states and its norm, parameters planc has no term for (a decoder-only "
+                "model)",
+                "set add_cross_attention to false in the config (GPT2LMHeadModel pretraining has "
+                "none), or give the model's fields in the spec instead of hf_config",
+            )
+        ]
     return True, []
 
 
@@ -286,7 +313,23 @@ def _deepseek_v3(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bo
                 f"model.mtp_layers: {mtp} to train one"
             )
         )
-    return bool(config.get("attention_bias", False)), notes
+    if config.get("attention_bias", False):
+        notes += _unmodelled("deepseek_v3", [("attention_bias", _mla_bias(config, dims))])
+    return False, notes
+
+
+def _mla_bias(config: Mapping[str, Any], dims: Mapping[str, int]) -> int:
+    """DeepseekV3Attention's biases with attention_bias: q_a_proj (d_c', when the query has a
+    latent), kv_a_proj_with_mqa (d_c + d_h^R) and o_proj (h) in every layer; the up-projections
+    (q_b_proj, q_proj, kv_b_proj) have none. Defaults as in _DEEPSEEK_MLA."""
+
+    def width(key: str, default: int) -> int:
+        value = config.get(key, default)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    q_latent = width("q_lora_rank", 1536) if config.get("q_lora_rank", 1536) is not None else 0
+    per_layer = q_latent + width("kv_lora_rank", 512) + width("qk_rope_head_dim", 64)
+    return dims["layers"] * (per_layer + dims["hidden"])
 
 
 # DeepseekV3Config (transformers 5.24.0) keys planc reads into model.mla and model.moe, with
@@ -319,6 +362,9 @@ _DEEPSEEK_ROUTING = frozenset(
         "ep_size",
         "num_nextn_predict_layers",
         "q_lora_rank",
+        "output_router_logits",
+        "qk_head_dim",  # qk_nope_head_dim + qk_rope_head_dim, derived
+        "rope_interleave",  # the order of the rotated channels: no parameter
     }
 )
 
@@ -344,10 +390,51 @@ def deepseek_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
             errors.append(value)
         else:
             mla["q_lora_rank"] = value
+    routing = _deepseek_routing(config)
+    if isinstance(routing, Note):
+        return [*errors, routing]
     if errors:
         return errors
     moe["shared_expert_ffn_hidden"] = moe["expert_ffn_hidden"]
-    return {"mla": mla, "moe": moe}
+    return {"mla": mla, "moe": {**moe, **routing}}
+
+
+def _deepseek_routing(config: Mapping[str, Any]) -> dict[str, Any] | Note:
+    """Group-limited routing (n_group, topk_group: DeepseekV3TopkRouter picks the top
+    topk_group groups by the sum of each group's two best scores, then the top_k experts among
+    them) and routed_scaling_factor, with DeepseekV3Config's defaults (8, 4, 2.5). One group is
+    no grouping; a factor of 1 no scaling."""
+    groups = _integer(config, "n_group", 8, "DeepSeek-V3")
+    group_k = _integer(config, "topk_group", 4, "DeepSeek-V3")
+    if isinstance(groups, Note):
+        return groups
+    if isinstance(group_k, Note):
+        return group_k
+    scaling = config.get("routed_scaling_factor")
+    scaling = 2.5 if scaling is None else scaling
+    if isinstance(scaling, bool) or not isinstance(scaling, int | float) or not 0.001 <= scaling <= 1000:
+        return _error(
+            f"routed_scaling_factor in the config must be a number from 0.001 to 1,000, got "
+            f"{_shown(scaling)}",
+            "fix routed_scaling_factor in the config, or give model.moe.router_scaling_factor",
+        )
+    score = config.get("scoring_func", "sigmoid")
+    if score not in ("sigmoid", "softmax"):
+        return _error(
+            f"scoring_func {_shown(score)}: planc knows sigmoid and softmax routers",
+            "give model.moe.router_score in the spec instead of hf_config",
+        )
+    # DeepseekV3TopkRouter renormalises the top-k sigmoid weights with norm_topk_prob (default
+    # true).
+    read: dict[str, Any] = {
+        "router_score": score,
+        "router_normalize": bool(config.get("norm_topk_prob", True)),
+    }
+    if groups > 1:
+        read |= {"router_groups": groups, "router_group_top_k": group_k}
+    if scaling != 1:
+        read["router_scaling_factor"] = float(scaling)
+    return read
 
 
 def layer_pattern(moe_layers: Sequence[int], L: int) -> tuple[int, int, int] | None:
@@ -441,10 +528,6 @@ def qwen3_moe_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
     """model.moe of a Qwen3-MoE config: decoder_sparse_step and mlp_only_layers become
     first_dense_layers, layer_frequency and layer_offset where one pattern gives the same
     layers; norm_topk_prob changes no count. No shared expert, a router without bias."""
-    spelled = _one_spelling(config, "num_experts", "num_local_experts", "Qwen3-MoE")
-    if isinstance(spelled, Note):
-        return [spelled]
-    config = spelled
     moe = _read_integers(config, _QWEN3_MOE, "Qwen3-MoE")
     step = _integer(config, "decoder_sparse_step", 1, "Qwen3-MoE")
     L = _integer(config, "num_hidden_layers", None, "Qwen3-MoE")
@@ -459,15 +542,20 @@ def qwen3_moe_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
     assert isinstance(step, int) and isinstance(L, int)
     layers = [i for i in range(L) if i not in dense and (i + 1) % step == 0]
     pattern = _pattern_fields(layers, L, "Qwen3-MoE", "decoder_sparse_step and mlp_only_layers")
-    return pattern if isinstance(pattern, list) else {"moe": {**moe, **pattern}}
+    # Qwen3MoeSparseMoeBlock renormalises the top-k softmax weights only with norm_topk_prob
+    # (Qwen3MoeConfig's default: false).
+    normalize = {"router_normalize": bool(config.get("norm_topk_prob", False))}
+    return pattern if isinstance(pattern, list) else {"moe": {**moe, **pattern, **normalize}}
 
 
 def _one_spelling(
     config: Mapping[str, Any], key: str, alias: str, label: str
 ) -> Mapping[str, Any] | Note:
-    """`config` with `key` read from `alias` where only the alias is given: transformers 5's
-    Qwen3MoeConfig takes num_experts and writes num_local_experts (its attribute_map), so a
-    config it saved names the experts by the alias. Both, disagreeing, is an error."""
+    """`config` with `key` read from `alias` where only the alias is given, the alias dropped:
+    a config class accepts the other spellings of its attribute_map as the key itself (GPT2Config
+    hidden_size for n_embd), and transformers 5's Qwen3MoeConfig takes num_experts but writes
+    num_local_experts, so a config it saved names the experts by the alias. Both, disagreeing,
+    is an error."""
     if alias not in config:
         return config
     if key in config and config[key] != config[alias]:
@@ -476,7 +564,17 @@ def _one_spelling(
             f"{_shown(config[alias])}, two spellings of one number that disagree",
             f"keep one of {key} and {alias} in the config",
         )
-    return {**config, key: config[alias]}
+    return {**{k: v for k, v in config.items() if k != alias}, key: config[alias]}
+
+
+def _spelled(config: Mapping[str, Any], arch: Architecture) -> Mapping[str, Any] | Note:
+    """`config` with every other spelling of the architecture's keys read as the key."""
+    for alias, key in arch.aliases:
+        spelled = _one_spelling(config, key, alias, arch.label)
+        if isinstance(spelled, Note):
+            return spelled
+        config = spelled
+    return config
 
 
 def llama4_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
@@ -502,7 +600,8 @@ def llama4_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
     if isinstance(pattern, list):
         return pattern
     shared = {"shared_experts": 1, "shared_expert_ffn_hidden": moe["expert_ffn_hidden"]}
-    return {"moe": {**moe, **shared, **pattern}}
+    # Llama4Router: the sigmoid of each token's top logits weighs its experts.
+    return {"moe": {**moe, **shared, **pattern, "router_score": "sigmoid"}}
 
 
 def _llama_like(label: str, extra: Any, **defaults: Any) -> Architecture:
@@ -555,6 +654,10 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 **dict.fromkeys(_DEEPSEEK_ROUTING),
             ),
             sections=deepseek_fields,
+            aliases=(
+                ("num_local_experts", "n_routed_experts"),
+                ("num_mtp_layers", "num_nextn_predict_layers"),
+            ),
         ),
         "mixtral": replace(
             _llama_like(
@@ -566,6 +669,8 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 **dict.fromkeys(_ROUTING),
             ),
             sections=mixtral_fields,
+            aliases=(("num_experts", "num_local_experts"),),
+            rope_theta=1_000_000.0,
         ),
         "qwen3_moe": replace(
             _llama_like(
@@ -575,11 +680,12 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 decoder_sparse_step=1,
                 mlp_only_layers=None,
                 **{key: default for _, key, default in _QWEN3_MOE},
-                num_local_experts=None,  # num_experts as transformers 5 writes it
                 **dict.fromkeys(_ROUTING),
             ),
             sections=qwen3_moe_fields,
             qk_norm=True,
+            # num_experts as transformers 5 writes it (Qwen3MoeConfig.attribute_map)
+            aliases=(("num_local_experts", "num_experts"),),
         ),
         "llama4_text": replace(
             _llama_like(
@@ -596,6 +702,7 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
             ),
             keys=MappingProxyType({**_LLAMA_KEYS, "ffn_hidden": "intermediate_size_mlp"}),
             sections=llama4_fields,
+            rope_theta=500_000.0,
         ),
         "gpt2": Architecture(
             label="GPT-2",
@@ -625,6 +732,12 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
             position="learned",
             dropout=("resid_pdrop", "embd_pdrop", "attn_pdrop"),
             extra=_gpt2,
+            aliases=(
+                ("hidden_size", "n_embd"),
+                ("max_position_embeddings", "n_positions"),
+                ("num_attention_heads", "n_head"),
+                ("num_hidden_layers", "n_layer"),
+            ),
         ),
         "gpt_neox": Architecture(
             label="GPT-NeoX",
@@ -736,7 +849,7 @@ BOOKKEEPING = frozenset(
         "is_decoder",
         "is_encoder_decoder",
         "tie_encoder_decoder",
-        "add_cross_attention",
+        "add_cross_attention",  # GPT-2 reads it (an error when true)
         "chunk_size_feed_forward",
         "problem_type",
         "id2label",
@@ -757,6 +870,10 @@ _SAME_COST_ACTIVATIONS = frozenset({"relu", "gelu_10", "quick_gelu", "mish"})
 # ----------------------------------------------------------------------------- reading
 
 
+# Counts that may be 0: no leading dense layer (DeepSeek-V2-Lite-like), no shared expert.
+_MAY_BE_ZERO = frozenset({"first_k_dense_replace", "n_shared_experts"})
+
+
 def _integer(config: Mapping[str, Any], key: str, default: Any, label: str) -> int | Note:
     value = config.get(key)
     if value is None:  # absent, or null: transformers' default
@@ -766,9 +883,11 @@ def _integer(config: Mapping[str, Any], key: str, default: Any, label: str) -> i
             f"the {label} config has no {key}: planc needs it",
             f"add {key} to the config, or give the field in the spec",
         )
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DIM:
+    low = 0 if key in _MAY_BE_ZERO else 1
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_DIM:
         return _error(
-            f"{key} in the config must be a whole number from 1 to {MAX_DIM:,}, got {_shown(value)}",
+            f"{key} in the config must be a whole number from {low} to {MAX_DIM:,}, got "
+            f"{_shown(value)}",
             f"fix {key} in the config, or give the field in the spec",
         )
     return value
@@ -870,7 +989,28 @@ def _dropout(config: Mapping[str, Any], arch: Architecture) -> tuple[float, list
     ]
 
 
-def _rope_notes(config: Mapping[str, Any]) -> list[Note]:
+# RoPE scalings planc reads into model.rope_scaling: the keys of each (rope_scaling or
+# transformers 5's rope_parameters), as model.rope_scaling names them.
+_ROPE_SCALING_KEYS = MappingProxyType(
+    {
+        "yarn": (
+            "factor",
+            "original_max_position_embeddings",
+            "beta_fast",
+            "beta_slow",
+            "mscale",
+            "mscale_all_dim",
+        ),
+        "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
+    }
+)
+
+
+def _rope_scaling(config: Mapping[str, Any]) -> tuple[dict[str, Any] | None, list[Note]]:
+    """model.rope_scaling from the config's rope_scaling (or rope_parameters, where
+    transformers 5 writes it): YaRN and Llama 3.1's scaling are read, any other kind is an info
+    note (it changes the rotation frequencies, not the parameters, memory or FLOPs); a value
+    that is not a number is an error."""
     for key in _ROPE_SCALING:
         value = config.get(key)
         if not isinstance(value, Mapping):
@@ -878,13 +1018,37 @@ def _rope_notes(config: Mapping[str, Any]) -> list[Note]:
         kind = value.get("rope_type", value.get("type", "default"))
         if kind in (None, "default"):
             continue
-        return [
-            _info(
-                f"{key} ({kind}) is not read: RoPE scaling changes the rotation frequencies, "
-                "not the parameters, memory or FLOPs"
-            )
-        ]
-    return []
+        if kind not in _ROPE_SCALING_KEYS:
+            return None, [
+                _info(
+                    f"{key} ({kind}) is not read: RoPE scaling changes the rotation "
+                    "frequencies, not the parameters, memory or FLOPs"
+                )
+            ]
+        read: dict[str, Any] = {"type": kind}
+        for name in _ROPE_SCALING_KEYS[kind]:
+            number = value.get(name)
+            if number is None:
+                continue
+            if isinstance(number, bool) or not isinstance(number, int | float) or not (
+                math.isfinite(number) and number >= 0
+            ):
+                return None, [
+                    _error(
+                        f"{key}.{name} in the config must be a number, got {_shown(number)}",
+                        f"fix {key}.{name} in the config, or give model.rope_scaling in the spec",
+                    )
+                ]
+            read[name] = int(number) if name == "original_max_position_embeddings" else float(number)
+        if "factor" not in read:
+            return None, [
+                _error(
+                    f"{key} ({kind}) has no factor",
+                    f"add {key}.factor to the config, or give model.rope_scaling in the spec",
+                )
+            ]
+        return read, []
+    return None, []
 
 
 def _unknown_keys(config: Mapping[str, Any], arch: Architecture) -> list[Note]:
@@ -899,16 +1063,79 @@ def _unknown_keys(config: Mapping[str, Any], arch: Architecture) -> list[Note]:
                 "training precision, which is training.precision"
             )
         )
-    if unknown:
-        shown = ", ".join(unknown[:8]) + (
-            f" and {len(unknown) - 8} more" if len(unknown) > 8 else ""
+    sizing = [key for key in unknown if _may_size(key, config[key])]
+    if sizing:
+        shown = ", ".join(f"{key} {_shown(config[key], 30)}" for key in sizing[:8]) + (
+            f" and {len(sizing) - 8} more" if len(sizing) > 8 else ""
         )
+        notes.append(
+            _error(
+                f"not read: {shown}, which {arch.label} configs of transformers 5.24 do not have "
+                "and whose names say they size part of the model, so planc's parameter counts "
+                "would not be this model's",
+                "if the key changes no parameter, delete it from a copy of the config; else give "
+                "the model's fields in the spec instead of hf_config",
+            )
+        )
+    rest = [key for key in unknown if key not in sizing]
+    if rest:
+        shown = ", ".join(rest[:8]) + (f" and {len(rest) - 8} more" if len(rest) > 8 else "")
         notes.append(
             _info(
                 f"not read: {shown} (planc does not know what they change in a {arch.label} model)"
             )
         )
     return notes
+
+
+# Words of a config key that names a size, a count or a weight of the model (num_experts,
+# n_shared_experts, moe_intermediate_size, kv_lora_rank, mlp_bias, tie_word_embeddings, ...).
+_SIZING_WORDS = frozenset(
+    {
+        "num",
+        "n",
+        "size",
+        "dim",
+        "dims",
+        "rank",
+        "layer",
+        "layers",
+        "expert",
+        "experts",
+        "head",
+        "heads",
+        "bias",
+        "vocab",
+        "intermediate",
+        "hidden",
+        "inner",
+        "embd",
+        "embed",
+        "embeddings",
+        "tie",
+        "shared",
+        "proj",
+        "lora",
+        "moe",
+        "mlp",
+        "ffn",
+        "cross",
+        "width",
+        "depth",
+    }
+)
+
+
+def _may_size(key: str, value: object) -> bool:
+    """An unknown key that may change parameter counts: its name has a sizing word and its value
+    sets something (a positive whole number, true, or a list of whole numbers)."""
+    if not _SIZING_WORDS.intersection(key.lower().split("_")):
+        return False
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value > 0
+    return isinstance(value, list) and bool(value) and all(isinstance(i, int) for i in value)
 
 
 def model_type(config: Mapping[str, Any]) -> str | None:
@@ -979,13 +1206,18 @@ def _llama4_text(config: Mapping[str, Any]) -> dict[str, Any] | Note:
     }
 
 
-def _rope_theta(config: Mapping[str, Any]) -> float | Note | None:
-    """RoPE's base θ: rope_theta (rotary_emb_base in GPT-NeoX configs); None when the config
-    gives neither (planc's default, 10,000, is transformers' default for these models)."""
-    key = "rope_theta" if "rope_theta" in config else "rotary_emb_base"
-    value = config.get(key)
+def _rope_theta(config: Mapping[str, Any], arch: Architecture) -> float | Note | None:
+    """RoPE's base θ: rope_parameters.rope_theta (where transformers 5 writes it), else
+    rope_theta (rotary_emb_base in GPT-NeoX configs), else the config class's default_theta
+    (Mixtral 1,000,000, Llama 4 500,000); None where that is 10,000, planc's own default."""
+    parameters = config.get("rope_parameters")
+    if isinstance(parameters, Mapping) and parameters.get("rope_theta") is not None:
+        key, value = "rope_parameters.rope_theta", parameters["rope_theta"]
+    else:
+        key = "rope_theta" if "rope_theta" in config else "rotary_emb_base"
+        value = config.get(key)
     if value is None:
-        return None
+        return None if arch.rope_theta == 10_000 else arch.rope_theta
     if isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value <= 1e12:
         return _error(
             f"{key} in the config must be a number from 1 to 10^12, got {_shown(value)}",
@@ -1028,6 +1260,10 @@ def from_config(
                 rule="PLC111",
             ),
         )
+    spelled = _spelled(config, arch)
+    if isinstance(spelled, Note):
+        return (spelled,)
+    config = spelled
     read = _dimensions(config, arch, given)
     if isinstance(read, list):
         return tuple(read)
@@ -1049,9 +1285,12 @@ def from_config(
     nested = arch.sections(config) if arch.sections is not None else {}
     if isinstance(nested, list):
         return tuple(nested)
-    theta = _rope_theta(config) if arch.position == "rope" else None
+    theta = _rope_theta(config, arch) if arch.position == "rope" else None
     if isinstance(theta, Note):
         return (theta,)
+    scaling, scaling_notes = _rope_scaling(config)
+    if scaling is not None:
+        nested = {**nested, "rope_scaling": scaling}
     fields = {
         **_merged_sections(nested, given),
         **stated,
@@ -1069,9 +1308,12 @@ def from_config(
         *mlp[1],
         *dropout[1],
         *notes,
-        *_rope_notes(config),
+        *scaling_notes,
         *_unknown_keys(config, arch),
     ]
+    errors_among = tuple(note for note in all_notes if note.severity == "error")
+    if errors_among:
+        return errors_among
     return HfModel(kind or "", MappingProxyType(fields), tuple(all_notes))
 
 

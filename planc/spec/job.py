@@ -26,6 +26,8 @@ from planc.vocab import (
     Position,
     Precision,
     Recompute,
+    RopeScalingKind,
+    RouterScore,
     ScheduleKind,
 )
 
@@ -67,6 +69,11 @@ class MoE:
     capacity_factor: float | None  # None: dropless
     router_bias: bool  # per-expert bias (auxiliary-loss-free balancing)
     offset: int = 0  # 0 ≤ offset < frequency; Llama 4 and Qwen MoE: frequency − 1
+    groups: int | None = None  # group-limited routing: expert groups (DeepSeek-V3 n_group)
+    group_k: int | None = None  # groups a token's experts come from (topk_group)
+    scaling: float | None = None  # factor on the routed output (routed_scaling_factor)
+    score: RouterScore = "softmax"  # how the router weighs the experts it picks
+    normalize: bool = True  # the top-k weights renormalised to sum to 1 (norm_topk_prob)
 
     def is_moe_layer(self, i: int) -> bool:
         """Layer `i` (from 0) routes to experts: Megatron's moe_layer_freq pattern
@@ -108,6 +115,21 @@ class MLA:
 
 
 @record
+class RopeScaling:
+    """RoPE frequency scaling, resolved (model.rope_scaling; Megatron's defaults filled in)."""
+
+    kind: RopeScalingKind
+    factor: float  # s
+    original: int  # context length the frequencies were trained at
+    beta_fast: float = 32.0  # yarn
+    beta_slow: float = 1.0  # yarn
+    mscale: float = 1.0  # yarn
+    mscale_all_dim: float = 0.0  # yarn
+    low_freq_factor: float = 1.0  # llama3
+    high_freq_factor: float = 4.0  # llama3
+
+
+@record
 class Model:
     """Architecture in Megatron/Korthikanti symbols."""
 
@@ -131,6 +153,7 @@ class Model:
     mla: MLA | None = None  # None: multi-head / grouped-query attention
     mtp: int = 0  # multi-token prediction modules after the last layer (DeepSeek-V3)
     rope_theta: float = 10000.0  # RoPE base θ (no count depends on it; the frameworks need it)
+    rope_scaling: RopeScaling | None = None  # None: unscaled RoPE (or learned positions)
 
 
 @record
@@ -353,7 +376,43 @@ def _model(spec: Data) -> Model | list[Problem]:
         mla=mla,
         mtp=merged.get("mtp_layers", 0),
         rope_theta=float(merged.get("rope_theta", 10000.0)),
+        rope_scaling=_rope_scaling(
+            {**base.get("rope_scaling", {}), **_given(spec["model"].get("rope_scaling") or {})}
+        ),
     )
+
+
+# Megatron's context length of the unscaled frequencies, per scaling (MLATransformerConfig
+# original_max_position_embeddings 4096; RotaryEmbedding._apply_scaling 8192).
+_ROPE_ORIGINAL = {"yarn": 4096, "llama3": 8192}
+
+
+def _rope_scaling(values: Mapping[str, Any]) -> RopeScaling | None:
+    """model.rope_scaling over the preset's, resolved (a field left null takes its default)."""
+    if not values:
+        return None
+    kind = values["type"]
+    floats = (
+        "beta_fast",
+        "beta_slow",
+        "mscale",
+        "mscale_all_dim",
+        "low_freq_factor",
+        "high_freq_factor",
+    )
+    return RopeScaling(
+        kind=kind,
+        factor=float(values["factor"]),
+        original=values.get("original_max_position_embeddings", _ROPE_ORIGINAL[kind]),
+        **{name: float(values[name]) for name in floats if name in values},
+    )
+
+
+def preset_model(name: str, seq_len: int) -> Model | None:
+    """The model preset `name` resolved with nothing written beside it (what a framework's own
+    config of that preset describes); None when it does not resolve."""
+    model = _model({"model": {"preset": name}, "training": {"seq_len": seq_len}})
+    return None if isinstance(model, list) else model
 
 
 def _head_dim(h: int, n: int, mla: MLA | None) -> int:
@@ -402,6 +461,20 @@ def _moe(given: Mapping[str, Any], f: int) -> MoE | list[Problem] | None:
             )
             for name in missing
         ]
+    routing = _routing_problems(given)
+    if given.get("router_bias") and given.get("router_score") == "softmax":
+        routing.append(
+            Problem(
+                "PLC110",
+                "model.moe.router_score",
+                "model.moe.router_bias balances the experts with a bias on sigmoid scores "
+                "(DeepSeek-V3's auxiliary-loss-free balancing); softmax scores have none "
+                "(Megatron-Core's TransformerConfig refuses the pair)",
+                "set model.moe.router_score: sigmoid, or router_bias: false",
+            )
+        )
+    if routing:
+        return routing
     f_e = given.get("expert_ffn_hidden", f)
     frequency, offset = given.get("layer_frequency", 1), given.get("layer_offset", 0)
     if offset >= frequency:
@@ -425,7 +498,49 @@ def _moe(given: Mapping[str, Any], f: int) -> MoE | list[Problem] | None:
         capacity_factor=given.get("capacity_factor"),
         router_bias=given.get("router_bias", False),
         offset=offset,
+        groups=given.get("router_groups"),
+        group_k=given.get("router_group_top_k"),
+        scaling=given.get("router_scaling_factor"),
+        score=given.get("router_score", "sigmoid" if given.get("router_bias") else "softmax"),
+        normalize=given.get("router_normalize", True),
     )
+
+
+def _routing_problems(given: Mapping[str, Any]) -> list[Problem]:
+    """Group-limited routing that no router runs: E experts in G equal groups, the top k from
+    k_G of them, each group giving k / k_G (Megatron's group_limited_topk; DeepSeek-V3: 256 in
+    8 groups, top 8 from 4 groups, 2 each). Both fields or neither."""
+    groups, group_k = given.get("router_groups"), given.get("router_group_top_k")
+    if groups is None and group_k is None:
+        return []
+    field = "model.moe.router_groups" if groups is None else "model.moe.router_group_top_k"
+    if groups is None or group_k is None:
+        return [
+            Problem(
+                "PLC110",
+                field,
+                "group-limited routing needs both model.moe.router_groups and "
+                "router_group_top_k",
+                "give both (DeepSeek-V3: 8 and 4), or neither",
+            )
+        ]
+    E, k = given["experts"], given["top_k"]
+    reasons = [
+        *([f"router_groups {groups} does not divide experts {E}"] if E % groups else []),
+        *([f"router_group_top_k {group_k} is above router_groups {groups}"] if group_k > groups else []),
+        *([f"router_group_top_k {group_k} does not divide top_k {k}"] if k % group_k else []),
+    ]
+    if not reasons:
+        return []
+    return [
+        Problem(
+            "PLC110",
+            "model.moe.router_groups",
+            "group-limited routing cannot run: " + "; ".join(reasons),
+            "give groups that divide experts and a router_group_top_k that divides top_k "
+            "(DeepSeek-V3: 256 experts, 8 groups, top_k 8 from 4 groups)",
+        )
+    ]
 
 
 def _link(*layers: Data | None) -> LinkSpeed | None:

@@ -34,6 +34,8 @@ from planc.vocab import (
     Position,
     Precision,
     Recompute,
+    RopeScalingKind,
+    RouterScore,
     ScheduleKind,
 )
 
@@ -175,6 +177,85 @@ class MoESpec(Frozen):
         "(DeepSeek-V3 e_score_correction_bias; Megatron --moe-router-enable-expert-bias): E "
         "more parameters per MoE layer. Default: false.",
     )
+    router_score: RouterScore | None = Field(
+        None,
+        description="How the router scores experts: softmax (Mixtral, Qwen3-MoE) or sigmoid "
+        "(DeepSeek-V3 scoring_func, Llama 4's router); Megatron --moe-router-score-function. "
+        "Changes no count, byte or FLOP. Default: sigmoid with router_bias (Megatron's expert "
+        "bias needs it), else softmax.",
+    )
+    router_normalize: StrictBool | None = Field(
+        None,
+        description="The top_k routed weights are renormalised to sum to 1 (Hugging Face "
+        "norm_topk_prob; Mixtral always). With softmax scores false is Megatron's "
+        "--moe-router-pre-softmax (the softmax over all experts, then the top k). Changes no "
+        "count, byte or FLOP. Default: true.",
+    )
+    router_groups: Dim | None = Field(
+        None,
+        description="Group-limited routing: the experts form this many equal groups and each "
+        "token picks its top_k experts from router_group_top_k groups only (DeepSeek-V3 "
+        "n_group 8; Megatron --moe-router-num-groups). Must divide experts. Changes no count, "
+        "byte or FLOP. Default: null, no groups.",
+    )
+    router_group_top_k: Dim | None = Field(
+        None,
+        description="Groups each token's experts come from under group-limited routing "
+        "(DeepSeek-V3 topk_group 4; Megatron --moe-router-group-topk); at most router_groups, "
+        "and it divides top_k. Default: null, no groups.",
+    )
+    router_scaling_factor: Annotated[float, _bounded(0.001, 1_000)] | None = Field(
+        None,
+        description="Factor on the routed experts' combined output, 0.001 to 1,000 "
+        "(DeepSeek-V3 routed_scaling_factor 2.5; Megatron --moe-router-topk-scaling-factor). "
+        "Default: null, 1.",
+    )
+
+
+class RopeScalingSpec(Frozen):
+    """RoPE frequency scaling for a context longer than the one the model was trained at.
+
+    YaRN (Peng et al. 2023, "YaRN: Efficient Context Window Extension of Large Language
+    Models"): frequencies interpolated by `factor` between the wavelengths beta_fast and
+    beta_slow mark, attention scaled by mscale terms (DeepSeek-V3: factor 40 over 4,096
+    positions, beta_fast 32, beta_slow 1, mscale 1, mscale_all_dim 1). llama3 (Llama 3.1): low
+    frequencies divided by `factor`, smoothed between low_freq_factor and high_freq_factor.
+    No count, byte or FLOP depends on it; the frameworks need it to train the same model.
+    """
+
+    type: RopeScalingKind = Field(
+        description="yarn (Megatron --position-embedding-type yarn, or --rope-type yarn under "
+        "latent attention) or llama3 (Megatron --use-rope-scaling)."
+    )
+    factor: Annotated[float, _bounded(1.0, 1_000_000)] = Field(
+        description="Scaling factor s, 1 to 1,000,000 (Hugging Face rope_scaling.factor; Megatron "
+        "--rotary-scaling-factor for yarn, --rope-scaling-factor for llama3)."
+    )
+    original_max_position_embeddings: Dim | None = Field(
+        None,
+        description="Context length the frequencies were trained at. Default: 4,096 for yarn, "
+        "8,192 for llama3 (Megatron's defaults).",
+    )
+    beta_fast: Annotated[float, _bounded(0.0, 1_000_000)] | None = Field(
+        None, description="yarn: β_fast, 0 to 1,000,000. Default: 32."
+    )
+    beta_slow: Annotated[float, _bounded(0.0, 1_000_000)] | None = Field(
+        None, description="yarn: β_slow, 0 to 1,000,000. Default: 1."
+    )
+    mscale: Annotated[float, _bounded(0.0, 1_000_000)] | None = Field(
+        None, description="yarn: the attention scale's mscale, 0 to 1,000,000. Default: 1."
+    )
+    mscale_all_dim: Annotated[float, _bounded(0.0, 1_000_000)] | None = Field(
+        None,
+        description="yarn: the attention scale's mscale_all_dim, 0 to 1,000,000 (DeepSeek-V3: 1). "
+        "Default: 0.",
+    )
+    low_freq_factor: Annotated[float, _bounded(0.001, 1_000_000)] | None = Field(
+        None, description="llama3: low_freq_factor, 0.001 to 1,000,000. Default: 1."
+    )
+    high_freq_factor: Annotated[float, _bounded(0.001, 1_000_000)] | None = Field(
+        None, description="llama3: high_freq_factor, 0.001 to 1,000,000. Default: 4."
+    )
 
 
 class MLASpec(Frozen):
@@ -277,6 +358,11 @@ class ModelSpec(Frozen):
         description="RoPE base θ (Su et al. 2021: 10,000; Llama 3 500,000; Mixtral and Qwen3 "
         "1,000,000), written to Megatron's --rotary-base. Default: the preset's, else 10,000 "
         "(Megatron's and transformers' default). Changes no count, byte or FLOP.",
+    )
+    rope_scaling: RopeScalingSpec | None = Field(
+        None,
+        description="RoPE frequency scaling (YaRN, Llama 3.1's), as the model was trained; "
+        "null: none. Changes no count, byte or FLOP.",
     )
     max_seq_len: Dim | None = Field(
         None,

@@ -126,3 +126,26 @@ def test_every_stage_layers_problem_is_reported() -> None:
     messages = " | ".join(f.message for f in found)
     assert len(found) == 3, messages
     assert "2 entries" in messages and "40" in messages and "stage 0" in messages
+
+
+def test_a_preset_keeps_its_layers_so_the_fix_changes_the_layout() -> None:
+    """Llama 3.1 405B's 126 layers on 8 nodes (64 GPUs), tensor 8, pipeline 4: 126 / 4 = 31.5.
+    A preset's depth is the model's, so the fix is a layout: stage_layers [32, 32, 31, 31]
+    (126 = 2·32 + 2·31), or a pipeline degree p' with 126 % p' == 0 that 64 / 8 = 8 splits
+    into (p' ∈ {1, 2, 4, 8}): 1 or 2. With virtual_stages 2: 63 chunks of 2 over 4 stages,
+    [32, 32, 32, 30], and only p' = 1 splits 126 into 2·p' chunks."""
+    overlay = {"model": {"preset": "llama3-405b"}, "parallelism": {"pipeline": 4, "data": 2}}
+    (finding,) = findings_of(check_overlay(overlay, BASE))
+    assert finding.fix == (
+        "give parallelism.stage_layers [32, 32, 31, 31] or use pipeline 1 or 2 "
+        "(the llama3-405b preset's 126 layers are the model's)"
+    )
+    both = {"parallelism": {"pipeline": 4, "data": 2, "virtual_stages": 2}}
+    overlay_v = {"model": {"preset": "llama3-405b"}, **both}
+    (finding,) = findings_of(check_overlay(overlay_v, BASE))
+    assert finding.fix.startswith(
+        "give parallelism.stage_layers [32, 32, 32, 30] or use pipeline 1 "
+    )
+    # The layout it gives passes PLC004.
+    fixed = {**overlay, "parallelism": {**overlay["parallelism"], "stage_layers": [32, 32, 31, 31]}}
+    assert "PLC004" not in rules_fired(check_overlay(fixed, BASE))

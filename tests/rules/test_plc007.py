@@ -169,3 +169,29 @@ def test_fixes_do_not_trade_one_finding_for_another() -> None:
         }
         (finding,) = findings_of(check_overlay(overlay))
         assert ("sequence_parallel: true" in finding.fix) is offered, finding.fix
+
+
+def test_when_no_single_change_fits_a_whole_layout_is_offered() -> None:
+    """Llama 3 70B on 2 nodes at tensor 1, pipeline 1, ZeRO 0, micro_batch 2, seq 8,192: 16 B
+    of static state per parameter on every rank (70.55B · 16 B = 1,051 GiB) is past every single
+    change planc tries (the fix says so). A layout with more
+    tensor parallelism and every saving on fits, and it is the one offered: applied to the spec,
+    PLC007 passes. On 1 node no layout fits: that is said instead."""
+    base = {
+        "model": {"preset": "llama3-70b"},
+        "parallelism": {"tensor": 1, "pipeline": 1, "data": None, "zero_stage": 0},
+        "training": {"seq_len": 8192, "global_batch": 64, "micro_batch": 2},
+    }
+    spec = merge(base, hosts_overlay(2))
+    (finding,) = findings_of(check_text(spec_text(spec, "llama3-70b-8x8.yaml")))
+    assert "no single change" in finding.fix
+    words = finding.fix.split("this layout on the same GPUs does: ")[1]
+    parallelism = yaml.safe_load(words.split(" with training ")[0].removeprefix("parallelism "))
+    training = yaml.safe_load(words.split(" with training ")[1].split(" (peak")[0])
+    assert parallelism["tensor"] * parallelism["pipeline"] > 1
+    fixed = merge(spec, {"parallelism": parallelism, "training": training})
+    assert findings_of(check_text(spec_text(fixed, "llama3-70b-8x8.yaml"))) == []
+    (alone,) = findings_of(
+        check_text(spec_text(merge(base, hosts_overlay(1)), "llama3-70b-8x8.yaml"))
+    )
+    assert "nor does any of 48 layouts" in alone.fix
