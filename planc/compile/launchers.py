@@ -17,6 +17,7 @@ import re
 from planc.compile.plan import Plan
 from planc.compile.ranks import AXES
 from planc.spec.job import GIB, NodeNames
+from planc.spec.pipeline_layout import megatron_stages, write_layout
 
 MASTER_PORT = 29500
 TRAIN_SCRIPT = '"${PLANC_TRAIN_SCRIPT:-train.py}"'
@@ -298,8 +299,35 @@ def megatron_args(plan: Plan) -> tuple[list[str], list[str]]:
     return args, notes
 
 
+def _split_args(plan: Plan) -> list[str] | None:
+    """The split as Megatron-Core states a chunk layout of its own: the embedding and loss
+    counted as layers of the even split (--account-for-embedding/loss-in-pipeline-split), or
+    the layout string (--pipeline-model-parallel-layout, which sets the chunks per stage
+    itself); None for a split the older flags state."""
+    lay = plan.job.layout
+    accounted = lay.embedding_in_split or lay.loss_in_split
+    if lay.pipeline_layout is None and not accounted:
+        return None
+    if lay.pipeline_layout is None:
+        flags = [
+            flag
+            for flag, on in (
+                ("--account-for-embedding-in-pipeline-split", lay.embedding_in_split),
+                ("--account-for-loss-in-pipeline-split", lay.loss_in_split),
+            )
+            if on
+        ]
+        return flags + ([f"--num-virtual-stages-per-pipeline-rank {lay.v}"] if lay.v > 1 else [])
+    chunks = tuple(lay.chunk_layers(i % lay.p)[i // lay.p] for i in range(lay.p * lay.v))
+    text = write_layout(megatron_stages(chunks, plan.job.model.mtp))
+    return [f'--pipeline-model-parallel-layout "{text}"']
+
+
 def _pipeline_args(plan: Plan, notes: list[str]) -> list[str]:
     lay, L = plan.job.layout, plan.job.model.L
+    split = _split_args(plan)
+    if split is not None:
+        return split
     given = lay.stage_layers
     if not given or len(set(given)) == 1:
         return (

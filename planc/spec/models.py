@@ -455,6 +455,29 @@ class ParallelismSpec(Frozen):
         description="Optional uneven split: layers on each pipeline stage, first to last.",
         max_length=MAX_DEGREE,
     )
+    pipeline_layout: (
+        Annotated[StrictStr, Field(min_length=1, max_length=4096, pattern=ONE_LINE)]
+        | None
+    ) = Field(
+        None,
+        description="Megatron-Core's pipeline layout (--pipeline-model-parallel-layout): the "
+        "virtual stages in run order (chunk·pipeline + stage) separated by '|', each E "
+        "(embedding), t (decoder layer), m (MTP layer) and L (loss); x*n and (…)*n repeat, "
+        "commas are cosmetic. E.g. 'Et*3|(t*4|)*30,t*3L' for 126 layers over 16 stages × 2 "
+        "chunks. It has pipeline × virtual_stages stages; every chunk then holds its own layers.",
+    )
+    embedding_in_pipeline_split: StrictBool = Field(
+        False,
+        description="Count the embedding as a layer when the layers are split evenly over the "
+        "stages and chunks (Megatron --account-for-embedding-in-pipeline-split): the first "
+        "chunk holds one decoder layer fewer.",
+    )
+    loss_in_pipeline_split: StrictBool = Field(
+        False,
+        description="Count the loss (output head) as a layer when the layers are split evenly "
+        "(Megatron --account-for-loss-in-pipeline-split): the last chunk holds one decoder "
+        "layer fewer.",
+    )
     sequence_parallel: StrictBool = Field(
         False,
         description="Megatron sequence parallelism: split norms and dropout over the TP group.",
