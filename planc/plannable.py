@@ -19,11 +19,11 @@ from types import MappingProxyType
 
 from planc.dims import Numerics, RankDims, numerics, rank_dims
 from planc.findings import Violation
-from planc.pipeline.registry import unmet
+from planc.pipeline.registry import definition, unmet
 from planc.record import record
 from planc.spec.job import HOST_NAME, Cluster, Job, Model, NodeNames, Rules, Training
 from planc.spec.pipeline_layout import parse_layout
-from planc.vocab import AXES, Axis, ScheduleKind, ScheduleNeed
+from planc.vocab import AXES, Axis, ChunkPlacement, ScheduleKind, ScheduleNeed
 
 MAX_RANKS = 1_048_576
 
@@ -458,6 +458,23 @@ def _unmet_need(job: Job, need: ScheduleNeed) -> Violation:
             f"virtual_stages = {lay.v} needs pipeline > 2, but pipeline = {lay.p}",
             "set virtual_stages: 1, or pipeline ≥ 3",
         )
+    if need is ScheduleNeed.TWO_CHUNKS:
+        return Violation(
+            "parallelism.virtual_stages",
+            f"pipeline_schedule = {name} runs two model chunks per stage (rank r holds virtual "
+            f"stages r and 2p − 1 − r), but virtual_stages = {lay.v}",
+            "set virtual_stages: 2",
+            ("parallelism.pipeline_schedule",),
+        )
+    if need is ScheduleNeed.TWICE_THE_STAGES:
+        least = job.training.b * (lay.d or 1) * 2 * lay.p
+        return Violation(
+            "training.global_batch",
+            f"pipeline_schedule = {name} needs m ≥ 2 × pipeline = {2 * lay.p} micro-batches, "
+            f"got m = {m} (deepseek-ai/DualPipe asserts num_chunks >= num_ranks * 2)",
+            f"make global_batch at least micro_batch × data × 2 × pipeline = {least}",
+            ("parallelism.pipeline_schedule",),
+        )
     step = job.training.b * (lay.d or 1) * lay.p
     return Violation(
         "training.global_batch",
@@ -645,21 +662,30 @@ def layer_ranges(stage_layers: tuple[int, ...], v: int) -> tuple[tuple[LayerRang
     return chunk_ranges(tuple(stage_layers[i % p] // v for i in range(p * v)), p)
 
 
-def chunk_ranges(chunks: tuple[int, ...], p: int) -> tuple[tuple[LayerRange, ...], ...]:
+def chunk_ranges(
+    chunks: tuple[int, ...], p: int, placement: ChunkPlacement = ChunkPlacement.LOOP
+) -> tuple[tuple[LayerRange, ...], ...]:
     """Layer ranges of each pipeline rank, one [first, last) per model chunk, from the layers
     of each virtual stage in run order.
 
     Interleaved 1F1B (Narayanan et al. 2021, §2.2; Megatron's interleaved assignment) cuts the
     layers into p·v blocks and gives chunk j of rank r the block j·p + r; block i holds
     chunks[i] layers (Megatron's layout: every chunk its own count). With v = 1 this is the
-    plain contiguous split.
+    plain contiguous split. In the V placement (ZB-V, DualPipeV) rank r's chunks hold blocks r
+    and 2p − 1 − r (`planc.pipeline.schedule.virtual_stage`).
     """
     v = len(chunks) // p
     starts = [0]
     for count in chunks:
         starts.append(starts[-1] + count)
+
+    def block(r: int, j: int) -> int:
+        if placement is ChunkPlacement.V:
+            return r if j == 0 else 2 * p - 1 - r
+        return j * p + r
+
     return tuple(
-        tuple((starts[j * p + r], starts[j * p + r + 1]) for j in range(v)) for r in range(p)
+        tuple((starts[block(r, j)], starts[block(r, j) + 1]) for j in range(v)) for r in range(p)
     )
 
 
@@ -746,6 +772,13 @@ class PlanLayout:
         """Layers in each of the v model chunks of pipeline rank `stage`."""
         return tuple(last - first for first, last in self.chunks[stage])
 
+    @property
+    def last_stage(self) -> int:
+        """The pipeline rank holding the last virtual stage (the final norm, LM head, loss and
+        MTP layers, in its last chunk): p − 1, or rank 0 in the V placement (DualPipeV), whose
+        last chunk is virtual stage 2p − 1."""
+        return 0 if definition(self.schedule).placement is ChunkPlacement.V else self.p - 1
+
 
 @record
 class Plannable:
@@ -823,7 +856,8 @@ def plannable(
     if lay.d is None or m is None:  # excluded by PLC001 and PLC005 above
         raise AssertionError("a job that passed its preconditions has d and m")
     split = chunk_split(job)
-    stage_layers = tuple(sum(split[r :: lay.p]) for r in range(lay.p))
+    ranges = chunk_ranges(split, lay.p, definition(lay.schedule).placement)
+    stage_layers = tuple(sum(b - a for a, b in chunks) for chunks in ranges)
     edp = lay.edp(job.world)
     if edp is None:  # PLC024 above; a dense job has W/(t·p) = d·c
         raise AssertionError("a job that passed its preconditions has a whole EDP")
@@ -847,7 +881,7 @@ def plannable(
             order=order,
             data_shard=lay.data_shard or lay.d * lay.c,
             stage_layers=stage_layers,
-            chunks=chunk_ranges(split, lay.p),
+            chunks=ranges,
             ep=lay.ep,
             et=lay.et,
             edp=edp,

@@ -26,6 +26,7 @@ from planc.compile.launchers import megatron_args
 from planc.compile.plan import Plan
 from planc.dims import padded_vocab
 from planc.pipeline.registry import definition
+from planc.pipeline.schedule import virtual_stage
 from planc.vocab import DType, ScheduleKind
 
 MEGATRON = "megatron-core 0.19.2, megatron/training/arguments.py (NVIDIA/Megatron-LM d98e8a64)"
@@ -143,6 +144,9 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
         args.append(f"--num-distributed-optimizer-instances {replicas}")
     if lay.p > 1:  # Megatron picks its schedule from the virtual pipeline size, no flag
         _framework_schedule(plan, "megatron", notes)
+    if lay.schedule is ScheduleKind.COMBINED_1F1B:
+        # The combined 1F1B schedule is chosen by this flag (Megatron-LM moe_a2a_overlap.md).
+        args.append("--overlap-moe-expert-parallel-comm")
     return args, notes
 
 
@@ -451,12 +455,14 @@ def _torchtitan_expert_notes(plan: Plan, dp_shard: int) -> list[str]:
 
 def _model_parts(plan: Plan) -> list[list[str]]:
     """The modules of every model chunk in stage order (chunk j of stage r is stage j·p + r, as
-    torchtitan's looped schedules place them)."""
+    torchtitan's looped schedules place them; stages r and 2p − 1 − r in its "v" style, for
+    ZBVZeroBubble and DualPipeV)."""
     lay = plan.job.layout
+    placement = definition(lay.schedule).placement
     blocks: dict[int, tuple[int, int]] = {}
     for stage in range(lay.p):
         for chunk, (first, last) in enumerate(lay.chunks[stage]):
-            blocks[chunk * lay.p + stage] = (first, last)
+            blocks[virtual_stage(lay.p, stage, chunk, placement)] = (first, last)
     parts = [[f"layers.{i}" for i in range(*blocks[b])] for b in sorted(blocks)]
     parts[0].insert(0, "tok_embeddings")
     parts[-1] += ["norm", "output"]

@@ -16,8 +16,11 @@ import re
 
 from planc.compile.plan import Plan
 from planc.compile.ranks import AXES
+from planc.pipeline.registry import definition
+from planc.pipeline.schedule import virtual_stage
 from planc.spec.job import GIB, NodeNames
 from planc.spec.pipeline_layout import megatron_stages, write_layout
+from planc.vocab import ChunkPlacement
 
 MASTER_PORT = 29500
 TRAIN_SCRIPT = '"${PLANC_TRAIN_SCRIPT:-train.py}"'
@@ -299,7 +302,7 @@ def megatron_args(plan: Plan) -> tuple[list[str], list[str]]:
     return args, notes
 
 
-def _split_args(plan: Plan) -> list[str] | None:
+def _split_args(plan: Plan, notes: list[str]) -> list[str] | None:
     """The split as Megatron-Core states a chunk layout of its own: the embedding and loss
     counted as layers of the even split (--account-for-embedding/loss-in-pipeline-split), or
     the layout string (--pipeline-model-parallel-layout, which sets the chunks per stage
@@ -318,14 +321,23 @@ def _split_args(plan: Plan) -> list[str] | None:
             if on
         ]
         return flags + ([f"--num-virtual-stages-per-pipeline-rank {lay.v}"] if lay.v > 1 else [])
-    chunks = tuple(lay.chunk_layers(i % lay.p)[i // lay.p] for i in range(lay.p * lay.v))
-    text = write_layout(megatron_stages(chunks, plan.job.model.mtp))
+    placement = definition(lay.schedule).placement
+    chunks = [0] * (lay.p * lay.v)  # decoder layers of each virtual stage, in run order
+    for r in range(lay.p):
+        for j, count in enumerate(lay.chunk_layers(r)):
+            chunks[virtual_stage(lay.p, r, j, placement)] = count
+    text = write_layout(megatron_stages(tuple(chunks), plan.job.model.mtp))
+    if placement is not ChunkPlacement.LOOP:
+        notes.append(
+            f"the {definition(lay.schedule).title} schedule holds virtual stages r and "
+            "2p − 1 − r on rank r; Megatron places virtual stage i on rank i mod p"
+        )
     return [f'--pipeline-model-parallel-layout "{text}"']
 
 
 def _pipeline_args(plan: Plan, notes: list[str]) -> list[str]:
     lay, L = plan.job.layout, plan.job.model.L
-    split = _split_args(plan)
+    split = _split_args(plan, notes)
     if split is not None:
         return split
     given = lay.stage_layers

@@ -35,7 +35,7 @@ from typing import Literal, NamedTuple, TypeAlias
 from planc.pipeline.counts import check_sizes as _check_sizes
 from planc.pipeline.counts import num_warmup
 from planc.record import record
-from planc.vocab import ScheduleKind
+from planc.vocab import ChunkPlacement, ScheduleKind
 
 #: F forward, B backward (input gradient, or the whole backward when the schedule emits no W),
 #: W weight-gradient backward.
@@ -82,6 +82,12 @@ class Op:
     phase: Phase
     recv: Link | None = None
     send: Link | None = None
+    # Runs overlapped with the next op on its stage (DualPipe's forward-and-backward chunk
+    # pair): the two start together, once the inputs of both are there.
+    paired: bool = False
+    # A backward that runs its weight gradient as well (B + W in one op, its send after both),
+    # in a schedule that splits other backwards (DualPipeV's backwards outside zero-bubble).
+    whole: bool = False
 
     @property
     def label(self) -> str:
@@ -101,6 +107,7 @@ class Schedule:
     v: int
     stages: tuple[tuple[Op, ...], ...]
     kind: ScheduleKind | None = None
+    placement: ChunkPlacement = ChunkPlacement.LOOP  # which virtual stage each chunk holds
 
     def __post_init__(self) -> None:
         _check_sizes(self.p, self.m, self.v)
@@ -108,6 +115,8 @@ class Schedule:
             raise ValueError(
                 f"a schedule for p={self.p} stages needs {self.p} op lists, got {len(self.stages)}"
             )
+        if self.placement is ChunkPlacement.V and self.v != 2:
+            raise ValueError(f"the V placement holds two chunks per stage, got v={self.v}")
 
     @property
     def interleaved(self) -> bool:
@@ -190,6 +199,155 @@ def gpipe(p: int, m: int, v: int = 1) -> Schedule:
     return Schedule(p=p, m=m, v=v, stages=stages, kind=ScheduleKind.GPIPE)
 
 
+def combined_1f1b(p: int, m: int, v: int) -> Schedule:
+    """Megatron-Core's combined 1F1B (`--overlap-moe-expert-parallel-comm`; Megatron-LM
+    docs/user-guide/features/moe_a2a_overlap.md, `combined_1f1b_schedule_for_interleaved_
+    pipelining`): interleaved 1F1B whose steady state runs micro-batch i + 1's forward together
+    with micro-batch i's backward, so that one's expert all-to-all hides behind the other's
+    compute. It runs one more warm-up forward than interleaved 1F1B (`get_pp_rank_microbatches`:
+    num_warmup_microbatches + 1 with overlap_moe_expert_parallel_comm), capped at m·v, and needs
+    the interleaved schedule's layout (v > 1, p > 2, m a multiple of p)."""
+    _check_sizes(p, m, v)
+    if v == 1:
+        raise ValueError("the combined 1F1B schedule needs v > 1 model chunks per stage")
+    _check_interleaved(p, m, v)
+    stages = tuple(
+        _stage_ops(p, m, v, rank, min(num_warmup(p, m, v, rank) + 1, m * v)) for rank in range(p)
+    )
+    return Schedule(p=p, m=m, v=v, stages=stages, kind=ScheduleKind.COMBINED_1F1B)
+
+
+def zb_h1(p: int, m: int, v: int = 1) -> Schedule:
+    """ZB-H1 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", ICLR, arXiv 2401.10241 §2.1):
+    1F1B with the backward split into B (input gradient) and W (weight gradient). Stage r runs
+    1F1B's min(p − r − 1, m) warm-up forwards and its (F, B) pairs, and each micro-batch's W
+    r backwards after its B; the W left over run at the end. Stage r so holds at most
+    (p − r) + r = p micro-batches (1F1B's stage-0 peak: memory no higher than 1F1B's), and the W
+    fill the cool-down's idle time: the bubble is (p − 1)(F + B − W) against 1F1B's
+    (p − 1)(F + B + W). One model chunk per stage: ``v`` must be 1."""
+    _check_sizes(p, m, v)
+    if v != 1:
+        raise ValueError(f"the ZB-H1 schedule runs one model chunk per stage, got v={v}")
+    return Schedule(
+        p=p, m=m, v=v, stages=tuple(_zb_h1_ops(p, m, r) for r in range(p)), kind=ScheduleKind.ZB_H1
+    )
+
+
+def _zb_h1_ops(p: int, m: int, rank: int) -> tuple[Op, ...]:
+    warmup, lag = min(p - rank - 1, m), rank
+    ops = [_make_op(p, 1, rank, "F", k, "warmup") for k in range(warmup)]
+    done = 0  # W ops emitted, in micro-batch order
+    for k in range(m):
+        phase: Phase = "steady" if k < m - warmup else "cooldown"
+        if phase == "steady":
+            ops.append(_make_op(p, 1, rank, "F", warmup + k, "steady"))
+        ops.append(_make_op(p, 1, rank, "B", k, phase))
+        if k >= lag:
+            ops.append(_make_op(p, 1, rank, "W", done, phase))
+            done += 1
+    ops.extend(_make_op(p, 1, rank, "W", k, "cooldown") for k in range(done, m))
+    return tuple(ops)
+
+
+def dualpipe_v(p: int, m: int, v: int = 2) -> Schedule:
+    """DualPipeV (DeepSeek, deepseek-ai/DualPipe `dualpipe/dualpipev.py`, DualPipeV.step; the
+    "cut-in-half" DualPipe of DualPipe #8; PyTorch `ScheduleDualPipeV`): p ranks, two chunks each
+    in the V placement (rank r holds virtual stages r and 2p − 1 − r), m ≥ 2p micro-batches.
+    Rank r runs the reference's eight steps: F0 × 2(p−r−1); (F0 F1) × (r+1); (B1 W1 F1) ×
+    (p−r−1) with zero-bubble backwards; (F0 B1 F1 B0) × (m − 2p + r + 1); (B1 F1 B0) ×
+    (p−r−1); (B1 B0) × (r+1), the second half with the W deferred (from B1 on odd ranks, from
+    B0 on even ones); (W B0) × (p−r−1) with B0 deferring its W; W × (r+1). Deferred W run in
+    the order their B ran (WeightGradStore's queue); a backward that is not zero-bubble is one
+    `whole` op (B + W, its gradient sent when both are done). A forward and backward the reference runs
+    overlapped (_forward_backward_chunk) are a `paired` F: both start when the inputs of both
+    are there, and take F + B (the simulator gives the overlap no credit; F&B = F + B)."""
+    _check_sizes(p, m, v)
+    if v != 2:
+        raise ValueError(f"DualPipeV runs two model chunks per stage, got v={v}")
+    if m < 2 * p:
+        raise ValueError(f"DualPipeV needs m ≥ 2p micro-batches (m={m}, p={p})")
+    stages = tuple(_DualPipeV(p, m, r).ops() for r in range(p))
+    return Schedule(
+        p=p, m=m, v=2, stages=stages, kind=ScheduleKind.DUALPIPE_V, placement=ChunkPlacement.V
+    )
+
+
+class _DualPipeV:
+    """One rank's DualPipeV op list, built step by step as dualpipev.py runs it."""
+
+    def __init__(self, p: int, m: int, rank: int) -> None:
+        self.p, self.m, self.rank = p, m, rank
+        self.next_f, self.next_b = [0, 0], [0, 0]
+        self.deferred: list[tuple[int, int]] = []  # (micro-batch, chunk) of pending W, in order
+        self.out: list[Op] = []
+
+    def _op(
+        self, kind: Kind, microbatch: int, chunk: int, phase: Phase, paired: bool = False
+    ) -> None:
+        recv, send = _links(self.p, 2, self.rank, chunk, microbatch, kind, ChunkPlacement.V)
+        self.out.append(Op(kind, microbatch, chunk, phase, recv, send, paired))
+
+    def f(self, chunk: int, phase: Phase, paired: bool = False) -> None:
+        """A forward; `paired`: overlapped with the backward that follows it (the reference's
+        _forward_backward_chunk)."""
+        self._op("F", self.next_f[chunk], chunk, phase, paired)
+        self.next_f[chunk] += 1
+
+    def b(self, chunk: int, phase: Phase, zero_bubble: bool = False) -> None:
+        microbatch = self.next_b[chunk]
+        self.next_b[chunk] += 1
+        recv, send = _links(self.p, 2, self.rank, chunk, microbatch, "B", ChunkPlacement.V)
+        self.out.append(Op("B", microbatch, chunk, phase, recv, send, whole=not zero_bubble))
+        if zero_bubble:
+            self.deferred.append((microbatch, chunk))
+
+    def w(self, phase: Phase) -> None:
+        microbatch, chunk = self.deferred.pop(0)
+        self._op("W", microbatch, chunk, phase)
+
+    def ops(self) -> tuple[Op, ...]:
+        p, m, r = self.p, self.m, self.rank
+        for _ in range(2 * (p - r - 1)):  # step 1
+            self.f(0, "warmup")
+        for _ in range(r + 1):  # step 2
+            self.f(0, "warmup")
+            self.f(1, "warmup")
+        for _ in range(p - r - 1):  # step 3
+            self.b(1, "warmup", zero_bubble=True)
+            self.w("warmup")
+            self.f(1, "warmup")
+        for i in range(m - 2 * p + r + 1):  # step 4, the steady state
+            # The last rank's first F0 and B1 run apart ("to further reduce bubble size").
+            self.f(0, "steady", paired=not (i == 0 and r == p - 1))
+            self.b(1, "steady")
+            self.f(1, "steady", paired=True)
+            self.b(0, "steady")
+        for _ in range(p - r - 1):  # step 5
+            self.b(1, "cooldown")
+            self.f(1, "cooldown", paired=True)
+            self.b(0, "cooldown")
+        self._step_6()
+        for _ in range(p - r - 1):  # step 7
+            self.w("cooldown")
+            self.b(0, "cooldown", zero_bubble=True)
+        while self.deferred:  # step 8: the r + 1 left
+            self.w("cooldown")
+        return tuple(self.out)
+
+    def _step_6(self) -> None:
+        """(B1 B0) × (r + 1); from the pair r+1 // 2 on, zero-bubble: at its B1 on odd ranks, at
+        its B0 on even ones."""
+        steps, odd = self.rank + 1, self.rank % 2 == 1
+        zero_bubble = False
+        for i in range(steps):
+            if i == steps // 2 and odd:
+                zero_bubble = True
+            self.b(1, "cooldown", zero_bubble)
+            if i == steps // 2 and not odd:
+                zero_bubble = True
+            self.b(0, "cooldown", zero_bubble)
+
+
 def _flush(p: int, m: int, v: int, kind: ScheduleKind) -> Schedule:
     """Warm-up, steady and cool-down of every stage, Megatron's warm-up count."""
     stages = tuple(_stage_ops(p, m, v, rank, num_warmup(p, m, v, rank)) for rank in range(p))
@@ -229,34 +387,64 @@ def _make_op(p: int, v: int, rank: int, kind: Kind, k: int, phase: Phase) -> Op:
     return Op(kind=kind, microbatch=microbatch, chunk=chunk, phase=phase, recv=recv, send=send)
 
 
+def virtual_stage(p: int, rank: int, chunk: int, placement: ChunkPlacement) -> int:
+    """The virtual stage (position on the micro-batch's path) chunk `chunk` of `rank` holds:
+    ``chunk·p + rank`` in the loop placement (Megatron's interleaved assignment), ``rank`` or
+    ``2p − 1 − rank`` in the V placement (Qi et al. 2024 §3, ZB-V; DualPipeV)."""
+    if placement is ChunkPlacement.V:
+        return rank if chunk == 0 else 2 * p - 1 - rank
+    return chunk * p + rank
+
+
+def stage_of(p: int, here: int, placement: ChunkPlacement) -> tuple[int, int]:
+    """(rank, chunk) holding virtual stage `here`: the inverse of `virtual_stage`."""
+    if placement is ChunkPlacement.V:
+        return (here, 0) if here < p else (2 * p - 1 - here, 1)
+    return here % p, here // p
+
+
 def _links(
-    p: int, v: int, rank: int, chunk: int, microbatch: int, kind: Kind
+    p: int,
+    v: int,
+    rank: int,
+    chunk: int,
+    microbatch: int,
+    kind: Kind,
+    placement: ChunkPlacement = ChunkPlacement.LOOP,
 ) -> tuple[Link | None, Link | None]:
-    """(recv, send) links of one op; virtual stage index is ``chunk·p + rank`` (Megatron's
-    interleaved assignment: chunk j of stage r holds the layers of virtual stage j·p + r). A
+    """(recv, send) links of one op between neighbouring virtual stages (`virtual_stage`). A
     weight-gradient op has none."""
-    here = chunk * p + rank
+    here = virtual_stage(p, rank, chunk, placement)
     first, last = here == 0, here == p * v - 1
     if kind == "W":
         return None, None
     if kind == "F":
-        recv = None if first else _link("fwd", microbatch, p, here - 1, here)
-        send = None if last else _link("fwd", microbatch, p, here, here + 1)
+        recv = None if first else _link("fwd", microbatch, p, here - 1, here, placement)
+        send = None if last else _link("fwd", microbatch, p, here, here + 1, placement)
     else:
         # Backward runs the chain the other way: gradient in from s+1, out to s−1.
-        recv = None if last else _link("bwd", microbatch, p, here + 1, here)
-        send = None if first else _link("bwd", microbatch, p, here, here - 1)
+        recv = None if last else _link("bwd", microbatch, p, here + 1, here, placement)
+        send = None if first else _link("bwd", microbatch, p, here, here - 1, placement)
     return recv, send
 
 
-def _link(direction: Direction, microbatch: int, p: int, src: int, dst: int) -> Link:
+def _link(
+    direction: Direction,
+    microbatch: int,
+    p: int,
+    src: int,
+    dst: int,
+    placement: ChunkPlacement = ChunkPlacement.LOOP,
+) -> Link:
+    src_stage, src_chunk = stage_of(p, src, placement)
+    dst_stage, dst_chunk = stage_of(p, dst, placement)
     return Link(
         direction=direction,
         microbatch=microbatch,
-        src_stage=src % p,
-        src_chunk=src // p,
-        dst_stage=dst % p,
-        dst_chunk=dst // p,
+        src_stage=src_stage,
+        src_chunk=src_chunk,
+        dst_stage=dst_stage,
+        dst_chunk=dst_chunk,
     )
 
 
@@ -282,12 +470,13 @@ def in_flight(schedule: Schedule, rank: int) -> int:
 
 
 def _freeing_kind(schedule: Schedule) -> Kind:
-    """The op that releases a micro-batch's activations: its W, or its B without W ops."""
+    """The op that releases a micro-batch's activations: its W (or a `whole` B), or its B
+    without W ops."""
     return "W" if schedule.splits_backward else "B"
 
 
 def _held_change(op: Op, frees: Kind) -> int:
-    return 1 if op.kind == "F" else -1 if op.kind == frees else 0
+    return 1 if op.kind == "F" else -1 if op.kind == frees or op.whole else 0
 
 
 def held_at_peak(
@@ -351,6 +540,7 @@ def _check_stage_ops(
     schedule: Schedule, rank: int, ops: tuple[Op, ...], expected: Counter[tuple[str, int, int]]
 ) -> None:
     got: Counter[tuple[str, int, int]] = Counter((op.kind, op.microbatch, op.chunk) for op in ops)
+    got.update(("W", op.microbatch, op.chunk) for op in ops if op.whole)  # B + W in one op
     if got != expected:
         extra = sorted((got - expected).elements())
         missing = sorted((expected - got).elements())
@@ -359,11 +549,14 @@ def _check_stage_ops(
             f"duplicate or unknown ops: {extra[:5]}, missing ops: {missing[:5]}"
         )
     for op in ops:
-        want = _links(schedule.p, schedule.v, rank, op.chunk, op.microbatch, op.kind)
+        want = _links(
+            schedule.p, schedule.v, rank, op.chunk, op.microbatch, op.kind, schedule.placement
+        )
         if (op.recv, op.send) != want:
+            here = virtual_stage(schedule.p, rank, op.chunk, schedule.placement)
             raise ValueError(
                 f"stage {rank} op {op.label}: links (recv={op.recv}, send={op.send}) do not "
-                f"match its virtual stage {op.chunk * schedule.p + rank} (expected {want})"
+                f"match its virtual stage {here} (expected {want})"
             )
 
 

@@ -445,9 +445,13 @@ class ParallelismSpec(Frozen):
     pipeline_schedule: ScheduleName | None = Field(
         None,
         description="The pipeline schedule by name: 1f1b (one model chunk per stage), "
-        "interleaved-1f1b (virtual_stages > 1 chunks) or gpipe (all forwards, then all "
-        "backwards; one chunk per stage, m micro-batches in flight). Default: 1f1b when "
-        "virtual_stages is 1, interleaved-1f1b otherwise.",
+        "interleaved-1f1b (virtual_stages > 1 chunks), gpipe (all forwards, then all "
+        "backwards; one chunk per stage, m micro-batches in flight), zb-h1 (1F1B with the "
+        "weight gradients deferred into the bubble; one chunk per stage), dualpipev "
+        "(DeepSeek's V-shaped DualPipe: virtual_stages 2, rank r holds stages r and "
+        "2·pipeline − 1 − r, m ≥ 2·pipeline) or combined-1f1b (Megatron's interleaved 1F1B "
+        "that overlaps the expert all-to-all, --overlap-moe-expert-parallel-comm). Default: "
+        "1f1b when virtual_stages is 1, interleaved-1f1b otherwise.",
     )
     stage_layers: list[Annotated[StrictInt, Field(ge=0, le=MAX_DIM)]] = Field(
         default_factory=list,
