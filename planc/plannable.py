@@ -19,6 +19,7 @@ from types import MappingProxyType
 
 from planc.dims import Numerics, RankDims, numerics, rank_dims
 from planc.findings import Violation
+from planc.pipeline.placement import stage_of, virtual_stage
 from planc.pipeline.registry import definition, unmet
 from planc.record import record
 from planc.spec.job import HOST_NAME, Cluster, Job, Model, NodeNames, Rules, Training
@@ -401,7 +402,8 @@ def chunk_split(job: Job) -> tuple[int, ...]:
         split[-1] -= lay.loss_in_split
         return tuple(split)
     stages = lay.stage_layers or (L // lay.p,) * lay.p
-    return tuple(stages[i % lay.p] // lay.v for i in range(chunks))
+    placement = definition(lay.schedule).placement
+    return tuple(stages[stage_of(lay.p, i, placement)[0]] // lay.v for i in range(chunks))
 
 
 def batch_split(job: Job) -> Iterator[Violation]:
@@ -678,15 +680,8 @@ def chunk_ranges(
     starts = [0]
     for count in chunks:
         starts.append(starts[-1] + count)
-
-    def block(r: int, j: int) -> int:
-        if placement is ChunkPlacement.V:
-            return r if j == 0 else 2 * p - 1 - r
-        return j * p + r
-
-    return tuple(
-        tuple((starts[block(r, j)], starts[block(r, j) + 1]) for j in range(v)) for r in range(p)
-    )
+    blocks = [[virtual_stage(p, r, j, placement) for j in range(v)] for r in range(p)]
+    return tuple(tuple((starts[i], starts[i + 1]) for i in row) for row in blocks)
 
 
 @record

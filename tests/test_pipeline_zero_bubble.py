@@ -185,6 +185,30 @@ def test_dualpipe_v_layers_are_v_shaped() -> None:
     )
 
 
+def test_dualpipe_v_stage_layers_follow_the_v() -> None:
+    # stage_layers [18, 22, 22, 18] in halves: rank r's chunks are virtual stages r and 7 − r,
+    # 9 or 11 layers each; run order 9, 11, 11, 9 | 9, 11, 11, 9.
+    lay = job_of(
+        {
+            "parallelism": {
+                "pipeline_schedule": "dualpipev",
+                "virtual_stages": 2,
+                "stage_layers": [18, 22, 22, 18],
+            },
+            "training": {"framework": "fsdp2"},
+        },
+        BASE,
+    ).layout
+    assert lay.chunks == (
+        ((0, 9), (71, 80)),
+        ((9, 20), (60, 71)),
+        ((20, 31), (49, 60)),
+        ((31, 40), (40, 49)),
+    )
+    assert lay.stage_layers == (18, 22, 22, 18)
+    assert lay.last_stage == 0
+
+
 def test_dualpipe_v_plan_compiles_and_verifies() -> None:
     overlay = {
         "parallelism": {"pipeline_schedule": "dualpipev", "virtual_stages": 2, "zero_stage": 3},

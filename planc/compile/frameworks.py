@@ -25,8 +25,8 @@ from typing import Any
 from planc.compile.launchers import megatron_args
 from planc.compile.plan import Plan
 from planc.dims import padded_vocab
+from planc.pipeline.placement import virtual_stage
 from planc.pipeline.registry import definition
-from planc.pipeline.schedule import virtual_stage
 from planc.vocab import DType, ScheduleKind
 
 MEGATRON = "megatron-core 0.19.2, megatron/training/arguments.py (NVIDIA/Megatron-LM d98e8a64)"

@@ -16,8 +16,8 @@ import re
 
 from planc.compile.plan import Plan
 from planc.compile.ranks import AXES
+from planc.pipeline.placement import virtual_stage
 from planc.pipeline.registry import definition
-from planc.pipeline.schedule import virtual_stage
 from planc.spec.job import GIB, NodeNames
 from planc.spec.pipeline_layout import megatron_stages, write_layout
 from planc.vocab import ChunkPlacement

@@ -34,6 +34,7 @@ from typing import Literal, NamedTuple, TypeAlias
 
 from planc.pipeline.counts import check_sizes as _check_sizes
 from planc.pipeline.counts import num_warmup
+from planc.pipeline.placement import stage_of, virtual_stage
 from planc.record import record
 from planc.vocab import ChunkPlacement, ScheduleKind
 
@@ -385,22 +386,6 @@ def _make_op(p: int, v: int, rank: int, kind: Kind, k: int, phase: Phase) -> Op:
     chunk, microbatch = _virtual_microbatch(p, v, k, forward=kind == "F")
     recv, send = _links(p, v, rank, chunk, microbatch, kind)
     return Op(kind=kind, microbatch=microbatch, chunk=chunk, phase=phase, recv=recv, send=send)
-
-
-def virtual_stage(p: int, rank: int, chunk: int, placement: ChunkPlacement) -> int:
-    """The virtual stage (position on the micro-batch's path) chunk `chunk` of `rank` holds:
-    ``chunk·p + rank`` in the loop placement (Megatron's interleaved assignment), ``rank`` or
-    ``2p − 1 − rank`` in the V placement (Qi et al. 2024 §3, ZB-V; DualPipeV)."""
-    if placement is ChunkPlacement.V:
-        return rank if chunk == 0 else 2 * p - 1 - rank
-    return chunk * p + rank
-
-
-def stage_of(p: int, here: int, placement: ChunkPlacement) -> tuple[int, int]:
-    """(rank, chunk) holding virtual stage `here`: the inverse of `virtual_stage`."""
-    if placement is ChunkPlacement.V:
-        return (here, 0) if here < p else (2 * p - 1 - here, 1)
-    return here % p, here // p
 
 
 def _links(
