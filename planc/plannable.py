@@ -334,6 +334,13 @@ def _layout_places(stages: tuple[str, ...]) -> Iterator[Violation]:
             "loss on the last one only",
             "put E on the first stage and every m with L on the last",
         )
+    empty = [index for index, stage in enumerate(stages) if not stage]
+    if empty:
+        yield _layout_violation(
+            f"virtual stage {empty[0]} is empty (Megatron passes its input on); planc's pipeline "
+            "simulation needs every virtual stage to hold a layer, the embedding or the loss",
+            f"move a layer into virtual stage {empty[0]}, or use fewer virtual_stages",
+        )
 
 
 def _layout_stages(job: Job) -> Iterator[Violation]:

@@ -135,6 +135,14 @@ def test_layout_must_hold_every_layer_once() -> None:
     assert "MTP layers (m), the model 0" in plc004(layout_overlay("Et*9|(t*10|)*6,t*9mL"))[0]
 
 
+def test_layout_with_an_empty_stage_is_refused_not_a_traceback() -> None:
+    # Virtual stage 2 holds nothing: Megatron passes the input on; planc refuses it.
+    (message,) = plc004(layout_overlay("Et*12|t*11||(t*11|)*4,t*11L"))
+    assert "virtual stage 2 is empty" in message
+    # A stage with only the embedding is a stage.
+    assert plc004(layout_overlay("E|(t*11|)*6,t*12L")) == []
+
+
 def test_layout_excludes_stage_layers_and_counted_split() -> None:
     overlay = layout_overlay(LAYOUT)
     overlay["parallelism"] = {**overlay["parallelism"], "stage_layers": [19, 20, 20, 19]}  # type: ignore[dict-item]
