@@ -185,10 +185,13 @@ class ChunkPlacement(str, Enum):
 
     `loop`: chunk j of rank r is virtual stage j·p + r (Megatron's interleaved assignment,
     torchtitan's "loop" style); `v`: two chunks, rank r holds virtual stages r and 2p − 1 − r
-    (the zero-bubble paper's V shape, DualPipeV; torchtitan's "v" style)."""
+    (the zero-bubble paper's V shape, DualPipeV; torchtitan's "v" style); `dual`: DualPipe's two
+    directions, chunk 0 the stage r of the pipeline that runs rank 0 → p − 1 and chunk 1 the stage
+    p − 1 − r of the one that runs back, each micro-batch on one of them."""
 
     LOOP = "loop"
     V = "v"
+    DUAL = "dual"
 
     def __str__(self) -> str:
         return self.value

@@ -22,6 +22,7 @@ from planc.compile.plan import pipeline_record, plan_json
 from planc.perf.step import StageInputs, StepInputs, pipeline_step
 from planc.pipeline import registry
 from planc.pipeline.schedule import (
+    dualpipe,
     dualpipe_v,
     held_at_peak,
     in_flight,
@@ -29,7 +30,7 @@ from planc.pipeline.schedule import (
     validate_schedule,
     zb_h1,
 )
-from planc.pipeline.timeline import simulate
+from planc.pipeline.timeline import Timeline, simulate
 from planc.verify import render, verify_text
 from planc.verify.pipeline import expand_dualpipe_v, expand_zb_h1
 from planc.vocab import ScheduleKind
@@ -225,6 +226,47 @@ def test_dualpipe_v_plan_compiles_and_verifies() -> None:
     assert parallelism["pipeline_parallel_schedule"] == "DualPipeV"
     result = verify_text(plan_json(plan))
     assert result.ok, render(result)
+
+
+# ----------------------------------------------------------------------------- DualPipe
+
+
+@settings(deadline=None, max_examples=30)
+@given(half=st.integers(1, 4), extra=st.integers(0, 8), f=times, w=times)
+def test_dualpipe_bubble_is_the_readmes(half: int, extra: int, f: int, w: int) -> None:
+    # DualPipe README: (PP/2 − 1)(F&B + B − 3W), B the whole backward, F&B = F + B without
+    # overlap credit; each rank runs m/2 micro-batches on each of its two chunks: m(F + B) of
+    # work. As for DualPipeV the closed form takes F equal to the input-gradient backward.
+    p, m = 2 * half, 2 * (2 * half + extra)  # p even, m even, m ≥ 2p
+    b = f
+    w = min(w, b)
+    whole = b + w
+    timeline = simulate(dualpipe(p, m), f, b, 0, w)
+    assert timeline.makespan == m * (f + whole) + (p // 2 - 1) * ((f + whole) + whole - 3 * w)
+
+
+@pytest.mark.parametrize(("p", "m"), [(2, 4), (4, 8), (8, 16), (8, 24)])
+def test_dualpipe_holds_pp_plus_one_and_runs_each_micro_batch_one_way(p: int, m: int) -> None:
+    schedule = dualpipe(p, m)
+    validate_schedule(schedule)
+    assert [in_flight(schedule, r) for r in range(p)] == [p + 1] * p  # README: PP + 1
+    for ops in schedule.stages:
+        # Micro-batches 0 … m/2 − 1 on chunk 0 (stage r of rank 0 → p − 1), the rest on chunk 1.
+        assert {(op.microbatch < m // 2, op.chunk) for op in ops} == {(True, 0), (False, 1)}
+
+
+def test_the_landscape_worked_example() -> None:
+    # p = 16, F = 1, B_full = 2, W = 1 (B = 1 input-gradient), F&B = F + B_full: idle per stage
+    # 1F1B (p − 1)(F + B_full) = 45, ZB-H1 (p − 1)(F + B − W) = 15, DualPipe
+    # (p/2 − 1)(F&B + B_full − 3W) = 14 (derived in the landscape, §4).
+    m = 32
+
+    def idle(timeline: Timeline, work: int) -> Fraction:
+        return timeline.makespan - work
+
+    assert idle(simulate(one_f_one_b(16, m), 1, 2, 0), 3 * m) == 45
+    assert idle(simulate(zb_h1(16, m), 1, 1, 0, 1), 3 * m) == 15
+    assert idle(simulate(dualpipe(16, m), 1, 1, 0, 1), 3 * m) == 14
 
 
 # ----------------------------------------------------------------------------- rules

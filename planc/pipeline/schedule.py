@@ -34,7 +34,7 @@ from typing import Literal, NamedTuple, TypeAlias
 
 from planc.pipeline.counts import check_sizes as _check_sizes
 from planc.pipeline.counts import num_warmup
-from planc.pipeline.placement import stage_of, virtual_stage
+from planc.pipeline.placement import path_length, stage_of, virtual_stage
 from planc.record import record
 from planc.vocab import ChunkPlacement, ScheduleKind
 
@@ -116,8 +116,8 @@ class Schedule:
             raise ValueError(
                 f"a schedule for p={self.p} stages needs {self.p} op lists, got {len(self.stages)}"
             )
-        if self.placement is ChunkPlacement.V and self.v != 2:
-            raise ValueError(f"the V placement holds two chunks per stage, got v={self.v}")
+        if self.placement is not ChunkPlacement.LOOP and self.v != 2:
+            raise ValueError(f"the {self.placement} placement holds two chunks, got v={self.v}")
 
     @property
     def interleaved(self) -> bool:
@@ -273,20 +273,66 @@ def dualpipe_v(p: int, m: int, v: int = 2) -> Schedule:
     )
 
 
-class _DualPipeV:
-    """One rank's DualPipeV op list, built step by step as dualpipev.py runs it."""
+def dualpipe(p: int, m: int, v: int = 2) -> Schedule:
+    """DualPipe (DeepSeek-V3 technical report §3.2.1; deepseek-ai/DualPipe `dualpipe/dualpipe.py`,
+    DualPipe.step): two pipelines run at once in opposite directions, m/2 micro-batches each.
+    Rank r holds stage r of the one that runs from rank 0 (chunk 0) and stage p − 1 − r of the
+    one that runs back from rank p − 1 (chunk 1): two copies of the parameters. Every rank runs
+    DualPipeV's eight steps with p/2 ranks, m/2 micro-batches and the half rank
+    h = min(r, p − 1 − r) (the reference's num_half_ranks, half_num_chunks, half_rank), its two
+    phases swapped on the second half of the ranks (phase ^= is_in_second_half); micro-batches
+    0 … m/2 − 1 run in direction 0, m/2 … m − 1 in direction 1. Needs p and m even, m ≥ 2p (the
+    reference's asserts). Not a spec schedule: planc's memory, FLOPs and traffic do not model
+    the second copy, nor the embedding and the head on both end ranks."""
+    _check_sizes(p, m, v)
+    if v != 2:
+        raise ValueError(f"DualPipe runs two model chunks per stage, got v={v}")
+    if p % 2 or m % 2 or m < 2 * p:
+        raise ValueError(f"DualPipe needs p and m even and m ≥ 2p (p={p}, m={m})")
+    stages = tuple(
+        _DualPipeV(p // 2, m // 2, min(r, p - 1 - r), (p, r, int(r >= p // 2))).ops()
+        for r in range(p)
+    )
+    return Schedule(p=p, m=m, v=2, stages=stages, placement=ChunkPlacement.DUAL)
 
-    def __init__(self, p: int, m: int, rank: int) -> None:
+
+class _DualPipeV:
+    """One rank's DualPipeV op list, built step by step as dualpipev.py runs it.
+
+    The steps count in (p, m, rank); DualPipe runs the same steps with p/2, m/2 and
+    min(r, p − 1 − r) (`dualpipe`): `ranks` and `stage` are then the real pipeline and rank,
+    `flip` swaps the two phases (ranks in the second half), and direction 1's micro-batches are
+    numbered after direction 0's (`offset`)."""
+
+    def __init__(
+        self,
+        p: int,
+        m: int,
+        rank: int,
+        dual: tuple[int, int, int] | None = None,  # (ranks, stage, flip) of DualPipe
+    ) -> None:
         self.p, self.m, self.rank = p, m, rank
+        self.ranks, self.stage, self.flip = dual or (p, rank, 0)
+        self.placement = ChunkPlacement.V if dual is None else ChunkPlacement.DUAL
+        self.offset = 0 if dual is None else m
         self.next_f, self.next_b = [0, 0], [0, 0]
         self.deferred: list[tuple[int, int]] = []  # (micro-batch, chunk) of pending W, in order
         self.out: list[Op] = []
 
     def _op(
-        self, kind: Kind, microbatch: int, chunk: int, phase: Phase, paired: bool = False
-    ) -> None:
-        recv, send = _links(self.p, 2, self.rank, chunk, microbatch, kind, ChunkPlacement.V)
-        self.out.append(Op(kind, microbatch, chunk, phase, recv, send, paired))
+        self,
+        kind: Kind,
+        local: int,
+        phase_chunk: int,
+        phase: Phase,
+        paired: bool = False,
+        whole: bool = False,
+    ) -> tuple[int, int]:
+        chunk = phase_chunk ^ self.flip
+        microbatch = local + (self.offset if chunk == 1 else 0)
+        recv, send = _links(self.ranks, 2, self.stage, chunk, microbatch, kind, self.placement)
+        self.out.append(Op(kind, microbatch, chunk, phase, recv, send, paired, whole))
+        return microbatch, chunk
 
     def f(self, chunk: int, phase: Phase, paired: bool = False) -> None:
         """A forward; `paired`: overlapped with the backward that follows it (the reference's
@@ -295,16 +341,15 @@ class _DualPipeV:
         self.next_f[chunk] += 1
 
     def b(self, chunk: int, phase: Phase, zero_bubble: bool = False) -> None:
-        microbatch = self.next_b[chunk]
+        done = self._op("B", self.next_b[chunk], chunk, phase, whole=not zero_bubble)
         self.next_b[chunk] += 1
-        recv, send = _links(self.p, 2, self.rank, chunk, microbatch, "B", ChunkPlacement.V)
-        self.out.append(Op("B", microbatch, chunk, phase, recv, send, whole=not zero_bubble))
         if zero_bubble:
-            self.deferred.append((microbatch, chunk))
+            self.deferred.append(done)
 
     def w(self, phase: Phase) -> None:
         microbatch, chunk = self.deferred.pop(0)
-        self._op("W", microbatch, chunk, phase)
+        recv, send = _links(self.ranks, 2, self.stage, chunk, microbatch, "W", self.placement)
+        self.out.append(Op("W", microbatch, chunk, phase, recv, send))
 
     def ops(self) -> tuple[Op, ...]:
         p, m, r = self.p, self.m, self.rank
@@ -400,16 +445,17 @@ def _links(
     """(recv, send) links of one op between neighbouring virtual stages (`virtual_stage`). A
     weight-gradient op has none."""
     here = virtual_stage(p, rank, chunk, placement)
-    first, last = here == 0, here == p * v - 1
+    first, last = here == 0, here == path_length(p, v, placement) - 1
     if kind == "W":
         return None, None
+    ends = (placement, chunk)
     if kind == "F":
-        recv = None if first else _link("fwd", microbatch, p, here - 1, here, placement)
-        send = None if last else _link("fwd", microbatch, p, here, here + 1, placement)
+        recv = None if first else _link("fwd", microbatch, p, here - 1, here, *ends)
+        send = None if last else _link("fwd", microbatch, p, here, here + 1, *ends)
     else:
         # Backward runs the chain the other way: gradient in from s+1, out to s−1.
-        recv = None if last else _link("bwd", microbatch, p, here + 1, here, placement)
-        send = None if first else _link("bwd", microbatch, p, here, here - 1, placement)
+        recv = None if last else _link("bwd", microbatch, p, here + 1, here, *ends)
+        send = None if first else _link("bwd", microbatch, p, here, here - 1, *ends)
     return recv, send
 
 
@@ -420,9 +466,10 @@ def _link(
     src: int,
     dst: int,
     placement: ChunkPlacement = ChunkPlacement.LOOP,
+    chunk: int = 0,
 ) -> Link:
-    src_stage, src_chunk = stage_of(p, src, placement)
-    dst_stage, dst_chunk = stage_of(p, dst, placement)
+    src_stage, src_chunk = stage_of(p, src, placement, chunk)
+    dst_stage, dst_chunk = stage_of(p, dst, placement, chunk)
     return Link(
         direction=direction,
         microbatch=microbatch,
@@ -515,10 +562,16 @@ def validate_schedule(schedule: Schedule) -> tuple[Link, ...]:
         for kind in kinds
         for mb in range(schedule.m)
         for chunk in range(schedule.v)
+        if schedule.placement is not ChunkPlacement.DUAL or chunk == _direction(schedule, mb)
     )
     for rank, ops in enumerate(schedule.stages):
         _check_stage_ops(schedule, rank, ops, expected)
     return _match_links(schedule)
+
+
+def _direction(schedule: Schedule, microbatch: int) -> int:
+    """DualPipe's direction (chunk) of a micro-batch: the first m/2 run rank 0 → p − 1."""
+    return 0 if microbatch < schedule.m // 2 else 1
 
 
 def _check_stage_ops(
