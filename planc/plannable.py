@@ -475,6 +475,16 @@ def _unmet_need(job: Job, need: ScheduleNeed) -> Violation:
             "set virtual_stages: 2",
             ("parallelism.pipeline_schedule",),
         )
+    if need is ScheduleNeed.FILLED_V:
+        least = job.training.b * (lay.d or 1) * (2 * lay.p - 1)
+        return Violation(
+            "training.global_batch",
+            f"pipeline_schedule = {name} needs m ≥ 2 × pipeline − 1 = {2 * lay.p - 1} "
+            f"micro-batches, got m = {m} (PyTorch pads fewer with empty slots; planc does not "
+            "expand them)",
+            f"make global_batch at least micro_batch × data × (2 × pipeline − 1) = {least}",
+            ("parallelism.pipeline_schedule",),
+        )
     if need is ScheduleNeed.TWICE_THE_STAGES:
         least = job.training.b * (lay.d or 1) * 2 * lay.p
         return Violation(

@@ -130,7 +130,8 @@ class ScheduleKind(str, Enum):
     `forward_backward_pipelining_without_interleaving`), `interleaved-1f1b` the interleaved
     schedule over v model chunks per stage (§2.2.1; `forward_backward_pipelining_with_interleaving`),
     `gpipe` all forwards, then all backwards (Huang et al. 2019; PyTorch `ScheduleGPipe`),
-    `zb-h1` 1F1B with the weight-gradient backward deferred (Qi et al. 2024 §2.1),
+    `zb-h1` 1F1B with the weight-gradient backward deferred (Qi et al. 2024 §2.1), `zbv` its
+    V-shaped two-chunk form (§6; PyTorch `ScheduleZBVZeroBubble`),
     `dualpipev` DeepSeek's V-shaped DualPipe (deepseek-ai/DualPipe `dualpipev.py`; PyTorch
     `ScheduleDualPipeV`), `combined-1f1b` Megatron-Core's interleaved 1F1B that pairs one
     micro-batch's forward with another's backward to hide the expert all-to-all
@@ -142,6 +143,7 @@ class ScheduleKind(str, Enum):
     GPIPE = "gpipe"
     ZB_H1 = "zb-h1"
     DUALPIPE_V = "dualpipev"
+    ZB_V = "zbv"
     COMBINED_1F1B = "combined-1f1b"
 
     @classmethod
@@ -211,6 +213,7 @@ class ScheduleNeed(str, Enum):
     WHOLE_ROUNDS = "m % p == 0"
     TWO_CHUNKS = "v == 2"
     TWICE_THE_STAGES = "m >= 2p"
+    FILLED_V = "m >= 2p - 1"
 
     def holds(self, p: int, m: int | None, v: int) -> bool:
         """Whether the layout meets this need; a need on m holds while m is unknown (PLC005
@@ -225,4 +228,6 @@ class ScheduleNeed(str, Enum):
             return v == 2
         if self is ScheduleNeed.TWICE_THE_STAGES:
             return m is None or m >= 2 * p
+        if self is ScheduleNeed.FILLED_V:
+            return m is None or m >= 2 * p - 1
         return m is None or m % p == 0

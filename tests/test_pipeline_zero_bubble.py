@@ -29,6 +29,7 @@ from planc.pipeline.schedule import (
     one_f_one_b,
     validate_schedule,
     zb_h1,
+    zb_v,
 )
 from planc.pipeline.timeline import Timeline, simulate
 from planc.verify import render, verify_text
@@ -226,6 +227,60 @@ def test_dualpipe_v_plan_compiles_and_verifies() -> None:
     assert parallelism["pipeline_parallel_schedule"] == "DualPipeV"
     result = verify_text(plan_json(plan))
     assert result.ok, render(result)
+
+
+# ----------------------------------------------------------------------------- ZB-V
+
+
+@settings(deadline=None, max_examples=30)
+@given(p=st.integers(1, 8), extra=st.integers(0, 12), f=times)
+def test_zb_v_idles_only_the_fill(p: int, extra: int, f: int) -> None:
+    # PyTorch's ScheduleZBVZeroBubble: "zero bubble" when F = B = W. What is left is the fill no
+    # schedule avoids: the last rank's first forward waits for the p − 1 before it. Work per
+    # rank: two chunks × m × (F + B + W). Independent of m.
+    m = 2 * p - 1 + extra
+    timeline = simulate(zb_v(p, m), f, f, 0, f)
+    assert timeline.makespan == 2 * m * 3 * f + (p - 1) * f
+    # Memory 1× of 1F1B: 2p chunk-micro-batches of half a stage each = p micro-batches.
+    assert [in_flight(timeline.schedule, r) for r in range(p)] == [2 * p] * p
+
+
+def test_zb_v_order_by_hand() -> None:
+    # ScheduleZBVZeroBubble._calculate_single_rank_operations, p = 2, m = 3, worked through.
+    def labels(r: int) -> list[str]:
+        return [f"{op.kind}{op.chunk}.{op.microbatch}" for op in zb_v(2, 3).stages[r]]
+
+    # Rank 0: F0 × 3; (F1 B1 W1) × 2; one round without F0 (all 3 ran); (B0 W0) × 2.
+    assert labels(0) == [
+        "F0.0", "F0.1", "F0.2", "F1.0", "B1.0", "W1.0", "F1.1", "B1.1", "W1.1",
+        "B0.0", "W0.0", "F1.2", "B1.2", "W1.2", "B0.1", "W0.1", "B0.2", "W0.2",
+    ]  # fmt: skip
+    # Rank 1: F0; (F1 F0); (F1 B1 W1); one full round; (B0 B1); (B0 W0); W1 left, W0 left.
+    assert labels(1) == [
+        "F0.0", "F1.0", "F0.1", "F1.1", "B1.0", "W1.0",
+        "F0.2", "B0.0", "W0.0", "F1.2", "B1.1", "W1.1",
+        "B0.1", "B1.2", "B0.2", "W0.1", "W1.2", "W0.2",
+    ]  # fmt: skip
+
+
+def test_zb_v_plan_compiles_and_verifies() -> None:
+    overlay = {
+        "parallelism": {"pipeline_schedule": "zbv", "virtual_stages": 2, "zero_stage": 3},
+        "training": {"framework": "fsdp2", "global_batch": 14},
+        "rules": {"max_bubble": 0.5},
+    }
+    plan = compiled(job_of(overlay, BASE))
+    # m = 7 = 2p − 1 on p = 4: 2p forwards first, m − p rounds, p + r + 1 backwards last.
+    assert pipeline_record(plan.job)["stages"] == [
+        {"warmup": 8, "steady": 3, "cooldown": 5 + r} for r in range(4)
+    ]
+    parallelism, _, _ = torchtitan_settings(plan)
+    assert parallelism["pipeline_parallel_schedule"] == "ZBVZeroBubble"
+    result = verify_text(plan_json(plan))
+    assert result.ok, render(result)
+    few = check_overlay({**overlay, "training": {"framework": "fsdp2", "global_batch": 12}}, BASE)
+    (finding,) = [f for f in few.findings if f.rule == "PLC010"]
+    assert "needs m ≥ 2 × pipeline − 1 = 7 micro-batches, got m = 6" in finding.message
 
 
 # ----------------------------------------------------------------------------- DualPipe

@@ -110,6 +110,16 @@ class ScheduleDef:
     overlaps_experts: bool = False
 
 
+ZB_V_ORDER = (
+    "rank r holds virtual stages r (chunk 0) and 2p − 1 − r (chunk 1) and runs PyTorch's "
+    "ScheduleZBVZeroBubble order: F0 × (2(p − r) − 1); (F1 F0) × r; (F1 B1 W1) × (p − r); rounds "
+    "of (F0 B0 W0 F1 B1 W1) until every forward ran (F0 left out once all m ran); (B0 B1) × r; "
+    "(B0 W0) × (p − r); the W of chunk 1 left, then those of chunk 0; micro-batches in order on "
+    "each chunk and op kind; warmup counts the 2p forwards before the first backward, steady the "
+    "m − p rounds, cooldown the p + r + 1 backwards after the last forward"
+)
+
+
 def _dualpipe_v_pattern(p: int, m: int, v: int, stage: int) -> tuple[int, int, int]:
     return counts.dualpipe_v_warmup(p, m, v, stage), m - 2 * p + stage + 1, p + stage + 2
 
@@ -145,6 +155,35 @@ def _build_dualpipe_v(p: int, m: int, v: int) -> Schedule:
     from planc.pipeline.schedule import dualpipe_v  # start-up: as above
 
     return dualpipe_v(p, m, v)
+
+
+def _build_zb_v(p: int, m: int, v: int) -> Schedule:
+    from planc.pipeline.schedule import zb_v  # start-up: as above
+
+    return zb_v(p, m, v)
+
+
+def _zb_v_bubble(p: int, m: int, v: int) -> float:
+    """(p − 1)/(6m + p − 1): ZB-V with F = B = W idles only the fill no schedule avoids, the
+    p − 1 forwards the last rank waits for, against 2·3m units of work (two chunks); the
+    simulation gives it exactly and independently of m (tests)."""
+    return (p - 1) / (6 * m + p - 1)
+
+
+def _zb_v_microbatches(p: int, v: int, limit: float) -> int:
+    """Smallest m with (p − 1)/(6m + p − 1) ≤ limit (and m ≥ 2p − 1, ZB-V's need)."""
+    if p == 1:
+        return 1
+    if limit <= 0:
+        raise ValueError("a bubble limit of 0 cannot be met with p > 1")
+    m = max(2 * p - 1, math.ceil((p - 1) * (1 - limit) / (6 * limit) - 1e-9))
+    while _zb_v_bubble(p, m, v) > limit:
+        m += 1
+    return m
+
+
+def _zb_v_pattern(p: int, m: int, v: int, stage: int) -> tuple[int, int, int]:
+    return 2 * p, m - p, p + stage + 1
 
 
 def _build_combined(p: int, m: int, v: int) -> Schedule:
@@ -327,6 +366,26 @@ SCHEDULES: Mapping[ScheduleKind, ScheduleDef] = MappingProxyType(
             pattern=_dualpipe_v_pattern,
             order=DUALPIPE_V_ORDER,
             overlaps_experts=True,
+        ),
+        ScheduleKind.ZB_V: ScheduleDef(
+            kind=ScheduleKind.ZB_V,
+            title="ZB-V",
+            source="Qi et al. 2024, Zero Bubble Pipeline Parallelism (ICLR, arXiv 2401.10241) "
+            "§6; PyTorch torch.distributed.pipelining ScheduleZBVZeroBubble",
+            builder=_build_zb_v,
+            needs=(ScheduleNeed.TWO_CHUNKS, ScheduleNeed.FILLED_V),
+            runs_on=MappingProxyType({"fsdp2": "ZBVZeroBubble"}),
+            microbatch_step=lambda p: 1,
+            splits_backward=True,
+            warmup=lambda p, m, v, stage: 2 * p,
+            in_flight=_steady_in_flight(_build_zb_v, lambda p: 2 * p),
+            bubble=_zb_v_bubble,
+            bubble_formula="F = B = W: (p − 1)/(6m + p − 1), the last rank's fill",
+            bubble_numbers=lambda p, m, v: f"({p} − 1)/(6·{m} + {p} − 1)",
+            microbatches_for=_zb_v_microbatches,
+            placement=ChunkPlacement.V,
+            pattern=_zb_v_pattern,
+            order=ZB_V_ORDER,
         ),
         ScheduleKind.COMBINED_1F1B: ScheduleDef(
             kind=ScheduleKind.COMBINED_1F1B,

@@ -296,6 +296,53 @@ def dualpipe(p: int, m: int, v: int = 2) -> Schedule:
     return Schedule(p=p, m=m, v=2, stages=stages, placement=ChunkPlacement.DUAL)
 
 
+def zb_v(p: int, m: int, v: int = 2) -> Schedule:
+    """ZB-V (Qi et al. 2024 §6; PyTorch torch.distributed.pipelining ScheduleZBVZeroBubble,
+    _calculate_single_rank_operations): two chunks a rank in the V placement (rank r holds
+    virtual stages r and 2p − 1 − r), the backward split into B (input) and W (weight). Rank r
+    runs F0 × (2(p − r) − 1); (F1 F0) × r; (F1 B1 W1) × (p − r); then rounds of (F0 B0 W0 F1 B1
+    W1) until every forward ran (F0 left out once all m ran); then (B0 B1) × r; (B0 W0) × (p − r),
+    the W of chunk 0 in order; the W of chunk 1 left, then of chunk 0. Needs m ≥ 2p − 1 (PyTorch
+    pads fewer micro-batches with empty slots, which planc does not expand)."""
+    _check_sizes(p, m, v)
+    if v != 2:
+        raise ValueError(f"ZB-V runs two model chunks per stage, got v={v}")
+    if m < 2 * p - 1:
+        raise ValueError(f"ZB-V needs m ≥ 2p − 1 micro-batches (m={m}, p={p})")
+    stages = tuple(_zb_v_ops(p, m, r) for r in range(p))
+    return Schedule(p=p, m=m, v=2, stages=stages, kind=ScheduleKind.ZB_V, placement=ChunkPlacement.V)
+
+
+def _zb_v_ops(p: int, m: int, rank: int) -> tuple[Op, ...]:
+    ops: list[Op] = []
+    count = {("F", 0): 0, ("F", 1): 0, ("B", 0): 0, ("B", 1): 0, ("W", 0): 0, ("W", 1): 0}
+
+    def emit(kind: Kind, chunk: int, phase: Phase) -> None:
+        microbatch = count[(kind, chunk)]
+        count[(kind, chunk)] += 1
+        recv, send = _links(p, 2, rank, chunk, microbatch, kind, ChunkPlacement.V)
+        ops.append(Op(kind, microbatch, chunk, phase, recv, send))
+
+    def run(steps: str, times: int, phase: Phase) -> None:
+        for _ in range(times):
+            for step in steps.split():
+                emit(step[0], int(step[1]), phase)  # type: ignore[arg-type]
+
+    run("F0", 2 * (p - rank) - 1, "warmup")
+    run("F1 F0", rank, "warmup")
+    run("F1 B1 W1", p - rank, "warmup")
+    while count[("F", 1)] < count[("F", 0)] or count[("F", 0)] < m:
+        run("F0" if count[("F", 0)] < m else "", 1, "steady")
+        run("B0 W0 F1 B1 W1", 1, "steady")
+    run("B0 B1", rank, "cooldown")
+    for _ in range(p - rank):
+        emit("B", 0, "cooldown")
+        emit("W", 0, "cooldown")
+    run("W1", m - count[("W", 1)], "cooldown")
+    run("W0", m - count[("W", 0)], "cooldown")
+    return tuple(ops)
+
+
 class _DualPipeV:
     """One rank's DualPipeV op list, built step by step as dualpipev.py runs it.
 

@@ -218,8 +218,8 @@ def schedule_on_framework(ctx: Context) -> Iterator[Violation]:
     schedule the spec names is checked (without one, virtual_stages picks 1f1b or
     interleaved-1f1b), and only with pipeline > 1 (one stage runs no pipeline schedule).
     zb-h1 runs on none of them (PyTorch's zero-bubble schedules hold two or more stages a rank;
-    the zero-bubble authors' Megatron fork runs it); dualpipev on torchtitan (PyTorch
-    ScheduleDualPipeV); combined-1f1b on Megatron-LM, which also needs expert parallelism above
+    the zero-bubble authors' Megatron fork runs it); dualpipev and zbv on torchtitan (PyTorch
+    ScheduleDualPipeV, ScheduleZBVZeroBubble); combined-1f1b on Megatron-LM, which also needs expert parallelism above
     1, no full recomputation and at most one MTP layer (--overlap-moe-expert-parallel-comm).
 
     Base: llama3-70b-8x8.yaml

@@ -449,7 +449,8 @@ class ParallelismSpec(Frozen):
         "backwards; one chunk per stage, m micro-batches in flight), zb-h1 (1F1B with the "
         "weight gradients deferred into the bubble; one chunk per stage), dualpipev "
         "(DeepSeek's V-shaped DualPipe: virtual_stages 2, rank r holds stages r and "
-        "2·pipeline − 1 − r, m ≥ 2·pipeline) or combined-1f1b (Megatron's interleaved 1F1B "
+        "2·pipeline − 1 − r, m ≥ 2·pipeline), zbv (zero bubble in the same V shape, PyTorch "
+        "ScheduleZBVZeroBubble; m ≥ 2·pipeline − 1) or combined-1f1b (Megatron's interleaved 1F1B "
         "that overlaps the expert all-to-all, --overlap-moe-expert-parallel-comm). Default: "
         "1f1b when virtual_stages is 1, interleaved-1f1b otherwise.",
     )

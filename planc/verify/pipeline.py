@@ -53,6 +53,7 @@ WARMUPS: dict[str, tuple[Callable[[int, int, int, int], int], Callable[[int], bo
     "zb-h1": (_megatron_1f1b, lambda v: v == 1),
     "dualpipev": (_dualpipe_v, lambda v: v == 2),
     "combined-1f1b": (_combined, lambda v: v > 1),
+    "zbv": (lambda p, m, v, r: 2 * p, lambda v: v == 2),
 }
 
 
@@ -64,6 +65,8 @@ def stage_pattern(p: int, m: int, v: int, r: int, name: str) -> dict[str, int]:
     w = warmup(p, m, v, r, name)
     if name == "dualpipev":
         return {"warmup": w, "steady": m - 2 * p + r + 1, "cooldown": p + r + 2}
+    if name == "zbv":  # the forwards before the first backward, the rounds, the backwards after
+        return {"warmup": w, "steady": m - p, "cooldown": p + r + 1}
     return {"warmup": w, "steady": m * v - w, "cooldown": w}
 
 
@@ -120,7 +123,34 @@ def expand_dualpipe_v(p: int, m: int, r: int) -> list[tuple[str, int, int]]:
     return out + queue
 
 
+def expand_zb_v(p: int, m: int, r: int) -> list[tuple[str, int, int]]:
+    """ZB-V's order on rank r (PyTorch ScheduleZBVZeroBubble._calculate_single_rank_operations),
+    as (kind, micro-batch, chunk); each kind counts its micro-batches per chunk."""
+    out: list[tuple[str, int, int]] = []
+    seen: Counter[tuple[str, int]] = Counter()
+
+    def ops(steps: str, times: int = 1) -> None:
+        for _ in range(times):
+            for step in steps.split():
+                kind, chunk = step[0], int(step[1])
+                out.append((kind, seen[(kind, chunk)], chunk))
+                seen[(kind, chunk)] += 1
+
+    ops("F0", 2 * (p - r) - 1)
+    ops("F1 F0", r)
+    ops("F1 B1 W1", p - r)
+    while seen[("F", 1)] < seen[("F", 0)] or seen[("F", 0)] < m:
+        ops("F0 B0 W0 F1 B1 W1" if seen[("F", 0)] < m else "B0 W0 F1 B1 W1")
+    ops("B0 B1", r)
+    ops("B0 W0", p - r)
+    ops("W1", m - seen[("W", 1)])
+    ops("W0", m - seen[("W", 0)])
+    return out
+
+
 def _expanded(p: int, m: int, v: int, r: int, name: str) -> list[tuple[str, int, int]]:
+    if name == "zbv":
+        return expand_zb_v(p, m, r)
     if name == "zb-h1":
         return expand_zb_h1(p, m, r)
     if name == "dualpipev":
@@ -218,7 +248,7 @@ def _counts_only(plan: PlanData, p: int, m: int, v: int) -> Found:
         stage, direction = int(op["stage"]), op.get("direction")
         end = p - 1 if direction == "fwd" else 0
         want = m * v - (m if stage == end else 0)
-        if plan.pipeline is not None and plan.pipeline.get("schedule") == "dualpipev":
+        if plan.pipeline is not None and plan.pipeline.get("schedule") in ("dualpipev", "zbv"):
             want = m * (2 - (stage == 0) - (stage == p - 1))  # ranks r and 2p − 1 − r
         if int(op["calls"]) != want:
             yield f"stage {stage} pipeline sends {direction}: the plan has {op['calls']:,}, the order gives {want:,}"
@@ -251,8 +281,10 @@ def bubble(plan: PlanData) -> Found:
         return  # the pipeline check names a schedule verify cannot expand
     split = schedule in ("zb-h1", "dualpipev")
     # ZB-H1 and DualPipeV with F = B = W: (p − 1)(F + B − W) of idle against 3m units of work
-    # (Qi et al. 2024 §2.1), and (p − 1)(F&B + B_full − 3W) against 6m (DualPipe README).
-    want = round((p - 1) / (3 * m + p - 1) if split and p > 1 else _flush_bubble(p, m, v), 6)
+    # (Qi et al. 2024 §2.1), and (p − 1)(F&B + B_full − 3W) against 6m (DualPipe README); ZB-V
+    # the last rank's fill of p − 1 forwards against 6m.
+    per = 3 if split else 6 if schedule == "zbv" else 0
+    want = round((p - 1) / (per * m + p - 1) if per and p > 1 else _flush_bubble(p, m, v), 6)
     if abs(summary["bubble_fraction"] - want) > 5e-7:
-        form = "(p − 1)/(3m + p − 1)" if split else "(p − 1)/(v·m + p − 1)"
+        form = f"(p − 1)/({per}m + p − 1)" if per else "(p − 1)/(v·m + p − 1)"
         yield f"summary.bubble_fraction {summary['bubble_fraction']}, but {form} at p = {p}, m = {m}, v = {v} is {want}"

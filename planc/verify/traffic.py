@@ -219,7 +219,7 @@ def _latent_tp(plan: PlanData, stage: int, per_step: int, full: bool) -> list[Ex
 
 def _v_shaped(plan: PlanData) -> bool:
     """Whether the plan's schedule holds virtual stages r and 2p − 1 − r on rank r."""
-    return plan.pipeline is not None and plan.pipeline.get("schedule") == "dualpipev"
+    return plan.pipeline is not None and plan.pipeline.get("schedule") in ("dualpipev", "zbv")
 
 
 def _last_stage(plan: PlanData) -> int:
