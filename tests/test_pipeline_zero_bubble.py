@@ -245,6 +245,21 @@ def test_zb_v_idles_only_the_fill(p: int, extra: int, f: int) -> None:
     assert [in_flight(timeline.schedule, r) for r in range(p)] == [2 * p] * p
 
 
+@settings(deadline=None, max_examples=40)
+@given(
+    p=st.integers(2, 8),
+    extra=st.integers(0, 10),
+    w0=st.integers(1, 100),
+    w1=st.integers(1, 100),
+)
+def test_zb_v_in_flight_closed_form_equals_the_op_walk(p: int, extra: int, w0: int, w1: int) -> None:
+    m = 2 * p - 1 + extra
+    schedule = zb_v(p, m)
+    for r in range(p):
+        walked = held_at_peak(schedule, r, (w0, w1))
+        assert registry.in_flight(ScheduleKind.ZB_V, p, 2, m, r, (w0, w1)) == walked
+
+
 def test_zb_v_order_by_hand() -> None:
     # ScheduleZBVZeroBubble._calculate_single_rank_operations, p = 2, m = 3, worked through.
     def labels(r: int) -> list[str]:
@@ -322,6 +337,27 @@ def test_the_landscape_worked_example() -> None:
     assert idle(simulate(one_f_one_b(16, m), 1, 2, 0), 3 * m) == 45
     assert idle(simulate(zb_h1(16, m), 1, 1, 0, 1), 3 * m) == 15
     assert idle(simulate(dualpipe(16, m), 1, 1, 0, 1), 3 * m) == 14
+
+
+# ----------------------------------------------------------------------------- bounded work
+
+
+@pytest.mark.parametrize(
+    ("kind", "v"), [(ScheduleKind.ZB_H1, 1), (ScheduleKind.DUALPIPE_V, 2), (ScheduleKind.ZB_V, 2)]
+)
+@pytest.mark.parametrize(("p", "m"), [(2, 8), (4, 8), (4, 13), (8, 16)])
+def test_closed_ends_equal_the_simulation_at_equal_ops(
+    kind: ScheduleKind, v: int, p: int, m: int
+) -> None:
+    # F = B = W = 1 on every chunk: the simulation, and the closed form the bounded run falls
+    # back on for p in the hundreds (whole backward 2).
+    entry = registry.definition(kind)
+    assert entry.closed_ends is not None
+    ones = [1.0] * (p * v)
+    simulated = registry.run(kind, p, m, v, ones, ones, 0.0, ones)
+    assert simulated.method == "simulated"
+    closed = entry.closed_ends(p, m, v, ones, [2.0] * (p * v), 0.0)
+    assert max(closed) == pytest.approx(max(simulated.stage_end_s))
 
 
 # ----------------------------------------------------------------------------- rules

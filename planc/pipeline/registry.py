@@ -192,19 +192,22 @@ def _build_combined(p: int, m: int, v: int) -> Schedule:
     return combined_1f1b(p, m, v)
 
 
-def _steady_in_flight(builder: Builder, least: Callable[[int], int]) -> InFlight:
-    """The in-flight counts walked on the op list of min(m, max(3p, least(p))) micro-batches: a
-    schedule whose steady state repeats one micro-batch at a time holds no more past it (ZB-H1,
-    DualPipeV), so memory never builds the op list of a billion micro-batches."""
+def _split_ends(fill: Callable[[float, float], float]) -> ClosedEnds:
+    """Every stage's end for a schedule that splits the backward, when even two runs of the
+    simulation would be too long (p in the hundreds; `planc.pipeline.bounded`): the slowest
+    stage's m micro-batches over all its chunks, the fill `fill(F, B)` once per stage before the
+    last (F the slowest chunk's forward, B its whole backward, W taken as half of it) and two
+    messages per stage. Exact for equal stages with F equal to the input-gradient backward and
+    no p2p time (tests), an estimate otherwise."""
 
-    def counts(p: int, v: int, m: int, stage: int, weights: tuple[int, ...]) -> tuple[int, ...]:
-        if p == 1:
-            return tuple(1 for _ in range(v))
-        from planc.pipeline.schedule import held_at_peak  # start-up: the builder
+    def ends(
+        p: int, m: int, v: int, t_f: list[float], t_b: list[float], hop: float
+    ) -> tuple[float, ...]:
+        slowest = max(sum(t_f[j * p + r] + t_b[j * p + r] for j in range(v)) for r in range(p))
+        end = slowest * m + (p - 1) * fill(max(t_f), max(t_b)) + 2 * (p - 1) * hop
+        return (end,) * p
 
-        return held_at_peak(builder(p, min(m, max(3 * p, least(p))), v), stage, weights)
-
-    return counts
+    return ends
 
 
 def _split_bubble(p: int, m: int, v: int) -> float:
@@ -337,12 +340,13 @@ SCHEDULES: Mapping[ScheduleKind, ScheduleDef] = MappingProxyType(
             microbatch_step=lambda p: 1,
             splits_backward=True,
             warmup=counts.num_warmup,
-            in_flight=_steady_in_flight(_build_zb_h1, lambda p: p),
+            in_flight=inflight.zb_h1_in_flight,
             bubble=_split_bubble,
             bubble_formula="(p − 1)(F + B − W)/(m(F + B + W) + (p − 1)(F + B − W)), "
             "F = B = W: (p − 1)/(3m + p − 1)",
             bubble_numbers=lambda p, m, v: f"({p} − 1)/(3·{m} + {p} − 1)",
             microbatches_for=_split_microbatches,
+            closed_ends=_split_ends(lambda f, b: f),  # (F + B − W) with B = W
             order=ZB_H1_ORDER,
         ),
         ScheduleKind.DUALPIPE_V: ScheduleDef(
@@ -356,12 +360,13 @@ SCHEDULES: Mapping[ScheduleKind, ScheduleDef] = MappingProxyType(
             microbatch_step=lambda p: 1,
             splits_backward=True,
             warmup=counts.dualpipe_v_warmup,
-            in_flight=_steady_in_flight(_build_dualpipe_v, lambda p: 2 * p),
+            in_flight=inflight.dualpipe_v_in_flight,
             bubble=_split_bubble,
             bubble_formula="(p − 1)(F&B + B − 3W)/(2m(F + B) + (p − 1)(F&B + B − 3W)), B the "
             "whole backward; F = B_input = W, F&B = F + B: (p − 1)/(3m + p − 1)",
             bubble_numbers=lambda p, m, v: f"({p} − 1)/(3·{m} + {p} − 1)",
             microbatches_for=_split_microbatches,
+            closed_ends=_split_ends(lambda f, b: f + b / 2),  # F&B + B − 3W, F&B = F + B
             placement=ChunkPlacement.V,
             pattern=_dualpipe_v_pattern,
             order=DUALPIPE_V_ORDER,
@@ -378,11 +383,12 @@ SCHEDULES: Mapping[ScheduleKind, ScheduleDef] = MappingProxyType(
             microbatch_step=lambda p: 1,
             splits_backward=True,
             warmup=lambda p, m, v, stage: 2 * p,
-            in_flight=_steady_in_flight(_build_zb_v, lambda p: 2 * p),
+            in_flight=inflight.zb_v_in_flight,
             bubble=_zb_v_bubble,
             bubble_formula="F = B = W: (p − 1)/(6m + p − 1), the last rank's fill",
             bubble_numbers=lambda p, m, v: f"({p} − 1)/(6·{m} + {p} − 1)",
             microbatches_for=_zb_v_microbatches,
+            closed_ends=_split_ends(lambda f, b: f),  # the last rank's fill
             placement=ChunkPlacement.V,
             pattern=_zb_v_pattern,
             order=ZB_V_ORDER,
