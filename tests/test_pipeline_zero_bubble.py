@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planc.compile.frameworks import megatron_arguments, torchtitan_settings
+from planc.compile.frameworks import deepspeed_config, megatron_arguments, torchtitan_settings
 from planc.compile.plan import pipeline_record, plan_json
 from planc.perf.step import StageInputs, StepInputs, pipeline_step
 from planc.pipeline import registry
@@ -225,6 +225,8 @@ def test_dualpipe_v_plan_compiles_and_verifies() -> None:
     ]
     parallelism, _, _ = torchtitan_settings(plan)
     assert parallelism["pipeline_parallel_schedule"] == "DualPipeV"
+    _, notes = deepspeed_config(plan)
+    assert any("has no DualPipeV schedule" in note for note in notes)
     result = verify_text(plan_json(plan))
     assert result.ok, render(result)
 

@@ -286,7 +286,23 @@ def deepspeed_config(plan: Plan) -> tuple[dict[str, Any], list[str]]:
             "DeepSpeed's config has no degree for them; its data-parallel size must be "
             f"{lay.d} for these batch numbers"
         )
+    if lay.p > 1 and lay.schedule in _SPLIT_OR_OVERLAPPED:
+        notes.append(
+            f"DeepSpeed's PipelineEngine runs its TrainSchedule, a 1F1B "
+            f"(deepspeed/runtime/pipe/schedule.py), and no {definition(lay.schedule).title} "
+            "schedule: its bubble and activation memory are not this plan's"
+        )
     return config, notes
+
+
+# The schedules from the zero-bubble, DualPipe and expert-overlap families, which DeepSpeed's
+# pipeline engine does not run (its note; the flush schedules it lacks have none yet).
+_SPLIT_OR_OVERLAPPED = (
+    ScheduleKind.ZB_H1,
+    ScheduleKind.ZB_V,
+    ScheduleKind.DUALPIPE_V,
+    ScheduleKind.COMBINED_1F1B,
+)
 
 
 # DeepSpeed AutoEP's model presets (deepspeed/module_inject/auto_ep_presets) of planc's presets.
