@@ -226,7 +226,7 @@ def test_dualpipe_v_plan_compiles_and_verifies() -> None:
     parallelism, _, _ = torchtitan_settings(plan)
     assert parallelism["pipeline_parallel_schedule"] == "DualPipeV"
     _, notes = deepspeed_config(plan)
-    assert any("has no DualPipeV schedule" in note for note in notes)
+    assert any("and no DualPipeV schedule" in note for note in notes)
     result = verify_text(plan_json(plan))
     assert result.ok, render(result)
 
