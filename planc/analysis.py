@@ -91,6 +91,7 @@ class StepEstimate:
     pipeline: PipelineTime
     bubble_fraction: float  # the schedule's closed form, e.g. (p − 1)/(v·m + p − 1), for comparison
     model: str  # where the efficiency tables came from
+    ep_hidden_s: float = 0.0  # expert exchanges the schedule hides behind compute (not in ep_comm_s)
 
 
 def estimate_step(analysis: Analysis, efficiency: Efficiency | None = None) -> StepEstimate:
@@ -118,6 +119,7 @@ def estimate_step(analysis: Analysis, efficiency: Efficiency | None = None) -> S
         pipeline=step.pipeline,
         bubble_fraction=bubble_fraction(lay.schedule, lay.p, plan.m, lay.v),
         model=_model_words(plan),
+        ep_hidden_s=step.ep_hidden_s,
     )
 
 

@@ -19,10 +19,12 @@ from types import MappingProxyType
 
 from planc.dims import Numerics, RankDims, numerics, rank_dims
 from planc.findings import Violation
-from planc.pipeline.registry import unmet
+from planc.pipeline.placement import stage_of, virtual_stage
+from planc.pipeline.registry import definition, unmet
 from planc.record import record
 from planc.spec.job import HOST_NAME, Cluster, Job, Model, NodeNames, Rules, Training
-from planc.vocab import AXES, Axis, ScheduleKind, ScheduleNeed
+from planc.spec.pipeline_layout import parse_layout
+from planc.vocab import AXES, Axis, ChunkPlacement, ScheduleKind, ScheduleNeed
 
 MAX_RANKS = 1_048_576
 
@@ -280,9 +282,171 @@ def _given_stages(job: Job) -> Iterator[Violation]:
             )
 
 
+_LAYOUT = "parallelism.pipeline_layout"
+# Megatron-LM megatron/core/transformer/pipeline_parallel_layer_layout.py (NVIDIA/Megatron-LM
+# 00caa53), PipelineParallelLayerLayout.__init__ and validate_layer_layout: the checks below
+# are its asserts, in its words where it has them.
+_MEGATRON_LAYOUT = "Megatron-Core's PipelineParallelLayerLayout"
+
+
+def _layout_violation(message: str, fix: str) -> Violation:
+    return Violation(_LAYOUT, message, fix)
+
+
+def _layout_conflicts(job: Job) -> Iterator[Violation]:
+    """What the layout string cannot be combined with: Megatron's validate_args takes the layout
+    instead of the first/last-stage counts, and the layout places the embedding and the loss
+    itself."""
+    lay = job.layout
+    if lay.stage_layers:
+        yield _layout_violation(
+            "pipeline_layout and stage_layers both split the layers (Megatron takes "
+            "--pipeline-model-parallel-layout instead of --decoder-first/last-pipeline-num-layers)",
+            "remove one of them",
+        )
+    if lay.embedding_in_split or lay.loss_in_split:
+        yield _layout_violation(
+            "pipeline_layout places the embedding (E) and the loss (L) itself; "
+            "embedding_in_pipeline_split / loss_in_pipeline_split apply to the even split only",
+            "remove embedding_in_pipeline_split and loss_in_pipeline_split",
+        )
+
+
+def _layout_shape(job: Job, stages: tuple[str, ...]) -> Iterator[Violation]:
+    lay = job.layout
+    if len(stages) % lay.p:
+        yield _layout_violation(
+            f"pipeline_layout has {len(stages)} stages, not a multiple of pipeline = {lay.p} "
+            f"({_MEGATRON_LAYOUT}: the layout must be divisible by pipeline_model_parallel_size)",
+            f"give pipeline × virtual_stages = {lay.p * lay.v} stages separated by '|'",
+        )
+    elif len(stages) != lay.p * lay.v:
+        chunks = len(stages) // lay.p
+        yield _layout_violation(
+            f"pipeline_layout has {len(stages)} stages = {lay.p} × {chunks} chunks, but "
+            f"virtual_stages = {lay.v} (Megatron takes the chunks per stage from the layout)",
+            f"set virtual_stages: {chunks}",
+        )
+
+
+def _layout_layers(job: Job, stages: tuple[str, ...]) -> Iterator[Violation]:
+    flat = "".join(stages)
+    mtp, layers = job.model.mtp, job.model.L
+    checks = (
+        (flat[:1] == "E", "the first layer must be the embedding (E)", "begin the layout with E"),
+        (flat[-1:] == "L", "the last layer must be the loss (L)", "end the layout with L"),
+        (flat.count("E") == 1, "the embedding must be given exactly once", "write E once"),
+        (flat.count("L") == 1, "the loss must be given exactly once", "write L once"),
+        (
+            flat.count("t") == layers,
+            f"the layout has {flat.count('t')} decoder layers (t), the model {layers}",
+            f"give {layers} t",
+        ),
+        (
+            flat.count("m") == mtp,
+            f"the layout has {flat.count('m')} MTP layers (m), the model {mtp} (model.mtp_layers)",
+            f"give {mtp} m",
+        ),
+        (
+            "t" not in flat[flat.find("m") :] if "m" in flat else True,
+            "decoder layers must be placed before MTP layers",
+            "move every m after the last t",
+        ),
+    )
+    for holds, message, fix in checks:
+        if not holds:
+            yield _layout_violation(f"{message} ({_MEGATRON_LAYOUT})", fix)
+            return
+
+
+def _layout_places(stages: tuple[str, ...]) -> Iterator[Violation]:
+    """Where planc puts the embedding, MTP layers and loss: on the first and last virtual stage,
+    with the layers around them (Megatron also runs an MTP layer on another rank's last chunk and
+    an empty first stage; planc's memory and traffic do not model that)."""
+    inner = "".join(stages[1:-1]) + stages[0][1:] + stages[-1][:-1].replace("m", "")
+    if "E" not in stages[0] or "L" not in stages[-1] or "m" in inner:
+        yield _layout_violation(
+            "planc models the embedding on the first virtual stage and the MTP layers and the "
+            "loss on the last one only",
+            "put E on the first stage and every m with L on the last",
+        )
+    empty = [index for index, stage in enumerate(stages) if not stage]
+    if empty:
+        yield _layout_violation(
+            f"virtual stage {empty[0]} is empty (Megatron passes its input on); planc's pipeline "
+            "simulation needs every virtual stage to hold a layer, the embedding or the loss",
+            f"move a layer into virtual stage {empty[0]}, or use fewer virtual_stages",
+        )
+
+
+def _layout_stages(job: Job) -> Iterator[Violation]:
+    """PLC004 for parallelism.pipeline_layout: Megatron's own checks of the string."""
+    text = job.layout.pipeline_layout or ""
+    parsed = parse_layout(text)
+    if parsed.error is not None:
+        yield _layout_violation(f"pipeline_layout {parsed.error}", "write it as Megatron does")
+        return
+    conflicts = tuple(_layout_conflicts(job))
+    shape = tuple(_layout_shape(job, parsed.stages))
+    yield from conflicts + shape
+    if not shape:
+        found = tuple(_layout_layers(job, parsed.stages))
+        yield from found or _layout_places(parsed.stages)
+
+
+def _accounted_stages(job: Job) -> Iterator[Violation]:
+    """PLC004 with the embedding and/or loss counted as layers (Megatron-Core
+    TransformerConfig: (layers + embedding + loss) splits evenly over pipeline × virtual stages;
+    the flags do not combine with first/last-stage counts)."""
+    lay = job.layout
+    counted = job.model.L + lay.embedding_in_split + lay.loss_in_split
+    if lay.stage_layers:
+        yield Violation(
+            "parallelism.stage_layers",
+            "stage_layers cannot be combined with embedding_in_pipeline_split or "
+            "loss_in_pipeline_split (Megatron refuses --decoder-first/last-pipeline-num-layers "
+            "with --account-for-embedding/loss-in-pipeline-split)",
+            "give the split as pipeline_layout, or drop one of them",
+        )
+    elif counted % (lay.p * lay.v):
+        yield Violation(
+            "parallelism.pipeline",
+            f"layers + embedding + loss = {counted} do not split evenly over pipeline × "
+            f"virtual_stages = {lay.p} × {lay.v} chunks (Megatron-Core TransformerConfig with "
+            "account_for_embedding/loss_in_pipeline_split)",
+            "give the split as parallelism.pipeline_layout, or change pipeline or virtual_stages",
+            ("model.preset",),
+        )
+
+
 def layer_split(job: Job) -> Iterator[Violation]:
     """PLC004: the layers split over the stages and their virtual chunks."""
-    yield from _given_stages(job) if job.layout.stage_layers else _even_stages(job)
+    lay = job.layout
+    if lay.pipeline_layout is not None:
+        yield from _layout_stages(job)
+    elif lay.embedding_in_split or lay.loss_in_split:
+        yield from _accounted_stages(job)
+    else:
+        yield from _given_stages(job) if lay.stage_layers else _even_stages(job)
+
+
+def chunk_split(job: Job) -> tuple[int, ...]:
+    """Decoder layers of each virtual stage, in run order (index chunk·p + stage), for a job
+    that passed PLC004: the layout's, the even split with the embedding and the loss counted,
+    stage_layers split into v equal chunks, or the even split."""
+    lay, L = job.layout, job.model.L
+    chunks = lay.p * lay.v
+    if lay.pipeline_layout is not None:
+        return parse_layout(lay.pipeline_layout).decoder_layers()
+    if lay.embedding_in_split or lay.loss_in_split:
+        each = (L + lay.embedding_in_split + lay.loss_in_split) // chunks
+        split = [each] * chunks
+        split[0] -= lay.embedding_in_split
+        split[-1] -= lay.loss_in_split
+        return tuple(split)
+    stages = lay.stage_layers or (L // lay.p,) * lay.p
+    placement = definition(lay.schedule).placement
+    return tuple(stages[stage_of(lay.p, i, placement)[0]] // lay.v for i in range(chunks))
 
 
 def batch_split(job: Job) -> Iterator[Violation]:
@@ -338,6 +502,33 @@ def _unmet_need(job: Job, need: ScheduleNeed) -> Violation:
             "parallelism.virtual_stages",
             f"virtual_stages = {lay.v} needs pipeline > 2, but pipeline = {lay.p}",
             "set virtual_stages: 1, or pipeline ≥ 3",
+        )
+    if need is ScheduleNeed.TWO_CHUNKS:
+        return Violation(
+            "parallelism.virtual_stages",
+            f"pipeline_schedule = {name} runs two model chunks per stage (rank r holds virtual "
+            f"stages r and 2p − 1 − r), but virtual_stages = {lay.v}",
+            "set virtual_stages: 2",
+            ("parallelism.pipeline_schedule",),
+        )
+    if need is ScheduleNeed.FILLED_V:
+        least = job.training.b * (lay.d or 1) * (2 * lay.p - 1)
+        return Violation(
+            "training.global_batch",
+            f"pipeline_schedule = {name} needs m ≥ 2 × pipeline − 1 = {2 * lay.p - 1} "
+            f"micro-batches, got m = {m} (PyTorch pads fewer with empty slots; planc does not "
+            "expand them)",
+            f"make global_batch at least micro_batch × data × (2 × pipeline − 1) = {least}",
+            ("parallelism.pipeline_schedule",),
+        )
+    if need is ScheduleNeed.TWICE_THE_STAGES:
+        least = job.training.b * (lay.d or 1) * 2 * lay.p
+        return Violation(
+            "training.global_batch",
+            f"pipeline_schedule = {name} needs m ≥ 2 × pipeline = {2 * lay.p} micro-batches, "
+            f"got m = {m} (deepseek-ai/DualPipe asserts num_chunks >= num_ranks * 2)",
+            f"make global_batch at least micro_batch × data × 2 × pipeline = {least}",
+            ("parallelism.pipeline_schedule",),
         )
     step = job.training.b * (lay.d or 1) * lay.p
     return Violation(
@@ -520,20 +711,30 @@ class Refusal:
 
 
 def layer_ranges(stage_layers: tuple[int, ...], v: int) -> tuple[tuple[LayerRange, ...], ...]:
-    """Layer ranges of each pipeline rank, one [first, last) per model chunk.
+    """Layer ranges of each pipeline rank, one [first, last) per model chunk, stage r's chunks
+    holding stage_layers[r] / v layers each (see `chunk_ranges`)."""
+    p = len(stage_layers)
+    return chunk_ranges(tuple(stage_layers[i % p] // v for i in range(p * v)), p)
+
+
+def chunk_ranges(
+    chunks: tuple[int, ...], p: int, placement: ChunkPlacement = ChunkPlacement.LOOP
+) -> tuple[tuple[LayerRange, ...], ...]:
+    """Layer ranges of each pipeline rank, one [first, last) per model chunk, from the layers
+    of each virtual stage in run order.
 
     Interleaved 1F1B (Narayanan et al. 2021, §2.2; Megatron's interleaved assignment) cuts the
-    layers into p·v chunks and gives chunk j of rank r the block j·p + r; stage r's chunks hold
-    stage_layers[r] / v layers each. With v = 1 this is the plain contiguous split.
+    layers into p·v blocks and gives chunk j of rank r the block j·p + r; block i holds
+    chunks[i] layers (Megatron's layout: every chunk its own count). With v = 1 this is the
+    plain contiguous split. In the V placement (ZB-V, DualPipeV) rank r's chunks hold blocks r
+    and 2p − 1 − r (`planc.pipeline.schedule.virtual_stage`).
     """
-    p = len(stage_layers)
-    chunk = [count // v for count in stage_layers]
+    v = len(chunks) // p
     starts = [0]
-    for block in range(p * v):
-        starts.append(starts[-1] + chunk[block % p])
-    return tuple(
-        tuple((starts[j * p + r], starts[j * p + r + 1]) for j in range(v)) for r in range(p)
-    )
+    for count in chunks:
+        starts.append(starts[-1] + count)
+    blocks = [[virtual_stage(p, r, j, placement) for j in range(v)] for r in range(p)]
+    return tuple(tuple((starts[i], starts[i + 1]) for i in row) for row in blocks)
 
 
 @record
@@ -560,6 +761,11 @@ class PlanLayout:
     expert_order: tuple[str, ...] = ("tp", "cp", "dp", "pp", "ep")
     # The pipeline schedule (`planc.pipeline.registry`), one that fits p, m and v (PLC010).
     schedule: ScheduleKind = ScheduleKind.ONE_F_ONE_B
+    # How the spec states a split of its own (Megatron's words for it, written back to
+    # megatron/args.txt): the layout string, or the embedding and loss counted as layers.
+    pipeline_layout: str | None = None
+    embedding_in_split: bool = False
+    loss_in_split: bool = False
 
     @property
     def expert_degrees(self) -> Mapping[str, int]:
@@ -613,6 +819,13 @@ class PlanLayout:
     def chunk_layers(self, stage: int) -> tuple[int, ...]:
         """Layers in each of the v model chunks of pipeline rank `stage`."""
         return tuple(last - first for first, last in self.chunks[stage])
+
+    @property
+    def last_stage(self) -> int:
+        """The pipeline rank holding the last virtual stage (the final norm, LM head, loss and
+        MTP layers, in its last chunk): p − 1, or rank 0 in the V placement (DualPipeV), whose
+        last chunk is virtual stage 2p − 1."""
+        return 0 if definition(self.schedule).placement is ChunkPlacement.V else self.p - 1
 
 
 @record
@@ -690,7 +903,9 @@ def plannable(
     lay, m = job.layout, job.m
     if lay.d is None or m is None:  # excluded by PLC001 and PLC005 above
         raise AssertionError("a job that passed its preconditions has d and m")
-    stage_layers = lay.stage_layers or (job.model.L // lay.p,) * lay.p
+    split = chunk_split(job)
+    ranges = chunk_ranges(split, lay.p, definition(lay.schedule).placement)
+    stage_layers = tuple(sum(b - a for a, b in chunks) for chunks in ranges)
     edp = lay.edp(job.world)
     if edp is None:  # PLC024 above; a dense job has W/(t·p) = d·c
         raise AssertionError("a job that passed its preconditions has a whole EDP")
@@ -714,12 +929,15 @@ def plannable(
             order=order,
             data_shard=lay.data_shard or lay.d * lay.c,
             stage_layers=stage_layers,
-            chunks=layer_ranges(stage_layers, lay.v),
+            chunks=ranges,
             ep=lay.ep,
             et=lay.et,
             edp=edp,
             expert_order=lay.expert_order + (() if "ep" in lay.expert_order else ("ep",)),
             schedule=lay.schedule,
+            pipeline_layout=lay.pipeline_layout,
+            embedding_in_split=lay.embedding_in_split,
+            loss_in_split=lay.loss_in_split,
         ),
         m=m,
         numerics=numerics(job.training),

@@ -129,12 +129,22 @@ class ScheduleKind(str, Enum):
     `1f1b` is PipeDream-Flush (Narayanan et al. 2021 §2.2; Megatron-LM
     `forward_backward_pipelining_without_interleaving`), `interleaved-1f1b` the interleaved
     schedule over v model chunks per stage (§2.2.1; `forward_backward_pipelining_with_interleaving`),
-    `gpipe` all forwards, then all backwards (Huang et al. 2019; PyTorch `ScheduleGPipe`).
+    `gpipe` all forwards, then all backwards (Huang et al. 2019; PyTorch `ScheduleGPipe`),
+    `zb-h1` 1F1B with the weight-gradient backward deferred (Qi et al. 2024 §2.1), `zbv` its
+    V-shaped two-chunk form (§6; PyTorch `ScheduleZBVZeroBubble`),
+    `dualpipev` DeepSeek's V-shaped DualPipe (deepseek-ai/DualPipe `dualpipev.py`; PyTorch
+    `ScheduleDualPipeV`), `combined-1f1b` Megatron-Core's interleaved 1F1B that pairs one
+    micro-batch's forward with another's backward to hide the expert all-to-all
+    (`--overlap-moe-expert-parallel-comm`).
     """
 
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED_1F1B = "interleaved-1f1b"
     GPIPE = "gpipe"
+    ZB_H1 = "zb-h1"
+    DUALPIPE_V = "dualpipev"
+    ZB_V = "zbv"
+    COMBINED_1F1B = "combined-1f1b"
 
     @classmethod
     def default(cls, v: int) -> ScheduleKind:
@@ -176,6 +186,23 @@ def recompute_mode(value: object) -> Recompute:
     raise ValueError(f"unknown recompute mode {value!r}")
 
 
+class ChunkPlacement(str, Enum):
+    """Which virtual stages a pipeline rank's model chunks hold (p ranks, v chunks).
+
+    `loop`: chunk j of rank r is virtual stage j·p + r (Megatron's interleaved assignment,
+    torchtitan's "loop" style); `v`: two chunks, rank r holds virtual stages r and 2p − 1 − r
+    (the zero-bubble paper's V shape, DualPipeV; torchtitan's "v" style); `dual`: DualPipe's two
+    directions, chunk 0 the stage r of the pipeline that runs rank 0 → p − 1 and chunk 1 the stage
+    p − 1 − r of the one that runs back, each micro-batch on one of them."""
+
+    LOOP = "loop"
+    V = "v"
+    DUAL = "dual"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class ScheduleNeed(str, Enum):
     """A condition a schedule puts on the layout (p stages, m micro-batches, v chunks).
 
@@ -188,6 +215,9 @@ class ScheduleNeed(str, Enum):
     CHUNKS = "v > 1"
     STAGES_ABOVE_TWO = "p > 2"
     WHOLE_ROUNDS = "m % p == 0"
+    TWO_CHUNKS = "v == 2"
+    TWICE_THE_STAGES = "m >= 2p"
+    FILLED_V = "m >= 2p - 1"
 
     def holds(self, p: int, m: int | None, v: int) -> bool:
         """Whether the layout meets this need; a need on m holds while m is unknown (PLC005
@@ -198,6 +228,12 @@ class ScheduleNeed(str, Enum):
             return v > 1
         if self is ScheduleNeed.STAGES_ABOVE_TWO:
             return p > 2
+        if self is ScheduleNeed.TWO_CHUNKS:
+            return v == 2
+        if self is ScheduleNeed.TWICE_THE_STAGES:
+            return m is None or m >= 2 * p
+        if self is ScheduleNeed.FILLED_V:
+            return m is None or m >= 2 * p - 1
         return m is None or m % p == 0
 
 

@@ -44,6 +44,32 @@ CASES: dict[str, tuple[dict[str, Any] | None, str]] = {
         {"parallelism": {"tensor": 2, "pipeline": 4, "stage_layers": [7, 9, 9, 7]}},
         "llama3-8b-1node.yaml",
     ),
+    # The embedding and the loss counted as layers: (30 + 2) / (4 × 2) = 4 a chunk.
+    "accounted": (
+        {
+            "model": {"layers": 30},
+            "parallelism": {
+                "tensor": 2,
+                "pipeline": 4,
+                "virtual_stages": 2,
+                "embedding_in_pipeline_split": True,
+                "loss_in_pipeline_split": True,
+            },
+        },
+        "llama3-8b-1node.yaml",
+    ),
+    # Megatron's layout string, chunks of 3, 4 × 6 and 5 layers (32 in all).
+    "layout": (
+        {
+            "parallelism": {
+                "tensor": 2,
+                "pipeline": 4,
+                "virtual_stages": 2,
+                "pipeline_layout": "Et*3|(t*4|)*6,t*5L",
+            }
+        },
+        "llama3-8b-1node.yaml",
+    ),
     "context-zero3-fp16-full": (
         {
             "parallelism": {"tensor": 2, "context": 2, "zero_stage": 3},
@@ -418,7 +444,9 @@ def test_megatron_parser_accepts_the_arguments() -> None:
         if v > 1:
             given = args["num_layers_per_virtual_pipeline_stage"]
             chunks = args["num_virtual_stages_per_pipeline_rank"]
-            assert given is not None or chunks == v
+            # A layout string sets the chunks itself (validate_args takes v from it).
+            layout = args.get("pipeline_model_parallel_layout")
+            assert given is not None or chunks == v or layout is not None
         # validate_args derives the data-parallel degree from the world size: planc's d.
         assert args["validated_data_parallel_size"] == degrees["dp"]
         assert args["validated_virtual_stages"] == (v if v > 1 else None)

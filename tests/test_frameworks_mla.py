@@ -45,7 +45,9 @@ def test_deepseek_v3_megatron_flags() -> None:
 
 
 def test_no_query_latent_and_no_mtp() -> None:
-    found = flags({"model": {"mtp_layers": 0}, "parallelism": {}}, DEEPSEEK)
+    # The example's layout places its MTP layer (m): without one, the layout has none either.
+    no_mtp = {"pipeline_layout": "Et|(tt|)*29,t|tL"}
+    found = flags({"model": {"mtp_layers": 0}, "parallelism": no_mtp}, DEEPSEEK)
     assert "--mtp-num-layers" not in found
     dense = flags(None, "llama3-8b-1node.yaml")
     assert "--multi-latent-attention" not in dense and dense["--kv-channels"] == "128"

@@ -38,7 +38,9 @@ def megatron_warmup(kind: ScheduleKind, p: int, m: int, v: int, r: int) -> int:
         return min(p - r - 1, m)
     if kind is ScheduleKind.GPIPE:
         return m  # all of them
-    return min(2 * (p - r - 1) + (v - 1) * p, m * v)
+    # Megatron's get_pp_rank_microbatches: one more with overlap_moe_expert_parallel_comm.
+    extra = 1 if kind is ScheduleKind.COMBINED_1F1B else 0
+    return min(2 * (p - r - 1) + (v - 1) * p + extra, m * v)
 
 
 def grid(kind: ScheduleKind) -> list[tuple[int, int, int]]:
@@ -48,7 +50,16 @@ def grid(kind: ScheduleKind) -> list[tuple[int, int, int]]:
     return [(p, m, v) for p in (3, 4, 5) for v in (2, 3) for m in (p, 2 * p, 3 * p)]
 
 
-CASES = [(kind, *size) for kind in ScheduleKind for size in grid(kind)]
+# The flush schedules: warm-up forwards, (forward, backward) pairs, cool-down backwards. ZB-H1
+# and DualPipeV, which split the backward, are held to their sources in
+# tests/test_pipeline_zero_bubble.py.
+FLUSH = (
+    ScheduleKind.ONE_F_ONE_B,
+    ScheduleKind.INTERLEAVED_1F1B,
+    ScheduleKind.GPIPE,
+    ScheduleKind.COMBINED_1F1B,
+)
+CASES = [(kind, *size) for kind in FLUSH for size in grid(kind)]
 
 
 def test_every_schedule_kind_is_registered() -> None:

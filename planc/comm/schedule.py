@@ -28,10 +28,11 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from planc.comm.cost import ring_steps, wire_bytes
-from planc.plannable import Plannable, axis_strides
+from planc.pipeline.registry import definition
+from planc.plannable import PlanLayout, Plannable, axis_strides
 from planc.record import record
 from planc.spec.fabric import Tier
-from planc.vocab import Axis, Collective, Direction, GroupKind
+from planc.vocab import Axis, ChunkPlacement, Collective, Direction, GroupKind
 
 
 @record(kw_only=True)
@@ -378,10 +379,23 @@ def pipeline_message_bytes(job: Plannable) -> int:
 
 def pipeline_sends(job: Plannable, stage: int, direction: Direction) -> int:
     """Sends of stage `stage` per step in `direction`: m per model chunk, except that the last
-    virtual stage sends nothing forward and the first nothing backward: m·(v − [end stage])."""
+    virtual stage sends nothing forward and the first nothing backward: m·(v − [end stage]).
+    In the V placement (DualPipeV) m·(2 − [first rank] − [last rank])."""
     lay, m = job.layout, job.m
+    if lay.p == 1:
+        return 0
+    if definition(lay.schedule).placement is ChunkPlacement.V:
+        # Rank r holds virtual stages r and 2p − 1 − r: the turn from p − 1 to p stays on the
+        # last rank, and rank 0 holds both ends. Either way m·(2 − [r = 0] − [r = p − 1]).
+        return m * (2 - (stage == 0) - (stage == lay.p - 1))
     end = lay.p - 1 if direction is Direction.FORWARD else 0
-    return m * (lay.v - (stage == end)) if lay.p > 1 else 0
+    return m * (lay.v - (stage == end))
+
+
+def _sends_formula(lay: PlanLayout, end: str) -> str:
+    if definition(lay.schedule).placement is ChunkPlacement.V:
+        return "m·(2 − [first stage] − [last stage])"
+    return f"m·(v − [{end} stage])"
 
 
 def _pp_ops(job: Plannable, stage: int) -> list[CommOp]:
@@ -408,7 +422,7 @@ def _pp_ops(job: Plannable, stage: int) -> list[CommOp]:
                     calls=sends,
                     buffer_bytes=size,
                     link=link,
-                    formula=f"m·(v − [{end} stage]) sends of {shape}",
+                    formula=f"{_sends_formula(lay, end)} sends of {shape}",
                     direction=direction,
                 )
             )
@@ -778,7 +792,7 @@ def _cp_ops(job: Plannable, stage: int, layers: int) -> list[CommOp]:
 
 def _embedding_ops(job: Plannable, stage: int) -> list[CommOp]:
     lay = job.layout
-    if not job.model.tied or lay.p == 1 or stage not in (0, lay.p - 1):
+    if not job.model.tied or lay.p == 1 or lay.last_stage == 0 or stage not in (0, lay.p - 1):
         return []
     size = job.dims.vocab * job.model.h * grad_bytes(job)
     return [
@@ -862,14 +876,22 @@ class WireBudget:
 
 def wire_budget(job: Plannable, ops: Sequence[CommOp]) -> tuple[WireBudget, ...]:
     """Per-stage wire bytes. Ring collectives receive what they send; p2p receives mirror the
-    neighbour's sends (forward activations from the previous stage, gradients from the next)."""
+    neighbour's sends (forward activations from the previous stage, gradients from the next;
+    in the V placement from both neighbours, as many as the rank sends)."""
     p, names = job.layout.p, job.cluster.fabric.names
+    # In the V placement rank r sends each direction to both neighbours (chunk 0 on, chunk 1
+    # back) and receives from both as many: what it receives equals what it sends.
+    mirrored = definition(job.layout.schedule).placement is ChunkPlacement.V
     sent = [dict.fromkeys(names, 0) for _ in range(p)]
     received = [dict.fromkeys(names, 0) for _ in range(p)]
     for op in ops:
         total = op.calls * op.bytes_sent
         sent[op.stage][op.link] += total
-        to = op.stage if op.direction is None else _receiver_of(op.stage, op.direction, p)
+        to = (
+            op.stage
+            if op.direction is None or mirrored
+            else _receiver_of(op.stage, op.direction, p)
+        )
         received[to][op.link] += total
     return tuple(
         WireBudget(

@@ -26,6 +26,7 @@ from typing import Any
 from planc.compile.launchers import megatron_args
 from planc.compile.plan import Plan
 from planc.dims import padded_vocab
+from planc.pipeline.placement import virtual_stage
 from planc.pipeline.registry import definition
 from planc.spec.job import preset_model
 from planc.vocab import DType, ScheduleKind
@@ -166,6 +167,9 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
         args.append(f"--num-distributed-optimizer-instances {replicas}")
     if lay.p > 1:  # Megatron picks its schedule from the virtual pipeline size, no flag
         _framework_schedule(plan, "megatron", notes)
+    if lay.schedule is ScheduleKind.COMBINED_1F1B:
+        # The combined 1F1B schedule is chosen by this flag (Megatron-LM moe_a2a_overlap.md).
+        args.append("--overlap-moe-expert-parallel-comm")
     return args, notes
 
 
@@ -380,7 +384,23 @@ def deepspeed_config(plan: Plan) -> tuple[dict[str, Any], list[str]]:
             "DeepSpeed's config has no degree for them; its data-parallel size must be "
             f"{lay.d} for these batch numbers"
         )
+    if lay.p > 1 and lay.schedule in _SPLIT_OR_OVERLAPPED:
+        notes.append(
+            f"DeepSpeed's PipelineEngine runs its TrainSchedule, a 1F1B "
+            f"(deepspeed/runtime/pipe/schedule.py), and no {definition(lay.schedule).title} "
+            "schedule: its bubble and activation memory are not this plan's"
+        )
     return config, notes
+
+
+# The schedules from the zero-bubble, DualPipe and expert-overlap families, which DeepSpeed's
+# pipeline engine does not run (its note; the flush schedules it lacks have none yet).
+_SPLIT_OR_OVERLAPPED = (
+    ScheduleKind.ZB_H1,
+    ScheduleKind.ZB_V,
+    ScheduleKind.DUALPIPE_V,
+    ScheduleKind.COMBINED_1F1B,
+)
 
 
 # DeepSpeed AutoEP's model presets (deepspeed/module_inject/auto_ep_presets) of planc's presets.
@@ -549,12 +569,14 @@ def _torchtitan_expert_notes(plan: Plan, dp_shard: int) -> list[str]:
 
 def _model_parts(plan: Plan) -> list[list[str]]:
     """The modules of every model chunk in stage order (chunk j of stage r is stage j·p + r, as
-    torchtitan's looped schedules place them)."""
+    torchtitan's looped schedules place them; stages r and 2p − 1 − r in its "v" style, for
+    ZBVZeroBubble and DualPipeV)."""
     lay = plan.job.layout
+    placement = definition(lay.schedule).placement
     blocks: dict[int, tuple[int, int]] = {}
     for stage in range(lay.p):
         for chunk, (first, last) in enumerate(lay.chunks[stage]):
-            blocks[chunk * lay.p + stage] = (first, last)
+            blocks[virtual_stage(lay.p, stage, chunk, placement)] = (first, last)
     parts = [[f"layers.{i}" for i in range(*blocks[b])] for b in sorted(blocks)]
     parts[0].insert(0, "tok_embeddings")
     parts[-1] += ["norm", "output"]

@@ -16,7 +16,11 @@ import re
 
 from planc.compile.plan import Plan
 from planc.compile.ranks import AXES
+from planc.pipeline.placement import virtual_stage
+from planc.pipeline.registry import definition
 from planc.spec.job import GIB, NodeNames
+from planc.spec.pipeline_layout import megatron_stages, write_layout
+from planc.vocab import ChunkPlacement
 
 MASTER_PORT = 29500
 TRAIN_SCRIPT = '"${PLANC_TRAIN_SCRIPT:-train.py}"'
@@ -317,8 +321,44 @@ def megatron_args(plan: Plan) -> tuple[list[str], list[str]]:
     return args, notes
 
 
+def _split_args(plan: Plan, notes: list[str]) -> list[str] | None:
+    """The split as Megatron-Core states a chunk layout of its own: the embedding and loss
+    counted as layers of the even split (--account-for-embedding/loss-in-pipeline-split), or
+    the layout string (--pipeline-model-parallel-layout, which sets the chunks per stage
+    itself); None for a split the older flags state."""
+    lay = plan.job.layout
+    accounted = lay.embedding_in_split or lay.loss_in_split
+    if lay.pipeline_layout is None and not accounted:
+        return None
+    if lay.pipeline_layout is None:
+        flags = [
+            flag
+            for flag, on in (
+                ("--account-for-embedding-in-pipeline-split", lay.embedding_in_split),
+                ("--account-for-loss-in-pipeline-split", lay.loss_in_split),
+            )
+            if on
+        ]
+        return flags + ([f"--num-virtual-stages-per-pipeline-rank {lay.v}"] if lay.v > 1 else [])
+    placement = definition(lay.schedule).placement
+    chunks = [0] * (lay.p * lay.v)  # decoder layers of each virtual stage, in run order
+    for r in range(lay.p):
+        for j, count in enumerate(lay.chunk_layers(r)):
+            chunks[virtual_stage(lay.p, r, j, placement)] = count
+    text = write_layout(megatron_stages(tuple(chunks), plan.job.model.mtp))
+    if placement is not ChunkPlacement.LOOP:
+        notes.append(
+            f"the {definition(lay.schedule).title} schedule holds virtual stages r and "
+            "2p − 1 − r on rank r; Megatron places virtual stage i on rank i mod p"
+        )
+    return [f'--pipeline-model-parallel-layout "{text}"']
+
+
 def _pipeline_args(plan: Plan, notes: list[str]) -> list[str]:
     lay, L = plan.job.layout, plan.job.model.L
+    split = _split_args(plan, notes)
+    if split is not None:
+        return split
     given = lay.stage_layers
     if not given or len(set(given)) == 1:
         return (

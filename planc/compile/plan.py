@@ -24,7 +24,7 @@ from planc.dims import padded_vocab
 from planc.findings import Finding
 from planc.memory import MemoryBudget, rank_memory
 from planc.memory.params import RankParameters
-from planc.pipeline.registry import bubble_fraction, warmup
+from planc.pipeline.registry import FLUSH_ORDER, bubble_fraction, definition, pattern
 from planc.plannable import LayerRange, Plannable
 from planc.record import record
 from planc.spec.fabric import Tier
@@ -90,14 +90,14 @@ class Plan:
 
 def _stages(job: Plannable) -> tuple[Stage, ...]:
     lay = job.layout
-    last = lay.p - 1
+    last = lay.last_stage
     return tuple(
         Stage(
             pp=r,
             layers=lay.chunks[r],
             embedding=r == 0,
             lm_head=r == last,
-            embedding_copy=job.model.tied and lay.p > 1 and r == last,
+            embedding_copy=job.model.tied and last != 0 and r == last,
         )
         for r in range(lay.p)
     )
@@ -370,11 +370,7 @@ def _wire_fragments(plan: Plan) -> list[str]:
     return [f'"wire":{_wire_text(w)}' for w in plan.wires]
 
 
-PIPELINE_ORDER = (
-    "stage r runs warmup forwards, then steady (forward, backward) pairs, then cooldown "
-    "backwards; its k-th forward is of chunk (k // p) % v and micro-batch (k // (p·v))·p + k % p, "
-    "its k-th backward the same with the chunk v − 1 − (k // p) % v (Megatron's schedule table)"
-)
+PIPELINE_ORDER = FLUSH_ORDER
 
 
 def pipeline_record(job: Plannable) -> dict[str, object]:
@@ -387,14 +383,14 @@ def pipeline_record(job: Plannable) -> dict[str, object]:
     lay, m = job.layout, job.m
     stages = []
     for r in range(lay.p):
-        first = warmup(lay.schedule, lay.p, m, lay.v, r)
-        stages.append({"warmup": first, "steady": m * lay.v - first, "cooldown": first})
+        first, steady, last = pattern(lay.schedule, lay.p, m, lay.v, r)
+        stages.append({"warmup": first, "steady": steady, "cooldown": last})
     return {
         "p": lay.p,
         "m": m,
         "v": lay.v,
         "schedule": lay.schedule.value,
-        "order": PIPELINE_ORDER,
+        "order": definition(lay.schedule).order,
         "stages": stages,
     }
 

@@ -1026,7 +1026,7 @@ def stage_activation_terms(
     x = shape_of(job)
     recompute = job.training.recompute
     chunks = lay.chunk_layers(pp_rank)
-    first, last = pp_rank == 0, pp_rank == lay.p - 1
+    first, last = pp_rank == 0, pp_rank == lay.last_stage
     moe = model.moe
     y = expert_shape(job) if moe is not None else None
     per_layer = layer_bytes(x, recompute)

@@ -393,9 +393,9 @@ def rank_parameters(job: Plannable, pp_rank: int) -> RankParameters:
     model, lay = job.model, job.layout
     if not 0 <= pp_rank < lay.p:
         raise ValueError(f"pipeline rank {pp_rank} is outside 0..{lay.p - 1}")
-    first, last = pp_rank == 0, pp_rank == lay.p - 1
+    first, last = pp_rank == 0, pp_rank == lay.last_stage
     vocab_slice = padded_vocab(model.V, lay.t) // lay.t * model.h
-    head = last and (not model.tied or lay.p > 1)
+    head = last and (not model.tied or lay.last_stage != 0)  # tied on one rank: one copy
     moe = model.moe
     mtp = model.mtp if last else 0
     mtp_moe = mtp if moe is not None and moe.is_moe_layer(model.L - 1) else 0

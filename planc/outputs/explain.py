@@ -169,6 +169,12 @@ def _expert_line(ex: Explanation) -> list[str]:
     if ex.analysis.plan.model.moe is None:
         return []
     share = step.ep_comm_s / step.step_time_s if step.step_time_s else 0.0
+    if step.ep_hidden_s > 0:
+        return [
+            f"  expert all-to-all:  {step.ep_comm_s:8.2f} s ({share:5.1%})  "
+            f"inside compute: EP dispatch and combine left exposed; {step.ep_hidden_s:.2f} s "
+            "more hidden behind the paired forward or backward"
+        ]
     return [
         f"  expert all-to-all:  {step.ep_comm_s:8.2f} s ({share:5.1%})  "
         "inside compute: EP dispatch and combine (and ETP gathers), not overlapped"
@@ -226,6 +232,7 @@ def to_json(ex: Explanation) -> dict[str, Any]:
             "tp_comm_s": step.tp_comm_s,
             "cp_comm_s": step.cp_comm_s,
             "ep_comm_s": step.ep_comm_s,
+            **({"ep_hidden_s": step.ep_hidden_s} if step.ep_hidden_s > 0 else {}),
             "pp_comm_s": step.pp_comm_s,
             "tokens_per_s": step.tokens_per_s,
             "mfu": step.mfu,

@@ -113,6 +113,7 @@ class PipelineStep:
     stage_end_s: tuple[float, ...]
     simulated_m: tuple[int, ...]  # the micro-batch counts simulated; () for the closed form
     pipeline: PipelineTime  # how the pipeline part was found, and its idle share
+    ep_hidden_s: float = 0.0  # the busiest stage's expert exchanges its schedule hides, per step
 
 
 def _virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
@@ -130,11 +131,11 @@ def _virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
             + (st.dp_overlapped_s - hidden)
         )
         total_b = sum(st.backward_s) or 1.0
+        ep_fs, ep_bs = _expert_exposed(inputs, st)
         for j in range(v):
             share = st.backward_s[j] / total_b
             # The CP exchange is a third forward, two thirds backward (K, V; then dK, dV too).
-            ep_f = st.ep_forward_s[j] if st.ep_forward_s else 0.0
-            ep_b = st.ep_backward_s[j] if st.ep_backward_s else 0.0
+            ep_f, ep_b = ep_fs[j], ep_bs[j]
             t_f[j * p + r] = st.forward_s[j] + st.tp_forward_s[j] + ep_f + st.cp_exposed_s / (3 * v)
             t_b[j * p + r] = (
                 st.backward_s[j]
@@ -144,6 +145,37 @@ def _virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
                 + 2 * st.cp_exposed_s / (3 * v)
             )
     return t_f, t_b
+
+
+def _expert_exposed(
+    inputs: StepInputs, st: StageInputs
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The expert exchanges of each chunk left on its forward and backward. A schedule that runs
+    one micro-batch's forward with another's backward (Megatron's combined 1F1B, DualPipe's F&B
+    chunk pair) hides the forward's dispatch and combine behind the backward's compute and the
+    backward's behind the forward's: exposed = max(0, exchange − the other op's compute) (the
+    DualPipe README's F&B ≈ max(compute, communication) per pair, landscape §4; Megatron-LM
+    moe_a2a_overlap.md). Other schedules serialise them (Megatron-Core's default)."""
+    v = inputs.v
+    ep_f = st.ep_forward_s or (0.0,) * v
+    ep_b = st.ep_backward_s or (0.0,) * v
+    from planc.pipeline import registry  # start-up: as in pipeline_step
+
+    if not registry.definition(inputs.pipeline_schedule).overlaps_experts:
+        return tuple(ep_f), tuple(ep_b)
+    return (
+        tuple(max(0.0, ep_f[j] - st.backward_s[j]) for j in range(v)),
+        tuple(max(0.0, ep_b[j] - st.forward_s[j]) for j in range(v)),
+    )
+
+
+def expert_hidden_s(inputs: StepInputs, stage: int) -> float:
+    """The expert exchange of `stage` that its schedule hides, per step (0 when it serialises
+    them)."""
+    st = inputs.stages[stage]
+    ep_f, ep_b = _expert_exposed(inputs, st)
+    total = sum(st.ep_forward_s) + sum(st.ep_backward_s)
+    return inputs.m * (total - sum(ep_f) - sum(ep_b))
 
 
 def _weight_times(inputs: StepInputs) -> list[float]:
@@ -254,7 +286,9 @@ def pipeline_step(inputs: StepInputs) -> PipelineStep:
         tp_exposed_s=tp,
         cp_exposed_s=m * inputs.stages[worst].cp_exposed_s,
         ep_exposed_s=m
-        * (sum(inputs.stages[worst].ep_forward_s) + sum(inputs.stages[worst].ep_backward_s)),
+        * (sum(inputs.stages[worst].ep_forward_s) + sum(inputs.stages[worst].ep_backward_s))
+        - expert_hidden_s(inputs, worst),
+        ep_hidden_s=expert_hidden_s(inputs, worst),
         pp_exposed_s=pp,
         dp_exposed_s=synced - pipeline + max(st.after_step_s for st in inputs.stages),
         optimizer_s=max(st.optimizer_s for st in inputs.stages),

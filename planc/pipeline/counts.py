@@ -37,6 +37,23 @@ def num_warmup(p: int, m: int, v: int, rank: int) -> int:
     return min(2 * (p - rank - 1) + (v - 1) * p, m * v)
 
 
+def combined_warmup(p: int, m: int, v: int, rank: int) -> int:
+    """Megatron-Core's combined 1F1B (`--overlap-moe-expert-parallel-comm`): interleaved 1F1B's
+    warm-up plus one, capped at m·v (megatron/core/pipeline_parallel/schedules.py,
+    get_pp_rank_microbatches: num_warmup_microbatches += 1 with the overlap, "one more
+    micro-batch in flight" so that a forward and a backward can run together)."""
+    return min(num_warmup(p, m, v, rank) + (1 if v > 1 else 0), m * v)
+
+
+def dualpipe_v_warmup(p: int, m: int, v: int, rank: int) -> int:
+    """DualPipeV's forwards before rank r's first backward: 2(p − r − 1) of chunk 0, then
+    (r + 1) of each chunk, 2p in all (deepseek-ai/DualPipe dualpipev.py, steps 1 and 2)."""
+    check_sizes(p, m, v)
+    if not 0 <= rank < p:
+        raise ValueError(f"stage rank must be in 0..{p - 1}, got {rank}")
+    return 2 * p
+
+
 def gpipe_warmup(p: int, m: int, v: int, rank: int) -> int:
     """GPipe's forwards before its first backward: all m·v of them, on every stage (Huang et al.
     2019 §2.2; PyTorch torch.distributed.pipelining ScheduleGPipe runs every micro-batch's

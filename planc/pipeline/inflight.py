@@ -79,20 +79,66 @@ def gpipe_in_flight(p: int, v: int, m: int, r: int, weights: tuple[int, ...]) ->
     return tuple(1 if p == 1 else m for _ in range(v))
 
 
-def in_flight(p: int, v: int, m: int, r: int, weights: tuple[int, ...]) -> tuple[int, ...]:
+def zb_h1_in_flight(p: int, v: int, m: int, r: int, weights: tuple[int, ...]) -> tuple[int, ...]:
+    """ZB-H1 holds min(p, m) micro-batches on every stage: 1F1B's p − r, and r more whose W it
+    has deferred (Qi et al. 2024 §2.1: peak memory no higher than 1F1B's stage 0). No pipeline:
+    1."""
+    if len(weights) != v:
+        raise ValueError("one weight per chunk")
+    return (1,) if p == 1 else (min(p, m),)
+
+
+def dualpipe_v_in_flight(
+    p: int, v: int, m: int, r: int, weights: tuple[int, ...]
+) -> tuple[int, ...]:
+    """DualPipeV's rank r peaks at 2p − r micro-batches of chunk 0 and r + 1 of chunk 1 at once
+    (2p + 1 in all: the DualPipe README's PP + 1 with PP = 2p stages), for any weights: no
+    moment holds more of either chunk (tests walk the op lists). No pipeline: 1 of each."""
+    if len(weights) != v:
+        raise ValueError("one weight per chunk")
+    return (1, 1) if p == 1 else (2 * p - r, r + 1)
+
+
+def zb_v_in_flight(p: int, v: int, m: int, r: int, weights: tuple[int, ...]) -> tuple[int, ...]:
+    """ZB-V's rank r peaks at one of two moments of its warm-up: 2p − 1 − r micro-batches of
+    chunk 0 with r + 1 of chunk 1 (first), or min(2p − r, m) of chunk 0 with r of chunk 1; the
+    heavier by `weights`, ties to the first (tests walk the op lists). No pipeline: 1 of each."""
+    if len(weights) != v:
+        raise ValueError("one weight per chunk")
+    if p == 1:
+        return (1, 1)
+    first, later = (2 * p - 1 - r, r + 1), (min(2 * p - r, m), r)
+    heavier = sum(w * n for w, n in zip(weights, later, strict=True)) > sum(
+        w * n for w, n in zip(weights, first, strict=True)
+    )
+    return later if heavier else first
+
+
+def combined_in_flight(
+    p: int, v: int, m: int, r: int, weights: tuple[int, ...]
+) -> tuple[int, ...]:
+    """Megatron's combined 1F1B: interleaved 1F1B's order with one more warm-up forward
+    (`planc.pipeline.counts.combined_warmup`), so one more chunk-micro-batch at the peak."""
+    return in_flight(p, v, m, r, weights, extra=1)
+
+
+def in_flight(
+    p: int, v: int, m: int, r: int, weights: tuple[int, ...], extra: int = 0
+) -> tuple[int, ...]:
     """Micro-batches of each of rank r's v chunks held at its activation peak.
 
     The peak is the moment, after a forward and before the next backward, when Σ weights[c] ×
     held[c] is largest (weights: bytes one micro-batch of chunk c keeps). 1F1B: p − r held,
     capped at m (Korthikanti §4.2; Narayanan et al. 2021). Interleaved: warm-up + 1 chunk-micro-
     batches (Megatron-LM schedules.py, forward_backward_pipelining_with_interleaving's
-    num_warmup_microbatches), in Megatron's chunk order. No pipeline: 1.
+    num_warmup_microbatches), in Megatron's chunk order; `extra` more warm-up forwards with
+    v > 1 (combined 1F1B). No pipeline: 1.
     """
     if len(weights) != v:
         raise ValueError("one weight per chunk")
     if p == 1:
         return tuple(1 for _ in range(v))
-    W = num_warmup(p, m, v, r)
+    W = min(num_warmup(p, m, v, r) + (extra if v > 1 else 0), m * v)
     if m * v <= W:
         return tuple(m for _ in range(v))
     if v == 1:

@@ -21,13 +21,14 @@ only the counts) does not import them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, TypedDict
 
 from planc.pipeline import bubble, counts, inflight
 from planc.record import record
-from planc.vocab import ScheduleKind, ScheduleNeed
+from planc.vocab import ChunkPlacement, ScheduleKind, ScheduleNeed
 
 if TYPE_CHECKING:
     from planc.pipeline.bounded import PipelineTime
@@ -45,6 +46,28 @@ Microbatches = Callable[[int, int, float], int]
 ClosedEnds = Callable[[int, int, int, list[float], list[float], float], tuple[float, ...]]
 #: (p, m, v) → the schedule's op lists.
 Builder = Callable[[int, int, int], "Schedule"]
+
+
+FLUSH_ORDER = (
+    "stage r runs warmup forwards, then steady (forward, backward) pairs, then cooldown "
+    "backwards; its k-th forward is of chunk (k // p) % v and micro-batch (k // (p·v))·p + k % p, "
+    "its k-th backward the same with the chunk v − 1 − (k // p) % v (Megatron's schedule table)"
+)
+ZB_H1_ORDER = (
+    "as 1f1b (warmup forwards, steady (forward, backward) pairs, cooldown backwards), each "
+    "backward the input-gradient part; stage r runs the weight gradient W of micro-batch k right "
+    "after the backward of micro-batch k + r, and the last r of them at the end"
+)
+DUALPIPE_V_ORDER = (
+    "rank r holds virtual stages r (chunk 0) and 2p − 1 − r (chunk 1) and runs DualPipeV's eight "
+    "steps (deepseek-ai/DualPipe dualpipev.py): F0 × 2(p−r−1); (F0 F1) × (r+1); (B1 W1 F1) × "
+    "(p−r−1); steady (F0 B1 F1 B0) × (m − 2p + r + 1); (B1 F1 B0) × (p−r−1); (B1 B0) × (r+1), "
+    "zero-bubble from pair (r+1)//2 on (at its B1 on odd ranks, its B0 on even ones); (W B0) × "
+    "(p−r−1), B0 zero-bubble; W × (r+1). Micro-batches run in order on each chunk; a zero-bubble "
+    "backward defers its W to the next W step (first deferred, first run), the others run it; "
+    "warmup counts the 2p forwards before the first backward, steady the main step's rounds, "
+    "cooldown the p + r + 2 backwards after the last forward"
+)
 
 
 @record
@@ -75,6 +98,30 @@ class ScheduleDef:
     bubble_numbers: Callable[[int, int, int], str] | None = None
     microbatches_for: Microbatches | None = None
     closed_ends: ClosedEnds | None = None
+    # Which virtual stage each chunk of a rank holds (the layers of its chunks follow it).
+    placement: ChunkPlacement = ChunkPlacement.LOOP
+    # (p, m, v, stage) → plan.json's (warmup, steady, cooldown) of the stage, when they are not
+    # the flush order's (warm-up forwards, m·v − warm-up pairs, warm-up backwards); `order` the
+    # words that expand them into the op list.
+    pattern: Callable[[int, int, int, int], tuple[int, int, int]] | None = None
+    order: str = FLUSH_ORDER
+    # Runs one micro-batch's forward with another's backward, so that each one's expert
+    # all-to-all hides behind the other's compute (combined 1F1B, DualPipeV).
+    overlaps_experts: bool = False
+
+
+ZB_V_ORDER = (
+    "rank r holds virtual stages r (chunk 0) and 2p − 1 − r (chunk 1) and runs PyTorch's "
+    "ScheduleZBVZeroBubble order: F0 × (2(p − r) − 1); (F1 F0) × r; (F1 B1 W1) × (p − r); rounds "
+    "of (F0 B0 W0 F1 B1 W1) until every forward ran (F0 left out once all m ran); (B0 B1) × r; "
+    "(B0 W0) × (p − r); the W of chunk 1 left, then those of chunk 0; micro-batches in order on "
+    "each chunk and op kind; warmup counts the 2p forwards before the first backward, steady the "
+    "m − p rounds, cooldown the p + r + 1 backwards after the last forward"
+)
+
+
+def _dualpipe_v_pattern(p: int, m: int, v: int, stage: int) -> tuple[int, int, int]:
+    return counts.dualpipe_v_warmup(p, m, v, stage), m - 2 * p + stage + 1, p + stage + 2
 
 
 # --------------------------------------------------------------------------- builders
@@ -96,6 +143,92 @@ def _build_gpipe(p: int, m: int, v: int) -> Schedule:
     from planc.pipeline.schedule import gpipe  # start-up: as above
 
     return gpipe(p, m, v)
+
+
+def _build_zb_h1(p: int, m: int, v: int) -> Schedule:
+    from planc.pipeline.schedule import zb_h1  # start-up: as above
+
+    return zb_h1(p, m, v)
+
+
+def _build_dualpipe_v(p: int, m: int, v: int) -> Schedule:
+    from planc.pipeline.schedule import dualpipe_v  # start-up: as above
+
+    return dualpipe_v(p, m, v)
+
+
+def _build_zb_v(p: int, m: int, v: int) -> Schedule:
+    from planc.pipeline.schedule import zb_v  # start-up: as above
+
+    return zb_v(p, m, v)
+
+
+def _zb_v_bubble(p: int, m: int, v: int) -> float:
+    """(p − 1)/(6m + p − 1): ZB-V with F = B = W idles only the fill no schedule avoids, the
+    p − 1 forwards the last rank waits for, against 2·3m units of work (two chunks); the
+    simulation gives it exactly and independently of m (tests)."""
+    return (p - 1) / (6 * m + p - 1)
+
+
+def _zb_v_microbatches(p: int, v: int, limit: float) -> int:
+    """Smallest m with (p − 1)/(6m + p − 1) ≤ limit (and m ≥ 2p − 1, ZB-V's need)."""
+    if p == 1:
+        return 1
+    if limit <= 0:
+        raise ValueError("a bubble limit of 0 cannot be met with p > 1")
+    m = max(2 * p - 1, math.ceil((p - 1) * (1 - limit) / (6 * limit) - 1e-9))
+    while _zb_v_bubble(p, m, v) > limit:
+        m += 1
+    return m
+
+
+def _zb_v_pattern(p: int, m: int, v: int, stage: int) -> tuple[int, int, int]:
+    return 2 * p, m - p, p + stage + 1
+
+
+def _build_combined(p: int, m: int, v: int) -> Schedule:
+    from planc.pipeline.schedule import combined_1f1b  # start-up: as above
+
+    return combined_1f1b(p, m, v)
+
+
+def _split_ends(fill: Callable[[float, float], float]) -> ClosedEnds:
+    """Every stage's end for a schedule that splits the backward, when even two runs of the
+    simulation would be too long (p in the hundreds; `planc.pipeline.bounded`): the slowest
+    stage's m micro-batches over all its chunks, the fill `fill(F, B)` once per stage before the
+    last (F the slowest chunk's forward, B its whole backward, W taken as half of it) and two
+    messages per stage. Exact for equal stages with F equal to the input-gradient backward and
+    no p2p time (tests), an estimate otherwise."""
+
+    def ends(
+        p: int, m: int, v: int, t_f: list[float], t_b: list[float], hop: float
+    ) -> tuple[float, ...]:
+        slowest = max(sum(t_f[j * p + r] + t_b[j * p + r] for j in range(v)) for r in range(p))
+        end = slowest * m + (p - 1) * fill(max(t_f), max(t_b)) + 2 * (p - 1) * hop
+        return (end,) * p
+
+    return ends
+
+
+def _split_bubble(p: int, m: int, v: int) -> float:
+    """(p − 1)/(3m + p − 1): the bubble of ZB-H1 on p stages and of DualPipeV on p devices with
+    F = B = W (for DualPipeV F&B = F + B_full): the idle (p − 1)(F + B − W) of ZB-H1 (Qi et al.
+    2024 §2.1) and (p − 1)(F&B + B_full − 3W) of DualPipeV (DualPipe README, PP = 2p stages)
+    are p − 1 and 2(p − 1) against m·3 and m·6 units of work; valid for m ≥ p (ZB-H1) and
+    m ≥ 2p (DualPipeV)."""
+    return (p - 1) / (3 * m + p - 1)
+
+
+def _split_microbatches(p: int, v: int, limit: float) -> int:
+    """Smallest m with (p − 1)/(3m + p − 1) ≤ limit: m ≥ (p − 1)(1 − limit)/(3·limit)."""
+    if p == 1:
+        return 1
+    if limit <= 0:
+        raise ValueError("a bubble limit of 0 cannot be met with p > 1")
+    m = max(1, math.ceil((p - 1) * (1 - limit) / (3 * limit) - 1e-9))
+    while _split_bubble(p, m, v) > limit:
+        m += 1
+    return m
 
 
 def _closed_ends(
@@ -193,6 +326,95 @@ SCHEDULES: Mapping[ScheduleKind, ScheduleDef] = MappingProxyType(
             microbatches_for=bubble.microbatches_for,
             closed_ends=_closed_ends,
         ),
+        ScheduleKind.ZB_H1: ScheduleDef(
+            kind=ScheduleKind.ZB_H1,
+            title="ZB-H1",
+            source="Qi et al. 2024, Zero Bubble Pipeline Parallelism (ICLR, arXiv 2401.10241) "
+            "§2.1; sail-sg/zero-bubble-pipeline-parallelism (ZB1P)",
+            builder=_build_zb_h1,
+            needs=(ScheduleNeed.ONE_CHUNK,),
+            # PyTorch's zero-bubble schedules are multi-stage (ScheduleInterleavedZeroBubble,
+            # ScheduleZBVZeroBubble: two or more stages a rank); Megatron-LM and DeepSpeed
+            # have none: the zero-bubble authors' Megatron fork runs it.
+            runs_on=MappingProxyType({}),
+            microbatch_step=lambda p: 1,
+            splits_backward=True,
+            warmup=counts.num_warmup,
+            in_flight=inflight.zb_h1_in_flight,
+            bubble=_split_bubble,
+            bubble_formula="(p − 1)(F + B − W)/(m(F + B + W) + (p − 1)(F + B − W)), "
+            "F = B = W: (p − 1)/(3m + p − 1)",
+            bubble_numbers=lambda p, m, v: f"({p} − 1)/(3·{m} + {p} − 1)",
+            microbatches_for=_split_microbatches,
+            closed_ends=_split_ends(lambda f, b: f),  # (F + B − W) with B = W
+            order=ZB_H1_ORDER,
+        ),
+        ScheduleKind.DUALPIPE_V: ScheduleDef(
+            kind=ScheduleKind.DUALPIPE_V,
+            title="DualPipeV",
+            source="DeepSeek, deepseek-ai/DualPipe dualpipe/dualpipev.py (DualPipeV.step) and "
+            "README; PyTorch torch.distributed.pipelining ScheduleDualPipeV",
+            builder=_build_dualpipe_v,
+            needs=(ScheduleNeed.TWO_CHUNKS, ScheduleNeed.TWICE_THE_STAGES),
+            runs_on=MappingProxyType({"fsdp2": "DualPipeV"}),
+            microbatch_step=lambda p: 1,
+            splits_backward=True,
+            warmup=counts.dualpipe_v_warmup,
+            in_flight=inflight.dualpipe_v_in_flight,
+            bubble=_split_bubble,
+            bubble_formula="(p − 1)(F&B + B − 3W)/(2m(F + B) + (p − 1)(F&B + B − 3W)), B the "
+            "whole backward; F = B_input = W, F&B = F + B: (p − 1)/(3m + p − 1)",
+            bubble_numbers=lambda p, m, v: f"({p} − 1)/(3·{m} + {p} − 1)",
+            microbatches_for=_split_microbatches,
+            closed_ends=_split_ends(lambda f, b: f + b / 2),  # F&B + B − 3W, F&B = F + B
+            placement=ChunkPlacement.V,
+            pattern=_dualpipe_v_pattern,
+            order=DUALPIPE_V_ORDER,
+            overlaps_experts=True,
+        ),
+        ScheduleKind.ZB_V: ScheduleDef(
+            kind=ScheduleKind.ZB_V,
+            title="ZB-V",
+            source="Qi et al. 2024, Zero Bubble Pipeline Parallelism (ICLR, arXiv 2401.10241) "
+            "§6; PyTorch torch.distributed.pipelining ScheduleZBVZeroBubble",
+            builder=_build_zb_v,
+            needs=(ScheduleNeed.TWO_CHUNKS, ScheduleNeed.FILLED_V),
+            runs_on=MappingProxyType({"fsdp2": "ZBVZeroBubble"}),
+            microbatch_step=lambda p: 1,
+            splits_backward=True,
+            warmup=lambda p, m, v, stage: 2 * p,
+            in_flight=inflight.zb_v_in_flight,
+            bubble=_zb_v_bubble,
+            bubble_formula="F = B = W: (p − 1)/(6m + p − 1), the last rank's fill",
+            bubble_numbers=lambda p, m, v: f"({p} − 1)/(6·{m} + {p} − 1)",
+            microbatches_for=_zb_v_microbatches,
+            closed_ends=_split_ends(lambda f, b: f),  # the last rank's fill
+            placement=ChunkPlacement.V,
+            pattern=_zb_v_pattern,
+            order=ZB_V_ORDER,
+        ),
+        ScheduleKind.COMBINED_1F1B: ScheduleDef(
+            kind=ScheduleKind.COMBINED_1F1B,
+            title="combined 1F1B (expert all-to-all overlap)",
+            source="Megatron-LM docs/user-guide/features/moe_a2a_overlap.md; "
+            f"{_MEGATRON}, combined_1f1b_schedule_for_interleaved_pipelining",
+            builder=_build_combined,
+            needs=(ScheduleNeed.CHUNKS, ScheduleNeed.STAGES_ABOVE_TWO, ScheduleNeed.WHOLE_ROUNDS),
+            runs_on=MappingProxyType(
+                {"megatron": "combined 1F1B (--overlap-moe-expert-parallel-comm)"}
+            ),
+            microbatch_step=lambda p: p,
+            warmup=counts.combined_warmup,
+            in_flight=inflight.combined_in_flight,
+            # One more warm-up forward moves no op off the critical path of equal stages: the
+            # bubble and the stage ends are interleaved 1F1B's (tests hold the simulation to it).
+            bubble=bubble.bubble_fraction,
+            bubble_formula=_FLUSH_BUBBLE,
+            bubble_numbers=_flush_numbers,
+            microbatches_for=bubble.microbatches_for,
+            closed_ends=_closed_ends,
+            overlaps_experts=True,
+        ),
     }
 )
 
@@ -213,6 +435,15 @@ def build(kind: ScheduleKind, p: int, m: int, v: int) -> Schedule:
 
 
 # --------------------------------------------------------------------------- closed forms, or the ops
+
+
+def pattern(kind: ScheduleKind, p: int, m: int, v: int, stage: int) -> tuple[int, int, int]:
+    """plan.json's (warmup, steady, cooldown) of `stage` (see `ScheduleDef.order`)."""
+    form = SCHEDULES[kind].pattern
+    if form is not None:
+        return form(p, m, v, stage)
+    first = warmup(kind, p, m, v, stage)
+    return first, m * v - first, first
 
 
 def warmup(kind: ScheduleKind, p: int, m: int, v: int, stage: int) -> int:

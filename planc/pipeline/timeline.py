@@ -192,7 +192,9 @@ class _Run:
             # The weight gradient needs the output gradient its backward-input op received.
             deps.append((("B", op.microbatch, stage, op.chunk), 0))
         if op.recv is not None:
-            deps.append((producer_key(op.recv), self.ticks.hop))
+            # A message between two chunks of one stage (the V placement's turn) is local.
+            local = op.recv.src_stage == op.recv.dst_stage
+            deps.append((producer_key(op.recv), 0 if local else self.ticks.hop))
         return deps
 
     def advance(self, stage: int) -> list[int]:
@@ -202,19 +204,29 @@ class _Run:
         while self.next_op[stage] < len(ops):
             op = ops[self.next_op[stage]]
             ready = self.free_at[stage]
-            for key, delay in self.needs(stage, op):
-                if key not in self.ended:
-                    self.waiting[key].append(stage)
-                    self.blocked_on[stage] = key
-                    return woken
-                ready = max(ready, self.ended[key] + delay)
+            # A paired op starts with the next one: it waits for the inputs of both (the
+            # second's own forward, on this stage, is never the first op).
+            group = (op, ops[self.next_op[stage] + 1]) if op.paired else (op,)
+            for member in group:
+                for key, delay in self.needs(stage, member):
+                    if key not in self.ended:
+                        if member is not op and key == op_key(stage, op):
+                            continue  # the pair's second needs its first: that runs first
+                        self.waiting[key].append(stage)
+                        self.blocked_on[stage] = key
+                        return woken
+                    ready = max(ready, self.ended[key] + delay)
             self.blocked_on.pop(stage, None)
-            woken.extend(self.finish(stage, op, ready))
+            for member in group:
+                woken.extend(self.finish(stage, member, ready))
+                ready = self.free_at[stage]
         return woken
 
     def finish(self, stage: int, op: Op, start: int) -> list[int]:
         vstage = op.chunk * self.schedule.p + stage
         end = start + self.ticks.by_kind[op.kind][vstage]
+        if op.whole:  # the weight gradient in the same op
+            end += self.ticks.t_w[vstage]
         key = op_key(stage, op)
         self.ended[key] = end
         self.spans[stage].append((op, start, end))

@@ -10,7 +10,7 @@ from planc.pipeline.registry import definition
 from planc.plannable import MAX_RANKS, Plannable
 from planc.rules.base import Context, Needs, Violation, rule
 from planc.spec.job import HOST_NAME, Job
-from planc.vocab import Axis
+from planc.vocab import Axis, ScheduleKind
 
 __all__ = ["HOST_NAME", "MAX_RANKS"]
 
@@ -172,6 +172,40 @@ def interleaved_schedule(ctx: Context) -> Iterator[Violation]:
 _FRAMEWORK_WORDS = {"megatron": "Megatron-LM", "deepspeed": "DeepSpeed", "fsdp2": "torchtitan"}
 
 
+def _combined_needs(ctx: Context) -> Iterator[Violation]:
+    """What Megatron-Core's TransformerConfig asks of --overlap-moe-expert-parallel-comm
+    (Megatron-LM docs/user-guide/features/moe_a2a_overlap.md and transformer_config.py): expert
+    parallelism above 1, no full recomputation, at most one MTP layer (the interleaved layout
+    it also needs is PLC010's)."""
+    job = ctx.job
+    where = "parallelism.pipeline_schedule"
+    if job.model.moe is None or job.layout.ep == 1:
+        yield Violation(
+            where,
+            "pipeline_schedule = combined-1f1b overlaps the expert all-to-all, but "
+            f"{'the model has no experts' if job.model.moe is None else 'expert = 1'} "
+            "(Megatron-Core: overlap_moe_expert_parallel_comm needs expert_model_parallel_size > 1)",
+            "set parallelism.expert above 1, or pipeline_schedule: interleaved-1f1b",
+            ("parallelism.expert",),
+        )
+    if job.training.recompute == "full":
+        yield Violation(
+            where,
+            "pipeline_schedule = combined-1f1b cannot run with full recomputation (Megatron-Core "
+            "refuses overlap_moe_expert_parallel_comm with recompute_granularity full)",
+            "set training.recompute: selective or none, or pipeline_schedule: interleaved-1f1b",
+            ("training.recompute",),
+        )
+    if job.model.mtp > 1:
+        yield Violation(
+            where,
+            f"pipeline_schedule = combined-1f1b runs at most one MTP layer, got "
+            f"model.mtp_layers = {job.model.mtp} (Megatron-LM moe_a2a_overlap.md)",
+            "set model.mtp_layers: 1, or pipeline_schedule: interleaved-1f1b",
+            ("model.mtp_layers",),
+        )
+
+
 @rule("PLC030")
 def schedule_on_framework(ctx: Context) -> Iterator[Violation]:
     """Pipeline schedule: training.framework runs the schedule parallelism.pipeline_schedule names.
@@ -183,6 +217,10 @@ def schedule_on_framework(ctx: Context) -> Iterator[Violation]:
     would be run with another schedule, whose memory and bubble are not the plan's. Only a
     schedule the spec names is checked (without one, virtual_stages picks 1f1b or
     interleaved-1f1b), and only with pipeline > 1 (one stage runs no pipeline schedule).
+    zb-h1 runs on none of them (PyTorch's zero-bubble schedules hold two or more stages a rank;
+    the zero-bubble authors' Megatron fork runs it); dualpipev and zbv on torchtitan (PyTorch
+    ScheduleDualPipeV, ScheduleZBVZeroBubble); combined-1f1b on Megatron-LM, which also needs expert parallelism above
+    1, no full recomputation and at most one MTP layer (--overlap-moe-expert-parallel-comm).
 
     Base: llama3-70b-8x8.yaml
 
@@ -198,6 +236,8 @@ def schedule_on_framework(ctx: Context) -> Iterator[Violation]:
     """
     lay, framework = ctx.job.layout, ctx.job.training.framework
     named = lay.named_schedule
+    if named is ScheduleKind.COMBINED_1F1B and framework == "megatron":
+        yield from _combined_needs(ctx)
     if named is None or lay.p == 1 or framework in definition(named).runs_on:
         return
     entry = definition(named)
@@ -208,7 +248,9 @@ def schedule_on_framework(ctx: Context) -> Iterator[Violation]:
         f"pipeline_schedule = {named.value}, but {_FRAMEWORK_WORDS.get(framework, framework)} "
         f"(training.framework: {framework}) has no {entry.title} schedule; "
         f"{', '.join(able) or 'no framework planc emits'} runs it",
-        f"set training.{' or '.join(choices)}, or another pipeline_schedule",
+        f"set training.{' or '.join(choices)}, or another pipeline_schedule"
+        if choices
+        else "use another pipeline_schedule",
         ("training.framework",),
     )
 

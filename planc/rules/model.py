@@ -33,7 +33,14 @@ def layers_over_pipeline(ctx: Context) -> Iterator[Violation]:
     Without `stage_layers`, layers must be divisible by pipeline × virtual_stages. With it, the
     list has one entry per stage, sums to the model's layers, leaves no stage empty, and with
     virtual stages gives every stage a multiple of virtual_stages layers (Megatron
-    `TransformerConfig` uneven-pipeline checks).
+    `TransformerConfig` uneven-pipeline checks). With `embedding_in_pipeline_split` /
+    `loss_in_pipeline_split`, layers + embedding + loss split evenly over the chunks (Megatron's
+    --account-for-embedding/loss-in-pipeline-split). A `pipeline_layout` (Megatron's
+    --pipeline-model-parallel-layout) gives every chunk its own layers; it is refused for what
+    Megatron-Core's PipelineParallelLayerLayout refuses (pipeline × virtual_stages stages, the
+    embedding first and the loss last once each, every decoder and MTP layer once, MTP after
+    the decoder layers), and for an MTP layer away from the last chunk, which planc does not
+    model.
 
     Base: llama3-70b-8x8.yaml
 

@@ -250,6 +250,11 @@ class Layout:
     expert_order: tuple[str, ...] = ()
     # parallelism.pipeline_schedule as written; None: the default for v (`schedule`).
     named_schedule: ScheduleKind | None = None
+    # parallelism.pipeline_layout as written (Megatron's layout string); None when not given.
+    pipeline_layout: str | None = None
+    # Megatron's --account-for-embedding/loss-in-pipeline-split: the even split counts them.
+    embedding_in_split: bool = False
+    loss_in_split: bool = False
 
     @property
     def schedule(self) -> ScheduleKind:
@@ -844,6 +849,9 @@ def _layout(spec: Data, world: int) -> Layout:
         etp=par.get("expert_tensor"),
         expert_order=tuple(par["order"].split("-")),
         named_schedule=_schedule(par.get("pipeline_schedule")),
+        pipeline_layout=par.get("pipeline_layout"),
+        embedding_in_split=par.get("embedding_in_pipeline_split", False),
+        loss_in_split=par.get("loss_in_pipeline_split", False),
     )
 
 

@@ -605,15 +605,43 @@ class ParallelismSpec(Frozen):
     pipeline_schedule: ScheduleName | None = Field(
         None,
         description="The pipeline schedule by name: 1f1b (one model chunk per stage), "
-        "interleaved-1f1b (virtual_stages > 1 chunks) or gpipe (all forwards, then all "
-        "backwards; one chunk per stage, m micro-batches in flight). Default: 1f1b when "
-        "virtual_stages is 1, interleaved-1f1b otherwise.",
+        "interleaved-1f1b (virtual_stages > 1 chunks), gpipe (all forwards, then all "
+        "backwards; one chunk per stage, m micro-batches in flight), zb-h1 (1F1B with the "
+        "weight gradients deferred into the bubble; one chunk per stage), dualpipev "
+        "(DeepSeek's V-shaped DualPipe: virtual_stages 2, rank r holds stages r and "
+        "2·pipeline − 1 − r, m ≥ 2·pipeline), zbv (zero bubble in the same V shape, PyTorch "
+        "ScheduleZBVZeroBubble; m ≥ 2·pipeline − 1) or combined-1f1b (Megatron's interleaved 1F1B "
+        "that overlaps the expert all-to-all, --overlap-moe-expert-parallel-comm). Default: "
+        "1f1b when virtual_stages is 1, interleaved-1f1b otherwise.",
     )
     stage_layers: list[Annotated[StrictInt, Field(ge=0, le=MAX_DIM)]] = Field(
         default_factory=list,
         json_schema_extra={"default": []},
         description="Optional uneven split: layers on each pipeline stage, first to last.",
         max_length=MAX_DEGREE,
+    )
+    pipeline_layout: (
+        Annotated[StrictStr, Field(min_length=1, max_length=4096, pattern=ONE_LINE)]
+        | None
+    ) = Field(
+        None,
+        description="Megatron-Core's pipeline layout (--pipeline-model-parallel-layout): the "
+        "virtual stages in run order (chunk·pipeline + stage) separated by '|', each E "
+        "(embedding), t (decoder layer), m (MTP layer) and L (loss); x*n and (…)*n repeat, "
+        "commas are cosmetic. E.g. 'Et*3|(t*4|)*30,t*3L' for 126 layers over 16 stages × 2 "
+        "chunks. It has pipeline × virtual_stages stages; every chunk then holds its own layers.",
+    )
+    embedding_in_pipeline_split: StrictBool = Field(
+        False,
+        description="Count the embedding as a layer when the layers are split evenly over the "
+        "stages and chunks (Megatron --account-for-embedding-in-pipeline-split): the first "
+        "chunk holds one decoder layer fewer.",
+    )
+    loss_in_pipeline_split: StrictBool = Field(
+        False,
+        description="Count the loss (output head) as a layer when the layers are split evenly "
+        "(Megatron --account-for-loss-in-pipeline-split): the last chunk holds one decoder "
+        "layer fewer.",
     )
     sequence_parallel: StrictBool = Field(
         False,

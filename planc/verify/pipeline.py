@@ -34,12 +34,128 @@ def _gpipe(p: int, m: int, v: int, r: int) -> int:
     return m * v
 
 
+def _combined(p: int, m: int, v: int, r: int) -> int:
+    """The interleaved warm-up plus one, at most m·v (Megatron's get_pp_rank_microbatches with
+    overlap_moe_expert_parallel_comm)."""
+    return min(2 * (p - r - 1) + (v - 1) * p + 1, m * v)
+
+
+def _dualpipe_v(p: int, m: int, v: int, r: int) -> int:
+    """2(p − r − 1) forwards of chunk 0, then r + 1 of each chunk (dualpipev.py steps 1, 2)."""
+    return 2 * (p - r - 1) + 2 * (r + 1)
+
+
 # Verify's own warm-up count of each schedule it can expand, and the chunk counts it runs on.
 WARMUPS: dict[str, tuple[Callable[[int, int, int, int], int], Callable[[int], bool]]] = {
     "1f1b": (_megatron_1f1b, lambda v: v == 1),
     "interleaved-1f1b": (_megatron_interleaved, lambda v: v > 1),
     "gpipe": (_gpipe, lambda v: v == 1),
+    "zb-h1": (_megatron_1f1b, lambda v: v == 1),
+    "dualpipev": (_dualpipe_v, lambda v: v == 2),
+    "combined-1f1b": (_combined, lambda v: v > 1),
+    "zbv": (lambda p, m, v, r: 2 * p, lambda v: v == 2),
 }
+
+
+def stage_pattern(p: int, m: int, v: int, r: int, name: str) -> dict[str, int]:
+    """The plan's pattern of stage r: warm-up, steady and cool-down counts. For the flush order
+    (1F1B, interleaved, GPipe, combined, ZB-H1) warm-up forwards, steady pairs and cool-down
+    backwards; for DualPipeV the forwards before the first backward, the main step's
+    (F0 B1 F1 B0) count m − 2p + r + 1 and the backwards after the last forward, p + r + 2."""
+    w = warmup(p, m, v, r, name)
+    if name == "dualpipev":
+        return {"warmup": w, "steady": m - 2 * p + r + 1, "cooldown": p + r + 2}
+    if name == "zbv":  # the forwards before the first backward, the rounds, the backwards after
+        return {"warmup": w, "steady": m - p, "cooldown": p + r + 1}
+    return {"warmup": w, "steady": m * v - w, "cooldown": w}
+
+
+def expand_zb_h1(p: int, m: int, r: int) -> list[tuple[str, int, int]]:
+    """ZB-H1's order: 1F1B's (warm-up min(p − r − 1, m)), each backward followed by the weight
+    gradient of the micro-batch r backwards before it, the last r weight gradients at the end."""
+    out = []
+    for kind, mb, chunk in expand(p, m, 1, r, min(p - r - 1, m)):
+        out.append((kind, mb, chunk))
+        if kind == "B" and mb >= r:
+            out.append(("W", mb - r, 0))
+    return out + [("W", mb, 0) for mb in range(max(m - r, 0), m)]
+
+
+def expand_dualpipe_v(p: int, m: int, r: int) -> list[tuple[str, int, int]]:
+    """DualPipeV's eight steps on rank r (deepseek-ai/DualPipe dualpipev.py DualPipeV.step), as
+    (kind, micro-batch, chunk); a zero-bubble backward queues its W, the others carry it."""
+    f, b = [0, 0], [0, 0]
+    queue: list[tuple[str, int, int]] = []
+    out: list[tuple[str, int, int]] = []
+
+    def fwd(c: int) -> None:
+        out.append(("F", f[c], c))
+        f[c] += 1
+
+    def bwd(c: int, zb: bool = False) -> None:
+        out.append(("B", b[c], c))
+        if zb:
+            queue.append(("W", b[c], c))
+        b[c] += 1
+
+    def run(steps: str, times: int) -> None:
+        """`times` rounds of `steps`: f0/f1 forwards, b0/b1 backwards (z: zero-bubble), w a
+        queued weight gradient."""
+        for _ in range(times):
+            for step in steps.split():
+                if step == "w":
+                    out.append(queue.pop(0))
+                elif step[0] == "f":
+                    fwd(int(step[1]))
+                else:
+                    bwd(int(step[1]), zb=step.endswith("z"))
+
+    run("f0", 2 * (p - r - 1))
+    run("f0 f1", r + 1)
+    run("b1z w f1", p - r - 1)
+    run("f0 b1 f1 b0", m - 2 * p + r + 1)
+    run("b1 f1 b0", p - r - 1)
+    for i in range(r + 1):  # zero-bubble from the middle pair on: at B1 on odd ranks, else B0
+        half = i >= (r + 1) // 2
+        run("b1z" if i > (r + 1) // 2 or (half and r % 2 == 1) else "b1", 1)
+        run("b0z" if half else "b0", 1)
+    run("w b0z", p - r - 1)
+    return out + queue
+
+
+def expand_zb_v(p: int, m: int, r: int) -> list[tuple[str, int, int]]:
+    """ZB-V's order on rank r (PyTorch ScheduleZBVZeroBubble._calculate_single_rank_operations),
+    as (kind, micro-batch, chunk); each kind counts its micro-batches per chunk."""
+    out: list[tuple[str, int, int]] = []
+    seen: Counter[tuple[str, int]] = Counter()
+
+    def ops(steps: str, times: int = 1) -> None:
+        for _ in range(times):
+            for step in steps.split():
+                kind, chunk = step[0], int(step[1])
+                out.append((kind, seen[(kind, chunk)], chunk))
+                seen[(kind, chunk)] += 1
+
+    ops("F0", 2 * (p - r) - 1)
+    ops("F1 F0", r)
+    ops("F1 B1 W1", p - r)
+    while seen[("F", 1)] < seen[("F", 0)] or seen[("F", 0)] < m:
+        ops("F0 B0 W0 F1 B1 W1" if seen[("F", 0)] < m else "B0 W0 F1 B1 W1")
+    ops("B0 B1", r)
+    ops("B0 W0", p - r)
+    ops("W1", m - seen[("W", 1)])
+    ops("W0", m - seen[("W", 0)])
+    return out
+
+
+def _expanded(p: int, m: int, v: int, r: int, name: str) -> list[tuple[str, int, int]]:
+    if name == "zbv":
+        return expand_zb_v(p, m, r)
+    if name == "zb-h1":
+        return expand_zb_h1(p, m, r)
+    if name == "dualpipev":
+        return expand_dualpipe_v(p, m, r)
+    return expand(p, m, v, r, warmup(p, m, v, r, name))
 
 
 def warmup(p: int, m: int, v: int, r: int, schedule: str | None = None) -> int:
@@ -88,8 +204,7 @@ def pipeline(plan: PlanData, limit: int = 20_000) -> Found:
         return
     stages = pattern.get("stages", [])
     for r in range(p):
-        w = warmup(p, m, v, r, name)
-        pattern_r = {"warmup": w, "steady": m * v - w, "cooldown": w}
+        pattern_r = stage_pattern(p, m, v, r, name)
         if r >= len(stages) or stages[r] != pattern_r:
             yield f"pipeline stage {r}: {stages[r] if r < len(stages) else 'missing'}, the schedule has {pattern_r}"
             return
@@ -101,8 +216,9 @@ def pipeline(plan: PlanData, limit: int = 20_000) -> Found:
         return
     schedule = build(ScheduleKind(name), p, small, v)
     for r, ops in enumerate(schedule.stages):
-        mine = expand(p, small, v, r, warmup(p, small, v, r, name))
-        if [(op.kind, op.microbatch, op.chunk) for op in ops] != mine:
+        mine = _expanded(p, small, v, r, name)
+        theirs = [(op.kind, op.microbatch, op.chunk) for op in ops]
+        if theirs != mine:
             yield f"pipeline stage {r}: the plan's order does not give the {name} schedule"
             return
     try:
@@ -111,7 +227,9 @@ def pipeline(plan: PlanData, limit: int = 20_000) -> Found:
         yield f"pipeline: {error}"
         return
     sent: Counter[tuple[int, str]] = Counter(
-        (msg.link.src_stage, msg.link.direction) for msg in timeline.messages
+        (msg.link.src_stage, msg.link.direction)
+        for msg in timeline.messages
+        if msg.link.src_stage != msg.link.dst_stage  # the V turn stays on its rank
     )
     for op in plan.ops:
         if op.get("group") != "pp":
@@ -130,6 +248,8 @@ def _counts_only(plan: PlanData, p: int, m: int, v: int) -> Found:
         stage, direction = int(op["stage"]), op.get("direction")
         end = p - 1 if direction == "fwd" else 0
         want = m * v - (m if stage == end else 0)
+        if plan.pipeline is not None and plan.pipeline.get("schedule") in ("dualpipev", "zbv"):
+            want = m * (2 - (stage == 0) - (stage == p - 1))  # ranks r and 2p − 1 − r
         if int(op["calls"]) != want:
             yield f"stage {stage} pipeline sends {direction}: the plan has {op['calls']:,}, the order gives {want:,}"
 
@@ -159,6 +279,12 @@ def bubble(plan: PlanData) -> Found:
     schedule = plan.pipeline.get("schedule") if plan.pipeline is not None else None
     if p > 1 and schedule not in WARMUPS:
         return  # the pipeline check names a schedule verify cannot expand
-    want = round(_flush_bubble(p, m, v), 6)
+    split = schedule in ("zb-h1", "dualpipev")
+    # ZB-H1 and DualPipeV with F = B = W: (p − 1)(F + B − W) of idle against 3m units of work
+    # (Qi et al. 2024 §2.1), and (p − 1)(F&B + B_full − 3W) against 6m (DualPipe README); ZB-V
+    # the last rank's fill of p − 1 forwards against 6m.
+    per = 3 if split else 6 if schedule == "zbv" else 0
+    want = round((p - 1) / (per * m + p - 1) if per and p > 1 else _flush_bubble(p, m, v), 6)
     if abs(summary["bubble_fraction"] - want) > 5e-7:
-        yield f"summary.bubble_fraction {summary['bubble_fraction']}, but (p − 1)/(v·m + p − 1) at p = {p}, m = {m}, v = {v} is {want}"
+        form = f"(p − 1)/({per}m + p − 1)" if per else "(p − 1)/(v·m + p − 1)"
+        yield f"summary.bubble_fraction {summary['bubble_fraction']}, but {form} at p = {p}, m = {m}, v = {v} is {want}"

@@ -53,7 +53,7 @@ def _mtp(plan: PlanData, stage: int) -> tuple[int, int]:
     """(modules, of them with experts) of the multi-token prediction modules `stage` holds: D on
     the last stage, each a layer shaped like layer L−1."""
     m: Mapping[str, Any] = plan.model
-    modules = m.get("mtp_layers", 0) if stage == plan.degrees["pp"] - 1 else 0
+    modules = m.get("mtp_layers", 0) if stage == _last_stage(plan) else 0
     moe = m.get("moe")
     routed = modules if moe is not None and _moe_layers(moe, m["layers"] - 1, m["layers"]) else 0
     return modules, routed
@@ -103,7 +103,7 @@ def stage_parameters(plan: PlanData, stage: int) -> int:
     the last stage the multi-token prediction modules, each a layer and eh_proj 2h × h/t and
     three norms)."""
     m: Mapping[str, Any] = plan.model
-    t, p = plan.degrees["tp"], plan.degrees["pp"]
+    t = plan.degrees["tp"]
     h, k = m["hidden"], m["head_dim"]
     heads, kv, ffn = cdiv(m["heads"], t), cdiv(m["kv_heads"], t), cdiv(m["ffn_hidden"], t)
     matrices = 3 if m["mlp"] == "swiglu" else 2
@@ -124,11 +124,11 @@ def stage_parameters(plan: PlanData, stage: int) -> int:
         total += _routed_layers(plan, stage) * (router + shared - mlp)
         total += stage_expert_parameters(plan, stage)
     vocab_slice = m["vocab_padded"] // t * h
-    first, last = stage == 0, stage == p - 1
+    first, last = stage == 0, stage == _last_stage(plan)
     if first:
         total += vocab_slice + (m["max_seq_len"] * h if m["position_embedding"] == "learned" else 0)
     if last:
-        total += norm + (vocab_slice if not m["tied_embeddings"] or p > 1 else 0)
+        total += norm + (vocab_slice if not m["tied_embeddings"] or _last_stage(plan) else 0)
     return int(total)
 
 
@@ -217,6 +217,16 @@ def _latent_tp(plan: PlanData, stage: int, per_step: int, full: bool) -> list[Ex
     return ops
 
 
+def _v_shaped(plan: PlanData) -> bool:
+    """Whether the plan's schedule holds virtual stages r and 2p − 1 − r on rank r."""
+    return plan.pipeline is not None and plan.pipeline.get("schedule") in ("dualpipev", "zbv")
+
+
+def _last_stage(plan: PlanData) -> int:
+    """The rank of the last virtual stage (LM head, loss, MTP): p − 1, or 0 when V-shaped."""
+    return 0 if _v_shaped(plan) else plan.degrees["pp"] - 1
+
+
 def _pp(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
     p, v = plan.degrees["pp"], plan.virtual_stages
     if p == 1:
@@ -230,6 +240,8 @@ def _pp(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
     # forward and the very first backward.
     forward = m * v - (m if stage == p - 1 else 0)
     backward = m * v - (m if stage == 0 else 0)
+    if _v_shaped(plan):  # ranks r and 2p − 1 − r: the last rank turns locally, rank 0 ends both
+        forward = backward = m * (2 - (stage == 0) - (stage == p - 1))
     return [
         ExpectedOp(stage, "pp", "send_recv", direction, 2, calls, size)
         for direction, calls in (("fwd", forward), ("bwd", backward))
@@ -363,7 +375,7 @@ def _dp(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
 
 def _embedding(plan: PlanData, stage: int) -> list[ExpectedOp]:
     p = plan.degrees["pp"]
-    if not plan.model["tied_embeddings"] or p == 1 or stage not in (0, p - 1):
+    if not plan.model["tied_embeddings"] or p == 1 or _v_shaped(plan) or stage not in (0, p - 1):
         return []
     size = (
         plan.model["vocab_padded"]
@@ -503,7 +515,7 @@ def wire(plan: PlanData) -> Found:
             op.op, op.group_size, op.buffer_bytes, itemsize_of(plan, op.group, op.op)
         )
         per_stage[op.stage, tier, sent] += total
-        if op.direction is None:
+        if op.direction is None or _v_shaped(plan):  # V: from both neighbours, as many
             per_stage[op.stage, tier, received] += total
         else:
             to = (op.stage + 1) % p if op.direction == "fwd" else (op.stage - 1) % p
