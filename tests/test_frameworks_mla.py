@@ -44,9 +44,13 @@ def test_deepseek_v3_megatron_flags() -> None:
     assert found["--expert-model-parallel-size"] == "64"
 
 
+# The example's layout without its MTP layer (m): a spec without one must not place one.
+NO_MTP_LAYOUT = "Et|(tt|)*29,t|tL"
+
+
 def test_no_query_latent_and_no_mtp() -> None:
     # The example's layout places its MTP layer (m): without one, the layout has none either.
-    no_mtp = {"pipeline_layout": "Et|(tt|)*29,t|tL"}
+    no_mtp = {"pipeline_layout": NO_MTP_LAYOUT}
     found = flags({"model": {"mtp_layers": 0}, "parallelism": no_mtp}, DEEPSEEK)
     assert "--mtp-num-layers" not in found
     dense = flags(None, "llama3-8b-1node.yaml")
@@ -83,7 +87,8 @@ def test_torchtitan_expert_parallel_degree() -> None:
     parallelism, _, notes = torchtitan_settings(compiled(job_of(None, DEEPSEEK)))
     assert parallelism["expert_parallel_degree"] == 64
     assert not [note for note in notes if "expert" in note]
-    files = framework_files(compiled(job_of({"model": {"mtp_layers": 0}}, DEEPSEEK)))
+    no_mtp = {"model": {"mtp_layers": 0}, "parallelism": {"pipeline_layout": NO_MTP_LAYOUT}}
+    files = framework_files(compiled(job_of(no_mtp, DEEPSEEK)))
     assert "deepseek_v3.config_registry:deepseek_v3_671b" in files["torchtitan/planc_config.py"]
     # ETP 2: torchtitan 0.3.0 has no expert tensor parallelism.
     overlay = {"parallelism": {"tensor": 2, "data": 8, "expert": 4, "expert_tensor": 2}}
@@ -121,14 +126,17 @@ def test_torchtitan_names_no_base_for_a_changed_preset() -> None:
     field of the preset gets no base, and a note naming the fields. The DeepSeek-V3 example
     adds a multi-token prediction layer, which torchtitan's deepseek_v3_671b leaves out
     (num_mtp_layers 0)."""
-    plain = {"model": {"mtp_layers": 0}}
+    plain = {"model": {"mtp_layers": 0}, "parallelism": {"pipeline_layout": NO_MTP_LAYOUT}}
     same = framework_files(compiled(job_of(plain, DEEPSEEK)))["torchtitan/planc_config.py"]
     assert "deepseek_v3.config_registry:deepseek_v3_671b" in same
     assert "the spec changes" not in same
     example = framework_files(compiled(job_of(None, DEEPSEEK)))["torchtitan/planc_config.py"]
     assert "BASE = None" in example
     assert "the spec changes model.mtp_layers of the deepseek-v3 preset:" in example
-    other = {"model": {"mtp_layers": 0, "dropout": 0.1, "moe": {"capacity_factor": 1.25}}}
+    other = {
+        "model": {"mtp_layers": 0, "dropout": 0.1, "moe": {"capacity_factor": 1.25}},
+        "parallelism": {"pipeline_layout": NO_MTP_LAYOUT},
+    }
     changed = framework_files(compiled(job_of(other, DEEPSEEK)))["torchtitan/planc_config.py"]
     assert "BASE = None" in changed
     assert "the spec changes model.dropout, model.moe of the deepseek-v3 preset:" in changed
