@@ -21,7 +21,17 @@ from planc.dims import Numerics, RankDims, numerics, rank_dims
 from planc.findings import Violation
 from planc.pipeline.registry import unmet
 from planc.record import record
-from planc.spec.job import HOST_NAME, Cluster, Job, Model, NodeNames, Rules, Training
+from planc.spec.job import (
+    HOST_NAME,
+    NO_RUN,
+    Cluster,
+    Job,
+    Model,
+    NodeNames,
+    Rules,
+    RunInputs,
+    Training,
+)
 from planc.vocab import AXES, Axis, ScheduleKind, ScheduleNeed
 
 MAX_RANKS = 1_048_576
@@ -593,6 +603,7 @@ class Plannable:
     m: int  # micro-batches per data-parallel rank per step: B / (b·d)
     numerics: Numerics  # the run's number formats (planc.dims)
     dims: RankDims  # one rank's share of a layer, the same on every stage (planc.dims)
+    run: RunInputs = NO_RUN  # the whole run: length, checkpoints, reliability, cost
 
     @property
     def world(self) -> int:
@@ -698,4 +709,5 @@ def plannable(
             ep=lay.ep,
             imbalance=job.training.expert_imbalance,
         ),
+        run=job.run,
     )

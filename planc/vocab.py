@@ -159,6 +159,8 @@ Framework = Literal["megatron", "deepspeed", "fsdp2"]
 Mlp = Literal["gelu", "swiglu"]
 Norm = Literal["layernorm", "rmsnorm"]
 Position = Literal["rope", "learned"]
+# checkpoint.format: the saver whose files planc sizes (auto: training.framework's own).
+CheckpointFormat = Literal["auto", "megatron-dist", "deepspeed-zero", "torch-dcp"]
 
 # Least to most recomputation (the order PLC007's fixes try them in).
 RECOMPUTE_MODES: tuple[Recompute, ...] = ("none", "selective", "full")
