@@ -297,7 +297,9 @@ def test_checkpointing_stretches_the_run_by_the_goodput() -> None:
 def test_an_async_save_blocks_only_for_the_host_copy() -> None:
     """Asynchronous: δ = S_rank / the host link's bandwidth per GPU, the write continues in
     the background, and the interval covers it; each node pins G·S_rank of host memory."""
-    an = analysis_of({**STORAGE, "training": {"tokens": 10**10}, "checkpoint": {"async_save": True}})
+    an = analysis_of(
+        {**STORAGE, "training": {"tokens": 10**10}, "checkpoint": {"async_save": True}}
+    )
     step = estimate_step(an)
     ckpt = estimate_run(an, step).checkpoint
     assert ckpt is not None

@@ -128,8 +128,7 @@ def checkpoint_size(plan: Plannable, memory: MemoryBudget) -> CheckpointSize:
     G·max S_rank (the ranks of a node write together; conservative when they belong to
     different stages); S_total = Σ_stages (W/p)·mean; the export 2Ψ (16-bit weights)."""
     stages = tuple(
-        rank_checkpoint(plan, s.stage, s.memory.terms + s.memory.host_terms)
-        for s in memory.stages
+        rank_checkpoint(plan, s.stage, s.memory.terms + s.memory.host_terms) for s in memory.stages
     )
     rank_bytes = max(s.written for s in stages)
     ranks_per_stage = plan.world // plan.layout.p

@@ -51,8 +51,10 @@ def goodput(tau_s: float, delta_s: float, restart_s: float, mtbf_s: float) -> fl
     if tau_s <= 0:
         return 0.0
     exponent = (tau_s + delta_s) / mtbf_s
-    log_expm1 = exponent + math.log1p(-math.exp(-exponent)) if exponent > 1 else math.log(
-        math.expm1(exponent)
+    log_expm1 = (
+        exponent + math.log1p(-math.exp(-exponent))
+        if exponent > 1
+        else math.log(math.expm1(exponent))
     )
     log_wall = math.log(mtbf_s) + restart_s / mtbf_s + log_expm1
     return min(1.0, math.exp(math.log(tau_s) - log_wall))

@@ -1,0 +1,88 @@
+"""Fallback plans for lost nodes (issue 29): the keep plan keeps the model-parallel layout and
+moves only d, the micro-batch and ZeRO, its global batch the nearest multiple of d'."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from planc.cli.main import main
+from planc.cli.search import Request, setup_of
+from planc.search.fallback import fallbacks_for, keep_data, nearest_batch
+from planc.spec.load import load_text
+from tests.conftest import spec_text
+
+THREE_NODES = {
+    "hardware": {"nodes": 3, "hosts": []},
+    "parallelism": {"tensor": 2},
+    "training": {"global_batch": 66},
+}
+
+
+def test_keep_data_idles_what_does_not_make_a_whole_replica() -> None:
+    """t·p·c = 64 on 8-GPU nodes: 127 nodes (1,016 GPUs) hold ⌊1016/64⌋ = 15 replicas on 120
+    nodes; 3 GPUs a replica on 8-GPU nodes need d' with 3·d' a multiple of 8."""
+    assert keep_data(1016, 64, 8) == 15
+    assert keep_data(7 * 8, 32, 8) == 1
+    assert keep_data(16, 3, 8) == 0 or (keep_data(16, 3, 8) * 3) % 8 == 0
+    assert keep_data(24, 3, 8) == 8
+
+
+@pytest.mark.parametrize(
+    ("batch", "data", "expected"), [(1536, 15, 1530), (66, 8, 64), (68, 8, 72), (5, 8, 8)]
+)
+def test_nearest_batch(batch: int, data: int, expected: int) -> None:
+    """1536 lies between 1530 = 102·15 and 1545: 1530 is 6 away, 1545 nine; 68 is 4 from 64
+    and from 72 (ties take the larger); a batch below d' takes d'."""
+    assert nearest_batch(batch, data) == expected
+
+
+def _setup(overlay: dict[str, object]) -> tuple[object, object]:
+    loaded = load_text("spec.yaml", spec_text(overlay))
+    assert loaded.job is not None, loaded.findings
+    return setup_of(loaded, Request("spec.yaml")), loaded.job
+
+
+def test_one_node_lost_keeps_the_tensor_split_and_moves_the_batch() -> None:
+    """llama3-8b on 3 nodes, t = 2, d = 12, B = 66. Less one node: 16 GPUs, d' = 8, B' = 64
+    (−3.0 %); the keep plan runs t = 2 on both nodes."""
+    setup, job = _setup(THREE_NODES)
+    keep, relayout = fallbacks_for(setup, job, 1)  # type: ignore[arg-type]
+    assert keep.values is not None
+    assert (keep.nodes, keep.global_batch, keep.data) == (2, 64, 8)
+    assert keep.values["tensor"] == 2 and keep.values["pipeline"] == 1
+    assert keep.drift == pytest.approx(-2 / 66)
+    assert relayout.kind == "re-layout" and relayout.global_batch == 64
+    # the re-layout searched every axis: it is at least as fast as keeping the layout
+    assert relayout.values is not None and relayout.step_time_s <= keep.step_time_s * (1 + 1e-9)
+
+
+def test_a_batch_beyond_the_tolerance_has_no_keep_plan() -> None:
+    setup, job = _setup(THREE_NODES)
+    keep, _ = fallbacks_for(setup, job, 1, tolerance=0.02)  # type: ignore[arg-type]
+    assert keep.values is None and "beyond ±2%" in keep.reason
+
+
+def test_search_lost_nodes_lists_the_fallbacks(tmp_path: object) -> None:
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "spec.yaml"
+    path.write_text(spec_text({**THREE_NODES, "training": {"global_batch": 66, "tokens": 10**9}}))
+    out = CliRunner().invoke(main, ["search", str(path), "--lost-nodes", "1", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    plans = json.loads(out.stdout)["fallbacks"]
+    assert [(p["lost_nodes"], p["kind"]) for p in plans] == [(1, "keep"), (1, "re-layout")]
+    keep = plans[0]
+    assert keep["nodes"] == 2 and keep["global_batch"] == 64
+    # the remaining run at B' = 64: ⌈10^9 / (64·8192)⌉ = 1,908 steps on 16 GPUs
+    assert keep["gpu_hours"] == pytest.approx(16 * 1908 * keep["step_time_s"] / 3600)
+    text = CliRunner().invoke(main, ["search", str(path), "--lost-nodes", "2"]).stdout
+    assert "fallback plans" in text
+    assert [line.split()[:3] for line in text.splitlines() if line.startswith("  −")] == [
+        ["−1", "node", "keep"],
+        ["−1", "node", "re-layout"],
+        ["−2", "nodes", "keep"],
+        ["−2", "nodes", "re-layout"],
+    ]
