@@ -315,3 +315,40 @@ def test_without_the_new_sections_the_plan_has_no_run() -> None:
     plan = job_of()
     assert not plan.run.asked
     assert analyse(plan).plan.run.checkpoint is None
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    engine=st.sampled_from(ENGINES),
+    tensor=st.sampled_from([1, 2, 4, 8]),
+    pipeline=st.sampled_from([1, 2, 4]),
+    fully=st.booleans(),
+)
+def test_checkpoint_bytes_are_the_saved_terms_for_every_engine(
+    engine: tuple[str, int, bool], tensor: int, pipeline: int, fully: bool
+) -> None:
+    """For every engine and layout: each stage's writing rank stages exactly the weights and
+    optimizer terms of its budget (HBM and host); it writes them whole, or the replicated
+    weights split over the d·c replicas under Megatron's fully parallel save; and the stages'
+    totals add up to the checkpoint."""
+    framework, zero, offload = engine
+    overlay = _with(framework, zero, offload, fully)
+    overlay["parallelism"] = {"zero_stage": zero, "tensor": tensor, "pipeline": pipeline}
+    overlay["hardware"] = {**STORAGE["hardware"], "nodes": 4, "hosts": []}  # 32 GPUs
+    an = analysis_of(overlay)
+    size = checkpoint_size(an.plan, an.memory)
+    lay = an.plan.layout
+    for stage, ckpt in zip(an.memory.stages, size.stages, strict=True):
+        mem = stage.memory
+        host = sum(t.bytes for t in mem.host_terms if t.component in ("weights", "optimizer"))
+        assert ckpt.resident == mem.weights + mem.optimizer + host
+        splits = framework == "megatron" and fully and zero < 3
+        if splits:
+            assert ckpt.written == pytest.approx(
+                ckpt.replicated / (lay.d * lay.c) + ckpt.sharded, rel=1e-6
+            )
+        else:
+            assert ckpt.written == ckpt.resident
+    assert size.rank_bytes == max(s.written for s in size.stages)
+    ranks = an.plan.world // lay.p
+    assert size.total_bytes == pytest.approx(sum(ranks * s.mean for s in size.stages), rel=1e-9)
