@@ -59,3 +59,18 @@ def test_the_report_shows_the_run_only_when_asked(tmp_path: Path) -> None:
         html = page.read_text(encoding="utf-8")
         assert ("<section id='run'>" in html) is asked
         assert ('"run":' in html) is asked
+
+
+def test_a_checkpoint_without_a_length_shows_the_checkpoint_alone(tmp_path: Path) -> None:
+    from tests.conftest import spec_text
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        spec_text({"hardware": {"storage": {"write_gbs": 100}}, "checkpoint": {}}),
+        encoding="utf-8",
+    )
+    text = _explain(spec)
+    assert "no length given" in text and "goodput:" in text
+    assert "GPU-hours" not in text and "saves" not in text
+    data = json.loads(_explain(spec, "--format", "json"))["run"]
+    assert data["steps"] == 0 and data["phases"] == [] and data["goodput"] > 0.99

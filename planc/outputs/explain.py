@@ -128,6 +128,11 @@ def run_lines(ex: Explanation) -> list[str]:
     run = ex.run
     if run is None:
         return []
+    if not run.phases:
+        return [
+            "the run: no length given (training.tokens or training.steps); per checkpoint:",
+            *_checkpoint_lines(ex),
+        ]
     lines = [
         f"the run: {run.tokens:,} tokens in {run.steps:,} steps; 6·N·D = {run.six_nd_flops:.3g} "
         f"FLOPs (N all parameters), planc's model FLOPs {run.model_flops:.3g}",
@@ -185,8 +190,8 @@ def _checkpoint_lines(ex: Explanation) -> list[str]:
         f"{given.reliability.gpu_mtbf_hours:,.0f} h each); restart {_duration(ckpt.restart_s)} "
         "with the load",
         f"  interval: {ckpt.interval_steps:,} steps = {_duration(ckpt.interval_s)} "
-        f"(Daly's optimum {_duration(ckpt.optimal_s)}, Young's {_duration(ckpt.young_s)}); "
-        f"{ckpt.saves:,} saves",
+        f"(Daly's optimum {_duration(ckpt.optimal_s)}, Young's {_duration(ckpt.young_s)})"
+        + (f"; {ckpt.saves:,} saves" if run is not None and run.steps else ""),
         f"  goodput: {ckpt.goodput:.1%} (at the optimal interval {ckpt.optimal_goodput:.1%})",
     ]
     if spec.model_only_exports:

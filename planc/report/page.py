@@ -283,12 +283,16 @@ def run_section(ex: Explanation) -> Html:
             f"checkpoint every {ckpt.interval_steps:,} steps; job MTBF {ckpt.mtbf_s / 3600:.2f} h",
         )
     )
-    cards = markup(
-        "<div class='cards'>{}{}{}</div>",
-        _card("Time to train", f"{run.wall_s / 86_400:,.1f} days", f"{run.steps:,} steps"),
-        _card("GPU-hours", f"{run.gpu_hours:,.0f}", f"{ex.analysis.plan.world:,} GPUs"),
-        good,
+    length = (
+        markup(
+            "{}{}",
+            _card("Time to train", f"{run.wall_s / 86_400:,.1f} days", f"{run.steps:,} steps"),
+            _card("GPU-hours", f"{run.gpu_hours:,.0f}", f"{ex.analysis.plan.world:,} GPUs"),
+        )
+        if run.phases
+        else NOTHING
     )
+    cards = markup("<div class='cards'>{}{}</div>", length, good)
     return markup(
         "<section id='run'><h2>The whole run</h2>{}<pre class='mono'>{}</pre></section>",
         cards,

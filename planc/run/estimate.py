@@ -90,9 +90,12 @@ def phase_plan(plan: Plannable, global_batch: int) -> tuple[Plannable, bool]:
 
 def phases(analysis: Analysis, step: StepEstimate) -> tuple[Phase, ...]:
     """The run's phases: the batch ramp's, each estimated at its own batch, then the main one
-    at training.global_batch for the rest of the tokens (or training.steps)."""
+    at training.global_batch for the rest of the tokens (or training.steps); none when the
+    spec gives neither."""
     plan, run = analysis.plan, analysis.plan.run
     s, B = plan.training.s, plan.training.B
+    if run.tokens is None and run.steps is None:
+        return ()  # no length given: the checkpoint and failure model alone
     out = []
     for ramp in run.ramp:
         at, rounded = phase_plan(plan, ramp.B)
