@@ -3,6 +3,7 @@ moves only d, the micro-batch and ZeRO, its global batch the nearest multiple of
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -105,3 +106,42 @@ def test_compile_writes_the_fallbacks_beside_the_plan(tmp_path: object) -> None:
     assert (keep["kind"], keep["nodes"], keep["global_batch"]) == ("keep", 2, 64)
     assert "fallbacks.json" in (root / "plan" / ".planc-plan").read_text(encoding="utf-8")
     assert CliRunner().invoke(main, ["verify", str(root / "plan")]).exit_code == 0
+
+
+def test_search_can_rank_by_time_to_train() -> None:
+    """--objective time-to-train ranks by the step over the goodput of each candidate's
+    checkpoint: with the replicated weights written by data-parallel rank 0 onto a slow node
+    link, a layout's checkpoint time depends on its Ψ_r. The ranked value is each candidate's
+    step time divided by the goodput `planc explain` gives for it; the default objective ranks
+    by the step alone."""
+    from planc.analysis import analyse, estimate_step
+    from planc.plannable import plannable
+    from planc.run import estimate_run
+    from planc.search.evaluate import base_job, candidate_job
+    from planc.search.run import search
+
+    overlay = {
+        "hardware": {"storage": {"write_gbs": 10, "node_write_gbs": 0.2}},
+        "checkpoint": {"fully_parallel_save": False},
+        "reliability": {"gpu_mtbf_hours": 500},
+        "training": {"tokens": 10**10},
+    }
+    loaded = load_text("spec.yaml", spec_text(overlay))
+    assert loaded.job is not None
+    request = Request("spec.yaml", allow=("micro_batch=1", "virtual_stages=1"))
+    for objective in ("step", "time-to-train"):
+        setup = setup_of(loaded, dataclasses.replace(request, objective=objective))
+        result = search(setup, 4)
+        keys = [r.metrics.rank_s for r in result.results]
+        assert keys == sorted(keys)
+        for ranked in result.results:
+            values = result.space.candidate(ranked.verdict.index)
+            job = candidate_job(base_job(setup), result.space, values)
+            plan = plannable(job)
+            assert not isinstance(plan, tuple)
+            analysis = analyse(plan)
+            step = estimate_step(analysis)
+            run = estimate_run(analysis, step)
+            assert run.goodput is not None and run.goodput < 1
+            expected = step.step_time_s if objective == "step" else step.step_time_s / run.goodput
+            assert ranked.metrics.rank_s == pytest.approx(expected, rel=1e-9)

@@ -146,6 +146,11 @@ def _rule_option_flags(command: _Command) -> _Command:
 @click.option("--report", type=click.Path(dir_okay=False), metavar="FILE.html",
               help="Also write a page to explore the best layouts: controls per searched axis, "
               "each layout's memory bars, step time, throughput and bubble.")
+@click.option("--objective", type=click.Choice(("step", "time-to-train", "cost")),
+              default="step", show_default=True,
+              help="Rank by the step time, or by the run's time-to-train or cost: the step over "
+              "the goodput its checkpoint leaves (the same order for both: the world and the "
+              "run's steps are fixed).")
 @click.option("--lost-nodes", default=0, show_default=True, type=click.IntRange(min=0),
               metavar="K", help="Also list fallback plans for the world less 1 … K nodes: the "
               "fastest keeping the model-parallel layout (no reshard) and the fastest re-layout, "
@@ -163,6 +168,7 @@ def search(
     allow: tuple[str, ...],
     strict: bool,
     report: str | None,
+    objective: str,
     lost_nodes: int,
     batch_tolerance: float,
     **limits: float | None,
@@ -179,8 +185,8 @@ def search(
     from planc.cli.search import Request, run  # start-up: loads the analysis and rules
 
     request = Request(
-        spec, top, output_format, write, jobs, allow, limits, strict, report, lost_nodes,
-        batch_tolerance,
+        spec, top, output_format, write, jobs, allow, limits, strict, report, objective,
+        lost_nodes, batch_tolerance,
     )
     if report is not None:
         from planc.report.explorer import write_explorer  # start-up: the page and its charts

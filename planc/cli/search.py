@@ -11,7 +11,7 @@ from planc.outputs.escape import line
 from planc.outputs.progress import logged
 from planc.record import record
 from planc.rules import REGISTRY
-from planc.search.evaluate import Setup
+from planc.search.evaluate import OBJECTIVES, Setup
 from planc.search.fallback import DEFAULT_TOLERANCE, FallbackPlan, fallbacks
 from planc.search.output import (
     describe,
@@ -44,6 +44,7 @@ class Request:
     limits: Mapping[str, float | None] = field(default_factory=dict)
     strict: bool = False
     report: str | None = None  # --report FILE.html: the explorer page (planc.report.explorer)
+    objective: str = "step"  # --objective: step | time-to-train | cost
     lost_nodes: int = 0  # --lost-nodes K: fallback plans for the world less 1 … K nodes
     batch_tolerance: float = DEFAULT_TOLERANCE  # --batch-tolerance: how far B may move
 
@@ -72,7 +73,8 @@ def setup_of(loaded: Loaded, request: Request) -> Setup:
     # level): a dict, so that a worker process receives them.
     calibration = loaded.job.cluster.calibration
     tables = None if calibration is None else dict(calibration)
-    return Setup(loaded.spec, space, request.strict, tables)
+    objective = next(o for o in OBJECTIVES if o == request.objective)
+    return Setup(loaded.spec, space, request.strict, tables, objective)
 
 
 def _unusable(loaded: Loaded) -> str | None:
@@ -171,6 +173,11 @@ def _rendered(
         return to_csv(result, order)
     titles = {rule_id: rule.title for rule_id, rule in REGISTRY.items()}
     text = render_text(result, titles, request.top, heading)
+    if request.objective != "step":
+        text += (
+            f"ranked by {request.objective}: the step time over the goodput its checkpoint "
+            "leaves (planc.run; the step alone without a checkpoint section)\n"
+        )
     if request.lost_nodes:
         text += render_fallbacks(plans, request.batch_tolerance)
     return text
