@@ -4,12 +4,13 @@ costs and where it could go."""
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 import click
 
 from planc.cli.common import plan_or_exit
 from planc.outputs import escape
+from planc.vocab import SearchObjective
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -146,7 +147,7 @@ def _rule_option_flags(command: _Command) -> _Command:
 @click.option("--report", type=click.Path(dir_okay=False), metavar="FILE.html",
               help="Also write a page to explore the best layouts: controls per searched axis, "
               "each layout's memory bars, step time, throughput and bubble.")
-@click.option("--objective", type=click.Choice(("step", "time-to-train", "cost")),
+@click.option("--objective", type=click.Choice(get_args(SearchObjective)),
               default="step", show_default=True,
               help="Rank by the step time, or by the run's time-to-train or cost: the step over "
               "the goodput its checkpoint leaves (the same order for both: the world and the "

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from planc.analysis import Analysis, analyse, estimate_step
 from planc.check import context_of, evaluate, severity_of
@@ -30,9 +30,9 @@ from planc.rules.base import Context, Needs
 from planc.run.estimate import checkpoint_cost
 from planc.search.space import Space, Value, stage_split
 from planc.spec.job import Job, NodeNames, resolve
-from planc.vocab import recompute_mode
+from planc.vocab import SearchObjective, recompute_mode
 
-Objective = Literal["step", "time-to-train", "cost"]
+Objective = SearchObjective
 OBJECTIVES: tuple[Objective, ...] = ("step", "time-to-train", "cost")
 ERROR_RANK = Severity.ERROR.rank
 WARNING_RANK = Severity.WARNING.rank

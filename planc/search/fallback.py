@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from planc.analysis import analyse, estimate_step
 from planc.plannable import plannable
@@ -33,8 +33,9 @@ from planc.search.rank import Ranked, SearchResult
 from planc.search.run import Progress, search, silent
 from planc.search.space import AXES, MICRO_BATCHES, SearchAxis, Space, Value
 from planc.spec.job import Job
+from planc.vocab import FallbackKind
 
-Kind = Literal["keep", "re-layout"]
+Kind = FallbackKind
 TOP = 1
 # The spec's global batch may move by this fraction by default (Fast-LLM #241: ±10 %).
 DEFAULT_TOLERANCE = 0.10
