@@ -48,7 +48,7 @@ def _save_s(cost: CheckpointCost) -> float:
 
 
 def _fitting(analysis: Analysis | None) -> tuple[CheckpointCost, float] | None:
-    """`_cost` when the save fits its interval (else PLC041 says so, and the goodput it
+    """`_cost` when the save fits its interval (else PLC045 says so, and the goodput it
     leaves is beside the point)."""
     found = _cost(analysis)
     return found if found is not None and _save_s(found[0]) <= found[0].interval_s else None
@@ -62,7 +62,7 @@ def _steps(n: int) -> str:
     return "step" if n == 1 else f"{n:,} steps"
 
 
-@rule("PLC041", needs=Needs.ANALYSIS)
+@rule("PLC045", needs=Needs.ANALYSIS)
 def checkpoint_fits_interval(ctx: Context) -> Iterator[Violation]:
     """Checkpoint: one save finishes inside the interval between saves.
 
@@ -101,7 +101,7 @@ def checkpoint_fits_interval(ctx: Context) -> Iterator[Violation]:
     )
 
 
-@rule("PLC042", Severity.WARNING, Needs.ANALYSIS, options=(MAX_GOODPUT_LOSS,))
+@rule("PLC046", Severity.WARNING, Needs.ANALYSIS, options=(MAX_GOODPUT_LOSS,))
 def interval_near_optimum(ctx: Context) -> Iterator[Violation]:
     """Checkpoint interval: within rules.max_goodput_loss of the goodput of the optimal one.
 
@@ -109,7 +109,7 @@ def interval_near_optimum(ctx: Context) -> Iterator[Violation]:
     interruption. Daly's interval (Daly 2006, "A higher order estimate of the optimum
     checkpoint interval for restart dumps") balances the two for the save that blocks training
     and the job's mean time between interruptions (the GPU count over `reliability`'s per-GPU
-    rate; default Llama 3's). A save that does not fit its interval at all is PLC041's. The
+    rate; default Llama 3's). A save that does not fit its interval at all is PLC045's. The
     rule compares the goodput at `checkpoint.interval` with the
     goodput at Daly's interval, both in Daly's complete model of failures and restarts.
 
@@ -140,7 +140,7 @@ def interval_near_optimum(ctx: Context) -> Iterator[Violation]:
     )
 
 
-@rule("PLC043", Severity.WARNING, Needs.ANALYSIS, options=(MIN_GOODPUT,))
+@rule("PLC047", Severity.WARNING, Needs.ANALYSIS, options=(MIN_GOODPUT,))
 def goodput_above_threshold(ctx: Context) -> Iterator[Violation]:
     """Goodput: training time over wall time stays above rules.min_goodput.
 

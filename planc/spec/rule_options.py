@@ -32,7 +32,7 @@ OPTIONS: tuple[Option, ...] = (
         value_type=float,
         ge=0.0,
         lt=1.0,
-        rule="PLC042",
+        rule="PLC046",
     ),
     Option(
         "min_goodput",
@@ -41,6 +41,6 @@ OPTIONS: tuple[Option, ...] = (
         value_type=float,
         ge=0.0,
         le=1.0,
-        rule="PLC043",
+        rule="PLC047",
     ),
 )

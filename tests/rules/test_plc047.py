@@ -1,4 +1,4 @@
-"""PLC043 goodput stays above rules.min_goodput.
+"""PLC047 goodput stays above rules.min_goodput.
 
 Base: llama3-8b on one 8-GPU node, a 11.2 s save (112.4 GB at 10 GB/s per node). With
 reliability {gpu_mtbf_hours: 10, restart_minutes: 60} the job's MTBF is 10 h / 8 = 1.25 h and
@@ -20,7 +20,7 @@ BASE = {
 
 
 def _fired(extra: dict[str, object] | None = None) -> list[object]:
-    return [f for f in check_overlay({**BASE, **(extra or {})}).findings if f.rule == "PLC043"]
+    return [f for f in check_overlay({**BASE, **(extra or {})}).findings if f.rule == "PLC047"]
 
 
 def test_an_unreliable_cluster_with_slow_restarts_fails() -> None:
@@ -43,5 +43,5 @@ def test_the_default_reliability_passes() -> None:
     assert not [
         f
         for f in check_overlay({**BASE, "reliability": {}}).findings
-        if f.rule == "PLC043"
+        if f.rule == "PLC047"
     ]

@@ -1,4 +1,4 @@
-"""PLC041 a checkpoint's save finishes inside the interval between saves.
+"""PLC045 a checkpoint's save finishes inside the interval between saves.
 
 Base: llama3-8b on one 8-GPU H100 node, t = 2, d = 4, ZeRO-1, Megatron. One TP rank holds
 Ψ_r = 32·[2·4096·128·(32 + 8) / 2 + 3·4096·14336 / 2 + 2·4096] + 2·64128·4096 + 4096 =
@@ -16,7 +16,7 @@ NODE_BYTES = 8 * (14 * PSI_R // 4)
 
 
 def _findings(overlay: dict[str, object]) -> list[object]:
-    return [f for f in check_overlay(overlay).findings if f.rule == "PLC041"]
+    return [f for f in check_overlay(overlay).findings if f.rule == "PLC045"]
 
 
 def test_a_slow_node_cannot_save_in_its_interval() -> None:
@@ -55,4 +55,4 @@ def test_an_async_background_write_must_finish_before_the_next_save() -> None:
 
 
 def test_no_checkpoint_section_no_finding() -> None:
-    assert "PLC041" not in rules_fired(check_overlay({}))
+    assert "PLC045" not in rules_fired(check_overlay({}))

@@ -1,4 +1,4 @@
-"""PLC042 the checkpoint interval keeps the goodput within rules.max_goodput_loss of Daly's.
+"""PLC046 the checkpoint interval keeps the goodput within rules.max_goodput_loss of Daly's.
 
 Base: llama3-8b on one 8-GPU node; 1,000 GB/s aggregate and 100 GB/s per node save its
 112.4 GB in 1.12 s; the job's MTBF is 50,677 h / 8 = 6,335 h. Checkpointing every step (about
@@ -14,7 +14,7 @@ STORAGE = {"hardware": {"storage": {"write_gbs": 1000, "node_write_gbs": 100}}}
 
 
 def _fired(overlay: dict[str, object]) -> list[object]:
-    return [f for f in check_overlay({**STORAGE, **overlay}).findings if f.rule == "PLC042"]
+    return [f for f in check_overlay({**STORAGE, **overlay}).findings if f.rule == "PLC046"]
 
 
 def test_every_step_is_far_from_the_optimum() -> None:
