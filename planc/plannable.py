@@ -22,7 +22,17 @@ from planc.findings import Violation
 from planc.pipeline.placement import stage_of, virtual_stage
 from planc.pipeline.registry import definition, unmet
 from planc.record import record
-from planc.spec.job import HOST_NAME, Cluster, Job, Model, NodeNames, Rules, Training
+from planc.spec.job import (
+    HOST_NAME,
+    NO_RUN,
+    Cluster,
+    Job,
+    Model,
+    NodeNames,
+    Rules,
+    RunInputs,
+    Training,
+)
 from planc.spec.pipeline_layout import parse_layout
 from planc.vocab import AXES, Axis, ChunkPlacement, ScheduleKind, ScheduleNeed
 
@@ -842,6 +852,7 @@ class Plannable:
     m: int  # micro-batches per data-parallel rank per step: B / (b·d)
     numerics: Numerics  # the run's number formats (planc.dims)
     dims: RankDims  # one rank's share of a layer, the same on every stage (planc.dims)
+    run: RunInputs = NO_RUN  # the whole run: length, checkpoints, reliability, cost
 
     @property
     def world(self) -> int:
@@ -952,4 +963,5 @@ def plannable(
             ep=lay.ep,
             imbalance=job.training.expert_imbalance,
         ),
+        run=job.run,
     )

@@ -173,6 +173,11 @@ Position = Literal["rope", "learned"]
 RopeScalingKind = Literal["yarn", "llama3"]
 # How a router turns its logits into expert weights (Megatron --moe-router-score-function).
 RouterScore = Literal["softmax", "sigmoid"]
+# checkpoint.format: the saver whose files planc sizes (auto: training.framework's own).
+CheckpointFormat = Literal["auto", "megatron-dist", "deepspeed-zero", "torch-dcp"]
+# planc search --objective: what the search ranks by; and the two kinds of fallback plan.
+SearchObjective = Literal["step", "time-to-train", "cost"]
+FallbackKind = Literal["keep", "re-layout"]
 
 # Least to most recomputation (the order PLC007's fixes try them in).
 RECOMPUTE_MODES: tuple[Recompute, ...] = ("none", "selective", "full")

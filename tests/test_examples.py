@@ -56,6 +56,8 @@ def _expected_exit(path: Path) -> int:
         "PLC040",
         "PLC041",
         "PLC042",
+        "PLC046",
+        "PLC047",
     )
     return 2 if fatal else 0 if warning_only else 1
 

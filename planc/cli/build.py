@@ -41,6 +41,16 @@ from planc.outputs.escape import line
     is_flag=True,
     help="Prove the plan with the numpy collective simulator first; write nothing if it fails.",
 )
+@click.option(
+    "--fallbacks",
+    "lost_nodes",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    metavar="K",
+    help="Also write fallbacks.json: the plans for the world less 1 … K nodes (planc search "
+    "--lost-nodes), so an operator has them before the failure.",
+)
 def compile_command(
     spec: str,
     out_dir: str,
@@ -48,6 +58,7 @@ def compile_command(
     overwrite: bool,
     hosts_file: str | None,
     run_verify: bool,
+    lost_nodes: int,
 ) -> None:
     """Compile SPEC into plan.json, process groups and launcher files in a directory.
 
@@ -56,9 +67,13 @@ def compile_command(
     """
     from pathlib import Path
 
-    from planc.compile import OutputError, compile_job, write_plan
+    from planc.compile import OutputError, compile_job, render_files
     from planc.compile.plan import plan_json
+    from planc.compile.write import write_files
 
+    if lost_nodes and spec == "-":
+        click.echo(f"{spec}: error: --fallbacks reads the spec twice: give a file", err=True)
+        sys.exit(2)
     analysis, forced = plan_or_exit(spec, force=force)
     # Host names only name the nodes; no number of the analysis depends on them.
     analysis = dataclasses.replace(analysis, plan=with_hosts(analysis.plan, spec, hosts_file))
@@ -80,7 +95,10 @@ def compile_command(
             sys.exit(1)
     try:
         protect = () if spec == "-" else (spec,)
-        written = write_plan(plan, Path(out_dir), overwrite=overwrite, protect=protect)
+        files = render_files(plan)
+        if lost_nodes:
+            files = _with_fallbacks(files, spec, lost_nodes)
+        written = write_files(files, Path(out_dir), overwrite=overwrite, protect=protect)
     except OutputError as error:
         click.echo(line(f"{spec}: error: {error}"), err=True)
         sys.exit(2)
@@ -90,6 +108,27 @@ def compile_command(
         f"{summary.peak_memory_bytes / 2**30:.2f} GiB on rank {summary.peak_rank} (stage "
         f"{summary.peak_stage}) of {summary.hbm_bytes / 2**30:.2f} GiB"
     )
+
+
+def _with_fallbacks(files: dict[str, str], spec: str, lost_nodes: int) -> dict[str, str]:
+    """The plan's files with fallbacks.json (the keep and re-layout plans for the world less
+    1 … `lost_nodes` nodes, as planc search --lost-nodes finds them) and the manifest renewed."""
+    import json
+
+    from planc.cli.search import Request, setup_of  # start-up: the search machinery
+    from planc.compile.write import MANIFEST, manifest
+    from planc.search.fallback import fallbacks
+    from planc.search.output import fallback_json
+    from planc.spec.load import load_path
+
+    loaded = load_path(spec)
+    if loaded.job is None:  # plan_or_exit loaded it already
+        raise AssertionError("a compiled spec loads")
+    plans = fallbacks(setup_of(loaded, Request(spec)), loaded.job, lost_nodes)
+    data = {"spec": loaded.job.name, "fallbacks": [fallback_json(p) for p in plans]}
+    out = {**files, "fallbacks.json": json.dumps(data, indent=2) + "\n"}
+    out[MANIFEST] = manifest(out)
+    return out
 
 
 def _verified(text: str) -> bool:

@@ -4,12 +4,13 @@ costs and where it could go."""
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 import click
 
 from planc.cli.common import plan_or_exit
 from planc.outputs import escape
+from planc.vocab import SearchObjective
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -145,7 +146,20 @@ def _rule_option_flags(command: _Command) -> _Command:
               help="Warnings reject a candidate too, as planc check --strict fails on them.")
 @click.option("--report", type=click.Path(dir_okay=False), metavar="FILE.html",
               help="Also write a page to explore the best layouts: controls per searched axis, "
-              "each layout's memory bars, step time, throughput and bubble.")  # fmt: skip
+              "each layout's memory bars, step time, throughput and bubble.")
+@click.option("--objective", type=click.Choice(get_args(SearchObjective)),
+              default="step", show_default=True,
+              help="Rank by the step time, or by the run's time-to-train or cost: the step over "
+              "the goodput its checkpoint leaves (the same order for both: the world and the "
+              "run's steps are fixed).")
+@click.option("--lost-nodes", default=0, show_default=True, type=click.IntRange(min=0),
+              metavar="K", help="Also list fallback plans for the world less 1 … K nodes: the "
+              "fastest keeping the model-parallel layout (no reshard) and the fastest re-layout, "
+              "each with its time-to-train.")
+@click.option("--batch-tolerance", default=0.10, show_default=True,
+              type=click.FloatRange(0, 1), metavar="F",
+              help="How far a fallback plan's global batch may move from the spec's, as a "
+              "fraction.")  # fmt: skip
 def search(
     spec: str,
     top: int,
@@ -155,6 +169,9 @@ def search(
     allow: tuple[str, ...],
     strict: bool,
     report: str | None,
+    objective: str,
+    lost_nodes: int,
+    batch_tolerance: float,
     **limits: float | None,
 ) -> None:
     """Find the fastest parallel layouts for SPEC's model, hardware and training step.
@@ -168,7 +185,10 @@ def search(
     """
     from planc.cli.search import Request, run  # start-up: loads the analysis and rules
 
-    request = Request(spec, top, output_format, write, jobs, allow, limits, strict, report)
+    request = Request(
+        spec, top, output_format, write, jobs, allow, limits, strict, report, objective,
+        lost_nodes, batch_tolerance,
+    )
     if report is not None:
         from planc.report.explorer import write_explorer  # start-up: the page and its charts
 

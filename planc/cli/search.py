@@ -11,8 +11,18 @@ from planc.outputs.escape import line
 from planc.outputs.progress import logged
 from planc.record import record
 from planc.rules import REGISTRY
-from planc.search.evaluate import Setup
-from planc.search.output import describe, render_text, spec_yaml, to_csv, to_json, winner_spec
+from planc.search.evaluate import OBJECTIVES, Setup
+from planc.search.fallback import DEFAULT_TOLERANCE, FallbackPlan, fallbacks
+from planc.search.output import (
+    describe,
+    fallback_json,
+    render_fallbacks,
+    render_text,
+    spec_yaml,
+    to_csv,
+    to_json,
+    winner_spec,
+)
 from planc.search.rank import SearchResult
 from planc.search.run import search
 from planc.search.space import SearchError, build_space, parse_allowed
@@ -34,6 +44,9 @@ class Request:
     limits: Mapping[str, float | None] = field(default_factory=dict)
     strict: bool = False
     report: str | None = None  # --report FILE.html: the explorer page (planc.report.explorer)
+    objective: str = "step"  # --objective: step | time-to-train | cost
+    lost_nodes: int = 0  # --lost-nodes K: fallback plans for the world less 1 … K nodes
+    batch_tolerance: float = DEFAULT_TOLERANCE  # --batch-tolerance: how far B may move
 
 
 @record
@@ -64,7 +77,8 @@ def setup_of(loaded: Loaded, request: Request) -> Setup:
     # gives the two-tier default).
     cluster = loaded.job.cluster
     placed = cluster.fabric if cluster.topology is not None else None
-    return Setup(loaded.spec, space, request.strict, tables, placed)
+    objective = next(o for o in OBJECTIVES if o == request.objective)
+    return Setup(loaded.spec, space, request.strict, tables, placed, objective)
 
 
 def _unusable(loaded: Loaded) -> str | None:
@@ -105,7 +119,12 @@ def run(request: Request, write_explorer: ExplorerWriter | None = None) -> Repor
     jobs, capping = capped(request.jobs)
     result = search(setup, request.top, jobs, logged)
     heading = describe(loaded.job) if loaded.job is not None else ""
-    text = _rendered(result, request, setup.spec["parallelism"]["order"], heading)
+    plans: tuple[FallbackPlan, ...] = ()
+    if request.lost_nodes and loaded.job is not None:
+        plans = fallbacks(
+            setup, loaded.job, request.lost_nodes, request.batch_tolerance, jobs, logged
+        )
+    text = _rendered(result, request, setup.spec["parallelism"]["order"], heading, plans)
     notes = capping
     code = EXIT_FOUND if result.results else EXIT_NONE
     if request.write is not None:
@@ -140,15 +159,32 @@ def _refused_output(request: Request) -> str | None:
     return None
 
 
-def _rendered(result: SearchResult, request: Request, order: str, heading: str) -> str:
+def _rendered(
+    result: SearchResult,
+    request: Request,
+    order: str,
+    heading: str,
+    plans: tuple[FallbackPlan, ...] = (),
+) -> str:
     if request.output_format == "json":
         import json
 
-        return json.dumps(to_json(result, order), indent=2) + "\n"
+        data = to_json(result, order)
+        if request.lost_nodes:
+            data["fallbacks"] = [fallback_json(plan) for plan in plans]
+        return json.dumps(data, indent=2) + "\n"
     if request.output_format == "csv":
         return to_csv(result, order)
     titles = {rule_id: rule.title for rule_id, rule in REGISTRY.items()}
-    return render_text(result, titles, request.top, heading)
+    text = render_text(result, titles, request.top, heading)
+    if request.objective != "step":
+        text += (
+            f"ranked by {request.objective}: the step time over the goodput its checkpoint "
+            "leaves (planc.run; the step alone without a checkpoint section)\n"
+        )
+    if request.lost_nodes:
+        text += render_fallbacks(plans, request.batch_tolerance)
+    return text
 
 
 def _write(spec: str, path: str, setup: Setup, result: SearchResult) -> str:

@@ -16,19 +16,27 @@ from planc.outputs.memory import to_json as memory_json
 from planc.pipeline.registry import definition
 from planc.presets.accuracy import error_bar
 from planc.record import record
+from planc.run import RunEstimate, estimate_run
 from planc.spec.job import GB, GIB
+
+DAY = 86_400.0
+TB = 10**12
 
 
 @record
 class Explanation:
-    """An analysed job and its step estimate."""
+    """An analysed job, its step estimate, and the whole run when the spec asks for it
+    (training.tokens or steps, checkpoint, reliability or cost)."""
 
     analysis: Analysis
     step: StepEstimate
+    run: RunEstimate | None = None
 
 
 def explain(analysis: Analysis) -> Explanation:
-    return Explanation(analysis, estimate_step(analysis))
+    step = estimate_step(analysis)
+    run = estimate_run(analysis, step) if analysis.plan.run.asked else None
+    return Explanation(analysis, step, run)
 
 
 def _gib(n: int) -> str:
@@ -105,6 +113,8 @@ def render_text(ex: Explanation) -> str:
         f"tokens per second: {step.tokens_per_s:,.0f}   MFU: {step.mfu:.1%} "
         "(model FLOPs, no causal discount, no recompute)",
     ]
+    if ex.run is not None:
+        lines += ["", *run_lines(ex)]
     return "\n".join(lines) + "\n"
 
 
@@ -158,6 +168,97 @@ def _fabric_lines(an: Analysis) -> list[str]:
             f"  {escape.line(fabric.tier(tier['name']).shown):<12} {tier['span']:>9,} GPUs  "
             f"{tier['bandwidth_gbs']:8.2f} GB/s per GPU, a ring on it {tier['ring_bandwidth_gbs']:8.2f}  "
             f"{' '.join(extra):<16} {groups}"
+        )
+    return lines
+
+
+def _duration(seconds: float) -> str:
+    """Seconds as s, min, h or days, whichever reads best."""
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 2 * DAY:
+        return f"{seconds / 3600:.2f} h"
+    return f"{seconds / DAY:,.1f} days"
+
+
+def run_lines(ex: Explanation) -> list[str]:
+    """The whole run: phases and steps, the checkpoint and its cost, failures and goodput,
+    wall clock, GPU-hours, energy and cost."""
+    run = ex.run
+    if run is None:
+        return []
+    if not run.phases:
+        return [
+            "the run: no length given (training.tokens or training.steps); per checkpoint:",
+            *_checkpoint_lines(ex),
+        ]
+    lines = [
+        f"the run: {run.tokens:,} tokens in {run.steps:,} steps; 6·N·D = {run.six_nd_flops:.3g} "
+        f"FLOPs (N all parameters), planc's model FLOPs {run.model_flops:.3g}",
+    ]
+    for i, phase in enumerate(run.phases, 1):
+        note = f" (B rounded up to {phase.m} micro-batches per rank)" if phase.rounded else ""
+        lines.append(
+            f"  phase {i}: global batch {phase.B:,} for {phase.tokens:,} tokens: "
+            f"{phase.steps:,} steps × {phase.step_time_s:.3f} s = {_duration(phase.compute_s)}{note}"
+        )
+    lines.append(f"  compute without interruptions: {_duration(run.compute_s)}")
+    lines += _checkpoint_lines(ex)
+    lines.append(
+        f"wall clock: {_duration(run.wall_s)}   GPU-hours: {run.gpu_hours:,.0f}"
+        + _priced(ex)
+    )
+    return lines
+
+
+def _priced(ex: Explanation) -> str:
+    run, cost = ex.run, ex.analysis.plan.run.cost
+    if run is None or cost is None:
+        return ""
+    out = ""
+    if run.energy_kwh is not None:
+        out += f"   energy: {run.energy_kwh:,.0f} kWh ({cost.gpu_power_w:g} W per GPU, PUE {cost.pue:g})"
+    if run.cost is not None:
+        out += f"   cost: {run.cost:,.0f} ({cost.price_per_gpu_hour:g} per GPU-hour)"
+    return out
+
+
+def _checkpoint_lines(ex: Explanation) -> list[str]:
+    run, given = ex.run, ex.analysis.plan.run
+    ckpt = None if run is None else run.checkpoint
+    if ckpt is None or given.checkpoint is None or given.storage is None:
+        return ["  failures not priced: add checkpoint: and hardware.storage for goodput"]
+    spec, storage, size = given.checkpoint, given.storage, ckpt.size
+    how = "asynchronous" if spec.async_save else "synchronous"
+    fully = ", fully parallel save" if spec.fully_parallel and spec.format == "megatron-dist" else ""
+    node_bw = "" if storage.node_write_gbs is None else f", {storage.node_write_gbs:g} GB/s per node"
+    blocking = (
+        f"blocks {_duration(ckpt.blocking_s)} (copy to pinned host memory, "
+        f"{ckpt.host_bytes_per_node / GIB:,.1f} GiB per node), writes {_duration(ckpt.background_s)} "
+        "in the background"
+        if spec.async_save
+        else f"blocks {_duration(ckpt.blocking_s)}"
+    )
+    lines = [
+        f"checkpoint ({spec.format}{fully}): {size.total_bytes / TB:,.3f} TB "
+        f"({size.total_bytes / ex.analysis.memory.parameters:.1f} bytes per parameter), "
+        f"{size.rank_bytes / GB:,.2f} GB from the busiest rank, {size.node_bytes / GB:,.2f} GB per node",
+        f"  save ({how}; {storage.write_gbs:g} GB/s aggregate{node_bw}): {blocking}; "
+        f"load at a restart {_duration(ckpt.load_s)}",
+        f"failures: job MTBF {_duration(ckpt.mtbf_s)} ({ex.analysis.plan.world:,} GPUs at "
+        f"{given.reliability.gpu_mtbf_hours:,.0f} h each); restart {_duration(ckpt.restart_s)} "
+        "with the load",
+        f"  interval: {ckpt.interval_steps:,} steps = {_duration(ckpt.interval_s)} "
+        f"(Daly's optimum {_duration(ckpt.optimal_s)}, Young's {_duration(ckpt.young_s)})"
+        + (f"; {ckpt.saves:,} saves" if run is not None and run.steps else ""),
+        f"  goodput: {ckpt.goodput:.1%} (at the optimal interval {ckpt.optimal_goodput:.1%})",
+    ]
+    if spec.model_only_exports:
+        lines.append(
+            f"  model-only exports: {spec.model_only_exports:,} × {size.model_only_bytes / GB:,.1f} GB, "
+            f"{_duration(ckpt.export_s)} each"
         )
     return lines
 
@@ -241,6 +342,56 @@ def to_json(ex: Explanation) -> dict[str, Any]:
             "model_error": _error_bar_json(
                 job.cluster.gpu.name, job.cluster.calibration is not None
             ),
+        },
+        **({} if ex.run is None else {"run": run_json(ex.run)}),
+    }
+
+
+def run_json(run: RunEstimate) -> dict[str, Any]:
+    """The whole run as plain data (seconds, bytes as integers, kWh, the spec's currency)."""
+    ckpt = run.checkpoint
+    return {
+        "tokens": run.tokens,
+        "steps": run.steps,
+        "phases": [
+            {
+                "global_batch": p.B,
+                "tokens": p.tokens,
+                "steps": p.steps,
+                "step_time_s": p.step_time_s,
+                "micro_batches": p.m,
+            }
+            for p in run.phases
+        ],
+        "compute_s": run.compute_s,
+        "wall_s": run.wall_s,
+        "gpu_hours": run.gpu_hours,
+        "energy_kwh": run.energy_kwh,
+        "cost": run.cost,
+        "six_nd_flops": run.six_nd_flops,
+        "model_flops": run.model_flops,
+        "goodput": run.goodput,
+        "checkpoint": None
+        if ckpt is None
+        else {
+            "total_bytes": ckpt.size.total_bytes,
+            "rank_bytes": ckpt.size.rank_bytes,
+            "node_bytes": ckpt.size.node_bytes,
+            "model_only_bytes": ckpt.size.model_only_bytes,
+            "save_s": ckpt.save_s,
+            "blocking_s": ckpt.blocking_s,
+            "background_s": ckpt.background_s,
+            "load_s": ckpt.load_s,
+            "restart_s": ckpt.restart_s,
+            "mtbf_s": ckpt.mtbf_s,
+            "optimal_interval_s": ckpt.optimal_s,
+            "young_interval_s": ckpt.young_s,
+            "interval_steps": ckpt.interval_steps,
+            "interval_s": ckpt.interval_s,
+            "optimal_goodput": ckpt.optimal_goodput,
+            "saves": ckpt.saves,
+            "export_s": ckpt.export_s,
+            "host_bytes_per_node": ckpt.host_bytes_per_node,
         },
     }
 

@@ -16,6 +16,7 @@ from planc.findings import FileResult, Severity
 from planc.plannable import plannable
 from planc.record import record
 from planc.report.page import render_page
+from planc.run import estimate_run
 from planc.spec.load import load_path
 
 TOLERATED = frozenset({"PLC006", "PLC007"})
@@ -46,7 +47,9 @@ def build_report(path: str) -> Built:
     analysis = context.analysis if context is not None and context.analysis is not None else None
     analysis = analysis or analyse(plan)
     shown = dataclasses.replace(result, path=page_path(result.path))
-    return Built(result, render_page(shown, analysis, estimate_step(analysis)))
+    step = estimate_step(analysis)
+    run = estimate_run(analysis, step) if plan.run.asked else None
+    return Built(result, render_page(shown, analysis, step, run))
 
 
 def page_path(path: str) -> str:

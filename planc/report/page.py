@@ -12,7 +12,7 @@ from typing import Any
 from planc import __version__
 from planc.analysis import Analysis, StepEstimate
 from planc.findings import FileResult, Finding, Severity
-from planc.outputs.explain import Explanation, to_json
+from planc.outputs.explain import Explanation, run_lines, to_json
 from planc.pipeline.registry import definition
 from planc.plannable import Plannable
 from planc.report import fmt
@@ -22,6 +22,7 @@ from planc.report.gantt import Gantt, gantt_svg, simulate_drawn
 from planc.report.memory import memory_svg, terms_table
 from planc.report.placement import FULL_GRID_NODES, placement_svg, stage_legend
 from planc.report.svg import NOTHING, Html, join, markup
+from planc.run import RunEstimate
 
 SEVERITY_BADGE = {
     Severity.FATAL: "bad",
@@ -266,6 +267,39 @@ def comm_section(analysis: Analysis, step: StepEstimate) -> Html:
     )
 
 
+def run_section(ex: Explanation) -> Html:
+    """The whole run (only when the spec asks for it): time to train, GPU-hours, goodput and
+    the checkpoint, as cards, then explain's lines."""
+    run = ex.run
+    if run is None:
+        return NOTHING
+    ckpt = run.checkpoint
+    good = (
+        _card("Goodput", "not priced", "add checkpoint: and hardware.storage")
+        if ckpt is None
+        else _card(
+            "Goodput",
+            fmt.percent(ckpt.goodput),
+            f"checkpoint every {ckpt.interval_steps:,} steps; job MTBF {ckpt.mtbf_s / 3600:.2f} h",
+        )
+    )
+    length = (
+        markup(
+            "{}{}",
+            _card("Time to train", f"{run.wall_s / 86_400:,.1f} days", f"{run.steps:,} steps"),
+            _card("GPU-hours", f"{run.gpu_hours:,.0f}", f"{ex.analysis.plan.world:,} GPUs"),
+        )
+        if run.phases
+        else NOTHING
+    )
+    cards = markup("<div class='cards'>{}{}</div>", length, good)
+    return markup(
+        "<section id='run'><h2>The whole run</h2>{}<pre class='mono'>{}</pre></section>",
+        cards,
+        "\n".join(run_lines(ex)),
+    )
+
+
 def embedded_json(data: dict[str, Any]) -> Html:
     """JSON safe inside a `<script>` element: `<`, `>` and `&` as \\u escapes (JSON's own
     escaping, so the data reads back unchanged; no `</script>` can end the element)."""
@@ -273,13 +307,16 @@ def embedded_json(data: dict[str, Any]) -> Html:
     return Html(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
 
 
-def render_page(result: FileResult, analysis: Analysis, step: StepEstimate) -> str:
+def render_page(
+    result: FileResult, analysis: Analysis, step: StepEstimate, run: RunEstimate | None = None
+) -> str:
     plan = analysis.plan
     lay, cl, tr = plan.layout, plan.cluster, plan.training
     gantt = simulate_drawn(analysis)
+    explained = Explanation(analysis, step, run)
     data = {
         "planc": __version__,
-        "explain": to_json(Explanation(analysis, step)),
+        "explain": to_json(explained),
         "drawn_pipeline": {
             "microbatches": gantt.shown,
             "bubble_fraction": float(gantt.timeline.bubble_fraction),
@@ -294,7 +331,7 @@ def render_page(result: FileResult, analysis: Analysis, step: StepEstimate) -> s
     )
     body = markup(
         "<header><h1>planc report: {}</h1><p class='muted'>{}</p>"
-        "<p class='muted mono'>{}</p></header>{}{}{}{}{}{}"
+        "<p class='muted mono'>{}</p></header>{}{}{}{}{}{}{}"
         "<footer>planc {} · every number on this page is computed by planc and "
         "embedded below as JSON (<code>#planc-data</code>); the script only highlights a stage.</footer>",
         plan.name,
@@ -306,6 +343,7 @@ def render_page(result: FileResult, analysis: Analysis, step: StepEstimate) -> s
         pipeline_section(plan, gantt, step),
         placement_section(plan),
         comm_section(analysis, step),
+        run_section(explained),
         __version__,
     )
     return page(f"planc report: {plan.name}", CSS, body, embedded_json(data), JS)

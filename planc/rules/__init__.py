@@ -6,7 +6,18 @@ import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from planc.rules import batch, experts, fabric, inputs, layout, memory, model, perf, sharding
+from planc.rules import (
+    batch,
+    experts,
+    fabric,
+    inputs,
+    layout,
+    memory,
+    model,
+    perf,
+    run,
+    sharding,
+)
 from planc.rules.base import Option, Rule, RuleKind, Violation
 
 _ALL: tuple[Rule, ...] = (
@@ -43,6 +54,9 @@ _ALL: tuple[Rule, ...] = (
     fabric.pipeline_inside_tier,
     fabric.data_parallel_on_rails,
     fabric.oversubscription_exposed,
+    run.checkpoint_fits_interval,
+    run.interval_near_optimum,
+    run.goodput_above_threshold,
     inputs.unreadable,
     inputs.not_text,
     inputs.too_large,

@@ -10,6 +10,7 @@ from planc.analysis import Analysis
 from planc.memory.budget import node_host_bytes
 from planc.rules import fixes
 from planc.rules.base import Context, Needs, Violation, rule
+from planc.run.checkpoint import checkpoint_size
 from planc.spec.job import GB
 
 
@@ -23,7 +24,9 @@ def host_memory_fits(ctx: Context) -> Iterator[Violation]:
     mixed-precision Adam under DeepSpeed, 18 with the parameters. A node holds gpus_per_node
     times the heaviest rank's offloaded bytes (`planc memory` lists them), which must stay
     within `hardware.host_memory_gb` (default: the GPU preset's node, e.g. 2,000 GB on a DGX
-    H100). Pinned buffers, the data loader and the OS need host memory too.
+    H100). An asynchronous checkpoint (`checkpoint.async_save`) copies each rank's saved
+    state into pinned host buffers first, gpus_per_node times the most any rank saves, which
+    counts here too. Pinned buffers, the data loader and the OS need host memory too.
 
     The fix lists the smallest larger shard group (data_shard), ZeRO stage and node count that
     fit, each verified with planc's memory model: the node's offload fits its host memory and
@@ -39,18 +42,42 @@ def host_memory_fits(ctx: Context) -> Iterator[Violation]:
     if ctx.analysis is None:
         return
     plan, memory = ctx.analysis.plan, ctx.analysis.memory
-    need = node_host_bytes(plan, memory)
+    offload = node_host_bytes(plan, memory)
+    staged = async_staging_bytes(ctx.analysis)
+    need = offload + staged
     have = plan.cluster.host_memory_bytes
     if need == 0 or need <= have:
         return
+    if offload == 0:
+        yield Violation(
+            "checkpoint.async_save",
+            f"an asynchronous checkpoint stages {staged / GB:,.1f} GB per node in pinned host "
+            f"memory ({plan.cluster.gpus_per_node} × {staged // plan.cluster.gpus_per_node / GB:,.1f} "
+            f"GB), above its {have / GB:,.1f} GB of host memory",
+            "save synchronously (checkpoint.async_save: false), shard the state over more ranks "
+            "(zero_stage, data_shard) or set hardware.host_memory_gb to the node's memory",
+            ("hardware.host_memory_gb",),
+        )
+        return
     per_rank = max(stage.memory.host for stage in memory.stages)
+    also = f", and an asynchronous checkpoint stages {staged / GB:,.1f} GB more" if staged else ""
     yield Violation(
         "training.offload",
-        f"the GPUs of one node offload {need / GB:,.1f} GB ({plan.cluster.gpus_per_node} × "
-        f"{per_rank / GB:,.1f} GB), above its {have / GB:,.1f} GB of host memory",
+        f"the GPUs of one node offload {offload / GB:,.1f} GB ({plan.cluster.gpus_per_node} × "
+        f"{per_rank / GB:,.1f} GB){also}, above its {have / GB:,.1f} GB of host memory",
         _host_fix(ctx),
         ("hardware.host_memory_gb",),
     )
+
+
+def async_staging_bytes(analysis: Analysis) -> int:
+    """Pinned host bytes one node's asynchronous checkpoint copies its state into: G × the
+    most any rank saves (`planc.run.checkpoint`); 0 without checkpoint.async_save."""
+    checkpoint = analysis.plan.run.checkpoint
+    if checkpoint is None or not checkpoint.async_save:
+        return 0
+    size = checkpoint_size(analysis.plan, analysis.memory)
+    return analysis.plan.cluster.gpus_per_node * max(s.resident for s in size.stages)
 
 
 def _host_fix(ctx: Context) -> str:

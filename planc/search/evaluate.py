@@ -13,7 +13,7 @@ at the severity the spec gives it (or a warning, with `strict`); its step is the
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -27,11 +27,14 @@ from planc.plannable import plannable
 from planc.record import record
 from planc.rules import REGISTRY, Rule
 from planc.rules.base import Context, Needs
+from planc.run.estimate import checkpoint_cost
 from planc.search.space import Space, Value, stage_split
 from planc.spec.fabric import Fabric
 from planc.spec.job import Job, NodeNames, resolve
-from planc.vocab import recompute_mode
+from planc.vocab import SearchObjective, recompute_mode
 
+Objective = SearchObjective
+OBJECTIVES: tuple[Objective, ...] = ("step", "time-to-train", "cost")
 ERROR_RANK = Severity.ERROR.rank
 WARNING_RANK = Severity.WARNING.rank
 
@@ -61,6 +64,10 @@ class Metrics:
     compute_s: float  # the busiest stage's compute per step (exposed TP included)
     bubble_s: float  # pipeline idle time on the critical path
     exposed_comm_s: float  # the rest of the step: DP/ZeRO tail and after-step communication
+    # What the search ranks by: the step time (objective step), or the step over the goodput
+    # its checkpoint leaves (time-to-train, cost: the run's steps and the world are the same
+    # for every candidate). Never below step_time_s, so step bounds prune it too.
+    rank_s: float = 0.0
 
 
 @record
@@ -99,6 +106,7 @@ class Setup:
     # hardware.topology's fabric as loading built it from the file and the hosts; None: the
     # fabric the spec's own fields give.
     fabric: Fabric | None = None
+    objective: Objective = "step"  # step | time-to-train | cost (planc search --objective)
 
     @property
     def rejecting(self) -> int:
@@ -114,6 +122,7 @@ class Judge:
     space: Space
     cheap: tuple[tuple[Rule, Severity], ...]  # rules on the job or the plannable job
     rejecting: int  # the lowest severity rank that rejects
+    objective: Objective = "step"
 
 
 def spec_job(setup: Setup) -> Job:
@@ -151,7 +160,7 @@ def make_judge(setup: Setup) -> Judge:
     cheap = tuple(
         (r, severity_of(r.id, r.severity, base)) for r in enabled if r.needs is not Needs.ANALYSIS
     )
-    return Judge(base, setup.space, cheap, setup.rejecting)
+    return Judge(base, setup.space, cheap, setup.rejecting, setup.objective)
 
 
 def hosts_refusal(job: Job, rejecting: int = ERROR_RANK) -> tuple[str, ...]:
@@ -282,7 +291,8 @@ def _analysis(judge: Judge, index: int) -> Analysis:
 
 def price(judge: Judge, index: int) -> Metrics:
     """The estimated step of a feasible candidate (`estimate_step` on its analysis)."""
-    return _metrics(estimate_step(_analysis(judge, index)))
+    analysis = _analysis(judge, index)
+    return _metrics(estimate_step(analysis), _ranked_s(judge, analysis))
 
 
 def price_below(judge: Judge, index: int, cutoff: float) -> Priced:
@@ -295,10 +305,24 @@ def price_below(judge: Judge, index: int, cutoff: float) -> Priced:
     bound = step_lower_bound_s(inputs)
     if bound > cutoff:
         return Priced(None, bound)
-    return Priced(_metrics(estimate_step(analysis)), bound)
+    return Priced(_metrics(estimate_step(analysis), _ranked_s(judge, analysis)), bound)
 
 
-def _metrics(step: _Step) -> Metrics:
+def _ranked_s(judge: Judge, analysis: Analysis) -> Callable[[float], float]:
+    """What the search ranks a step of `step_s` seconds by: itself, or for time-to-train and
+    cost the step over the goodput of the candidate's checkpoint (`planc.run`; the step alone
+    without a checkpoint section)."""
+    if judge.objective == "step" or analysis.plan.run.checkpoint is None:
+        return lambda step_s: step_s
+
+    def effective(step_s: float) -> float:
+        cost = checkpoint_cost(analysis, step_s, 0)
+        return step_s if cost is None else step_s / cost.goodput
+
+    return effective
+
+
+def _metrics(step: _Step, ranked: Callable[[float], float]) -> Metrics:
     return Metrics(
         step_time_s=step.step_time_s,
         tokens_per_s=step.tokens_per_s,
@@ -306,6 +330,7 @@ def _metrics(step: _Step) -> Metrics:
         compute_s=step.compute_s,
         bubble_s=step.bubble_s,
         exposed_comm_s=max(step.step_time_s - step.compute_s - step.bubble_s, 0.0),
+        rank_s=ranked(step.step_time_s),
     )
 
 

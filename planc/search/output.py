@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from planc.outputs import escape
+from planc.search.fallback import FallbackPlan
 from planc.search.rank import Ranked, SearchResult
 from planc.search.space import Space, Value
 from planc.spec.job import GIB, Job
@@ -243,3 +244,58 @@ def spec_yaml(data: Mapping[str, Any], header: str) -> str:
     body = yaml.safe_dump(dict(data), sort_keys=False, allow_unicode=True, width=100)
     comments = "".join(f"# {line}\n" for line in header.splitlines())
     return comments + body
+
+
+# --- fallback plans (`planc search --lost-nodes K`, planc.search.fallback) -----------------------
+
+
+def _layout_words(plan: FallbackPlan) -> str:
+    v = plan.values or {}
+    sp = " SP" if v.get("sequence_parallel") else ""
+    return (
+        f"t{v.get('tensor')} p{v.get('pipeline')} v{v.get('virtual_stages')} "
+        f"c{v.get('context')} d{plan.data}{sp} ZeRO-{v.get('zero_stage')} "
+        f"b{v.get('micro_batch')} {v.get('recompute')}"
+    )
+
+
+def _fallback_line(plan: FallbackPlan) -> str:
+    lost = f"−{plan.lost} node{'s' if plan.lost > 1 else ''}"
+    head = f"  {lost:<10} {plan.kind:<9}"
+    if plan.values is None:
+        return f"{head}  none: {plan.reason}"
+    run = ""
+    if plan.run is not None:
+        run = f"  run {plan.run.wall_s / 86_400:,.1f} days, {plan.run.gpu_hours:,.0f} GPU-hours"
+    return (
+        f"{head}  {plan.nodes:>6,} nodes  {_layout_words(plan)}  B {plan.global_batch:,} "
+        f"({plan.drift:+.1%})  step {plan.step_time_s:.3f} s{run}"
+    )
+
+
+def render_fallbacks(plans: tuple[FallbackPlan, ...], tolerance: float) -> str:
+    """The fallback plans as text: one line per lost-node count and kind."""
+    lines = [
+        "",
+        f"fallback plans (keep: the model-parallel layout kept, only d, micro-batch and ZeRO "
+        f"change, the global batch within ±{tolerance:.0%}; re-layout: every axis searched):",
+        *(_fallback_line(plan) for plan in plans),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def fallback_json(plan: FallbackPlan) -> dict[str, Any]:
+    """One fallback plan as plain data."""
+    run = plan.run
+    return {
+        "lost_nodes": plan.lost,
+        "kind": plan.kind,
+        "nodes": plan.nodes,
+        "global_batch": plan.global_batch,
+        "batch_drift": plan.drift,
+        "layout": None if plan.values is None else {**plan.values, "data": plan.data},
+        "step_time_s": plan.step_time_s if plan.values is not None else None,
+        "wall_s": None if run is None else run.wall_s,
+        "gpu_hours": None if run is None else run.gpu_hours,
+        "reason": plan.reason or None,
+    }

@@ -1,4 +1,5 @@
-"""Ranking: feasible candidates by estimated step time, then peak memory, then layout order.
+"""Ranking: feasible candidates by estimated step time (or, with `--objective time-to-train` or
+`cost`, the step over its goodput), then peak memory, then layout order.
 
 The layout order is the candidate's index in the space (`Space.candidates`), so the ranking is
 total and the same however the work was split.
@@ -23,7 +24,7 @@ class Ranked:
 
     @property
     def key(self) -> tuple[float, int, int]:
-        return (self.metrics.step_time_s, self.verdict.peak_memory_bytes, self.verdict.index)
+        return (self.metrics.rank_s, self.verdict.peak_memory_bytes, self.verdict.index)
 
 
 @record
@@ -59,5 +60,7 @@ def best(ranked: Iterable[Ranked], top: int) -> tuple[Ranked, ...]:
 
 
 def last_place(ranked: tuple[Ranked, ...], top: int) -> float:
-    """The step time a candidate must beat to enter the top `top` (infinite until it is full)."""
-    return ranked[top - 1].metrics.step_time_s if len(ranked) >= top else float("inf")
+    """What a candidate must beat to enter the top `top` (infinite until it is full): the
+    ranked quantity (`Metrics.rank_s`, the step time unless the objective is the run's), never
+    below a step time, so a step's lower bound above it rules a candidate out."""
+    return ranked[top - 1].metrics.rank_s if len(ranked) >= top else float("inf")

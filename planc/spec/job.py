@@ -17,6 +17,7 @@ from planc.spec.fabric import Fabric, Tier, Topology
 from planc.spec.rule_options import OPTIONS as RULE_OPTIONS
 from planc.vocab import (
     AttentionKind,
+    CheckpointFormat,
     DType,
     Framework,
     Kernels,
@@ -307,6 +308,98 @@ class Rules:
     severity: Mapping[str, str]
 
 
+# Llama 3 405B's run (Dubey et al. 2024, "The Llama 3 Herd of Models", §3.3.4): 419 unexpected
+# interruptions in a 54-day snapshot on 16,384 H100 GPUs. Per-GPU MTBF = 16,384 × 54 × 24 h / 419
+# = 50,677 GPU-hours (about 5.8 years), the per-GPU rate planc assumes when the spec gives none.
+LLAMA3_GPUS = 16_384
+LLAMA3_HOURS = 54 * 24
+LLAMA3_INTERRUPTIONS = 419
+DEFAULT_GPU_MTBF_HOURS = LLAMA3_GPUS * LLAMA3_HOURS / LLAMA3_INTERRUPTIONS
+# Minutes from an interruption to training again, the checkpoint load aside (Daly 2006's worked
+# example takes R = 10 min; planc's assumption when the spec gives none).
+DEFAULT_RESTART_MINUTES = 10.0
+# checkpoint.format auto: each framework's own saver.
+NATIVE_FORMAT: Mapping[Framework, CheckpointFormat] = MappingProxyType(
+    {"megatron": "megatron-dist", "deepspeed": "deepspeed-zero", "fsdp2": "torch-dcp"}
+)
+
+
+@record
+class Storage:
+    """hardware.storage, resolved: aggregate and per-node bandwidths in GB/s (None: no per-node
+    bound)."""
+
+    write_gbs: float
+    node_write_gbs: float | None
+    read_gbs: float
+    node_read_gbs: float | None
+
+
+@record
+class RampPhase:
+    """One phase of training.batch_ramp: global batch B_i (sequences) for D_i tokens."""
+
+    B: int
+    tokens: int
+
+
+@record
+class Checkpointing:
+    """The spec's checkpoint section, resolved (format never auto)."""
+
+    format: CheckpointFormat
+    interval: int | None  # steps between saves; None: Daly's optimum
+    async_save: bool
+    fully_parallel: bool
+    model_only_exports: int
+
+
+@record
+class Reliability:
+    """Interruptions and restarts: the per-GPU MTBF and the restart time besides loading."""
+
+    gpu_mtbf_hours: float
+    restart_s: float
+    given: bool = False  # the spec has a reliability section
+
+
+@record
+class Cost:
+    """The spec's cost section: price per GPU-hour, power per GPU (W), PUE."""
+
+    price_per_gpu_hour: float | None
+    gpu_power_w: float | None
+    pue: float
+
+
+@record
+class RunInputs:
+    """What the whole run needs beyond one step: its length (tokens or steps, the batch ramp),
+    checkpointing, storage, reliability and cost. `asked` says whether the spec wants a run
+    estimate at all (without it every output stays as it was)."""
+
+    tokens: int | None = None
+    steps: int | None = None
+    ramp: tuple[RampPhase, ...] = ()
+    checkpoint: Checkpointing | None = None
+    storage: Storage | None = None
+    reliability: Reliability = Reliability(DEFAULT_GPU_MTBF_HOURS, DEFAULT_RESTART_MINUTES * 60)
+    cost: Cost | None = None
+
+    @property
+    def asked(self) -> bool:
+        return (
+            self.tokens is not None
+            or self.steps is not None
+            or self.checkpoint is not None
+            or self.cost is not None
+            or self.reliability.given
+        )
+
+
+NO_RUN = RunInputs()
+
+
 @record
 class Job:
     name: str
@@ -315,6 +408,7 @@ class Job:
     layout: Layout
     training: Training
     rules: Rules
+    run: RunInputs = NO_RUN
 
     @property
     def world(self) -> int:
@@ -894,6 +988,113 @@ def _rules(spec: Data) -> Rules:
     )
 
 
+def _storage(spec: Data) -> Storage | None:
+    given = spec["hardware"].get("storage")
+    if not given:
+        return None
+    write, node_write = float(given["write_gbs"]), given.get("node_write_gbs")
+    read, node_read = given.get("read_gbs"), given.get("node_read_gbs")
+    return Storage(
+        write_gbs=write,
+        node_write_gbs=None if node_write is None else float(node_write),
+        read_gbs=write if read is None else float(read),
+        node_read_gbs=(None if node_write is None else float(node_write))
+        if node_read is None
+        else float(node_read),
+    )
+
+
+def _run_length(tr: Data) -> tuple[int | None, int | None, tuple[RampPhase, ...]] | list[Problem]:
+    """training.tokens, steps and batch_ramp, checked against each other."""
+    tokens, steps = tr.get("tokens"), tr.get("steps")
+    ramp = tuple(RampPhase(p["global_batch"], p["tokens"]) for p in tr.get("batch_ramp") or ())
+    if tokens is not None and steps is not None:
+        return [Problem("PLC110", "training.steps", "training.tokens and training.steps are "
+                        "both given: the run has one length", "keep one of the two")]
+    if ramp and tokens is None:
+        return [Problem("PLC110", "training.batch_ramp", "training.batch_ramp needs "
+                        "training.tokens: the ramp's phases are counted in tokens",
+                        "give training.tokens, the whole run's tokens, ramp included")]
+    ramped = sum(phase.tokens for phase in ramp)
+    if tokens is not None and ramped >= tokens:
+        return [Problem("PLC110", "training.batch_ramp", f"the batch ramp runs {ramped:,} "
+                        f"tokens, not below training.tokens {tokens:,}: nothing is left for "
+                        "global_batch", "raise training.tokens or shorten the ramp")]
+    return tokens, steps, ramp
+
+
+def _checkpointing(spec: Data, framework: Framework) -> Checkpointing | list[Problem] | None:
+    given = spec.get("checkpoint")
+    if not given:
+        return None
+    native = NATIVE_FORMAT[framework]
+    fmt = native if given["format"] == "auto" else given["format"]
+    problems = []
+    if fmt != native:
+        problems.append(Problem("PLC110", "checkpoint.format", f"checkpoint.format {fmt} is "
+                                f"not what training.framework {framework} saves ({native})",
+                                f"write format: {native}, or auto"))
+    if not spec["hardware"].get("storage"):
+        problems.append(Problem("PLC109", "hardware.storage", "checkpoint: needs "
+                                "hardware.storage: planc prices a save by its bandwidth",
+                                "add hardware.storage: {write_gbs: ..., node_write_gbs: ...}"))
+    if problems:
+        return problems
+    interval = given["interval"]
+    return Checkpointing(
+        format=fmt,
+        interval=None if interval == "optimal" else interval,
+        async_save=given["async_save"],
+        fully_parallel=given["fully_parallel_save"],
+        model_only_exports=given["model_only_exports"],
+    )
+
+
+def _reliability(spec: Data) -> Reliability | list[Problem]:
+    given = spec.get("reliability")
+    if not given:
+        return NO_RUN.reliability
+    mtbf, rate = given.get("gpu_mtbf_hours"), given.get("interruptions_per_gpu_day")
+    if mtbf is not None and rate is not None:
+        return [Problem("PLC110", "reliability.interruptions_per_gpu_day", "reliability gives "
+                        "both gpu_mtbf_hours and interruptions_per_gpu_day: one rate",
+                        "keep one of the two")]
+    hours = DEFAULT_GPU_MTBF_HOURS if mtbf is None and rate is None else (
+        float(mtbf) if mtbf is not None else 24.0 / float(rate)
+    )
+    return Reliability(hours, float(given["restart_minutes"]) * 60, given=True)
+
+
+def _cost(spec: Data) -> Cost | None:
+    given = spec.get("cost")
+    if not given:
+        return None
+    price, power = given.get("price_per_gpu_hour"), given.get("gpu_power_w")
+    return Cost(
+        price_per_gpu_hour=None if price is None else float(price),
+        gpu_power_w=None if power is None else float(power),
+        pue=float(given["pue"]),
+    )
+
+
+def _run(spec: Data, framework: Framework) -> RunInputs | list[Problem]:
+    """The run beyond one step (`RunInputs`), or what is inconsistent in it."""
+    length = _run_length(spec["training"])
+    checkpoint = _checkpointing(spec, framework)
+    reliability = _reliability(spec)
+    problems = [
+        *(length if isinstance(length, list) else []),
+        *(checkpoint if isinstance(checkpoint, list) else []),
+        *(reliability if isinstance(reliability, list) else []),
+    ]
+    if problems or isinstance(length, list) or isinstance(checkpoint, list) or isinstance(
+        reliability, list
+    ):
+        return problems
+    tokens, steps, ramp = length
+    return RunInputs(tokens, steps, ramp, checkpoint, _storage(spec), reliability, _cost(spec))
+
+
 def resolve(spec: Data) -> Job | list[Problem]:
     """Merge presets and defaults into a `Job`, or say what is missing.
 
@@ -919,5 +1120,8 @@ def resolve(spec: Data) -> Job | list[Problem]:
                 f"add {training.precision}_tflops to hardware.gpu (an H100 SXM has 67 for fp32)",
             )
         ]
+    run = _run(spec, training.framework)
+    if isinstance(run, list):
+        return run
     layout = _layout(spec, cluster.world)
-    return Job(spec["name"], model, cluster, layout, training, _rules(spec))
+    return Job(spec["name"], model, cluster, layout, training, _rules(spec), run)

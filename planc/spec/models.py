@@ -26,6 +26,7 @@ from planc.spec.options import Option
 from planc.spec.rule_options import OPTIONS
 from planc.vocab import (
     AttentionKind,
+    CheckpointFormat,
     Framework,
     Kernels,
     Mlp,
@@ -54,6 +55,8 @@ MAX_DEGREE = 1_048_576
 MAX_DIM = 10_000_000
 # Per-stage work (memory budgets, schedules) must stay bounded; real pipelines use ≤ 128 stages.
 MAX_STAGES = 4096
+# A run's tokens and steps: 10^15 tokens is 64 times Llama 3's 15.6T, and stays exact as a float.
+MAX_TOKENS = 10**15
 
 
 def _orders() -> tuple[str, ...]:
@@ -514,6 +517,26 @@ class TierSpec(Frozen):
     label: (
         Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=ONE_LINE)] | None
     ) = Field(None, description="How reports show the tier. Default: its name.")
+class StorageSpec(Frozen):
+    """The file system checkpoints go to and restarts read from (GB/s = 10^9 bytes per second)."""
+
+    write_gbs: Bandwidth = Field(
+        description="Aggregate write bandwidth of the checkpoint file system in GB/s, 0.001 to "
+        "10,000,000 (Llama 3's Tectonic sustains 2,000 and peaks at 7,000)."
+    )
+    node_write_gbs: Bandwidth | None = Field(
+        None,
+        description="Write bandwidth one node reaches in GB/s (its storage NICs and client). "
+        "Default: no per-node bound (the aggregate alone).",
+    )
+    read_gbs: Bandwidth | None = Field(
+        None,
+        description="Aggregate read bandwidth in GB/s, for loading a checkpoint at a restart. "
+        "Default: write_gbs.",
+    )
+    node_read_gbs: Bandwidth | None = Field(
+        None, description="Read bandwidth one node reaches in GB/s. Default: node_write_gbs."
+    )
 
 
 class HardwareSpec(Frozen):
@@ -583,6 +606,11 @@ class HardwareSpec(Frozen):
         description="A JSON file of efficiency tables fitted to this cluster's measured step "
         "times by `planc calibrate`, relative to the spec. Default: the GPU preset's entry of "
         "planc/presets/efficiency.json.",
+    )
+    storage: StorageSpec | None = Field(
+        None,
+        description="The checkpoint file system's bandwidths (needed by checkpoint:). "
+        "Default: none given.",
     )
 
 
@@ -691,6 +719,17 @@ class OffloadSpec(Frozen):
     )
 
 
+class RampPhaseSpec(Frozen):
+    """One phase of a batch ramp: a global batch held for a number of tokens."""
+
+    global_batch: Annotated[StrictInt, Field(ge=1, le=2**40)] = Field(
+        description="Global batch B_i in sequences per optimizer step during this phase."
+    )
+    tokens: Annotated[StrictInt, Field(ge=1, le=MAX_TOKENS)] = Field(
+        description="Training tokens D_i this phase runs for."
+    )
+
+
 class TrainingSpec(Frozen):
     """One optimizer step: sequence, batch, precision, optimizer, recompute, kernels."""
 
@@ -775,6 +814,102 @@ class TrainingSpec(Frozen):
         "planc sizes each MoE layer's routed activations and all-to-all buffers with it. "
         "Default: 1.0, the balanced expectation a load-balancing loss aims at; set it from your "
         "router's measured peak load (Megatron --moe-per-layer-logging) to budget the worst rank.",
+    )
+    tokens: Annotated[StrictInt, Field(ge=1, le=MAX_TOKENS)] | None = Field(
+        None,
+        description="Training tokens D of the whole run, batch_ramp included; planc explain "
+        "then gives steps, days, GPU-hours (and cost: with cost:). Give tokens or steps, not "
+        "both. Default: none (no run estimate).",
+    )
+    steps: Annotated[StrictInt, Field(ge=1, le=MAX_TOKENS)] | None = Field(
+        None,
+        description="Optimizer steps of the whole run at global_batch, instead of tokens. "
+        "Default: none.",
+    )
+    batch_ramp: list[RampPhaseSpec] = Field(
+        default_factory=list,
+        json_schema_extra={"default": []},
+        max_length=64,
+        description="Phases run first, in order, each at its own global batch for its tokens "
+        "(Llama 3 405B: 4M-token batches for 252M tokens, 8M for 2.87T, then 16M); global_batch "
+        "runs the rest of training.tokens. Needs training.tokens. Default: none.",
+    )
+
+
+class CheckpointSpec(Frozen):
+    """How the run checkpoints: what each rank saves, how often, and whether it blocks."""
+
+    format: CheckpointFormat = Field(
+        "auto",
+        description="The saver planc sizes: megatron-dist (Megatron-Core dist_checkpointing), "
+        "deepspeed-zero (DeepSpeed's model states and ZeRO optimizer shards) or torch-dcp "
+        "(torch.distributed.checkpoint under FSDP2); auto: training.framework's own. It must "
+        "match training.framework.",
+    )
+    interval: Annotated[StrictInt, Field(ge=1, le=MAX_TOKENS)] | Literal["optimal"] = Field(
+        "optimal",
+        description="Steps between checkpoints, or optimal: Daly's optimal interval for this "
+        "checkpoint cost and job MTBF, rounded to whole steps. Default: optimal.",
+    )
+    async_save: StrictBool = Field(
+        False,
+        description="Asynchronous save (torch DCP async_save, Megatron --async-save): the step "
+        "waits only for the copy to pinned host memory, which PLC021 counts; the write runs in "
+        "the background and must finish before the next save. Default: false.",
+    )
+    fully_parallel_save: StrictBool = Field(
+        True,
+        description="Megatron only: the data-parallel replicas split the save of the replicated "
+        "weights (--ckpt-fully-parallel-save, Megatron-Core's default); false: one replica "
+        "writes them. Default: true.",
+    )
+    model_only_exports: Annotated[StrictInt, Field(ge=0, le=1_000_000)] = Field(
+        0,
+        description="Model-only exports over the run (16-bit weights alone, torchtitan "
+        "last_save_model_only), each written synchronously. Default: 0.",
+    )
+
+
+class ReliabilitySpec(Frozen):
+    """How often the job is interrupted and what a restart costs. Defaults from Llama 3 405B's
+    published 54 days on 16,384 H100 GPUs (Dubey et al. 2024, §3.3.4)."""
+
+    gpu_mtbf_hours: Annotated[float, _bounded(1.0, 1e9)] | None = Field(
+        None,
+        description="Mean time between interruptions per GPU in hours, 1 to 10^9; the job's "
+        "MTBF is this over the GPU count. Default: 50,677, Llama 3's 419 unexpected "
+        "interruptions in 54 days on 16,384 GPUs (16,384 × 1,296 h / 419).",
+    )
+    interruptions_per_gpu_day: Annotated[float, _bounded(1e-9, 24.0)] | None = Field(
+        None,
+        description="The same rate as interruptions per GPU per day, instead of gpu_mtbf_hours "
+        "(Llama 3: 419 / (16,384 × 54) = 4.7·10^-4). Default: from gpu_mtbf_hours.",
+    )
+    restart_minutes: Annotated[float, _bounded(0.0, 100_000)] = Field(
+        10.0,
+        description="Minutes from an interruption to training again, besides loading the "
+        "checkpoint (which planc prices from hardware.storage): detection, rescheduling, "
+        "rendezvous, warm-up. Default: 10 (Daly 2006's worked example; measure your own).",
+    )
+
+
+class CostSpec(Frozen):
+    """Prices and power: user input, never a preset (prices differ by contract and year)."""
+
+    price_per_gpu_hour: Annotated[float, _bounded(0.0, 1_000_000)] | None = Field(
+        None,
+        description="What one GPU-hour costs, in your currency, 0 to 1,000,000. Default: none "
+        "(no cost line).",
+    )
+    gpu_power_w: Annotated[float, _bounded(1.0, 1_000_000)] | None = Field(
+        None,
+        description="Average power per GPU in watts while training, 1 to 1,000,000 (an H100 "
+        "SXM's board limit is 700). Default: none (no energy line).",
+    )
+    pue: Annotated[float, _bounded(1.0, 10.0)] = Field(
+        1.0,
+        description="Power usage effectiveness of the data centre, 1 to 10: facility energy "
+        "over IT energy. Default: 1.0 (the GPUs' energy alone).",
     )
 
 
@@ -914,6 +1049,18 @@ class Spec(Frozen):
     hardware: HardwareSpec = Field(description="The cluster.")
     parallelism: ParallelismSpec = Field(ParallelismSpec(), description="The parallel layout.")
     training: TrainingSpec = Field(description="The training step.")
+    checkpoint: CheckpointSpec | None = Field(
+        None,
+        description="Checkpointing: planc explain prices the saves, restarts and goodput. "
+        "Needs hardware.storage. Default: none (no checkpoint model).",
+    )
+    reliability: ReliabilitySpec | None = Field(
+        None,
+        description="Interruption rate and restart time. Default: Llama 3's published rates.",
+    )
+    cost: CostSpec | None = Field(
+        None, description="Price per GPU-hour and power, for the run's cost and energy."
+    )
     rules: RulesSpec = Field(RulesSpec(), description="Rule thresholds and settings.")
     search: SearchSpec = Field(
         SearchSpec(), description="What planc search may try; ignored by the other commands."
@@ -954,6 +1101,11 @@ _SECTION_TITLES = {
     "OffloadSpec": "Offload",
     "MoESpec": "Mixture of experts",
     "TierSpec": "Fabric tier",
+    "StorageSpec": "Storage",
+    "RampPhaseSpec": "Batch ramp phase",
+    "CheckpointSpec": "Checkpoint",
+    "ReliabilitySpec": "Reliability",
+    "CostSpec": "Cost",
 }
 _WORDS = {
     "gb": "GB",
@@ -981,6 +1133,7 @@ _BRANCH_TITLES = {
     ("HardwareSpec", "hosts"): ("Host names, in node order", "Host pattern such as gpu-{000..063}"),
     ("HardwareSpec", "gpu"): ("GPU preset", "Custom GPU"),
     ("HardwareSpec", "fabric"): ("Fabric preset", "Fabric tiers"),
+    ("CheckpointSpec", "interval"): ("Steps between checkpoints", "Daly's optimal interval"),
 }
 _MODEL_DIMENSIONS = ("layers", "hidden", "heads", "vocab")
 

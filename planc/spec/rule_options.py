@@ -25,4 +25,22 @@ OPTIONS: tuple[Option, ...] = (
         lt=1.0,
         rule="PLC007",
     ),
+    Option(
+        "max_goodput_loss",
+        0.01,
+        "Goodput the checkpoint interval may lose against Daly's optimal interval, as a fraction",
+        value_type=float,
+        ge=0.0,
+        lt=1.0,
+        rule="PLC046",
+    ),
+    Option(
+        "min_goodput",
+        0.8,
+        "Least goodput (training time over wall time, with checkpoints, lost work and restarts)",
+        value_type=float,
+        ge=0.0,
+        le=1.0,
+        rule="PLC047",
+    ),
 )

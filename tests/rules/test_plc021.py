@@ -101,3 +101,21 @@ def test_a_larger_shard_group_is_offered_under_hsdp() -> None:
     assert f"data_shard: 4 ({need / 1e9:,.1f} GB per node)" in finding.fix
     fixed = {**overlay, "parallelism": {"data_shard": 4}}
     assert findings_of(check_text(spec_text(fixed))) == []
+
+
+def test_async_checkpoint_staging_counts_in_host_memory() -> None:
+    """An asynchronous save copies each rank's saved state to pinned host memory: Megatron
+    ZeRO-1, 2Ψ_r weights + 12Ψ_r/4 optimizer shards = 20,076,318,720 bytes a rank, 160.6 GB a
+    node, above 100 GB."""
+    layer = 2 * 4096 * 128 * (16 + 4) + 3 * 4096 * 7168 + 2 * 4096
+    psi = 32 * layer + 2 * 64128 * 4096 + 4096
+    staged = 8 * (2 * psi + 12 * psi // 4)
+    overlay = {
+        "hardware": {"host_memory_gb": 100, "storage": {"write_gbs": 100}},
+        "checkpoint": {"async_save": True},
+    }
+    (finding,) = findings_of(check_overlay(overlay))
+    assert finding.field == "checkpoint.async_save"
+    assert f"{staged / 1e9:,.1f} GB per node" in finding.message
+    sync = {**overlay, "checkpoint": {"async_save": False}}
+    assert "PLC021" not in rules_fired(check_overlay(sync))
