@@ -38,7 +38,10 @@ def test_llama3_405b_explain_prints_gpu_hours_and_goodput() -> None:
     assert abs(data["wall_s"] - data["compute_s"] / data["goodput"]) < 1e-6 * data["wall_s"]
     assert 0.90 < data["goodput"] < 0.95
     compute_hours = 16_384 * data["compute_s"] / 3600
-    assert PUBLISHED_GPU_HOURS < compute_hours < 1.3 * PUBLISHED_GPU_HOURS
+    # The example's layout (full recompute, a 1F1B bubble) is slower than Meta's run, never
+    # faster; planc's H100 model came within 7 % on NVIDIA's dense runs (docs/validation.md),
+    # so the gap is the layout's: under 1.6× the model card.
+    assert PUBLISHED_GPU_HOURS < compute_hours < 1.6 * PUBLISHED_GPU_HOURS
     assert f"GPU-hours: {data['gpu_hours']:,.0f}" in text
     assert re.search(rf"goodput: {data['goodput']:.1%}", text)
     # 14 bytes a parameter of 405.85B parameters: 5.68 TB (landscape §5.1)

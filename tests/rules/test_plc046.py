@@ -21,7 +21,15 @@ def test_every_step_is_far_from_the_optimum() -> None:
     (finding,) = _fired({"checkpoint": {"interval": 1}})
     assert finding.severity.value == "warning"  # type: ignore[attr-defined]
     assert "every step" in finding.message  # type: ignore[attr-defined]
-    assert "84." in finding.message  # type: ignore[attr-defined]
+    # A save of about a second after every step of a few seconds costs well over the 1 %
+    # threshold: the message gives the goodput and the loss against Daly's interval.
+    import re
+
+    message = finding.message  # type: ignore[attr-defined]
+    got, loss = (
+        float(x) for x in re.findall(r"gives ([0-9.]+)% goodput, ([0-9.]+)% below", message)[0]
+    )
+    assert got < 90.0 and loss > 10.0
     assert "interval: optimal" in finding.fix  # type: ignore[attr-defined]
 
 
