@@ -351,7 +351,9 @@ def _split_args(plan: Plan, notes: list[str]) -> list[str] | None:
             f"the {definition(lay.schedule).title} schedule holds virtual stages r and "
             "2p − 1 − r on rank r; Megatron places virtual stage i on rank i mod p"
         )
-    return [f'--pipeline-model-parallel-layout "{text}"']
+    # No quotes: args.txt is read as $(cat megatron/args.txt), which splits words but removes
+    # no quotes, so Megatron's parser would get them as part of the layout (it has no spaces).
+    return [f"--pipeline-model-parallel-layout {text}"]
 
 
 def _pipeline_args(plan: Plan, notes: list[str]) -> list[str]:
