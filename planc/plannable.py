@@ -686,7 +686,7 @@ def plannable(
             schedule=lay.schedule,
         ),
         m=m,
-        numerics=numerics(job.training),
+        numerics=numerics(job.training, job.cluster.gpu),
         dims=rank_dims(
             job.model,
             s=job.training.s,

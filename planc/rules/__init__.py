@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from planc.rules import batch, experts, inputs, layout, memory, model, perf, sharding
+from planc.rules import batch, experts, inputs, layout, memory, model, perf, precision, sharding
 from planc.rules.base import Option, Rule, RuleKind, Violation
 
 _ALL: tuple[Rule, ...] = (
@@ -40,6 +40,8 @@ _ALL: tuple[Rule, ...] = (
     experts.expert_order_accepted,
     experts.moe_tensor_parallel_needs_sequence_parallel,
     layout.schedule_on_framework,
+    precision.recipe_on_gpu,
+    precision.recipe_options,
     inputs.unreadable,
     inputs.not_text,
     inputs.too_large,
