@@ -108,6 +108,17 @@ class Numerics:
         return DType.FP32.value if self.gradient == 4 else self.precision.value
 
 
+def bf16_ranges(a: int, b: int, n: int, L: int) -> tuple[tuple[int, int], ...]:
+    """The layers of [a, b) that Megatron keeps in BF16 with `n` at each end of L
+    (`--first-last-layers-bf16`, `--num-layers-at-start-in-bf16` = `--num-layers-at-end-in-bf16`
+    = n), as disjoint (start, end) ranges."""
+    if n <= 0:
+        return ()
+    head = (max(a, 0), min(b, n, L))
+    tail = (max(a, L - n, min(n, L)), min(b, L))
+    return tuple(r for r in (head, tail) if r[0] < r[1])
+
+
 def numerics(training: Training, gpu: Gpu | None = None) -> Numerics:
     """The number formats of `training` on `gpu` (see `Numerics`; the GPU decides what an fp8
     or fp4 recipe keeps: Hopper caches a transpose, Blackwell reads columnwise natively)."""
