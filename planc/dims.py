@@ -143,6 +143,9 @@ def quantized_formats(training: Training, recipe: Fp8Recipe, gpu: Gpu | None) ->
     not run on (PLC040 reports it) is priced with two copies, as on Hopper."""
     row = recipe_table(recipe)
     arch = architecture(gpu.name, gpu.peaks) if gpu is not None else "hopper"
+    # torchtitan (fsdp2) runs every recipe, MXFP8 included, through torchao: casts per GEMM,
+    # no cached weights, 16-bit inputs saved, no norm fusion (torchtitan docs/mxfp8.md).
+    te = row.library == "transformer-engine" and training.framework != "fsdp2"
     return Quantized(
         recipe=recipe,
         gemm=DType(training.precision),  # the peak the loader checked (PLC041: fp4 ⇔ nvfp4)
@@ -153,13 +156,13 @@ def quantized_formats(training: Training, recipe: Fp8Recipe, gpu: Gpu | None) ->
         scale_bytes=row.scale_bytes,
         usages=row.usages.get(arch, 2),
         reads=row.reads,
-        saved_input=row.saved_input,
+        saved_input=row.saved_input and te,
         param_gather=training.param_gather,
         gather_fp8=training.param_gather and training.framework in row.gather_fp8,
-        norm_fused=row.norm_fused and training.kernels == "fused",
+        norm_fused=row.norm_fused and te and training.kernels == "fused",
         wgrad_high_precision=row.wgrad_high_precision,
         amax_reduction=row.amax_reduction,
-        cached_weights=row.library == "transformer-engine",
+        cached_weights=te,
         bf16_layers=training.first_last_bf16,
     )
 

@@ -17,8 +17,10 @@ rank: a pass of a chunk is the sum over its ops.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
+from types import MappingProxyType
 
-from planc.dims import ExpertDims
+from planc.dims import ExpertDims, Quantized
 from planc.perf.ops import (
     OpCost,
     OpShape,
@@ -28,6 +30,7 @@ from planc.perf.ops import (
     layer_ops,
     moe_layer_ops,
     optimizer_step,
+    with_quantized_gemms,
 )
 from planc.presets.efficiency import Efficiency
 from planc.record import record
@@ -83,16 +86,34 @@ class PassTimes:
         return self.backward_data_s + self.backward_weight_s
 
 
-def pass_times(ops: Sequence[OpCost], device: Device, eff: Efficiency) -> PassTimes:
-    """Sum of the ops' pass times (kernels on one rank run one after another)."""
+def pass_times(
+    ops: Sequence[OpCost], device: Device, eff: Efficiency, quantized: Device | None = None
+) -> PassTimes:
+    """Sum of the ops' pass times (kernels on one rank run one after another); a quantized GEMM
+    (an FP8/FP4 recipe's) runs on the `quantized` device's peak, its weight gradient too unless
+    the recipe keeps that 16-bit."""
     fwd = bwd_d = bwd_w = core = 0.0
     for op in ops:
-        f = work_time_s(op, op.forward, device, eff)
+        low = quantized if quantized is not None and op.quantized else device
+        f = work_time_s(op, op.forward, low, eff)
         fwd += f
-        bwd_d += work_time_s(op, op.backward_data, device, eff, backward=True)
-        bwd_w += work_time_s(op, op.backward_weight, device, eff, backward=True)
+        bwd_d += work_time_s(op, op.backward_data, low, eff, backward=True)
+        wgrad = device if op.high_precision_wgrad else low
+        bwd_w += work_time_s(op, op.backward_weight, wgrad, eff, backward=True)
         core += f if op.attention_core else 0.0
     return PassTimes(fwd, bwd_d, bwd_w, core)
+
+
+@record
+class QuantizedCompute:
+    """What an FP8/FP4 recipe changes in a stage's compute: the device at the quantized GEMMs'
+    peak, the recipe's formats, the share of a weight cast per micro-batch, and per model chunk
+    the (dense, MoE) layers kept in BF16 (Megatron --first-last-layers-bf16)."""
+
+    device: Device
+    numerics: Quantized
+    weight_share: float  # 1/m: TE caches FP8 weights across micro-batches; 1: torchao
+    bf16_layers: tuple[tuple[int, int], ...]  # per chunk: (dense, MoE) layers in BF16
 
 
 @record
@@ -135,18 +156,28 @@ def chunk_times(
     eff: Efficiency,
     moe_layers: Sequence[int] = (),
     experts: ExpertDims | None = None,
+    low: QuantizedCompute | None = None,
 ) -> tuple[ChunkTimes, ...]:
     """Forward and backward (+ recompute) seconds per micro-batch of each chunk of one stage.
 
     `chunk_layers[j]` is the layer count of the stage's chunk j (one entry without
     interleaving), `moe_layers[j]` how many of them have `experts` (priced with
     `moe_layer_ops`; none when empty). The first stage's chunk 0 also runs the embedding; the
-    last stage's last chunk also runs the final norm, the LM head and the fp32 loss.
+    last stage's last chunk also runs the final norm, the LM head and the fp32 loss. With an
+    FP8/FP4 recipe (`low`) a chunk's layers run their linear GEMMs quantized, but for those
+    it keeps in BF16.
     """
     layer = pass_times(layer_ops(shape), device, eff)
     redo = recompute_time_s(layer, recompute)
     moe = pass_times(moe_layer_ops(shape, experts), device, eff) if experts else layer
     moe_redo = recompute_time_s(moe, recompute)
+    fp8_layer, fp8_moe = layer, moe
+    if low is not None:
+        fp8_layer = _quantized_pass(layer_ops(shape), shape.beta, device, eff, low)
+        if experts:
+            fp8_moe = _quantized_pass(moe_layer_ops(shape, experts), shape.beta, device, eff, low)
+        else:
+            fp8_moe = fp8_layer
     head = pass_times(last_stage_ops(shape), device, eff)
     embed = pass_times(first_stage_ops(shape), device, eff)
     out = []
@@ -155,6 +186,13 @@ def chunk_times(
         dense = layers - routed
         forward = dense * layer.forward_s + routed * moe.forward_s
         backward = dense * (layer.backward_s + redo) + routed * (moe.backward_s + moe_redo)
+        if low is not None:
+            kept, kept_moe = low.bf16_layers[j] if low.bf16_layers else (0, 0)
+            q_dense, q_moe = dense - kept, routed - kept_moe
+            forward += q_dense * (fp8_layer.forward_s - layer.forward_s)
+            forward += q_moe * (fp8_moe.forward_s - moe.forward_s)
+            backward += q_dense * (fp8_layer.backward_s + recompute_time_s(fp8_layer, recompute) - layer.backward_s - redo)
+            backward += q_moe * (fp8_moe.backward_s + recompute_time_s(fp8_moe, recompute) - moe.backward_s - moe_redo)
         if first_stage and j == 0:
             forward += embed.forward_s
             backward += embed.backward_s
@@ -163,6 +201,28 @@ def chunk_times(
             backward += head.backward_s
         out.append(ChunkTimes(forward, backward, dense * redo + routed * moe_redo, layers))
     return tuple(out)
+
+
+def quantized_efficiency(eff: Efficiency, dtype: DType, peak_ratio: float) -> Efficiency:
+    """The tables for GEMMs in `dtype` at `peak_ratio` times the 16-bit peak: its measured curve
+    when the entry has one (`gemm_by_dtype`), else the 16-bit curve's fractions with the fixed
+    cost kept in time, F½ scaled by the peak (launch, prologue and epilogue do not speed up with
+    the math: the rule efficiency.json derives a GPU's curve by, 'half_flops scaled by peak').
+    So a small FP8 GEMM runs little faster than a 16-bit one, a large one near the peak ratio
+    (torchao float8 README, H100: FP8 pays only on large shapes)."""
+    if dtype in eff.gemm_by_dtype:
+        return eff
+    curve = replace(eff.gemm, half_flops=eff.gemm.half_flops * peak_ratio)
+    return replace(eff, gemm_by_dtype=MappingProxyType({**eff.gemm_by_dtype, dtype: curve}))
+
+
+def _quantized_pass(
+    ops: tuple[OpCost, ...], beta: int, device: Device, eff: Efficiency, low: QuantizedCompute
+) -> PassTimes:
+    """A layer's pass times with the recipe's GEMMs quantized and its quantization kernels."""
+    quantized = with_quantized_gemms(ops, low.numerics, beta, low.weight_share)
+    ratio = low.device.matrix_flops / device.matrix_flops
+    return pass_times(quantized, device, quantized_efficiency(eff, low.device.gemm, ratio), low.device)
 
 
 def optimizer_time_s(

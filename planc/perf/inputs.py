@@ -40,9 +40,10 @@ from planc.comm.schedule import (
     sharding_stage,
     token_count_bytes,
 )
-from planc.dims import ExpertDims, rank_dims
+from planc.dims import ExpertDims, bf16_ranges, rank_dims
 from planc.perf.compute import (
     Device,
+    QuantizedCompute,
     StageTimes,
     chunk_times,
     optimizer_time_s,
@@ -108,6 +109,39 @@ def device_of(job: Plannable) -> Device:
     gpu = job.cluster.gpu
     hbm = gpu.memory_bandwidth_gbs or gpu.bf16_tflops * REFERENCE_HBM_GBS / REFERENCE_TFLOPS
     return Device.of(gemm_peak_tflops(job), hbm, job.numerics.gemm)
+
+
+def quantized_device(job: Plannable) -> Device | None:
+    """The device at the dense peak of an FP8/FP4 recipe's GEMMs (`Quantized.gemm`: the
+    16-bit curve's fractions apply to it, `Efficiency.gemm_for`), with the GPU's HBM; None for
+    a 16/32-bit run."""
+    q = job.numerics.quantized
+    if q is None:
+        return None
+    peak = job.cluster.gpu.peak_tflops(q.gemm)
+    if peak is None:
+        raise ValueError(f"{job.cluster.gpu.name} gives no {q.gemm} peak")
+    return Device(peak * 1e12, device_of(job).hbm_bytes, q.gemm)
+
+
+def quantized_compute(job: Plannable, stage: int) -> QuantizedCompute | None:
+    """What an FP8/FP4 recipe changes in `stage`'s compute (`planc.perf.compute.chunk_times`):
+    its device, its formats, the weight casts per micro-batch (1/m where Transformer Engine
+    caches FP8 weights across the m micro-batches, `is_first_microbatch`; 1 for torchao, which
+    casts every time) and each chunk's (dense, MoE) layers kept in BF16."""
+    q, device = job.numerics.quantized, quantized_device(job)
+    if q is None or device is None:
+        return None
+    moe = job.model.moe
+    kept = []
+    for a, b in job.layout.chunks[stage]:
+        dense = routed = 0
+        for lo, hi in bf16_ranges(a, b, q.bf16_layers, job.model.L):
+            e = 0 if moe is None else moe.moe_layers_between(lo, hi)
+            dense, routed = dense + hi - lo - e, routed + e
+        kept.append((dense, routed))
+    share = 1.0 / job.m if q.cached_weights else 1.0
+    return QuantizedCompute(device, q, share, tuple(kept))
 
 
 def gemm_peak_tflops(job: Plannable) -> float:
@@ -391,6 +425,7 @@ def build_inputs(
             eff,
             routed,
             expert_shape(job),
+            quantized_compute(job, r),
         )
         tp = tp_per_layer(job, eff, ops, r)
         tp_moe = tp_per_layer(job, eff, ops, r, moe_layer=True)
@@ -494,6 +529,7 @@ def stage_times(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
             eff,
             chunk_moe_layers(job, r),
             expert_shape(job),
+            quantized_compute(job, r),
         )
         out.append(
             StageTimes(
