@@ -24,8 +24,8 @@ def recipe_on_gpu(ctx: Context) -> Iterator[Violation]:
     Transformer Engine checks the device before it quantizes (transformer_engine/pytorch/
     quantization.py): FP8 needs compute capability 8.9 (Ada, Hopper and later), FP8 block
     scaling 9.0 and CUDA 12.9, MXFP8 and NVFP4 10.0 (Blackwell); ROCm's Transformer Engine
-    runs MXFP8 only from gfx950, so not on the MI300X (gfx942). torchao's float8 GEMMs
-    (`torch._scaled_mm`) need an H100 or newer. The architecture comes from the GPU preset
+    runs MXFP8 only from gfx950, so not on the MI300X (gfx942). torchtitan's float8 converter
+    (torchao) needs NVIDIA SM89 or AMD gfx942. The architecture comes from the GPU preset
     (planc/presets/fp8.json); a custom GPU with fp4_tflops is taken as Blackwell, one with
     fp8_tflops as Hopper. The reason quoted is the framework's own. A GPU without FP8 tensor
     cores at all (A100) is refused by PLC109 before this rule runs.
