@@ -106,14 +106,14 @@ def pass_times(
 
 @record
 class QuantizedCompute:
-    """What an FP8/FP4 recipe changes in a stage's compute: the device at the quantized GEMMs'
-    peak, the recipe's formats, the share of a weight cast per micro-batch, and per model chunk
-    the (dense, MoE) layers kept in BF16 (Megatron --first-last-layers-bf16)."""
+    """What an FP8/FP4 recipe changes in a stage's compute: the pass times of one dense and one
+    MoE layer with the recipe's GEMMs quantized (`quantized_passes`, computed once per job),
+    and per model chunk the (dense, MoE) layers kept in BF16 (Megatron
+    --first-last-layers-bf16), which run as in 16 bits."""
 
-    device: Device
-    numerics: Quantized
-    weight_share: float  # 1/m: TE caches FP8 weights across micro-batches; 1: torchao
-    bf16_layers: tuple[tuple[int, int], ...]  # per chunk: (dense, MoE) layers in BF16
+    layer: PassTimes
+    moe: PassTimes | None  # None: a dense model
+    bf16_layers: tuple[tuple[int, int], ...] = ()  # per chunk: (dense, MoE) layers in BF16
 
 
 @record
@@ -173,11 +173,8 @@ def chunk_times(
     moe_redo = recompute_time_s(moe, recompute)
     fp8_layer, fp8_moe = layer, moe
     if low is not None:
-        fp8_layer = _quantized_pass(layer_ops(shape), shape.beta, device, eff, low)
-        if experts:
-            fp8_moe = _quantized_pass(moe_layer_ops(shape, experts), shape.beta, device, eff, low)
-        else:
-            fp8_moe = fp8_layer
+        fp8_layer = low.layer
+        fp8_moe = low.moe if low.moe is not None else low.layer
     head = pass_times(last_stage_ops(shape), device, eff)
     embed = pass_times(first_stage_ops(shape), device, eff)
     out = []
@@ -216,13 +213,28 @@ def quantized_efficiency(eff: Efficiency, dtype: DType, peak_ratio: float) -> Ef
     return replace(eff, gemm_by_dtype=MappingProxyType({**eff.gemm_by_dtype, dtype: curve}))
 
 
-def _quantized_pass(
-    ops: tuple[OpCost, ...], beta: int, device: Device, eff: Efficiency, low: QuantizedCompute
-) -> PassTimes:
-    """A layer's pass times with the recipe's GEMMs quantized and its quantization kernels."""
-    quantized = with_quantized_gemms(ops, low.numerics, beta, low.weight_share)
-    ratio = low.device.matrix_flops / device.matrix_flops
-    return pass_times(quantized, device, quantized_efficiency(eff, low.device.gemm, ratio), low.device)
+def quantized_passes(
+    shape: OpShape,
+    experts: ExpertDims | None,
+    device: Device,
+    eff: Efficiency,
+    low_device: Device,
+    q: Quantized,
+    weight_share: float,
+) -> QuantizedCompute:
+    """The pass times of one dense and one MoE layer with the recipe's GEMMs quantized on
+    `low_device` (the FP8/FP4 peak, `quantized_efficiency`) and its quantization kernels, the
+    weight cast `weight_share` of a micro-batch's (1/m where Transformer Engine caches FP8
+    weights, 1 for torchao)."""
+    ratio = low_device.matrix_flops / device.matrix_flops
+    low_eff = quantized_efficiency(eff, low_device.gemm, ratio)
+
+    def passes(ops: tuple[OpCost, ...]) -> PassTimes:
+        quantized = with_quantized_gemms(ops, q, shape.beta, weight_share)
+        return pass_times(quantized, device, low_eff, low_device)
+
+    moe = passes(moe_layer_ops(shape, experts)) if experts else None
+    return QuantizedCompute(passes(layer_ops(shape)), moe)
 
 
 def optimizer_time_s(

@@ -48,6 +48,7 @@ from planc.perf.compute import (
     chunk_times,
     optimizer_time_s,
     pass_times,
+    quantized_passes,
     work_time_s,
 )
 from planc.perf.offload import offload_transfer_s
@@ -124,13 +125,25 @@ def quantized_device(job: Plannable) -> Device | None:
     return Device(peak * 1e12, device_of(job).hbm_bytes, q.gemm)
 
 
-def quantized_compute(job: Plannable, stage: int) -> QuantizedCompute | None:
-    """What an FP8/FP4 recipe changes in `stage`'s compute (`planc.perf.compute.chunk_times`):
-    its device, its formats, the weight casts per micro-batch (1/m where Transformer Engine
-    caches FP8 weights across the m micro-batches, `is_first_microbatch`; 1 for torchao, which
-    casts every time) and each chunk's (dense, MoE) layers kept in BF16."""
-    q, device = job.numerics.quantized, quantized_device(job)
-    if q is None or device is None:
+def quantized_layers(job: Plannable, eff: Efficiency) -> QuantizedCompute | None:
+    """An FP8/FP4 recipe's layer pass times (`planc.perf.compute.quantized_passes`) on the
+    job's quantized device, the weight cast 1/m per micro-batch where Transformer Engine caches
+    FP8 weights across the m micro-batches (`is_first_microbatch`), 1 for torchao, which casts
+    every time; None for a 16/32-bit run."""
+    q, low = job.numerics.quantized, quantized_device(job)
+    if q is None or low is None:
+        return None
+    share = 1.0 / job.m if q.cached_weights else 1.0
+    return quantized_passes(layer_shape(job), expert_shape(job), device_of(job), eff, low, q, share)
+
+
+def quantized_compute(
+    job: Plannable, stage: int, layers: QuantizedCompute | None
+) -> QuantizedCompute | None:
+    """`layers` (`quantized_layers`) with each chunk of `stage`'s (dense, MoE) layers kept in
+    BF16."""
+    q = job.numerics.quantized
+    if q is None or layers is None:
         return None
     moe = job.model.moe
     kept = []
@@ -140,8 +153,7 @@ def quantized_compute(job: Plannable, stage: int) -> QuantizedCompute | None:
             e = 0 if moe is None else moe.moe_layers_between(lo, hi)
             dense, routed = dense + hi - lo - e, routed + e
         kept.append((dense, routed))
-    share = 1.0 / job.m if q.cached_weights else 1.0
-    return QuantizedCompute(device, q, share, tuple(kept))
+    return replace(layers, bf16_layers=tuple(kept))
 
 
 def gemm_peak_tflops(job: Plannable) -> float:
@@ -412,6 +424,7 @@ def build_inputs(
     zero = sharding_stage(job) >= 1
     shard, expert_shard = (lay.shard_group, lay.edp) if zero else (1, 1)
     exchange = ep_per_layer(job, eff)
+    low = quantized_layers(job, eff)
     stages = []
     for r, layers in enumerate(per_stage):
         split, routed = lay.chunk_layers(r), chunk_moe_layers(job, r)
@@ -425,7 +438,7 @@ def build_inputs(
             eff,
             routed,
             expert_shape(job),
-            quantized_compute(job, r),
+            quantized_compute(job, r, low),
         )
         tp = tp_per_layer(job, eff, ops, r)
         tp_moe = tp_per_layer(job, eff, ops, r, moe_layer=True)
@@ -517,6 +530,7 @@ def stage_times(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
     """Forward, backward (recompute included) and recompute compute seconds per micro-batch of
     one rank of each stage, all its chunks together."""
     shape, device, lay = layer_shape(job), device_of(job), job.layout
+    low = quantized_layers(job, eff)
     out = []
     for r in range(lay.p):
         chunks = chunk_times(
@@ -529,7 +543,7 @@ def stage_times(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
             eff,
             chunk_moe_layers(job, r),
             expert_shape(job),
-            quantized_compute(job, r),
+            quantized_compute(job, r, low),
         )
         out.append(
             StageTimes(
