@@ -136,3 +136,14 @@ def test_torchtitan_llama3_8b_on_8_b200(recipe: str, measured: float) -> None:
     base = step(torchtitan_8b({"precision": "bf16"}))
     fp8 = step(torchtitan_8b({"precision": "fp8", "fp8": {"recipe": recipe}}))
     assert fp8.tokens_per_s / base.tokens_per_s == pytest.approx(measured, rel=0.10)
+
+
+def test_explain_says_what_runs_in_fp8() -> None:
+    from planc.outputs.explain import explain, render_text
+
+    text = render_text(explain(analyse(job_of(llama70({"precision": "fp8", "fp8": {"recipe": "current"}})))))
+    (line,) = [line for line in text.splitlines() if line.startswith("number formats:")]
+    assert "fp8" in line and "recipe current" in line and "1,979 TFLOPS" in line
+    assert "the 16-bit weight and 2 quantized copies" in line  # Hopper: FP8 copy and transpose
+    plain = render_text(explain(analyse(job_of(llama70({"precision": "bf16"})))))
+    assert "number formats" not in plain

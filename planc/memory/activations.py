@@ -1211,7 +1211,7 @@ def stage_activation_terms(
     if last and logits_buffer(x, model.V, lay.t):
         buffers.append(
             Term(
-                f"LM head logits ({job.training.precision}, transient)",
+                f"LM head logits ({job.numerics.precision.value}, transient)",
                 "buffers",
                 logits_buffer(x, model.V, lay.t),
                 f"{x.e}·{x.tok}·V'/t",
