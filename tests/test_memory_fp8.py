@@ -155,3 +155,19 @@ def test_llama3_70b_stage_0_on_64_h100() -> None:
     # weights: Ψ_q of 10 layers on a TP rank, 2 FP8 copies more
     per_layer = (8192 * 128 * (64 + 8) * 2 // 4) + 3 * 8192 * 28672 // 4
     assert fp8_stage.weights - bf16_stage.weights == 2 * 10 * per_layer
+
+
+def test_experts_save_their_gemm_inputs_in_fp8() -> None:
+    # TE's GroupedLinear saves its inputs quantized as Linear does: Mixtral's experts' fc1 and
+    # fc2 inputs (R·h and R·f_e/ETP) drop from 2 to 1 byte per element; the SwiGLU input stays.
+    base = "mixtral-8x7b-64xh100.yaml"
+    plain = rank_memory(job_of(None, base), 0).terms
+    fp8 = rank_memory(job_of({"training": {"precision": "fp8", "fp8": {"recipe": "current"}}}, base), 0).terms
+
+    def line(terms: tuple[Term, ...], name: str) -> int:
+        (term,) = [t for t in terms if t.name.startswith(name)]
+        return term.bytes
+
+    for name in ("expert fc1 input", "expert fc2 input"):
+        assert 2 * line(fp8, name) == line(plain, name)
+    assert line(fp8, "expert activation input") == line(plain, "expert activation input")

@@ -656,6 +656,27 @@ class ExpertShape:
     # symbols for formulas
     tok: str  # "T"
     rows_formula: str  # R in symbols
+    # A recipe that saves the GEMM inputs quantized (as LayerShape's q_* fields; 0: ε bytes).
+    q_bits: int = 0
+    q_block: int = 0
+    q_scale: int = 0
+    q_label: str = ""
+
+
+def _expert_input(y: ExpertShape, elements: int) -> int:
+    """A saved expert GEMM input: ε bytes per element, or quantized (TE GroupedLinear saves
+    its inputs quantized as Linear does)."""
+    if not y.q_bits:
+        return y.e * elements
+    return quantized_bytes(elements, y.q_bits, y.q_block, y.q_scale)
+
+
+def _qy(y: ExpertShape) -> str:
+    """A saved expert GEMM input's bytes per element, for formulas."""
+    if not y.q_bits:
+        return str(y.e)
+    scales = f"·(1 + {y.q_scale}/{y.q_block})" if y.q_block else ""
+    return f"{y.q_bits / 8:g}{scales}"
 
 
 def expert_shape(job: Plannable) -> ExpertShape:
@@ -687,6 +708,10 @@ def expert_shape(job: Plannable) -> ExpertShape:
         capacity=y.capacity,
         tok="T",
         rows_formula=rows_formula,
+        q_bits=x.q_bits,
+        q_block=x.q_block,
+        q_scale=x.q_scale,
+        q_label=x.q_label,
     )
 
 
@@ -733,7 +758,7 @@ def permutation_indices(y: ExpertShape) -> int:
 
 def expert_fc1_input(y: ExpertShape) -> int:
     """ε·R·h: the rows this rank's experts received, sorted by expert, input of their fc1."""
-    return y.e * y.rows * y.h
+    return _expert_input(y, y.rows * y.h)
 
 
 def expert_activation_input(y: ExpertShape) -> int:
@@ -767,7 +792,7 @@ def expert_probabilities(y: ExpertShape) -> int:
 
 def expert_fc2_input(y: ExpertShape) -> int:
     """ε·R·f_e/ETP: the weighted activation's output, input of the experts' fc2."""
-    return y.e * y.rows * y.f_e
+    return _expert_input(y, y.rows * y.f_e)
 
 
 def shared_activation_input(y: ExpertShape) -> int:
@@ -787,7 +812,7 @@ def shared_silu_output(y: ExpertShape) -> int:
 
 def shared_fc2_input(y: ExpertShape) -> int:
     """ε·s·b·E_s·f_s/t: the shared experts' fc2 input."""
-    return y.e * y.shared_tokens * y.f_s
+    return _expert_input(y, y.shared_tokens * y.f_s)
 
 
 @record
@@ -798,6 +823,11 @@ class MoELine:
     size: Callable[[ExpertShape], int]
     formula: Callable[[ExpertShape], str]
     source: str
+    quantized: bool = False  # a GEMM input an FP8 recipe saves quantized
+
+    def title(self, y: ExpertShape) -> str:
+        """The line's name, with the format it is saved in when quantized."""
+        return f"{self.name} ({y.q_label})" if self.quantized and y.q_bits else self.name
 
 
 def _gate(y: ExpertShape) -> str:
@@ -824,8 +854,9 @@ MOE_LINES: tuple[MoELine, ...] = (
     MoELine(
         "expert fc1 input (received rows)",
         expert_fc1_input,
-        lambda y: f"{y.e}·R·h (R = {y.rows_formula})",
+        lambda y: f"{_qy(y)}·R·h (R = {y.rows_formula})",
         MOE_EXPERTS + "; " + MOE_DISPATCHER,
+        quantized=True,
     ),
     MoELine(
         "expert activation input (fc1 output)",
@@ -854,7 +885,13 @@ MOE_LINES: tuple[MoELine, ...] = (
     MoELine(
         "expert routing probabilities", expert_probabilities, lambda y: f"{y.e}·R", MOE_EXPERTS
     ),
-    MoELine("expert fc2 input", expert_fc2_input, lambda y: f"{y.e}·R·f_e/ETP", MOE_EXPERTS),
+    MoELine(
+        "expert fc2 input",
+        expert_fc2_input,
+        lambda y: f"{_qy(y)}·R·f_e/ETP",
+        MOE_EXPERTS,
+        quantized=True,
+    ),
     MoELine(
         "shared-expert activation input (fc1 output)",
         shared_activation_input,
@@ -874,7 +911,11 @@ MOE_LINES: tuple[MoELine, ...] = (
         PYTORCH_SWIGLU,
     ),
     MoELine(
-        "shared-expert fc2 input", shared_fc2_input, lambda y: f"{y.e}·s·b·E_s·f_s/t", MOE_SHARED
+        "shared-expert fc2 input",
+        shared_fc2_input,
+        lambda y: f"{_qy(y)}·s·b·E_s·f_s/t",
+        MOE_SHARED,
+        quantized=True,
     ),
 )
 
@@ -895,7 +936,7 @@ def moe_layer_terms(x: LayerShape, y: ExpertShape, recompute: str = "none") -> t
         for line in attention
     ]
     terms += [
-        Term(line.name, "activations", line.size(y), line.formula(y), line.source)
+        Term(line.title(y), "activations", line.size(y), line.formula(y), line.source)
         for line in MOE_LINES
     ]
     return tuple(term for term in terms if term.bytes)
@@ -1092,7 +1133,7 @@ def _layer_lines(
     if y is not None and moe and recompute != "full":
         for moe_line in MOE_LINES:
             term = Term(
-                moe_line.name, "activations", moe_line.size(y), moe_line.formula(y), moe_line.source
+                moe_line.title(y), "activations", moe_line.size(y), moe_line.formula(y), moe_line.source
             )
             if term.bytes:
                 terms.append(_scaled(term, moe, f"MoE {label}"))
@@ -1140,6 +1181,10 @@ def _bf16_layer_inputs(
     lines = [line for line in kept_lines(x, recompute) if line.is_quantized(x)]
     extra = sum(line.size(whole) - line.size(x) for line in lines) * dense
     extra += sum(line.size(whole) - line.size(x) for line in lines if not line.mlp) * routed
+    if routed and job.model.moe is not None and recompute != "full":
+        y = expert_shape(job)
+        y16 = replace(y, q_bits=0)
+        extra += sum(m.size(y16) - m.size(y) for m in MOE_LINES if m.quantized) * routed
     if extra <= 0:
         return []
     return [
