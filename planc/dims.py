@@ -95,6 +95,7 @@ class Numerics:
     gemm: DType  # the data type the GEMMs run in, whose peak prices them
     loss_scaling: bool  # fp16's dynamic loss scale: an unscale pass before the update
     quantized: Quantized | None = None  # precision fp8/fp4: the recipe's formats (else None)
+    moment: int = 4  # bytes of each Adam moment: 4, or 2 with the precision-aware optimizer
 
     @property
     def weight_label(self) -> str:
@@ -135,6 +136,7 @@ def numerics(training: Training, gpu: Gpu | None = None) -> Numerics:
         gemm=base.gemm,
         loss_scaling=False,
         quantized=quantized_formats(training, recipe, gpu),
+        moment=2 if training.moments_bf16 else 4,
     )
 
 

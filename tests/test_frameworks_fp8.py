@@ -20,7 +20,7 @@ FP8_CASES: dict[str, dict[str, Any]] = {
         "parallelism": {"tensor": 2, "pipeline": 2, "zero_stage": 1},
         "training": {
             "precision": "fp8",
-            "fp8": {"recipe": "current", "param_gather": True, "first_last_bf16": 1},
+            "fp8": {"recipe": "current", "param_gather": True, "first_last_bf16": 1, "moments": "bf16"},
         },
     },
     "delayed": {"training": {"precision": "fp8"}},
@@ -43,6 +43,8 @@ def test_megatron_flags_carry_the_recipe() -> None:
     assert args["--fp8-format"] == "hybrid" and args["--fp8-recipe"] == "tensorwise"
     assert "--fp8-param-gather" in args and "--first-last-layers-bf16" in args
     assert args["--num-layers-at-start-in-bf16"] == args["--num-layers-at-end-in-bf16"] == "1"
+    assert "--use-precision-aware-optimizer" in args
+    assert args["--exp-avg-dtype"] == args["--exp-avg-sq-dtype"] == "bf16"
     assert flags(files("delayed")["megatron/args.txt"])["--fp8-recipe"] == "delayed"
     mx = flags(files("mxfp8-b200")["megatron/args.txt"])
     assert mx["--fp8-recipe"] == "mxfp8" and mx["--fp8-format"] == "e4m3"
@@ -62,6 +64,7 @@ def test_megatron_parser_accepts_the_fp8_arguments() -> None:
     assert got["fp8"] == "hybrid" and got["fp8_recipe"] == "tensorwise"
     assert got["fp8_param_gather"] and got["first_last_layers_bf16"]
     assert got["num_layers_at_start_in_bf16"] == 1 and got["bf16"]
+    assert got["use_precision_aware_optimizer"]
     assert parsed["blockwise"]["fp8_recipe"] == "blockwise"
     assert parsed["mxfp8-b200"]["reuse_grad_buf_for_mxfp8_param_ag"]
 

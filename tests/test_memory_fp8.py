@@ -171,3 +171,16 @@ def test_experts_save_their_gemm_inputs_in_fp8() -> None:
     for name in ("expert fc1 input", "expert fc2 input"):
         assert 2 * line(fp8, name) == line(plain, name)
     assert line(fp8, "expert activation input") == line(plain, "expert activation input")
+
+
+def test_precision_aware_optimizer_keeps_bf16_moments() -> None:
+    # --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16: each moment
+    # 2 bytes per parameter of the shard instead of 4; the fp32 master stays.
+    def optimizer(moments: str) -> dict[str, int]:
+        overlay = fp8(recipe="current", moments=moments)
+        return {t.name: t.bytes for t in terms(overlay) if t.component == "optimizer"}
+
+    fp32, bf16 = optimizer("fp32"), optimizer("bf16")
+    assert bf16["Adam m (bf16)"] * 2 == fp32["Adam m (fp32)"]
+    assert bf16["Adam v (bf16)"] * 2 == fp32["Adam v (fp32)"]
+    assert bf16["fp32 master weights"] == fp32["fp32 master weights"]

@@ -180,6 +180,12 @@ def megatron_fp8_arguments(plan: Plan, notes: list[str]) -> list[str]:
             args.append("--fp8-param-gather")
             if q.recipe.value == "mxfp8":
                 args.append("--reuse-grad-buf-for-mxfp8-param-ag")
+    if plan.job.training.moments_bf16:
+        args += [
+            "--use-precision-aware-optimizer",
+            "--exp-avg-dtype bf16",
+            "--exp-avg-sq-dtype bf16",
+        ]
     if q.bf16_layers:
         args += [
             "--first-last-layers-bf16",

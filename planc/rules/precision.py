@@ -78,6 +78,8 @@ def recipe_options(ctx: Context) -> Iterator[Violation]:
       torch fsdp2, megatron fsdp" (zero_stage ≥ 1); torchtitan all-gathers in FP8 only with
       tensorwise scaling ("rowwise: all-gather happens in high precision"); DeepSpeed has
       none. With the optimizer offloaded, Megatron requires the delayed recipe.
+    - moments: bf16 is Megatron's precision-aware optimizer, in its distributed optimizer
+      (framework megatron, zero_stage ≥ 1).
     - first_last_bf16: Megatron "Delayed scaling does not support first / last layer in
       BF16", and at most the layers of one pipeline stage at each end (L/p).
     - The GEMM dimensions the recipe needs divisible (hidden size, heads·k/t, ffn/t): by 16
@@ -104,7 +106,22 @@ def recipe_options(ctx: Context) -> Iterator[Violation]:
     yield from _framework_runs(job)
     yield from _param_gather(job)
     yield from _bf16_layers(job)
+    yield from _moments(job)
     yield from _divisible(job)
+
+
+def _moments(job: Job) -> Iterator[Violation]:
+    tr = job.training
+    if not tr.moments_bf16 or (tr.framework == "megatron" and job.layout.zero >= 1):
+        return
+    yield Violation(
+        "training.fp8.moments",
+        "bf16 moments are Megatron's precision-aware optimizer (--use-precision-aware-"
+        "optimizer), which its distributed optimizer runs; "
+        f"framework {tr.framework}, zero_stage {job.layout.zero}",
+        "use training.framework: megatron with parallelism.zero_stage >= 1, or moments: fp32",
+        ("training.framework",),
+    )
 
 
 def _precision_matches(job: Job) -> Iterator[Violation]:

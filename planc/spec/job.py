@@ -267,6 +267,7 @@ class Training:
     fp8_recipe: Fp8Recipe | None = None
     param_gather: bool = False
     first_last_bf16: int = 0
+    moments_bf16: bool = False  # training.fp8.moments: bf16 (Megatron's precision-aware optimizer)
     fp8_given: bool = False  # the spec has a training.fp8 section
     recipe_named: bool = False  # ... which names the recipe
 
@@ -650,6 +651,7 @@ def _training(spec: Data) -> Training:
         fp8_recipe=recipe,
         param_gather=recipe is not None and bool(fp8.get("param_gather", False)),
         first_last_bf16=int(fp8.get("first_last_bf16", 0)) if recipe is not None else 0,
+        moments_bf16=recipe is not None and fp8.get("moments", "fp32") == "bf16",
         fp8_given=tr.get("fp8") is not None,
         recipe_named=fp8.get("recipe") is not None,
     )

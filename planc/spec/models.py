@@ -530,6 +530,12 @@ class Fp8Spec(Frozen):
         "--first-last-layers-bf16 with --num-layers-at-start-in-bf16 and --num-layers-at-end-"
         "in-bf16). Default: 0, every layer in FP8.",
     )
+    moments: Literal["fp32", "bf16"] = Field(
+        "fp32",
+        description="Adam's moments in bf16 (Megatron --use-precision-aware-optimizer with "
+        "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, as DeepSeek-V3 kept them; needs the "
+        "distributed optimizer): 4 bytes per parameter instead of 8. Default: fp32.",
+    )
 
 
 class TrainingSpec(Frozen):

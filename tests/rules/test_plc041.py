@@ -78,3 +78,9 @@ def test_blockwise_needs_dimensions_divisible_by_128() -> None:
 
 def test_bf16_specs_are_not_looked_at() -> None:
     assert "PLC041" not in rules_fired(check_overlay(None))
+
+
+def test_bf16_moments_need_megatrons_distributed_optimizer() -> None:
+    (finding,) = findings({"precision": "fp8", "framework": "fsdp2", "fp8": {"recipe": "tensorwise", "moments": "bf16"}})
+    assert "precision-aware" in finding.message
+    assert not findings({"precision": "fp8", "fp8": {"recipe": "current", "moments": "bf16"}})
