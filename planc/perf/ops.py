@@ -677,7 +677,7 @@ def quantize_bytes(elements: float, q: Quantized, beta: int, reads: int, usages:
 
 
 def _cast_kernels(
-    name: str, elements: float, q: Quantized, beta: int, reads: int, usages: int, share: float
+    elements: float, q: Quantized, beta: int, reads: int, usages: int, share: float
 ) -> list[Work]:
     """The kernels that quantize one tensor of `elements`: with two reads an amax pass (reads
     β per element) and the cast (reads β, writes the copies); with one read the cast alone;
@@ -705,10 +705,10 @@ def quantization(op: OpCost, q: Quantized, beta: int, weight_share: float) -> tu
     x_reads = 0 if q.norm_fused and op.name in NORM_FED_GEMMS else q.reads
     label = f"{op.name} quantize ({q.recipe.value})"
     forward = [
-        *_cast_kernels("X", x, q, beta, x_reads, usages, 1.0),
-        *_cast_kernels("W", w, q, beta, q.reads, q.usages, weight_share),
+        *_cast_kernels(x, q, beta, x_reads, usages, 1.0),
+        *_cast_kernels(w, q, beta, q.reads, q.usages, weight_share),
     ]
-    backward = _cast_kernels("dY", dy, q, beta, q.reads, usages, 1.0)
+    backward = _cast_kernels(dy, q, beta, q.reads, usages, 1.0)
     return (
         *(OpCost(label, "vector", work, NOTHING) for work in forward),
         *(OpCost(label, "vector", NOTHING, work) for work in backward),
