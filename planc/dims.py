@@ -142,7 +142,7 @@ def numerics(training: Training, gpu: Gpu | None = None) -> Numerics:
 
 def quantized_formats(training: Training, recipe: Fp8Recipe, gpu: Gpu | None) -> Quantized:
     """The recipe's formats on `gpu` (planc/presets/fp8.json); an architecture the recipe does
-    not run on (PLC040 reports it) is priced with two copies, as on Hopper."""
+    not run on (PLC043 reports it) is priced with two copies, as on Hopper."""
     row = recipe_table(recipe)
     arch = architecture(gpu.name, gpu.peaks) if gpu is not None else "hopper"
     # torchtitan (fsdp2) runs every recipe, MXFP8 included, through torchao: casts per GEMM,
@@ -150,7 +150,7 @@ def quantized_formats(training: Training, recipe: Fp8Recipe, gpu: Gpu | None) ->
     te = row.library == "transformer-engine" and training.framework != "fsdp2"
     return Quantized(
         recipe=recipe,
-        gemm=DType(training.precision),  # the peak the loader checked (PLC041: fp4 ⇔ nvfp4)
+        gemm=DType(training.precision),  # the peak the loader checked (PLC044: fp4 ⇔ nvfp4)
         architecture=arch,
         data_bits=row.data_bits,
         scale_block=row.scale_block,

@@ -54,7 +54,7 @@ def test_fp8_param_gather_moves_the_quantized_weights_in_one_byte() -> None:
 
 
 def test_torchtitan_rowwise_gathers_in_high_precision() -> None:
-    # torchtitan: 'rowwise: all-gather happens in high precision' (PLC041 refuses the option,
+    # torchtitan: 'rowwise: all-gather happens in high precision' (PLC044 refuses the option,
     # and the schedule moves 16-bit weights whatever the spec asks).
     training = {"precision": "fp8", "framework": "fsdp2", "fp8": {"recipe": "rowwise", "param_gather": True}}
     plain = {"precision": "bf16", "framework": "fsdp2"}

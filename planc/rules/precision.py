@@ -17,7 +17,7 @@ _TE = "delayed, current, blockwise, mxfp8 or nvfp4"
 _TORCHAO = "tensorwise, rowwise, rowwise_with_gw_hp or mxfp8"
 
 
-@rule("PLC040")
+@rule("PLC043")
 def recipe_on_gpu(ctx: Context) -> Iterator[Violation]:
     """Low precision: the GPU runs the FP8/FP4 recipe training.fp8.recipe names.
 
@@ -62,7 +62,7 @@ def _able(arch: str) -> str:
     return ", ".join(names) if names else "none: train in bf16"
 
 
-@rule("PLC041")
+@rule("PLC044")
 def recipe_options(ctx: Context) -> Iterator[Violation]:
     """Low precision: training.fp8 is a combination the framework accepts.
 

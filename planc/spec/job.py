@@ -660,7 +660,7 @@ def _training(spec: Data) -> Training:
 def _recipe(precision: str, fp8: Data) -> Fp8Recipe | None:
     """The low-precision recipe: the one training.fp8 names, else Megatron's defaults (delayed
     for fp8, `--fp8-recipe` default; nvfp4 for fp4, `--fp4-recipe` default); None for a 16- or
-    32-bit precision (PLC041 reports a training.fp8 given with one)."""
+    32-bit precision (PLC044 reports a training.fp8 given with one)."""
     if precision not in ("fp8", "fp4"):
         return None
     named = fp8.get("recipe")

@@ -1,4 +1,4 @@
-"""PLC040: the GPU runs the FP8/FP4 recipe (Transformer Engine's and torchao's device checks).
+"""PLC043: the GPU runs the FP8/FP4 recipe (Transformer Engine's and torchao's device checks).
 
 Base: llama3-8b-1node (8 H100 SXM, Hopper, compute capability 9.0).
 """
@@ -25,7 +25,7 @@ def fp8(recipe: str | None, gpu: str | None = None, precision: str = "fp8") -> d
 def test_mxfp8_on_hopper_quotes_transformer_engine() -> None:
     text = spec_text(fp8("mxfp8"))
     result = check_text(text)
-    assert rules_fired(result) == {"PLC040"}
+    assert rules_fired(result) == {"PLC043"}
     (finding,) = result.findings
     assert finding.severity is Severity.ERROR
     assert finding.field == "training.fp8.recipe"
@@ -36,25 +36,25 @@ def test_mxfp8_on_hopper_quotes_transformer_engine() -> None:
 
 @pytest.mark.parametrize("gpu", ["b200", "gb200-nvl72"])
 def test_blackwell_runs_mxfp8(gpu: str) -> None:
-    assert "PLC040" not in rules_fired(check_overlay(fp8("mxfp8", gpu)))
+    assert "PLC043" not in rules_fired(check_overlay(fp8("mxfp8", gpu)))
 
 
 def test_nvfp4_needs_blackwell() -> None:
     result = check_overlay(fp8(None, precision="fp4", gpu="b200"))
-    assert "PLC040" not in rules_fired(result)
+    assert "PLC043" not in rules_fired(result)
     # H100 has no FP4 peak: the loader refuses the precision first (PLC109)
     assert rules_fired(check_overlay(fp8(None, precision="fp4"))) == {"PLC109"}
 
 
 @pytest.mark.parametrize("recipe", ["delayed", "current", "blockwise"])
 def test_hopper_runs_the_per_tensor_and_block_recipes(recipe: str) -> None:
-    assert "PLC040" not in rules_fired(check_overlay(fp8(recipe)))
+    assert "PLC043" not in rules_fired(check_overlay(fp8(recipe)))
 
 
 def test_mi300x_refuses_mxfp8_and_block_scaling() -> None:
     for recipe, words in (("mxfp8", "gfx950"), ("blockwise", "compute capability 9.0")):
         (finding,) = [
-            f for f in check_overlay(fp8(recipe, "mi300x")).findings if f.rule == "PLC040"
+            f for f in check_overlay(fp8(recipe, "mi300x")).findings if f.rule == "PLC043"
         ]
         assert words in finding.message
 
@@ -79,7 +79,7 @@ def test_custom_gpu_with_an_fp4_peak_is_taken_as_blackwell() -> None:
     }
     training = {"precision": "fp8", "fp8": {"recipe": "mxfp8"}}
     fired = rules_fired(check_overlay({"hardware": {"gpu": gpu}, "training": training}))
-    assert "PLC109" not in fired and "PLC040" not in fired
+    assert "PLC109" not in fired and "PLC043" not in fired
     del gpu["fp4_tflops"]
     fired = rules_fired(check_overlay({"hardware": {"gpu": gpu}, "training": training}))
-    assert "PLC040" in fired
+    assert "PLC043" in fired

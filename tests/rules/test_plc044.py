@@ -1,4 +1,4 @@
-"""PLC041: training.fp8 is a combination the framework accepts (Megatron's own refusals).
+"""PLC044: training.fp8 is a combination the framework accepts (Megatron's own refusals).
 
 Base: llama3-8b-1node (Llama 3 8B: 32 layers, h = 4096, 32 heads of 128, ffn 14,336; 8 H100,
 tensor 1 ... as shipped; ZeRO-1).
@@ -13,7 +13,7 @@ from conftest import check_overlay, rules_fired
 
 def findings(training: dict[str, Any], **sections: dict[str, Any]) -> list[Any]:
     result = check_overlay({"training": training, **sections})
-    return [f for f in result.findings if f.rule == "PLC041"]
+    return [f for f in result.findings if f.rule == "PLC044"]
 
 
 def test_fp8_section_needs_an_fp8_precision() -> None:
@@ -77,7 +77,7 @@ def test_blockwise_needs_dimensions_divisible_by_128() -> None:
 
 
 def test_bf16_specs_are_not_looked_at() -> None:
-    assert "PLC041" not in rules_fired(check_overlay(None))
+    assert "PLC044" not in rules_fired(check_overlay(None))
 
 
 def test_bf16_moments_need_megatrons_distributed_optimizer() -> None:
