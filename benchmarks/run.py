@@ -157,6 +157,29 @@ def many_files(count: int, repeat: int) -> dict[str, Any]:
     }
 
 
+def precision_check(repeat: int) -> dict[str, Any]:
+    """`planc check` on bf16 specs against the same specs in FP8 (issue 25: an FP8 spec checks
+    as fast as a bf16 one): the shipped DeepSeek-V3 pair and llama3-8b-1node in both."""
+    planc = _tool("planc") or "planc"
+    text = EXAMPLE.read_text(encoding="utf-8")
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        fp8 = Path(tmp) / "llama3-8b-1node-fp8.yaml"
+        fp8.write_text(text.replace("precision: bf16", "precision: fp8"), encoding="utf-8")
+        pairs = {
+            "llama3-8b-1node": (EXAMPLE, fp8),
+            "deepseek-v3-2048xh800": (
+                ROOT / "examples" / "deepseek-v3-2048xh800.yaml",
+                ROOT / "examples" / "deepseek-v3-2048xh800-fp8.yaml",
+            ),
+        }
+        for name, (bf16, low) in pairs.items():
+            a = wall([planc, "check", str(bf16)], repeat)
+            b = wall([planc, "check", str(low)], repeat)
+            out[name] = {"bf16_s": a, "fp8_s": b, "ratio_fp8_to_bf16": b / a}
+    return out
+
+
 def verify_times() -> dict[str, Any]:
     """`planc verify` on the plan.json of each shipped example, compiled in memory."""
     from planc.analysis import analyse
@@ -212,6 +235,8 @@ def main() -> None:
     print("start-up (median wall seconds):", json.dumps(results["startup"], indent=2))
     results["check_many"] = many_files(100 if args.quick else 1000, repeat)
     print("check over many files:", json.dumps(results["check_many"], indent=2))
+    results["precision"] = precision_check(repeat)
+    print("check, bf16 against fp8:", json.dumps(results["precision"], indent=2))
     results["verify"] = verify_times()
     print("verify:", json.dumps(results["verify"], indent=2))
     results["compile"] = bench_compile.run(quick=args.quick)

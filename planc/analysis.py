@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from planc.comm.schedule import CommOp, WireBudget, schedule, wire_budget
 from planc.memory import MemoryBudget, budget
+from planc.memory.fp8 import quantized_share
 from planc.memory.params import RankParameters, rank_parameters
 from planc.perf.compute import StageTimes
 from planc.perf.inputs import build_inputs, efficiency_of, model_flops, op_seconds, stage_times
@@ -47,10 +48,19 @@ class Analysis:
 def analyse(plan: Plannable) -> Analysis:
     """The analysis of `plan`; every quantity in it computed once, here."""
     parameters = tuple(rank_parameters(plan, r) for r in range(plan.layout.p))
+    quantized = (
+        tuple(
+            (share.dense, share.experts)
+            for share in (quantized_share(plan, r) for r in range(plan.layout.p))
+        )
+        if plan.numerics.quantized is not None
+        else ()
+    )
     ops = schedule(
         plan,
         [share.dense_total for share in parameters],
         [share.expert_total for share in parameters],
+        quantized,
     )
     eff = efficiency_of(plan)
     return Analysis(

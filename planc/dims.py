@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import math
 
+from planc.presets.fp8 import architecture, recipe_table
 from planc.record import record
-from planc.spec.job import Model, Training
-from planc.vocab import DType, Precision
+from planc.spec.job import Gpu, Model, Training
+from planc.vocab import DType, Fp8Recipe, Precision
 
 # Megatron pads the vocabulary so that every tensor-parallel rank holds an equal, aligned
 # slice: V' = ⌈V/(128·t)⌉·128·t (`--make-vocab-size-divisible-by 128`,
@@ -44,6 +45,38 @@ def padded_vocab(V: int, t: int) -> int:
 
 
 @record
+class Quantized:
+    """What a low-precision recipe (precision fp8/fp4, `training.fp8`) quantizes, keeps and
+    moves on this GPU: the linear layers' GEMM operands in `gemm` (fp8 or fp4), their
+    weights, activations and gradients around them 16-bit (Transformer Engine docs,
+    'Low precision training'; Megatron-LM docs low_precision_training.md). The numbers come
+    from planc/presets/fp8.json, where each has its source."""
+
+    recipe: Fp8Recipe
+    gemm: DType  # fp8 | fp4: the quantized GEMMs' data type, whose peak prices them
+    architecture: str  # hopper | blackwell | ... (fp8.json "architectures")
+    data_bits: int  # bits per quantized element: 8, or 4 for nvfp4
+    scale_block: int  # elements per scale of an activation or gradient (0: one per tensor)
+    weight_scale_block: int  # elements per scale of a weight (0: one per tensor)
+    scale_bytes: int  # bytes of one scale: 4 (fp32), 1 (E8M0, E4M3)
+    usages: int  # quantized copies of one tensor the GEMMs need: rowwise (+ columnwise)
+    reads: int  # high-precision reads per quantization: 1 (scale known or local), 2 (amax first)
+    saved_input: bool  # the linear layers save their inputs quantized (Transformer Engine)
+    param_gather: bool  # weights kept only quantized (--fp8-param-gather / fp8_model_init)
+    gather_fp8: bool  # the parameter all-gather moves quantized weights
+    norm_fused: bool  # the norm before QKV and fc1 writes the quantized input itself
+    wgrad_high_precision: bool  # the weight-gradient GEMM stays 16-bit
+    amax_reduction: bool  # per-tensor amaxes are all-reduced (delayed, current scaling)
+    cached_weights: bool  # quantized weights kept across micro-batches (TE is_first_microbatch)
+    bf16_layers: int  # transformer layers kept in BF16 at each end of the model
+
+    @property
+    def label(self) -> str:
+        """The quantized data type's name, for term names: fp8 or fp4."""
+        return self.gemm.value
+
+
+@record
 class Numerics:
     """The run's number formats: bytes per element of every tensor planc counts or moves.
 
@@ -61,10 +94,13 @@ class Numerics:
     activation: int  # ε (β_a): activations saved for backward and sent (TP, CP, PP, EP)
     gemm: DType  # the data type the GEMMs run in, whose peak prices them
     loss_scaling: bool  # fp16's dynamic loss scale: an unscale pass before the update
+    quantized: Quantized | None = None  # precision fp8/fp4: the recipe's formats (else None)
+    moment: int = 4  # bytes of each Adam moment: 4, or 2 with the precision-aware optimizer
 
     @property
     def weight_label(self) -> str:
-        """The weights' data type, for names: bf16, fp16 or fp32."""
+        """The weights' data type, for names: bf16, fp16 or fp32 (bf16 under an fp8 or fp4
+        recipe, whose weights stay 16-bit outside the GEMMs)."""
         return self.precision.value
 
     @property
@@ -73,14 +109,70 @@ class Numerics:
         return DType.FP32.value if self.gradient == 4 else self.precision.value
 
 
-def numerics(training: Training) -> Numerics:
-    """The number formats of `training` (see `Numerics`)."""
-    return numerics_for(training.precision, training.grad_accum_fp32)
+def bf16_ranges(a: int, b: int, n: int, L: int) -> tuple[tuple[int, int], ...]:
+    """The layers of [a, b) that Megatron keeps in BF16 with `n` at each end of L
+    (`--first-last-layers-bf16`, `--num-layers-at-start-in-bf16` = `--num-layers-at-end-in-bf16`
+    = n), as disjoint (start, end) ranges."""
+    if n <= 0:
+        return ()
+    head = (max(a, 0), min(b, n, L))
+    tail = (max(a, L - n, min(n, L)), min(b, L))
+    return tuple(r for r in (head, tail) if r[0] < r[1])
+
+
+def numerics(training: Training, gpu: Gpu | None = None) -> Numerics:
+    """The number formats of `training` on `gpu` (see `Numerics`; the GPU decides what an fp8
+    or fp4 recipe keeps: Hopper caches a transpose, Blackwell reads columnwise natively)."""
+    base = numerics_for(training.precision, training.grad_accum_fp32)
+    recipe = training.fp8_recipe
+    if recipe is None:
+        return base
+    return Numerics(
+        precision=base.precision,
+        weight=base.weight,
+        master=base.master,
+        gradient=base.gradient,
+        activation=base.activation,
+        gemm=base.gemm,
+        loss_scaling=False,
+        quantized=quantized_formats(training, recipe, gpu),
+        moment=2 if training.moments_bf16 else 4,
+    )
+
+
+def quantized_formats(training: Training, recipe: Fp8Recipe, gpu: Gpu | None) -> Quantized:
+    """The recipe's formats on `gpu` (planc/presets/fp8.json); an architecture the recipe does
+    not run on (PLC043 reports it) is priced with two copies, as on Hopper."""
+    row = recipe_table(recipe)
+    arch = architecture(gpu.name, gpu.peaks) if gpu is not None else "hopper"
+    # torchtitan (fsdp2) runs every recipe, MXFP8 included, through torchao: casts per GEMM,
+    # no cached weights, 16-bit inputs saved, no norm fusion (torchtitan docs/mxfp8.md).
+    te = row.library == "transformer-engine" and training.framework != "fsdp2"
+    return Quantized(
+        recipe=recipe,
+        gemm=DType(training.precision),  # the peak the loader checked (PLC044: fp4 ⇔ nvfp4)
+        architecture=arch,
+        data_bits=row.data_bits,
+        scale_block=row.scale_block,
+        weight_scale_block=row.weight_scale_block,
+        scale_bytes=row.scale_bytes,
+        usages=row.usages.get(arch, 2),
+        reads=row.reads,
+        saved_input=row.saved_input and te,
+        param_gather=training.param_gather,
+        gather_fp8=training.param_gather and training.framework in row.gather_fp8,
+        norm_fused=row.norm_fused and te and training.kernels == "fused",
+        wgrad_high_precision=row.wgrad_high_precision,
+        amax_reduction=row.amax_reduction,
+        cached_weights=te,
+        bf16_layers=training.first_last_bf16,
+    )
 
 
 def numerics_for(precision: Precision, grad_accum_fp32: bool = False) -> Numerics:
-    """The number formats of a run in `precision`, its gradients accumulated in fp32 or not."""
-    dtype = DType(precision)
+    """The number formats of a run in `precision`, its gradients accumulated in fp32 or not
+    (fp8 and fp4: the 16-bit formats around the quantized GEMMs, bf16 as Megatron's --bf16)."""
+    dtype = DType("bf16" if precision in ("fp8", "fp4") else precision)
     width = dtype.bits // 8
     mixed = dtype is not DType.FP32
     return Numerics(

@@ -951,7 +951,7 @@ def plannable(
             loss_in_split=lay.loss_in_split,
         ),
         m=m,
-        numerics=numerics(job.training),
+        numerics=numerics(job.training, job.cluster.gpu),
         dims=rank_dims(
             job.model,
             s=job.training.s,

@@ -105,8 +105,9 @@ class Direction(str, Enum):
 
 
 class DType(str, Enum):
-    """A number format: what a tensor is stored, sent or multiplied in. fp8 and fp4 are named so
-    that presets can carry their peaks; no training precision selects them yet."""
+    """A number format: what a tensor is stored, sent or multiplied in. fp8 and fp4 are the
+    formats of a low-precision recipe's GEMM operands (`Fp8Recipe`); the weights, activations
+    and gradients around them stay 16-bit."""
 
     FP32 = "fp32"
     BF16 = "bf16"
@@ -117,6 +118,31 @@ class DType(str, Enum):
     @property
     def bits(self) -> int:
         return _BITS[self.value]
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Fp8Recipe(str, Enum):
+    """A low-precision training recipe (`training.fp8.recipe`): how the GEMM operands are
+    quantized and scaled. Transformer Engine's (`transformer_engine.common.recipe`):
+    `delayed` (DelayedScaling, one fp32 scale per tensor from an amax history; Megatron's
+    default), `current` (Float8CurrentScaling, the scale from the tensor's own amax; Megatron
+    `--fp8-recipe tensorwise`), `blockwise` (Float8BlockScaling, 1×128 and 128×128 blocks,
+    DeepSeek-V3's), `mxfp8` (MXFP8BlockScaling, one E8M0 scale per 32 values) and `nvfp4`
+    (NVFP4BlockScaling, FP4 E2M1). torchao's (`Float8LinearRecipeName`, torchtitan's float8
+    converter): `tensorwise`, `rowwise` and `rowwise_with_gw_hp` (rowwise with the weight
+    gradient in high precision). planc/presets/fp8.json holds what each one keeps, moves and
+    costs, with its sources."""
+
+    DELAYED = "delayed"
+    CURRENT = "current"
+    BLOCKWISE = "blockwise"
+    MXFP8 = "mxfp8"
+    NVFP4 = "nvfp4"
+    TENSORWISE = "tensorwise"
+    ROWWISE = "rowwise"
+    ROWWISE_WITH_GW_HP = "rowwise_with_gw_hp"
 
     def __str__(self) -> str:
         return self.value
@@ -160,7 +186,10 @@ _BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "fp4": 4}
 
 # The closed choices of a spec, one spelling shared by the pydantic models (planc.spec.models)
 # and the resolved job (planc.spec.job), so that mypy sees every comparison against them.
-Precision = Literal["bf16", "fp16", "fp32"]
+Precision = Literal["bf16", "fp16", "fp32", "fp8", "fp4"]
+Fp8RecipeName = Literal[
+    "delayed", "current", "blockwise", "mxfp8", "nvfp4", "tensorwise", "rowwise", "rowwise_with_gw_hp"
+]
 OptimizerName = Literal["adam", "sgd"]
 Recompute = Literal["none", "selective", "full"]
 AttentionKind = Literal["flash", "eager"]

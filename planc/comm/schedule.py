@@ -97,6 +97,31 @@ def param_bytes(job: Plannable) -> int:
     return job.numerics.weight
 
 
+def gathered_parameter_bytes(job: Plannable, elements: int, psi: int, psi_q: int) -> int:
+    """Bytes of one parameter all-gather of `elements` of a buffer of Ψ parameters, Ψ_q of them
+    quantized GEMM weights: w·elements, or with FP8 parameters gathered in FP8
+    (`Quantized.gather_fp8`: Megatron --fp8-param-gather over the distributed optimizer,
+    torchtitan enable_fsdp_float8_all_gather) the bucket's quantized share
+    e_q = ⌊elements·Ψ_q/Ψ⌋ at bits/8 bytes plus its block scales and the rest at w
+    (Megatron-LM docs low_precision_training.md: 'perform the param all-gather in fp8'; torchtitan
+    docs/float8.md). Rowwise and torchtitan's MXFP8 gather in high precision (gather_fp8 off)."""
+    w = param_bytes(job)
+    q = job.numerics.quantized
+    if q is None or not q.gather_fp8 or psi <= 0 or psi_q <= 0:
+        return elements * w
+    e_q = elements * psi_q // psi
+    scales = -(-e_q // q.weight_scale_block) * q.scale_bytes if q.weight_scale_block else 0
+    return (elements - e_q) * w + -(-e_q * q.data_bits // 8) + scales
+
+
+def _gather_words(job: Plannable) -> str:
+    """What a parameter all-gather moves, for its formula."""
+    q = job.numerics.quantized
+    if q is None or not q.gather_fp8:
+        return "16-bit parameters"
+    return f"parameters ({q.label} for the quantized GEMM weights Ψ_q, 16-bit for the rest)"
+
+
 def grad_bytes(job: Plannable) -> int:
     """Bytes per gradient element on the wire (`Numerics.gradient`: fp32 when gradients
     accumulate in fp32)."""
@@ -500,14 +525,14 @@ def _replicate_op(job: Plannable, stage: int, calls: int, elements: int) -> Comm
     )
 
 
-def _dp_ops(job: Plannable, stage: int, params: int) -> list[CommOp]:
+def _dp_ops(job: Plannable, stage: int, params: int, quantized: int = 0) -> list[CommOp]:
     lay, m = job.layout, job.m
     zero = sharding_stage(job)
     hsdp = zero > 0 and lay.replicas > 1
     n = lay.shard_group if hsdp else lay.d * lay.c
     if lay.d * lay.c == 1:
         return []
-    g, w = grad_bytes(job), param_bytes(job)
+    g = grad_bytes(job)
     link = shard_link(job)
     kind = GroupKind.DP_SHARD if hsdp else GroupKind.DP_CP
 
@@ -548,8 +573,8 @@ def _dp_ops(job: Plannable, stage: int, params: int) -> list[CommOp]:
                     Collective.ALL_GATHER,
                     "ZeRO-3 parameter all-gather, forward and backward",
                     2 * m * calls,
-                    elements * w,
-                    "Ψ_r 16-bit parameters gathered before forward and again before backward, "
+                    gathered_parameter_bytes(job, elements, params, quantized),
+                    f"Ψ_r {_gather_words(job)} gathered before forward and again before backward, "
                     "per micro-batch",
                 )
             )
@@ -559,8 +584,8 @@ def _dp_ops(job: Plannable, stage: int, params: int) -> list[CommOp]:
                     Collective.ALL_GATHER,
                     "ZeRO parameter all-gather after the optimizer step",
                     calls,
-                    elements * w,
-                    "Ψ_r updated 16-bit parameters once per step",
+                    gathered_parameter_bytes(job, elements, params, quantized),
+                    f"Ψ_r updated {_gather_words(job)} once per step",
                 )
             )
     return ops
@@ -715,7 +740,7 @@ def _etp_ops(job: Plannable, stage: int) -> list[CommOp]:
     ]
 
 
-def _edp_ops(job: Plannable, stage: int, params: int) -> list[CommOp]:
+def _edp_ops(job: Plannable, stage: int, params: int, quantized: int = 0) -> list[CommOp]:
     """The routed experts' gradients, reduced over the expert data-parallel group in their own
     buckets (Megatron DDP `expert_parallel_buffers` over intra_expt_dp_group, the same bucket
     size as the dense buffers), and with the distributed optimizer the updated expert
@@ -724,7 +749,7 @@ def _edp_ops(job: Plannable, stage: int, params: int) -> list[CommOp]:
     if lay.edp == 1 or params == 0:
         return []
     zero = sharding_stage(job)
-    g, w = grad_bytes(job), param_bytes(job)
+    g = grad_bytes(job)
     link = expert_link(job, Axis.DP)
 
     op = op_maker(stage, GroupKind.EDP, lay.edp, link)
@@ -758,8 +783,9 @@ def _edp_ops(job: Plannable, stage: int, params: int) -> list[CommOp]:
                 "EDP expert parameter all-gather"
                 + (", forward and backward" if zero == 3 else " after the optimizer step"),
                 calls * (2 * m if zero == 3 else 1),
-                elements * w,
-                "Ψ_expert 16-bit parameters " + ("twice per micro-batch" if zero == 3 else "once per step"),
+                gathered_parameter_bytes(job, elements, params, quantized),
+                f"Ψ_expert {_gather_words(job)} "
+                + ("twice per micro-batch" if zero == 3 else "once per step"),
             )
         )
     return ops
@@ -811,13 +837,18 @@ def _embedding_ops(job: Plannable, stage: int) -> list[CommOp]:
 
 
 def schedule(
-    job: Plannable, params_by_stage: Sequence[int], experts_by_stage: Sequence[int] = ()
+    job: Plannable,
+    params_by_stage: Sequence[int],
+    experts_by_stage: Sequence[int] = (),
+    quantized_by_stage: Sequence[tuple[int, int]] = (),
 ) -> tuple[CommOp, ...]:
     """Every communication op of one step, for a rank of each pipeline stage.
 
     `params_by_stage[r]` is Ψ_dense of one rank of stage r (after TP sharding), what the
     data-parallel group reduces; `experts_by_stage[r]` its Ψ_expert, what the expert
-    data-parallel group reduces (`planc.memory.params.RankParameters`; empty: no experts).
+    data-parallel group reduces (`planc.memory.params.RankParameters`; empty: no experts);
+    `quantized_by_stage[r]` the quantized GEMM weights of each, (Ψ_q,dense, Ψ_q,expert), under
+    an FP8/FP4 recipe (`planc.memory.fp8.quantized_share`; empty: none).
     """
     ops: list[CommOp] = []
     for stage, layers in enumerate(job.layout.stage_layers):
@@ -826,8 +857,9 @@ def schedule(
         ops += _ep_ops(job, stage)
         ops += _etp_ops(job, stage)
         ops += _pp_ops(job, stage)
-        ops += _dp_ops(job, stage, params_by_stage[stage])
-        ops += _edp_ops(job, stage, experts_by_stage[stage] if experts_by_stage else 0)
+        dense_q, expert_q = quantized_by_stage[stage] if quantized_by_stage else (0, 0)
+        ops += _dp_ops(job, stage, params_by_stage[stage], dense_q)
+        ops += _edp_ops(job, stage, experts_by_stage[stage] if experts_by_stage else 0, expert_q)
         ops += _embedding_ops(job, stage)
     return tuple(ops)
 

@@ -28,6 +28,7 @@ from planc.compile.plan import Plan
 from planc.dims import padded_vocab
 from planc.pipeline.placement import virtual_stage
 from planc.pipeline.registry import definition
+from planc.presets.fp8 import recipe_table
 from planc.spec.job import preset_model
 from planc.vocab import DType, ScheduleKind
 
@@ -135,7 +136,8 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
             f"{_rotary_base(mod.rope_theta)}"
         )
     if job.numerics.precision is not DType.FP32:  # --bf16 / --fp16: mixed precision
-        args.append(f"--{tr.precision}")
+        args.append(f"--{job.numerics.precision.value}")
+    args += megatron_fp8_arguments(plan, notes)
     args.append(f"--optimizer {tr.optimizer}")
     args.append(f"--clip-grad {CLIP_GRAD!r}")
     if tr.grad_accum_fp32:
@@ -234,6 +236,53 @@ def megatron_rope_arguments(plan: Plan, notes: list[str]) -> list[str]:
             f"--yarn-beta-slow {scaling.beta_slow!r}",
         ]
     return [*args, f"--mscale {scaling.mscale!r}", f"--mscale-all-dim {scaling.mscale_all_dim!r}"]
+
+
+# Megatron's --fp8-format per recipe (TransformerConfig.fp8: 'e4m3' or 'hybrid', E4M3 forward
+# and E5M2 gradients): hybrid for per-tensor scaling (TE DelayedScaling's default format),
+# E4M3 for block and MX scaling (TE docs: Float8BlockScaling and MXFP8BlockScaling use E4M3
+# in both passes by default).
+FP8_FORMATS = {"delayed": "hybrid", "current": "hybrid", "blockwise": "e4m3", "mxfp8": "e4m3"}
+
+
+def megatron_fp8_arguments(plan: Plan, notes: list[str]) -> list[str]:
+    """An FP8/FP4 recipe as Megatron-LM's arguments (transformer_config.py: --fp8-format,
+    --fp8-recipe, --fp8-param-gather, --first-last-layers-bf16 with
+    --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16; --fp4-format e2m1,
+    --fp4-recipe nvfp4, --fp4-param-gather); none for a 16/32-bit run."""
+    q = plan.job.numerics.quantized
+    if q is None:
+        return []
+    row = recipe_table(q.recipe)
+    if row.megatron is None:
+        notes.append(
+            f"recipe {q.recipe.value} is torchao's: Megatron-LM runs Transformer Engine's "
+            "recipes only, so these arguments train in bf16"
+        )
+        return []
+    if q.recipe.value == "nvfp4":
+        args = ["--fp4-format e2m1", "--fp4-recipe nvfp4"]
+        if q.param_gather:
+            args.append("--fp4-param-gather")
+    else:
+        args = [f"--fp8-format {FP8_FORMATS[q.recipe.value]}", f"--fp8-recipe {row.megatron}"]
+        if q.param_gather:
+            args.append("--fp8-param-gather")
+            if q.recipe.value == "mxfp8":
+                args.append("--reuse-grad-buf-for-mxfp8-param-ag")
+    if plan.job.training.moments_bf16:
+        args += [
+            "--use-precision-aware-optimizer",
+            "--exp-avg-dtype bf16",
+            "--exp-avg-sq-dtype bf16",
+        ]
+    if q.bf16_layers:
+        args += [
+            "--first-last-layers-bf16",
+            f"--num-layers-at-start-in-bf16 {q.bf16_layers}",
+            f"--num-layers-at-end-in-bf16 {q.bf16_layers}",
+        ]
+    return args
 
 
 def megatron_mla_arguments(plan: Plan) -> list[str]:
@@ -361,12 +410,19 @@ def deepspeed_config(plan: Plan) -> tuple[dict[str, Any], list[str]]:
         "gradient_accumulation_steps": job.m,
         "gradient_clipping": CLIP_GRAD,
     }
-    if tr.precision == "bf16":
+    if job.numerics.precision is DType.BF16:
         config["bf16"] = {"enabled": True}
     elif tr.precision == "fp16":
         config["fp16"] = {"enabled": True, "loss_scale": 0}  # 0: dynamic loss scaling
     if tr.grad_accum_fp32:
         config["data_types"] = {"grad_accum_dtype": "fp32"}
+    if job.numerics.quantized is not None:
+        notes.append(
+            f"precision {tr.precision} (recipe {job.numerics.quantized.recipe.value}): "
+            "DeepSpeed's config has no FP8 setting; the model code must run Transformer "
+            "Engine modules inside te.fp8_autocast with this recipe, and the config trains "
+            "the rest in bf16"
+        )
     config["zero_optimization"] = zero
     expert, expert_notes = deepspeed_expert_parallel(plan)
     if expert:
@@ -543,7 +599,53 @@ def torchtitan_settings(plan: Plan) -> tuple[dict[str, Any], dict[str, Any], lis
     if lay.p > 1:
         # torchtitan 0.3.0's validation: "CUDA graphs do not support pipeline parallelism yet".
         training["disable_cuda_graphs"] = True
+    notes += torchtitan_fp8_notes(plan)
     return parallelism, training, notes
+
+
+# torchtitan 0.3.0's model converters (torchtitan/components/quantization): the float8
+# converter takes torchao's rowwise recipes, the MXFP8 one the modules it converts; both leave
+# the LM head ('output') in bf16 as torchtitan's float8 configs do.
+TORCHTITAN_CONVERTERS = {
+    "rowwise": ("torchtitan.components.quantization.float8:Float8LinearConverter", {"recipe_name": "rowwise", "filter_fqns": ["output"]}),
+    "rowwise_with_gw_hp": ("torchtitan.components.quantization.float8:Float8LinearConverter", {"recipe_name": "rowwise_with_gw_hp", "filter_fqns": ["output"]}),
+    "mxfp8": ("torchtitan.components.quantization.mx:MXFP8LinearConverter", {"fqns": ["layers"]}),
+}
+
+
+def torchtitan_converters(plan: Plan) -> list[list[Any]]:
+    """The model converters of the plan's FP8 recipe, as [class path, Config fields]; none for
+    a 16/32-bit run or a recipe torchtitan 0.3.0 has no converter of."""
+    q = plan.job.numerics.quantized
+    if q is None or q.recipe.value not in TORCHTITAN_CONVERTERS:
+        return []
+    path, fields = TORCHTITAN_CONVERTERS[q.recipe.value]
+    return [[path, fields]]
+
+
+def torchtitan_fp8_notes(plan: Plan) -> list[str]:
+    """What torchtitan 0.3.0 cannot run of the plan's recipe."""
+    q = plan.job.numerics.quantized
+    if q is None:
+        return []
+    notes = []
+    if q.recipe.value not in TORCHTITAN_CONVERTERS:
+        notes.append(
+            f"recipe {q.recipe.value}: torchtitan 0.3.0's Float8LinearConverter takes rowwise or "
+            "rowwise_with_gw_hp and MXFP8LinearConverter mxfp8; no converter is applied, the "
+            "model trains in bf16"
+        )
+    if q.param_gather:
+        notes.append(
+            "param_gather: torchtitan 0.3.0's converters have no FP8 all-gather option; FSDP2 "
+            "gathers in bf16"
+        )
+    if q.bf16_layers:
+        notes.append(
+            f"first_last_bf16 {q.bf16_layers}: list those layers in the converter's "
+            "filter_fqns (float8) or leave them out of fqns (mxfp8)"
+        )
+    return notes
 
 
 def _torchtitan_expert_notes(plan: Plan, dp_shard: int) -> list[str]:
@@ -653,6 +755,27 @@ def _python(value: Any, indent: int = 0) -> str:
     return json.dumps(value)
 
 
+_TORCHTITAN_CONVERT = '''
+
+CONVERTERS = {converters}
+
+_apply_layout = apply
+
+
+def apply(config):
+    """This plan's layout, and the model converted to its FP8 recipe (torchtitan's model
+    converters, built as its float8 configs build them)."""
+    config = _apply_layout(config)
+    compiled = config.compile.enable and "model" in config.compile.components
+    for path, fields in CONVERTERS:
+        module, _, name = path.partition(":")
+        converter = getattr(importlib.import_module(module), name)
+        built = converter.Config(model_compile_enabled=compiled, **fields).build()
+        config.model_spec.model = built.convert(config.model_spec.model)
+    return config
+'''
+
+
 # The spec's names of the resolved model's fields (planc/spec/job.py Model).
 _SPEC_FIELDS = {
     "L": "layers",
@@ -714,6 +837,9 @@ def torchtitan_files(plan: Plan) -> Files:
         parallelism=_python(parallelism),
         training=_python(training),
     )
+    converters = torchtitan_converters(plan)
+    if converters:
+        text += _TORCHTITAN_CONVERT.format(converters=_python(converters))
     return {"torchtitan/planc_config.py": text}
 
 

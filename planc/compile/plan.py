@@ -297,6 +297,27 @@ def training_record(plan: Plan) -> dict[str, object]:
         "recompute": tr.recompute,
         "attention": tr.attention,
         "framework": tr.framework,
+        **quantized_record(plan),
+    }
+
+
+def quantized_record(plan: Plan) -> dict[str, object]:
+    """Under an FP8/FP4 recipe, its number formats as `planc verify` recounts them (the GEMM
+    data type, bits per element, a weight scale's block and bytes, whether the parameter
+    all-gather moves them, the layers kept in BF16 at each end); nothing otherwise."""
+    q = plan.job.numerics.quantized
+    if q is None:
+        return {}
+    return {
+        "quantized": {
+            "recipe": q.recipe.value,
+            "gemm": q.gemm.value,
+            "data_bits": q.data_bits,
+            "weight_scale_block": q.weight_scale_block,
+            "scale_bytes": q.scale_bytes,
+            "param_gather": q.gather_fp8,
+            "bf16_layers": q.bf16_layers,
+        }
     }
 
 

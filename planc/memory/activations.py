@@ -46,9 +46,10 @@ Each line below is one of those tensors, generalised and divided the way Megatro
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
-from planc.dims import RankDims, padded_vocab, rank_dims
-from planc.memory.terms import Term
+from planc.dims import RankDims, bf16_ranges, padded_vocab, rank_dims
+from planc.memory.terms import Term, quantized_bytes
 from planc.pipeline import registry
 from planc.plannable import Plannable
 from planc.record import record
@@ -56,6 +57,11 @@ from planc.spec.job import Model
 from planc.vocab import AttentionKind, DType, Kernels, Precision
 
 KORTHIKANTI = "Korthikanti et al. 2022 §4.1"
+FP8_INPUTS = (
+    "TE #1764 (timmoon10): the linear layers save their inputs quantized, the FP8 data on "
+    "Blackwell or the FP8 transpose on Hopper, half the bytes; norms, activation functions and "
+    "attention stay 16-bit"
+)
 TABLE2 = "Korthikanti et al. 2022 Table 2"
 DROPOUT_MASK_BYTES = 1  # torch.nn.functional.dropout keeps a bool mask
 INDEX_BYTES = 8  # int64 token ids and targets
@@ -108,6 +114,13 @@ class LayerShape:
     q_latent: int = 0  # MLA query latent d_c' (0: none)
     kv_latent: int = 0  # MLA key/value latent d_c (0: not latent attention)
     rope: int = 0  # MLA per-head RoPE channels d_h^R, the key's shared by all heads
+    # A low-precision recipe that saves the linear layers' inputs quantized (Transformer
+    # Engine): bits per element, elements per scale (0: one per tensor) and bytes per scale;
+    # q_bits = 0: saved in ε bytes like every other tensor.
+    q_bits: int = 0
+    q_block: int = 0
+    q_scale: int = 0
+    q_label: str = ""
 
 
 def layer_shape(
@@ -161,9 +174,24 @@ def shape_from(
 
 
 def shape_of(job: Plannable) -> LayerShape:
-    """The layer shape of `job` on any rank (all ranks of a job see the same per-layer shape)."""
+    """The layer shape of `job` on any rank (all ranks of a job see the same per-layer shape),
+    with the recipe's formats of the saved linear inputs under an fp8/fp4 recipe that saves
+    them quantized."""
     tr = job.training
-    return shape_from(job.model, job.dims, job.numerics.activation, tr.attention, tr.kernels)
+    x = shape_from(job.model, job.dims, job.numerics.activation, tr.attention, tr.kernels)
+    q = job.numerics.quantized
+    if q is None or not q.saved_input:
+        return x
+    return replace(x, q_bits=q.data_bits, q_block=q.scale_block, q_scale=q.scale_bytes, q_label=q.label)
+
+
+def quantized_input(x: LayerShape, elements: int) -> int:
+    """The bytes of a saved linear input of `elements` elements: ε each, or under a recipe that
+    saves it quantized ⌈n·bits/8⌉ plus its block scales (TE #1764: 'a 50% reduction in the
+    activation memory' of those tensors in FP8)."""
+    if not x.q_bits:
+        return x.e * elements
+    return quantized_bytes(elements, x.q_bits, x.q_block, x.q_scale)
 
 
 # --- one function per saved tensor (bytes for one layer, one micro-batch) -------------------
@@ -182,8 +210,9 @@ def norm_statistics(x: LayerShape) -> int:
 
 
 def linear_input(x: LayerShape) -> int:
-    """ε·s·b·h: the input of the QKV or fc1 projection, the norm's output (2sbh); /t with SP."""
-    return x.e * x.s_r * x.b * x.h
+    """ε·s·b·h: the input of the QKV or fc1 projection, the norm's output (2sbh); /t with SP.
+    Quantized under an FP8 recipe (TE's LayerNormLinear saves only the quantized norm output)."""
+    return quantized_input(x, x.s_r * x.b * x.h)
 
 
 def query(x: LayerShape) -> int:
@@ -238,8 +267,20 @@ def softmax_statistics(x: LayerShape) -> int:
 
 def attention_output(x: LayerShape) -> int:
     """ε·s·b·n·k/t: the attention output, input of the out-projection (2sbh); flash attention
-    saves the same tensor as its O. Latent attention: ε·s·b·n·v_head_dim/t."""
-    return x.e * x.s * x.b * x.n * value_channels(x)
+    saves the same tensor as its O. Latent attention: ε·s·b·n·v_head_dim/t. Under an FP8 recipe
+    with eager attention the out-projection keeps it quantized; flash attention's backward still
+    needs O in 16 bits (FlashAttention-2 and cuDNN take O and dO), so it stays whole and the
+    quantized copy is a line of its own (`attention_output_copy`)."""
+    elements = x.s * x.b * x.n * value_channels(x)
+    return x.e * elements if not x.eager else quantized_input(x, elements)
+
+
+def attention_output_copy(x: LayerShape) -> int:
+    """The out-projection's quantized copy of its input, kept beside flash attention's 16-bit O
+    (FP8 recipes that save inputs quantized, flash attention only; else 0)."""
+    if not x.q_bits or x.eager:
+        return 0
+    return quantized_input(x, x.s * x.b * x.n * value_channels(x))
 
 
 def query_latent_norm_input(x: LayerShape) -> int:
@@ -299,8 +340,9 @@ def silu_output(x: LayerShape) -> int:
 
 
 def mlp_output_input(x: LayerShape) -> int:
-    """ε·s·b·f/t: the fc2 input, GeLU's or SwiGLU's output (Korthikanti: 8sbh at f = 4h)."""
-    return x.e * x.s * x.b * x.f
+    """ε·s·b·f/t: the fc2 input, GeLU's or SwiGLU's output (Korthikanti: 8sbh at f = 4h);
+    quantized under an FP8 recipe (the activation's backward reads its own input instead)."""
+    return quantized_input(x, x.s * x.b * x.f)
 
 
 def layer_input(x: LayerShape) -> int:
@@ -323,6 +365,26 @@ class Line:
     source: str
     core: bool = False  # part of the attention core that selective recompute drops
     mlp: bool = False  # a dense MLP's tensor, which a MoE layer replaces by its own (MOE_LINES)
+    # whether an FP8 recipe saves this tensor quantized (a linear input), for its name
+    quantized: Callable[[LayerShape], bool] | None = None
+
+    def title(self, x: LayerShape) -> str:
+        """The line's name, with the format it is saved in when an FP8 recipe quantizes it."""
+        return f"{self.name} ({x.q_label})" if self.is_quantized(x) else self.name
+
+    def is_quantized(self, x: LayerShape) -> bool:
+        """Whether the tensor is saved quantized in `x`."""
+        return self.quantized is not None and self.quantized(x)
+
+
+def _saved_quantized(x: LayerShape) -> bool:
+    """A linear input under a recipe that saves inputs quantized."""
+    return x.q_bits > 0
+
+
+def _saved_quantized_eager(x: LayerShape) -> bool:
+    """The out-projection input: quantized unless flash attention keeps it as its 16-bit O."""
+    return x.q_bits > 0 and x.eager
 
 
 def _e(x: LayerShape) -> str:
@@ -343,6 +405,14 @@ def _stats(x: LayerShape) -> str:
     return f"{x.norm_stats}·{x.tok}{x.rep}"
 
 
+def _q(x: LayerShape) -> str:
+    """The saved linear input's bytes per element: ε, or the recipe's bits/8 (+ block scales)."""
+    if not x.q_bits:
+        return _e(x)
+    scales = f"(1 + {x.q_scale}/{x.q_block})" if x.q_block else ""
+    return f"{x.q_bits / 8:g}{'·' + scales if scales else ''}"
+
+
 def _mlp_input_formula(x: LayerShape) -> str:
     return f"{2 * x.e if x.gated and not x.unfused else x.e}·{x.tok}·f{x.split}"
 
@@ -350,7 +420,13 @@ def _mlp_input_formula(x: LayerShape) -> str:
 LINES: tuple[Line, ...] = (
     Line("attention norm input", norm_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI),
     Line("attention norm statistics (fp32)", norm_statistics, _stats, PYTORCH_NORM),
-    Line("QKV input", linear_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI),
+    Line(
+        "QKV input",
+        linear_input,
+        lambda x: f"{_q(x)}·{x.tok}·h{x.rep}",
+        KORTHIKANTI + "; FP8: " + FP8_INPUTS,
+        quantized=_saved_quantized,
+    ),
     Line(
         "query latent norm input (q_a output)",
         query_latent_norm_input,
@@ -415,8 +491,16 @@ LINES: tuple[Line, ...] = (
     Line(
         "out-projection input",
         attention_output,
-        lambda x: f"{_e(x)}·{x.tok}·n·{_v(x)}{x.split}",
+        lambda x: f"{_q(x) if x.eager else _e(x)}·{x.tok}·n·{_v(x)}{x.split}",
         KORTHIKANTI,
+        quantized=_saved_quantized_eager,
+    ),
+    Line(
+        "out-projection input, quantized copy",
+        attention_output_copy,
+        lambda x: f"{_q(x)}·{x.tok}·n·{_v(x)}{x.split}",
+        FP8_INPUTS + "; flash attention keeps its 16-bit O for backward (Dao 2023, Alg. 2)",
+        quantized=_saved_quantized,
     ),
     Line(
         "attention residual dropout mask",
@@ -426,7 +510,14 @@ LINES: tuple[Line, ...] = (
     ),
     Line("MLP norm input", norm_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI),
     Line("MLP norm statistics (fp32)", norm_statistics, _stats, PYTORCH_NORM),
-    Line("fc1 input", linear_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI, mlp=True),
+    Line(
+        "fc1 input",
+        linear_input,
+        lambda x: f"{_q(x)}·{x.tok}·h{x.rep}",
+        KORTHIKANTI + "; FP8: " + FP8_INPUTS,
+        mlp=True,
+        quantized=_saved_quantized,
+    ),
     Line(
         "MLP activation input (fc1 output)",
         mlp_activation_input,
@@ -451,9 +542,10 @@ LINES: tuple[Line, ...] = (
     Line(
         "fc2 input",
         mlp_output_input,
-        lambda x: f"{_e(x)}·{x.tok}·f{x.split}",
-        KORTHIKANTI,
+        lambda x: f"{_q(x)}·{x.tok}·f{x.split}",
+        KORTHIKANTI + "; FP8: " + FP8_INPUTS,
         mlp=True,
+        quantized=_saved_quantized,
     ),
     Line(
         "MLP residual dropout mask",
@@ -483,7 +575,7 @@ def kept_lines(x: LayerShape, recompute: str) -> tuple[Line, ...]:
 def layer_terms(x: LayerShape, recompute: str = "none") -> tuple[Term, ...]:
     """Per-layer, per-micro-batch activation terms (zero-byte lines left out)."""
     return tuple(
-        Term(line.name, "activations", line.size(x), line.formula(x), line.source)
+        Term(line.title(x), "activations", line.size(x), line.formula(x), line.source)
         for line in kept_lines(x, recompute)
         if line.size(x)
     )
@@ -564,6 +656,27 @@ class ExpertShape:
     # symbols for formulas
     tok: str  # "T"
     rows_formula: str  # R in symbols
+    # A recipe that saves the GEMM inputs quantized (as LayerShape's q_* fields; 0: ε bytes).
+    q_bits: int = 0
+    q_block: int = 0
+    q_scale: int = 0
+    q_label: str = ""
+
+
+def _expert_input(y: ExpertShape, elements: int) -> int:
+    """A saved expert GEMM input: ε bytes per element, or quantized (TE GroupedLinear saves
+    its inputs quantized as Linear does)."""
+    if not y.q_bits:
+        return y.e * elements
+    return quantized_bytes(elements, y.q_bits, y.q_block, y.q_scale)
+
+
+def _qy(y: ExpertShape) -> str:
+    """A saved expert GEMM input's bytes per element, for formulas."""
+    if not y.q_bits:
+        return str(y.e)
+    scales = f"·(1 + {y.q_scale}/{y.q_block})" if y.q_block else ""
+    return f"{y.q_bits / 8:g}{scales}"
 
 
 def expert_shape(job: Plannable) -> ExpertShape:
@@ -595,6 +708,10 @@ def expert_shape(job: Plannable) -> ExpertShape:
         capacity=y.capacity,
         tok="T",
         rows_formula=rows_formula,
+        q_bits=x.q_bits,
+        q_block=x.q_block,
+        q_scale=x.q_scale,
+        q_label=x.q_label,
     )
 
 
@@ -641,7 +758,7 @@ def permutation_indices(y: ExpertShape) -> int:
 
 def expert_fc1_input(y: ExpertShape) -> int:
     """ε·R·h: the rows this rank's experts received, sorted by expert, input of their fc1."""
-    return y.e * y.rows * y.h
+    return _expert_input(y, y.rows * y.h)
 
 
 def expert_activation_input(y: ExpertShape) -> int:
@@ -675,7 +792,7 @@ def expert_probabilities(y: ExpertShape) -> int:
 
 def expert_fc2_input(y: ExpertShape) -> int:
     """ε·R·f_e/ETP: the weighted activation's output, input of the experts' fc2."""
-    return y.e * y.rows * y.f_e
+    return _expert_input(y, y.rows * y.f_e)
 
 
 def shared_activation_input(y: ExpertShape) -> int:
@@ -695,7 +812,7 @@ def shared_silu_output(y: ExpertShape) -> int:
 
 def shared_fc2_input(y: ExpertShape) -> int:
     """ε·s·b·E_s·f_s/t: the shared experts' fc2 input."""
-    return y.e * y.shared_tokens * y.f_s
+    return _expert_input(y, y.shared_tokens * y.f_s)
 
 
 @record
@@ -706,6 +823,11 @@ class MoELine:
     size: Callable[[ExpertShape], int]
     formula: Callable[[ExpertShape], str]
     source: str
+    quantized: bool = False  # a GEMM input an FP8 recipe saves quantized
+
+    def title(self, y: ExpertShape) -> str:
+        """The line's name, with the format it is saved in when quantized."""
+        return f"{self.name} ({y.q_label})" if self.quantized and y.q_bits else self.name
 
 
 def _gate(y: ExpertShape) -> str:
@@ -732,8 +854,9 @@ MOE_LINES: tuple[MoELine, ...] = (
     MoELine(
         "expert fc1 input (received rows)",
         expert_fc1_input,
-        lambda y: f"{y.e}·R·h (R = {y.rows_formula})",
+        lambda y: f"{_qy(y)}·R·h (R = {y.rows_formula})",
         MOE_EXPERTS + "; " + MOE_DISPATCHER,
+        quantized=True,
     ),
     MoELine(
         "expert activation input (fc1 output)",
@@ -762,7 +885,13 @@ MOE_LINES: tuple[MoELine, ...] = (
     MoELine(
         "expert routing probabilities", expert_probabilities, lambda y: f"{y.e}·R", MOE_EXPERTS
     ),
-    MoELine("expert fc2 input", expert_fc2_input, lambda y: f"{y.e}·R·f_e/ETP", MOE_EXPERTS),
+    MoELine(
+        "expert fc2 input",
+        expert_fc2_input,
+        lambda y: f"{_qy(y)}·R·f_e/ETP",
+        MOE_EXPERTS,
+        quantized=True,
+    ),
     MoELine(
         "shared-expert activation input (fc1 output)",
         shared_activation_input,
@@ -782,7 +911,11 @@ MOE_LINES: tuple[MoELine, ...] = (
         PYTORCH_SWIGLU,
     ),
     MoELine(
-        "shared-expert fc2 input", shared_fc2_input, lambda y: f"{y.e}·s·b·E_s·f_s/t", MOE_SHARED
+        "shared-expert fc2 input",
+        shared_fc2_input,
+        lambda y: f"{_qy(y)}·s·b·E_s·f_s/t",
+        MOE_SHARED,
+        quantized=True,
     ),
 )
 
@@ -803,7 +936,7 @@ def moe_layer_terms(x: LayerShape, y: ExpertShape, recompute: str = "none") -> t
         for line in attention
     ]
     terms += [
-        Term(line.name, "activations", line.size(y), line.formula(y), line.source)
+        Term(line.title(y), "activations", line.size(y), line.formula(y), line.source)
         for line in MOE_LINES
     ]
     return tuple(term for term in terms if term.bytes)
@@ -994,13 +1127,13 @@ def _layer_lines(
     terms: list[Term] = []
     for line in kept_lines(x, recompute):
         count = dense if line.mlp else dense + moe
-        term = Term(line.name, "activations", line.size(x), line.formula(x), line.source)
+        term = Term(line.title(x), "activations", line.size(x), line.formula(x), line.source)
         if count and term.bytes:
             terms.append(_scaled(term, count, label))
     if y is not None and moe and recompute != "full":
         for moe_line in MOE_LINES:
             term = Term(
-                moe_line.name, "activations", moe_line.size(y), moe_line.formula(y), moe_line.source
+                moe_line.title(y), "activations", moe_line.size(y), moe_line.formula(y), moe_line.source
             )
             if term.bytes:
                 terms.append(_scaled(term, moe, f"MoE {label}"))
@@ -1016,6 +1149,54 @@ def _working_set(x: LayerShape, y: ExpertShape | None, recompute: str, dense: bo
     elif y is not None:
         work = max(work, recompute_working_set(x, recompute))
     return work
+
+
+def bf16_layer_counts(job: Plannable, pp_rank: int, held: tuple[int, ...]) -> tuple[int, int]:
+    """(dense, MoE) layer-micro-batches of pipeline rank `pp_rank` at its peak that belong to
+    the first and last `first_last_bf16` layers, which Megatron runs in BF16."""
+    q, L, moe = job.numerics.quantized, job.model.L, job.model.moe
+    n = 0 if q is None else q.bf16_layers
+    if n == 0:
+        return 0, 0
+    dense = routed = 0
+    for (a, b), count in zip(job.layout.chunks[pp_rank], held, strict=True):
+        for lo, hi in bf16_ranges(a, b, n, L):
+            e = 0 if moe is None else moe.moe_layers_between(lo, hi)
+            dense += (hi - lo - e) * count
+            routed += e * count
+    return dense, routed
+
+
+def _bf16_layer_inputs(
+    job: Plannable, pp_rank: int, x: LayerShape, recompute: str, held: tuple[int, ...]
+) -> list[Term]:
+    """The first and last layers in BF16 (training.fp8.first_last_bf16) save their linear inputs
+    at ε bytes: what they keep above the quantized lines, per layer-micro-batch held."""
+    if not x.q_bits:
+        return []
+    dense, routed = bf16_layer_counts(job, pp_rank, held)
+    if not dense + routed:
+        return []
+    whole = replace(x, q_bits=0)
+    lines = [line for line in kept_lines(x, recompute) if line.is_quantized(x)]
+    extra = sum(line.size(whole) - line.size(x) for line in lines) * dense
+    extra += sum(line.size(whole) - line.size(x) for line in lines if not line.mlp) * routed
+    if routed and job.model.moe is not None and recompute != "full":
+        y = expert_shape(job)
+        y16 = replace(y, q_bits=0)
+        extra += sum(m.size(y16) - m.size(y) for m in MOE_LINES if m.quantized) * routed
+    if extra <= 0:
+        return []
+    return [
+        Term(
+            "BF16 first/last layers' linear inputs, above their quantized size",
+            "activations",
+            extra,
+            f"Σ (ε − quantized)·linear inputs × {dense + routed} BF16 layer-micro-batches in flight",
+            "Megatron --first-last-layers-bf16 (transformer_config.py first_last_layers_bf16): "
+            "those layers run outside the FP8 autocast",
+        )
+    ]
 
 
 def stage_activation_terms(
@@ -1045,6 +1226,7 @@ def stage_activation_terms(
     terms = _layer_lines(x, y, recompute, dense_count, moe_count)
     terms += [_scaled(term, held[0], "micro-batch") for term in stem]
     terms += [_scaled(term, held[-1], "micro-batch") for term in head]
+    terms += _bf16_layer_inputs(job, pp_rank, x, recompute, held)
     has_moe = sum(experts) > 0
     working = _working_set(x, y if has_moe else None, recompute, sum(chunks) > sum(experts))
     if working:
@@ -1074,7 +1256,7 @@ def stage_activation_terms(
     if last and logits_buffer(x, model.V, lay.t):
         buffers.append(
             Term(
-                f"LM head logits ({job.training.precision}, transient)",
+                f"LM head logits ({job.numerics.precision.value}, transient)",
                 "buffers",
                 logits_buffer(x, model.V, lay.t),
                 f"{x.e}·{x.tok}·V'/t",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from planc.memory.activations import stage_activation_terms
 from planc.memory.engines import engine_terms
+from planc.memory.fp8 import with_quantized
 from planc.memory.params import padded_vocab, parameter_count, rank_parameters
 from planc.memory.static import Group, state_bytes
 from planc.memory.terms import COMPONENTS, Term
@@ -94,6 +95,7 @@ def rank_memory(
         RESERVE_SOURCE,
     )
     static = engine_terms(job, share, state, group, expert_group)
+    static = with_quantized(job, pp_rank, share, static, state.weights)
     terms = (
         *(t for t in static.hbm if t.component != "buffers"),
         *activations,

@@ -37,6 +37,10 @@ SOURCE_MEGATRON_18 = (
     "Megatron-LM docs dist_optimizer.md (bf16 params, fp32 main grads: 18 bytes/param)"
 )
 SOURCE_ZERO = "Rajbhandari et al. 2020, ZeRO §5 and Fig. 1 (P_os, P_os+g, P_os+g+p)"
+SOURCE_PRECISION_AWARE = (
+    "Megatron --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 "
+    "(TE FusedAdam, distrib_optimizer.py); DeepSeek-V3 (arXiv 2412.19437 §3.3.4): BF16 moments"
+)
 
 
 @record
@@ -61,7 +65,8 @@ class StateBytes:
 
 def state_bytes(numerics: Numerics, optimizer: OptimizerName) -> StateBytes:
     """Bytes per parameter for the run's number formats and `optimizer` (adam|sgd)."""
-    moments = (("Adam m", 4), ("Adam v", 4)) if optimizer == "adam" else (("SGD momentum", 4),)
+    size = numerics.moment
+    moments = (("Adam m", size), ("Adam v", size)) if optimizer == "adam" else (("SGD momentum", 4),)
     return StateBytes(
         weights=numerics.weight,
         gradients=numerics.gradient,
@@ -172,8 +177,10 @@ def optimizer_terms(
     elements = group.elements(psi, SHARD_OPTIMIZER)
     suffix = group.suffix(SHARD_OPTIMIZER)
     source = SOURCE_ADAM + ("; " + SOURCE_ZERO if group.zero >= SHARD_OPTIMIZER else "")
+    if any(size != 4 for _, size in state.moments):
+        source += "; " + SOURCE_PRECISION_AWARE
     lines = [("fp32 master weights", state.master)] if state.master else []
-    lines += [(f"{name} (fp32)", size) for name, size in state.moments]
+    lines += [(f"{name} ({'fp32' if size == 4 else 'bf16'})", size) for name, size in state.moments]
     return tuple(
         _term(f"{prefix}{name}", "optimizer", size, elements, f"{size}·{symbol}{suffix}", source)
         for name, size in lines

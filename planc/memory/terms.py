@@ -43,4 +43,12 @@ def shard(total: int, parts: int, index: int) -> int:
     return total // parts + (1 if index < total % parts else 0)
 
 
-__all__ = ["COMPONENTS", "Component", "Term", "ceil_div", "shard"]
+def quantized_bytes(elements: int, bits: int, block: int, scale_bytes: int) -> int:
+    """⌈n·bits/8⌉ + ⌈n/block⌉·scale bytes: one quantized copy of n elements with one scale per
+    `block` consecutive elements (block 0: one scale per tensor, a few bytes counted with the
+    recipe's amax terms, not here)."""
+    data = ceil_div(elements * bits, 8)
+    return data + (ceil_div(elements, block) * scale_bytes if block else 0)
+
+
+__all__ = ["COMPONENTS", "Component", "Term", "ceil_div", "quantized_bytes", "shard"]

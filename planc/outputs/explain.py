@@ -65,6 +65,7 @@ def render_text(ex: Explanation) -> str:
         f"{job.cluster.gpus_per_node}), t={lay.t} p={lay.p} d={lay.d} c={lay.c} v={lay.v}, "
         f"ZeRO-{lay.zero}, m={job.m} micro-batches of {job.training.b} × {job.training.s} tokens",
         f"parameters: {an.memory.parameters:,} ({an.memory.parameters_padded:,} with the vocab padded)",
+        *_format_lines(ex),
         "",
         "memory per rank (heaviest rank of each stage; GiB = 2^30 bytes):",
     ]
@@ -263,6 +264,30 @@ def _checkpoint_lines(ex: Explanation) -> list[str]:
     return lines
 
 
+def _format_lines(ex: Explanation) -> list[str]:
+    """Under an FP8/FP4 recipe, what runs in which format (none for a 16/32-bit run)."""
+    job = ex.analysis.plan
+    q = job.numerics.quantized
+    if q is None:
+        return []
+    if not q.cached_weights:
+        kept = "cast per GEMM, no quantized copy kept"
+    elif q.param_gather:
+        kept = f"{q.usages} quantized {'copy' if q.usages == 1 else 'copies'}, the first the parameter itself"
+    else:
+        kept = f"the 16-bit weight and {q.usages} quantized {'copy' if q.usages == 1 else 'copies'}"
+    words = (
+        f"number formats: the linear layers' GEMMs in {q.label} (recipe {q.recipe.value}, "
+        f"{job.cluster.gpu.peak_tflops(q.gemm) or 0:,g} TFLOPS dense on {q.architecture}); "
+        f"weights, activations and gradients {job.numerics.precision.value}; per GEMM weight {kept}"
+    )
+    if q.gather_fp8:
+        words += f", gathered in {q.label}"
+    if q.bf16_layers:
+        words += f"; the first and last {q.bf16_layers} layer(s) in BF16"
+    return [words]
+
+
 def _expert_line(ex: Explanation) -> list[str]:
     """The MoE layers' expert exchanges, part of compute (Megatron-Core runs them between the
     router and the experts, serialised); nothing for a dense model."""
@@ -308,9 +333,11 @@ def _bubble_words(ex: Explanation) -> str:
 def to_json(ex: Explanation) -> dict[str, Any]:
     an, step = ex.analysis, ex.step
     job = an.plan
+    formats = _format_lines(ex)
     return {
         "name": job.name,
         "world_size": job.world,
+        **({"number_formats": formats[0].removeprefix("number formats: ")} if formats else {}),
         "memory": memory_json(job, an.memory),
         "communication": [
             {**op_record(op, an.op_seconds[op]), "formula": op.formula} for op in an.ops

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from planc.dims import ExpertDims
+from planc.dims import ExpertDims, Quantized
 from planc.perf.ops import (
     GemmShape,
     OpCost,
@@ -29,6 +29,7 @@ from planc.perf.ops import (
     layer_ops,
     moe_layer_ops,
     optimizer_step,
+    with_quantized_gemms,
 )
 from planc.presets.efficiency import Efficiency
 from planc.record import record
@@ -96,17 +97,35 @@ class PassTimes:
         return self.backward_data_s + self.backward_weight_s
 
 
-def pass_times(ops: Sequence[OpCost], device: Device, eff: Efficiency) -> PassTimes:
-    """Sum of the ops' pass times (kernels on one rank run one after another)."""
+def pass_times(
+    ops: Sequence[OpCost], device: Device, eff: Efficiency, quantized: Device | None = None
+) -> PassTimes:
+    """Sum of the ops' pass times (kernels on one rank run one after another); a quantized GEMM
+    (an FP8/FP4 recipe's) runs on the `quantized` device's peak, its weight gradient too unless
+    the recipe keeps that 16-bit."""
     fwd = bwd_d = bwd_w = core = 0.0
     for op in ops:
-        f = work_time_s(op, op.forward, device, eff)
+        low = quantized if quantized is not None and op.quantized else device
+        f = work_time_s(op, op.forward, low, eff)
         fwd += f
         data, weight = (op.shape.data(), op.shape.weight()) if op.shape else (None, None)
-        bwd_d += work_time_s(op, op.backward_data, device, eff, True, data)
-        bwd_w += work_time_s(op, op.backward_weight, device, eff, True, weight)
+        bwd_d += work_time_s(op, op.backward_data, low, eff, True, data)
+        wgrad = device if op.high_precision_wgrad else low
+        bwd_w += work_time_s(op, op.backward_weight, wgrad, eff, True, weight)
         core += f if op.attention_core else 0.0
     return PassTimes(fwd, bwd_d, bwd_w, core)
+
+
+@record
+class QuantizedCompute:
+    """What an FP8/FP4 recipe changes in a stage's compute: the pass times of one dense and one
+    MoE layer with the recipe's GEMMs quantized (`quantized_passes`, computed once per job),
+    and per model chunk the (dense, MoE) layers kept in BF16 (Megatron
+    --first-last-layers-bf16), which run as in 16 bits."""
+
+    layer: PassTimes
+    moe: PassTimes | None  # None: a dense model
+    bf16_layers: tuple[tuple[int, int], ...] = ()  # per chunk: (dense, MoE) layers in BF16
 
 
 @record
@@ -149,18 +168,25 @@ def chunk_times(
     eff: Efficiency,
     moe_layers: Sequence[int] = (),
     experts: ExpertDims | None = None,
+    low: QuantizedCompute | None = None,
 ) -> tuple[ChunkTimes, ...]:
     """Forward and backward (+ recompute) seconds per micro-batch of each chunk of one stage.
 
     `chunk_layers[j]` is the layer count of the stage's chunk j (one entry without
     interleaving), `moe_layers[j]` how many of them have `experts` (priced with
     `moe_layer_ops`; none when empty). The first stage's chunk 0 also runs the embedding; the
-    last stage's last chunk also runs the final norm, the LM head and the fp32 loss.
+    last stage's last chunk also runs the final norm, the LM head and the fp32 loss. With an
+    FP8/FP4 recipe (`low`) a chunk's layers run their linear GEMMs quantized, but for those
+    it keeps in BF16.
     """
     layer = pass_times(layer_ops(shape), device, eff)
     redo = recompute_time_s(layer, recompute)
     moe = pass_times(moe_layer_ops(shape, experts), device, eff) if experts else layer
     moe_redo = recompute_time_s(moe, recompute)
+    fp8_layer, fp8_moe = layer, moe
+    if low is not None:
+        fp8_layer = low.layer
+        fp8_moe = low.moe if low.moe is not None else low.layer
     head = pass_times(last_stage_ops(shape), device, eff)
     embed = pass_times(first_stage_ops(shape), device, eff)
     out = []
@@ -169,6 +195,13 @@ def chunk_times(
         dense = layers - routed
         forward = dense * layer.forward_s + routed * moe.forward_s
         backward = dense * (layer.backward_s + redo) + routed * (moe.backward_s + moe_redo)
+        if low is not None:
+            kept, kept_moe = low.bf16_layers[j] if low.bf16_layers else (0, 0)
+            q_dense, q_moe = dense - kept, routed - kept_moe
+            forward += q_dense * (fp8_layer.forward_s - layer.forward_s)
+            forward += q_moe * (fp8_moe.forward_s - moe.forward_s)
+            backward += q_dense * (fp8_layer.backward_s + recompute_time_s(fp8_layer, recompute) - layer.backward_s - redo)
+            backward += q_moe * (fp8_moe.backward_s + recompute_time_s(fp8_moe, recompute) - moe.backward_s - moe_redo)
         if first_stage and j == 0:
             forward += embed.forward_s
             backward += embed.backward_s
@@ -177,6 +210,32 @@ def chunk_times(
             backward += head.backward_s
         out.append(ChunkTimes(forward, backward, dense * redo + routed * moe_redo, layers))
     return tuple(out)
+
+
+def quantized_passes(
+    shape: OpShape,
+    experts: ExpertDims | None,
+    device: Device,
+    eff: Efficiency,
+    low_device: Device,
+    q: Quantized,
+    weight_share: float,
+) -> QuantizedCompute:
+    """The pass times of one dense and one MoE layer with the recipe's GEMMs quantized on
+    `low_device` (the FP8/FP4 peak, and its data type's GEMM curve: the measured one of
+    `gemm_by_dtype`, else the 16-bit fractions of that peak) and its quantization kernels, the
+    weight cast `weight_share` of a micro-batch's (1/m where Transformer Engine caches FP8
+    weights, 1 for torchao). A small quantized GEMM gains little: its HBM time and the fixed
+    time per kernel do not speed up with the math (torchao float8 README, H100: FP8 pays only
+    on large shapes)."""
+    low_eff = eff
+
+    def passes(ops: tuple[OpCost, ...]) -> PassTimes:
+        quantized = with_quantized_gemms(ops, q, shape.beta, weight_share)
+        return pass_times(quantized, device, low_eff, low_device)
+
+    moe = passes(moe_layer_ops(shape, experts)) if experts else None
+    return QuantizedCompute(passes(layer_ops(shape)), moe)
 
 
 def optimizer_time_s(

@@ -41,13 +41,15 @@ from planc.comm.schedule import (
     token_count_bytes,
 )
 from planc.comm.tiers import ring_bandwidth_gbs
-from planc.dims import ExpertDims, rank_dims
+from planc.dims import ExpertDims, bf16_ranges, rank_dims
 from planc.perf.compute import (
     Device,
+    QuantizedCompute,
     StageTimes,
     chunk_times,
     optimizer_time_s,
     pass_times,
+    quantized_passes,
     work_time_s,
 )
 from planc.perf.offload import offload_transfer_s
@@ -112,6 +114,50 @@ def device_of(job: Plannable) -> Device:
     gpu = job.cluster.gpu
     hbm = gpu.memory_bandwidth_gbs or gpu.bf16_tflops * REFERENCE_HBM_GBS / REFERENCE_TFLOPS
     return Device.of(gemm_peak_tflops(job), hbm, job.numerics.gemm)
+
+
+def quantized_device(job: Plannable) -> Device | None:
+    """The device at the dense peak of an FP8/FP4 recipe's GEMMs (`Quantized.gemm`: the
+    16-bit curve's fractions apply to it, `Efficiency.gemm_for`), with the GPU's HBM; None for
+    a 16/32-bit run."""
+    q = job.numerics.quantized
+    if q is None:
+        return None
+    peak = job.cluster.gpu.peak_tflops(q.gemm)
+    if peak is None:
+        raise ValueError(f"{job.cluster.gpu.name} gives no {q.gemm} peak")
+    return Device(peak * 1e12, device_of(job).hbm_bytes, q.gemm)
+
+
+def quantized_layers(job: Plannable, eff: Efficiency) -> QuantizedCompute | None:
+    """An FP8/FP4 recipe's layer pass times (`planc.perf.compute.quantized_passes`) on the
+    job's quantized device, the weight cast 1/m per micro-batch where Transformer Engine caches
+    FP8 weights across the m micro-batches (`is_first_microbatch`), 1 for torchao, which casts
+    every time; None for a 16/32-bit run."""
+    q, low = job.numerics.quantized, quantized_device(job)
+    if q is None or low is None:
+        return None
+    share = 1.0 / job.m if q.cached_weights else 1.0
+    return quantized_passes(layer_shape(job), expert_shape(job), device_of(job), eff, low, q, share)
+
+
+def quantized_compute(
+    job: Plannable, stage: int, layers: QuantizedCompute | None
+) -> QuantizedCompute | None:
+    """`layers` (`quantized_layers`) with each chunk of `stage`'s (dense, MoE) layers kept in
+    BF16."""
+    q = job.numerics.quantized
+    if q is None or layers is None:
+        return None
+    moe = job.model.moe
+    kept = []
+    for a, b in job.layout.chunks[stage]:
+        dense = routed = 0
+        for lo, hi in bf16_ranges(a, b, q.bf16_layers, job.model.L):
+            e = 0 if moe is None else moe.moe_layers_between(lo, hi)
+            dense, routed = dense + hi - lo - e, routed + e
+        kept.append((dense, routed))
+    return replace(layers, bf16_layers=tuple(kept))
 
 
 def gemm_peak_tflops(job: Plannable) -> float:
@@ -473,6 +519,7 @@ def build_inputs(
     zero = sharding_stage(job) >= 1
     shard, expert_shard = (lay.shard_group, lay.edp) if zero else (1, 1)
     exchange = ep_per_layer(job, eff)
+    low = quantized_layers(job, eff)
     stages = []
     for r, layers in enumerate(per_stage):
         split, routed = lay.chunk_layers(r), chunk_moe_layers(job, r)
@@ -486,6 +533,7 @@ def build_inputs(
             eff,
             routed,
             expert_shape(job),
+            quantized_compute(job, r, low),
         )
         tp = tp_per_layer(job, eff, ops, r)
         tp_moe = tp_per_layer(job, eff, ops, r, moe_layer=True)
@@ -577,6 +625,7 @@ def stage_times(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
     """Forward, backward (recompute included) and recompute compute seconds per micro-batch of
     one rank of each stage, all its chunks together."""
     shape, device, lay = layer_shape(job), device_of(job), job.layout
+    low = quantized_layers(job, eff)
     out = []
     for r in range(lay.p):
         chunks = chunk_times(
@@ -589,6 +638,7 @@ def stage_times(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
             eff,
             chunk_moe_layers(job, r),
             expert_shape(job),
+            quantized_compute(job, r, low),
         )
         out.append(
             StageTimes(

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Literal
 
-from planc.dims import ExpertDims, RankDims
+from planc.dims import ExpertDims, Quantized, RankDims
 from planc.record import record
 from planc.spec.job import Model
 from planc.vocab import Norm
@@ -86,6 +86,8 @@ class OpCost:
     backward_weight: Work = NOTHING
     shape: GemmShape | None = None  # matrix ops only
     attention_core: bool = False  # recomputed by selective recompute
+    quantized: bool = False  # a GEMM of an FP8/FP4 recipe: priced at the quantized peak
+    high_precision_wgrad: bool = False  # ... whose weight gradient stays 16-bit
 
     @property
     def backward(self) -> Work:
@@ -624,3 +626,113 @@ def attention_matrix_elements(shape: OpShape) -> int:
     down = shape.h * (shape.q_latent + shape.kv_latent + shape.rope)
     up = heads * ((shape.q_latent or shape.h) * shape.k + shape.kv_latent * (nope + v))
     return down + up + heads * v * shape.h
+
+
+# --------------------------------------------------------------------------- FP8 / FP4 recipes
+#
+# A low-precision recipe (`planc.dims.Quantized`) runs the linear layers' GEMMs on quantized
+# operands and pays for the quantization in kernels of its own, bound by HBM (torchao float8
+# README: FP8 pays only when t_bf16 − t_fp8 > t_overhead; TE docs 'Performance considerations',
+# 'Quantization fusions'). The attention core, the router, the LM head, norms and activations
+# stay 16-bit.
+
+# The GEMMs a recipe quantizes (Transformer Engine Linear/LayerNormLinear/GroupedLinear in
+# Megatron-Core; torchao Float8Linear on nn.Linear), and those whose input a norm produces,
+# which Transformer Engine's fused LayerNormLinear quantizes inside the norm kernel.
+QUANTIZED_GEMMS = frozenset(
+    {"qkv", "attention output", "mlp fc1", "mlp fc2", "mla q down", "mla kv down", "mla q up",
+     "mla kv up", "expert fc1", "expert fc2"}
+)
+NORM_FED_GEMMS = frozenset({"qkv", "mlp fc1", "mla q down", "mla kv down"})
+# An abs-max and a scaled cast: about two FLOPs per element read (vector work, memory bound).
+QUANTIZE_FLOPS_PER_ELEMENT = 2.0
+
+
+def quantized_gemm(op: OpCost, q: Quantized, beta: int) -> OpCost:
+    """`op` with quantized operands: each pass reads its two inputs at bits/8 bytes per element
+    and writes its output at β (fprop X·W, dgrad dY·Wᵀ, wgrad Xᵀ·dY; Micikevicius et al. 2022,
+    FP8 Formats for Deep Learning, §4: FP8 inputs, higher-precision outputs). A 16-bit weight
+    gradient (torchao rowwise_with_gw_hp) keeps its 16-bit bytes."""
+    g = op.shape
+    if g is None:
+        return op
+    qb = q.data_bits / 8
+    m, n, k, batch = g.m, g.n, g.k, g.batch
+    flops = op.forward.flops
+    forward = Work(flops, batch * ((m * k + k * n) * qb + m * n * beta))
+    dgrad = Work(op.backward_data.flops, batch * ((m * n + k * n) * qb + m * k * beta))
+    wgrad = op.backward_weight
+    if not q.wgrad_high_precision:
+        wgrad = Work(op.backward_weight.flops, batch * ((m * k + m * n) * qb + k * n * beta))
+    return replace(
+        op,
+        forward=forward,
+        backward_data=dgrad,
+        backward_weight=wgrad,
+        quantized=True,
+        high_precision_wgrad=q.wgrad_high_precision,
+    )
+
+
+def quantize_bytes(elements: float, q: Quantized, beta: int, reads: int, usages: int) -> float:
+    """HBM bytes of quantizing `elements`: `reads` 16-bit reads (1: the scale is known or local,
+    2: the amax first) and `usages` quantized writes of bits/8 bytes each, with their block
+    scales (TE docs 'FP8 Delayed Scaling', 'Current Scaling': one read for delayed, two for
+    current; a second write for the columnwise copy)."""
+    qb = q.data_bits / 8
+    scales = q.scale_bytes / q.scale_block if q.scale_block else 0.0
+    return elements * (reads * beta + usages * (qb + scales))
+
+
+def _cast_kernels(
+    elements: float, q: Quantized, beta: int, reads: int, usages: int, share: float
+) -> list[Work]:
+    """The kernels that quantize one tensor of `elements`: with two reads an amax pass (reads
+    β per element) and the cast (reads β, writes the copies); with one read the cast alone;
+    with none (fused into the norm) the writes alone. `share` scales them (a weight cast once
+    per step)."""
+    writes = usages * quantize_bytes(elements, q, beta, 0, 1)
+    flops = QUANTIZE_FLOPS_PER_ELEMENT * elements * share
+    kernels = [Work(flops, share * elements * beta)] if reads >= 2 else []
+    kernels.append(Work(flops, share * ((1 if reads else 0) * elements * beta + writes)))
+    return kernels
+
+
+def quantization(op: OpCost, q: Quantized, beta: int, weight_share: float) -> tuple[OpCost, ...]:
+    """The quantization kernels of one quantized GEMM, each on HBM with its own fixed cost:
+    forward the input X (its read fused into the norm for a norm-fed GEMM under TE) and the
+    weight W (`weight_share` of a cast per micro-batch: 1/m where TE caches the FP8 weight
+    across micro-batches, 1 where torchao casts every time), backward the output gradient dY.
+    Each tensor gets the copies the GEMMs need (rowwise, and columnwise where the hardware or
+    recipe needs one)."""
+    g = op.shape
+    if g is None:
+        return ()
+    x, w, dy = g.batch * g.m * g.k, g.batch * g.k * g.n, g.batch * g.m * g.n
+    usages = 1 if q.wgrad_high_precision else q.usages
+    x_reads = 0 if q.norm_fused and op.name in NORM_FED_GEMMS else q.reads
+    label = f"{op.name} quantize ({q.recipe.value})"
+    forward = [
+        *_cast_kernels(x, q, beta, x_reads, usages, 1.0),
+        *_cast_kernels(w, q, beta, q.reads, q.usages, weight_share),
+    ]
+    backward = _cast_kernels(dy, q, beta, q.reads, usages, 1.0)
+    return (
+        *(OpCost(label, "vector", work, NOTHING) for work in forward),
+        *(OpCost(label, "vector", NOTHING, work) for work in backward),
+    )
+
+
+def with_quantized_gemms(
+    ops: tuple[OpCost, ...], q: Quantized, beta: int, weight_share: float
+) -> tuple[OpCost, ...]:
+    """`ops` (a layer's) with the recipe's GEMMs quantized, each preceded by its quantization
+    kernels; every other op as it was."""
+    out: list[OpCost] = []
+    for op in ops:
+        if op.engine == "matrix" and op.name in QUANTIZED_GEMMS:
+            out.extend(quantization(op, q, beta, weight_share))
+            out.append(quantized_gemm(op, q, beta))
+        else:
+            out.append(op)
+    return tuple(out)

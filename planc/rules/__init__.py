@@ -15,6 +15,7 @@ from planc.rules import (
     memory,
     model,
     perf,
+    precision,
     run,
     sharding,
 )
@@ -57,6 +58,8 @@ _ALL: tuple[Rule, ...] = (
     run.checkpoint_fits_interval,
     run.interval_near_optimum,
     run.goodput_above_threshold,
+    precision.recipe_on_gpu,
+    precision.recipe_options,
     inputs.unreadable,
     inputs.not_text,
     inputs.too_large,

@@ -19,6 +19,7 @@ from planc.vocab import (
     AttentionKind,
     CheckpointFormat,
     DType,
+    Fp8Recipe,
     Framework,
     Kernels,
     Mlp,
@@ -295,6 +296,14 @@ class Training:
     offload_optimizer: bool = False
     offload_parameters: bool = False
     expert_imbalance: float = 1.0  # dropless MoE: peak tokens per EP rank over the balanced T·k
+    # precision fp8/fp4 (training.fp8): the recipe (None: 16/32-bit GEMMs), FP8-only weights
+    # gathered in FP8, and the transformer layers kept in BF16 at each end of the model
+    fp8_recipe: Fp8Recipe | None = None
+    param_gather: bool = False
+    first_last_bf16: int = 0
+    moments_bf16: bool = False  # training.fp8.moments: bf16 (Megatron's precision-aware optimizer)
+    fp8_given: bool = False  # the spec has a training.fp8 section
+    recipe_named: bool = False  # ... which names the recipe
 
 
 @record
@@ -955,6 +964,8 @@ def _schedule(name: str | None) -> ScheduleKind | None:
 
 def _training(spec: Data) -> Training:
     tr = spec["training"]
+    fp8 = tr.get("fp8") or {}
+    recipe = _recipe(tr["precision"], fp8)
     return Training(
         s=tr["seq_len"],
         b=tr["micro_batch"],
@@ -974,7 +985,25 @@ def _training(spec: Data) -> Training:
         offload_optimizer=tr.get("offload", {}).get("optimizer", False),
         offload_parameters=tr.get("offload", {}).get("parameters", False),
         expert_imbalance=float(tr.get("expert_imbalance", 1.0)),
+        fp8_recipe=recipe,
+        param_gather=recipe is not None and bool(fp8.get("param_gather", False)),
+        first_last_bf16=int(fp8.get("first_last_bf16", 0)) if recipe is not None else 0,
+        moments_bf16=recipe is not None and fp8.get("moments", "fp32") == "bf16",
+        fp8_given=tr.get("fp8") is not None,
+        recipe_named=fp8.get("recipe") is not None,
     )
+
+
+def _recipe(precision: str, fp8: Data) -> Fp8Recipe | None:
+    """The low-precision recipe: the one training.fp8 names, else Megatron's defaults (delayed
+    for fp8, `--fp8-recipe` default; nvfp4 for fp4, `--fp4-recipe` default); None for a 16- or
+    32-bit precision (PLC044 reports a training.fp8 given with one)."""
+    if precision not in ("fp8", "fp4"):
+        return None
+    named = fp8.get("recipe")
+    if named is not None:
+        return Fp8Recipe(named)
+    return Fp8Recipe.NVFP4 if precision == "fp4" else Fp8Recipe.DELAYED
 
 
 def _rules(spec: Data) -> Rules:
@@ -1095,6 +1124,29 @@ def _run(spec: Data, framework: Framework) -> RunInputs | list[Problem]:
     return RunInputs(tokens, steps, ramp, checkpoint, _storage(spec), reliability, _cost(spec))
 
 
+def _missing_peak(gpu: Gpu, precision: str, preset: bool) -> Problem:
+    """PLC109: the GPU gives no peak for the precision's data type. A preset without one has
+    no tensor cores for it (the A100 has no FP8 or FP4); a custom GPU may name its peak."""
+    if preset:
+        low = precision in ("fp8", "fp4")
+        return Problem(
+            "PLC109",
+            "training.precision",
+            f"precision {precision} needs {precision} tensor cores: the {gpu.name} preset gives "
+            f"no {precision} peak (its datasheet lists none)",
+            "train in bf16 on this GPU, or choose a GPU with FP8 (H100, H200, B200, MI300X) or "
+            "FP4 (B200, GB200) tensor cores"
+            if low
+            else f"choose another precision or GPU: the {gpu.name} gives no {precision} peak",
+        )
+    return Problem(
+        "PLC109",
+        "hardware.gpu",
+        f"precision {precision} needs the GPU's {precision} peak: the custom GPU gives none",
+        f"add {precision}_tflops to hardware.gpu (an H100 SXM has 67 for fp32)",
+    )
+
+
 def resolve(spec: Data) -> Job | list[Problem]:
     """Merge presets and defaults into a `Job`, or say what is missing.
 
@@ -1111,15 +1163,7 @@ def resolve(spec: Data) -> Job | list[Problem]:
         return problems
     training = _training(spec)
     if cluster.gpu.peak_tflops(DType(training.precision)) is None:
-        return [
-            Problem(
-                "PLC109",
-                "hardware.gpu",
-                f"precision {training.precision} needs the GPU's {training.precision} peak: the "
-                f"custom GPU gives none",
-                f"add {training.precision}_tflops to hardware.gpu (an H100 SXM has 67 for fp32)",
-            )
-        ]
+        return [_missing_peak(cluster.gpu, training.precision, isinstance(spec["hardware"]["gpu"], str))]
     run = _run(spec, training.framework)
     if isinstance(run, list):
         return run

@@ -27,6 +27,7 @@ from planc.spec.rule_options import OPTIONS
 from planc.vocab import (
     AttentionKind,
     CheckpointFormat,
+    Fp8RecipeName,
     Framework,
     Kernels,
     Mlp,
@@ -730,6 +731,40 @@ class RampPhaseSpec(Frozen):
     )
 
 
+class Fp8Spec(Frozen):
+    """Low-precision training (precision: fp8 or fp4): the recipe and the options that change
+    what is stored, moved and computed in FP8."""
+
+    recipe: Fp8RecipeName | None = Field(
+        None,
+        description="How GEMM operands are quantized. Transformer Engine (Megatron, DeepSpeed): "
+        "delayed (per-tensor scale from an amax history), current (per-tensor scale from the "
+        "tensor itself; Megatron --fp8-recipe tensorwise), blockwise (1x128 / 128x128 blocks, "
+        "DeepSeek-V3), mxfp8 (one E8M0 scale per 32 values, Blackwell), nvfp4 (FP4, Blackwell; "
+        "precision: fp4). torchao (fsdp2/torchtitan): tensorwise, rowwise, rowwise_with_gw_hp. "
+        "Default: delayed for fp8 (Megatron's default), nvfp4 for fp4.",
+    )
+    param_gather: StrictBool = Field(
+        False,
+        description="Keep the GEMM weights in FP8 only (no 16-bit copy; the fp32 master stays "
+        "in the optimizer) and all-gather them in FP8: Megatron --fp8-param-gather (needs the "
+        "distributed optimizer, zero_stage >= 1), torchtitan enable_fsdp_float8_all_gather "
+        "(tensorwise).",
+    )
+    first_last_bf16: Annotated[StrictInt, Field(ge=0, le=MAX_DIM)] = Field(
+        0,
+        description="Transformer layers kept in BF16 at each end of the model (Megatron "
+        "--first-last-layers-bf16 with --num-layers-at-start-in-bf16 and --num-layers-at-end-"
+        "in-bf16). Default: 0, every layer in FP8.",
+    )
+    moments: Literal["fp32", "bf16"] = Field(
+        "fp32",
+        description="Adam's moments in bf16 (Megatron --use-precision-aware-optimizer with "
+        "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, as DeepSeek-V3 kept them; needs the "
+        "distributed optimizer): 4 bytes per parameter instead of 8. Default: fp32.",
+    )
+
+
 class TrainingSpec(Frozen):
     """One optimizer step: sequence, batch, precision, optimizer, recompute, kernels."""
 
@@ -743,7 +778,15 @@ class TrainingSpec(Frozen):
         description="Global batch B in sequences per optimizer step."
     )
     precision: Precision = Field(
-        "bf16", description="Weights and activations dtype; bf16/fp16 keep fp32 master weights."
+        "bf16",
+        description="Weights and activations dtype; bf16/fp16 keep fp32 master weights. fp8 and "
+        "fp4 run the linear layers' GEMMs in that format with bf16 weights, activations and "
+        "gradients around them (training.fp8 gives the recipe).",
+    )
+    fp8: Fp8Spec | None = Field(
+        None,
+        description="precision fp8 or fp4 only: the recipe and its options. Default: the "
+        "recipe's defaults.",
     )
     optimizer: OptimizerName = Field(
         "adam",

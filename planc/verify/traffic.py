@@ -303,6 +303,56 @@ def _experts(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
     return ops
 
 
+def _bf16_layers(plan: PlanData, first: int, last: int) -> list[int]:
+    """The layers of [first, last) that run in BF16 under an FP8/FP4 recipe: the first and last
+    `bf16_layers` of the model (Megatron --first-last-layers-bf16), listed one by one."""
+    q = plan.training.get("quantized")
+    n = 0 if q is None else int(q["bf16_layers"])
+    layers = plan.model["layers"]
+    return [i for i in range(first, last) if i < n or i >= layers - n]
+
+
+def stage_quantized_parameters(plan: PlanData, stage: int) -> tuple[int, int]:
+    """(dense, expert) GEMM weights a rank of `stage` keeps quantized under an FP8/FP4 recipe,
+    counted layer by layer: in each FP8 layer the attention projections, and the dense MLP's
+    matrices or a MoE layer's shared-expert matrices and its E/EP routed experts (no norms,
+    biases, router, embedding, head or multi-token prediction module)."""
+    m: Mapping[str, Any] = plan.model
+    t = plan.degrees["tp"]
+    h, matrices = m["hidden"], 3 if m["mlp"] == "swiglu" else 2
+    attention, mlp = _attention_matrices(m, t), _mlp(h, cdiv(m["ffn_hidden"], t), matrices)
+    moe = m.get("moe")
+    dense = experts = 0
+    for a, b in plan.stage_layers[stage]:
+        kept = _bf16_layers(plan, a, b)
+        routed = 0 if moe is None else _moe_layers(moe, a, b)
+        routed_kept = 0 if moe is None else sum(_moe_layers(moe, i, i + 1) for i in kept)
+        fp8_layers, fp8_routed = b - a - len(kept), routed - routed_kept
+        dense += fp8_layers * attention + (fp8_layers - fp8_routed) * mlp
+        if moe is not None and fp8_routed:
+            inner = cdiv(moe["shared_experts"] * moe["shared_expert_ffn_hidden"], t)
+            shared = _mlp(h, inner, matrices) if moe["shared_experts"] else 0
+            ep, et = plan.expert_degrees["ep"], plan.expert_degrees["tp"]
+            local = moe["experts"] // ep * _mlp(h, cdiv(moe["expert_ffn_hidden"], et), matrices)
+            dense += fp8_routed * shared
+            experts += fp8_routed * local
+    return int(dense), int(experts)
+
+
+def _gathered(plan: PlanData, elements: int, psi: int, psi_q: int) -> int:
+    """Bytes of one parameter all-gather of `elements` of a buffer of Ψ parameters: 16-bit, or
+    with the plan's FP8 parameter gather its quantized share ⌊elements·Ψ_q/Ψ⌋ at data_bits/8
+    bytes plus one scale per weight_scale_block elements."""
+    q = plan.training.get("quantized")
+    w = int(plan.training["activation_bytes"])
+    if q is None or not q["param_gather"] or psi <= 0 or psi_q <= 0:
+        return elements * w
+    share = elements * psi_q // psi
+    block = int(q["weight_scale_block"])
+    scales = cdiv(share, block) * int(q["scale_bytes"]) if block else 0
+    return (elements - share) * w + cdiv(share * int(q["data_bits"]), 8) + scales
+
+
 def _bucket(plan: PlanData) -> int:
     """DeepSpeed's default reduce_bucket_size; Megatron DDP's default bucket otherwise."""
     if plan.framework == "deepspeed":
@@ -324,7 +374,8 @@ def _edp(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
     for calls, elements in ((full, _bucket(plan)), (1, rest)):
         if not (calls and elements):
             continue
-        grads, params = elements * tr["gradient_bytes"], elements * tr["activation_bytes"]
+        grads = elements * tr["gradient_bytes"]
+        params = _gathered(plan, elements, psi, stage_quantized_parameters(plan, stage)[1])
         if zero == 0:
             ops.append(ExpectedOp(stage, "edp", "all_reduce", None, n, calls, grads))
             continue
@@ -354,7 +405,8 @@ def _dp(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
     for calls, elements in ((full, bucket), (1, rest)):
         if not (calls and elements):
             continue
-        grads, params = elements * tr["gradient_bytes"], elements * tr["activation_bytes"]
+        grads = elements * tr["gradient_bytes"]
+        params = _gathered(plan, elements, psi, stage_quantized_parameters(plan, stage)[0])
         per_step = m if zero >= 2 else 1
         if hsdp:
             shard = cdiv(elements, plan.data_shard) * tr["gradient_bytes"]
@@ -415,8 +467,13 @@ def bytes_sent(op: str, n: int, buffer_bytes: int, itemsize: int) -> int:
 
 
 def itemsize_of(plan: PlanData, group: str, op: str) -> int:
+    """Bytes per element of an op's buffer: gradients' or activations'; a parameter all-gather
+    that mixes FP8 and 16-bit weights (the plan's FP8 parameter gather) is counted in bytes."""
     reduced = ("dp_cp", "dp_shard", "dp_replicate", "embedding", "edp")
     gradients = group in reduced and op != "all_gather"
+    quantized = plan.training.get("quantized")
+    if group in reduced and op == "all_gather" and quantized is not None and quantized["param_gather"]:
+        return 1
     return int(plan.training["gradient_bytes" if gradients else "activation_bytes"])
 
 
