@@ -65,6 +65,8 @@ def work_time_s(
         return 0.0
     if op.engine == "attention":
         rate = device.matrix_flops * (eff.flash_backward if backward else eff.flash_forward)
+    elif op.engine == "sdpa":
+        rate = device.matrix_flops * (eff.sdpa_backward if backward else eff.sdpa_forward)
     elif op.engine == "matrix":
         rate = device.matrix_flops * gemm_efficiency(eff, device, gemm or op.shape)
     else:

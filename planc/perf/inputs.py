@@ -91,7 +91,14 @@ DP_GROUPS = ("dp_cp", "dp_shard", "dp_replicate", "embedding", "edp")
 def layer_shape(job: Plannable) -> OpShape:
     """One rank's share of a layer (`Plannable.dims`) for :mod:`planc.perf.ops`, with the
     activations' bytes of the run's number formats."""
-    return op_shape(job.model, job.dims, job.numerics.activation, job.training.attention == "flash")
+    tr = job.training
+    return op_shape(
+        job.model,
+        job.dims,
+        job.numerics.activation,
+        tr.attention == "flash",
+        tr.kernels == "unfused",
+    )
 
 
 def expert_shape(job: Plannable) -> ExpertDims | None:

@@ -35,7 +35,9 @@ from planc.record import record
 from planc.spec.job import Model
 from planc.vocab import Norm
 
-Engine = Literal["matrix", "vector", "attention"]
+# attention: a fused kernel as Megatron-Core runs it (TE / cuDNN); sdpa: PyTorch's
+# scaled_dot_product_attention flash backend, what eager PyTorch runs.
+Engine = Literal["matrix", "vector", "attention", "sdpa"]
 
 
 @record
@@ -114,6 +116,7 @@ class OpShape:
     norm: Norm = "layernorm"  # or rmsnorm
     dropout: float = 0.0
     flash: bool = False
+    unfused: bool = False  # eager PyTorch kernels (training.kernels: unfused)
     beta: int = 2  # bytes per activation element
     positions: int = 0  # rows of a learned position table (0 for RoPE)
     causal: bool = True  # a fused kernel skips the masked half of the scores
@@ -155,7 +158,9 @@ class OpShape:
         return self.v or self.k
 
 
-def op_shape(model: Model, dims: RankDims, beta: int, flash: bool) -> OpShape:
+def op_shape(
+    model: Model, dims: RankDims, beta: int, flash: bool, unfused: bool = False
+) -> OpShape:
     """The per-op view of a rank's `dims` for `model` (β bytes per activation element)."""
     return OpShape(
         b=dims.b,
@@ -172,6 +177,7 @@ def op_shape(model: Model, dims: RankDims, beta: int, flash: bool) -> OpShape:
         norm=model.norm,
         dropout=model.dropout,
         flash=flash,
+        unfused=unfused,
         beta=beta,
         positions=model.max_seq_len if model.position == "learned" else 0,
         v=0 if model.mla is None else dims.v_head,
@@ -359,7 +365,8 @@ def flash_attention(shape: OpShape) -> OpCost:
     forward = Work(flops, (q + o + kv) * shape.beta + lse)
     backward = Work(2.5 * flops, (2 * q + 2 * o + 2 * kv) * shape.beta + lse)
     gshape = GemmShape(shape.queries, shape.s, shape.k, round(shape.b * shape.heads))
-    return OpCost("flash attention", "attention", forward, backward, NOTHING, gshape, True)
+    engine: Engine = "sdpa" if shape.unfused else "attention"
+    return OpCost("flash attention", engine, forward, backward, NOTHING, gshape, True)
 
 
 def attention_core(shape: OpShape) -> tuple[OpCost, ...]:
@@ -640,8 +647,18 @@ def attention_matrix_elements(shape: OpShape) -> int:
 # Megatron-Core; torchao Float8Linear on nn.Linear), and those whose input a norm produces,
 # which Transformer Engine's fused LayerNormLinear quantizes inside the norm kernel.
 QUANTIZED_GEMMS = frozenset(
-    {"qkv", "attention output", "mlp fc1", "mlp fc2", "mla q down", "mla kv down", "mla q up",
-     "mla kv up", "expert fc1", "expert fc2"}
+    {
+        "qkv",
+        "attention output",
+        "mlp fc1",
+        "mlp fc2",
+        "mla q down",
+        "mla kv down",
+        "mla q up",
+        "mla kv up",
+        "expert fc1",
+        "expert fc2",
+    }
 )
 NORM_FED_GEMMS = frozenset({"qkv", "mlp fc1", "mla q down", "mla kv down"})
 # An abs-max and a scaled cast: about two FLOPs per element read (vector work, memory bound).

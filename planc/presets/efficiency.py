@@ -125,6 +125,10 @@ class Efficiency:
     flash_backward: float
     nvlink: LinkEfficiency
     network: LinkEfficiency
+    # PyTorch's scaled_dot_product_attention flash backend (FlashAttention-2), what eager
+    # PyTorch (`training.kernels: unfused`) runs, as a fraction of the matrix peak.
+    sdpa_forward: float
+    sdpa_backward: float
     source: str = ""
     # GEMM curves of other data types where an entry measures them (`gemm_by_dtype`); a data
     # type without one reaches the 16-bit curve's fractions of its own peak.
@@ -245,7 +249,9 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
         )
     hbm = _section(data, "hbm", where, ("efficiency", "half_bytes"))
     vector = _section(data, "vector", where, ("tflops", "efficiency"))
-    flash = _section(data, "flash_attention", where, ("forward", "backward"))
+    flash = _section(
+        data, "flash_attention", where, ("forward", "backward", "sdpa_forward", "sdpa_backward")
+    )
     net = _section(data, "network", where, LINKS)
     return Efficiency(
         gemm=_curve(_section(data, "gemm", where, _CURVE), f"{where}.gemm"),
@@ -257,6 +263,19 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
         vector_efficiency=_number(vector, "efficiency", f"{where}.vector", _FRACTION),
         flash_forward=_number(flash, "forward", f"{where}.flash_attention", _FRACTION),
         flash_backward=_number(flash, "backward", f"{where}.flash_attention", _FRACTION),
+        # PyTorch's SDPA flash backend where the entry measures it; else the fused kernel's.
+        sdpa_forward=_number(
+            {"sdpa_forward": flash["forward"], **flash},
+            "sdpa_forward",
+            f"{where}.flash_attention",
+            _FRACTION,
+        ),
+        sdpa_backward=_number(
+            {"sdpa_backward": flash["backward"], **flash},
+            "sdpa_backward",
+            f"{where}.flash_attention",
+            _FRACTION,
+        ),
         nvlink=_link(net, "nvlink", f"{where}.network"),
         network=_link(net, "network", f"{where}.network"),
         source=str(data.get("source", "")),
@@ -329,7 +348,12 @@ def to_json(eff: Efficiency, source: str = "") -> dict[str, Any]:
         "gemm": asdict(eff.gemm),
         "hbm": asdict(eff.hbm),
         "vector": {"tflops": eff.vector_tflops, "efficiency": eff.vector_efficiency},
-        "flash_attention": {"forward": eff.flash_forward, "backward": eff.flash_backward},
+        "flash_attention": {
+            "forward": eff.flash_forward,
+            "backward": eff.flash_backward,
+            "sdpa_forward": eff.sdpa_forward,
+            "sdpa_backward": eff.sdpa_backward,
+        },
         "network": {"nvlink": link(eff.nvlink), "network": link(eff.network)},
         **(
             {"gemm_by_dtype": {str(d): asdict(c) for d, c in eff.gemm_by_dtype.items()}}
