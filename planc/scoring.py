@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 
-from planc.analysis import analyse, estimate_step
+from planc.analysis import Analysis, analyse, estimate_step
 from planc.check import check_loaded
 from planc.findings import Severity
+from planc.fitting import fold_predictor
 from planc.perf.validation import (
     Aggregate,
     CorpusError,
@@ -79,14 +80,20 @@ def check_rules(spec_path: str) -> tuple[str, ...]:
     return tuple(sorted({f.rule for f in found if f.severity in serious}))
 
 
-def price(spec_path: str) -> Priced:
-    """The spec's layout in words and planc's estimated step; CorpusError when planc refuses it."""
+def analysed(spec_path: str) -> tuple[Job, Analysis]:
+    """The spec's Job and analysis; CorpusError when planc refuses it."""
     job = job_of(spec_path)
     plan = plannable(job)
     if isinstance(plan, tuple):
         first = plan[0]
         raise CorpusError(f"{spec_path}: refused by {first.rule}: {first.violation.message}")
-    step = estimate_step(analyse(plan))
+    return job, analyse(plan)
+
+
+def price(spec_path: str) -> Priced:
+    """The spec's layout in words and planc's estimated step; CorpusError when planc refuses it."""
+    job, analysis = analysed(spec_path)
+    step = estimate_step(analysis)
     return Priced(layout=layout_words(job), step_s=step.step_time_s, mfu=step.mfu)
 
 
@@ -96,18 +103,31 @@ def spec_path(index_path: str, run: Run) -> str:
 
 
 def score_corpus(index_path: str) -> Corpus:
-    """Every run of the index priced, with the aggregates and the held-out-source errors."""
+    """Every run of the index priced, with the aggregates and the leave-one-source-out errors
+    (each source's runs priced with the curves refitted to the other sources' fit runs,
+    `planc.fitting.fold_predictor`)."""
     runs = read_index(index_path)
-    priced = {run.id: price(spec_path(index_path, run)) for run in runs}
+    analyses = {run.id: analysed(spec_path(index_path, run)) for run in runs}
+    priced = {
+        run.id: Priced(
+            layout=layout_words(job),
+            step_s=(step := estimate_step(analysis)).step_time_s,
+            mfu=step.mfu,
+        )
+        for run in runs
+        for job, analysis in (analyses[run.id],)
+    }
 
     def predict(run: Run) -> float:
         return priced[run.id].step_s
+
+    def analysis_of(run: Run) -> Analysis:
+        return analyses[run.id][1]
 
     scored = score(runs, predict)
     return Corpus(
         scored=scored,
         layouts=tuple(priced[run.id].layout for run in runs),
         aggregates=aggregates(scored),
-        # Nothing in the current model is refitted per fold: every fold prices with `predict`.
-        held_out=held_out_errors(runs, lambda fit: predict),
+        held_out=held_out_errors(runs, lambda fit_set: fold_predictor(fit_set, analysis_of)),
     )

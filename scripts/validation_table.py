@@ -79,9 +79,11 @@ def table(corpus: Corpus) -> str:
         "Role over every run; generation, category and source over the validation runs only.\n",
         "\n".join(aggregate_rows(corpus.aggregates)) + "\n",
         "## Leave one source out\n",
-        "Each source group's runs (fit runs included) scored by the model fitted on the fit runs "
-        "of the other groups. Nothing in the current model is refitted per fold, so these are "
-        "each group's plain errors until a fit reads the fit set.\n",
+        "Each source group's runs (its fit runs included) priced with the GEMM curves refitted "
+        "to the fit runs of the other groups only (`planc.fitting`: the A100's e_max and d½, the "
+        "H100's e_max, the GPUs derived from them scaled alike; a GPU whose fold has no fit run "
+        "starts from its measured matmul ceiling). A group that holds a GPU's whole fit set shows "
+        "what planc would say without that source.\n",
         "\n".join(aggregate_rows(corpus.held_out)) + "\n",
     ]
     return "\n".join(parts)
