@@ -334,3 +334,22 @@ def test_explain_quotes_the_validation_error_of_the_gpus_generation() -> None:
         if r.generation.value == "hopper" and r.role.value == "validation"
     ]
     assert len(runs) == table["runs"]
+
+
+def test_search_and_the_report_quote_the_same_error_bar(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from planc.cli.main import main
+    from planc.presets.accuracy import ACCURACY
+
+    table = json.loads(Path(ACCURACY).read_text(encoding="utf-8"))["generations"]["hopper"]
+    words = (
+        f"±{table['mean_abs_error'] * 100:.1f} % mean, worst {table['worst_error'] * 100:+.1f} %"
+    )
+    spec = ROOT / "examples" / "llama3-8b-1node.yaml"
+    found = CliRunner().invoke(main, ["search", str(spec), "--format", "json"]).output
+    assert json.loads(found)["model_error"]["validated_runs"] == table["runs"]
+    assert words in CliRunner().invoke(main, ["search", str(spec)]).output
+    page = tmp_path / "report.html"
+    assert CliRunner().invoke(main, ["report", str(spec), "-o", str(page)]).exit_code == 0
+    assert words in page.read_text(encoding="utf-8")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import field
+from typing import Any
 
 from planc.findings import Severity
 from planc.outputs.emit import STDOUT, check_output, write_text_atomic
 from planc.outputs.escape import line
 from planc.outputs.progress import logged
+from planc.presets.accuracy import bar_json
 from planc.record import record
 from planc.rules import REGISTRY
 from planc.search.evaluate import OBJECTIVES, Setup
@@ -124,7 +126,11 @@ def run(request: Request, write_explorer: ExplorerWriter | None = None) -> Repor
         plans = fallbacks(
             setup, loaded.job, request.lost_nodes, request.batch_tolerance, jobs, logged
         )
-    text = _rendered(result, request, setup.spec["parallelism"]["order"], heading, plans)
+    job = loaded.job
+    bar = (
+        None if job is None else bar_json(job.cluster.gpu.name, job.cluster.calibration is not None)
+    )
+    text = _rendered(result, request, setup.spec["parallelism"]["order"], heading, plans, bar)
     notes = capping
     code = EXIT_FOUND if result.results else EXIT_NONE
     if request.write is not None:
@@ -165,11 +171,13 @@ def _rendered(
     order: str,
     heading: str,
     plans: tuple[FallbackPlan, ...] = (),
+    model_error: dict[str, Any] | None = None,
 ) -> str:
     if request.output_format == "json":
         import json
 
         data = to_json(result, order)
+        data["model_error"] = model_error  # the step times' error on published runs
         if request.lost_nodes:
             data["fallbacks"] = [fallback_json(plan) for plan in plans]
         return json.dumps(data, indent=2) + "\n"

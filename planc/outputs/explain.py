@@ -14,7 +14,7 @@ from planc.comm.tiers import ring_bandwidth_gbs
 from planc.outputs import escape
 from planc.outputs.memory import to_json as memory_json
 from planc.pipeline.registry import definition
-from planc.presets.accuracy import error_bar
+from planc.presets.accuracy import bar_json, bar_words
 from planc.record import record
 from planc.run import RunEstimate, estimate_run
 from planc.spec.job import GB, GIB
@@ -208,8 +208,7 @@ def run_lines(ex: Explanation) -> list[str]:
     lines.append(f"  compute without interruptions: {_duration(run.compute_s)}")
     lines += _checkpoint_lines(ex)
     lines.append(
-        f"wall clock: {_duration(run.wall_s)}   GPU-hours: {run.gpu_hours:,.0f}"
-        + _priced(ex)
+        f"wall clock: {_duration(run.wall_s)}   GPU-hours: {run.gpu_hours:,.0f}" + _priced(ex)
     )
     return lines
 
@@ -233,8 +232,12 @@ def _checkpoint_lines(ex: Explanation) -> list[str]:
         return ["  failures not priced: add checkpoint: and hardware.storage for goodput"]
     spec, storage, size = given.checkpoint, given.storage, ckpt.size
     how = "asynchronous" if spec.async_save else "synchronous"
-    fully = ", fully parallel save" if spec.fully_parallel and spec.format == "megatron-dist" else ""
-    node_bw = "" if storage.node_write_gbs is None else f", {storage.node_write_gbs:g} GB/s per node"
+    fully = (
+        ", fully parallel save" if spec.fully_parallel and spec.format == "megatron-dist" else ""
+    )
+    node_bw = (
+        "" if storage.node_write_gbs is None else f", {storage.node_write_gbs:g} GB/s per node"
+    )
     blocking = (
         f"blocks {_duration(ckpt.blocking_s)} (copy to pinned host memory, "
         f"{ckpt.host_bytes_per_node / GIB:,.1f} GiB per node), writes {_duration(ckpt.background_s)} "
@@ -425,23 +428,11 @@ def run_json(run: RunEstimate) -> dict[str, Any]:
 
 def _error_bar_json(gpu: str, calibrated: bool) -> dict[str, Any] | None:
     """The error bar of `_error_bar_line` as data (None where there is none)."""
-    bar = None if calibrated else error_bar(gpu)
-    if bar is None:
-        return None
-    return {
-        "generation": bar.generation,
-        "validated_runs": bar.runs,
-        "mean_abs_error": bar.mean_abs_error,
-        "worst_error": bar.worst_error,
-    }
+    return bar_json(gpu, calibrated)
 
 
 def _error_bar_line(gpu: str, calibrated: bool) -> list[str]:
     """The model's error on published runs of this GPU's generation (docs/validation.md); none
     for a GPU without validated runs or a spec priced with its own calibration."""
-    bar = None if calibrated else error_bar(gpu)
-    if bar is None:
-        return []
-    return [
-        f"  model error on published runs it was not fitted to: {bar.words()} (docs/validation.md)"
-    ]
+    words = bar_words(gpu, calibrated)
+    return [f"  {words} (docs/validation.md)"] if words else []

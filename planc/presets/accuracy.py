@@ -66,6 +66,33 @@ def error_bar(gpu: str) -> ErrorBar | None:
     return ErrorBar(generation or "", entry["runs"], entry["mean_abs_error"], entry["worst_error"])
 
 
+def bar_for(gpu: str, calibrated: bool) -> ErrorBar | None:
+    """The error bar to print beside a step time on `gpu`: none for a spec priced with its own
+    calibration (its error is what `planc calibrate` reported) or a GPU without validated runs."""
+    return None if calibrated else error_bar(gpu)
+
+
+def bar_words(gpu: str, calibrated: bool) -> str:
+    """'model error on published runs it was not fitted to: …', or '' without a bar."""
+    bar = bar_for(gpu, calibrated)
+    if bar is None:
+        return ""
+    return f"model error on published runs it was not fitted to: {bar.words()}"
+
+
+def bar_json(gpu: str, calibrated: bool) -> dict[str, Any] | None:
+    """The error bar as data (None where there is none)."""
+    bar = bar_for(gpu, calibrated)
+    if bar is None:
+        return None
+    return {
+        "generation": bar.generation,
+        "validated_runs": bar.runs,
+        "mean_abs_error": bar.mean_abs_error,
+        "worst_error": bar.worst_error,
+    }
+
+
 def accuracy_json(by_generation: Mapping[str, tuple[int, float, float]]) -> str:
     """The text of accuracy.json for (runs, mean |error|, worst error) per generation."""
     data = {

@@ -15,6 +15,7 @@ from planc.findings import FileResult, Finding, Severity
 from planc.outputs.explain import Explanation, run_lines, to_json
 from planc.pipeline.registry import definition
 from planc.plannable import Plannable
+from planc.presets.accuracy import bar_words
 from planc.report import fmt
 from planc.report.assets import CSS, JS, csp_meta
 from planc.report.comm import busiest_stage, link_table, ops_svg, step_svg, wire_table
@@ -82,8 +83,9 @@ def cards(plan: Plannable, analysis: Analysis, step: StepEstimate) -> Html:
         f"{step.pipeline.method}; closed form (p − 1)/(v·m + p − 1) = "
         f"{fmt.percent(step.bubble_fraction)}",
     )
+    bar = bar_words(plan.cluster.gpu.name, plan.cluster.calibration is not None)
     time = _card(
-        "Step time", fmt.seconds(step.step_time_s), step.model
+        "Step time", fmt.seconds(step.step_time_s), step.model + (f"; {bar}" if bar else "")
     )
     tokens = _card("Throughput", f"{step.tokens_per_s:,.0f}", "tokens per second, whole cluster")
     mfu = _card("MFU", fmt.percent(step.mfu), "model FLOPs (no recompute) over peak")

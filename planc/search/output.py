@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from planc.outputs import escape
+from planc.presets.accuracy import bar_for
 from planc.search.fallback import FallbackPlan
 from planc.search.rank import Ranked, SearchResult
 from planc.search.space import Space, Value
@@ -172,10 +173,12 @@ def _row(result: SearchResult, ranked: Ranked, place: int) -> list[str]:
 def describe(job: Job) -> str:
     """One line naming the run a search is for: the job, the cluster, the model, the step."""
     cl, mod, tr = job.cluster, job.model, job.training
+    bar = bar_for(cl.gpu.name, cl.calibration is not None)
     return (
         f"{job.name}: {job.world:,} GPUs ({cl.nodes:,} × {cl.gpus_per_node} {cl.gpu.name}), "
         f"{mod.preset or 'model'} (L={mod.L}, h={mod.h}), seq_len {tr.s:,}, "
         f"global_batch {tr.B:,}"
+        + (f"; step times {bar.words()} (docs/validation.md)" if bar else "")
     )
 
 
