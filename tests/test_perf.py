@@ -466,3 +466,55 @@ def test_hundreds_of_stages_fall_back_to_the_closed_form() -> None:
     assert ends == (3.0 * (4096 + 511),) * 512
     small = simulate(build_schedule(8, 64, 1), [1.0] * 8, [2.0] * 8, 0)
     assert float(small.makespan) == 3.0 * (64 + 7)
+
+
+def test_explain_quotes_the_calibration_s_own_leave_one_out_error(tmp_path: Path) -> None:
+    # planc calibrate writes its leave-one-out error into the file; a spec priced with that
+    # file is quoted with it (on the user's runs), not with the preset's validation error.
+    from click.testing import CliRunner
+
+    from planc.cli.main import main
+
+    truth = for_gpu("a100-80gb").with_gemm(peak_fraction=0.75)
+    rows = ["spec,seconds per step"]
+    for model, b in (("gpt-22b", 1), ("gpt-22b", 4), ("llama3-8b", 2), ("llama3-8b", 4)):
+        text = (
+            f"version: 1\nname: {model}-{b}\nmodel: {{preset: {model}, layers: 4}}\n"
+            f"hardware: {{gpu: a100-80gb, nodes: 1}}\nparallelism: {{tensor: 8}}\n"
+            f"training: {{seq_len: 2048, micro_batch: {b}, global_batch: {4 * b}, "
+            f"attention: eager}}\n"
+        )
+        (tmp_path / f"{model}-{b}.yaml").write_text(text, encoding="utf-8")
+        job = load_text("x.yaml", text).job
+        assert job is not None
+        # 3 % off the truth either way: a fit cannot match all four exactly.
+        rows.append(
+            f"{model}-{b}.yaml,{_estimate(job, truth).step_time_s * (1.03 if b == 4 else 0.97)!r}"
+        )
+    (tmp_path / "runs.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    out = tmp_path / "cluster.json"
+    assert (
+        CliRunner()
+        .invoke(main, ["calibrate", str(tmp_path / "runs.csv"), "-o", str(out)])
+        .exit_code
+        == 0
+    )
+    accuracy = json.loads(out.read_text(encoding="utf-8"))["accuracy"]
+    assert accuracy["runs"] == 4 and 0 < accuracy["mean_abs_error"] < 0.2
+    spec = tmp_path / "gpt-22b-1.yaml"
+    spec.write_text(
+        spec.read_text(encoding="utf-8").replace(
+            "nodes: 1}", "nodes: 1, calibration: cluster.json}"
+        ),
+        encoding="utf-8",
+    )
+    text = CliRunner().invoke(main, ["explain", str(spec)]).output
+    mean = f"±{accuracy['mean_abs_error'] * 100:.1f} % mean"
+    assert f"{mean}, worst {accuracy['worst_error'] * 100:+.1f} %, on 4 of your runs" in text
+    assert "validated ampere runs" not in text
+    data = json.loads(out.read_text(encoding="utf-8"))
+    data["accuracy"]["runs"] = 0
+    out.write_text(json.dumps(data), encoding="utf-8")
+    refused = CliRunner().invoke(main, ["explain", str(spec)])
+    # A located finding (PLC110 hardware.calibration), as every bad calibration file is.
+    assert refused.exit_code == 1 and "accuracy.runs" in refused.output

@@ -128,7 +128,7 @@ def run(request: Request, write_explorer: ExplorerWriter | None = None) -> Repor
         )
     job = loaded.job
     bar = (
-        None if job is None else bar_json(job.cluster.gpu.name, job.cluster.calibration is not None)
+        None if job is None else bar_json(job.cluster.gpu.name, job.cluster.calibration)
     )
     text = _rendered(result, request, setup.spec["parallelism"]["order"], heading, plans, bar)
     notes = capping

@@ -14,7 +14,7 @@ from planc.comm.tiers import ring_bandwidth_gbs
 from planc.outputs import escape
 from planc.outputs.memory import to_json as memory_json
 from planc.pipeline.registry import definition
-from planc.presets.accuracy import bar_json, bar_words
+from planc.presets.accuracy import Calibration, bar_json, bar_words
 from planc.record import record
 from planc.run import RunEstimate, estimate_run
 from planc.spec.job import GB, GIB
@@ -102,7 +102,7 @@ def render_text(ex: Explanation) -> str:
         _bubble_words(ex) + _simulated_line(ex),
         f"estimated step time: {total:.2f} s ({escape.line(step.model)}; {job.cluster.gpu.bf16_tflops:g} "
         "TFLOPS peak)",
-        *_error_bar_line(job.cluster.gpu.name, job.cluster.calibration is not None),
+        *_error_bar_line(job.cluster.gpu.name, job.cluster.calibration),
         f"  compute:            {step.compute_s:8.2f} s ({step.compute_s / total:5.1%})  "
         f"incl. exposed TP {step.tp_comm_s:.3f} s",
         *_expert_line(ex),
@@ -369,9 +369,7 @@ def to_json(ex: Explanation) -> dict[str, Any]:
             "mfu": step.mfu,
             "model": step.model,
             "model_flops": step.model_flops,
-            "model_error": _error_bar_json(
-                job.cluster.gpu.name, job.cluster.calibration is not None
-            ),
+            "model_error": _error_bar_json(job.cluster.gpu.name, job.cluster.calibration),
         },
         **({} if ex.run is None else {"run": run_json(ex.run)}),
     }
@@ -426,13 +424,13 @@ def run_json(run: RunEstimate) -> dict[str, Any]:
     }
 
 
-def _error_bar_json(gpu: str, calibrated: bool) -> dict[str, Any] | None:
+def _error_bar_json(gpu: str, calibration: Calibration) -> dict[str, Any] | None:
     """The error bar of `_error_bar_line` as data (None where there is none)."""
-    return bar_json(gpu, calibrated)
+    return bar_json(gpu, calibration)
 
 
-def _error_bar_line(gpu: str, calibrated: bool) -> list[str]:
+def _error_bar_line(gpu: str, calibration: Calibration) -> list[str]:
     """The model's error on published runs of this GPU's generation (docs/validation.md); none
     for a GPU without validated runs or a spec priced with its own calibration."""
-    words = bar_words(gpu, calibrated)
+    words = bar_words(gpu, calibration)
     return [f"  {words} (docs/validation.md)"] if words else []

@@ -363,4 +363,15 @@ def calibration_json(cal: Calibration, measurements: str) -> str:
             else "n/a (one run)"
         )
     )
-    return json.dumps(to_json(cal.fit.efficiency, source), indent=2, ensure_ascii=False) + "\n"
+    data = to_json(cal.fit.efficiency, source)
+    if cal.leave_one_out:
+        # What planc explain, the report and search quote beside a step time priced with it.
+        worst = max(cal.leave_one_out, key=abs)
+        data["accuracy"] = {
+            "runs": len(cal.leave_one_out),
+            "mean_abs_error": round(
+                sum(abs(v) for v in cal.leave_one_out) / len(cal.leave_one_out), 4
+            ),
+            "worst_error": round(worst, 4),
+        }
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"

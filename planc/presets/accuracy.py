@@ -18,6 +18,7 @@ from typing import Any
 
 from planc.record import record
 
+CALIBRATED = "calibrated"
 ACCURACY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "accuracy.json")
 
 # Each GPU preset's generation, as the corpus groups its runs (NVIDIA's architecture names); a
@@ -37,17 +38,19 @@ GENERATION_OF: Mapping[str, str] = {
 class ErrorBar:
     """The model's error on the validation runs of one GPU generation."""
 
-    generation: str
+    generation: str  # or "calibrated": the user's own runs, from `planc calibrate`
     runs: int
     mean_abs_error: float  # mean of |predicted/measured − 1|
     worst_error: float  # the signed error of largest magnitude
 
     def words(self) -> str:
         """E.g. '±6.2 % mean, worst +15.1 %, on 18 validated hopper runs'."""
-        return (
-            f"±{self.mean_abs_error * 100:.1f} % mean, worst {self.worst_error * 100:+.1f} %, "
-            f"on {self.runs} validated {self.generation} runs"
+        where = (
+            f"on {self.runs} of your runs, each left out of the fit (planc calibrate)"
+            if self.generation == CALIBRATED
+            else f"on {self.runs} validated {self.generation} runs"
         )
+        return f"±{self.mean_abs_error * 100:.1f} % mean, worst {self.worst_error * 100:+.1f} %, {where}"
 
 
 @cache
@@ -66,23 +69,32 @@ def error_bar(gpu: str) -> ErrorBar | None:
     return ErrorBar(generation or "", entry["runs"], entry["mean_abs_error"], entry["worst_error"])
 
 
-def bar_for(gpu: str, calibrated: bool) -> ErrorBar | None:
-    """The error bar to print beside a step time on `gpu`: none for a spec priced with its own
-    calibration (its error is what `planc calibrate` reported) or a GPU without validated runs."""
-    return None if calibrated else error_bar(gpu)
+Calibration = Mapping[str, Any] | None  # hardware.calibration's data, as read
 
 
-def bar_words(gpu: str, calibrated: bool) -> str:
-    """'model error on published runs it was not fitted to: …', or '' without a bar."""
-    bar = bar_for(gpu, calibrated)
+def bar_for(gpu: str, calibration: Calibration) -> ErrorBar | None:
+    """The error bar to print beside a step time on `gpu`: with a calibration, its own
+    leave-one-out error on the user's runs (the file's `accuracy`, written by `planc
+    calibrate`; none in a file without one); else the GPU generation's validation error."""
+    if calibration is not None:
+        own = calibration.get("accuracy")
+        if not isinstance(own, Mapping):
+            return None
+        return ErrorBar(CALIBRATED, own["runs"], own["mean_abs_error"], own["worst_error"])
+    return error_bar(gpu)
+
+
+def bar_words(gpu: str, calibration: Calibration) -> str:
+    """'model error on runs it was not fitted to: …', or '' without a bar."""
+    bar = bar_for(gpu, calibration)
     if bar is None:
         return ""
-    return f"model error on published runs it was not fitted to: {bar.words()}"
+    return f"model error on runs it was not fitted to: {bar.words()}"
 
 
-def bar_json(gpu: str, calibrated: bool) -> dict[str, Any] | None:
+def bar_json(gpu: str, calibration: Calibration) -> dict[str, Any] | None:
     """The error bar as data (None where there is none)."""
-    bar = bar_for(gpu, calibrated)
+    bar = bar_for(gpu, calibration)
     if bar is None:
         return None
     return {

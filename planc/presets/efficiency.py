@@ -230,7 +230,9 @@ def _link(data: Mapping[str, Any], key: str, where: str) -> LinkEfficiency:
     )
 
 
-_TOP = ("gemm", "hbm", "vector", "flash_attention", "network", "gemm_by_dtype")
+_TOP = ("gemm", "hbm", "vector", "flash_attention", "network", "gemm_by_dtype", "accuracy")
+_MAX_RUNS = 100_000  # runs a calibration's accuracy may count
+_ERROR = (-1e3, 1e3, True)  # a relative error: a thousandfold either way
 
 
 def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
@@ -253,6 +255,8 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
         data, "flash_attention", where, ("forward", "backward", "sdpa_forward", "sdpa_backward")
     )
     net = _section(data, "network", where, LINKS)
+    if "accuracy" in data:
+        _accuracy(data, where)
     return Efficiency(
         gemm=_curve(_section(data, "gemm", where, _CURVE), f"{where}.gemm"),
         hbm=MemoryCurve(
@@ -281,6 +285,15 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
         source=str(data.get("source", "")),
         gemm_by_dtype=_gemm_by_dtype(data.get("gemm_by_dtype", {}), f"{where}.gemm_by_dtype"),
     )
+
+
+def _accuracy(data: Mapping[str, Any], where: str) -> None:
+    """A calibration's `accuracy` (written by `planc calibrate`): its leave-one-out error on
+    the runs it was fitted to, `runs`, `mean_abs_error` and `worst_error`; ValueError if not."""
+    own = _section(data, "accuracy", where, ("runs", "mean_abs_error", "worst_error"))
+    _count(own, "runs", f"{where}.accuracy", _MAX_RUNS)
+    _number(own, "mean_abs_error", f"{where}.accuracy", (0.0, 1e3, True))
+    _number(own, "worst_error", f"{where}.accuracy", _ERROR)
 
 
 _CURVE = ("peak_fraction", "half_dim", "sms", "tile_m", "tile_n")

@@ -83,7 +83,7 @@ def cards(plan: Plannable, analysis: Analysis, step: StepEstimate) -> Html:
         f"{step.pipeline.method}; closed form (p − 1)/(v·m + p − 1) = "
         f"{fmt.percent(step.bubble_fraction)}",
     )
-    bar = bar_words(plan.cluster.gpu.name, plan.cluster.calibration is not None)
+    bar = bar_words(plan.cluster.gpu.name, plan.cluster.calibration)
     time = _card(
         "Step time", fmt.seconds(step.step_time_s), step.model + (f"; {bar}" if bar else "")
     )

@@ -173,7 +173,7 @@ def _row(result: SearchResult, ranked: Ranked, place: int) -> list[str]:
 def describe(job: Job) -> str:
     """One line naming the run a search is for: the job, the cluster, the model, the step."""
     cl, mod, tr = job.cluster, job.model, job.training
-    bar = bar_for(cl.gpu.name, cl.calibration is not None)
+    bar = bar_for(cl.gpu.name, cl.calibration)
     return (
         f"{job.name}: {job.world:,} GPUs ({cl.nodes:,} × {cl.gpus_per_node} {cl.gpu.name}), "
         f"{mod.preset or 'model'} (L={mod.L}, h={mod.h}), seq_len {tr.s:,}, "
