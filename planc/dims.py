@@ -17,6 +17,7 @@ sequence shares ⌈s/c⌉ and ⌈s/c/t⌉, whose divisibility rules (PLC008, PLC
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from planc.presets.fp8 import architecture, recipe_table
 from planc.record import record
@@ -127,13 +128,8 @@ def numerics(training: Training, gpu: Gpu | None = None) -> Numerics:
     recipe = training.fp8_recipe
     if recipe is None:
         return base
-    return Numerics(
-        precision=base.precision,
-        weight=base.weight,
-        master=base.master,
-        gradient=base.gradient,
-        activation=base.activation,
-        gemm=base.gemm,
+    return replace(
+        base,
         loss_scaling=False,
         quantized=quantized_formats(training, recipe, gpu),
         moment=2 if training.moments_bf16 else 4,

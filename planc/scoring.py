@@ -92,7 +92,10 @@ def analysed(spec_path: str) -> tuple[Job, Analysis]:
 
 def price(spec_path: str) -> Priced:
     """The spec's layout in words and planc's estimated step; CorpusError when planc refuses it."""
-    job, analysis = analysed(spec_path)
+    return _priced(*analysed(spec_path))
+
+
+def _priced(job: Job, analysis: Analysis) -> Priced:
     step = estimate_step(analysis)
     return Priced(layout=layout_words(job), step_s=step.step_time_s, mfu=step.mfu)
 
@@ -108,15 +111,7 @@ def score_corpus(index_path: str) -> Corpus:
     `planc.fitting.fold_predictor`)."""
     runs = read_index(index_path)
     analyses = {run.id: analysed(spec_path(index_path, run)) for run in runs}
-    priced = {
-        run.id: Priced(
-            layout=layout_words(job),
-            step_s=(step := estimate_step(analysis)).step_time_s,
-            mfu=step.mfu,
-        )
-        for run in runs
-        for job, analysis in (analyses[run.id],)
-    }
+    priced = {run.id: _priced(*analyses[run.id]) for run in runs}
 
     def predict(run: Run) -> float:
         return priced[run.id].step_s

@@ -387,14 +387,14 @@ def test_calibration_file_round_trip(tmp_path: Path) -> None:
         load_calibration(path)
 
 
-def test_calibrate_command_writes_a_loadable_file(tmp_path: Path) -> None:
-    from click.testing import CliRunner
-
-    from planc.cli.main import main
-
+def _measured_runs(
+    tmp_path: Path, cases: tuple[tuple[str, int], ...], skew: Callable[[int], float]
+) -> Path:
+    """Specs of `cases` (model, micro-batch) on one A100 node and runs.csv of their step times
+    under a known truth (e_max 0.75), each times skew(b): what planc calibrate reads."""
     truth = for_gpu("a100-80gb").with_gemm(peak_fraction=0.75)
     rows = ["spec,seconds per step"]
-    for model, b in (("gpt-22b", 1), ("gpt-22b", 4), ("llama3-8b", 2)):
+    for model, b in cases:
         text = (
             f"version: 1\nname: {model}-{b}\nmodel: {{preset: {model}, layers: 4}}\n"
             f"hardware: {{gpu: a100-80gb, nodes: 1}}\nparallelism: {{tensor: 8}}\n"
@@ -404,8 +404,17 @@ def test_calibrate_command_writes_a_loadable_file(tmp_path: Path) -> None:
         (tmp_path / f"{model}-{b}.yaml").write_text(text, encoding="utf-8")
         job = load_text("x.yaml", text).job
         assert job is not None
-        rows.append(f"{model}-{b}.yaml,{_estimate(job, truth).step_time_s!r}")
+        rows.append(f"{model}-{b}.yaml,{_estimate(job, truth).step_time_s * skew(b)!r}")
     (tmp_path / "runs.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return tmp_path / "runs.csv"
+
+
+def test_calibrate_command_writes_a_loadable_file(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from planc.cli.main import main
+
+    _measured_runs(tmp_path, (("gpt-22b", 1), ("gpt-22b", 4), ("llama3-8b", 2)), lambda b: 1.0)
     out = tmp_path / "cluster.json"
     result = CliRunner().invoke(main, ["calibrate", str(tmp_path / "runs.csv"), "-o", str(out)])
     assert result.exit_code == 0, result.output
@@ -475,23 +484,9 @@ def test_explain_quotes_the_calibration_s_own_leave_one_out_error(tmp_path: Path
 
     from planc.cli.main import main
 
-    truth = for_gpu("a100-80gb").with_gemm(peak_fraction=0.75)
-    rows = ["spec,seconds per step"]
-    for model, b in (("gpt-22b", 1), ("gpt-22b", 4), ("llama3-8b", 2), ("llama3-8b", 4)):
-        text = (
-            f"version: 1\nname: {model}-{b}\nmodel: {{preset: {model}, layers: 4}}\n"
-            f"hardware: {{gpu: a100-80gb, nodes: 1}}\nparallelism: {{tensor: 8}}\n"
-            f"training: {{seq_len: 2048, micro_batch: {b}, global_batch: {4 * b}, "
-            f"attention: eager}}\n"
-        )
-        (tmp_path / f"{model}-{b}.yaml").write_text(text, encoding="utf-8")
-        job = load_text("x.yaml", text).job
-        assert job is not None
-        # 3 % off the truth either way: a fit cannot match all four exactly.
-        rows.append(
-            f"{model}-{b}.yaml,{_estimate(job, truth).step_time_s * (1.03 if b == 4 else 0.97)!r}"
-        )
-    (tmp_path / "runs.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    # 3 % off the truth either way: a fit cannot match all four exactly.
+    cases = (("gpt-22b", 1), ("gpt-22b", 4), ("llama3-8b", 2), ("llama3-8b", 4))
+    _measured_runs(tmp_path, cases, lambda b: 1.03 if b == 4 else 0.97)
     out = tmp_path / "cluster.json"
     assert (
         CliRunner()

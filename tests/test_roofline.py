@@ -85,8 +85,8 @@ def test_every_op_is_priced_between_its_roofline_and_ten_times_it(gpu: str) -> N
             for op in _ops(plan):
                 passes = (
                     (op.forward, False, None),
-                    (op.backward_data, True, op.shape.data() if op.shape else None),
-                    (op.backward_weight, True, op.shape.weight() if op.shape else None),
+                    (op.backward_data, True, op.data_gemm),
+                    (op.backward_weight, True, op.weight_gemm),
                 )
                 for work, backward, gemm in passes:
                     if work.flops <= 0 and work.bytes <= 0:

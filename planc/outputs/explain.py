@@ -14,7 +14,8 @@ from planc.comm.tiers import ring_bandwidth_gbs
 from planc.outputs import escape
 from planc.outputs.memory import to_json as memory_json
 from planc.pipeline.registry import definition
-from planc.presets.accuracy import Calibration, bar_json, bar_words
+from planc.plannable import Plannable
+from planc.presets.accuracy import bar_json, bar_words
 from planc.record import record
 from planc.run import RunEstimate, estimate_run
 from planc.spec.job import GB, GIB
@@ -102,7 +103,7 @@ def render_text(ex: Explanation) -> str:
         _bubble_words(ex) + _simulated_line(ex),
         f"estimated step time: {total:.2f} s ({escape.line(step.model)}; {job.cluster.gpu.bf16_tflops:g} "
         "TFLOPS peak)",
-        *_error_bar_line(job.cluster.gpu.name, job.cluster.calibration),
+        *_error_bar_line(job),
         f"  compute:            {step.compute_s:8.2f} s ({step.compute_s / total:5.1%})  "
         f"incl. exposed TP {step.tp_comm_s:.3f} s",
         *_expert_line(ex),
@@ -369,7 +370,7 @@ def to_json(ex: Explanation) -> dict[str, Any]:
             "mfu": step.mfu,
             "model": step.model,
             "model_flops": step.model_flops,
-            "model_error": _error_bar_json(job.cluster.gpu.name, job.cluster.calibration),
+            "model_error": bar_json(job.cluster.gpu.name, job.cluster.calibration),
         },
         **({} if ex.run is None else {"run": run_json(ex.run)}),
     }
@@ -424,13 +425,7 @@ def run_json(run: RunEstimate) -> dict[str, Any]:
     }
 
 
-def _error_bar_json(gpu: str, calibration: Calibration) -> dict[str, Any] | None:
-    """The error bar of `_error_bar_line` as data (None where there is none)."""
-    return bar_json(gpu, calibration)
-
-
-def _error_bar_line(gpu: str, calibration: Calibration) -> list[str]:
-    """The model's error on published runs of this GPU's generation (docs/validation.md); none
-    for a GPU without validated runs or a spec priced with its own calibration."""
-    words = bar_words(gpu, calibration)
+def _error_bar_line(job: Plannable) -> list[str]:
+    """The model's error on runs it was not fitted to, for this GPU (docs/validation.md)."""
+    words = bar_words(job.cluster.gpu.name, job.cluster.calibration)
     return [f"  {words} (docs/validation.md)"] if words else []

@@ -110,10 +110,9 @@ def pass_times(
         low = quantized if quantized is not None and op.quantized else device
         f = work_time_s(op, op.forward, low, eff)
         fwd += f
-        data, weight = (op.shape.data(), op.shape.weight()) if op.shape else (None, None)
-        bwd_d += work_time_s(op, op.backward_data, low, eff, True, data)
+        bwd_d += work_time_s(op, op.backward_data, low, eff, True, op.data_gemm)
         wgrad = device if op.high_precision_wgrad else low
-        bwd_w += work_time_s(op, op.backward_weight, wgrad, eff, True, weight)
+        bwd_w += work_time_s(op, op.backward_weight, wgrad, eff, True, op.weight_gemm)
         core += f if op.attention_core else 0.0
     return PassTimes(fwd, bwd_d, bwd_w, core)
 

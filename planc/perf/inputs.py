@@ -54,7 +54,6 @@ from planc.perf.compute import (
 )
 from planc.perf.offload import offload_transfer_s
 from planc.perf.ops import (
-    GemmShape,
     OpCost,
     OpShape,
     attention_core,
@@ -369,7 +368,7 @@ def tp_per_layer(
     forward = exposed = overlapped = 0.0
     for sizes, columns, row in blocks:
         wgrad = sum(
-            work_time_s(cost, cost.backward_weight, device, eff, True, _weight_gemm(cost))
+            work_time_s(cost, cost.backward_weight, device, eff, True, cost.weight_gemm)
             for cost in columns
         )
         if job.layout.sp:
@@ -380,7 +379,7 @@ def tp_per_layer(
             if pipelined:
                 column_f = sum(work_time_s(c, c.forward, device, eff) for c in columns)
                 row_f = work_time_s(row, row.forward, device, eff)
-                row_d = work_time_s(row, row.backward_data, device, eff, True, _data_gemm(row))
+                row_d = work_time_s(row, row.backward_data, device, eff, True, row.data_gemm)
                 shown = (
                     pipelined_exposed_s(gather, column_f, t),
                     pipelined_exposed_s(scatter, row_f, t),
@@ -413,16 +412,6 @@ def pipelined_exposed_s(collective_s: float, gemm_s: float, t: int) -> float:
     if t <= 1:
         return 0.0
     return max(collective_s / t, collective_s - gemm_s * (t - 1) / t)
-
-
-def _data_gemm(cost: OpCost) -> GemmShape | None:
-    """The data-gradient matmul of `cost` (None for a vector op)."""
-    return cost.shape.data() if cost.shape is not None else None
-
-
-def _weight_gemm(cost: OpCost) -> GemmShape | None:
-    """The weight-gradient matmul of `cost` (None for a vector op)."""
-    return cost.shape.weight() if cost.shape is not None else None
 
 
 def cp_exposed_per_microbatch(

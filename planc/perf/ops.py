@@ -95,6 +95,16 @@ class OpCost:
     def backward(self) -> Work:
         return self.backward_data + self.backward_weight
 
+    @property
+    def data_gemm(self) -> GemmShape | None:
+        """The data gradient's matmul (`GemmShape.data`); None for a vector op."""
+        return self.shape.data() if self.shape is not None else None
+
+    @property
+    def weight_gemm(self) -> GemmShape | None:
+        """The weight gradient's matmul (`GemmShape.weight`); None for a vector op."""
+        return self.shape.weight() if self.shape is not None else None
+
 
 @record
 class OpShape:
