@@ -12,7 +12,7 @@ import click
 
 from planc.outputs import escape
 
-FORMATS = ("text", "json", "github", "sarif")
+FORMATS = ("text", "json", "github", "sarif", "gitlab")
 
 
 def _default_format() -> str:
