@@ -7,6 +7,7 @@ analysis); every rule sees the same `Context`.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterable
 
 from planc.analysis import analyse
@@ -17,7 +18,7 @@ from planc.rules import REGISTRY, Rule
 from planc.rules.base import Context, Needs
 from planc.rules.config import Resolver
 from planc.spec.job import Job
-from planc.spec.load import Loaded, load_path
+from planc.spec.load import Loaded, base_dir, load_path
 from planc.spec.locate import Locator
 
 
@@ -145,7 +146,9 @@ def check_paths(
     results = []
     for path in paths:
         name = stdin_name if path == "-" else path
-        defaults = configs.for_path(name).rule_defaults() if configs is not None else None
+        # A pipe (`<(cat spec.yaml)`, /dev/fd/63) takes the working directory's configuration.
+        where = name if path == "-" else os.path.join(base_dir(path), os.path.basename(path))
+        defaults = configs.for_path(where).rule_defaults() if configs is not None else None
         result = check_loaded(load_path(path, defaults or None))
         results.append(result if name == path else dataclasses.replace(result, path=name))
     return tuple(results)
