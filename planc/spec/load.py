@@ -471,10 +471,10 @@ def base_dir(path: str) -> str:
     if path == "-":
         return "."
     try:
-        regular = stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:
-        regular = False
-    return (os.path.dirname(path) or ".") if regular else "."
+        special = not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:  # a file that is not there: its own directory, as before
+        special = False
+    return "." if special else os.path.dirname(path) or "."
 
 
 def load_path(path: str, defaults: dict[str, Any] | None = None) -> Loaded:
