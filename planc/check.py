@@ -15,7 +15,7 @@ from planc.findings import FileResult, Finding, Severity, Violation
 from planc.plannable import Refusal, plannable, refusals
 from planc.record import record
 from planc.rules import REGISTRY, Rule
-from planc.rules.base import Context, Needs
+from planc.rules.base import Context, Needs, RuleKind
 from planc.rules.config import Resolver
 from planc.spec.job import Job
 from planc.spec.load import Loaded, base_dir, load_path
@@ -101,12 +101,27 @@ def _placed(result: Evaluation, job: Job, locator: Locator) -> list[Finding]:
     return findings
 
 
+def _noted(findings: list[Finding], job: Job) -> list[Finding]:
+    """The loader's findings under the job's rules: a note (RuleKind.NOTE, an hf_config info
+    line) left out when ignored and re-levelled by `rules.severity`; input rules as they are."""
+    ignored = set(job.rules.ignore)
+    out = []
+    for f in findings:
+        rule = REGISTRY.get(f.rule)
+        if rule is None or rule.kind is not RuleKind.NOTE:
+            out.append(f)
+        elif f.rule not in ignored:
+            out.append(dataclasses.replace(f, severity=severity_of(f.rule, f.severity, job)))
+    return out
+
+
 def check_file(loaded: Loaded) -> tuple[FileResult, Context | None]:
     """The file's findings, and the context the rules saw (None when the spec did not load), so
     that a command can use the plannable job and analysis check already computed."""
     findings = list(loaded.findings)
     context = None
     if loaded.job is not None:
+        findings = _noted(findings, loaded.job)
         result = evaluate(loaded.job)
         context = result.context
         findings += _placed(result, loaded.job, loaded.locator)
