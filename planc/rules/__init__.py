@@ -64,6 +64,7 @@ _ALL: tuple[Rule, ...] = (
     notes.unmodelled_attention,
     notes.key_not_read,
     notes.value_approximated,
+    notes.search_spec_fits,
     inputs.unreadable,
     inputs.not_text,
     inputs.too_large,
