@@ -8,6 +8,10 @@ reading the rest. `strict_json` parses JSON as planc's models need it: no NaN or
 `json.loads` accepts by default), no number that is not finite as a float, no integer of more
 than `MAX_JSON_DIGITS` digits, and no nesting deeper than a bound (checked without recursion).
 Both raise :class:`InputError`, whose message is one line.
+
+`read_pipe` reads a pipe the user named on the command line (`--hosts <(...)`, `planc check
+<(cat spec.yaml)`: a FIFO or /dev/fd/N), to its end and at most `limit` + 1 bytes; a FIFO that no
+program writes to reads as empty at once instead of waiting for a writer.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
 import stat
 from typing import Any
 
@@ -57,6 +62,26 @@ def read_regular(path: str, limit: int) -> bytes:
     if len(data) > limit:
         raise InputError(f"is larger than {limit:,} bytes")
     return data
+
+
+def read_pipe(descriptor: int, limit: int) -> bytes:
+    """Up to `limit` + 1 bytes of a pipe or FIFO opened without blocking, read to its end (the
+    caller compares the length with `limit`). While a writer holds the pipe open with nothing
+    written yet it waits for data (select, no timeout: as `cat` would); a FIFO no program holds
+    open for writing is at its end, so an unattended FIFO returns b"" without waiting."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        try:
+            chunk = os.read(descriptor, min(1 << 16, limit + 1 - size))
+        except BlockingIOError:
+            select.select([descriptor], [], [])  # a writer, nothing written yet
+            continue
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def read_text(path: str, limit: int) -> str:

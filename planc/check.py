@@ -7,17 +7,18 @@ analysis); every rule sees the same `Context`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Iterable
 
 from planc.analysis import analyse
 from planc.findings import FileResult, Finding, Severity, Violation
 from planc.plannable import Refusal, plannable, refusals
 from planc.record import record
 from planc.rules import REGISTRY, Rule
-from planc.rules.base import Context, Needs
+from planc.rules.base import Context, Needs, RuleKind
 from planc.rules.config import Resolver
 from planc.spec.job import Job
-from planc.spec.load import Loaded, load_path
+from planc.spec.load import Loaded, base_dir, load_path
 from planc.spec.locate import Locator
 
 
@@ -100,12 +101,36 @@ def _placed(result: Evaluation, job: Job, locator: Locator) -> list[Finding]:
     return findings
 
 
-def check_file(loaded: Loaded) -> tuple[FileResult, Context | None]:
+def _noted(findings: list[Finding], job: Job) -> list[Finding]:
+    """The loader's findings under the job's rules: a note (RuleKind.NOTE, an hf_config info
+    line) left out when ignored and re-levelled by `rules.severity`; input rules as they are."""
+    ignored = set(job.rules.ignore)
+    out = []
+    for f in findings:
+        rule = REGISTRY.get(f.rule)
+        if rule is None or rule.kind is not RuleKind.NOTE:
+            out.append(f)
+        elif f.rule not in ignored:
+            out.append(dataclasses.replace(f, severity=severity_of(f.rule, f.severity, job)))
+    return out
+
+
+# Findings about a spec judged otherwise than by every rule: `planc check` passes the one for
+# search specs (planc.cli.searchspec, above this layer), which returns None for any other spec.
+Special = Callable[[Loaded], "list[Finding] | None"]
+
+
+def check_file(loaded: Loaded, special: Special | None = None) -> tuple[FileResult, Context | None]:
     """The file's findings, and the context the rules saw (None when the spec did not load), so
-    that a command can use the plannable job and analysis check already computed."""
+    that a command can use the plannable job and analysis check already computed. A spec for
+    which `special` gives findings gets those in place of the rules' (and no context)."""
     findings = list(loaded.findings)
     context = None
     if loaded.job is not None:
+        findings = _noted(findings, loaded.job)
+        instead = special(loaded) if special is not None else None
+        if instead is not None:
+            return FileResult(loaded.path, tuple(sorted(findings + instead)), loaded.text), None
         result = evaluate(loaded.job)
         context = result.context
         findings += _placed(result, loaded.job, loaded.locator)
@@ -129,12 +154,15 @@ def with_refusals(result: FileResult, refused: Iterable[Refusal], locator: Locat
     return dataclasses.replace(result, findings=tuple(sorted((*kept, *refusals))))
 
 
-def check_loaded(loaded: Loaded) -> FileResult:
-    return check_file(loaded)[0]
+def check_loaded(loaded: Loaded, special: Special | None = None) -> FileResult:
+    return check_file(loaded, special)[0]
 
 
 def check_paths(
-    paths: Iterable[str], configs: Resolver | None = None, stdin_name: str = "-"
+    paths: Iterable[str],
+    configs: Resolver | None = None,
+    stdin_name: str = "-",
+    special: Special | None = None,
 ) -> tuple[FileResult, ...]:
     """Check each file on its own; one bad file does not stop the others.
 
@@ -145,7 +173,9 @@ def check_paths(
     results = []
     for path in paths:
         name = stdin_name if path == "-" else path
-        defaults = configs.for_path(name).rule_defaults() if configs is not None else None
-        result = check_loaded(load_path(path, defaults or None))
+        # A pipe (`<(cat spec.yaml)`, /dev/fd/63) takes the working directory's configuration.
+        where = name if path == "-" else os.path.join(base_dir(path), os.path.basename(path))
+        defaults = configs.for_path(where).rule_defaults() if configs is not None else None
+        result = check_loaded(load_path(path, defaults or None), special)
         results.append(result if name == path else dataclasses.replace(result, path=name))
     return tuple(results)

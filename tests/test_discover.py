@@ -30,9 +30,10 @@ spec:
     [
         SPEC,
         "version: 1\nmodel: {preset: llama3-8b}\n",
-        '\ufeff"version": 1\n"training":\n  seq_len: 1\n',
+        '\ufeff"version": 1\n"hardware":\n  gpu: h100-sxm\n',
         "---\nversion: 1\nhardware: [broken\n",  # a syntax error later on: still a spec, reported
-        "version: 1\r\nparallelism:\r\n  tensor: 2\r\n",
+        "version: 1\r\nmodel:\r\n  preset: llama3-8b\r\n",
+        "version: 1\nsearch: {tensor: [4, 8]}\nmodel: {preset: llama3-8b}\n",  # a search spec
     ],
 )
 def test_specs_look_like_specs(text: str) -> None:
@@ -50,6 +51,9 @@ def test_specs_look_like_specs(text: str) -> None:
         "  version: 1\n  model: {}\n",  # nested, not top level
         "versions: 1\nmodels: 2\n",
         "",
+        # A Helm values file: version and training, but neither model nor hardware.
+        "version: 2.1.0\ntraining:\n  image: trainer:latest\n  gpus: 8\nresources: {}\n",
+        "version: 1\r\nparallelism:\r\n  tensor: 2\r\n",  # no model, no hardware
     ],
 )
 def test_other_yaml_does_not(text: str) -> None:
@@ -151,3 +155,14 @@ def test_walking_the_current_directory_gives_plain_relative_paths(
     monkeypatch.chdir(tmp_path)
     assert discover(["."]) == ["a/sub/x.yaml", "a/z.yml", "b/spec.yaml", "top.yaml"]
     assert discover(["b"]) == ["b/spec.yaml"]
+
+
+def test_a_helm_values_file_is_passed_over_when_walking(tmp_path: Path) -> None:
+    chart = tmp_path / "charts" / "trainer"
+    chart.mkdir(parents=True)
+    values = "version: 2.1.0\ntraining:\n  image: trainer:latest\n  replicas: 8\n"
+    (chart / "values.yaml").write_text(values, encoding="utf-8")
+    (tmp_path / "spec.yaml").write_text(SPEC, encoding="utf-8")
+    assert discover([str(tmp_path)]) == [str(tmp_path / "spec.yaml")]
+    # Named on the command line it is still checked as given (and fails as a spec would).
+    assert discover([str(chart / "values.yaml")]) == [str(chart / "values.yaml")]

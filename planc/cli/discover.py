@@ -30,16 +30,19 @@ _HEAD_BYTES = 2 * 1024 * 1024
 
 # A top-level key starts a line at column 0: `key:`, `"key":` or `'key':`.
 _TOP_KEY = re.compile(rb"""^(?:\xef\xbb\xbf)?["']?([A-Za-z_]+)["']?[ \t]*:(?:[ \t]|\r?$)""", re.M)
-_SECTIONS = frozenset({b"model", b"hardware", b"parallelism", b"training"})
+# The sections a spec cannot do without: every spec has both, and one is enough to recognise a
+# spec whose other one is missing or further down past a syntax error. `parallelism:` and
+# `training:` alone are not: a Helm values file often has `version:` and `training:`.
+_SECTIONS = frozenset({b"model", b"hardware"})
 
 
 def looks_like_spec(data: bytes) -> bool:
-    """The content test: a top-level `version:` key and at least one of `model:`, `hardware:`,
-    `parallelism:` or `training:`.
+    """The content test: a top-level `version:` key and a top-level `model:` or `hardware:`.
 
     It reads lines, not YAML, so a spec with a syntax error further down is still recognised
     (and then reported), and it costs no YAML parse. A Kubernetes manifest (`apiVersion`, `kind`),
-    a docker-compose file (`version` + `services`) or a Helm chart (`version` + `name`) fails it.
+    a docker-compose file (`version` + `services`), a Helm chart (`version` + `name`) or a Helm
+    values file (`version` + `training` + `resources`) fails it.
     """
     keys = {match.group(1) for match in _TOP_KEY.finditer(data)}
     return b"version" in keys and not keys.isdisjoint(_SECTIONS)

@@ -12,7 +12,7 @@ import click
 
 from planc.outputs import escape
 
-FORMATS = ("text", "json", "github", "sarif")
+FORMATS = ("text", "json", "github", "sarif", "gitlab")
 
 
 def _default_format() -> str:
@@ -135,6 +135,7 @@ def check(
     from planc.check import check_paths
     from planc.cli.discover import Excludes, UnreadableDirectory, discover
     from planc.cli.reporters import REPORTERS, Options, use_color
+    from planc.cli.searchspec import search_spec_findings
     from planc.findings import exit_code
     from planc.rules.config import ConfigError, Resolver
 
@@ -147,7 +148,7 @@ def check(
             return cli_excludes.match(path) or Excludes(config.exclude, config.base).match(path)
 
         paths = discover(files, excluded, skip_non_specs, force_exclude)
-        results = check_paths(paths, configs, stdin_filename)
+        results = check_paths(paths, configs, stdin_filename, search_spec_findings)
     except (ConfigError, UnreadableDirectory) as error:
         raise _ConfigProblem(str(error)) from None
     if not paths and not skip_non_specs:

@@ -1,4 +1,5 @@
-"""Reporters: render check results as text, JSON, GitHub annotations or SARIF 2.1.0.
+"""Reporters: render check results as text, JSON, GitHub annotations, SARIF 2.1.0 or GitLab Code
+Quality JSON.
 
 Every reporter renders the same `FileResult`s; none decides the exit code. One severity
 vocabulary reaches users: error, warning, info. `fatal` (input planc cannot use, exit 2) is shown
@@ -342,6 +343,54 @@ def _sarif_level(severity: Severity) -> str:
     ]
 
 
+# GitLab Code Quality's severities (info, minor, major, critical, blocker) for planc's.
+_GITLAB_SEVERITY = MappingProxyType(
+    {"info": "info", "warning": "minor", "error": "major", "fatal": "critical"}
+)
+
+
+def gitlab_path(path: str, root: str) -> str:
+    """A finding's path as GitLab Code Quality wants it: relative to the repository's checkout
+    (the working directory), forward slashes, no leading ./; a file outside it keeps its
+    absolute path."""
+    if path != "-" and os.path.isabs(path):
+        if os.path.commonpath([os.path.abspath(path), root]) != root:
+            return path.replace(os.sep, "/")
+        path = os.path.relpath(path, root)
+    return path.replace(os.sep, "/").removeprefix("./")
+
+
+def gitlab(results: Sequence[FileResult], strict: bool, options: Options = DEFAULTS) -> str:
+    """GitLab Code Quality JSON (the `codequality` report artifact): a list of issues, each with
+    a description, check_name (the rule id), fingerprint, severity and location {path, lines:
+    {begin}}. The fingerprint (MD5 of path, rule, field and message, and the occurrence when
+    those repeat) does not move with the line, so GitLab follows a finding across edits that
+    shift it; the list is in the reporters' finding order, so the same input gives the same
+    bytes."""
+    import hashlib
+
+    root = os.getcwd()
+    issues: list[dict[str, object]] = []
+    seen: dict[str, int] = {}
+    for r in results:
+        path = gitlab_path(r.path, root)
+        for f in r.findings:
+            key = "\0".join((path, f.rule, f.field, f.message))
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] > 1:
+                key += f"\0{seen[key]}"
+            issues.append(
+                {
+                    "description": f"{f.rule} {f.text}",
+                    "check_name": f.rule,
+                    "fingerprint": hashlib.md5(key.encode(), usedforsecurity=False).hexdigest(),
+                    "severity": _GITLAB_SEVERITY[f.severity.value],
+                    "location": {"path": path, "lines": {"begin": f.line}},
+                }
+            )
+    return json.dumps(issues, indent=2, ensure_ascii=False) + "\n"
+
+
 REPORTERS: Mapping[str, Reporter] = MappingProxyType(
-    {"text": text, "json": as_json, "github": github, "sarif": sarif}
+    {"text": text, "json": as_json, "github": github, "sarif": sarif, "gitlab": gitlab}
 )

@@ -34,6 +34,9 @@ class RuleKind(str, Enum):
     INPUT = "input"
     PRECONDITION = "precondition"
     RUN = "run"
+    # A note on how planc read the input (an hf_config key not read, a value approximated):
+    # reported by the loader like an input rule, ignored and re-levelled like a run rule.
+    NOTE = "note"
 
 
 @record
@@ -122,13 +125,13 @@ def rule(
 
 
 def documented(
-    id: str, severity: Severity = Severity.ERROR
+    id: str, severity: Severity = Severity.ERROR, kind: RuleKind = RuleKind.INPUT
 ) -> Callable[[Callable[[], None]], Rule]:
-    """An input rule, which the loader reports; the decorated function only carries its
-    documentation."""
+    """An input rule (or a note, `kind=RuleKind.NOTE`), which the loader reports; the decorated
+    function only carries its documentation."""
 
     def wrap(doc: Callable[[], None]) -> Rule:
-        return Rule(id, severity, None, doc, kind=RuleKind.INPUT)
+        return Rule(id, severity, None, doc, kind=kind)
 
     return wrap
 

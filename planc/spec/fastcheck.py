@@ -190,8 +190,9 @@ def _validate(value: Any, node: Schema, root: Schema) -> Any:
 def _holds(value: dict[str, Any], branch: Schema, root: Schema) -> bool:
     """Whether an object meets one `anyOf` branch that only adds constraints (the model's
     "a preset, or layers + hidden + heads + vocab"): its required keys are there and its
-    property schemas hold. A branch of any other shape is not understood here."""
-    if not set(branch) <= {"title", "description", "required", "properties"}:
+    property schemas hold. A branch of any other shape is not understood here (`errorMessage`
+    is an editor's message, not a constraint)."""
+    if not set(branch) <= {"title", "description", "required", "properties", "errorMessage"}:
         raise _Invalid
     if any(key not in value for key in branch.get("required", ())):
         return False

@@ -108,8 +108,15 @@ def _error(message: str, fix: str = "", rule: str = "PLC110") -> Note:
     return Note(rule, "error", message, fix)
 
 
-def _info(message: str) -> Note:
-    return Note("PLC110", "info", message)
+# The rules of hf_config's info notes (planc/rules/notes.py): ignorable and re-levelled like any
+# rule, unlike the input rule PLC110 of a config planc cannot read.
+UNMODELLED_ATTENTION = "PLC066"  # an attention pattern counted as full causal attention
+NOT_READ = "PLC067"  # a key planc does not read (RoPE scaling kinds, MTP, quantization, ...)
+APPROXIMATED = "PLC068"  # a value read as the nearest thing planc models
+
+
+def _info(message: str, rule: str) -> Note:
+    return Note(rule, "info", message)
 
 
 # ----------------------------------------------------------------------------- the tables
@@ -162,7 +169,8 @@ def _unmodelled(label: str, parts: list[tuple[str, int]]) -> list[Note]:
     return [
         _info(
             f"{label}: {total:,} parameters planc does not model ({listed}); counts, memory and "
-            "FLOPs leave them out"
+            "FLOPs leave them out",
+            APPROXIMATED,
         )
     ]
 
@@ -192,7 +200,8 @@ def _sliding_window(config: Mapping[str, Any], label: str, enabled: bool) -> lis
         _info(
             f"{label}: sliding_window {window} is not modelled: planc counts full causal "
             "attention, so attention FLOPs (and the step time) are over-estimated for sequences "
-            "longer than the window; memory is the same with flash attention"
+            "longer than the window; memory is the same with flash attention",
+            UNMODELLED_ATTENTION,
         )
     ]
 
@@ -247,7 +256,8 @@ def _llama4(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, l
                 f"llama4: attention_chunk_size {chunk} is not modelled: planc counts full causal "
                 "attention in every layer, so attention FLOPs (and the step time) are "
                 "over-estimated for sequences longer than the chunk; memory is the same with "
-                "flash attention"
+                "flash attention",
+                UNMODELLED_ATTENTION,
             )
         )
     if config.get("attention_bias", False):
@@ -283,14 +293,16 @@ def _gpt_neox(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool,
         notes.append(
             _info(
                 f"gpt_neox: rotary_pct {rotary} (partial rotary) is not read: RoPE has no "
-                "parameters, and planc counts no FLOPs for it"
+                "parameters, and planc counts no FLOPs for it",
+                NOT_READ,
             )
         )
     if config.get("use_parallel_residual", True):
         notes.append(
             _info(
                 "gpt_neox: use_parallel_residual is not read: attention and MLP in parallel "
-                "have the same parameters, FLOPs and saved activations as in sequence"
+                "have the same parameters, FLOPs and saved activations as in sequence",
+                NOT_READ,
             )
         )
     if config.get("attention_bias", True):
@@ -310,7 +322,8 @@ def _deepseek_v3(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bo
             _info(
                 f"num_nextn_predict_layers {mtp} is not read: transformers' "
                 "DeepseekV3ForCausalLM builds no multi-token prediction module; set "
-                f"model.mtp_layers: {mtp} to train one"
+                f"model.mtp_layers: {mtp} to train one",
+                NOT_READ,
             )
         )
     if config.get("attention_bias", False):
@@ -945,7 +958,8 @@ def _mlp(config: Mapping[str, Any], arch: Architecture) -> tuple[str, list[Note]
             return "swiglu", [
                 _info(
                     f"{arch.activation} {_shown(act)} in a gated MLP is modelled as swiglu: the same "
-                    "three matrices, parameters and FLOPs"
+                    "three matrices, parameters and FLOPs",
+                    APPROXIMATED,
                 )
             ]
     else:
@@ -955,7 +969,8 @@ def _mlp(config: Mapping[str, Any], arch: Architecture) -> tuple[str, list[Note]
             return "gelu", [
                 _info(
                     f"{arch.activation} {_shown(act)} is modelled as gelu: the same two matrices, "
-                    "parameters and FLOPs"
+                    "parameters and FLOPs",
+                    APPROXIMATED,
                 )
             ]
     return _error(
@@ -985,7 +1000,10 @@ def _dropout(config: Mapping[str, Any], arch: Architecture) -> tuple[float, list
         return top, []
     shown = ", ".join(f"{key} {value:g}" for key, value in values.items())
     return top, [
-        _info(f"dropout {top:g}, the largest of {shown}: planc has one dropout probability")
+        _info(
+            f"dropout {top:g}, the largest of {shown}: planc has one dropout probability",
+            APPROXIMATED,
+        )
     ]
 
 
@@ -1022,7 +1040,8 @@ def _rope_scaling(config: Mapping[str, Any]) -> tuple[dict[str, Any] | None, lis
             return None, [
                 _info(
                     f"{key} ({kind}) is not read: RoPE scaling changes the rotation "
-                    "frequencies, not the parameters, memory or FLOPs"
+                    "frequencies, not the parameters, memory or FLOPs",
+                    NOT_READ,
                 )
             ]
         read: dict[str, Any] = {"type": kind}
@@ -1060,7 +1079,8 @@ def _unknown_keys(config: Mapping[str, Any], arch: Architecture) -> list[Note]:
         notes.append(
             _info(
                 "quantization_config is not read: the checkpoint's quantization is not the "
-                "training precision, which is training.precision"
+                "training precision, which is training.precision",
+                NOT_READ,
             )
         )
     sizing = [key for key in unknown if _may_size(key, config[key])]
@@ -1082,7 +1102,8 @@ def _unknown_keys(config: Mapping[str, Any], arch: Architecture) -> list[Note]:
         shown = ", ".join(rest[:8]) + (f" and {len(rest) - 8} more" if len(rest) > 8 else "")
         notes.append(
             _info(
-                f"not read: {shown} (planc does not know what they change in a {arch.label} model)"
+                f"not read: {shown} (planc does not know what they change in a {arch.label} model)",
+                NOT_READ,
             )
         )
     return notes
@@ -1244,7 +1265,8 @@ def from_config(
             _info(
                 "llama4: vision_config is not read: planc plans the text model "
                 "(Llama4ForCausalLM); the vision encoder and projector are left out of counts, "
-                "memory and FLOPs"
+                "memory and FLOPs",
+                NOT_READ,
             )
         ]
     refused = _moe_refusal(config, kind)

@@ -210,7 +210,9 @@ def check_hosts(
     every `slots=N` equal to `gpus_per_node` (when given). Findings are located in the hosts
     file; the names come back only when there are none."""
     # `--hosts 'gpu-[001-004,007]'`: the names themselves, not a file of them.
-    data, failure = (path.encode(), None) if _inline_nodelist(path) else read_input(path)
+    # A pipe (`--hosts <(scontrol show hostnames)`) or a device is read too, bounded.
+    inline = _inline_nodelist(path)
+    data, failure = (path.encode(), None) if inline else read_input(path, devices=True)
     text = None
     if failure is None and data is not None:
         text, failure = decode(data)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from planc.bounded import read_pipe
 from planc.findings import Finding, Severity
 from planc.record import record
 from planc.spec.job import Job, resolve
@@ -97,9 +98,12 @@ _NOT_A_FILE = (
 )
 
 
-def _read_file(path: str) -> bytes | Finding:
-    """A regular file's first MAX_BYTES + 1 bytes. Opened without blocking and checked before
-    reading: a FIFO with no writer, a terminal or /dev/zero must not hang or flood the check."""
+def _read_file(path: str, devices: bool = False) -> bytes | Finding:
+    """A regular file's or a pipe's first MAX_BYTES + 1 bytes. Opened without blocking and
+    checked before reading: a FIFO with no writer, a terminal or /dev/zero must not hang or flood
+    the check. A pipe (`planc check <(cat spec.yaml)`, a FIFO a program writes) is read to its
+    end through the bounded reader; an empty one, such as a FIFO nothing writes to, is refused.
+    With `devices` (`--hosts`), a character device other than a terminal is read too, bounded."""
     descriptor = os.open(
         path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     )
@@ -107,20 +111,30 @@ def _read_file(path: str) -> bytes | Finding:
         mode = os.fstat(descriptor).st_mode
         if stat.S_ISDIR(mode):
             raise IsADirectoryError(path)
-        if not stat.S_ISREG(mode):
-            what = next((name for test, name in _NOT_A_FILE if test(mode)), "not a regular file")
+        if stat.S_ISREG(mode):
+            return handle.read(MAX_BYTES + 1)
+        if stat.S_ISFIFO(mode) or (devices and stat.S_ISCHR(mode) and not os.isatty(descriptor)):
+            data = read_pipe(descriptor, MAX_BYTES)
+            if data or not stat.S_ISFIFO(mode):
+                return data
             return _fatal(
-                f"is {what}, not a regular file: planc reads spec files",
-                "pass the spec file itself, or '-' to read standard input "
-                "(planc check - < spec.yaml)",
+                "is a pipe (FIFO) with nothing written to it: no program writes to it",
+                "write the file to it while planc reads it (planc check <(cat spec.yaml)), "
+                "or pass the file itself",
             )
-        return handle.read(MAX_BYTES + 1)
+        what = next((name for test, name in _NOT_A_FILE if test(mode)), "not a regular file")
+        return _fatal(
+            f"is {what}, not a regular file or a pipe: planc reads spec files",
+            "pass the spec file itself, or '-' to read standard input "
+            "(planc check - < spec.yaml)",
+        )
 
 
-def read_input(path: str) -> tuple[bytes | None, Finding | None]:
-    """The raw bytes of a file (or stdin for `-`), capped; or a fatal finding."""
+def read_input(path: str, devices: bool = False) -> tuple[bytes | None, Finding | None]:
+    """The raw bytes of a file, a pipe (or stdin for `-`), capped; or a fatal finding. With
+    `devices`, a character device that is not a terminal is read too (bounded)."""
     try:
-        data = _read_stdin() if path == "-" else _read_file(path)
+        data = _read_stdin() if path == "-" else _read_file(path, devices)
     except FileNotFoundError:
         return None, _finding("PLC100", (1, 1), "no such file", severity=Severity.FATAL)
     except IsADirectoryError:
@@ -450,13 +464,26 @@ def _hf_model(
     return (None if model is None else {**spec, "model": model}), findings
 
 
+def base_dir(path: str) -> str:
+    """Where a spec's relative paths (model.hf_config, hardware.calibration) start: its own
+    directory, or the working directory for stdin and a pipe (`<(cat spec.yaml)` is
+    /dev/fd/63, whose directory holds no spec's files)."""
+    if path == "-":
+        return "."
+    try:
+        special = not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:  # a file that is not there: its own directory, as before
+        special = False
+    return "." if special else os.path.dirname(path) or "."
+
+
 def load_path(path: str, defaults: dict[str, Any] | None = None) -> Loaded:
     data, failure = read_input(path)
     if failure is None and data is not None:
         text, failure = decode(data)
         if failure is None and text is not None:
-            base_dir = "." if path == "-" else os.path.dirname(path) or "."
-            return dataclasses.replace(load_text(path, text, defaults, base_dir), text=text)
+            loaded = load_text(path, text, defaults, base_dir(path))
+            return dataclasses.replace(loaded, text=text)
     return Loaded(path, (failure,) if failure else (), Locator(None))
 
 

@@ -1205,6 +1205,15 @@ def _titled(schema: dict[str, object]) -> None:
                     branch["title"] = prop["title"]
 
 
+# What an editor says when a model matches no branch, in PLC109's words. yaml-language-server
+# (and vscode-json-languageservice) report a branch's missing `required` property with the
+# branch's `errorMessage` when it has one, else as "Missing property "layers"".
+MODEL_REQUIREMENT_MESSAGE = (
+    "PLC109: the model needs a model preset, or layers + hidden + heads + vocab, or hf_config "
+    "(a Hugging Face config.json)"
+)
+
+
 def _model_requirement(schema: dict[str, object]) -> None:
     model: dict[str, object] = schema["$defs"]["ModelSpec"]  # type: ignore[index]
     model["anyOf"] = [
@@ -1212,15 +1221,18 @@ def _model_requirement(schema: dict[str, object]) -> None:
             "title": "A model preset",
             "required": ["preset"],
             "properties": {"preset": {"type": "string"}},
+            "errorMessage": MODEL_REQUIREMENT_MESSAGE,
         },
         {
             "title": "A Hugging Face config.json",
             "required": ["hf_config"],
             "properties": {"hf_config": {"type": "string"}},
+            "errorMessage": MODEL_REQUIREMENT_MESSAGE,
         },
         {
             "title": "Explicit dimensions: layers, hidden, heads and vocab",
             "required": list(_MODEL_DIMENSIONS),
             "properties": {name: {"type": "integer"} for name in _MODEL_DIMENSIONS},
+            "errorMessage": MODEL_REQUIREMENT_MESSAGE,
         },
     ]
