@@ -932,8 +932,26 @@ def _cluster(spec: Data) -> Cluster | list[Problem]:
     )
 
 
+# Megatron-Core's default rank order (parallel_state.py initialize_model_parallel, order
+# "tp-cp-ep-dp-pp", which megatron/training/initialize.py passes; megatron-core 0.19.2), and the
+# same order without ep: with expert = 1 the ep axis has size 1 and the orders are one grid.
+EXPERT_ORDER = "tp-cp-ep-dp-pp"
+DENSE_ORDER = "tp-cp-dp-pp"
+
+
+def resolved_order(parallelism: Mapping[str, Any]) -> str:
+    """parallelism.order as written, else Megatron-Core's default: tp-cp-ep-dp-pp when the
+    experts are split (expert > 1), so that RankGenerator places ep, and tp-cp-dp-pp otherwise
+    (the dense groups are the same under both)."""
+    written = parallelism.get("order")
+    if written is not None:
+        return str(written)
+    return EXPERT_ORDER if (parallelism.get("expert") or 1) > 1 else DENSE_ORDER
+
+
 def _layout(spec: Data, world: int) -> Layout:
     par = spec["parallelism"]
+    order = resolved_order(par)
     inner = par["tensor"] * par["pipeline"] * par["context"]
     derived = world // inner if world % inner == 0 else None
     return Layout(
@@ -945,12 +963,12 @@ def _layout(spec: Data, world: int) -> Layout:
         stage_layers=tuple(par["stage_layers"]),
         sp=par["sequence_parallel"],
         zero=par["zero_stage"],
-        order=tuple(axis for axis in par["order"].split("-") if axis != "ep"),
+        order=tuple(axis for axis in order.split("-") if axis != "ep"),
         d_given=par["data"] is not None,
         data_shard=par.get("data_shard"),
         ep=par.get("expert", 1),
         etp=par.get("expert_tensor"),
-        expert_order=tuple(par["order"].split("-")),
+        expert_order=tuple(order.split("-")),
         named_schedule=_schedule(par.get("pipeline_schedule")),
         pipeline_layout=par.get("pipeline_layout"),
         embedding_in_split=par.get("embedding_in_pipeline_split", False),

@@ -696,12 +696,12 @@ class ParallelismSpec(Frozen):
         description="Expert tensor-parallel degree ETP: each expert's matrices are split ETP "
         "ways (Megatron --expert-tensor-parallel-size). Default: tensor.",
     )
-    order: Order = Field(
-        "tp-cp-dp-pp",
+    order: Order | None = Field(
+        None,
         description="Rank order, fastest-varying axis first (Megatron convention): tp, cp, dp "
-        "and pp once each, and ep where expert parallelism goes (Megatron-Core's default is "
-        "tp-cp-ep-dp-pp). The dense groups ignore ep; the expert groups use the same order with "
-        "tp = expert_tensor and cp = 1.",
+        "and pp once each, and ep where expert parallelism goes. The dense groups ignore ep; the "
+        "expert groups use the same order with tp = expert_tensor and cp = 1. Default: "
+        "Megatron-Core's, tp-cp-ep-dp-pp when expert > 1, else tp-cp-dp-pp.",
     )
 
 

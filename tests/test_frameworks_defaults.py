@@ -1,0 +1,128 @@
+"""Defaults that run (issue 28): what planc fills in for a field the spec leaves out is a layout
+the chosen framework accepts.
+
+The rank order: with `expert: 8` and no `order`, planc takes Megatron-Core's default,
+tp-cp-ep-dp-pp (megatron/core/parallel_state.py initialize_model_parallel, order=
+"tp-cp-ep-dp-pp", which megatron/training/initialize.py passes), so the spec compiles. Where
+PLANC_MEGATRON_PYTHON names an interpreter with megatron-core, Megatron-LM's validate_args reads
+the emitted arguments and Megatron-Core's RankGenerator builds the groups of that order, which
+must be plan.json's.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+from test_frameworks import MEGATRON_PARSE, _interpreter, _run
+
+from planc.compile import render_files
+
+from conftest import check_text, compiled, example_data, job_of
+
+BASE = "mixtral-8x7b-64xh100.yaml"
+
+
+def without_order(overlay: dict[str, Any] | None = None) -> str:
+    """The Mixtral example (expert 8, pipeline 4) with its `order:` line removed."""
+    data = example_data(BASE)
+    del data["parallelism"]["order"]
+    for key, value in (overlay or {}).items():
+        data[key] = {**data.get(key, {}), **value}
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def test_expert_parallel_spec_without_an_order_checks_clean() -> None:
+    result = check_text(without_order())
+    assert [f.rule for f in result.findings if f.severity.rank >= 1] == []
+
+
+def test_expert_parallel_spec_without_an_order_compiles_with_megatrons_order() -> None:
+    data = yaml.safe_load(without_order())
+    plan = compiled(job_of(data, BASE))
+    record = json.loads(render_files(plan)["plan.json"])
+    assert record["layout"]["expert"]["order"] == ["tp", "cp", "ep", "dp", "pp"]
+    assert record["layout"]["order"] == ["tp", "cp", "dp", "pp"]
+    # EP 8 of 64 ranks, tp = cp = 1: with ep fastest after tp and cp, each EP group is 8
+    # consecutive ranks (by hand: stride of ep = tp·cp = 1).
+    assert record["groups"]["ep"][0] == list(range(8))
+    assert record["groups"]["ep"][1] == list(range(8, 16))
+
+
+def test_a_dense_spec_without_an_order_keeps_tp_cp_dp_pp() -> None:
+    job = job_of(None, "llama3-70b-8x8.yaml")
+    assert [axis.value for axis in job.layout.order] == ["tp", "cp", "dp", "pp"]
+    # ep is appended with size 1 (RankGenerator's rule for an axis the order leaves out).
+    assert job.layout.expert_order == ("tp", "cp", "dp", "pp", "ep")
+
+
+def test_a_written_order_is_kept() -> None:
+    data = yaml.safe_load(without_order({"parallelism": {"order": "tp-ep-cp-dp-pp"}}))
+    plan = compiled(job_of(data, BASE))
+    assert plan.job.layout.expert_order == ("tp", "ep", "cp", "dp", "pp")
+
+
+RANKS = """
+import json, sys
+from megatron.core.parallel_state import RankGenerator
+out = {}
+for case, (sizes, edp, order) in json.load(sys.stdin).items():
+    dense = RankGenerator(tp=sizes["tp"], ep=1, dp=sizes["dp"], pp=sizes["pp"], cp=sizes["cp"],
+                          order=order)
+    expert = RankGenerator(tp=sizes["etp"], ep=sizes["ep"], dp=edp, pp=sizes["pp"], cp=1,
+                           order=order)
+    out[case] = {"tp": dense.get_ranks("tp"), "dp": dense.get_ranks("dp"),
+                 "pp": dense.get_ranks("pp"), "ep": expert.get_ranks("ep"),
+                 "expert_pp": expert.get_ranks("pp")}
+print(json.dumps(out))
+"""
+
+# Default-order expert layouts: EP inside a node, EP with TP/ETP, EP with CP.
+ORDERLESS: dict[str, dict[str, Any]] = {
+    "ep8-pp4": {},
+    "ep4-tp2-sp": {"parallelism": {"tensor": 2, "data": 8, "expert": 4, "sequence_parallel": True}},
+    "ep8-cp2": {"parallelism": {"context": 2, "data": 8, "pipeline": 4}},
+}
+
+
+def test_megatron_accepts_the_default_order() -> None:
+    python = _interpreter("PLANC_MEGATRON_PYTHON", "megatron.training.arguments")
+    if python is None:
+        pytest.skip(
+            "megatron.training.arguments is not importable (pip install megatron-core on "
+            "Python >= 3.12, and point PLANC_MEGATRON_PYTHON at that interpreter)"
+        )
+    plans = {
+        case: compiled(job_of(yaml.safe_load(without_order(overlay)), BASE))
+        for case, overlay in ORDERLESS.items()
+    }
+    records = {case: json.loads(render_files(plan)["plan.json"]) for case, plan in plans.items()}
+    parsed = _run(
+        python,
+        MEGATRON_PARSE,
+        {
+            case: [
+                render_files(plan)["megatron/args.txt"].splitlines(),
+                plan.world,
+                plan.job.model.V,
+            ]
+            for case, plan in plans.items()
+        },
+    )
+    payload = {}
+    for case, plan in plans.items():
+        lay = plan.job.layout
+        sizes = {"tp": lay.t, "cp": lay.c, "dp": lay.d, "pp": lay.p, "ep": lay.ep, "etp": lay.et}
+        payload[case] = [sizes, lay.edp, "-".join(lay.expert_order)]
+    groups = _run(python, RANKS, payload)
+    for case, plan in plans.items():
+        lay, record = plan.job.layout, records[case]
+        assert "-".join(lay.expert_order) == "tp-cp-ep-dp-pp"
+        assert parsed[case]["validated_data_parallel_size"] == lay.d
+        assert parsed[case]["expert_model_parallel_size"] == lay.ep
+        for kind in ("tp", "dp", "pp", "ep"):
+            assert record["groups"][kind] == groups[case][kind], (case, kind)
+        # Megatron-Core requires the dense and expert pipeline groups equal.
+        assert groups[case]["pp"] == groups[case]["expert_pp"]
