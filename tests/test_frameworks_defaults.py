@@ -16,11 +16,17 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from test_frameworks import MEGATRON_PARSE, _interpreter, _run
 
+from planc.check import evaluate
 from planc.compile import render_files
+from planc.findings import Severity
+from planc.rules import FRAMEWORK_RULES
+from planc.spec.load import load_text
 
-from conftest import check_text, compiled, example_data, job_of
+from conftest import check_text, compiled, example_data, job_of, spec_text
 
 BASE = "mixtral-8x7b-64xh100.yaml"
 
@@ -126,3 +132,73 @@ def test_megatron_accepts_the_default_order() -> None:
             assert record["groups"][kind] == groups[case][kind], (case, kind)
         # Megatron-Core requires the dense and expert pipeline groups equal.
         assert groups[case]["pp"] == groups[case]["expert_pp"]
+
+
+# ----------------------------------------------------------------------------- every default
+
+# What planc fills in that these specs leave out: the rank order, the ZeRO stage, the pipeline
+# schedule (from virtual_stages), the FP8 recipe, expert_tensor. A framework's refusal of such a
+# spec must be located at a field the spec writes (the user's choice), never at a default.
+FILLED = ("order", "zero_stage", "virtual_stages", "pipeline_schedule", "expert_tensor")
+
+
+def written_fields(data: Any, prefix: str = "") -> set[str]:
+    """Every dotted path the spec data writes (mappings' keys, at every depth)."""
+    if not isinstance(data, dict):
+        return set()
+    out = set()
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        out |= {path} | written_fields(value, f"{path}.")
+    return out
+
+
+@st.composite
+def default_specs(draw: st.DrawFn) -> str:
+    """A dense (Llama 3 8B on 8 GPUs, 8B on 64) or mixture-of-experts (Mixtral on 64 GPUs) spec
+    with random degrees, framework and precision, and none of FILLED written."""
+    base, world = draw(
+        st.sampled_from(
+            [("llama3-8b-1node.yaml", 8), ("llama3-70b-8x8.yaml", 64), (BASE, 64)]
+        )
+    )
+    data = example_data(base)
+    for name in FILLED:
+        data["parallelism"].pop(name, None)
+    t = draw(st.sampled_from([1, 2, 8]))
+    p = draw(st.sampled_from([1, 2, 4]))
+    c = draw(st.sampled_from([1, 2]))
+    assume(world % (t * p * c) == 0)
+    par = data["parallelism"]
+    par.update(tensor=t, pipeline=p, context=c, data=world // (t * p * c))
+    par["sequence_parallel"] = t > 1
+    if base == BASE:
+        par["expert"] = draw(st.sampled_from([1, 2, 4, 8]))
+    training = data["training"]
+    training["framework"] = draw(st.sampled_from(["megatron", "deepspeed", "fsdp2"]))
+    training["precision"] = draw(st.sampled_from(["bf16", "fp8"]))
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(default_specs())
+def test_no_framework_refusal_comes_from_a_default(text: str) -> None:
+    loaded = load_text("spec.yaml", text)
+    assume(loaded.job is not None)
+    assert loaded.job is not None
+    written = written_fields(yaml.safe_load(text))
+    for rule_id, severity, violation in evaluate(loaded.job, suggest=False).violations:
+        if rule_id in FRAMEWORK_RULES and severity is Severity.ERROR:
+            assert violation.field in written, (rule_id, violation.field, violation.message)
+
+
+def test_the_fp8_default_is_the_frameworks_recipe() -> None:
+    # Megatron's --fp8-recipe default is delayed; torchtitan 0.3.0's Float8LinearConverter
+    # defaults to rowwise (torchao), which it runs, where delayed is Transformer Engine's.
+    for framework, recipe in (("megatron", "delayed"), ("deepspeed", "delayed"), ("fsdp2", "rowwise")):
+        text = spec_text({"training": {"precision": "fp8", "framework": framework}})
+        result = check_text(text)
+        assert not [f for f in result.findings if f.rule in FRAMEWORK_RULES], framework
+        job = load_text("spec.yaml", text).job
+        assert job is not None and job.training.fp8_recipe is not None
+        assert job.training.fp8_recipe.value == recipe

@@ -694,7 +694,8 @@ class ParallelismSpec(Frozen):
     expert_tensor: Degree | None = Field(
         None,
         description="Expert tensor-parallel degree ETP: each expert's matrices are split ETP "
-        "ways (Megatron --expert-tensor-parallel-size). Default: tensor.",
+        "ways (Megatron --expert-tensor-parallel-size). Default: tensor under megatron; 1 under "
+        "deepspeed and fsdp2, which keep each expert whole.",
     )
     order: Order | None = Field(
         None,
@@ -742,7 +743,8 @@ class Fp8Spec(Frozen):
         "tensor itself; Megatron --fp8-recipe tensorwise), blockwise (1x128 / 128x128 blocks, "
         "DeepSeek-V3), mxfp8 (one E8M0 scale per 32 values, Blackwell), nvfp4 (FP4, Blackwell; "
         "precision: fp4). torchao (fsdp2/torchtitan): tensorwise, rowwise, rowwise_with_gw_hp. "
-        "Default: delayed for fp8 (Megatron's default), nvfp4 for fp4.",
+        "Default: delayed for fp8 (Megatron's default; rowwise, torchtitan's, under framework "
+        "fsdp2), nvfp4 for fp4.",
     )
     param_gather: StrictBool = Field(
         False,
