@@ -202,3 +202,45 @@ def test_the_fp8_default_is_the_frameworks_recipe() -> None:
         job = load_text("spec.yaml", text).job
         assert job is not None and job.training.fp8_recipe is not None
         assert job.training.fp8_recipe.value == recipe
+
+
+TORCHTITAN_DIMS = """
+import json, sys
+sys.path.insert(0, ".")
+from torchtitan.config import ConfigManager
+from torchtitan.distributed.parallel_dims import ParallelDims
+module, world = json.load(sys.stdin)
+config = ConfigManager().parse_args(["--module", module, "--config", "planc"])
+dims = ParallelDims.from_config(config.parallelism, world)  # __post_init__ validates the world
+print(json.dumps({"ep": dims.ep, "dp_shard": dims.dp_shard, "cp": dims.cp, "tp": dims.tp,
+                  "dp_replicate": dims.dp_replicate, "pp": dims.pp}))
+"""
+
+
+def test_torchtitan_takes_the_default_expert_layout(tmp_path: Any) -> None:
+    """Qwen3-30B-A3B (torchtitan has its config) on 64 GPUs under fsdp2 with tensor 2, pipeline
+    4, expert 8 and no order or expert_tensor: planc plans whole experts (expert_tensor 1, as
+    torchtitan runs them) and the emitted module is one torchtitan reads, whose ParallelDims
+    validates and whose dense region dp_shard × cp × tp = 8 × 1 × 2 = 16 holds expert 8."""
+    python = _interpreter("PLANC_TORCHTITAN_PYTHON", "torchtitan.models.qwen3.config_registry")
+    if python is None:
+        pytest.skip(
+            "torchtitan is not importable (pip install torchtitan==0.3.0 with torch, and point "
+            "PLANC_TORCHTITAN_PYTHON at that interpreter)"
+        )
+    text = without_order(
+        {
+            "model": {"preset": "qwen3-30b-a3b"},
+            "parallelism": {"tensor": 2, "data": 8, "sequence_parallel": True},
+            "training": {"framework": "fsdp2"},
+        }
+    )
+    found = check_text(text).findings
+    assert not [f for f in found if f.rule in FRAMEWORK_RULES or f.severity is Severity.ERROR]
+    plan = compiled(job_of(yaml.safe_load(text), BASE))
+    assert plan.job.layout.et == 1
+    (tmp_path / "planc_qwen.py").write_text(render_files(plan)["torchtitan/planc_config.py"])
+    dims = _run(python, TORCHTITAN_DIMS, ["planc_qwen", plan.world], tmp_path)
+    assert (dims["ep"], dims["tp"], dims["pp"], dims["cp"]) == (8, 2, 4, 1)
+    assert dims["dp_replicate"] * dims["dp_shard"] == 8
+    assert dims["dp_shard"] * dims["cp"] * dims["tp"] % dims["ep"] == 0
