@@ -287,43 +287,10 @@ def _torchtitan_expert_tensor(job: Job) -> Iterator[Violation]:
         )
 
 
-def torchtitan_shard_degree(job: Job) -> int:
-    """torchtitan's data_parallel_shard_degree for the layout, as planc writes it: 1 without
-    ZeRO (replication only), data_shard / context when context divides it, else data."""
-    lay = job.layout
-    d = lay.d or 1
-    shard = lay.data_shard or d * lay.c
-    if lay.zero == 0:
-        return 1
-    return shard // lay.c if shard % lay.c == 0 else d
-
-
-def _torchtitan_expert_region(job: Job) -> Iterator[Violation]:
-    """ParallelDims.build_mesh (torchtitan/distributed/parallel_dims.py) carves the experts'
-    mesh out of the dense one, efsdp = dp_shard · cp · tp // ep: ep must divide
-    dp_shard · cp · tp."""
-    lay = job.layout
-    if job.model.moe is None or lay.ep == 1 or lay.d is None:
-        return
-    dp_shard = torchtitan_shard_degree(job)
-    region = dp_shard * lay.c * lay.t
-    if region % lay.ep:
-        fix = "raise zero_stage to 1 or more, so that torchtitan shards over data"
-        yield Violation(
-            "parallelism.expert",
-            f"expert = {lay.ep} does not divide torchtitan's dense region dp_shard × context × "
-            f"tensor = {dp_shard} × {lay.c} × {lay.t} = {region}, out of which its ParallelDims "
-            "builds the expert mesh",
-            fix if lay.zero == 0 else f"choose expert dividing {region}",
-            ("parallelism.zero_stage", "parallelism.data_shard"),
-        )
-
-
 TORCHTITAN: tuple[Check, ...] = (
     _torchtitan_fp16,
     _torchtitan_sequence,
     _torchtitan_expert_tensor,
-    _torchtitan_expert_region,
 )
 
 
@@ -334,9 +301,10 @@ def torchtitan_refuses(ctx: Context) -> Iterator[Violation]:
     Read from torchtitan 0.3.0: it trains in bfloat16 or float32 only (TrainingConfig
     mixed_precision_param, torchtitan/config/configs.py); its Trainer refuses a sequence not
     divisible by (tensor with sequence parallelism) × 2 × context (torchtitan/trainer.py); it
-    has no expert tensor parallelism, and its ParallelDims builds the expert mesh out of
-    dp_shard × context × tensor, which expert must divide (torchtitan/distributed/
-    parallel_dims.py). Its schedules are PLC030's, its FP8 recipes PLC044's.
+    has no expert tensor parallelism. Its ParallelDims builds the expert mesh out of dp_shard ×
+    context × tensor, which expert must divide (torchtitan/distributed/parallel_dims.py); with
+    whole experts that is PLC022's condition (the replicas of the shards divide EDP), so it is
+    not checked twice. Its schedules are PLC030's, its FP8 recipes PLC044's.
 
     Passes:
         training: {framework: fsdp2, precision: bf16}
