@@ -58,6 +58,7 @@ def _expected_exit(path: Path) -> int:
         "PLC042",
         "PLC046",
         "PLC047",
+        "PLC051",
     )
     return 2 if fatal else 0 if warning_only else 1
 

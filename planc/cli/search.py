@@ -29,6 +29,7 @@ from planc.search.rank import SearchResult
 from planc.search.run import search
 from planc.search.space import SearchError, build_space, parse_allowed
 from planc.search.workers import capped
+from planc.spec.job import resolved_order
 from planc.spec.load import Loaded, load_path
 
 EXIT_FOUND, EXIT_NONE, EXIT_UNUSABLE = 0, 1, 2
@@ -130,7 +131,8 @@ def run(request: Request, write_explorer: ExplorerWriter | None = None) -> Repor
     bar = (
         None if job is None else bar_json(job.cluster.gpu.name, job.cluster.calibration)
     )
-    text = _rendered(result, request, setup.spec["parallelism"]["order"], heading, plans, bar)
+    order = resolved_order(setup.spec["parallelism"])
+    text = _rendered(result, request, order, heading, plans, bar)
     notes = capping
     code = EXIT_FOUND if result.results else EXIT_NONE
     if request.write is not None:

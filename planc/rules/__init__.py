@@ -10,6 +10,7 @@ from planc.rules import (
     batch,
     experts,
     fabric,
+    frameworks,
     inputs,
     layout,
     memory,
@@ -65,6 +66,10 @@ _ALL: tuple[Rule, ...] = (
     notes.key_not_read,
     notes.value_approximated,
     notes.search_spec_fits,
+    frameworks.megatron_refuses,
+    frameworks.deepspeed_refuses,
+    frameworks.torchtitan_refuses,
+    frameworks.framework_runs_otherwise,
     inputs.unreadable,
     inputs.not_text,
     inputs.too_large,
@@ -98,6 +103,26 @@ def declared_options(rules: Iterable[Rule]) -> tuple[Option, ...]:
     return tuple(found.values())
 
 
+# The rules that say "the chosen framework (training.framework) refuses this layout, or does not
+# run it as planned": the frameworks' own checks (PLC048-PLC051), and those of other families
+# that quote a framework's refusal or cost (ZeRO-2/3 with a pipeline, context parallelism on
+# eager attention, Megatron-Core's orders, Megatron's MoE without sequence parallelism,
+# schedules, FP8 options). Search rejects a candidate with a finding of one of them.
+FRAMEWORK_RULES = frozenset(
+    {
+        "PLC011",
+        "PLC017",
+        "PLC027",
+        "PLC029",
+        "PLC030",
+        "PLC044",
+        "PLC048",
+        "PLC049",
+        "PLC050",
+        "PLC051",
+    }
+)
+
 # Keys of `rules:` and `[tool.planc]` that are not a rule's option.
 RESERVED = frozenset({"ignore", "severity", "select", "exclude"})
 OPTIONS: tuple[Option, ...] = declared_options(_ALL)
@@ -112,6 +137,7 @@ def get(rule_id: str) -> Rule:
 
 
 __all__ = [
+    "FRAMEWORK_RULES",
     "OPTIONS",
     "REGISTRY",
     "Option",

@@ -214,9 +214,10 @@ def schedule_on_framework(ctx: Context) -> Iterator[Violation]:
     get_forward_backward_func) and has no GPipe; torchtitan (framework: fsdp2) runs PyTorch's
     schedules by name (pipeline_parallel_schedule: 1F1B, Interleaved1F1B, GPipe); DeepSpeed's
     PipelineEngine runs its TrainSchedule, a 1F1B. A plan for a schedule the framework lacks
-    would be run with another schedule, whose memory and bubble are not the plan's. Only a
-    schedule the spec names is checked (without one, virtual_stages picks 1f1b or
-    interleaved-1f1b), and only with pipeline > 1 (one stage runs no pipeline schedule).
+    would be run with another schedule, whose memory and bubble are not the plan's. Without a
+    named schedule, virtual_stages picks 1f1b or interleaved-1f1b, and the interleaved default
+    is checked too (DeepSpeed has none, so virtual_stages > 1 is refused there); only with
+    pipeline > 1 (one stage runs no pipeline schedule).
     zb-h1 runs on none of them (PyTorch's zero-bubble schedules hold two or more stages a rank;
     the zero-bubble authors' Megatron fork runs it); dualpipev and zbv on torchtitan (PyTorch
     ScheduleDualPipeV, ScheduleZBVZeroBubble); combined-1f1b on Megatron-LM, which also needs expert parallelism above
@@ -238,6 +239,8 @@ def schedule_on_framework(ctx: Context) -> Iterator[Violation]:
     named = lay.named_schedule
     if named is ScheduleKind.COMBINED_1F1B and framework == "megatron":
         yield from _combined_needs(ctx)
+    if named is None and lay.p > 1 and framework not in definition(lay.schedule).runs_on:
+        yield _default_schedule_refused(ctx)
     if named is None or lay.p == 1 or framework in definition(named).runs_on:
         return
     entry = definition(named)
@@ -255,13 +258,32 @@ def schedule_on_framework(ctx: Context) -> Iterator[Violation]:
     )
 
 
+def _default_schedule_refused(ctx: Context) -> Violation:
+    """The default schedule of virtual_stages (interleaved 1F1B) on a framework without it."""
+    lay, framework = ctx.job.layout, ctx.job.training.framework
+    entry = definition(lay.schedule)
+    words = _FRAMEWORK_WORDS.get(framework, framework)
+    return Violation(
+        "parallelism.virtual_stages",
+        f"virtual_stages = {lay.v} runs the {entry.title} schedule, but {words} "
+        f"(training.framework: {framework}) has none",
+        f"set virtual_stages: 1, or training.framework: "
+        f"{' or '.join(sorted(entry.runs_on))}",
+        ("training.framework",),
+    )
+
+
 @rule("PLC011", Severity.WARNING)
 def zero_with_pipeline(ctx: Context) -> Iterator[Violation]:
     """ZeRO-2/3 together with pipeline parallelism.
 
     A pipeline rank accumulates gradients over its m micro-batches. ZeRO-2 shards gradients
     and ZeRO-3 parameters, so every micro-batch reduce-scatters (and with ZeRO-3 re-gathers)
-    them: m times the DP traffic of ZeRO-1. DeepSpeed refuses ZeRO-2/3 with its pipeline engine.
+    them: m times the DP traffic of ZeRO-1. Megatron-LM runs it (megatron-core 0.19.2:
+    validate_args refuses pipelines only under --use-torch-fsdp2, not with the distributed
+    optimizer or Megatron-FSDP) and so does torchtitan (FSDP2 on each pipeline stage), at this
+    cost; DeepSpeed's PipelineEngine refuses to start with it, which is PLC049's error, so this
+    warning is not given under training.framework: deepspeed.
 
     Base: llama3-70b-8x8.yaml
 
@@ -272,7 +294,7 @@ def zero_with_pipeline(ctx: Context) -> Iterator[Violation]:
         parallelism: {zero_stage: 2}
     """
     job = ctx.job
-    if job.layout.zero >= 2 and job.layout.p > 1:
+    if job.layout.zero >= 2 and job.layout.p > 1 and job.training.framework != "deepspeed":
         yield Violation(
             "parallelism.zero_stage",
             f"zero_stage {job.layout.zero} with pipeline = {job.layout.p}: gradient sharding "

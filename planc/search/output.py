@@ -13,7 +13,7 @@ from planc.presets.accuracy import bar_for
 from planc.search.fallback import FallbackPlan
 from planc.search.rank import Ranked, SearchResult
 from planc.search.space import Space, Value
-from planc.spec.job import GIB, Job
+from planc.spec.job import GIB, Job, resolved_order
 
 CSV_FIELDS = (
     "rank",
@@ -232,7 +232,7 @@ def winner_spec(spec: Mapping[str, Any], result: SearchResult, ranked: Ranked) -
     training field, and the search's thresholds as `rules`; the `search` section is dropped."""
     data: dict[str, Any] = copy.deepcopy(dict(spec))
     data.pop("search", None)
-    order = data["parallelism"]["order"]
+    order = resolved_order(data["parallelism"])
     data["parallelism"] = {**data["parallelism"], **parallelism(result, ranked, order)}
     data["training"] = {**data["training"], **training(result, ranked)}
     data["rules"] = {**data["rules"], **dict(result.space.limits)}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, overload
 
@@ -932,8 +933,33 @@ def _cluster(spec: Data) -> Cluster | list[Problem]:
     )
 
 
+# Megatron-Core's default rank order (parallel_state.py initialize_model_parallel, order
+# "tp-cp-ep-dp-pp", which megatron/training/initialize.py passes; megatron-core 0.19.2), and the
+# same order without ep: with expert = 1 the ep axis has size 1 and the orders are one grid.
+EXPERT_ORDER = "tp-cp-ep-dp-pp"
+DENSE_ORDER = "tp-cp-dp-pp"
+
+
+# The frameworks that keep each expert whole on its expert-parallel rank, whose default
+# expert_tensor is therefore 1 (Megatron's is tensor): DeepSpeed's AutoEP refuses
+# expert_tensor_parallel_size > 1 (deepspeed/module_inject/auto_ep_folding.py, DeepSpeed
+# 0.19.6) and torchtitan 0.3.0 has no expert tensor parallelism.
+WHOLE_EXPERTS = frozenset({"deepspeed", "fsdp2"})
+
+
+def resolved_order(parallelism: Mapping[str, Any]) -> str:
+    """parallelism.order as written, else Megatron-Core's default: tp-cp-ep-dp-pp when the
+    experts are split (expert > 1), so that RankGenerator places ep, and tp-cp-dp-pp otherwise
+    (the dense groups are the same under both)."""
+    written = parallelism.get("order")
+    if written is not None:
+        return str(written)
+    return EXPERT_ORDER if (parallelism.get("expert") or 1) > 1 else DENSE_ORDER
+
+
 def _layout(spec: Data, world: int) -> Layout:
     par = spec["parallelism"]
+    order = resolved_order(par)
     inner = par["tensor"] * par["pipeline"] * par["context"]
     derived = world // inner if world % inner == 0 else None
     return Layout(
@@ -945,12 +971,12 @@ def _layout(spec: Data, world: int) -> Layout:
         stage_layers=tuple(par["stage_layers"]),
         sp=par["sequence_parallel"],
         zero=par["zero_stage"],
-        order=tuple(axis for axis in par["order"].split("-") if axis != "ep"),
+        order=tuple(axis for axis in order.split("-") if axis != "ep"),
         d_given=par["data"] is not None,
         data_shard=par.get("data_shard"),
         ep=par.get("expert", 1),
         etp=par.get("expert_tensor"),
-        expert_order=tuple(par["order"].split("-")),
+        expert_order=tuple(order.split("-")),
         named_schedule=_schedule(par.get("pipeline_schedule")),
         pipeline_layout=par.get("pipeline_layout"),
         embedding_in_split=par.get("embedding_in_pipeline_split", False),
@@ -965,7 +991,7 @@ def _schedule(name: str | None) -> ScheduleKind | None:
 def _training(spec: Data) -> Training:
     tr = spec["training"]
     fp8 = tr.get("fp8") or {}
-    recipe = _recipe(tr["precision"], fp8)
+    recipe = _recipe(tr["precision"], fp8, tr.get("framework", "megatron"))
     return Training(
         s=tr["seq_len"],
         b=tr["micro_batch"],
@@ -994,16 +1020,21 @@ def _training(spec: Data) -> Training:
     )
 
 
-def _recipe(precision: str, fp8: Data) -> Fp8Recipe | None:
-    """The low-precision recipe: the one training.fp8 names, else Megatron's defaults (delayed
-    for fp8, `--fp8-recipe` default; nvfp4 for fp4, `--fp4-recipe` default); None for a 16- or
-    32-bit precision (PLC044 reports a training.fp8 given with one)."""
+def _recipe(precision: str, fp8: Data, framework: str) -> Fp8Recipe | None:
+    """The low-precision recipe: the one training.fp8 names, else the framework's default:
+    Megatron's (delayed for fp8, `--fp8-recipe` default; nvfp4 for fp4, `--fp4-recipe` default)
+    under megatron and deepspeed (Transformer Engine), torchtitan's under fsdp2 (rowwise, the
+    default recipe_name of its Float8LinearConverter, torchtitan 0.3.0
+    components/quantization/float8.py); None for a 16- or 32-bit precision (PLC044 reports a
+    training.fp8 given with one)."""
     if precision not in ("fp8", "fp4"):
         return None
     named = fp8.get("recipe")
     if named is not None:
         return Fp8Recipe(named)
-    return Fp8Recipe.NVFP4 if precision == "fp4" else Fp8Recipe.DELAYED
+    if precision == "fp4":
+        return Fp8Recipe.NVFP4
+    return Fp8Recipe.ROWWISE if framework == "fsdp2" else Fp8Recipe.DELAYED
 
 
 def _rules(spec: Data) -> Rules:
@@ -1168,4 +1199,6 @@ def resolve(spec: Data) -> Job | list[Problem]:
     if isinstance(run, list):
         return run
     layout = _layout(spec, cluster.world)
+    if model.moe is not None and layout.etp is None and training.framework in WHOLE_EXPERTS:
+        layout = replace(layout, etp=1)
     return Job(spec["name"], model, cluster, layout, training, _rules(spec), run)

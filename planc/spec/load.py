@@ -754,7 +754,8 @@ def _literal(field: str, value: Any, ctx: dict[str, Any], at: tuple[int, int]) -
             at,
             f"{field} must name tp, cp, dp and pp once each, and ep at most once, "
             f"fastest-varying first; got {_describe(value)}",
-            "write tp-cp-dp-pp, or tp-cp-ep-dp-pp with expert parallelism (Megatron's default)",
+            "write tp-cp-dp-pp, or tp-cp-ep-dp-pp with expert parallelism (Megatron's default), "
+            "or leave it out for that default",
             field,
         )
     return _finding(

@@ -694,14 +694,15 @@ class ParallelismSpec(Frozen):
     expert_tensor: Degree | None = Field(
         None,
         description="Expert tensor-parallel degree ETP: each expert's matrices are split ETP "
-        "ways (Megatron --expert-tensor-parallel-size). Default: tensor.",
+        "ways (Megatron --expert-tensor-parallel-size). Default: tensor under megatron; 1 under "
+        "deepspeed and fsdp2, which keep each expert whole.",
     )
-    order: Order = Field(
-        "tp-cp-dp-pp",
+    order: Order | None = Field(
+        None,
         description="Rank order, fastest-varying axis first (Megatron convention): tp, cp, dp "
-        "and pp once each, and ep where expert parallelism goes (Megatron-Core's default is "
-        "tp-cp-ep-dp-pp). The dense groups ignore ep; the expert groups use the same order with "
-        "tp = expert_tensor and cp = 1.",
+        "and pp once each, and ep where expert parallelism goes. The dense groups ignore ep; the "
+        "expert groups use the same order with tp = expert_tensor and cp = 1. Default: "
+        "Megatron-Core's, tp-cp-ep-dp-pp when expert > 1, else tp-cp-dp-pp.",
     )
 
 
@@ -742,7 +743,8 @@ class Fp8Spec(Frozen):
         "tensor itself; Megatron --fp8-recipe tensorwise), blockwise (1x128 / 128x128 blocks, "
         "DeepSeek-V3), mxfp8 (one E8M0 scale per 32 values, Blackwell), nvfp4 (FP4, Blackwell; "
         "precision: fp4). torchao (fsdp2/torchtitan): tensorwise, rowwise, rowwise_with_gw_hp. "
-        "Default: delayed for fp8 (Megatron's default), nvfp4 for fp4.",
+        "Default: delayed for fp8 (Megatron's default; rowwise, torchtitan's, under framework "
+        "fsdp2), nvfp4 for fp4.",
     )
     param_gather: StrictBool = Field(
         False,

@@ -59,9 +59,23 @@ def test_deepspeed_has_no_named_interleaved_schedule() -> None:
     assert "DeepSpeed" in finding.message
 
 
-def test_a_schedule_picked_by_virtual_stages_is_not_checked() -> None:
-    # No pipeline_schedule: the default for v, as before the field existed.
+def test_the_interleaved_default_of_virtual_stages_is_checked_too() -> None:
+    # No pipeline_schedule: virtual_stages 2 picks interleaved 1F1B, which DeepSpeed's
+    # PipelineEngine (TrainSchedule, a 1F1B) does not run (issue 28: defaults that run).
     spec = overlay(None, "deepspeed")
+    spec["parallelism"] = {"virtual_stages": 2}
+    text = spec_text(spec, BASE)
+    (finding,) = [f for f in check_text(text).findings if f.rule == "PLC030"]
+    assert finding.severity is Severity.ERROR
+    assert finding.field == "parallelism.virtual_stages"
+    assert "DeepSpeed" in finding.message and "interleaved" in finding.message.lower()
+    assert "virtual_stages: 1" in finding.fix
+    assert (finding.line, finding.column) == value_position(text, "  virtual_stages: 2")
+
+
+@pytest.mark.parametrize("framework", ["megatron", "fsdp2"])
+def test_the_interleaved_default_runs_on_megatron_and_torchtitan(framework: str) -> None:
+    spec = overlay(None, framework)
     spec["parallelism"] = {"virtual_stages": 2}
     assert "PLC030" not in rules_fired(check_overlay(spec, BASE))
 

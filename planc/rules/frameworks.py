@@ -1,0 +1,416 @@
+"""Rules on what each training framework runs (issue 28): the layouts Megatron-LM, DeepSpeed and
+torchtitan refuse to start with, each with the framework's own reason, and the settings a
+framework runs otherwise than planned.
+
+Each rule is a table: one small check per refusal, its source in its docstring (file, function,
+version read). The versions read are megatron-core 0.19.2 (PyPI, its `megatron/training` and
+`megatron/core`), DeepSpeed 0.19.6 (deepspeedai/DeepSpeed edaa722, 2026-08-22) and torchtitan
+0.3.0 (PyPI). Refusals other rules already make are theirs: PLC011 (ZeRO-2/3 with a pipeline,
+as a cost), PLC017 (context parallelism on eager attention), PLC027 (Megatron-Core's orders),
+PLC029 (Megatron's MoE without sequence parallelism), PLC030 (schedules) and PLC044 (FP8
+options).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from planc.findings import Severity
+from planc.rules.base import Context, Violation, rule
+from planc.spec.job import DENSE_ORDER, Job
+
+Check = Callable[[Job], Iterator[Violation]]
+NAMES = {"megatron": "Megatron-LM", "deepspeed": "DeepSpeed", "fsdp2": "torchtitan (FSDP2)"}
+
+
+def _run(ctx: Context, framework: str, checks: tuple[Check, ...]) -> Iterator[Violation]:
+    if ctx.job.training.framework != framework:
+        return
+    for check in checks:
+        yield from check(ctx.job)
+
+
+# ----------------------------------------------------------------------------- Megatron-LM
+
+
+def _megatron_parameter_offload(job: Job) -> Iterator[Violation]:
+    """Megatron-LM offloads the optimizer only (--optimizer-cpu-offload, HybridDeviceOptimizer
+    in megatron/core/optimizer/__init__.py); it has no flag that keeps parameters in host
+    memory (megatron/training/arguments.py)."""
+    if job.training.offload_parameters:
+        yield Violation(
+            "training.offload.parameters",
+            "Megatron-LM has no parameter offload: its --optimizer-cpu-offload moves only the "
+            "optimizer state and step to the host",
+            "set offload.parameters: false, or training.framework: deepspeed (ZeRO-3 "
+            "offload_param) or fsdp2 (CPUOffloadPolicy)",
+            ("training.framework",),
+        )
+
+
+def _megatron_optimizer_offload(job: Job) -> Iterator[Violation]:
+    """validate_args: "The optimizer cpu offload must be used in conjunction with
+    `--use-precision-aware-optimizer`" (megatron/training/arguments.py), and OptimizerConfig
+    __post_init__: "--use-precision-aware-optimizer only supported with adam" and "... only
+    supported with distributed optimizer" (megatron/core/optimizer/optimizer_config.py): the
+    optimizer offload needs adam and zero_stage ≥ 1."""
+    tr, zero = job.training, job.layout.zero
+    if not tr.offload_optimizer or (zero >= 1 and tr.optimizer == "adam"):
+        return
+    if zero == 0:
+        yield Violation(
+            "training.offload.optimizer",
+            "Megatron-LM offloads the optimizer only through its precision-aware optimizer, "
+            "which its distributed optimizer runs ('--use-precision-aware-optimizer only "
+            "supported with distributed optimizer'); zero_stage is 0",
+            "set parallelism.zero_stage: 1 (the distributed optimizer), or offload.optimizer: "
+            "false",
+            ("parallelism.zero_stage",),
+        )
+    if tr.optimizer != "adam":
+        yield Violation(
+            "training.offload.optimizer",
+            "Megatron-LM offloads the optimizer only through its precision-aware optimizer "
+            f"('--use-precision-aware-optimizer only supported with adam'); optimizer is "
+            f"{tr.optimizer}",
+            "set training.optimizer: adam, or offload.optimizer: false",
+            ("training.optimizer",),
+        )
+
+
+MEGATRON: tuple[Check, ...] = (_megatron_parameter_offload, _megatron_optimizer_offload)
+
+
+@rule("PLC048")
+def megatron_refuses(ctx: Context) -> Iterator[Violation]:
+    """Framework: a layout Megatron-LM starts with (training.framework: megatron).
+
+    Read from megatron-core 0.19.2: Megatron-LM offloads the optimizer only
+    (--optimizer-cpu-offload; no parameter offload), and only with its precision-aware
+    optimizer, which needs adam and the distributed optimizer, zero_stage ≥ 1
+    (megatron/training/arguments.py validate_args; megatron/core/optimizer/optimizer_config.py
+    OptimizerConfig.__post_init__). Megatron's other refusals are PLC027 (rank orders),
+    PLC029 (MoE with tensor but no sequence parallelism), PLC030 (schedules) and PLC044 (FP8).
+    ZeRO-2/3 with a pipeline runs (the distributed optimizer, Megatron-FSDP), at PLC011's cost.
+
+    Passes:
+        training: {framework: deepspeed, offload: {parameters: true}}
+        parallelism: {zero_stage: 3}
+
+    Fails:
+        training: {offload: {parameters: true}}
+        parallelism: {zero_stage: 3}
+    """
+    yield from _run(ctx, "megatron", MEGATRON)
+
+
+# ----------------------------------------------------------------------------- DeepSpeed
+
+
+def _deepspeed_zero_with_pipeline(job: Job) -> Iterator[Violation]:
+    """PipelineEngine.__init__ asserts `zero_optimization_stage() < ZeroStageEnum.gradients`:
+    "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
+    (deepspeed/runtime/pipe/engine.py)."""
+    lay = job.layout
+    if lay.zero >= 2 and lay.p > 1:
+        yield Violation(
+            "parallelism.zero_stage",
+            f"zero_stage {lay.zero} with pipeline = {lay.p}: DeepSpeed's PipelineEngine refuses "
+            "to start ('ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism')",
+            "use zero_stage: 0 or 1 with DeepSpeed's pipeline, or pipeline: 1",
+            ("parallelism.pipeline",),
+        )
+
+
+def _deepspeed_expert_tensor(job: Job) -> Iterator[Violation]:
+    """AutoEP's validate_folding_global: "expert_parallel.expert_tensor_parallel_size={etp} is
+    reserved for expert-internal tensor parallelism and is not supported yet"
+    (deepspeed/module_inject/auto_ep_folding.py)."""
+    lay = job.layout
+    if job.model.moe is not None and lay.et != 1:
+        yield Violation(
+            "parallelism.expert_tensor",
+            f"expert_tensor = {lay.et}: DeepSpeed's AutoEP refuses an expert tensor-parallel "
+            "size other than 1 ('reserved for expert-internal tensor parallelism and is not "
+            "supported yet')",
+            "set parallelism.expert_tensor: 1",
+            ("parallelism.tensor",),
+        )
+
+
+def _deepspeed_expert_with_tensor(job: Job) -> Iterator[Violation]:
+    """AutoEP folds experts over DeepSpeed's own AutoTP only, and validate_folding_global
+    refuses the folding with pp_size > 1, with Ulysses sequence parallelism, with
+    autoep_size 1, with ZeRO stage 3, and with optimizer or parameter offload
+    (deepspeed/module_inject/auto_ep_folding.py)."""
+    lay, tr = job.layout, job.training
+    if job.model.moe is None or lay.t == 1:
+        return
+    offload = tr.offload_optimizer or tr.offload_parameters
+    reasons = (
+        (
+            lay.p > 1,
+            f"pipeline = {lay.p} ('currently supports pp_size=1 only')",
+            "parallelism.pipeline",
+        ),
+        (
+            lay.c > 1,
+            f"context = {lay.c} ('autotp_size and Ulysses sequence parallelism are "
+            "mutually exclusive')",
+            "parallelism.context",
+        ),
+        (
+            lay.ep == 1,
+            "expert = 1 ('requires expert_parallel.autoep_size > 1')",
+            "parallelism.expert",
+        ),
+        (
+            lay.zero == 3,
+            "zero_stage 3 ('reserved for the separate ZeRO-3 composition lane')",
+            "parallelism.zero_stage",
+        ),
+        (offload, "offload ('not validated yet')", "training.offload"),
+    )
+    for hit, why, field in reasons:
+        if hit:
+            yield Violation(
+                "parallelism.tensor",
+                f"tensor = {lay.t} with experts: DeepSpeed's AutoEP folds expert parallelism "
+                f"over its AutoTP and refuses it with {why}",
+                f"set parallelism.tensor: 1, or change {field}",
+                (field,),
+            )
+
+
+def _deepspeed_ulysses_heads(job: Job) -> Iterator[Violation]:
+    """DeepSpeed-Ulysses (deepspeed/sequence/layer.py single_all_to_all) scatters each rank's
+    attention heads over the sequence-parallel group: a head count that does not divide takes
+    the uneven path, which asserts "Number of heads ({n}) must be larger than sequence parallel
+    size ({sp})"."""
+    lay, model = job.layout, job.model
+    heads = model.n // lay.t if model.n % lay.t == 0 else 0
+    if lay.c == 1 or heads == 0 or heads % lay.c == 0 or heads > lay.c:
+        return
+    yield Violation(
+        "parallelism.context",
+        f"context = {lay.c} over {heads} attention heads per tensor rank: DeepSpeed-Ulysses "
+        f"splits heads over the context ranks and refuses fewer heads than ranks ('Number of "
+        f"heads ({heads}) must be larger than sequence parallel size ({lay.c})')",
+        f"choose context dividing {heads}, or a smaller tensor degree",
+        ("parallelism.tensor",),
+    )
+
+
+DEEPSPEED: tuple[Check, ...] = (
+    _deepspeed_zero_with_pipeline,
+    _deepspeed_expert_tensor,
+    _deepspeed_expert_with_tensor,
+    _deepspeed_ulysses_heads,
+)
+
+
+@rule("PLC049")
+def deepspeed_refuses(ctx: Context) -> Iterator[Violation]:
+    """Framework: a layout DeepSpeed starts with (training.framework: deepspeed).
+
+    Read from DeepSpeed 0.19.6 (deepspeedai/DeepSpeed edaa722): PipelineEngine.__init__ refuses
+    ZeRO-2 and ZeRO-3 with pipeline parallelism (deepspeed/runtime/pipe/engine.py); AutoEP
+    (deepspeed/module_inject/auto_ep_folding.py validate_folding_global) refuses an expert
+    tensor-parallel size other than 1, and folds experts over tensor parallelism only with one
+    pipeline stage, no Ulysses context parallelism, expert > 1, ZeRO ≤ 2 and no offload;
+    DeepSpeed-Ulysses (deepspeed/sequence/layer.py) refuses fewer attention heads per rank
+    than context-parallel ranks when they do not divide. Its schedules are PLC030's.
+
+    Base: llama3-70b-8x8.yaml
+
+    Passes:
+        training: {framework: deepspeed}
+        parallelism: {zero_stage: 1}
+
+    Fails:
+        training: {framework: deepspeed}
+        parallelism: {zero_stage: 2}
+    """
+    yield from _run(ctx, "deepspeed", DEEPSPEED)
+
+
+# ----------------------------------------------------------------------------- torchtitan
+
+
+def _torchtitan_fp16(job: Job) -> Iterator[Violation]:
+    """TrainingConfig.mixed_precision_param: Literal["bfloat16", "float32"] and dtype likewise
+    (torchtitan/config/configs.py): torchtitan has no fp16 training."""
+    if job.training.precision == "fp16":
+        yield Violation(
+            "training.precision",
+            "torchtitan trains in bfloat16 or float32 only (mixed_precision_param: bfloat16 | "
+            "float32): it has no fp16",
+            "set training.precision: bf16, or training.framework: megatron or deepspeed",
+            ("training.framework",),
+        )
+
+
+def _torchtitan_sequence(job: Job) -> Iterator[Violation]:
+    """Trainer.__init__ (torchtitan/trainer.py): "Training sequence length ({s}) must be
+    divisible by {divisor}", divisor = (tp with sequence parallelism, else 1) × (2·cp with
+    context parallelism, else 1): its load-balanced context parallelism cuts the sequence into
+    2·cp chunks. The splits without the factor 2 are PLC009's and PLC013's."""
+    lay, s = job.layout, job.training.s
+    if lay.c == 1:
+        return
+    tp = lay.t if lay.sp else 1
+    if s % lay.c or (s // lay.c) % tp:
+        return  # PLC009, PLC013
+    divisor = tp * 2 * lay.c
+    if s % divisor:
+        yield Violation(
+            "training.seq_len",
+            f"seq_len = {s} with context = {lay.c}: torchtitan cuts the sequence into 2 × "
+            f"context load-balanced chunks and refuses a length not divisible by {divisor} "
+            "('Training sequence length ... must be divisible')",
+            f"make seq_len a multiple of {divisor}",
+            ("parallelism.context",),
+        )
+
+
+def _torchtitan_expert_tensor(job: Job) -> Iterator[Violation]:
+    """torchtitan 0.3.0's ParallelismConfig has no expert tensor-parallel degree (ETP was
+    removed, pytorch/torchtitan #3167): each expert is whole on its expert-parallel rank."""
+    lay = job.layout
+    if job.model.moe is not None and lay.et != 1:
+        yield Violation(
+            "parallelism.expert_tensor",
+            f"expert_tensor = {lay.et}: torchtitan has no expert tensor parallelism (each "
+            "expert is whole on its expert-parallel rank)",
+            "set parallelism.expert_tensor: 1",
+            ("parallelism.tensor",),
+        )
+
+
+TORCHTITAN: tuple[Check, ...] = (
+    _torchtitan_fp16,
+    _torchtitan_sequence,
+    _torchtitan_expert_tensor,
+)
+
+
+@rule("PLC050")
+def torchtitan_refuses(ctx: Context) -> Iterator[Violation]:
+    """Framework: a layout torchtitan starts with (training.framework: fsdp2).
+
+    Read from torchtitan 0.3.0: it trains in bfloat16 or float32 only (TrainingConfig
+    mixed_precision_param, torchtitan/config/configs.py); its Trainer refuses a sequence not
+    divisible by (tensor with sequence parallelism) × 2 × context (torchtitan/trainer.py); it
+    has no expert tensor parallelism. Its ParallelDims builds the expert mesh out of dp_shard ×
+    context × tensor, which expert must divide (torchtitan/distributed/parallel_dims.py); with
+    whole experts that is PLC022's condition (the replicas of the shards divide EDP), so it is
+    not checked twice. Its schedules are PLC030's, its FP8 recipes PLC044's.
+
+    Passes:
+        training: {framework: fsdp2, precision: bf16}
+
+    Fails:
+        training: {framework: fsdp2, precision: fp16}
+    """
+    yield from _run(ctx, "fsdp2", TORCHTITAN)
+
+
+# ----------------------------------------------------------------------------- run otherwise
+
+
+def _deepspeed_offload_stage(job: Job) -> Iterator[Violation]:
+    """DeepSpeedZeroConfig (deepspeed/runtime/zero/config.py): offload_param is "Valid only
+    with stage 3", offload_optimizer "Valid for ZeRO stage 1, 2, 3"; a lower stage builds no
+    optimizer that reads them."""
+    tr, zero = job.training, job.layout.zero
+    if tr.offload_parameters and zero < 3:
+        yield Violation(
+            "training.offload.parameters",
+            f"DeepSpeed offloads parameters with ZeRO-3 only (offload_param: 'Valid only with "
+            f"stage 3'); with zero_stage {zero} they stay in HBM",
+            "set parallelism.zero_stage: 3, or offload.parameters: false",
+            ("parallelism.zero_stage",),
+        )
+    if tr.offload_optimizer and zero == 0:
+        yield Violation(
+            "training.offload.optimizer",
+            "DeepSpeed offloads the optimizer with ZeRO-1, 2 or 3 only (offload_optimizer: "
+            "'Valid for ZeRO stage 1, 2, 3'); with zero_stage 0 it stays in HBM",
+            "set parallelism.zero_stage: 1 or more, or offload.optimizer: false",
+            ("parallelism.zero_stage",),
+        )
+
+
+def _deepspeed_shard_group(job: Job) -> Iterator[Violation]:
+    """DeepSpeed 0.19 shards ZeRO over the whole data-parallel group: MiCS, its sub-group
+    sharding, was removed, and ZeRO++'s zero_hpz_partition_size only keeps a second copy of
+    ZeRO-3 parameters (deepspeed/runtime/zero/config.py)."""
+    lay = job.layout
+    if lay.d is None or lay.data_shard is None or lay.zero == 0:
+        return
+    if lay.data_shard < lay.d * lay.c:
+        yield Violation(
+            "parallelism.data_shard",
+            f"data_shard = {lay.data_shard}: DeepSpeed shards ZeRO-{lay.zero} over the whole "
+            f"data-parallel group ({lay.d * lay.c} ranks), not over sub-groups, so each rank "
+            "holds less than planned",
+            "leave data_shard out, or training.framework: megatron or fsdp2 (HSDP)",
+            ("training.framework",),
+        )
+
+
+def _torchtitan_order(job: Job) -> Iterator[Violation]:
+    """torchtitan's ParallelDims lays its mesh out as pp, dp_replicate, dp_shard, cp, tp,
+    slowest first (torchtitan/distributed/parallel_dims.py build_mesh): tp-cp-dp-pp, fastest
+    first; it takes no other order."""
+    order = "-".join(job.layout.order)
+    if order != DENSE_ORDER:
+        yield Violation(
+            "parallelism.order",
+            f"order {order}: torchtitan lays ranks out as {DENSE_ORDER} (fastest first) and "
+            "takes no other order, so its groups are not the plan's",
+            f"write order: {DENSE_ORDER} (with experts, tp-cp-ep-dp-pp), or leave it out",
+            ("training.framework",),
+        )
+
+
+def _torchtitan_offload(job: Job) -> Iterator[Violation]:
+    """torchtitan's training.enable_cpu_offload applies FSDP2's CPUOffloadPolicy, which
+    offloads "parameters, gradients, and optimizer states" together (torchtitan/config/
+    configs.py, torchtitan/distributed/fsdp.py)."""
+    tr = job.training
+    if tr.offload_optimizer != tr.offload_parameters:
+        one = "optimizer" if tr.offload_optimizer else "parameters"
+        yield Violation(
+            f"training.offload.{one}",
+            f"offload.{one} alone: torchtitan's enable_cpu_offload (FSDP2 CPUOffloadPolicy) "
+            "offloads parameters, gradients and optimizer state together, never one of them",
+            "set both offload.optimizer and offload.parameters, or neither",
+        )
+
+
+OTHERWISE: dict[str, tuple[Check, ...]] = {
+    "deepspeed": (_deepspeed_offload_stage, _deepspeed_shard_group),
+    "fsdp2": (_torchtitan_order, _torchtitan_offload),
+}
+
+
+@rule("PLC051", Severity.WARNING)
+def framework_runs_otherwise(ctx: Context) -> Iterator[Violation]:
+    """Framework: training.framework runs the plan as planned, not with a setting ignored.
+
+    These start, but not as the plan: DeepSpeed offloads parameters with ZeRO-3 only and the
+    optimizer with ZeRO ≥ 1 (deepspeed/runtime/zero/config.py: offload_param "Valid only with
+    stage 3") and shards ZeRO over the whole data-parallel group, not data_shard (DeepSpeed
+    0.19.6); torchtitan 0.3.0 lays its ranks out as tp-cp-dp-pp only (torchtitan/distributed/
+    parallel_dims.py) and offloads parameters, gradients and optimizer together
+    (training.enable_cpu_offload). Memory and traffic would not be what planc planned.
+
+    Passes:
+        training: {framework: fsdp2, offload: {optimizer: true, parameters: true}}
+
+    Fails:
+        training: {framework: fsdp2, offload: {optimizer: true}}
+    """
+    framework = ctx.job.training.framework
+    yield from _run(ctx, framework, OTHERWISE.get(framework, ()))

@@ -1,0 +1,122 @@
+"""The framework rules (PLC048-PLC050) against the frameworks' own code, where it is installed.
+
+Megatron-LM (PLANC_MEGATRON_PYTHON, megatron-core 0.19.2): the plan's arguments with the flags
+an optimizer offload needs (--optimizer-cpu-offload --use-precision-aware-optimizer) go through
+validate_args and then Megatron-Core's OptimizerConfig; Megatron refuses exactly the specs
+PLC048 refuses. DeepSpeed (PLANC_DEEPSPEED_PYTHON): PipelineEngine.__init__ holds the ZeRO check
+PLC049 quotes. torchtitan (PLANC_TORCHTITAN_PYTHON, 0.3.0): its TrainingConfig's
+mixed_precision_param admits no float16, and ParallelDims refuses a world the degrees do not
+fill. Each test skips, saying why, without the framework.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from test_frameworks import _interpreter, _run
+
+from planc.compile.frameworks import megatron_arguments
+
+from conftest import check_overlay, compiled, job_of
+
+MEGATRON_OFFLOAD = r"""
+import argparse, json, os, sys
+import megatron.training.arguments as arguments
+from megatron.core.optimizer.optimizer_config import OptimizerConfig
+os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+arguments.get_device_arch_version = lambda: 9
+parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+extra = ["--tokenizer-type", "NullTokenizer", "--mock-data", "--train-iters", "10", "--lr", "1e-4",
+         "--optimizer-cpu-offload", "--use-precision-aware-optimizer"]
+out = {}
+for case, (lines, world, vocab) in json.load(sys.stdin).items():
+    words = [word for line in lines for word in line.split()]
+    args = parser.parse_args(words + extra + ["--vocab-size", str(vocab)])
+    args.world_size, args.rank = world, 0
+    try:
+        arguments.validate_args(args)
+        OptimizerConfig(optimizer=args.optimizer, lr=1e-4,
+                        use_distributed_optimizer=args.use_distributed_optimizer,
+                        use_precision_aware_optimizer=True, optimizer_cpu_offload=True)
+        out[case] = None
+    except (AssertionError, ValueError) as refused:
+        out[case] = str(refused)
+print(json.dumps(out))
+"""
+
+# Llama 3 8B on 8 GPUs with the optimizer offloaded, by ZeRO stage and optimizer.
+OFFLOAD_CASES: dict[str, dict[str, Any]] = {
+    "zero1-adam": {"parallelism": {"zero_stage": 1}, "training": {"optimizer": "adam"}},
+    "zero0-adam": {"parallelism": {"zero_stage": 0}, "training": {"optimizer": "adam"}},
+    "zero1-sgd": {"parallelism": {"zero_stage": 1}, "training": {"optimizer": "sgd"}},
+}
+
+
+def _offloaded(overlay: dict[str, Any]) -> dict[str, Any]:
+    training = {**overlay["training"], "offload": {"optimizer": True}}
+    return {**overlay, "training": training}
+
+
+def test_megatron_refuses_the_optimizer_offloads_plc048_refuses() -> None:
+    python = _interpreter("PLANC_MEGATRON_PYTHON", "megatron.training.arguments")
+    if python is None:
+        pytest.skip(
+            "megatron.training.arguments is not importable (pip install megatron-core on "
+            "Python >= 3.12, and point PLANC_MEGATRON_PYTHON at that interpreter)"
+        )
+    payload = {}
+    for case, overlay in OFFLOAD_CASES.items():
+        # The plan is the layout without offload (the arguments planc emits do not name it).
+        plan = compiled(job_of(overlay))
+        payload[case] = [megatron_arguments(plan)[0], plan.world, plan.job.model.V]
+    refused = _run(python, MEGATRON_OFFLOAD, payload)
+    for case, overlay in OFFLOAD_CASES.items():
+        fired = any(f.rule == "PLC048" for f in check_overlay(_offloaded(overlay)).findings)
+        assert fired == (refused[case] is not None), (case, refused[case])
+    assert refused["zero1-adam"] is None
+
+
+DEEPSPEED_PIPE = """
+import inspect, json
+from deepspeed.runtime.pipe.engine import PipelineEngine
+print(json.dumps(inspect.getsource(PipelineEngine.__init__)))
+"""
+
+
+def test_deepspeed_pipeline_engine_holds_the_zero_check() -> None:
+    python = _interpreter("PLANC_DEEPSPEED_PYTHON", "deepspeed.runtime.pipe.engine")
+    if python is None:
+        pytest.skip(
+            "deepspeed is not importable (pip install deepspeed, and point "
+            "PLANC_DEEPSPEED_PYTHON at that interpreter)"
+        )
+    source = _run(python, DEEPSPEED_PIPE, {})
+    quoted = "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
+    assert "ZeroStageEnum.gradients" in source and quoted in source
+    overlay = {"parallelism": {"zero_stage": 2}, "training": {"framework": "deepspeed"}}
+    (finding,) = [
+        f for f in check_overlay(overlay, "llama3-70b-8x8.yaml").findings if f.rule == "PLC049"
+    ]
+    assert quoted in finding.message
+
+
+TORCHTITAN_PRECISION = """
+import json, typing
+from torchtitan.config.configs import TrainingConfig
+hints = typing.get_type_hints(TrainingConfig)
+print(json.dumps(list(typing.get_args(hints["mixed_precision_param"]))))
+"""
+
+
+def test_torchtitan_has_no_fp16_as_plc050_says() -> None:
+    python = _interpreter("PLANC_TORCHTITAN_PYTHON", "torchtitan.config.configs")
+    if python is None:
+        pytest.skip(
+            "torchtitan is not importable (pip install torchtitan, and point "
+            "PLANC_TORCHTITAN_PYTHON at that interpreter)"
+        )
+    dtypes = _run(python, TORCHTITAN_PRECISION, {})
+    assert "float16" not in dtypes and "bfloat16" in dtypes
+    fp16 = {"training": {"framework": "fsdp2", "precision": "fp16"}}
+    assert any(f.rule == "PLC050" for f in check_overlay(fp16).findings)
