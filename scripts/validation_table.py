@@ -90,13 +90,17 @@ def table(corpus: Corpus) -> str:
 
 
 def accuracy(corpus: Corpus) -> str:
-    """accuracy.json: the validation runs' error per GPU generation (the aggregates' rows)."""
-    rows = {
-        a.group: (a.runs, a.mean_abs_error, a.worst_error)
-        for a in corpus.aggregates
-        if a.axis == "generation"
-    }
-    return accuracy_json(rows)
+    """accuracy.json: the validation runs' error per GPU generation and per category (the
+    aggregates' rows)."""
+
+    def rows(axis: str) -> dict[str, tuple[int, float, float]]:
+        return {
+            a.group: (a.runs, a.mean_abs_error, a.worst_error)
+            for a in corpus.aggregates
+            if a.axis == axis
+        }
+
+    return accuracy_json(rows("generation"), rows("category"))
 
 
 def main(argv: list[str] | None = None) -> int:

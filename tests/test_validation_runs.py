@@ -353,3 +353,59 @@ def test_search_and_the_report_quote_the_same_error_bar(tmp_path: Path) -> None:
     page = tmp_path / "report.html"
     assert CliRunner().invoke(main, ["report", str(spec), "-o", str(page)]).exit_code == 0
     assert words in page.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: r.id)
+def test_each_runs_declared_category_is_the_rule_explain_applies(run: Run) -> None:
+    # explain quotes the error bar of the spec's category; the category is what runs.json
+    # declares for the runs like it: MoE first, then fully sharded, pipeline, context, dense.
+    from planc.comm.schedule import sharding_stage
+    from planc.perf.validation import category_of
+    from planc.plannable import plannable
+
+    plan = plannable(job_of(spec_path(str(INDEX), run)))
+    assert not isinstance(plan, tuple)
+    found = category_of(
+        plan.model.moe is not None, sharding_stage(plan) == 3, plan.layout.p, plan.layout.c
+    )
+    assert found is run.category
+
+
+def _category_row(category: str) -> tuple[int, str, str]:
+    """(runs, mean, worst) of docs/validation.md's category row, as the table prints them."""
+    for line in DOC.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[:2] == ["category", category]:
+            return int(cells[2]), cells[3], cells[4]
+    raise AssertionError(f"no category row {category}")
+
+
+def test_explain_quotes_the_error_of_runs_of_the_specs_category() -> None:
+    # A FSDP2 spec (NeMo AutoModel's 70B layout) gets the fsdp category's bar as
+    # docs/validation.md prints it, beside the generation's; JSON the same numbers.
+    from click.testing import CliRunner
+
+    from planc.cli.main import main
+
+    runs, mean, worst = _category_row("fsdp")
+    spec = SPECS / "automodel-llama3-70b-64xh100.yaml"
+    text = CliRunner().invoke(main, ["explain", str(spec)]).output
+    expected = (
+        f"model error on fsdp runs: ±{mean.replace(' %', '')} % mean, worst {worst}, "
+        f"on {runs} validated fsdp runs"
+    )
+    assert expected in text
+    out = CliRunner().invoke(main, ["explain", str(spec), "--format", "json"]).output
+    bar = json.loads(out)["step"]["model_error_category"]
+    assert bar["category"] == "fsdp" and bar["validated_runs"] == runs
+    assert f"{bar['mean_abs_error'] * 100:.1f} %" == mean
+    declared = [r for r in RUNS if r.category is RunCategory.FSDP and r.role is RunRole.VALIDATION]
+    assert len(declared) == runs
+
+
+def test_a_calibrated_spec_quotes_no_corpus_category_bar() -> None:
+    from planc.presets.accuracy import category_json, category_words
+
+    assert category_words("fsdp", {"accuracy": {}}) == ""
+    assert category_json("fsdp", {"accuracy": {}}) is None
+    assert category_words("no-such-category", None) == ""

@@ -190,6 +190,55 @@ def _grid_tier(
     return fabric.outermost
 
 
+def members_per_block(
+    span: int, sizes: Mapping[Axis, int], stride: Mapping[Axis, int], axes: tuple[Axis, ...]
+) -> int:
+    """g = Π_a min(n_a, ⌊span/σ_a⌋) over the group's axes of stride σ_a below the span: the
+    members of one group over `axes` inside one block of `span` consecutive ranks (an axis of
+    stride σ ≥ span leaves the block at every step). Blocks tile planc's grids regularly (the
+    degrees and spans divide one another), so every block of a group holds as many."""
+    g = 1
+    for a in axes:
+        if sizes[a] > 1 and stride[a] < span:
+            g *= min(sizes[a], max(1, span // stride[a]))
+    return g
+
+
+# The groups whose ring collectives a rank's NICs run in parallel across domains (`ring_rails`).
+RAILED_GROUPS = (
+    GroupKind.DP,
+    GroupKind.DP_CP,
+    GroupKind.DP_SHARD,
+    GroupKind.DP_REPLICATE,
+    GroupKind.EDP,
+)
+
+
+def ring_rails(job: Plannable, group: GroupKind) -> int:
+    """g: the members of one `group` in one NVLink domain, the NICs its cross-domain ring hops
+    share (`planc.comm.tiers.railed_ring_gbs`), for the data-parallel groups; 1 for the others.
+
+    dp_cp: `members_per_block` over (dp, cp); its listing runs the faster axis first, so the
+    domain's g members are contiguous in it, and a shard slice of N contiguous members holds
+    min(N, g) of them per domain, a replica group (members N apart) max(1, g/N). edp: the
+    expert grid's dp axis."""
+    lay = job.layout
+    span = job.cluster.fabric.innermost.span
+    dense = members_per_block(span, lay.degrees, lay.strides, (Axis.DP, Axis.CP))
+    if group in (GroupKind.DP_CP, GroupKind.DP):
+        axes = (Axis.DP, Axis.CP) if group == GroupKind.DP_CP else (Axis.DP,)
+        return members_per_block(span, lay.degrees, lay.strides, axes)
+    if group == GroupKind.DP_SHARD:
+        return min(lay.shard_group, dense)
+    if group == GroupKind.DP_REPLICATE:
+        return max(1, dense // lay.shard_group)
+    if group == GroupKind.EDP:
+        order = tuple(Axis(name) for name in lay.expert_order)
+        sizes = {Axis(name): size for name, size in lay.expert_degrees.items()}
+        return members_per_block(span, sizes, axis_strides(order, sizes), (Axis.DP,))
+    return 1
+
+
 def within_domain(job: Plannable, axes: tuple[Axis, ...]) -> bool:
     """Every group over `axes` of the dense grid stays on the fabric's innermost tier (the
     NVLink domain)."""

@@ -51,6 +51,22 @@ def ring_bandwidth_gbs(fabric: Fabric, name: str) -> float:
     return min(effective_gbs(t.bandwidth_gbs, t.oversubscription) for t in crossed)
 
 
+def railed_ring_gbs(ring_gbs: float, rails: int, domain_gbs: float) -> float:
+    """b = min(g·b_x, b_0): the per-member bus bandwidth of a ring over a group with g members in
+    each NVLink domain whose cross-domain hops run at b_x per NIC, the domain's own ring at b_0
+    (GB/s, both after their bus-bandwidth efficiency).
+
+    NCCL builds one ring channel per NIC and sends each channel's cross-domain hop on its own
+    rail, so the g members' NICs carry a ring's bytes in parallel: each carries 1/g of them,
+    while every byte still takes the hops inside the domain, which bound it at b_0. NCCL's
+    maintainers measure 192 GB/s all-reduce bus bandwidth across DGX A100s, eight 200 Gb/s (25
+    GB/s) NICs each (NVIDIA/nccl issue #812): 0.96 of 8 × 25, where one NIC gives 25. An
+    all-to-all cannot aggregate NICs (NVIDIA/nccl-tests issue #267, its maintainer: 'the
+    performance you should see is the performance of a single NIC'): callers pass g = 1 for it.
+    """
+    return min(max(rails, 1) * ring_gbs, domain_gbs)
+
+
 def ring_all_reduce_s(n: int, buffer_bytes: int, b_gbs: float, alpha_s: float) -> float:
     """T = 2(n−1)/n · M / b + 2(n−1)·α: a flat ring all-reduce of M bytes over n members at b
     GB/s per link (nccl-tests PERFORMANCE.md bus factor 2(n−1)/n; Patarasuk & Yuan 2009)."""

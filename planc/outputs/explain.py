@@ -9,13 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from planc.analysis import Analysis, StepEstimate, estimate_step
-from planc.comm.schedule import WireBudget, op_record
+from planc.comm.schedule import WireBudget, op_record, sharding_stage
 from planc.comm.tiers import ring_bandwidth_gbs
 from planc.outputs import escape
 from planc.outputs.memory import to_json as memory_json
+from planc.perf.inputs import build_inputs
+from planc.perf.step import Overlap, busiest_stage, overlaps
+from planc.perf.validation import category_of
 from planc.pipeline.registry import definition
 from planc.plannable import Plannable
-from planc.presets.accuracy import bar_json, bar_words
+from planc.presets.accuracy import bar_json, bar_words, category_json, category_words
 from planc.record import record
 from planc.run import RunEstimate, estimate_run
 from planc.spec.job import GB, GIB
@@ -114,6 +117,7 @@ def render_text(ex: Explanation) -> str:
         f"  optimizer step:     {step.optimizer_s:8.2f} s ({step.optimizer_s / total:5.1%})",
         f"tokens per second: {step.tokens_per_s:,.0f}   MFU: {step.mfu:.1%} "
         "(model FLOPs, no causal discount, no recompute)",
+        *_overlap_lines(ex),
     ]
     if ex.run is not None:
         lines += ["", *run_lines(ex)]
@@ -371,6 +375,8 @@ def to_json(ex: Explanation) -> dict[str, Any]:
             "model": step.model,
             "model_flops": step.model_flops,
             "model_error": bar_json(job.cluster.gpu.name, job.cluster.calibration),
+            "model_error_category": category_json(_category(job), job.cluster.calibration),
+            "communication_overlap": _overlap_json(ex),
         },
         **({} if ex.run is None else {"run": run_json(ex.run)}),
     }
@@ -425,7 +431,63 @@ def run_json(run: RunEstimate) -> dict[str, Any]:
     }
 
 
+def communication_overlap(ex: Explanation) -> tuple[int, tuple[Overlap, ...]]:
+    """The busiest stage and what each class of its communication hid behind compute and left
+    exposed in one step, from the inputs the step model composes (`planc.perf.step.overlaps`)."""
+    an = ex.analysis
+    params = [share.total for share in an.parameters]
+    experts = [share.expert_total for share in an.parameters]
+    inputs = build_inputs(an.plan, params, experts, an.efficiency, an.ops)
+    stage = busiest_stage(inputs)
+
+    def total(group: str) -> float:
+        return sum(an.op_seconds[op] for op in an.ops if op.stage == stage and op.group == group)
+
+    found = overlaps(inputs, stage, total("cp"), total("pp"), ex.step.pp_comm_s)
+    return stage, found
+
+
+def _overlap_lines(ex: Explanation) -> list[str]:
+    stage, found = communication_overlap(ex)
+    if not found:
+        return []
+    lines = [f"communication hidden and exposed (stage {stage}, seconds per step):"]
+    for o in found:
+        lines.append(
+            f"  {o.kind:<3} hidden {o.hidden_s:8.3f} s behind {o.behind:<32} "
+            f"exposed {o.exposed_s:8.3f} s"
+            + (f"  (slows that compute {o.slowdown_s:.3f} s)" if o.slowdown_s > 0 else "")
+        )
+    return lines
+
+
+def _overlap_json(ex: Explanation) -> dict[str, Any]:
+    stage, found = communication_overlap(ex)
+    return {
+        "stage": stage,
+        "classes": [
+            {
+                "kind": o.kind,
+                "behind": o.behind,
+                "hidden_s": o.hidden_s,
+                "exposed_s": o.exposed_s,
+                "slowdown_s": o.slowdown_s,
+            }
+            for o in found
+        ],
+    }
+
+
+def _category(job: Plannable) -> str:
+    """The corpus category of the spec's layout (`planc.perf.validation.category_of`)."""
+    sharded = sharding_stage(job) == 3
+    return str(category_of(job.model.moe is not None, sharded, job.layout.p, job.layout.c))
+
+
 def _error_bar_line(job: Plannable) -> list[str]:
-    """The model's error on runs it was not fitted to, for this GPU (docs/validation.md)."""
-    words = bar_words(job.cluster.gpu.name, job.cluster.calibration)
-    return [f"  {words} (docs/validation.md)"] if words else []
+    """The model's error on runs it was not fitted to, for this GPU and for runs of this
+    layout's category (docs/validation.md)."""
+    cal = job.cluster.calibration
+    words = bar_words(job.cluster.gpu.name, cal)
+    category = category_words(_category(job), cal)
+    return [f"  {w} (docs/validation.md)" for w in (words, category) if w]

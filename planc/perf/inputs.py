@@ -37,10 +37,11 @@ from planc.comm.schedule import (
     latent_message_bytes,
     latent_parts,
     probs_bytes,
+    ring_rails,
     sharding_stage,
     token_count_bytes,
 )
-from planc.comm.tiers import ring_bandwidth_gbs
+from planc.comm.tiers import railed_ring_gbs, ring_bandwidth_gbs
 from planc.dims import ExpertDims, bf16_ranges, rank_dims
 from planc.perf.compute import (
     Device,
@@ -192,22 +193,43 @@ def efficiency_of(job: Plannable) -> Efficiency:
 
 
 def comm_time_s(
-    job: Plannable, eff: Efficiency, op: str, n: int, buffer_bytes: int, link: str
+    job: Plannable,
+    eff: Efficiency,
+    op: str,
+    n: int,
+    buffer_bytes: int,
+    link: str,
+    rails: int = 1,
 ) -> float:
-    """One call on the fabric tier named `link`: steps·α + wire_bytes/(β·e), β the bandwidth
-    of a flat ring whose outermost tier is `link` (min over the tiers it crosses of B/k,
-    `planc.comm.tiers.ring_bandwidth_gbs`), α (per ring step) and e (per collective) of the
-    efficiency entry the tier names (nccl-tests PERFORMANCE.md bus bandwidth;
-    `planc.presets.efficiency`). The entry's measured α wins over the tier's latency_us."""
-    tier = job.cluster.fabric.tier(link)
+    """One call on the fabric tier named `link`: steps·α + wire_bytes/b, b = β·e the bus
+    bandwidth of a flat ring whose outermost tier is `link` (β the min over the tiers it crosses
+    of B/k, `planc.comm.tiers.ring_bandwidth_gbs`), α (per ring step) and e (per collective) of
+    the efficiency entry the tier names (nccl-tests PERFORMANCE.md bus bandwidth;
+    `planc.presets.efficiency`). The entry's measured α wins over the tier's latency_us. A
+    ring collective of a group with `rails` = g members per NVLink domain, on a tier beyond it,
+    runs at min(g·b, b_0) (`railed_ring_gbs`; b_0 the domain's own ring bandwidth)."""
+    fabric = job.cluster.fabric
+    tier = fabric.tier(link)
     measured = eff.link(tier.efficiency)
     alpha = measured.latency_us * 1e-6
-    rate = ring_bandwidth_gbs(job.cluster.fabric, link) * 1e9 * measured.of(op)
-    return ring_steps(op, n) * alpha + wire_bytes(op, n, buffer_bytes) / rate
+    gbs = ring_bandwidth_gbs(fabric, link) * measured.of(op)
+    if rails > 1 and op in RING_COLLECTIVES and tier != fabric.innermost:
+        inner = fabric.innermost
+        domain = ring_bandwidth_gbs(fabric, inner.name) * eff.link(inner.efficiency).of(op)
+        gbs = railed_ring_gbs(gbs, rails, domain)
+    return ring_steps(op, n) * alpha + wire_bytes(op, n, buffer_bytes) / (gbs * 1e9)
+
+
+# The collectives NCCL runs as rings over every member (an all-to-all and a p2p send do not
+# spread over the members' NICs).
+RING_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 
 
 def _call_s(job: Plannable, eff: Efficiency, op: CommOp) -> float:
-    return comm_time_s(job, eff, str(op.op), op.group_size, op.buffer_bytes, op.link)
+    rails = ring_rails(job, op.group)
+    return comm_time_s(
+        job, eff, str(op.op), op.group_size, op.buffer_bytes, op.link, rails=rails
+    )
 
 
 def model_flops(job: Job | Plannable) -> float:

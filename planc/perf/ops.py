@@ -222,7 +222,46 @@ def norm(shape: OpShape, name: str = "norm") -> OpCost:
     writes dx (3·β per element, the per-row statistics are negligible), about twice the FLOPs;
     dγ (and dβ) are reduced in the same pass (Apex `fused_layer_norm_cuda`).
     """
-    return _norm_cost(name, shape.norm_tokens * shape.h, shape.norm, shape.beta)
+    elements = shape.norm_tokens * shape.h
+    if shape.unfused and shape.norm == "rmsnorm":
+        return eager_rms_norm(name, elements, shape.beta)
+    return _norm_cost(name, elements, shape.norm, shape.beta)
+
+
+# Bytes of an fp32 element: eager RMSNorm and rotary compute in fp32 (x.float()).
+FP32 = 4
+
+
+def eager_rms_norm(name: str, elements: float, beta: int) -> OpCost:
+    """RMSNorm as eager PyTorch runs torchtitan's module, y = (x_f·rsqrt(mean(x_f²) + ε))
+    .type_as(x)·w with x_f = x.float() (torchtitan/models/norms.py RMSNorm, Dec 2024), one kernel
+    per operator, each reading and writing its whole tensor in HBM.
+
+    Forward, bytes per element: cast (β + 4), square (4 + 4), mean (4; its row output is
+    negligible), scale by the row's rsqrt (4 + 4), cast back (4 + β), times w (β + β):
+    4β + 28 (36 at β = 2; the fused kernel's 2β is 4). Backward (autograd's kernels in reverse):
+    g·w (β + β), dw = Σ g·y (β + β), cast of g (β + 4), ∂/∂x_f of the scale (4 + 4),
+    ∂/∂r = Σ g·x_f (4 + 4), the mean's expand (4), the square's 2·x_f·g (4 + 4 + 4), the sum of
+    the two gradients (4 + 4 + 4), the cast back (4 + β): 6β + 52. FLOPs about one per
+    element per kernel (7 forward, 11 backward)."""
+    forward = Work(7.0 * elements, (4.0 * beta + 28.0) * elements)
+    backward = Work(11.0 * elements, (6.0 * beta + 52.0) * elements)
+    return OpCost(name, "vector", forward, backward)
+
+
+def eager_rotary(shape: OpShape) -> OpCost:
+    """Rotary embedding of the rank's queries and keys as eager PyTorch runs torchtitan's
+    apply_rotary_emb: x.float() viewed as complex, times freqs_cis, viewed back as real and
+    cast to x's type (torchtitan/models/llama/model.py, Dec 2024); the fused Megatron path
+    applies it inside its kernels and is not priced apart.
+
+    Elements: b·s/c rows × (n/t + g/t)·k channels. Forward bytes per element: cast (β + 4),
+    complex multiply (4 + 4; the [s, k/2] table is negligible beside the heads), cast back
+    (4 + β): 2β + 16; backward the same three in reverse (the multiply by conj(freqs_cis)):
+    2β + 16. FLOPs: a complex multiply is 6 per channel pair, 3 per element."""
+    elements = shape.tokens * (shape.heads + shape.kv_heads) * shape.k
+    per = (2.0 * shape.beta + 16.0) * elements
+    return OpCost("rotary (eager)", "vector", Work(3.0 * elements, per), Work(3.0 * elements, per))
 
 
 def _norm_cost(name: str, elements: float, kind: str, beta: int) -> OpCost:
@@ -430,6 +469,8 @@ def activation(shape: OpShape) -> OpCost:
     backward reads gate, up and dy, writes both gradients (5β).
     """
     elements = shape.tokens * shape.f
+    if shape.gated and shape.unfused:
+        return eager_swiglu(elements, shape.beta)
     if shape.gated:
         return OpCost(
             "swiglu",
@@ -445,6 +486,22 @@ def activation(shape: OpShape) -> OpCost:
     )
 
 
+def eager_swiglu(elements: float, beta: int) -> OpCost:
+    """SwiGLU as eager PyTorch runs torchtitan's FeedForward, F.silu(w1(x))·w3(x)
+    (torchtitan/models/llama/model.py, Dec 2024): two kernels where the fused one is one.
+
+    Per element of f/t, forward: silu reads a and writes silu(a) (β + β), the product reads
+    silu(a) and b and writes y (3β): 5β (the fused kernel 3β). Backward: the product's two
+    gradients g·b and g·silu(a) (3β each), silu's backward reads a and its gradient and writes
+    da (3β): 9β (fused 5β). FLOPs as the fused kernel's."""
+    return OpCost(
+        "swiglu (eager)",
+        "vector",
+        Work(6.0 * elements, 5.0 * beta * elements),
+        Work(10.0 * elements, 9.0 * beta * elements),
+    )
+
+
 def mlp_down(shape: OpShape) -> OpCost:
     """fc2: [b·s/c, f/t]·[f/t, h] (row parallel)."""
     return gemm("mlp fc2", shape.tokens, shape.f, shape.h, shape.beta)
@@ -455,6 +512,7 @@ def layer_ops(shape: OpShape) -> tuple[OpCost, ...]:
     return (
         norm(shape, "input norm"),
         *attention_projections(shape),
+        *((eager_rotary(shape),) if shape.unfused else ()),
         *attention_core(shape),
         output_projection(shape),
         residual_dropout_add(shape, "attention dropout + residual"),

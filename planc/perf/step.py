@@ -249,6 +249,80 @@ def step_lower_bound_s(inputs: StepInputs) -> float:
     return max(bounds) + _after_pipeline_s(inputs)
 
 
+@record
+class Overlap:
+    """One class of communication on one stage, per step, as the step composes it: seconds run
+    hidden behind compute (`behind` says which) and seconds left exposed on the step's path."""
+
+    kind: str  # tp, cp, ep, dp, pp: the process groups it runs on
+    behind: str
+    hidden_s: float
+    exposed_s: float
+    slowdown_s: float = 0.0  # compute lost to NCCL's SMs while the hidden part ran
+
+
+def busiest_stage(inputs: StepInputs) -> int:
+    """The stage whose own compute (exposure and slowdowns included) is longest: the one the
+    step's compute, TP, CP and expert figures describe."""
+    p, v = inputs.p, inputs.v
+    t_f, t_b = _virtual_times(inputs)
+    return max(range(p), key=lambda r: sum(t_f[j * p + r] + t_b[j * p + r] for j in range(v)))
+
+
+def dp_overlap(inputs: StepInputs, stage: int) -> tuple[float, float]:
+    """(hidden, exposed) DP seconds of `stage` per step: per micro-batch the gathers and
+    reductions that overlap compute hide as far as the compute lasts, min(o, f + b), the rest
+    is exposed (`_virtual_times`); the last backward's gradient buckets hide as `dp_exposed_s`
+    places them (`_dp_tails`); what follows the optimizer step is exposed."""
+    st, m = inputs.stages[stage], inputs.m
+    window = sum(st.forward_s) + sum(st.backward_s)
+    hidden = min(st.dp_overlapped_s, window)
+    free = window - st.dp_overlapped_s
+    tail, overlapped = dp_exposed_s(st.dp_buckets_s, min(sum(st.backward_s), max(0.0, free)))
+    exposed = m * (st.dp_overlapped_s - hidden) + tail + st.after_step_s
+    return m * hidden + overlapped, exposed
+
+
+def overlaps(
+    inputs: StepInputs, stage: int, cp_total_s: float, pp_total_s: float, pp_exposed_s: float
+) -> tuple[Overlap, ...]:
+    """What each class of `stage`'s communication hid and exposed in one step, from the numbers
+    the step composes: TP m·(hidden, exposed) per micro-batch (`planc.perf.inputs.tp_per_layer`:
+    TE userbuffers' pipelined GEMMs and the weight gradients); CP the ring's op time less its
+    exposed part m·cp_exposed_s (behind attention); expert exchanges as the schedule hides
+    them (`expert_hidden_s`); DP as `dp_overlap`; TP and DP slow the compute they hide behind
+    by the link's processor_usage (`_virtual_times`, `_dp_tails`); pipeline sends their op time less what lies
+    on the critical path (`PipelineStep.pp_exposed_s`, `_p2p_on_path`). Classes a stage does
+    not run are left out."""
+    st, m = inputs.stages[stage], inputs.m
+    tp_exposed = m * (sum(st.tp_forward_s) + sum(st.tp_backward_s))
+    ep_hidden = expert_hidden_s(inputs, stage)
+    ep_exposed = m * (sum(st.ep_forward_s) + sum(st.ep_backward_s)) - ep_hidden
+    cp_exposed = m * st.cp_exposed_s
+    dp_hidden, dp_exposed = dp_overlap(inputs, stage)
+    pp_exposed = min(pp_total_s, pp_exposed_s)
+    found = (
+        Overlap(
+            "tp",
+            "the layer's GEMMs",
+            m * st.tp_overlapped_s,
+            tp_exposed,
+            inputs.tp_processor_usage * m * st.tp_overlapped_s,
+        ),
+        Overlap("cp", "attention", max(0.0, cp_total_s - cp_exposed), cp_exposed),
+        Overlap("ep", "the other micro-batch's compute", ep_hidden, ep_exposed),
+        Overlap(
+            "dp",
+            "forward and backward",
+            dp_hidden,
+            dp_exposed,
+            inputs.dp_processor_usage * dp_hidden,
+        ),
+        Overlap("pp", "the other stages' compute", max(0.0, pp_total_s - pp_exposed), pp_exposed),
+    )
+    return tuple(o for o in found if o.hidden_s + o.exposed_s > 0)
+
+
 def pipeline_step(inputs: StepInputs) -> PipelineStep:
     """Step time, its parts, tokens/s and MFU for `inputs` (see the module docstring)."""
     p, m, v = inputs.p, inputs.m, inputs.v

@@ -99,6 +99,20 @@ class Split:
     test: tuple[Run, ...]
 
 
+def category_of(moe: bool, sharded: bool, pipeline: int, context: int) -> RunCategory:
+    """What dominates a layout, the corpus's categories in their order of precedence: mixture
+    of experts, then fully sharded parameters (FSDP2 or ZeRO-3), then a pipeline (p > 1), then
+    context parallelism (c > 1), else dense. runs.json declares each run's category by this
+    rule (a test holds them equal), so a spec's category names the runs like it."""
+    if moe:
+        return RunCategory.MOE
+    if sharded:
+        return RunCategory.FSDP
+    if pipeline > 1:
+        return RunCategory.PIPELINE
+    return RunCategory.CONTEXT if context > 1 else RunCategory.DENSE
+
+
 def signed_error(predicted_s: float, measured_s: float) -> float:
     """e = T_pred/T_meas − 1 (dimensionless; both in seconds per step)."""
     return predicted_s / measured_s - 1

@@ -2,8 +2,9 @@
 
 `planc/presets/accuracy.json` is written by `python scripts/validation_table.py -o
 docs/validation.md` from the validation runs of `validation/runs.json` (role `validation`
-only: the runs no parameter read), one entry per GPU generation: how many runs, the mean of
-|predicted/measured − 1| and the worst signed error. `planc explain`, the report and search
+only: the runs no parameter read), one entry per GPU generation and one per category (dense,
+pipeline, context, moe, fsdp: what dominates the layout, `planc.perf.validation.category_of`):
+how many runs, the mean of |predicted/measured − 1| and the worst signed error. `planc explain`, the report and search
 show it beside the step time, so a user reads the estimate with the error the model has on
 runs like theirs; `planc calibrate` on their own runs is how to tighten it.
 """
@@ -36,9 +37,9 @@ GENERATION_OF: Mapping[str, str] = {
 
 @record
 class ErrorBar:
-    """The model's error on the validation runs of one GPU generation."""
+    """The model's error on the validation runs of one GPU generation or one category."""
 
-    generation: str  # or "calibrated": the user's own runs, from `planc calibrate`
+    group: str  # the generation or category; "calibrated": the user's runs (`planc calibrate`)
     runs: int
     mean_abs_error: float  # mean of |predicted/measured − 1|
     worst_error: float  # the signed error of largest magnitude
@@ -47,8 +48,8 @@ class ErrorBar:
         """E.g. '±6.2 % mean, worst +15.1 %, on 18 validated hopper runs'."""
         where = (
             f"on {self.runs} of your runs, each left out of the fit (planc calibrate)"
-            if self.generation == CALIBRATED
-            else f"on {self.runs} validated {self.generation} runs"
+            if self.group == CALIBRATED
+            else f"on {self.runs} validated {self.group} runs"
         )
         return f"±{self.mean_abs_error * 100:.1f} % mean, worst {self.worst_error * 100:+.1f} %, {where}"
 
@@ -58,6 +59,34 @@ def _table() -> Mapping[str, Any]:
     with open(ACCURACY, encoding="utf-8") as handle:
         data: dict[str, Any] = json.loads(handle.read())
     return data
+
+
+def category_bar(category: str) -> ErrorBar | None:
+    """The error bar of the validation runs of `category` (None: none validated)."""
+    entry = _table().get("categories", {}).get(category)
+    if not entry:
+        return None
+    return ErrorBar(category, entry["runs"], entry["mean_abs_error"], entry["worst_error"])
+
+
+def category_words(category: str, calibration: Calibration) -> str:
+    """'model error on fsdp runs: …', or '' without validated runs of the category or with a
+    calibration (the user's own error bar replaces the corpus's)."""
+    bar = None if calibration is not None else category_bar(category)
+    return "" if bar is None else f"model error on {category} runs: {bar.words()}"
+
+
+def category_json(category: str, calibration: Calibration) -> dict[str, Any] | None:
+    """The category's error bar as data (None where `category_words` says nothing)."""
+    bar = None if calibration is not None else category_bar(category)
+    if bar is None:
+        return None
+    return {
+        "category": bar.group,
+        "validated_runs": bar.runs,
+        "mean_abs_error": bar.mean_abs_error,
+        "worst_error": bar.worst_error,
+    }
 
 
 def error_bar(gpu: str) -> ErrorBar | None:
@@ -98,21 +127,31 @@ def bar_json(gpu: str, calibration: Calibration) -> dict[str, Any] | None:
     if bar is None:
         return None
     return {
-        "generation": bar.generation,
+        "generation": bar.group,
         "validated_runs": bar.runs,
         "mean_abs_error": bar.mean_abs_error,
         "worst_error": bar.worst_error,
     }
 
 
-def accuracy_json(by_generation: Mapping[str, tuple[int, float, float]]) -> str:
-    """The text of accuracy.json for (runs, mean |error|, worst error) per generation."""
+Groups = Mapping[str, tuple[int, float, float]]  # name: (runs, mean |error|, worst error)
+
+
+def _entries(groups: Groups) -> dict[str, dict[str, Any]]:
+    return {
+        name: {"runs": runs, "mean_abs_error": round(mean, 4), "worst_error": round(worst, 4)}
+        for name, (runs, mean, worst) in sorted(groups.items())
+    }
+
+
+def accuracy_json(by_generation: Groups, by_category: Groups) -> str:
+    """The text of accuracy.json for (runs, mean |error|, worst error) per generation and per
+    category."""
     data = {
         "_about": "Written by scripts/validation_table.py from validation/runs.json (validation "
-        "runs only): planc's step-time error per GPU generation; read by planc.presets.accuracy.",
-        "generations": {
-            name: {"runs": runs, "mean_abs_error": round(mean, 4), "worst_error": round(worst, 4)}
-            for name, (runs, mean, worst) in sorted(by_generation.items())
-        },
+        "runs only): planc's step-time error per GPU generation and per category; read by "
+        "planc.presets.accuracy.",
+        "generations": _entries(by_generation),
+        "categories": _entries(by_category),
     }
     return json.dumps(data, indent=2) + "\n"

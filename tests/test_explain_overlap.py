@@ -1,0 +1,74 @@
+"""planc explain says, per class of communication, what hid behind compute and what was exposed
+(issue 24), from the numbers the step composes. Expected values worked by hand below."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from planc.cli.main import main
+from planc.perf.step import StageInputs, StepInputs, overlaps
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _inputs(dp_overlapped: float) -> StepInputs:
+    stage = StageInputs(
+        forward_s=(1.0,),
+        backward_s=(2.0,),
+        tp_forward_s=(0.1,),
+        tp_backward_s=(0.2,),
+        dp_buckets_s=(0.5, 0.5),
+        after_step_s=0.3,
+        tp_overlapped_s=0.5,
+        cp_exposed_s=0.05,
+        dp_overlapped_s=dp_overlapped,
+    )
+    return StepInputs(
+        stages=(stage,), m=2, v=1, p2p_s=0.0, tp_processor_usage=0.1, dp_processor_usage=0.02
+    )
+
+
+def _by_kind(dp_overlapped: float) -> dict[str, tuple[float, float, float]]:
+    found = overlaps(_inputs(dp_overlapped), 0, cp_total_s=0.4, pp_total_s=0.2, pp_exposed_s=0.05)
+    return {o.kind: (o.hidden_s, o.exposed_s, o.slowdown_s) for o in found}
+
+
+def test_each_class_hidden_and_exposed_by_hand() -> None:
+    got = _by_kind(1.0)
+    # TP: m = 2 micro-batches × 0.5 s hidden, × (0.1 + 0.2) s exposed; slows compute 0.1 × 1.0.
+    assert got["tp"] == pytest.approx((1.0, 0.6, 0.1))
+    # CP: the ring's 0.4 s, of which m × 0.05 s exposed.
+    assert got["cp"] == pytest.approx((0.3, 0.1, 0.0))
+    # DP: 1.0 s a micro-batch hides inside its 3.0 s of compute (2.0 s over two); that leaves
+    # 2.0 s of the backward free for the two 0.5 s buckets, so only the last is exposed (0.5),
+    # the other hidden (0.5); 0.3 s after the optimizer step: hidden 2.5, exposed 0.8,
+    # slowing compute 0.02 × 2.5.
+    assert got["dp"] == pytest.approx((2.5, 0.8, 0.05))
+    # PP: 0.2 s of sends, 0.05 s on the critical path.
+    assert got["pp"] == pytest.approx((0.15, 0.05, 0.0))
+    assert "ep" not in got  # a stage without experts has no expert line
+
+
+def test_gathers_longer_than_the_compute_are_exposed() -> None:
+    # 4.0 s of FSDP gathers a micro-batch against 3.0 s of compute: 3.0 hidden, 1.0 exposed each;
+    # no backward left for the buckets, so both are exposed after the last one: max(0.5, 1.0).
+    hidden, exposed, _ = _by_kind(4.0)["dp"]
+    assert hidden == pytest.approx(6.0)
+    assert exposed == pytest.approx(2 * 1.0 + 1.0 + 0.3)
+
+
+def test_explain_prints_them_and_its_json_matches_the_step() -> None:
+    spec = ROOT / "examples" / "llama3-70b-8x8.yaml"
+    text = CliRunner().invoke(main, ["explain", str(spec)]).output
+    assert "communication hidden and exposed (stage" in text
+    data = json.loads(CliRunner().invoke(main, ["explain", str(spec), "--format", "json"]).output)
+    step = data["step"]
+    classes = {c["kind"]: c for c in step["communication_overlap"]["classes"]}
+    # The TP exposure is the step's own figure for the busiest stage, and it shows in the text.
+    assert classes["tp"]["exposed_s"] == pytest.approx(step["tp_comm_s"])
+    assert f"exposed {classes['tp']['exposed_s']:8.3f} s" in text
+    assert classes["pp"]["exposed_s"] == pytest.approx(step["pp_comm_s"])
