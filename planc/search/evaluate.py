@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from planc.analysis import Analysis, analyse, estimate_step
-from planc.check import context_of, evaluate, severity_of
+from planc.check import context_of, severity_of
 from planc.findings import Severity
 from planc.perf.inputs import after_step_s, build_inputs
 from planc.perf.step import step_lower_bound_s
@@ -123,6 +123,7 @@ class Judge:
     cheap: tuple[tuple[Rule, Severity], ...]  # rules on the job or the plannable job
     rejecting: int  # the lowest severity rank that rejects
     objective: Objective = "step"
+    deep: tuple[tuple[Rule, Severity], ...] = ()  # rules on the analysis
 
 
 def spec_job(setup: Setup) -> Job:
@@ -157,10 +158,10 @@ def make_judge(setup: Setup) -> Judge:
     ignored = set(base.rules.ignore)
     enabled = [r for r in REGISTRY.values() if r.check is not None and r.id not in ignored]
 
-    cheap = tuple(
-        (r, severity_of(r.id, r.severity, base)) for r in enabled if r.needs is not Needs.ANALYSIS
-    )
-    return Judge(base, setup.space, cheap, setup.rejecting, setup.objective)
+    leveled = [(r, severity_of(r.id, r.severity, base)) for r in enabled]
+    cheap = tuple((r, s) for r, s in leveled if r.needs is not Needs.ANALYSIS)
+    deep = tuple((r, s) for r, s in leveled if r.needs is Needs.ANALYSIS)
+    return Judge(base, setup.space, cheap, setup.rejecting, setup.objective, deep)
 
 
 def hosts_refusal(job: Job, rejecting: int = ERROR_RANK) -> tuple[str, ...]:
@@ -207,39 +208,39 @@ def candidate_job(base: Job, space: Space, values: Sequence[Value]) -> Job:
     return dataclasses.replace(base, layout=layout, training=training)
 
 
-def _failing(
-    rules: Iterable[tuple[Rule, Severity]], ctx: Context, rejecting: int
-) -> tuple[str, ...]:
-    return tuple(
-        rule.id
+def _failing(rules: Iterable[tuple[Rule, Severity]], ctx: Context) -> list[tuple[str, int]]:
+    """The rules of `rules` that report on `ctx`, with the rank of their severity."""
+    return [
+        (rule.id, severity.rank)
         for rule, severity in rules
-        if severity.rank >= rejecting
-        and rule.check is not None
-        and any(True for _ in rule.check(ctx))
-    )
+        if rule.check is not None and any(True for _ in rule.check(ctx))
+    ]
 
 
 def judge(judge: Judge, index: int) -> Verdict:
-    """The verdict of the rules on candidate `index` of the judge's space."""
+    """The verdict of the rules on candidate `index` of the judge's space: what
+    `planc.check.evaluate` finds, each rule run once on check's own contexts (the cheap rules on
+    the one without the analysis, which they do not read)."""
     job = candidate_job(judge.base, judge.space, judge.space.candidate(index))
     # check's own context without the analysis: the refusals, or the plannable job.
-    ctx = context_of(job, [rule for rule, _ in judge.cheap])
-    failed = _failing(judge.cheap, ctx, judge.rejecting)
+    ctx = context_of(job, [rule for rule, _ in judge.cheap], suggest=False)
+    found = _failing(judge.cheap, ctx)
+    failed = tuple(rule for rule, rank in found if rank >= judge.rejecting)
     if failed:
         return Verdict(index, failed)
     plan = ctx.plan
     if plan is None:  # a precondition rule the spec ignores or re-levels
         return Verdict(index, tuple(sorted({r.rule for r in ctx.refusals})))
-    result = evaluate(job, suggest=False)
-    errors = sorted({rule for rule, sev, _ in result.violations if sev.rank >= judge.rejecting})
+    analysis = analyse(plan)
+    found += _failing(judge.deep, Context(job, plan, analysis, suggest=False))
+    errors = sorted({rule for rule, rank in found if rank >= judge.rejecting})
     if errors:
         return Verdict(index, tuple(errors))
-    analysis = result.context.analysis or analyse(plan)
     peak = analysis.memory.peak.memory.total
     lay = plan.layout
     return Verdict(
         index,
-        warnings=tuple(sorted({rule for rule, _, _ in result.violations})),
+        warnings=tuple(sorted({rule for rule, _ in found})),
         data=lay.d,
         micro_batches=plan.m,
         stage_layers=job.layout.stage_layers,
