@@ -20,10 +20,14 @@ from typing import Any, Protocol
 from planc.analysis import Analysis, analyse, estimate_step
 from planc.check import context_of, severity_of
 from planc.findings import Severity
-from planc.perf.inputs import after_step_s, build_inputs
+from planc.memory.activations import stage_activation_terms
+from planc.memory.terms import Term
+from planc.perf.compute import StageTimes
+from planc.perf.inputs import after_step_s, build_inputs, stage_times
 from planc.perf.step import step_lower_bound_s
 from planc.pipeline.registry import bubble_fraction
-from planc.plannable import plannable
+from planc.plannable import Plannable, plannable
+from planc.presets.efficiency import Efficiency
 from planc.record import record
 from planc.rules import REGISTRY, Rule
 from planc.rules.base import Context, Needs
@@ -124,6 +128,8 @@ class Judge:
     rejecting: int  # the lowest severity rank that rejects
     objective: Objective = "step"
     deep: tuple[tuple[Rule, Severity], ...] = ()  # rules on the analysis
+    # Sub-results the judge's candidates share (`shared_analysis`); this judge's only.
+    memo: dict[tuple[Any, ...], Any] = dataclasses.field(default_factory=dict, compare=False)
 
 
 def spec_job(setup: Setup) -> Job:
@@ -231,7 +237,7 @@ def judge(judge: Judge, index: int) -> Verdict:
     plan = ctx.plan
     if plan is None:  # a precondition rule the spec ignores or re-levels
         return Verdict(index, tuple(sorted({r.rule for r in ctx.refusals})))
-    analysis = analyse(plan)
+    analysis = shared_analysis(judge, index, plan)
     found += _failing(judge.deep, Context(job, plan, analysis, suggest=False))
     errors = sorted({rule for rule, rank in found if rank >= judge.rejecting})
     if errors:
@@ -249,6 +255,40 @@ def judge(judge: Judge, index: int) -> Verdict:
         bubble_fraction=bubble_fraction(lay.schedule, lay.p, plan.m, lay.v),
         step_bound_s=step_lower_bound(analysis),
     )
+
+
+# The axes whose value neither a stage's activation terms (`planc.memory.activations`) nor its
+# compute times (`planc.perf.inputs.stage_times`) read: ZeRO shards weights, gradients and
+# optimizer state, not what a micro-batch keeps or computes. Candidates that differ only in them
+# share those sub-results (tests/test_search_speed.py holds them equal to fresh ones).
+UNREAD_BY_SHARED = frozenset({"zero_stage"})
+
+
+def shared_analysis(judge: Judge, index: int, plan: Plannable) -> Analysis:
+    """`analyse(plan)` of candidate `index`, each stage's activation terms and the stages'
+    compute times taken from an earlier candidate of this judge that differs from it only in
+    the axes of `UNREAD_BY_SHARED` (the same values: they are functions of the other fields)."""
+    space, memo = judge.space, judge.memo
+    key = tuple(
+        None if axis.name in UNREAD_BY_SHARED else value
+        for axis, value in zip(space.axes, space.candidate(index), strict=True)
+    )
+
+    def activations_of(job: Plannable, stage: int) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
+        at = ("activations", key, stage)
+        if at not in memo:
+            memo[at] = stage_activation_terms(job, stage)
+        terms: tuple[tuple[Term, ...], tuple[Term, ...]] = memo[at]
+        return terms
+
+    def times_of(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
+        at = ("times", key)
+        if at not in memo:
+            memo[at] = stage_times(job, eff)
+        times: tuple[StageTimes, ...] = memo[at]
+        return times
+
+    return analyse(plan, activations_of, times_of)
 
 
 def step_lower_bound(analysis: Analysis) -> float:
