@@ -93,3 +93,26 @@ def test_jobs_give_byte_identical_json_with_every_zero_stage(tmp_path: Path) -> 
     ]
     assert outputs[0] == outputs[1]
     assert json.loads(outputs[0])["feasible"] > 0
+
+
+def test_each_op_is_priced_as_on_its_own() -> None:
+    # op_seconds prices each distinct (collective, group, bytes, tier) once: every op's seconds
+    # are still its calls × one call of it on its tier.
+    from planc.perf.inputs import comm_time_s
+
+    setup = _setup(LARGE_BATCH)
+    judged = make_judge(setup)
+    ops = 0
+    for index in range(0, setup.space.size, 7):
+        job = candidate_job(judged.base, judged.space, judged.space.candidate(index))
+        plan = plannable(job)
+        if isinstance(plan, tuple):
+            continue
+        analysis = analyse(plan)
+        for op, seconds in analysis.op_seconds.items():
+            one = comm_time_s(
+                plan, analysis.efficiency, str(op.op), op.group_size, op.buffer_bytes, op.link
+            )
+            assert seconds == op.calls * one
+            ops += 1
+    assert ops > 1000

@@ -679,4 +679,12 @@ def after_step_s(
 def op_seconds(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> tuple[float, ...]:
     """Seconds of all calls of each op in one step, on its link with its collective's
     efficiency and latency."""
-    return tuple(op.calls * _call_s(job, eff, op) for op in ops)
+    # A call's time reads only these four fields: the ops the stages share are priced once.
+    priced: dict[tuple[str, int, int, str], float] = {}
+    out = []
+    for op in ops:
+        key = (str(op.op), op.group_size, op.buffer_bytes, op.link)
+        if key not in priced:
+            priced[key] = comm_time_s(job, eff, *key)
+        out.append(op.calls * priced[key])
+    return tuple(out)
