@@ -4,8 +4,8 @@ Usage:
     python benchmarks/bench_search.py [--jobs N] [--only NAME]   # timings
     python benchmarks/bench_search.py --validate [--jobs N]       # published layouts' ranks
 
-Timings: the full default space of each case (every axis searched, planc's default ranges) in a
-fresh process, as `planc search SPEC --jobs N --format json` runs it. Reported: candidates,
+Timings: the full default space of each case (every axis of `planc.search.space.AXES` searched,
+planc's default ranges; printed with each axis's size) in a fresh process, as `planc search SPEC --jobs N --format json` runs it. Reported: candidates,
 feasible, step times estimated, wall time, CPU time of the process and its workers, candidates
 per CPU second (per core), and the baseline: one `planc explain` of the case's published or
 typical layout, in process (load, plan, analyse, estimate; best of 5), times the candidate count,
@@ -171,9 +171,13 @@ def timed_run(case: Case, jobs: int) -> dict[str, Any]:
     doc = json.loads(done.stdout)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     one = explain_seconds(_published_spec(case))
+    # The space as planc.search.space builds it (its AXES, default ranges): an axis added there
+    # is searched and listed here without a change to this file.
+    space = _setup(case.search).space
     return {
         "case": case.name,
         "jobs": jobs,
+        "axes": {axis.name: len(axis.values) for axis in space.axes},
         "candidates": doc["evaluated"],
         "feasible": doc["feasible"],
         "estimated": doc["estimated"],

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from planc.comm.schedule import CommOp, WireBudget, schedule, wire_budget
 from planc.memory import MemoryBudget, budget
+from planc.memory.activations import stage_activation_terms
+from planc.memory.budget import Activations
 from planc.memory.fp8 import quantized_share
 from planc.memory.params import RankParameters, rank_parameters
 from planc.perf.compute import StageTimes
@@ -45,8 +47,18 @@ class Analysis:
     op_seconds: Mapping[CommOp, float]  # seconds per step of each op of `ops`, on its link
 
 
-def analyse(plan: Plannable) -> Analysis:
-    """The analysis of `plan`; every quantity in it computed once, here."""
+#: (job, efficiency tables) → each stage's compute times (`stage_times`).
+Times = Callable[[Plannable, Efficiency], tuple[StageTimes, ...]]
+
+
+def analyse(
+    plan: Plannable,
+    activations_of: Activations = stage_activation_terms,
+    times_of: Times = stage_times,
+) -> Analysis:
+    """The analysis of `plan`; every quantity in it computed once, here. A search passes
+    `activations_of` and `times_of` that return the same terms and times for candidates that
+    differ only in what those do not read (`planc.search.evaluate.Shared`)."""
     parameters = tuple(rank_parameters(plan, r) for r in range(plan.layout.p))
     quantized = (
         tuple(
@@ -66,11 +78,11 @@ def analyse(plan: Plannable) -> Analysis:
     return Analysis(
         plan=plan,
         parameters=parameters,
-        memory=budget(plan),
+        memory=budget(plan, activations_of),
         ops=ops,
         wires=wire_budget(plan, ops),
         efficiency=eff,
-        times=stage_times(plan, eff),
+        times=times_of(plan, eff),
         op_seconds=MappingProxyType(dict(zip(ops, op_seconds(plan, eff, ops), strict=True))),
     )
 
@@ -101,7 +113,9 @@ class StepEstimate:
     pipeline: PipelineTime
     bubble_fraction: float  # the schedule's closed form, e.g. (p − 1)/(v·m + p − 1), for comparison
     model: str  # where the efficiency tables came from
-    ep_hidden_s: float = 0.0  # expert exchanges the schedule hides behind compute (not in ep_comm_s)
+    ep_hidden_s: float = (
+        0.0  # expert exchanges the schedule hides behind compute (not in ep_comm_s)
+    )
 
 
 def estimate_step(analysis: Analysis, efficiency: Efficiency | None = None) -> StepEstimate:

@@ -7,6 +7,8 @@ the low ranks hold the ⌈⌉ shares) and names the peak.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from planc.memory.activations import stage_activation_terms
 from planc.memory.engines import engine_terms
 from planc.memory.fp8 import with_quantized
@@ -16,6 +18,10 @@ from planc.memory.terms import COMPONENTS, Term
 from planc.plannable import Plannable
 from planc.record import record
 from planc.vocab import Axis
+
+#: (job, pipeline rank) → (activation terms, buffer terms) at the stage's peak
+#: (`stage_activation_terms`; a search passes one that reuses them across candidates).
+Activations = Callable[[Plannable, int], tuple[tuple[Term, ...], tuple[Term, ...]]]
 
 RESERVE_SOURCE = "spec hardware.reserve_gib: CUDA context, NCCL buffers, allocator fragmentation"
 
@@ -72,7 +78,11 @@ def stage_rank(job: Plannable, pp_rank: int) -> int:
 
 
 def rank_memory(
-    job: Plannable, pp_rank: int, shard_index: int = 0, expert_shard_index: int = 0
+    job: Plannable,
+    pp_rank: int,
+    shard_index: int = 0,
+    expert_shard_index: int = 0,
+    activations_of: Activations = stage_activation_terms,
 ) -> RankMemory:
     """The budget of one rank: pipeline rank `pp_rank`, index `shard_index` in its shard group
     of N ranks (`training.framework` decides how its static state is laid out) (low indices hold ⌈Ψ_r/N⌉ elements, high ones ⌊Ψ_r/N⌋).
@@ -86,7 +96,7 @@ def rank_memory(
     group = Group(lay.zero, lay.shard_group, shard_index)
     expert_group = Group(lay.zero, lay.expert_shard_group, expert_shard_index, "N_e")
     share = rank_parameters(job, pp_rank)
-    activations, transient = stage_activation_terms(job, pp_rank)
+    activations, transient = activations_of(job, pp_rank)
     reserve = Term(
         "reserve",
         "reserve",
@@ -106,10 +116,10 @@ def rank_memory(
     return RankMemory.of(terms, static.host)
 
 
-def budget(job: Plannable) -> MemoryBudget:
+def budget(job: Plannable, activations_of: Activations = stage_activation_terms) -> MemoryBudget:
     """Every pipeline stage's heaviest rank, and the peak (the largest total; ties: lowest stage)."""
     stages = tuple(
-        StageBudget(stage, stage_rank(job, stage), rank_memory(job, stage))
+        StageBudget(stage, stage_rank(job, stage), rank_memory(job, stage, 0, 0, activations_of))
         for stage in range(job.layout.p)
     )
     peak = max(stages, key=lambda s: (s.memory.total, -s.stage))

@@ -639,32 +639,44 @@ def _entry(job: Plannable, eff: Efficiency, link: str) -> LinkEfficiency:
     return eff.link(job.cluster.fabric.tier(link).efficiency)
 
 
+# What `chunk_times` reads of one stage beyond the job's layer shape: its chunks' layers, whether
+# it is the first and the last stage, its chunks' MoE layers and its quantized compute.
+_StageShape = tuple[tuple[int, ...], bool, bool, tuple[int, ...], QuantizedCompute | None]
+
+
 def stage_times(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
     """Forward, backward (recompute included) and recompute compute seconds per micro-batch of
     one rank of each stage, all its chunks together."""
     shape, device, lay = layer_shape(job), device_of(job), job.layout
     low = quantized_layers(job, eff)
+    experts = expert_shape(job)
+    # Stages with the same chunks (the interior ones of an even split) have the same times:
+    # each distinct stage shape is priced once (`chunk_times` is a function of these).
+    priced: dict[_StageShape, StageTimes] = {}
     out = []
     for r in range(lay.p):
-        chunks = chunk_times(
-            shape,
-            lay.chunk_layers(r),
-            r == 0,
-            r == lay.last_stage,
-            job.training.recompute,
-            device,
-            eff,
-            chunk_moe_layers(job, r),
-            expert_shape(job),
-            quantized_compute(job, r, low),
-        )
-        out.append(
-            StageTimes(
+        layers, first, last = lay.chunk_layers(r), r == 0, r == lay.last_stage
+        moe, quantized = chunk_moe_layers(job, r), quantized_compute(job, r, low)
+        key = (layers, first, last, moe, quantized)
+        if key not in priced:
+            chunks = chunk_times(
+                shape,
+                layers,
+                first,
+                last,
+                job.training.recompute,
+                device,
+                eff,
+                moe,
+                experts,
+                quantized,
+            )
+            priced[key] = StageTimes(
                 forward_s=sum(c.forward_s for c in chunks),
                 backward_s=sum(c.backward_s for c in chunks),
                 recompute_s=sum(c.recompute_s for c in chunks),
             )
-        )
+        out.append(priced[key])
     return tuple(out)
 
 
@@ -689,4 +701,12 @@ def after_step_s(
 def op_seconds(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> tuple[float, ...]:
     """Seconds of all calls of each op in one step, on its link with its collective's
     efficiency and latency."""
-    return tuple(op.calls * _call_s(job, eff, op) for op in ops)
+    # A call's time reads only these four fields: the ops the stages share are priced once.
+    priced: dict[tuple[str, int, int, str], float] = {}
+    out = []
+    for op in ops:
+        key = (str(op.op), op.group_size, op.buffer_bytes, op.link)
+        if key not in priced:
+            priced[key] = comm_time_s(job, eff, *key)
+        out.append(op.calls * priced[key])
+    return tuple(out)

@@ -34,12 +34,25 @@ def backwards_of_chunk(J: int, chunk: int, p: int, v: int, m: int) -> int:
     return forwards_of_chunk(J, v - 1 - chunk, p, v, m)
 
 
+def forwards_by_chunk(K: int, p: int, v: int, m: int) -> tuple[int, ...]:
+    """`forwards_of_chunk(K, c, p, v, m)` for every chunk c, in chunk order (one pass)."""
+    N = p
+    full = m // N
+    period = N * v
+    if full * period >= K:
+        groups, rest = divmod(K, period)
+        return tuple(groups * N + min(max(rest - c * N, 0), N) for c in range(v))
+    tail = m - full * N
+    extra = K - full * period
+    return tuple(full * N + min(max(extra - c * tail, 0), tail) for c in range(v))
+
+
 def in_flight_at(j: int, W: int, p: int, v: int, m: int) -> tuple[int, ...]:
-    """Micro-batches of each chunk held after forward W + j and before backward j."""
-    return tuple(
-        forwards_of_chunk(W + 1 + j, c, p, v, m) - backwards_of_chunk(j, c, p, v, m)
-        for c in range(v)
-    )
+    """Micro-batches of each chunk held after forward W + j and before backward j: chunk c's
+    forwards minus its backwards, which are the forward order's with the chunks reversed."""
+    forwards = forwards_by_chunk(W + 1 + j, p, v, m)
+    backwards = forwards_by_chunk(j, p, v, m)
+    return tuple(forwards[c] - backwards[v - 1 - c] for c in range(v))
 
 
 def _candidates(W: int, p: int, v: int, m: int) -> set[int]:
@@ -143,11 +156,37 @@ def in_flight(
         return tuple(m for _ in range(v))
     if v == 1:
         return (W + 1,)  # min(p − r, m)
-    best = max(
-        sorted(_candidates(W, p, v, m)),
-        key=lambda j: (
-            sum(w * held for w, held in zip(weights, in_flight_at(j, W, p, v, m), strict=True)),
-            -j,
-        ),
-    )
+    # The heaviest candidate step, the earliest of equals.
+    best, most = -1, 0
+    for j in sorted(_candidates(W, p, v, m)):
+        weighed = _weighed(j, W, p, v, m, weights)
+        if best < 0 or weighed > most:
+            best, most = j, weighed
     return in_flight_at(best, W, p, v, m)
+
+
+def _counter(K: int, p: int, v: int, m: int) -> tuple[int, int, int]:
+    """`forwards_of_chunk(K, c, p, v, m)` as base + clamp(offset − c·width, 0, width):
+    (base, offset, width), the same for every chunk c."""
+    full = m // p
+    period = p * v
+    if full * period >= K:
+        groups, rest = divmod(K, period)
+        return groups * p, rest, p
+    tail = m - full * p
+    return full * p, K - full * period, tail
+
+
+def _weighed(j: int, W: int, p: int, v: int, m: int, weights: tuple[int, ...]) -> int:
+    """Σ_c weights[c] × `in_flight_at(j, W, p, v, m)`[c], without building the counts (the
+    inner loop of `in_flight`)."""
+    f_base, f_at, f_width = _counter(W + 1 + j, p, v, m)
+    b_base, b_at, b_width = _counter(j, p, v, m)
+    total = 0
+    for c in range(v):
+        ahead = f_at - c * f_width
+        ahead = 0 if ahead < 0 else f_width if ahead > f_width else ahead
+        behind = b_at - (v - 1 - c) * b_width
+        behind = 0 if behind < 0 else b_width if behind > b_width else behind
+        total += weights[c] * (f_base + ahead - b_base - behind)
+    return total

@@ -18,12 +18,16 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from planc.analysis import Analysis, analyse, estimate_step
-from planc.check import context_of, evaluate, severity_of
+from planc.check import context_of, severity_of
 from planc.findings import Severity
-from planc.perf.inputs import after_step_s, build_inputs
+from planc.memory.activations import stage_activation_terms
+from planc.memory.terms import Term
+from planc.perf.compute import StageTimes
+from planc.perf.inputs import after_step_s, build_inputs, stage_times
 from planc.perf.step import step_lower_bound_s
 from planc.pipeline.registry import bubble_fraction
-from planc.plannable import plannable
+from planc.plannable import Plannable, plannable
+from planc.presets.efficiency import Efficiency
 from planc.record import record
 from planc.rules import REGISTRY, Rule
 from planc.rules.base import Context, Needs
@@ -123,6 +127,9 @@ class Judge:
     cheap: tuple[tuple[Rule, Severity], ...]  # rules on the job or the plannable job
     rejecting: int  # the lowest severity rank that rejects
     objective: Objective = "step"
+    deep: tuple[tuple[Rule, Severity], ...] = ()  # rules on the analysis
+    # Sub-results the judge's candidates share (`shared_analysis`); this judge's only.
+    memo: dict[tuple[Any, ...], Any] = dataclasses.field(default_factory=dict, compare=False)
 
 
 def spec_job(setup: Setup) -> Job:
@@ -157,10 +164,10 @@ def make_judge(setup: Setup) -> Judge:
     ignored = set(base.rules.ignore)
     enabled = [r for r in REGISTRY.values() if r.check is not None and r.id not in ignored]
 
-    cheap = tuple(
-        (r, severity_of(r.id, r.severity, base)) for r in enabled if r.needs is not Needs.ANALYSIS
-    )
-    return Judge(base, setup.space, cheap, setup.rejecting, setup.objective)
+    leveled = [(r, severity_of(r.id, r.severity, base)) for r in enabled]
+    cheap = tuple((r, s) for r, s in leveled if r.needs is not Needs.ANALYSIS)
+    deep = tuple((r, s) for r, s in leveled if r.needs is Needs.ANALYSIS)
+    return Judge(base, setup.space, cheap, setup.rejecting, setup.objective, deep)
 
 
 def hosts_refusal(job: Job, rejecting: int = ERROR_RANK) -> tuple[str, ...]:
@@ -207,39 +214,39 @@ def candidate_job(base: Job, space: Space, values: Sequence[Value]) -> Job:
     return dataclasses.replace(base, layout=layout, training=training)
 
 
-def _failing(
-    rules: Iterable[tuple[Rule, Severity]], ctx: Context, rejecting: int
-) -> tuple[str, ...]:
-    return tuple(
-        rule.id
+def _failing(rules: Iterable[tuple[Rule, Severity]], ctx: Context) -> list[tuple[str, int]]:
+    """The rules of `rules` that report on `ctx`, with the rank of their severity."""
+    return [
+        (rule.id, severity.rank)
         for rule, severity in rules
-        if severity.rank >= rejecting
-        and rule.check is not None
-        and any(True for _ in rule.check(ctx))
-    )
+        if rule.check is not None and any(True for _ in rule.check(ctx))
+    ]
 
 
 def judge(judge: Judge, index: int) -> Verdict:
-    """The verdict of the rules on candidate `index` of the judge's space."""
+    """The verdict of the rules on candidate `index` of the judge's space: what
+    `planc.check.evaluate` finds, each rule run once on check's own contexts (the cheap rules on
+    the one without the analysis, which they do not read)."""
     job = candidate_job(judge.base, judge.space, judge.space.candidate(index))
     # check's own context without the analysis: the refusals, or the plannable job.
-    ctx = context_of(job, [rule for rule, _ in judge.cheap])
-    failed = _failing(judge.cheap, ctx, judge.rejecting)
+    ctx = context_of(job, [rule for rule, _ in judge.cheap], suggest=False)
+    found = _failing(judge.cheap, ctx)
+    failed = tuple(rule for rule, rank in found if rank >= judge.rejecting)
     if failed:
         return Verdict(index, failed)
     plan = ctx.plan
     if plan is None:  # a precondition rule the spec ignores or re-levels
         return Verdict(index, tuple(sorted({r.rule for r in ctx.refusals})))
-    result = evaluate(job, suggest=False)
-    errors = sorted({rule for rule, sev, _ in result.violations if sev.rank >= judge.rejecting})
+    analysis = shared_analysis(judge, index, plan)
+    found += _failing(judge.deep, Context(job, plan, analysis, suggest=False))
+    errors = sorted({rule for rule, rank in found if rank >= judge.rejecting})
     if errors:
         return Verdict(index, tuple(errors))
-    analysis = result.context.analysis or analyse(plan)
     peak = analysis.memory.peak.memory.total
     lay = plan.layout
     return Verdict(
         index,
-        warnings=tuple(sorted({rule for rule, _, _ in result.violations})),
+        warnings=tuple(sorted({rule for rule, _ in found})),
         data=lay.d,
         micro_batches=plan.m,
         stage_layers=job.layout.stage_layers,
@@ -248,6 +255,40 @@ def judge(judge: Judge, index: int) -> Verdict:
         bubble_fraction=bubble_fraction(lay.schedule, lay.p, plan.m, lay.v),
         step_bound_s=step_lower_bound(analysis),
     )
+
+
+# The axes whose value neither a stage's activation terms (`planc.memory.activations`) nor its
+# compute times (`planc.perf.inputs.stage_times`) read: ZeRO shards weights, gradients and
+# optimizer state, not what a micro-batch keeps or computes. Candidates that differ only in them
+# share those sub-results (tests/test_search_speed.py holds them equal to fresh ones).
+UNREAD_BY_SHARED = frozenset({"zero_stage"})
+
+
+def shared_analysis(judge: Judge, index: int, plan: Plannable) -> Analysis:
+    """`analyse(plan)` of candidate `index`, each stage's activation terms and the stages'
+    compute times taken from an earlier candidate of this judge that differs from it only in
+    the axes of `UNREAD_BY_SHARED` (the same values: they are functions of the other fields)."""
+    space, memo = judge.space, judge.memo
+    key = tuple(
+        None if axis.name in UNREAD_BY_SHARED else value
+        for axis, value in zip(space.axes, space.candidate(index), strict=True)
+    )
+
+    def activations_of(job: Plannable, stage: int) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
+        at = ("activations", key, stage)
+        if at not in memo:
+            memo[at] = stage_activation_terms(job, stage)
+        terms: tuple[tuple[Term, ...], tuple[Term, ...]] = memo[at]
+        return terms
+
+    def times_of(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
+        at = ("times", key)
+        if at not in memo:
+            memo[at] = stage_times(job, eff)
+        times: tuple[StageTimes, ...] = memo[at]
+        return times
+
+    return analyse(plan, activations_of, times_of)
 
 
 def step_lower_bound(analysis: Analysis) -> float:

@@ -1,0 +1,118 @@
+"""planc search's shortcuts change no result: the judge's reused sub-results and its single pass
+over the rules give what `planc check` and a fresh analysis give, for every candidate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from planc.analysis import analyse
+from planc.check import evaluate
+from planc.cli.search import Request, setup_of
+from planc.plannable import plannable
+from planc.rules import REGISTRY
+from planc.rules.base import Needs
+from planc.search.evaluate import Setup, candidate_job, judge, make_judge, shared_analysis
+from planc.spec.load import load_text
+
+# Llama 3 8B on 16 H100 at a global batch of 4,096 sequences: m = 4,096 / (b·d) runs to the
+# hundreds, and pipelines of 1 to 16 stages, interleaved or not, evenly split or not
+# (virtual_stages 3 on 32 layers), every ZeRO stage and recompute mode.
+LARGE_BATCH = """\
+version: 1
+name: large-batch-small
+model: {preset: llama3-8b}
+hardware: {gpu: h100-sxm, nodes: 2}
+training: {seq_len: 4096, global_batch: 4096}
+search: {context: [1], virtual_stages: [1, 2, 3], micro_batch: [1, 4]}
+"""
+
+
+def _setup(text: str) -> Setup:
+    loaded = load_text("spec.yaml", text)
+    assert loaded.job is not None, loaded.findings
+    return setup_of(loaded, Request("spec.yaml"))
+
+
+def test_every_verdict_is_what_check_finds() -> None:
+    setup = _setup(LARGE_BATCH)
+    judged = make_judge(setup)
+    feasible = 0
+    for index in range(setup.space.size):
+        verdict = judge(judged, index)
+        job = candidate_job(judged.base, judged.space, judged.space.candidate(index))
+        found = evaluate(job, suggest=False)  # check's own path: every rule on one context
+        errors = sorted({rule for rule, sev, _ in found.violations if sev.rank >= judged.rejecting})
+        # A rule that reads no analysis rejects first: then the analysis is not built and the
+        # verdict names those rules only.
+        early = [rule for rule in errors if REGISTRY[rule].needs is not Needs.ANALYSIS]
+        if errors:
+            assert sorted(verdict.rejected) == (early or errors), index
+            continue
+        if found.context.plan is None:  # a refusal the spec does not level as an error
+            assert verdict.rejected, index
+            continue
+        feasible += 1
+        assert verdict.rejected == ()
+        assert verdict.warnings == tuple(sorted({rule for rule, _, _ in found.violations}))
+    assert 0 < feasible < setup.space.size
+
+
+def test_reused_sub_results_equal_a_fresh_analysis() -> None:
+    # One judge over the whole space, so that each candidate reuses what the candidates before
+    # it with another ZeRO stage left in its memo; each analysis equals one computed afresh.
+    setup = _setup(LARGE_BATCH)
+    judged = make_judge(setup)
+    compared = 0
+    for index in range(setup.space.size):
+        job = candidate_job(judged.base, judged.space, judged.space.candidate(index))
+        plan = plannable(job)
+        if isinstance(plan, tuple):
+            continue
+        assert shared_analysis(judged, index, plan) == analyse(plan), index
+        compared += 1
+    assert compared > 100
+    assert any(key[0] == "activations" for key in judged.memo)
+
+
+def test_jobs_give_byte_identical_json_with_every_zero_stage(tmp_path: Path) -> None:
+    # Over 1,024 candidates (two judging tasks or more), the ZeRO stages of one layout on both
+    # sides of a task boundary: each task reuses only its own sub-results.
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(LARGE_BATCH.replace("micro_batch: [1, 4]", "micro_batch: [1, 2, 4]"))
+    assert _setup(spec.read_text()).space.size > 1024
+    outputs = [
+        subprocess.run(
+            [sys.executable, "-m", "planc", "search", str(spec), "--format", "json", "-j", jobs],
+            capture_output=True,
+            check=True,
+        ).stdout
+        for jobs in ("1", "2")
+    ]
+    assert outputs[0] == outputs[1]
+    assert json.loads(outputs[0])["feasible"] > 0
+
+
+def test_each_op_is_priced_as_on_its_own() -> None:
+    # op_seconds prices each distinct (collective, group, bytes, tier) once: every op's seconds
+    # are still its calls × one call of it on its tier.
+    from planc.perf.inputs import comm_time_s
+
+    setup = _setup(LARGE_BATCH)
+    judged = make_judge(setup)
+    ops = 0
+    for index in range(0, setup.space.size, 7):
+        job = candidate_job(judged.base, judged.space, judged.space.candidate(index))
+        plan = plannable(job)
+        if isinstance(plan, tuple):
+            continue
+        analysis = analyse(plan)
+        for op, seconds in analysis.op_seconds.items():
+            one = comm_time_s(
+                plan, analysis.efficiency, str(op.op), op.group_size, op.buffer_bytes, op.link
+            )
+            assert seconds == op.calls * one
+            ops += 1
+    assert ops > 1000
