@@ -96,8 +96,9 @@ def test_jobs_give_byte_identical_json_with_every_zero_stage(tmp_path: Path) -> 
 
 
 def test_each_op_is_priced_as_on_its_own() -> None:
-    # op_seconds prices each distinct (collective, group, bytes, tier) once: every op's seconds
-    # are still its calls × one call of it on its tier.
+    # op_seconds prices each distinct (collective, group kind, size, bytes, tier) once: every
+    # op's seconds are still its calls × one call of it on its tier, over its group's rails.
+    from planc.comm.schedule import ring_rails
     from planc.perf.inputs import comm_time_s
 
     setup = _setup(LARGE_BATCH)
@@ -111,7 +112,13 @@ def test_each_op_is_priced_as_on_its_own() -> None:
         analysis = analyse(plan)
         for op, seconds in analysis.op_seconds.items():
             one = comm_time_s(
-                plan, analysis.efficiency, str(op.op), op.group_size, op.buffer_bytes, op.link
+                plan,
+                analysis.efficiency,
+                str(op.op),
+                op.group_size,
+                op.buffer_bytes,
+                op.link,
+                rails=ring_rails(plan, op.group),
             )
             assert seconds == op.calls * one
             ops += 1

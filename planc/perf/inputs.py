@@ -701,12 +701,13 @@ def after_step_s(
 def op_seconds(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> tuple[float, ...]:
     """Seconds of all calls of each op in one step, on its link with its collective's
     efficiency and latency."""
-    # A call's time reads only these four fields: the ops the stages share are priced once.
-    priced: dict[tuple[str, int, int, str], float] = {}
+    # A call's time reads only these five fields (the group kind decides its rails): the ops
+    # the stages share are priced once.
+    priced: dict[tuple[str, str, int, int, str], float] = {}
     out = []
     for op in ops:
-        key = (str(op.op), op.group_size, op.buffer_bytes, op.link)
+        key = (str(op.op), str(op.group), op.group_size, op.buffer_bytes, op.link)
         if key not in priced:
-            priced[key] = comm_time_s(job, eff, *key)
+            priced[key] = _call_s(job, eff, op)
         out.append(op.calls * priced[key])
     return tuple(out)
