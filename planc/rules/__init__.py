@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 from planc.rules import (
     batch,
+    context,
     experts,
     fabric,
     inputs,
@@ -60,6 +61,9 @@ _ALL: tuple[Rule, ...] = (
     run.goodput_above_threshold,
     precision.recipe_on_gpu,
     precision.recipe_options,
+    context.ulysses_heads_divide,
+    context.hierarchical_context_splits,
+    context.cp_type_on_framework,
     inputs.unreadable,
     inputs.not_text,
     inputs.too_large,
@@ -93,6 +97,12 @@ def declared_options(rules: Iterable[Rule]) -> tuple[Option, ...]:
     return tuple(found.values())
 
 
+# The rules that say the chosen framework (training.framework) refuses the layout or does not
+# run it as planned; `planc search` leaves out a layout with a finding of one of them unless
+# asked to keep it (--allow-framework-warnings). ZeRO-2/3 with a pipeline, Megatron-Core's
+# orders, schedules on the framework, the context-parallel types.
+FRAMEWORK_RULES = frozenset({"PLC011", "PLC027", "PLC030", "PLC060", "PLC061", "PLC062"})
+
 # Keys of `rules:` and `[tool.planc]` that are not a rule's option.
 RESERVED = frozenset({"ignore", "severity", "select", "exclude"})
 OPTIONS: tuple[Option, ...] = declared_options(_ALL)
@@ -107,6 +117,7 @@ def get(rule_id: str) -> Rule:
 
 
 __all__ = [
+    "FRAMEWORK_RULES",
     "OPTIONS",
     "REGISTRY",
     "Option",

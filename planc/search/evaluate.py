@@ -25,13 +25,13 @@ from planc.perf.step import step_lower_bound_s
 from planc.pipeline.registry import bubble_fraction
 from planc.plannable import plannable
 from planc.record import record
-from planc.rules import REGISTRY, Rule
+from planc.rules import FRAMEWORK_RULES, REGISTRY, Rule
 from planc.rules.base import Context, Needs
 from planc.run.estimate import checkpoint_cost
 from planc.search.space import Space, Value, stage_split
 from planc.spec.fabric import Fabric
 from planc.spec.job import Job, NodeNames, resolve
-from planc.vocab import SearchObjective, recompute_mode
+from planc.vocab import Fp8Recipe, ScheduleKind, SearchObjective, recompute_mode
 
 Objective = SearchObjective
 OBJECTIVES: tuple[Objective, ...] = ("step", "time-to-train", "cost")
@@ -107,11 +107,25 @@ class Setup:
     # fabric the spec's own fields give.
     fabric: Fabric | None = None
     objective: Objective = "step"  # step | time-to-train | cost (planc search --objective)
+    # Keep layouts with a warning from a rule in FRAMEWORK_RULES (--allow-framework-warnings);
+    # by default a framework's warning rejects a candidate as an error does.
+    framework_warnings: bool = False
 
     @property
     def rejecting(self) -> int:
         """The lowest severity rank that rejects a candidate."""
         return WARNING_RANK if self.strict else ERROR_RANK
+
+    def rejects(self, rule_id: str, severity: Severity) -> bool:
+        """Whether a finding of `rule_id` at `severity` rejects a candidate: at the rejecting
+        severity, or a warning of a framework rule (FRAMEWORK_RULES) unless they are allowed."""
+        if severity.rank >= self.rejecting:
+            return True
+        return (
+            not self.framework_warnings
+            and rule_id in FRAMEWORK_RULES
+            and severity.rank >= WARNING_RANK
+        )
 
 
 @record
@@ -123,6 +137,9 @@ class Judge:
     cheap: tuple[tuple[Rule, Severity], ...]  # rules on the job or the plannable job
     rejecting: int  # the lowest severity rank that rejects
     objective: Objective = "step"
+    # The (rule, severity) pairs that reject a candidate (`Setup.rejects`), for the cheap rules
+    # and after the analysis alike.
+    rejectors: frozenset[tuple[str, Severity]] = frozenset()
 
 
 def spec_job(setup: Setup) -> Job:
@@ -160,7 +177,13 @@ def make_judge(setup: Setup) -> Judge:
     cheap = tuple(
         (r, severity_of(r.id, r.severity, base)) for r in enabled if r.needs is not Needs.ANALYSIS
     )
-    return Judge(base, setup.space, cheap, setup.rejecting, setup.objective)
+    rejectors = frozenset(
+        (r.id, severity)
+        for r in enabled
+        for severity in Severity
+        if setup.rejects(r.id, severity)
+    )
+    return Judge(base, setup.space, cheap, setup.rejecting, setup.objective, rejectors)
 
 
 def hosts_refusal(job: Job, rejecting: int = ERROR_RANK) -> tuple[str, ...]:
@@ -200,20 +223,78 @@ def candidate_job(base: Job, space: Space, values: Sequence[Value]) -> Job:
         sp=bool(v["sequence_parallel"]),
         zero=int(v["zero_stage"]),
         d_given=space.data is not None,
+        **_expert_fields(base, v, t),
+        **_placed_fields(base, v, chunks),
     )
     training = dataclasses.replace(
-        base.training, b=int(v["micro_batch"]), recompute=recompute_mode(v["recompute"])
+        base.training,
+        b=int(v["micro_batch"]),
+        recompute=recompute_mode(v["recompute"]),
+        **_offload_fields(v),
+        **_precision_fields(base, v),
     )
     return dataclasses.replace(base, layout=layout, training=training)
 
 
+def _expert_fields(base: Job, v: Mapping[str, Value], t: int) -> dict[str, Any]:
+    """EP and ETP (None: ETP = tensor, as the spec leaves it) of a MoE candidate."""
+    if base.model.moe is None:
+        return {}
+    etp = int(v["expert_tensor"])
+    return {"ep": int(v["expert"]), "etp": None if etp == t else etp}
+
+
+def _placed_fields(base: Job, v: Mapping[str, Value], chunks: int) -> dict[str, Any]:
+    """The rank order (dense and expert), the schedule (None: the default for v), the
+    context-parallel type and the shard group (None: all of data × context)."""
+    order = str(v["order"])
+    kind = ScheduleKind(str(v["pipeline_schedule"]))
+    shard = v["data_shard"]
+    return {
+        "order": tuple(axis for axis in order.split("-") if axis != "ep"),
+        "expert_order": tuple(order.split("-")),
+        "named_schedule": (
+            base.layout.named_schedule
+            if kind is ScheduleKind.default(chunks) and base.layout.named_schedule is None
+            else kind
+        ),
+        "cp_comm": v["cp_comm_type"],
+        "data_shard": None if shard == "all" else int(shard),
+    }
+
+
+def _offload_fields(v: Mapping[str, Value]) -> dict[str, Any]:
+    choice = str(v["offload"])
+    return {
+        "offload_optimizer": choice.startswith("optimizer"),
+        "offload_parameters": choice.endswith("parameters"),
+    }
+
+
+def _precision_fields(base: Job, v: Mapping[str, Value]) -> dict[str, Any]:
+    """bf16, or fp8 with the framework's default recipe (Transformer Engine's delayed scaling
+    under Megatron and DeepSpeed, torchao's tensorwise under torchtitan/FSDP2); a pinned
+    precision keeps the spec's recipe and options."""
+    precision = str(v["precision"])
+    tr = base.training
+    if precision == tr.precision:
+        return {}
+    if precision != "fp8":
+        return {"precision": precision, "fp8_recipe": None, "param_gather": False,
+                "first_last_bf16": 0, "moments_bf16": False, "recipe_named": False}
+    recipe = Fp8Recipe.TENSORWISE if tr.framework == "fsdp2" else Fp8Recipe.DELAYED
+    return {"precision": "fp8", "fp8_recipe": recipe, "recipe_named": tr.framework == "fsdp2"}
+
+
 def _failing(
-    rules: Iterable[tuple[Rule, Severity]], ctx: Context, rejecting: int
+    rules: Iterable[tuple[Rule, Severity]],
+    ctx: Context,
+    rejectors: frozenset[tuple[str, Severity]],
 ) -> tuple[str, ...]:
     return tuple(
         rule.id
         for rule, severity in rules
-        if severity.rank >= rejecting
+        if (rule.id, severity) in rejectors
         and rule.check is not None
         and any(True for _ in rule.check(ctx))
     )
@@ -224,14 +305,14 @@ def judge(judge: Judge, index: int) -> Verdict:
     job = candidate_job(judge.base, judge.space, judge.space.candidate(index))
     # check's own context without the analysis: the refusals, or the plannable job.
     ctx = context_of(job, [rule for rule, _ in judge.cheap])
-    failed = _failing(judge.cheap, ctx, judge.rejecting)
+    failed = _failing(judge.cheap, ctx, judge.rejectors)
     if failed:
         return Verdict(index, failed)
     plan = ctx.plan
     if plan is None:  # a precondition rule the spec ignores or re-levels
         return Verdict(index, tuple(sorted({r.rule for r in ctx.refusals})))
     result = evaluate(job, suggest=False)
-    errors = sorted({rule for rule, sev, _ in result.violations if sev.rank >= judge.rejecting})
+    errors = sorted({rule for rule, sev, _ in result.violations if (rule, sev) in judge.rejectors})
     if errors:
         return Verdict(index, tuple(errors))
     analysis = result.context.analysis or analyse(plan)

@@ -18,6 +18,7 @@ from planc.spec.rule_options import OPTIONS as RULE_OPTIONS
 from planc.vocab import (
     AttentionKind,
     CheckpointFormat,
+    CpCommType,
     DType,
     Fp8Recipe,
     Framework,
@@ -257,6 +258,8 @@ class Layout:
     # Megatron's --account-for-embedding/loss-in-pipeline-split: the even split counts them.
     embedding_in_split: bool = False
     loss_in_split: bool = False
+    # parallelism.cp_comm_type: how the context-parallel ranks exchange attention.
+    cp_comm: CpCommType = "p2p"
 
     @property
     def schedule(self) -> ScheduleKind:
@@ -955,6 +958,7 @@ def _layout(spec: Data, world: int) -> Layout:
         pipeline_layout=par.get("pipeline_layout"),
         embedding_in_split=par.get("embedding_in_pipeline_split", False),
         loss_in_split=par.get("loss_in_pipeline_split", False),
+        cp_comm=par.get("cp_comm_type", "p2p"),
     )
 
 
