@@ -34,7 +34,7 @@ from planc.spec.job import (
     Training,
 )
 from planc.spec.pipeline_layout import parse_layout
-from planc.vocab import AXES, Axis, ChunkPlacement, ScheduleKind, ScheduleNeed
+from planc.vocab import AXES, Axis, ChunkPlacement, CpCommType, ScheduleKind, ScheduleNeed
 
 MAX_RANKS = 1_048_576
 
@@ -776,6 +776,8 @@ class PlanLayout:
     pipeline_layout: str | None = None
     embedding_in_split: bool = False
     loss_in_split: bool = False
+    # parallelism.cp_comm_type (planc.comm.context prices each).
+    cp_comm: CpCommType = "p2p"
 
     @property
     def expert_degrees(self) -> Mapping[str, int]:
@@ -949,6 +951,7 @@ def plannable(
             pipeline_layout=lay.pipeline_layout,
             embedding_in_split=lay.embedding_in_split,
             loss_in_split=lay.loss_in_split,
+            cp_comm=lay.cp_comm,
         ),
         m=m,
         numerics=numerics(job.training, job.cluster.gpu),

@@ -187,6 +187,13 @@ _BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "fp4": 4}
 # The closed choices of a spec, one spelling shared by the pydantic models (planc.spec.models)
 # and the resolved job (planc.spec.job), so that mypy sees every comparison against them.
 Precision = Literal["bf16", "fp16", "fp32", "fp8", "fp4"]
+# parallelism.cp_comm_type (Megatron --cp-comm-type): ring p2p, Ulysses all-to-all, all-gather
+# of K/V, or a2a within a sub-group and p2p across (planc.perf.context prices each).
+CpCommType = Literal["p2p", "a2a", "allgather", "a2a+p2p"]
+CP_COMM_TYPES: tuple[CpCommType, ...] = ("p2p", "a2a", "allgather", "a2a+p2p")
+# The offload choices of `planc search` (training.offload's two switches as one axis).
+OffloadChoice = Literal["none", "optimizer", "parameters", "optimizer+parameters"]
+OFFLOADS: tuple[OffloadChoice, ...] = ("none", "optimizer", "parameters", "optimizer+parameters")
 Fp8RecipeName = Literal[
     "delayed", "current", "blockwise", "mxfp8", "nvfp4", "tensorwise", "rowwise", "rowwise_with_gw_hp"
 ]

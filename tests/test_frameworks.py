@@ -77,6 +77,16 @@ CASES: dict[str, tuple[dict[str, Any] | None, str]] = {
         },
         "llama3-8b-1node.yaml",
     ),
+    # Megatron's --cp-comm-type: Ulysses all-to-all, and a2a over 2 ranks with p2p across 2
+    # (--hierarchical-context-parallel-sizes 2 2).
+    "context-a2a": (
+        {"parallelism": {"tensor": 2, "context": 4, "cp_comm_type": "a2a"}},
+        "llama3-8b-1node.yaml",
+    ),
+    "context-a2a-p2p": (
+        {"parallelism": {"tensor": 2, "context": 4, "cp_comm_type": "a2a+p2p"}},
+        "llama3-8b-1node.yaml",
+    ),
     "deepspeed-zero3-offload": (
         {
             "parallelism": {"tensor": 2, "zero_stage": 3},
@@ -422,6 +432,13 @@ def test_megatron_parser_accepts_the_arguments() -> None:
         assert args["tensor_model_parallel_size"] == degrees["tp"]
         assert args["pipeline_model_parallel_size"] == degrees["pp"]
         assert args["context_parallel_size"] == degrees["cp"]
+        # --cp-comm-type (nargs '+': one type for every layer), parsed and validated.
+        kind = CASES[case][0] or {}
+        wanted = {"a2a": "['a2a']", "a2a+p2p": "['a2a+p2p']"}
+        cp_type = kind.get("parallelism", {}).get("cp_comm_type", "p2p")
+        assert args["cp_comm_type"] == wanted.get(cp_type, "['p2p']"), case
+        if cp_type == "a2a+p2p":
+            assert args["hierarchical_context_parallel_sizes"] == "[2, 2]"
         assert (args["num_layers"], args["hidden_size"], args["ffn_hidden_size"]) == (
             model["layers"],
             model["hidden"],

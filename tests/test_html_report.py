@@ -333,6 +333,11 @@ SEARCH_ALLOW = (
     "virtual_stages=1",
     "micro_batch=1,2",
     "recompute=selective,full",
+    # The dense axes only (issue 28's axes at one value each), so that the top 200 holds
+    # every feasible candidate.
+    "precision=bf16",
+    "order=tp-cp-dp-pp",
+    "data_shard=all",
 )
 
 

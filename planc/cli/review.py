@@ -144,6 +144,10 @@ def _rule_option_flags(command: _Command) -> _Command:
 @_rule_option_flags
 @click.option("--strict", is_flag=True,
               help="Warnings reject a candidate too, as planc check --strict fails on them.")
+@click.option("--allow-framework-warnings", is_flag=True,
+              help="Keep layouts a framework rule warns about (ZeRO-2/3 with a pipeline, "
+              "orders, schedules, context-parallel types the framework does not run as "
+              "planned); by default they are left out.")
 @click.option("--report", type=click.Path(dir_okay=False), metavar="FILE.html",
               help="Also write a page to explore the best layouts: controls per searched axis, "
               "each layout's memory bars, step time, throughput and bubble.")
@@ -172,14 +176,17 @@ def search(
     objective: str,
     lost_nodes: int,
     batch_tolerance: float,
+    allow_framework_warnings: bool,
     **limits: float | None,
 ) -> None:
     """Find the fastest parallel layouts for SPEC's model, hardware and training step.
 
-    Every parallelism or training field SPEC writes is pinned. Left out, tensor, pipeline,
-    virtual_stages, context, sequence_parallel, zero_stage, micro_batch and recompute are
-    searched (data is derived); SPEC's search section narrows them. Candidates are pruned by the
-    rules planc check runs and ranked by estimated step time, then peak memory.
+    Every parallelism or training field SPEC writes is pinned. Left out, tensor, expert_tensor,
+    expert, pipeline, virtual_stages, pipeline_schedule, context, cp_comm_type, order,
+    sequence_parallel, zero_stage, data_shard, offload, micro_batch, recompute and precision
+    are searched (data is derived); SPEC's search section narrows them. Candidates are pruned
+    by the rules planc check runs (and by default by a framework rule's warning) and ranked by
+    estimated step time, then peak memory.
 
     Exit codes: 0 layouts found, 1 no candidate is feasible, 2 unusable input or usage error.
     """
@@ -187,7 +194,7 @@ def search(
 
     request = Request(
         spec, top, output_format, write, jobs, allow, limits, strict, report, objective,
-        lost_nodes, batch_tolerance,
+        lost_nodes, batch_tolerance, allow_framework_warnings,
     )
     if report is not None:
         from planc.report.explorer import write_explorer  # start-up: the page and its charts

@@ -13,6 +13,7 @@ from planc.outputs.progress import logged
 from planc.presets.accuracy import bar_json
 from planc.record import record
 from planc.rules import REGISTRY
+from planc.search import advice
 from planc.search.evaluate import OBJECTIVES, Setup
 from planc.search.fallback import DEFAULT_TOLERANCE, FallbackPlan, fallbacks
 from planc.search.output import (
@@ -50,6 +51,7 @@ class Request:
     objective: str = "step"  # --objective: step | time-to-train | cost
     lost_nodes: int = 0  # --lost-nodes K: fallback plans for the world less 1 … K nodes
     batch_tolerance: float = DEFAULT_TOLERANCE  # --batch-tolerance: how far B may move
+    framework_warnings: bool = False  # --allow-framework-warnings
 
 
 @record
@@ -81,7 +83,9 @@ def setup_of(loaded: Loaded, request: Request) -> Setup:
     cluster = loaded.job.cluster
     placed = cluster.fabric if cluster.topology is not None else None
     objective = next(o for o in OBJECTIVES if o == request.objective)
-    return Setup(loaded.spec, space, request.strict, tables, placed, objective)
+    return Setup(
+        loaded.spec, space, request.strict, tables, placed, objective, request.framework_warnings
+    )
 
 
 def _unusable(loaded: Loaded) -> str | None:
@@ -131,8 +135,13 @@ def run(request: Request, write_explorer: ExplorerWriter | None = None) -> Repor
     bar = (
         None if job is None else bar_json(job.cluster.gpu.name, job.cluster.calibration)
     )
+    own = None
+    if loaded.locator.present(("parallelism",)):  # the spec states a layout of its own
+        own = advice.own_layout(setup, result, request.top)
+    near = advice.nearest(setup, result)
     order = resolved_order(setup.spec["parallelism"])
-    text = _rendered(result, request, order, heading, plans, bar)
+    text = _rendered(result, request, order, heading, plans, bar, (own, near))
+    text += _advised(request.output_format, own, near, request.top)
     notes = capping
     code = EXIT_FOUND if result.results else EXIT_NONE
     if request.write is not None:
@@ -167,6 +176,21 @@ def _refused_output(request: Request) -> str | None:
     return None
 
 
+def _advised(
+    output_format: str,
+    own: advice.OwnLayout | None,
+    near: tuple[advice.Nearest, ...],
+    top: int,
+) -> str:
+    """The text report's lines on the spec's own layout and the nearest rejected ones (the
+    JSON report carries them in `_rendered`'s object; CSV has one row per result only)."""
+    if output_format != "text":
+        return ""
+    lines = advice.render_own(own, top) if own is not None else []
+    lines += advice.render_nearest(near)
+    return "\n".join(lines) + "\n" if lines else ""
+
+
 def _rendered(
     result: SearchResult,
     request: Request,
@@ -174,12 +198,16 @@ def _rendered(
     heading: str,
     plans: tuple[FallbackPlan, ...] = (),
     model_error: dict[str, Any] | None = None,
+    advised: tuple[advice.OwnLayout | None, tuple[advice.Nearest, ...]] = (None, ()),
 ) -> str:
     if request.output_format == "json":
         import json
 
         data = to_json(result, order)
         data["model_error"] = model_error  # the step times' error on published runs
+        own, near = advised
+        data["your_layout"] = None if own is None else advice.own_json(own)
+        data["nearest_rejected"] = advice.nearest_json(near)
         if request.lost_nodes:
             data["fallbacks"] = [fallback_json(plan) for plan in plans]
         return json.dumps(data, indent=2) + "\n"

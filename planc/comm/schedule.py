@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
+from planc.comm import context
 from planc.comm.cost import ring_steps, wire_bytes
 from planc.pipeline.registry import definition
 from planc.plannable import PlanLayout, Plannable, axis_strides
@@ -841,28 +842,75 @@ def _edp_ops(job: Plannable, stage: int, params: int, quantized: int = 0) -> lis
 
 
 def _cp_ops(job: Plannable, stage: int, layers: int) -> list[CommOp]:
+    """The context-parallel exchange of `stage` by parallelism.cp_comm_type (planc.comm.context
+    has each type's terms and sources)."""
     lay, m = job.layout, job.m
     if lay.c == 1:
         return []
+    dims, beta = job.dims, activation_bytes(job)
+    link = link_class(job, (Axis.CP,))
+    kind = lay.cp_comm
+    if kind == "p2p":
+        return [_ring_op(job, stage, layers, lay.c, link)]
+    if kind == "allgather":
+        gathered = context.gathered_kv_bytes(dims, beta, lay.c)
+        make = op_maker(stage, GroupKind.CP, lay.c, link)
+        what = "c·b·(s/c)·(g/t)·(k + k_v): every rank's K and V"
+        return [
+            make(Collective.ALL_GATHER, "CP K/V all-gather (forward, and again in backward)",
+                 2 * layers * m, gathered, what + ", twice per layer per micro-batch"),
+            make(Collective.REDUCE_SCATTER, "CP dK/dV reduce-scatter (backward)",
+                 layers * m, gathered, what + "' gradients, once per layer per micro-batch"),
+        ]
+    inner = lay.c if kind == "a2a" else cp_a2a_size(job)
+    make = op_maker(stage, GroupKind.CP, inner, link if kind == "a2a" else _a2a_link(job, inner))
+    ops = [
+        make(Collective.ALL_TO_ALL, "CP Ulysses q/k/v all-to-all (forward, dq/dk/dv backward)",
+             2 * layers * m, context.qkv_a2a_bytes(dims, beta),
+             "b·(s/c)·(n/t·k + g/t·(k + k_v)) per layer, forward and backward"),
+        make(Collective.ALL_TO_ALL, "CP Ulysses output all-to-all (forward, its gradient backward)",
+             2 * layers * m, context.output_a2a_bytes(dims, beta),
+             "b·(s/c)·(n/t)·k_v per layer, forward and backward"),
+    ]
+    if kind == "a2a+p2p":
+        ops.append(_ring_op(job, stage, layers, lay.c // inner, link))
+    return ops
+
+
+def cp_a2a_size(job: Plannable) -> int:
+    """a2a+p2p's inner all-to-all size (`planc.comm.context.a2a_sub_group`)."""
+    dims = job.dims
+    span = job.cluster.fabric.innermost.span
+    return context.a2a_sub_group(job.layout.c, job.layout.t, span, dims.n, dims.g)
+
+
+def _a2a_link(job: Plannable, inner: int) -> str:
+    """The tier of a2a+p2p's inner groups: the NVLink domain when the order places cp right
+    after tp and a·t ranks fit it, else the CP group's."""
+    order = job.layout.order
+    fabric = job.cluster.fabric
+    if order[:2] == ("tp", "cp") and inner * job.layout.t <= fabric.innermost.span:
+        return fabric.innermost.name
+    return link_class(job, (Axis.CP,))
+
+
+def _ring_op(job: Plannable, stage: int, layers: int, ring: int, link: str) -> CommOp:
     dims = job.dims
     # K of k channels and V of k, or under latent attention the up-projected K of d_h + d_h^R
     # and V of v_head_dim channels for each of the n heads (Megatron-Core MLA runs the ring
     # over the expanded heads).
-    channels = dims.k + dims.v_head
-    size = dims.b * dims.s_c * dims.g * channels * activation_bytes(job)
-    return [
-        CommOp(
-            stage=stage,
-            group=GroupKind.CP,
-            op=Collective.SEND_RECV,
-            phase="CP ring-attention K/V exchange (forward, and K/V + dK/dV backward)",
-            group_size=lay.c,
-            calls=3 * (lay.c - 1) * layers * m,
-            buffer_bytes=size,
-            link=link_class(job, (Axis.CP,)),
-            formula="(c−1) ring steps per layer per micro-batch forward, 2× backward; K and V of b·(s/c)·(g/t)·k each (k + v_head_dim under latent attention)",
-        )
-    ]
+    size = context.kv_block_bytes(dims, activation_bytes(job))
+    return CommOp(
+        stage=stage,
+        group=GroupKind.CP,
+        op=Collective.SEND_RECV,
+        phase="CP ring-attention K/V exchange (forward, and K/V + dK/dV backward)",
+        group_size=ring,
+        calls=3 * context.ring_steps_per_layer(ring) * layers * job.m,
+        buffer_bytes=size,
+        link=link,
+        formula="(c−1) ring steps per layer per micro-batch forward, 2× backward; K and V of b·(s/c)·(g/t)·k each (k + v_head_dim under latent attention)",
+    )
 
 
 def _embedding_ops(job: Plannable, stage: int) -> list[CommOp]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+from planc.comm.schedule import cp_a2a_size
 from planc.compile.plan import Plan
 from planc.compile.ranks import AXES
 from planc.pipeline.placement import virtual_stage
@@ -301,6 +302,7 @@ def megatron_args(plan: Plan) -> tuple[list[str], list[str]]:
     ]
     notes: list[str] = []
     args += _pipeline_args(plan, notes)
+    args += _cp_args(plan)
     if lay.sp:
         args.append("--sequence-parallel")
     if lay.zero in (1, 2):
@@ -319,6 +321,24 @@ def megatron_args(plan: Plan) -> tuple[list[str], list[str]]:
             "megatron.core.parallel_state.initialize_model_parallel"
         )
     return args, notes
+
+
+# parallelism.cp_comm_type as Megatron spells it (--cp-comm-type; arguments.py choices p2p,
+# a2a, all_gather, a2a+p2p). p2p is Megatron's default and is not written.
+_CP_COMM_ARG = {"a2a": "a2a", "allgather": "all_gather", "a2a+p2p": "a2a+p2p"}
+
+
+def _cp_args(plan: Plan) -> list[str]:
+    """--cp-comm-type for a context-parallel type other than p2p, with a2a+p2p's two levels
+    (--hierarchical-context-parallel-sizes a c/a)."""
+    lay = plan.job.layout
+    if lay.c == 1 or lay.cp_comm == "p2p":
+        return []
+    args = [f"--cp-comm-type {_CP_COMM_ARG[lay.cp_comm]}"]
+    if lay.cp_comm == "a2a+p2p":
+        inner = cp_a2a_size(plan.job)
+        args.append(f"--hierarchical-context-parallel-sizes {inner} {lay.c // inner}")
+    return args
 
 
 def _split_args(plan: Plan, notes: list[str]) -> list[str] | None:

@@ -48,6 +48,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from planc.comm import context
 from planc.dims import RankDims, bf16_ranges, padded_vocab, rank_dims
 from planc.memory.terms import Term, quantized_bytes
 from planc.pipeline import registry
@@ -1199,6 +1200,34 @@ def _bf16_layer_inputs(
     ]
 
 
+def _cp_buffers(job: Plannable, beta: int) -> list[Term]:
+    """The context-parallel exchange's transient buffers of one layer (planc.comm.context):
+    the all-gathered K/V of every rank (allgather), or the q/k/v and output all-to-all
+    buffers (a2a, a2a+p2p); p2p's two K/V blocks in flight are not counted, as before."""
+    lay, dims = job.layout, job.dims
+    if lay.c == 1 or lay.cp_comm == "p2p":
+        return []
+    if lay.cp_comm == "allgather":
+        return [
+            Term(
+                "context-parallel K/V all-gather (one layer, transient)",
+                "buffers",
+                context.gathered_kv_bytes(dims, beta, lay.c),
+                "c·b·(s/c)·(g/t)·(k + k_v)·β_a",
+                "Transformer Engine AttnFuncWithCPAndKVAllGather: the whole sequence's K and V",
+            )
+        ]
+    return [
+        Term(
+            "context-parallel all-to-all buffers (one layer, transient)",
+            "buffers",
+            context.qkv_a2a_bytes(dims, beta) + context.output_a2a_bytes(dims, beta),
+            "b·(s/c)·(n/t·k + g/t·(k + k_v) + n/t·k_v)·β_a",
+            "DeepSpeed-Ulysses (Jacobs et al. 2023 §3): q, k, v and the output re-laid out",
+        )
+    ]
+
+
 def stage_activation_terms(
     job: Plannable, pp_rank: int
 ) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
@@ -1253,6 +1282,7 @@ def stage_activation_terms(
                 MOE_DISPATCHER,
             )
         )
+    buffers += _cp_buffers(job, x.e)
     if last and logits_buffer(x, model.V, lay.t):
         buffers.append(
             Term(

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from planc.comm.context import exposed_per_layer
 from planc.comm.cost import ring_steps, wire_bytes
 from planc.comm.schedule import (
     CommOp,
@@ -81,7 +82,7 @@ from planc.presets.efficiency import (
 )
 from planc.record import record
 from planc.spec.job import Job
-from planc.vocab import Axis
+from planc.vocab import Axis, Collective
 
 # Data-parallel traffic: the shard group (dp_cp, or dp_shard under HSDP), HSDP's replicas, and
 # the tied embedding's all-reduce.
@@ -439,21 +440,27 @@ def pipelined_exposed_s(collective_s: float, gemm_s: float, t: int) -> float:
 def cp_exposed_per_microbatch(
     job: Plannable, eff: Efficiency, ops: Sequence[CommOp], stage: int, layers: int
 ) -> float:
-    """Ring-attention K/V exchange left exposed per micro-batch on `stage`.
+    """The context-parallel exchange left exposed per micro-batch on `stage`.
 
     Each of the c − 1 ring steps of a layer overlaps the attention core of one K/V block
     (Liu et al. 2023, Ring Attention; Megatron-Core/TE context parallelism), so per layer and
     pass only what exceeds the core's time is exposed: forward one exchange of K and V per step,
-    backward two (K, V, and their gradients).
+    backward two (K, V, and their gradients). The all-to-alls (cp_comm_type a2a, a2a+p2p) and
+    the K/V all-gather (allgather) are exposed whole (`planc.comm.context.exposed_per_layer`).
     """
     cp = [op for op in ops if op.stage == stage and op.group == "cp" and op.calls]
     if not cp or layers == 0:
         return 0.0
     shape, device = layer_shape(job), device_of(job)
     core = pass_times(attention_core(shape), device, eff)
-    ring = sum(op.calls * _call_s(job, eff, op) for op in cp) / (layers * job.m)
-    forward, backward = ring / 3, 2 * ring / 3
-    exposed = max(0.0, forward - core.forward_s) + max(0.0, backward - core.backward_s)
+    per_layer = layers * job.m
+    ring = sum(op.calls * _call_s(job, eff, op) for op in cp if op.op is Collective.SEND_RECV)
+    blocking = sum(
+        op.calls * _call_s(job, eff, op) for op in cp if op.op is not Collective.SEND_RECV
+    )
+    exposed = exposed_per_layer(
+        ring / per_layer, blocking / per_layer, core.forward_s, core.backward_s
+    )
     return layers * exposed
 
 

@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 from planc.rules import (
     batch,
+    context,
     experts,
     fabric,
     frameworks,
@@ -70,6 +71,9 @@ _ALL: tuple[Rule, ...] = (
     frameworks.deepspeed_refuses,
     frameworks.torchtitan_refuses,
     frameworks.framework_runs_otherwise,
+    context.ulysses_heads_divide,
+    context.hierarchical_context_splits,
+    context.cp_type_on_framework,
     inputs.unreadable,
     inputs.not_text,
     inputs.too_large,
@@ -107,7 +111,8 @@ def declared_options(rules: Iterable[Rule]) -> tuple[Option, ...]:
 # run it as planned": the frameworks' own checks (PLC048-PLC051), and those of other families
 # that quote a framework's refusal or cost (ZeRO-2/3 with a pipeline, context parallelism on
 # eager attention, Megatron-Core's orders, Megatron's MoE without sequence parallelism,
-# schedules, FP8 options). Search rejects a candidate with a finding of one of them.
+# schedules, FP8 options, the context-parallel types). `planc search` leaves out a layout with a
+# finding of one of them unless asked to keep it (--allow-framework-warnings).
 FRAMEWORK_RULES = frozenset(
     {
         "PLC011",
@@ -120,6 +125,9 @@ FRAMEWORK_RULES = frozenset(
         "PLC049",
         "PLC050",
         "PLC051",
+        "PLC060",
+        "PLC061",
+        "PLC062",
     }
 )
 

@@ -29,13 +29,13 @@ from planc.pipeline.registry import bubble_fraction
 from planc.plannable import Plannable, plannable
 from planc.presets.efficiency import Efficiency
 from planc.record import record
-from planc.rules import REGISTRY, Rule
+from planc.rules import FRAMEWORK_RULES, REGISTRY, Rule
 from planc.rules.base import Context, Needs
 from planc.run.estimate import checkpoint_cost
 from planc.search.space import Space, Value, stage_split
 from planc.spec.fabric import Fabric
-from planc.spec.job import Job, NodeNames, resolve
-from planc.vocab import SearchObjective, recompute_mode
+from planc.spec.job import Job, NodeNames, low_precision_recipe, resolve
+from planc.vocab import ScheduleKind, SearchObjective, recompute_mode
 
 Objective = SearchObjective
 OBJECTIVES: tuple[Objective, ...] = ("step", "time-to-train", "cost")
@@ -111,11 +111,25 @@ class Setup:
     # fabric the spec's own fields give.
     fabric: Fabric | None = None
     objective: Objective = "step"  # step | time-to-train | cost (planc search --objective)
+    # Keep layouts with a warning from a rule in FRAMEWORK_RULES (--allow-framework-warnings);
+    # by default a framework's warning rejects a candidate as an error does.
+    framework_warnings: bool = False
 
     @property
     def rejecting(self) -> int:
         """The lowest severity rank that rejects a candidate."""
         return WARNING_RANK if self.strict else ERROR_RANK
+
+    def rejects(self, rule_id: str, severity: Severity) -> bool:
+        """Whether a finding of `rule_id` at `severity` rejects a candidate: at the rejecting
+        severity, or a warning of a framework rule (FRAMEWORK_RULES) unless they are allowed."""
+        if severity.rank >= self.rejecting:
+            return True
+        return (
+            not self.framework_warnings
+            and rule_id in FRAMEWORK_RULES
+            and severity.rank >= WARNING_RANK
+        )
 
 
 @record
@@ -128,6 +142,9 @@ class Judge:
     rejecting: int  # the lowest severity rank that rejects
     objective: Objective = "step"
     deep: tuple[tuple[Rule, Severity], ...] = ()  # rules on the analysis
+    # The (rule, severity) pairs that reject a candidate (`Setup.rejects`), for the cheap rules
+    # and after the analysis alike.
+    rejectors: frozenset[tuple[str, Severity]] = frozenset()
     # Sub-results the judge's candidates share (`shared_analysis`); this judge's only.
     memo: dict[tuple[Any, ...], Any] = dataclasses.field(default_factory=dict, compare=False)
 
@@ -167,7 +184,15 @@ def make_judge(setup: Setup) -> Judge:
     leveled = [(r, severity_of(r.id, r.severity, base)) for r in enabled]
     cheap = tuple((r, s) for r, s in leveled if r.needs is not Needs.ANALYSIS)
     deep = tuple((r, s) for r, s in leveled if r.needs is Needs.ANALYSIS)
-    return Judge(base, setup.space, cheap, setup.rejecting, setup.objective, deep)
+    rejectors = frozenset(
+        (r.id, severity)
+        for r in enabled
+        for severity in Severity
+        if setup.rejects(r.id, severity)
+    )
+    return Judge(
+        base, setup.space, cheap, setup.rejecting, setup.objective, deep=deep, rejectors=rejectors
+    )
 
 
 def hosts_refusal(job: Job, rejecting: int = ERROR_RANK) -> tuple[str, ...]:
@@ -207,17 +232,74 @@ def candidate_job(base: Job, space: Space, values: Sequence[Value]) -> Job:
         sp=bool(v["sequence_parallel"]),
         zero=int(v["zero_stage"]),
         d_given=space.data is not None,
+        **_expert_fields(base, v, t),
+        **_placed_fields(base, v, chunks),
     )
     training = dataclasses.replace(
-        base.training, b=int(v["micro_batch"]), recompute=recompute_mode(v["recompute"])
+        base.training,
+        b=int(v["micro_batch"]),
+        recompute=recompute_mode(v["recompute"]),
+        **_offload_fields(v),
+        **_precision_fields(base, v),
     )
     return dataclasses.replace(base, layout=layout, training=training)
 
 
-def _failing(rules: Iterable[tuple[Rule, Severity]], ctx: Context) -> list[tuple[str, int]]:
-    """The rules of `rules` that report on `ctx`, with the rank of their severity."""
+def _expert_fields(base: Job, v: Mapping[str, Value], t: int) -> dict[str, Any]:
+    """EP and ETP (None: ETP = tensor, as the spec leaves it) of a MoE candidate."""
+    if base.model.moe is None:
+        return {}
+    etp = int(v["expert_tensor"])
+    return {"ep": int(v["expert"]), "etp": None if etp == t else etp}
+
+
+def _placed_fields(base: Job, v: Mapping[str, Value], chunks: int) -> dict[str, Any]:
+    """The rank order (dense and expert), the schedule (None: the default for v), the
+    context-parallel type and the shard group (None: all of data × context)."""
+    order = str(v["order"])
+    kind = ScheduleKind(str(v["pipeline_schedule"]))
+    shard = v["data_shard"]
+    return {
+        "order": tuple(axis for axis in order.split("-") if axis != "ep"),
+        "expert_order": tuple(order.split("-")),
+        "named_schedule": (
+            base.layout.named_schedule
+            if kind is ScheduleKind.default(chunks) and base.layout.named_schedule is None
+            else kind
+        ),
+        "cp_comm": v["cp_comm_type"],
+        "data_shard": None if shard == "all" else int(shard),
+    }
+
+
+def _offload_fields(v: Mapping[str, Value]) -> dict[str, Any]:
+    choice = str(v["offload"])
+    return {
+        "offload_optimizer": choice.startswith("optimizer"),
+        "offload_parameters": choice.endswith("parameters"),
+    }
+
+
+def _precision_fields(base: Job, v: Mapping[str, Value]) -> dict[str, Any]:
+    """bf16, or fp8 with the framework's default recipe (`planc.spec.job.low_precision_recipe`:
+    Transformer Engine's delayed scaling under Megatron and DeepSpeed, torchao's rowwise under
+    torchtitan/FSDP2), as a spec that names no recipe resolves; a pinned precision keeps the
+    spec's recipe and options."""
+    precision = str(v["precision"])
+    tr = base.training
+    if precision == tr.precision:
+        return {}
+    recipe = low_precision_recipe(precision, {}, tr.framework)
+    if recipe is None:
+        return {"precision": precision, "fp8_recipe": None, "param_gather": False,
+                "first_last_bf16": 0, "moments_bf16": False, "recipe_named": False}
+    return {"precision": precision, "fp8_recipe": recipe, "recipe_named": False}
+
+
+def _failing(rules: Iterable[tuple[Rule, Severity]], ctx: Context) -> list[tuple[str, Severity]]:
+    """The rules of `rules` that report on `ctx`, with their severity."""
     return [
-        (rule.id, severity.rank)
+        (rule.id, severity)
         for rule, severity in rules
         if rule.check is not None and any(True for _ in rule.check(ctx))
     ]
@@ -231,7 +313,7 @@ def judge(judge: Judge, index: int) -> Verdict:
     # check's own context without the analysis: the refusals, or the plannable job.
     ctx = context_of(job, [rule for rule, _ in judge.cheap], suggest=False)
     found = _failing(judge.cheap, ctx)
-    failed = tuple(rule for rule, rank in found if rank >= judge.rejecting)
+    failed = tuple(rule for rule, severity in found if (rule, severity) in judge.rejectors)
     if failed:
         return Verdict(index, failed)
     plan = ctx.plan
@@ -239,7 +321,7 @@ def judge(judge: Judge, index: int) -> Verdict:
         return Verdict(index, tuple(sorted({r.rule for r in ctx.refusals})))
     analysis = shared_analysis(judge, index, plan)
     found += _failing(judge.deep, Context(job, plan, analysis, suggest=False))
-    errors = sorted({rule for rule, rank in found if rank >= judge.rejecting})
+    errors = sorted({rule for rule, severity in found if (rule, severity) in judge.rejectors})
     if errors:
         return Verdict(index, tuple(errors))
     peak = analysis.memory.peak.memory.total

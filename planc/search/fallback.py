@@ -31,7 +31,15 @@ from planc.run import RunEstimate, estimate_run
 from planc.search.evaluate import Setup, base_job, candidate_job
 from planc.search.rank import Ranked, SearchResult
 from planc.search.run import Progress, search, silent
-from planc.search.space import AXES, MICRO_BATCHES, SearchAxis, Space, Value
+from planc.search.space import (
+    AXES,
+    MICRO_BATCHES,
+    SearchAxis,
+    Space,
+    Value,
+    grouped,
+    offload_choice,
+)
 from planc.spec.job import Job
 from planc.vocab import FallbackKind
 
@@ -94,6 +102,14 @@ def keep_space(job: Job, space: Space) -> Space:
         "virtual_stages": lay.v,
         "sequence_parallel": lay.sp,
         "recompute": tr.recompute,
+        "expert": lay.ep,
+        "expert_tensor": lay.et,
+        "pipeline_schedule": lay.schedule.value,
+        "cp_comm_type": lay.cp_comm,
+        "order": "-".join(lay.expert_order if lay.ep > 1 else lay.order),
+        "data_shard": "all" if lay.data_shard is None else lay.data_shard,
+        "offload": offload_choice(tr.offload_optimizer, tr.offload_parameters),
+        "precision": tr.precision,
     }
     axes = []
     for axis in AXES:
@@ -104,15 +120,25 @@ def keep_space(job: Job, space: Space) -> Space:
             axes.append(SearchAxis(axis.name, axis.section, values, False))
         else:
             axes.append(SearchAxis(axis.name, axis.section, axis.default(job), False))
-    return Space(tuple(axes), None, lay.stage_layers, space.limits)
+    kept_axes = tuple(axes)
+    return Space(kept_axes, None, lay.stage_layers, space.limits, grouped(kept_axes, job))
 
 
 def relayout_space(job: Job, space: Space) -> Space:
     """The re-layout search: every axis over planc's default range for the smaller world."""
+    tr = job.training
+    # The run's numerics and offload stay the spec's: a re-layout changes the layout only.
+    kept: dict[str, Value] = {
+        "precision": tr.precision,
+        "offload": offload_choice(tr.offload_optimizer, tr.offload_parameters),
+    }
     axes = tuple(
-        SearchAxis(axis.name, axis.section, tuple(axis.default(job)), False) for axis in AXES
+        SearchAxis(axis.name, axis.section, (kept[axis.name],), True)
+        if axis.name in kept
+        else SearchAxis(axis.name, axis.section, tuple(axis.default(job)), False)
+        for axis in AXES
     )
-    return Space(axes, None, (), space.limits)
+    return Space(axes, None, (), space.limits, grouped(axes, job))
 
 
 def _plan_of(

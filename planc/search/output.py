@@ -14,6 +14,7 @@ from planc.search.fallback import FallbackPlan
 from planc.search.rank import Ranked, SearchResult
 from planc.search.space import Space, Value
 from planc.spec.job import GIB, Job, resolved_order
+from planc.vocab import ScheduleKind
 
 CSV_FIELDS = (
     "rank",
@@ -27,6 +28,14 @@ CSV_FIELDS = (
     "stage_layers",
     "micro_batch",
     "recompute",
+    "expert",
+    "expert_tensor",
+    "pipeline_schedule",
+    "cp_comm_type",
+    "order",
+    "data_shard",
+    "offload",
+    "precision",
     "micro_batches",
     "step_time_s",
     "tokens_per_s",
@@ -40,8 +49,15 @@ CSV_FIELDS = (
 
 
 def parallelism(result: SearchResult, ranked: Ranked, order: str) -> dict[str, Any]:
-    """The candidate's `parallelism:` section, every field written."""
+    """The candidate's `parallelism:` section, every searched field written (None: the field's
+    default, which a written spec leaves out: ETP = tensor, the shard group of all data ×
+    context, the default schedule for the virtual stages). `order` is the spec's, for a space
+    without the order axis."""
     values = result.values(ranked)
+    chunks = int(values["virtual_stages"])
+    schedule = values.get("pipeline_schedule")
+    shard = values.get("data_shard", "all")
+    etp = values.get("expert_tensor", values["tensor"])
     return {
         "tensor": values["tensor"],
         "pipeline": values["pipeline"],
@@ -51,14 +67,54 @@ def parallelism(result: SearchResult, ranked: Ranked, order: str) -> dict[str, A
         "stage_layers": list(ranked.verdict.stage_layers),
         "sequence_parallel": values["sequence_parallel"],
         "zero_stage": values["zero_stage"],
-        "order": order,
+        "order": values.get("order", order),
+        "expert": values.get("expert", 1),
+        "expert_tensor": None if etp == values["tensor"] else etp,
+        "data_shard": None if shard == "all" else shard,
+        "pipeline_schedule": (
+            None if schedule in (None, ScheduleKind.default(chunks).value) else schedule
+        ),
+        "cp_comm_type": values.get("cp_comm_type", "p2p"),
     }
 
 
 def training(result: SearchResult, ranked: Ranked) -> dict[str, Any]:
     """The searched fields of the candidate's `training:` section."""
     values = result.values(ranked)
-    return {"micro_batch": values["micro_batch"], "recompute": values["recompute"]}
+    offload = str(values.get("offload", "none"))
+    return {
+        "micro_batch": values["micro_batch"],
+        "recompute": values["recompute"],
+        "precision": values.get("precision", "bf16"),
+        "offload": {
+            "optimizer": offload.startswith("optimizer"),
+            "parameters": offload.endswith("parameters"),
+        },
+    }
+
+
+def extras(result: SearchResult, ranked: Ranked) -> str:
+    """The candidate's values on the axes the table has no column for, where they are not the
+    defaults: EP, ETP, schedule, context-parallel type, order, shard group, offload, fp8."""
+    par, tr = parallelism(result, ranked, ""), training(result, ranked)
+    words = []
+    if par["expert"] != 1:
+        words.append(f"ep{par['expert']}")
+    if par["expert_tensor"] is not None:
+        words.append(f"etp{par['expert_tensor']}")
+    if par["pipeline_schedule"] is not None:
+        words.append(str(par["pipeline_schedule"]))
+    if par["context"] > 1:
+        words.append(f"cp:{par['cp_comm_type']}")
+    if par["order"] not in ("", "tp-cp-dp-pp", "tp-cp-ep-dp-pp"):
+        words.append(str(par["order"]))
+    if par["data_shard"] is not None:
+        words.append(f"shard{par['data_shard']}")
+    if tr["offload"]["optimizer"] or tr["offload"]["parameters"]:
+        words.append("offload:" + str(result.values(ranked).get("offload")))
+    if tr["precision"] != "bf16":
+        words.append(str(tr["precision"]))
+    return " ".join(words)
 
 
 def _entry(result: SearchResult, ranked: Ranked, place: int, order: str) -> dict[str, Any]:
@@ -113,6 +169,7 @@ def to_csv(result: SearchResult, order: str) -> str:
         row = {**entry["parallelism"], **entry["training"], **entry}
         row["stage_layers"] = " ".join(str(n) for n in entry["parallelism"]["stage_layers"])
         row["warnings"] = " ".join(entry["warnings"])
+        row["offload"] = result.values(ranked).get("offload", "none")
         writer.writerow({name: _cell(row[name]) for name in CSV_FIELDS})
     return out.getvalue()
 
@@ -202,6 +259,9 @@ def render_text(
     ]
     if result.results:
         rows = [HEADER, *(_row(result, r, i) for i, r in enumerate(result.results, 1))]
+        more = [extras(result, r) for r in result.results]
+        if any(more):  # the axes without a column, where a result leaves their defaults
+            rows = [[*row, word or "-"] for row, word in zip(rows, ["also", *more], strict=True)]
         lines += _table(rows, right={0, 1, 2, 3, 4, 5, 7, 8, 10, 11, 12, 13, 14, 15, 16, 17})
         lines.append("")
     else:
@@ -235,6 +295,8 @@ def winner_spec(spec: Mapping[str, Any], result: SearchResult, ranked: Ranked) -
     order = resolved_order(data["parallelism"])
     data["parallelism"] = {**data["parallelism"], **parallelism(result, ranked, order)}
     data["training"] = {**data["training"], **training(result, ranked)}
+    if data["training"]["precision"] not in ("fp8", "fp4"):
+        data["training"]["fp8"] = None
     data["rules"] = {**data["rules"], **dict(result.space.limits)}
     pruned: dict[str, Any] = _pruned(data)
     return pruned

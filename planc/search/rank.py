@@ -8,6 +8,7 @@ total and the same however the work was split.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import field
 from types import MappingProxyType
 
 from planc.record import record
@@ -39,6 +40,9 @@ class SearchResult:
     estimated: int
     rejected_by_rule: Mapping[str, int]
     results: tuple[Ranked, ...]
+    # Per rejecting rule, the rejected candidate (its index) with the fewest axis values other
+    # than the best layout's, the first in layout order among equals (`nearest_rejected`).
+    nearest: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def values(self, ranked: Ranked) -> dict[str, Value]:
         return self.space.named(self.space.candidate(ranked.verdict.index))
@@ -64,3 +68,21 @@ def last_place(ranked: tuple[Ranked, ...], top: int) -> float:
     ranked quantity (`Metrics.rank_s`, the step time unless the objective is the run's), never
     below a step time, so a step's lower bound above it rules a candidate out."""
     return ranked[top - 1].metrics.rank_s if len(ranked) >= top else float("inf")
+
+
+def nearest_rejected(
+    space: Space, verdicts: Iterable[Verdict], winner: int
+) -> Mapping[str, int]:
+    """Per rule that rejects a candidate, the rejected candidate nearest the winner: the fewest
+    axes whose value differs from the winner's, the first in layout order among equals. One
+    pass over the candidates in order (`verdicts` in index order)."""
+    best = space.candidate(winner)
+    found: dict[str, tuple[int, int]] = {}
+    for values, verdict in zip(space.candidates(), verdicts, strict=True):
+        if not verdict.rejected:
+            continue
+        distance = sum(1 for a, b in zip(values, best, strict=True) if a != b)
+        for rule in verdict.rejected:
+            if rule not in found or distance < found[rule][0]:
+                found[rule] = (distance, verdict.index)
+    return MappingProxyType({rule: found[rule][1] for rule in sorted(found)})

@@ -34,7 +34,14 @@ from planc.search.evaluate import (
     price_all_below,
     spec_job,
 )
-from planc.search.rank import Ranked, SearchResult, best, last_place, rejections
+from planc.search.rank import (
+    Ranked,
+    SearchResult,
+    best,
+    last_place,
+    nearest_rejected,
+    rejections,
+)
 
 T = TypeVar("T")
 Tick = Callable[[int], None]
@@ -114,6 +121,7 @@ def search(setup: Setup, top: int, jobs: int = 1, report: Progress = silent) -> 
         )
         with report("estimating step times", len(feasible)) as tick:
             ranked, estimated = _estimate(pool, setup, feasible, top, tick)
+    nearest = nearest_rejected(setup.space, verdicts, ranked[0].verdict.index) if ranked else None
     return SearchResult(
         space=setup.space,
         evaluated=size,
@@ -121,6 +129,7 @@ def search(setup: Setup, top: int, jobs: int = 1, report: Progress = silent) -> 
         estimated=estimated,
         rejected_by_rule=rejections(verdicts),
         results=ranked,
+        nearest=nearest or MappingProxyType({}),
     )
 
 

@@ -19,6 +19,7 @@ from planc.spec.rule_options import OPTIONS as RULE_OPTIONS
 from planc.vocab import (
     AttentionKind,
     CheckpointFormat,
+    CpCommType,
     DType,
     Fp8Recipe,
     Framework,
@@ -258,6 +259,8 @@ class Layout:
     # Megatron's --account-for-embedding/loss-in-pipeline-split: the even split counts them.
     embedding_in_split: bool = False
     loss_in_split: bool = False
+    # parallelism.cp_comm_type: how the context-parallel ranks exchange attention.
+    cp_comm: CpCommType = "p2p"
 
     @property
     def schedule(self) -> ScheduleKind:
@@ -981,6 +984,7 @@ def _layout(spec: Data, world: int) -> Layout:
         pipeline_layout=par.get("pipeline_layout"),
         embedding_in_split=par.get("embedding_in_pipeline_split", False),
         loss_in_split=par.get("loss_in_pipeline_split", False),
+        cp_comm=par.get("cp_comm_type", "p2p"),
     )
 
 
@@ -991,7 +995,7 @@ def _schedule(name: str | None) -> ScheduleKind | None:
 def _training(spec: Data) -> Training:
     tr = spec["training"]
     fp8 = tr.get("fp8") or {}
-    recipe = _recipe(tr["precision"], fp8, tr.get("framework", "megatron"))
+    recipe = low_precision_recipe(tr["precision"], fp8, tr.get("framework", "megatron"))
     return Training(
         s=tr["seq_len"],
         b=tr["micro_batch"],
@@ -1020,7 +1024,7 @@ def _training(spec: Data) -> Training:
     )
 
 
-def _recipe(precision: str, fp8: Data, framework: str) -> Fp8Recipe | None:
+def low_precision_recipe(precision: str, fp8: Data, framework: str) -> Fp8Recipe | None:
     """The low-precision recipe: the one training.fp8 names, else the framework's default:
     Megatron's (delayed for fp8, `--fp8-recipe` default; nvfp4 for fp4, `--fp4-recipe` default)
     under megatron and deepspeed (Transformer Engine), torchtitan's under fsdp2 (rowwise, the

@@ -27,11 +27,13 @@ from planc.spec.rule_options import OPTIONS
 from planc.vocab import (
     AttentionKind,
     CheckpointFormat,
+    CpCommType,
     Fp8RecipeName,
     Framework,
     Kernels,
     Mlp,
     Norm,
+    OffloadChoice,
     OptimizerName,
     Position,
     Precision,
@@ -697,6 +699,14 @@ class ParallelismSpec(Frozen):
         "ways (Megatron --expert-tensor-parallel-size). Default: tensor under megatron; 1 under "
         "deepspeed and fsdp2, which keep each expert whole.",
     )
+    cp_comm_type: CpCommType = Field(
+        "p2p",
+        description="How the context-parallel ranks exchange attention (Megatron --cp-comm-type): "
+        "p2p (ring attention, K/V passed around the ring behind the attention compute), a2a "
+        "(DeepSpeed-Ulysses: all-to-all of q, k, v and the output; heads and kv heads divisible "
+        "by tensor × context), allgather (all-gather of K and V) or a2a+p2p (a2a within the "
+        "NVLink domain, p2p across: --hierarchical-context-parallel-sizes). Default: p2p.",
+    )
     order: Order | None = Field(
         None,
         description="Rank order, fastest-varying axis first (Megatron convention): tp, cp, dp "
@@ -1040,6 +1050,48 @@ class SearchAxes(Frozen):
     )
     recompute: Choices[Recompute] | None = Field(
         None, description="Activation recomputation modes to try. Default: all three."
+    )
+    expert: Choices[Degree] | None = Field(
+        None,
+        description="Expert-parallel degrees to try. Default: divisors of the routed experts "
+        "(MoE models; 1 for a dense model).",
+    )
+    expert_tensor: Choices[Degree] | None = Field(
+        None,
+        description="Expert tensor-parallel degrees to try. Default: 1 and tensor (MoE models; "
+        "tensor for a dense model).",
+    )
+    data_shard: Choices[Degree | Literal["all"]] | None = Field(
+        None,
+        description="ZeRO/FSDP shard groups to try (HSDP); all: data × context. Default: all "
+        "and the GPUs of a node, with zero_stage 3 or framework fsdp2; else all.",
+    )
+    order: Choices[Order] | None = Field(
+        None,
+        description="Rank orders to try. Default: tp-cp-dp-pp, tp-dp-cp-pp and tp-cp-pp-dp "
+        "(ep before dp for a MoE model); orders that place the same groups count once.",
+    )
+    cp_comm_type: Choices[CpCommType] | None = Field(
+        None,
+        description="Context-parallel communication types to try (with context > 1). Default: "
+        "all four.",
+    )
+    offload: Choices[OffloadChoice] | None = Field(
+        None,
+        description="What to offload to host memory (training.offload): none, optimizer, "
+        "parameters or optimizer+parameters (parameters only with zero_stage 3 or fsdp2). "
+        "Default: none, optimizer and optimizer+parameters under deepspeed or fsdp2; none "
+        "under megatron.",
+    )
+    precision: Choices[Literal["bf16", "fp8"]] | None = Field(
+        None,
+        description="Precisions to try; fp8 with the framework's default recipe. Default: bf16, "
+        "and fp8 on a GPU with an FP8 peak.",
+    )
+    pipeline_schedule: Choices[ScheduleName] | None = Field(
+        None,
+        description="Pipeline schedules to try (with pipeline > 1). Default: the schedules the "
+        "framework runs (planc/pipeline/registry.py) that fit each virtual_stages.",
     )
 
 

@@ -1,0 +1,86 @@
+"""Context parallelism's attention exchange, by `parallelism.cp_comm_type` (Megatron
+`--cp-comm-type`): what each type sends per layer, which of it hides behind attention, and the
+buffers it holds.
+
+Symbols: c context-parallel degree, b micro-batch, s sequence, s/c the tokens of a rank, n/t
+and g/t the query and key/value heads of a tensor-parallel rank (`RankDims.n`, `.g`), k the
+query/key channels per head, k_v the value channels, β_a bytes per activation element.
+
+- p2p: ring attention (Liu et al. 2023; Megatron-Core/TE `AttnFuncWithCPAndKVP2P`): c − 1 ring
+  steps per layer, each passing one K/V block of b·(s/c)·(g/t)·(k + k_v)·β_a to the next rank,
+  forward once and backward twice (K/V and dK/dV); each step runs beside the attention core of
+  the block it holds, so only what exceeds the core is exposed.
+- allgather: TE `AttnFuncWithCPAndKVAllGather` (Megatron `--cp-comm-type all_gather`): the K/V of
+  every rank all-gathered before the attention core, forward and again in backward, and dK/dV
+  reduce-scattered in backward; not overlapped. The gathered K/V of one layer, b·s·(g/t)·
+  (k + k_v)·β_a, is held while the core runs.
+- a2a: DeepSpeed-Ulysses (Jacobs et al. 2023 §3; TE `AttnFuncWithCPAndQKVOA2A`): q, k and v
+  all-to-all'd from a sequence shard of every head to the whole sequence of (n/t)/c heads, and the
+  output back; backward the same four in reverse. The all-to-alls sit between the projections
+  and the core, so none hides. Needs n/t and g/t divisible by c (PLC060).
+- a2a+p2p: Megatron `--hierarchical-context-parallel-sizes a p`: a2a over the inner a ranks (the
+  largest divisor of c whose a·t ranks fit the NVLink domain and divide the heads), then a ring
+  of p = c/a steps across, each block b·(s/p)·(g/(t·a))·(k + k_v)·β_a.
+"""
+
+from __future__ import annotations
+
+from planc.dims import RankDims
+
+
+def kv_block_bytes(dims: RankDims, beta: int) -> int:
+    """b·(s/c)·(g/t)·(k + k_v)·β_a: the K and V of one rank's tokens, bytes (Ring Attention,
+    Liu et al. 2023 §3). a2a+p2p's ring passes a·(s/c) tokens of g/(t·a) heads: the same bytes."""
+    return dims.b * dims.s_c * dims.g * (dims.k + dims.v_head) * beta
+
+
+def ring_steps_per_layer(c: int) -> int:
+    """c − 1 ring steps per layer and pass (Liu et al. 2023 §3): each rank meets every other
+    rank's K/V block once."""
+    return c - 1
+
+
+def qkv_a2a_bytes(dims: RankDims, beta: int) -> int:
+    """b·(s/c)·(n/t·k + g/t·k + g/t·k_v)·β_a: the q, k and v one rank all-to-alls before the
+    core (Jacobs et al. 2023 §3: three all-to-alls of N·h/P per rank for q, k, v; with grouped
+    keys k and v carry g/n of it), bytes."""
+    return dims.b * dims.s_c * (dims.n * dims.k + dims.g * (dims.k + dims.v_head)) * beta
+
+
+def output_a2a_bytes(dims: RankDims, beta: int) -> int:
+    """b·(s/c)·(n/t)·k_v·β_a: the attention output all-to-all'd back to a sequence shard
+    (Jacobs et al. 2023 §3, the fourth all-to-all), bytes."""
+    return dims.b * dims.s_c * dims.n * dims.v_head * beta
+
+
+def gathered_kv_bytes(dims: RankDims, beta: int, c: int) -> int:
+    """c·b·(s/c)·(g/t)·(k + k_v)·β_a: one layer's K and V gathered from all c ranks
+    (TE AttnFuncWithCPAndKVAllGather), bytes."""
+    return c * kv_block_bytes(dims, beta)
+
+
+def a2a_sub_group(c: int, t: int, nvlink_span: int, n_t: int, g_t: int) -> int:
+    """a: the inner all-to-all size of a2a+p2p: the largest divisor of c, below c, whose a·t
+    ranks fit the NVLink domain and which divides the rank's query and key/value heads (1 when
+    none does; PLC061 then refuses a2a+p2p)."""
+    best = 1
+    for a in range(2, c):
+        if c % a == 0 and a * t <= nvlink_span and n_t % a == 0 and g_t % a == 0:
+            best = a
+    return best
+
+
+def exposed_per_layer(
+    ring_s: float, blocking_s: float, core_forward_s: float, core_backward_s: float
+) -> float:
+    """Seconds of one layer's context-parallel exchange left exposed, forward and backward.
+
+    The ring's steps (`ring_s`: p2p, and a2a+p2p's outer ring) run beside the attention core,
+    forward one exchange of K/V per step and backward two (K/V and dK/dV): max(0, ring/3 −
+    core_f) + max(0, 2·ring/3 − core_b). The all-to-alls and the all-gather (`blocking_s`) sit
+    between the projections and the core and are exposed whole (Jacobs et al. 2023 §3; TE
+    AttnFuncWithCPAndKVAllGather waits for the gather before the core).
+    """
+    forward, backward = ring_s / 3, 2 * ring_s / 3
+    hidden = max(0.0, forward - core_forward_s) + max(0.0, backward - core_backward_s)
+    return hidden + blocking_s
