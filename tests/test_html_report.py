@@ -136,9 +136,9 @@ def test_memory_marks_the_heaviest_stage_and_hbm() -> None:
     svg = memory_svg(an.plan, an.memory)
     peak = an.memory.peak.stage
     assert svg.count("bar-outline peak") == 1
-    bars = re.findall(r'<g class="stage-bar" data-stage="(\d+)">', svg)
+    bars = re.findall(r'<g class="stage-bar" data-stage="(\d+)"[^>]*>', svg)
     assert bars == [str(s) for s in range(an.plan.layout.p)]
-    peak_bar = svg.split(f'data-stage="{peak}">', 1)[1].split("</g>", 1)[0]
+    peak_bar = svg.split(f'data-stage="{peak}" ', 1)[1].split("</g>", 1)[0]
     assert "bar-outline peak" in peak_bar and "▼" in peak_bar
     assert 'class="hbm"' in svg and 'class="usable"' in svg
     assert "HBM 80.00 GiB" in svg

@@ -7,6 +7,7 @@ chart with the sentence a reviewer needs, and the numbers behind them embedded a
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from planc import __version__
@@ -18,7 +19,14 @@ from planc.plannable import Plannable
 from planc.presets.accuracy import bar_words
 from planc.report import fmt
 from planc.report.assets import CSS, JS, csp_meta
-from planc.report.comm import busiest_stage, link_table, ops_svg, step_svg, wire_table
+from planc.report.comm import (
+    busiest_stage,
+    link_table,
+    ops_svg,
+    step_legend,
+    step_svg,
+    wire_table,
+)
 from planc.report.gantt import Gantt, gantt_svg, simulate_drawn
 from planc.report.memory import memory_svg, terms_table
 from planc.report.placement import FULL_GRID_NODES, placement_svg, stage_legend
@@ -43,11 +51,20 @@ def memory_verdict(plan: Plannable, analysis: Analysis) -> tuple[str, str]:
     return "ok", "SAFE"
 
 
-def _card(key: str, value: str, sub: str, extra: Html = NOTHING) -> Html:
-    """A headline number: `value` and `sub` are text (escaped), or Html made by `markup`."""
+def _card(
+    key: str, value: str, sub: str, extra: Html = NOTHING, quantity: str = "", number: float = 0.0
+) -> Html:
+    """A headline number: `value` and `sub` are text (escaped), or Html made by `markup`;
+    `quantity` names where `number` (the value shown) is in `planc explain --format json`."""
+    where = (
+        markup(" data-quantity='{}' data-value='{}'", quantity, repr(number))
+        if quantity
+        else NOTHING
+    )
     return markup(
-        "<div class='card'><div class='k'>{}</div><div class='v'>{}</div><div class='s'>{}</div>{}</div>",
+        "<div class='card'><div class='k'>{}</div><div class='v'{}>{}</div><div class='s'>{}</div>{}</div>",
         key,
+        where,
         value,
         sub,
         extra,
@@ -76,20 +93,62 @@ def cards(plan: Plannable, analysis: Analysis, step: StepEstimate) -> Html:
         markup("{} <span class='badge {}'>{}</span>", fmt.gib(peak.memory.total), badge, word),
         f"{share:.1%} of {fmt.gib(hbm)} HBM, stage {peak.stage} (rank {peak.rank:,})",
         _gauge(share, plan.usable_hbm_bytes / hbm, badge),
+        "memory.peak.total",
+        peak.memory.total,
     )
+    pipe = step.pipeline
     bubble = _card(
         "Pipeline bubble",
-        fmt.percent(step.pipeline.bubble_fraction),
-        f"{step.pipeline.method}; closed form (p − 1)/(v·m + p − 1) = "
-        f"{fmt.percent(step.bubble_fraction)}",
+        fmt.seconds(step.bubble_s),
+        markup(
+            "{} of the step (the step bar's bubble); stages idle {} of the pipeline ({}); "
+            "closed form with equal stages {}",
+            _share(step.bubble_s, step.step_time_s),
+            _quantity("pipeline.bubble_fraction", pipe.bubble_fraction, fmt.percent),
+            pipe.method,
+            _quantity("bubble_fraction", step.bubble_fraction, fmt.percent),
+        ),
+        NOTHING,
+        "step.bubble_s",
+        step.bubble_s,
     )
     bar = bar_words(plan.cluster.gpu.name, plan.cluster.calibration)
     time = _card(
-        "Step time", fmt.seconds(step.step_time_s), step.model + (f"; {bar}" if bar else "")
+        "Step time",
+        fmt.seconds(step.step_time_s),
+        step.model + (f"; {bar}" if bar else ""),
+        NOTHING,
+        "step.step_time_s",
+        step.step_time_s,
     )
-    tokens = _card("Throughput", f"{step.tokens_per_s:,.0f}", "tokens per second, whole cluster")
-    mfu = _card("MFU", fmt.percent(step.mfu), "model FLOPs (no recompute) over peak")
+    tokens = _card(
+        "Throughput",
+        f"{step.tokens_per_s:,.0f}",
+        "tokens per second, whole cluster",
+        NOTHING,
+        "step.tokens_per_s",
+        step.tokens_per_s,
+    )
+    mfu = _card(
+        "MFU",
+        fmt.percent(step.mfu),
+        "model FLOPs (no recompute) over peak",
+        NOTHING,
+        "step.mfu",
+        step.mfu,
+    )
     return markup("<div class='cards'>{}{}{}{}{}</div>", memory, bubble, time, tokens, mfu)
+
+
+def _quantity(name: str, value: float, shown: Callable[[float], str]) -> Html:
+    """`value` as text, marked with where it is in `planc explain --format json`."""
+    return markup(
+        "<span data-quantity='{}' data-value='{}'>{}</span>", name, repr(value), shown(value)
+    )
+
+
+def _share(part: float, total: float) -> str:
+    return fmt.percent(part / total if total else 0.0)
 
 
 def findings_section(result: FileResult) -> Html:
@@ -190,8 +249,9 @@ def pipeline_section(plan: Plannable, gantt: Gantt, step: StepEstimate) -> Html:
         intro = markup(
             "<p>{} over p = {} stages, v = {}, m = {:,} micro-batches. "
             "{}<strong>{}</strong>; "
-            "simulated over the whole step with each stage's own times and the p2p time "
-            "({}): <strong>{}</strong>.</p>",
+            "over the whole step with each stage's own times and the p2p time "
+            "({}), stages are idle <strong>{}</strong> of the pipeline, and the bubble "
+            "adds <strong>{}</strong> ({} of the step) to the busiest stage's compute.</p>",
             entry.title,
             lay.p,
             lay.v,
@@ -200,6 +260,8 @@ def pipeline_section(plan: Plannable, gantt: Gantt, step: StepEstimate) -> Html:
             fmt.percent(step.bubble_fraction),
             pipe.method,
             fmt.percent(pipe.bubble_fraction),
+            fmt.seconds(step.bubble_s),
+            _share(step.bubble_s, step.step_time_s),
         )
     return markup(
         "<section id='pipeline'><h2>Pipeline schedule</h2>"
@@ -253,7 +315,8 @@ def comm_section(analysis: Analysis, step: StepEstimate) -> Html:
     stage = busiest_stage(analysis)
     return markup(
         "<section id='communication'><h2>Step time and communication</h2>"
-        "<p>Estimated step time {}: where it goes.</p>{}"
+        "<p>Estimated step time {}: where it goes, split as <code>planc explain</code> splits "
+        "it.</p>{}{}"
         "<h3>Stage {}, the stage that communicates longest: per link class</h3>{}"
         "<h3>Per op, stage {} (time per step, α-β model; bytes sent per step)</h3>"
         "{}"
@@ -261,6 +324,7 @@ def comm_section(analysis: Analysis, step: StepEstimate) -> Html:
         "</section>",
         fmt.seconds(step.step_time_s),
         step_svg(step),
+        step_legend(step),
         stage,
         link_table(analysis, stage),
         stage,
