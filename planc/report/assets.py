@@ -83,6 +83,14 @@ svg .step-label{fill:#fff;font-weight:650;font-size:12.5px}
 .findings td.loc{width:34%;overflow-wrap:anywhere}.findings .fix{color:var(--muted)}
 .note{font-size:12.5px;color:var(--muted)}
 .focus [data-stage]:not(.hl){opacity:.35}
+svg .ep{fill:none;stroke:var(--t-ep);stroke-width:2;stroke-dasharray:4 3}
+svg rect.gpu{cursor:pointer}svg rect.gpu.picked{stroke:var(--fg);stroke-width:3}
+.js-only{display:none}html[data-js=on] .js-only{display:block}
+.drill{border:1px solid var(--rule);border-radius:8px;padding:8px 12px;margin:8px 0;background:var(--bg)}
+.drill h3{margin:2px 0 6px}.drill table{margin:0}.drill th{white-space:nowrap;width:1%}
+.tip{position:fixed;z-index:10;pointer-events:none;max-width:420px;padding:6px 9px;border-radius:6px;
+background:var(--panel);color:var(--fg);border:1px solid var(--rule);box-shadow:0 4px 14px rgba(0,0,0,.18);
+font-size:12px;line-height:1.4;white-space:pre-line}
 details>summary{cursor:pointer;color:var(--muted);margin:8px 0}
 footer{font-size:12px;color:var(--muted);text-align:center;margin-top:24px}
 @media print{:root{--bg:#fff;--panel:#fff;--fg:#000;--muted:#444;--rule:#bbb;--grid:#ddd;--idle:#f3e6d0;--idle-line:#e2c79a;--nvl:#eef1f5;--nvl-line:#b7c2cf;--tp:#000}
@@ -108,7 +116,80 @@ JS = """
     var target = event.target && event.target.closest ? event.target.closest("[data-stage]") : null;
     mark(target ? target.getAttribute("data-stage") : null);
   });
+  // Styled tooltips: each SVG <title> (what a page without scripts shows) becomes the text of
+  // one floating box; the element keeps it as its accessible name.
+  var tip = document.createElement("div");
+  tip.className = "tip";
+  tip.setAttribute("role", "tooltip");
+  tip.hidden = true;
+  document.body.appendChild(tip);
+  var titles = document.querySelectorAll("svg title");
+  for (var t = 0; t < titles.length; t++) {
+    var owner = titles[t].parentNode;
+    if (owner.tagName.toLowerCase() === "svg") { continue; }
+    owner.setAttribute("data-tip", titles[t].textContent);
+    owner.setAttribute("aria-label", titles[t].textContent);
+    owner.removeChild(titles[t]);
+  }
+  function place(event) {
+    var x = event.clientX + 14, y = event.clientY + 16;
+    var width = tip.offsetWidth, height = tip.offsetHeight;
+    if (x + width > window.innerWidth - 8) { x = Math.max(8, event.clientX - width - 14); }
+    if (y + height > window.innerHeight - 8) { y = Math.max(8, event.clientY - height - 12); }
+    tip.style.left = x + "px";
+    tip.style.top = y + "px";
+  }
+  document.addEventListener("mouseover", function (event) {
+    var owner = event.target && event.target.closest ? event.target.closest("[data-tip]") : null;
+    if (!owner) { tip.hidden = true; return; }
+    tip.textContent = owner.getAttribute("data-tip");
+    tip.hidden = false;
+    place(event);
+  });
+  document.addEventListener("mousemove", function (event) { if (!tip.hidden) { place(event); } });
+  document.addEventListener("mouseleave", function () { tip.hidden = true; });
   document.documentElement.setAttribute("data-js", "on");
+})();
+"""
+
+# The placement drill-down: a click on a GPU puts its rank's text (written by planc into the
+# page's JSON) into the panel; nothing is computed here.
+DRILL_JS = """
+(function () {
+  "use strict";
+  var panel = document.getElementById("rank-panel");
+  if (!panel) { return; }
+  var data = JSON.parse(document.getElementById("planc-data").textContent).drill;
+  var heading = document.getElementById("rank-title");
+  var facts = document.getElementById("rank-facts");
+  function fact(term, detail) {
+    var row = document.createElement("tr");
+    var th = document.createElement("th"), td = document.createElement("td");
+    th.textContent = term;
+    td.textContent = detail;
+    row.appendChild(th);
+    row.appendChild(td);
+    facts.appendChild(row);
+  }
+  function pick(gpu) {
+    var rank = gpu.getAttribute("data-rank"), r = data.ranks[rank];
+    if (!r) { return; }
+    var picked = document.querySelectorAll("rect.gpu.picked");
+    for (var i = 0; i < picked.length; i++) { picked[i].classList.remove("picked"); }
+    gpu.classList.add("picked");
+    heading.textContent = "Rank " + rank + ": node " + r.node + " (" + r.host + "), GPU " +
+      r.gpu + ", stage " + r.stage;
+    panel.setAttribute("data-rank", rank);
+    while (facts.firstChild) { facts.removeChild(facts.firstChild); }
+    r.groups.forEach(function (g) { fact(g[0], g[1]); });
+    fact("memory (stage " + r.stage + ")", data.stages[r.stage].memory);
+    fact("traffic (stage " + r.stage + ")", data.stages[r.stage].traffic);
+    panel.hidden = false;
+  }
+  document.addEventListener("click", function (event) {
+    var gpu = event.target && event.target.closest ? event.target.closest("rect[data-rank]") : null;
+    if (gpu) { pick(gpu); }
+  });
 })();
 """
 

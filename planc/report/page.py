@@ -18,7 +18,7 @@ from planc.pipeline.registry import definition
 from planc.plannable import Plannable
 from planc.presets.accuracy import bar_words
 from planc.report import fmt
-from planc.report.assets import CSS, JS, csp_meta
+from planc.report.assets import CSS, DRILL_JS, JS, csp_meta
 from planc.report.comm import (
     busiest_stage,
     link_table,
@@ -27,9 +27,10 @@ from planc.report.comm import (
     step_svg,
     wire_table,
 )
+from planc.report.drill import drill_data, drill_panel
 from planc.report.gantt import Gantt, gantt_svg, simulate_drawn
 from planc.report.memory import memory_svg, terms_table
-from planc.report.placement import FULL_GRID_NODES, placement_svg, stage_legend
+from planc.report.placement import FULL_GRID_NODES, drawn_ranks, placement_svg, stage_legend
 from planc.report.svg import NOTHING, Html, join, markup
 from planc.run import RunEstimate
 
@@ -293,8 +294,8 @@ def placement_section(plan: Plannable) -> Html:
         "<p>{:,} node{} × {} {} GPUs, NVLink domains of "
         "{}; rank order {} (fastest first), t = {}, c = {}, "
         "d = {:,}, p = {}. Drawn: {}. GPU colour = pipeline stage, dark outline = "
-        "tensor-parallel group, grey panel = NVLink domain.</p>"
-        "{}{}</section>",
+        "tensor-parallel group, grey panel = NVLink domain{}.</p>"
+        "{}{}{}</section>",
         cl.nodes,
         "s" if cl.nodes != 1 else "",
         cl.gpus_per_node,
@@ -306,8 +307,10 @@ def placement_section(plan: Plannable) -> Html:
         lay.d,
         lay.p,
         how,
+        f", dashed outline = expert-parallel group (EP = {lay.ep})" if lay.ep > 1 else "",
         stage_legend(plan),
         placement_svg(plan),
+        drill_panel(),
     )
 
 
@@ -389,6 +392,7 @@ def render_page(
             "makespan_s": float(gantt.timeline.makespan),
             "p2p_s": gantt.hop_s,
         },
+        "drill": drill_data(analysis, drawn_ranks(plan)),
     }
     subtitle = (
         f"{plan.world:,} × {cl.gpu.name} ({cl.nodes:,} node{'s' if cl.nodes != 1 else ''} × {cl.gpus_per_node}) · "
@@ -412,7 +416,7 @@ def render_page(
         run_section(explained),
         __version__,
     )
-    return page(f"planc report: {plan.name}", CSS, body, embedded_json(data), JS)
+    return page(f"planc report: {plan.name}", CSS, body, embedded_json(data), JS + DRILL_JS)
 
 
 def page(title: str, css: str, body: Html, data: Html, *scripts: str) -> str:

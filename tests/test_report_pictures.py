@@ -1,0 +1,134 @@
+"""planc report's pictures (issue 31): the rank drill-down's groups, the expert-parallel groups in
+the placement view, styled tooltips, and, in headless Chromium from file://, the drill-down,
+hover and the other pages' controls with no console errors."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from test_html_report import chromium, console_errors, with_script
+
+from planc.plannable import Plannable, plannable
+from planc.report import build_report
+from planc.report.drill import members_words, memberships, rank_record
+from planc.report.placement import placement_svg
+from planc.spec.load import load_path
+
+from conftest import EXAMPLES, needs_chromium
+
+DENSE = EXAMPLES / "llama3-70b-8x8.yaml"  # t=8 d=2 p=4, order tp-cp-dp-pp, 8 GPUs a node
+MOE = EXAMPLES / "mixtral-8x7b-64xh100.yaml"
+
+
+def plan_of(path: Path) -> Plannable:
+    job = load_path(str(path)).job
+    assert job is not None
+    plan = plannable(job)
+    assert not isinstance(plan, tuple)
+    return plan
+
+
+def page_of(path: Path) -> str:
+    built = build_report(str(path))
+    assert built.page is not None
+    return built.page
+
+
+def page_data(page: str) -> dict[str, Any]:
+    found = re.search(r"id='planc-data'>(.*?)</script>", page)
+    assert found is not None
+    data: dict[str, Any] = json.loads(found.group(1))
+    return data
+
+
+def test_members_words() -> None:
+    assert members_words([3, 1, 2, 0]) == "4 ranks: 0–3"
+    assert members_words([9, 25, 41, 57]) == "4 ranks: 9, 25, 41, 57"
+    assert members_words(range(5, 5 + 8 * 128, 8)) == "128 ranks: 5, 13, 21, …, 1,021 (stride 8)"
+    assert members_words([0, 1, 5, 9, 11, 20, 30, 31, 40]) == (
+        "9 ranks: 0, 1, 5, 9, 11, 20, 30, 31, …"
+    )
+
+
+def test_a_ranks_groups_follow_the_rank_order() -> None:
+    """Order tp-cp-dp-pp with t=8, d=2, p=4: rank = tp + 8·dp + 16·pp, so rank 41 (tp 1,
+    dp 1, pp 2) is in TP 40–47, DP {33, 41} and PP {9, 25, 41, 57}, on node 41 // 8 = 5."""
+    plan = plan_of(DENSE)
+    record = rank_record(plan, memberships(plan), 41)
+    assert record["node"] == 5 and record["gpu"] == 1 and record["stage"] == 2
+    assert dict(record["groups"]) == {
+        "tensor-parallel (TP)": "8 ranks: 40–47",
+        "data-parallel (DP)": "2 ranks: 33, 41",
+        "pipeline (PP)": "4 ranks: 9, 25, 41, 57",
+    }
+
+
+def test_expert_groups_are_drawn_for_moe_only() -> None:
+    """Mixtral on 64 H100s, EP = 8: one dashed outline per EP group of the drawn nodes (64
+    ranks / 8); the dense example has none."""
+    plan = plan_of(MOE)
+    assert plan.layout.ep == 8
+    svg = placement_svg(plan)
+    assert svg.count('class="ep"') == plan.world // plan.layout.ep
+    assert 'class="ep"' not in placement_svg(plan_of(DENSE))
+    record = rank_record(plan, memberships(plan), 9)
+    assert ["expert-parallel (EP)", "8 ranks: 8–15"] in record["groups"]
+
+
+def test_every_drawn_gpu_has_its_drill_down() -> None:
+    page = page_of(DENSE)
+    drill = page_data(page)["drill"]
+    drawn = set(re.findall(r'data-rank="(\d+)"', page))
+    assert drawn == set(drill["ranks"]) and len(drawn) == plan_of(DENSE).world
+    assert len(drill["stages"]) == plan_of(DENSE).layout.p
+
+
+# --- in headless Chromium, from file:// --------------------------------------------------------
+
+
+def dom_after(page: str, poke: str, tmp_path: Path) -> str:
+    path = tmp_path / "page.html"
+    path.write_text(with_script(page, poke), encoding="utf-8")
+    done = chromium(path, tmp_path / "profile", "--dump-dom")
+    assert done.returncode == 0, done.stderr
+    assert console_errors(done.stderr) == []
+    return done.stdout
+
+
+@needs_chromium
+def test_clicking_a_gpu_shows_its_groups(tmp_path: Path) -> None:
+    poke = (
+        "document.querySelector('rect[data-rank=\"41\"]')"
+        ".dispatchEvent(new MouseEvent('click', {bubbles: true}));"
+    )
+    dom = dom_after(page_of(DENSE), poke, tmp_path)
+    panel = re.search(r'<div id="rank-panel" class="drill" data-rank="41">(.*?)</table></div>', dom)
+    assert panel is not None, "the panel did not open"
+    text = panel.group(1)
+    assert "Rank 41: node 5" in text and "stage 2" in text
+    assert "<th>tensor-parallel (TP)</th><td>8 ranks: 40–47</td>" in text
+    assert "<th>pipeline (PP)</th><td>4 ranks: 9, 25, 41, 57</td>" in text
+    assert "memory (stage 2)" in text and "traffic (stage 2)" in text
+    assert re.search(r'<rect[^>]*class="gpu picked"[^>]*data-rank="41"', dom)
+
+
+@needs_chromium
+def test_hover_shows_a_styled_tooltip(tmp_path: Path) -> None:
+    """The SVG titles become one floating box; hovering a memory segment shows its terms."""
+    poke = (
+        "document.querySelector('.stage-bar rect.m-weights')"
+        ".dispatchEvent(new MouseEvent('mouseover', {bubbles: true, clientX: 50, clientY: 60}));"
+    )
+    dom = dom_after(page_of(DENSE), poke, tmp_path)
+    tip = re.search(r'<div class="tip" role="tooltip" style="([^"]*)">([^<]*)</div>', dom)
+    assert tip is not None, "no visible tooltip"
+    assert "left: 64px" in tip.group(1) and "top: 76px" in tip.group(1)
+    assert tip.group(2).startswith("stage 0 (rank 0), weights:")
+    # The native tooltips are gone (no double tooltip), each element keeps its text.
+    body = dom.split("<body", 1)[1]
+    owners = re.findall(r"<([a-z]+)\b[^<>]*><title>", body)
+    assert owners and set(owners) == {"svg"}, owners
+    assert 'data-tip="stage 0 (rank 0), weights:' in body
