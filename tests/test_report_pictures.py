@@ -9,12 +9,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from test_html_report import chromium, console_errors, with_script
+import pytest
+from test_html_report import SEARCH_SPEC, chromium, console_errors, searched, with_script
 
 from planc.plannable import Plannable, plannable
 from planc.report import build_report
 from planc.report.drill import members_words, memberships, rank_record
 from planc.report.placement import placement_svg
+from planc.report.scatter import Point, frontier, scatter_svg
 from planc.spec.load import load_path
 
 from conftest import EXAMPLES, needs_chromium
@@ -132,3 +134,58 @@ def test_hover_shows_a_styled_tooltip(tmp_path: Path) -> None:
     owners = re.findall(r"<([a-z]+)\b[^<>]*><title>", body)
     assert owners and set(owners) == {"svg"}, owners
     assert 'data-tip="stage 0 (rank 0), weights:' in body
+
+
+# --- the search page's scatter -----------------------------------------------------------------
+
+
+def test_frontier_by_hand() -> None:
+    """(memory GiB, step s): A(10, 9), B(20, 5), C(15, 9.5) beaten by A, D(30, 5) tied with B on
+    time but larger, E(40, 2): the frontier is A, B, E by increasing memory."""
+    gib = 2**30
+    points = [
+        Point(1, "A", 9.0, 10 * gib),
+        Point(2, "B", 5.0, 20 * gib),
+        Point(3, "C", 9.5, 15 * gib),
+        Point(4, "D", 5.0, 30 * gib),
+        Point(5, "E", 2.0, 40 * gib),
+    ]
+    assert frontier(points) == (1, 2, 5)
+    chart = scatter_svg(points, 80 * gib)
+    assert chart.count("<circle") == 5
+    assert re.findall(r'class="pt front"[^>]*data-cand="(\d)"', chart) == ["5", "2", "1"]
+
+
+@pytest.fixture(scope="module")
+def explorer(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Any]:
+    from planc.report.explorer import explorer_page
+
+    path = tmp_path_factory.mktemp("search") / "search.yaml"
+    path.write_text(SEARCH_SPEC, encoding="utf-8")
+    heading, setup, result = searched(path)
+    return explorer_page(heading, setup, result), result
+
+
+def test_scatter_has_every_candidate(explorer: tuple[str, Any]) -> None:
+    page, result = explorer
+    scatter = page.split("<section id='scatter'>", 1)[1].split("</section>", 1)[0]
+    places = sorted(int(p) for p in re.findall(r'<circle[^>]*data-cand="(\d+)"', scatter))
+    assert places == list(range(1, len(result.results) + 1))
+    # The fastest candidate is always on the frontier (nothing is faster).
+    assert re.search(r'class="pt front"[^>]*data-cand="1"', scatter)
+
+
+@needs_chromium
+def test_clicking_a_scatter_point_shows_its_candidate(
+    explorer: tuple[str, Any], tmp_path: Path
+) -> None:
+    page, result = explorer
+    last = len(result.results)
+    poke = (
+        f"document.querySelector('circle[data-cand=\"{last}\"]')"
+        ".dispatchEvent(new MouseEvent('click', {bubbles: true}));"
+    )
+    dom = dom_after(page, poke, tmp_path)
+    visible = re.findall(r'<section class="cand" id="cand-(\d+)">', dom)
+    assert visible == [str(last)], visible
+    assert re.search(rf'<circle[^>]*class="pt( front)? on"[^>]*data-cand="{last}"', dom)
