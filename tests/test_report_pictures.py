@@ -189,3 +189,61 @@ def test_clicking_a_scatter_point_shows_its_candidate(
     visible = re.findall(r'<section class="cand" id="cand-(\d+)">', dom)
     assert visible == [str(last)], visible
     assert re.search(rf'<circle[^>]*class="pt( front)? on"[^>]*data-cand="{last}"', dom)
+
+
+# --- the compare view --------------------------------------------------------------------------
+
+BASE = EXAMPLES / "llama3-70b-64xh100-fp8.yaml"
+
+
+def test_compare_draws_what_planc_diff_says(tmp_path: Path) -> None:
+    """`planc report SPEC --compare BASE` holds `planc diff BASE SPEC`'s table: every row's
+    before, after and change, as planc diff prints them."""
+    from click.testing import CliRunner
+
+    from planc.cli.main import main
+
+    out = tmp_path / "compare.html"
+    done = CliRunner().invoke(main, ["report", str(DENSE), "--compare", str(BASE), "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    page = out.read_text(encoding="utf-8")
+    section = page.split("<section id='compare'>", 1)[1].split("</section>", 1)[0]
+    cells = re.findall(
+        r"<tr><td>[^<]*</td><td class='n'>([^<]*)</td><td class='n'>([^<]*)</td>"
+        r"<td class='n'>([^<]*)</td></tr>",
+        section,
+    )
+    text = CliRunner().invoke(main, ["diff", str(BASE), str(DENSE)]).output
+    table = [line for line in text.splitlines()[3:] if line.strip()][: len(cells)]
+    assert len(cells) == len(table) > 10
+    for (before, after, change), printed in zip(cells, table, strict=True):
+        for value in (before, after, change.replace("&#x27;", "'")):
+            assert value in printed, (value, printed)
+    assert 'class="chart compare-step"' in section and 'class="chart compare-memory"' in section
+    assert page_data(page)["compare"]["old"]["source"] == str(BASE)
+
+
+def test_compare_with_an_unreadable_base_exits_2(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from planc.cli.main import main
+
+    out = tmp_path / "compare.html"
+    done = CliRunner().invoke(
+        main, ["report", str(DENSE), "--compare", str(tmp_path / "no.yaml"), "-o", str(out)]
+    )
+    assert done.exit_code == 2 and "no such file" in done.output and not out.exists()
+
+
+@needs_chromium
+def test_compare_page_renders_without_errors(tmp_path: Path) -> None:
+    built = build_report(str(DENSE), str(BASE))
+    assert built.page is not None
+    poke = (
+        "document.querySelector('svg.compare-memory rect.side-new')"
+        ".dispatchEvent(new MouseEvent('mouseover', {bubbles: true, clientX: 20, clientY: 20}));"
+    )
+    dom = dom_after(built.page, poke, tmp_path)
+    # Stage 0's memory as planc explain prints it (explain's JSON, in GiB of 2^30 bytes).
+    stage0 = page_data(built.page)["explain"]["memory"]["stages"][0]["total"] / 2**30
+    assert re.search(rf'role="tooltip"[^>]*>stage 0 after: {stage0:.2f} GiB</div>', dom)

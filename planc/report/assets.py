@@ -83,6 +83,8 @@ svg .step-label{fill:#fff;font-weight:650;font-size:12.5px}
 .findings td.loc{width:34%;overflow-wrap:anywhere}.findings .fix{color:var(--muted)}
 .note{font-size:12.5px;color:var(--muted)}
 .focus [data-stage]:not(.hl){opacity:.35}
+.side-old{fill:var(--c-fwd2);background:var(--c-fwd2)}.side-new{fill:var(--c-fwd);background:var(--c-fwd)}
+table.diff td:first-child{white-space:pre}.diff-findings{margin:4px 0;padding-left:18px;font-size:13px}
 svg .ep{fill:none;stroke:var(--t-ep);stroke-width:2;stroke-dasharray:4 3}
 svg rect.gpu{cursor:pointer}svg rect.gpu.picked{stroke:var(--fg);stroke-width:3}
 .js-only{display:none}html[data-js=on] .js-only{display:block}

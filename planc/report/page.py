@@ -13,6 +13,8 @@ from typing import Any
 from planc import __version__
 from planc.analysis import Analysis, StepEstimate
 from planc.findings import FileResult, Finding, Severity
+from planc.outputs.diff import Diff
+from planc.outputs.diff import to_json as diff_json
 from planc.outputs.explain import Explanation, run_lines, to_json
 from planc.pipeline.registry import definition
 from planc.plannable import Plannable
@@ -27,6 +29,7 @@ from planc.report.comm import (
     step_svg,
     wire_table,
 )
+from planc.report.compare import compare_section
 from planc.report.drill import drill_data, drill_panel
 from planc.report.gantt import Gantt, gantt_svg, simulate_drawn
 from planc.report.memory import memory_svg, terms_table
@@ -377,7 +380,11 @@ def embedded_json(data: dict[str, Any]) -> Html:
 
 
 def render_page(
-    result: FileResult, analysis: Analysis, step: StepEstimate, run: RunEstimate | None = None
+    result: FileResult,
+    analysis: Analysis,
+    step: StepEstimate,
+    run: RunEstimate | None = None,
+    compare: Diff | None = None,
 ) -> str:
     plan = analysis.plan
     lay, cl, tr = plan.layout, plan.cluster, plan.training
@@ -393,6 +400,7 @@ def render_page(
             "p2p_s": gantt.hop_s,
         },
         "drill": drill_data(analysis, drawn_ranks(plan)),
+        **({} if compare is None else {"compare": diff_json(compare)}),
     }
     subtitle = (
         f"{plan.world:,} × {cl.gpu.name} ({cl.nodes:,} node{'s' if cl.nodes != 1 else ''} × {cl.gpus_per_node}) · "
@@ -401,13 +409,14 @@ def render_page(
     )
     body = markup(
         "<header><h1>planc report: {}</h1><p class='muted'>{}</p>"
-        "<p class='muted mono'>{}</p></header>{}{}{}{}{}{}{}"
+        "<p class='muted mono'>{}</p></header>{}{}{}{}{}{}{}{}"
         "<footer>planc {} · every number on this page is computed by planc and "
         "embedded below as JSON (<code>#planc-data</code>); the script only highlights a stage.</footer>",
         plan.name,
         subtitle,
         result.path,
         cards(plan, analysis, step),
+        NOTHING if compare is None else compare_section(compare),
         findings_section(result),
         memory_section(plan, analysis),
         pipeline_section(plan, gantt, step),
