@@ -85,6 +85,10 @@ svg .step-label{fill:#fff;font-weight:650;font-size:12.5px}
 .focus [data-stage]:not(.hl){opacity:.35}
 .side-old{fill:var(--c-fwd2);background:var(--c-fwd2)}.side-new{fill:var(--c-fwd);background:var(--c-fwd)}
 table.diff td:first-child{white-space:pre}.diff-findings{margin:4px 0;padding-left:18px;font-size:13px}
+.g-op-f{background:var(--c-fwd)}.g-op-f-odd{background:var(--c-fwd2)}.g-op-b{background:var(--c-bwd)}
+.g-op-b-odd{background:var(--c-bwd2)}.g-op-r{background:var(--c-rec)}
+.g-bubble{background:repeating-linear-gradient(45deg,var(--idle) 0 3px,var(--idle-line) 3px 5px)}
+svg .cut{fill:var(--panel)}svg .cut-edge{stroke:var(--muted);stroke-dasharray:3 3}
 svg .ep{fill:none;stroke:var(--t-ep);stroke-width:2;stroke-dasharray:4 3}
 svg rect.gpu{cursor:pointer}svg rect.gpu.picked{stroke:var(--fg);stroke-width:3}
 .js-only{display:none}html[data-js=on] .js-only{display:block}

@@ -31,7 +31,7 @@ from planc.report.comm import (
 )
 from planc.report.compare import compare_section
 from planc.report.drill import drill_data, drill_panel
-from planc.report.gantt import Gantt, gantt_svg, simulate_drawn
+from planc.report.gantt import Gantt, gantt_legend, gantt_svg, simulate_drawn
 from planc.report.memory import memory_svg, terms_table
 from planc.report.placement import FULL_GRID_NODES, drawn_ranks, placement_svg, stage_legend
 from planc.report.svg import NOTHING, Html, join, markup
@@ -230,13 +230,16 @@ def pipeline_section(plan: Plannable, gantt: Gantt, step: StepEstimate) -> Html:
     pipe = step.pipeline
     drawn = float(gantt.timeline.bubble_fraction)
     shown = (
-        markup("all {} micro-batches", gantt.m)
+        markup("the whole step, all {:,} micro-batches", gantt.m)
         if gantt.shown == gantt.m
         else markup(
-            "the first <strong>{} of {:,}</strong> micro-batches (m′ = {}; a longer step repeats the steady state in the middle)",
-            gantt.shown,
+            "the whole step of {:,} micro-batches: the first and last of {} simulated ones "
+            "either side of a break that stands for the other <strong>{:,}</strong> "
+            "(the steady state, {} of it, repeats the same pattern)",
             gantt.m,
             gantt.shown,
+            gantt.m - gantt.shown,
+            fmt.seconds(gantt.compressed_s),
         )
     )
     entry = definition(lay.schedule)
@@ -270,17 +273,26 @@ def pipeline_section(plan: Plannable, gantt: Gantt, step: StepEstimate) -> Html:
     return markup(
         "<section id='pipeline'><h2>Pipeline schedule</h2>"
         "{}{}"
-        "<p class='note'>Drawn: {}, simulated with each stage's forward and backward time per "
-        "micro-batch from the analysis (compute only) and {} per pipeline message; "
-        "idle share of the drawn time {}. The hatched background is idle time. "
-        "{} "
-        "Numbers in the bars are micro-batches; hover an op for its times.</p></section>",
+        "<p class='note'>Drawn: {}, simulated with the step model's forward and backward time "
+        "per micro-batch of each stage (compute with the exposed TP, CP and expert exchanges, as "
+        "the step time counts them) and {} per pipeline message; drawn pipeline {} "
+        "(the step's: {}); idle share of the simulated time {}. The hatched background is "
+        "idle time. Numbers in the bars are micro-batches; hover an op for its times.</p>"
+        "{}</section>",
         intro,
         gantt_svg(gantt),
         shown,
         fmt.seconds(gantt.hop_s),
+        _quantity(
+            "pipeline.makespan_s",
+            float(gantt.timeline.makespan) + gantt.compressed_s,
+            fmt.seconds,
+        )
+        if gantt.shown == gantt.m and step.pipeline.method == "simulated"
+        else fmt.seconds(float(gantt.timeline.makespan) + gantt.compressed_s),
+        fmt.seconds(step.pipeline.makespan_s),
         fmt.percent(drawn),
-        " Lighter bars are the odd model chunks." if lay.v > 1 else "",
+        gantt_legend(lay.v),
     )
 
 
@@ -388,7 +400,7 @@ def render_page(
 ) -> str:
     plan = analysis.plan
     lay, cl, tr = plan.layout, plan.cluster, plan.training
-    gantt = simulate_drawn(analysis)
+    gantt = simulate_drawn(analysis, step.pipeline.makespan_s)
     explained = Explanation(analysis, step, run)
     data = {
         "planc": __version__,
