@@ -22,7 +22,7 @@ from planc.pipeline.timeline import Span, Timeline, simulate
 from planc.record import record
 from planc.report import fmt
 from planc.report.svg import Html, group, join, label_every, line, markup, rect, svg, text
-from planc.vocab import GroupKind, ScheduleKind
+from planc.vocab import ScheduleKind
 
 WIDTH = 960
 LEFT, RIGHT, TOP, BOTTOM = 70, 16, 10, 64
@@ -75,12 +75,6 @@ def recompute_share(analysis: Analysis, stage: int) -> float:
     model's stage times; Korthikanti et al. 2022 §5)."""
     times = analysis.times[stage]
     return times.recompute_s / times.backward_s if times.backward_s > 0 else 0.0
-
-
-def pipeline_hop_s(analysis: Analysis) -> float:
-    """One pipeline message's time: the slowest PP send per call (0 without pipeline)."""
-    sends = [op for op in analysis.ops if op.group is GroupKind.PP and op.calls]
-    return max((analysis.op_seconds[op] / op.calls for op in sends), default=0.0)
 
 
 def simulate_drawn(analysis: Analysis, total_s: float = 0.0) -> Gantt:
