@@ -247,3 +247,8 @@ def test_compare_page_renders_without_errors(tmp_path: Path) -> None:
     # Stage 0's memory as planc explain prints it (explain's JSON, in GiB of 2^30 bytes).
     stage0 = page_data(built.page)["explain"]["memory"]["stages"][0]["total"] / 2**30
     assert re.search(rf'role="tooltip"[^>]*>stage 0 after: {stage0:.2f} GiB</div>', dom)
+
+
+def test_compare_page_is_deterministic() -> None:
+    first = build_report(str(DENSE), str(BASE)).page
+    assert first is not None and first == build_report(str(DENSE), str(BASE)).page
