@@ -113,3 +113,66 @@ def test_the_step_bar_adds_up_to_the_step(
     )
     assert drawn + step["bubble_s"] == pytest.approx(by_hand, rel=1e-12)
     assert by_hand + other == pytest.approx(max(by_hand, step["step_time_s"]), rel=1e-9)
+
+
+# --- the same quantities on planc diff's and planc search's surfaces ---------------------------
+
+
+def test_compare_view_numbers_are_the_reports() -> None:
+    """`--compare`: planc diff's numbers of the report's own side (its JSON in the page) are the
+    numbers the page marks (explain's): memory per stage and the peak, step, tokens/s, MFU and
+    the stages' idle share (what planc diff calls the pipeline bubble)."""
+    spec, base = EXAMPLES / "llama3-70b-8x8.yaml", EXAMPLES / "llama3-70b-64xh100-fp8.yaml"
+    built = build_report(str(spec), str(base))
+    assert built.page is not None
+    shown = dict(marked(built.page))
+    data = json.loads(built.page.split("id='planc-data'>", 1)[1].split("</script>", 1)[0])
+    plan = data["compare"]["new"]["plan"]
+    assert plan["step_time_s"] == shown["step.step_time_s"]
+    assert plan["tokens_per_s"] == shown["step.tokens_per_s"]
+    assert plan["mfu"] == shown["step.mfu"]
+    assert plan["bubble_fraction"] == shown["pipeline.bubble_fraction"]
+    assert plan["peak_memory_bytes"] == shown["memory.peak.total"]
+    assert plan["memory_per_stage"] == [
+        shown[f"memory.stages.{i}.total"] for i in range(len(plan["memory_per_stage"]))
+    ]
+
+
+def test_search_candidates_are_explains(tmp_path: Path) -> None:
+    """planc search --report's candidates: the layout a candidate names, written as a spec and
+    explained, has the candidate's step time, tokens/s, MFU and peak memory."""
+    import yaml
+    from test_html_report import SEARCH_SPEC, searched
+
+    from planc.report.explorer import explorer_page
+
+    search_spec = tmp_path / "search.yaml"
+    search_spec.write_text(SEARCH_SPEC, encoding="utf-8")
+    heading, setup, result = searched(search_spec)
+    page = explorer_page(heading, setup, result)
+    found = json.loads(page.split("id='planc-candidates'>", 1)[1].split("</script>", 1)[0])
+    candidates = found["candidates"]
+    for candidate in (candidates[0], candidates[len(candidates) // 2], candidates[-1]):
+        values = candidate["values"]
+        spec = yaml.safe_load(SEARCH_SPEC)
+        spec["parallelism"] = {
+            "tensor": int(values["tensor"]),
+            "pipeline": int(values["pipeline"]),
+            "context": 1,
+            "virtual_stages": 1,
+            "sequence_parallel": values["sequence_parallel"] == "true",
+            "zero_stage": int(values["zero_stage"]),
+        }
+        spec["training"]["micro_batch"] = int(values["micro_batch"])
+        spec["training"]["recompute"] = values["recompute"]
+        path = tmp_path / f"candidate-{candidate['place']}.yaml"
+        path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+        explained = explain_json(path)
+        assert candidate["step_time_s"] == pytest.approx(
+            explained["step"]["step_time_s"], rel=1e-12
+        ), values
+        assert candidate["tokens_per_s"] == pytest.approx(
+            explained["step"]["tokens_per_s"], rel=1e-12
+        )
+        assert candidate["mfu"] == pytest.approx(explained["step"]["mfu"], rel=1e-12)
+        assert candidate["peak_memory_bytes"] == explained["memory"]["peak"]["total"]
