@@ -252,3 +252,28 @@ def test_compare_page_renders_without_errors(tmp_path: Path) -> None:
 def test_compare_page_is_deterministic() -> None:
     first = build_report(str(DENSE), str(BASE)).page
     assert first is not None and first == build_report(str(DENSE), str(BASE)).page
+
+
+# --- the step bar's legend and colours ----------------------------------------------------------
+
+
+def test_step_legend_is_html_and_every_segment_has_its_own_colour() -> None:
+    """Mixtral (an expert all-to-all part, the page where the SVG legend ran past 960 px): the
+    step chart has no text beyond its width, its legend is an HTML list, and no two segments
+    share a colour in either colour scheme."""
+    from planc.report.assets import CSS
+
+    page = page_of(MOE)
+    chart = re.search(r'<svg[^>]*class="chart step".*?</svg>', page)
+    assert chart is not None
+    assert all(float(x) < 960 for x in re.findall(r'<text x="([\d.]+)"', chart.group(0)))
+    classes = re.findall(r'<rect[^>]*class="(t-[a-z]+)"', chart.group(0))
+    assert "t-ep" in classes and len(classes) == len(set(classes))
+    legend = page.split(chart.group(0), 1)[1].split("</ul>", 1)[0]
+    assert legend.startswith("<ul class='legend'>") and legend.count("<li>") == len(classes)
+    light, dark = CSS.split("@media (prefers-color-scheme:dark)", 1)
+    for scheme in (light, dark.split("}}", 1)[0]):
+        colours = [re.search(rf"--{c}:(#[0-9a-f]+)", scheme) for c in classes]
+        assert all(colours), classes
+        shown = [c.group(1) for c in colours if c]
+        assert len(set(shown)) == len(shown), shown
