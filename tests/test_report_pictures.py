@@ -277,3 +277,33 @@ def test_step_legend_is_html_and_every_segment_has_its_own_colour() -> None:
         assert all(colours), classes
         shown = [c.group(1) for c in colours if c]
         assert len(set(shown)) == len(shown), shown
+
+
+def test_a_nodes_groups_by_hand() -> None:
+    """Node 5 of the dense example holds ranks 40–47 (stage 40 // 16 = 2): one TP group inside
+    it; DP pairs r with r − 8 (node 4): 8 groups over 2 nodes; PP r + 16k: 8 groups over 4."""
+    from planc.report.drill import node_record
+
+    plan = plan_of(DENSE)
+    record = node_record(plan, memberships(plan), 5, "node 5")
+    assert record["ranks"] == "8 ranks: 40–47" and record["stages"] == "2"
+    assert dict(record["groups"]) == {
+        "tensor-parallel (TP)": "1 group of 8 ranks, inside the node",
+        "data-parallel (DP)": "8 groups of 2 ranks, reaching over up to 2 nodes",
+        "pipeline (PP)": "8 groups of 4 ranks, reaching over up to 4 nodes",
+    }
+
+
+@needs_chromium
+def test_clicking_a_node_name_shows_its_groups(tmp_path: Path) -> None:
+    poke = (
+        "document.querySelector('text[data-node=\"5\"]')"
+        ".dispatchEvent(new MouseEvent('click', {bubbles: true}));"
+    )
+    dom = dom_after(page_of(DENSE), poke, tmp_path)
+    panel = re.search(r'<div id="rank-panel"[^>]*data-node="5">(.*?)</table></div>', dom)
+    assert panel is not None, "the panel did not open"
+    assert "Node 5 (" in panel.group(1) and "8 ranks: 40–47" in panel.group(1)
+    assert "<th>tensor-parallel (TP)</th><td>1 group of 8 ranks, inside the node</td>" in (
+        panel.group(1)
+    )

@@ -90,7 +90,7 @@ table.diff td:first-child{white-space:pre}.diff-findings{margin:4px 0;padding-le
 .g-bubble{background:repeating-linear-gradient(45deg,var(--idle) 0 3px,var(--idle-line) 3px 5px)}
 svg .cut{fill:var(--panel)}svg .cut-edge{stroke:var(--muted);stroke-dasharray:3 3}
 svg .ep{fill:none;stroke:var(--t-ep);stroke-width:2;stroke-dasharray:4 3}
-svg rect.gpu{cursor:pointer}svg rect.gpu.picked{stroke:var(--fg);stroke-width:3}
+svg rect.gpu,svg text.host[data-node]{cursor:pointer}svg rect.gpu.picked{stroke:var(--fg);stroke-width:3}
 .js-only{display:none}html[data-js=on] .js-only{display:block}
 .drill{border:1px solid var(--rule);border-radius:8px;padding:8px 12px;margin:8px 0;background:var(--bg)}
 .drill h3{margin:2px 0 6px}.drill table{margin:0}.drill th{white-space:nowrap;width:1%}
@@ -186,15 +186,31 @@ DRILL_JS = """
     heading.textContent = "Rank " + rank + ": node " + r.node + " (" + r.host + "), GPU " +
       r.gpu + ", stage " + r.stage;
     panel.setAttribute("data-rank", rank);
+    panel.removeAttribute("data-node");
     while (facts.firstChild) { facts.removeChild(facts.firstChild); }
     r.groups.forEach(function (g) { fact(g[0], g[1]); });
     fact("memory (stage " + r.stage + ")", data.stages[r.stage].memory);
     fact("traffic (stage " + r.stage + ")", data.stages[r.stage].traffic);
     panel.hidden = false;
   }
+  function node(label) {
+    var n = label.getAttribute("data-node"), r = data.nodes[n];
+    if (!r) { return; }
+    var picked = document.querySelectorAll("rect.gpu.picked");
+    for (var i = 0; i < picked.length; i++) { picked[i].classList.remove("picked"); }
+    heading.textContent = "Node " + n + " (" + r.host + "): " + r.ranks + ", stage " + r.stages;
+    panel.setAttribute("data-rank", "");
+    panel.setAttribute("data-node", n);
+    while (facts.firstChild) { facts.removeChild(facts.firstChild); }
+    fact("drawn for", r.what);
+    r.groups.forEach(function (g) { fact(g[0], g[1]); });
+    panel.hidden = false;
+  }
   document.addEventListener("click", function (event) {
-    var gpu = event.target && event.target.closest ? event.target.closest("rect[data-rank]") : null;
-    if (gpu) { pick(gpu); }
+    var at = event.target && event.target.closest ? event.target : null;
+    var gpu = at ? at.closest("rect[data-rank]") : null;
+    var label = at ? at.closest("text[data-node]") : null;
+    if (gpu) { pick(gpu); } else if (label) { node(label); }
   });
 })();
 """

@@ -135,12 +135,48 @@ def stage_records(analysis: Analysis) -> list[dict[str, str]]:
     return out
 
 
-def drill_data(analysis: Analysis, ranks: Iterable[int]) -> dict[str, Any]:
-    """The page's drill-down data for the drawn GPUs `ranks`."""
+def node_record(plan: Plannable, kinds: list[Membership], node: int, what: str) -> dict[str, Any]:
+    """What the panel says of `node`: its ranks and stages, and per group kind how many groups
+    its GPUs are in and how far they reach (inside the node, or over how many nodes)."""
+    gpn = plan.cluster.gpus_per_node
+    ranks = np.arange(node * gpn, (node + 1) * gpn, dtype=np.int64)
+    lay = plan.layout
+    stages = sorted(set(((ranks // lay.strides[Axis.PP]) % lay.p).tolist()))
+    groups = []
+    for m in kinds:
+        rows = np.unique(m.row[ranks])
+        spans = [int(np.unique(m.groups[r] // gpn).size) for r in rows.tolist()]
+        inside = sum(1 for n in spans if n == 1)
+        words = f"{rows.size:,} group{'s' if rows.size != 1 else ''} of {m.groups.shape[1]:,} ranks"
+        if inside == len(spans):
+            words += ", inside the node"
+        else:
+            words += f", reaching over up to {max(spans):,} nodes"
+            words += f" ({inside:,} inside the node)" if inside else ""
+        groups.append([m.name, words])
+    return {
+        "host": plan.cluster.hosts[node],
+        "what": what,
+        "ranks": members_words(ranks.tolist()),
+        "stages": ", ".join(str(s) for s in stages),
+        "groups": groups,
+    }
+
+
+def drill_data(analysis: Analysis, nodes: Iterable[tuple[int, str]]) -> dict[str, Any]:
+    """The page's drill-down data for the drawn nodes (node, what its row stands for): each
+    node's and each of its GPUs' record, and every stage's memory and traffic."""
     plan = analysis.plan
     kinds = memberships(plan)
+    gpn = plan.cluster.gpus_per_node
+    drawn = sorted(dict(nodes).items())
     return {
-        "ranks": {str(r): rank_record(plan, kinds, r) for r in sorted(set(ranks))},
+        "nodes": {str(n): node_record(plan, kinds, n, what) for n, what in drawn},
+        "ranks": {
+            str(r): rank_record(plan, kinds, r)
+            for n, _ in drawn
+            for r in range(n * gpn, (n + 1) * gpn)
+        },
         "stages": stage_records(analysis),
     }
 
@@ -148,7 +184,8 @@ def drill_data(analysis: Analysis, ranks: Iterable[int]) -> dict[str, Any]:
 def drill_panel() -> Html:
     """The panel the script fills (hidden until a GPU is clicked; absent meaning without JS)."""
     return markup(
-        "<p class='note js-only'>Click a GPU for its rank's process groups, memory and traffic.</p>"
+        "<p class='note js-only'>Click a GPU for its rank's process groups, memory and traffic, "
+        "or a node's name for its groups.</p>"
         "<div id='rank-panel' class='drill' hidden><h3 id='rank-title'></h3>"
         "<table><tbody id='rank-facts'></tbody></table></div>"
     )

@@ -33,7 +33,7 @@ from planc.report.compare import compare_section
 from planc.report.drill import drill_data, drill_panel
 from planc.report.gantt import Gantt, gantt_legend, gantt_svg, simulate_drawn
 from planc.report.memory import memory_svg, terms_table
-from planc.report.placement import FULL_GRID_NODES, drawn_ranks, placement_svg, stage_legend
+from planc.report.placement import FULL_GRID_NODES, drawn_nodes, placement_svg, stage_legend
 from planc.report.svg import NOTHING, Html, join, markup
 from planc.run import RunEstimate
 
@@ -411,7 +411,7 @@ def render_page(
             "makespan_s": float(gantt.timeline.makespan),
             "p2p_s": gantt.hop_s,
         },
-        "drill": drill_data(analysis, drawn_ranks(plan)),
+        "drill": drill_data(analysis, drawn_nodes(plan)),
         **({} if compare is None else {"compare": diff_json(compare)}),
     }
     subtitle = (

@@ -148,12 +148,14 @@ def boxes(rows: list[list[int]], per_column: int, merge: bool) -> list[Box]:
     return out
 
 
-def _node_row(plan: Plannable, grid: PlacementGrid, row: Row, x: float, y: float, cell: float) -> Html:
+def _node_row(
+    plan: Plannable, grid: PlacementGrid, row: Row, x: float, y: float, cell: float
+) -> Html:
     """One node: its label, its GPUs coloured by stage (with rank numbers when they fit)."""
     lay = plan.layout
     gpn = plan.cluster.gpus_per_node
     stages, groups = grid.stage[row.node].tolist(), grid.tp_group[row.node].tolist()
-    parts = [text(x - 8, y + cell / 2 + 4, row.label, "host", "end")]
+    parts = [text(x - 8, y + cell / 2 + 4, row.label, "host", "end", data_node=row.node)]
     if row.note:
         parts.append(text(x + gpn * cell + 10, y + cell / 2 + 4, row.note, "host"))
     for gpu in range(gpn):
@@ -289,12 +291,11 @@ def placement_svg(plan: Plannable) -> Html:
     )
 
 
-def drawn_ranks(plan: Plannable) -> list[int]:
-    """The ranks of the GPUs the view draws (every node's, or each node type's first node's)."""
-    grid = rank_grid(plan)
-    gpn = plan.cluster.gpus_per_node
-    rows = _rows(plan, grid, plan.cluster.nodes <= FULL_GRID_NODES)
-    return [row.node * gpn + gpu for row in rows for gpu in range(gpn)]
+def drawn_nodes(plan: Plannable) -> list[tuple[int, str]]:
+    """(node, what its row stands for) of each row the view draws: every node, or each node
+    type's first node."""
+    rows = _rows(plan, rank_grid(plan), plan.cluster.nodes <= FULL_GRID_NODES)
+    return [(row.node, row.tip) for row in rows]
 
 
 def stage_legend(plan: Plannable) -> Html:
