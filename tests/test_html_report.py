@@ -136,9 +136,9 @@ def test_memory_marks_the_heaviest_stage_and_hbm() -> None:
     svg = memory_svg(an.plan, an.memory)
     peak = an.memory.peak.stage
     assert svg.count("bar-outline peak") == 1
-    bars = re.findall(r'<g class="stage-bar" data-stage="(\d+)">', svg)
+    bars = re.findall(r'<g class="stage-bar" data-stage="(\d+)"[^>]*>', svg)
     assert bars == [str(s) for s in range(an.plan.layout.p)]
-    peak_bar = svg.split(f'data-stage="{peak}">', 1)[1].split("</g>", 1)[0]
+    peak_bar = svg.split(f'data-stage="{peak}" ', 1)[1].split("</g>", 1)[0]
     assert "bar-outline peak" in peak_bar and "▼" in peak_bar
     assert 'class="hbm"' in svg and 'class="usable"' in svg
     assert "HBM 80.00 GiB" in svg
@@ -162,15 +162,37 @@ def test_drawn_microbatches_are_bounded() -> None:
 
 
 def test_gantt_draws_every_op_with_its_bubble() -> None:
+    """GPT-3 on 1,024 A100s: 2·p·m = 1,536 ops fit, so the whole step is drawn, every op."""
     an = analysed(LARGE)
     gantt = simulate_drawn(an)
     svg = gantt_svg(gantt)
-    p, shown = an.plan.layout.p, gantt.shown
-    assert shown < an.plan.m
-    assert svg.count('class="op-f"><title>') == p * shown
-    assert svg.count('class="op-b"><title>') == p * shown
+    p, m = an.plan.layout.p, an.plan.m
+    assert gantt.shown == m and gantt.compressed_s == 0
+    assert svg.count('class="op-f"><title>') == p * m
+    assert svg.count('class="op-b"><title>') == p * m
     assert svg.count('class="bubble"><title>') == p
-    assert f"the first {shown} of {an.plan.m} micro-batches" in svg
+    assert f"the whole step, {m} micro-batches" in svg
+
+
+def test_a_long_step_is_drawn_whole_with_its_steady_state_left_out() -> None:
+    """1F1B, p = 4, m = 2,000, t_f = 1, t_b = 2: the step's pipeline is (m + p − 1)(t_f + t_b)
+    = 6,009 s. Drawn: the first 12 micro-batches ((12 + 3)·3 = 45 s), broken in the middle;
+    the part after the break moved by 6,009 − 45 = 5,964 s and 1,988 micro-batches, so it
+    ends at 6,009 s with micro-batch 1,999's backward on stage 0."""
+    from planc.report.gantt import whole_step
+
+    p, m, shown = 4, 2000, 12
+    timeline = simulate(build_schedule(p, shown, 1), Fraction(1), Fraction(2), 0)
+    assert timeline.makespan == 45
+    gantt = Gantt(p, m, 1, shown, timeline, (0.0,) * p, 0.0, 6009.0)
+    assert gantt.compressed_s == 5964
+    stages, cut = whole_step(gantt)
+    assert cut is not None and cut.at == 22.5 and cut.left_out_s == 5964
+    last = stages[0][-1]
+    assert (last.op.kind, last.op.microbatch, last.end) == ("B", 1999, 6009)
+    assert all(s.end <= 22.5 or s.start >= 22.5 + 5964 for row in stages for s in row)
+    svg = gantt_svg(gantt)
+    assert "1,988 micro-batches" in svg and "of steady state left out" in svg
 
 
 def test_gantt_merges_ops_narrower_than_a_pixel() -> None:

@@ -44,7 +44,10 @@ def test_every_verdict_is_what_check_finds() -> None:
         verdict = judge(judged, index)
         job = candidate_job(judged.base, judged.space, judged.space.candidate(index))
         found = evaluate(job, suggest=False)  # check's own path: every rule on one context
-        errors = sorted({rule for rule, sev, _ in found.violations if sev.rank >= judged.rejecting})
+        # Errors, and by default a framework rule's warnings (FRAMEWORK_RULES), reject.
+        errors = sorted(
+            {rule for rule, sev, _ in found.violations if (rule, sev) in judged.rejectors}
+        )
         # A rule that reads no analysis rejects first: then the analysis is not built and the
         # verdict names those rules only.
         early = [rule for rule in errors if REGISTRY[rule].needs is not Needs.ANALYSIS]

@@ -76,7 +76,13 @@ def explain(spec: str, output_format: str) -> None:
     type=click.Path(dir_okay=False),
     help="The HTML file to write (atomically; one self-contained file).",
 )
-def report(spec: str, output: str) -> None:
+@click.option(
+    "--compare",
+    metavar="BASE",
+    default=None,
+    help="Also draw what `planc diff BASE SPEC` says (a spec file or REV:path).",
+)
+def report(spec: str, output: str, compare: str | None) -> None:
     """One HTML page of SPEC: findings, memory per stage, pipeline schedule, placement, traffic.
 
     Self-contained (opens from file://, no network). Drawn even when memory (PLC007) or the
@@ -84,10 +90,15 @@ def report(spec: str, output: str) -> None:
     """
     from planc.cli.reporters import REPORTERS
     from planc.findings import exit_code
+    from planc.outputs.diff import DiffError  # start-up: the analysis
     from planc.outputs.emit import write_text_atomic
     from planc.report import build_report  # start-up: the analysis, the simulation and numpy
 
-    built = build_report(spec)
+    try:
+        built = build_report(spec, compare)
+    except DiffError as error:
+        click.echo(f"planc report: error: {escape.line(str(error))}", err=True)
+        sys.exit(2)
     if built.page is None:
         click.echo(REPORTERS["text"]((built.result,), False), nl=False, err=True)
         sys.exit(max(exit_code((built.result,)), 1))

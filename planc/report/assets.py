@@ -21,7 +21,8 @@ CSS = """
 --c-buffers:#59a14f;--c-reserve:#b8b0aa;
 --c-fwd:#3f7cc0;--c-fwd2:#79a7da;--c-bwd:#2e9a6b;--c-bwd2:#73c39e;--c-rec:#1b5e40;--c-busy:#6d8fb0;
 --idle:#f3e6d0;--idle-line:#e2c79a;--nvl:#eef1f5;--nvl-line:#b7c2cf;--tp:#1d232a;
---nvlink:#7b61c4;--network:#d9822b;--t-compute:#3f7cc0;--t-comm:#d9822b;--t-bubble:#e2c79a;--t-other:#9aa5b1}
+--nvlink:#7b61c4;--network:#d9822b;--t-compute:#3f7cc0;--t-comm:#d9822b;--t-bubble:#e2c79a;--t-other:#9aa5b1;
+--t-tp:#9467bd;--t-cp:#17a3a3;--t-ep:#d6456f;--t-dp:#e8841a;--t-opt:#5c9e3f}
 @media (prefers-color-scheme:dark){:root{
 --bg:#121519;--panel:#1a1f25;--fg:#e4e8ec;--muted:#9aa6b2;--rule:#2c343d;--grid:#262d35;
 --ok:#4cc27e;--warn:#f0a33a;--bad:#ff6b6b;--info:#6aa8ec;
@@ -29,7 +30,8 @@ CSS = """
 --c-buffers:#7cc06f;--c-reserve:#8d8580;
 --c-fwd:#5b95d6;--c-fwd2:#8db8e6;--c-bwd:#3db383;--c-bwd2:#82d2ad;--c-rec:#1f7a52;--c-busy:#6d8fb0;
 --idle:#3a3122;--idle-line:#5e4d2f;--nvl:#222a33;--nvl-line:#4a5663;--tp:#e4e8ec;
---nvlink:#9d86e0;--network:#f0a33a;--t-compute:#5b95d6;--t-comm:#f0a33a;--t-bubble:#8a7449;--t-other:#6b7682}}
+--nvlink:#9d86e0;--network:#f0a33a;--t-compute:#5b95d6;--t-comm:#f0a33a;--t-bubble:#8a7449;--t-other:#6b7682;
+--t-tp:#b495dc;--t-cp:#3cc4c4;--t-ep:#ef6f93;--t-dp:#f0a33a;--t-opt:#7cc06f}}
 *{box-sizing:border-box}
 body{margin:0;background:var(--bg);color:var(--fg);font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif}
 main{max-width:1040px;margin:0 auto;padding:24px 20px 48px}
@@ -51,7 +53,7 @@ th,td{text-align:left;padding:4px 8px;border-bottom:1px solid var(--rule);vertic
 th{font-weight:600;color:var(--muted)}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 td.src{color:var(--muted);font-size:12px}
 .swatch{display:inline-block;width:11px;height:11px;border-radius:2px;margin-right:6px;vertical-align:-1px}
-.stage-legend{list-style:none;padding:0;margin:8px 0;display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12.5px}
+.stage-legend,.legend{list-style:none;padding:0;margin:8px 0;display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12.5px}
 svg.chart{width:100%;height:auto;display:block;margin:8px 0;font-family:inherit}
 svg text{fill:var(--fg);font-size:12px}svg .axis,svg .legend{fill:var(--muted);font-size:11.5px}
 svg .grid{stroke:var(--grid);stroke-width:1}svg .tick{stroke:var(--muted)}
@@ -75,10 +77,26 @@ svg .gpu-label{fill:#fff;font-size:11px;font-weight:600;pointer-events:none}
 svg .op-name{font-size:12px}svg .op-value{fill:var(--muted);font-size:12px}
 .t-compute{fill:var(--t-compute);background:var(--t-compute)}.t-comm{fill:var(--t-comm);background:var(--t-comm)}
 .t-bubble{fill:var(--t-bubble);background:var(--t-bubble)}.t-other{fill:var(--t-other);background:var(--t-other)}
+.t-tp{fill:var(--t-tp);background:var(--t-tp)}.t-cp{fill:var(--t-cp);background:var(--t-cp)}.t-ep{fill:var(--t-ep);background:var(--t-ep)}
+.t-dp{fill:var(--t-dp);background:var(--t-dp)}.t-opt{fill:var(--t-opt);background:var(--t-opt)}
 svg .step-label{fill:#fff;font-weight:650;font-size:12.5px}
 .findings td.loc{width:34%;overflow-wrap:anywhere}.findings .fix{color:var(--muted)}
 .note{font-size:12.5px;color:var(--muted)}
 .focus [data-stage]:not(.hl){opacity:.35}
+.side-old{fill:var(--c-fwd2);background:var(--c-fwd2)}.side-new{fill:var(--c-fwd);background:var(--c-fwd)}
+table.diff td:first-child{white-space:pre}.diff-findings{margin:4px 0;padding-left:18px;font-size:13px}
+.g-op-f{background:var(--c-fwd)}.g-op-f-odd{background:var(--c-fwd2)}.g-op-b{background:var(--c-bwd)}
+.g-op-b-odd{background:var(--c-bwd2)}.g-op-r{background:var(--c-rec)}
+.g-bubble{background:repeating-linear-gradient(45deg,var(--idle) 0 3px,var(--idle-line) 3px 5px)}
+svg .cut{fill:var(--panel)}svg .cut-edge{stroke:var(--muted);stroke-dasharray:3 3}
+svg .ep{fill:none;stroke:var(--t-ep);stroke-width:2;stroke-dasharray:4 3}
+svg rect.gpu,svg text.host[data-node]{cursor:pointer}svg rect.gpu.picked{stroke:var(--fg);stroke-width:3}
+.js-only{display:none}html[data-js=on] .js-only{display:block}
+.drill{border:1px solid var(--rule);border-radius:8px;padding:8px 12px;margin:8px 0;background:var(--bg)}
+.drill h3{margin:2px 0 6px}.drill table{margin:0}.drill th{white-space:nowrap;width:1%}
+.tip{position:fixed;z-index:10;pointer-events:none;max-width:420px;padding:6px 9px;border-radius:6px;
+background:var(--panel);color:var(--fg);border:1px solid var(--rule);box-shadow:0 4px 14px rgba(0,0,0,.18);
+font-size:12px;line-height:1.4;white-space:pre-line}
 details>summary{cursor:pointer;color:var(--muted);margin:8px 0}
 footer{font-size:12px;color:var(--muted);text-align:center;margin-top:24px}
 @media print{:root{--bg:#fff;--panel:#fff;--fg:#000;--muted:#444;--rule:#bbb;--grid:#ddd;--idle:#f3e6d0;--idle-line:#e2c79a;--nvl:#eef1f5;--nvl-line:#b7c2cf;--tp:#000}
@@ -104,7 +122,96 @@ JS = """
     var target = event.target && event.target.closest ? event.target.closest("[data-stage]") : null;
     mark(target ? target.getAttribute("data-stage") : null);
   });
+  // Styled tooltips: each SVG <title> (what a page without scripts shows) becomes the text of
+  // one floating box; the element keeps it as its accessible name.
+  var tip = document.createElement("div");
+  tip.className = "tip";
+  tip.setAttribute("role", "tooltip");
+  tip.hidden = true;
+  document.body.appendChild(tip);
+  var titles = document.querySelectorAll("svg title");
+  for (var t = 0; t < titles.length; t++) {
+    var owner = titles[t].parentNode;
+    if (owner.tagName.toLowerCase() === "svg") { continue; }
+    owner.setAttribute("data-tip", titles[t].textContent);
+    owner.setAttribute("aria-label", titles[t].textContent);
+    owner.removeChild(titles[t]);
+  }
+  function place(event) {
+    var x = event.clientX + 14, y = event.clientY + 16;
+    var width = tip.offsetWidth, height = tip.offsetHeight;
+    if (x + width > window.innerWidth - 8) { x = Math.max(8, event.clientX - width - 14); }
+    if (y + height > window.innerHeight - 8) { y = Math.max(8, event.clientY - height - 12); }
+    tip.style.left = x + "px";
+    tip.style.top = y + "px";
+  }
+  document.addEventListener("mouseover", function (event) {
+    var owner = event.target && event.target.closest ? event.target.closest("[data-tip]") : null;
+    if (!owner) { tip.hidden = true; return; }
+    tip.textContent = owner.getAttribute("data-tip");
+    tip.hidden = false;
+    place(event);
+  });
+  document.addEventListener("mousemove", function (event) { if (!tip.hidden) { place(event); } });
+  document.addEventListener("mouseleave", function () { tip.hidden = true; });
   document.documentElement.setAttribute("data-js", "on");
+})();
+"""
+
+# The placement drill-down: a click on a GPU puts its rank's text (written by planc into the
+# page's JSON) into the panel; nothing is computed here.
+DRILL_JS = """
+(function () {
+  "use strict";
+  var panel = document.getElementById("rank-panel");
+  if (!panel) { return; }
+  var data = JSON.parse(document.getElementById("planc-data").textContent).drill;
+  var heading = document.getElementById("rank-title");
+  var facts = document.getElementById("rank-facts");
+  function fact(term, detail) {
+    var row = document.createElement("tr");
+    var th = document.createElement("th"), td = document.createElement("td");
+    th.textContent = term;
+    td.textContent = detail;
+    row.appendChild(th);
+    row.appendChild(td);
+    facts.appendChild(row);
+  }
+  function pick(gpu) {
+    var rank = gpu.getAttribute("data-rank"), r = data.ranks[rank];
+    if (!r) { return; }
+    var picked = document.querySelectorAll("rect.gpu.picked");
+    for (var i = 0; i < picked.length; i++) { picked[i].classList.remove("picked"); }
+    gpu.classList.add("picked");
+    heading.textContent = "Rank " + rank + ": node " + r.node + " (" + r.host + "), GPU " +
+      r.gpu + ", stage " + r.stage;
+    panel.setAttribute("data-rank", rank);
+    panel.removeAttribute("data-node");
+    while (facts.firstChild) { facts.removeChild(facts.firstChild); }
+    r.groups.forEach(function (g) { fact(g[0], g[1]); });
+    fact("memory (stage " + r.stage + ")", data.stages[r.stage].memory);
+    fact("traffic (stage " + r.stage + ")", data.stages[r.stage].traffic);
+    panel.hidden = false;
+  }
+  function node(label) {
+    var n = label.getAttribute("data-node"), r = data.nodes[n];
+    if (!r) { return; }
+    var picked = document.querySelectorAll("rect.gpu.picked");
+    for (var i = 0; i < picked.length; i++) { picked[i].classList.remove("picked"); }
+    heading.textContent = "Node " + n + " (" + r.host + "): " + r.ranks + ", stage " + r.stages;
+    panel.setAttribute("data-rank", "");
+    panel.setAttribute("data-node", n);
+    while (facts.firstChild) { facts.removeChild(facts.firstChild); }
+    fact("drawn for", r.what);
+    r.groups.forEach(function (g) { fact(g[0], g[1]); });
+    panel.hidden = false;
+  }
+  document.addEventListener("click", function (event) {
+    var at = event.target && event.target.closest ? event.target : null;
+    var gpu = at ? at.closest("rect[data-rank]") : null;
+    var label = at ? at.closest("text[data-node]") : null;
+    if (gpu) { pick(gpu); } else if (label) { node(label); }
+  });
 })();
 """
 

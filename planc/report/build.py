@@ -13,6 +13,7 @@ import os
 from planc.analysis import analyse, estimate_step
 from planc.check import check_file, with_refusals
 from planc.findings import FileResult, Severity
+from planc.outputs.diff import Diff, Side, read_side
 from planc.plannable import plannable
 from planc.record import record
 from planc.report.page import render_page
@@ -30,7 +31,11 @@ class Built:
     page: str | None
 
 
-def build_report(path: str) -> Built:
+def build_report(path: str, compare: str | None = None) -> Built:
+    """The page of the spec at `path`; with `compare` (a spec path or REV:path, as planc diff
+    takes it) also what `planc diff COMPARE PATH` says, drawn. Raises DiffError when `compare`
+    cannot be read."""
+    base = read_side(compare) if compare is not None else None
     loaded = load_path(path)
     result, context = check_file(loaded)
     blocking = [
@@ -49,7 +54,8 @@ def build_report(path: str) -> Built:
     shown = dataclasses.replace(result, path=page_path(result.path))
     step = estimate_step(analysis)
     run = estimate_run(analysis, step) if plan.run.asked else None
-    return Built(result, render_page(shown, analysis, step, run))
+    versus = None if base is None else Diff(base, Side(path, result.findings, analysis, step))
+    return Built(result, render_page(shown, analysis, step, run, versus))
 
 
 def page_path(path: str) -> str:

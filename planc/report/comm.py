@@ -6,6 +6,7 @@ from __future__ import annotations
 from planc.analysis import Analysis, StepEstimate
 from planc.comm.schedule import CommOp
 from planc.comm.tiers import ring_bandwidth_gbs
+from planc.record import record
 from planc.report import fmt
 from planc.report.svg import NOTHING, Html, group, join, markup, rect, svg, text
 
@@ -142,58 +143,119 @@ def wire_table(analysis: Analysis) -> Html:
     )
 
 
-def step_parts(step: StepEstimate) -> list[tuple[str, str, float]]:
-    """(css class, name, seconds) of the step: compute, exposed communication, bubble, and
-    whatever the estimate's step time holds beyond them."""
-    # The MoE layers' exchanges are part of compute_s (serialised); shown as their own part.
-    experts = (
-        [("t-comm", "expert all-to-all (serialised with compute)", step.ep_comm_s)]
-        if step.ep_comm_s > 0
-        else []
-    )
-    parts = [
-        ("t-compute", "compute (incl. exposed TP)", step.compute_s - step.ep_comm_s),
-        *experts,
-        ("t-comm", "exposed DP communication", step.exposed_comm_s),
-        ("t-bubble", "pipeline bubble", step.bubble_s),
-        ("t-other", "optimizer step", step.optimizer_s),
+@record
+class StepPart:
+    """One segment of the step bar: its css class, its name, its seconds, and where the number
+    is in `planc explain --format json`: `quantity` names the fields of its "step" object,
+    `-`-separated when the segment is the first field less the others (compute without the
+    exposed communication explain counts inside it)."""
+
+    cls: str
+    name: str
+    seconds: float
+    quantity: str
+
+
+def step_parts(step: StepEstimate) -> list[StepPart]:
+    """The step, split as `planc explain` splits it: compute, the exposed tensor-parallel,
+    ring-attention and expert exchanges explain counts inside compute, the pipeline bubble,
+    the exposed DP communication, the optimizer step, and whatever the step time holds beyond
+    them. A part of zero seconds is left out (compute and the bubble always stay)."""
+    inside = [
+        ("t-tp", "exposed TP communication", step.tp_comm_s, "tp_comm_s"),
+        ("t-cp", "exposed CP (ring attention)", step.cp_comm_s, "cp_comm_s"),
+        ("t-ep", "expert all-to-all (serialised with compute)", step.ep_comm_s, "ep_comm_s"),
     ]
-    rest = step.step_time_s - sum(seconds for _, _, seconds in parts)
-    if rest > 1e-9 * step.step_time_s:
-        parts.append(("t-other", "other (stages waiting for the slowest one's tail)", rest))
+    shown = [part for part in inside if part[2] > 0]
+    less = "".join(f"-step.{part[3]}" for part in shown)
+    parts = [
+        StepPart(
+            "t-compute",
+            "compute",
+            step.compute_s - sum(part[2] for part in shown),
+            f"step.compute_s{less}",
+        ),
+        *(StepPart(cls, name, s, f"step.{q}") for cls, name, s, q in shown),
+        StepPart("t-bubble", "pipeline bubble", step.bubble_s, "step.bubble_s"),
+    ]
+    rest = [
+        StepPart("t-dp", "exposed DP communication", step.exposed_comm_s, "step.exposed_comm_s"),
+        StepPart("t-opt", "optimizer step", step.optimizer_s, "step.optimizer_s"),
+    ]
+    parts += [part for part in rest if part.seconds > 0]
+    other = step.step_time_s - sum(part.seconds for part in parts)
+    if other > 1e-9 * step.step_time_s:
+        parts.append(
+            StepPart(
+                "t-other",
+                "other (stages waiting for the slowest one's tail)",
+                other,
+                "step.step_time_s-step.compute_s-step.bubble_s-step.exposed_comm_s"
+                "-step.optimizer_s",
+            )
+        )
     return parts
 
 
+def _share(seconds: float, total: float) -> float:
+    return seconds / total if total else 0.0
+
+
 def step_svg(step: StepEstimate) -> Html:
-    """The step time as one stacked bar, each part labelled with seconds and share."""
+    """The step time as one stacked bar, each part labelled with its share where it fits; the
+    legend is HTML below it (`step_legend`) so that it wraps."""
     total = step.step_time_s
     parts: list[Html] = []
-    x, left, width = 10.0, 10.0, WIDTH - 20.0
-    for cls, name, seconds in step_parts(step):
-        w = width * seconds / total if total else 0.0
-        tip = f"{name}: {fmt.seconds(seconds)} ({seconds / total:.1%} of the step)"
-        parts.append(rect(x, 10, w, 34, cls, tip))
+    x, width = 10.0, WIDTH - 20.0
+    for part in step_parts(step):
+        w = width * _share(part.seconds, total)
+        tip = f"{part.name}: {fmt.seconds(part.seconds)} ({_share(part.seconds, total):.1%} of the step)"
+        parts.append(
+            rect(
+                x,
+                10,
+                w,
+                34,
+                part.cls,
+                tip,
+                data_quantity=part.quantity,
+                data_value=repr(part.seconds),
+            )
+        )
         if w >= 90:
             parts.append(
                 text(
                     x + w / 2,
                     32,
-                    f"{name.split(' (')[0]} {seconds / total:.0%}",
+                    f"{part.name.split(' (')[0]} {_share(part.seconds, total):.0%}",
                     "step-label",
                     "middle",
                 )
             )
         x += w
-    legend_x = left
-    for cls, name, seconds in step_parts(step):
-        parts.append(rect(legend_x, 58, 12, 12, cls))
-        label = f"{name} {fmt.seconds(seconds)}"
-        parts.append(text(legend_x + 17, 69, label, "legend"))
-        legend_x += 40 + 7.0 * len(label)
     return svg(
         WIDTH,
-        80,
+        54,
         parts,
         f"Step time {fmt.seconds(total)}: compute, exposed communication, bubble",
         "chart step",
     )
+
+
+def step_legend(step: StepEstimate) -> Html:
+    """The step bar's legend as an HTML list (it wraps on a narrow page or a long list)."""
+    total = step.step_time_s
+    items = join(
+        markup(
+            "<li><span class='swatch {}'></span>{} <span class='muted' data-quantity='{}' "
+            "data-value='{}'>{} ({:.1%})</span></li>",
+            part.cls,
+            part.name,
+            part.quantity,
+            repr(part.seconds),
+            fmt.seconds(part.seconds),
+            _share(part.seconds, total),
+        )
+        for part in step_parts(step)
+    )
+    return markup("<ul class='legend'>{}</ul>", items)

@@ -20,6 +20,7 @@ from planc.report import fmt
 from planc.report.assets import CSS, JS, csp_meta
 from planc.report.memory import memory_svg
 from planc.report.page import embedded_json
+from planc.report.scatter import Point, frontier, scatter_svg
 from planc.report.svg import esc
 from planc.search.evaluate import Metrics, Setup, Verdict, base_job, candidate_job
 from planc.search.rank import SearchResult
@@ -77,12 +78,13 @@ def _panel(choice: Choice, axes: tuple[str, ...]) -> str:
     cards = (
         f"<div class='cards'>"
         f"<div class='card'><div class='k'>Step time</div><div class='v'>{fmt.seconds(m.step_time_s)}</div>"
-        f"<div class='s'>compute {fmt.seconds(m.compute_s)}, bubble {fmt.seconds(m.bubble_s)}, "
+        f"<div class='s'>compute (exposed TP and expert exchange included) {fmt.seconds(m.compute_s)}, "
+        f"pipeline bubble {fmt.seconds(m.bubble_s)}, "
         f"exposed comm. {fmt.seconds(m.exposed_comm_s)}</div></div>"
         f"<div class='card'><div class='k'>Throughput</div><div class='v'>{m.tokens_per_s:,.0f}</div>"
         f"<div class='s'>tokens per second; MFU {fmt.percent(m.mfu)}</div></div>"
-        f"<div class='card'><div class='k'>Bubble</div><div class='v'>{fmt.percent(choice.verdict.bubble_fraction)}</div>"
-        f"<div class='s'>(p − 1)/(v·m + p − 1), m = {choice.verdict.micro_batches:,}</div></div>"
+        f"<div class='card'><div class='k'>Bubble, closed form</div><div class='v'>{fmt.percent(choice.verdict.bubble_fraction)}</div>"
+        f"<div class='s'>(p − 1)/(v·m + p − 1) with equal stages, m = {choice.verdict.micro_batches:,}</div></div>"
         f"<div class='card'><div class='k'>Peak memory</div><div class='v'>{fmt.gib(peak)} "
         f"<span class='badge {badge}'>{word}</span></div><div class='s'>{peak / hbm:.1%} of "
         f"{fmt.gib(hbm)}, stage {memory.peak.stage}</div></div></div>"
@@ -116,6 +118,23 @@ def _controls(items: list[Choice], axes: tuple[str, ...]) -> str:
     return f"<div class='controls'>{''.join(selects)}<p id='status' class='note'></p></div>"
 
 
+def _scatter_section(items: list[Choice], axes: tuple[str, ...]) -> str:
+    """Step time against peak memory of every candidate on the page, the frontier marked."""
+    points = [
+        Point(c.place, _label(c, axes), c.metrics.step_time_s, c.verdict.peak_memory_bytes)
+        for c in items
+    ]
+    hbm = items[0].analysis.plan.cluster.gpu.memory_bytes
+    front = frontier(points)
+    return (
+        "<section id='scatter'><h2>Step time against peak memory</h2>"
+        f"<p class='note'>{len(points):,} candidates; the {len(front):,} joined by the dashed "
+        "line are the Pareto frontier (no other candidate is both faster and smaller). "
+        "Click a point to show that candidate.</p>"
+        f"{scatter_svg(points, hbm)}</section>"
+    )
+
+
 def _order(value: str) -> tuple[int, float | str]:
     try:
         return (0, float(value))
@@ -144,6 +163,8 @@ EXPLORER_CSS = """
 .controls{display:none;flex-wrap:wrap;gap:8px 18px;align-items:center;margin:10px 0}
 html[data-js=on] .controls{display:flex}.controls label{font-size:13px;color:var(--muted)}
 .controls select{font:inherit;margin-left:4px;padding:2px 4px;background:var(--panel);color:var(--fg);border:1px solid var(--rule);border-radius:5px}
+svg .pt{fill:var(--c-weights);fill-opacity:.55;cursor:pointer}svg .pt.front{fill:var(--t-ep);fill-opacity:1}
+svg .pt.on{stroke:var(--fg);stroke-width:2.5;fill-opacity:1}svg .front-line{fill:none;stroke:var(--t-ep);stroke-width:1.5;stroke-dasharray:5 3}
 #status{flex-basis:100%;margin:0}.scroll{overflow-x:auto}.ranking tbody tr{cursor:pointer}.ranking tr.on td{background:var(--grid)}
 """
 
@@ -159,7 +180,7 @@ EXPLORER_JS = """
     document.querySelectorAll(".cand").forEach(function (panel) {
       panel.hidden = panel.id !== "cand-" + candidate.place;
     });
-    document.querySelectorAll("tr[data-cand]").forEach(function (row) {
+    document.querySelectorAll("tr[data-cand], circle[data-cand]").forEach(function (row) {
       row.classList.toggle("on", row.getAttribute("data-cand") === String(candidate.place));
     });
     var moved = [];
@@ -183,7 +204,7 @@ EXPLORER_JS = """
   data.axes.forEach(function (axis) {
     selects[axis].addEventListener("change", function () { pick(axis); });
   });
-  document.querySelectorAll("tr[data-cand]").forEach(function (row) {
+  document.querySelectorAll("tr[data-cand], circle[data-cand]").forEach(function (row) {
     row.addEventListener("click", function () {
       show(data.candidates[Number(row.getAttribute("data-cand")) - 1], null);
     });
@@ -233,7 +254,7 @@ def explorer_page(heading: str, setup: Setup, result: SearchResult) -> str:
     body = (
         f"<header><h1>planc search</h1><p class='muted'>{esc(heading)}</p><p class='note'>{counts}.</p></header>"
         + (
-            f"{_controls(items, axes)}{''.join(panels)}<section><h2>Ranking</h2>"
+            f"{_controls(items, axes)}{_scatter_section(items, axes)}{''.join(panels)}<section><h2>Ranking</h2>"
             f"<div class='scroll'>{_table(items, axes)}</div></section>"
             if items
             else "<section><p><span class='badge bad'>none</span> No candidate is feasible.</p></section>"

@@ -176,7 +176,14 @@ def _bar(
         f"stage {stage.stage} (rank {stage.rank}, {plan.layout.stage_layers[stage.stage]} layers): "
         f"{fmt.gib(mem.total)}, {share:.1%} of HBM" + (" — the heaviest stage" if peak else "")
     )
-    return group(children, "stage-bar", tip if titled else None, data_stage=stage.stage)
+    return group(
+        children,
+        "stage-bar",
+        tip if titled else None,
+        data_stage=stage.stage,
+        data_quantity=f"memory.stages.{stage.stage}.total",
+        data_value=mem.total,
+    )
 
 
 def _legend(at: float) -> Html:

@@ -7,21 +7,33 @@ chart with the sentence a reviewer needs, and the numbers behind them embedded a
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from planc import __version__
 from planc.analysis import Analysis, StepEstimate
 from planc.findings import FileResult, Finding, Severity
+from planc.outputs.diff import Diff
+from planc.outputs.diff import to_json as diff_json
 from planc.outputs.explain import Explanation, run_lines, to_json
 from planc.pipeline.registry import definition
 from planc.plannable import Plannable
 from planc.presets.accuracy import bar_words
 from planc.report import fmt
-from planc.report.assets import CSS, JS, csp_meta
-from planc.report.comm import busiest_stage, link_table, ops_svg, step_svg, wire_table
-from planc.report.gantt import Gantt, gantt_svg, simulate_drawn
+from planc.report.assets import CSS, DRILL_JS, JS, csp_meta
+from planc.report.comm import (
+    busiest_stage,
+    link_table,
+    ops_svg,
+    step_legend,
+    step_svg,
+    wire_table,
+)
+from planc.report.compare import compare_section
+from planc.report.drill import drill_data, drill_panel
+from planc.report.gantt import Gantt, gantt_legend, gantt_svg, simulate_drawn
 from planc.report.memory import memory_svg, terms_table
-from planc.report.placement import FULL_GRID_NODES, placement_svg, stage_legend
+from planc.report.placement import FULL_GRID_NODES, drawn_nodes, placement_svg, stage_legend
 from planc.report.svg import NOTHING, Html, join, markup
 from planc.run import RunEstimate
 
@@ -43,11 +55,20 @@ def memory_verdict(plan: Plannable, analysis: Analysis) -> tuple[str, str]:
     return "ok", "SAFE"
 
 
-def _card(key: str, value: str, sub: str, extra: Html = NOTHING) -> Html:
-    """A headline number: `value` and `sub` are text (escaped), or Html made by `markup`."""
+def _card(
+    key: str, value: str, sub: str, extra: Html = NOTHING, quantity: str = "", number: float = 0.0
+) -> Html:
+    """A headline number: `value` and `sub` are text (escaped), or Html made by `markup`;
+    `quantity` names where `number` (the value shown) is in `planc explain --format json`."""
+    where = (
+        markup(" data-quantity='{}' data-value='{}'", quantity, repr(number))
+        if quantity
+        else NOTHING
+    )
     return markup(
-        "<div class='card'><div class='k'>{}</div><div class='v'>{}</div><div class='s'>{}</div>{}</div>",
+        "<div class='card'><div class='k'>{}</div><div class='v'{}>{}</div><div class='s'>{}</div>{}</div>",
         key,
+        where,
         value,
         sub,
         extra,
@@ -76,20 +97,62 @@ def cards(plan: Plannable, analysis: Analysis, step: StepEstimate) -> Html:
         markup("{} <span class='badge {}'>{}</span>", fmt.gib(peak.memory.total), badge, word),
         f"{share:.1%} of {fmt.gib(hbm)} HBM, stage {peak.stage} (rank {peak.rank:,})",
         _gauge(share, plan.usable_hbm_bytes / hbm, badge),
+        "memory.peak.total",
+        peak.memory.total,
     )
+    pipe = step.pipeline
     bubble = _card(
         "Pipeline bubble",
-        fmt.percent(step.pipeline.bubble_fraction),
-        f"{step.pipeline.method}; closed form (p − 1)/(v·m + p − 1) = "
-        f"{fmt.percent(step.bubble_fraction)}",
+        fmt.seconds(step.bubble_s),
+        markup(
+            "{} of the step (the step bar's bubble); stages idle {} of the pipeline ({}); "
+            "closed form with equal stages {}",
+            _share(step.bubble_s, step.step_time_s),
+            _quantity("pipeline.bubble_fraction", pipe.bubble_fraction, fmt.percent),
+            pipe.method,
+            _quantity("bubble_fraction", step.bubble_fraction, fmt.percent),
+        ),
+        NOTHING,
+        "step.bubble_s",
+        step.bubble_s,
     )
     bar = bar_words(plan.cluster.gpu.name, plan.cluster.calibration)
     time = _card(
-        "Step time", fmt.seconds(step.step_time_s), step.model + (f"; {bar}" if bar else "")
+        "Step time",
+        fmt.seconds(step.step_time_s),
+        step.model + (f"; {bar}" if bar else ""),
+        NOTHING,
+        "step.step_time_s",
+        step.step_time_s,
     )
-    tokens = _card("Throughput", f"{step.tokens_per_s:,.0f}", "tokens per second, whole cluster")
-    mfu = _card("MFU", fmt.percent(step.mfu), "model FLOPs (no recompute) over peak")
+    tokens = _card(
+        "Throughput",
+        f"{step.tokens_per_s:,.0f}",
+        "tokens per second, whole cluster",
+        NOTHING,
+        "step.tokens_per_s",
+        step.tokens_per_s,
+    )
+    mfu = _card(
+        "MFU",
+        fmt.percent(step.mfu),
+        "model FLOPs (no recompute) over peak",
+        NOTHING,
+        "step.mfu",
+        step.mfu,
+    )
     return markup("<div class='cards'>{}{}{}{}{}</div>", memory, bubble, time, tokens, mfu)
+
+
+def _quantity(name: str, value: float, shown: Callable[[float], str]) -> Html:
+    """`value` as text, marked with where it is in `planc explain --format json`."""
+    return markup(
+        "<span data-quantity='{}' data-value='{}'>{}</span>", name, repr(value), shown(value)
+    )
+
+
+def _share(part: float, total: float) -> str:
+    return fmt.percent(part / total if total else 0.0)
 
 
 def findings_section(result: FileResult) -> Html:
@@ -167,13 +230,16 @@ def pipeline_section(plan: Plannable, gantt: Gantt, step: StepEstimate) -> Html:
     pipe = step.pipeline
     drawn = float(gantt.timeline.bubble_fraction)
     shown = (
-        markup("all {} micro-batches", gantt.m)
+        markup("the whole step, all {:,} micro-batches", gantt.m)
         if gantt.shown == gantt.m
         else markup(
-            "the first <strong>{} of {:,}</strong> micro-batches (m′ = {}; a longer step repeats the steady state in the middle)",
-            gantt.shown,
+            "the whole step of {:,} micro-batches: the first and last of {} simulated ones "
+            "either side of a break that stands for the other <strong>{:,}</strong> "
+            "(the steady state, {} of it, repeats the same pattern)",
             gantt.m,
             gantt.shown,
+            gantt.m - gantt.shown,
+            fmt.seconds(gantt.compressed_s),
         )
     )
     entry = definition(lay.schedule)
@@ -190,8 +256,9 @@ def pipeline_section(plan: Plannable, gantt: Gantt, step: StepEstimate) -> Html:
         intro = markup(
             "<p>{} over p = {} stages, v = {}, m = {:,} micro-batches. "
             "{}<strong>{}</strong>; "
-            "simulated over the whole step with each stage's own times and the p2p time "
-            "({}): <strong>{}</strong>.</p>",
+            "over the whole step with each stage's own times and the p2p time "
+            "({}), stages are idle <strong>{}</strong> of the pipeline, and the bubble "
+            "adds <strong>{}</strong> ({} of the step) to the busiest stage's compute.</p>",
             entry.title,
             lay.p,
             lay.v,
@@ -200,21 +267,32 @@ def pipeline_section(plan: Plannable, gantt: Gantt, step: StepEstimate) -> Html:
             fmt.percent(step.bubble_fraction),
             pipe.method,
             fmt.percent(pipe.bubble_fraction),
+            fmt.seconds(step.bubble_s),
+            _share(step.bubble_s, step.step_time_s),
         )
     return markup(
         "<section id='pipeline'><h2>Pipeline schedule</h2>"
         "{}{}"
-        "<p class='note'>Drawn: {}, simulated with each stage's forward and backward time per "
-        "micro-batch from the analysis (compute only) and {} per pipeline message; "
-        "idle share of the drawn time {}. The hatched background is idle time. "
-        "{} "
-        "Numbers in the bars are micro-batches; hover an op for its times.</p></section>",
+        "<p class='note'>Drawn: {}, simulated with the step model's forward and backward time "
+        "per micro-batch of each stage (compute with the exposed TP, CP and expert exchanges, as "
+        "the step time counts them) and {} per pipeline message; drawn pipeline {} "
+        "(the step's: {}); idle share of the simulated time {}. The hatched background is "
+        "idle time. Numbers in the bars are micro-batches; hover an op for its times.</p>"
+        "{}</section>",
         intro,
         gantt_svg(gantt),
         shown,
         fmt.seconds(gantt.hop_s),
+        _quantity(
+            "pipeline.makespan_s",
+            float(gantt.timeline.makespan) + gantt.compressed_s,
+            fmt.seconds,
+        )
+        if gantt.shown == gantt.m and step.pipeline.method == "simulated"
+        else fmt.seconds(float(gantt.timeline.makespan) + gantt.compressed_s),
+        fmt.seconds(step.pipeline.makespan_s),
         fmt.percent(drawn),
-        " Lighter bars are the odd model chunks." if lay.v > 1 else "",
+        gantt_legend(lay.v),
     )
 
 
@@ -231,8 +309,8 @@ def placement_section(plan: Plannable) -> Html:
         "<p>{:,} node{} × {} {} GPUs, NVLink domains of "
         "{}; rank order {} (fastest first), t = {}, c = {}, "
         "d = {:,}, p = {}. Drawn: {}. GPU colour = pipeline stage, dark outline = "
-        "tensor-parallel group, grey panel = NVLink domain.</p>"
-        "{}{}</section>",
+        "tensor-parallel group, grey panel = NVLink domain{}.</p>"
+        "{}{}{}</section>",
         cl.nodes,
         "s" if cl.nodes != 1 else "",
         cl.gpus_per_node,
@@ -244,8 +322,10 @@ def placement_section(plan: Plannable) -> Html:
         lay.d,
         lay.p,
         how,
+        f", dashed outline = expert-parallel group (EP = {lay.ep})" if lay.ep > 1 else "",
         stage_legend(plan),
         placement_svg(plan),
+        drill_panel(),
     )
 
 
@@ -253,7 +333,8 @@ def comm_section(analysis: Analysis, step: StepEstimate) -> Html:
     stage = busiest_stage(analysis)
     return markup(
         "<section id='communication'><h2>Step time and communication</h2>"
-        "<p>Estimated step time {}: where it goes.</p>{}"
+        "<p>Estimated step time {}: where it goes, split as <code>planc explain</code> splits "
+        "it.</p>{}{}"
         "<h3>Stage {}, the stage that communicates longest: per link class</h3>{}"
         "<h3>Per op, stage {} (time per step, α-β model; bytes sent per step)</h3>"
         "{}"
@@ -261,6 +342,7 @@ def comm_section(analysis: Analysis, step: StepEstimate) -> Html:
         "</section>",
         fmt.seconds(step.step_time_s),
         step_svg(step),
+        step_legend(step),
         stage,
         link_table(analysis, stage),
         stage,
@@ -310,11 +392,15 @@ def embedded_json(data: dict[str, Any]) -> Html:
 
 
 def render_page(
-    result: FileResult, analysis: Analysis, step: StepEstimate, run: RunEstimate | None = None
+    result: FileResult,
+    analysis: Analysis,
+    step: StepEstimate,
+    run: RunEstimate | None = None,
+    compare: Diff | None = None,
 ) -> str:
     plan = analysis.plan
     lay, cl, tr = plan.layout, plan.cluster, plan.training
-    gantt = simulate_drawn(analysis)
+    gantt = simulate_drawn(analysis, step.pipeline.makespan_s)
     explained = Explanation(analysis, step, run)
     data = {
         "planc": __version__,
@@ -325,6 +411,8 @@ def render_page(
             "makespan_s": float(gantt.timeline.makespan),
             "p2p_s": gantt.hop_s,
         },
+        "drill": drill_data(analysis, drawn_nodes(plan)),
+        **({} if compare is None else {"compare": diff_json(compare)}),
     }
     subtitle = (
         f"{plan.world:,} × {cl.gpu.name} ({cl.nodes:,} node{'s' if cl.nodes != 1 else ''} × {cl.gpus_per_node}) · "
@@ -333,13 +421,14 @@ def render_page(
     )
     body = markup(
         "<header><h1>planc report: {}</h1><p class='muted'>{}</p>"
-        "<p class='muted mono'>{}</p></header>{}{}{}{}{}{}{}"
+        "<p class='muted mono'>{}</p></header>{}{}{}{}{}{}{}{}"
         "<footer>planc {} · every number on this page is computed by planc and "
         "embedded below as JSON (<code>#planc-data</code>); the script only highlights a stage.</footer>",
         plan.name,
         subtitle,
         result.path,
         cards(plan, analysis, step),
+        NOTHING if compare is None else compare_section(compare),
         findings_section(result),
         memory_section(plan, analysis),
         pipeline_section(plan, gantt, step),
@@ -348,7 +437,7 @@ def render_page(
         run_section(explained),
         __version__,
     )
-    return page(f"planc report: {plan.name}", CSS, body, embedded_json(data), JS)
+    return page(f"planc report: {plan.name}", CSS, body, embedded_json(data), JS + DRILL_JS)
 
 
 def page(title: str, css: str, body: Html, data: Html, *scripts: str) -> str:

@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from planc.plannable import Plannable
 from planc.record import record
+from planc.report.drill import expert_group_ids
 from planc.report.svg import Html, group, join, markup, rect, stage_colour, svg, text
 from planc.vocab import Axis
 
@@ -147,12 +148,14 @@ def boxes(rows: list[list[int]], per_column: int, merge: bool) -> list[Box]:
     return out
 
 
-def _node_row(plan: Plannable, grid: PlacementGrid, row: Row, x: float, y: float, cell: float) -> Html:
+def _node_row(
+    plan: Plannable, grid: PlacementGrid, row: Row, x: float, y: float, cell: float
+) -> Html:
     """One node: its label, its GPUs coloured by stage (with rank numbers when they fit)."""
     lay = plan.layout
     gpn = plan.cluster.gpus_per_node
     stages, groups = grid.stage[row.node].tolist(), grid.tp_group[row.node].tolist()
-    parts = [text(x - 8, y + cell / 2 + 4, row.label, "host", "end")]
+    parts = [text(x - 8, y + cell / 2 + 4, row.label, "host", "end", data_node=row.node)]
     if row.note:
         parts.append(text(x + gpn * cell + 10, y + cell / 2 + 4, row.note, "host"))
     for gpu in range(gpn):
@@ -168,6 +171,7 @@ def _node_row(plan: Plannable, grid: PlacementGrid, row: Row, x: float, y: float
                 f"rank {rank:,} (GPU {gpu}): stage {stage}, TP group of rank {groups[gpu]:,}",
                 fill=stage_colour(stage, lay.p),
                 data_stage=stage,
+                data_rank=rank,
             )
         )
         if cell >= 30:
@@ -258,6 +262,23 @@ def placement_svg(plan: Plannable) -> Html:
                 rx=2,
             )
         )
+    experts = expert_group_ids(plan)
+    if experts is not None:
+        ep_boxes = boxes([experts[r.node].tolist() for r in rows], per_column, full)
+        for box in ep_boxes:
+            x, y = at(box.first)
+            height = (box.last - box.first) * pitch + cell
+            parts.append(
+                rect(
+                    x + box.start * cell + 2.5,
+                    y + 2.5,
+                    (box.end - box.start) * cell - 5,
+                    height - 5,
+                    "ep",
+                    f"expert-parallel group of rank {box.key:,}",
+                    rx=3,
+                )
+            )
     width = max(8 + columns * block, 480.0)
     height = 12 + min(len(rows), per_column) * pitch + 8
     how = "every node" if full else f"{len(rows)} node types standing for {cl.nodes:,} nodes"
@@ -268,6 +289,13 @@ def placement_svg(plan: Plannable) -> Html:
         f"Rank placement, {how}: GPUs coloured by pipeline stage, TP groups outlined",
         "chart placement",
     )
+
+
+def drawn_nodes(plan: Plannable) -> list[tuple[int, str]]:
+    """(node, what its row stands for) of each row the view draws: every node, or each node
+    type's first node."""
+    rows = _rows(plan, rank_grid(plan), plan.cluster.nodes <= FULL_GRID_NODES)
+    return [(row.node, row.tip) for row in rows]
 
 
 def stage_legend(plan: Plannable) -> Html:

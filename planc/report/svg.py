@@ -121,6 +121,20 @@ def text(
     )
 
 
+def circle(
+    cx: float, cy: float, r: float, cls: str | None = None, tip: str | None = None, **more: object
+) -> Html:
+    head = attrs(cx=float(cx), cy=float(cy), r=float(r), cls=cls, **more)
+    body = title(tip)
+    return markup("<circle{}>{}</circle>", head, body) if body else markup("<circle{}/>", head)
+
+
+def polyline(points: Iterable[tuple[float, float]], cls: str | None = None) -> Html:
+    """A line through `points` in order."""
+    shown = " ".join(f"{num(x)},{num(y)}" for x, y in points)
+    return markup("<polyline{}/>", attrs(points=shown, cls=cls))
+
+
 def group(
     children: Iterable[Html], cls: str | None = None, tip: str | None = None, **more: object
 ) -> Html:

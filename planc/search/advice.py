@@ -22,7 +22,7 @@ from planc.search.evaluate import Setup, candidate_job, make_judge, spec_job
 from planc.search.output import parallelism, training
 from planc.search.rank import SearchResult
 from planc.search.space import offload_choice
-from planc.spec.job import Job
+from planc.spec.job import Job, resolved_order
 
 
 @record
@@ -83,7 +83,7 @@ def _own_fields(spec: Mapping[str, Any], job: Job) -> dict[str, Any]:
         "parallelism.stage_layers": list(par["stage_layers"]),
         "parallelism.sequence_parallel": lay.sp,
         "parallelism.zero_stage": lay.zero,
-        "parallelism.order": par["order"],
+        "parallelism.order": resolved_order(par),
         "parallelism.expert": lay.ep,
         "parallelism.expert_tensor": par.get("expert_tensor"),
         "parallelism.data_shard": par.get("data_shard"),
@@ -133,7 +133,7 @@ def axis_values(job: Job, order: str) -> dict[str, Any]:
 
 
 def _outside(setup: Setup, job: Job) -> tuple[tuple[str, str], ...]:
-    mine = axis_values(job, str(setup.spec["parallelism"]["order"]))
+    mine = axis_values(job, resolved_order(setup.spec["parallelism"]))
     return tuple(
         (axis.name, _shown(mine[axis.name]))
         for axis in setup.space.axes
@@ -161,9 +161,7 @@ def own_layout(setup: Setup, result: SearchResult, top: int) -> OwnLayout | None
     best_fields = _fields(parallelism(result, best, ""), training(result, best))
     changes = _changes(_own_fields(setup.spec, own), best_fields)
     evaluation = evaluate(own, suggest=False)
-    blocking = [
-        (rule, v) for rule, sev, v in evaluation.violations if setup.rejects(rule, sev)
-    ]
+    blocking = [(rule, v) for rule, sev, v in evaluation.violations if setup.rejects(rule, sev)]
     refusals = [(r.rule, r.violation) for r in evaluation.context.refusals]
     stops = blocking or refusals
     if stops:
@@ -189,7 +187,9 @@ def own_layout(setup: Setup, result: SearchResult, top: int) -> OwnLayout | None
 
 def _hosts_of(job: Job, like: Job) -> Job:
     """`job` on `like`'s cluster hosts (the candidates carry planc's own names)."""
-    return dataclasses.replace(job, cluster=dataclasses.replace(job.cluster, hosts=like.cluster.hosts))
+    return dataclasses.replace(
+        job, cluster=dataclasses.replace(job.cluster, hosts=like.cluster.hosts)
+    )
 
 
 def nearest(setup: Setup, result: SearchResult) -> tuple[Nearest, ...]:
