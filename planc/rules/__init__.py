@@ -111,7 +111,7 @@ def declared_options(rules: Iterable[Rule]) -> tuple[Option, ...]:
 # run it as planned": the frameworks' own checks (PLC048-PLC051), and those of other families
 # that quote a framework's refusal or cost (ZeRO-2/3 with a pipeline, context parallelism on
 # eager attention, Megatron-Core's orders, Megatron's MoE without sequence parallelism,
-# schedules, FP8 options, the context-parallel types). `planc search` leaves out a layout with a
+# schedules, FP8 options, the context-parallel type on the framework). `planc search` leaves out a layout with a
 # finding of one of them unless asked to keep it (--allow-framework-warnings).
 FRAMEWORK_RULES = frozenset(
     {
@@ -125,8 +125,6 @@ FRAMEWORK_RULES = frozenset(
         "PLC049",
         "PLC050",
         "PLC051",
-        "PLC060",
-        "PLC061",
         "PLC062",
     }
 )

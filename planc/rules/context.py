@@ -35,12 +35,12 @@ def ulysses_heads_divide(ctx: Context) -> Iterator[Violation]:
         return
     fits = [c for c in range(lay.c, 0, -1) if n_t % c == 0 and g_t % c == 0]
     yield Violation(
-        "parallelism.cp_comm_type",
+        "parallelism.context",
         f"cp_comm_type a2a splits heads over context = {lay.c}, but a tensor-parallel rank "
         f"holds {n_t} query and {g_t} key/value heads (n = {model.n}, g = {model.g}, "
         f"tensor = {lay.t}), which {lay.c} does not divide",
         f"use context {fits[0]} or less, cp_comm_type p2p, or a2a+p2p",
-        ("parallelism.context",),
+        ("parallelism.cp_comm_type",),
     )
 
 

@@ -984,8 +984,15 @@ def _layout(spec: Data, world: int) -> Layout:
         pipeline_layout=par.get("pipeline_layout"),
         embedding_in_split=par.get("embedding_in_pipeline_split", False),
         loss_in_split=par.get("loss_in_pipeline_split", False),
-        cp_comm=par.get("cp_comm_type", "p2p"),
+        cp_comm=par.get("cp_comm_type") or default_cp_comm(spec["training"]["framework"]),
     )
+
+
+def default_cp_comm(framework: str) -> CpCommType:
+    """The context-parallel type a framework runs when the spec names none: Megatron's
+    --cp-comm-type default p2p, torchtitan's ring attention (p2p), DeepSpeed's Ulysses
+    (deepspeed.sequence.layer.DistributedAttention: a2a, the only type it has)."""
+    return "a2a" if framework == "deepspeed" else "p2p"
 
 
 def _schedule(name: str | None) -> ScheduleKind | None:

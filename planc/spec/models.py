@@ -699,13 +699,15 @@ class ParallelismSpec(Frozen):
         "ways (Megatron --expert-tensor-parallel-size). Default: tensor under megatron; 1 under "
         "deepspeed and fsdp2, which keep each expert whole.",
     )
-    cp_comm_type: CpCommType = Field(
-        "p2p",
+    cp_comm_type: CpCommType | None = Field(
+        None,
         description="How the context-parallel ranks exchange attention (Megatron --cp-comm-type): "
         "p2p (ring attention, K/V passed around the ring behind the attention compute), a2a "
         "(DeepSpeed-Ulysses: all-to-all of q, k, v and the output; heads and kv heads divisible "
         "by tensor × context), allgather (all-gather of K and V) or a2a+p2p (a2a within the "
-        "NVLink domain, p2p across: --hierarchical-context-parallel-sizes). Default: p2p.",
+        "NVLink domain, p2p across: --hierarchical-context-parallel-sizes). Default: the "
+        "framework's, p2p under megatron (Megatron's default) and fsdp2 (torchtitan's ring), a2a "
+        "under deepspeed (Ulysses, the only type it runs).",
     )
     order: Order | None = Field(
         None,
