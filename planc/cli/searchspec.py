@@ -14,6 +14,7 @@ error: no layout planc search could try fits, since those are the layouts of lea
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 from planc.findings import Finding, Severity
@@ -39,37 +40,68 @@ def _finding(loaded: Loaded, severity: Severity, message: str, fix: str = "") ->
     return Finding(line, column, RULE, severity, message, "search", fix)
 
 
+def _least(name: str, value: Value) -> tuple[int, str]:
+    """How much memory an axis value keeps, for ordering (smaller: less): every saving on
+    (sequence parallelism, the highest ZeRO stage over all ranks, the most offload, the smallest
+    micro-batch, full recomputation), one chunk a stage, the ring's exchange (p2p holds no
+    gathered K/V), then the space's own order."""
+    from planc.search.space import RECOMPUTE  # start-up: as in search_spec_findings
+    from planc.vocab import OFFLOADS  # start-up: as above
+
+    if name in ("sequence_parallel", "zero_stage", "expert", "expert_tensor"):
+        return (-int(value), "")
+    if name == "virtual_stages" or name == "micro_batch":
+        return (int(value), "")
+    if name == "recompute":
+        return (-RECOMPUTE.index(str(value)), "")
+    if name == "offload":
+        return (-OFFLOADS.index(str(value)), "")
+    if name == "data_shard":
+        return (0, "") if value == "all" else (1, str(value))
+    if name == "cp_comm_type":
+        return (0 if value == "p2p" else 1, "")
+    return (0, "")
+
+
 def _saving(space: Space, world: int) -> list[tuple[Value, ...]]:
     """The candidates of least memory in the space: of the (tensor, pipeline, context) the
     world divides (times data, when the spec pins it), the most parallel first, each with every
-    saving the space allows."""
-    from planc.search.space import RECOMPUTE  # start-up: as in search_spec_findings
+    saving the space allows (`_least`), taken from the space's own combinations of dependent
+    axes so that each is a candidate planc search judges."""
+    names = [axis.name for axis in space.axes]
+    parts = space.combos or tuple(tuple((v,) for v in axis.values) for axis in space.axes)
+    chosen: list[list[tuple[Value, ...]]] = []
+    at = 0
+    for part in parts:
+        group = names[at : at + len(part[0])]
+        at += len(group)
+        ranked = sorted(
+            part, key=lambda combo: [_least(n, v) for n, v in zip(group, combo, strict=True)]
+        )
+        if "tensor" not in group:
+            chosen.append(ranked[:1])
+            continue
+        chosen.append(_most_parallel(space, world, group, ranked))
+    return [
+        tuple(value for combo in picked for value in combo) for picked in itertools.product(*chosen)
+    ]
 
-    axes = {axis.name: axis.values for axis in space.axes}
-    least = {
-        "virtual_stages": min(axes["virtual_stages"]),
-        "sequence_parallel": max(axes["sequence_parallel"]),
-        "zero_stage": max(axes["zero_stage"]),
-        "micro_batch": min(axes["micro_batch"]),
-        "recompute": max(axes["recompute"], key=lambda mode: RECOMPUTE.index(str(mode))),
-    }
+
+def _most_parallel(
+    space: Space, world: int, group: list[str], ranked: list[tuple[Value, ...]]
+) -> list[tuple[Value, ...]]:
+    """Of the layout group's combinations (least memory first), the first of each (tensor,
+    pipeline, context) the world divides, most parallel first, at most MOST_PARALLEL."""
     data = space.data
-    degrees = sorted(
-        (
-            (int(t), int(p), int(c))
-            for t in axes["tensor"]
-            for p in axes["pipeline"]
-            for c in axes["context"]
-            if world % (int(t) * int(p) * int(c)) == 0
-            and (data is None or int(t) * int(p) * int(c) * data == world)
-        ),
-        key=lambda tpc: (-tpc[0] * tpc[1] * tpc[2], -tpc[0], -tpc[1]),
-    )
-    out = []
-    for t, p, c in degrees[:MOST_PARALLEL]:
-        named = {**least, "tensor": t, "pipeline": p, "context": c}
-        out.append(tuple(named[axis.name] for axis in space.axes))
-    return out
+    best: dict[tuple[int, int, int], tuple[Value, ...]] = {}
+    for combo in ranked:
+        v = dict(zip(group, combo, strict=True))
+        t, p, c = int(v["tensor"]), int(v["pipeline"]), int(v.get("context", 1))
+        if world % (t * p * c) or (data is not None and t * p * c * data != world):
+            continue
+        best.setdefault((t, p, c), combo)
+    degrees = sorted(best, key=lambda tpc: (-tpc[0] * tpc[1] * tpc[2], -tpc[0], -tpc[1]))
+    return [best[tpc] for tpc in degrees[:MOST_PARALLEL]]
 
 
 def _words(space: Space, values: tuple[Value, ...]) -> str:

@@ -26,7 +26,7 @@ from planc.comm.context import a2a_sub_group
 from planc.pipeline.registry import SCHEDULES, unmet
 from planc.record import record
 from planc.spec.job import Job
-from planc.vocab import CP_COMM_TYPES, OFFLOADS, DType, ScheduleKind
+from planc.vocab import CP_COMM_TYPES, OFFLOADS, ScheduleKind
 
 Value = int | bool | str
 
@@ -134,8 +134,11 @@ def _offload(job: Job) -> tuple[Value, ...]:
 
 
 def _precision(job: Job) -> tuple[Value, ...]:
-    """bf16, and fp8 on a GPU with an FP8 peak."""
-    return ("bf16", "fp8") if job.cluster.gpu.peak_tflops(DType.FP8) is not None else ("bf16",)
+    """The spec's precision (bf16 unless it says): a number format is a training recipe, which
+    changes what the run converges to, not only its layout, so search compares fp8 (with the
+    framework's default recipe) only when the `search:` section or --allow lists it; a GPU
+    without an FP8 peak never gets it (PLC043 would refuse it)."""
+    return (job.training.precision,)
 
 
 AXES: tuple[SearchAxisDef, ...] = (
@@ -161,7 +164,7 @@ AXES: tuple[SearchAxisDef, ...] = (
     SearchAxisDef("offload", "training", _offload, "none, optimizer, optimizer+parameters"),
     SearchAxisDef("micro_batch", "training", lambda job: MICRO_BATCHES, "1, 2, 4, 8"),
     SearchAxisDef("recompute", "training", lambda job: RECOMPUTE, "none, selective, full"),
-    SearchAxisDef("precision", "training", _precision, "bf16, and fp8 where the GPU has it"),
+    SearchAxisDef("precision", "training", _precision, "the spec's (list bf16, fp8 to compare)"),
 )
 AXIS_NAMES = tuple(axis.name for axis in AXES)
 # Consecutive axes whose values depend on each other: the space is the product of each group's
