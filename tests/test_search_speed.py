@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from planc.analysis import analyse
 from planc.check import evaluate
 from planc.cli.search import Request, setup_of
@@ -27,6 +29,18 @@ model: {preset: llama3-8b}
 hardware: {gpu: h100-sxm, nodes: 2}
 training: {seq_len: 4096, global_batch: 4096}
 search: {context: [1], virtual_stages: [1, 2, 3], micro_batch: [1, 4]}
+"""
+
+
+# Llama 3 8B under FSDP2 on 16 H100: every ZeRO stage, HSDP shard group and offload, and the
+# rank orders, over two tensor degrees and two recompute modes.
+SHARDED = """\
+version: 1
+name: sharded-small
+model: {preset: llama3-8b}
+hardware: {gpu: h100-sxm, nodes: 2}
+training: {seq_len: 4096, global_batch: 512, framework: fsdp2}
+search: {tensor: [1, 2], pipeline: [1, 2], context: [1, 2], micro_batch: [1], recompute: [none, full]}
 """
 
 
@@ -63,10 +77,14 @@ def test_every_verdict_is_what_check_finds() -> None:
     assert 0 < feasible < setup.space.size
 
 
-def test_reused_sub_results_equal_a_fresh_analysis() -> None:
+@pytest.mark.parametrize("text", [LARGE_BATCH, SHARDED], ids=["large-batch", "sharded"])
+def test_reused_sub_results_equal_a_fresh_analysis(text: str) -> None:
     # One judge over the whole space, so that each candidate reuses what the candidates before
-    # it with another ZeRO stage left in its memo; each analysis equals one computed afresh.
-    setup = _setup(LARGE_BATCH)
+    # it with another ZeRO stage, shard group, offload or rank order left in its memo; each
+    # analysis equals one computed afresh.
+    setup = _setup(text)
+    varied = {axis.name for axis in setup.space.axes if len(axis.values) > 1}
+    assert text is LARGE_BATCH or {"zero_stage", "data_shard", "offload", "order"} <= varied
     judged = make_judge(setup)
     compared = 0
     for index in range(setup.space.size):

@@ -340,10 +340,11 @@ def judge(judge: Judge, index: int) -> Verdict:
 
 
 # The axes whose value neither a stage's activation terms (`planc.memory.activations`) nor its
-# compute times (`planc.perf.inputs.stage_times`) read: ZeRO shards weights, gradients and
-# optimizer state, not what a micro-batch keeps or computes. Candidates that differ only in them
-# share those sub-results (tests/test_search_speed.py holds them equal to fresh ones).
-UNREAD_BY_SHARED = frozenset({"zero_stage"})
+# compute times (`planc.perf.inputs.stage_times`) read: ZeRO, its shard group and offload place
+# weights, gradients and optimizer state, not what a micro-batch keeps or computes, and the rank
+# order places ranks, not work. Candidates that differ only in them share those sub-results
+# (tests/test_search_speed.py holds them equal to fresh ones).
+UNREAD_BY_SHARED = frozenset({"zero_stage", "data_shard", "offload", "order"})
 
 
 def shared_analysis(judge: Judge, index: int, plan: Plannable) -> Analysis:
