@@ -87,6 +87,15 @@ CASES: dict[str, tuple[dict[str, Any] | None, str]] = {
         {"parallelism": {"tensor": 2, "context": 4, "cp_comm_type": "a2a+p2p"}},
         "llama3-8b-1node.yaml",
     ),
+    # Megatron's optimizer CPU offload: --optimizer-cpu-offload with the precision-aware
+    # optimizer validate_args requires.
+    "megatron-optimizer-offload": (
+        {
+            "parallelism": {"tensor": 2, "zero_stage": 1},
+            "training": {"offload": {"optimizer": True}},
+        },
+        "llama3-8b-1node.yaml",
+    ),
     "deepspeed-zero3-offload": (
         {
             "parallelism": {"tensor": 2, "zero_stage": 3},

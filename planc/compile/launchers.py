@@ -307,6 +307,11 @@ def megatron_args(plan: Plan) -> tuple[list[str], list[str]]:
         args.append("--sequence-parallel")
     if lay.zero in (1, 2):
         args.append("--use-distributed-optimizer")
+    if job.training.offload_optimizer:
+        # Megatron's HybridDeviceOptimizer reuses the precision-aware optimizer's code path, and
+        # validate_args refuses --optimizer-cpu-offload without it (arguments.py, megatron-core
+        # 0.19.2); PLC048 holds the rest (adam, the distributed optimizer).
+        args += ["--optimizer-cpu-offload", "--use-precision-aware-optimizer"]
     elif lay.zero == 3:
         notes.append(
             "zero_stage 3 shards parameters: Megatron does that with FSDP "
