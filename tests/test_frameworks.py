@@ -96,6 +96,17 @@ CASES: dict[str, tuple[dict[str, Any] | None, str]] = {
         },
         "llama3-8b-1node.yaml",
     ),
+    # torchtitan's one offload switch (enable_cpu_offload: parameters, gradients, optimizer).
+    "fsdp2-offload": (
+        {
+            "parallelism": {"tensor": 2, "zero_stage": 3},
+            "training": {
+                "framework": "fsdp2",
+                "offload": {"optimizer": True, "parameters": True},
+            },
+        },
+        "llama3-8b-1node.yaml",
+    ),
     "deepspeed-zero3-offload": (
         {
             "parallelism": {"tensor": 2, "zero_stage": 3},
@@ -284,6 +295,9 @@ def test_torchtitan_degrees_agree_with_plan_json(case: str) -> None:
     per_step = tr.local_batch_size * accumulation // par.pipeline_parallel_microbatch_size
     assert per_step == training["micro_batches"]
     assert tr.seq_len == training["seq_len"]
+    # Any offload the spec asks for turns on FSDP2's one switch.
+    offload = ((CASES[case][0] or {}).get("training") or {}).get("offload") or {}
+    assert bool(getattr(tr, "enable_cpu_offload", False)) == any(offload.values())
     if degrees["pp"] > 1:
         parts = getattr(par, "module_fqns_per_model_part", None)
         if parts is None:

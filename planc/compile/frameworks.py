@@ -596,6 +596,15 @@ def torchtitan_settings(plan: Plan) -> tuple[dict[str, Any], dict[str, Any], lis
         "max_norm": CLIP_GRAD,
         "mixed_precision_param": TORCH_DTYPES[job.numerics.precision],
     }
+    if tr.offload_optimizer or tr.offload_parameters:
+        # FSDP2's CPUOffloadPolicy (torchtitan 0.3.0 configs.py enable_cpu_offload) moves the
+        # parameters, gradients and optimizer state together: one switch, no halves (PLC051).
+        training["enable_cpu_offload"] = True
+        if not (tr.offload_optimizer and tr.offload_parameters):
+            notes.append(
+                "torchtitan's enable_cpu_offload offloads parameters, gradients and optimizer "
+                "state together: more than this plan's offload, which is priced without it"
+            )
     if lay.p > 1:
         # torchtitan 0.3.0's validation: "CUDA graphs do not support pipeline parallelism yet".
         training["disable_cuda_graphs"] = True
@@ -607,8 +616,14 @@ def torchtitan_settings(plan: Plan) -> tuple[dict[str, Any], dict[str, Any], lis
 # converter takes torchao's rowwise recipes, the MXFP8 one the modules it converts; both leave
 # the LM head ('output') in bf16 as torchtitan's float8 configs do.
 TORCHTITAN_CONVERTERS = {
-    "rowwise": ("torchtitan.components.quantization.float8:Float8LinearConverter", {"recipe_name": "rowwise", "filter_fqns": ["output"]}),
-    "rowwise_with_gw_hp": ("torchtitan.components.quantization.float8:Float8LinearConverter", {"recipe_name": "rowwise_with_gw_hp", "filter_fqns": ["output"]}),
+    "rowwise": (
+        "torchtitan.components.quantization.float8:Float8LinearConverter",
+        {"recipe_name": "rowwise", "filter_fqns": ["output"]},
+    ),
+    "rowwise_with_gw_hp": (
+        "torchtitan.components.quantization.float8:Float8LinearConverter",
+        {"recipe_name": "rowwise_with_gw_hp", "filter_fqns": ["output"]},
+    ),
     "mxfp8": ("torchtitan.components.quantization.mx:MXFP8LinearConverter", {"fqns": ["layers"]}),
 }
 
