@@ -250,7 +250,9 @@ def test_each_context_type_moves_what_its_implementation_moves() -> None:
     # divides 16 and 4 heads), a ring of 4/2 = 2 ranks: one step per pass.
     hier = _cp_ops("a2a+p2p")
     assert [(op.op, op.group_size) for op in hier] == [
-        ("all_to_all", 2), ("all_to_all", 2), ("send_recv", 2)
+        ("all_to_all", 2),
+        ("all_to_all", 2),
+        ("send_recv", 2),
     ]
     assert hier[2].calls == 3 * 1 * 32 * 64
 
@@ -288,26 +290,39 @@ def test_allgather_holds_every_ranks_k_and_v() -> None:
 
 # --- results a user can act on ------------------------------------------------------------------
 
-PIPELINED = """\
+REORDERED = """\
 version: 1
-name: zero2-pipeline
+name: torchtitan-reordered
 model: {preset: llama3-8b}
 hardware: {gpu: h100-sxm, nodes: 2}
-parallelism: {tensor: 2, pipeline: 2, zero_stage: 2}
-training: {seq_len: 4096, global_batch: 64, recompute: full}
+parallelism: {tensor: 2, pipeline: 2, order: tp-cp-pp-dp}
+training: {seq_len: 4096, global_batch: 64, recompute: full, framework: fsdp2}
 search: {context: [1], micro_batch: [1], precision: [bf16]}
 """
 
 
 def test_a_framework_warning_leaves_a_layout_out_unless_allowed() -> None:
-    # ZeRO-2 with a pipeline: PLC011 warns (DeepSpeed refuses it, Megatron's gradients are
-    # reduce-scattered every micro-batch): every candidate carries it.
-    strict = _search(PIPELINED)
+    # torchtitan lays ranks out as tp-cp-dp-pp only: under another order PLC051 warns that its
+    # groups are not the plan's, on every candidate.
+    strict = _search(REORDERED)
     assert not strict.results
-    assert strict.rejected_by_rule["PLC011"] == strict.evaluated
-    allowed = _search(PIPELINED, framework_warnings=True)
+    assert strict.rejected_by_rule["PLC051"] == strict.evaluated
+    allowed = _search(REORDERED, framework_warnings=True)
     assert allowed.results
-    assert all("PLC011" in r.verdict.warnings for r in allowed.results)
+    assert all("PLC051" in r.verdict.warnings for r in allowed.results)
+
+
+def test_a_cost_warning_does_not_leave_a_layout_out() -> None:
+    # ZeRO-2 with a pipeline under Megatron: PLC011 says what it costs (gradients reduce-scattered
+    # every micro-batch), but Megatron runs it; only DeepSpeed refuses it, as PLC049's error.
+    text = REORDERED.replace("order: tp-cp-pp-dp", "zero_stage: 2").replace(
+        ", framework: fsdp2", ""
+    )
+    result = _search(text)
+    assert result.results
+    assert all("PLC011" in r.verdict.warnings for r in result.results)
+    refused = _search(text.replace("recompute: full", "recompute: full, framework: deepspeed"))
+    assert not refused.results and refused.rejected_by_rule["PLC049"] == refused.evaluated
 
 
 def _run(*args: str) -> tuple[int, str, str]:

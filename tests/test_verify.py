@@ -266,7 +266,12 @@ def test_a_plan_above_the_records_limit_is_compact_and_verifies() -> None:
     job = job_of(
         {
             "model": {"layers": 64},
-            "hardware": {"nodes": 16448, "gpus_per_node": 8, "nvlink_domain": 8, "hosts": "n{00001..16448}"},
+            "hardware": {
+                "nodes": 16448,
+                "gpus_per_node": 8,
+                "nvlink_domain": 8,
+                "hosts": "n{00001..16448}",
+            },
             "parallelism": {"tensor": 8, "pipeline": 16, "zero_stage": 1},
             "training": {"global_batch": 16448},
             "rules": {"ignore": ["PLC006", "PLC007"]},
@@ -275,7 +280,10 @@ def test_a_plan_above_the_records_limit_is_compact_and_verifies() -> None:
     assert job.world > RECORDS_LIMIT
     text = plan_json(compiled(job))
     data = json.loads(text)
-    assert data["ranks"]["encoding"] == "columns" and set(data["groups"]["tp"]) == {"starts", "offsets"}
+    assert data["ranks"]["encoding"] == "columns" and set(data["groups"]["tp"]) == {
+        "starts",
+        "offsets",
+    }
     assert len(text) < 60 * job.world
     assert verify_text(text).ok
     # Corrupt one start: a group moves by one rank and the partition breaks.
@@ -314,9 +322,7 @@ MOE_MUTATIONS: dict[str, tuple[Callable[[Plan], None], str]] = {
         "stage 0 ep all_to_all",
     ),
     "an all-to-all's bytes per call": (
-        lambda p: _all_to_all(p).__setitem__(
-            "bytes_sent_per_call", _all_to_all(p)["buffer_bytes"]
-        ),
+        lambda p: _all_to_all(p).__setitem__("bytes_sent_per_call", _all_to_all(p)["buffer_bytes"]),
         "ep all_to_all: bytes_sent_per_call",
     ),
     "an expert gradient bucket": (
@@ -393,3 +399,44 @@ def test_compiled_plans_of_random_moe_specs_verify(overlay: dict[str, Any]) -> N
     assert not isinstance(job, tuple)
     result = verify_text(plan_json(compiled(job)))
     assert result.ok, render(result)
+
+
+# Llama 3 8B on 16 H100, t2 c4: Ulysses (a2a), all-gather, and a2a over 2 with a ring across 2.
+CP_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
+
+
+def _cp_plan(kind: str) -> Plan:
+    overlay = {
+        "hardware": {"nodes": 2, "hosts": ["gpu-a01", "gpu-a02"]},
+        "parallelism": {"tensor": 2, "context": 4, "cp_comm_type": kind},
+        "training": {"seq_len": 8192, "global_batch": 64},
+    }
+    plan: Plan = json.loads(plan_json(compiled(job_of(overlay))))
+    return plan
+
+
+@pytest.mark.parametrize("kind", CP_TYPES)
+def test_every_context_parallel_type_verifies(kind: str) -> None:
+    plan = _cp_plan(kind)
+    assert plan["layout"].get("cp_comm_type", "p2p") == kind
+    ok, text = verified(plan)
+    assert ok, text
+
+
+def test_a_plan_claiming_another_context_parallel_type_fails() -> None:
+    # The ops are Ulysses' all-to-alls; the layout says ring attention: the ring's K/V blocks,
+    # 3·(c − 1) per layer and micro-batch, are missing, and the all-to-alls are not expected.
+    plan = _cp_plan("a2a")
+    del plan["layout"]["cp_comm_type"]
+    ok, text = verified(plan)
+    assert not ok
+    assert "cp send_recv" in text and "cp all_to_all" in text
+
+
+def test_the_inner_all_to_all_groups_are_blocks_of_the_context_groups() -> None:
+    # a2a+p2p: a = 2 (a·t = 4 ranks within the NVLink domain, the 4 kv heads per TP rank split
+    # by 2), so each CP group of 4 holds two all-to-all groups of 2 and a ring of 2 across them.
+    plan = _cp_plan("a2a+p2p")
+    assert plan["layout"]["cp_a2a_size"] == 2
+    ops = {(o["op"], o["group_size"]) for o in plan["communication"]["ops"] if o["group"] == "cp"}
+    assert ops == {("all_to_all", 2), ("send_recv", 2)}

@@ -17,7 +17,14 @@ import numpy.typing as npt
 
 from planc import __version__
 from planc.analysis import Analysis
-from planc.comm.schedule import CommOp, WireBudget, activation_bytes, grad_bytes, op_record
+from planc.comm.schedule import (
+    CommOp,
+    WireBudget,
+    activation_bytes,
+    cp_a2a_size,
+    grad_bytes,
+    op_record,
+)
 from planc.compile.groups import Groups, expert_grid, index_in_group, process_groups
 from planc.compile.ranks import AXES, Placement, Ranks, grid_of, place
 from planc.dims import padded_vocab
@@ -214,6 +221,12 @@ def layout_record(plan: Plan) -> dict[str, object]:
         "zero_stage": lay.zero,
         "data_shard": lay.data_shard,
     }
+    if lay.c > 1 and lay.cp_comm != "p2p":
+        # parallelism.cp_comm_type (ring attention, p2p, is what a plan without it runs), and
+        # a2a+p2p's inner all-to-all size: what verify recomputes the exchange from.
+        record["cp_comm_type"] = lay.cp_comm
+        if lay.cp_comm == "a2a+p2p":
+            record["cp_a2a_size"] = cp_a2a_size(plan.job)
     if plan.job.model.moe is not None:
         # The expert grid: same ranks and order (ep placed), tp = ETP, dp = EDP, cp = 1.
         record["expert"] = {

@@ -109,13 +109,14 @@ def declared_options(rules: Iterable[Rule]) -> tuple[Option, ...]:
 
 # The rules that say "the chosen framework (training.framework) refuses this layout, or does not
 # run it as planned": the frameworks' own checks (PLC048-PLC051), and those of other families
-# that quote a framework's refusal or cost (ZeRO-2/3 with a pipeline, context parallelism on
-# eager attention, Megatron-Core's orders, Megatron's MoE without sequence parallelism,
-# schedules, FP8 options, the context-parallel type on the framework). `planc search` leaves out a layout with a
-# finding of one of them unless asked to keep it (--allow-framework-warnings).
+# that quote a framework's refusal (context parallelism on eager attention, Megatron-Core's
+# orders, Megatron's MoE without sequence parallelism, schedules, FP8 options, the
+# context-parallel type on the framework). `planc search` leaves out a layout with a finding of
+# one of them unless asked to keep it (--allow-framework-warnings). PLC011 (ZeRO-2/3 with a
+# pipeline) is not one: Megatron and torchtitan run it at a cost, and DeepSpeed's refusal is
+# PLC049's error.
 FRAMEWORK_RULES = frozenset(
     {
-        "PLC011",
         "PLC017",
         "PLC027",
         "PLC029",

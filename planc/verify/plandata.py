@@ -67,6 +67,9 @@ class PlanData:
     # for a dense plan.
     expert_order: tuple[str, ...] = ()
     expert_degrees: Mapping[str, int] = field(default_factory=dict)
+    # layout.cp_comm_type (p2p, ring attention, when absent) and a2a+p2p's inner size.
+    cp_comm_type: str = "p2p"
+    cp_a2a_size: int = 1
     # Per tier of cluster.fabric: its rails carry only rail-aligned groups (rail_aligned and
     # no cluster.pxn). () for a plan that lists no rails.
     rails_only: tuple[bool, ...] = ()
@@ -286,6 +289,8 @@ def read_plan(text: str) -> PlanData:
             groups=_groups(raw, listed),
             ops=tuple(_need(comm, "ops", "communication")),
             pipeline=comm.get("pipeline"),
+            cp_comm_type=str(layout.get("cp_comm_type", "p2p")),
+            cp_a2a_size=int(layout.get("cp_a2a_size", 1)),
             **_expert(layout),
             **columns,
         )

@@ -163,8 +163,32 @@ def _exchange(listed: Ints, should: Ints, elements: int) -> list[str]:
     return problems
 
 
+def _inner_cp(plan: PlanData, kind: str, size: int) -> bool:
+    """Whether ops over `size` ranks of groups.cp are a2a+p2p's inner all-to-alls: consecutive
+    blocks of `size` ranks of each CP group (Megatron-Core create_hierarchical_groups, level 0
+    of --hierarchical-context-parallel-sizes)."""
+    found = plan.groups.get(kind)
+    return (
+        kind == "cp"
+        and plan.cp_comm_type == "a2a+p2p"
+        and found is not None
+        and found.ndim == 2
+        and found.shape[1] != size
+        and found.shape[1] % size == 0
+    )
+
+
+def _block(members: Ints, anchor: int, size: int) -> Ints:
+    """The consecutive block of `size` of `members` that holds `anchor`."""
+    at = int(np.flatnonzero(members == anchor)[0]) // size
+    return members[at * size : (at + 1) * size]
+
+
 def run_shape(plan: PlanData, kind: str, op: str, size: int, buffer_bytes: int) -> RingRun:
     found = plan.groups.get(kind)
+    inner = _inner_cp(plan, kind, size)
+    if inner and found is not None:
+        found = found.reshape(-1, size)
     if found is None or found.ndim != 2 or found.shape[1] != size:
         return RingRun(
             kind, op, size, 0, 0, 0, (f"no groups.{kind} of {size} ranks to run {op} on",)
@@ -183,8 +207,12 @@ def run_shape(plan: PlanData, kind: str, op: str, size: int, buffer_bytes: int) 
             problems.append(f"groups.{kind} group {g} does not list {size} distinct ranks")
             continue
         should = _should_hold(plan, kind, int(listed[0]))
+        if inner:
+            should = _block(should, int(listed[0]), size)
         if op == "all_to_all":
-            problems += [f"groups.{kind} group {g}: {p}" for p in _exchange(listed, should, elements)]
+            problems += [
+                f"groups.{kind} group {g}: {p}" for p in _exchange(listed, should, elements)
+            ]
             continue
         simulate, formula = RINGS[op]
         out, sent = simulate(_buffers(listed, elements))
@@ -211,7 +239,9 @@ def rings(plan: PlanData) -> Iterator[RingRun]:
     the plan's ops: buffers capped to the same size run once."""
     shapes: dict[tuple[str, str, int, int], int] = {}
     for o in plan.ops:
-        if (o.get("op") in RINGS or o.get("op") == "all_to_all") and int(o.get("group_size", 1)) > 1:
+        if (o.get("op") in RINGS or o.get("op") == "all_to_all") and int(
+            o.get("group_size", 1)
+        ) > 1:
             kind, op, size, size_bytes = (
                 o["group"],
                 o["op"],

@@ -208,7 +208,9 @@ def _latent_tp(plan: PlanData, stage: int, per_step: int, full: bool) -> list[Ex
             ExpectedOp(stage, "tp", "all_gather", None, t, per_step, hidden),
         ]
         for width in (query, mla["kv_lora_rank"], mla["qk_rope_head_dim"]):
-            ops.append(ExpectedOp(stage, "tp", "all_gather", None, t, per_step + again, token * width))
+            ops.append(
+                ExpectedOp(stage, "tp", "all_gather", None, t, per_step + again, token * width)
+            )
             ops.append(ExpectedOp(stage, "tp", "reduce_scatter", None, t, per_step, token * width))
         return ops
     ops = [ExpectedOp(stage, "tp", "all_reduce", None, t, per_step + again, hidden)]
@@ -250,17 +252,56 @@ def _pp(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
 
 
 def _cp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
+    """The context-parallel exchange by layout.cp_comm_type, from the attention's shapes: the
+    ring's K/V blocks (p2p), the whole K/V gathered and its gradient reduce-scattered
+    (allgather), Ulysses' q/k/v and output all-to-alls (a2a), or those over the inner group
+    with a ring across (a2a+p2p)."""
     c = plan.degrees["cp"]
     if c == 1:
         return []
     tr, mod = plan.training, plan.model
-    kv = max(mod["kv_heads"] // plan.degrees["tp"], 1)
+    t, beta, b = plan.degrees["tp"], tr["activation_bytes"], tr["micro_batch"]
+    kv = max(mod["kv_heads"] // t, 1)
     mla = mod.get("mla")
-    # K and V per kv head: head_dim each, or head_dim and v_head_dim under latent attention.
-    channels = 2 * mod["head_dim"] if mla is None else mod["head_dim"] + mla["v_head_dim"]
-    size = tr["micro_batch"] * cdiv(tr["seq_len"], c) * kv * channels * tr["activation_bytes"]
-    # Ring attention: c − 1 K/V steps per layer forward; backward passes K/V and dK/dV.
-    return [ExpectedOp(stage, "cp", "send_recv", None, c, 3 * (c - 1) * layers * m, size)]
+    k = mod["head_dim"]
+    k_v = k if mla is None else mla["v_head_dim"]
+    tokens = cdiv(tr["seq_len"], c)
+    # K and V of a rank's tokens: k and k_v channels per kv head.
+    block = b * tokens * kv * (k + k_v) * beta
+    kind = plan.cp_comm_type
+    if kind == "p2p":
+        # Ring attention: c − 1 K/V steps per layer forward; backward passes K/V and dK/dV.
+        return [ExpectedOp(stage, "cp", "send_recv", None, c, 3 * (c - 1) * layers * m, block)]
+    if kind == "allgather":
+        # Every rank's K/V gathered forward and again in backward; dK/dV reduce-scattered.
+        return [
+            ExpectedOp(stage, "cp", "all_gather", None, c, 2 * layers * m, c * block),
+            ExpectedOp(stage, "cp", "reduce_scatter", None, c, layers * m, c * block),
+        ]
+    heads = cdiv(mod["heads"], t)
+    inner = c if kind == "a2a" else plan.cp_a2a_size
+    # Ulysses: q, k, v to whole sequences of heads / inner heads and the output back, each
+    # forward and as its gradient backward.
+    ops = [
+        ExpectedOp(
+            stage,
+            "cp",
+            "all_to_all",
+            None,
+            inner,
+            2 * layers * m,
+            b * tokens * (heads * k + kv * (k + k_v)) * beta,
+        ),
+        ExpectedOp(
+            stage, "cp", "all_to_all", None, inner, 2 * layers * m, b * tokens * heads * k_v * beta
+        ),
+    ]
+    ring = c // inner
+    if kind == "a2a+p2p" and ring > 1:
+        ops.append(
+            ExpectedOp(stage, "cp", "send_recv", None, ring, 3 * (ring - 1) * layers * m, block)
+        )
+    return ops
 
 
 def _routed_rows(plan: PlanData) -> int:
@@ -289,16 +330,32 @@ def _experts(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
     again = forward if plan.training["recompute"] == "full" else 0
     ops: list[ExpectedOp] = []
     if ep > 1:
-        ops.append(ExpectedOp(stage, "ep", "all_to_all", None, ep, 2 * (2 * forward + again), rows * h * beta))
-        ops.append(ExpectedOp(stage, "ep", "all_to_all", None, ep, 2 * forward + again, rows * beta))
+        ops.append(
+            ExpectedOp(
+                stage, "ep", "all_to_all", None, ep, 2 * (2 * forward + again), rows * h * beta
+            )
+        )
+        ops.append(
+            ExpectedOp(stage, "ep", "all_to_all", None, ep, 2 * forward + again, rows * beta)
+        )
         if et == 1:
             counts = ep * moe["experts"] * 8
             ops.append(ExpectedOp(stage, "ep", "all_gather", None, ep, forward + again, counts))
     if et > 1:
         gathered = et * rows
-        ops.append(ExpectedOp(stage, "etp", "all_gather", None, et, 2 * forward + again, gathered * h * beta))
-        ops.append(ExpectedOp(stage, "etp", "reduce_scatter", None, et, 2 * forward + again, gathered * h * beta))
-        ops.append(ExpectedOp(stage, "etp", "all_gather", None, et, forward + again, gathered * beta))
+        ops.append(
+            ExpectedOp(
+                stage, "etp", "all_gather", None, et, 2 * forward + again, gathered * h * beta
+            )
+        )
+        ops.append(
+            ExpectedOp(
+                stage, "etp", "reduce_scatter", None, et, 2 * forward + again, gathered * h * beta
+            )
+        )
+        ops.append(
+            ExpectedOp(stage, "etp", "all_gather", None, et, forward + again, gathered * beta)
+        )
         ops.append(ExpectedOp(stage, "etp", "reduce_scatter", None, et, forward, gathered * beta))
     return ops
 
@@ -379,8 +436,16 @@ def _edp(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
         if zero == 0:
             ops.append(ExpectedOp(stage, "edp", "all_reduce", None, n, calls, grads))
             continue
-        ops.append(ExpectedOp(stage, "edp", "reduce_scatter", None, n, calls * (m if zero >= 2 else 1), grads))
-        ops.append(ExpectedOp(stage, "edp", "all_gather", None, n, calls * (2 * m if zero == 3 else 1), params))
+        ops.append(
+            ExpectedOp(
+                stage, "edp", "reduce_scatter", None, n, calls * (m if zero >= 2 else 1), grads
+            )
+        )
+        ops.append(
+            ExpectedOp(
+                stage, "edp", "all_gather", None, n, calls * (2 * m if zero == 3 else 1), params
+            )
+        )
     return ops
 
 
@@ -411,7 +476,9 @@ def _dp(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
         if hsdp:
             shard = cdiv(elements, plan.data_shard) * tr["gradient_bytes"]
             ops.append(
-                ExpectedOp(stage, "dp_replicate", "all_reduce", None, replicas, calls * per_step, shard)
+                ExpectedOp(
+                    stage, "dp_replicate", "all_reduce", None, replicas, calls * per_step, shard
+                )
             )
             if n == 1:
                 continue
@@ -420,7 +487,9 @@ def _dp(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
             continue
         ops.append(ExpectedOp(stage, kind, "reduce_scatter", None, n, calls * per_step, grads))
         ops.append(
-            ExpectedOp(stage, kind, "all_gather", None, n, calls * (2 * m if zero == 3 else 1), params)
+            ExpectedOp(
+                stage, kind, "all_gather", None, n, calls * (2 * m if zero == 3 else 1), params
+            )
         )
     return ops
 
@@ -472,7 +541,12 @@ def itemsize_of(plan: PlanData, group: str, op: str) -> int:
     reduced = ("dp_cp", "dp_shard", "dp_replicate", "embedding", "edp")
     gradients = group in reduced and op != "all_gather"
     quantized = plan.training.get("quantized")
-    if group in reduced and op == "all_gather" and quantized is not None and quantized["param_gather"]:
+    if (
+        group in reduced
+        and op == "all_gather"
+        and quantized is not None
+        and quantized["param_gather"]
+    ):
         return 1
     return int(plan.training["gradient_bytes" if gradients else "activation_bytes"])
 
