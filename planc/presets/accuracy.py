@@ -76,17 +76,22 @@ def category_words(category: str, calibration: Calibration) -> str:
     return "" if bar is None else f"model error on {category} runs: {bar.words()}"
 
 
-def category_json(category: str, calibration: Calibration) -> dict[str, Any] | None:
-    """The category's error bar as data (None where `category_words` says nothing)."""
-    bar = None if calibration is not None else category_bar(category)
+def _bar_data(key: str, bar: ErrorBar | None) -> dict[str, Any] | None:
+    """An error bar as JSON data, its group under `key` (None without a bar)."""
     if bar is None:
         return None
     return {
-        "category": bar.group,
+        key: bar.group,
         "validated_runs": bar.runs,
         "mean_abs_error": bar.mean_abs_error,
         "worst_error": bar.worst_error,
     }
+
+
+def category_json(category: str, calibration: Calibration) -> dict[str, Any] | None:
+    """The category's error bar as data (None where `category_words` says nothing)."""
+    bar = None if calibration is not None else category_bar(category)
+    return _bar_data("category", bar)
 
 
 def error_bar(gpu: str) -> ErrorBar | None:
@@ -123,15 +128,7 @@ def bar_words(gpu: str, calibration: Calibration) -> str:
 
 def bar_json(gpu: str, calibration: Calibration) -> dict[str, Any] | None:
     """The error bar as data (None where there is none)."""
-    bar = bar_for(gpu, calibration)
-    if bar is None:
-        return None
-    return {
-        "generation": bar.group,
-        "validated_runs": bar.runs,
-        "mean_abs_error": bar.mean_abs_error,
-        "worst_error": bar.worst_error,
-    }
+    return _bar_data("generation", bar_for(gpu, calibration))
 
 
 Groups = Mapping[str, tuple[int, float, float]]  # name: (runs, mean |error|, worst error)
