@@ -360,14 +360,13 @@ def test_the_written_winner_checks_clean(case: str, tmp_path: Path) -> None:
     assert not severe and not framework, result.findings
 
 
-def test_the_specs_own_layout_is_placed_and_the_best_ones_changes_said() -> None:
+def test_the_specs_own_layout_is_placed_and_the_best_ones_changes_said(tmp_path: Path) -> None:
     text = ONE_NODE.replace("training: {", "parallelism: {tensor: 8}\ntraining: {")
     text += "search: {micro_batch: [1], recompute: [full], precision: [bf16]}\n"
-    spec = Path("own.yaml")
-    with CliRunner().isolated_filesystem():
-        spec.write_text(text)
-        code, out, _ = _run(str(spec), "--top", "3", "--format", "json")
-        code_text, text_out, _ = _run(str(spec), "--top", "3")
+    spec = tmp_path / "own.yaml"
+    spec.write_text(text)
+    code, out, _ = _run(str(spec), "--top", "3", "--format", "json")
+    code_text, text_out, _ = _run(str(spec), "--top", "3")
     assert code == 0 and code_text == 0
     data = json.loads(out)
     own = data["your_layout"]
@@ -383,13 +382,14 @@ def test_the_specs_own_layout_is_placed_and_the_best_ones_changes_said() -> None
     assert "your layout is outside the searched space (recompute selective" in text_out
 
 
-def test_the_specs_own_layout_inside_the_space_ranks_behind_no_faster_one() -> None:
+def test_the_specs_own_layout_inside_the_space_ranks_behind_no_faster_one(
+    tmp_path: Path,
+) -> None:
     text = ONE_NODE.replace("training: {", "parallelism: {tensor: 8}\ntraining: {")
     text += "search: {micro_batch: [1], precision: [bf16]}\n"
-    spec = Path("own.yaml")
-    with CliRunner().isolated_filesystem():
-        spec.write_text(text)
-        code, out, _ = _run(str(spec), "--top", "3", "--format", "json")
+    spec = tmp_path / "own.yaml"
+    spec.write_text(text)
+    code, out, _ = _run(str(spec), "--top", "3", "--format", "json")
     assert code == 0
     data = json.loads(out)
     own = data["your_layout"]
