@@ -144,6 +144,21 @@ CHROMIUM_FLAGS = (
 )
 
 
+def loaded_spec(text: str) -> Any:
+    """A spec text loaded as `spec.yaml`, which must resolve to a job."""
+    loaded = load_text("spec.yaml", text)
+    assert loaded.job is not None, loaded.findings
+    return loaded
+
+
+def search_setup(text: str, **request: Any) -> Any:
+    """`planc search`'s setup of a spec text, as the command builds it (`Request` fields by
+    keyword)."""
+    from planc.cli.search import Request, setup_of
+
+    return setup_of(loaded_spec(text), Request("spec.yaml", **request))
+
+
 def grid_overlay(t: int, c: int, d: int, p: int, order: tuple[str, ...], per_node: int) -> str:
     """A gpt2-small spec overlay of degrees t·c·d·p in `order` on nodes of `per_node` GPUs, one
     NVLink domain a node (the rank-grid property tests)."""

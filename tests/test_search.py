@@ -17,7 +17,6 @@ from syrupy.assertion import SnapshotAssertion
 from planc.analysis import analyse, estimate_step
 from planc.check import check_loaded
 from planc.cli.main import main
-from planc.cli.search import Request, setup_of
 from planc.findings import Severity
 from planc.plannable import plannable
 from planc.search.evaluate import Setup
@@ -28,6 +27,8 @@ from planc.spec.fastcheck import fast_validate
 from planc.spec.load import load_text
 from planc.spec.models import Spec
 from planc.vocab import ScheduleKind
+
+from conftest import loaded_spec, search_setup
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,14 +42,8 @@ training: {seq_len: 4096, global_batch: 64}
 """
 
 
-def _loaded(text: str) -> Any:
-    loaded = load_text("spec.yaml", text)
-    assert loaded.job is not None, loaded.findings
-    return loaded
-
-
-def _setup(text: str, **request: Any) -> Setup:
-    return setup_of(_loaded(text), Request("spec.yaml", **request))
+_loaded = loaded_spec
+_setup = search_setup
 
 
 def _search(text: str, top: int = 10**6, **request: Any) -> SearchResult:

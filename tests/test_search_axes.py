@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from planc.analysis import analyse, estimate_step
 from planc.check import check_loaded
 from planc.cli.main import main
-from planc.cli.search import Request, setup_of
 from planc.compile.launchers import megatron_args
 from planc.compile.plan import compile_job
 from planc.findings import Severity
@@ -27,6 +26,8 @@ from planc.search.evaluate import Setup
 from planc.search.rank import SearchResult
 from planc.search.run import search
 from planc.spec.load import load_text
+
+from conftest import loaded_spec, search_setup
 
 MIB = 2**20
 
@@ -40,14 +41,8 @@ training: {seq_len: 8192, global_batch: 64}
 """
 
 
-def _loaded(text: str) -> Any:
-    loaded = load_text("spec.yaml", text)
-    assert loaded.job is not None, loaded.findings
-    return loaded
-
-
-def _setup(text: str, **request: Any) -> Setup:
-    return setup_of(_loaded(text), Request("spec.yaml", **request))
+_loaded = loaded_spec
+_setup = search_setup
 
 
 def _axes(text: str) -> dict[str, tuple[Any, ...]]:

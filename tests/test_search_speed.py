@@ -12,12 +12,12 @@ import pytest
 
 from planc.analysis import analyse
 from planc.check import evaluate
-from planc.cli.search import Request, setup_of
 from planc.plannable import plannable
 from planc.rules import REGISTRY
 from planc.rules.base import Needs
-from planc.search.evaluate import Setup, candidate_job, judge, make_judge, shared_analysis
-from planc.spec.load import load_text
+from planc.search.evaluate import candidate_job, judge, make_judge, shared_analysis
+
+from conftest import search_setup
 
 # Llama 3 8B on 16 H100 at a global batch of 4,096 sequences: m = 4,096 / (b·d) runs to the
 # hundreds, and pipelines of 1 to 16 stages, interleaved or not, evenly split or not
@@ -44,10 +44,7 @@ search: {tensor: [1, 2], pipeline: [1, 2], context: [1, 2], micro_batch: [1], re
 """
 
 
-def _setup(text: str) -> Setup:
-    loaded = load_text("spec.yaml", text)
-    assert loaded.job is not None, loaded.findings
-    return setup_of(loaded, Request("spec.yaml"))
+_setup = search_setup
 
 
 def test_every_verdict_is_what_check_finds() -> None:
