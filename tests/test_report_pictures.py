@@ -107,7 +107,9 @@ def test_clicking_a_gpu_shows_its_groups(tmp_path: Path) -> None:
         ".dispatchEvent(new MouseEvent('click', {bubbles: true}));"
     )
     dom = dom_after(page_of(DENSE), poke, tmp_path)
-    panel = re.search(r'<div id="rank-panel" class="drill" data-rank="41">(.*?)</table></div>', dom)
+    panel = re.search(
+        r'<div id="rank-panel" class="drill"[^>]*data-rank="41">(.*?)</table></div>', dom
+    )
     assert panel is not None, "the panel did not open"
     text = panel.group(1)
     assert "Rank 41: node 5" in text and "stage 2" in text
@@ -115,6 +117,32 @@ def test_clicking_a_gpu_shows_its_groups(tmp_path: Path) -> None:
     assert "<th>pipeline (PP)</th><td>4 ranks: 9, 25, 41, 57</td>" in text
     assert "memory (stage 2)" in text and "traffic (stage 2)" in text
     assert re.search(r'<rect[^>]*class="gpu picked"[^>]*data-rank="41"', dom)
+
+
+@needs_chromium
+def test_a_gpu_and_a_node_are_picked_by_keyboard(tmp_path: Path) -> None:
+    """Tab reaches every GPU and node name (tabindex 0, role button); Enter on a focused GPU opens
+    its panel as a click does, and Space on a node's name opens the node's."""
+    poke = (
+        "var g = document.querySelector('rect[data-rank=\"41\"]'); g.focus();"
+        "document.title = document.activeElement === g ? 'focused' : 'not focused';"
+        "g.dispatchEvent(new KeyboardEvent('keydown', {key: 'Enter', bubbles: true}));"
+    )
+    dom = dom_after(page_of(DENSE), poke, tmp_path)
+    assert "<title>focused</title>" in dom, "the GPU cannot take the keyboard focus"
+    panel = re.search(
+        r'<div id="rank-panel" class="drill"[^>]*data-rank="41">(.*?)</table></div>', dom
+    )
+    assert panel is not None and "Rank 41: node 5" in panel.group(1)
+    poke = (
+        "var n = document.querySelector('text[data-node=\"5\"]'); n.focus();"
+        "n.dispatchEvent(new KeyboardEvent('keydown', {key: ' ', bubbles: true}));"
+    )
+    dom = dom_after(page_of(DENSE), poke, tmp_path)
+    assert re.search(r'<div id="rank-panel"[^>]*data-node="5">', dom), "Space did not pick the node"
+    assert re.search(r'<rect[^>]*data-rank="0"[^>]*tabindex="0"', dom) or re.search(
+        r'<rect[^>]*tabindex="0"[^>]*data-rank="0"', dom
+    )
 
 
 @needs_chromium

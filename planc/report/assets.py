@@ -91,6 +91,7 @@ table.diff td:first-child{white-space:pre}.diff-findings{margin:4px 0;padding-le
 svg .cut{fill:var(--panel)}svg .cut-edge{stroke:var(--muted);stroke-dasharray:3 3}
 svg .ep{fill:none;stroke:var(--t-ep);stroke-width:2;stroke-dasharray:4 3}
 svg rect.gpu,svg text.host[data-node]{cursor:pointer}svg rect.gpu.picked{stroke:var(--fg);stroke-width:3}
+svg rect.gpu:focus-visible,svg text.host[data-node]:focus-visible{outline:2px solid var(--fg);outline-offset:1px}
 .js-only{display:none}html[data-js=on] .js-only{display:block}
 .drill{border:1px solid var(--rule);border-radius:8px;padding:8px 12px;margin:8px 0;background:var(--bg)}
 .drill h3{margin:2px 0 6px}.drill table{margin:0}.drill th{white-space:nowrap;width:1%}
@@ -206,11 +207,17 @@ DRILL_JS = """
     r.groups.forEach(function (g) { fact(g[0], g[1]); });
     panel.hidden = false;
   }
-  document.addEventListener("click", function (event) {
+  function choose(event) {
     var at = event.target && event.target.closest ? event.target : null;
     var gpu = at ? at.closest("rect[data-rank]") : null;
     var label = at ? at.closest("text[data-node]") : null;
     if (gpu) { pick(gpu); } else if (label) { node(label); }
+    return Boolean(gpu || label);
+  }
+  document.addEventListener("click", choose);
+  // A focused GPU or node name (tabindex 0, role button) picks with Enter or Space, as a button.
+  document.addEventListener("keydown", function (event) {
+    if ((event.key === "Enter" || event.key === " ") && choose(event)) { event.preventDefault(); }
   });
 })();
 """

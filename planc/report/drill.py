@@ -185,7 +185,7 @@ def drill_panel() -> Html:
     """The panel the script fills (hidden until a GPU is clicked; absent meaning without JS)."""
     return markup(
         "<p class='note js-only'>Click a GPU for its rank's process groups, memory and traffic, "
-        "or a node's name for its groups.</p>"
-        "<div id='rank-panel' class='drill' hidden><h3 id='rank-title'></h3>"
+        "or a node's name for its groups (or Tab to it and press Enter).</p>"
+        "<div id='rank-panel' class='drill' hidden aria-live='polite'><h3 id='rank-title'></h3>"
         "<table><tbody id='rank-facts'></tbody></table></div>"
     )

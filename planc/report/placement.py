@@ -155,7 +155,20 @@ def _node_row(
     lay = plan.layout
     gpn = plan.cluster.gpus_per_node
     stages, groups = grid.stage[row.node].tolist(), grid.tp_group[row.node].tolist()
-    parts = [text(x - 8, y + cell / 2 + 4, row.label, "host", "end", data_node=row.node)]
+    # tabindex and role make each node's name and GPU reachable and pickable by keyboard
+    # (Tab, then Enter or Space), as by a click.
+    parts = [
+        text(
+            x - 8,
+            y + cell / 2 + 4,
+            row.label,
+            "host",
+            "end",
+            data_node=row.node,
+            tabindex=0,
+            role="button",
+        )
+    ]
     if row.note:
         parts.append(text(x + gpn * cell + 10, y + cell / 2 + 4, row.note, "host"))
     for gpu in range(gpn):
@@ -172,6 +185,8 @@ def _node_row(
                 fill=stage_colour(stage, lay.p),
                 data_stage=stage,
                 data_rank=rank,
+                tabindex=0,
+                role="button",
             )
         )
         if cell >= 30:
