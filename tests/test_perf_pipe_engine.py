@@ -14,8 +14,10 @@ from planc.analysis import analyse
 from planc.perf.inputs import build_inputs, comm_time_s, efficiency_of, op_seconds
 from planc.perf.pipe_engine import Transfer, blocking_p2p
 from planc.perf.step import StageInputs, StepInputs, pipeline_step
+from planc.pipeline import registry
 from planc.plannable import Plannable, plannable
 from planc.spec.load import load_text
+from planc.vocab import ScheduleKind
 
 S, H, T, P = 2048, 4096, 8, 4
 
@@ -127,3 +129,53 @@ def test_the_transfers_lie_on_the_pipeline_path() -> None:
     )
     step = pipeline_step(StepInputs(stages=stages, m=1, v=1, p2p_s=0.0))
     assert step.pipeline_s == pytest.approx(7.0)
+
+
+def train_schedule_slots(p: int, m: int, stage: int) -> list[tuple[bool, int | None]]:
+    """DeepSpeed's TrainSchedule (deepspeed/runtime/pipe/schedule.py, v0.5.10 and v0.19.5),
+    written out: 2·(m + p − 1) slots, forward when slot and stage have the same parity; the
+    micro-batch of each slot, None when it has none."""
+    out: list[tuple[bool, int | None]] = []
+    for k in range(2 * (m + p - 1)):
+        forward = k % 2 == stage % 2
+        half = k // 2 if k % 2 == 0 else (k - 1) // 2
+        if forward:
+            mb = half - stage // 2
+        elif k % 2 == 0:
+            mb = half - p + (stage + 1) // 2
+        else:
+            mb = half - p + 1 + stage // 2
+        out.append((forward, mb if 0 <= mb < m else None))
+    return out
+
+
+def train_schedule_makespan(p: int, m: int, t_f: list[float], t_b: list[float]) -> float:
+    """The slots run with blocking exchanges: a forward slot exchanges with the previous stage
+    (RecvActivation, SendGrad), a backward slot with the next (SendActivation, RecvGrad), so
+    both partners start the slot when both ended the one before; a slot without a micro-batch
+    and without a message to send is idle."""
+    slots = [train_schedule_slots(p, m, r) for r in range(p)]
+    end = [0.0] * p
+    for k in range(2 * (m + p - 1)):
+        new = []
+        for r in range(p):
+            forward, mb = slots[r][k]
+            sends = k > 0 and slots[r][k - 1][1] is not None
+            partner = r - 1 if forward else r + 1
+            start = end[r]
+            if 0 <= partner < p and (mb is not None or sends):
+                start = max(start, end[partner])
+            work = 0.0 if mb is None else (t_f[r] if forward else t_b[r])
+            new.append(start + work)
+        end = new
+    return max(end)
+
+
+@pytest.mark.parametrize(("p", "m"), [(2, 1), (4, 8), (5, 7), (8, 3), (6, 24)])
+def test_train_schedule_runs_as_1f1b(p: int, m: int) -> None:
+    # Uneven stages, no message time: DeepSpeed's slot stream ends when Megatron's 1F1B does,
+    # which is why the step model simulates it as 1F1B.
+    t_f = [1.0 + 0.1 * ((3 * r) % 5) for r in range(p)]
+    t_b = [2.0 * f + 0.05 * (r % 3) for r, f in enumerate(t_f)]
+    ours = registry.run(ScheduleKind.ONE_F_ONE_B, p, m, 1, t_f, t_b, 0.0)
+    assert train_schedule_makespan(p, m, t_f, t_b) == pytest.approx(max(ours.stage_end_s))
