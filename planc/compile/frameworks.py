@@ -153,6 +153,12 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
     args.append("--attention-backend " + ("flash" if tr.attention == "flash" else "unfused"))
     if tr.overlap_tp:
         args.append("--tp-comm-overlap")
+    if not tr.async_tp_allreduce and lay.t > 1:
+        notes.append(
+            "training.async_tp_allreduce is false, but Megatron-LM has run the column-parallel "
+            "input-gradient all-reduce asynchronously since 2021-09 and no longer has "
+            "--no-async-tensor-model-parallel-allreduce: these arguments run it asynchronously"
+        )
     if tr.overlap_grad_reduce and lay.d * lay.c > 1:
         args.append("--overlap-grad-reduce")
         # validate_args: --overlap-param-gather needs the distributed optimizer and

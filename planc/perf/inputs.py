@@ -12,7 +12,9 @@ Which TP collectives hide behind compute (Megatron-LM `tensor_parallel/layers.py
 * backward without SP: the all-reduce of the column-parallel input gradient (QKV, fc1) is
   launched asynchronously and runs while the same layer's weight gradient is computed;
 * backward with SP: the reduce-scatter of the column-parallel input gradient overlaps the
-  weight gradient the same way; the all-gather of the row-parallel output gradient does not.
+  weight gradient the same way; the all-gather of the row-parallel output gradient does not;
+* with `training.async_tp_allreduce` off (Megatron-LM before 2021-09) neither reduction of the
+  input gradient overlaps: it is exposed (`input_gradient_exposed_s`).
 
 What overlaps is charged `processor_usage` of its time as slowed compute; what does not fit is
 exposed. `training.overlap_tp` hides all TP communication (then it is all "overlapped").
@@ -69,6 +71,14 @@ from planc.perf.ops import (
     op_shape,
     output_projection,
     qkv_projection,
+)
+from planc.perf.pipe_engine import (
+    Transfer,
+    blocking_p2p,
+    hop_s,
+    overlaps_grad_reduce,
+    overlaps_param_gather,
+    runs_pipe_engine,
 )
 from planc.perf.step import StageInputs, StepInputs
 from planc.plannable import Plannable
@@ -417,14 +427,35 @@ def tp_per_layer(
         else:
             forward += call("all_reduce", hidden)
             hide = sum(call("all_reduce", size) for size in sizes)
-        exposed += max(0.0, hide - wgrad)
-        overlapped += min(hide, wgrad)
+        dx_exposed, dx_hidden = input_gradient_exposed_s(
+            hide, wgrad, job.training.async_tp_allreduce
+        )
+        exposed += dx_exposed
+        overlapped += dx_hidden
     redo = forward if job.training.recompute == "full" else 0.0
     if job.training.overlap_tp and not job.layout.sp:
         # Without SP Megatron has no userbuffers overlap (validate_args requires SP for
         # --tp-comm-overlap); planc keeps its older reading of overlap_tp: all hidden.
         return TpPerLayer(0.0, 0.0, forward + exposed + overlapped + redo, 0.0)
     return TpPerLayer(forward, exposed, overlapped, redo)
+
+
+def input_gradient_exposed_s(
+    reduction_s: float, wgrad_s: float, asynchronous: bool
+) -> tuple[float, float]:
+    """(exposed, hidden) seconds of a column-parallel block's input-gradient reduction (the
+    all-reduce, or with SP the reduce-scatter, of dX) against its weight gradient dW.
+
+    Asynchronous (Megatron-LM since 2021-09, `LinearWithGradAccumulationAndAsyncCommunication`
+    in megatron/core/tensor_parallel/layers.py; `training.async_tp_allreduce`): the reduction is
+    launched before dW and runs beside it, exposed = max(0, r − w), hidden = min(r, w).
+    Synchronous (Megatron-LM before it, e.g. cdde43385e of 2021-04, where the backward of
+    `copy_to_tensor_model_parallel_region` all-reduces dX inside autograd before dW starts; or
+    --no-async-tensor-model-parallel-allreduce): exposed = r, hidden = 0. Seconds per block and
+    micro-batch."""
+    if not asynchronous:
+        return reduction_s, 0.0
+    return max(0.0, reduction_s - wgrad_s), min(reduction_s, wgrad_s)
 
 
 def pipelined_exposed_s(collective_s: float, gemm_s: float, t: int) -> float:
@@ -489,10 +520,11 @@ def _dp(
       exposed, the rest hide behind one micro-batch's forward (`forward_s`) and what does not
       fit is exposed. ZeRO-3/FSDP2 gather before every forward and backward (hidden, prefetched).
     * The tied embedding's all-reduce follows the optimizer step, exposed.
+    * Under DeepSpeed's pipeline engine neither overlap exists (`planc.perf.pipe_engine`:
+      ReduceGrads after the schedule, the ZeRO step's own all-gather).
     """
     m = job.m
     zero = sharding_stage(job)
-    tr = job.training
     buckets: list[float] = []
     gathers: list[float] = []
     after = overlapped = 0.0
@@ -512,13 +544,13 @@ def _dp(
             overlapped += one * (op.calls - per_mb)
         else:
             buckets += [one] * op.calls
-    if gathers and tr.overlap_param_gather and tr.overlap_grad_reduce:
+    if gathers and overlaps_param_gather(job) and overlaps_grad_reduce(job):
         hidden = min(sum(gathers[1:]), forward_s)
         after += sum(gathers) - hidden
         overlapped += hidden
     else:
         after += sum(gathers)
-    if buckets and not tr.overlap_grad_reduce:
+    if buckets and not overlaps_grad_reduce(job):
         buckets = [sum(buckets)]  # one block after the backward: the last bucket is exposed
     return DataParallelTimes(tuple(buckets), after, overlapped)
 
@@ -545,9 +577,11 @@ def build_inputs(
     shard, expert_shard = (lay.shard_group, lay.edp) if zero else (1, 1)
     exchange = ep_per_layer(job, eff)
     low = quantized_layers(job, eff)
+    one = pipe_engine_transfer(job, eff, ops) if runs_pipe_engine(job) else Transfer(0.0, 0.0)
     stages = []
     for r, layers in enumerate(per_stage):
         split, routed = lay.chunk_layers(r), chunk_moe_layers(job, r)
+        blocking = blocking_p2p(job, one, r)
         times = chunk_times(
             shape,
             split,
@@ -590,9 +624,11 @@ def build_inputs(
                 dp_overlapped_s=dp.overlapped / m,
                 ep_forward_s=tuple(e * exchange.forward_s for e in routed),
                 ep_backward_s=tuple(e * exchange.backward_s for e in routed),
+                p2p_forward_s=blocking.forward_s,
+                p2p_backward_s=blocking.backward_s,
             )
         )
-    hop = p2p_message_s(job, eff, ops)
+    hop = hop_s(job, p2p_message_s(job, eff, ops))
     return StepInputs(
         stages=tuple(stages),
         m=m,
@@ -627,6 +663,28 @@ def p2p_message_s(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> flo
     send = comm_time_s(job, eff, "send_recv", 2, slice_bytes, op.link)
     gather = comm_time_s(job, eff, "all_gather", t, op.buffer_bytes, _tp_link(job, ops))
     return send + gather
+
+
+def pipe_engine_transfer(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> Transfer:
+    """One activation (or its gradient) of [s/c, b, h] elements of β_a bytes, as DeepSpeed's
+    pipeline engine moves it (`planc.perf.pipe_engine`): the sender's ⌈bytes/t⌉ share by
+    `dist.send` on the pipeline link, send = α + ⌈bytes/t⌉/(β·e), and on arrival the
+    all-gather over the t TP ranks, gather = (t − 1)·α + (t − 1)/t · bytes/(β·e)
+    (`comm_time_s`). With sequence parallelism or t = 1 the boundary tensor is already one
+    rank's own: the whole of it is sent and nothing gathered. Seconds. Source:
+    deepspeed/runtime/pipe/engine.py `_exec_send_activations`, `_exec_recv_activations`,
+    `_exec_forward_pass` (PartitionedTensor), v0.5.10 and v0.19.5."""
+    sends = [op for op in ops if op.group == "pp" and op.calls]
+    if not sends:
+        return Transfer(0.0, 0.0)
+    op = max(sends, key=lambda o: o.buffer_bytes)
+    t = job.layout.t
+    if job.layout.sp or t == 1:
+        return Transfer(comm_time_s(job, eff, "send_recv", 2, op.buffer_bytes, op.link), 0.0)
+    share = -(-op.buffer_bytes // t)
+    send = comm_time_s(job, eff, "send_recv", 2, share, op.link)
+    gather = comm_time_s(job, eff, "all_gather", t, op.buffer_bytes, _tp_link(job, ops))
+    return Transfer(send, gather)
 
 
 def _tp_link(job: Plannable, ops: Sequence[CommOp]) -> str:

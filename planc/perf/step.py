@@ -69,6 +69,11 @@ class StageInputs:
     # The weight-gradient part of backward_s per chunk, run as W ops by a schedule that splits
     # the backward (empty: half of backward_s, the zero-bubble paper's B = W).
     backward_weight_s: tuple[float, ...] = ()
+    # Blocking pipeline transfers on the stage's own stream, per micro-batch (DeepSpeed's
+    # pipeline engine, planc.perf.pipe_engine.blocking_p2p): beside the forward's and the
+    # backward's compute, spread evenly over the chunks.
+    p2p_forward_s: float = 0.0
+    p2p_backward_s: float = 0.0
 
 
 @record
@@ -136,13 +141,20 @@ def _virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
             share = st.backward_s[j] / total_b
             # The CP exchange is a third forward, two thirds backward (K, V; then dK, dV too).
             ep_f, ep_b = ep_fs[j], ep_bs[j]
-            t_f[j * p + r] = st.forward_s[j] + st.tp_forward_s[j] + ep_f + st.cp_exposed_s / (3 * v)
+            t_f[j * p + r] = (
+                st.forward_s[j]
+                + st.tp_forward_s[j]
+                + ep_f
+                + st.cp_exposed_s / (3 * v)
+                + st.p2p_forward_s / v
+            )
             t_b[j * p + r] = (
                 st.backward_s[j]
                 + st.tp_backward_s[j]
                 + ep_b
                 + slow * share
                 + 2 * st.cp_exposed_s / (3 * v)
+                + st.p2p_backward_s / v
             )
     return t_f, t_b
 
@@ -292,7 +304,8 @@ def overlaps(
     exposed part m·cp_exposed_s (behind attention); expert exchanges as the schedule hides
     them (`expert_hidden_s`); DP as `dp_overlap`; TP and DP slow the compute they hide behind
     by the link's processor_usage (`_virtual_times`, `_dp_tails`); pipeline sends their op time less what lies
-    on the critical path (`PipelineStep.pp_exposed_s`, `_p2p_on_path`). Classes a stage does
+    on the critical path (`PipelineStep.pp_exposed_s`, `_p2p_on_path`), or the stage's blocking
+    transfers, all exposed (DeepSpeed's pipeline engine, `StageInputs.p2p_forward_s`). Classes a stage does
     not run are left out."""
     st, m = inputs.stages[stage], inputs.m
     tp_exposed = m * (sum(st.tp_forward_s) + sum(st.tp_backward_s))
@@ -301,6 +314,8 @@ def overlaps(
     cp_exposed = m * st.cp_exposed_s
     dp_hidden, dp_exposed = dp_overlap(inputs, stage)
     pp_exposed = min(pp_total_s, pp_exposed_s)
+    # Blocking transfers (DeepSpeed's pipeline engine) hide behind nothing: all exposed.
+    blocking = m * (st.p2p_forward_s + st.p2p_backward_s)
     found = (
         Overlap(
             "tp",
@@ -318,7 +333,9 @@ def overlaps(
             dp_exposed,
             inputs.dp_processor_usage * dp_hidden,
         ),
-        Overlap("pp", "the other stages' compute", max(0.0, pp_total_s - pp_exposed), pp_exposed),
+        Overlap("pp", "the other stages' compute", max(0.0, pp_total_s - pp_exposed), pp_exposed)
+        if not blocking
+        else Overlap("pp", "nothing (blocking sends)", 0.0, blocking),
     )
     return tuple(o for o in found if o.hidden_s + o.exposed_s > 0)
 

@@ -292,6 +292,7 @@ class Training:
     attention: AttentionKind
     efficiency: float | None = None  # a flat GEMM efficiency; None: the per-operation curve
     overlap_tp: bool = False
+    async_tp_allreduce: bool = True  # column-parallel input-gradient reduction behind the wgrad
     overlap_grad_reduce: bool = True  # DP reduction in buckets during the last backward
     overlap_param_gather: bool = True  # ZeRO-1/2 parameter all-gather behind the next forward
     kernels: Kernels = "fused"  # fused (Megatron-Core + TE/Apex) | unfused (plain PyTorch on CUDA)
@@ -1014,6 +1015,7 @@ def _training(spec: Data) -> Training:
         attention=tr["attention"],
         efficiency=None if tr["efficiency"] is None else float(tr["efficiency"]),
         overlap_tp=tr["overlap_tp"],
+        async_tp_allreduce=tr.get("async_tp_allreduce", True),
         overlap_grad_reduce=tr.get("overlap_grad_reduce", True),
         overlap_param_gather=tr.get("overlap_param_gather", True),
         kernels=tr.get("kernels", "fused"),

@@ -830,6 +830,14 @@ class TrainingSpec(Frozen):
         description="Tensor-parallel communication overlaps compute (TP comm overlap); off, it "
         "is added to the step time.",
     )
+    async_tp_allreduce: StrictBool = Field(
+        True,
+        description="The backward all-reduce (reduce-scatter with SP) of the column-parallel "
+        "layers' input gradient runs while the same layer's weight gradient is computed "
+        "(Megatron-LM since 2021-09, LinearWithGradAccumulationAndAsyncCommunication); false: "
+        "it runs synchronously, exposed, as in Megatron-LM before it (autograd's "
+        "copy_to_tensor_model_parallel_region) or with --no-async-tensor-model-parallel-allreduce.",
+    )
     overlap_grad_reduce: StrictBool = Field(
         True,
         description="Gradient reduction runs in buckets while the last micro-batch's backward "
