@@ -71,6 +71,16 @@ def test_exchange_time_by_hand() -> None:
     assert per.backward_s == pytest.approx(2 * one + probs)
 
 
+def test_exchange_over_infiniband_at_one_nics_all_to_all_bandwidth() -> None:
+    # Data outside expert parallelism puts each EP group's 8 ranks 16 apart: on 8 nodes, over
+    # InfiniBand. An NCCL all-to-all cannot spread over several NICs: one ConnectX-7 at NDR,
+    # 50 GB/s, of which an all-to-all reaches 48 (nccl-tests #267), so 0.96; α = 5 µs once
+    # (7 peers, one batch of 8), 7/8 of the 64 MiB leave the rank.
+    job = job_of({"parallelism": {"order": "tp-cp-dp-ep-pp"}}, MIXTRAL)
+    one = 1 * 5e-6 + 58_720_256 / (50e9 * 0.96)
+    assert dispatch_combine_s(job, efficiency_of(job)) == pytest.approx(2 * one)
+
+
 def test_step_charges_the_exchange_of_every_moe_layer_and_micro_batch() -> None:
     an = analyse(job_of(None, MIXTRAL))
     step = estimate_step(an)
