@@ -11,7 +11,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from planc.analysis import analyse
-from planc.comm.cost import bus_factor, ring_steps, wire_bytes
+from planc.comm.cost import all_to_all_rounds, bus_factor, ring_steps, wire_bytes
 from planc.comm.schedule import CommOp, Wire
 from planc.vocab import Collective, GroupKind
 
@@ -29,11 +29,22 @@ def _named(ops: list[CommOp], group: GroupKind, word: str) -> CommOp:
 
 
 def test_all_to_all_bus_factor_and_steps() -> None:
-    # nccl-tests PERFORMANCE.md: alltoall busBw = algBw·(n−1)/n; pairwise exchange: n−1 steps.
+    # nccl-tests PERFORMANCE.md: alltoall busBw = algBw·(n−1)/n. NCCL runs the n−1 peers of
+    # an all-to-all eight at a time per channel (NCCL_MAX_DEV_WORK_P2P_PER_BATCH = 8), so the
+    # 7 peers of an 8-rank group pay one latency, not the 7 of a pairwise exchange.
     assert bus_factor("all_to_all", 8) == Fraction(7, 8)
-    assert ring_steps("all_to_all", 8) == 7
+    assert ring_steps("all_to_all", 8) == 1
     assert wire_bytes("all_to_all", 3, 10) == 7  # ⌈20/3⌉
     assert wire_bytes("all_to_all", 1, 10) == 0
+
+
+def test_all_to_all_latency_rounds_are_eight_peers_at_a_time() -> None:
+    # ⌈(n − 1)/8⌉ by hand: 9 ranks have 8 peers (one batch), 10 have 9 (two), Llama 4
+    # Maverick's EP 128 has 127 peers: 15 full batches of 8 and one of 7, 16 rounds.
+    assert [all_to_all_rounds(n) for n in (1, 2, 9, 10, 128)] == [0, 1, 1, 2, 16]
+    # The rings keep their n − 1 (2(n − 1) for an all-reduce) steps.
+    assert ring_steps("all_gather", 128) == 127
+    assert ring_steps("all_reduce", 8) == 14
 
 
 def test_mixtral_dispatch_and_combine_bytes_and_calls() -> None:

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -72,3 +74,24 @@ def test_explain_prints_them_and_its_json_matches_the_step() -> None:
     assert classes["tp"]["exposed_s"] == pytest.approx(step["tp_comm_s"])
     assert f"exposed {classes['tp']['exposed_s']:8.3f} s" in text
     assert classes["pp"]["exposed_s"] == pytest.approx(step["pp_comm_s"])
+
+
+def test_expert_exchanges_a_serial_schedule_hides_nothing_not_minus_zero() -> None:
+    # Megatron-Core's default schedule serialises the expert exchanges: all of them exposed,
+    # m = 2 micro-batches × (0.1 + 0.7 + 0.2 + 0.4) s = 2.8 s, and exactly nothing hidden
+    # ((0.1 + 0.7) + (0.2 + 0.4) - (0.1 + 0.7) - (0.2 + 0.4) is -1.1e-16 in floating point,
+    # which explain printed as "-0.000 s").
+    base = _inputs(0.0)
+    stage = replace(
+        base.stages[0],
+        forward_s=(1.0, 1.0),
+        backward_s=(2.0, 2.0),
+        tp_forward_s=(0.0, 0.0),
+        tp_backward_s=(0.0, 0.0),
+        ep_forward_s=(0.1, 0.7),
+        ep_backward_s=(0.2, 0.4),
+    )
+    inputs = replace(base, stages=(stage,), v=2)
+    ep = next(o for o in overlaps(inputs, 0, 0.0, 0.0, 0.0) if o.kind == "ep")
+    assert ep.hidden_s == 0.0 and math.copysign(1.0, ep.hidden_s) == 1.0
+    assert ep.exposed_s == pytest.approx(2.8)

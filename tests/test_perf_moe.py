@@ -60,14 +60,25 @@ def test_moe_layer_has_no_dense_mlp() -> None:
 def test_exchange_time_by_hand() -> None:
     job = job_of(None, MIXTRAL)
     eff = efficiency_of(job)
-    # NVLink 450 GB/s × 0.82 (all_to_all = send_recv efficiency), α = 2 µs, 7 steps:
-    one = 7 * 2e-6 + 58_720_256 / (450e9 * 0.82)
+    # NVLink 450 GB/s × 0.82 (all_to_all = send_recv efficiency), α = 2 µs, one latency:
+    # NCCL runs the 7 peers together (eight per channel batch):
+    one = 1 * 2e-6 + 58_720_256 / (450e9 * 0.82)
     assert dispatch_combine_s(job, eff) == pytest.approx(2 * one)
-    probs = 7 * 2e-6 + 14_336 / (450e9 * 0.82)
-    counts = 7 * 2e-6 + 448 / (450e9 * 0.82)  # all-gather of 512 B, 7/8 sent
+    probs = 1 * 2e-6 + 14_336 / (450e9 * 0.82)  # an all-to-all too: one latency
+    counts = 7 * 2e-6 + 448 / (450e9 * 0.82)  # a ring all-gather of 512 B, 7/8 sent: 7 steps
     per = ep_per_layer(job, eff)
     assert per.forward_s == pytest.approx(2 * one + probs + counts)
     assert per.backward_s == pytest.approx(2 * one + probs)
+
+
+def test_exchange_over_infiniband_at_one_nics_all_to_all_bandwidth() -> None:
+    # Data outside expert parallelism puts each EP group's 8 ranks 16 apart: on 8 nodes, over
+    # InfiniBand. An NCCL all-to-all cannot spread over several NICs: one ConnectX-7 at NDR,
+    # 50 GB/s, of which an all-to-all reaches 48 (nccl-tests #267), so 0.96; α = 5 µs once
+    # (7 peers, one batch of 8), 7/8 of the 64 MiB leave the rank.
+    job = job_of({"parallelism": {"order": "tp-cp-dp-ep-pp"}}, MIXTRAL)
+    one = 1 * 5e-6 + 58_720_256 / (50e9 * 0.96)
+    assert dispatch_combine_s(job, efficiency_of(job)) == pytest.approx(2 * one)
 
 
 def test_step_charges_the_exchange_of_every_moe_layer_and_micro_batch() -> None:

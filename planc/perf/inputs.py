@@ -286,7 +286,8 @@ class ExchangePerLayer:
 
 def dispatch_combine_s(job: Plannable, eff: Efficiency) -> float:
     """One MoE layer's dispatch and combine all-to-all of the T·k·h·β_a rows over EP, forward,
-    per micro-batch: 2·((EP−1)·α + (EP−1)/EP·T·k·h·β_a/(β·e)) on the ep groups' link."""
+    per micro-batch: 2·(⌈(EP−1)/8⌉·α + (EP−1)/EP·T·k·h·β_a/(β·e)) on the ep groups' link
+    (`planc.comm.cost.all_to_all_rounds`)."""
     lay = job.layout
     if job.model.moe is None or lay.ep == 1:
         return 0.0

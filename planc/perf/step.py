@@ -186,8 +186,10 @@ def expert_hidden_s(inputs: StepInputs, stage: int) -> float:
     them)."""
     st = inputs.stages[stage]
     ep_f, ep_b = _expert_exposed(inputs, st)
-    total = sum(st.ep_forward_s) + sum(st.ep_backward_s)
-    return inputs.m * (total - sum(ep_f) - sum(ep_b))
+    # Chunk by chunk, each part hidden is its exchange less what stays exposed, never below
+    # zero (a difference of the sums can round to -0.0 when nothing hides).
+    run = zip(st.ep_forward_s, ep_f, st.ep_backward_s, ep_b, strict=False)
+    return inputs.m * sum(max(0.0, f - xf) + max(0.0, b - xb) for f, xf, b, xb in run)
 
 
 def _weight_times(inputs: StepInputs) -> list[float]:

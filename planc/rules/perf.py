@@ -174,11 +174,11 @@ def expert_exchange_hides(ctx: Context) -> Iterator[Violation]:
     Base: mixtral-8x7b-64xh100.yaml
 
     Passes:
-        hardware: {inter_node: {bandwidth_gbs: 25}}
+        hardware: {inter_node: {bandwidth_gbs: 20}}
         parallelism: {order: tp-cp-ep-dp-pp}
 
     Fails:
-        hardware: {inter_node: {bandwidth_gbs: 25}}
+        hardware: {inter_node: {bandwidth_gbs: 20}}
         parallelism: {order: tp-cp-dp-ep-pp}
     """
     if ctx.analysis is None:
