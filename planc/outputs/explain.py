@@ -111,7 +111,7 @@ def render_text(ex: Explanation) -> str:
         f"incl. exposed TP {step.tp_comm_s:.3f} s",
         *_expert_line(ex),
         f"  pipeline bubble:    {step.bubble_s:8.2f} s ({step.bubble_s / total:5.1%})  "
-        f"incl. p2p on the path {step.pp_comm_s:.3f} s",
+        f"of the step, incl. p2p on the path {step.pp_comm_s:.3f} s",
         f"  exposed DP comm:    {step.exposed_comm_s:8.2f} s ({step.exposed_comm_s / total:5.1%})  "
         "after backward and after the optimizer step",
         f"  optimizer step:     {step.optimizer_s:8.2f} s ({step.optimizer_s / total:5.1%})",
@@ -325,17 +325,18 @@ def _simulated_line(ex: Explanation) -> str:
         "closed-form": "closed form over the slowest stage",
     }[pipe.method]
     return (
-        f"; with each stage's own times and the p2p time ({how}): "
-        f"{pipe.bubble_fraction:.2%}, pipeline {pipe.makespan_s:.2f} s"
+        f"; stages idle, with each stage's own times and the p2p time ({how}): "
+        f"{pipe.bubble_fraction:.2%} of the pipeline's {pipe.makespan_s:.2f} s"
     )
 
 
 def _bubble_words(ex: Explanation) -> str:
-    """The schedule's closed-form bubble, in its formula (the simulated one with equal stages for
-    a schedule without a closed form)."""
+    """The schedule's closed-form bubble fraction, in its formula (the simulated one with equal
+    stages for a schedule without a closed form). Named apart from the step's bubble seconds below
+    it and the stages' simulated idle share, as the report names the three."""
     formula = definition(ex.analysis.plan.layout.schedule).bubble_formula
     shown = f"{formula} = " if formula is not None else "with equal stages (simulated) "
-    return f"pipeline bubble: {shown}{ex.step.bubble_fraction:.2%}"
+    return f"bubble fraction by the schedule: {shown}{ex.step.bubble_fraction:.2%}"
 
 
 def to_json(ex: Explanation) -> dict[str, Any]:
