@@ -216,3 +216,40 @@ def test_search_under_megatron_fsdp_keeps_one_pipeline_stage() -> None:
     assert pipelines == {1}
     # Every candidate with a pipeline was Megatron-FSDP's refusal, not a result.
     assert result.rejected_by_rule["PLC052"] > 0
+
+
+OFFLOAD = r"""
+import argparse, json, os, sys
+os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+import megatron.training.arguments as arguments
+from megatron.core.optimizer.optimizer_config import OptimizerConfig
+arguments.get_device_arch_version = lambda: 9
+parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+lines, world, vocab = json.load(sys.stdin)
+words = [word for line in lines for word in line.split()]
+args = parser.parse_args(words + ["--tokenizer-type", "NullTokenizer", "--mock-data",
+                                  "--train-iters", "10", "--lr", "1e-4", "--vocab-size", str(vocab)])
+args.world_size, args.rank = world, 0
+try:
+    arguments.validate_args(args)
+    OptimizerConfig(optimizer=args.optimizer, lr=1e-4,
+                    use_distributed_optimizer=args.use_distributed_optimizer,
+                    use_precision_aware_optimizer=True, optimizer_cpu_offload=True)
+    print(json.dumps(None))
+except (AssertionError, ValueError) as refused:
+    print(json.dumps(str(refused)))
+"""
+
+
+def test_an_optimizer_offload_at_no_shard_runs_under_megatron_fsdp_only() -> None:
+    # Megatron-FSDP always builds the distributed optimizer, so the precision-aware optimizer
+    # that offloads it starts at zero_stage 0 too; Megatron's own distributed optimizer needs 1.
+    offload = {"recompute": "full", "offload": {"optimizer": True}}
+    fsdp = {"parallelism": {"tensor": 2, "zero_stage": 0}, "training": {**FSDP, **offload}}
+    plain = {"parallelism": {"tensor": 2, "zero_stage": 0}, "training": offload}
+    assert not [f for f in check_overlay(fsdp).findings if f.rule == "PLC048"]
+    assert [f for f in check_overlay(plain).findings if f.rule == "PLC048"]
+    python = _megatron()
+    args = _payload(fsdp)
+    assert "--optimizer-cpu-offload" in args[0]
+    assert _run(python, OFFLOAD, args) is None

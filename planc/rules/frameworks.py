@@ -53,11 +53,13 @@ def _megatron_optimizer_offload(job: Job) -> Iterator[Violation]:
     `--use-precision-aware-optimizer`" (megatron/training/arguments.py), and OptimizerConfig
     __post_init__: "--use-precision-aware-optimizer only supported with adam" and "... only
     supported with distributed optimizer" (megatron/core/optimizer/optimizer_config.py): the
-    optimizer offload needs adam and zero_stage ≥ 1."""
+    optimizer offload needs adam and zero_stage ≥ 1. Under Megatron-FSDP every stage runs the
+    distributed optimizer (validate_args sets use_distributed_optimizer), no_shard too."""
     tr, zero = job.training, job.layout.zero
-    if not tr.offload_optimizer or (zero >= 1 and tr.optimizer == "adam"):
+    distributed = zero >= 1 or tr.megatron_fsdp
+    if not tr.offload_optimizer or (distributed and tr.optimizer == "adam"):
         return
-    if zero == 0:
+    if not distributed:
         yield Violation(
             "training.offload.optimizer",
             "Megatron-LM offloads the optimizer only through its precision-aware optimizer, "
@@ -87,9 +89,9 @@ def megatron_refuses(ctx: Context) -> Iterator[Violation]:
 
     Read from megatron-core 0.19.2: Megatron-LM offloads the optimizer only
     (--optimizer-cpu-offload; no parameter offload), and only with its precision-aware
-    optimizer, which needs adam and the distributed optimizer, zero_stage ≥ 1
-    (megatron/training/arguments.py validate_args; megatron/core/optimizer/optimizer_config.py
-    OptimizerConfig.__post_init__). Megatron's other refusals are PLC027 (rank orders),
+    optimizer, which needs adam and the distributed optimizer, zero_stage ≥ 1 (any stage under
+    Megatron-FSDP, which always builds it) (megatron/training/arguments.py validate_args;
+    megatron/core/optimizer/optimizer_config.py OptimizerConfig.__post_init__). Megatron's other refusals are PLC027 (rank orders),
     PLC029 (MoE with tensor but no sequence parallelism), PLC030 (schedules) and PLC044 (FP8).
     ZeRO-2/3 with a pipeline runs (the distributed optimizer, Megatron-FSDP), at PLC011's cost.
 
