@@ -253,3 +253,27 @@ def test_an_optimizer_offload_at_no_shard_runs_under_megatron_fsdp_only() -> Non
     args = _payload(fsdp)
     assert "--optimizer-cpu-offload" in args[0]
     assert _run(python, OFFLOAD, args) is None
+
+
+def test_megatron_fsdp_saves_torch_dcp_and_refuses_megatrons_own_format() -> None:
+    # validate_args: "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format", which
+    # torch.distributed.checkpoint writes; Megatron's torch_dist format is refused.
+    storage = {"hardware": {"storage": {"write_gbs": 100, "node_write_gbs": 10}}}
+    layout = {"parallelism": {"tensor": 2, "zero_stage": 3}, "training": FSDP}
+
+    def rules(fmt: str) -> set[str]:
+        overlay = {**layout, **storage, "checkpoint": {"format": fmt, "interval": 1000}}
+        return {f.rule for f in check_overlay(overlay).findings if f.severity.rank >= 2}
+
+    assert "PLC110" in rules("megatron-dist")
+    assert "PLC110" not in rules("torch-dcp") and "PLC110" not in rules("auto")
+
+
+def test_one_pipeline_stage_needs_no_tp_pp_dp_mapping_flag() -> None:
+    # tp-cp-pp-dp and tp-cp-dp-pp are one grid with one pipeline stage; Megatron-Bridge refuses
+    # --use-tp-pp-dp-mapping with Megatron-FSDP, so the flag is left out.
+    overlay = {"parallelism": {"tensor": 2, "zero_stage": 3, "order": "tp-cp-pp-dp"}}
+    fsdp = megatron_arguments(compiled(job_of({**overlay, "training": FSDP})))[0]
+    plain = megatron_arguments(compiled(job_of(overlay)))[0]
+    assert "--use-tp-pp-dp-mapping" not in fsdp
+    assert "--use-tp-pp-dp-mapping" in plain
