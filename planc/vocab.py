@@ -201,7 +201,9 @@ OptimizerName = Literal["adam", "sgd"]
 Recompute = Literal["none", "selective", "full"]
 AttentionKind = Literal["flash", "eager"]
 Kernels = Literal["fused", "unfused"]
-Framework = Literal["megatron", "deepspeed", "fsdp2"]
+# megatron-fsdp: Megatron-LM with Megatron-Core's own FSDP (--use-megatron-fsdp), which planc
+# models as Megatron with zero_stage naming --data-parallel-sharding-strategy.
+Framework = Literal["megatron", "megatron-fsdp", "deepspeed", "fsdp2"]
 Mlp = Literal["gelu", "swiglu"]
 Norm = Literal["layernorm", "rmsnorm"]
 Position = Literal["rope", "learned"]

@@ -175,7 +175,9 @@ def default_specs(draw: st.DrawFn) -> str:
     if base == BASE:
         par["expert"] = draw(st.sampled_from([1, 2, 4, 8]))
     training = data["training"]
-    training["framework"] = draw(st.sampled_from(["megatron", "deepspeed", "fsdp2"]))
+    training["framework"] = draw(
+        st.sampled_from(["megatron", "megatron-fsdp", "deepspeed", "fsdp2"])
+    )
     training["precision"] = draw(st.sampled_from(["bf16", "fp8"]))
     return yaml.safe_dump(data, sort_keys=False)
 

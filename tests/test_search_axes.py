@@ -436,7 +436,7 @@ def _distance(a: tuple[Any, ...], b: tuple[Any, ...]) -> int:
 )
 @given(
     nodes=st.sampled_from([1, 2]),
-    framework=st.sampled_from(["megatron", "deepspeed", "fsdp2"]),
+    framework=st.sampled_from(["megatron", "megatron-fsdp", "deepspeed", "fsdp2"]),
     seq=st.sampled_from([2048, 8192]),
     batch=st.sampled_from([16, 64]),
     zero=st.sampled_from([[1, 2], [2, 3], [0, 3]]),

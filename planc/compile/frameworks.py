@@ -163,15 +163,23 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
         args.append("--overlap-grad-reduce")
         # validate_args: --overlap-param-gather needs the distributed optimizer and
         # --overlap-grad-reduce (Megatron-LM megatron/training/arguments.py).
-        if tr.overlap_param_gather and lay.zero in (1, 2):
+        if tr.overlap_param_gather and lay.zero in ((1, 2, 3) if tr.megatron_fsdp else (1, 2)):
             args.append("--overlap-param-gather")
-    if lay.t > 1 or lay.c > 1:
+    if tr.megatron_fsdp:
+        notes.append(
+            "Megatron-FSDP: validate_args refuses CUDA_DEVICE_MAX_CONNECTIONS=1 ('FSDP requires "
+            "CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset'): leave it unset in every rank's "
+            "environment"
+        )
+    elif lay.t > 1 or lay.c > 1:
         notes.append(
             "with tensor or context parallelism on GPUs before Blackwell, Megatron's "
             "validate_args requires CUDA_DEVICE_MAX_CONNECTIONS=1 in every rank's environment"
         )
     replicas = lay.d * lay.c // _shard_group(plan)
-    if replicas > 1 and lay.zero in (1, 2):
+    # Megatron-FSDP's HSDP: the shards over data_shard ranks, replicated over the instances
+    # (mcore_fsdp_adapter.py _init_dist_index: enable_hsdp when the instances exceed 1).
+    if replicas > 1 and lay.zero in ((1, 2, 3) if tr.megatron_fsdp else (1, 2)):
         args.append(f"--num-distributed-optimizer-instances {replicas}")
     if lay.p > 1:  # Megatron picks its schedule from the virtual pipeline size, no flag
         _framework_schedule(plan, "megatron", notes)

@@ -288,6 +288,26 @@ def launcher_files(plan: Plan) -> Files:
 # ----------------------------------------------------------------------------- recipes
 
 
+# Megatron-FSDP's --data-parallel-sharding-strategy for each zero_stage: what it shards, as
+# megatron_fsdp/fully_shard.py ShardingStrategy documents (0 no_shard "similar to DDP", 1 optim,
+# 2 optim_grads "similar to ZeRO-2", 3 optim_grads_params; megatron-core 0.19.2).
+MEGATRON_FSDP_STRATEGY = ("no_shard", "optim", "optim_grads", "optim_grads_params")
+
+
+def megatron_fsdp_args(plan: Plan) -> list[str]:
+    """The arguments that make Megatron-LM's data parallelism Megatron-FSDP (megatron/training/
+    arguments.py, megatron-core 0.19.2): --use-megatron-fsdp, the sharding strategy of the
+    zero_stage, the distributed optimizer it requires (validate_args sets it, with a warning,
+    when absent) and --ckpt-format fsdp_dtensor ("Megatron-FSDP requires the `fsdp_dtensor`
+    checkpointing format")."""
+    return [
+        "--use-megatron-fsdp",
+        f"--data-parallel-sharding-strategy {MEGATRON_FSDP_STRATEGY[plan.job.layout.zero]}",
+        "--use-distributed-optimizer",
+        "--ckpt-format fsdp_dtensor",
+    ]
+
+
 def megatron_args(plan: Plan) -> tuple[list[str], list[str]]:
     """Megatron-LM arguments for the layout, and notes on what no argument expresses."""
     grid, lay, job = plan.placement.grid, plan.job.layout, plan.job
@@ -305,19 +325,25 @@ def megatron_args(plan: Plan) -> tuple[list[str], list[str]]:
     args += _cp_args(plan)
     if lay.sp:
         args.append("--sequence-parallel")
-    if lay.zero in (1, 2):
+    if job.training.megatron_fsdp:
+        args += megatron_fsdp_args(plan)
+    elif lay.zero in (1, 2):
         args.append("--use-distributed-optimizer")
     if job.training.offload_optimizer:
         # Megatron's HybridDeviceOptimizer reuses the precision-aware optimizer's code path, and
         # validate_args refuses --optimizer-cpu-offload without it (arguments.py, megatron-core
         # 0.19.2); PLC048 holds the rest (adam, the distributed optimizer).
         args += ["--optimizer-cpu-offload", "--use-precision-aware-optimizer"]
-    elif lay.zero == 3:
+    elif lay.zero == 3 and not job.training.megatron_fsdp:
         notes.append(
             "zero_stage 3 shards parameters: Megatron does that with FSDP "
             "(--use-torch-fsdp2), not with the distributed optimizer"
         )
     order = "-".join(grid.order)
+    if job.training.megatron_fsdp and lay.p == 1 and order == "tp-cp-pp-dp":
+        # One pipeline stage: the groups of tp-cp-dp-pp, without the mapping flag, which
+        # Megatron-Bridge refuses with Megatron-FSDP (its config.py validation).
+        order = "tp-cp-dp-pp"
     if order == "tp-cp-pp-dp":
         args.append("--use-tp-pp-dp-mapping")
     elif order != "tp-cp-dp-pp":

@@ -71,6 +71,7 @@ _ALL: tuple[Rule, ...] = (
     frameworks.deepspeed_refuses,
     frameworks.torchtitan_refuses,
     frameworks.framework_runs_otherwise,
+    frameworks.megatron_fsdp_refuses,
     context.ulysses_heads_divide,
     context.hierarchical_context_splits,
     context.cp_type_on_framework,
@@ -108,7 +109,7 @@ def declared_options(rules: Iterable[Rule]) -> tuple[Option, ...]:
 
 
 # The rules that say "the chosen framework (training.framework) refuses this layout, or does not
-# run it as planned": the frameworks' own checks (PLC048-PLC051), and those of other families
+# run it as planned": the frameworks' own checks (PLC048-PLC052), and those of other families
 # that quote a framework's refusal (context parallelism on eager attention, Megatron-Core's
 # orders, Megatron's MoE without sequence parallelism, schedules, FP8 options, the
 # context-parallel type on the framework). `planc search` leaves out a layout with a finding of
@@ -126,6 +127,7 @@ FRAMEWORK_RULES = frozenset(
         "PLC049",
         "PLC050",
         "PLC051",
+        "PLC052",
         "PLC062",
     }
 )

@@ -1,5 +1,5 @@
-"""Rules on what each training framework runs (issue 28): the layouts Megatron-LM, DeepSpeed and
-torchtitan refuse to start with, each with the framework's own reason, and the settings a
+"""Rules on what each training framework runs (issue 28): the layouts Megatron-LM, Megatron-FSDP,
+DeepSpeed and torchtitan refuse to start with, each with the framework's own reason, and the settings a
 framework runs otherwise than planned.
 
 Each rule is a table: one small check per refusal, its source in its docstring (file, function,
@@ -53,11 +53,13 @@ def _megatron_optimizer_offload(job: Job) -> Iterator[Violation]:
     `--use-precision-aware-optimizer`" (megatron/training/arguments.py), and OptimizerConfig
     __post_init__: "--use-precision-aware-optimizer only supported with adam" and "... only
     supported with distributed optimizer" (megatron/core/optimizer/optimizer_config.py): the
-    optimizer offload needs adam and zero_stage ≥ 1."""
+    optimizer offload needs adam and zero_stage ≥ 1. Under Megatron-FSDP every stage runs the
+    distributed optimizer (validate_args sets use_distributed_optimizer), no_shard too."""
     tr, zero = job.training, job.layout.zero
-    if not tr.offload_optimizer or (zero >= 1 and tr.optimizer == "adam"):
+    distributed = zero >= 1 or tr.megatron_fsdp
+    if not tr.offload_optimizer or (distributed and tr.optimizer == "adam"):
         return
-    if zero == 0:
+    if not distributed:
         yield Violation(
             "training.offload.optimizer",
             "Megatron-LM offloads the optimizer only through its precision-aware optimizer, "
@@ -87,9 +89,9 @@ def megatron_refuses(ctx: Context) -> Iterator[Violation]:
 
     Read from megatron-core 0.19.2: Megatron-LM offloads the optimizer only
     (--optimizer-cpu-offload; no parameter offload), and only with its precision-aware
-    optimizer, which needs adam and the distributed optimizer, zero_stage ≥ 1
-    (megatron/training/arguments.py validate_args; megatron/core/optimizer/optimizer_config.py
-    OptimizerConfig.__post_init__). Megatron's other refusals are PLC027 (rank orders),
+    optimizer, which needs adam and the distributed optimizer, zero_stage ≥ 1 (any stage under
+    Megatron-FSDP, which always builds it) (megatron/training/arguments.py validate_args;
+    megatron/core/optimizer/optimizer_config.py OptimizerConfig.__post_init__). Megatron's other refusals are PLC027 (rank orders),
     PLC029 (MoE with tensor but no sequence parallelism), PLC030 (schedules) and PLC044 (FP8).
     ZeRO-2/3 with a pipeline runs (the distributed optimizer, Megatron-FSDP), at PLC011's cost.
 
@@ -102,6 +104,94 @@ def megatron_refuses(ctx: Context) -> Iterator[Violation]:
         parallelism: {zero_stage: 3}
     """
     yield from _run(ctx, "megatron", MEGATRON)
+
+
+# ----------------------------------------------------------------------------- Megatron-FSDP
+
+
+def _megatron_fsdp_pipeline(job: Job) -> Iterator[Violation]:
+    """FullyShardedDataParallel._init_dist_index builds its DeviceMesh with _get_dp_tp_mesh
+    (or _get_hsdp_tp_mesh for HSDP), which rearranges torch.arange(world_size) as
+    "(dp_cp ep tp)" (megatron/core/distributed/fsdp/mcore_fsdp_adapter.py, megatron-core
+    0.19.2): the whole world is one data × context × tensor mesh, so a second pipeline stage
+    has no place in it and the wrapper fails to build."""
+    lay = job.layout
+    if lay.p > 1:
+        yield Violation(
+            "parallelism.pipeline",
+            f"pipeline = {lay.p}: Megatron-FSDP lays the whole world out as one data × context "
+            "× tensor mesh (mcore_fsdp_adapter.py _get_dp_tp_mesh: '(dp_cp ep tp)' over "
+            "torch.arange(world_size)), so it has no pipeline stages",
+            "set parallelism.pipeline: 1, or training.framework: megatron (the distributed "
+            "optimizer runs with a pipeline)",
+            ("training.framework",),
+        )
+
+
+def _before(order: tuple[str, ...], fast: str, slow: str) -> bool:
+    return fast not in order or slow not in order or order.index(fast) < order.index(slow)
+
+
+def _megatron_fsdp_order(job: Job) -> Iterator[Violation]:
+    """_get_dp_tp_mesh asserts that its mesh, tensor ranks fastest then data × context, is the
+    process groups' ("[Megatron-FSDP] Tensor Parallel ranks in the mesh ... do not match the
+    ranks in the TP group"), and the experts' mesh is "(expt_dp ep tp)": expert tensor fastest,
+    then expert, then expert data (mcore_fsdp_adapter.py, megatron-core 0.19.2)."""
+    lay = job.layout
+    order = lay.order
+    if lay.t > 1 and (lay.c > 1 or (lay.d or 1) > 1):
+        slower = [axis for axis in ("cp", "dp") if not _before(order, "tp", axis)]
+        if slower:
+            yield Violation(
+                "parallelism.order",
+                f"order {'-'.join(order)}: Megatron-FSDP's mesh puts the tensor ranks fastest, "
+                f"then data × context, and refuses process groups laid out otherwise ('Tensor "
+                f"Parallel ranks in the mesh ... do not match the ranks in the TP group')",
+                "put tp first in parallelism.order (tp-cp-dp-pp), or leave it out",
+            )
+    edp = lay.edp(job.cluster.world) or 1
+    if job.model.moe is None or lay.ep == 1 or edp == 1:
+        return
+    expert = lay.expert_order
+    if not _before(expert, "ep", "dp") or (lay.et > 1 and not _before(expert, "tp", "ep")):
+        yield Violation(
+            "parallelism.order",
+            f"order {'-'.join(expert)}: Megatron-FSDP's expert mesh is expert tensor, then "
+            "expert, then expert data ranks, fastest first ('(expt_dp ep tp)'), and refuses "
+            "expert groups laid out otherwise",
+            "write order: tp-cp-ep-dp-pp (Megatron-Core's default), or leave it out",
+        )
+
+
+MEGATRON_FSDP: tuple[Check, ...] = (_megatron_fsdp_pipeline, _megatron_fsdp_order)
+
+
+@rule("PLC052")
+def megatron_fsdp_refuses(ctx: Context) -> Iterator[Violation]:
+    """Framework: a layout Megatron-FSDP starts with (training.framework: megatron-fsdp).
+
+    Read from megatron-core 0.19.2: Megatron-LM's --use-megatron-fsdp wraps the model in
+    FullyShardedDataParallel (megatron/core/distributed/fsdp/mcore_fsdp_adapter.py), whose
+    DeviceMesh is the whole world as data × context × tensor ranks, tensor fastest (experts:
+    expert data × expert × expert tensor): no pipeline parallelism, and no rank order other
+    than tensor first and, with experts, ep before dp. zero_stage 0–3 is its
+    --data-parallel-sharding-strategy (no_shard, optim, optim_grads, optim_grads_params), all
+    of which run. validate_args (megatron/training/arguments.py) also requires --ckpt-format
+    fsdp_dtensor (checkpoint.format torch-dcp, PLC110 otherwise), adam or sgd, and
+    CUDA_DEVICE_MAX_CONNECTIONS unset or above 1 (megatron/README.md says so). Megatron-LM's
+    own refusals (PLC027, PLC029, PLC030, PLC044, PLC048) apply too.
+
+    Passes:
+        training: {framework: megatron-fsdp}
+        parallelism: {pipeline: 1, zero_stage: 3}
+
+    Fails:
+        training: {framework: megatron-fsdp}
+        parallelism: {pipeline: 2, zero_stage: 3}
+    """
+    if ctx.job.training.megatron_fsdp:
+        for check in MEGATRON_FSDP:
+            yield from check(ctx.job)
 
 
 # ----------------------------------------------------------------------------- DeepSpeed

@@ -296,7 +296,7 @@ class Training:
     overlap_grad_reduce: bool = True  # DP reduction in buckets during the last backward
     overlap_param_gather: bool = True  # ZeRO-1/2 parameter all-gather behind the next forward
     kernels: Kernels = "fused"  # fused (Megatron-Core + TE/Apex) | unfused (plain PyTorch on CUDA)
-    framework: Framework = "megatron"  # megatron | deepspeed | fsdp2
+    framework: Framework = "megatron"  # megatron | deepspeed | fsdp2 (megatron-fsdp: megatron)
     reshard_after_forward: bool = True  # FSDP2
     offload_optimizer: bool = False
     offload_parameters: bool = False
@@ -309,6 +309,9 @@ class Training:
     moments_bf16: bool = False  # training.fp8.moments: bf16 (Megatron's precision-aware optimizer)
     fp8_given: bool = False  # the spec has a training.fp8 section
     recipe_named: bool = False  # ... which names the recipe
+    # training.framework megatron-fsdp: Megatron-LM (framework megatron) whose data parallelism
+    # is Megatron-Core's FSDP, zero_stage its sharding strategy
+    megatron_fsdp: bool = False
 
 
 @record
@@ -334,8 +337,24 @@ DEFAULT_GPU_MTBF_HOURS = LLAMA3_GPUS * LLAMA3_HOURS / LLAMA3_INTERRUPTIONS
 DEFAULT_RESTART_MINUTES = 10.0
 # checkpoint.format auto: each framework's own saver.
 NATIVE_FORMAT: Mapping[Framework, CheckpointFormat] = MappingProxyType(
-    {"megatron": "megatron-dist", "deepspeed": "deepspeed-zero", "fsdp2": "torch-dcp"}
+    {
+        "megatron": "megatron-dist",
+        # validate_args: "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format", which
+        # megatron/training/checkpointing.py saves with torch.distributed.checkpoint (0.19.2)
+        "megatron-fsdp": "torch-dcp",
+        "deepspeed": "deepspeed-zero",
+        "fsdp2": "torch-dcp",
+    }
 )
+# Megatron-FSDP is Megatron-LM with another data-parallel wrapper: everything but the wrapper
+# (schedules, context-parallel types, FP8, the rules) is Megatron's.
+MEGATRON_FSDP: Framework = "megatron-fsdp"
+
+
+def engine(framework: Framework) -> Framework:
+    """The framework planc models a spec's training.framework as: Megatron-LM for
+    megatron-fsdp, the framework itself otherwise."""
+    return "megatron" if framework == MEGATRON_FSDP else framework
 
 
 @record
@@ -1003,7 +1022,8 @@ def _schedule(name: str | None) -> ScheduleKind | None:
 def _training(spec: Data) -> Training:
     tr = spec["training"]
     fp8 = tr.get("fp8") or {}
-    recipe = low_precision_recipe(tr["precision"], fp8, tr.get("framework", "megatron"))
+    written = tr.get("framework", "megatron")
+    recipe = low_precision_recipe(tr["precision"], fp8, written)
     return Training(
         s=tr["seq_len"],
         b=tr["micro_batch"],
@@ -1019,7 +1039,8 @@ def _training(spec: Data) -> Training:
         overlap_grad_reduce=tr.get("overlap_grad_reduce", True),
         overlap_param_gather=tr.get("overlap_param_gather", True),
         kernels=tr.get("kernels", "fused"),
-        framework=tr.get("framework", "megatron"),
+        framework=engine(written),
+        megatron_fsdp=written == MEGATRON_FSDP,
         reshard_after_forward=tr.get("reshard_after_forward", True),
         offload_optimizer=tr.get("offload", {}).get("optimizer", False),
         offload_parameters=tr.get("offload", {}).get("parameters", False),
@@ -1208,7 +1229,7 @@ def resolve(spec: Data) -> Job | list[Problem]:
     training = _training(spec)
     if cluster.gpu.peak_tflops(DType(training.precision)) is None:
         return [_missing_peak(cluster.gpu, training.precision, isinstance(spec["hardware"]["gpu"], str))]
-    run = _run(spec, training.framework)
+    run = _run(spec, spec["training"]["framework"])
     if isinstance(run, list):
         return run
     layout = _layout(spec, cluster.world)

@@ -861,8 +861,11 @@ class TrainingSpec(Frozen):
     framework: Framework = Field(
         "megatron",
         description="The engine whose weights, gradients, optimizer state and buffers planc "
-        "models: megatron (distributed optimizer, grad buffer), deepspeed (ZeRO 0–3) or fsdp2 "
-        "(fully_shard: parameters, gradients and optimizer always sharded over data_shard).",
+        "models: megatron (distributed optimizer, grad buffer), megatron-fsdp (Megatron-LM with "
+        "--use-megatron-fsdp: zero_stage 0–3 is its --data-parallel-sharding-strategy no_shard, "
+        "optim, optim_grads, optim_grads_params; one pipeline stage), deepspeed (ZeRO 0–3) or "
+        "fsdp2 (fully_shard: parameters, gradients and optimizer always sharded over "
+        "data_shard).",
     )
     reshard_after_forward: StrictBool = Field(
         True,
