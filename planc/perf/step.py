@@ -121,7 +121,7 @@ class PipelineStep:
     ep_hidden_s: float = 0.0  # the busiest stage's expert exchanges its schedule hides, per step
 
 
-def _virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
+def virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
     """t_f and t_b per virtual stage (index chunk·p + stage), TP exposure and slowdown included."""
     p, v = inputs.p, inputs.v
     t_f, t_b = [0.0] * (p * v), [0.0] * (p * v)
@@ -192,7 +192,7 @@ def expert_hidden_s(inputs: StepInputs, stage: int) -> float:
     return inputs.m * sum(max(0.0, f - xf) + max(0.0, b - xb) for f, xf, b, xb in run)
 
 
-def _weight_times(inputs: StepInputs) -> list[float]:
+def weight_times(inputs: StepInputs) -> list[float]:
     """t_w per virtual stage: each chunk's weight-gradient backward (half its backward when the
     inputs do not say)."""
     p, v = inputs.p, inputs.v
@@ -249,7 +249,7 @@ def step_lower_bound_s(inputs: StepInputs) -> float:
     only by the extrapolation's error; `planc.search.run` then stops trusting the bound.
     """
     p, m, v = inputs.p, inputs.m, inputs.v
-    t_f, t_b = _virtual_times(inputs)
+    t_f, t_b = virtual_times(inputs)
     from planc.pipeline import registry  # start-up: as in pipeline_step
 
     whole_backward = not registry.definition(inputs.pipeline_schedule).splits_backward
@@ -279,14 +279,14 @@ def busiest_stage(inputs: StepInputs) -> int:
     """The stage whose own compute (exposure and slowdowns included) is longest: the one the
     step's compute, TP, CP and expert figures describe."""
     p, v = inputs.p, inputs.v
-    t_f, t_b = _virtual_times(inputs)
+    t_f, t_b = virtual_times(inputs)
     return max(range(p), key=lambda r: sum(t_f[j * p + r] + t_b[j * p + r] for j in range(v)))
 
 
 def dp_overlap(inputs: StepInputs, stage: int) -> tuple[float, float]:
     """(hidden, exposed) DP seconds of `stage` per step: per micro-batch the gathers and
     reductions that overlap compute hide as far as the compute lasts, min(o, f + b), the rest
-    is exposed (`_virtual_times`); the last backward's gradient buckets hide as `dp_exposed_s`
+    is exposed (`virtual_times`); the last backward's gradient buckets hide as `dp_exposed_s`
     places them (`_dp_tails`); what follows the optimizer step is exposed."""
     st, m = inputs.stages[stage], inputs.m
     window = sum(st.forward_s) + sum(st.backward_s)
@@ -305,7 +305,7 @@ def overlaps(
     TE userbuffers' pipelined GEMMs and the weight gradients); CP the ring's op time less its
     exposed part m·cp_exposed_s (behind attention); expert exchanges as the schedule hides
     them (`expert_hidden_s`); DP as `dp_overlap`; TP and DP slow the compute they hide behind
-    by the link's processor_usage (`_virtual_times`, `_dp_tails`); pipeline sends their op time less what lies
+    by the link's processor_usage (`virtual_times`, `_dp_tails`); pipeline sends their op time less what lies
     on the critical path (`PipelineStep.pp_exposed_s`, `_p2p_on_path`), or the stage's blocking
     transfers, all exposed (DeepSpeed's pipeline engine, `StageInputs.p2p_forward_s`). Classes a stage does
     not run are left out."""
@@ -350,13 +350,13 @@ def pipeline_step(inputs: StepInputs) -> PipelineStep:
     for st in inputs.stages:
         if not len(st.forward_s) == len(st.backward_s) == len(st.tp_forward_s) == v:
             raise ValueError("every stage needs one forward, backward and TP time per chunk")
-    t_f, t_b = _virtual_times(inputs)
+    t_f, t_b = virtual_times(inputs)
     busy = [m * sum(t_f[j * p + r] + t_b[j * p + r] for j in range(v)) for r in range(p)]
     from planc.pipeline import registry  # start-up: the simulation, not needed by check
 
     kind = inputs.pipeline_schedule
     if registry.definition(kind).splits_backward:
-        t_w = _weight_times(inputs)
+        t_w = weight_times(inputs)
         t_in = [whole - weight for whole, weight in zip(t_b, t_w, strict=True)]
         pipe = registry.run(kind, p, m, v, t_f, t_in, inputs.p2p_s, t_w)
     else:

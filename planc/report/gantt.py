@@ -16,7 +16,7 @@ from math import floor, log10
 
 from planc.analysis import Analysis
 from planc.perf.inputs import build_inputs
-from planc.perf.step import _virtual_times, _weight_times
+from planc.perf.step import virtual_times, weight_times
 from planc.pipeline.registry import build, definition
 from planc.pipeline.timeline import Span, Timeline, simulate
 from planc.record import record
@@ -97,11 +97,11 @@ def simulate_drawn(analysis: Analysis, total_s: float = 0.0) -> Gantt:
         analysis.efficiency,
         analysis.ops,
     )
-    t_f, t_b = _virtual_times(inputs)
+    t_f, t_b = virtual_times(inputs)
     hop = inputs.p2p_s
     schedule = build(lay.schedule, lay.p, shown, lay.v)
     if schedule.splits_backward:  # B and W: the step model's input and weight gradients
-        t_w = _weight_times(inputs)
+        t_w = weight_times(inputs)
         t_in = [b - w for b, w in zip(t_b, t_w, strict=True)]
         timeline = simulate(schedule, t_f, t_in, hop, t_w)
     else:
