@@ -11,14 +11,14 @@ never needs it, so it stays off the check path, and each command that shows it c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from planc.comm.schedule import CommOp, WireBudget, schedule, wire_budget
 from planc.memory import MemoryBudget, budget
 from planc.memory.activations import stage_activation_terms
-from planc.memory.budget import Activations
+from planc.memory.budget import Activations, Engine, Parameters, stage_engine_terms
 from planc.memory.fp8 import quantized_share
 from planc.memory.params import RankParameters, rank_parameters
 from planc.perf.compute import StageTimes
@@ -49,17 +49,27 @@ class Analysis:
 
 #: (job, efficiency tables) → each stage's compute times (`stage_times`).
 Times = Callable[[Plannable, Efficiency], tuple[StageTimes, ...]]
+#: job → its efficiency tables (`efficiency_of`).
+Tables = Callable[[Plannable], Efficiency]
+#: (job, tables, ops) → seconds per step of each op (`op_seconds`).
+Seconds = Callable[[Plannable, Efficiency, Sequence[CommOp]], tuple[float, ...]]
 
 
 def analyse(
     plan: Plannable,
     activations_of: Activations = stage_activation_terms,
     times_of: Times = stage_times,
+    parameters_of: Parameters = rank_parameters,
+    engine_of: Engine = stage_engine_terms,
+    tables_of: Tables = efficiency_of,
+    seconds_of: Seconds = op_seconds,
 ) -> Analysis:
     """The analysis of `plan`; every quantity in it computed once, here. A search passes
-    `activations_of` and `times_of` that return the same terms and times for candidates that
-    differ only in what those do not read (`planc.search.evaluate.Shared`)."""
-    parameters = tuple(rank_parameters(plan, r) for r in range(plan.layout.p))
+    `activations_of`, `times_of`, `parameters_of`, `engine_of`, `tables_of` and `seconds_of`
+    that return the same terms, times, parameter counts, static terms, tables and op seconds
+    for candidates that differ only in what those do not read
+    (`planc.search.evaluate.shared_analysis`)."""
+    parameters = tuple(parameters_of(plan, r) for r in range(plan.layout.p))
     quantized = (
         tuple(
             (share.dense, share.experts)
@@ -74,16 +84,16 @@ def analyse(
         [share.expert_total for share in parameters],
         quantized,
     )
-    eff = efficiency_of(plan)
+    eff = tables_of(plan)
     return Analysis(
         plan=plan,
         parameters=parameters,
-        memory=budget(plan, activations_of),
+        memory=budget(plan, activations_of, parameters_of, engine_of),
         ops=ops,
         wires=wire_budget(plan, ops),
         efficiency=eff,
         times=times_of(plan, eff),
-        op_seconds=MappingProxyType(dict(zip(ops, op_seconds(plan, eff, ops), strict=True))),
+        op_seconds=MappingProxyType(dict(zip(ops, seconds_of(plan, eff, ops), strict=True))),
     )
 
 

@@ -788,14 +788,23 @@ class PlanLayout:
 
     @property
     def degrees(self) -> Mapping[Axis, int]:
-        return MappingProxyType(
-            {Axis.TP: self.t, Axis.CP: self.c, Axis.DP: self.d, Axis.PP: self.p}
-        )
+        # Computed once per layout (the grid's formulas ask for it millions of times in a
+        # search), kept as a plain dict on the instance (not a field: equality, hashing and
+        # `replace` ignore it, and it pickles) and shown read-only.
+        cached: dict[Axis, int] | None = self.__dict__.get("_degrees")
+        if cached is None:
+            cached = {Axis.TP: self.t, Axis.CP: self.c, Axis.DP: self.d, Axis.PP: self.p}
+            self.__dict__["_degrees"] = cached
+        return MappingProxyType(cached)
 
     @property
     def strides(self) -> Mapping[Axis, int]:
         """Stride of each axis in the rank order: rank = Σ coord_axis · stride_axis."""
-        return MappingProxyType(axis_strides(self.order, self.degrees))
+        cached: dict[Axis, int] | None = self.__dict__.get("_strides")  # as `degrees`
+        if cached is None:
+            cached = axis_strides(self.order, self.degrees)
+            self.__dict__["_strides"] = cached
+        return MappingProxyType(cached)
 
     @property
     def bucket_elements(self) -> int:

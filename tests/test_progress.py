@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import re
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -96,3 +98,80 @@ def test_search_logs_progress_off_a_terminal(
     assert lines and all(": " in line and "\r" not in line for line in lines)
     assert lines[0].startswith("judging candidates: ")
     assert any(line.startswith("estimating step times: ") for line in lines)
+
+
+class Beats(io.StringIO):
+    """A stream that signals each write, so that a test waits for a beat instead of a time."""
+
+    def __init__(self, terminal: bool = False) -> None:
+        super().__init__()
+        self.terminal = terminal
+        self.written = threading.Event()
+
+    def isatty(self) -> bool:
+        return self.terminal
+
+    def write(self, text: str) -> int:
+        size = super().write(text)
+        self.written.set()
+        return size
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["pipe", "terminal"])
+def test_a_heartbeat_says_how_long_the_work_has_run(terminal: bool) -> None:
+    from planc.outputs.progress import heartbeat
+
+    stream = Beats(terminal)
+    with heartbeat("planc compile", stream, every=0.001):
+        # The work runs until the first beat is out (a guard, not a measured time).
+        assert stream.written.wait(60)
+    text = stream.getvalue()
+    if terminal:
+        assert text.startswith("\rplanc compile: ") and text.endswith("\r\x1b[K")
+        assert "\n" not in text
+    else:
+        lines = text.splitlines()
+        assert lines and all(re.fullmatch(r"planc compile: \d+ s", line) for line in lines)
+
+
+def test_a_short_block_gets_no_heartbeat() -> None:
+    from planc.outputs.progress import heartbeat
+
+    for terminal in (False, True):
+        stream = Beats(terminal)
+        with heartbeat("planc verify", stream, every=1e9):
+            pass
+        assert stream.getvalue() == ""
+
+
+def test_the_commands_that_run_long_at_the_cap_beat_while_they_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # At the 1,048,576-rank cap these run for seconds with nothing to count: each runs inside
+    # a heartbeat (benchmarks/bench_scale.py counts the lines off a terminal).
+    from contextlib import contextmanager
+
+    from planc.outputs import progress as module
+
+    seen: list[str] = []
+
+    @contextmanager
+    def recording(label: str, stream: object = None, every: object = None) -> Iterator[None]:
+        seen.append(label)
+        yield
+
+    monkeypatch.setattr(module, "heartbeat", recording)
+    spec = str(Path(__file__).resolve().parent.parent / "examples" / "llama3-8b-1node.yaml")
+    plan, page = str(tmp_path / "plan"), str(tmp_path / "page.html")
+    commands = {
+        "planc check": ["check", spec],
+        "planc memory": ["memory", spec],
+        "planc explain": ["explain", spec],
+        "planc report": ["report", spec, "-o", page],
+        "planc compile": ["compile", spec, "-o", plan],
+        "planc verify": ["verify", plan],
+    }
+    for label, args in commands.items():
+        assert CliRunner().invoke(main, args).exit_code == 0, label
+        assert seen[-1] == label
+    assert seen == list(commands)

@@ -74,14 +74,66 @@ def test_every_verdict_is_what_check_finds() -> None:
     assert 0 < feasible < setup.space.size
 
 
-@pytest.mark.parametrize("text", [LARGE_BATCH, SHARDED], ids=["large-batch", "sharded"])
-def test_reused_sub_results_equal_a_fresh_analysis(text: str) -> None:
-    # One judge over the whole space, so that each candidate reuses what the candidates before
-    # it with another ZeRO stage, shard group, offload or rank order left in its memo; each
-    # analysis equals one computed afresh.
+# A mixture of experts in bf16 and fp8 (the FP8 terms read the micro-batch), every ZeRO stage
+# and shard group: tensor, expert and expert-tensor degrees, sequence parallelism.
+MOE_FP8 = """\
+version: 1
+name: shared-moe-fp8
+model: {preset: mixtral-8x7b, layers: 4}
+hardware: {gpu: h100-sxm, nodes: 2}
+training: {seq_len: 4096, global_batch: 256}
+search: {tensor: [1, 2], pipeline: [1], context: [1], expert: [1, 2], micro_batch: [1, 2], recompute: [none, full], precision: [bf16, fp8]}
+"""
+
+# Pipelines of 2 and 4 stages, interleaved or not, context parallelism of every type and the
+# rank orders that place it.
+PIPELINES = """\
+version: 1
+name: shared-pipelines
+model: {preset: llama3-8b, layers: 8}
+hardware: {gpu: h100-sxm, nodes: 2}
+training: {seq_len: 4096, global_batch: 256}
+search: {tensor: [2], pipeline: [2, 4], virtual_stages: [1, 2], context: [1, 2], zero_stage: [1], micro_batch: [1, 2], recompute: [selective, full]}
+"""
+
+# DeepSpeed: every offload with every ZeRO stage.
+OFFLOADED = """\
+version: 1
+name: shared-offload
+model: {preset: llama3-8b, layers: 8}
+hardware: {gpu: h100-sxm, nodes: 2}
+training: {seq_len: 4096, global_batch: 256, framework: deepspeed}
+search: {tensor: [1, 2], pipeline: [1], context: [1], micro_batch: [1, 2], recompute: [none, full]}
+"""
+
+SHARED_SPACES = {
+    "large-batch": LARGE_BATCH,
+    "sharded": SHARDED,
+    "moe-fp8": MOE_FP8,
+    "pipelines": PIPELINES,
+    "offload": OFFLOADED,
+}
+
+
+def _varied(text: str) -> set[str]:
+    return {axis.name for axis in _setup(text).space.axes if len(axis.values) > 1}
+
+
+def test_the_shared_spaces_vary_every_axis() -> None:
+    # Each sub-result the judge shares is keyed by the axes it reads; a key that missed one
+    # would hand a candidate the result of another that differs in it. Between them, the
+    # spaces below vary every axis search has, so that the comparison with a fresh analysis
+    # sees every such difference.
+    from planc.search.space import AXES
+
+    varied = set().union(*(_varied(text) for text in SHARED_SPACES.values()))
+    assert varied == {axis.name for axis in AXES}
+
+
+def _shared_equals_fresh(text: str) -> tuple[int, set[str]]:
+    """Every candidate of one judge's space analysed with the judge's shared sub-results, each
+    compared with a fresh analysis: the number compared and the kinds of sub-result shared."""
     setup = _setup(text)
-    varied = {axis.name for axis in setup.space.axes if len(axis.values) > 1}
-    assert text is LARGE_BATCH or {"zero_stage", "data_shard", "offload", "order"} <= varied
     judged = make_judge(setup)
     compared = 0
     for index in range(setup.space.size):
@@ -91,8 +143,42 @@ def test_reused_sub_results_equal_a_fresh_analysis(text: str) -> None:
             continue
         assert shared_analysis(judged, index, plan) == analyse(plan), index
         compared += 1
-    assert compared > 100
-    assert any(key[0] == "activations" for key in judged.memo)
+    return compared, {key[0] for key in judged.memo}
+
+
+@pytest.mark.parametrize("name", sorted(SHARED_SPACES))
+def test_reused_sub_results_equal_a_fresh_analysis(name: str) -> None:
+    # One judge over the whole space, so that each candidate reuses what the candidates before
+    # it left in its memo when they differ only in axes a sub-result does not read (its
+    # activations and times, parameters, static memory terms, tables, each call's seconds);
+    # each analysis equals one computed afresh.
+    compared, kinds = _shared_equals_fresh(SHARED_SPACES[name])
+    assert compared > 50
+    assert kinds == {"activations", "times", "parameters", "engine", "tables", "call"}
+
+
+@pytest.mark.parametrize(
+    ("unread", "axis", "name"),
+    [
+        ("UNREAD_BY_SHARED", "micro_batch", "large-batch"),
+        ("UNREAD_BY_PARAMETERS", "pipeline", "pipelines"),
+        ("UNREAD_BY_ENGINE", "zero_stage", "offload"),
+        ("UNREAD_BY_ENGINE", "offload", "offload"),
+        ("UNREAD_BY_PARAMETERS", "expert", "moe-fp8"),
+    ],
+)
+def test_a_key_that_misses_an_axis_is_caught(
+    unread: str, axis: str, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The comparison above can fail: a sub-result keyed without an axis it reads hands some
+    # candidate another's result, and its analysis then differs from a fresh one.
+    import planc.search.evaluate as evaluate
+
+    names = getattr(evaluate, unread)
+    # An unread axis added, or a read one taken away.
+    monkeypatch.setattr(evaluate, unread, names - {axis} if axis in names else names | {axis})
+    with pytest.raises(AssertionError):
+        _shared_equals_fresh(SHARED_SPACES[name])
 
 
 def test_jobs_give_byte_identical_json_with_every_zero_stage(tmp_path: Path) -> None:

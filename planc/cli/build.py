@@ -10,6 +10,7 @@ import click
 
 from planc.cli.common import plan_or_exit, with_hosts
 from planc.outputs.escape import line
+from planc.outputs.progress import beating
 
 
 @click.command(name="compile")
@@ -51,6 +52,7 @@ from planc.outputs.escape import line
     help="Also write fallbacks.json: the plans for the world less 1 … K nodes (planc search "
     "--lost-nodes), so an operator has them before the failure.",
 )
+@beating("planc compile")
 def compile_command(
     spec: str,
     out_dir: str,
@@ -142,6 +144,7 @@ def _verified(text: str) -> bool:
 
 @click.command()
 @click.argument("path", type=click.Path(allow_dash=True))
+@beating("planc verify")
 def verify(path: str) -> None:
     """Prove a plan: PATH is a compiled plan directory or a spec (compiled in memory).
 

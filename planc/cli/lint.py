@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from planc.outputs import escape
+from planc.outputs.progress import beating
 
 FORMATS = ("text", "json", "github", "sarif", "gitlab")
 
@@ -111,6 +112,7 @@ class _ConfigProblem(click.ClickException):
     metavar="NAME",
     help="The name reported for - (stdin) in every format, and where its configuration is found.",
 )
+@beating("planc check")
 def check(
     files: tuple[str, ...],
     output_format: str | None,

@@ -10,6 +10,7 @@ import click
 
 from planc.cli.common import plan_or_exit
 from planc.outputs import escape
+from planc.outputs.progress import beating
 from planc.vocab import SearchObjective
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ _TEXT_OR_JSON = click.option(
 @click.command()
 @click.argument("spec", type=click.Path(allow_dash=True))
 @_TEXT_OR_JSON
+@beating("planc memory")
 def memory(spec: str, output_format: str) -> None:
     """Per-rank memory budget of SPEC, term by term, for every pipeline stage."""
     from planc.outputs.memory import render_text, to_json
@@ -52,6 +54,7 @@ def memory(spec: str, output_format: str) -> None:
 @click.command()
 @click.argument("spec", type=click.Path(allow_dash=True))
 @_TEXT_OR_JSON
+@beating("planc explain")
 def explain(spec: str, output_format: str) -> None:
     """Summary of SPEC for review: memory, traffic per link, bubble, step time, tokens/s, MFU."""
     from planc.outputs.explain import explain as build
@@ -82,6 +85,7 @@ def explain(spec: str, output_format: str) -> None:
     default=None,
     help="Also draw what `planc diff BASE SPEC` says (a spec file or REV:path).",
 )
+@beating("planc report")
 def report(spec: str, output: str, compare: str | None) -> None:
     """One HTML page of SPEC: findings, memory per stage, pipeline schedule, placement, traffic.
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from planc.memory.activations import stage_activation_terms
-from planc.memory.engines import engine_terms
+from planc.memory.engines import Placed, engine_terms
 from planc.memory.fp8 import with_quantized
-from planc.memory.params import padded_vocab, parameter_count, rank_parameters
-from planc.memory.static import Group, state_bytes
+from planc.memory.params import RankParameters, padded_vocab, parameter_count, rank_parameters
+from planc.memory.static import Group, StateBytes, state_bytes
 from planc.memory.terms import COMPONENTS, Term
 from planc.plannable import Plannable
 from planc.record import record
@@ -22,6 +22,12 @@ from planc.vocab import Axis
 #: (job, pipeline rank) → (activation terms, buffer terms) at the stage's peak
 #: (`stage_activation_terms`; a search passes one that reuses them across candidates).
 Activations = Callable[[Plannable, int], tuple[tuple[Term, ...], tuple[Term, ...]]]
+#: (job, pipeline rank) → Ψ_r of one TP rank of that stage (`rank_parameters`).
+Parameters = Callable[[Plannable, int], RankParameters]
+#: (job, pipeline rank, its Ψ_r, bytes per parameter, shard group, expert shard group) → the
+#: engine's static terms (`stage_engine_terms`; a search passes one that reuses them across
+#: candidates).
+Engine = Callable[[Plannable, int, RankParameters, StateBytes, Group, Group], Placed]
 
 RESERVE_SOURCE = "spec hardware.reserve_gib: CUDA context, NCCL buffers, allocator fragmentation"
 
@@ -44,7 +50,9 @@ class RankMemory:
 
     @classmethod
     def of(cls, terms: tuple[Term, ...], host_terms: tuple[Term, ...] = ()) -> RankMemory:
-        sums = {name: sum(t.bytes for t in terms if t.component == name) for name in COMPONENTS}
+        sums = dict.fromkeys(COMPONENTS, 0)
+        for term in terms:  # one pass: a component's bytes are the sum of its terms'
+            sums[term.component] += term.bytes
         return cls(
             **sums,
             total=sum(sums.values()),
@@ -71,6 +79,19 @@ class MemoryBudget:
     peak: StageBudget
 
 
+def stage_engine_terms(
+    job: Plannable,
+    pp_rank: int,
+    share: RankParameters,
+    state: StateBytes,
+    group: Group,
+    expert_group: Group,
+) -> Placed:
+    """`engine_terms` of pipeline rank `pp_rank` (which it does not read: its Ψ_r, `share`, is
+    that rank's)."""
+    return engine_terms(job, share, state, group, expert_group)
+
+
 def stage_rank(job: Plannable, pp_rank: int) -> int:
     """The global rank with coordinates tp = cp = dp = 0 on pipeline rank `pp_rank`:
     pp_rank × the pp stride (Megatron RankGenerator)."""
@@ -83,6 +104,8 @@ def rank_memory(
     shard_index: int = 0,
     expert_shard_index: int = 0,
     activations_of: Activations = stage_activation_terms,
+    parameters_of: Parameters = rank_parameters,
+    engine_of: Engine = stage_engine_terms,
 ) -> RankMemory:
     """The budget of one rank: pipeline rank `pp_rank`, index `shard_index` in its shard group
     of N ranks (`training.framework` decides how its static state is laid out) (low indices hold ⌈Ψ_r/N⌉ elements, high ones ⌊Ψ_r/N⌋).
@@ -95,7 +118,7 @@ def rank_memory(
     state = state_bytes(job.numerics, tr.optimizer)
     group = Group(lay.zero, lay.shard_group, shard_index)
     expert_group = Group(lay.zero, lay.expert_shard_group, expert_shard_index, "N_e")
-    share = rank_parameters(job, pp_rank)
+    share = parameters_of(job, pp_rank)
     activations, transient = activations_of(job, pp_rank)
     reserve = Term(
         "reserve",
@@ -104,7 +127,7 @@ def rank_memory(
         "reserve_gib·2³⁰",
         RESERVE_SOURCE,
     )
-    static = engine_terms(job, share, state, group, expert_group)
+    static = engine_of(job, pp_rank, share, state, group, expert_group)
     static = with_quantized(job, pp_rank, share, static, state.weights)
     terms = (
         *(t for t in static.hbm if t.component != "buffers"),
@@ -116,10 +139,21 @@ def rank_memory(
     return RankMemory.of(terms, static.host)
 
 
-def budget(job: Plannable, activations_of: Activations = stage_activation_terms) -> MemoryBudget:
-    """Every pipeline stage's heaviest rank, and the peak (the largest total; ties: lowest stage)."""
+def budget(
+    job: Plannable,
+    activations_of: Activations = stage_activation_terms,
+    parameters_of: Parameters = rank_parameters,
+    engine_of: Engine = stage_engine_terms,
+) -> MemoryBudget:
+    """Every pipeline stage's heaviest rank, and the peak (the largest total; ties: lowest stage).
+    `activations_of`, `parameters_of` and `engine_of` give what `stage_activation_terms`,
+    `rank_parameters` and `engine_terms` give (a search's reuse them across candidates)."""
     stages = tuple(
-        StageBudget(stage, stage_rank(job, stage), rank_memory(job, stage, 0, 0, activations_of))
+        StageBudget(
+            stage,
+            stage_rank(job, stage),
+            rank_memory(job, stage, 0, 0, activations_of, parameters_of, engine_of),
+        )
         for stage in range(job.layout.p)
     )
     peak = max(stages, key=lambda s: (s.memory.total, -s.stage))

@@ -13,18 +13,27 @@ redrawn at most ten times a second and cleared at the end.
 escape) every `LOG_EVERY_S` seconds once that long has passed: for a command that can run for
 minutes (`planc search`), so that a CI log shows it is alive. A run shorter than that prints
 nothing.
+
+`heartbeat` is for work that has no count to tick (one large plan analysed, rendered, read or
+verified: `planc check`, `memory`, `explain`, `report`, `compile` and `verify` at the
+1,048,576-rank cap run for seconds): while its block runs, a line saying how long it has run,
+every `LOG_EVERY_S` seconds once that long has passed (redrawn in place on a terminal, a plain
+line off one), from a daemon thread that stops with the block. `beating` runs a command in one.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TextIO, TypeVar
+from typing import Any, TextIO, TypeVar, cast
 
 Tick = Callable[[int], None]
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 # Off a terminal, `logged` writes a line this often (seconds).
 LOG_EVERY_S = 5.0
@@ -107,6 +116,55 @@ def logged(
             yield tick
         return
     yield _Log(label, total, out, every).tick
+
+
+@contextmanager
+def heartbeat(label: str, stream: TextIO | None = None, every: float | None = None) -> Iterator[None]:
+    """While the block runs, `label: N s` on `stream` (stderr) every `every` seconds (default
+    `LOG_EVERY_S`) once that long has passed: a plain line off a terminal, one redrawn line
+    (cleared at the end) on one. A block shorter than `every` prints nothing."""
+    out = sys.stderr if stream is None else stream
+    if out is None:
+        yield
+        return
+    every = LOG_EVERY_S if every is None else every
+    terminal = _is_tty(out)
+    done = threading.Event()
+    start = time.monotonic()
+    drawn = False
+
+    def beat() -> None:
+        nonlocal drawn
+        while not done.wait(every):
+            elapsed = f"{label}: {time.monotonic() - start:.0f} s"
+            out.write(f"\r{elapsed}\x1b[K" if terminal else f"{elapsed}\n")
+            out.flush()
+            drawn = True
+
+    thread = threading.Thread(target=beat, name=f"heartbeat: {label}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        if terminal and drawn:
+            out.write("\r\x1b[K")
+            out.flush()
+
+
+def beating(label: str) -> Callable[[F], F]:
+    """A command's function, run inside `heartbeat(label)` (looked up when it runs)."""
+
+    def wrap(function: F) -> F:
+        @functools.wraps(function)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with heartbeat(label):
+                return function(*args, **kwargs)
+
+        return cast(F, run)
+
+    return wrap
 
 
 def _is_tty(stream: TextIO) -> bool:

@@ -19,11 +19,15 @@ from typing import Any, Protocol
 
 from planc.analysis import Analysis, analyse, estimate_step
 from planc.check import context_of, severity_of
+from planc.comm.schedule import CommOp, ring_rails
 from planc.findings import Severity
 from planc.memory.activations import stage_activation_terms
+from planc.memory.engines import Placed, engine_terms
+from planc.memory.params import RankParameters, rank_parameters
+from planc.memory.static import Group, StateBytes
 from planc.memory.terms import Term
 from planc.perf.compute import StageTimes
-from planc.perf.inputs import after_step_s, build_inputs, stage_times
+from planc.perf.inputs import after_step_s, build_inputs, comm_time_s, efficiency_of, stage_times
 from planc.perf.step import step_lower_bound_s
 from planc.pipeline.registry import bubble_fraction
 from planc.plannable import Plannable, plannable
@@ -345,16 +349,83 @@ def judge(judge: Judge, index: int) -> Verdict:
 # order places ranks, not work. Candidates that differ only in them share those sub-results
 # (tests/test_search_speed.py holds them equal to fresh ones).
 UNREAD_BY_SHARED = frozenset({"zero_stage", "data_shard", "offload", "order"})
+# The axes `planc.memory.params.rank_parameters` does not read: it reads the model, tensor,
+# expert and expert_tensor (the slices of a layer), pipeline, virtual_stages and the schedule
+# (each stage's layers and chunks, which rank holds the last chunk), never the data or context
+# degrees, the ZeRO or sharding fields, the micro-batch, recompute or the number format.
+UNREAD_BY_PARAMETERS = frozenset(
+    {
+        "context",
+        "cp_comm_type",
+        "order",
+        "sequence_parallel",
+        "zero_stage",
+        "data_shard",
+        "offload",
+        "micro_batch",
+        "recompute",
+        "precision",
+    }
+)
+# The axes `planc.memory.engines.engine_terms` (weights, gradients, optimizer state and their
+# buffers: the memory budget's static terms) does not read beyond its arguments (Ψ_r, the bytes
+# per parameter, the shard groups, all passed in and part of the key): it reads the model, the
+# framework, the tensor, expert-tensor and pipeline degrees, the data degree (Megatron's bucket)
+# and the offload fields, never what a micro-batch computes or keeps (micro_batch, recompute,
+# sequence_parallel, the context-parallel type) nor the rank order. The FP8 terms that read the
+# micro-batch (`planc.memory.fp8.with_quantized`) are computed for each candidate afresh.
+UNREAD_BY_ENGINE = frozenset(
+    {"cp_comm_type", "order", "sequence_parallel", "micro_batch", "recompute"}
+)
+# The axes one call's time (`planc.perf.inputs.comm_time_s` on its group's rails,
+# `planc.comm.schedule.ring_rails`) does not read beyond the call itself (collective, group kind,
+# group size, buffer bytes and tier, all in the key): it reads the fabric and the tables (the base
+# job's and the precision's), and the rails read the grid (the degrees, the rank order and the
+# expert grid) and the shard group; never the pipeline's chunks or schedule, the context-parallel
+# type, ZeRO, offload, what a micro-batch computes or keeps.
+UNREAD_BY_CALLS = frozenset(
+    {
+        "virtual_stages",
+        "pipeline_schedule",
+        "cp_comm_type",
+        "sequence_parallel",
+        "zero_stage",
+        "offload",
+        "micro_batch",
+        "recompute",
+    }
+)
+# The one axis `planc.perf.inputs.efficiency_of` reads: the GEMMs' number format (the GPU's
+# peak for it); the GPU, hardware.calibration and training.efficiency are the base job's.
+READ_BY_TABLES = frozenset({"precision"})
+
+
+def _masked(
+    space: Space, values: Sequence[Value], unread: frozenset[str]
+) -> tuple[Value | None, ...]:
+    """The candidate's values with those of the `unread` axes replaced by None: the key of a
+    sub-result that is a function of the base job and the other axes."""
+    return tuple(
+        None if axis.name in unread else value
+        for axis, value in zip(space.axes, values, strict=True)
+    )
 
 
 def shared_analysis(judge: Judge, index: int, plan: Plannable) -> Analysis:
-    """`analyse(plan)` of candidate `index`, each stage's activation terms and the stages'
-    compute times taken from an earlier candidate of this judge that differs from it only in
-    the axes of `UNREAD_BY_SHARED` (the same values: they are functions of the other fields)."""
+    """`analyse(plan)` of candidate `index`, with the sub-results an earlier candidate of this
+    judge computed for the same values of the axes each reads: every stage's activation terms
+    and the stages' compute times (all axes but `UNREAD_BY_SHARED`), each stage's parameters
+    (`UNREAD_BY_PARAMETERS`), each stage's static terms (weights, gradients, optimizer state
+    and their buffers: `UNREAD_BY_ENGINE`) and the efficiency tables (`READ_BY_TABLES`)."""
     space, memo = judge.space, judge.memo
-    key = tuple(
-        None if axis.name in UNREAD_BY_SHARED else value
-        for axis, value in zip(space.axes, space.candidate(index), strict=True)
+    values = space.candidate(index)
+    key = _masked(space, values, UNREAD_BY_SHARED)
+    parameters_key = _masked(space, values, UNREAD_BY_PARAMETERS)
+    engine_key = _masked(space, values, UNREAD_BY_ENGINE)
+    calls_key = _masked(space, values, UNREAD_BY_CALLS)
+    tables_key = tuple(
+        value if axis.name in READ_BY_TABLES else None
+        for axis, value in zip(space.axes, values, strict=True)
     )
 
     def activations_of(job: Plannable, stage: int) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
@@ -371,7 +442,54 @@ def shared_analysis(judge: Judge, index: int, plan: Plannable) -> Analysis:
         times: tuple[StageTimes, ...] = memo[at]
         return times
 
-    return analyse(plan, activations_of, times_of)
+    def parameters_of(job: Plannable, stage: int) -> RankParameters:
+        at = ("parameters", parameters_key, stage)
+        if at not in memo:
+            memo[at] = rank_parameters(job, stage)
+        share: RankParameters = memo[at]
+        return share
+
+    def engine_of(
+        job: Plannable,
+        stage: int,
+        share: RankParameters,
+        state: StateBytes,
+        group: Group,
+        experts: Group,
+    ) -> Placed:
+        # Ψ_r, the bytes per parameter and the groups are functions of the stage, the shard
+        # indices and the axes of the key (UNREAD_BY_ENGINE ⊆ UNREAD_BY_PARAMETERS).
+        at = ("engine", engine_key, stage, group.index, experts.index)
+        if at not in memo:
+            memo[at] = engine_terms(job, share, state, group, experts)
+        placed: Placed = memo[at]
+        return placed
+
+    def tables_of(job: Plannable) -> Efficiency:
+        at = ("tables", tables_key)
+        if at not in memo:
+            memo[at] = efficiency_of(job)
+        eff: Efficiency = memo[at]
+        return eff
+
+    def seconds_of(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> tuple[float, ...]:
+        # `planc.perf.inputs.op_seconds`: each op's calls × one call, a call priced once.
+        priced: dict[tuple[str, str, int, int, str], float] = {}
+        out = []
+        for op in ops:
+            call = (str(op.op), str(op.group), op.group_size, op.buffer_bytes, op.link)
+            if call not in priced:
+                at = ("call", calls_key, call)
+                if at not in memo:
+                    rails = ring_rails(job, op.group)
+                    memo[at] = comm_time_s(
+                        job, eff, call[0], op.group_size, op.buffer_bytes, op.link, rails=rails
+                    )
+                priced[call] = memo[at]
+            out.append(op.calls * priced[call])
+        return tuple(out)
+
+    return analyse(plan, activations_of, times_of, parameters_of, engine_of, tables_of, seconds_of)
 
 
 def step_lower_bound(analysis: Analysis) -> float:
@@ -406,11 +524,13 @@ class Priced:
 
 
 def _analysis(judge: Judge, index: int) -> Analysis:
+    """The analysis of a judged candidate, sharing what the judge's earlier ones computed
+    (`shared_analysis`)."""
     job = candidate_job(judge.base, judge.space, judge.space.candidate(index))
     plan = plannable(job)
     if isinstance(plan, tuple):
         raise ValueError(f"candidate {index} has no plan; judge it first")
-    return analyse(plan)
+    return shared_analysis(judge, index, plan)
 
 
 def price(judge: Judge, index: int) -> Metrics:
