@@ -46,6 +46,7 @@ _ALL: tuple[Rule, ...] = (
     perf.dp_traffic_hides,
     perf.pp_traffic_hides,
     perf.expert_exchange_hides,
+    perf.step_traffic_representable,
     sharding.host_memory_fits,
     sharding.data_shard_divides,
     experts.experts_over_expert_parallel,

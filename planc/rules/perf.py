@@ -206,3 +206,41 @@ def expert_exchange_hides(ctx: Context) -> Iterator[Violation]:
         fix,
         ("parallelism.order", expert_tier(plan, Axis.EP).field),
     )
+
+
+# plan.json's integers (bytes, calls) are bounded by its published schema, below 2^62, so that
+# every consumer holds them in a signed 64-bit integer with room to add two of them.
+MAX_PLAN_INTEGER = 2**62
+
+
+@rule("PLC073", Severity.ERROR, Needs.ANALYSIS)
+def step_traffic_representable(ctx: Context) -> Iterator[Violation]:
+    """Every rank's traffic per step stays below 2^62 bytes, the largest count plan.json holds.
+
+    A rank's bytes per step grow with the micro-batches it runs (m = global_batch /
+    (micro_batch × data)): at about a billion micro-batches per step a rank's NVLink bytes pass
+    2^62 (4.6 EB), which the plan schema (`schemas/plan.schema.json`, `bytes`) and signed 64-bit
+    consumers cannot hold, so planc compile would write a plan that planc verify refuses. No
+    training step moves that much; the global batch is a typo or a unit slip (tokens for
+    sequences).
+
+    Passes:
+        training: {global_batch: 64}
+
+    Fails:
+        training: {global_batch: 1000000000000}
+    """
+    if ctx.analysis is None:
+        return
+    for wire in ctx.analysis.wires:
+        for tier, bytes_ in wire.tiers.items():
+            largest = max(bytes_.sent, bytes_.received)
+            if largest >= MAX_PLAN_INTEGER:
+                yield Violation(
+                    "training.global_batch",
+                    f"a stage-{wire.stage} rank moves {largest:.3e} bytes per step on {tier} "
+                    f"(m = {ctx.analysis.plan.m:,} micro-batches), above 2^62 = "
+                    f"{MAX_PLAN_INTEGER:.3e}, the largest count plan.json holds",
+                    "lower training.global_batch: it counts sequences per step, not tokens",
+                )
+                return
