@@ -813,7 +813,9 @@ class TrainingSpec(Frozen):
     )
     recompute: Recompute = Field(
         "selective",
-        description="Activation recomputation: none, selective (attention core), full (layer inputs only).",
+        description="Activation recomputation: none, selective (attention core), selective-op "
+        "(torchtitan's per-op policy, selective_ac_option 'op': keeps every other matmul "
+        "output and SDPA's, recomputes the rest), full (layer inputs only).",
     )
     attention: AttentionKind = Field(
         "flash", description="flash keeps no s×s score matrix; eager saves scores and softmax."
