@@ -17,6 +17,7 @@ rank: a pass of a chunk is the sum over its ops.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from planc.dims import ExpertDims, Quantized
 from planc.perf.ops import (
@@ -216,8 +217,10 @@ def chunk_times(
     if low is not None:
         fp8_layer = low.layer
         fp8_moe = low.moe if low.moe is not None else low.layer
-    head = pass_times(last_stage_ops(shape), device, eff)
-    embed = pass_times(first_stage_ops(shape), device, eff)
+    # torchtitan compiles the blocks only: the embedding, final norm, head and loss run eager.
+    ends = replace(shape, unfused=True, compiled=False) if shape.compiled else shape
+    head = pass_times(last_stage_ops(ends), device, eff)
+    embed = pass_times(first_stage_ops(ends), device, eff)
     out = []
     for j, layers in enumerate(chunk_layers):
         routed = moe_layers[j] if moe_layers else 0

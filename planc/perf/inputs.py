@@ -103,6 +103,7 @@ def layer_shape(job: Plannable) -> OpShape:
         job.numerics.activation,
         tr.attention == "flash",
         tr.kernels == "unfused",
+        tr.kernels == "compiled",
     )
 
 

@@ -850,7 +850,9 @@ class TrainingSpec(Frozen):
         "fused",
         description="fused: Megatron-Core with Transformer Engine/Apex kernels (fused norms, "
         "SwiGLU, cross-entropy); unfused: plain PyTorch modules on CUDA (nn.RMSNorm/LayerNorm, "
-        "SwiGLU as silu(a)·b, F.cross_entropy on fp32 logits, SDPA).",
+        "SwiGLU as silu(a)·b, F.cross_entropy on fp32 logits, SDPA); compiled: torchtitan's "
+        "torch.compile of each transformer block (Inductor fuses the block's element-wise ops, "
+        "attention stays SDPA; the embedding, final norm, LM head and loss run eager).",
     )
     framework: Framework = Field(
         "megatron",
