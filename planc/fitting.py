@@ -46,7 +46,10 @@ FITTED = (
         "a100-80gb", ("gemm.peak_fraction", "gemm.half_dim"), 0.869, ("a100-40gb", "mi300x")
     ),
     FittedCurve(
-        "h100-sxm", ("gemm.peak_fraction",), 0.803, ("h800", "h200", "b200", "gb200-nvl72")
+        "h100-sxm",
+        ("gemm.peak_fraction",),
+        0.803,
+        ("h100-sxm-hbm2e", "h800", "h200", "b200", "gb200-nvl72"),
     ),
 )
 

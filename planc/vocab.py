@@ -198,9 +198,9 @@ Fp8RecipeName = Literal[
     "delayed", "current", "blockwise", "mxfp8", "nvfp4", "tensorwise", "rowwise", "rowwise_with_gw_hp"
 ]
 OptimizerName = Literal["adam", "sgd"]
-Recompute = Literal["none", "selective", "full"]
+Recompute = Literal["none", "selective", "selective-op", "full"]
 AttentionKind = Literal["flash", "eager"]
-Kernels = Literal["fused", "unfused"]
+Kernels = Literal["fused", "unfused", "compiled"]
 # megatron-fsdp: Megatron-LM with Megatron-Core's own FSDP (--use-megatron-fsdp), which planc
 # models as Megatron with zero_stage naming --data-parallel-sharding-strategy.
 Framework = Literal["megatron", "megatron-fsdp", "deepspeed", "fsdp2"]
@@ -217,13 +217,16 @@ CheckpointFormat = Literal["auto", "megatron-dist", "deepspeed-zero", "torch-dcp
 SearchObjective = Literal["step", "time-to-train", "cost"]
 FallbackKind = Literal["keep", "re-layout"]
 
-# Least to most recomputation (the order PLC007's fixes try them in).
+# Least to most recomputation (the order PLC007's fixes try them in, and search's axis).
 RECOMPUTE_MODES: tuple[Recompute, ...] = ("none", "selective", "full")
+# torchtitan's per-op selective checkpointing (planc.perf.sac): a spec states it, search and
+# PLC007's fixes do not offer it (it keeps less than selective, more than full).
+SELECTIVE_OP: Recompute = "selective-op"
 
 
 def recompute_mode(value: object) -> Recompute:
     """`value` as a recompute mode (ValueError for anything else)."""
-    for mode in RECOMPUTE_MODES:
+    for mode in (*RECOMPUTE_MODES, SELECTIVE_OP):
         if value == mode:
             return mode
     raise ValueError(f"unknown recompute mode {value!r}")

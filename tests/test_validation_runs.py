@@ -75,6 +75,7 @@ GENERATIONS = {
     "a100-80gb": Generation.AMPERE,
     "a100-40gb": Generation.AMPERE,
     "h100-sxm": Generation.HOPPER,
+    "h100-sxm-hbm2e": Generation.HOPPER,
     "h800": Generation.HOPPER,
     "h200": Generation.HOPPER,
     "b200": Generation.BLACKWELL,

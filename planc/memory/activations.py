@@ -564,10 +564,75 @@ CHECKPOINT = Line(
 )
 
 
+# torchtitan's per-op selective checkpointing (training.recompute: selective-op): the block's
+# checkpoint keeps its input and the outputs its policy marks MUST_SAVE, every aten.mm's but
+# every second one's and SDPA's (torchtitan parallelisms/parallelize_llama.py
+# `_apply_ac_to_transformer_block`, commit 9dec370; planc.perf.sac for the order). In the Llama
+# block: wq, wv, w1 and w2 of wq, wk, wv, wo, w1, w3, w2; a GeLU MLP's fc1 of wq, wk, wv, wo,
+# fc1, fc2. Autograd's own saved tensors are dropped and re-created in backward.
+TORCHTITAN_SAC = (
+    "torchtitan parallelize_llama.py _apply_ac_to_transformer_block (9dec370): MUST_SAVE "
+    "aten.mm outputs but every second one's, and SDPA's"
+)
+
+
+def sac_down_output(x: LayerShape) -> int:
+    """ε·s·b·h: w2's output, the 7th aten.mm of a SwiGLU block, saved (odd); a GeLU MLP's fc2
+    is the 6th, recomputed: 0. Before TP's reduce, so s/c tokens, not /t."""
+    return x.e * x.s * x.b * x.h if x.gated else 0
+
+
+def sac_up_output(x: LayerShape) -> int:
+    """ε·s·b·f/t: w1's output (SwiGLU's gate, the 5th aten.mm) or a GeLU MLP's fc1 output, saved."""
+    return x.e * x.s * x.b * x.f
+
+
+def sac_attention_output(x: LayerShape) -> int:
+    """SDPA's outputs, saved: O (ε·s·b·n·k/t) and the flash kernel's fp32 log-sum-exp
+    (4·s·b·n/t; none for eager attention, whose matmuls are aten.bmm and recomputed)."""
+    if x.eager:
+        return 0
+    return x.e * x.s * x.b * x.n * value_channels(x) + softmax_statistics(x)
+
+
+SAC_LINES: tuple[Line, ...] = (
+    Line(
+        "layer input (checkpoint)",
+        layer_input,
+        lambda x: f"{_e(x)}·{x.tok}·h{x.rep}",
+        TORCHTITAN_SAC,
+    ),
+    Line("wq output (saved matmul)", query, lambda x: f"{_e(x)}·{x.tok}·n·k{x.split}", TORCHTITAN_SAC),
+    Line("wv output (saved matmul)", value, lambda x: f"{_e(x)}·{x.tok}·g·k{x.split}", TORCHTITAN_SAC),
+    Line(
+        "SDPA output and log-sum-exp (saved)",
+        sac_attention_output,
+        lambda x: f"({_e(x)}·k + 4)·{x.tok}·n{x.split}",
+        TORCHTITAN_SAC,
+    ),
+    Line(
+        "w1 output (saved matmul)",
+        sac_up_output,
+        lambda x: f"{_e(x)}·{x.tok}·f{x.split}",
+        TORCHTITAN_SAC,
+        mlp=True,
+    ),
+    Line(
+        "w2 output (saved matmul)",
+        sac_down_output,
+        lambda x: f"{_e(x)}·{x.tok}·h",
+        TORCHTITAN_SAC,
+        mlp=True,
+    ),
+)
+
+
 def kept_lines(x: LayerShape, recompute: str) -> tuple[Line, ...]:
     """The tensors one layer keeps between its forward and its backward under `recompute`."""
     if recompute == "full":
         return (CHECKPOINT,)
+    if recompute == "selective-op":
+        return SAC_LINES
     if recompute == "selective":
         return tuple(line for line in LINES if not line.core)
     return LINES
@@ -589,8 +654,10 @@ def layer_bytes(x: LayerShape, recompute: str = "none") -> int:
 
 def recompute_working_set(x: LayerShape, recompute: str) -> int:
     """Activations re-created during one layer's backward on top of the kept ones (once per rank):
-    full recompute rebuilds one whole layer; selective rebuilds one layer's attention core."""
-    if recompute == "full":
+    full recompute rebuilds one whole layer, and so does torchtitan's per-op policy (its backward
+    re-runs the block's forward, autograd saving as without recompute); selective rebuilds one
+    layer's attention core."""
+    if recompute in ("full", "selective-op"):
         return sum(line.size(x) for line in LINES)
     if recompute == "selective":
         return sum(line.size(x) for line in LINES if line.core)
@@ -1259,7 +1326,7 @@ def stage_activation_terms(
     has_moe = sum(experts) > 0
     working = _working_set(x, y if has_moe else None, recompute, sum(chunks) > sum(experts))
     if working:
-        label = "one layer" if recompute == "full" else "one layer's attention core"
+        label = "one layer's attention core" if recompute == "selective" else "one layer"
         terms.append(
             Term(
                 f"recompute working set ({label})",

@@ -88,6 +88,7 @@ FRAMEWORKS = {
 KERNELS = {
     "fused": "fused (Megatron-Core with Transformer Engine/Apex)",
     "unfused": "unfused (plain PyTorch modules on CUDA)",
+    "compiled": "compiled (torch.compile'd blocks; activations counted as fused)",
 }
 
 

@@ -17,6 +17,7 @@ rank: a pass of a chunk is the sum over its ops.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from planc.dims import ExpertDims, Quantized
 from planc.perf.ops import (
@@ -31,11 +32,12 @@ from planc.perf.ops import (
     optimizer_step,
     with_quantized_gemms,
 )
+from planc.perf.sac import recomputed_shares
 from planc.presets.efficiency import Efficiency
 from planc.record import record
 from planc.vocab import DType
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "selective-op", "full")
 
 
 @record
@@ -93,6 +95,8 @@ class PassTimes:
     backward_data_s: float
     backward_weight_s: float
     core_forward_s: float  # the attention core's forward: what selective recompute repeats
+    # what torchtitan's per-op policy repeats (selective-op, planc.perf.sac)
+    sac_forward_s: float = 0.0
 
     @property
     def backward_s(self) -> float:
@@ -100,13 +104,18 @@ class PassTimes:
 
 
 def pass_times(
-    ops: Sequence[OpCost], device: Device, eff: Efficiency, quantized: Device | None = None
+    ops: Sequence[OpCost],
+    device: Device,
+    eff: Efficiency,
+    quantized: Device | None = None,
+    sac: Sequence[float] = (),
 ) -> PassTimes:
     """Sum of the ops' pass times (kernels on one rank run one after another); a quantized GEMM
     (an FP8/FP4 recipe's) runs on the `quantized` device's peak, its weight gradient too unless
-    the recipe keeps that 16-bit."""
-    fwd = bwd_d = bwd_w = core = 0.0
-    for op in ops:
+    the recipe keeps that 16-bit. `sac`: the share of each op's forward torchtitan's per-op
+    checkpointing recomputes (`planc.perf.sac.recomputed_shares`; none: 0)."""
+    fwd = bwd_d = bwd_w = core = redo = 0.0
+    for i, op in enumerate(ops):
         low = quantized if quantized is not None and op.quantized else device
         f = work_time_s(op, op.forward, low, eff)
         fwd += f
@@ -114,7 +123,8 @@ def pass_times(
         wgrad = device if op.high_precision_wgrad else low
         bwd_w += work_time_s(op, op.backward_weight, wgrad, eff, True, op.weight_gemm)
         core += f if op.attention_core else 0.0
-    return PassTimes(fwd, bwd_d, bwd_w, core)
+        redo += f * sac[i] if sac else 0.0
+    return PassTimes(fwd, bwd_d, bwd_w, core, redo)
 
 
 @record
@@ -149,14 +159,33 @@ class StageTimes:
 
 
 def recompute_time_s(layer: PassTimes, recompute: str) -> float:
-    """Recomputed forward per layer: all of it (full), the attention core (selective), nothing.
+    """Recomputed forward per layer: all of it (full), the attention core (selective), all but
+    the saved matmuls and SDPA (selective-op), nothing.
 
     Korthikanti et al. 2022 §5: full recompute repeats the layer's forward in backward;
-    selective repeats only the attention core (QKᵀ, softmax, dropout, attention over V).
+    selective repeats only the attention core (QKᵀ, softmax, dropout, attention over V);
+    torchtitan's per-op policy repeats what `planc.perf.sac` lists.
     """
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
-    return {"none": 0.0, "selective": layer.core_forward_s, "full": layer.forward_s}[recompute]
+    return {
+        "none": 0.0,
+        "selective": layer.core_forward_s,
+        "selective-op": layer.sac_forward_s,
+        "full": layer.forward_s,
+    }[recompute]
+
+
+def _layer_passes(
+    ops: Sequence[OpCost],
+    shape: OpShape,
+    device: Device,
+    eff: Efficiency,
+    quantized: Device | None = None,
+) -> PassTimes:
+    """`pass_times` of one transformer block's ops, with what torchtitan's per-op
+    checkpointing would recompute of them."""
+    return pass_times(ops, device, eff, quantized, recomputed_shares(ops, shape))
 
 
 def chunk_times(
@@ -180,16 +209,18 @@ def chunk_times(
     FP8/FP4 recipe (`low`) a chunk's layers run their linear GEMMs quantized, but for those
     it keeps in BF16.
     """
-    layer = pass_times(layer_ops(shape), device, eff)
+    layer = _layer_passes(layer_ops(shape), shape, device, eff)
     redo = recompute_time_s(layer, recompute)
-    moe = pass_times(moe_layer_ops(shape, experts), device, eff) if experts else layer
+    moe = _layer_passes(moe_layer_ops(shape, experts), shape, device, eff) if experts else layer
     moe_redo = recompute_time_s(moe, recompute)
     fp8_layer, fp8_moe = layer, moe
     if low is not None:
         fp8_layer = low.layer
         fp8_moe = low.moe if low.moe is not None else low.layer
-    head = pass_times(last_stage_ops(shape), device, eff)
-    embed = pass_times(first_stage_ops(shape), device, eff)
+    # torchtitan compiles the blocks only: the embedding, final norm, head and loss run eager.
+    ends = replace(shape, unfused=True, compiled=False) if shape.compiled else shape
+    head = pass_times(last_stage_ops(ends), device, eff)
+    embed = pass_times(first_stage_ops(ends), device, eff)
     out = []
     for j, layers in enumerate(chunk_layers):
         routed = moe_layers[j] if moe_layers else 0
@@ -233,7 +264,7 @@ def quantized_passes(
 
     def passes(ops: tuple[OpCost, ...]) -> PassTimes:
         quantized = with_quantized_gemms(ops, q, shape.beta, weight_share)
-        return pass_times(quantized, device, low_eff, low_device)
+        return _layer_passes(quantized, shape, device, low_eff, low_device)
 
     moe = passes(moe_layer_ops(shape, experts)) if experts else None
     return QuantizedCompute(passes(layer_ops(shape)), moe)

@@ -37,8 +37,10 @@ from planc.comm.schedule import (
     activation_message_bytes,
     dispatch_bytes,
     expert_link,
+    grad_bytes,
     latent_message_bytes,
     latent_parts,
+    param_bytes,
     probs_bytes,
     ring_rails,
     sharding_stage,
@@ -47,6 +49,7 @@ from planc.comm.schedule import (
 from planc.comm.tiers import railed_ring_gbs, ring_bandwidth_gbs
 from planc.dims import ExpertDims, bf16_ranges, rank_dims
 from planc.perf.compute import (
+    ChunkTimes,
     Device,
     QuantizedCompute,
     StageTimes,
@@ -56,6 +59,7 @@ from planc.perf.compute import (
     quantized_passes,
     work_time_s,
 )
+from planc.perf.fsdp2 import COPY_OUT_PASSES, copy_out_s, copy_out_units, end_units
 from planc.perf.offload import offload_transfer_s
 from planc.perf.ops import (
     OpCost,
@@ -109,6 +113,7 @@ def layer_shape(job: Plannable) -> OpShape:
         job.numerics.activation,
         tr.attention == "flash",
         tr.kernels == "unfused",
+        tr.kernels == "compiled",
     )
 
 
@@ -506,7 +511,12 @@ class DataParallelTimes:
 
 
 def _dp(
-    job: Plannable, eff: Efficiency, ops: Sequence[CommOp], stage: int, forward_s: float
+    job: Plannable,
+    eff: Efficiency,
+    ops: Sequence[CommOp],
+    stage: int,
+    forward_s: float,
+    params: int = 0,
 ) -> DataParallelTimes:
     """The stage's data-parallel communication, placed as the framework issues it.
 
@@ -523,6 +533,9 @@ def _dp(
     * The tied embedding's all-reduce follows the optimizer step, exposed.
     * Under DeepSpeed's pipeline engine neither overlap exists (`planc.perf.pipe_engine`:
       ReduceGrads after the schedule, the ZeRO step's own all-gather).
+    * FSDP2's ends (`planc.perf.fsdp2`): each micro-batch's first all-gather (the root unit and
+      the first block of the stage's Ψ_r = `params`) waits for the compute stream, exposed, and
+      the step's last reduce-scatter is theirs (`fsdp2_ends`).
     """
     m = job.m
     zero = sharding_stage(job)
@@ -553,7 +566,57 @@ def _dp(
         after += sum(gathers)
     if buckets and not overlaps_grad_reduce(job):
         buckets = [sum(buckets)]  # one block after the backward: the last bucket is exposed
+    gather_s, reduce_s = fsdp2_ends(job, eff, ops, stage, params)
+    moved = min(gather_s, overlapped)
+    after, overlapped = after + moved, overlapped - moved
+    if reduce_s > 0 and buckets:
+        total = sum(buckets)
+        last = min(reduce_s, total)
+        buckets = [total - last, last] if total > last else [total]
     return DataParallelTimes(tuple(buckets), after, overlapped)
+
+
+def with_copy_out(
+    job: Plannable, times: Sequence[ChunkTimes], params: int, device: Device, eff: Efficiency
+) -> tuple[ChunkTimes, ...]:
+    """The chunks' times with FSDP2's all-gather copy-outs on the compute stream added, per
+    micro-batch, to the forward (every unit) and the backward (the units gathered again):
+    `planc.perf.fsdp2.copy_out_units` and `copy_out_s`. Unchanged where they are not priced
+    (one chunk only: FSDP2 with one pipeline stage)."""
+    forward, backward = copy_out_units(job, params)
+    if not forward or len(times) != 1:
+        return tuple(times)
+
+    def seconds(units: Sequence[int]) -> float:
+        out = 0.0
+        for u in units:
+            moved = COPY_OUT_PASSES * job.numerics.weight * u
+            out += copy_out_s(job, u, device.hbm_bytes, eff.hbm.at(moved))
+        return out
+
+    (chunk,) = times
+    f, b = seconds(forward), seconds(backward)
+    return (replace(chunk, forward_s=chunk.forward_s + f, backward_s=chunk.backward_s + b),)
+
+
+def fsdp2_ends(
+    job: Plannable, eff: Efficiency, ops: Sequence[CommOp], stage: int, params: int
+) -> tuple[float, float]:
+    """(exposed all-gather seconds per step, last reduce-scatter seconds) of FSDP2's ends:
+    m all-gathers of `EndUnits.first` 16-bit parameters and one reduce-scatter of
+    `EndUnits.last` gradients (`grad_bytes`), on the stage's ZeRO-3 groups and links
+    (`planc.perf.fsdp2`); (0, 0) where it does not price them."""
+    units = end_units(job, params)
+    if not units.first:
+        return 0.0, 0.0
+    mine = [op for op in ops if op.stage == stage and op.group in DP_GROUPS and op.calls]
+    gather = next((op for op in mine if op.op == "all_gather"), None)
+    reduce = next((op for op in mine if op.op == "reduce_scatter"), None)
+    if gather is None or reduce is None:
+        return 0.0, 0.0
+    first = replace(gather, buffer_bytes=units.first * param_bytes(job), calls=1)
+    last = replace(reduce, buffer_bytes=units.last * grad_bytes(job), calls=1)
+    return job.m * _call_s(job, eff, first), _call_s(job, eff, last)
 
 
 def build_inputs(
@@ -597,7 +660,8 @@ def build_inputs(
         )
         tp = tp_per_layer(job, eff, ops, r)
         tp_moe = tp_per_layer(job, eff, ops, r, moe_layer=True)
-        dp = _dp(job, eff, ops, r, sum(t.forward_s for t in times))
+        times = with_copy_out(job, times, params[r], device, eff)
+        dp = _dp(job, eff, ops, r, sum(t.forward_s for t in times), params[r])
         pairs = tuple(zip(split, routed, strict=True))
         stages.append(
             StageInputs(

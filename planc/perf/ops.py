@@ -127,6 +127,7 @@ class OpShape:
     dropout: float = 0.0
     flash: bool = False
     unfused: bool = False  # eager PyTorch kernels (training.kernels: unfused)
+    compiled: bool = False  # torch.compile'd blocks (kernels: compiled): fused, attention SDPA
     beta: int = 2  # bytes per activation element
     positions: int = 0  # rows of a learned position table (0 for RoPE)
     causal: bool = True  # a fused kernel skips the masked half of the scores
@@ -169,7 +170,12 @@ class OpShape:
 
 
 def op_shape(
-    model: Model, dims: RankDims, beta: int, flash: bool, unfused: bool = False
+    model: Model,
+    dims: RankDims,
+    beta: int,
+    flash: bool,
+    unfused: bool = False,
+    compiled: bool = False,
 ) -> OpShape:
     """The per-op view of a rank's `dims` for `model` (β bytes per activation element)."""
     return OpShape(
@@ -188,6 +194,7 @@ def op_shape(
         dropout=model.dropout,
         flash=flash,
         unfused=unfused,
+        compiled=compiled,
         beta=beta,
         positions=model.max_seq_len if model.position == "learned" else 0,
         v=0 if model.mla is None else dims.v_head,
@@ -414,7 +421,9 @@ def flash_attention(shape: OpShape) -> OpCost:
     forward = Work(flops, (q + o + kv) * shape.beta + lse)
     backward = Work(2.5 * flops, (2 * q + 2 * o + 2 * kv) * shape.beta + lse)
     gshape = GemmShape(shape.queries, shape.s, shape.k, round(shape.b * shape.heads))
-    engine: Engine = "sdpa" if shape.unfused else "attention"
+    # torch.compile leaves SDPA's flash kernel as it is (torchtitan compiles the blocks around
+    # F.scaled_dot_product_attention): eager and compiled blocks both run PyTorch's SDPA.
+    engine: Engine = "sdpa" if shape.unfused or shape.compiled else "attention"
     return OpCost("flash attention", engine, forward, backward, NOTHING, gshape, True)
 
 

@@ -28,6 +28,7 @@ GENERATION_OF: Mapping[str, str] = {
     "a100-40gb": "ampere",
     "a100-80gb": "ampere",
     "h100-sxm": "hopper",
+    "h100-sxm-hbm2e": "hopper",
     "h800": "hopper",
     "h200": "hopper",
     "b200": "blackwell",

@@ -5,6 +5,7 @@ GPU_NAMES: tuple[str, ...] = (
     "a100-40gb",
     "a100-80gb",
     "h100-sxm",
+    "h100-sxm-hbm2e",
     "h800",
     "h200",
     "b200",

@@ -17,7 +17,7 @@ from planc.analysis import Analysis, analyse
 from planc.plannable import plannable
 from planc.rules.layout import sequence_splits
 from planc.spec.job import Job, NodeNames
-from planc.vocab import RECOMPUTE_MODES
+from planc.vocab import RECOMPUTE_MODES, SELECTIVE_OP
 
 # More nodes at the same layout are tried up to this factor (ZeRO shards over a larger group).
 MAX_NODE_FACTOR = 64
@@ -76,12 +76,15 @@ def micro_batch(job: Job) -> list[Variant]:
 
 def recompute(job: Job) -> list[Variant]:
     order = RECOMPUTE_MODES
+    current = job.training.recompute
+    # torchtitan's per-op policy keeps less than selective: only full recomputes more.
+    start = order.index("full") if current == SELECTIVE_OP else order.index(current) + 1
     return [
         (
             f"recompute: {mode}",
             dataclasses.replace(job, training=dataclasses.replace(job.training, recompute=mode)),
         )
-        for mode in order[order.index(job.training.recompute) + 1 :]
+        for mode in order[start:]
     ]
 
 

@@ -479,8 +479,25 @@ def _torchtitan_offload(job: Job) -> Iterator[Violation]:
         )
 
 
+def _per_op_checkpointing(job: Job) -> Iterator[Violation]:
+    """recompute: selective-op is torchtitan's per-op policy (selective_ac_option 'op',
+    torchtitan parallelize_llama.py); Megatron-LM's selective recompute is its core_attn module
+    list (--recompute-granularity selective, megatron/training/arguments.py) and DeepSpeed's
+    activation checkpointing wraps whole layers (deepspeed/runtime/activation_checkpointing)."""
+    if job.training.recompute == "selective-op":
+        name = NAMES[job.training.framework]
+        yield Violation(
+            "training.recompute",
+            f"recompute selective-op is torchtitan's per-op checkpointing policy: {name} has "
+            "none, so the memory and recompute planned are not what it runs",
+            "set recompute: selective or full, or training.framework: fsdp2",
+            ("training.framework",),
+        )
+
+
 OTHERWISE: dict[str, tuple[Check, ...]] = {
-    "deepspeed": (_deepspeed_offload_stage, _deepspeed_shard_group),
+    "megatron": (_per_op_checkpointing,),
+    "deepspeed": (_deepspeed_offload_stage, _deepspeed_shard_group, _per_op_checkpointing),
     "fsdp2": (_torchtitan_order, _torchtitan_offload),
 }
 
@@ -494,7 +511,8 @@ def framework_runs_otherwise(ctx: Context) -> Iterator[Violation]:
     stage 3") and shards ZeRO over the whole data-parallel group, not data_shard (DeepSpeed
     0.19.6); torchtitan 0.3.0 lays its ranks out as tp-cp-dp-pp only (torchtitan/distributed/
     parallel_dims.py) and offloads parameters, gradients and optimizer together
-    (training.enable_cpu_offload). Memory and traffic would not be what planc planned.
+    (training.enable_cpu_offload); recompute selective-op is torchtitan's per-op policy, which
+    Megatron-LM and DeepSpeed do not run. Memory and traffic would not be what planc planned.
 
     Passes:
         training: {framework: fsdp2, offload: {optimizer: true, parameters: true}}

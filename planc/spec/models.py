@@ -813,7 +813,9 @@ class TrainingSpec(Frozen):
     )
     recompute: Recompute = Field(
         "selective",
-        description="Activation recomputation: none, selective (attention core), full (layer inputs only).",
+        description="Activation recomputation: none, selective (attention core), selective-op "
+        "(torchtitan's per-op policy, selective_ac_option 'op': keeps every other matmul "
+        "output and SDPA's, recomputes the rest), full (layer inputs only).",
     )
     attention: AttentionKind = Field(
         "flash", description="flash keeps no s×s score matrix; eager saves scores and softmax."
@@ -856,7 +858,9 @@ class TrainingSpec(Frozen):
         "fused",
         description="fused: Megatron-Core with Transformer Engine/Apex kernels (fused norms, "
         "SwiGLU, cross-entropy); unfused: plain PyTorch modules on CUDA (nn.RMSNorm/LayerNorm, "
-        "SwiGLU as silu(a)·b, F.cross_entropy on fp32 logits, SDPA).",
+        "SwiGLU as silu(a)·b, F.cross_entropy on fp32 logits, SDPA); compiled: torchtitan's "
+        "torch.compile of each transformer block (Inductor fuses the block's element-wise ops, "
+        "attention stays SDPA; the embedding, final norm, LM head and loss run eager).",
     )
     framework: Framework = Field(
         "megatron",

@@ -1,0 +1,71 @@
+"""torchtitan's per-op selective activation checkpointing (`training.recompute: selective-op`).
+
+torchtitan wraps each transformer block in a checkpoint whose policy is (torchtitan
+parallelisms/parallelize_llama.py `_apply_ac_to_transformer_block`, commit 9dec370, the one its
+December 2024 benchmark names; `selective_ac_option = 'op'` in its llama3_8b.toml):
+
+    save the outputs of aten.mm, SDPA (flash or efficient) and the c10d reduce-scatter,
+    except every second aten.mm of the block (the policy counts them, 1, 2, 3, ...; an even
+    count is recomputed); recompute everything else.
+
+So the backward of a block re-runs its forward but for the saved ops. In the Llama block the
+aten.mm calls run in the order wq, wk, wv (attention), wo, w1, w3, w2 (the feed-forward
+w2(silu(w1(x)) · w3(x)), evaluated left to right): wq, wv, w1 and w2 are saved; wk, wo and w3
+are recomputed, with every norm, rotary embedding, activation and residual add. The layer's
+ops (planc.perf.ops.layer_ops) fuse some of those matmuls: `qkv` is wq, wk, wv ((n + 2g)·k/t
+columns: n·k, g·k, g·k) and a SwiGLU layer's `mlp fc1` is w1, w3 (f/t columns each); every other
+matrix op is one aten.mm. The recomputed share of a fused op is its recomputed columns over all
+its columns (the matmuls share rows and inner size, so time goes with columns).
+
+Layers other than the dense GQA block (latent attention, MoE experts, whose grouped GEMMs are
+not aten.mm) are counted with the same rule, one aten.mm per matrix op: an approximation the
+sources above do not cover.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from planc.perf.ops import OpCost, OpShape
+
+SAVED_ENGINES = ("attention", "sdpa")  # SDPA flash/efficient attention: MUST_SAVE
+# The vector ops of a SwiGLU layer (fused and eager), which make its `mlp fc1` two matmuls.
+SWIGLU_OPS = ("swiglu", "swiglu (eager)")
+
+
+def mm_calls(op: OpCost, shape: OpShape, gated: bool) -> tuple[float, ...]:
+    """The output columns of each aten.mm that matrix op `op` runs, in call order: qkv's wq,
+    wk, wv (n·k/t, g·k/t, g·k/t); a SwiGLU layer's fc1 w1, w3 (f/t each); any other one."""
+    if op.name == "qkv":
+        kv = float(shape.kv_heads * shape.k)
+        return (float(shape.heads * shape.k), kv, kv)
+    cols = float(op.shape.n) if op.shape is not None else 1.0
+    if op.name == "mlp fc1" and gated:
+        return (cols / 2, cols / 2)
+    return (cols,)
+
+
+def recomputed_shares(ops: Sequence[OpCost], shape: OpShape) -> tuple[float, ...]:
+    """The share of each op's forward that the policy recomputes, in `ops` order (one block's
+    ops in forward order, of one rank's `shape`): 0 for SDPA, 1 for every op outside the save
+    list (norms, rotary, activations, residual adds, eager attention's aten.bmm), and for a
+    matrix op the columns of its
+    even-numbered aten.mm calls (the block's count) over all its columns."""
+    gated = any(op.name in SWIGLU_OPS for op in ops)
+    count = 0
+    shares = []
+    for op in ops:
+        if op.engine in SAVED_ENGINES:
+            shares.append(0.0)
+            continue
+        if op.engine != "matrix" or op.attention_core:
+            # outside the save list; eager attention's matmuls are aten.bmm, not counted
+            shares.append(1.0)
+            continue
+        calls = mm_calls(op, shape, gated)
+        recomputed = 0.0
+        for cols in calls:
+            count += 1
+            recomputed += cols if count % 2 == 0 else 0.0
+        shares.append(recomputed / sum(calls))
+    return tuple(shares)
