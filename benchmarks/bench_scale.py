@@ -15,7 +15,8 @@ The specs:
   p = 4,096, d = 32, m = 4,096 (PLC006 ignored; PLC007 fails, so compile uses --force);
 - cap-1gpu: a million nodes of one GPU each (planc's node limit; t = 1, p = 16, d = 62,500): a
   million host names and launcher lines;
-- billion: Llama 3 8B on 16 H100, t = 8, p = 2, global batch 10⁹ (m = 10⁹);
+- billion: Llama 3 8B on 16 H100, t = 8, p = 2, global batch 10⁹ (m = 10⁹) at seq_len 1,024, so
+  that a rank's bytes per step (9.4·10¹⁷ on NVLink) stay below PLC073's 2^62;
 - large-batch (`planc search` only, issue 30): Llama 3 70B on 2,048 nodes × 8 H100 (16,384
   GPUs) at global batch 1,179,648 and seq_len 8,192, the whole default space (m in the
   hundreds to thousands for every candidate), on one process and on two (-j 2).
@@ -61,7 +62,7 @@ name: billion
 model: {preset: llama3-8b}
 hardware: {gpu: h100-sxm, nodes: 2, hosts: "n{1..2}"}
 parallelism: {tensor: 8, pipeline: 2}
-training: {seq_len: 8192, micro_batch: 1, global_batch: 1000000000}
+training: {seq_len: 1024, micro_batch: 1, global_batch: 1000000000}
 """,
 }
 
