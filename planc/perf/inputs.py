@@ -619,6 +619,15 @@ def fsdp2_ends(
     return job.m * _call_s(job, eff, first), _call_s(job, eff, last)
 
 
+def ops_by_stage(ops: Sequence[CommOp], p: int) -> tuple[tuple[CommOp, ...], ...]:
+    """The schedule's ops of each stage, in schedule order: the per-stage terms read only their
+    own stage's ops, and scanning the whole schedule once per stage is p² at 4,096 stages."""
+    staged: list[list[CommOp]] = [[] for _ in range(p)]
+    for op in ops:
+        staged[op.stage].append(op)
+    return tuple(tuple(each) for each in staged)
+
+
 def build_inputs(
     job: Plannable,
     params_by_stage: Sequence[int],
@@ -642,9 +651,11 @@ def build_inputs(
     exchange = ep_per_layer(job, eff)
     low = quantized_layers(job, eff)
     one = pipe_engine_transfer(job, eff, ops) if runs_pipe_engine(job) else Transfer(0.0, 0.0)
+    staged = ops_by_stage(ops, lay.p)
     stages = []
     for r, layers in enumerate(per_stage):
         split, routed = lay.chunk_layers(r), chunk_moe_layers(job, r)
+        mine = staged[r]
         blocking = blocking_p2p(job, one, r)
         times = chunk_times(
             shape,
@@ -658,10 +669,10 @@ def build_inputs(
             expert_shape(job),
             quantized_compute(job, r, low),
         )
-        tp = tp_per_layer(job, eff, ops, r)
-        tp_moe = tp_per_layer(job, eff, ops, r, moe_layer=True)
+        tp = tp_per_layer(job, eff, mine, r)
+        tp_moe = tp_per_layer(job, eff, mine, r, moe_layer=True)
         times = with_copy_out(job, times, params[r], device, eff)
-        dp = _dp(job, eff, ops, r, sum(t.forward_s for t in times), params[r])
+        dp = _dp(job, eff, mine, r, sum(t.forward_s for t in times), params[r])
         pairs = tuple(zip(split, routed, strict=True))
         stages.append(
             StageInputs(
@@ -685,7 +696,7 @@ def build_inputs(
                     (n - e) * tp.backward_overlapped_s + e * tp_moe.backward_overlapped_s
                     for n, e in pairs
                 ),
-                cp_exposed_s=cp_exposed_per_microbatch(job, eff, ops, r, layers),
+                cp_exposed_s=cp_exposed_per_microbatch(job, eff, mine, r, layers),
                 dp_overlapped_s=dp.overlapped / m,
                 ep_forward_s=tuple(e * exchange.forward_s for e in routed),
                 ep_backward_s=tuple(e * exchange.backward_s for e in routed),
@@ -821,8 +832,9 @@ def after_step_s(
     parameter all-gather its overlap leaves exposed, the tied-embedding all-reduce) and the
     offload copies: exposed whatever else overlaps, so a lower bound on what the step adds after
     the pipeline. `times` are the stages' compute times (`Analysis.times`)."""
+    staged = ops_by_stage(ops, job.layout.p)
     return tuple(
-        _dp(job, eff, ops, r, times[r].forward_s).after_step
+        _dp(job, eff, staged[r], r, times[r].forward_s).after_step
         + offload_transfer_s(job, params_by_stage[r])
         for r in range(job.layout.p)
     )
