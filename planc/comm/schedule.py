@@ -131,7 +131,17 @@ def grad_bytes(job: Plannable) -> int:
 
 def group_tier(job: Plannable, axes: tuple[Axis, ...]) -> Tier:
     """The smallest tier of the fabric that holds every group over `axes` of the dense grid."""
-    return _grid_tier(job, job.layout.degrees, job.layout.strides, axes)
+    # Asked for every op of every stage (about 44 times per analysis in a search), and a pure
+    # function of the frozen job: kept per job instance as PlanLayout keeps its degrees (a plain
+    # dict in the instance's __dict__, not a field: equality, hashing and `replace` ignore it).
+    memo: dict[tuple[Axis, ...], Tier] | None = job.__dict__.get("_group_tiers")
+    if memo is None:
+        memo = {}
+        job.__dict__["_group_tiers"] = memo
+    tier = memo.get(axes)
+    if tier is None:
+        tier = memo[axes] = _grid_tier(job, job.layout.degrees, job.layout.strides, axes)
+    return tier
 
 
 def within_span(
