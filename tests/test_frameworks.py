@@ -265,7 +265,12 @@ def torchtitan_settings(case: str) -> SimpleNamespace:
     exec(
         compile(files_of(case)["torchtitan/planc_config.py"], "planc_config.py", "exec"), namespace
     )
-    config = SimpleNamespace(parallelism=SimpleNamespace(), training=SimpleNamespace())
+    # torchtitan's policy classes are not importable here: the stand-in keeps the mode's name
+    # (the real classes are built in test_torchtitan_reads_the_module).
+    namespace["checkpointing"] = lambda mode: mode
+    config = SimpleNamespace(
+        parallelism=SimpleNamespace(), training=SimpleNamespace(), compile=SimpleNamespace()
+    )
     result: SimpleNamespace = namespace["apply"](config)
     return result
 
@@ -600,6 +605,9 @@ for module in json.load(sys.stdin):
         "local": tr.local_batch_size,
         "global": tr.global_batch_size,
         "seq_len": tr.seq_len,
+        "checkpoint": None if config.activation_checkpoint is None
+        else type(config.activation_checkpoint).__qualname__,
+        "compile": config.compile.enable,
     }
 print(json.dumps(out))
 """
@@ -624,3 +632,40 @@ def test_torchtitan_reads_the_module(tmp_path: Path) -> None:
         assert got["sp"] == record["layout"]["sequence_parallel"]
         assert got["global"] == record["training"]["global_batch"]
         assert got["seq_len"] == record["training"]["seq_len"]
+        # The plan's recompute as torchtitan's policy (FullAC whole blocks, SelectiveAC its
+        # per-op policy, none: no checkpointing), whatever the registered config sets.
+        policy = {"none": None, "full": "FullAC.Config"}.get(
+            record["training"]["recompute"], "SelectiveAC.Config"
+        )
+        assert got["checkpoint"] == policy, case
+
+
+@pytest.mark.parametrize(
+    ("recompute", "kernels", "policy", "compile_fields"),
+    [
+        ("selective-op", "compiled", "selective", {"enable": True, "components": ["model"]}),
+        ("full", "unfused", "full", {"enable": False}),
+        ("none", "fused", None, {}),
+    ],
+)
+def test_torchtitan_runs_the_plans_recompute_and_kernels(
+    recompute: str, kernels: str, policy: str | None, compile_fields: dict[str, Any]
+) -> None:
+    """torchtitan's Trainer.Config defaults to its per-op SelectiveAC and each registered model
+    config sets its own: the emitted module always sets the plan's policy (torchtitan 0.3.0
+    FullAC, SelectiveAC or none), and compiles each block for `kernels: compiled` (the loss
+    stays eager, as planc prices it) or runs eager for `unfused`."""
+    overlay = {
+        "parallelism": {"tensor": 1, "sequence_parallel": False, "order": None},
+        "training": {"framework": "fsdp2", "recompute": recompute, "kernels": kernels},
+    }
+    source = render_files(compiled(job_of(overlay)))["torchtitan/planc_config.py"]
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "planc_config.py", "exec"), namespace)
+    namespace["checkpointing"] = lambda mode: mode
+    config = SimpleNamespace(
+        parallelism=SimpleNamespace(), training=SimpleNamespace(), compile=SimpleNamespace()
+    )
+    namespace["apply"](config)
+    assert config.activation_checkpoint == policy
+    assert vars(config.compile) == compile_fields

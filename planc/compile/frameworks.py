@@ -738,13 +738,30 @@ PARALLELISM = {parallelism}
 
 TRAINING = {training}
 
+ACTIVATION_CHECKPOINT = {checkpoint}
+
+COMPILE = {compile}
+
+
+def checkpointing(mode):
+    """torchtitan's activation-checkpointing policy config for `mode` (None: none)."""
+    if mode is None:
+        return None
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+
+    return {{"full": FullAC, "selective": SelectiveAC}}[mode].Config()
+
 
 def apply(config):
-    """Set this plan's parallelism and training fields on a Trainer.Config; return it."""
+    """Set this plan's parallelism, training, activation checkpointing and compile fields on a
+    Trainer.Config; return it."""
     for key, value in PARALLELISM.items():
         setattr(config.parallelism, key, value)
     for key, value in TRAINING.items():
         setattr(config.training, key, value)
+    config.activation_checkpoint = checkpointing(ACTIVATION_CHECKPOINT)
+    for key, value in COMPILE.items():
+        setattr(config.compile, key, value)
     return config
 
 
@@ -771,6 +788,8 @@ _TORCHTITAN_BASES = {
 
 def _python(value: Any, indent: int = 0) -> str:
     """A literal of plain data as Python source (True/False/None, dicts one key a line)."""
+    if isinstance(value, dict) and not value:
+        return "{}"
     if isinstance(value, dict):
         inner = "".join(
             f"{'    ' * (indent + 1)}{json.dumps(key)}: {_python(item, indent + 1)},\n"
@@ -853,8 +872,40 @@ def _torchtitan_base(plan: Plan, notes: list[str]) -> str | None:
     return None
 
 
+# torchtitan 0.3.0's policy for each recompute mode (torchtitan/distributed/
+# activation_checkpoint.py: FullAC recomputes the whole block, SelectiveAC is the per-op policy
+# planc calls selective-op; None checkpoints nothing). Its Trainer.Config defaults to SelectiveAC
+# and the registered model configs set their own, so the plan's is always written.
+TORCHTITAN_CHECKPOINT: dict[str, str | None] = {
+    "none": None,
+    "full": "full",
+    "selective-op": "selective",
+    "selective": "selective",
+}
+
+
+def torchtitan_recompute(plan: Plan, notes: list[str]) -> tuple[str | None, dict[str, Any]]:
+    """torchtitan's activation-checkpointing policy and compile fields for the plan's recompute
+    and kernels (CompileConfig: `kernels: compiled` compiles each block, as planc prices it, and
+    leaves the loss eager; `unfused` runs eager)."""
+    tr = plan.job.training
+    if tr.recompute == "selective":
+        notes.append(
+            "recompute selective (the attention core only) has no torchtitan policy: its per-op "
+            "SelectiveAC (planc's selective-op) runs instead, which saves and recomputes other "
+            "tensors than this plan prices"
+        )
+    compile_fields: dict[str, Any] = {}
+    if tr.kernels == "compiled":
+        compile_fields = {"enable": True, "components": ["model"]}
+    elif tr.kernels == "unfused":
+        compile_fields = {"enable": False}
+    return TORCHTITAN_CHECKPOINT[tr.recompute], compile_fields
+
+
 def torchtitan_files(plan: Plan) -> Files:
     parallelism, training, notes = torchtitan_settings(plan)
+    checkpoint, compile_fields = torchtitan_recompute(plan, notes)
     base = _torchtitan_base(plan, notes)
     note_text = "".join(f"\nNote: {note}." for note in notes)
     text = _TORCHTITAN_MODULE.format(
@@ -865,6 +916,8 @@ def torchtitan_files(plan: Plan) -> Files:
         notes=note_text + ("\n" if note_text else ""),
         parallelism=_python(parallelism),
         training=_python(training),
+        checkpoint=_python(checkpoint),
+        compile=_python(compile_fields),
     )
     converters = torchtitan_converters(plan)
     if converters:
