@@ -260,11 +260,14 @@ def test_deepspeed_batch_and_zero_agree_with_plan_json(case: str) -> None:
 
 
 def torchtitan_settings(case: str) -> SimpleNamespace:
-    """Run the emitted module's `apply` on a stand-in config and return it."""
+    """Run the case's emitted module's `apply` on a stand-in config and return it."""
+    return applied(files_of(case)["torchtitan/planc_config.py"])
+
+
+def applied(source: str) -> SimpleNamespace:
+    """Run the emitted module `source`'s `apply` on a stand-in config and return it."""
     namespace: dict[str, Any] = {}
-    exec(
-        compile(files_of(case)["torchtitan/planc_config.py"], "planc_config.py", "exec"), namespace
-    )
+    exec(compile(source, "planc_config.py", "exec"), namespace)
     # torchtitan's policy classes are not importable here: the stand-in keeps the mode's name
     # (the real classes are built in test_torchtitan_reads_the_module).
     namespace["checkpointing"] = lambda mode: mode
@@ -659,13 +662,6 @@ def test_torchtitan_runs_the_plans_recompute_and_kernels(
         "parallelism": {"tensor": 1, "sequence_parallel": False, "order": None},
         "training": {"framework": "fsdp2", "recompute": recompute, "kernels": kernels},
     }
-    source = render_files(compiled(job_of(overlay)))["torchtitan/planc_config.py"]
-    namespace: dict[str, Any] = {}
-    exec(compile(source, "planc_config.py", "exec"), namespace)
-    namespace["checkpointing"] = lambda mode: mode
-    config = SimpleNamespace(
-        parallelism=SimpleNamespace(), training=SimpleNamespace(), compile=SimpleNamespace()
-    )
-    namespace["apply"](config)
+    config = applied(render_files(compiled(job_of(overlay)))["torchtitan/planc_config.py"])
     assert config.activation_checkpoint == policy
     assert vars(config.compile) == compile_fields

@@ -650,7 +650,7 @@ def build_inputs(
     shard, expert_shard = (lay.shard_group, lay.edp) if zero else (1, 1)
     exchange = ep_per_layer(job, eff)
     low = quantized_layers(job, eff)
-    one = pipe_engine_transfer(job, eff, ops) if runs_pipe_engine(job) else Transfer(0.0, 0.0)
+    one = boundary_transfer(job, eff, ops) if runs_pipe_engine(job) else Transfer(0.0, 0.0)
     staged = ops_by_stage(ops, lay.p)
     stages = []
     for r, layers in enumerate(per_stage):
@@ -720,36 +720,25 @@ def build_inputs(
 
 
 def p2p_message_s(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> float:
-    """Seconds of one pipeline message on the critical path.
-
-    Without sequence parallelism every TP rank holds the whole [s/c, b, h] boundary tensor;
-    Megatron's scatter/gather optimisation (Narayanan et al. 2021 §4.1,
-    `--scatter-gather-tensors-in-pipeline`, on by default) sends a 1/t slice per rank over the
-    pipeline link and all-gathers it over the TP group on arrival. With SP the tensor is
-    already split by t.
-    """
-    sends = [op for op in ops if op.group == "pp" and op.calls]
-    if not sends:
-        return 0.0
-    op = max(sends, key=lambda o: o.buffer_bytes)
-    t = job.layout.t
-    if job.layout.sp or t == 1:
-        return _call_s(job, eff, op)
-    slice_bytes = -(-op.buffer_bytes // t)
-    send = comm_time_s(job, eff, "send_recv", 2, slice_bytes, op.link)
-    gather = comm_time_s(job, eff, "all_gather", t, op.buffer_bytes, _tp_link(job, ops))
-    return send + gather
+    """Seconds of one pipeline message on the critical path: the boundary tensor's send and its
+    all-gather on arrival (`boundary_transfer`)."""
+    one = boundary_transfer(job, eff, ops)
+    return one.send_s + one.gather_s
 
 
-def pipe_engine_transfer(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> Transfer:
-    """One activation (or its gradient) of [s/c, b, h] elements of β_a bytes, as DeepSpeed's
-    pipeline engine moves it (`planc.perf.pipe_engine`): the sender's ⌈bytes/t⌉ share by
-    `dist.send` on the pipeline link, send = α + ⌈bytes/t⌉/(β·e), and on arrival the
-    all-gather over the t TP ranks, gather = (t − 1)·α + (t − 1)/t · bytes/(β·e)
-    (`comm_time_s`). With sequence parallelism or t = 1 the boundary tensor is already one
-    rank's own: the whole of it is sent and nothing gathered. Seconds. Source:
-    deepspeed/runtime/pipe/engine.py `_exec_send_activations`, `_exec_recv_activations`,
-    `_exec_forward_pass` (PartitionedTensor), v0.5.10 and v0.19.5."""
+def boundary_transfer(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> Transfer:
+    """One activation (or its gradient) of [s/c, b, h] elements of β_a bytes across a pipeline
+    boundary: the sender's ⌈bytes/t⌉ share on the pipeline link, send = α + ⌈bytes/t⌉/(β·e),
+    and on arrival the all-gather over the t TP ranks, gather = (t − 1)·α + (t − 1)/t ·
+    bytes/(β·e) (`comm_time_s`). Seconds.
+
+    Without sequence parallelism every TP rank holds the whole boundary tensor, and both
+    frameworks send a 1/t slice per rank: Megatron's scatter/gather optimisation (Narayanan et
+    al. 2021 §4.1, `--scatter-gather-tensors-in-pipeline`, on by default) and DeepSpeed's
+    pipeline engine (`planc.perf.pipe_engine`: deepspeed/runtime/pipe/engine.py
+    `_exec_send_activations`, `_exec_recv_activations`, `_exec_forward_pass`
+    (PartitionedTensor), v0.5.10 and v0.19.5). With sequence parallelism or t = 1 the tensor
+    is already one rank's own: the whole of it is sent and nothing gathered."""
     sends = [op for op in ops if op.group == "pp" and op.calls]
     if not sends:
         return Transfer(0.0, 0.0)

@@ -16,7 +16,7 @@ What the engine does differently from Megatron's schedules, read in DeepSpeed v0
   boundary tensor (`engine.py` `_exec_forward_pass`/`_exec_send_grads`: `PartitionedTensor`
   over the slice-parallel group, `pipe_partitioned` and `grad_partitioned` default on), and the
   receiver all-gathers it over the TP group before use (`PartitionedTensor.full()` in
-  `_exec_forward_pass` and `_exec_backward_pass`): `planc.perf.inputs.pipe_engine_transfer`.
+  `_exec_forward_pass` and `_exec_backward_pass`): `planc.perf.inputs.boundary_transfer`.
 * **Gradient reduction after the schedule** (`engine.py` `PipelineEngine.__init__`:
   `enable_backward_allreduce = False`; `TrainSchedule.steps` issues `ReduceTiedGrads`,
   `ReduceGrads`, `OptimizerStep` after the last slot; `_exec_reduce_grads` →
@@ -40,8 +40,8 @@ def runs_pipe_engine(job: Plannable) -> bool:
 
 @record
 class Transfer:
-    """One pipeline message of DeepSpeed's engine, in seconds: the 1/t share on the pipeline
-    link (both stages wait for it) and the TP all-gather the receiver runs on arrival."""
+    """One pipeline message, in seconds: the 1/t share on the pipeline link (under DeepSpeed's
+    engine both stages wait for it) and the TP all-gather the receiver runs on arrival."""
 
     send_s: float
     gather_s: float
