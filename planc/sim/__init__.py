@@ -21,6 +21,7 @@ from planc.sim.ring import (
     ring_reduce_scatter_bytes,
     ring_reduce_scatter_trace,
 )
+from planc.sim.routing import expected_blocks
 
 __all__ = [
     "SUPPORTED_DTYPES",
@@ -29,6 +30,7 @@ __all__ = [
     "all_to_all_bytes",
     "all_to_all_received_bytes",
     "chunk_sizes",
+    "expected_blocks",
     "ring_all_gather",
     "ring_all_gather_bytes",
     "ring_all_gather_trace",

@@ -28,6 +28,7 @@ from planc.vocab import (
     AttentionKind,
     CheckpointFormat,
     CpCommType,
+    ExpertDispatcher,
     Fp8RecipeName,
     Framework,
     Kernels,
@@ -708,6 +709,19 @@ class ParallelismSpec(Frozen):
         "NVLink domain, p2p across: --hierarchical-context-parallel-sizes). Default: the "
         "framework's, p2p under megatron (Megatron's default) and fsdp2 (torchtitan's ring), a2a "
         "under deepspeed (Ulysses, the only type it runs).",
+    )
+    expert_dispatcher: ExpertDispatcher | None = Field(
+        None,
+        description="How a MoE layer's tokens reach their experts (Megatron-Core "
+        "--moe-token-dispatcher-type): alltoall (one row per token and chosen expert, NCCL "
+        "all-to-all over the expert-parallel group), allgather (every token gathered over the "
+        "expert tensor × expert-parallel group, the outputs reduce-scattered back), deepep or "
+        "hybridep (flex, --moe-flex-dispatcher-backend: DeepEP's or HybridEP's kernels send a "
+        "token once to each NVLink domain that holds one of its experts and forward it there "
+        "over NVLink). Default: the framework's, allgather under megatron and megatron-fsdp "
+        "(Megatron-Core 0.19.2's TransformerConfig default; NVIDIA's recipes set alltoall, and "
+        "flex with hybridep or deepep for DeepSeek-V3 and Qwen3), alltoall under deepspeed and "
+        "fsdp2 (DeepSpeed MoE's and torchtitan's standard all-to-all).",
     )
     order: Order | None = Field(
         None,

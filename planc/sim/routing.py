@@ -1,0 +1,71 @@
+"""How many distinct blocks of experts a routed token reaches, counted from an explicit placement:
+what `planc verify` recomputes a flex dispatcher's rows from, apart from the planner's closed form
+(`planc.comm.dispatch`).
+
+The routing model is the planner's (uniform load under forced balancing): a token's k_G groups
+are a uniformly random k_G-subset of the G equal groups, each chosen group gives one uniformly
+random expert, and the other k − k_G experts are a uniform draw from the chosen groups' remaining
+experts (G = k_G = 1: a uniform k-subset of the E experts). Here the experts' blocks are given
+one by one (`block_of[e]`, e.g. the EP rank or NVLink domain holding expert e) and the groups as
+consecutive runs of E/G. For each block the groups fall into classes by how many of their
+experts lie in it; a k_G-subset is a choice of n_c groups from each class c (C(m_c, n_c) ways),
+and the token misses the block with probability Π_c ((s − c)/s)^{n_c} · C(P − Σ n_c·c, k − k_G) /
+C(P, k − k_G), P = k_G·(s − 1) the chosen groups' other experts. The expected number of blocks
+reached is Σ_β (1 − P(β missed)), in exact rational arithmetic.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from fractions import Fraction
+from math import comb
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["expected_blocks"]
+
+
+def _compositions(total: int, limits: list[int]) -> list[tuple[int, ...]]:
+    """Every (n_1, …, n_r) with 0 ≤ n_i ≤ limits[i] summing to `total`."""
+    if not limits:
+        return [()] if total == 0 else []
+    out = []
+    for first in range(min(total, limits[0]) + 1):
+        out += [(first, *rest) for rest in _compositions(total - first, limits[1:])]
+    return out
+
+
+def _miss(overlaps: list[int], size: int, group_k: int, top_k: int) -> Fraction:
+    """P(a block is missed) given each group's overlap with it (the module docstring)."""
+    classes = sorted(Counter(overlaps).items())
+    values, counts = [c for c, _ in classes], [m for _, m in classes]
+    pool, draws = group_k * (size - 1), top_k - group_k
+    total = Fraction(0)
+    for picks in _compositions(group_k, counts):
+        ways = 1
+        first = Fraction(1)
+        taken = 0
+        for c, m, n in zip(values, counts, picks, strict=True):
+            ways *= comb(m, n)
+            first *= Fraction(size - c, size) ** n
+            taken += n * c
+        if first:  # a chosen group wholly inside the block: its best expert cannot miss it
+            total += ways * first * Fraction(comb(pool - taken, draws), comb(pool, draws))
+    return total / comb(len(overlaps), group_k)
+
+
+def expected_blocks(
+    block_of: npt.NDArray[np.int64], top_k: int, groups: int = 1, group_k: int = 1
+) -> Fraction:
+    """E[distinct blocks a token's experts lie in], expert e in block `block_of[e]`, under the
+    routing model of the module docstring (groups of E/G consecutive experts)."""
+    experts = len(block_of)
+    size = experts // groups
+    group_of = np.arange(experts) // size
+    blocks = int(block_of.max()) + 1
+    reached = Fraction(0)
+    for beta in range(blocks):
+        overlaps = np.bincount(group_of[block_of == beta], minlength=groups).tolist()
+        reached += 1 - _miss(overlaps, size, group_k, top_k)
+    return reached
