@@ -25,6 +25,7 @@ their own buckets (Megatron DDP's expert_parallel_buffers), the dense ones over 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from fractions import Fraction
 from types import MappingProxyType
 
@@ -66,6 +67,9 @@ class CommOp:
     # Latency-bound rounds when they are not the group's own: the cross-domain part of a flat
     # NCCL all-to-all (`exchange_ops`) pays the rounds of all the whole group's n − 1 peers.
     rounds: int | None = None
+    # The flex dispatcher's kernel that runs it (deepep_dispatch, ..., `flex_parts`), whose
+    # measured throughput the link's efficiency entry may cap (LinkEfficiency.kernels).
+    kernel: str | None = None
 
     @property
     def bytes_sent(self) -> int:
@@ -785,6 +789,15 @@ def dispatch_group(job: Plannable) -> DispatchGroup:
     groups are every g-th member: an axis of N members at stride g·σ, σ the group's own stride
     (its members form one arithmetic progression: a single axis, or tp and ep adjacent in the
     order; otherwise the peers take the group's tier)."""
+    # Asked by every expert op and price (about 70 times per analysis) and a pure function of
+    # the frozen job: kept on the instance as `group_tier` keeps its tiers.
+    found: DispatchGroup | None = job.__dict__.get("_dispatch_group")
+    if found is None:
+        found = job.__dict__["_dispatch_group"] = _dispatch_group(job)
+    return found
+
+
+def _dispatch_group(job: Plannable) -> DispatchGroup:
     lay = job.layout
     axes = dispatch_axes(job)
     order = tuple(Axis(name) for name in lay.expert_order)
@@ -1017,34 +1030,39 @@ def flex_rows(job: Plannable) -> tuple[int, int]:
     return hybridep_dispatch_row_bytes(hidden, domain_experts), hybridep_combine_row_bytes(hidden)
 
 
-def flex_parts(job: Plannable, stage: int, phase: str, calls: int, row: int) -> list[CommOp]:
+def flex_parts(
+    job: Plannable, stage: int, phase: str, calls: int, row: int, kernel: str
+) -> list[CommOp]:
     """One flex exchange (a dispatch or a combine) of rows of `row` bytes as it crosses the
     fabric: across NVLink domains, T·E[domains reached] rows over the ep_peers
     (`domains_reached`), and inside them T·E[ranks reached] rows over the ep_domain members
     (`ranks_reached`); a group inside one domain, or with one member per domain, sends
     T·E[ranks reached] rows over itself. The kernels run both parts at once (HybridEP guide §8:
     the RDMA warp group and the NVLink warp groups pipeline; DeepEP's forwarders likewise), so
-    an exchange takes the longer of them."""
+    an exchange takes the longer of them. `kernel` names the kernel (DeepEP's or HybridEP's
+    dispatch or combine) whose measured throughput may bound each part on its link."""
     group = dispatch_group(job)
     T = moe_tokens(job)
     if not group.split:
-        return [op_maker(stage, group.kind, group.size, group.link)(
+        ops = [op_maker(stage, group.kind, group.size, group.link)(
             Collective.ALL_TO_ALL, phase, calls, rows_bytes(T, ranks_reached(job), row),
             f"1 per MoE layer per micro-batch each way, T·E[ranks reached] rows of {row} "
             "bytes, one per destination rank")]
-    domains, g = group.domains, group.per_domain
-    return [
-        op_maker(stage, GroupKind.EP_PEERS, domains, group.peers_link)(
-            Collective.ALL_TO_ALL, phase + ", across NVLink domains", calls,
-            rows_bytes(T, domains_reached(job), row),
-            f"1 per MoE layer per micro-batch each way, T·E[domains reached] rows of {row} "
-            f"bytes, one per destination domain, over the N = {domains} domains' peers"),
-        op_maker(stage, GroupKind.EP_DOMAIN, g, job.cluster.fabric.innermost.name)(
-            Collective.ALL_TO_ALL, phase + ", forwarded within the NVLink domain", calls,
-            rows_bytes(T, ranks_reached(job), row),
-            f"1 per MoE layer per micro-batch each way, T·E[ranks reached] rows of {row} "
-            f"bytes, one per destination rank, over the domain's g = {g} members"),
-    ]
+    else:
+        domains, g = group.domains, group.per_domain
+        ops = [
+            op_maker(stage, GroupKind.EP_PEERS, domains, group.peers_link)(
+                Collective.ALL_TO_ALL, phase + ", across NVLink domains", calls,
+                rows_bytes(T, domains_reached(job), row),
+                f"1 per MoE layer per micro-batch each way, T·E[domains reached] rows of {row} "
+                f"bytes, one per destination domain, over the N = {domains} domains' peers"),
+            op_maker(stage, GroupKind.EP_DOMAIN, g, job.cluster.fabric.innermost.name)(
+                Collective.ALL_TO_ALL, phase + ", forwarded within the NVLink domain", calls,
+                rows_bytes(T, ranks_reached(job), row),
+                f"1 per MoE layer per micro-batch each way, T·E[ranks reached] rows of {row} "
+                f"bytes, one per destination rank, over the domain's g = {g} members"),
+        ]
+    return [replace(op, kernel=kernel) for op in ops]
 
 
 def routing_map_gather(job: Plannable, stage: int, calls: int) -> list[CommOp]:
@@ -1074,12 +1092,13 @@ def _flex_ops(job: Plannable, stage: int, forward: int, backward: int) -> list[C
     (fused_a2a FusedDispatch.backward is a combine, FusedCombine.backward a dispatch). HybridEP
     gathers the routing maps first (`routing_map_gather`)."""
     dispatch_row, combine_row = flex_rows(job)
-    name = "DeepEP" if job.layout.dispatcher == "deepep" else "HybridEP"
+    backend = job.layout.dispatcher
+    name = "DeepEP" if backend == "deepep" else "HybridEP"
     calls = forward + backward
-    ops = flex_parts(job, stage, f"EP {name} dispatch of the routed tokens (forward; its "
-                     "gradient in backward)", calls, dispatch_row)
-    ops += flex_parts(job, stage, f"EP {name} combine of the expert outputs (forward; its "
-                      "gradient in backward)", calls, combine_row)
+    ops = flex_parts(job, stage, f"EP {name} dispatch of the routed tokens (forward; the "
+                     "combine's gradient in backward)", calls, dispatch_row, f"{backend}_dispatch")
+    ops += flex_parts(job, stage, f"EP {name} combine of the expert outputs (forward; the "
+                      "dispatch's gradient in backward)", calls, combine_row, f"{backend}_combine")
     redo = backward - forward  # forward runs again inside backward
     return ops + routing_map_gather(job, stage, forward + redo)
 

@@ -310,9 +310,10 @@ def _expert_line(ex: Explanation) -> list[str]:
             f"inside compute: EP dispatch and combine ({dispatcher} dispatcher) left exposed; "
             f"{step.ep_hidden_s:.2f} s more hidden behind the paired forward or backward"
         ]
+    gathers = "; and ETP gathers" if dispatcher == "alltoall" else ""
     return [
         f"  expert all-to-all:  {step.ep_comm_s:8.2f} s ({share:5.1%})  "
-        f"inside compute: EP dispatch and combine ({dispatcher} dispatcher; and ETP gathers), "
+        f"inside compute: EP dispatch and combine ({dispatcher} dispatcher{gathers}), "
         "not overlapped"
     ]
 

@@ -226,6 +226,7 @@ def comm_time_s(
     link: str,
     rails: int = 1,
     steps: int | None = None,
+    kernel: str | None = None,
 ) -> float:
     """One call on the fabric tier named `link`: steps·α + wire_bytes/b, b = β·e the bus
     bandwidth of a flat ring whose outermost tier is `link` (β the min over the tiers it crosses
@@ -234,7 +235,10 @@ def comm_time_s(
     `planc.presets.efficiency`). The entry's measured α wins over the tier's latency_us. A
     ring collective of a group with `rails` = g members per NVLink domain, on a tier beyond it,
     runs at min(g·b, b_0) (`railed_ring_gbs`; b_0 the domain's own ring bandwidth). `steps`
-    replaces the collective's own latency-bound steps when given (`CommOp.rounds`)."""
+    replaces the collective's own latency-bound steps when given (`CommOp.rounds`). A flex
+    dispatcher's `kernel` with a measured throughput R on the tier (`LinkEfficiency.kernels`, GB/s
+    of rows counting the own domain's) runs at no more than R·(n − 1)/n on the wire, the
+    (n − 1)/n of its rows that leave (n the domains it exchanges between)."""
     fabric = job.cluster.fabric
     tier = fabric.tier(link)
     measured = eff.link(tier.efficiency)
@@ -244,6 +248,9 @@ def comm_time_s(
         inner = fabric.innermost
         domain = ring_bandwidth_gbs(fabric, inner.name) * eff.link(inner.efficiency).of(op)
         gbs = railed_ring_gbs(gbs, rails, domain)
+    rate = measured.kernels.get(kernel) if kernel is not None else None
+    if rate is not None and n > 1:
+        gbs = min(gbs, rate * (n - 1) / n)
     rounds = ring_steps(op, n) if steps is None else steps
     return rounds * alpha + wire_bytes(op, n, buffer_bytes) / (gbs * 1e9)
 
@@ -257,7 +264,7 @@ def _call_s(job: Plannable, eff: Efficiency, op: CommOp) -> float:
     rails = ring_rails(job, op.group)
     return comm_time_s(
         job, eff, str(op.op), op.group_size, op.buffer_bytes, op.link, rails=rails,
-        steps=op.rounds,
+        steps=op.rounds, kernel=op.kernel,
     )
 
 
@@ -337,9 +344,10 @@ def dispatch_combine_s(job: Plannable, eff: Efficiency) -> float:
             job, eff, "reduce_scatter", rows
         )
     dispatch_row, combine_row = flex_rows(job)
-    return exchange_s(job, eff, flex_parts(job, 0, "", 1, dispatch_row)) + exchange_s(
-        job, eff, flex_parts(job, 0, "", 1, combine_row)
-    )
+    backend = lay.dispatcher
+    return exchange_s(
+        job, eff, flex_parts(job, 0, "", 1, dispatch_row, f"{backend}_dispatch")
+    ) + exchange_s(job, eff, flex_parts(job, 0, "", 1, combine_row, f"{backend}_combine"))
 
 
 def expert_compute_s(job: Plannable, eff: Efficiency) -> float:
