@@ -992,15 +992,23 @@ def ranks_reached(job: Plannable) -> Fraction:
 
 
 def domains_reached(job: Plannable) -> Fraction:
-    """E[distinct NVLink domains of the dispatcher's group a token reaches]. A domain of g
-    members holds g/ETP EP ranks, a block of (g/ETP)·E/EP experts (`blocks_reached`); when an
-    expert's ETP ranks span several domains (g < ETP), a token reaches ETP/g domains per EP
-    rank it reaches."""
+    """E[distinct NVLink domains of the dispatcher's group a token reaches]. The group lists its
+    members with the faster of tp and ep first (Megatron's tp_ep_group), so a domain of g
+    members holds a block of consecutive EP ranks, P of them, and each block sits in C domains:
+    tp faster, P = g/ETP and C = 1 (an expert's ETP ranks side by side), or, when an expert's
+    ETP ranks span several domains (g < ETP), C = ETP/g domains per EP rank; ep faster,
+    P = min(g, EP) and C = N·P/EP (the ETP copies of a block in different domains). A token
+    reaches E[blocks of P·E/EP experts] blocks (`blocks_reached`), each in C domains."""
     group = dispatch_group(job)
     lay, routing = job.layout, routing_of(job)
-    et = lay.et if group.kind == GroupKind.TP_EP else 1
     g = group.per_domain
     per_rank = routing.experts // lay.ep
+    if group.kind != GroupKind.TP_EP:
+        return blocks_reached(routing, g * per_rank)
+    et = lay.et
+    if lay.expert_order.index("ep") < lay.expert_order.index("tp"):  # ep faster
+        held = min(g, lay.ep)
+        return blocks_reached(routing, held * per_rank) * Fraction(group.domains * held, lay.ep)
     if g >= et:
         return blocks_reached(routing, g // et * per_rank)
     return blocks_reached(routing, per_rank) * Fraction(et, g)
@@ -1337,6 +1345,8 @@ def op_record(op: CommOp, seconds: float) -> dict[str, object]:
     }
     if op.direction is not None:
         record["direction"] = op.direction.value
+    if op.kernel is not None:
+        record["kernel"] = op.kernel
     return record
 
 

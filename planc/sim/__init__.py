@@ -21,7 +21,7 @@ from planc.sim.ring import (
     ring_reduce_scatter_bytes,
     ring_reduce_scatter_trace,
 )
-from planc.sim.routing import expected_blocks
+from planc.sim.routing import expected_blocks, reach_probability
 
 __all__ = [
     "SUPPORTED_DTYPES",
@@ -31,6 +31,7 @@ __all__ = [
     "all_to_all_received_bytes",
     "chunk_sizes",
     "expected_blocks",
+    "reach_probability",
     "ring_all_gather",
     "ring_all_gather_bytes",
     "ring_all_gather_trace",

@@ -23,7 +23,7 @@ from math import comb
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["expected_blocks"]
+__all__ = ["expected_blocks", "reach_probability"]
 
 
 def _compositions(total: int, limits: list[int]) -> list[tuple[int, ...]]:
@@ -69,3 +69,15 @@ def expected_blocks(
         overlaps = np.bincount(group_of[block_of == beta], minlength=groups).tolist()
         reached += 1 - _miss(overlaps, size, group_k, top_k)
     return reached
+
+
+def reach_probability(
+    held: npt.NDArray[np.bool_], top_k: int, groups: int = 1, group_k: int = 1
+) -> Fraction:
+    """P(at least one of a token's experts is among `held` (one flag per expert)), under the
+    routing model of the module docstring: what a domain holding those experts receives."""
+    experts = len(held)
+    size = experts // groups
+    group_of = np.arange(experts) // size
+    overlaps = np.bincount(group_of[held], minlength=groups).tolist()
+    return 1 - _miss(overlaps, size, group_k, top_k)

@@ -273,9 +273,14 @@ def dispatch_position(plan: PlanData) -> tuple[Ints, Ints, int]:
     for axis in plan.expert_order:
         if axis not in own:
             key = key * plan.expert_degrees[axis] + coords[axis]
-    et = plan.expert_degrees["tp"] if over_tp else 1
-    position = coords["ep"] * et + (coords["tp"] if over_tp else 0)
-    return key, position, plan.expert_degrees["ep"] * et
+    # The group lists its members with the axis earlier in the order varying fastest.
+    position = np.zeros(len(plan.rank), dtype=np.int64)
+    scale = 1
+    for axis in plan.expert_order:
+        if axis in own:
+            position += coords[axis] * scale
+            scale *= plan.expert_degrees[axis]
+    return key, position, scale
 
 
 def _dispatch_groups(plan: PlanData) -> Found:

@@ -26,10 +26,12 @@ from planc.record import record
 from planc.sim import (
     all_to_all_bytes,
     expected_blocks,
+    reach_probability,
     ring_all_gather_bytes,
     ring_allreduce_bytes,
     ring_reduce_scatter_bytes,
 )
+from planc.verify.grid import dispatch_position, expert_coordinates
 from planc.verify.plandata import WIRE_FIELDS, Ints, PlanData
 
 Found = Iterator[str]
@@ -383,16 +385,32 @@ def _flex(plan: PlanData, stage: int, forward: int, again: int) -> list[Expected
         if not 1 < g < n:
             ops.append(ExpectedOp(stage, kind, "all_to_all", None, n, calls, _reached_bytes(T, ranks, row)))
             continue
-        if g >= copies:
-            domains = expected_blocks(rank_of // (g // copies), k, G, kg)
-        else:
-            domains = expected_blocks(rank_of, k, G, kg) * Fraction(copies, g)
+        domains = _domains_reached(plan, k, G, kg)
         ops.append(ExpectedOp(stage, "ep_peers", "all_to_all", None, n // g, calls, _reached_bytes(T, domains, row)))
         ops.append(ExpectedOp(stage, "ep_domain", "all_to_all", None, g, calls, _reached_bytes(T, ranks, row)))
     if plan.dispatcher == "hybridep" and g < n:
         gathered = n * T * copies * E
         ops.append(ExpectedOp(stage, kind, "all_gather", None, n, forward + again, gathered))
     return ops
+
+
+def _domains_reached(plan: PlanData, k: int, G: int, kg: int) -> Fraction:
+    """E[NVLink domains a token reaches]: over the ep_domain groups of the first dispatcher
+    group, the chance that one of the experts its members hold (EP coordinate e holds experts
+    [e·E/EP, (e + 1)·E/EP)) is among the token's, summed."""
+    E = int(plan.model["moe"]["experts"])
+    per_rank = E // plan.expert_degrees["ep"]
+    ep = expert_coordinates(plan)["ep"]
+    key, _, _ = dispatch_position(plan)
+    domains = plan.groups["ep_domain"]
+    mine = domains[key[domains[:, 0]] == key[domains[0, 0]]]
+    total = Fraction(0)
+    for members in mine:
+        held = np.zeros(E, dtype=bool)
+        for e in set(ep[members].tolist()):
+            held[e * per_rank : (e + 1) * per_rank] = True
+        total += reach_probability(held, k, G, kg)
+    return total
 
 
 def _allgather(plan: PlanData, stage: int, forward: int, again: int) -> list[ExpectedOp]:
@@ -786,8 +804,9 @@ def times(plan: PlanData) -> Found:
     """Each op's time_s against the α-β model as verify can recompute it without the efficiency
     tables the plan names: one call on a fabric tier takes steps(op, n)·α + wire(op, n, B)/(β·e),
     α and e those of the tier's efficiency entry for the collective, so ops of one collective,
-    group size and tier take the same time per call at the same buffer size B, and no less at a
-    larger one (Hockney's α-β model; planc.perf.inputs.comm_time_s is the model's planc side).
+    group size and tier (and flex kernel, each with its own measured throughput) take the same
+    time per call at the same buffer size B, and no less at a larger one (Hockney's α-β model;
+    planc.perf.inputs.comm_time_s is the model's planc side).
     An op of no calls takes no time."""
     by_call: dict[tuple[Any, ...], list[tuple[int, float, float, Mapping[str, Any]]]] = {}
     for op in plan.ops:
@@ -796,9 +815,10 @@ def times(plan: PlanData) -> Found:
                 yield f"stage {op['stage']} {op['group']} {op['op']}: time_s {op['time_s']} for no calls"
             continue
         seconds, slack = _per_call(op)
-        key = (op["op"], int(op["group_size"]), op["link"])
+        # A flex dispatcher's kernels each have their own measured throughput.
+        key = (op["op"], int(op["group_size"]), op["link"], op.get("kernel", ""))
         by_call.setdefault(key, []).append((int(op["buffer_bytes"]), seconds, slack, op))
-    for (kind, n, link), found in sorted(by_call.items(), key=repr):
+    for (kind, n, link, _), found in sorted(by_call.items(), key=repr):
         found.sort(key=lambda item: (item[0], item[1]))
         for (size_a, time_a, slack_a, _), (size_b, time_b, slack_b, op) in pairwise(found):
             tolerance = slack_a + slack_b + 1e-9 * max(abs(time_a), abs(time_b))
