@@ -313,6 +313,12 @@ class Training:
     # is Megatron-Core's FSDP, zero_stage its sharding strategy
     megatron_fsdp: bool = False
 
+    @property
+    def framework_written(self) -> Framework:
+        """training.framework as the spec names it (megatron-fsdp, where `framework` is the
+        engine planc models it as, megatron)."""
+        return "megatron-fsdp" if self.megatron_fsdp else self.framework
+
 
 @record
 class Rules:
