@@ -150,7 +150,12 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
             "--recompute-method uniform",
             "--recompute-num-layers 1",
         ]
-    args.append("--attention-backend " + ("flash" if tr.attention == "flash" else "unfused"))
+    # Flash attention's kernel as training.attention_backend names it (Megatron's AttnBackend:
+    # auto lets Transformer Engine choose); eager attention is Megatron's unfused backend.
+    args.append(
+        "--attention-backend " + (tr.attention_backend if tr.attention == "flash" else "unfused")
+    )
+    args += megatron_loss_arguments(plan)
     if tr.overlap_tp:
         args.append("--tp-comm-overlap")
     if not tr.async_tp_allreduce and lay.t > 1:
@@ -187,6 +192,19 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
         # The combined 1F1B schedule is chosen by this flag (Megatron-LM moe_a2a_overlap.md).
         args.append("--overlap-moe-expert-parallel-comm")
     return args, notes
+
+
+def megatron_loss_arguments(plan: Plan) -> list[str]:
+    """training.cross_entropy_fusion as Megatron-LM's arguments (megatron-core 0.19.2,
+    ModelParallelConfig.cross_entropy_loss_fusion and cross_entropy_fusion_impl): nothing for
+    the eager loss, --cross-entropy-loss-fusion for Megatron-Core's fused one, and with
+    --cross-entropy-fusion-impl te for Transformer Engine's, which 0.19.2's validate_args
+    refuses (PLC048 says so)."""
+    fusion = plan.job.training.loss_fusion
+    if fusion == "none":
+        return []
+    args = ["--cross-entropy-loss-fusion"]
+    return [*args, "--cross-entropy-fusion-impl te"] if fusion == "te" else args
 
 
 def _position_type(plan: Plan) -> str:

@@ -86,6 +86,7 @@ from planc.perf.pipe_engine import (
 )
 from planc.perf.step import StageInputs, StepInputs
 from planc.plannable import Plannable
+from planc.presets.accuracy import GENERATION_OF
 from planc.presets.efficiency import (
     REFERENCE_HBM_GBS,
     REFERENCE_TFLOPS,
@@ -105,7 +106,7 @@ DP_GROUPS = ("dp_cp", "dp_shard", "dp_replicate", "embedding", "edp")
 
 def layer_shape(job: Plannable) -> OpShape:
     """One rank's share of a layer (`Plannable.dims`) for :mod:`planc.perf.ops`, with the
-    activations' bytes of the run's number formats."""
+    activations' bytes of the run's number formats and the kernels it runs."""
     tr = job.training
     return op_shape(
         job.model,
@@ -114,7 +115,30 @@ def layer_shape(job: Plannable) -> OpShape:
         tr.attention == "flash",
         tr.kernels == "unfused",
         tr.kernels == "compiled",
+        tr.loss_fusion,
+        runs_cudnn_attention(job),
     )
+
+
+# The GPU generations on which Transformer Engine prefers cuDNN's FusedAttention to flash-attn
+# when both can run (compute capability 9.0 and newer: get_attention_backend, "Disabling
+# FlashAttention to give FusedAttention preference on Hopper+ for performance reasons", TE v1.9
+# to v2.3, transformer_engine/pytorch/attention/dot_product_attention/utils.py).
+CUDNN_FIRST = frozenset({"hopper", "blackwell"})
+
+
+def runs_cudnn_attention(job: Plannable) -> bool:
+    """Whether flash attention runs cuDNN's fused kernel: with the fused kernels (Transformer
+    Engine's, `training.kernels` fused), training.attention_backend fused, or auto (Megatron-Core's
+    default, TransformerConfig.attention_backend: Transformer Engine chooses) on a GPU of a
+    generation in `CUDNN_FIRST`; flash-attn's kernel otherwise. Eager and compiled kernels run
+    PyTorch's SDPA (`planc.perf.ops.attention_engine`)."""
+    tr = job.training
+    if tr.attention != "flash" or tr.kernels != "fused":
+        return False
+    if tr.attention_backend == "auto":
+        return GENERATION_OF.get(job.cluster.gpu.name) in CUDNN_FIRST
+    return tr.attention_backend == "fused"
 
 
 def expert_shape(job: Plannable) -> ExpertDims | None:

@@ -17,9 +17,11 @@ from planc.record import record
 from planc.spec.fabric import Fabric, Tier, Topology
 from planc.spec.rule_options import OPTIONS as RULE_OPTIONS
 from planc.vocab import (
+    AttentionBackend,
     AttentionKind,
     CheckpointFormat,
     CpCommType,
+    CrossEntropyFusion,
     DType,
     Fp8Recipe,
     Framework,
@@ -296,6 +298,8 @@ class Training:
     overlap_grad_reduce: bool = True  # DP reduction in buckets during the last backward
     overlap_param_gather: bool = True  # ZeRO-1/2 parameter all-gather behind the next forward
     kernels: Kernels = "fused"  # fused (Megatron-Core + TE/Apex) | unfused (plain PyTorch on CUDA)
+    cross_entropy_fusion: CrossEntropyFusion = "none"  # training.cross_entropy_fusion as written
+    attention_backend: AttentionBackend = "auto"  # Megatron's --attention-backend (flash attention)
     framework: Framework = "megatron"  # megatron | deepspeed | fsdp2 (megatron-fsdp: megatron)
     reshard_after_forward: bool = True  # FSDP2
     offload_optimizer: bool = False
@@ -318,6 +322,16 @@ class Training:
         """training.framework as the spec names it (megatron-fsdp, where `framework` is the
         engine planc models it as, megatron)."""
         return "megatron-fsdp" if self.megatron_fsdp else self.framework
+
+    @property
+    def loss_fusion(self) -> CrossEntropyFusion:
+        """The LM loss's kernels that run: training.cross_entropy_fusion under Megatron-LM with
+        its fused kernels (GPTModel.compute_language_model_loss reads the config), none
+        elsewhere: DeepSpeed's Megatron models call Megatron's vocab_parallel_cross_entropy and
+        torchtitan F.cross_entropy, eager, whatever the field says (PLC051 warns)."""
+        if self.framework == "megatron" and self.kernels == "fused":
+            return self.cross_entropy_fusion
+        return "none"
 
 
 @record
@@ -1045,6 +1059,8 @@ def _training(spec: Data) -> Training:
         overlap_grad_reduce=tr.get("overlap_grad_reduce", True),
         overlap_param_gather=tr.get("overlap_param_gather", True),
         kernels=tr.get("kernels", "fused"),
+        cross_entropy_fusion=tr.get("cross_entropy_fusion", "none"),
+        attention_backend=tr.get("attention_backend", "auto"),
         framework=engine(written),
         megatron_fsdp=written == MEGATRON_FSDP,
         reshard_after_forward=tr.get("reshard_after_forward", True),

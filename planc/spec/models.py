@@ -25,9 +25,11 @@ from planc.presets import FABRIC_NAMES, GPU_NAMES, MODEL_NAMES
 from planc.spec.options import Option
 from planc.spec.rule_options import OPTIONS
 from planc.vocab import (
+    AttentionBackend,
     AttentionKind,
     CheckpointFormat,
     CpCommType,
+    CrossEntropyFusion,
     Fp8RecipeName,
     Framework,
     Kernels,
@@ -820,6 +822,16 @@ class TrainingSpec(Frozen):
     attention: AttentionKind = Field(
         "flash", description="flash keeps no s×s score matrix; eager saves scores and softmax."
     )
+    attention_backend: AttentionBackend = Field(
+        "auto",
+        description="attention flash with the fused kernels: the kernel that runs it "
+        "(--attention-backend). auto, Megatron-LM's default: Transformer Engine picks cuDNN's "
+        "FusedAttention on Hopper and newer GPUs and the flash-attn package before them; flash, "
+        "the flash-attn package (FlashAttention-2; NVTE_FUSED_ATTN=0); fused, cuDNN's "
+        "FusedAttention (NVTE_FLASH_ATTN=0). On an H100 cuDNN runs about 1.6 times as fast as "
+        "FlashAttention-2 (planc/presets/efficiency.json). With kernels unfused or compiled "
+        "attention is PyTorch's SDPA.",
+    )
     efficiency: Annotated[float, _bounded(0.01, 1.0)] | None = Field(
         None,
         description="A flat fraction of the GPU's peak dense TFLOPS for every matrix multiply, "
@@ -861,6 +873,17 @@ class TrainingSpec(Frozen):
         "SwiGLU as silu(a)·b, F.cross_entropy on fp32 logits, SDPA); compiled: torchtitan's "
         "torch.compile of each transformer block (Inductor fuses the block's element-wise ops, "
         "attention stays SDPA; the embedding, final norm, LM head and loss run eager).",
+    )
+    cross_entropy_fusion: CrossEntropyFusion = Field(
+        "none",
+        description="The LM loss's kernels under Megatron-LM: none, its eager fp32 "
+        "_VocabParallelCrossEntropy (Megatron-LM's default); native, --cross-entropy-loss-fusion "
+        "(Megatron-Core's compiled fused_vocab_parallel_cross_entropy); te, that flag with "
+        "--cross-entropy-fusion-impl te (Transformer Engine's Triton parallel_cross_entropy, which "
+        "writes the logits' gradient over the 16-bit logits in the forward pass; megatron-core "
+        "0.19.2's validate_args refuses it). NVIDIA's recipes: NeMo 1.0's yamls of 2024 set "
+        "native (cross_entropy_loss_fusion: true), NeMo 2.0's performance scripts and "
+        "Megatron-Bridge te. Other frameworks run their own loss and ignore it.",
     )
     framework: Framework = Field(
         "megatron",
