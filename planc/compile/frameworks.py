@@ -49,6 +49,7 @@ Files = dict[str, str]
 
 # torchtitan's training.mixed_precision_param for each precision it can run (it has no fp16).
 TORCH_DTYPES = {DType.FP32: "float32", DType.BF16: "bfloat16", DType.FP16: "bfloat16"}
+REDUCE_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 def _framework_schedule(plan: Plan, framework: str, notes: list[str]) -> str:
@@ -627,7 +628,16 @@ def torchtitan_settings(plan: Plan) -> tuple[dict[str, Any], dict[str, Any], lis
         "seq_len": tr.s,
         "max_norm": CLIP_GRAD,
         "mixed_precision_param": TORCH_DTYPES[job.numerics.precision],
+        # FSDP2's MixedPrecisionPolicy.reduce_dtype (torchtitan 0.3.0 parallelize.py apply_fsdp)
+        "mixed_precision_reduce": REDUCE_DTYPES[tr.reduce_dtype],
     }
+    if tr.reduce_dtype != "fp32":
+        notes.append(
+            f"reduce_dtype {tr.reduce_dtype}: torchtitan 0.3.0 declares float32 as "
+            "training.mixed_precision_reduce's only value; its config parser (tyro) takes "
+            f"{REDUCE_DTYPES[tr.reduce_dtype]} from this module with a warning and FSDP2 then "
+            "reduces in it"
+        )
     if tr.offload_optimizer or tr.offload_parameters:
         # FSDP2's CPUOffloadPolicy (torchtitan 0.3.0 configs.py enable_cpu_offload) moves the
         # parameters, gradients and optimizer state together: one switch, no halves (PLC051).
@@ -756,6 +766,8 @@ PARALLELISM = {parallelism}
 
 TRAINING = {training}
 
+OPTIMIZER = {optimizer}
+
 ACTIVATION_CHECKPOINT = {checkpoint}
 
 COMPILE = {compile}
@@ -771,12 +783,14 @@ def checkpointing(mode):
 
 
 def apply(config):
-    """Set this plan's parallelism, training, activation checkpointing and compile fields on a
-    Trainer.Config; return it."""
+    """Set this plan's parallelism, training, optimizer, activation checkpointing and compile
+    fields on a Trainer.Config; return it."""
     for key, value in PARALLELISM.items():
         setattr(config.parallelism, key, value)
     for key, value in TRAINING.items():
         setattr(config.training, key, value)
+    for key, value in OPTIMIZER.items():
+        setattr(config.optimizer, key, value)
     config.activation_checkpoint = checkpointing(ACTIVATION_CHECKPOINT)
     for key, value in COMPILE.items():
         setattr(config.compile, key, value)
@@ -921,6 +935,13 @@ def torchtitan_recompute(plan: Plan, notes: list[str]) -> tuple[str | None, dict
     return TORCHTITAN_CHECKPOINT[tr.recompute], compile_fields
 
 
+def torchtitan_optimizer(plan: Plan) -> dict[str, Any]:
+    """torchtitan's OptimizersContainer.Config fields of the plan: the implementation of its
+    Adam (torchtitan 0.3.0 components/optimizer/optimizer.py, implementation: fused | foreach,
+    default fused), which planc prices (`planc.perf.ops.optimizer_step`)."""
+    return {"implementation": plan.job.training.optimizer_implementation}
+
+
 def torchtitan_files(plan: Plan) -> Files:
     parallelism, training, notes = torchtitan_settings(plan)
     checkpoint, compile_fields = torchtitan_recompute(plan, notes)
@@ -934,6 +955,7 @@ def torchtitan_files(plan: Plan) -> Files:
         notes=note_text + ("\n" if note_text else ""),
         parallelism=_python(parallelism),
         training=_python(training),
+        optimizer=_python(torchtitan_optimizer(plan)),
         checkpoint=_python(checkpoint),
         compile=_python(compile_fields),
     )

@@ -107,7 +107,8 @@ def stack_line(job: Plannable) -> str:
     """The engine and kernels the budget models, and what is offloaded."""
     tr = job.training
     reshard = (
-        f", reshard_after_forward={str(tr.reshard_after_forward).lower()}"
+        f", reshard_after_forward={str(tr.reshard_after_forward).lower()}, "
+        f"reduce_dtype={tr.reduce_dtype}"
         if tr.framework == "fsdp2"
         else ""
     )

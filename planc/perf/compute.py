@@ -274,8 +274,9 @@ def quantized_passes(
 
 
 def optimizer_time_s(
-    parameters: float, device: Device, eff: Efficiency, loss_scaling: bool = False
+    parameters: float, device: Device, eff: Efficiency, bytes_per_parameter: int
 ) -> float:
-    """Seconds of the optimizer step over `parameters` parameters (memory bound)."""
-    work = optimizer_step(parameters, loss_scaling)
+    """Seconds of the optimizer step over `parameters` parameters of `bytes_per_parameter`
+    each (`planc.perf.ops.optimizer_bytes_per_parameter`; memory bound)."""
+    work = optimizer_step(parameters, bytes_per_parameter)
     return work_time_s(OpCost("adam", "vector", work, Work(0, 0)), work, device, eff)

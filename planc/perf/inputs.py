@@ -59,7 +59,14 @@ from planc.perf.compute import (
     quantized_passes,
     work_time_s,
 )
-from planc.perf.fsdp2 import COPY_OUT_PASSES, copy_out_s, copy_out_units, end_units
+from planc.perf.fsdp2 import (
+    COPY_OUT_PASSES,
+    copy_out_s,
+    copy_out_units,
+    end_units,
+    reduce_copy_in_bytes,
+    reduce_copy_in_s,
+)
 from planc.perf.offload import offload_transfer_s
 from planc.perf.ops import (
     OpCost,
@@ -73,6 +80,7 @@ from planc.perf.ops import (
     mlp_down,
     mlp_up,
     op_shape,
+    optimizer_bytes_per_parameter,
     output_projection,
     qkv_projection,
 )
@@ -603,9 +611,10 @@ def _dp(
 def with_copy_out(
     job: Plannable, times: Sequence[ChunkTimes], params: int, device: Device, eff: Efficiency
 ) -> tuple[ChunkTimes, ...]:
-    """The chunks' times with FSDP2's all-gather copy-outs on the compute stream added, per
-    micro-batch, to the forward (every unit) and the backward (the units gathered again):
-    `planc.perf.fsdp2.copy_out_units` and `copy_out_s`. Unchanged where they are not priced
+    """The chunks' times with FSDP2's copies on the compute stream added per micro-batch: the
+    all-gather copy-outs to the forward (every unit) and the backward (the units gathered
+    again), and every unit's reduce-scatter copy-in to the backward (`planc.perf.fsdp2`
+    `copy_out_units`, `copy_out_s`, `reduce_copy_in_s`). Unchanged where they are not priced
     (one chunk only: FSDP2 with one pipeline stage)."""
     forward, backward = copy_out_units(job, params)
     if not forward or len(times) != 1:
@@ -618,8 +627,14 @@ def with_copy_out(
             out += copy_out_s(job, u, device.hbm_bytes, eff.hbm.at(moved))
         return out
 
+    def copy_in(units: Sequence[int]) -> float:
+        return sum(
+            reduce_copy_in_s(job, u, device.hbm_bytes, eff.hbm.at(reduce_copy_in_bytes(job, u)))
+            for u in units
+        )
+
     (chunk,) = times
-    f, b = seconds(forward), seconds(backward)
+    f, b = seconds(forward), seconds(backward) + copy_in(forward)
     return (replace(chunk, forward_s=chunk.forward_s + f, backward_s=chunk.backward_s + b),)
 
 
@@ -641,6 +656,15 @@ def fsdp2_ends(
     first = replace(gather, buffer_bytes=units.first * param_bytes(job), calls=1)
     last = replace(reduce, buffer_bytes=units.last * grad_bytes(job), calls=1)
     return job.m * _call_s(job, eff, first), _call_s(job, eff, last)
+
+
+def optimizer_bytes(job: Plannable) -> int:
+    """HBM bytes per parameter of the job's optimizer step (its framework's Adam and clipping,
+    `planc.perf.ops.optimizer_bytes_per_parameter`)."""
+    tr = job.training
+    return optimizer_bytes_per_parameter(
+        tr.framework, tr.optimizer_implementation, job.numerics.loss_scaling
+    )
 
 
 def ops_by_stage(ops: Sequence[CommOp], p: int) -> tuple[tuple[CommOp, ...], ...]:
@@ -714,7 +738,7 @@ def build_inputs(
                     dense[r] / shard + experts[r] / expert_shard,
                     device,
                     eff,
-                    job.numerics.loss_scaling,
+                    optimizer_bytes(job),
                 ),
                 tp_overlapped_s=sum(
                     (n - e) * tp.backward_overlapped_s + e * tp_moe.backward_overlapped_s

@@ -762,14 +762,39 @@ GRAD_NORM_BYTES_PER_PARAMETER = 4
 UNSCALE_BYTES_PER_PARAMETER = 8
 
 
-def optimizer_step(parameters: float, loss_scaling: bool = False) -> Work:
-    """The optimizer step over `parameters` parameters (a rank's shard under ZeRO): vector work.
+# Under FSDP2 the step is torch.optim's AdamW on the rank's fp32 shards (torch/optim/adam.py,
+# the implementation torchtitan's optimizer.implementation selects), after torch's gradient
+# clipping:
+# * fused (_fused_adamw_, one kernel): reads p, g, m, v and writes p, m, v: 28 bytes;
+# * foreach (_multi_tensor_adam, decoupled weight decay, not capturable): eight multi-tensor
+#   kernels, each reading and writing whole fp32 tensors: p·(1 − lr·λ) (8), m.lerp_(g) (12),
+#   v·β2 (8), v += (1 − β2)·g·g (12, g read once), d = √v (8), d /= √(1 − β2^t) (8), d += ε (8),
+#   p += −step·m/d (16): 80 bytes;
+# * clip_grad_norm_ (torchtitan's clipping, foreach=True; torch/nn/utils/clip_grad.py):
+#   _foreach_norm reads every gradient (4) and _clip_grads_with_norm_ always scales them by the
+#   clamped coefficient, read and write (8): 12 bytes. FSDP2 keeps no 16-bit working copy (the
+#   all-gather casts) and zero_grad frees the gradients: neither is a pass.
+TORCH_ADAM_BYTES_PER_PARAMETER = {"fused": 28, "foreach": 80}
+TORCH_CLIP_BYTES_PER_PARAMETER = 12
 
-    Adam's 34 bytes per parameter, the gradient norm's 4, and with fp16 loss scaling 8 more.
-    """
-    per = ADAM_BYTES_PER_PARAMETER + GRAD_NORM_BYTES_PER_PARAMETER
-    per += UNSCALE_BYTES_PER_PARAMETER if loss_scaling else 0
-    return Work(ADAM_FLOPS_PER_PARAMETER * parameters, per * parameters)
+
+def optimizer_bytes_per_parameter(
+    framework: str, implementation: str = "fused", loss_scaling: bool = False
+) -> int:
+    """HBM bytes per parameter of one optimizer step: Megatron's and DeepSpeed's fused Adam
+    (34) and gradient norm (4); under FSDP2 torch.optim's Adam in its `implementation` and
+    torch's clipping; with fp16 loss scaling 8 more."""
+    if framework == "fsdp2":
+        per = TORCH_ADAM_BYTES_PER_PARAMETER[implementation] + TORCH_CLIP_BYTES_PER_PARAMETER
+    else:
+        per = ADAM_BYTES_PER_PARAMETER + GRAD_NORM_BYTES_PER_PARAMETER
+    return per + (UNSCALE_BYTES_PER_PARAMETER if loss_scaling else 0)
+
+
+def optimizer_step(parameters: float, bytes_per_parameter: int) -> Work:
+    """The optimizer step over `parameters` parameters (a rank's shard under ZeRO): vector work
+    of `bytes_per_parameter` (`optimizer_bytes_per_parameter`)."""
+    return Work(ADAM_FLOPS_PER_PARAMETER * parameters, bytes_per_parameter * parameters)
 
 
 # --------------------------------------------------------------------------- weights

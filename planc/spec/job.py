@@ -28,10 +28,12 @@ from planc.vocab import (
     Kernels,
     Mlp,
     Norm,
+    OptimizerImplementation,
     OptimizerName,
     Position,
     Precision,
     Recompute,
+    ReduceDtype,
     RopeScalingKind,
     RouterScore,
     ScheduleKind,
@@ -302,6 +304,8 @@ class Training:
     attention_backend: AttentionBackend = "auto"  # Megatron's --attention-backend (flash attention)
     framework: Framework = "megatron"  # megatron | deepspeed | fsdp2 (megatron-fsdp: megatron)
     reshard_after_forward: bool = True  # FSDP2
+    reduce_dtype: ReduceDtype = "fp32"  # FSDP2: MixedPrecisionPolicy.reduce_dtype
+    optimizer_implementation: OptimizerImplementation = "fused"  # FSDP2: torch.optim's Adam
     offload_optimizer: bool = False
     offload_parameters: bool = False
     expert_imbalance: float = 1.0  # dropless MoE: peak tokens per EP rank over the balanced T·k
@@ -1064,6 +1068,8 @@ def _training(spec: Data) -> Training:
         framework=engine(written),
         megatron_fsdp=written == MEGATRON_FSDP,
         reshard_after_forward=tr.get("reshard_after_forward", True),
+        reduce_dtype=tr.get("reduce_dtype", "fp32"),
+        optimizer_implementation=tr.get("optimizer_implementation", "fused"),
         offload_optimizer=tr.get("offload", {}).get("optimizer", False),
         offload_parameters=tr.get("offload", {}).get("parameters", False),
         expert_imbalance=float(tr.get("expert_imbalance", 1.0)),

@@ -36,10 +36,12 @@ from planc.vocab import (
     Mlp,
     Norm,
     OffloadChoice,
+    OptimizerImplementation,
     OptimizerName,
     Position,
     Precision,
     Recompute,
+    ReduceDtype,
     RopeScalingKind,
     RouterScore,
     ScheduleKind,
@@ -898,6 +900,23 @@ class TrainingSpec(Frozen):
         True,
         description="FSDP2 only: free each layer's gathered parameters after its forward and "
         "gather them again for backward; false keeps them from forward to backward.",
+    )
+    reduce_dtype: ReduceDtype = Field(
+        "fp32",
+        description="FSDP2 only: the data type of its gradient reduce-scatter (and of HSDP's "
+        "replica all-reduce), fully_shard's MixedPrecisionPolicy.reduce_dtype: fp32 moves 4 bytes "
+        "per gradient element, bf16 2. Default fp32, torchtitan's training.mixed_precision_reduce "
+        "(its only declared value in 0.3.0); NeMo AutoModel's FSDP2Config defaults to bf16. "
+        "Priced: the bytes on the wire, the reduce-scatter's input buffer and its copy-in.",
+    )
+    optimizer_implementation: OptimizerImplementation = Field(
+        "fused",
+        description="FSDP2 only: how torch.optim runs Adam over the rank's shard: fused (one "
+        "kernel per step, _fused_adamw_) or foreach (one multi-tensor kernel per operator, "
+        "about 80 bytes of HBM traffic per parameter against the fused kernel's 28). Default "
+        "fused, torchtitan 0.3.0's optimizer.implementation; torch.optim's own default on CUDA "
+        "is foreach, as torchtitan ran until 2025 (--optimizer.fused off). Megatron and "
+        "DeepSpeed run their fused Adam whatever this says.",
     )
     offload: OffloadSpec = Field(
         OffloadSpec(), description="What moves to host memory (needs deepspeed or fsdp2)."
