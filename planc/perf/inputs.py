@@ -60,6 +60,7 @@ from planc.perf.compute import (
     work_time_s,
 )
 from planc.perf.fsdp2 import COPY_OUT_PASSES, copy_out_s, copy_out_units, end_units
+from planc.perf.grad_accum import accumulation_s
 from planc.perf.offload import offload_transfer_s
 from planc.perf.ops import (
     OpCost,
@@ -702,6 +703,7 @@ def build_inputs(
                 ep_backward_s=tuple(e * exchange.backward_s for e in routed),
                 p2p_forward_s=blocking.forward_s,
                 p2p_backward_s=blocking.backward_s,
+                accumulate_s=accumulation_s(job, r, params[r], device, eff),
             )
         )
     hop = hop_s(job, p2p_message_s(job, eff, ops))
