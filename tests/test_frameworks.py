@@ -130,6 +130,12 @@ CASES: dict[str, tuple[dict[str, Any] | None, str]] = {
         },
         "llama3-8b-1node.yaml",
     ),
+    # Megatron-LM's --no-gradient-accumulation-fusion (its default fuses the accumulation into
+    # the weight-gradient GEMM).
+    "no-grad-accum-fusion": (
+        {"training": {"grad_accum_fusion": False}},
+        "llama3-8b-1node.yaml",
+    ),
     "hsdp-zero1": (
         {"parallelism": {"tensor": 2, "zero_stage": 1, "data_shard": 2}},
         "llama3-8b-1node.yaml",
@@ -502,6 +508,13 @@ def test_megatron_parser_accepts_the_arguments() -> None:
         assert args["micro_batch_size"] == training["micro_batch"]
         assert args["global_batch_size"] == training["global_batch"]
         assert args["sequence_parallel"] == record["layout"]["sequence_parallel"]
+        # Megatron-LM fuses gradient accumulation into the weight-gradient GEMM unless the spec
+        # says not to; a plan for DeepSpeed or FSDP2, which have no such fusion, is priced and
+        # written without it.
+        written = (CASES[case][0] or {}).get("training", {})
+        engine = written.get("framework", "megatron")
+        fused = written.get("grad_accum_fusion", engine in ("megatron", "megatron-fsdp"))
+        assert args["gradient_accumulation_fusion"] == fused, case
         assert args["bf16"] == (training["precision"] == "bf16")
         assert args["fp16"] == (training["precision"] == "fp16")
         v = record["layout"]["virtual_stages"]

@@ -143,6 +143,9 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
     args.append(f"--clip-grad {CLIP_GRAD!r}")
     if tr.grad_accum_fp32:
         args.append("--accumulate-allreduce-grads-in-fp32")
+    if not tr.grad_accum_fusion:
+        # Megatron-LM fuses the accumulation into the weight-gradient GEMM by default.
+        args.append("--no-gradient-accumulation-fusion")
     if tr.recompute == "selective":
         args.append("--recompute-granularity selective")
     elif tr.recompute == "full":

@@ -67,6 +67,7 @@ from planc.perf.fsdp2 import (
     reduce_copy_in_bytes,
     reduce_copy_in_s,
 )
+from planc.perf.grad_accum import accumulation_s
 from planc.perf.offload import offload_transfer_s
 from planc.perf.ops import (
     OpCost,
@@ -750,6 +751,7 @@ def build_inputs(
                 ep_backward_s=tuple(e * exchange.backward_s for e in routed),
                 p2p_forward_s=blocking.forward_s,
                 p2p_backward_s=blocking.backward_s,
+                accumulate_s=accumulation_s(job, r, params[r], device, eff),
             )
         )
     hop = hop_s(job, p2p_message_s(job, eff, ops))

@@ -516,6 +516,23 @@ def _per_op_checkpointing(job: Job) -> Iterator[Violation]:
         )
 
 
+def _gradient_accumulation_fusion(job: Job) -> Iterator[Violation]:
+    """training.grad_accum_fusion is Megatron-LM's --gradient-accumulation-fusion (the weight-
+    gradient GEMM adds into the main-grad buffer); DeepSpeed's engines accumulate in param.grad
+    or in BF16_Optimizer's fp32 gradients after the backward, and FSDP2 on its gradient shard
+    (planc.perf.grad_accum), so true there is not what runs (it resolves to false unless
+    written)."""
+    if job.training.grad_accum_fusion:
+        name = NAMES[job.training.framework]
+        yield Violation(
+            "training.grad_accum_fusion",
+            f"grad_accum_fusion true: {name} has no gradient-accumulation fusion, it adds each "
+            "micro-batch's gradients after the backward, which planc prices",
+            "leave grad_accum_fusion out, or training.framework: megatron",
+            ("training.framework",),
+        )
+
+
 def _megatron_loss_elsewhere(job: Job) -> Iterator[Violation]:
     """cross_entropy_fusion is Megatron-Core's (TransformerConfig.cross_entropy_loss_fusion,
     read by GPTModel.compute_language_model_loss): DeepSpeed's Megatron models call
@@ -566,9 +583,10 @@ OTHERWISE: dict[str, tuple[Check, ...]] = {
         _deepspeed_offload_stage,
         _deepspeed_shard_group,
         _per_op_checkpointing,
+        _gradient_accumulation_fusion,
         *COMMON,
     ),
-    "fsdp2": (_torchtitan_order, _torchtitan_offload, *COMMON),
+    "fsdp2": (_torchtitan_order, _torchtitan_offload, _gradient_accumulation_fusion, *COMMON),
 }
 
 
@@ -582,10 +600,11 @@ def framework_runs_otherwise(ctx: Context) -> Iterator[Violation]:
     0.19.6); torchtitan 0.3.0 lays its ranks out as tp-cp-dp-pp only (torchtitan/distributed/
     parallel_dims.py) and offloads parameters, gradients and optimizer together
     (training.enable_cpu_offload); recompute selective-op is torchtitan's per-op policy, which
-    Megatron-LM and DeepSpeed do not run; cross_entropy_fusion is Megatron-Core's fused loss,
-    which DeepSpeed, torchtitan and unfused kernels do not run; attention_backend names a fused
-    attention kernel, which eager attention and unfused kernels do not run. Memory, traffic and
-    time would not be what planc planned.
+    Megatron-LM and DeepSpeed do not run; grad_accum_fusion is Megatron-LM's, which DeepSpeed
+    and FSDP2 do not have; cross_entropy_fusion is Megatron-Core's fused loss, which DeepSpeed,
+    torchtitan and unfused kernels do not run; attention_backend names a fused attention kernel,
+    which eager attention and unfused kernels do not run. Memory, traffic and time would not be
+    what planc planned.
 
     Passes:
         training: {framework: fsdp2, offload: {optimizer: true, parameters: true}}

@@ -297,6 +297,8 @@ class Training:
     efficiency: float | None = None  # a flat GEMM efficiency; None: the per-operation curve
     overlap_tp: bool = False
     async_tp_allreduce: bool = True  # column-parallel input-gradient reduction behind the wgrad
+    # the weight-gradient GEMMs accumulate into the main-grad buffer (Megatron's fusion)
+    grad_accum_fusion: bool = True
     overlap_grad_reduce: bool = True  # DP reduction in buckets during the last backward
     overlap_param_gather: bool = True  # ZeRO-1/2 parameter all-gather behind the next forward
     kernels: Kernels = "fused"  # fused (Megatron-Core + TE/Apex) | unfused (plain PyTorch on CUDA)
@@ -1039,6 +1041,14 @@ def default_cp_comm(framework: str) -> CpCommType:
     return "a2a" if framework == "deepspeed" else "p2p"
 
 
+def _grad_accum_fusion(given: bool | None, framework: Framework) -> bool:
+    """training.grad_accum_fusion as written, else the framework's own: Megatron-LM fuses the
+    accumulation into the weight-gradient GEMM by default (`--no-gradient-accumulation-fusion`
+    turns it off), Megatron-FSDP's too (it is Megatron-LM's argument); DeepSpeed's engines and
+    FSDP2 have no such fusion."""
+    return given if given is not None else engine(framework) == "megatron"
+
+
 def _schedule(name: str | None) -> ScheduleKind | None:
     return None if name is None else ScheduleKind(name)
 
@@ -1060,6 +1070,7 @@ def _training(spec: Data) -> Training:
         efficiency=None if tr["efficiency"] is None else float(tr["efficiency"]),
         overlap_tp=tr["overlap_tp"],
         async_tp_allreduce=tr.get("async_tp_allreduce", True),
+        grad_accum_fusion=_grad_accum_fusion(tr.get("grad_accum_fusion"), written),
         overlap_grad_reduce=tr.get("overlap_grad_reduce", True),
         overlap_param_gather=tr.get("overlap_param_gather", True),
         kernels=tr.get("kernels", "fused"),

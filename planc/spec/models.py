@@ -815,6 +815,16 @@ class TrainingSpec(Frozen):
         description="Accumulate gradients in fp32 main-grad buffers (Megatron: 18 bytes/param "
         "instead of 16).",
     )
+    grad_accum_fusion: StrictBool | None = Field(
+        None,
+        description="Megatron: the linear layers' weight-gradient GEMMs add each micro-batch's "
+        "gradient straight into the main-grad buffer (--gradient-accumulation-fusion, "
+        "Megatron-LM's default since 2022-02); false: --no-gradient-accumulation-fusion, a "
+        "kernel adds it after every micro-batch's backward, as Megatron-LM before 2022-02 did. "
+        "Default: true under megatron and megatron-fsdp; DeepSpeed and FSDP2 accumulate their "
+        "own way (planc.perf.grad_accum) and have no such fusion (true there is reported, "
+        "PLC051).",
+    )
     recompute: Recompute = Field(
         "selective",
         description="Activation recomputation: none, selective (attention core), selective-op "
