@@ -231,6 +231,11 @@ ReduceDtype = Literal["fp32", "bf16"]
 # How the optimizer's update runs over the rank's parameters (torch.optim's implementations,
 # torchtitan 0.3.0 optimizer.implementation): one fused kernel, or foreach kernels per operator.
 OptimizerImplementation = Literal["fused", "foreach"]
+# How a token's experts are chosen when the step is priced (training.expert_routing): uniform, a
+# uniformly random top-k subset per token (Megatron's --moe-router-force-load-balancing, planc's
+# model of a balanced router); round_robin, NeMo AutoModel's FakeBalancedGate (token t to experts
+# t·k … t·k + k − 1 mod E).
+ExpertRouting = Literal["uniform", "round_robin"]
 # megatron-fsdp: Megatron-LM with Megatron-Core's own FSDP (--use-megatron-fsdp), which planc
 # models as Megatron with zero_stage naming --data-parallel-sharding-strategy.
 Framework = Literal["megatron", "megatron-fsdp", "deepspeed", "fsdp2"]

@@ -435,6 +435,8 @@ def moe_layouts(draw: st.DrawFn) -> dict[str, Any]:
         overlay["model"]["moe"]["router_group_top_k"] = draw(
             st.sampled_from([g for g in (1, 2) if top_k % g == 0])
         )
+    # The gate's choice: uniform, or NeMo AutoModel's round robin (training.expert_routing).
+    overlay["training"]["expert_routing"] = draw(st.sampled_from(["uniform", "round_robin"]))
     overlay["rules"]["ignore"] = [*overlay["rules"]["ignore"], "PLC007", "PLC021"]
     return overlay
 

@@ -53,13 +53,23 @@ in y^{k_G} z^C, collected by a recurrence over the groups, each weighed by h(C).
 
 Without groups this is (E/b)·(1 − C(E − b, k)/C(E, k)), the hypergeometric miss probability.
 All of it is exact rational arithmetic.
+
+**Round-robin routing** (training.expert_routing round_robin). NeMo AutoModel's benchmark
+recipes replace the router by FakeBalancedGate (backend.fake_balanced_gate; with its default
+noise 0 the indices are arange(T·k).view(T, k) % E: token t of the rank's batch goes to experts
+t·k, …, t·k + k − 1 mod E, nemo_automodel/components/moe/layers.py FakeBalancedGate.forward,
+NVIDIA-NeMo/Automodel e45812012). The experts are consecutive, so a token reaches the few blocks
+its run of k experts overlaps, not the ~min(k, E/b) a random choice spreads over: on Qwen3-30B-A3B
+(E 128, k 8) with 16 experts per rank every token's 8 experts sit on one rank. The starts t·k mod
+E repeat every E/gcd(k, E) tokens, so E[blocks reached] is the mean over one such period, exact by
+enumeration (`round_robin_blocks_reached`); groups do not enter (the gate ignores them).
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
 from functools import cache
-from math import comb
+from math import comb, gcd
 
 from planc.record import record
 
@@ -73,6 +83,7 @@ class Routing:
     top_k: int  # k
     groups: int = 1  # G (DeepSeek-V3 n_group, Megatron --moe-router-num-groups)
     group_top_k: int = 1  # k_G (DeepSeek-V3 topk_group, Megatron --moe-router-group-topk)
+    round_robin: bool = False  # FakeBalancedGate: token t to experts t·k … t·k + k − 1 mod E
 
 
 def subset_weights(factors: tuple[tuple[int, Fraction], ...], order: int) -> dict[int, Fraction]:
@@ -128,6 +139,8 @@ def blocks_reached(routing: Routing, width: int) -> Fraction:
     way) have the same miss probability, which is computed once per distinct cut."""
     if width <= 0 or routing.experts % width:
         raise ValueError(f"blocks of {width} experts do not tile {routing.experts}")
+    if routing.round_robin:
+        return round_robin_blocks_reached(routing.experts, routing.top_k, width)
     blocks = routing.experts // width
     size = routing.experts // routing.groups
     seen: dict[tuple[int, ...], Fraction] = {}
@@ -138,6 +151,17 @@ def blocks_reached(routing: Routing, width: int) -> Fraction:
             seen[cut] = miss_probability(routing, beta, width)
         total += 1 - seen[cut]
     return total
+
+
+def round_robin_blocks_reached(experts: int, top_k: int, width: int) -> Fraction:
+    """E[blocks reached] under round-robin routing (module docstring): the mean, over the
+    E/gcd(k, E) tokens after which the gate's starting expert t·k mod E repeats, of the distinct
+    blocks of `width` consecutive experts among experts t·k … t·k + k − 1 mod E. Unitless."""
+    period = experts // gcd(top_k, experts)
+    total = sum(
+        len({(t * top_k + j) % experts // width for j in range(top_k)}) for t in range(period)
+    )
+    return Fraction(total, period)
 
 
 # --- bytes per row -------------------------------------------------------------------------

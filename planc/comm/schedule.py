@@ -973,9 +973,11 @@ def allgather_probs_bytes(job: Plannable) -> int:
 
 def routing_of(job: Plannable) -> Routing:
     """The router's choice as `planc.comm.dispatch` models it: k of E experts, from k_G of G
-    groups under group-limited routing."""
+    groups under group-limited routing, or round robin (training.expert_routing)."""
     moe = job.model.moe
     assert moe is not None
+    if job.training.expert_routing == "round_robin":
+        return Routing(moe.E, moe.k, round_robin=True)
     if moe.groups is None or moe.group_k is None:
         return Routing(moe.E, moe.k)
     return Routing(moe.E, moe.k, moe.groups, moe.group_k)

@@ -328,6 +328,8 @@ def training_record(plan: Plan) -> dict[str, object]:
         "recompute": tr.recompute,
         "attention": tr.attention,
         "framework": tr.framework,
+        # written when not the default, as layer_offset: plans of other runs keep their bytes
+        **({"expert_routing": tr.expert_routing} if tr.expert_routing != "uniform" else {}),
         **quantized_record(plan),
     }
 

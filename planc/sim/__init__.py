@@ -21,7 +21,12 @@ from planc.sim.ring import (
     ring_reduce_scatter_bytes,
     ring_reduce_scatter_trace,
 )
-from planc.sim.routing import expected_blocks, reach_probability
+from planc.sim.routing import (
+    expected_blocks,
+    reach_probability,
+    round_robin_blocks,
+    round_robin_reach,
+)
 
 __all__ = [
     "SUPPORTED_DTYPES",
@@ -41,4 +46,6 @@ __all__ = [
     "ring_reduce_scatter",
     "ring_reduce_scatter_bytes",
     "ring_reduce_scatter_trace",
+    "round_robin_blocks",
+    "round_robin_reach",
 ]

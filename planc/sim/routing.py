@@ -12,6 +12,11 @@ experts lie in it; a k_G-subset is a choice of n_c groups from each class c (C(m
 and the token misses the block with probability Π_c ((s − c)/s)^{n_c} · C(P − Σ n_c·c, k − k_G) /
 C(P, k − k_G), P = k_G·(s − 1) the chosen groups' other experts. The expected number of blocks
 reached is Σ_β (1 − P(β missed)), in exact rational arithmetic.
+
+Under round-robin routing (NeMo AutoModel's FakeBalancedGate, training.expert_routing
+round_robin) token t's experts are t·k … t·k + k − 1 mod E; its choices repeat every E tokens at
+most, so the expectation is the count over E consecutive tokens' explicit expert lists
+(`round_robin_assignment`), divided by E.
 """
 
 from __future__ import annotations
@@ -23,7 +28,13 @@ from math import comb
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["expected_blocks", "reach_probability"]
+__all__ = [
+    "expected_blocks",
+    "reach_probability",
+    "round_robin_assignment",
+    "round_robin_blocks",
+    "round_robin_reach",
+]
 
 
 def _compositions(total: int, limits: list[int]) -> list[tuple[int, ...]]:
@@ -81,3 +92,27 @@ def reach_probability(
     group_of = np.arange(experts) // size
     overlaps = np.bincount(group_of[held], minlength=groups).tolist()
     return 1 - _miss(overlaps, size, group_k, top_k)
+
+
+def round_robin_assignment(experts: int, top_k: int) -> npt.NDArray[np.int64]:
+    """[E, k]: the experts of E consecutive tokens under FakeBalancedGate,
+    arange(E·k).view(E, k) % E (nemo_automodel/components/moe/layers.py, NVIDIA-NeMo/Automodel
+    e45812012); every later token repeats one of these rows."""
+    return np.arange(experts * top_k, dtype=np.int64).reshape(experts, top_k) % experts
+
+
+def round_robin_blocks(block_of: npt.NDArray[np.int64], top_k: int) -> Fraction:
+    """E[distinct blocks a token's experts lie in] under round-robin routing, expert e in block
+    `block_of[e]`: counted over E tokens' explicit assignments."""
+    experts = len(block_of)
+    blocks = block_of[round_robin_assignment(experts, top_k)]
+    distinct = sum(len(set(row.tolist())) for row in blocks)
+    return Fraction(distinct, experts)
+
+
+def round_robin_reach(held: npt.NDArray[np.bool_], top_k: int) -> Fraction:
+    """P(at least one of a token's experts is among `held`) under round-robin routing: the share
+    of E tokens' assignments that touch a held expert."""
+    experts = len(held)
+    hit = held[round_robin_assignment(experts, top_k)].any(axis=1)
+    return Fraction(int(hit.sum()), experts)

@@ -24,6 +24,7 @@ from planc.vocab import (
     CrossEntropyFusion,
     DType,
     ExpertDispatcher,
+    ExpertRouting,
     Fp8Recipe,
     Framework,
     Kernels,
@@ -314,6 +315,7 @@ class Training:
     offload_optimizer: bool = False
     offload_parameters: bool = False
     expert_imbalance: float = 1.0  # dropless MoE: peak tokens per EP rank over the balanced T·k
+    expert_routing: ExpertRouting = "uniform"  # how a token's experts are chosen (flex bytes)
     # precision fp8/fp4 (training.fp8): the recipe (None: 16/32-bit GEMMs), FP8-only weights
     # gathered in FP8, and the transformer layers kept in BF16 at each end of the model
     fp8_recipe: Fp8Recipe | None = None
@@ -1119,6 +1121,7 @@ def _training(spec: Data) -> Training:
         offload_optimizer=tr.get("offload", {}).get("optimizer", False),
         offload_parameters=tr.get("offload", {}).get("parameters", False),
         expert_imbalance=float(tr.get("expert_imbalance", 1.0)),
+        expert_routing=tr.get("expert_routing", "uniform"),
         fp8_recipe=recipe,
         param_gather=recipe is not None and bool(fp8.get("param_gather", False)),
         first_last_bf16=int(fp8.get("first_last_bf16", 0)) if recipe is not None else 0,

@@ -31,6 +31,7 @@ from planc.vocab import (
     CpCommType,
     CrossEntropyFusion,
     ExpertDispatcher,
+    ExpertRouting,
     Fp8RecipeName,
     Framework,
     Kernels,
@@ -944,6 +945,17 @@ class TrainingSpec(Frozen):
     )
     offload: OffloadSpec = Field(
         OffloadSpec(), description="What moves to host memory (needs deepspeed or fsdp2)."
+    )
+    expert_routing: ExpertRouting = Field(
+        "uniform",
+        description="Mixture of experts: how each token's top_k experts are chosen, which sets "
+        "how many ranks and NVLink domains the flex dispatchers (deepep, hybridep) send it to. "
+        "uniform: a uniformly random k-subset per token (group-limited under router_groups), "
+        "what Megatron's --moe-router-force-load-balancing runs and planc's model of a balanced "
+        "learned router. round_robin: token t of a rank's batch goes to experts t·k … t·k + k − 1 "
+        "(mod experts), NeMo AutoModel's FakeBalancedGate (backend.fake_balanced_gate with "
+        "fake_gate_noise 0, its benchmark recipes' setting; nemo_automodel/components/moe/"
+        "layers.py), which ignores router_groups. Default: uniform.",
     )
     expert_imbalance: Annotated[float, _bounded(1.0, 1_000)] = Field(
         1.0,

@@ -30,6 +30,8 @@ from planc.sim import (
     ring_all_gather_bytes,
     ring_allreduce_bytes,
     ring_reduce_scatter_bytes,
+    round_robin_blocks,
+    round_robin_reach,
 )
 from planc.verify.grid import dispatch_position, expert_coordinates
 from planc.verify.plandata import WIRE_FIELDS, Ints, PlanData
@@ -372,7 +374,10 @@ def _flex(plan: PlanData, stage: int, forward: int, again: int) -> list[Expected
     G, kg = int(moe.get("router_groups", 1)), int(moe.get("router_group_top_k", 1))
     per_rank = E // ep
     rank_of = np.arange(E, dtype=np.int64) // per_rank
-    ranks = expected_blocks(rank_of, k, G, kg) * copies
+    if _round_robin(plan):
+        ranks = round_robin_blocks(rank_of, k) * copies
+    else:
+        ranks = expected_blocks(rank_of, k, G, kg) * copies
     hidden = int(plan.model["hidden"]) * int(plan.training["activation_bytes"])
     if plan.dispatcher == "deepep":
         rows = (cdiv(hidden + 8 + 8 * copies * k, 16) * 16, cdiv(hidden + 8 + 4 * copies * k, 16) * 16)
@@ -409,8 +414,17 @@ def _domains_reached(plan: PlanData, k: int, G: int, kg: int) -> Fraction:
         held = np.zeros(E, dtype=bool)
         for e in set(ep[members].tolist()):
             held[e * per_rank : (e + 1) * per_rank] = True
-        total += reach_probability(held, k, G, kg)
+        if _round_robin(plan):
+            total += round_robin_reach(held, k)
+        else:
+            total += reach_probability(held, k, G, kg)
     return total
+
+
+def _round_robin(plan: PlanData) -> bool:
+    """The plan's tokens pick their experts round robin (training.expert_routing, written into
+    plan.json only when it is not the uniform default)."""
+    return bool(plan.training.get("expert_routing", "uniform") == "round_robin")
 
 
 def _allgather(plan: PlanData, stage: int, forward: int, again: int) -> list[ExpectedOp]:
