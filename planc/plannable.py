@@ -32,9 +32,18 @@ from planc.spec.job import (
     Rules,
     RunInputs,
     Training,
+    dispatcher_of,
 )
 from planc.spec.pipeline_layout import parse_layout
-from planc.vocab import AXES, Axis, ChunkPlacement, CpCommType, ScheduleKind, ScheduleNeed
+from planc.vocab import (
+    AXES,
+    Axis,
+    ChunkPlacement,
+    CpCommType,
+    ExpertDispatcher,
+    ScheduleKind,
+    ScheduleNeed,
+)
 
 MAX_RANKS = 1_048_576
 
@@ -778,6 +787,8 @@ class PlanLayout:
     loss_in_split: bool = False
     # parallelism.cp_comm_type (planc.comm.context prices each).
     cp_comm: CpCommType = "p2p"
+    # parallelism.expert_dispatcher (planc.comm.schedule prices each).
+    dispatcher: ExpertDispatcher = "alltoall"
 
     @property
     def expert_degrees(self) -> Mapping[str, int]:
@@ -961,6 +972,7 @@ def plannable(
             embedding_in_split=lay.embedding_in_split,
             loss_in_split=lay.loss_in_split,
             cp_comm=lay.cp_comm,
+            dispatcher=dispatcher_of(job),
         ),
         m=m,
         numerics=numerics(job.training, job.cluster.gpu),

@@ -53,7 +53,13 @@ class GroupKind(str, Enum):
     one by default); `embedding` pairs the first and last pipeline rank (tied-embedding
     gradients); `model_parallel` is tp × pp. With experts, `ep`, `etp` and `edp` are the
     expert grid's ep, tp and dp groups (expert-parallel all-to-all, expert tensor parallelism,
-    expert data parallelism: Megatron-Core's expert RankGenerator).
+    expert data parallelism: Megatron-Core's expert RankGenerator). `tp_ep` is the expert grid's
+    tp × ep group, the one the allgather and flex dispatchers exchange over (Megatron's
+    tp_ep_group; listed when ETP > 1, where it differs from ep). Where the dispatcher's group
+    spans several NVLink domains with several members in each, `ep_domain` holds its members
+    inside one domain and `ep_peers` its members at the same place in every domain (one per
+    domain: the ranks DeepEP and HybridEP send to over the network,
+    `planc.comm.schedule.dispatch_group`).
     """
 
     TP = "tp"
@@ -68,6 +74,9 @@ class GroupKind(str, Enum):
     EP = "ep"
     ETP = "etp"
     EDP = "edp"
+    TP_EP = "tp_ep"
+    EP_DOMAIN = "ep_domain"
+    EP_PEERS = "ep_peers"
 
     def __str__(self) -> str:
         return self.value
@@ -191,6 +200,13 @@ Precision = Literal["bf16", "fp16", "fp32", "fp8", "fp4"]
 # of K/V, or a2a within a sub-group and p2p across (planc.perf.context prices each).
 CpCommType = Literal["p2p", "a2a", "allgather", "a2a+p2p"]
 CP_COMM_TYPES: tuple[CpCommType, ...] = ("p2p", "a2a", "allgather", "a2a+p2p")
+# parallelism.expert_dispatcher: how a MoE layer's tokens reach their experts (Megatron-Core
+# --moe-token-dispatcher-type alltoall | allgather, or flex with --moe-flex-dispatcher-backend
+# deepep | hybridep; planc.comm.schedule prices each).
+ExpertDispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
+EXPERT_DISPATCHERS: tuple[ExpertDispatcher, ...] = ("alltoall", "allgather", "deepep", "hybridep")
+# The flex dispatcher's backends (DeepEP's kernels: a token crosses to each NVLink domain once).
+FLEX_BACKENDS: tuple[ExpertDispatcher, ...] = ("deepep", "hybridep")
 # The offload choices of `planc search` (training.offload's two switches as one axis).
 OffloadChoice = Literal["none", "optimizer", "parameters", "optimizer+parameters"]
 OFFLOADS: tuple[OffloadChoice, ...] = ("none", "optimizer", "parameters", "optimizer+parameters")
@@ -215,6 +231,11 @@ ReduceDtype = Literal["fp32", "bf16"]
 # How the optimizer's update runs over the rank's parameters (torch.optim's implementations,
 # torchtitan 0.3.0 optimizer.implementation): one fused kernel, or foreach kernels per operator.
 OptimizerImplementation = Literal["fused", "foreach"]
+# How a token's experts are chosen when the step is priced (training.expert_routing): uniform, a
+# uniformly random top-k subset per token (Megatron's --moe-router-force-load-balancing, planc's
+# model of a balanced router); round_robin, NeMo AutoModel's FakeBalancedGate (token t to experts
+# t·k … t·k + k − 1 mod E).
+ExpertRouting = Literal["uniform", "round_robin"]
 # megatron-fsdp: Megatron-LM with Megatron-Core's own FSDP (--use-megatron-fsdp), which planc
 # models as Megatron with zero_stage naming --data-parallel-sharding-strategy.
 Framework = Literal["megatron", "megatron-fsdp", "deepspeed", "fsdp2"]

@@ -86,6 +86,12 @@ def test_deepspeed_files_carry_the_section() -> None:
 def test_torchtitan_expert_parallel_degree() -> None:
     parallelism, _, notes = torchtitan_settings(compiled(job_of(None, DEEPSEEK)))
     assert parallelism["expert_parallel_degree"] == 64
+    # The example's DeepEP dispatcher is chosen where torchtitan builds its model config, which
+    # the note says; nothing else about the experts runs otherwise.
+    (dispatcher,) = [note for note in notes if "expert" in note]
+    assert "moe_comm_backend='deepep'" in dispatcher
+    plain = {"parallelism": {"expert_dispatcher": "alltoall"}}
+    _, _, notes = torchtitan_settings(compiled(job_of(plain, DEEPSEEK)))
     assert not [note for note in notes if "expert" in note]
     no_mtp = {"model": {"mtp_layers": 0}, "parallelism": {"pipeline_layout": NO_MTP_LAYOUT}}
     files = framework_files(compiled(job_of(no_mtp, DEEPSEEK)))

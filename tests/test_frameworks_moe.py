@@ -44,7 +44,13 @@ CASES: dict[str, dict[str, Any] | None] = {
         "model": {"preset": "qwen3-30b-a3b", "moe": {"layer_frequency": 2, "layer_offset": 1}},
         "parallelism": {"pipeline": 4, "data": 16, "expert": 8},
     },
+    "allgather": {"parallelism": {"expert_dispatcher": "allgather"}},
+    "flex-deepep": {"parallelism": {"expert_dispatcher": "deepep"}},
+    "flex-hybridep": {"parallelism": {"expert_dispatcher": "hybridep"}},
 }
+# parallelism.expert_dispatcher as Megatron-Core's two settings.
+DISPATCHER = {"alltoall": ("alltoall", None), "allgather": ("allgather", None),
+              "deepep": ("flex", "deepep"), "hybridep": ("flex", "hybridep")}
 
 
 def args_of(case: str) -> list[str]:
@@ -80,6 +86,16 @@ def test_layer_pattern_shared_experts_and_capacity() -> None:
     assert odd["--moe-layer-freq"] == "[" + ",".join(["0", "1"] * 24) + "]"
 
 
+def test_dispatcher_flags() -> None:
+    assert flags("mixtral")["--moe-token-dispatcher-type"] == "alltoall"
+    assert flags("allgather")["--moe-token-dispatcher-type"] == "allgather"
+    for backend in ("deepep", "hybridep"):
+        found = flags(f"flex-{backend}")
+        assert found["--moe-token-dispatcher-type"] == "flex"
+        assert found["--moe-flex-dispatcher-backend"] == backend
+        assert found["--moe-router-dtype"] == "fp32"
+
+
 def test_dense_plans_have_no_expert_flags() -> None:
     args = megatron_arguments(compiled(job_of()))[0]
     assert not [a for a in args if "expert" in a or "moe" in a]
@@ -95,7 +111,9 @@ MEGATRON_CONFIG = MEGATRON_PARSE.replace(
     "    arguments.validate_args(full)\n"
     "    config = arguments.core_transformer_config_from_args(full)\n"
     "    parsed['config_layer_pattern'] = str(config.moe_layer_freq)\n"
-    "    parsed['config_experts'] = config.num_moe_experts\n",
+    "    parsed['config_experts'] = config.num_moe_experts\n"
+    "    parsed['config_dispatcher'] = config.moe_token_dispatcher_type\n"
+    "    parsed['config_flex_backend'] = config.moe_flex_dispatcher_backend\n",
 )
 
 
@@ -123,5 +141,11 @@ def test_megatron_validates_the_moe_arguments() -> None:
         assert args["expert_tensor_parallel_size"] == lay.et
         assert args["validated_data_parallel_size"] == lay.d
         assert args["config_experts"] == moe.E
+        # The dispatcher reaches TransformerConfig (whose __post_init__ checks it) as written.
+        kind, backend = DISPATCHER[lay.dispatcher]
+        assert args["config_dispatcher"] == kind
+        if backend is not None:
+            assert args["config_flex_backend"] == backend
+            assert args["moe_router_dtype"] == "fp32"
         pattern = [int(moe.is_moe_layer(i)) for i in range(plan.job.model.L)]
         assert args["config_layer_pattern"] in (str(pattern), str(moe.frequency))

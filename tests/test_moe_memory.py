@@ -85,6 +85,14 @@ def test_mixtral_example_moe_activations_by_hand() -> None:
     assert got["all-to-all dispatch and combine buffers (transient)"] == 2 * H * (rows + rows)
 
 
+def test_the_allgather_dispatcher_holds_its_groups_tokens() -> None:
+    # Megatron's allgather dispatcher gathers the T = 4,096 hidden states of each of the EP = 8
+    # ranks of its group into the global buffer: 8 × 4,096 × 4,096 bf16 values, once.
+    got = terms(spec(parallelism__expert_dispatcher="allgather"))
+    assert got["allgather dispatcher's gathered tokens (transient)"] == 2 * 8 * 4096 * H
+    assert "allgather dispatcher's gathered tokens (transient)" not in terms(spec())
+
+
 def test_rows_with_expert_tensor_parallelism_capacity_and_imbalance() -> None:
     # ETP = 2 gathers each EP rank's rows over its 2 expert-tensor ranks, and splits f_e.
     plan = spec(parallelism__expert=4, parallelism__expert_tensor=2)

@@ -72,13 +72,17 @@ def test_exchange_time_by_hand() -> None:
 
 
 def test_exchange_over_infiniband_at_one_nics_all_to_all_bandwidth() -> None:
-    # Data outside expert parallelism puts each EP group's 8 ranks 16 apart: on 8 nodes, over
-    # InfiniBand. An NCCL all-to-all cannot spread over several NICs: one ConnectX-7 at NDR,
-    # 50 GB/s, of which an all-to-all reaches 48 (nccl-tests #267), so 0.96; α = 5 µs once
-    # (7 peers, one batch of 8), 7/8 of the 64 MiB leave the rank.
+    # Expert data parallelism (EDP 2) before ep in the order puts each EP group's 8 ranks 2
+    # apart: 4 on each of 2 nodes. Of the 64 MiB buffer each rank keeps 1/8, sends 3/8 to the
+    # 3 others of its node over NVLink and 4/8 over InfiniBand, at the same time; the network
+    # part is the longer. An NCCL all-to-all cannot spread over several NICs: one ConnectX-7 at
+    # NDR, 50 GB/s, of which an all-to-all reaches 48 (nccl-tests #267), so 0.96; α = 5 µs once
+    # (7 peers, one batch of 8).
     job = job_of({"parallelism": {"order": "tp-cp-dp-ep-pp"}}, MIXTRAL)
-    one = 1 * 5e-6 + 58_720_256 / (50e9 * 0.96)
-    assert dispatch_combine_s(job, efficiency_of(job)) == pytest.approx(2 * one)
+    network = 1 * 5e-6 + 33_554_432 / (50e9 * 0.96)
+    nvlink = 25_165_824 / (450e9 * 0.82)  # 3/4 of the 1/2 share for the own node
+    assert nvlink < network
+    assert dispatch_combine_s(job, efficiency_of(job)) == pytest.approx(2 * network)
 
 
 def test_step_charges_the_exchange_of_every_moe_layer_and_micro_batch() -> None:

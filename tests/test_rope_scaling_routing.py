@@ -90,6 +90,8 @@ def test_group_limited_routing_that_cannot_run_is_refused() -> None:
         ({"router_groups": 6}, "does not divide experts 256"),
         ({"router_group_top_k": 16, "router_groups": 8}, "above router_groups 8"),
         ({"router_group_top_k": 3}, "does not divide top_k 8"),
+        # 256 experts in 128 groups of 2, top 8 from 2 groups: each group would give 4.
+        ({"router_groups": 128, "router_group_top_k": 2}, "gives top_k/router_group_top_k = 4"),
     ):
         loaded = load_text("spec.yaml", spec_text({"model": {"moe": moe}}, DEEPSEEK))
         assert loaded.job is None

@@ -32,9 +32,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _searched(path: Path, keep: dict[str, Any], search_axes: dict[str, Any]) -> str:
-    """The published spec with its layout fields removed (searched instead), `keep` written."""
+    """The published spec with its layout fields removed (searched instead), `keep` written,
+    and the expert dispatcher the run states kept (it is not a search axis: without it every
+    candidate would take Megatron-Core's default allgather)."""
     data = yaml.safe_load(path.read_text())
-    data["parallelism"] = keep
+    dispatcher = data["parallelism"].get("expert_dispatcher")
+    data["parallelism"] = {**keep, **({"expert_dispatcher": dispatcher} if dispatcher else {})}
     data["search"] = search_axes
     return yaml.safe_dump(data, sort_keys=False)
 
@@ -132,6 +135,7 @@ def test_nvidia_deepseek_v3_h100_layout_is_in_the_space_and_matched_or_beaten() 
         "pipeline_layout": data["parallelism"]["pipeline_layout"],
         "context": 1,
         "zero_stage": 1,
+        "expert_dispatcher": data["parallelism"]["expert_dispatcher"],  # HybridEP, as run
     }
     del data["training"]["recompute"]
     data["search"] = {

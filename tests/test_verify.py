@@ -358,6 +358,51 @@ def test_cli_exits_1_naming_a_wrong_all_to_all(mixtral: Plan, tmp_path: Path) ->
     assert "stage 0 ep all_to_all" in done.stdout
 
 
+@pytest.fixture(scope="module")
+def mixtral_flex() -> Plan:
+    """Mixtral 8x7B with HybridEP and EDP before ep: each EP group has 4 members on each of 2
+    nodes, so the plan lists ep_domain and ep_peers and splits each exchange between them."""
+    overlay = {"parallelism": {"order": "tp-cp-dp-ep-pp", "expert_dispatcher": "hybridep"}}
+    data: Plan = json.loads(plan_json(compiled(job_of(overlay, "mixtral-8x7b-64xh100.yaml"))))
+    return data
+
+
+def test_a_flex_plan_verifies_and_simulates_its_parts(mixtral_flex: Plan) -> None:
+    assert mixtral_flex["layout"]["expert"]["dispatcher"] == "hybridep"
+    assert mixtral_flex["groups"]["ep_domain"][0] == [0, 2, 4, 6]
+    assert mixtral_flex["groups"]["ep_peers"][0] == [0, 8]
+    ok, text = verified(mixtral_flex)
+    assert ok, text
+    assert "groups.ep_peers" in text and "groups.ep_domain" in text
+
+
+FLEX_MUTATIONS: dict[str, tuple[Callable[[Plan], None], str]] = {
+    "the network part's rows + 1 byte": (
+        lambda p: _op(p, "ep_peers", "all_to_all").__setitem__(
+            "buffer_bytes", _op(p, "ep_peers", "all_to_all")["buffer_bytes"] + 1
+        ),
+        "stage 0 ep_peers all_to_all",
+    ),
+    "the plan claims DeepEP": (
+        lambda p: p["layout"]["expert"].__setitem__("dispatcher", "deepep"),
+        "ep_peers all_to_all",
+    ),
+    "two ranks swapped between domain slices": (
+        lambda p: _swap(p["groups"]["ep_domain"]),
+        "groups.ep_domain",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FLEX_MUTATIONS))
+def test_every_flex_corruption_fails_and_is_named(mixtral_flex: Plan, kind: str) -> None:
+    mutate, named = FLEX_MUTATIONS[kind]
+    plan = copy.deepcopy(mixtral_flex)
+    mutate(plan)
+    ok, text = verified(plan)
+    assert not ok and named in text, text
+
+
 @st.composite
 def moe_layouts(draw: st.DrawFn) -> dict[str, Any]:
     """The dense layouts above with experts: E, k, EP, ETP, dense first layers, a layer
@@ -382,6 +427,16 @@ def moe_layouts(draw: st.DrawFn) -> dict[str, Any]:
     # The experts in the odd layers (Llama 4 Maverick's pattern) when every second layer has them.
     if overlay["model"]["moe"]["layer_frequency"] == 2:
         overlay["model"]["moe"]["layer_offset"] = draw(st.sampled_from([0, 1]))
+    # Every dispatcher, and group-limited routing (2 groups, top_k from k_G of them).
+    par["expert_dispatcher"] = draw(st.sampled_from(["alltoall", "allgather", "deepep", "hybridep"]))
+    top_k = overlay["model"]["moe"]["top_k"]
+    if draw(st.booleans()):
+        overlay["model"]["moe"]["router_groups"] = 2
+        overlay["model"]["moe"]["router_group_top_k"] = draw(
+            st.sampled_from([g for g in (1, 2) if top_k % g == 0])
+        )
+    # The gate's choice: uniform, or NeMo AutoModel's round robin (training.expert_routing).
+    overlay["training"]["expert_routing"] = draw(st.sampled_from(["uniform", "round_robin"]))
     overlay["rules"]["ignore"] = [*overlay["rules"]["ignore"], "PLC007", "PLC021"]
     return overlay
 

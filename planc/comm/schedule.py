@@ -25,10 +25,20 @@ their own buckets (Megatron DDP's expert_parallel_buffers), the dense ones over 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from fractions import Fraction
 from types import MappingProxyType
 
 from planc.comm import context
-from planc.comm.cost import ring_steps, wire_bytes
+from planc.comm.cost import all_to_all_rounds, ring_steps, wire_bytes
+from planc.comm.dispatch import (
+    Routing,
+    blocks_reached,
+    deepep_combine_row_bytes,
+    deepep_dispatch_row_bytes,
+    hybridep_combine_row_bytes,
+    hybridep_dispatch_row_bytes,
+)
 from planc.pipeline.registry import definition
 from planc.plannable import PlanLayout, Plannable, axis_strides
 from planc.record import record
@@ -54,6 +64,12 @@ class CommOp:
     link: str  # the name of the fabric tier its groups use (the smallest holding them)
     formula: str
     direction: Direction | None = None
+    # Latency-bound rounds when they are not the group's own: the cross-domain part of a flat
+    # NCCL all-to-all (`exchange_ops`) pays the rounds of all the whole group's n − 1 peers.
+    rounds: int | None = None
+    # The flex dispatcher's kernel that runs it (deepep_dispatch, ..., `flex_parts`), whose
+    # measured throughput the link's efficiency entry may cap (LinkEfficiency.kernels).
+    kernel: str | None = None
 
     @property
     def bytes_sent(self) -> int:
@@ -62,7 +78,7 @@ class CommOp:
 
     @property
     def steps(self) -> int:
-        return ring_steps(self.op, self.group_size)
+        return ring_steps(self.op, self.group_size) if self.rounds is None else self.rounds
 
 
 def op_maker(
@@ -222,6 +238,8 @@ RAILED_GROUPS = (
     GroupKind.DP_SHARD,
     GroupKind.DP_REPLICATE,
     GroupKind.EDP,
+    GroupKind.EP,
+    GroupKind.TP_EP,
 )
 
 
@@ -232,7 +250,7 @@ def ring_rails(job: Plannable, group: GroupKind) -> int:
     dp_cp: `members_per_block` over (dp, cp); its listing runs the faster axis first, so the
     domain's g members are contiguous in it, and a shard slice of N contiguous members holds
     min(N, g) of them per domain, a replica group (members N apart) max(1, g/N). edp: the
-    expert grid's dp axis."""
+    expert grid's dp axis; ep and tp_ep, its ep and tp × ep axes."""
     lay = job.layout
     span = job.cluster.fabric.innermost.span
     dense = members_per_block(span, lay.degrees, lay.strides, (Axis.DP, Axis.CP))
@@ -243,10 +261,18 @@ def ring_rails(job: Plannable, group: GroupKind) -> int:
         return min(lay.shard_group, dense)
     if group == GroupKind.DP_REPLICATE:
         return max(1, dense // lay.shard_group)
-    if group == GroupKind.EDP:
+    if group in (GroupKind.EDP, GroupKind.EP, GroupKind.TP_EP):
+        # The expert grid's groups (the ring collectives of the allgather dispatcher, HybridEP's
+        # routing maps and the token counts ride the same per-NIC rings as the data-parallel
+        # ones; an all-to-all does not aggregate NICs, `planc.perf.inputs.comm_time_s`).
         order = tuple(Axis(name) for name in lay.expert_order)
         sizes = {Axis(name): size for name, size in lay.expert_degrees.items()}
-        return members_per_block(span, sizes, axis_strides(order, sizes), (Axis.DP,))
+        expert_axes: tuple[Axis, ...] = {
+            GroupKind.EDP: (Axis.DP,),
+            GroupKind.EP: (Axis.EP,),
+            GroupKind.TP_EP: (Axis.TP, Axis.EP),
+        }[group]
+        return members_per_block(span, sizes, axis_strides(order, sizes), expert_axes)
     return 1
 
 
@@ -703,47 +729,182 @@ def moe_passes(job: Plannable, stage: int) -> tuple[int, int]:
     return forward, forward + (forward if job.training.recompute == "full" else 0)
 
 
-def _ep_ops(job: Plannable, stage: int) -> list[CommOp]:
-    """The expert-parallel all-to-alls (Megatron-Core MoEAlltoAllTokenDispatcher): tokens and
-    probabilities out (token_dispatch), outputs back (token_combine); each one's gradient takes
-    the opposite exchange in backward. And the token counts gathered over tp_ep before them."""
+# --- the dispatcher's group and where it lies ----------------------------------------------
+# DeepEP's legacy kernels treat every 8 consecutive ranks of the group as one NVLink domain
+# (csrc/kernels/legacy/internode.cu: rdma_rank = rank / NUM_MAX_NVL_PEERS, NUM_MAX_NVL_PEERS 8;
+# deepseek-ai/DeepEP dd758ca, v2.1.0).
+DEEPEP_DOMAIN_RANKS = 8
+
+
+@record
+class DispatchGroup:
+    """The group a MoE layer's dispatcher exchanges tokens over, and how it lies in NVLink
+    domains: n members, g in each domain, N = n/g domains.
+
+    The alltoall dispatcher runs over the expert grid's ep groups (Megatron-Core
+    MoEAlltoAllTokenDispatcher: ep_group; its ETP gathers are separate ops). The allgather and
+    flex dispatchers run over tp_ep, the expert grid's tp × ep groups (MoEAllGatherTokenDispatcher
+    and MoEFlexTokenDispatcher: tp_ep_group), which is ep when ETP = 1. g is the group's members
+    per block of the fabric's innermost span (`members_per_block`), except under DeepEP, whose
+    kernels take 8 consecutive members of a group beyond 8 ranks as a domain (and the whole
+    group up to 8); PLC048 refuses a layout where they are not in one domain.
+    """
+
+    kind: GroupKind  # EP or TP_EP
+    size: int  # n
+    per_domain: int  # g
+    link: str  # the tier of the whole group
+    peers_link: str  # the tier of its ep_peers groups (one member per domain)
+
+    @property
+    def domains(self) -> int:
+        """N = n/g: the NVLink domains the group spans."""
+        return self.size // self.per_domain
+
+    @property
+    def split(self) -> bool:
+        """1 < g < n: the group spans several domains with several members in each, so its
+        exchange has a network part (over ep_peers) and an NVLink part (over ep_domain)."""
+        return 1 < self.per_domain < self.size
+
+
+def dispatch_axes(job: Plannable) -> tuple[Axis, ...]:
+    """The expert grid's axes of the dispatcher's group: (tp, ep) for the allgather and flex
+    dispatchers with ETP > 1 (tp_ep_group), (ep,) otherwise."""
     lay = job.layout
-    forward, backward = moe_passes(job, stage)
-    if lay.ep == 1 or forward == 0:
-        return []
-    link = expert_link(job, Axis.EP)
-    redo = backward - forward  # forward runs again inside backward
+    return (Axis.TP, Axis.EP) if lay.dispatcher != "alltoall" and lay.et > 1 else (Axis.EP,)
 
-    op = op_maker(stage, GroupKind.EP, lay.ep, link)
 
-    ops = [
-        op(
-            Collective.ALL_TO_ALL,
-            "EP all-to-all dispatch of the routed tokens (forward; its gradient in backward)",
-            forward + backward,
-            dispatch_bytes(job),
-            "1 per MoE layer per micro-batch each way, T·k rows of h·β_a (T = b·s/c/t)",
+def domain_members(job: Plannable) -> int:
+    """g_real: the dispatcher's group members in one block of the fabric's innermost span."""
+    lay = job.layout
+    order = tuple(Axis(name) for name in lay.expert_order)
+    sizes = {Axis(name): size for name, size in lay.expert_degrees.items()}
+    span = job.cluster.fabric.innermost.span
+    return members_per_block(span, sizes, axis_strides(order, sizes), dispatch_axes(job))
+
+
+def dispatch_group(job: Plannable) -> DispatchGroup:
+    """The dispatcher's group and its place in the fabric (`DispatchGroup`). The ep_peers
+    groups are every g-th member: an axis of N members at stride g·σ, σ the group's own stride
+    (its members form one arithmetic progression: a single axis, or tp and ep adjacent in the
+    order; otherwise the peers take the group's tier)."""
+    # Asked by every expert op and price (about 70 times per analysis) and a pure function of
+    # the frozen job: kept on the instance as `group_tier` keeps its tiers.
+    found: DispatchGroup | None = job.__dict__.get("_dispatch_group")
+    if found is None:
+        found = job.__dict__["_dispatch_group"] = _dispatch_group(job)
+    return found
+
+
+def _dispatch_group(job: Plannable) -> DispatchGroup:
+    lay = job.layout
+    axes = dispatch_axes(job)
+    order = tuple(Axis(name) for name in lay.expert_order)
+    sizes = {Axis(name): size for name, size in lay.expert_degrees.items()}
+    strides = axis_strides(order, sizes)
+    n = lay.ep * (lay.et if Axis.TP in axes else 1)
+    g = domain_members(job)
+    if lay.dispatcher == "deepep":
+        g = n if n <= DEEPEP_DOMAIN_RANKS else DEEPEP_DOMAIN_RANKS
+    g = max(1, min(g, n))
+    link = _grid_tier(job, sizes, strides, axes).name
+    step = strides[axes[0]]
+    progression = len(axes) == 1 or strides[Axis.EP] == lay.et * strides[Axis.TP]
+    peers_link = link
+    if progression and 1 < g < n:
+        peer = {Axis.EP: n // g}
+        peers_link = _grid_tier(job, peer, {Axis.EP: g * step}, (Axis.EP,)).name
+    kind = GroupKind.TP_EP if Axis.TP in axes else GroupKind.EP
+    return DispatchGroup(kind=kind, size=n, per_domain=g, link=link, peers_link=peers_link)
+
+
+def exchange_ops(
+    job: Plannable,
+    stage: int,
+    group: DispatchGroup,
+    phase: str,
+    calls: int,
+    size: int,
+    formula: str,
+) -> list[CommOp]:
+    """A flat NCCL all-to-all of `size` bytes per rank over the dispatcher's group, as the bytes
+    cross the fabric. Within one domain, or with one member per domain, it is one op on the
+    group's tier. Otherwise each rank keeps 1/n of its buffer, sends (g − 1)/n to the other
+    members of its domain over NVLink and (n − g)/n to the members in other domains over the
+    network: an all-to-all of the whole buffer over the N = n/g ep_peers ((N − 1)/N = (n − g)/n
+    of it crosses) and one of its 1/N share for the own domain over the g ep_domain members
+    ((g − 1)/g of it moves). NCCL sends the cross-domain chunks through the NVLink peer on the
+    destination's rail (PXN), which is what an exchange among the peers moves; the network
+    part keeps the latency of the flat call, ⌈(n − 1)/8⌉ rounds (`all_to_all_rounds`)."""
+    n, g = group.size, group.per_domain
+    if not group.split:
+        return [op_maker(stage, group.kind, n, group.link)(
+            Collective.ALL_TO_ALL, phase, calls, size, formula)]
+    domains = group.domains
+    return [
+        CommOp(
+            stage=stage, group=GroupKind.EP_PEERS, op=Collective.ALL_TO_ALL,
+            phase=phase + ", the (n − g)/n to other NVLink domains", group_size=domains,
+            calls=calls, buffer_bytes=size, link=group.peers_link,
+            formula=formula + f"; (N − 1)/N of it to the N = {domains} domains' peers",
+            rounds=all_to_all_rounds(n),
         ),
-        op(
-            Collective.ALL_TO_ALL,
-            "EP all-to-all combine of the expert outputs (forward; its gradient in backward)",
-            forward + backward,
-            dispatch_bytes(job),
-            "1 per MoE layer per micro-batch each way, T·k rows of h·β_a",
-        ),
-        op(
-            Collective.ALL_TO_ALL,
-            "EP all-to-all of the routing probabilities (forward; their gradient in backward)",
-            forward + backward,
-            probs_bytes(job),
-            "1 per MoE layer per micro-batch each way, T·k probabilities of β_a",
+        CommOp(
+            stage=stage, group=GroupKind.EP_DOMAIN, op=Collective.ALL_TO_ALL,
+            phase=phase + ", the (g − 1)/n within the NVLink domain", group_size=g,
+            calls=calls, buffer_bytes=-(-size // domains),
+            link=job.cluster.fabric.innermost.name,
+            formula=formula + f"; its 1/N for the own domain over its g = {g} members",
         ),
     ]
-    # With ETP > 1 the counts go over the tp_ep group (ETP·EP ranks), which the plan does not
-    # list as a group kind; that small latency-bound call is not counted then.
+
+
+def _ep_ops(job: Plannable, stage: int) -> list[CommOp]:
+    """The expert exchanges of `stage` as `parallelism.expert_dispatcher` runs them."""
+    forward, backward = moe_passes(job, stage)
+    lay = job.layout
+    if forward == 0 or lay.ep * lay.et == 1:
+        return []
+    if lay.dispatcher == "alltoall":
+        return _alltoall_ops(job, stage, forward, backward) + _etp_ops(job, stage)
+    if lay.dispatcher == "allgather":
+        return _allgather_ops(job, stage, forward, backward)
+    return _flex_ops(job, stage, forward, backward)
+
+
+def _alltoall_ops(job: Plannable, stage: int, forward: int, backward: int) -> list[CommOp]:
+    """Megatron-Core's MoEAlltoAllTokenDispatcher: tokens and probabilities out
+    (token_dispatch), outputs back (token_combine); each one's gradient takes the opposite
+    exchange in backward. And the token counts gathered over tp_ep before them."""
+    lay = job.layout
+    if lay.ep == 1:
+        return []
+    group = dispatch_group(job)
+    redo = backward - forward  # forward runs again inside backward
+    ops = exchange_ops(
+        job, stage, group,
+        "EP all-to-all dispatch of the routed tokens (forward; its gradient in backward)",
+        forward + backward, dispatch_bytes(job),
+        "1 per MoE layer per micro-batch each way, T·k rows of h·β_a (T = b·s/c/t)",
+    )
+    ops += exchange_ops(
+        job, stage, group,
+        "EP all-to-all combine of the expert outputs (forward; its gradient in backward)",
+        forward + backward, dispatch_bytes(job),
+        "1 per MoE layer per micro-batch each way, T·k rows of h·β_a",
+    )
+    ops += exchange_ops(
+        job, stage, group,
+        "EP all-to-all of the routing probabilities (forward; their gradient in backward)",
+        forward + backward, probs_bytes(job),
+        "1 per MoE layer per micro-batch each way, T·k probabilities of β_a",
+    )
+    # With ETP > 1 the counts go over the tp_ep group (ETP·EP ranks), which the plan lists only
+    # for the allgather and flex dispatchers; that small latency-bound call is not counted then.
     if lay.et == 1:
         ops.append(
-            op(
+            op_maker(stage, GroupKind.EP, lay.ep, group.link)(
                 Collective.ALL_GATHER,
                 "EP all-gather of the tokens per expert (dispatch metadata, forward)",
                 forward + redo,
@@ -752,6 +913,204 @@ def _ep_ops(job: Plannable, stage: int) -> list[CommOp]:
             )
         )
     return ops
+
+
+def _allgather_ops(job: Plannable, stage: int, forward: int, backward: int) -> list[CommOp]:
+    """Megatron-Core's MoEAllGatherTokenDispatcher (token_dispatcher.py, megatron-core 0.19.2):
+    token_dispatch gathers every rank's routing map ([T, E] booleans), probabilities ([T, E],
+    the router's dtype) and hidden states ([T, h]) over tp_ep (n = ETP·EP ranks), each rank
+    computes its local experts on the tokens routed to them, and token_combine reduce-scatters
+    the [n·T, h] outputs (in the probabilities' dtype) back. In backward the hidden states'
+    gather becomes a reduce-scatter of their gradient and the outputs' reduce-scatter a gather;
+    the probabilities' gather a reduce-scatter. The routing map carries no gradient."""
+    group = dispatch_group(job)
+    n, redo = group.size, backward - forward
+    moe = job.model.moe
+    assert moe is not None
+    rows, probs = allgather_rows_bytes(job), allgather_probs_bytes(job)
+    op = op_maker(stage, group.kind, n, group.link)
+    return [
+        op(Collective.ALL_GATHER,
+           "allgather dispatcher: all-gather of the tokens over tp_ep (forward; the combine's "
+           "gradient in backward)", forward + backward, rows,
+           "1 per MoE layer per micro-batch each way, gathered n·T rows of h·β_a (n = ETP·EP)"),
+        op(Collective.REDUCE_SCATTER,
+           "allgather dispatcher: reduce-scatter of the expert outputs (forward; the dispatch's "
+           "gradient in backward)", forward + backward, rows,
+           "1 per MoE layer per micro-batch each way, n·T rows of h·β_a before scattering"),
+        op(Collective.ALL_GATHER,
+           "allgather dispatcher: all-gather of the routing probabilities (forward)",
+           forward + redo, probs,
+           "1 per MoE layer per forward, gathered n·T rows of E probabilities of β_a"),
+        op(Collective.REDUCE_SCATTER,
+           "allgather dispatcher: reduce-scatter of the probabilities' gradient (backward)",
+           forward, probs,
+           "1 per MoE layer per micro-batch, n·T rows of E probabilities before scattering"),
+        op(Collective.ALL_GATHER,
+           "allgather dispatcher: all-gather of the routing map (forward)",
+           forward + redo, n * moe_tokens(job) * moe.E * ROUTING_MAP_BYTES,
+           "1 per MoE layer per forward, gathered n·T rows of E booleans"),
+    ]
+
+
+# Bytes of one entry of a routing map (torch.bool).
+ROUTING_MAP_BYTES = 1
+
+
+def allgather_rows_bytes(job: Plannable) -> int:
+    """n·T·h·β_a: the allgather dispatcher's gathered hidden states (and scattered outputs) on a
+    rank, n = ETP·EP the tp_ep group."""
+    return dispatch_group(job).size * moe_tokens(job) * job.model.h * activation_bytes(job)
+
+
+def allgather_probs_bytes(job: Plannable) -> int:
+    """n·T·E·β_a: the allgather dispatcher's gathered routing probabilities ([T, E] per rank,
+    the router's dtype: the activations' without --moe-router-dtype)."""
+    moe = job.model.moe
+    E = 0 if moe is None else moe.E
+    return dispatch_group(job).size * moe_tokens(job) * E * activation_bytes(job)
+
+
+def routing_of(job: Plannable) -> Routing:
+    """The router's choice as `planc.comm.dispatch` models it: k of E experts, from k_G of G
+    groups under group-limited routing, or round robin (training.expert_routing)."""
+    moe = job.model.moe
+    assert moe is not None
+    if job.training.expert_routing == "round_robin":
+        return Routing(moe.E, moe.k, round_robin=True)
+    if moe.groups is None or moe.group_k is None:
+        return Routing(moe.E, moe.k)
+    return Routing(moe.E, moe.k, moe.groups, moe.group_k)
+
+
+def ranks_reached(job: Plannable) -> Fraction:
+    """E[distinct ranks of the dispatcher's group a token reaches]: the EP ranks holding its
+    experts (blocks of E/EP, `blocks_reached`), each ETP times over tp_ep."""
+    lay = job.layout
+    routing = routing_of(job)
+    return blocks_reached(routing, routing.experts // lay.ep) * (
+        lay.et if dispatch_group(job).kind == GroupKind.TP_EP else 1
+    )
+
+
+def domains_reached(job: Plannable) -> Fraction:
+    """E[distinct NVLink domains of the dispatcher's group a token reaches]. The group lists its
+    members with the faster of tp and ep first (Megatron's tp_ep_group), so a domain of g
+    members holds a block of consecutive EP ranks, P of them, and each block sits in C domains:
+    tp faster, P = g/ETP and C = 1 (an expert's ETP ranks side by side), or, when an expert's
+    ETP ranks span several domains (g < ETP), C = ETP/g domains per EP rank; ep faster,
+    P = min(g, EP) and C = N·P/EP (the ETP copies of a block in different domains). A token
+    reaches E[blocks of P·E/EP experts] blocks (`blocks_reached`), each in C domains."""
+    group = dispatch_group(job)
+    lay, routing = job.layout, routing_of(job)
+    g = group.per_domain
+    per_rank = routing.experts // lay.ep
+    if group.kind != GroupKind.TP_EP:
+        return blocks_reached(routing, g * per_rank)
+    et = lay.et
+    if lay.expert_order.index("ep") < lay.expert_order.index("tp"):  # ep faster
+        held = min(g, lay.ep)
+        return blocks_reached(routing, held * per_rank) * Fraction(group.domains * held, lay.ep)
+    if g >= et:
+        return blocks_reached(routing, g // et * per_rank)
+    return blocks_reached(routing, per_rank) * Fraction(et, g)
+
+
+def rows_bytes(tokens: int, reached: Fraction, row: int) -> int:
+    """⌈T·E[reached]·row⌉: the bytes of T tokens sent once to each block they reach."""
+    return -(-(tokens * reached.numerator * row) // reached.denominator)
+
+
+def flex_rows(job: Plannable) -> tuple[int, int]:
+    """(dispatch, combine) bytes of one token row under the flex dispatcher's backend:
+    DeepEP's records with the token's k indices and weights (k = ETP·top_k over tp_ep, as
+    MoEFlexTokenDispatcher passes them), or HybridEP's with the destination domain's float32
+    probabilities; the hidden state h·β_a in BF16 either way (megatron-core 0.19.2 hands both
+    backends the BF16 hidden states; HybridEP's FP8 dispatch is refused in
+    fused_a2a.init_hybrid_ep_buffer)."""
+    lay, moe = job.layout, job.model.moe
+    assert moe is not None
+    group = dispatch_group(job)
+    et = lay.et if group.kind == GroupKind.TP_EP else 1
+    hidden = job.model.h * activation_bytes(job)
+    if lay.dispatcher == "deepep":
+        k = et * moe.k
+        return deepep_dispatch_row_bytes(hidden, k), deepep_combine_row_bytes(hidden, k)
+    domain_experts = et * moe.E // group.domains
+    return hybridep_dispatch_row_bytes(hidden, domain_experts), hybridep_combine_row_bytes(hidden)
+
+
+def flex_parts(
+    job: Plannable, stage: int, phase: str, calls: int, row: int, kernel: str
+) -> list[CommOp]:
+    """One flex exchange (a dispatch or a combine) of rows of `row` bytes as it crosses the
+    fabric: across NVLink domains, T·E[domains reached] rows over the ep_peers
+    (`domains_reached`), and inside them T·E[ranks reached] rows over the ep_domain members
+    (`ranks_reached`); a group inside one domain, or with one member per domain, sends
+    T·E[ranks reached] rows over itself. The kernels run both parts at once (HybridEP guide §8:
+    the RDMA warp group and the NVLink warp groups pipeline; DeepEP's forwarders likewise), so
+    an exchange takes the longer of them. `kernel` names the kernel (DeepEP's or HybridEP's
+    dispatch or combine) whose measured throughput may bound each part on its link."""
+    group = dispatch_group(job)
+    T = moe_tokens(job)
+    if not group.split:
+        ops = [op_maker(stage, group.kind, group.size, group.link)(
+            Collective.ALL_TO_ALL, phase, calls, rows_bytes(T, ranks_reached(job), row),
+            f"1 per MoE layer per micro-batch each way, T·E[ranks reached] rows of {row} "
+            "bytes, one per destination rank")]
+    else:
+        domains, g = group.domains, group.per_domain
+        ops = [
+            op_maker(stage, GroupKind.EP_PEERS, domains, group.peers_link)(
+                Collective.ALL_TO_ALL, phase + ", across NVLink domains", calls,
+                rows_bytes(T, domains_reached(job), row),
+                f"1 per MoE layer per micro-batch each way, T·E[domains reached] rows of {row} "
+                f"bytes, one per destination domain, over the N = {domains} domains' peers"),
+            op_maker(stage, GroupKind.EP_DOMAIN, g, job.cluster.fabric.innermost.name)(
+                Collective.ALL_TO_ALL, phase + ", forwarded within the NVLink domain", calls,
+                rows_bytes(T, ranks_reached(job), row),
+                f"1 per MoE layer per micro-batch each way, T·E[ranks reached] rows of {row} "
+                f"bytes, one per destination rank, over the domain's g = {g} members"),
+        ]
+    return [replace(op, kernel=kernel) for op in ops]
+
+
+def routing_map_gather(job: Plannable, stage: int, calls: int) -> list[CommOp]:
+    """HybridEP's metadata: before each dispatch across NVLink domains it all-gathers the
+    group's routing maps, n·T rows of ETP·E booleans, over NCCL (executor.cu
+    allgather_routing_map: 'At inter-node case, we will use NCCL allgather'). None for DeepEP
+    (its notify_dispatch exchanges per-rank and per-expert counts only, not counted) or within
+    one domain (HybridEP's own intra-node gather)."""
+    group = dispatch_group(job)
+    moe = job.model.moe
+    if job.layout.dispatcher != "hybridep" or group.domains == 1 or moe is None:
+        return []
+    et = job.layout.et if group.kind == GroupKind.TP_EP else 1
+    return [op_maker(stage, group.kind, group.size, group.link)(
+        Collective.ALL_GATHER, "HybridEP all-gather of the routing maps (forward)", calls,
+        group.size * moe_tokens(job) * et * moe.E * ROUTING_MAP_BYTES,
+        "1 per MoE layer per forward, gathered n·T rows of ETP·E booleans")]
+
+
+def _flex_ops(job: Plannable, stage: int, forward: int, backward: int) -> list[CommOp]:
+    """Megatron-Core's MoEFlexTokenDispatcher with the DeepEP or HybridEP backend
+    (token_dispatcher.py _DeepepManager, _HybridEPManager; fused_a2a.py, megatron-core 0.19.2):
+    per MoE layer per micro-batch a token goes once to each NVLink domain and once to each rank
+    holding one of its experts (`flex_parts`, with planc.comm.dispatch's routing model); the
+    combine returns the same rows, reduced in the domain before they cross (HybridEP guide
+    §8.2; DeepEP's combine mirrors its dispatch). In backward each runs the other way
+    (fused_a2a FusedDispatch.backward is a combine, FusedCombine.backward a dispatch). HybridEP
+    gathers the routing maps first (`routing_map_gather`)."""
+    dispatch_row, combine_row = flex_rows(job)
+    backend = job.layout.dispatcher
+    name = "DeepEP" if backend == "deepep" else "HybridEP"
+    calls = forward + backward
+    ops = flex_parts(job, stage, f"EP {name} dispatch of the routed tokens (forward; the "
+                     "combine's gradient in backward)", calls, dispatch_row, f"{backend}_dispatch")
+    ops += flex_parts(job, stage, f"EP {name} combine of the expert outputs (forward; the "
+                      "dispatch's gradient in backward)", calls, combine_row, f"{backend}_combine")
+    redo = backward - forward  # forward runs again inside backward
+    return ops + routing_map_gather(job, stage, forward + redo)
 
 
 def _etp_ops(job: Plannable, stage: int) -> list[CommOp]:
@@ -962,7 +1321,6 @@ def schedule(
         ops += _tp_ops(job, stage)
         ops += _cp_ops(job, stage, layers)
         ops += _ep_ops(job, stage)
-        ops += _etp_ops(job, stage)
         ops += _pp_ops(job, stage)
         dense_q, expert_q = quantized_by_stage[stage] if quantized_by_stage else (0, 0)
         ops += _dp_ops(job, stage, params_by_stage[stage], dense_q)
@@ -989,6 +1347,8 @@ def op_record(op: CommOp, seconds: float) -> dict[str, object]:
     }
     if op.direction is not None:
         record["direction"] = op.direction.value
+    if op.kernel is not None:
+        record["kernel"] = op.kernel
     return record
 
 

@@ -358,7 +358,7 @@ def megatron_moe_arguments(plan: Plan) -> list[str]:
         f"--moe-ffn-hidden-size {moe.f_e}",
         f"--expert-model-parallel-size {lay.ep}",
         f"--expert-tensor-parallel-size {lay.et}",
-        "--moe-token-dispatcher-type alltoall",
+        *megatron_dispatcher_arguments(plan),
     ]
     if moe.first_dense or moe.offset:
         pattern = ",".join(str(int(moe.is_moe_layer(i))) for i in range(mod.L))
@@ -387,6 +387,23 @@ def megatron_moe_arguments(plan: Plan) -> list[str]:
     if moe.scaling is not None:
         args.append(f"--moe-router-topk-scaling-factor {moe.scaling!r}")
     return args
+
+
+def megatron_dispatcher_arguments(plan: Plan) -> list[str]:
+    """parallelism.expert_dispatcher as Megatron-LM's flags: --moe-token-dispatcher-type
+    alltoall or allgather, or flex with --moe-flex-dispatcher-backend deepep or hybridep
+    (TransformerConfig moe_token_dispatcher_type, moe_flex_dispatcher_backend, megatron-core
+    0.19.2). Under flex also --moe-router-dtype fp32: both backends take float32 routing
+    probabilities and upcast others with a warning (token_dispatcher.py _DeepepManager.dispatch,
+    _HybridEPManager.dispatch: 'please set --moe-router-dtype=fp32')."""
+    dispatcher = plan.job.layout.dispatcher
+    if dispatcher in ("alltoall", "allgather"):
+        return [f"--moe-token-dispatcher-type {dispatcher}"]
+    return [
+        "--moe-token-dispatcher-type flex",
+        f"--moe-flex-dispatcher-backend {dispatcher}",
+        "--moe-router-dtype fp32",
+    ]
 
 
 def megatron_files(plan: Plan) -> Files:
@@ -711,14 +728,24 @@ def torchtitan_fp8_notes(plan: Plan) -> list[str]:
 def _torchtitan_expert_notes(plan: Plan, dp_shard: int) -> list[str]:
     """What torchtitan 0.3.0 runs differently from the plan's experts: it has no expert tensor
     parallelism (ETP was deprecated, pytorch/torchtitan #3167: experts are whole on each EP
-    rank) and carves EP out of dp_shard·cp·tp, which EP must divide (configs.py
-    ParallelismConfig.expert_parallel_degree; distributed/parallel_dims.py)."""
+    rank), carves EP out of dp_shard·cp·tp, which EP must divide (configs.py
+    ParallelismConfig.expert_parallel_degree; distributed/parallel_dims.py), and takes a DeepEP
+    or HybridEP dispatcher from how the model config was built, not from a setting."""
     lay = plan.job.layout
     notes = []
     if lay.et != 1:
         notes.append(
             f"expert_tensor {lay.et}: torchtitan 0.3.0 has no expert tensor parallelism (each "
             "expert is whole on its expert-parallel rank), so its experts are not split"
+        )
+    if lay.dispatcher in ("deepep", "hybridep"):
+        notes.append(
+            f"expert_dispatcher {lay.dispatcher}: torchtitan 0.3.0 picks its token dispatcher "
+            "when the model config is built, from the model registry's moe_comm_backend (e.g. "
+            f"torchtitan.models.qwen3.model_registry(flavor, moe_comm_backend='{lay.dispatcher}'"
+            "), through models/common/config_utils.py make_token_dispatcher_config); the "
+            "registered configs use 'standard' (all-to-all), so set PLANC_TORCHTITAN_BASE to a "
+            f"config built with moe_comm_backend='{lay.dispatcher}'"
         )
     region = dp_shard * lay.c * lay.t
     if region % lay.ep:

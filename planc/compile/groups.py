@@ -116,6 +116,12 @@ class Groups:
     ep: Ranks | None = None  # expert-parallel: the all-to-all of token dispatch and combine
     etp: Ranks | None = None  # expert tensor-parallel
     edp: Ranks | None = None  # expert data-parallel: expert gradients and optimizer state
+    # The dispatcher's group and its NVLink-domain slices (`planc.comm.schedule.dispatch_group`):
+    # tp_ep when the allgather or flex dispatcher runs with ETP > 1; ep_domain and ep_peers when
+    # the group spans several domains with several members in each.
+    tp_ep: Ranks | None = None
+    ep_domain: Ranks | None = None
+    ep_peers: Ranks | None = None
 
     def items(self) -> Iterator[tuple[str, Ranks]]:
         for field in fields(self):
@@ -124,11 +130,32 @@ class Groups:
                 yield field.name, ranks
 
 
+def dispatch_groups(experts: Grid, over_tp: bool, per_domain: int) -> dict[str, Ranks]:
+    """The dispatcher's groups beyond ep: tp_ep (the expert grid's tp × ep groups, tp fastest as
+    Megatron lists tp_ep_group) when it runs over them, and when its group spans several NVLink
+    domains with `per_domain` = g members in each (1 < g < n), each group cut into its
+    contiguous slices of g (ep_domain, the members inside one domain) and the members at the
+    same place of every slice (ep_peers), as `shard_groups` cuts dp_cp."""
+    out: dict[str, Ranks] = {}
+    group = orthogonal_groups(experts, ("tp", "ep")) if over_tp else orthogonal_groups(
+        experts, ("ep",)
+    )
+    if over_tp:
+        out["tp_ep"] = group
+    if 1 < per_domain < group.shape[1]:
+        out["ep_domain"], out["ep_peers"] = shard_groups(group, per_domain)
+    return out
+
+
 def process_groups(
-    grid: Grid, data_shard: int | None = None, experts: Grid | None = None
+    grid: Grid,
+    data_shard: int | None = None,
+    experts: Grid | None = None,
+    dispatch: tuple[bool, int] | None = None,
 ) -> Groups:
     """Every group kind of `grid`; ZeRO/FSDP shard over `data_shard` ranks (default d·c); the
-    ep, etp and edp groups of the expert grid `experts` when the model has experts."""
+    ep, etp and edp groups of the expert grid `experts` when the model has experts, and
+    `dispatch_groups` for `dispatch` = (over tp × ep, members per NVLink domain)."""
     pp = orthogonal_groups(grid, ("pp",))
     dp_cp = orthogonal_groups(grid, ("dp", "cp"))
     dp_shard, dp_replicate = shard_groups(dp_cp, data_shard or dp_cp.shape[1])
@@ -137,6 +164,8 @@ def process_groups(
         if experts is not None
         else {}
     )
+    if experts is not None and dispatch is not None:
+        expert |= dispatch_groups(experts, *dispatch)
     return Groups(
         tp=orthogonal_groups(grid, ("tp",)),
         cp=orthogonal_groups(grid, ("cp",)),

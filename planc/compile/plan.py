@@ -22,6 +22,7 @@ from planc.comm.schedule import (
     WireBudget,
     activation_bytes,
     cp_a2a_size,
+    dispatch_group,
     grad_bytes,
     op_record,
 )
@@ -35,6 +36,7 @@ from planc.pipeline.registry import FLUSH_ORDER, bubble_fraction, definition, pa
 from planc.plannable import LayerRange, Plannable
 from planc.record import record
 from planc.spec.fabric import Tier
+from planc.vocab import GroupKind
 
 PLAN_FORMAT = "planc-plan"
 COORDS_FORMAT = "planc-coords"
@@ -174,6 +176,16 @@ def _summary(
     )
 
 
+def _dispatch(job: Plannable) -> tuple[bool, int] | None:
+    """(over tp × ep, members per NVLink domain) of the MoE dispatcher's group, for the groups
+    it lists beyond ep (`planc.compile.groups.dispatch_groups`); None without an exchange."""
+    lay = job.layout
+    if job.model.moe is None or lay.ep * lay.et == 1:
+        return None
+    group = dispatch_group(job)
+    return group.kind == GroupKind.TP_EP, group.per_domain
+
+
 def compile_job(analysis: Analysis, findings: tuple[Finding, ...] = ()) -> Plan:
     """Lay out every rank of an analysed job. `findings` are the error findings of a forced
     compile, recorded in the plan."""
@@ -181,7 +193,7 @@ def compile_job(analysis: Analysis, findings: tuple[Finding, ...] = ()) -> Plan:
     grid = grid_of(job.layout)
     placement = place(grid, job.cluster.gpus_per_node, job.cluster.nvlink_domain)
     experts = expert_grid(job.layout) if job.model.moe is not None else None
-    groups = process_groups(grid, job.layout.shard_group, experts)
+    groups = process_groups(grid, job.layout.shard_group, experts, _dispatch(job))
     shard = index_in_group(groups.dp_shard, grid.world)
     table = _memory_table(job, groups.dp_shard.shape[1])
     return Plan(
@@ -232,6 +244,8 @@ def layout_record(plan: Plan) -> dict[str, object]:
         record["expert"] = {
             "order": list(lay.expert_order),
             "degrees": dict(lay.expert_degrees),
+            # parallelism.expert_dispatcher: what verify recomputes the exchanges from.
+            "dispatcher": lay.dispatcher,
         }
     return record
 
@@ -291,6 +305,10 @@ def _experts_record(plan: Plan) -> dict[str, object]:
     }
     if moe.offset:  # written when set, as mtp_layers: plans of other models keep their bytes
         moe_record["layer_offset"] = moe.offset
+    if moe.groups is not None and moe.group_k is not None:
+        # Group-limited routing: the flex dispatchers' bytes follow from it.
+        moe_record["router_groups"] = moe.groups
+        moe_record["router_group_top_k"] = moe.group_k
     record["moe"] = moe_record
     return record
 
@@ -310,6 +328,8 @@ def training_record(plan: Plan) -> dict[str, object]:
         "recompute": tr.recompute,
         "attention": tr.attention,
         "framework": tr.framework,
+        # written when not the default, as layer_offset: plans of other runs keep their bytes
+        **({"expert_routing": tr.expert_routing} if tr.expert_routing != "uniform" else {}),
         **quantized_record(plan),
     }
 

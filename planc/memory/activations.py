@@ -49,6 +49,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from planc.comm import context
+from planc.comm.schedule import allgather_rows_bytes
 from planc.dims import RankDims, bf16_ranges, padded_vocab, rank_dims
 from planc.memory.terms import Term, quantized_bytes
 from planc.pipeline import registry
@@ -1370,6 +1371,19 @@ def stage_activation_terms(
                 if y.exchanged
                 else f"{y.e}·h·S",
                 MOE_DISPATCHER,
+            )
+        )
+    if y is not None and has_moe and lay.dispatcher == "allgather" and y.exchanged:
+        gathered = allgather_rows_bytes(job)
+        buffers.append(
+            Term(
+                "allgather dispatcher's gathered tokens (transient)",
+                "buffers",
+                gathered,
+                f"{y.e}·n·{y.tok}·h, n = ETP·EP",
+                "Megatron-Core MoEAllGatherTokenDispatcher.token_dispatch: the hidden states of "
+                "every tp_ep rank gathered into the global memory buffer (use_global_buffer), "
+                "megatron-core 0.19.2",
             )
         )
     buffers += _cp_buffers(job, x.e)

@@ -305,15 +305,18 @@ def _expert_line(ex: Explanation) -> list[str]:
     if ex.analysis.plan.model.moe is None:
         return []
     share = step.ep_comm_s / step.step_time_s if step.step_time_s else 0.0
+    dispatcher = ex.analysis.plan.layout.dispatcher
     if step.ep_hidden_s > 0:
         return [
             f"  expert all-to-all:  {step.ep_comm_s:8.2f} s ({share:5.1%})  "
-            f"inside compute: EP dispatch and combine left exposed; {step.ep_hidden_s:.2f} s "
-            "more hidden behind the paired forward or backward"
+            f"inside compute: EP dispatch and combine ({dispatcher} dispatcher) left exposed; "
+            f"{step.ep_hidden_s:.2f} s more hidden behind the paired forward or backward"
         ]
+    gathers = "; and ETP gathers" if dispatcher == "alltoall" else ""
     return [
         f"  expert all-to-all:  {step.ep_comm_s:8.2f} s ({share:5.1%})  "
-        "inside compute: EP dispatch and combine (and ETP gathers), not overlapped"
+        f"inside compute: EP dispatch and combine ({dispatcher} dispatcher{gathers}), "
+        "not overlapped"
     ]
 
 

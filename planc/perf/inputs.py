@@ -33,16 +33,25 @@ from dataclasses import replace
 from planc.comm.context import exposed_per_layer
 from planc.comm.cost import ring_steps, wire_bytes
 from planc.comm.schedule import (
+    ROUTING_MAP_BYTES,
     CommOp,
     activation_message_bytes,
+    allgather_probs_bytes,
+    allgather_rows_bytes,
     dispatch_bytes,
+    dispatch_group,
+    exchange_ops,
     expert_link,
+    flex_parts,
+    flex_rows,
     grad_bytes,
     latent_message_bytes,
     latent_parts,
+    moe_tokens,
     param_bytes,
     probs_bytes,
     ring_rails,
+    routing_map_gather,
     sharding_stage,
     token_count_bytes,
 )
@@ -249,6 +258,8 @@ def comm_time_s(
     buffer_bytes: int,
     link: str,
     rails: int = 1,
+    steps: int | None = None,
+    kernel: str | None = None,
 ) -> float:
     """One call on the fabric tier named `link`: steps·α + wire_bytes/b, b = β·e the bus
     bandwidth of a flat ring whose outermost tier is `link` (β the min over the tiers it crosses
@@ -256,7 +267,11 @@ def comm_time_s(
     the efficiency entry the tier names (nccl-tests PERFORMANCE.md bus bandwidth;
     `planc.presets.efficiency`). The entry's measured α wins over the tier's latency_us. A
     ring collective of a group with `rails` = g members per NVLink domain, on a tier beyond it,
-    runs at min(g·b, b_0) (`railed_ring_gbs`; b_0 the domain's own ring bandwidth)."""
+    runs at min(g·b, b_0) (`railed_ring_gbs`; b_0 the domain's own ring bandwidth). `steps`
+    replaces the collective's own latency-bound steps when given (`CommOp.rounds`). A flex
+    dispatcher's `kernel` with a measured throughput R on the tier (`LinkEfficiency.kernels`, GB/s
+    of rows counting the own domain's) runs at no more than R·(n − 1)/n on the wire, the
+    (n − 1)/n of its rows that leave (n the domains it exchanges between)."""
     fabric = job.cluster.fabric
     tier = fabric.tier(link)
     measured = eff.link(tier.efficiency)
@@ -266,7 +281,11 @@ def comm_time_s(
         inner = fabric.innermost
         domain = ring_bandwidth_gbs(fabric, inner.name) * eff.link(inner.efficiency).of(op)
         gbs = railed_ring_gbs(gbs, rails, domain)
-    return ring_steps(op, n) * alpha + wire_bytes(op, n, buffer_bytes) / (gbs * 1e9)
+    rate = measured.kernels.get(kernel) if kernel is not None else None
+    if rate is not None and n > 1:
+        gbs = min(gbs, rate * (n - 1) / n)
+    rounds = ring_steps(op, n) if steps is None else steps
+    return rounds * alpha + wire_bytes(op, n, buffer_bytes) / (gbs * 1e9)
 
 
 # The collectives NCCL runs as rings over every member (an all-to-all and a p2p send do not
@@ -277,7 +296,8 @@ RING_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 def _call_s(job: Plannable, eff: Efficiency, op: CommOp) -> float:
     rails = ring_rails(job, op.group)
     return comm_time_s(
-        job, eff, str(op.op), op.group_size, op.buffer_bytes, op.link, rails=rails
+        job, eff, str(op.op), op.group_size, op.buffer_bytes, op.link, rails=rails,
+        steps=op.rounds, kernel=op.kernel,
     )
 
 
@@ -322,15 +342,45 @@ class ExchangePerLayer:
     backward_s: float  # the gradients' exchanges, and the forward's again under full recompute
 
 
+def exchange_s(job: Plannable, eff: Efficiency, parts: Sequence[CommOp]) -> float:
+    """One expert exchange: the longest of its parts, which run at once (a flat all-to-all's
+    NVLink and network chunks, `exchange_ops`; a flex kernel's network and NVLink warps,
+    `flex_parts`). Seconds."""
+    return max((_call_s(job, eff, op) for op in parts), default=0.0)
+
+
+def _flat(job: Plannable, size: int) -> list[CommOp]:
+    """One flat all-to-all of `size` bytes over the alltoall dispatcher's group, as parts."""
+    return exchange_ops(job, 0, dispatch_group(job), "", 1, size, "")
+
+
+def _gathered(job: Plannable, eff: Efficiency, op: str, size: int) -> float:
+    """One collective of the allgather dispatcher (or HybridEP's metadata) over its group."""
+    group = dispatch_group(job)
+    return comm_time_s(job, eff, op, group.size, size, group.link)
+
+
 def dispatch_combine_s(job: Plannable, eff: Efficiency) -> float:
-    """One MoE layer's dispatch and combine all-to-all of the T·k·h·β_a rows over EP, forward,
-    per micro-batch: 2·(⌈(EP−1)/8⌉·α + (EP−1)/EP·T·k·h·β_a/(β·e)) on the ep groups' link
-    (`planc.comm.cost.all_to_all_rounds`)."""
+    """One MoE layer's dispatch and combine, forward, per micro-batch, as
+    `parallelism.expert_dispatcher` runs them: two flat all-to-alls of the T·k·h·β_a rows
+    (alltoall; each ⌈(n−1)/8⌉·α + its longest part, `exchange_s`), the all-gather of the
+    n·T hidden states and the reduce-scatter of the outputs (allgather), or the flex kernels'
+    dispatch and combine rows (deepep, hybridep; `flex_parts`). Seconds."""
     lay = job.layout
-    if job.model.moe is None or lay.ep == 1:
+    if job.model.moe is None or lay.ep * lay.et == 1:
         return 0.0
-    link = str(expert_link(job, Axis.EP))
-    return 2 * comm_time_s(job, eff, "all_to_all", lay.ep, dispatch_bytes(job), link)
+    if lay.dispatcher == "alltoall":
+        return 0.0 if lay.ep == 1 else 2 * exchange_s(job, eff, _flat(job, dispatch_bytes(job)))
+    if lay.dispatcher == "allgather":
+        rows = allgather_rows_bytes(job)
+        return _gathered(job, eff, "all_gather", rows) + _gathered(
+            job, eff, "reduce_scatter", rows
+        )
+    dispatch_row, combine_row = flex_rows(job)
+    backend = lay.dispatcher
+    return exchange_s(
+        job, eff, flex_parts(job, 0, "", 1, dispatch_row, f"{backend}_dispatch")
+    ) + exchange_s(job, eff, flex_parts(job, 0, "", 1, combine_row, f"{backend}_combine"))
 
 
 def expert_compute_s(job: Plannable, eff: Efficiency) -> float:
@@ -349,30 +399,53 @@ def expert_compute_s(job: Plannable, eff: Efficiency) -> float:
 
 
 def ep_per_layer(job: Plannable, eff: Efficiency) -> ExchangePerLayer:
-    """The exchanges of one MoE layer per micro-batch (Megatron-Core
-    MoEAlltoAllTokenDispatcher), priced on their links:
+    """The exchanges of one MoE layer per micro-batch as `parallelism.expert_dispatcher` runs
+    them, priced on their links (sizes are the schedule's, `planc.comm.schedule`):
 
-    forward  = a2a(T·k·h·β) dispatch + a2a(T·k·β) probabilities + AG(token counts)
-               + [ETP > 1] AG(ETP·T·k·h·β) + AG(ETP·T·k·β) + RS(ETP·T·k·h·β)
-               + a2a(T·k·h·β) combine
-    backward = the gradient of each: a2a × 3, [ETP > 1] RS(tokens) + RS(probabilities) +
-               AG(outputs); under full recompute the forward once more.
-
-    Sizes are the schedule's (`planc.comm.schedule`); the token-count gather is counted when the
-    schedule lists it (ETP = 1, where tp_ep is the ep group).
+    alltoall (MoEAlltoAllTokenDispatcher):
+      forward  = a2a(T·k·h·β) dispatch + a2a(T·k·β) probabilities + AG(token counts)
+                 + [ETP > 1] AG(ETP·T·k·h·β) + AG(ETP·T·k·β) + RS(ETP·T·k·h·β)
+                 + a2a(T·k·h·β) combine
+      backward = the gradient of each: a2a × 3, [ETP > 1] RS(tokens) + RS(probabilities) +
+                 AG(outputs); each a2a the longest of its parts (`exchange_s`), the token-count
+                 gather counted when the schedule lists it (ETP = 1).
+    allgather (MoEAllGatherTokenDispatcher), over tp_ep of n = ETP·EP:
+      forward  = AG(n·T·h·β) + AG(n·T·E·β) probabilities + AG(n·T·E) routing map + RS(n·T·h·β)
+      backward = RS(n·T·h·β) + AG(n·T·h·β) + RS(n·T·E·β)
+    deepep, hybridep (MoEFlexTokenDispatcher):
+      forward  = dispatch + combine (`flex_parts`, each the longer of its network and NVLink
+                 parts) + [HybridEP across domains] AG(n·T·ETP·E) routing maps
+      backward = dispatch + combine the other way.
+    Under full recompute backward runs the forward once more.
     """
     lay = job.layout
-    if job.model.moe is None:
+    if job.model.moe is None or lay.ep * lay.et == 1:
         return ExchangePerLayer(0.0, 0.0)
+    if lay.dispatcher == "alltoall":
+        forward, backward = _alltoall_per_layer(job, eff)
+    elif lay.dispatcher == "allgather":
+        forward, backward = _allgather_per_layer(job, eff)
+    else:
+        exchange = dispatch_combine_s(job, eff)
+        metadata = routing_map_gather(job, 0, 1)
+        forward = exchange + sum(_call_s(job, eff, op) for op in metadata)
+        backward = exchange
+    if job.training.recompute == "full":
+        backward += forward
+    return ExchangePerLayer(forward, backward)
+
+
+def _alltoall_per_layer(job: Plannable, eff: Efficiency) -> tuple[float, float]:
+    """(forward, backward) seconds of the alltoall dispatcher's exchanges (`ep_per_layer`)."""
+    lay = job.layout
     tokens, probs = dispatch_bytes(job), probs_bytes(job)
     forward = backward = 0.0
     if lay.ep > 1:
-        link = str(expert_link(job, Axis.EP))
-        exchange = dispatch_combine_s(job, eff)
-        exchange += comm_time_s(job, eff, "all_to_all", lay.ep, probs, link)
+        exchange = dispatch_combine_s(job, eff) + exchange_s(job, eff, _flat(job, probs))
         forward += exchange
         backward += exchange
         if lay.et == 1:
+            link = str(expert_link(job, Axis.EP))
             forward += comm_time_s(job, eff, "all_gather", lay.ep, token_count_bytes(job), link)
     if lay.et > 1:
         link = str(expert_link(job, Axis.TP))
@@ -382,9 +455,22 @@ def ep_per_layer(job: Plannable, eff: Efficiency) -> ExchangePerLayer:
         forward += gather + scatter + comm_time_s(job, eff, "all_gather", lay.et, small, link)
         backward += gather + scatter
         backward += comm_time_s(job, eff, "reduce_scatter", lay.et, small, link)
-    if job.training.recompute == "full":
-        backward += forward
-    return ExchangePerLayer(forward, backward)
+    return forward, backward
+
+
+def _allgather_per_layer(job: Plannable, eff: Efficiency) -> tuple[float, float]:
+    """(forward, backward) seconds of the allgather dispatcher's collectives (`ep_per_layer`)."""
+    rows, probs, routing = allgather_rows_bytes(job), allgather_probs_bytes(job), 0
+    moe = job.model.moe
+    if moe is not None:
+        routing = dispatch_group(job).size * moe_tokens(job) * moe.E * ROUTING_MAP_BYTES
+    gather, scatter = _gathered(job, eff, "all_gather", rows), _gathered(
+        job, eff, "reduce_scatter", rows
+    )
+    forward = gather + scatter + _gathered(job, eff, "all_gather", probs)
+    forward += _gathered(job, eff, "all_gather", routing)
+    backward = gather + scatter + _gathered(job, eff, "reduce_scatter", probs)
+    return forward, backward
 
 
 def _tp_mlp(job: Plannable, moe_layer: bool) -> OpShape | None:

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, field, replace
 from functools import cache
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 from planc.bounded import read_text, strict_json
 from planc.record import record
@@ -45,6 +45,8 @@ from planc.vocab import DType
 # A plain path beside this module: pathlib costs an import at `planc check` start-up.
 PRESETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "efficiency.json")
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "send_recv", "all_to_all")
+# The expert-dispatch kernels whose own throughput a link entry may cap (`LinkEfficiency.kernels`).
+EXPERT_KERNELS = ("deepep_dispatch", "deepep_combine", "hybridep_dispatch", "hybridep_combine")
 LINKS = ("nvlink", "network")
 
 
@@ -104,6 +106,10 @@ class LinkEfficiency:
     send_recv: float
     processor_usage: float  # fraction of compute lost while a collective overlaps it
     all_to_all: float
+    # Measured throughput of the flex dispatcher's kernels on this link, GB/s of rows per
+    # destination domain counting the own domain (DeepEP's and HybridEP's "logical" bandwidth);
+    # absent: only the link's all-to-all efficiency bounds them.
+    kernels: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
     def of(self, op: str) -> float:
         """The efficiency of collective `op` (all_reduce, reduce_scatter, all_gather, send_recv,
@@ -153,7 +159,8 @@ class Efficiency:
         return replace(self, gemm=replace(self.gemm, **changes))
 
     def with_link(self, name: str, **changes: float) -> Efficiency:
-        link = replace(self.link(name), **changes)
+        # Only the float fields: a link's kernel table is not a calibrated number.
+        link: LinkEfficiency = replace(self.link(name), **cast(dict[str, Any], changes))
         return replace(self, nvlink=link) if name == "nvlink" else replace(self, network=link)
 
 
@@ -169,6 +176,7 @@ _HALF_DIM = (0.0, 1e7, True)  # a matrix dimension, bounded as model dimensions 
 _HALF_BYTES = (0.0, 1e15, True)  # bytes: a petabyte
 _TFLOPS = (0.0, 1e6, False)  # a GPU's vector peak: an exaFLOP per second
 _LATENCY_US = (0.0, 1e7, True)  # microseconds per ring step: ten seconds
+_GBS = (0.0, 1e6, False)  # a kernel's throughput, GB/s: a petabyte per second
 _MAX_SOURCE = 10_000  # characters of a `source` note
 
 
@@ -220,8 +228,22 @@ def _only(data: Mapping[str, Any], where: str, keys: tuple[str, ...]) -> None:
         raise ValueError(f"{where}.source must be a string of at most {_MAX_SOURCE:,} characters")
 
 
+def _kernels(link: Mapping[str, Any], where: str) -> Mapping[str, float]:
+    """A link's optional `kernels`: GB/s per expert-dispatch kernel (EXPERT_KERNELS)."""
+    if "kernels" not in link:
+        return MappingProxyType({})
+    given = _section(link, "kernels", where, EXPERT_KERNELS)
+    return MappingProxyType(
+        {
+            name: _number(given, name, f"{where}.kernels", _GBS)
+            for name in EXPERT_KERNELS
+            if name in given
+        }
+    )
+
+
 def _link(data: Mapping[str, Any], key: str, where: str) -> LinkEfficiency:
-    link = _section(data, key, where, ("latency_us", "processor_usage", "efficiency"))
+    link = _section(data, key, where, ("latency_us", "processor_usage", "efficiency", "kernels"))
     where = f"{where}.{key}"
     # NCCL runs an all-to-all as grouped point-to-point sends, one to each peer (nccl-tests
     # src/alltoall.cu), so a calibration file written before planc priced all-to-alls takes
@@ -232,6 +254,7 @@ def _link(data: Mapping[str, Any], key: str, where: str) -> LinkEfficiency:
         latency_us=_number(link, "latency_us", where, _LATENCY_US),
         processor_usage=_number(link, "processor_usage", where, _SHARE),
         **{op: _number(given, op, f"{where}.efficiency", _FRACTION) for op in COLLECTIVES},
+        kernels=_kernels(link, where),
     )
 
 
@@ -371,11 +394,14 @@ def to_json(eff: Efficiency, source: str = "") -> dict[str, Any]:
     """The inverse of :func:`from_json` (what `planc calibrate` writes)."""
 
     def link(value: LinkEfficiency) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "latency_us": value.latency_us,
             "processor_usage": value.processor_usage,
             "efficiency": {op: value.of(op) for op in COLLECTIVES},
         }
+        if value.kernels:
+            out["kernels"] = dict(value.kernels)
+        return out
 
     return {
         "source": source or eff.source,

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from planc.comm.schedule import DEEPEP_DOMAIN_RANKS, domain_members
 from planc.findings import Severity
+from planc.plannable import Plannable
 from planc.rules.base import Context, Violation, rule
-from planc.spec.job import DENSE_ORDER, Job
+from planc.spec.job import DENSE_ORDER, Job, dispatcher_of
+from planc.vocab import ScheduleKind
 
 Check = Callable[[Job], Iterator[Violation]]
 NAMES = {"megatron": "Megatron-LM", "deepspeed": "DeepSpeed", "fsdp2": "torchtitan (FSDP2)"}
@@ -101,6 +104,86 @@ MEGATRON: tuple[Check, ...] = (
     _megatron_te_cross_entropy,
 )
 
+# The group sizes DeepEP's legacy Buffer has a dispatch and combine config for
+# (deep_ep/buffers/legacy.py Buffer.get_dispatch_config: "Unsupported number of EP ranks"),
+# deepseek-ai/DeepEP dd758ca (v2.1.0), the Buffer megatron-core 0.19.2's fused_a2a imports.
+DEEPEP_RANKS = (2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 144, 160)
+
+
+def megatron_dispatcher_refusals(plan: Plannable) -> Iterator[Violation]:
+    """The expert dispatcher Megatron-Core runs (parallelism.expert_dispatcher):
+    TransformerConfig.__post_init__ refuses --overlap-moe-expert-parallel-comm (the
+    combined-1f1b schedule) with the allgather dispatcher ('supported with alltoall/flex token
+    dispatcher', megatron/core/transformer/transformer_config.py, 0.19.2); the flex dispatcher's
+    DeepEP backend asserts 'DeepEP dispatcher requires TPxEP > 1' (token_dispatcher.py
+    MoEFlexTokenDispatcher) and DeepEP's Buffer has configs for the group sizes DEEPEP_RANKS
+    only, takes 8 consecutive ranks of its group as one node's NVLink peers beyond 8 ranks and
+    the whole group up to 8 (legacy internode.cu rdma_rank = rank / NUM_MAX_NVL_PEERS, the
+    Buffer's CUDA IPC handles within them); HybridEP's buffer asserts that the group divides
+    into its NVLink domains ('The number of ranks ... should be divisible by the number of ranks
+    per node', hybrid-ep deep_ep/hybrid_ep_buffer.py HybridEPBuffer.__init__)."""
+    lay = plan.layout
+    if plan.model.moe is None:
+        return
+    where = "parallelism.expert_dispatcher"
+    if lay.dispatcher == "allgather" and lay.schedule is ScheduleKind.COMBINED_1F1B:
+        yield Violation(
+            where,
+            "the allgather dispatcher with the combined-1f1b schedule: Megatron-Core refuses "
+            "--overlap-moe-expert-parallel-comm unless the dispatcher is alltoall or flex",
+            "set parallelism.expert_dispatcher: alltoall (or deepep, hybridep)",
+            ("parallelism.pipeline_schedule",),
+        )
+    n = lay.ep * lay.et
+    if lay.dispatcher == "deepep":
+        yield from _deepep_group(plan, n)
+    if lay.dispatcher == "hybridep" and n > 1:
+        g = domain_members(plan)
+        if n % g:
+            yield Violation(
+                where,
+                f"HybridEP over {n} ranks with {g} in each NVLink domain: its buffer refuses a "
+                "group that does not divide into its domains",
+                "choose expert (× expert_tensor) a multiple of the members per domain, or "
+                "another order",
+                ("parallelism.expert", "parallelism.order"),
+            )
+
+
+def _deepep_group(plan: Plannable, n: int) -> Iterator[Violation]:
+    """DeepEP's limits on its group of n = ETP·EP ranks (`_megatron_dispatcher`)."""
+    where = "parallelism.expert_dispatcher"
+    if n == 1:
+        yield Violation(
+            where,
+            "the deepep dispatcher with expert × expert_tensor = 1: Megatron-Core asserts "
+            "'DeepEP dispatcher requires TPxEP > 1'",
+            "set parallelism.expert above 1, or expert_dispatcher: alltoall",
+            ("parallelism.expert",),
+        )
+        return
+    if n not in DEEPEP_RANKS:
+        yield Violation(
+            where,
+            f"DeepEP over {n} ranks (expert × expert_tensor): its buffer has configs for "
+            f"{', '.join(map(str, DEEPEP_RANKS))} ranks only ('Unsupported number of EP ranks')",
+            "choose expert × expert_tensor among those, or expert_dispatcher: hybridep",
+            ("parallelism.expert",),
+        )
+        return
+    need = min(n, DEEPEP_DOMAIN_RANKS)
+    found = domain_members(plan)
+    if found < need:
+        yield Violation(
+            where,
+            f"DeepEP takes {need} consecutive ranks of its group as NVLink peers, but the "
+            f"group has {found} in each NVLink domain (expert × expert_tensor = {n} in this "
+            "order)",
+            "put ep (and expert tensor) fastest after tp in the order, or expert_dispatcher: "
+            "hybridep",
+            ("parallelism.order", "parallelism.expert"),
+        )
+
 
 @rule("PLC048")
 def megatron_refuses(ctx: Context) -> Iterator[Violation]:
@@ -112,7 +195,11 @@ def megatron_refuses(ctx: Context) -> Iterator[Violation]:
     Megatron-FSDP, which always builds it) (megatron/training/arguments.py validate_args;
     megatron/core/optimizer/optimizer_config.py OptimizerConfig.__post_init__); it refuses
     Transformer Engine's fused cross-entropy (cross_entropy_fusion te), which older
-    Megatron-Core ran (validate_args). Megatron's other refusals are PLC027 (rank orders),
+    Megatron-Core ran (validate_args). The expert dispatcher (parallelism.expert_dispatcher):
+    not allgather with the combined-1f1b schedule (TransformerConfig); deepep over 2 to 160
+    ranks of expert × expert_tensor that DeepEP has a config for, with 8 consecutive ones (or
+    the whole group up to 8) in one NVLink domain; a hybridep group that divides into its NVLink
+    domains. Megatron's other refusals are PLC027 (rank orders),
     PLC029 (MoE with tensor but no sequence parallelism), PLC030 (schedules) and PLC044 (FP8).
     ZeRO-2/3 with a pipeline runs (the distributed optimizer, Megatron-FSDP), at PLC011's cost.
 
@@ -125,6 +212,8 @@ def megatron_refuses(ctx: Context) -> Iterator[Violation]:
         parallelism: {zero_stage: 3}
     """
     yield from _run(ctx, "megatron", MEGATRON)
+    if ctx.job.training.framework == "megatron" and ctx.plan is not None:
+        yield from megatron_dispatcher_refusals(ctx.plan)
 
 
 # ----------------------------------------------------------------------------- Megatron-FSDP
@@ -312,8 +401,24 @@ def _deepspeed_ulysses_heads(job: Job) -> Iterator[Violation]:
     )
 
 
+def _deepspeed_dispatcher(job: Job) -> Iterator[Violation]:
+    """DeepSpeed MoE exchanges tokens with its all-to-all only (deepspeed/moe/sharded_moe.py
+    _AllToAll in MOELayer.forward; AutoEP's expert-parallel layers likewise): no allgather,
+    DeepEP or HybridEP dispatcher."""
+    dispatcher = dispatcher_of(job)
+    if job.model.moe is not None and dispatcher != "alltoall":
+        yield Violation(
+            "parallelism.expert_dispatcher",
+            f"expert_dispatcher {dispatcher}: DeepSpeed's MoE layers exchange tokens with their "
+            "own all-to-all only",
+            "set parallelism.expert_dispatcher: alltoall, or training.framework: megatron",
+            ("training.framework",),
+        )
+
+
 DEEPSPEED: tuple[Check, ...] = (
     _deepspeed_zero_with_pipeline,
+    _deepspeed_dispatcher,
     _deepspeed_expert_tensor,
     _deepspeed_expert_with_tensor,
     _deepspeed_ulysses_heads,
@@ -330,7 +435,8 @@ def deepspeed_refuses(ctx: Context) -> Iterator[Violation]:
     tensor-parallel size other than 1, and folds experts over tensor parallelism only with one
     pipeline stage, no Ulysses context parallelism, expert > 1, ZeRO ≤ 2 and no offload;
     DeepSpeed-Ulysses (deepspeed/sequence/layer.py) refuses fewer attention heads per rank
-    than context-parallel ranks when they do not divide. Its schedules are PLC030's.
+    than context-parallel ranks when they do not divide; its MoE layers exchange tokens with
+    an all-to-all only (deepspeed/moe/sharded_moe.py). Its schedules are PLC030's.
 
     Base: llama3-70b-8x8.yaml
 
@@ -398,8 +504,23 @@ def _torchtitan_expert_tensor(job: Job) -> Iterator[Violation]:
         )
 
 
+def _torchtitan_dispatcher(job: Job) -> Iterator[Violation]:
+    """torchtitan 0.3.0's token dispatchers are 'standard' (all-to-all), 'deepep', 'hybridep'
+    and 'minimal_async_ep' (models/common/config_utils.py make_token_dispatcher_config: "Unknown
+    comm_backend ... Must be one of"): no all-gather dispatcher."""
+    if job.model.moe is not None and dispatcher_of(job) == "allgather":
+        yield Violation(
+            "parallelism.expert_dispatcher",
+            "expert_dispatcher allgather: torchtitan's token dispatchers are all-to-all "
+            "('standard'), DeepEP and HybridEP; it has no all-gather dispatcher",
+            "set parallelism.expert_dispatcher: alltoall, deepep or hybridep",
+            ("training.framework",),
+        )
+
+
 TORCHTITAN: tuple[Check, ...] = (
     _torchtitan_fp16,
+    _torchtitan_dispatcher,
     _torchtitan_sequence,
     _torchtitan_expert_tensor,
 )
@@ -412,7 +533,8 @@ def torchtitan_refuses(ctx: Context) -> Iterator[Violation]:
     Read from torchtitan 0.3.0: it trains in bfloat16 or float32 only (TrainingConfig
     mixed_precision_param, torchtitan/config/configs.py); its Trainer refuses a sequence not
     divisible by (tensor with sequence parallelism) × 2 × context (torchtitan/trainer.py); it
-    has no expert tensor parallelism. Its ParallelDims builds the expert mesh out of dp_shard ×
+    has no expert tensor parallelism, and no all-gather token dispatcher
+    (models/common/config_utils.py make_token_dispatcher_config). Its ParallelDims builds the expert mesh out of dp_shard ×
     context × tensor, which expert must divide (torchtitan/distributed/parallel_dims.py); with
     whole experts that is PLC022's condition (the replicas of the shards divide EDP), so it is
     not checked twice. Its schedules are PLC030's, its FP8 recipes PLC044's.

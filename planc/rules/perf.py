@@ -11,8 +11,9 @@ from planc.findings import Severity
 from planc.perf.inputs import dispatch_combine_s, expert_compute_s
 from planc.rules import fixes
 from planc.rules.base import Context, Needs, Violation, rule
-from planc.spec.job import GB, Job
-from planc.vocab import Axis, Collective, GroupKind
+from planc.rules.frameworks import megatron_dispatcher_refusals
+from planc.spec.job import GB, Job, dispatcher_of
+from planc.vocab import Axis, Collective, ExpertDispatcher, GroupKind
 
 # The gradient reduction's groups: the shard group (dp_cp, or dp_shard under HSDP) and HSDP's
 # replicate all-reduce.
@@ -144,6 +145,48 @@ def expert_order(job: Job) -> list[fixes.Variant]:
     return [(f"order: {EP_AFTER_TP}", dataclasses.replace(job, layout=variant))]
 
 
+# The dispatchers that move fewer bytes across NVLink domains, in the order they are offered
+# (`planc.comm.schedule`: allgather gathers every token to every rank; alltoall sends a row per
+# token and expert; deepep and hybridep a row per token and destination domain).
+LIGHTER_DISPATCHERS: dict[str, tuple[ExpertDispatcher, ...]] = {
+    "allgather": ("alltoall", "hybridep", "deepep"),
+    "alltoall": ("hybridep", "deepep"),
+}
+
+
+def lighter_dispatcher(job: Job) -> list[fixes.Variant]:
+    """The dispatchers that move fewer bytes than the job's across domains (Megatron-Core's
+    alltoall, and its flex dispatcher's backends), lightest on the network first."""
+    current = dispatcher_of(job)
+    if job.training.framework == "deepspeed":  # its MoE runs its own all-to-all only (PLC049)
+        return []
+    return [
+        (
+            f"expert_dispatcher: {name}",
+            dataclasses.replace(
+                job, layout=dataclasses.replace(job.layout, named_dispatcher=name)
+            ),
+        )
+        for name in LIGHTER_DISPATCHERS.get(current, ())
+    ]
+
+
+def _hides(analysis: Analysis) -> str | None:
+    """What a dispatcher variant shows when its exchange no longer outlasts the expert compute
+    (and its heaviest rank still fits, and Megatron runs it)."""
+    plan = analysis.plan
+    if analysis.memory.peak.memory.total > plan.usable_hbm_bytes:
+        return None
+    if plan.training.framework == "megatron" and any(
+        True for _ in megatron_dispatcher_refusals(plan)
+    ):
+        return None
+    exchange = dispatch_combine_s(plan, analysis.efficiency)
+    if exchange > expert_compute_s(plan, analysis.efficiency):
+        return None
+    return f"dispatch and combine {exchange * 1e3:.2f} ms"
+
+
 def _inside(analysis: Analysis) -> str | None:
     """What a variant shows when its EP groups stay inside one NVLink domain (and its heaviest
     rank still fits: a fix must not trade one finding for another)."""
@@ -168,17 +211,20 @@ def expert_exchange_hides(ctx: Context) -> Iterator[Violation]:
     they go over the network, and when one layer's dispatch and combine then take longer than
     that layer's expert compute, the exchange, not the experts, sets the pace of every MoE
     layer. Megatron-Core's MoE guide: keep EP × TP inside the NVLink domain. The fix is EP
-    inside the domain: a smaller expert degree, or an order that puts ep fastest after tp; each
-    listed fix is checked with planc's own model.
+    inside the domain: a smaller expert degree, or an order that puts ep fastest after tp; or a
+    dispatcher that sends less across domains (parallelism.expert_dispatcher: alltoall instead
+    of Megatron-Core's default allgather, which gathers every token to every rank; deepep or
+    hybridep, which send a token once to each domain that holds one of its experts). Each listed
+    fix is checked with planc's own model.
 
     Base: mixtral-8x7b-64xh100.yaml
 
     Passes:
-        hardware: {inter_node: {bandwidth_gbs: 20}}
+        hardware: {inter_node: {bandwidth_gbs: 10}}
         parallelism: {order: tp-cp-ep-dp-pp}
 
     Fails:
-        hardware: {inter_node: {bandwidth_gbs: 20}}
+        hardware: {inter_node: {bandwidth_gbs: 10}}
         parallelism: {order: tp-cp-dp-ep-pp}
     """
     if ctx.analysis is None:
@@ -196,11 +242,15 @@ def expert_exchange_hides(ctx: Context) -> Iterator[Violation]:
         listed = fixes.verified(ctx.job, (smaller_expert_parallel, expert_order), _inside)
         if listed:
             fix = "keep the EP group inside one NVLink domain: " + "; or ".join(listed)
+        lighter = fixes.verified(ctx.job, (lighter_dispatcher,), _hides)
+        if lighter:
+            fix += "; or a dispatcher that sends less across domains: " + "; or ".join(lighter)
     yield Violation(
         "parallelism.expert",
         f"the EP groups of {plan.layout.ep} ranks cross NVLink domains (domain of "
-        f"{plan.cluster.nvlink_domain} GPUs): one MoE layer's dispatch and combine all-to-all "
-        f"takes {exchange * 1e3:.2f} ms per micro-batch on the "
+        f"{plan.cluster.nvlink_domain} GPUs): one MoE layer's dispatch and combine (the "
+        f"{plan.layout.dispatcher} dispatcher) takes {exchange * 1e3:.2f} ms per micro-batch "
+        "on the "
         f"{expert_tier(plan, Axis.EP).shown}, longer than the "
         f"{compute * 1e3:.2f} ms of expert compute it runs beside",
         fix,

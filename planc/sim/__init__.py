@@ -21,6 +21,12 @@ from planc.sim.ring import (
     ring_reduce_scatter_bytes,
     ring_reduce_scatter_trace,
 )
+from planc.sim.routing import (
+    expected_blocks,
+    reach_probability,
+    round_robin_blocks,
+    round_robin_reach,
+)
 
 __all__ = [
     "SUPPORTED_DTYPES",
@@ -29,6 +35,8 @@ __all__ = [
     "all_to_all_bytes",
     "all_to_all_received_bytes",
     "chunk_sizes",
+    "expected_blocks",
+    "reach_probability",
     "ring_all_gather",
     "ring_all_gather_bytes",
     "ring_all_gather_trace",
@@ -38,4 +46,6 @@ __all__ = [
     "ring_reduce_scatter",
     "ring_reduce_scatter_bytes",
     "ring_reduce_scatter_trace",
+    "round_robin_blocks",
+    "round_robin_reach",
 ]

@@ -23,6 +23,8 @@ from planc.vocab import (
     CpCommType,
     CrossEntropyFusion,
     DType,
+    ExpertDispatcher,
+    ExpertRouting,
     Fp8Recipe,
     Framework,
     Kernels,
@@ -265,6 +267,8 @@ class Layout:
     loss_in_split: bool = False
     # parallelism.cp_comm_type: how the context-parallel ranks exchange attention.
     cp_comm: CpCommType = "p2p"
+    # parallelism.expert_dispatcher as written; None: the framework's (`dispatcher_of`).
+    named_dispatcher: ExpertDispatcher | None = None
 
     @property
     def schedule(self) -> ScheduleKind:
@@ -311,6 +315,7 @@ class Training:
     offload_optimizer: bool = False
     offload_parameters: bool = False
     expert_imbalance: float = 1.0  # dropless MoE: peak tokens per EP rank over the balanced T·k
+    expert_routing: ExpertRouting = "uniform"  # how a token's experts are chosen (flex bytes)
     # precision fp8/fp4 (training.fp8): the recipe (None: 16/32-bit GEMMs), FP8-only weights
     # gathered in FP8, and the transformer layers kept in BF16 at each end of the model
     fp8_recipe: Fp8Recipe | None = None
@@ -666,8 +671,10 @@ def _moe(given: Mapping[str, Any], f: int) -> MoE | list[Problem] | None:
 
 def _routing_problems(given: Mapping[str, Any]) -> list[Problem]:
     """Group-limited routing that no router runs: E experts in G equal groups, the top k from
-    k_G of them, each group giving k / k_G (Megatron's group_limited_topk; DeepSeek-V3: 256 in
-    8 groups, top 8 from 4 groups, 2 each). Both fields or neither."""
+    k_G of them, each group scored by its top k/k_G experts, so a group holds at least that
+    many (Megatron's group_limited_topk, megatron-core 0.19.2 moe_utils.py; TransformerConfig
+    asserts E % G == 0 and k_G ≤ G; DeepSeek-V3: 256 in 8 groups, top 8 from 4 groups, 2
+    each). Both fields or neither."""
     groups, group_k = given.get("router_groups"), given.get("router_group_top_k")
     if groups is None and group_k is None:
         return []
@@ -687,6 +694,14 @@ def _routing_problems(given: Mapping[str, Any]) -> list[Problem]:
         *([f"router_groups {groups} does not divide experts {E}"] if E % groups else []),
         *([f"router_group_top_k {group_k} is above router_groups {groups}"] if group_k > groups else []),
         *([f"router_group_top_k {group_k} does not divide top_k {k}"] if k % group_k else []),
+        # group_limited_topk scores each group by its top k/k_G experts (torch.topk over the
+        # group's E/G), which fails when a group has fewer.
+        *(
+            [f"each of the router_group_top_k {group_k} groups gives top_k/router_group_top_k "
+             f"= {k // group_k} experts, but a group holds only {E // groups}"]
+            if not E % groups and not k % group_k and k // group_k > E // groups
+            else []
+        ),
     ]
     if not reasons:
         return []
@@ -1031,6 +1046,7 @@ def _layout(spec: Data, world: int) -> Layout:
         embedding_in_split=par.get("embedding_in_pipeline_split", False),
         loss_in_split=par.get("loss_in_pipeline_split", False),
         cp_comm=par.get("cp_comm_type") or default_cp_comm(spec["training"]["framework"]),
+        named_dispatcher=par.get("expert_dispatcher"),
     )
 
 
@@ -1039,6 +1055,27 @@ def default_cp_comm(framework: str) -> CpCommType:
     --cp-comm-type default p2p, torchtitan's ring attention (p2p), DeepSpeed's Ulysses
     (deepspeed.sequence.layer.DistributedAttention: a2a, the only type it has)."""
     return "a2a" if framework == "deepspeed" else "p2p"
+
+
+def default_dispatcher(framework: str, schedule: ScheduleKind) -> ExpertDispatcher:
+    """The expert dispatcher a framework runs when the spec names none: Megatron-Core 0.19.2's
+    `moe_token_dispatcher_type` default 'allgather' (TransformerConfig, and the
+    --moe-token-dispatcher-type flag megatron/training/arguments.py builds from it) under
+    megatron and megatron-fsdp, but alltoall with the combined-1f1b schedule, whose
+    --overlap-moe-expert-parallel-comm TransformerConfig refuses with allgather ('supported with
+    alltoall/flex token dispatcher'); DeepSpeed MoE's all-to-all (deepspeed/moe/sharded_moe.py
+    _AllToAll, its only one); torchtitan's 'standard' all-to-all (models/common/config_utils.py
+    make_token_dispatcher_config, the models' moe_comm_backend default)."""
+    if framework in ("deepspeed", "fsdp2") or schedule is ScheduleKind.COMBINED_1F1B:
+        return "alltoall"
+    return "allgather"
+
+
+def dispatcher_of(job: Job) -> ExpertDispatcher:
+    """The expert dispatcher `job` runs: parallelism.expert_dispatcher, or the framework's
+    (`default_dispatcher`) for its schedule."""
+    lay = job.layout
+    return lay.named_dispatcher or default_dispatcher(job.training.framework, lay.schedule)
 
 
 def _grad_accum_fusion(given: bool | None, framework: Framework) -> bool:
@@ -1084,6 +1121,7 @@ def _training(spec: Data) -> Training:
         offload_optimizer=tr.get("offload", {}).get("optimizer", False),
         offload_parameters=tr.get("offload", {}).get("parameters", False),
         expert_imbalance=float(tr.get("expert_imbalance", 1.0)),
+        expert_routing=tr.get("expert_routing", "uniform"),
         fp8_recipe=recipe,
         param_gather=recipe is not None and bool(fp8.get("param_gather", False)),
         first_last_bf16=int(fp8.get("first_last_bf16", 0)) if recipe is not None else 0,

@@ -30,6 +30,8 @@ from planc.vocab import (
     CheckpointFormat,
     CpCommType,
     CrossEntropyFusion,
+    ExpertDispatcher,
+    ExpertRouting,
     Fp8RecipeName,
     Framework,
     Kernels,
@@ -713,6 +715,19 @@ class ParallelismSpec(Frozen):
         "framework's, p2p under megatron (Megatron's default) and fsdp2 (torchtitan's ring), a2a "
         "under deepspeed (Ulysses, the only type it runs).",
     )
+    expert_dispatcher: ExpertDispatcher | None = Field(
+        None,
+        description="How a MoE layer's tokens reach their experts (Megatron-Core "
+        "--moe-token-dispatcher-type): alltoall (one row per token and chosen expert, NCCL "
+        "all-to-all over the expert-parallel group), allgather (every token gathered over the "
+        "expert tensor × expert-parallel group, the outputs reduce-scattered back), deepep or "
+        "hybridep (flex, --moe-flex-dispatcher-backend: DeepEP's or HybridEP's kernels send a "
+        "token once to each NVLink domain that holds one of its experts and forward it there "
+        "over NVLink). Default: the framework's, allgather under megatron and megatron-fsdp "
+        "(Megatron-Core 0.19.2's TransformerConfig default; NVIDIA's recipes set alltoall, and "
+        "flex with hybridep or deepep for DeepSeek-V3 and Qwen3), alltoall under deepspeed and "
+        "fsdp2 (DeepSpeed MoE's and torchtitan's standard all-to-all).",
+    )
     order: Order | None = Field(
         None,
         description="Rank order, fastest-varying axis first (Megatron convention): tp, cp, dp "
@@ -930,6 +945,17 @@ class TrainingSpec(Frozen):
     )
     offload: OffloadSpec = Field(
         OffloadSpec(), description="What moves to host memory (needs deepspeed or fsdp2)."
+    )
+    expert_routing: ExpertRouting = Field(
+        "uniform",
+        description="Mixture of experts: how each token's top_k experts are chosen, which sets "
+        "how many ranks and NVLink domains the flex dispatchers (deepep, hybridep) send it to. "
+        "uniform: a uniformly random k-subset per token (group-limited under router_groups), "
+        "what Megatron's --moe-router-force-load-balancing runs and planc's model of a balanced "
+        "learned router. round_robin: token t of a rank's batch goes to experts t·k … t·k + k − 1 "
+        "(mod experts), NeMo AutoModel's FakeBalancedGate (backend.fake_balanced_gate with "
+        "fake_gate_noise 0, its benchmark recipes' setting; nemo_automodel/components/moe/"
+        "layers.py), which ignores router_groups. Default: uniform.",
     )
     expert_imbalance: Annotated[float, _bounded(1.0, 1_000)] = Field(
         1.0,

@@ -257,6 +257,78 @@ def _expert_grid(plan: PlanData) -> Found:
         yield f"rank {r}: pipeline stage {plan.coords['pp'][r]} in the dense grid but {pp[r]} in the expert grid"
 
 
+# The dispatcher's slices of its group (`planc.compile.groups.dispatch_groups`): ep_domain holds
+# a group's members inside one NVLink domain, ep_peers its members at the same place of every
+# domain.
+DISPATCH_KINDS = ("ep_domain", "ep_peers")
+
+
+def dispatch_position(plan: PlanData) -> tuple[Ints, Ints, int]:
+    """Each rank's dispatcher group (a key over the other expert coordinates), its position in
+    it and the group's size: tp_ep (tp fastest, then ep) when the plan lists it, else ep."""
+    coords = expert_coordinates(plan)
+    over_tp = "tp_ep" in plan.groups
+    own = ("tp", "ep") if over_tp else ("ep",)
+    key = np.zeros(len(plan.rank), dtype=np.int64)
+    for axis in plan.expert_order:
+        if axis not in own:
+            key = key * plan.expert_degrees[axis] + coords[axis]
+    # The group lists its members with the axis earlier in the order varying fastest.
+    position = np.zeros(len(plan.rank), dtype=np.int64)
+    scale = 1
+    for axis in plan.expert_order:
+        if axis in own:
+            position += coords[axis] * scale
+            scale *= plan.expert_degrees[axis]
+    return key, position, scale
+
+
+def _dispatch_groups(plan: PlanData) -> Found:
+    """tp_ep: the expert grid's tp × ep groups. ep_domain and ep_peers (listed together): the
+    dispatcher's groups cut into contiguous slices of g members, each inside one NVLink
+    domain, and the members at the same place of every slice, each in a domain of its own."""
+    world_size = len(plan.rank)
+    tp_ep = plan.groups.get("tp_ep")
+    if tp_ep is not None:
+        size = plan.expert_degrees["tp"] * plan.expert_degrees["ep"]
+        problems = _well_formed("tp_ep", tp_ep, size, world_size)
+        yield from problems
+        if not problems:
+            key, _, _ = dispatch_position(plan)
+            bad = (key[tp_ep] != key[tp_ep][:, :1]).any(axis=1)
+            if bad.any():
+                g = _first_bad(bad)
+                yield f"groups.tp_ep group {g} {tp_ep[g][:8].tolist()} mixes expert-grid dp or pp coordinates"
+    domain, peers = plan.groups.get("ep_domain"), plan.groups.get("ep_peers")
+    if domain is None and peers is None:
+        return
+    if domain is None or peers is None or domain.ndim != 2:
+        yield "groups.ep_domain and groups.ep_peers are listed together"
+        return
+    key, position, n = dispatch_position(plan)
+    g = int(domain.shape[1])
+    if g < 2 or n % g or g >= n:
+        yield f"groups.ep_domain: groups of {g} do not cut the dispatcher's groups of {n}"
+        return
+    for kind, size, same in (("ep_domain", g, position // g), ("ep_peers", n // g, position % g)):
+        found = plan.groups[kind]
+        problems = _well_formed(kind, found, size, world_size)
+        yield from problems
+        if problems:
+            continue
+        for name, values in (("dispatcher group", key), ("slice" if kind == "ep_domain" else "place", same)):
+            bad = (values[found] != values[found][:, :1]).any(axis=1)
+            if bad.any():
+                i = _first_bad(bad)
+                yield f"groups.{kind} group {i} {found[i][:8].tolist()} mixes members of more than one {name}"
+                break
+    inside = plan.domain[domain]
+    bad = (inside != inside[:, :1]).any(axis=1)
+    if bad.any():
+        i = _first_bad(bad)
+        yield f"groups.ep_domain group {i} {domain[i][:8].tolist()} spans NVLink domains"
+
+
 def expert_groups(plan: PlanData) -> Found:
     """ep, etp and edp partition the ranks into groups of the expert grid's ep, tp and dp size
     whose members share every other expert coordinate and differ on their own."""
@@ -294,6 +366,7 @@ def expert_groups(plan: PlanData) -> Found:
         bad = (own != np.arange(size)).any(axis=1)
         if bad.any():
             yield f"groups.{kind} group {_first_bad(bad)} repeats an expert-grid {axis} coordinate"
+    yield from _dispatch_groups(plan)
 
 
 def _members_agree(plan: PlanData, kind: str, axes: tuple[str, ...], found: Ints) -> Found:

@@ -67,6 +67,8 @@ class PlanData:
     # for a dense plan.
     expert_order: tuple[str, ...] = ()
     expert_degrees: Mapping[str, int] = field(default_factory=dict)
+    # layout.expert.dispatcher (alltoall when absent, as plans before the field ran it).
+    dispatcher: str = "alltoall"
     # layout.cp_comm_type (p2p, ring attention, when absent) and a2a+p2p's inner size.
     cp_comm_type: str = "p2p"
     cp_a2a_size: int = 1
@@ -226,6 +228,7 @@ def _expert(layout: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "expert_order": tuple(str(a) for a in _need(expert, "order", "layout.expert")),
         "expert_degrees": {str(a): int(n) for a, n in degrees.items()},
+        "dispatcher": str(expert.get("dispatcher", "alltoall")),
     }
 
 

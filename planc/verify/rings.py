@@ -29,9 +29,11 @@ from planc.sim import (
     ring_reduce_scatter_bytes,
 )
 from planc.verify.grid import (
+    DISPATCH_KINDS,
     EXPERT_KIND_AXES,
     KIND_AXES,
     SHARD_KINDS,
+    dispatch_position,
     dp_cp_position,
     expert_coordinates,
 )
@@ -92,6 +94,14 @@ def _should_hold(plan: PlanData, kind: str, anchor: int) -> Ints:
             else np.array([anchor])
         )
         return np.unique(row[[0, -1]])
+    if kind in (*DISPATCH_KINDS, "tp_ep"):
+        key, position, n = dispatch_position(plan)
+        same = key == key[anchor]
+        if kind != "tp_ep":
+            g = n // plan.groups["ep_peers"].shape[1] if "ep_peers" in plan.groups else n
+            mine = position // g if kind == "ep_domain" else position % g
+            same &= mine == mine[anchor]
+        return np.flatnonzero(same).astype(np.int64)
     same = np.ones(len(plan.rank), dtype=bool)
     if kind in EXPERT_KIND_AXES:  # a slice of the expert grid along one of its axes
         coords = expert_coordinates(plan)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Mapping
+from fractions import Fraction
 from itertools import pairwise
 from typing import Any
 
@@ -24,10 +25,15 @@ import numpy as np
 from planc.record import record
 from planc.sim import (
     all_to_all_bytes,
+    expected_blocks,
+    reach_probability,
     ring_all_gather_bytes,
     ring_allreduce_bytes,
     ring_reduce_scatter_bytes,
+    round_robin_blocks,
+    round_robin_reach,
 )
+from planc.verify.grid import dispatch_position, expert_coordinates
 from planc.verify.plandata import WIRE_FIELDS, Ints, PlanData
 
 Found = Iterator[str]
@@ -304,40 +310,170 @@ def _cp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
     return ops
 
 
-def _routed_rows(plan: PlanData) -> int:
-    """T·k: the rows one rank dispatches per MoE layer per micro-batch."""
+def _tokens(plan: PlanData) -> int:
+    """T: the tokens one rank routes per MoE layer per micro-batch, b·⌈s/c⌉ (/t with SP)."""
     tr = plan.training
     tokens = cdiv(tr["seq_len"], plan.degrees["cp"])
     if plan.sequence_parallel:
         tokens = cdiv(tokens, plan.degrees["tp"])
-    return int(tr["micro_batch"] * tokens * plan.model["moe"]["top_k"])
+    return int(tr["micro_batch"] * tokens)
+
+
+def _routed_rows(plan: PlanData) -> int:
+    """T·k: the rows one rank dispatches per MoE layer per micro-batch."""
+    return _tokens(plan) * int(plan.model["moe"]["top_k"])
+
+
+def _dispatch_group(plan: PlanData) -> tuple[str, int, int]:
+    """(kind, n, g): the dispatcher's group (tp_ep when the plan lists it, else ep), its size
+    and its members per NVLink domain (the width of the listed ep_domain groups; n when they
+    are not listed and the group lies in one domain, 1 when each member has a domain of its
+    own: the ops then run over the group itself either way)."""
+    kind = "tp_ep" if "tp_ep" in plan.groups else "ep"
+    ep, et = plan.expert_degrees["ep"], plan.expert_degrees["tp"]
+    n = ep * et if kind == "tp_ep" else ep
+    domain = plan.groups.get("ep_domain")
+    if domain is not None:
+        return kind, n, int(domain.shape[1])
+    members = plan.groups.get(kind)
+    if members is None:
+        return kind, n, n
+    domains = plan.domain[members]
+    return kind, n, n if bool((domains == domains[:, :1]).all()) else 1
+
+
+def _flat_a2a(
+    stage: int, kind: str, n: int, g: int, calls: int, size: int
+) -> list[ExpectedOp]:
+    """A flat all-to-all of `size` bytes per rank over the dispatcher's group: one op, or, when
+    the group spans domains with several members in each, the whole buffer over the n/g
+    ep_peers and its 1/(n/g) share over the g ep_domain members."""
+    if not 1 < g < n:
+        return [ExpectedOp(stage, kind, "all_to_all", None, n, calls, size)]
+    domains = n // g
+    return [
+        ExpectedOp(stage, "ep_peers", "all_to_all", None, domains, calls, size),
+        ExpectedOp(stage, "ep_domain", "all_to_all", None, g, calls, cdiv(size, domains)),
+    ]
+
+
+def _reached_bytes(tokens: int, reached: Fraction, row: int) -> int:
+    return cdiv(tokens * reached.numerator * row, reached.denominator)
+
+
+def _flex(plan: PlanData, stage: int, forward: int, again: int) -> list[ExpectedOp]:
+    """The flex dispatcher (DeepEP or HybridEP): each token once to each rank holding one of its
+    experts and, across NVLink domains, once to each domain (`planc.sim.routing`'s expected
+    blocks on the plan's expert placement), rows of the backend's record; HybridEP all-gathers
+    the routing maps first when the group spans domains."""
+    moe = plan.model["moe"]
+    kind, n, g = _dispatch_group(plan)
+    ep, et = plan.expert_degrees["ep"], plan.expert_degrees["tp"]
+    copies = et if kind == "tp_ep" else 1
+    E, k = int(moe["experts"]), int(moe["top_k"])
+    G, kg = int(moe.get("router_groups", 1)), int(moe.get("router_group_top_k", 1))
+    per_rank = E // ep
+    rank_of = np.arange(E, dtype=np.int64) // per_rank
+    if _round_robin(plan):
+        ranks = round_robin_blocks(rank_of, k) * copies
+    else:
+        ranks = expected_blocks(rank_of, k, G, kg) * copies
+    hidden = int(plan.model["hidden"]) * int(plan.training["activation_bytes"])
+    if plan.dispatcher == "deepep":
+        rows = (cdiv(hidden + 8 + 8 * copies * k, 16) * 16, cdiv(hidden + 8 + 4 * copies * k, 16) * 16)
+    else:
+        rows = (hidden + 4 * copies * E // (n // g), hidden)
+    T = _tokens(plan)
+    calls = 2 * forward + again
+    ops: list[ExpectedOp] = []
+    for row in rows:
+        if not 1 < g < n:
+            ops.append(ExpectedOp(stage, kind, "all_to_all", None, n, calls, _reached_bytes(T, ranks, row)))
+            continue
+        domains = _domains_reached(plan, k, G, kg)
+        ops.append(ExpectedOp(stage, "ep_peers", "all_to_all", None, n // g, calls, _reached_bytes(T, domains, row)))
+        ops.append(ExpectedOp(stage, "ep_domain", "all_to_all", None, g, calls, _reached_bytes(T, ranks, row)))
+    if plan.dispatcher == "hybridep" and g < n:
+        gathered = n * T * copies * E
+        ops.append(ExpectedOp(stage, kind, "all_gather", None, n, forward + again, gathered))
+    return ops
+
+
+def _domains_reached(plan: PlanData, k: int, G: int, kg: int) -> Fraction:
+    """E[NVLink domains a token reaches]: over the ep_domain groups of the first dispatcher
+    group, the chance that one of the experts its members hold (EP coordinate e holds experts
+    [e·E/EP, (e + 1)·E/EP)) is among the token's, summed."""
+    E = int(plan.model["moe"]["experts"])
+    per_rank = E // plan.expert_degrees["ep"]
+    ep = expert_coordinates(plan)["ep"]
+    key, _, _ = dispatch_position(plan)
+    domains = plan.groups["ep_domain"]
+    mine = domains[key[domains[:, 0]] == key[domains[0, 0]]]
+    total = Fraction(0)
+    for members in mine:
+        held = np.zeros(E, dtype=bool)
+        for e in set(ep[members].tolist()):
+            held[e * per_rank : (e + 1) * per_rank] = True
+        if _round_robin(plan):
+            total += round_robin_reach(held, k)
+        else:
+            total += reach_probability(held, k, G, kg)
+    return total
+
+
+def _round_robin(plan: PlanData) -> bool:
+    """The plan's tokens pick their experts round robin (training.expert_routing, written into
+    plan.json only when it is not the uniform default)."""
+    return bool(plan.training.get("expert_routing", "uniform") == "round_robin")
+
+
+def _allgather(plan: PlanData, stage: int, forward: int, again: int) -> list[ExpectedOp]:
+    """The allgather dispatcher over tp_ep (n ranks): the n·T hidden states gathered and the
+    outputs reduce-scattered (each the other way in backward), the n·T rows of E
+    probabilities gathered (reduce-scattered in backward) and of E routing-map booleans
+    gathered."""
+    moe = plan.model["moe"]
+    kind, n, _ = _dispatch_group(plan)
+    beta = int(plan.training["activation_bytes"])
+    gathered = n * _tokens(plan)
+    rows, probs = gathered * int(plan.model["hidden"]) * beta, gathered * int(moe["experts"]) * beta
+    return [
+        ExpectedOp(stage, kind, "all_gather", None, n, 2 * forward + again, rows),
+        ExpectedOp(stage, kind, "reduce_scatter", None, n, 2 * forward + again, rows),
+        ExpectedOp(stage, kind, "all_gather", None, n, forward + again, probs),
+        ExpectedOp(stage, kind, "reduce_scatter", None, n, forward, probs),
+        ExpectedOp(stage, kind, "all_gather", None, n, forward + again, gathered * int(moe["experts"])),
+    ]
 
 
 def _experts(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
-    """Per MoE layer and micro-batch: three all-to-alls over ep forward (tokens, their routing
-    probabilities, the outputs back) and three backward; the E token counts of every rank of
-    the tp_ep group gathered before them (when ETP = 1 it is the ep group); with ETP > 1 the
-    received rows (and probabilities) gathered over etp and the outputs reduce-scattered,
-    each the other way in backward. Full recompute runs the forward's again."""
+    """Per MoE layer and micro-batch, as layout.expert.dispatcher runs the exchange. alltoall:
+    three all-to-alls over ep forward (tokens, their routing probabilities, the outputs back)
+    and three backward, each split into its network and NVLink parts when the plan lists
+    ep_peers and ep_domain; the E token counts of every rank of the tp_ep group gathered before
+    them (when ETP = 1 it is the ep group); with ETP > 1 the received rows (and probabilities)
+    gathered over etp and the outputs reduce-scattered, each the other way in backward.
+    allgather and flex: `_allgather`, `_flex`. Full recompute runs the forward's again."""
     moe = plan.model.get("moe")
     layers = _stage_moe_layers(plan, stage)
     if moe is None or layers == 0:
         return []
     ep, et = plan.expert_degrees["ep"], plan.expert_degrees["tp"]
-    beta = int(plan.training["activation_bytes"])
-    rows, h = _routed_rows(plan), int(plan.model["hidden"])
     forward = layers * m
     again = forward if plan.training["recompute"] == "full" else 0
+    if ep * et == 1:
+        return []
+    if plan.dispatcher == "allgather":
+        return _allgather(plan, stage, forward, again)
+    if plan.dispatcher in ("deepep", "hybridep"):
+        return _flex(plan, stage, forward, again)
+    beta = int(plan.training["activation_bytes"])
+    rows, h = _routed_rows(plan), int(plan.model["hidden"])
     ops: list[ExpectedOp] = []
     if ep > 1:
-        ops.append(
-            ExpectedOp(
-                stage, "ep", "all_to_all", None, ep, 2 * (2 * forward + again), rows * h * beta
-            )
-        )
-        ops.append(
-            ExpectedOp(stage, "ep", "all_to_all", None, ep, 2 * forward + again, rows * beta)
-        )
+        kind, n, g = _dispatch_group(plan)
+        ops += _flat_a2a(stage, kind, n, g, 2 * (2 * forward + again), rows * h * beta)
+        ops += _flat_a2a(stage, kind, n, g, 2 * forward + again, rows * beta)
         if et == 1:
             counts = ep * moe["experts"] * 8
             ops.append(ExpectedOp(stage, "ep", "all_gather", None, ep, forward + again, counts))
@@ -535,9 +671,17 @@ def bytes_sent(op: str, n: int, buffer_bytes: int, itemsize: int) -> int:
     return -(-int(formula(n, elements, itemsize).sum()) // n) if n > 1 else 0
 
 
+# The group kinds a MoE layer's dispatcher exchanges over.
+EXPERT_EXCHANGES = ("ep", "tp_ep", "ep_domain", "ep_peers")
+
+
 def itemsize_of(plan: PlanData, group: str, op: str) -> int:
     """Bytes per element of an op's buffer: gradients' or activations'; a parameter all-gather
     that mixes FP8 and 16-bit weights (the plan's FP8 parameter gather) is counted in bytes."""
+    if op == "all_to_all" and group in EXPERT_EXCHANGES:
+        # The expert exchanges' buffers are counted in bytes (a flex dispatcher's rows carry
+        # their routing records; a flat exchange's NVLink share is ⌈B/N⌉).
+        return 1
     reduced = ("dp_cp", "dp_shard", "dp_replicate", "embedding", "edp")
     gradients = group in reduced and op != "all_gather"
     quantized = plan.training.get("quantized")
@@ -674,8 +818,9 @@ def times(plan: PlanData) -> Found:
     """Each op's time_s against the α-β model as verify can recompute it without the efficiency
     tables the plan names: one call on a fabric tier takes steps(op, n)·α + wire(op, n, B)/(β·e),
     α and e those of the tier's efficiency entry for the collective, so ops of one collective,
-    group size and tier take the same time per call at the same buffer size B, and no less at a
-    larger one (Hockney's α-β model; planc.perf.inputs.comm_time_s is the model's planc side).
+    group size and tier (and flex kernel, each with its own measured throughput) take the same
+    time per call at the same buffer size B, and no less at a larger one (Hockney's α-β model;
+    planc.perf.inputs.comm_time_s is the model's planc side).
     An op of no calls takes no time."""
     by_call: dict[tuple[Any, ...], list[tuple[int, float, float, Mapping[str, Any]]]] = {}
     for op in plan.ops:
@@ -684,9 +829,10 @@ def times(plan: PlanData) -> Found:
                 yield f"stage {op['stage']} {op['group']} {op['op']}: time_s {op['time_s']} for no calls"
             continue
         seconds, slack = _per_call(op)
-        key = (op["op"], int(op["group_size"]), op["link"])
+        # A flex dispatcher's kernels each have their own measured throughput.
+        key = (op["op"], int(op["group_size"]), op["link"], op.get("kernel", ""))
         by_call.setdefault(key, []).append((int(op["buffer_bytes"]), seconds, slack, op))
-    for (kind, n, link), found in sorted(by_call.items(), key=repr):
+    for (kind, n, link, _), found in sorted(by_call.items(), key=repr):
         found.sort(key=lambda item: (item[0], item[1]))
         for (size_a, time_a, slack_a, _), (size_b, time_b, slack_b, op) in pairwise(found):
             tolerance = slack_a + slack_b + 1e-9 * max(abs(time_a), abs(time_b))
