@@ -456,6 +456,62 @@ def test_compiled_plans_of_random_moe_specs_verify(overlay: dict[str, Any]) -> N
     assert result.ok, render(result)
 
 
+# Found by the random MoE plans: on 4 nodes of 4, order ep-cp-tp-dp-pp puts two members of each
+# dp_cp group in a node and one of each expert-data group, so the dense gradients' ring spreads
+# over two NICs (planc.comm.tiers.railed_ring_gbs) and its larger buffer takes less time.
+RAILED_OVERLAY: dict[str, Any] = {
+    "model": {
+        "layers": 8, "hidden": 256, "heads": 8, "kv_heads": 2, "vocab": 1000, "mlp": "gelu",
+        "tied_embeddings": False, "bias": False,
+        "moe": {"experts": 4, "top_k": 1, "expert_ffn_hidden": 128, "shared_experts": 0,
+                "first_dense_layers": 0, "layer_frequency": 1},
+    },
+    "hardware": {"gpus_per_node": 4, "nvlink_domain": 4, "nodes": 4, "hosts": "n{1..4}"},
+    "parallelism": {
+        "tensor": 4, "pipeline": 1, "context": 2, "virtual_stages": 1,
+        "sequence_parallel": False, "zero_stage": 0, "order": "ep-cp-tp-dp-pp", "expert": 2,
+        "expert_tensor": 2,
+    },
+    "training": {
+        "seq_len": 128, "micro_batch": 1, "global_batch": 2, "recompute": "none",
+        "precision": "bf16", "grad_accum_fp32": False, "framework": "megatron",
+    },
+    "rules": {"ignore": ["PLC006", "PLC011", "PLC017", "PLC018", "PLC019", "PLC020", "PLC007",
+                         "PLC021"]},
+}
+
+
+def _railed_plan() -> Plan:
+    job = plannable(resolved_of(copy.deepcopy(RAILED_OVERLAY)))
+    assert not isinstance(job, tuple)
+    plan: Plan = json.loads(plan_json(compiled(job)))
+    return plan
+
+
+def test_rings_over_more_nics_are_not_held_to_one_nic_rings_times() -> None:
+    plan = _railed_plan()
+    reduces = {op["group"]: op for op in plan["communication"]["ops"] if op["group"] in ("dp_cp", "edp")}
+    # The premise: the larger dp_cp buffer is the faster per call, on the same tier and n.
+    assert reduces["dp_cp"]["buffer_bytes"] > reduces["edp"]["buffer_bytes"]
+    assert reduces["dp_cp"]["time_s"] < reduces["edp"]["time_s"]
+    assert reduces["dp_cp"]["link"] == reduces["edp"]["link"] == "network"
+    result = verify_text(json.dumps(plan))
+    assert result.ok, render(result)
+
+
+def test_a_railed_ring_slower_than_a_smaller_one_of_its_kind_fails() -> None:
+    plan = _railed_plan()
+    ops = plan["communication"]["ops"]
+    edp = next(op for op in ops if op["group"] == "edp")
+    # Another one-NIC ring of the edp group, twice the buffer in less time: not the α-β model.
+    faster = {**edp, "buffer_bytes": 2 * edp["buffer_bytes"], "time_s": edp["time_s"] / 2}
+    ops.append(faster)
+    result = verify_text(json.dumps(plan))
+    timed = [c for c in result.checks if getattr(c, "name", "") == "op times"]
+    assert len(timed) == 1
+    assert any("edp all_reduce on network" in problem for problem in timed[0].problems)
+
+
 # Llama 3 8B on 16 H100, t2 c4: Ulysses (a2a), all-gather, and a2a over 2 with a ring across 2.
 CP_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
 

@@ -804,6 +804,27 @@ def wire(plan: PlanData) -> Found:
         yield f"rank {r}: wire {name} {plan.wire[r, tier, field]:,} bytes, the ops give {want[r, tier, field]:,}"
 
 
+# The collectives NCCL runs as rings over every member, whose cross-domain hops spread over the
+# members' NICs (planc.comm.tiers.railed_ring_gbs); an all-to-all or a send does not.
+RING_OPS = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def members_per_domain(plan: PlanData, group: str) -> int:
+    """g: the most members one group of `group` keeps in one NVLink domain (the innermost
+    tier's span of ranks), the rails a ring over the group spreads its cross-domain bytes over;
+    1 for a kind the plan lists no groups of."""
+    found = plan.groups.get(group)
+    if found is None or found.size == 0:
+        return 1
+    domain = np.sort(found // max(plan.tiers[0][1], 1), axis=1)
+    # Each row's longest run of one domain, from the positions where the domain changes.
+    starts = np.ones(domain.shape, dtype=bool)
+    starts[:, 1:] = domain[:, 1:] != domain[:, :-1]
+    index = np.where(starts, np.arange(domain.shape[1]), 0)
+    run_start = np.maximum.accumulate(index, axis=1)
+    return int((np.arange(domain.shape[1]) - run_start).max()) + 1
+
+
 # time_s is written rounded to 9 decimals (planc.comm's op record).
 TIME_ROUNDING_S = 5e-10
 
@@ -818,21 +839,27 @@ def times(plan: PlanData) -> Found:
     """Each op's time_s against the α-β model as verify can recompute it without the efficiency
     tables the plan names: one call on a fabric tier takes steps(op, n)·α + wire(op, n, B)/(β·e),
     α and e those of the tier's efficiency entry for the collective, so ops of one collective,
-    group size and tier (and flex kernel, each with its own measured throughput) take the same
+    group size and tier (and flex kernel, each with its own measured throughput; and, for a ring
+    beyond the NVLink domain, members per domain, whose NICs it spreads over) take the same
     time per call at the same buffer size B, and no less at a larger one (Hockney's α-β model;
     planc.perf.inputs.comm_time_s is the model's planc side).
     An op of no calls takes no time."""
     by_call: dict[tuple[Any, ...], list[tuple[int, float, float, Mapping[str, Any]]]] = {}
+    rails: dict[str, int] = {}
     for op in plan.ops:
         if int(op["calls"]) == 0:
             if float(op["time_s"]) != 0:
                 yield f"stage {op['stage']} {op['group']} {op['op']}: time_s {op['time_s']} for no calls"
             continue
         seconds, slack = _per_call(op)
+        group = str(op["group"])
+        if group not in rails:
+            rails[group] = members_per_domain(plan, group)
+        railed = rails[group] if op["op"] in RING_OPS and op["link"] != plan.tiers[0][0] else 1
         # A flex dispatcher's kernels each have their own measured throughput.
-        key = (op["op"], int(op["group_size"]), op["link"], op.get("kernel", ""))
+        key = (op["op"], int(op["group_size"]), op["link"], op.get("kernel", ""), railed)
         by_call.setdefault(key, []).append((int(op["buffer_bytes"]), seconds, slack, op))
-    for (kind, n, link, _), found in sorted(by_call.items(), key=repr):
+    for (kind, n, link, _, _), found in sorted(by_call.items(), key=repr):
         found.sort(key=lambda item: (item[0], item[1]))
         for (size_a, time_a, slack_a, _), (size_b, time_b, slack_b, op) in pairwise(found):
             tolerance = slack_a + slack_b + 1e-9 * max(abs(time_a), abs(time_b))
