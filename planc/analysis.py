@@ -15,7 +15,15 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from planc.comm.schedule import CommOp, WireBudget, schedule, wire_budget
+from planc.comm.schedule import (
+    CommOp,
+    StagedSchedule,
+    StageOps,
+    WireBudget,
+    stage_ops,
+    staged_schedule,
+    staged_wires,
+)
 from planc.memory import MemoryBudget, budget
 from planc.memory.activations import stage_activation_terms
 from planc.memory.budget import Activations, Engine, Parameters, stage_engine_terms
@@ -28,6 +36,7 @@ from planc.pipeline.registry import bubble_fraction
 from planc.plannable import Plannable
 from planc.presets.efficiency import Efficiency
 from planc.record import record
+from planc.stages import stage_classes
 
 if TYPE_CHECKING:
     from planc.pipeline.bounded import PipelineTime
@@ -35,16 +44,46 @@ if TYPE_CHECKING:
 
 @record
 class Analysis:
-    """What a plannable job costs, per pipeline stage (no per-rank arrays: cheap at any world)."""
+    """What a plannable job costs, per pipeline stage (no per-rank arrays: cheap at any world).
+
+    Per-stage results are computed once per stage class (`planc.stages`): `schedule` holds the
+    ops of each class and `seconds` their times; every op of every stage (`ops`), its seconds
+    (`op_seconds`) and each stage's wire bytes (`wires`) are listed on first use."""
 
     plan: Plannable
     parameters: tuple[RankParameters, ...]  # Ψ_r of one TP rank of each stage, by part
     memory: MemoryBudget
-    ops: tuple[CommOp, ...]  # the communication schedule of one step
-    wires: tuple[WireBudget, ...]  # bytes per step on each fabric tier, per stage
+    schedule: StagedSchedule  # the communication schedule of one step, by stage class
     efficiency: Efficiency  # the tables the times come from
     times: tuple[StageTimes, ...]  # forward/backward compute per micro-batch, per stage
-    op_seconds: Mapping[CommOp, float]  # seconds per step of each op of `ops`, on its link
+    seconds: tuple[tuple[float, ...], ...]  # seconds per step of each op of `schedule.by_class`
+
+    @property
+    def ops(self) -> tuple[CommOp, ...]:
+        """The communication schedule of one step: every op of every stage, in stage order."""
+        return self.schedule.ops
+
+    @property
+    def wires(self) -> tuple[WireBudget, ...]:
+        """Bytes per step on each fabric tier, per stage (`planc.comm.schedule.wire_budget`)."""
+        cached: tuple[WireBudget, ...] | None = self.__dict__.get("_wires")
+        if cached is None:
+            cached = self.__dict__["_wires"] = staged_wires(self.plan, self.schedule)
+        return cached
+
+    @property
+    def op_seconds(self) -> Mapping[CommOp, float]:
+        """Seconds per step of each op of `ops`, on its link."""
+        cached: dict[CommOp, float] | None = self.__dict__.get("_op_seconds")
+        if cached is None:
+            classes, staged = self.schedule.classes, self.schedule
+            cached = {
+                op: seconds
+                for stage, k in enumerate(classes.of)
+                for op, seconds in zip(staged.stage_ops(stage), self.seconds[k], strict=True)
+            }
+            self.__dict__["_op_seconds"] = cached
+        return MappingProxyType(cached)
 
 
 #: (job, efficiency tables) → each stage's compute times (`stage_times`).
@@ -63,37 +102,40 @@ def analyse(
     engine_of: Engine = stage_engine_terms,
     tables_of: Tables = efficiency_of,
     seconds_of: Seconds = op_seconds,
+    ops_of: StageOps = stage_ops,
 ) -> Analysis:
-    """The analysis of `plan`; every quantity in it computed once, here. A search passes
-    `activations_of`, `times_of`, `parameters_of`, `engine_of`, `tables_of` and `seconds_of`
-    that return the same terms, times, parameter counts, static terms, tables and op seconds
-    for candidates that differ only in what those do not read
-    (`planc.search.evaluate.shared_analysis`)."""
-    parameters = tuple(parameters_of(plan, r) for r in range(plan.layout.p))
+    """The analysis of `plan`; every quantity in it computed once, here, and every per-stage
+    one once per stage class (`planc.stages`). A search passes `activations_of`, `times_of`,
+    `parameters_of`, `engine_of`, `tables_of`, `seconds_of` and `ops_of` that return the same
+    terms, times, parameter counts, static terms, tables, op seconds and ops for candidates
+    that differ only in what those do not read (`planc.search.evaluate.shared_analysis`)."""
+    classes = stage_classes(plan)
+    shares = tuple(parameters_of(plan, r) for r in classes.first)
     quantized = (
         tuple(
             (share.dense, share.experts)
-            for share in (quantized_share(plan, r) for r in range(plan.layout.p))
+            for share in (quantized_share(plan, r) for r in classes.first)
         )
         if plan.numerics.quantized is not None
         else ()
     )
-    ops = schedule(
+    staged = staged_schedule(
         plan,
-        [share.dense_total for share in parameters],
-        [share.expert_total for share in parameters],
+        classes,
+        [share.dense_total for share in shares],
+        [share.expert_total for share in shares],
         quantized,
+        ops_of,
     )
     eff = tables_of(plan)
     return Analysis(
         plan=plan,
-        parameters=parameters,
+        parameters=classes.expand(shares),
         memory=budget(plan, activations_of, parameters_of, engine_of),
-        ops=ops,
-        wires=wire_budget(plan, ops),
+        schedule=staged,
         efficiency=eff,
         times=times_of(plan, eff),
-        op_seconds=MappingProxyType(dict(zip(ops, seconds_of(plan, eff, ops), strict=True))),
+        seconds=tuple(seconds_of(plan, eff, ops) for ops in staged.by_class),
     )
 
 
@@ -136,7 +178,7 @@ def estimate_step(analysis: Analysis, efficiency: Efficiency | None = None) -> S
     params = [share.total for share in analysis.parameters]
     experts = [share.expert_total for share in analysis.parameters]
     eff = analysis.efficiency if efficiency is None else efficiency
-    step = pipeline_step(build_inputs(plan, params, experts, eff, analysis.ops))
+    step = pipeline_step(build_inputs(plan, params, experts, eff, analysis.schedule.first_ops))
     return StepEstimate(
         step_time_s=step.step_time_s,
         compute_s=step.compute_s,

@@ -25,6 +25,7 @@ their own buckets (Megatron DDP's expert_parallel_buffers), the dense ones over 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from types import MappingProxyType
 
 from planc.comm import context
@@ -33,6 +34,7 @@ from planc.pipeline.registry import definition
 from planc.plannable import PlanLayout, Plannable, axis_strides
 from planc.record import record
 from planc.spec.fabric import Tier
+from planc.stages import StageClasses
 from planc.vocab import Axis, ChunkPlacement, Collective, Direction, GroupKind
 
 
@@ -958,17 +960,102 @@ def schedule(
     an FP8/FP4 recipe (`planc.memory.fp8.quantized_share`; empty: none).
     """
     ops: list[CommOp] = []
-    for stage, layers in enumerate(job.layout.stage_layers):
-        ops += _tp_ops(job, stage)
-        ops += _cp_ops(job, stage, layers)
-        ops += _ep_ops(job, stage)
-        ops += _etp_ops(job, stage)
-        ops += _pp_ops(job, stage)
-        dense_q, expert_q = quantized_by_stage[stage] if quantized_by_stage else (0, 0)
-        ops += _dp_ops(job, stage, params_by_stage[stage], dense_q)
-        ops += _edp_ops(job, stage, experts_by_stage[stage] if experts_by_stage else 0, expert_q)
-        ops += _embedding_ops(job, stage)
+    for stage in range(job.layout.p):
+        ops += stage_ops(
+            job,
+            stage,
+            params_by_stage[stage],
+            experts_by_stage[stage] if experts_by_stage else 0,
+            quantized_by_stage[stage] if quantized_by_stage else (0, 0),
+        )
     return tuple(ops)
+
+
+def stage_ops(
+    job: Plannable, stage: int, params: int, experts: int = 0, quantized: tuple[int, int] = (0, 0)
+) -> list[CommOp]:
+    """Every communication op of one step of a rank of pipeline stage `stage`, in schedule
+    order: `params` its Ψ_dense, `experts` its Ψ_expert and `quantized` its (Ψ_q,dense,
+    Ψ_q,expert) (`schedule`). Reads the stage only as `planc.stages.stage_key` says."""
+    layers = job.layout.stage_layers[stage]
+    dense_q, expert_q = quantized
+    return [
+        *_tp_ops(job, stage),
+        *_cp_ops(job, stage, layers),
+        *_ep_ops(job, stage),
+        *_etp_ops(job, stage),
+        *_pp_ops(job, stage),
+        *_dp_ops(job, stage, params, dense_q),
+        *_edp_ops(job, stage, experts, expert_q),
+        *_embedding_ops(job, stage),
+    ]
+
+
+#: (job, stage, Ψ_dense, Ψ_expert, (Ψ_q,dense, Ψ_q,expert)) → the stage's ops (`stage_ops`; a
+#: search passes one that reuses them across candidates).
+StageOps = Callable[[Plannable, int, int, int, tuple[int, int]], Sequence[CommOp]]
+
+
+@record
+class StagedSchedule:
+    """The communication schedule of one step by stage class (`planc.stages`): `by_class[k]`
+    the ops of class k's first stage (`stage_ops`). Every stage of a class runs its class's ops;
+    they differ only in the stage they carry."""
+
+    classes: StageClasses
+    by_class: tuple[tuple[CommOp, ...], ...]
+
+    @property
+    def first_ops(self) -> tuple[CommOp, ...]:
+        """The ops of each class's first stage, in stage order: what a question about every op
+        that is not a count (is there one of a kind, which comes first, which is largest) needs
+        of the whole schedule."""
+        return tuple(op for ops in self.by_class for op in ops)
+
+    def stage_ops(self, stage: int) -> tuple[CommOp, ...]:
+        """The ops of pipeline rank `stage`: its class's, carrying `stage`."""
+        k = self.classes.of[stage]
+        ops = self.by_class[k]
+        if self.classes.first[k] == stage:
+            return ops
+        return tuple(replace(op, stage=stage) for op in ops)
+
+    @property
+    def ops(self) -> tuple[CommOp, ...]:
+        """Every op of every stage, in stage order (`schedule`'s tuple); built on first use."""
+        cached: tuple[CommOp, ...] | None = self.__dict__.get("_ops")
+        if cached is None:
+            p = len(self.classes.of)
+            cached = tuple(op for stage in range(p) for op in self.stage_ops(stage))
+            self.__dict__["_ops"] = cached
+        return cached
+
+
+def staged_schedule(
+    job: Plannable,
+    classes: StageClasses,
+    params_by_class: Sequence[int],
+    experts_by_class: Sequence[int] = (),
+    quantized_by_class: Sequence[tuple[int, int]] = (),
+    ops_of: StageOps = stage_ops,
+) -> StagedSchedule:
+    """`schedule` by stage class: each class's ops computed once, on its first stage, from the
+    class's Ψ_dense, Ψ_expert and quantized weights (`params_by_class[k]`, ...)."""
+    return StagedSchedule(
+        classes,
+        tuple(
+            tuple(
+                ops_of(
+                    job,
+                    stage,
+                    params_by_class[k],
+                    experts_by_class[k] if experts_by_class else 0,
+                    quantized_by_class[k] if quantized_by_class else (0, 0),
+                )
+            )
+            for k, stage in enumerate(classes.first)
+        ),
+    )
 
 
 def op_record(op: CommOp, seconds: float) -> dict[str, object]:
@@ -1041,6 +1128,51 @@ def wire_budget(job: Plannable, ops: Sequence[CommOp]) -> tuple[WireBudget, ...]
         )
         for stage in range(p)
     )
+
+
+def staged_wires(job: Plannable, staged: StagedSchedule) -> tuple[WireBudget, ...]:
+    """`wire_budget` of the staged schedule without listing every stage's ops: a stage sends
+    its class's bytes, and receives what its class's own ops receive plus the forward sends of
+    the stage before it and the backward sends of the stage after it (`_receiver_of`), so
+    stages whose class and neighbours' classes agree share one budget."""
+    p, names = job.layout.p, job.cluster.fabric.names
+    mirrored = definition(job.layout.schedule).placement is ChunkPlacement.V
+    # Per class and tier: bytes sent, received by its own ops, sent forward, sent backward.
+    sent: list[dict[str, int]] = []
+    own: list[dict[str, int]] = []
+    forward: list[dict[str, int]] = []
+    backward: list[dict[str, int]] = []
+    for ops in staged.by_class:
+        for tally in (sent, own, forward, backward):
+            tally.append(dict.fromkeys(names, 0))
+        for op in ops:
+            total = op.calls * op.bytes_sent
+            sent[-1][op.link] += total
+            if op.direction is None or mirrored:
+                own[-1][op.link] += total
+            elif op.direction is Direction.FORWARD:
+                forward[-1][op.link] += total
+            else:
+                backward[-1][op.link] += total
+    of = staged.classes.of
+    shared: dict[tuple[int, int, int], Mapping[str, Wire]] = {}
+    out = []
+    for stage in range(p):
+        key = (of[stage], of[(stage - 1) % p], of[(stage + 1) % p])
+        tiers = shared.get(key)
+        if tiers is None:
+            k, before, after = key
+            tiers = shared[key] = MappingProxyType(
+                {
+                    name: Wire(
+                        sent[k][name],
+                        own[k][name] + forward[before][name] + backward[after][name],
+                    )
+                    for name in names
+                }
+            )
+        out.append(WireBudget(stage, tiers))
+    return tuple(out)
 
 
 def _receiver_of(stage: int, direction: Direction, p: int) -> int:

@@ -17,6 +17,7 @@ from planc.memory.static import Group, StateBytes, state_bytes
 from planc.memory.terms import COMPONENTS, Term
 from planc.plannable import Plannable
 from planc.record import record
+from planc.stages import StageClasses, stage_classes
 from planc.vocab import Axis
 
 #: (job, pipeline rank) → (activation terms, buffer terms) at the stage's peak
@@ -72,11 +73,48 @@ class StageBudget:
 
 
 @record
+class StagedMemory:
+    """What every stage's heaviest rank is assembled from, by stage class (`planc.stages`): the
+    static terms of each class (weights, gradients, optimizer state and their buffers, the
+    same on every stage of a class), the activation and buffer terms of each stage (the
+    micro-batches it holds in flight differ from stage to stage), the reserve, and the pp
+    stride that places each stage's rank."""
+
+    classes: StageClasses
+    static: tuple[Placed, ...]  # per class
+    activations: tuple[tuple[tuple[Term, ...], tuple[Term, ...]], ...]  # per stage
+    reserve: Term
+    pp_stride: int
+
+    def stage(self, stage: int) -> StageBudget:
+        """The budget of pipeline rank `stage`'s heaviest rank (`rank_memory`'s)."""
+        activations, transient = self.activations[stage]
+        memory = assembled(self.static[self.classes.of[stage]], activations, transient, self.reserve)
+        return StageBudget(stage, stage * self.pp_stride, memory)
+
+
+@record
 class MemoryBudget:
+    """Every pipeline stage's heaviest rank (`stages`, assembled on first use from `staged`)
+    and the peak among them (the largest total; ties: the lowest stage)."""
+
     parameters: int
     parameters_padded: int
-    stages: tuple[StageBudget, ...]
     peak: StageBudget
+    staged: StagedMemory
+    most_host: int = 0  # the most host memory any rank offloads (the largest `RankMemory.host`)
+
+    @property
+    def stages(self) -> tuple[StageBudget, ...]:
+        cached: tuple[StageBudget, ...] | None = self.__dict__.get("_stages")
+        if cached is None:
+            staged, peak = self.staged, self.peak
+            cached = tuple(
+                peak if r == peak.stage else staged.stage(r)
+                for r in range(len(staged.activations))
+            )
+            self.__dict__["_stages"] = cached
+        return cached
 
 
 def stage_engine_terms(
@@ -114,21 +152,40 @@ def rank_memory(
 
     Every TP rank of a stage is charged as TP rank 0, the heaviest when a split is uneven.
     """
+    static = static_terms(job, pp_rank, shard_index, expert_shard_index, parameters_of, engine_of)
+    activations, transient = activations_of(job, pp_rank)
+    return assembled(static, activations, transient, reserve_term(job))
+
+
+def static_terms(
+    job: Plannable,
+    pp_rank: int,
+    shard_index: int = 0,
+    expert_shard_index: int = 0,
+    parameters_of: Parameters = rank_parameters,
+    engine_of: Engine = stage_engine_terms,
+) -> Placed:
+    """The static terms of one rank (`rank_memory`): the engine's weights, gradients, optimizer
+    state and buffers for the stage's Ψ_r, with an FP8/FP4 recipe's weight-side terms."""
     tr, lay = job.training, job.layout
     state = state_bytes(job.numerics, tr.optimizer)
     group = Group(lay.zero, lay.shard_group, shard_index)
     expert_group = Group(lay.zero, lay.expert_shard_group, expert_shard_index, "N_e")
     share = parameters_of(job, pp_rank)
-    activations, transient = activations_of(job, pp_rank)
-    reserve = Term(
-        "reserve",
-        "reserve",
-        job.cluster.reserve_bytes,
-        "reserve_gib·2³⁰",
-        RESERVE_SOURCE,
-    )
     static = engine_of(job, pp_rank, share, state, group, expert_group)
-    static = with_quantized(job, pp_rank, share, static, state.weights)
+    return with_quantized(job, pp_rank, share, static, state.weights)
+
+
+def reserve_term(job: Plannable) -> Term:
+    """The CUDA context, NCCL buffers and allocator fragmentation (hardware.reserve_gib)."""
+    return Term("reserve", "reserve", job.cluster.reserve_bytes, "reserve_gib·2³⁰", RESERVE_SOURCE)
+
+
+def assembled(
+    static: Placed, activations: tuple[Term, ...], transient: tuple[Term, ...], reserve: Term
+) -> RankMemory:
+    """One rank's budget from its static terms, its activation and transient buffer terms and
+    the reserve, in the order `planc memory` lists them."""
     terms = (
         *(t for t in static.hbm if t.component != "buffers"),
         *activations,
@@ -147,25 +204,36 @@ def budget(
 ) -> MemoryBudget:
     """Every pipeline stage's heaviest rank, and the peak (the largest total; ties: lowest stage).
     `activations_of`, `parameters_of` and `engine_of` give what `stage_activation_terms`,
-    `rank_parameters` and `engine_terms` give (a search's reuse them across candidates)."""
-    stages = tuple(
-        StageBudget(
-            stage,
-            stage_rank(job, stage),
-            rank_memory(job, stage, 0, 0, activations_of, parameters_of, engine_of),
-        )
-        for stage in range(job.layout.p)
+    `rank_parameters` and `engine_terms` give (a search's reuse them across candidates).
+
+    The static terms are computed once per stage class (`planc.stages`), the activations per
+    stage; the peak is found from the totals, and only its rank's budget is assembled here (the
+    others on first use of `MemoryBudget.stages`)."""
+    classes = stage_classes(job)
+    static = tuple(
+        static_terms(job, stage, 0, 0, parameters_of, engine_of) for stage in classes.first
     )
-    peak = max(stages, key=lambda s: (s.memory.total, -s.stage))
+    activations = tuple(activations_of(job, stage) for stage in range(job.layout.p))
+    staged = StagedMemory(
+        classes, static, activations, reserve_term(job), job.layout.strides[Axis.PP]
+    )
+    fixed = [sum(t.bytes for t in placed.hbm) + staged.reserve.bytes for placed in static]
+    totals = [
+        fixed[k] + sum(t.bytes for t in held) + sum(t.bytes for t in transient)
+        for k, (held, transient) in zip(classes.of, activations, strict=True)
+    ]
+    # max with (total, −stage): the largest total, the lowest stage among equals.
+    heaviest = max(range(len(totals)), key=lambda r: (totals[r], -r))
     return MemoryBudget(
         parameters=parameter_count(job.model).total,
         parameters_padded=parameter_count(job.model, padded_vocab(job.model.V, job.layout.t)).total,
-        stages=stages,
-        peak=peak,
+        peak=staged.stage(heaviest),
+        staged=staged,
+        most_host=max(sum(t.bytes for t in placed.host) for placed in static),
     )
 
 
 def node_host_bytes(job: Plannable, b: MemoryBudget) -> int:
     """Host bytes one node holds: gpus_per_node × the most any rank offloads (conservative: the
     ranks of one node may belong to different stages)."""
-    return job.cluster.gpus_per_node * max(stage.memory.host for stage in b.stages)
+    return job.cluster.gpus_per_node * b.most_host

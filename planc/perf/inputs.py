@@ -96,6 +96,7 @@ from planc.presets.efficiency import (
 )
 from planc.record import record
 from planc.spec.job import Job
+from planc.stages import stage_classes
 from planc.vocab import Axis, Collective
 
 # Data-parallel traffic: the shard group (dp_cp, or dp_shard under HSDP), HSDP's replicas, and
@@ -638,14 +639,16 @@ def build_inputs(
     """The :class:`StepInputs` of `job`: `params_by_stage[r]` is Ψ_r, the parameters one rank of
     stage r holds, and `experts_by_stage[r]` its Ψ_expert (sharded over the expert data-parallel
     group instead of the data-parallel one), both from planc's memory analysis
-    (`Analysis.parameters`); `ops` the communication schedule (`Analysis.ops`) and `eff` the
-    efficiency tables. `planc.analysis.estimate_step` is the one caller.
+    (`Analysis.parameters`); `ops` the communication schedule (`Analysis.ops`, or only the ops of
+    each stage class's first stage, `StagedSchedule.first_ops`) and `eff` the efficiency
+    tables. `planc.analysis.estimate_step` is the one caller.
+
+    A stage's inputs read it only as its class (`planc.stages`): each class's are computed once,
+    on its first stage.
     """
     lay, m = job.layout, job.m
     shape, device = layer_shape(job), device_of(job)
-    per_stage = lay.stage_layers
-    params, experts = list(params_by_stage), list(experts_by_stage)
-    dense = [total - expert for total, expert in zip(params, experts, strict=True)]
+    classes = stage_classes(job)
     zero = sharding_stage(job) >= 1
     shard, expert_shard = (lay.shard_group, lay.edp) if zero else (1, 1)
     exchange = ep_per_layer(job, eff)
@@ -653,7 +656,9 @@ def build_inputs(
     one = boundary_transfer(job, eff, ops) if runs_pipe_engine(job) else Transfer(0.0, 0.0)
     staged = ops_by_stage(ops, lay.p)
     stages = []
-    for r, layers in enumerate(per_stage):
+    for r in classes.first:
+        layers = lay.stage_layers[r]
+        params, experts = params_by_stage[r], experts_by_stage[r]
         split, routed = lay.chunk_layers(r), chunk_moe_layers(job, r)
         mine = staged[r]
         blocking = blocking_p2p(job, one, r)
@@ -671,8 +676,8 @@ def build_inputs(
         )
         tp = tp_per_layer(job, eff, mine, r)
         tp_moe = tp_per_layer(job, eff, mine, r, moe_layer=True)
-        times = with_copy_out(job, times, params[r], device, eff)
-        dp = _dp(job, eff, mine, r, sum(t.forward_s for t in times), params[r])
+        times = with_copy_out(job, times, params, device, eff)
+        dp = _dp(job, eff, mine, r, sum(t.forward_s for t in times), params)
         pairs = tuple(zip(split, routed, strict=True))
         stages.append(
             StageInputs(
@@ -685,9 +690,9 @@ def build_inputs(
                     for n, e in pairs
                 ),
                 dp_buckets_s=dp.buckets,
-                after_step_s=dp.after_step + offload_transfer_s(job, params[r]),
+                after_step_s=dp.after_step + offload_transfer_s(job, params),
                 optimizer_s=optimizer_time_s(
-                    dense[r] / shard + experts[r] / expert_shard,
+                    (params - experts) / shard + experts / expert_shard,
                     device,
                     eff,
                     job.numerics.loss_scaling,
@@ -706,7 +711,7 @@ def build_inputs(
         )
     hop = hop_s(job, p2p_message_s(job, eff, ops))
     return StepInputs(
-        stages=tuple(stages),
+        stages=classes.expand(stages),
         m=m,
         v=lay.v,
         p2p_s=hop,
@@ -820,12 +825,17 @@ def after_step_s(
     """Per stage, the communication that always follows the optimizer step (what of the ZeRO-1/2
     parameter all-gather its overlap leaves exposed, the tied-embedding all-reduce) and the
     offload copies: exposed whatever else overlaps, so a lower bound on what the step adds after
-    the pipeline. `times` are the stages' compute times (`Analysis.times`)."""
+    the pipeline. `times` are the stages' compute times (`Analysis.times`); `ops` the schedule
+    (every stage's, or each stage class's first stage's, as `build_inputs` takes them), each
+    class priced once."""
+    classes = stage_classes(job)
     staged = ops_by_stage(ops, job.layout.p)
-    return tuple(
-        _dp(job, eff, staged[r], r, times[r].forward_s).after_step
-        + offload_transfer_s(job, params_by_stage[r])
-        for r in range(job.layout.p)
+    return classes.expand(
+        [
+            _dp(job, eff, staged[r], r, times[r].forward_s).after_step
+            + offload_transfer_s(job, params_by_stage[r])
+            for r in classes.first
+        ]
     )
 
 

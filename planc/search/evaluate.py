@@ -146,6 +146,9 @@ class Judge:
     rejecting: int  # the lowest severity rank that rejects
     objective: Objective = "step"
     deep: tuple[tuple[Rule, Severity], ...] = ()  # rules on the analysis
+    # The rules on the analysis whose findings can reject a candidate (`rejectors`): what
+    # deciding feasibility needs of them; the others only add warnings.
+    deciding: tuple[tuple[Rule, Severity], ...] = ()
     # The (rule, severity) pairs that reject a candidate (`Setup.rejects`), for the cheap rules
     # and after the analysis alike.
     rejectors: frozenset[tuple[str, Severity]] = frozenset()
@@ -194,8 +197,16 @@ def make_judge(setup: Setup) -> Judge:
         for severity in Severity
         if setup.rejects(r.id, severity)
     )
+    deciding = tuple((r, s) for r, s in deep if (r.id, s) in rejectors)
     return Judge(
-        base, setup.space, cheap, setup.rejecting, setup.objective, deep=deep, rejectors=rejectors
+        base,
+        setup.space,
+        cheap,
+        setup.rejecting,
+        setup.objective,
+        deep=deep,
+        rejectors=rejectors,
+        deciding=deciding,
     )
 
 
@@ -309,10 +320,15 @@ def _failing(rules: Iterable[tuple[Rule, Severity]], ctx: Context) -> list[tuple
     ]
 
 
-def judge(judge: Judge, index: int) -> Verdict:
+def judge(judge: Judge, index: int, every: bool = True) -> Verdict:
     """The verdict of the rules on candidate `index` of the judge's space: what
     `planc.check.evaluate` finds, each rule run once on check's own contexts (the cheap rules on
-    the one without the analysis, which they do not read)."""
+    the one without the analysis, which they do not read).
+
+    Without `every`, of the rules on the analysis only those that can reject a candidate run
+    (`Judge.deciding`): the verdict is the same but for a feasible candidate's warnings, which
+    then name only the rules that read no analysis. The search judges every candidate so and
+    judges again, with every rule, the few it lists (`planc.search.run.search`)."""
     job = candidate_job(judge.base, judge.space, judge.space.candidate(index))
     # check's own context without the analysis: the refusals, or the plannable job.
     ctx = context_of(job, [rule for rule, _ in judge.cheap], suggest=False)
@@ -324,7 +340,8 @@ def judge(judge: Judge, index: int) -> Verdict:
     if plan is None:  # a precondition rule the spec ignores or re-levels
         return Verdict(index, tuple(sorted({r.rule for r in ctx.refusals})))
     analysis = shared_analysis(judge, index, plan)
-    found += _failing(judge.deep, Context(job, plan, analysis, suggest=False))
+    deep = judge.deep if every else judge.deciding
+    found += _failing(deep, Context(job, plan, analysis, suggest=False))
     errors = sorted({rule for rule, severity in found if (rule, severity) in judge.rejectors})
     if errors:
         return Verdict(index, tuple(errors))
@@ -508,7 +525,10 @@ def step_lower_bound(analysis: Analysis) -> float:
     fill = sum(per_stage[:busiest]) / plan.layout.v
     params = [share.total for share in analysis.parameters]
     after = max(
-        after_step_s(plan, analysis.efficiency, analysis.ops, params, analysis.times), default=0.0
+        after_step_s(
+            plan, analysis.efficiency, analysis.schedule.first_ops, params, analysis.times
+        ),
+        default=0.0,
     )
     return plan.m * per_stage[busiest] + fill + after
 
@@ -545,7 +565,9 @@ def price_below(judge: Judge, index: int, cutoff: float) -> Priced:
     analysis = _analysis(judge, index)
     params = [share.total for share in analysis.parameters]
     experts = [share.expert_total for share in analysis.parameters]
-    inputs = build_inputs(analysis.plan, params, experts, analysis.efficiency, analysis.ops)
+    inputs = build_inputs(
+        analysis.plan, params, experts, analysis.efficiency, analysis.schedule.first_ops
+    )
     bound = step_lower_bound_s(inputs)
     if bound > cutoff:
         return Priced(None, bound)
@@ -579,9 +601,10 @@ def _metrics(step: _Step, ranked: Callable[[float], float]) -> Metrics:
 
 
 def judge_range(setup: Setup, start: int, stop: int) -> tuple[Verdict, ...]:
-    """Candidates start … stop − 1 judged (one task of a worker process)."""
+    """Candidates start … stop − 1 judged (one task of a worker process): their feasibility,
+    with the warnings of the rules that read no analysis (`judge` without `every`)."""
     judged = make_judge(setup)
-    return tuple(judge(judged, index) for index in range(start, stop))
+    return tuple(judge(judged, index, every=False) for index in range(start, stop))
 
 
 def price_all(setup: Setup, indices: tuple[int, ...]) -> tuple[Metrics, ...]:
