@@ -27,7 +27,7 @@ Megatron-Core serialises them with compute unless --overlap-moe-expert-parallel-
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from planc.comm.context import exposed_per_layer
@@ -240,6 +240,10 @@ def comm_time_s(
 # The collectives NCCL runs as rings over every member (an all-to-all and a p2p send do not
 # spread over the members' NICs).
 RING_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+#: op → seconds of one call of it (`_call_s` of the job and tables at hand).
+CallSeconds = Callable[[CommOp], float]
 
 
 def _call_s(job: Plannable, eff: Efficiency, op: CommOp) -> float:
@@ -518,8 +522,10 @@ def _dp(
     stage: int,
     forward_s: float,
     params: int = 0,
+    call_s: CallSeconds | None = None,
 ) -> DataParallelTimes:
-    """The stage's data-parallel communication, placed as the framework issues it.
+    """The stage's data-parallel communication, placed as the framework issues it; `call_s`
+    gives one call's seconds of an op (`_call_s` unless the caller has them priced already).
 
     * Gradient reduce-scatters (all-reduces without ZeRO) run in buckets as the last
       micro-batch's backward produces them (Megatron DDP `--overlap-grad-reduce`, DeepSpeed
@@ -546,7 +552,7 @@ def _dp(
     for op in ops:
         if op.stage != stage or op.group not in DP_GROUPS or not op.calls:
             continue
-        one = _call_s(job, eff, op)
+        one = _call_s(job, eff, op) if call_s is None else call_s(op)
         if op.group == "embedding":
             after += one * op.calls
         elif op.op == "all_gather" and zero <= 2:
@@ -821,18 +827,20 @@ def after_step_s(
     ops: Sequence[CommOp],
     params_by_stage: Sequence[int],
     times: Sequence[StageTimes],
+    call_s: CallSeconds | None = None,
 ) -> tuple[float, ...]:
     """Per stage, the communication that always follows the optimizer step (what of the ZeRO-1/2
     parameter all-gather its overlap leaves exposed, the tied-embedding all-reduce) and the
     offload copies: exposed whatever else overlaps, so a lower bound on what the step adds after
     the pipeline. `times` are the stages' compute times (`Analysis.times`); `ops` the schedule
     (every stage's, or each stage class's first stage's, as `build_inputs` takes them), each
-    class priced once."""
+    class priced once; `call_s` one call's seconds of an op (`_call_s` by default: a search
+    passes the calls it has priced)."""
     classes = stage_classes(job)
     staged = ops_by_stage(ops, job.layout.p)
     return classes.expand(
         [
-            _dp(job, eff, staged[r], r, times[r].forward_s).after_step
+            _dp(job, eff, staged[r], r, times[r].forward_s, call_s=call_s).after_step
             + offload_transfer_s(job, params_by_stage[r])
             for r in classes.first
         ]

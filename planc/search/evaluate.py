@@ -27,7 +27,14 @@ from planc.memory.params import RankParameters, rank_parameters
 from planc.memory.static import Group, StateBytes
 from planc.memory.terms import Term
 from planc.perf.compute import StageTimes
-from planc.perf.inputs import after_step_s, build_inputs, comm_time_s, efficiency_of, stage_times
+from planc.perf.inputs import (
+    CallSeconds,
+    after_step_s,
+    build_inputs,
+    comm_time_s,
+    efficiency_of,
+    stage_times,
+)
 from planc.perf.step import step_lower_bound_s
 from planc.pipeline.registry import bubble_fraction
 from planc.plannable import Plannable, plannable
@@ -356,7 +363,9 @@ def judge(judge: Judge, index: int, every: bool = True) -> Verdict:
         peak_memory_bytes=peak,
         memory_headroom=1 - peak / job.cluster.gpu.memory_bytes,
         bubble_fraction=bubble_fraction(lay.schedule, lay.p, plan.m, lay.v),
-        step_bound_s=step_lower_bound(analysis),
+        step_bound_s=step_lower_bound(
+            analysis, call_seconds(judge, index, plan, analysis.efficiency)
+        ),
     )
 
 
@@ -439,7 +448,6 @@ def shared_analysis(judge: Judge, index: int, plan: Plannable) -> Analysis:
     key = _masked(space, values, UNREAD_BY_SHARED)
     parameters_key = _masked(space, values, UNREAD_BY_PARAMETERS)
     engine_key = _masked(space, values, UNREAD_BY_ENGINE)
-    calls_key = _masked(space, values, UNREAD_BY_CALLS)
     tables_key = tuple(
         value if axis.name in READ_BY_TABLES else None
         for axis, value in zip(space.axes, values, strict=True)
@@ -491,25 +499,33 @@ def shared_analysis(judge: Judge, index: int, plan: Plannable) -> Analysis:
 
     def seconds_of(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> tuple[float, ...]:
         # `planc.perf.inputs.op_seconds`: each op's calls × one call, a call priced once.
-        priced: dict[tuple[str, str, int, int, str], float] = {}
-        out = []
-        for op in ops:
-            call = (str(op.op), str(op.group), op.group_size, op.buffer_bytes, op.link)
-            if call not in priced:
-                at = ("call", calls_key, call)
-                if at not in memo:
-                    rails = ring_rails(job, op.group)
-                    memo[at] = comm_time_s(
-                        job, eff, call[0], op.group_size, op.buffer_bytes, op.link, rails=rails
-                    )
-                priced[call] = memo[at]
-            out.append(op.calls * priced[call])
-        return tuple(out)
+        one = call_seconds(judge, index, job, eff)
+        return tuple(op.calls * one(op) for op in ops)
 
     return analyse(plan, activations_of, times_of, parameters_of, engine_of, tables_of, seconds_of)
 
 
-def step_lower_bound(analysis: Analysis) -> float:
+def call_seconds(judge: Judge, index: int, job: Plannable, eff: Efficiency) -> CallSeconds:
+    """One call's seconds of an op of candidate `index` (`planc.perf.inputs.comm_time_s` on its
+    group's rails, `ring_rails`), shared with the judge's earlier candidates that agree on the
+    axes a call reads (all but `UNREAD_BY_CALLS`) and on the call itself."""
+    space, memo = judge.space, judge.memo
+    calls_key = _masked(space, space.candidate(index), UNREAD_BY_CALLS)
+
+    def one(op: CommOp) -> float:
+        at = ("call", calls_key, str(op.op), str(op.group), op.group_size, op.buffer_bytes, op.link)
+        seconds: float | None = memo.get(at)
+        if seconds is None:
+            rails = ring_rails(job, op.group)
+            seconds = memo[at] = comm_time_s(
+                job, eff, str(op.op), op.group_size, op.buffer_bytes, op.link, rails=rails
+            )
+        return seconds
+
+    return one
+
+
+def step_lower_bound(analysis: Analysis, call_s: CallSeconds | None = None) -> float:
     """A lower bound on the estimated step, from the analysis alone (no pipeline run).
 
     The busiest stage r* runs its m micro-batches (m·T*, T = forward + backward compute per
@@ -518,6 +534,7 @@ def step_lower_bound(analysis: Analysis) -> float:
     after the pipeline, the step still runs the always-exposed after-step communication (ZeRO-1/2
     parameter all-gather, tied embedding all-reduce, offload copies). The estimate adds exposed
     TP, p2p, the DP tail and the optimizer on top, so it never comes out below this.
+    `call_s`: one call's seconds of an op, as the judge has priced them (`call_seconds`).
     """
     plan, times = analysis.plan, analysis.times
     per_stage = [t.forward_s + t.backward_s for t in times]
@@ -526,7 +543,7 @@ def step_lower_bound(analysis: Analysis) -> float:
     params = [share.total for share in analysis.parameters]
     after = max(
         after_step_s(
-            plan, analysis.efficiency, analysis.schedule.first_ops, params, analysis.times
+            plan, analysis.efficiency, analysis.schedule.first_ops, params, analysis.times, call_s
         ),
         default=0.0,
     )
