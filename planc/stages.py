@@ -64,13 +64,15 @@ def stage_key(job: Plannable, stage: int) -> Hashable:
     return (tuple(chunks), stage == 0, stage == lay.p - 1, stage == lay.last_stage)
 
 
-def stage_classes(job: Plannable) -> StageClasses:
+def stage_classes(job: Plannable, known: StageClasses | None = None) -> StageClasses:
     """The stage classes of `job` (`stage_key`). Kept on the job instance, as `PlanLayout` keeps
     its degrees: a pure function of the frozen job that the analysis, the memory budget and the
-    step inputs each ask for."""
+    step inputs each ask for. `known`: the classes a caller has for a job that agrees with
+    this one in everything `stage_key` reads (a search's memo), kept instead of computing
+    them."""
     cached: StageClasses | None = job.__dict__.get("_stage_classes")
     if cached is None:
-        cached = classes_of(job)
+        cached = classes_of(job) if known is None else known
         job.__dict__["_stage_classes"] = cached
     return cached
 

@@ -37,7 +37,7 @@ from planc.perf.inputs import (
 )
 from planc.perf.step import step_lower_bound_s
 from planc.pipeline.registry import bubble_fraction
-from planc.plannable import Plannable, plannable
+from planc.plannable import Chunks, Plannable, layer_chunks, plannable
 from planc.presets.efficiency import Efficiency
 from planc.record import record
 from planc.rules import FRAMEWORK_RULES, REGISTRY, Rule
@@ -46,6 +46,7 @@ from planc.run.estimate import checkpoint_cost
 from planc.search.space import Space, Value, stage_split
 from planc.spec.fabric import Fabric
 from planc.spec.job import Job, NodeNames, low_precision_recipe, resolve
+from planc.stages import StageClasses, stage_classes
 from planc.vocab import ScheduleKind, SearchObjective, recompute_mode
 
 Objective = SearchObjective
@@ -228,9 +229,14 @@ def hosts_refusal(job: Job, rejecting: int = ERROR_RANK) -> tuple[str, ...]:
     return (rule.id,) if any(True for _ in rule.check(context_of(job, [rule]))) else ()
 
 
-def candidate_job(base: Job, space: Space, values: Sequence[Value]) -> Job:
+def candidate_job(
+    base: Job,
+    space: Space,
+    values: Sequence[Value],
+    split_of: Callable[[int, int, int], tuple[int, ...]] = stage_split,
+) -> Job:
     """`base` with the candidate's values; data derived unless pinned, the layer split balanced
-    when the layers do not divide evenly (`stage_split`)."""
+    when the layers do not divide evenly (`stage_split`, or `split_of` that gives the same)."""
     v = space.named(values)
     t, p, c, chunks = (
         int(v["tensor"]),
@@ -250,7 +256,7 @@ def candidate_job(base: Job, space: Space, values: Sequence[Value]) -> Job:
         d=d,
         c=c,
         v=chunks,
-        stage_layers=space.stage_layers or stage_split(base.model.L, p, chunks),
+        stage_layers=space.stage_layers or split_of(base.model.L, p, chunks),
         sp=bool(v["sequence_parallel"]),
         zero=int(v["zero_stage"]),
         d_given=space.data is not None,
@@ -336,9 +342,11 @@ def judge(judge: Judge, index: int, every: bool = True) -> Verdict:
     (`Judge.deciding`): the verdict is the same but for a feasible candidate's warnings, which
     then name only the rules that read no analysis. The search judges every candidate so and
     judges again, with every rule, the few it lists (`planc.search.run.search`)."""
-    job = candidate_job(judge.base, judge.space, judge.space.candidate(index))
+    values = judge.space.candidate(index)
+    job = candidate_job(judge.base, judge.space, values, _split_of(judge))
     # check's own context without the analysis: the refusals, or the plannable job.
-    ctx = context_of(job, [rule for rule, _ in judge.cheap], suggest=False)
+    cheap = [rule for rule, _ in judge.cheap]
+    ctx = context_of(job, cheap, suggest=False, chunks_of=_chunks_of(judge))
     found = _failing(judge.cheap, ctx)
     failed = tuple(rule for rule, severity in found if (rule, severity) in judge.rejectors)
     if failed:
@@ -346,7 +354,7 @@ def judge(judge: Judge, index: int, every: bool = True) -> Verdict:
     plan = ctx.plan
     if plan is None:  # a precondition rule the spec ignores or re-levels
         return Verdict(index, tuple(sorted({r.rule for r in ctx.refusals})))
-    analysis = shared_analysis(judge, index, plan)
+    analysis = shared_analysis(judge, index, plan, values)
     deep = judge.deep if every else judge.deciding
     found += _failing(deep, Context(job, plan, analysis, suggest=False))
     errors = sorted({rule for rule, severity in found if (rule, severity) in judge.rejectors})
@@ -364,9 +372,63 @@ def judge(judge: Judge, index: int, every: bool = True) -> Verdict:
         memory_headroom=1 - peak / job.cluster.gpu.memory_bytes,
         bubble_fraction=bubble_fraction(lay.schedule, lay.p, plan.m, lay.v),
         step_bound_s=step_lower_bound(
-            analysis, call_seconds(judge, index, plan, analysis.efficiency)
+            analysis, call_seconds(judge, index, plan, analysis.efficiency, values)
         ),
     )
+
+
+# A judge's memo of what only the job's pipeline shape decides, keyed by the values it is a
+# function of (the base job's fields a candidate does not change, the model's above all, are
+# the same for every key of one judge): the layer split of an uneven pipeline (`stage_split`),
+# each stage's layer chunks (`planc.plannable.layer_chunks`) and the stage classes
+# (`planc.stages.stage_classes`).
+
+
+def _split_of(judge: Judge) -> Callable[[int, int, int], tuple[int, ...]]:
+    memo = judge.memo
+
+    def split(layers: int, p: int, v: int) -> tuple[int, ...]:
+        at = ("split", layers, p, v)
+        found: tuple[int, ...] | None = memo.get(at)
+        if found is None:
+            found = memo[at] = stage_split(layers, p, v)
+        return found
+
+    return split
+
+
+def _chunks_of(judge: Judge) -> Callable[[Job], tuple[Chunks, tuple[int, ...]]]:
+    memo = judge.memo
+
+    def chunks(job: Job) -> tuple[Chunks, tuple[int, ...]]:
+        lay = job.layout
+        # Everything `layer_chunks` reads (`chunk_split`, `chunk_ranges`).
+        at = (
+            "chunks",
+            job.model.L,
+            lay.p,
+            lay.v,
+            lay.schedule,
+            lay.stage_layers,
+            lay.pipeline_layout,
+            lay.embedding_in_split,
+            lay.loss_in_split,
+        )
+        found: tuple[Chunks, tuple[int, ...]] | None = memo.get(at)
+        if found is None:
+            found = memo[at] = layer_chunks(job)
+        return found
+
+    return chunks
+
+
+def _classes_of(judge: Judge, plan: Plannable) -> StageClasses:
+    # Everything `planc.stages.stage_key` reads but the model (the base job's).
+    lay, q = plan.layout, plan.numerics.quantized
+    at = ("classes", lay.chunks, lay.last_stage, 0 if q is None else q.bf16_layers)
+    classes = stage_classes(plan, judge.memo.get(at))
+    judge.memo[at] = classes
+    return classes
 
 
 # The axes whose value neither a stage's activation terms (`planc.memory.activations`) nor its
@@ -437,14 +499,19 @@ def _masked(
     )
 
 
-def shared_analysis(judge: Judge, index: int, plan: Plannable) -> Analysis:
+def shared_analysis(
+    judge: Judge, index: int, plan: Plannable, values: Sequence[Value] | None = None
+) -> Analysis:
     """`analyse(plan)` of candidate `index`, with the sub-results an earlier candidate of this
     judge computed for the same values of the axes each reads: every stage's activation terms
     and the stages' compute times (all axes but `UNREAD_BY_SHARED`), each stage's parameters
     (`UNREAD_BY_PARAMETERS`), each stage's static terms (weights, gradients, optimizer state
-    and their buffers: `UNREAD_BY_ENGINE`) and the efficiency tables (`READ_BY_TABLES`)."""
+    and their buffers: `UNREAD_BY_ENGINE`), the efficiency tables (`READ_BY_TABLES`), each
+    call's seconds (`call_seconds`) and the stage classes. `values`: the candidate's, when the
+    caller has them."""
     space, memo = judge.space, judge.memo
-    values = space.candidate(index)
+    values = space.candidate(index) if values is None else values
+    _classes_of(judge, plan)
     key = _masked(space, values, UNREAD_BY_SHARED)
     parameters_key = _masked(space, values, UNREAD_BY_PARAMETERS)
     engine_key = _masked(space, values, UNREAD_BY_ENGINE)
@@ -499,18 +566,26 @@ def shared_analysis(judge: Judge, index: int, plan: Plannable) -> Analysis:
 
     def seconds_of(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> tuple[float, ...]:
         # `planc.perf.inputs.op_seconds`: each op's calls × one call, a call priced once.
-        one = call_seconds(judge, index, job, eff)
+        one = call_seconds(judge, index, job, eff, values)
         return tuple(op.calls * one(op) for op in ops)
 
     return analyse(plan, activations_of, times_of, parameters_of, engine_of, tables_of, seconds_of)
 
 
-def call_seconds(judge: Judge, index: int, job: Plannable, eff: Efficiency) -> CallSeconds:
+def call_seconds(
+    judge: Judge,
+    index: int,
+    job: Plannable,
+    eff: Efficiency,
+    values: Sequence[Value] | None = None,
+) -> CallSeconds:
     """One call's seconds of an op of candidate `index` (`planc.perf.inputs.comm_time_s` on its
     group's rails, `ring_rails`), shared with the judge's earlier candidates that agree on the
-    axes a call reads (all but `UNREAD_BY_CALLS`) and on the call itself."""
+    axes a call reads (all but `UNREAD_BY_CALLS`) and on the call itself. `values`: the
+    candidate's, when the caller has them."""
     space, memo = judge.space, judge.memo
-    calls_key = _masked(space, space.candidate(index), UNREAD_BY_CALLS)
+    values = space.candidate(index) if values is None else values
+    calls_key = _masked(space, values, UNREAD_BY_CALLS)
 
     def one(op: CommOp) -> float:
         at = ("call", calls_key, str(op.op), str(op.group), op.group_size, op.buffer_bytes, op.link)
