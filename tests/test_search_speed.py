@@ -3,6 +3,7 @@ over the rules give what `planc check` and a fresh analysis give, for every cand
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -72,6 +73,19 @@ def test_every_verdict_is_what_check_finds() -> None:
         assert verdict.rejected == ()
         assert verdict.warnings == tuple(sorted({rule for rule, _, _ in found.violations}))
     assert 0 < feasible < setup.space.size
+
+
+def test_judging_with_the_rejecting_rules_only_leaves_out_warnings_alone() -> None:
+    # The search judges every candidate with only the rules that can reject it and judges
+    # the ones it lists again with every rule: the verdicts are the same but for warnings.
+    setup = _setup(LARGE_BATCH)
+    judged = make_judge(setup)
+    warned = 0
+    for index in range(setup.space.size):
+        verdict = judge(judged, index)
+        assert judge(judged, index, every=False) == dataclasses.replace(verdict, warnings=())
+        warned += bool(verdict.warnings)
+    assert warned > 0
 
 
 # A mixture of experts in bf16 and fp8 (the FP8 terms read the micro-batch), every ZeRO stage

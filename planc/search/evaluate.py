@@ -154,8 +154,9 @@ class Judge:
     rejecting: int  # the lowest severity rank that rejects
     objective: Objective = "step"
     deep: tuple[tuple[Rule, Severity], ...] = ()  # rules on the analysis
-    # The rules on the analysis whose findings can reject a candidate (`rejectors`): what
-    # deciding feasibility needs of them; the others only add warnings.
+    # The rules whose findings can reject a candidate (`rejectors`), on the job or the plannable
+    # job and on the analysis: what deciding feasibility needs; the others only add warnings.
+    cheap_deciding: tuple[tuple[Rule, Severity], ...] = ()
     deciding: tuple[tuple[Rule, Severity], ...] = ()
     # The (rule, severity) pairs that reject a candidate (`Setup.rejects`), for the cheap rules
     # and after the analysis alike.
@@ -205,7 +206,6 @@ def make_judge(setup: Setup) -> Judge:
         for severity in Severity
         if setup.rejects(r.id, severity)
     )
-    deciding = tuple((r, s) for r, s in deep if (r.id, s) in rejectors)
     return Judge(
         base,
         setup.space,
@@ -214,7 +214,8 @@ def make_judge(setup: Setup) -> Judge:
         setup.objective,
         deep=deep,
         rejectors=rejectors,
-        deciding=deciding,
+        cheap_deciding=tuple((r, s) for r, s in cheap if (r.id, s) in rejectors),
+        deciding=tuple((r, s) for r, s in deep if (r.id, s) in rejectors),
     )
 
 
@@ -338,16 +339,16 @@ def judge(judge: Judge, index: int, every: bool = True) -> Verdict:
     `planc.check.evaluate` finds, each rule run once on check's own contexts (the cheap rules on
     the one without the analysis, which they do not read).
 
-    Without `every`, of the rules on the analysis only those that can reject a candidate run
-    (`Judge.deciding`): the verdict is the same but for a feasible candidate's warnings, which
-    then name only the rules that read no analysis. The search judges every candidate so and
-    judges again, with every rule, the few it lists (`planc.search.run.search`)."""
+    Without `every`, only the rules that can reject a candidate run (`Judge.cheap_deciding`,
+    `Judge.deciding`): the verdict is the same but for a feasible candidate's warnings, which
+    it then leaves out. The search judges every candidate so and judges again, with every
+    rule, the few it lists (`planc.search.run.search`)."""
     values = judge.space.candidate(index)
     job = candidate_job(judge.base, judge.space, values, _split_of(judge))
     # check's own context without the analysis: the refusals, or the plannable job.
     cheap = [rule for rule, _ in judge.cheap]
     ctx = context_of(job, cheap, suggest=False, chunks_of=_chunks_of(judge))
-    found = _failing(judge.cheap, ctx)
+    found = _failing(judge.cheap if every else judge.cheap_deciding, ctx)
     failed = tuple(rule for rule, severity in found if (rule, severity) in judge.rejectors)
     if failed:
         return Verdict(index, failed)
@@ -694,7 +695,7 @@ def _metrics(step: _Step, ranked: Callable[[float], float]) -> Metrics:
 
 def judge_range(setup: Setup, start: int, stop: int) -> tuple[Verdict, ...]:
     """Candidates start … stop − 1 judged (one task of a worker process): their feasibility,
-    with the warnings of the rules that read no analysis (`judge` without `every`)."""
+    without warnings (`judge` without `every`)."""
     judged = make_judge(setup)
     return tuple(judge(judged, index, every=False) for index in range(start, stop))
 

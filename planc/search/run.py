@@ -137,8 +137,8 @@ def search(setup: Setup, top: int, jobs: int = 1, report: Progress = silent) -> 
 
 
 def warned(setup: Setup, ranked: tuple[Ranked, ...]) -> tuple[Ranked, ...]:
-    """The listed candidates with every warning: judging ran only the rules on the analysis
-    that can reject (`judge_range`), so each listed one is judged again with every rule."""
+    """The listed candidates with their warnings: judging ran only the rules that can reject
+    (`judge_range`), so each listed one is judged again with every rule."""
     if not ranked:
         return ranked
     judged = make_judge(setup)
