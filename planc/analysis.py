@@ -25,7 +25,6 @@ from planc.comm.schedule import (
     staged_wires,
 )
 from planc.memory import MemoryBudget, budget
-from planc.memory.activations import stage_activation_terms
 from planc.memory.budget import Activations, Engine, Parameters, stage_engine_terms
 from planc.memory.fp8 import quantized_share
 from planc.memory.params import RankParameters, rank_parameters
@@ -96,7 +95,7 @@ Seconds = Callable[[Plannable, Efficiency, Sequence[CommOp]], tuple[float, ...]]
 
 def analyse(
     plan: Plannable,
-    activations_of: Activations = stage_activation_terms,
+    activations_of: Activations | None = None,
     times_of: Times = stage_times,
     parameters_of: Parameters = rank_parameters,
     engine_of: Engine = stage_engine_terms,

@@ -168,7 +168,9 @@ def test_reused_sub_results_equal_a_fresh_analysis(name: str) -> None:
     # each analysis equals one computed afresh.
     compared, kinds = _shared_equals_fresh(SHARED_SPACES[name])
     assert compared > 50
-    assert kinds == {"activations", "times", "parameters", "engine", "tables", "call", "classes"}
+    assert kinds == {
+        "activations", "lines", "held", "times", "parameters", "engine", "tables", "call", "classes"
+    }
 
 
 @pytest.mark.parametrize(

@@ -92,6 +92,11 @@ def differences(plan: Plannable) -> list[str]:
             stage.memory == rank_memory(plan, stage.stage) for stage in mine.memory.stages
         ),
         "peak": mine.memory.peak == theirs.memory.peak,
+        # What a stage's activations add up to, counted without writing their terms out.
+        "activation bytes": all(
+            held.bytes == sum(t.bytes for part in held.terms for t in part)
+            for held in mine.memory.staged.activations
+        ),
         "host": mine.memory.most_host == max(s.memory.host for s in theirs.memory.stages),
         "times": mine.times == theirs.times,
         "inputs": _inputs(mine, False) == _inputs(mine, True) == _inputs(theirs, True),

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from planc.memory.activations import stage_activation_terms
+from planc.memory.activations import (
+    StageActivations,
+    StageLines,
+    held_at_peak,
+    stage_activations,
+    stage_lines,
+)
 from planc.memory.engines import Placed, engine_terms
 from planc.memory.fp8 import with_quantized
 from planc.memory.params import RankParameters, padded_vocab, parameter_count, rank_parameters
@@ -20,9 +26,9 @@ from planc.record import record
 from planc.stages import StageClasses, stage_classes
 from planc.vocab import Axis
 
-#: (job, pipeline rank) → (activation terms, buffer terms) at the stage's peak
-#: (`stage_activation_terms`; a search passes one that reuses them across candidates).
-Activations = Callable[[Plannable, int], tuple[tuple[Term, ...], tuple[Term, ...]]]
+#: (job, pipeline rank) → its activations at the stage's peak (`stage_activations`; a search
+#: passes one that reuses them across candidates).
+Activations = Callable[[Plannable, int], StageActivations]
 #: (job, pipeline rank) → Ψ_r of one TP rank of that stage (`rank_parameters`).
 Parameters = Callable[[Plannable, int], RankParameters]
 #: (job, pipeline rank, its Ψ_r, bytes per parameter, shard group, expert shard group) → the
@@ -82,13 +88,13 @@ class StagedMemory:
 
     classes: StageClasses
     static: tuple[Placed, ...]  # per class
-    activations: tuple[tuple[tuple[Term, ...], tuple[Term, ...]], ...]  # per stage
+    activations: tuple[StageActivations, ...]  # per stage
     reserve: Term
     pp_stride: int
 
     def stage(self, stage: int) -> StageBudget:
         """The budget of pipeline rank `stage`'s heaviest rank (`rank_memory`'s)."""
-        activations, transient = self.activations[stage]
+        activations, transient = self.activations[stage].terms
         memory = assembled(self.static[self.classes.of[stage]], activations, transient, self.reserve)
         return StageBudget(stage, stage * self.pp_stride, memory)
 
@@ -141,7 +147,7 @@ def rank_memory(
     pp_rank: int,
     shard_index: int = 0,
     expert_shard_index: int = 0,
-    activations_of: Activations = stage_activation_terms,
+    activations_of: Activations = stage_activations,
     parameters_of: Parameters = rank_parameters,
     engine_of: Engine = stage_engine_terms,
 ) -> RankMemory:
@@ -153,7 +159,7 @@ def rank_memory(
     Every TP rank of a stage is charged as TP rank 0, the heaviest when a split is uneven.
     """
     static = static_terms(job, pp_rank, shard_index, expert_shard_index, parameters_of, engine_of)
-    activations, transient = activations_of(job, pp_rank)
+    activations, transient = activations_of(job, pp_rank).terms
     return assembled(static, activations, transient, reserve_term(job))
 
 
@@ -198,29 +204,30 @@ def assembled(
 
 def budget(
     job: Plannable,
-    activations_of: Activations = stage_activation_terms,
+    activations_of: Activations | None = None,
     parameters_of: Parameters = rank_parameters,
     engine_of: Engine = stage_engine_terms,
 ) -> MemoryBudget:
     """Every pipeline stage's heaviest rank, and the peak (the largest total; ties: lowest stage).
-    `activations_of`, `parameters_of` and `engine_of` give what `stage_activation_terms`,
+    `activations_of`, `parameters_of` and `engine_of` give what `stage_activations`,
     `rank_parameters` and `engine_terms` give (a search's reuse them across candidates).
 
-    The static terms are computed once per stage class (`planc.stages`), the activations per
-    stage; the peak is found from the totals, and only its rank's budget is assembled here (the
-    others on first use of `MemoryBudget.stages`)."""
+    The static terms and what a stage keeps per unit in flight are computed once per stage
+    class (`planc.stages`), the micro-batches in flight per stage; the peak is found from the
+    totals, and only its rank's budget is assembled here (the others on first use of
+    `MemoryBudget.stages`)."""
     classes = stage_classes(job)
     static = tuple(
         static_terms(job, stage, 0, 0, parameters_of, engine_of) for stage in classes.first
     )
-    activations = tuple(activations_of(job, stage) for stage in range(job.layout.p))
+    of = classwise_activations(job) if activations_of is None else activations_of
+    activations = tuple(of(job, stage) for stage in range(job.layout.p))
     staged = StagedMemory(
         classes, static, activations, reserve_term(job), job.layout.strides[Axis.PP]
     )
     fixed = [sum(t.bytes for t in placed.hbm) + staged.reserve.bytes for placed in static]
     totals = [
-        fixed[k] + sum(t.bytes for t in held) + sum(t.bytes for t in transient)
-        for k, (held, transient) in zip(classes.of, activations, strict=True)
+        fixed[k] + held.bytes for k, held in zip(classes.of, activations, strict=True)
     ]
     # max with (total, −stage): the largest total, the lowest stage among equals.
     heaviest = max(range(len(totals)), key=lambda r: (totals[r], -r))
@@ -231,6 +238,22 @@ def budget(
         staged=staged,
         most_host=max(sum(t.bytes for t in placed.host) for placed in static),
     )
+
+
+def classwise_activations(job: Plannable) -> Activations:
+    """`stage_activations` with what a stage keeps per unit in flight (`stage_lines`) computed
+    once per stage class (`planc.stages`) of `job`."""
+    classes = stage_classes(job)
+    lines: dict[int, StageLines] = {}
+
+    def of(plan: Plannable, stage: int) -> StageActivations:
+        k = classes.of[stage]
+        kept = lines.get(k)
+        if kept is None:
+            kept = lines[k] = stage_lines(plan, classes.first[k])
+        return StageActivations(kept, held_at_peak(plan, stage, kept.weights))
+
+    return of
 
 
 def node_host_bytes(job: Plannable, b: MemoryBudget) -> int:

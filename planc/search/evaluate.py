@@ -21,11 +21,15 @@ from planc.analysis import Analysis, analyse, estimate_step
 from planc.check import context_of, severity_of
 from planc.comm.schedule import CommOp, ring_rails
 from planc.findings import Severity
-from planc.memory.activations import stage_activation_terms
+from planc.memory.activations import (
+    StageActivations,
+    StageLines,
+    held_at_peak,
+    stage_lines,
+)
 from planc.memory.engines import Placed, engine_terms
 from planc.memory.params import RankParameters, rank_parameters
 from planc.memory.static import Group, StateBytes
-from planc.memory.terms import Term
 from planc.perf.compute import StageTimes
 from planc.perf.inputs import (
     CallSeconds,
@@ -521,12 +525,24 @@ def shared_analysis(
         for axis, value in zip(space.axes, values, strict=True)
     )
 
-    def activations_of(job: Plannable, stage: int) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
+    def activations_of(job: Plannable, stage: int) -> StageActivations:
         at = ("activations", key, stage)
-        if at not in memo:
-            memo[at] = stage_activation_terms(job, stage)
-        terms: tuple[tuple[Term, ...], tuple[Term, ...]] = memo[at]
-        return terms
+        found: StageActivations | None = memo.get(at)
+        if found is None:
+            # What the stage keeps per unit in flight is its class's (`planc.stages`), the
+            # micro-batches in flight a function of the schedule, m and the chunks' weights.
+            classes = stage_classes(job)
+            first = classes.first[classes.of[stage]]
+            lines: StageLines | None = memo.get(("lines", key, first))
+            if lines is None:
+                lines = memo[("lines", key, first)] = stage_lines(job, first)
+            lay = job.layout
+            held_at = ("held", lay.schedule, lay.p, lay.v, job.m, stage, lines.weights)
+            held: tuple[int, ...] | None = memo.get(held_at)
+            if held is None:
+                held = memo[held_at] = held_at_peak(job, stage, lines.weights)
+            found = memo[at] = StageActivations(lines, held)
+        return found
 
     def times_of(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
         at = ("times", key)
