@@ -164,12 +164,14 @@ def _shared_equals_fresh(text: str) -> tuple[int, set[str]]:
 def test_reused_sub_results_equal_a_fresh_analysis(name: str) -> None:
     # One judge over the whole space, so that each candidate reuses what the candidates before
     # it left in its memo when they differ only in axes a sub-result does not read (its
-    # activations and times, parameters, static memory terms, tables, each call's seconds);
-    # each analysis equals one computed afresh.
+    # activations with their lines and in-flight counts, times, parameters, static memory
+    # terms, tables, each call's seconds, the stage classes; "mask" is the keys' own
+    # bookkeeping); each analysis equals one computed afresh.
     compared, kinds = _shared_equals_fresh(SHARED_SPACES[name])
     assert compared > 50
     assert kinds == {
-        "activations", "lines", "held", "times", "parameters", "engine", "tables", "call", "classes"
+        "activations", "lines", "held", "times", "parameters", "engine", "tables", "call",
+        "classes", "mask",
     }
 
 
@@ -177,6 +179,7 @@ def test_reused_sub_results_equal_a_fresh_analysis(name: str) -> None:
     ("unread", "axis", "name"),
     [
         ("UNREAD_BY_SHARED", "micro_batch", "large-batch"),
+        ("UNREAD_BY_TIMES", "recompute", "large-batch"),
         ("UNREAD_BY_PARAMETERS", "pipeline", "pipelines"),
         ("UNREAD_BY_ENGINE", "zero_stage", "offload"),
         ("UNREAD_BY_ENGINE", "offload", "offload"),

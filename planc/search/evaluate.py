@@ -47,7 +47,7 @@ from planc.record import record
 from planc.rules import FRAMEWORK_RULES, REGISTRY, Rule
 from planc.rules.base import Context, Needs
 from planc.run.estimate import checkpoint_cost
-from planc.search.space import Space, Value, stage_split
+from planc.search.space import AXIS_NAMES, Space, Value, stage_split
 from planc.spec.fabric import Fabric
 from planc.spec.job import Job, NodeNames, low_precision_recipe, resolve
 from planc.stages import StageClasses, stage_classes
@@ -442,6 +442,10 @@ def _classes_of(judge: Judge, plan: Plannable) -> StageClasses:
 # order places ranks, not work. Candidates that differ only in them share those sub-results
 # (tests/test_search_speed.py holds them equal to fresh ones).
 UNREAD_BY_SHARED = frozenset({"zero_stage", "data_shard", "offload", "order"})
+# The stages' compute times (`planc.perf.inputs.stage_times`) read neither those nor the
+# context-parallel type: the exchange is priced with the communication, the attention core is
+# computed alike under every type.
+UNREAD_BY_TIMES = UNREAD_BY_SHARED | {"cp_comm_type"}
 # The axes `planc.memory.params.rank_parameters` does not read: it reads the model, tensor,
 # expert and expert_tensor (the slices of a layer), pipeline, virtual_stages and the schedule
 # (each stage's layers and chunks, which rank holds the last chunk), never the data or context
@@ -494,14 +498,15 @@ READ_BY_TABLES = frozenset({"precision"})
 
 
 def _masked(
-    space: Space, values: Sequence[Value], unread: frozenset[str]
+    judge: Judge, values: Sequence[Value], unread: frozenset[str]
 ) -> tuple[Value | None, ...]:
     """The candidate's values with those of the `unread` axes replaced by None: the key of a
     sub-result that is a function of the base job and the other axes."""
-    return tuple(
-        None if axis.name in unread else value
-        for axis, value in zip(space.axes, values, strict=True)
-    )
+    at = ("mask", unread)
+    mask: tuple[bool, ...] | None = judge.memo.get(at)
+    if mask is None:
+        mask = judge.memo[at] = tuple(axis.name in unread for axis in judge.space.axes)
+    return tuple(None if hidden else value for hidden, value in zip(mask, values, strict=True))
 
 
 def shared_analysis(
@@ -509,7 +514,8 @@ def shared_analysis(
 ) -> Analysis:
     """`analyse(plan)` of candidate `index`, with the sub-results an earlier candidate of this
     judge computed for the same values of the axes each reads: every stage's activation terms
-    and the stages' compute times (all axes but `UNREAD_BY_SHARED`), each stage's parameters
+    (all axes but `UNREAD_BY_SHARED`), the stages' compute times (`UNREAD_BY_TIMES`), each
+    stage's parameters
     (`UNREAD_BY_PARAMETERS`), each stage's static terms (weights, gradients, optimizer state
     and their buffers: `UNREAD_BY_ENGINE`), the efficiency tables (`READ_BY_TABLES`), each
     call's seconds (`call_seconds`) and the stage classes. `values`: the candidate's, when the
@@ -517,13 +523,11 @@ def shared_analysis(
     space, memo = judge.space, judge.memo
     values = space.candidate(index) if values is None else values
     _classes_of(judge, plan)
-    key = _masked(space, values, UNREAD_BY_SHARED)
-    parameters_key = _masked(space, values, UNREAD_BY_PARAMETERS)
-    engine_key = _masked(space, values, UNREAD_BY_ENGINE)
-    tables_key = tuple(
-        value if axis.name in READ_BY_TABLES else None
-        for axis, value in zip(space.axes, values, strict=True)
-    )
+    key = _masked(judge, values, UNREAD_BY_SHARED)
+    times_key = _masked(judge, values, UNREAD_BY_TIMES)
+    parameters_key = _masked(judge, values, UNREAD_BY_PARAMETERS)
+    engine_key = _masked(judge, values, UNREAD_BY_ENGINE)
+    tables_key = _masked(judge, values, frozenset(AXIS_NAMES) - READ_BY_TABLES)
 
     def activations_of(job: Plannable, stage: int) -> StageActivations:
         at = ("activations", key, stage)
@@ -545,7 +549,7 @@ def shared_analysis(
         return found
 
     def times_of(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
-        at = ("times", key)
+        at = ("times", times_key)
         if at not in memo:
             memo[at] = stage_times(job, eff)
         times: tuple[StageTimes, ...] = memo[at]
@@ -602,10 +606,10 @@ def call_seconds(
     candidate's, when the caller has them."""
     space, memo = judge.space, judge.memo
     values = space.candidate(index) if values is None else values
-    calls_key = _masked(space, values, UNREAD_BY_CALLS)
+    calls_key = _masked(judge, values, UNREAD_BY_CALLS)
 
     def one(op: CommOp) -> float:
-        at = ("call", calls_key, str(op.op), str(op.group), op.group_size, op.buffer_bytes, op.link)
+        at = ("call", calls_key, op.op, op.group, op.group_size, op.buffer_bytes, op.link)
         seconds: float | None = memo.get(at)
         if seconds is None:
             rails = ring_rails(job, op.group)
