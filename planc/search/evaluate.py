@@ -349,9 +349,9 @@ def judge(judge: Judge, index: int, every: bool = True) -> Verdict:
     rule, the few it lists (`planc.search.run.search`)."""
     values = judge.space.candidate(index)
     job = candidate_job(judge.base, judge.space, values, _split_of(judge))
-    # check's own context without the analysis: the refusals, or the plannable job.
-    cheap = [rule for rule, _ in judge.cheap]
-    ctx = context_of(job, cheap, suggest=False, chunks_of=_chunks_of(judge))
+    # check's own context without the analysis (which no rule given it reads): the refusals,
+    # or the plannable job.
+    ctx = context_of(job, (), suggest=False, chunks_of=_chunks_of(judge))
     found = _failing(judge.cheap if every else judge.cheap_deciding, ctx)
     failed = tuple(rule for rule, severity in found if (rule, severity) in judge.rejectors)
     if failed:
@@ -529,23 +529,29 @@ def shared_analysis(
     engine_key = _masked(judge, values, UNREAD_BY_ENGINE)
     tables_key = _masked(judge, values, frozenset(AXIS_NAMES) - READ_BY_TABLES)
 
+    # Each kind's results for this candidate's key, by stage (one lookup of the key each).
+    held_by_stage: dict[int, StageActivations] = memo.setdefault(("activations", key), {})
+    lines_by_class: dict[int, StageLines] = memo.setdefault(("lines", key), {})
+    shares: dict[int, RankParameters] = memo.setdefault(("parameters", parameters_key), {})
+    statics: dict[tuple[int, int, int], Placed] = memo.setdefault(("engine", engine_key), {})
+    priced: list[CallSeconds] = []
+
     def activations_of(job: Plannable, stage: int) -> StageActivations:
-        at = ("activations", key, stage)
-        found: StageActivations | None = memo.get(at)
+        found = held_by_stage.get(stage)
         if found is None:
             # What the stage keeps per unit in flight is its class's (`planc.stages`), the
             # micro-batches in flight a function of the schedule, m and the chunks' weights.
             classes = stage_classes(job)
             first = classes.first[classes.of[stage]]
-            lines: StageLines | None = memo.get(("lines", key, first))
+            lines = lines_by_class.get(first)
             if lines is None:
-                lines = memo[("lines", key, first)] = stage_lines(job, first)
+                lines = lines_by_class[first] = stage_lines(job, first)
             lay = job.layout
             held_at = ("held", lay.schedule, lay.p, lay.v, job.m, stage, lines.weights)
             held: tuple[int, ...] | None = memo.get(held_at)
             if held is None:
                 held = memo[held_at] = held_at_peak(job, stage, lines.weights)
-            found = memo[at] = StageActivations(lines, held)
+            found = held_by_stage[stage] = StageActivations(lines, held)
         return found
 
     def times_of(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
@@ -556,10 +562,9 @@ def shared_analysis(
         return times
 
     def parameters_of(job: Plannable, stage: int) -> RankParameters:
-        at = ("parameters", parameters_key, stage)
-        if at not in memo:
-            memo[at] = rank_parameters(job, stage)
-        share: RankParameters = memo[at]
+        share = shares.get(stage)
+        if share is None:
+            share = shares[stage] = rank_parameters(job, stage)
         return share
 
     def engine_of(
@@ -572,10 +577,10 @@ def shared_analysis(
     ) -> Placed:
         # Ψ_r, the bytes per parameter and the groups are functions of the stage, the shard
         # indices and the axes of the key (UNREAD_BY_ENGINE ⊆ UNREAD_BY_PARAMETERS).
-        at = ("engine", engine_key, stage, group.index, experts.index)
-        if at not in memo:
-            memo[at] = engine_terms(job, share, state, group, experts)
-        placed: Placed = memo[at]
+        at = (stage, group.index, experts.index)
+        placed = statics.get(at)
+        if placed is None:
+            placed = statics[at] = engine_terms(job, share, state, group, experts)
         return placed
 
     def tables_of(job: Plannable) -> Efficiency:
@@ -587,7 +592,9 @@ def shared_analysis(
 
     def seconds_of(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> tuple[float, ...]:
         # `planc.perf.inputs.op_seconds`: each op's calls × one call, a call priced once.
-        one = call_seconds(judge, index, job, eff, values)
+        if not priced:
+            priced.append(call_seconds(judge, index, job, eff, values))
+        one = priced[0]
         return tuple(op.calls * one(op) for op in ops)
 
     return analyse(plan, activations_of, times_of, parameters_of, engine_of, tables_of, seconds_of)
@@ -604,16 +611,16 @@ def call_seconds(
     group's rails, `ring_rails`), shared with the judge's earlier candidates that agree on the
     axes a call reads (all but `UNREAD_BY_CALLS`) and on the call itself. `values`: the
     candidate's, when the caller has them."""
-    space, memo = judge.space, judge.memo
-    values = space.candidate(index) if values is None else values
+    values = judge.space.candidate(index) if values is None else values
     calls_key = _masked(judge, values, UNREAD_BY_CALLS)
+    calls: dict[tuple[Any, ...], float] = judge.memo.setdefault(("call", calls_key), {})
 
     def one(op: CommOp) -> float:
-        at = ("call", calls_key, op.op, op.group, op.group_size, op.buffer_bytes, op.link)
-        seconds: float | None = memo.get(at)
+        at = (op.op, op.group, op.group_size, op.buffer_bytes, op.link)
+        seconds = calls.get(at)
         if seconds is None:
             rails = ring_rails(job, op.group)
-            seconds = memo[at] = comm_time_s(
+            seconds = calls[at] = comm_time_s(
                 job, eff, str(op.op), op.group_size, op.buffer_bytes, op.link, rails=rails
             )
         return seconds
