@@ -100,11 +100,11 @@ search: {tensor: [1, 2], pipeline: [1], context: [1], expert: [1, 2], micro_batc
 """
 
 # Pipelines of 2 and 4 stages, interleaved or not, context parallelism of every type and the
-# rank orders that place it.
+# rank orders that place it; tied embeddings (their gradient all-reduced between the ends).
 PIPELINES = """\
 version: 1
 name: shared-pipelines
-model: {preset: llama3-8b, layers: 8}
+model: {preset: llama3-8b, layers: 8, tied_embeddings: true}
 hardware: {gpu: h100-sxm, nodes: 2}
 training: {seq_len: 4096, global_batch: 256}
 search: {tensor: [2], pipeline: [2, 4], virtual_stages: [1, 2], context: [1, 2], zero_stage: [1], micro_batch: [1, 2], recompute: [selective, full]}
@@ -165,13 +165,13 @@ def test_reused_sub_results_equal_a_fresh_analysis(name: str) -> None:
     # One judge over the whole space, so that each candidate reuses what the candidates before
     # it left in its memo when they differ only in axes a sub-result does not read (its
     # activations with their lines and in-flight counts, times, parameters, static memory
-    # terms, tables, each call's seconds, the stage classes; "mask" is the keys' own
+    # terms, tables, each kind of op, each call's seconds, the stage classes; "mask" is the keys' own
     # bookkeeping); each analysis equals one computed afresh.
     compared, kinds = _shared_equals_fresh(SHARED_SPACES[name])
     assert compared > 50
     assert kinds == {
         "activations", "lines", "held", "times", "parameters", "engine", "tables", "call",
-        "classes", "mask",
+        "classes", "ops", "mask",
     }
 
 
@@ -180,6 +180,11 @@ def test_reused_sub_results_equal_a_fresh_analysis(name: str) -> None:
     [
         ("UNREAD_BY_SHARED", "micro_batch", "large-batch"),
         ("UNREAD_BY_TIMES", "recompute", "large-batch"),
+        ("UNREAD_BY_TP_OPS", "recompute", "large-batch"),
+        ("UNREAD_BY_PP_OPS", "micro_batch", "pipelines"),
+        ("UNREAD_BY_CP_OPS", "cp_comm_type", "pipelines"),
+        ("UNREAD_BY_DP_OPS", "zero_stage", "large-batch"),
+        ("UNREAD_BY_EMBEDDING_OPS", "order", "pipelines"),
         ("UNREAD_BY_PARAMETERS", "pipeline", "pipelines"),
         ("UNREAD_BY_ENGINE", "zero_stage", "offload"),
         ("UNREAD_BY_ENGINE", "offload", "offload"),

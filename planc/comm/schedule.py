@@ -976,19 +976,77 @@ def stage_ops(
 ) -> list[CommOp]:
     """Every communication op of one step of a rank of pipeline stage `stage`, in schedule
     order: `params` its Ψ_dense, `experts` its Ψ_expert and `quantized` its (Ψ_q,dense,
-    Ψ_q,expert) (`schedule`). Reads the stage only as `planc.stages.stage_key` says."""
-    layers = job.layout.stage_layers[stage]
-    dense_q, expert_q = quantized
-    return [
-        *_tp_ops(job, stage),
-        *_cp_ops(job, stage, layers),
-        *_ep_ops(job, stage),
-        *_etp_ops(job, stage),
-        *_pp_ops(job, stage),
-        *_dp_ops(job, stage, params, dense_q),
-        *_edp_ops(job, stage, experts, expert_q),
-        *_embedding_ops(job, stage),
-    ]
+    Ψ_q,expert) (`schedule`), each kind of `OP_KINDS` in turn. Reads the stage only as
+    `planc.stages.stage_key` says."""
+    return [op for _, kind in OP_KINDS for op in kind(job, stage, params, experts, quantized)]
+
+
+#: One kind of op of a stage (`OP_KINDS`): (job, stage, Ψ_dense, Ψ_expert, (Ψ_q,dense,
+#: Ψ_q,expert)) → its ops.
+OpKind = Callable[[Plannable, int, int, int, tuple[int, int]], list[CommOp]]
+
+
+def _tp_kind(
+    job: Plannable, stage: int, params: int, experts: int, q: tuple[int, int]
+) -> list[CommOp]:
+    return _tp_ops(job, stage)
+
+
+def _cp_kind(
+    job: Plannable, stage: int, params: int, experts: int, q: tuple[int, int]
+) -> list[CommOp]:
+    return _cp_ops(job, stage, job.layout.stage_layers[stage])
+
+
+def _ep_kind(
+    job: Plannable, stage: int, params: int, experts: int, q: tuple[int, int]
+) -> list[CommOp]:
+    return _ep_ops(job, stage)
+
+
+def _etp_kind(
+    job: Plannable, stage: int, params: int, experts: int, q: tuple[int, int]
+) -> list[CommOp]:
+    return _etp_ops(job, stage)
+
+
+def _pp_kind(
+    job: Plannable, stage: int, params: int, experts: int, q: tuple[int, int]
+) -> list[CommOp]:
+    return _pp_ops(job, stage)
+
+
+def _dp_kind(
+    job: Plannable, stage: int, params: int, experts: int, q: tuple[int, int]
+) -> list[CommOp]:
+    return _dp_ops(job, stage, params, q[0])
+
+
+def _edp_kind(
+    job: Plannable, stage: int, params: int, experts: int, q: tuple[int, int]
+) -> list[CommOp]:
+    return _edp_ops(job, stage, experts, q[1])
+
+
+def _embedding_kind(
+    job: Plannable, stage: int, params: int, experts: int, q: tuple[int, int]
+) -> list[CommOp]:
+    return _embedding_ops(job, stage)
+
+
+#: The kinds of op a stage runs, in schedule order: tensor, context, expert and expert-tensor
+#: parallel, pipeline sends, data and expert-data parallel, the tied embedding's. A search
+#: shares each kind's ops between candidates by the axes that kind reads.
+OP_KINDS: tuple[tuple[str, OpKind], ...] = (
+    ("tp", _tp_kind),
+    ("cp", _cp_kind),
+    ("ep", _ep_kind),
+    ("etp", _etp_kind),
+    ("pp", _pp_kind),
+    ("dp", _dp_kind),
+    ("edp", _edp_kind),
+    ("embedding", _embedding_kind),
+)
 
 
 #: (job, stage, Ψ_dense, Ψ_expert, (Ψ_q,dense, Ψ_q,expert)) → the stage's ops (`stage_ops`; a

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from planc.analysis import Analysis, analyse, estimate_step
 from planc.check import context_of, severity_of
-from planc.comm.schedule import CommOp, ring_rails
+from planc.comm.schedule import OP_KINDS, CommOp, ring_rails
 from planc.findings import Severity
 from planc.memory.activations import (
     StageActivations,
@@ -441,6 +441,7 @@ def _classes_of(judge: Judge, plan: Plannable) -> StageClasses:
 # weights, gradients and optimizer state, not what a micro-batch keeps or computes, and the rank
 # order places ranks, not work. Candidates that differ only in them share those sub-results
 # (tests/test_search_speed.py holds them equal to fresh ones).
+NONE: frozenset[str] = frozenset()  # a sub-result that reads every axis
 UNREAD_BY_SHARED = frozenset({"zero_stage", "data_shard", "offload", "order"})
 # The stages' compute times (`planc.perf.inputs.stage_times`) read neither those nor the
 # context-parallel type: the exchange is priced with the communication, the attention core is
@@ -492,6 +493,38 @@ UNREAD_BY_CALLS = frozenset(
         "recompute",
     }
 )
+# The axes each kind of op of a stage (`planc.comm.schedule.OP_KINDS`) does not read beyond its
+# arguments (the stage, its Ψ_dense, Ψ_expert and quantized weights, all in the key). Every kind
+# reads the degrees, the rank order (its groups' tier) and the number formats (bytes per
+# element). Tensor, expert and expert-tensor parallelism's collectives and the pipeline's
+# sends move activations: what a micro-batch holds (the micro-batch, sequence parallelism) and
+# how often (m, and under full recompute the forward's again, but not for the sends), never
+# where ZeRO puts the state or the context-parallel type. The context-parallel exchange reads
+# its type and m, not recompute. The data-parallel kinds move parameters and gradients: ZeRO,
+# the shard group and m (ZeRO-2/3 every micro-batch), never recompute, sequence parallelism or
+# the context-parallel type. The tied embedding's all-reduce moves its gradient once a step.
+# A kind not named here shares nothing.
+UNREAD_BY_TP_OPS = frozenset({"zero_stage", "data_shard", "offload", "cp_comm_type"})
+UNREAD_BY_CP_OPS = frozenset({"zero_stage", "data_shard", "offload", "recompute"})
+UNREAD_BY_PP_OPS = UNREAD_BY_TP_OPS | {"recompute"}
+UNREAD_BY_DP_OPS = frozenset({"recompute", "sequence_parallel", "cp_comm_type", "offload"})
+UNREAD_BY_EMBEDDING_OPS = UNREAD_BY_PP_OPS | {"micro_batch", "sequence_parallel"}
+
+
+def unread_by_ops() -> dict[str, frozenset[str]]:
+    """Each kind of op's unread axes, by `OP_KINDS` name."""
+    return {
+        "tp": UNREAD_BY_TP_OPS,
+        "cp": UNREAD_BY_CP_OPS,
+        "ep": UNREAD_BY_TP_OPS,
+        "etp": UNREAD_BY_TP_OPS,
+        "pp": UNREAD_BY_PP_OPS,
+        "dp": UNREAD_BY_DP_OPS,
+        "edp": UNREAD_BY_DP_OPS,
+        "embedding": UNREAD_BY_EMBEDDING_OPS,
+    }
+
+
 # The one axis `planc.perf.inputs.efficiency_of` reads: the GEMMs' number format (the GPU's
 # peak for it); the GPU, hardware.calibration and training.efficiency are the base job's.
 READ_BY_TABLES = frozenset({"precision"})
@@ -590,6 +623,25 @@ def shared_analysis(
         eff: Efficiency = memo[at]
         return eff
 
+    unread = unread_by_ops()
+    kinds = [
+        (kind, memo.setdefault(("ops", name, _masked(judge, values, unread.get(name, NONE))), {}))
+        for name, kind in OP_KINDS
+    ]
+
+    def ops_of(
+        job: Plannable, stage: int, params: int, experts: int, quantized: tuple[int, int]
+    ) -> list[CommOp]:
+        # `planc.comm.schedule.stage_ops`: each kind's ops, shared by the axes it reads.
+        out: list[CommOp] = []
+        at = (stage, params, experts, quantized)
+        for kind, known in kinds:
+            ops = known.get(at)
+            if ops is None:
+                ops = known[at] = tuple(kind(job, stage, params, experts, quantized))
+            out += ops
+        return out
+
     def seconds_of(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> tuple[float, ...]:
         # `planc.perf.inputs.op_seconds`: each op's calls × one call, a call priced once.
         if not priced:
@@ -597,7 +649,9 @@ def shared_analysis(
         one = priced[0]
         return tuple(op.calls * one(op) for op in ops)
 
-    return analyse(plan, activations_of, times_of, parameters_of, engine_of, tables_of, seconds_of)
+    return analyse(
+        plan, activations_of, times_of, parameters_of, engine_of, tables_of, seconds_of, ops_of
+    )
 
 
 def call_seconds(
