@@ -20,12 +20,13 @@ from planc.comm.schedule import (
     StagedSchedule,
     StageOps,
     WireBudget,
+    most_wire_bytes,
     stage_ops,
     staged_schedule,
     staged_wires,
 )
 from planc.memory import MemoryBudget, budget
-from planc.memory.budget import Activations, Engine, Parameters, stage_engine_terms
+from planc.memory.budget import Engine, Parameters, StagesActivations, stage_engine_terms
 from planc.memory.fp8 import quantized_share
 from planc.memory.params import RankParameters, rank_parameters
 from planc.perf.compute import StageTimes
@@ -71,6 +72,15 @@ class Analysis:
         return cached
 
     @property
+    def most_wire_bytes(self) -> int:
+        """The most bytes a stage's rank sends or receives per step on one tier (the largest of
+        `wires`)."""
+        cached: int | None = self.__dict__.get("_most_wire_bytes")
+        if cached is None:
+            cached = self.__dict__["_most_wire_bytes"] = most_wire_bytes(self.plan, self.schedule)
+        return cached
+
+    @property
     def op_seconds(self) -> Mapping[CommOp, float]:
         """Seconds per step of each op of `ops`, on its link."""
         cached: dict[CommOp, float] | None = self.__dict__.get("_op_seconds")
@@ -95,7 +105,7 @@ Seconds = Callable[[Plannable, Efficiency, Sequence[CommOp]], tuple[float, ...]]
 
 def analyse(
     plan: Plannable,
-    activations_of: Activations | None = None,
+    activations_of: StagesActivations | None = None,
     times_of: Times = stage_times,
     parameters_of: Parameters = rank_parameters,
     engine_of: Engine = stage_engine_terms,

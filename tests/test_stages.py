@@ -86,6 +86,8 @@ def differences(plan: Plannable) -> list[str]:
         "ops": mine.ops == theirs.ops == direct,
         "op seconds": dict(mine.op_seconds) == dict(theirs.op_seconds),
         "wires": mine.wires == theirs.wires == wire_budget(plan, direct),
+        "most wire bytes": mine.most_wire_bytes
+        == max(max(w.sent, w.received) for b in mine.wires for w in b.tiers.values()),
         "memory": mine.memory.stages == theirs.memory.stages
         == tuple(budget(stagewise(plan)).stages),
         "rank memory": all(

@@ -1188,18 +1188,20 @@ def wire_budget(job: Plannable, ops: Sequence[CommOp]) -> tuple[WireBudget, ...]
     )
 
 
-def staged_wires(job: Plannable, staged: StagedSchedule) -> tuple[WireBudget, ...]:
-    """`wire_budget` of the staged schedule without listing every stage's ops: a stage sends
-    its class's bytes, and receives what its class's own ops receive plus the forward sends of
-    the stage before it and the backward sends of the stage after it (`_receiver_of`), so
-    stages whose class and neighbours' classes agree share one budget."""
-    p, names = job.layout.p, job.cluster.fabric.names
+Tally = dict[str, int]  # bytes per step by tier name
+
+
+def _class_tallies(
+    job: Plannable, staged: StagedSchedule
+) -> tuple[list[Tally], list[Tally], list[Tally], list[Tally]]:
+    """Per stage class and tier: the bytes its ops send, those its own ops receive, those it
+    sends forward and those it sends backward (`wire_budget`'s sums)."""
+    names = job.cluster.fabric.names
     mirrored = definition(job.layout.schedule).placement is ChunkPlacement.V
-    # Per class and tier: bytes sent, received by its own ops, sent forward, sent backward.
-    sent: list[dict[str, int]] = []
-    own: list[dict[str, int]] = []
-    forward: list[dict[str, int]] = []
-    backward: list[dict[str, int]] = []
+    sent: list[Tally] = []
+    own: list[Tally] = []
+    forward: list[Tally] = []
+    backward: list[Tally] = []
     for ops in staged.by_class:
         for tally in (sent, own, forward, backward):
             tally.append(dict.fromkeys(names, 0))
@@ -1212,11 +1214,27 @@ def staged_wires(job: Plannable, staged: StagedSchedule) -> tuple[WireBudget, ..
                 forward[-1][op.link] += total
             else:
                 backward[-1][op.link] += total
+    return sent, own, forward, backward
+
+
+def _neighbours(staged: StagedSchedule) -> list[tuple[int, int, int]]:
+    """Each stage's (class, the class of the stage before it, of the stage after it): what its
+    wire bytes are a function of (`staged_wires`)."""
     of = staged.classes.of
+    p = len(of)
+    return [(of[stage], of[(stage - 1) % p], of[(stage + 1) % p]) for stage in range(p)]
+
+
+def staged_wires(job: Plannable, staged: StagedSchedule) -> tuple[WireBudget, ...]:
+    """`wire_budget` of the staged schedule without listing every stage's ops: a stage sends
+    its class's bytes, and receives what its class's own ops receive plus the forward sends of
+    the stage before it and the backward sends of the stage after it (`_receiver_of`), so
+    stages whose class and neighbours' classes agree share one budget."""
+    names = job.cluster.fabric.names
+    sent, own, forward, backward = _class_tallies(job, staged)
     shared: dict[tuple[int, int, int], Mapping[str, Wire]] = {}
     out = []
-    for stage in range(p):
-        key = (of[stage], of[(stage - 1) % p], of[(stage + 1) % p])
+    for stage, key in enumerate(_neighbours(staged)):
         tiers = shared.get(key)
         if tiers is None:
             k, before, after = key
@@ -1231,6 +1249,18 @@ def staged_wires(job: Plannable, staged: StagedSchedule) -> tuple[WireBudget, ..
             )
         out.append(WireBudget(stage, tiers))
     return tuple(out)
+
+
+def most_wire_bytes(job: Plannable, staged: StagedSchedule) -> int:
+    """The most bytes any stage's rank sends or receives per step on one tier: the largest
+    `Wire.sent` or `Wire.received` of `staged_wires`, without listing every stage's."""
+    sent, own, forward, backward = _class_tallies(job, staged)
+    most = 0
+    for k, before, after in set(_neighbours(staged)):
+        for name, bytes_sent in sent[k].items():
+            received = own[k][name] + forward[before][name] + backward[after][name]
+            most = max(most, bytes_sent, received)
+    return most
 
 
 def _receiver_of(stage: int, direction: Direction, p: int) -> int:

@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 from planc.memory.activations import (
     StageActivations,
-    StageLines,
     held_at_peak,
     stage_activations,
     stage_lines,
@@ -26,9 +25,11 @@ from planc.record import record
 from planc.stages import StageClasses, stage_classes
 from planc.vocab import Axis
 
-#: (job, pipeline rank) → its activations at the stage's peak (`stage_activations`; a search
-#: passes one that reuses them across candidates).
+#: (job, pipeline rank) → its activations at the stage's peak (`stage_activations`).
 Activations = Callable[[Plannable, int], StageActivations]
+#: job → every stage's activations at its peak (`classwise_activations`; a search passes one
+#: that reuses them across candidates).
+StagesActivations = Callable[[Plannable], tuple[StageActivations, ...]]
 #: (job, pipeline rank) → Ψ_r of one TP rank of that stage (`rank_parameters`).
 Parameters = Callable[[Plannable, int], RankParameters]
 #: (job, pipeline rank, its Ψ_r, bytes per parameter, shard group, expert shard group) → the
@@ -101,14 +102,22 @@ class StagedMemory:
 
 @record
 class MemoryBudget:
-    """Every pipeline stage's heaviest rank (`stages`, assembled on first use from `staged`)
-    and the peak among them (the largest total; ties: the lowest stage)."""
+    """Every pipeline stage's heaviest rank (`stages`) and the peak among them (`peak`: the
+    largest total; ties: the lowest stage), each assembled on first use from `staged`."""
 
     parameters: int
     parameters_padded: int
-    peak: StageBudget
     staged: StagedMemory
+    peak_stage: int  # the stage of the peak
+    peak_bytes: int  # its total (`peak.memory.total`)
     most_host: int = 0  # the most host memory any rank offloads (the largest `RankMemory.host`)
+
+    @property
+    def peak(self) -> StageBudget:
+        cached: StageBudget | None = self.__dict__.get("_peak")
+        if cached is None:
+            cached = self.__dict__["_peak"] = self.staged.stage(self.peak_stage)
+        return cached
 
     @property
     def stages(self) -> tuple[StageBudget, ...]:
@@ -204,24 +213,23 @@ def assembled(
 
 def budget(
     job: Plannable,
-    activations_of: Activations | None = None,
+    activations_of: StagesActivations | None = None,
     parameters_of: Parameters = rank_parameters,
     engine_of: Engine = stage_engine_terms,
 ) -> MemoryBudget:
     """Every pipeline stage's heaviest rank, and the peak (the largest total; ties: lowest stage).
-    `activations_of`, `parameters_of` and `engine_of` give what `stage_activations`,
+    `activations_of`, `parameters_of` and `engine_of` give what `classwise_activations`,
     `rank_parameters` and `engine_terms` give (a search's reuse them across candidates).
 
     The static terms and what a stage keeps per unit in flight are computed once per stage
     class (`planc.stages`), the micro-batches in flight per stage; the peak is found from the
-    totals, and only its rank's budget is assembled here (the others on first use of
-    `MemoryBudget.stages`)."""
+    totals, and the budgets of its rank and the others are assembled on first use
+    (`MemoryBudget.peak`, `MemoryBudget.stages`)."""
     classes = stage_classes(job)
     static = tuple(
         static_terms(job, stage, 0, 0, parameters_of, engine_of) for stage in classes.first
     )
-    of = classwise_activations(job) if activations_of is None else activations_of
-    activations = tuple(of(job, stage) for stage in range(job.layout.p))
+    activations = (classwise_activations if activations_of is None else activations_of)(job)
     staged = StagedMemory(
         classes, static, activations, reserve_term(job), job.layout.strides[Axis.PP]
     )
@@ -234,26 +242,22 @@ def budget(
     return MemoryBudget(
         parameters=parameter_count(job.model).total,
         parameters_padded=parameter_count(job.model, padded_vocab(job.model.V, job.layout.t)).total,
-        peak=staged.stage(heaviest),
         staged=staged,
+        peak_stage=heaviest,
+        peak_bytes=totals[heaviest],
         most_host=max(sum(t.bytes for t in placed.host) for placed in static),
     )
 
 
-def classwise_activations(job: Plannable) -> Activations:
-    """`stage_activations` with what a stage keeps per unit in flight (`stage_lines`) computed
-    once per stage class (`planc.stages`) of `job`."""
+def classwise_activations(job: Plannable) -> tuple[StageActivations, ...]:
+    """`stage_activations` of every stage, what a stage keeps per unit in flight
+    (`stage_lines`) computed once per stage class (`planc.stages`)."""
     classes = stage_classes(job)
-    lines: dict[int, StageLines] = {}
-
-    def of(plan: Plannable, stage: int) -> StageActivations:
-        k = classes.of[stage]
-        kept = lines.get(k)
-        if kept is None:
-            kept = lines[k] = stage_lines(plan, classes.first[k])
-        return StageActivations(kept, held_at_peak(plan, stage, kept.weights))
-
-    return of
+    lines = [stage_lines(job, stage) for stage in classes.first]
+    return tuple(
+        StageActivations(kept, held_at_peak(job, stage, kept.weights))
+        for stage, kept in enumerate(classes.expand(lines))
+    )
 
 
 def node_host_bytes(job: Plannable, b: MemoryBudget) -> int:

@@ -365,7 +365,7 @@ def judge(judge: Judge, index: int, every: bool = True) -> Verdict:
     errors = sorted({rule for rule, severity in found if (rule, severity) in judge.rejectors})
     if errors:
         return Verdict(index, tuple(errors))
-    peak = analysis.memory.peak.memory.total
+    peak = analysis.memory.peak_bytes
     lay = plan.layout
     return Verdict(
         index,
@@ -563,29 +563,32 @@ def shared_analysis(
     tables_key = _masked(judge, values, frozenset(AXIS_NAMES) - READ_BY_TABLES)
 
     # Each kind's results for this candidate's key, by stage (one lookup of the key each).
-    held_by_stage: dict[int, StageActivations] = memo.setdefault(("activations", key), {})
     lines_by_class: dict[int, StageLines] = memo.setdefault(("lines", key), {})
     shares: dict[int, RankParameters] = memo.setdefault(("parameters", parameters_key), {})
     statics: dict[tuple[int, int, int], Placed] = memo.setdefault(("engine", engine_key), {})
     priced: list[CallSeconds] = []
 
-    def activations_of(job: Plannable, stage: int) -> StageActivations:
-        found = held_by_stage.get(stage)
+    def activations_of(job: Plannable) -> tuple[StageActivations, ...]:
+        at = ("activations", key)
+        found: tuple[StageActivations, ...] | None = memo.get(at)
         if found is None:
-            # What the stage keeps per unit in flight is its class's (`planc.stages`), the
-            # micro-batches in flight a function of the schedule, m and the chunks' weights.
-            classes = stage_classes(job)
-            first = classes.first[classes.of[stage]]
-            lines = lines_by_class.get(first)
-            if lines is None:
-                lines = lines_by_class[first] = stage_lines(job, first)
-            lay = job.layout
-            held_at = ("held", lay.schedule, lay.p, lay.v, job.m, stage, lines.weights)
-            held: tuple[int, ...] | None = memo.get(held_at)
-            if held is None:
-                held = memo[held_at] = held_at_peak(job, stage, lines.weights)
-            found = held_by_stage[stage] = StageActivations(lines, held)
+            found = memo[at] = tuple(stage_activations(job, r) for r in range(job.layout.p))
         return found
+
+    def stage_activations(job: Plannable, stage: int) -> StageActivations:
+        # What the stage keeps per unit in flight is its class's (`planc.stages`), the
+        # micro-batches in flight a function of the schedule, m and the chunks' weights.
+        classes = stage_classes(job)
+        first = classes.first[classes.of[stage]]
+        lines = lines_by_class.get(first)
+        if lines is None:
+            lines = lines_by_class[first] = stage_lines(job, first)
+        lay = job.layout
+        held_at = ("held", lay.schedule, lay.p, lay.v, job.m, stage, lines.weights)
+        held: tuple[int, ...] | None = memo.get(held_at)
+        if held is None:
+            held = memo[held_at] = held_at_peak(job, stage, lines.weights)
+        return StageActivations(lines, held)
 
     def times_of(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
         at = ("times", times_key)
@@ -624,8 +627,9 @@ def shared_analysis(
         return eff
 
     unread = unread_by_ops()
+    keys = {hidden: _masked(judge, values, hidden) for hidden in {*unread.values(), NONE}}
     kinds = [
-        (kind, memo.setdefault(("ops", name, _masked(judge, values, unread.get(name, NONE))), {}))
+        (kind, memo.setdefault(("ops", name, keys[unread.get(name, NONE)]), {}))
         for name, kind in OP_KINDS
     ]
 
