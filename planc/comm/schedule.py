@@ -63,6 +63,15 @@ class CommOp:
         return wire_bytes(self.op, self.group_size, self.buffer_bytes)
 
     @property
+    def step_bytes(self) -> int:
+        """Bytes this rank sends per step: calls × `bytes_sent` (kept on the instance, as
+        `PlanLayout` keeps its degrees: a search's candidates share their ops)."""
+        cached: int | None = self.__dict__.get("_step_bytes")
+        if cached is None:
+            cached = self.__dict__["_step_bytes"] = self.calls * self.bytes_sent
+        return cached
+
+    @property
     def steps(self) -> int:
         return ring_steps(self.op, self.group_size)
 
@@ -1169,7 +1178,7 @@ def wire_budget(job: Plannable, ops: Sequence[CommOp]) -> tuple[WireBudget, ...]
     sent = [dict.fromkeys(names, 0) for _ in range(p)]
     received = [dict.fromkeys(names, 0) for _ in range(p)]
     for op in ops:
-        total = op.calls * op.bytes_sent
+        total = op.step_bytes
         sent[op.stage][op.link] += total
         to = (
             op.stage
@@ -1206,7 +1215,7 @@ def _class_tallies(
         for tally in (sent, own, forward, backward):
             tally.append(dict.fromkeys(names, 0))
         for op in ops:
-            total = op.calls * op.bytes_sent
+            total = op.step_bytes
             sent[-1][op.link] += total
             if op.direction is None or mirrored:
                 own[-1][op.link] += total

@@ -1362,7 +1362,11 @@ def stage_lines(job: Plannable, pp_rank: int) -> StageLines:
     first, last = pp_rank == 0, pp_rank == lay.last_stage
     moe = model.moe
     y = expert_shape(job) if moe is not None else None
-    per_layer = layer_bytes(x, recompute)
+    layer = tuple(
+        (Term(line.title(x), "activations", line.size(x), line.formula(x), line.source), line.mlp)
+        for line in kept_lines(x, recompute)
+    )
+    per_layer = sum(term.bytes for term, _ in layer)  # layer_bytes(x, recompute)
     per_moe_layer = moe_layer_bytes(x, y, recompute) if y is not None else 0
     experts = [0 if moe is None else moe.moe_layers_between(a, b) for a, b in lay.chunks[pp_rank]]
     head = last_stage_terms(x, model.V, lay.t) if last else ()
@@ -1390,10 +1394,7 @@ def stage_lines(job: Plannable, pp_rank: int) -> StageLines:
     q = job.numerics.quantized
     kept = 0 if q is None else q.bf16_layers
     return StageLines(
-        layer=tuple(
-            (Term(line.title(x), "activations", line.size(x), line.formula(x), line.source), line.mlp)
-            for line in kept_lines(x, recompute)
-        ),
+        layer=layer,
         moe=tuple(
             Term(line.title(y), "activations", line.size(y), line.formula(y), line.source)
             for line in MOE_LINES

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import itemgetter
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -530,16 +531,20 @@ def unread_by_ops() -> dict[str, frozenset[str]]:
 READ_BY_TABLES = frozenset({"precision"})
 
 
-def _masked(
-    judge: Judge, values: Sequence[Value], unread: frozenset[str]
-) -> tuple[Value | None, ...]:
-    """The candidate's values with those of the `unread` axes replaced by None: the key of a
-    sub-result that is a function of the base job and the other axes."""
+def _masked(judge: Judge, values: Sequence[Value], unread: frozenset[str]) -> tuple[Value, ...]:
+    """The candidate's values of every axis but the `unread` ones, in axis order: the key of a
+    sub-result that is a function of the base job and those axes."""
     at = ("mask", unread)
-    mask: tuple[bool, ...] | None = judge.memo.get(at)
-    if mask is None:
-        mask = judge.memo[at] = tuple(axis.name in unread for axis in judge.space.axes)
-    return tuple(None if hidden else value for hidden, value in zip(mask, values, strict=True))
+    read: Callable[[Sequence[Value]], tuple[Value, ...]] | None = judge.memo.get(at)
+    if read is None:
+        kept = [i for i, axis in enumerate(judge.space.axes) if axis.name not in unread]
+        # itemgetter of one index returns the value, of none is refused: a tuple either way.
+        read = judge.memo[at] = (
+            (lambda values: tuple(values[i] for i in kept))
+            if len(kept) < 2
+            else itemgetter(*kept)
+        )
+    return read(values)
 
 
 def shared_analysis(
