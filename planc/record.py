@@ -209,8 +209,19 @@ def _tuple_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
     return attrgetter(*names)
 
 
+def replace(obj: T, /, **changes: Any) -> T:
+    """`dataclasses.replace` for a record: a new one with `changes` and the other fields'
+    values (a field that is not an __init__ argument is refused, by __init__). It reads the
+    __init__ fields' names the class keeps instead of walking `dataclasses.fields`, in a third
+    of the time (a search replaces three records a candidate)."""
+    names: tuple[str, ...] = type(obj).__record_init__  # type: ignore[attr-defined]
+    values = {name: getattr(obj, name) for name in names if name not in changes}
+    return type(obj)(**values, **changes)
+
+
 def _finish(cls: type[T], eq: bool, order: bool) -> type[T]:
     specs = fields(cast(Any, cls))
+    cls.__record_init__ = tuple(spec.name for spec in specs if spec.init)  # type: ignore[attr-defined]
     for spec in specs:
         # The compiled __init__ writes fields to the instance's __dict__, which a descriptor of
         # the same name on the class would shadow.

@@ -44,7 +44,7 @@ from planc.perf.step import step_lower_bound_s
 from planc.pipeline.registry import bubble_fraction
 from planc.plannable import Chunks, Plannable, layer_chunks, plannable
 from planc.presets.efficiency import Efficiency
-from planc.record import record
+from planc.record import record, replace
 from planc.rules import FRAMEWORK_RULES, REGISTRY, Rule
 from planc.rules.base import Context, Needs
 from planc.run.estimate import checkpoint_cost
@@ -255,7 +255,7 @@ def candidate_job(
         d: int | None = space.data
     else:
         d = base.world // inner if base.world % inner == 0 else None
-    layout = dataclasses.replace(
+    layout = replace(
         base.layout,
         t=t,
         p=p,
@@ -269,14 +269,14 @@ def candidate_job(
         **_expert_fields(base, v, t),
         **_placed_fields(base, v, chunks),
     )
-    training = dataclasses.replace(
+    training = replace(
         base.training,
         b=int(v["micro_batch"]),
         recompute=recompute_mode(v["recompute"]),
         **_offload_fields(v),
         **_precision_fields(base, v),
     )
-    return dataclasses.replace(base, layout=layout, training=training)
+    return replace(base, layout=layout, training=training)
 
 
 def _expert_fields(base: Job, v: Mapping[str, Value], t: int) -> dict[str, Any]:
@@ -331,11 +331,11 @@ def _precision_fields(base: Job, v: Mapping[str, Value]) -> dict[str, Any]:
 
 
 def _failing(rules: Iterable[tuple[Rule, Severity]], ctx: Context) -> list[tuple[str, Severity]]:
-    """The rules of `rules` that report on `ctx`, with their severity."""
+    """The rules of `rules` that report on `ctx` (a first violation), with their severity."""
     return [
         (rule.id, severity)
         for rule, severity in rules
-        if rule.check is not None and any(True for _ in rule.check(ctx))
+        if rule.check is not None and next(iter(rule.check(ctx)), None) is not None
     ]
 
 
