@@ -48,15 +48,48 @@ class Analysis:
 
     Per-stage results are computed once per stage class (`planc.stages`): `schedule` holds the
     ops of each class and `seconds` their times; every op of every stage (`ops`), its seconds
-    (`op_seconds`) and each stage's wire bytes (`wires`) are listed on first use."""
+    (`op_seconds`) and each stage's wire bytes (`wires`) are listed on first use. The compute
+    times and the ops' seconds are computed on first use too (a search decides most candidates
+    on memory and wire bytes alone), with the functions `analyse` was given."""
 
     plan: Plannable
     parameters: tuple[RankParameters, ...]  # Ψ_r of one TP rank of each stage, by part
     memory: MemoryBudget
     schedule: StagedSchedule  # the communication schedule of one step, by stage class
     efficiency: Efficiency  # the tables the times come from
-    times: tuple[StageTimes, ...]  # forward/backward compute per micro-batch, per stage
-    seconds: tuple[tuple[float, ...], ...]  # seconds per step of each op of `schedule.by_class`
+
+    def __eq__(self, other: object) -> bool:
+        # The fields, and what is computed on first use.
+        if not isinstance(other, Analysis):
+            return NotImplemented
+        same = (self.plan, self.parameters, self.memory, self.schedule, self.efficiency) == (
+            other.plan,
+            other.parameters,
+            other.memory,
+            other.schedule,
+            other.efficiency,
+        )
+        return same and self.times == other.times and self.seconds == other.seconds
+
+    @property
+    def times(self) -> tuple[StageTimes, ...]:
+        """Forward/backward compute per micro-batch, per stage (`stage_times`)."""
+        cached: tuple[StageTimes, ...] | None = self.__dict__.get("_times")
+        if cached is None:
+            times_of: Times = self.__dict__.get("_times_of", stage_times)
+            cached = self.__dict__["_times"] = times_of(self.plan, self.efficiency)
+        return cached
+
+    @property
+    def seconds(self) -> tuple[tuple[float, ...], ...]:
+        """Seconds per step of each op of `schedule.by_class` (`op_seconds`)."""
+        cached: tuple[tuple[float, ...], ...] | None = self.__dict__.get("_seconds")
+        if cached is None:
+            seconds_of: Seconds = self.__dict__.get("_seconds_of", op_seconds)
+            cached = self.__dict__["_seconds"] = tuple(
+                seconds_of(self.plan, self.efficiency, ops) for ops in self.schedule.by_class
+            )
+        return cached
 
     @property
     def ops(self) -> tuple[CommOp, ...]:
@@ -136,16 +169,17 @@ def analyse(
         quantized,
         ops_of,
     )
-    eff = tables_of(plan)
-    return Analysis(
+    analysis = Analysis(
         plan=plan,
         parameters=classes.expand(shares),
         memory=budget(plan, activations_of, parameters_of, engine_of),
         schedule=staged,
-        efficiency=eff,
-        times=times_of(plan, eff),
-        seconds=tuple(seconds_of(plan, eff, ops) for ops in staged.by_class),
+        efficiency=tables_of(plan),
     )
+    # What `times` and `seconds` compute with, on first use (not fields: functions).
+    analysis.__dict__["_times_of"] = times_of
+    analysis.__dict__["_seconds_of"] = seconds_of
+    return analysis
 
 
 @record

@@ -170,8 +170,8 @@ def test_reused_sub_results_equal_a_fresh_analysis(name: str) -> None:
     compared, kinds = _shared_equals_fresh(SHARED_SPACES[name])
     assert compared > 50
     assert kinds == {
-        "activations", "lines", "held", "times", "parameters", "engine", "tables", "call",
-        "classes", "ops", "mask",
+        "activations", "lines", "layer", "held", "times", "parameters", "engine", "tables",
+        "call", "classes", "ops", "mask",
     }
 
 

@@ -1353,8 +1353,21 @@ def held_at_peak(job: Plannable, pp_rank: int, weights: tuple[int, ...]) -> tupl
     return registry.in_flight(lay.schedule, lay.p, lay.v, job.m, pp_rank, weights)
 
 
-def stage_lines(job: Plannable, pp_rank: int) -> StageLines:
-    """What pipeline rank `pp_rank` keeps per unit held and once (`StageLines`)."""
+def layer_lines(job: Plannable) -> tuple[tuple[Term, bool], ...]:
+    """What one layer keeps per micro-batch (`kept_lines`), each line with whether it is the
+    dense MLP's: the same on every stage."""
+    x, recompute = shape_of(job), job.training.recompute
+    return tuple(
+        (Term(line.title(x), "activations", line.size(x), line.formula(x), line.source), line.mlp)
+        for line in kept_lines(x, recompute)
+    )
+
+
+def stage_lines(
+    job: Plannable, pp_rank: int, layer: tuple[tuple[Term, bool], ...] | None = None
+) -> StageLines:
+    """What pipeline rank `pp_rank` keeps per unit held and once (`StageLines`); `layer`: the
+    job's `layer_lines`, when the caller has them."""
     lay, model = job.layout, job.model
     x = shape_of(job)
     recompute = job.training.recompute
@@ -1362,10 +1375,7 @@ def stage_lines(job: Plannable, pp_rank: int) -> StageLines:
     first, last = pp_rank == 0, pp_rank == lay.last_stage
     moe = model.moe
     y = expert_shape(job) if moe is not None else None
-    layer = tuple(
-        (Term(line.title(x), "activations", line.size(x), line.formula(x), line.source), line.mlp)
-        for line in kept_lines(x, recompute)
-    )
+    layer = layer_lines(job) if layer is None else layer
     per_layer = sum(term.bytes for term, _ in layer)  # layer_bytes(x, recompute)
     per_moe_layer = moe_layer_bytes(x, y, recompute) if y is not None else 0
     experts = [0 if moe is None else moe.moe_layers_between(a, b) for a, b in lay.chunks[pp_rank]]

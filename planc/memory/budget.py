@@ -12,6 +12,7 @@ from collections.abc import Callable
 from planc.memory.activations import (
     StageActivations,
     held_at_peak,
+    layer_lines,
     stage_activations,
     stage_lines,
 )
@@ -253,7 +254,8 @@ def classwise_activations(job: Plannable) -> tuple[StageActivations, ...]:
     """`stage_activations` of every stage, what a stage keeps per unit in flight
     (`stage_lines`) computed once per stage class (`planc.stages`)."""
     classes = stage_classes(job)
-    lines = [stage_lines(job, stage) for stage in classes.first]
+    layer = layer_lines(job)
+    lines = [stage_lines(job, stage, layer) for stage in classes.first]
     return tuple(
         StageActivations(kept, held_at_peak(job, stage, kept.weights))
         for stage, kept in enumerate(classes.expand(lines))

@@ -26,11 +26,13 @@ from planc.memory.activations import (
     StageActivations,
     StageLines,
     held_at_peak,
+    layer_lines,
     stage_lines,
 )
 from planc.memory.engines import Placed, engine_terms
 from planc.memory.params import RankParameters, rank_parameters
 from planc.memory.static import Group, StateBytes
+from planc.memory.terms import Term
 from planc.perf.compute import StageTimes
 from planc.perf.inputs import (
     CallSeconds,
@@ -587,7 +589,11 @@ def shared_analysis(
         first = classes.first[classes.of[stage]]
         lines = lines_by_class.get(first)
         if lines is None:
-            lines = lines_by_class[first] = stage_lines(job, first)
+            # One layer's lines, the same on every stage.
+            layer: tuple[tuple[Term, bool], ...] | None = memo.get(("layer", key))
+            if layer is None:
+                layer = memo[("layer", key)] = layer_lines(job)
+            lines = lines_by_class[first] = stage_lines(job, first, layer)
         lay = job.layout
         held_at = ("held", lay.schedule, lay.p, lay.v, job.m, stage, lines.weights)
         held: tuple[int, ...] | None = memo.get(held_at)
