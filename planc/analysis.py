@@ -48,13 +48,13 @@ class Analysis:
 
     Per-stage results are computed once per stage class (`planc.stages`): `schedule` holds the
     ops of each class and `seconds` their times; every op of every stage (`ops`), its seconds
-    (`op_seconds`) and each stage's wire bytes (`wires`) are listed on first use. The compute
-    times and the ops' seconds are computed on first use too (a search decides most candidates
-    on memory and wire bytes alone), with the functions `analyse` was given."""
+    (`op_seconds`) and each stage's wire bytes (`wires`) are listed on first use. The memory
+    budget, the compute times and the ops' seconds are computed on first use too, with the
+    functions `analyse` was given (a search decides most candidates on memory and wire bytes
+    alone, and estimates a step without the memory)."""
 
     plan: Plannable
     parameters: tuple[RankParameters, ...]  # Ψ_r of one TP rank of each stage, by part
-    memory: MemoryBudget
     schedule: StagedSchedule  # the communication schedule of one step, by stage class
     efficiency: Efficiency  # the tables the times come from
 
@@ -62,14 +62,29 @@ class Analysis:
         # The fields, and what is computed on first use.
         if not isinstance(other, Analysis):
             return NotImplemented
-        same = (self.plan, self.parameters, self.memory, self.schedule, self.efficiency) == (
+        same = (self.plan, self.parameters, self.schedule, self.efficiency) == (
             other.plan,
             other.parameters,
-            other.memory,
             other.schedule,
             other.efficiency,
         )
-        return same and self.times == other.times and self.seconds == other.seconds
+        return (
+            same
+            and self.memory == other.memory
+            and self.times == other.times
+            and self.seconds == other.seconds
+        )
+
+    @property
+    def memory(self) -> MemoryBudget:
+        """Every stage's heaviest rank and the peak (`planc.memory.budget`)."""
+        cached: MemoryBudget | None = self.__dict__.get("_memory")
+        if cached is None:
+            of: tuple[StagesActivations | None, Parameters, Engine] = self.__dict__.get(
+                "_memory_of", (None, rank_parameters, stage_engine_terms)
+            )
+            cached = self.__dict__["_memory"] = budget(self.plan, *of)
+        return cached
 
     @property
     def times(self) -> tuple[StageTimes, ...]:
@@ -172,11 +187,11 @@ def analyse(
     analysis = Analysis(
         plan=plan,
         parameters=classes.expand(shares),
-        memory=budget(plan, activations_of, parameters_of, engine_of),
         schedule=staged,
         efficiency=tables_of(plan),
     )
-    # What `times` and `seconds` compute with, on first use (not fields: functions).
+    # What `memory`, `times` and `seconds` compute with, on first use (not fields: functions).
+    analysis.__dict__["_memory_of"] = (activations_of, parameters_of, engine_of)
     analysis.__dict__["_times_of"] = times_of
     analysis.__dict__["_seconds_of"] = seconds_of
     return analysis
