@@ -28,9 +28,6 @@ from planc.vocab import Axis
 
 #: (job, pipeline rank) → its activations at the stage's peak (`stage_activations`).
 Activations = Callable[[Plannable, int], StageActivations]
-#: job → every stage's activations at its peak (`classwise_activations`; a search passes one
-#: that reuses them across candidates).
-StagesActivations = Callable[[Plannable], tuple[StageActivations, ...]]
 #: (job, pipeline rank) → Ψ_r of one TP rank of that stage (`rank_parameters`).
 Parameters = Callable[[Plannable, int], RankParameters]
 #: (job, pipeline rank, its Ψ_r, bytes per parameter, shard group, expert shard group) → the
@@ -78,6 +75,34 @@ class StageBudget:
     stage: int
     rank: int
     memory: RankMemory
+
+
+@record
+class HeldActivations:
+    """Every stage's activations at its peak (`stages`), and per stage class the heaviest."""
+
+    classes: StageClasses
+    stages: tuple[StageActivations, ...]
+
+    @property
+    def heaviest(self) -> tuple[tuple[int, int], ...]:
+        """Per stage class, (the most bytes any of its stages' activations add up to, the
+        lowest such stage): with the class's static terms the same on all its stages, that
+        stage is the class's heaviest rank (kept on the instance: a search's candidates that
+        differ in their static terms share it)."""
+        cached: tuple[tuple[int, int], ...] | None = self.__dict__.get("_heaviest")
+        if cached is None:
+            best: dict[int, tuple[int, int]] = {}
+            for stage, (k, held) in enumerate(zip(self.classes.of, self.stages, strict=True)):
+                if k not in best or held.bytes > best[k][0]:
+                    best[k] = (held.bytes, stage)
+            cached = self.__dict__["_heaviest"] = tuple(best[k] for k in range(len(best)))
+        return cached
+
+
+#: job → every stage's activations at its peak (`classwise_activations`; a search passes one
+#: that reuses them across candidates).
+StagesActivations = Callable[[Plannable], HeldActivations]
 
 
 @record
@@ -230,35 +255,39 @@ def budget(
     static = tuple(
         static_terms(job, stage, 0, 0, parameters_of, engine_of) for stage in classes.first
     )
-    activations = (classwise_activations if activations_of is None else activations_of)(job)
+    held = (classwise_activations if activations_of is None else activations_of)(job)
     staged = StagedMemory(
-        classes, static, activations, reserve_term(job), job.layout.strides[Axis.PP]
+        classes, static, held.stages, reserve_term(job), job.layout.strides[Axis.PP]
     )
-    fixed = [sum(t.bytes for t in placed.hbm) + staged.reserve.bytes for placed in static]
+    # Each class's heaviest stage with its static terms; of those, with (total, −stage), the
+    # largest total, the lowest stage among equals.
     totals = [
-        fixed[k] + held.bytes for k, held in zip(classes.of, activations, strict=True)
+        (sum(t.bytes for t in placed.hbm) + staged.reserve.bytes + most, -stage)
+        for placed, (most, stage) in zip(static, held.heaviest, strict=True)
     ]
-    # max with (total, −stage): the largest total, the lowest stage among equals.
-    heaviest = max(range(len(totals)), key=lambda r: (totals[r], -r))
+    peak_bytes, peak_stage = max(totals)
     return MemoryBudget(
         parameters=parameter_count(job.model).total,
         parameters_padded=parameter_count(job.model, padded_vocab(job.model.V, job.layout.t)).total,
         staged=staged,
-        peak_stage=heaviest,
-        peak_bytes=totals[heaviest],
+        peak_stage=-peak_stage,
+        peak_bytes=peak_bytes,
         most_host=max(sum(t.bytes for t in placed.host) for placed in static),
     )
 
 
-def classwise_activations(job: Plannable) -> tuple[StageActivations, ...]:
+def classwise_activations(job: Plannable) -> HeldActivations:
     """`stage_activations` of every stage, what a stage keeps per unit in flight
     (`stage_lines`) computed once per stage class (`planc.stages`)."""
     classes = stage_classes(job)
     layer = layer_lines(job)
     lines = [stage_lines(job, stage, layer) for stage in classes.first]
-    return tuple(
-        StageActivations(kept, held_at_peak(job, stage, kept.weights))
-        for stage, kept in enumerate(classes.expand(lines))
+    return HeldActivations(
+        classes,
+        tuple(
+            StageActivations(kept, held_at_peak(job, stage, kept.weights))
+            for stage, kept in enumerate(classes.expand(lines))
+        ),
     )
 
 

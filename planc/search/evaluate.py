@@ -29,6 +29,7 @@ from planc.memory.activations import (
     layer_lines,
     stage_lines,
 )
+from planc.memory.budget import HeldActivations
 from planc.memory.engines import Placed, engine_terms
 from planc.memory.params import RankParameters, rank_parameters
 from planc.memory.static import Group, StateBytes
@@ -575,11 +576,12 @@ def shared_analysis(
     statics: dict[tuple[int, int, int], Placed] = memo.setdefault(("engine", engine_key), {})
     priced: list[CallSeconds] = []
 
-    def activations_of(job: Plannable) -> tuple[StageActivations, ...]:
+    def activations_of(job: Plannable) -> HeldActivations:
         at = ("activations", key)
-        found: tuple[StageActivations, ...] | None = memo.get(at)
+        found: HeldActivations | None = memo.get(at)
         if found is None:
-            found = memo[at] = tuple(stage_activations(job, r) for r in range(job.layout.p))
+            stages = tuple(stage_activations(job, r) for r in range(job.layout.p))
+            found = memo[at] = HeldActivations(stage_classes(job), stages)
         return found
 
     def stage_activations(job: Plannable, stage: int) -> StageActivations:
@@ -710,9 +712,12 @@ def step_lower_bound(analysis: Analysis, call_s: CallSeconds | None = None) -> f
     """
     plan, times = analysis.plan, analysis.times
     per_stage = [t.forward_s + t.backward_s for t in times]
-    busiest = max(range(len(per_stage)), key=lambda r: (per_stage[r], r))
+    # The busiest stage, the last of equals (the largest (T_r, r)).
+    most = max(per_stage)
+    busiest = len(per_stage) - 1 - per_stage[::-1].index(most)
     fill = sum(per_stage[:busiest]) / plan.layout.v
-    params = [share.total for share in analysis.parameters]
+    classes = analysis.schedule.classes
+    params = classes.expand([analysis.parameters[r].total for r in classes.first])
     after = max(
         after_step_s(
             plan, analysis.efficiency, analysis.schedule.first_ops, params, analysis.times, call_s
