@@ -97,6 +97,15 @@ class Numerics:
     loss_scaling: bool  # fp16's dynamic loss scale: an unscale pass before the update
     quantized: Quantized | None = None  # precision fp8/fp4: the recipe's formats (else None)
     moment: int = 4  # bytes of each Adam moment: 4, or 2 with the precision-aware optimizer
+    # bytes per element of the data-parallel gradient reduction where it is not `gradient`'s:
+    # FSDP2 reduces in its MixedPrecisionPolicy.reduce_dtype (training.reduce_dtype)
+    reduced: int | None = None
+
+    @property
+    def reduce(self) -> int:
+        """Bytes per gradient element the data-parallel reduction moves (`reduced`, else
+        `gradient`)."""
+        return self.gradient if self.reduced is None else self.reduced
 
     @property
     def weight_label(self) -> str:
@@ -125,6 +134,10 @@ def numerics(training: Training, gpu: Gpu | None = None) -> Numerics:
     """The number formats of `training` on `gpu` (see `Numerics`; the GPU decides what an fp8
     or fp4 recipe keeps: Hopper caches a transpose, Blackwell reads columnwise natively)."""
     base = numerics_for(training.precision, training.grad_accum_fp32)
+    if training.framework == "fsdp2":
+        # fully_shard casts the unsharded gradients to reduce_dtype for the reduce-scatter
+        # (torch distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce)
+        base = replace(base, reduced=DType(training.reduce_dtype).bits // 8)
     recipe = training.fp8_recipe
     if recipe is None:
         return base

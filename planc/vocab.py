@@ -200,7 +200,21 @@ Fp8RecipeName = Literal[
 OptimizerName = Literal["adam", "sgd"]
 Recompute = Literal["none", "selective", "selective-op", "full"]
 AttentionKind = Literal["flash", "eager"]
+# The fused attention kernel under Megatron-LM (--attention-backend): auto, Transformer Engine's
+# choice (cuDNN's FusedAttention on Hopper and newer, flash-attn before); flash, the flash-attn
+# package (FlashAttention-2); fused, cuDNN's FusedAttention.
+AttentionBackend = Literal["auto", "flash", "fused"]
 Kernels = Literal["fused", "unfused", "compiled"]
+# The LM loss's kernels under Megatron-LM (TransformerConfig.cross_entropy_loss_fusion and
+# cross_entropy_fusion_impl): none, Megatron's eager _VocabParallelCrossEntropy; native,
+# Megatron-Core's compiled fused_vocab_parallel_cross_entropy; te, Transformer Engine's Triton
+# parallel_cross_entropy (planc.perf.ops prices each).
+CrossEntropyFusion = Literal["none", "native", "te"]
+# FSDP2's MixedPrecisionPolicy.reduce_dtype: the data type its gradient reduce-scatter moves.
+ReduceDtype = Literal["fp32", "bf16"]
+# How the optimizer's update runs over the rank's parameters (torch.optim's implementations,
+# torchtitan 0.3.0 optimizer.implementation): one fused kernel, or foreach kernels per operator.
+OptimizerImplementation = Literal["fused", "foreach"]
 # megatron-fsdp: Megatron-LM with Megatron-Core's own FSDP (--use-megatron-fsdp), which planc
 # models as Megatron with zero_stage naming --data-parallel-sharding-strategy.
 Framework = Literal["megatron", "megatron-fsdp", "deepspeed", "fsdp2"]

@@ -107,6 +107,19 @@ CASES: dict[str, tuple[dict[str, Any] | None, str]] = {
         },
         "llama3-8b-1node.yaml",
     ),
+    # FSDP2 reducing in bf16 (AutoModel's default) with torch's foreach Adam (torchtitan's
+    # 2024 default): torchtitan reads both back.
+    "fsdp2-bf16-reduce-foreach": (
+        {
+            "parallelism": {"tensor": 2, "zero_stage": 3},
+            "training": {
+                "framework": "fsdp2",
+                "reduce_dtype": "bf16",
+                "optimizer_implementation": "foreach",
+            },
+        },
+        "llama3-8b-1node.yaml",
+    ),
     "deepspeed-zero3-offload": (
         {
             "parallelism": {"tensor": 2, "zero_stage": 3},
@@ -115,6 +128,12 @@ CASES: dict[str, tuple[dict[str, Any] | None, str]] = {
                 "offload": {"optimizer": True, "parameters": True},
             },
         },
+        "llama3-8b-1node.yaml",
+    ),
+    # Megatron-LM's --no-gradient-accumulation-fusion (its default fuses the accumulation into
+    # the weight-gradient GEMM).
+    "no-grad-accum-fusion": (
+        {"training": {"grad_accum_fusion": False}},
         "llama3-8b-1node.yaml",
     ),
     "hsdp-zero1": (
@@ -272,7 +291,10 @@ def applied(source: str) -> SimpleNamespace:
     # (the real classes are built in test_torchtitan_reads_the_module).
     namespace["checkpointing"] = lambda mode: mode
     config = SimpleNamespace(
-        parallelism=SimpleNamespace(), training=SimpleNamespace(), compile=SimpleNamespace()
+        parallelism=SimpleNamespace(),
+        training=SimpleNamespace(),
+        optimizer=SimpleNamespace(),
+        compile=SimpleNamespace(),
     )
     result: SimpleNamespace = namespace["apply"](config)
     return result
@@ -486,6 +508,13 @@ def test_megatron_parser_accepts_the_arguments() -> None:
         assert args["micro_batch_size"] == training["micro_batch"]
         assert args["global_batch_size"] == training["global_batch"]
         assert args["sequence_parallel"] == record["layout"]["sequence_parallel"]
+        # Megatron-LM fuses gradient accumulation into the weight-gradient GEMM unless the spec
+        # says not to; a plan for DeepSpeed or FSDP2, which have no such fusion, is priced and
+        # written without it.
+        written = (CASES[case][0] or {}).get("training", {})
+        engine = written.get("framework", "megatron")
+        fused = written.get("grad_accum_fusion", engine in ("megatron", "megatron-fsdp"))
+        assert args["gradient_accumulation_fusion"] == fused, case
         assert args["bf16"] == (training["precision"] == "bf16")
         assert args["fp16"] == (training["precision"] == "fp16")
         v = record["layout"]["virtual_stages"]
@@ -611,6 +640,8 @@ for module in json.load(sys.stdin):
         "checkpoint": None if config.activation_checkpoint is None
         else type(config.activation_checkpoint).__qualname__,
         "compile": config.compile.enable,
+        "reduce": tr.mixed_precision_reduce,
+        "optimizer": config.optimizer.implementation,
     }
 print(json.dumps(out))
 """
@@ -641,6 +672,36 @@ def test_torchtitan_reads_the_module(tmp_path: Path) -> None:
             record["training"]["recompute"], "SelectiveAC.Config"
         )
         assert got["checkpoint"] == policy, case
+        # FSDP2's reduce dtype and the optimizer's implementation, as planc prices them.
+        training = (CASES[case][0] or {}).get("training") or {}
+        reduce = {"fp32": "float32", "bf16": "bfloat16"}[training.get("reduce_dtype", "fp32")]
+        assert got["reduce"] == reduce, case
+        assert got["optimizer"] == training.get("optimizer_implementation", "fused"), case
+
+
+@pytest.mark.parametrize(
+    ("reduce_dtype", "implementation", "written"),
+    [("fp32", "fused", "float32"), ("bf16", "foreach", "bfloat16")],
+)
+def test_torchtitan_runs_the_plans_reduce_dtype_and_optimizer(
+    reduce_dtype: str, implementation: str, written: str
+) -> None:
+    """torchtitan's training.mixed_precision_reduce is FSDP2's reduce_dtype and its
+    optimizer.implementation the Adam planc prices; a bf16 reduce, which torchtitan 0.3.0
+    declares no value for, gets a note."""
+    overlay = {
+        "parallelism": {"tensor": 1, "sequence_parallel": False, "order": None},
+        "training": {
+            "framework": "fsdp2",
+            "reduce_dtype": reduce_dtype,
+            "optimizer_implementation": implementation,
+        },
+    }
+    source = render_files(compiled(job_of(overlay)))["torchtitan/planc_config.py"]
+    config = applied(source)
+    assert config.training.mixed_precision_reduce == written
+    assert config.optimizer.implementation == implementation
+    assert ("mixed_precision_reduce's only value" in source) == (reduce_dtype == "bf16")
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""FSDP2's exposed ends and its all-gather copy-outs (planc/perf/fsdp2.py, issue 24).
+"""FSDP2's exposed ends, its all-gather copy-outs and reduce-scatter copy-ins (planc/perf/fsdp2.py,
+issue 24).
 
 torchtitan shards each block and the root (embedding, final norm, output) as FSDP2 units; the
 root's pre-forward makes the all-gather streams wait for compute, so the root's and the first
@@ -53,17 +54,22 @@ def test_megatron_has_no_fsdp2_ends() -> None:
     assert end_units(plan, 8_030_261_248).first == 0
 
 
-@pytest.mark.parametrize("m", [1, 4])
-def test_exposed_ends_by_hand(m: int) -> None:
-    plan = _plan(global_batch=16 * m)
+@pytest.mark.parametrize(("m", "reduce_dtype", "reduced"), [(1, "fp32", 4), (4, "bf16", 2)])
+def test_exposed_ends_by_hand(m: int, reduce_dtype: str, reduced: int) -> None:
+    spec = (SPEC % (16 * m, "fsdp2")).replace(
+        "framework: fsdp2}", f"framework: fsdp2, reduce_dtype: {reduce_dtype}}}"
+    )
+    plan = plannable(loaded_spec(spec).job)
+    assert not isinstance(plan, tuple)
     assert plan.m == m
     analysis = analyse(plan)
     gather_s, reduce_s = fsdp2_ends(plan, analysis.efficiency, analysis.ops, 0, 8_030_261_248)
     # One NVLink ring of 8: 7 steps of 2 µs, (n − 1)/n of the buffer at 450 GB/s × 0.82
-    # (h100-sxm's NVLink entry), per micro-batch for the gathers, once for the reduction.
+    # (h100-sxm's NVLink entry), per micro-batch for the gathers, once for the reduction, whose
+    # gradients cross the wire in reduce_dtype (fp32: torchtitan's mixed_precision_reduce).
     ring = 450e9 * 0.82
     one_gather = 7 * 2e-6 + 7 / 8 * (ROOT + BLOCK) * 2 / ring
-    one_reduce = 7 * 2e-6 + 7 / 8 * (ROOT + BLOCK) * 2 / ring  # bf16 gradients on the wire
+    one_reduce = 7 * 2e-6 + 7 / 8 * (ROOT + BLOCK) * reduced / ring
     assert gather_s == pytest.approx(m * one_gather, rel=1e-9)
     assert reduce_s == pytest.approx(one_reduce, rel=1e-9)
     # both lie on the step's path: the gathers before each forward, the reduction at the end
@@ -84,8 +90,15 @@ def test_copy_outs_by_hand(reshard: bool) -> None:
         moved = 4 * elements
         return moved / (3350e9 * 0.9 * moved / (moved + 8.21e6))
 
+    # foreach_reduce's copy-in reads each unit's bf16 gradients and writes the fp32
+    # reduce-scatter input (torchtitan's reduce_dtype): 6 bytes per element, every unit.
+    def copy_in(elements: int) -> float:
+        moved = 6 * elements
+        return moved / (3350e9 * 0.9 * moved / (moved + 8.21e6))
+
     forward = copy(ROOT) + 32 * copy(BLOCK)
     backward = 31 * copy(BLOCK) if reshard else 0.0  # the last block and the root stay whole
+    backward += copy_in(ROOT) + 32 * copy_in(BLOCK)
     assert out.forward_s == pytest.approx(forward, rel=1e-9)
     assert out.backward_s == pytest.approx(backward, rel=1e-9)
 

@@ -17,6 +17,8 @@ from test_frameworks import _interpreter, _run
 
 from planc.analysis import estimate_step
 from planc.compile.frameworks import megatron_arguments, megatron_files
+from planc.memory.budget import budget
+from planc.outputs.memory import render_text, to_json
 from planc.search.run import search
 
 from conftest import analysis_of, check_overlay, compiled, job_of, search_setup
@@ -277,3 +279,16 @@ def test_one_pipeline_stage_needs_no_tp_pp_dp_mapping_flag() -> None:
     plain = megatron_arguments(compiled(job_of(overlay)))[0]
     assert "--use-tp-pp-dp-mapping" not in fsdp
     assert "--use-tp-pp-dp-mapping" in plain
+
+
+def test_the_memory_report_names_megatron_fsdp_as_the_spec_does() -> None:
+    # Priced as Megatron-LM, but reported as what the spec asked for: a user reading
+    # "framework megatron" under training.framework: megatron-fsdp would think it was ignored.
+    analysis = analysis_of({"parallelism": {"tensor": 2, "zero_stage": 3}, "training": FSDP})
+    plan = analysis.plan
+    memory = budget(plan)
+    assert "Modelled stack: framework megatron-fsdp: Megatron-Core's FSDP" in render_text(
+        plan, memory
+    )
+    assert to_json(plan, memory)["stack"]["framework"] == "megatron-fsdp"
+    assert plan.training.framework == "megatron"  # the engine the terms are priced as

@@ -246,6 +246,19 @@ def test_fsdp2_static_state_by_hand() -> None:
     assert terms["reduce-scatter input (fp32 reduce_dtype)"] == 4 * unit
 
 
+def test_a_bf16_reduce_halves_the_reduce_scatter_input() -> None:
+    # reduce_dtype bf16 (NeMo AutoModel's FSDP2Config default): the input foreach_reduce builds
+    # in reduce_dtype holds 2 bytes per element of the largest unit; the sharded fp32
+    # gradients stay fp32 (foreach_reduce casts the output to the sharded parameters' dtype).
+    unit = 128256 * 4096 + 4096
+    fp32 = rank_memory(fsdp_job(), 0)
+    bf16 = rank_memory(fsdp_job(training={"reduce_dtype": "bf16"}), 0)
+    terms = {t.name: t.bytes for t in bf16.terms if t.component == "buffers"}
+    assert terms["reduce-scatter input (bf16 reduce_dtype)"] == 2 * unit
+    assert bf16.gradients == fp32.gradients
+    assert fp32.total - bf16.total == 2 * unit
+
+
 def test_fsdp2_without_reshard_keeps_every_gathered_parameter() -> None:
     mem = rank_memory(fsdp_job(training={"reshard_after_forward": False}), 0)
     terms = {t.name: t.bytes for t in mem.terms}

@@ -122,8 +122,11 @@ def test_op_bytes_by_hand() -> None:
     assert (
         norm(_gpt(b=2, s=1024, h=4096, t=4, sp=True)).forward.bytes == 2 * 2 * 1024 * 4096 * 2 / 4
     )
-    # fp32 cross-entropy: (β + 24) bytes per logit forward over b·s·V/t logits.
-    assert cross_entropy(shape).forward.bytes == 2 * 1024 * (51200 // 4) * (2 + 24)
+    # Megatron's eager fp32 cross-entropy over b·s·V/t logits: forward the cast (β + 4), the max
+    # (4), subtract (8), exp (8), sum (4) and divide (8), β + 36 bytes a logit; backward the
+    # scaling (8) and the cast back (4 + β), β + 12.
+    assert cross_entropy(shape).forward.bytes == 2 * 1024 * (51200 // 4) * (2 + 36)
+    assert cross_entropy(shape).backward.bytes == 2 * 1024 * (51200 // 4) * (2 + 12)
 
 
 def test_flash_attention_moves_no_score_matrix_and_skips_the_masked_half() -> None:

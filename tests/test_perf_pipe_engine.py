@@ -68,12 +68,13 @@ def inputs_of(plan: Plannable) -> StepInputs:
 
 def test_each_stage_waits_for_its_own_transfers() -> None:
     # p = 4, send 2 ms, gather 1 ms. Stage 0 sends activations and receives gradients; the last
-    # stage receives activations and sends gradients; the middle ones do all four.
+    # stage receives activations and sends gradients; the middle ones do all four. Every stage
+    # but the last gathers its own partitioned output again before each backward (1 ms more).
     plan = plan_of("deepspeed")
     one = Transfer(2e-3, 1e-3)
     first, middle, last = (blocking_p2p(plan, one, r) for r in (0, 1, P - 1))
-    assert (first.forward_s, first.backward_s) == pytest.approx((2e-3, 3e-3))
-    assert (middle.forward_s, middle.backward_s) == pytest.approx((5e-3, 5e-3))
+    assert (first.forward_s, first.backward_s) == pytest.approx((2e-3, 4e-3))
+    assert (middle.forward_s, middle.backward_s) == pytest.approx((5e-3, 6e-3))
     assert (last.forward_s, last.backward_s) == pytest.approx((3e-3, 2e-3))
 
 
@@ -92,7 +93,7 @@ def test_the_transfer_is_one_ranks_share_and_a_gather() -> None:
     assert inputs.p2p_s == 0.0  # no message delay beside the stages' own transfers
     middle = inputs.stages[1]
     assert middle.p2p_forward_s == pytest.approx(2 * send + gather, rel=1e-12)
-    assert middle.p2p_backward_s == pytest.approx(2 * send + gather, rel=1e-12)
+    assert middle.p2p_backward_s == pytest.approx(2 * send + 2 * gather, rel=1e-12)
     assert inputs.stages[0].p2p_forward_s == pytest.approx(send, rel=1e-12)
 
 

@@ -135,9 +135,9 @@ def _gather_words(job: Plannable) -> str:
 
 
 def grad_bytes(job: Plannable) -> int:
-    """Bytes per gradient element on the wire (`Numerics.gradient`: fp32 when gradients
-    accumulate in fp32)."""
-    return job.numerics.gradient
+    """Bytes per gradient element on the wire (`Numerics.reduce`: fp32 when gradients
+    accumulate in fp32; under FSDP2 its reduce_dtype's)."""
+    return job.numerics.reduce
 
 
 def group_tier(job: Plannable, axes: tuple[Axis, ...]) -> Tier:

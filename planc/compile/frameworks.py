@@ -49,6 +49,7 @@ Files = dict[str, str]
 
 # torchtitan's training.mixed_precision_param for each precision it can run (it has no fp16).
 TORCH_DTYPES = {DType.FP32: "float32", DType.BF16: "bfloat16", DType.FP16: "bfloat16"}
+REDUCE_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 def _framework_schedule(plan: Plan, framework: str, notes: list[str]) -> str:
@@ -142,6 +143,9 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
     args.append(f"--clip-grad {CLIP_GRAD!r}")
     if tr.grad_accum_fp32:
         args.append("--accumulate-allreduce-grads-in-fp32")
+    if not tr.grad_accum_fusion:
+        # Megatron-LM fuses the accumulation into the weight-gradient GEMM by default.
+        args.append("--no-gradient-accumulation-fusion")
     if tr.recompute == "selective":
         args.append("--recompute-granularity selective")
     elif tr.recompute == "full":
@@ -150,7 +154,12 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
             "--recompute-method uniform",
             "--recompute-num-layers 1",
         ]
-    args.append("--attention-backend " + ("flash" if tr.attention == "flash" else "unfused"))
+    # Flash attention's kernel as training.attention_backend names it (Megatron's AttnBackend:
+    # auto lets Transformer Engine choose); eager attention is Megatron's unfused backend.
+    args.append(
+        "--attention-backend " + (tr.attention_backend if tr.attention == "flash" else "unfused")
+    )
+    args += megatron_loss_arguments(plan)
     if tr.overlap_tp:
         args.append("--tp-comm-overlap")
     if not tr.async_tp_allreduce and lay.t > 1:
@@ -187,6 +196,19 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
         # The combined 1F1B schedule is chosen by this flag (Megatron-LM moe_a2a_overlap.md).
         args.append("--overlap-moe-expert-parallel-comm")
     return args, notes
+
+
+def megatron_loss_arguments(plan: Plan) -> list[str]:
+    """training.cross_entropy_fusion as Megatron-LM's arguments (megatron-core 0.19.2,
+    ModelParallelConfig.cross_entropy_loss_fusion and cross_entropy_fusion_impl): nothing for
+    the eager loss, --cross-entropy-loss-fusion for Megatron-Core's fused one, and with
+    --cross-entropy-fusion-impl te for Transformer Engine's, which 0.19.2's validate_args
+    refuses (PLC048 says so)."""
+    fusion = plan.job.training.loss_fusion
+    if fusion == "none":
+        return []
+    args = ["--cross-entropy-loss-fusion"]
+    return [*args, "--cross-entropy-fusion-impl te"] if fusion == "te" else args
 
 
 def _position_type(plan: Plan) -> str:
@@ -609,7 +631,16 @@ def torchtitan_settings(plan: Plan) -> tuple[dict[str, Any], dict[str, Any], lis
         "seq_len": tr.s,
         "max_norm": CLIP_GRAD,
         "mixed_precision_param": TORCH_DTYPES[job.numerics.precision],
+        # FSDP2's MixedPrecisionPolicy.reduce_dtype (torchtitan 0.3.0 parallelize.py apply_fsdp)
+        "mixed_precision_reduce": REDUCE_DTYPES[tr.reduce_dtype],
     }
+    if tr.reduce_dtype != "fp32":
+        notes.append(
+            f"reduce_dtype {tr.reduce_dtype}: torchtitan 0.3.0 declares float32 as "
+            "training.mixed_precision_reduce's only value; its config parser (tyro) takes "
+            f"{REDUCE_DTYPES[tr.reduce_dtype]} from this module with a warning and FSDP2 then "
+            "reduces in it"
+        )
     if tr.offload_optimizer or tr.offload_parameters:
         # FSDP2's CPUOffloadPolicy (torchtitan 0.3.0 configs.py enable_cpu_offload) moves the
         # parameters, gradients and optimizer state together: one switch, no halves (PLC051).
@@ -738,6 +769,8 @@ PARALLELISM = {parallelism}
 
 TRAINING = {training}
 
+OPTIMIZER = {optimizer}
+
 ACTIVATION_CHECKPOINT = {checkpoint}
 
 COMPILE = {compile}
@@ -753,12 +786,14 @@ def checkpointing(mode):
 
 
 def apply(config):
-    """Set this plan's parallelism, training, activation checkpointing and compile fields on a
-    Trainer.Config; return it."""
+    """Set this plan's parallelism, training, optimizer, activation checkpointing and compile
+    fields on a Trainer.Config; return it."""
     for key, value in PARALLELISM.items():
         setattr(config.parallelism, key, value)
     for key, value in TRAINING.items():
         setattr(config.training, key, value)
+    for key, value in OPTIMIZER.items():
+        setattr(config.optimizer, key, value)
     config.activation_checkpoint = checkpointing(ACTIVATION_CHECKPOINT)
     for key, value in COMPILE.items():
         setattr(config.compile, key, value)
@@ -903,6 +938,13 @@ def torchtitan_recompute(plan: Plan, notes: list[str]) -> tuple[str | None, dict
     return TORCHTITAN_CHECKPOINT[tr.recompute], compile_fields
 
 
+def torchtitan_optimizer(plan: Plan) -> dict[str, Any]:
+    """torchtitan's OptimizersContainer.Config fields of the plan: the implementation of its
+    Adam (torchtitan 0.3.0 components/optimizer/optimizer.py, implementation: fused | foreach,
+    default fused), which planc prices (`planc.perf.ops.optimizer_step`)."""
+    return {"implementation": plan.job.training.optimizer_implementation}
+
+
 def torchtitan_files(plan: Plan) -> Files:
     parallelism, training, notes = torchtitan_settings(plan)
     checkpoint, compile_fields = torchtitan_recompute(plan, notes)
@@ -916,6 +958,7 @@ def torchtitan_files(plan: Plan) -> Files:
         notes=note_text + ("\n" if note_text else ""),
         parallelism=_python(parallelism),
         training=_python(training),
+        optimizer=_python(torchtitan_optimizer(plan)),
         checkpoint=_python(checkpoint),
         compile=_python(compile_fields),
     )

@@ -55,7 +55,7 @@ from planc.pipeline import registry
 from planc.plannable import Plannable
 from planc.record import record
 from planc.spec.job import Model
-from planc.vocab import AttentionKind, DType, Kernels, Precision
+from planc.vocab import AttentionKind, CrossEntropyFusion, DType, Kernels, Precision
 
 KORTHIKANTI = "Korthikanti et al. 2022 §4.1"
 FP8_INPUTS = (
@@ -122,6 +122,7 @@ class LayerShape:
     q_block: int = 0
     q_scale: int = 0
     q_label: str = ""
+    loss: CrossEntropyFusion = "none"  # the LM loss's kernels (training.cross_entropy_fusion)
 
 
 def layer_shape(
@@ -180,6 +181,7 @@ def shape_of(job: Plannable) -> LayerShape:
     them quantized."""
     tr = job.training
     x = shape_from(job.model, job.dims, job.numerics.activation, tr.attention, tr.kernels)
+    x = replace(x, loss=tr.loss_fusion)
     q = job.numerics.quantized
     if q is None or not q.saved_input:
         return x
@@ -1088,6 +1090,12 @@ CROSS_ENTROPY = (
 )
 
 
+TE_CROSS_ENTROPY = (
+    "Transformer Engine transformer_engine/pytorch/cross_entropy.py (v2.2): CrossEntropyFunction "
+    "writes the logits' gradient over the 16-bit logits in forward and saves that tensor alone"
+)
+
+
 PYTORCH_CROSS_ENTROPY = (
     "PyTorch F.cross_entropy = log_softmax + nll_loss (derivatives.yaml: _log_softmax saves its "
     "fp32 result, nll_loss its int64 target and a scalar total_weight), on logits.float()"
@@ -1097,7 +1105,19 @@ PYTORCH_CROSS_ENTROPY = (
 def cross_entropy_terms(x: LayerShape, V: int, t: int) -> tuple[Term, ...]:
     """The loss's saved tensors: Megatron's _VocabParallelCrossEntropy keeps the fp32 softmax
     (4·s·b·V'/t) and its int64 target index and bool target mask (9·s·b); unfused, PyTorch's
-    F.cross_entropy keeps the fp32 log-softmax (4·s·b·V'/t) and the int64 targets (8·s·b)."""
+    F.cross_entropy keeps the fp32 log-softmax (4·s·b·V'/t) and the int64 targets (8·s·b);
+    Megatron-Core's fused loss (native) saves what the eager one does; Transformer Engine's
+    (te) keeps only the logits, overwritten by their gradient (ε·s·b·V'/t)."""
+    if x.loss == "te":
+        return (
+            Term(
+                f"cross-entropy logits and their gradient ({x.e * 8}-bit, in place)",
+                "activations",
+                x.e * logits_elements(x, V, t),
+                f"{x.e}·{x.tok}·V'/t",
+                TE_CROSS_ENTROPY,
+            ),
+        )
     if x.unfused:
         return (
             Term(
@@ -1160,8 +1180,11 @@ def last_stage_terms(x: LayerShape, V: int, t: int) -> tuple[Term, ...]:
 def logits_buffer(x: LayerShape, V: int, t: int) -> int:
     """ε·s·b·V'/t: the 16-bit logits, alive only until logits.float() has copied them for the
     loss, a transient at the last stage's peak (its forward of the micro-batch it is about to
-    run backward on). In fp32 the copy is the same tensor: 0."""
-    return 0 if x.e == 4 else x.e * logits_elements(x, V, t)
+    run backward on). In fp32 the copy is the same tensor: 0; under Transformer Engine's loss
+    the logits are the saved tensor (`cross_entropy_terms`): 0."""
+    if x.e == 4 or x.loss == "te":
+        return 0
+    return x.e * logits_elements(x, V, t)
 
 
 # --- one rank's activation terms ---------------------------------------------------------------

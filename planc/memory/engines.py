@@ -73,9 +73,6 @@ DS_MAX_LIVE_PARAMETERS = 1_000_000_000  # stage3_max_live_parameters
 # FSDP2 keeps the unit in use and the one prefetched gathered (implicit forward prefetch, one
 # unit of explicit backward prefetch by default).
 FSDP2_GATHERED_UNITS = 2
-# FSDP2's reduce-scatter runs in the MixedPrecisionPolicy's reduce_dtype; torchtitan's default
-# (mixed_precision_reduce = "float32") is fp32.
-FSDP2_REDUCE_BYTES = 4
 
 
 @record
@@ -573,9 +570,12 @@ def fsdp_gathered_parameters(job: Plannable, share: RankParameters, state: State
     )
 
 
-def fsdp_unit_gradients(share: RankParameters, state: StateBytes) -> tuple[Term, ...]:
-    """w·Ψ_u + 4·Ψ_u: the unit's unsharded gradients in param_dtype, and the reduce-scatter input
-    in reduce_dtype (fp32) that foreach_reduce builds from them."""
+def fsdp_unit_gradients(
+    share: RankParameters, state: StateBytes, reduce: int, reduce_label: str
+) -> tuple[Term, ...]:
+    """w·Ψ_u + r·Ψ_u: the unit's unsharded gradients in param_dtype, and the reduce-scatter
+    input in reduce_dtype (r = 4 bytes for fp32, torchtitan's mixed_precision_reduce; 2 for
+    bf16, `training.reduce_dtype`) that foreach_reduce builds from them."""
     unit = largest_unit(share)
     return (
         _term(
@@ -586,10 +586,10 @@ def fsdp_unit_gradients(share: RankParameters, state: StateBytes) -> tuple[Term,
             FSDP2_COLLECTIVES + " foreach_reduce (unsharded_grad)",
         ),
         _term(
-            "reduce-scatter input (fp32 reduce_dtype)",
+            f"reduce-scatter input ({reduce_label} reduce_dtype)",
             "buffers",
-            FSDP2_REDUCE_BYTES * unit,
-            "4·Ψ_u",
+            reduce * unit,
+            f"{reduce}·Ψ_u",
             FSDP2_COLLECTIVES + " foreach_reduce (reduce_scatter_input in reduce_dtype)",
         ),
     )
@@ -621,7 +621,7 @@ def fsdp2_terms(
         *grads,
         *optimizer,
         fsdp_gathered_parameters(job, share, state),
-        *fsdp_unit_gradients(share, state),
+        *fsdp_unit_gradients(share, state, job.numerics.reduce, job.training.reduce_dtype),
     ]
     moved: list[Term] = []
     if job.training.offload_parameters:

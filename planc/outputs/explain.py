@@ -13,8 +13,9 @@ from planc.comm.schedule import WireBudget, op_record, sharding_stage
 from planc.comm.tiers import ring_bandwidth_gbs
 from planc.outputs import escape
 from planc.outputs.memory import to_json as memory_json
+from planc.perf.grad_accum import accumulation
 from planc.perf.inputs import build_inputs
-from planc.perf.step import Overlap, busiest_stage, overlaps
+from planc.perf.step import Overlap, StepInputs, busiest_stage, overlaps
 from planc.perf.validation import category_of
 from planc.pipeline.registry import definition
 from planc.plannable import Plannable
@@ -110,6 +111,7 @@ def render_text(ex: Explanation) -> str:
         f"  compute:            {step.compute_s:8.2f} s ({step.compute_s / total:5.1%})  "
         f"incl. exposed TP {step.tp_comm_s:.3f} s",
         *_expert_line(ex),
+        *_accumulation_line(ex),
         f"  pipeline bubble:    {step.bubble_s:8.2f} s ({step.bubble_s / total:5.1%})  "
         f"of the step, incl. p2p on the path {step.pp_comm_s:.3f} s",
         f"  exposed DP comm:    {step.exposed_comm_s:8.2f} s ({step.exposed_comm_s / total:5.1%})  "
@@ -315,6 +317,31 @@ def _expert_line(ex: Explanation) -> list[str]:
     ]
 
 
+def accumulation_s(ex: Explanation) -> tuple[int, float]:
+    """The busiest stage and its seconds per step of gradient accumulation outside the GEMMs
+    (`planc.perf.grad_accum`), part of its compute."""
+    inputs = _step_inputs(ex)
+    stage = busiest_stage(inputs)
+    return stage, ex.analysis.plan.m * inputs.stages[stage].accumulate_s
+
+
+def _accumulation_line(ex: Explanation) -> list[str]:
+    """The gradient accumulation inside compute, where the engine adds every gradient outside
+    the GEMMs (Megatron's fusion leaves only the input embedding's, not shown)."""
+    job = ex.analysis.plan
+    path = accumulation(job)
+    if path is None or not path.whole:
+        return []
+    _, seconds = accumulation_s(ex)
+    total = ex.step.step_time_s
+    share = seconds / total if total else 0.0
+    return [
+        f"  grad accumulation:  {seconds:8.2f} s ({share:5.1%})  inside compute: "
+        f"{path.bytes_per_parameter} bytes per parameter on {path.passes} of {job.m} "
+        "micro-batches, outside the GEMMs"
+    ]
+
+
 def _simulated_line(ex: Explanation) -> str:
     pipe = ex.step.pipeline
     if ex.analysis.plan.layout.p == 1:
@@ -370,6 +397,7 @@ def to_json(ex: Explanation) -> dict[str, Any]:
             "cp_comm_s": step.cp_comm_s,
             "ep_comm_s": step.ep_comm_s,
             **({"ep_hidden_s": step.ep_hidden_s} if step.ep_hidden_s > 0 else {}),
+            **_accumulation_json(ex),
             "pp_comm_s": step.pp_comm_s,
             "tokens_per_s": step.tokens_per_s,
             "mfu": step.mfu,
@@ -381,6 +409,12 @@ def to_json(ex: Explanation) -> dict[str, Any]:
         },
         **({} if ex.run is None else {"run": run_json(ex.run)}),
     }
+
+
+def _accumulation_json(ex: Explanation) -> dict[str, Any]:
+    """grad_accum_s: the busiest stage's gradient accumulation per step, when it has any."""
+    _, seconds = accumulation_s(ex)
+    return {"grad_accum_s": seconds} if seconds > 0 else {}
 
 
 def run_json(run: RunEstimate) -> dict[str, Any]:
@@ -432,13 +466,19 @@ def run_json(run: RunEstimate) -> dict[str, Any]:
     }
 
 
+def _step_inputs(ex: Explanation) -> StepInputs:
+    """The inputs the step model composed for the explained job (`build_inputs`)."""
+    an = ex.analysis
+    params = [share.total for share in an.parameters]
+    experts = [share.expert_total for share in an.parameters]
+    return build_inputs(an.plan, params, experts, an.efficiency, an.ops)
+
+
 def communication_overlap(ex: Explanation) -> tuple[int, tuple[Overlap, ...]]:
     """The busiest stage and what each class of its communication hid behind compute and left
     exposed in one step, from the inputs the step model composes (`planc.perf.step.overlaps`)."""
     an = ex.analysis
-    params = [share.total for share in an.parameters]
-    experts = [share.expert_total for share in an.parameters]
-    inputs = build_inputs(an.plan, params, experts, an.efficiency, an.ops)
+    inputs = _step_inputs(ex)
     stage = busiest_stage(inputs)
 
     def total(group: str) -> float:

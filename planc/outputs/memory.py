@@ -84,6 +84,7 @@ FRAMEWORKS = {
     "megatron": "Megatron-Core (distributed optimizer, contiguous gradient buffer)",
     "deepspeed": "DeepSpeed ZeRO",
     "fsdp2": "PyTorch FSDP2 (fully_shard)",
+    "megatron-fsdp": "Megatron-Core's FSDP (--use-megatron-fsdp; ZeRO stage = its sharding strategy)",
 }
 KERNELS = {
     "fused": "fused (Megatron-Core with Transformer Engine/Apex)",
@@ -106,12 +107,13 @@ def stack_line(job: Plannable) -> str:
     """The engine and kernels the budget models, and what is offloaded."""
     tr = job.training
     reshard = (
-        f", reshard_after_forward={str(tr.reshard_after_forward).lower()}"
+        f", reshard_after_forward={str(tr.reshard_after_forward).lower()}, "
+        f"reduce_dtype={tr.reduce_dtype}"
         if tr.framework == "fsdp2"
         else ""
     )
     return (
-        f"Modelled stack: framework {tr.framework}: {FRAMEWORKS[tr.framework]}{reshard}; kernels "
+        f"Modelled stack: framework {tr.framework_written}: {FRAMEWORKS[tr.framework_written]}{reshard}; kernels "
         f"{KERNELS[tr.kernels]}; offload: {', '.join(offloaded(job)) or 'none'}."
     )
 
@@ -217,7 +219,7 @@ def to_json(job: Plannable, b: MemoryBudget) -> dict[str, Any]:
         "parameters_padded": b.parameters_padded,
         "peak": {"stage": b.peak.stage, "rank": b.peak.rank, "total": b.peak.memory.total},
         "stack": {
-            "framework": job.training.framework,
+            "framework": job.training.framework_written,
             "kernels": job.training.kernels,
             "offload": offloaded(job),
         },

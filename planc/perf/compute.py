@@ -4,7 +4,8 @@ One op's pass takes
 
     T = max(F / (peak · eff_gemm(F, d)),  B / (HBM · eff_hbm(B)))      (matrix ops)
     T = max(F / (vector peak · e_vec),   B / (HBM · eff_hbm(B)))      (vector ops)
-    T = max(F / (peak · e_flash),        B / (HBM · eff_hbm(B)))      (fused attention)
+    T = max(F / (peak · e_flash),        B / (HBM · eff_hbm(B)))      (fused attention: the
+                                                                       kernel's own e_flash)
 
 the roofline of Williams, Waterman & Patterson 2009 (CACM 52(4)): inside one kernel the loads
 overlap the math, so the slower of the two bounds the kernel. Calculon's default adds the two
@@ -67,6 +68,8 @@ def work_time_s(
         return 0.0
     if op.engine == "attention":
         rate = device.matrix_flops * (eff.flash_backward if backward else eff.flash_forward)
+    elif op.engine == "cudnn":
+        rate = device.matrix_flops * (eff.cudnn_backward if backward else eff.cudnn_forward)
     elif op.engine == "sdpa":
         rate = device.matrix_flops * (eff.sdpa_backward if backward else eff.sdpa_forward)
     elif op.engine == "matrix":
@@ -271,8 +274,9 @@ def quantized_passes(
 
 
 def optimizer_time_s(
-    parameters: float, device: Device, eff: Efficiency, loss_scaling: bool = False
+    parameters: float, device: Device, eff: Efficiency, bytes_per_parameter: int
 ) -> float:
-    """Seconds of the optimizer step over `parameters` parameters (memory bound)."""
-    work = optimizer_step(parameters, loss_scaling)
+    """Seconds of the optimizer step over `parameters` parameters of `bytes_per_parameter`
+    each (`planc.perf.ops.optimizer_bytes_per_parameter`; memory bound)."""
+    work = optimizer_step(parameters, bytes_per_parameter)
     return work_time_s(OpCost("adam", "vector", work, Work(0, 0)), work, device, eff)

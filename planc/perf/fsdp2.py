@@ -15,8 +15,8 @@ unit's compute and its reduce-scatter behind the next unit's backward, but not a
 
 Priced as the all-gather of Ψ_root + Ψ_1 parameter elements (16-bit) per micro-batch and one
 reduce-scatter of Ψ_root + Ψ_1 gradient elements per step (at the wire's gradient bytes,
-`planc.comm.schedule.grad_bytes`: torchtitan reduces in fp32, Megatron-FSDP, which the corpus
-also states as fsdp2, in bf16, and a spec does not say which), Ψ_root = V'/t·h per
+`planc.comm.schedule.grad_bytes`: the spec's training.reduce_dtype, torchtitan's fp32 by
+default), Ψ_root = V'/t·h per
 untied vocabulary matrix (embedding and output; one when tied) + the final norm's ν·h, Ψ_1 one
 block's parameters. Stated for one pipeline stage and a dense model (the torchtitan and NeMo
 AutoModel runs); with a pipeline the stages' ends differ, and a MoE block's experts shard over
@@ -85,6 +85,27 @@ def copy_out_units(job: Plannable, stage_params: int) -> tuple[tuple[int, ...], 
     forward = (root, *([block] * blocks))
     again = blocks - 1 if job.training.reshard_after_forward else 0
     return forward, tuple([block] * again)
+
+
+def reduce_copy_in_bytes(job: Plannable, unit_elements: int) -> int:
+    """B = (w + r)·Ψ_u bytes of one unit's reduce-scatter copy-in: it reads the unit's unsharded
+    gradients in the 16-bit param_dtype (w bytes) and writes the reduce-scatter input in
+    reduce_dtype (r bytes, `Numerics.reduce`: 4 for torchtitan's fp32)."""
+    return (job.numerics.weight + job.numerics.reduce) * unit_elements
+
+
+def reduce_copy_in_s(job: Plannable, unit_elements: int, hbm_bytes: float, hbm_at: float) -> float:
+    """Seconds of one unit's reduce-scatter copy-in, B/(HBM·e(B)) with B of
+    `reduce_copy_in_bytes`, once per micro-batch for every unit (FSDP2 reduces each
+    micro-batch's gradients): foreach_reduce allocates the input in reduce_dtype and runs
+    foreach_reduce_scatter_copy_in, one cat (torch.ops.fsdp.chunk_cat in torch 2.14) of the
+    gradients into it, before the reduce-scatter stream starts; the compute stream does not go
+    on until it is done (torch 2.14 distributed/fsdp/_fully_shard/_fsdp_collectives.py
+    foreach_reduce: the copy-in runs on the current stream; torch 2.4's
+    _composable/fsdp/_fsdp_collectives.py foreach_reduce_scatter ran it on the reduce-scatter
+    stream and made the current stream wait for its event). Memory bound; `hbm_at` is the HBM
+    efficiency at B."""
+    return reduce_copy_in_bytes(job, unit_elements) / (hbm_bytes * hbm_at)
 
 
 def copy_out_s(job: Plannable, unit_elements: int, hbm_bytes: float, hbm_at: float) -> float:

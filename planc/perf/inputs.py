@@ -59,7 +59,15 @@ from planc.perf.compute import (
     quantized_passes,
     work_time_s,
 )
-from planc.perf.fsdp2 import COPY_OUT_PASSES, copy_out_s, copy_out_units, end_units
+from planc.perf.fsdp2 import (
+    COPY_OUT_PASSES,
+    copy_out_s,
+    copy_out_units,
+    end_units,
+    reduce_copy_in_bytes,
+    reduce_copy_in_s,
+)
+from planc.perf.grad_accum import accumulation_s
 from planc.perf.offload import offload_transfer_s
 from planc.perf.ops import (
     OpCost,
@@ -73,6 +81,7 @@ from planc.perf.ops import (
     mlp_down,
     mlp_up,
     op_shape,
+    optimizer_bytes_per_parameter,
     output_projection,
     qkv_projection,
 )
@@ -86,6 +95,7 @@ from planc.perf.pipe_engine import (
 )
 from planc.perf.step import StageInputs, StepInputs
 from planc.plannable import Plannable
+from planc.presets.accuracy import GENERATION_OF
 from planc.presets.efficiency import (
     REFERENCE_HBM_GBS,
     REFERENCE_TFLOPS,
@@ -106,7 +116,7 @@ DP_GROUPS = ("dp_cp", "dp_shard", "dp_replicate", "embedding", "edp")
 
 def layer_shape(job: Plannable) -> OpShape:
     """One rank's share of a layer (`Plannable.dims`) for :mod:`planc.perf.ops`, with the
-    activations' bytes of the run's number formats."""
+    activations' bytes of the run's number formats and the kernels it runs."""
     tr = job.training
     return op_shape(
         job.model,
@@ -115,7 +125,30 @@ def layer_shape(job: Plannable) -> OpShape:
         tr.attention == "flash",
         tr.kernels == "unfused",
         tr.kernels == "compiled",
+        tr.loss_fusion,
+        runs_cudnn_attention(job),
     )
+
+
+# The GPU generations on which Transformer Engine prefers cuDNN's FusedAttention to flash-attn
+# when both can run (compute capability 9.0 and newer: get_attention_backend, "Disabling
+# FlashAttention to give FusedAttention preference on Hopper+ for performance reasons", TE v1.9
+# to v2.3, transformer_engine/pytorch/attention/dot_product_attention/utils.py).
+CUDNN_FIRST = frozenset({"hopper", "blackwell"})
+
+
+def runs_cudnn_attention(job: Plannable) -> bool:
+    """Whether flash attention runs cuDNN's fused kernel: with the fused kernels (Transformer
+    Engine's, `training.kernels` fused), training.attention_backend fused, or auto (Megatron-Core's
+    default, TransformerConfig.attention_backend: Transformer Engine chooses) on a GPU of a
+    generation in `CUDNN_FIRST`; flash-attn's kernel otherwise. Eager and compiled kernels run
+    PyTorch's SDPA (`planc.perf.ops.attention_engine`)."""
+    tr = job.training
+    if tr.attention != "flash" or tr.kernels != "fused":
+        return False
+    if tr.attention_backend == "auto":
+        return GENERATION_OF.get(job.cluster.gpu.name) in CUDNN_FIRST
+    return tr.attention_backend == "fused"
 
 
 def expert_shape(job: Plannable) -> ExpertDims | None:
@@ -586,9 +619,10 @@ def _dp(
 def with_copy_out(
     job: Plannable, times: Sequence[ChunkTimes], params: int, device: Device, eff: Efficiency
 ) -> tuple[ChunkTimes, ...]:
-    """The chunks' times with FSDP2's all-gather copy-outs on the compute stream added, per
-    micro-batch, to the forward (every unit) and the backward (the units gathered again):
-    `planc.perf.fsdp2.copy_out_units` and `copy_out_s`. Unchanged where they are not priced
+    """The chunks' times with FSDP2's copies on the compute stream added per micro-batch: the
+    all-gather copy-outs to the forward (every unit) and the backward (the units gathered
+    again), and every unit's reduce-scatter copy-in to the backward (`planc.perf.fsdp2`
+    `copy_out_units`, `copy_out_s`, `reduce_copy_in_s`). Unchanged where they are not priced
     (one chunk only: FSDP2 with one pipeline stage)."""
     forward, backward = copy_out_units(job, params)
     if not forward or len(times) != 1:
@@ -601,8 +635,14 @@ def with_copy_out(
             out += copy_out_s(job, u, device.hbm_bytes, eff.hbm.at(moved))
         return out
 
+    def copy_in(units: Sequence[int]) -> float:
+        return sum(
+            reduce_copy_in_s(job, u, device.hbm_bytes, eff.hbm.at(reduce_copy_in_bytes(job, u)))
+            for u in units
+        )
+
     (chunk,) = times
-    f, b = seconds(forward), seconds(backward)
+    f, b = seconds(forward), seconds(backward) + copy_in(forward)
     return (replace(chunk, forward_s=chunk.forward_s + f, backward_s=chunk.backward_s + b),)
 
 
@@ -624,6 +664,15 @@ def fsdp2_ends(
     first = replace(gather, buffer_bytes=units.first * param_bytes(job), calls=1)
     last = replace(reduce, buffer_bytes=units.last * grad_bytes(job), calls=1)
     return job.m * _call_s(job, eff, first), _call_s(job, eff, last)
+
+
+def optimizer_bytes(job: Plannable) -> int:
+    """HBM bytes per parameter of the job's optimizer step (its framework's Adam and clipping,
+    `planc.perf.ops.optimizer_bytes_per_parameter`)."""
+    tr = job.training
+    return optimizer_bytes_per_parameter(
+        tr.framework, tr.optimizer_implementation, job.numerics.loss_scaling
+    )
 
 
 def ops_by_stage(ops: Sequence[CommOp], p: int) -> tuple[tuple[CommOp, ...], ...]:
@@ -701,7 +750,7 @@ def build_inputs(
                     (params - experts) / shard + experts / expert_shard,
                     device,
                     eff,
-                    job.numerics.loss_scaling,
+                    optimizer_bytes(job),
                 ),
                 tp_overlapped_s=sum(
                     (n - e) * tp.backward_overlapped_s + e * tp_moe.backward_overlapped_s
@@ -713,6 +762,7 @@ def build_inputs(
                 ep_backward_s=tuple(e * exchange.backward_s for e in routed),
                 p2p_forward_s=blocking.forward_s,
                 p2p_backward_s=blocking.backward_s,
+                accumulate_s=accumulation_s(job, r, params[r], device, eff),
             )
         )
     hop = hop_s(job, p2p_message_s(job, eff, ops))

@@ -33,11 +33,12 @@ from typing import Literal
 from planc.dims import ExpertDims, Quantized, RankDims
 from planc.record import record
 from planc.spec.job import Model
-from planc.vocab import Norm
+from planc.vocab import CrossEntropyFusion, Norm
 
-# attention: a fused kernel as Megatron-Core runs it (TE / cuDNN); sdpa: PyTorch's
-# scaled_dot_product_attention flash backend, what eager PyTorch runs.
-Engine = Literal["matrix", "vector", "attention", "sdpa"]
+# attention: the flash-attn package's kernel (FlashAttention-2) as Megatron-Core runs it
+# through Transformer Engine; cudnn: cuDNN's fused attention (TE FusedAttention); sdpa:
+# PyTorch's scaled_dot_product_attention flash backend, what eager PyTorch runs.
+Engine = Literal["matrix", "vector", "attention", "cudnn", "sdpa"]
 
 
 @record
@@ -137,6 +138,8 @@ class OpShape:
     q_latent: int = 0  # query latent d_c' (0: none, one h × n·k query projection)
     kv_latent: int = 0  # key/value latent d_c
     rope: int = 0  # per-head RoPE channels d_h^R (the key's shared by all heads)
+    loss: CrossEntropyFusion = "none"  # the LM loss's kernels (training.cross_entropy_fusion)
+    cudnn: bool = False  # flash attention runs cuDNN's fused kernel, not flash-attn's
 
     @property
     def queries(self) -> int:
@@ -176,8 +179,11 @@ def op_shape(
     flash: bool,
     unfused: bool = False,
     compiled: bool = False,
+    loss: CrossEntropyFusion = "none",
+    cudnn: bool = False,
 ) -> OpShape:
-    """The per-op view of a rank's `dims` for `model` (β bytes per activation element)."""
+    """The per-op view of a rank's `dims` for `model` (β bytes per activation element) with
+    the LM loss's kernels `loss`, flash attention on cuDNN's kernel when `cudnn`."""
     return OpShape(
         b=dims.b,
         s=dims.s,
@@ -201,6 +207,8 @@ def op_shape(
         q_latent=dims.q_latent,
         kv_latent=dims.kv_latent,
         rope=dims.rope,
+        loss=loss,
+        cudnn=cudnn,
     )
 
 
@@ -421,10 +429,18 @@ def flash_attention(shape: OpShape) -> OpCost:
     forward = Work(flops, (q + o + kv) * shape.beta + lse)
     backward = Work(2.5 * flops, (2 * q + 2 * o + 2 * kv) * shape.beta + lse)
     gshape = GemmShape(shape.queries, shape.s, shape.k, round(shape.b * shape.heads))
-    # torch.compile leaves SDPA's flash kernel as it is (torchtitan compiles the blocks around
-    # F.scaled_dot_product_attention): eager and compiled blocks both run PyTorch's SDPA.
-    engine: Engine = "sdpa" if shape.unfused or shape.compiled else "attention"
-    return OpCost("flash attention", engine, forward, backward, NOTHING, gshape, True)
+    return OpCost(
+        "flash attention", attention_engine(shape), forward, backward, NOTHING, gshape, True
+    )
+
+
+def attention_engine(shape: OpShape) -> Engine:
+    """The kernel that runs fused attention: PyTorch's SDPA for eager and compiled blocks
+    (torch.compile leaves F.scaled_dot_product_attention as it is: torchtitan compiles the
+    blocks around it), cuDNN's fused attention when `OpShape.cudnn`, else flash-attn's."""
+    if shape.unfused or shape.compiled:
+        return "sdpa"
+    return "cudnn" if shape.cudnn else "attention"
 
 
 def attention_core(shape: OpShape) -> tuple[OpCost, ...]:
@@ -644,19 +660,82 @@ def lm_head(shape: OpShape) -> OpCost:
     return gemm("lm head", shape.tokens, shape.h, shape.vocab, shape.beta)
 
 
-def cross_entropy(shape: OpShape) -> OpCost:
-    """Vocabulary-parallel cross-entropy in fp32 (Megatron `tensor_parallel/cross_entropy.py`).
+def _logits(shape: OpShape) -> float:
+    """b·s/c·V'/t: the logit elements of the rank's slice of the vocabulary."""
+    return float(shape.tokens * shape.vocab)
 
-    Per logit element: forward reads the 16-bit logits and writes an fp32 copy (β + 4), subtracts
-    the max in place (4 + 4), exponentiates in place (4 + 4) and sums (4): β + 24 bytes, ~5
-    FLOPs. Backward turns the saved softmax into the gradient in place (4 + 4), scales it by the
-    incoming gradient (4 + 4) and casts it to 16 bits for the head's matmuls (4 + β): β + 20.
-    The three all-reduces of b·s/c floats over TP are latency-sized and not counted.
+
+def megatron_cross_entropy(shape: OpShape) -> OpCost:
+    """Megatron's vocabulary-parallel cross-entropy, eager, in fp32 (Megatron-LM
+    `tensor_parallel/cross_entropy.py`, `_VocabParallelCrossEntropy` with
+    `VocabParallelCrossEntropy`'s steps, megatron-core 0.9.0 and 0.19.2 alike), one kernel per
+    PyTorch operator, each over the whole [b·s/c, V'/t] tensor in HBM.
+
+    Bytes per logit element, forward: logits.float() reads β and writes 4; the max over the
+    vocabulary reads 4; the in-place subtraction of the max reads and writes 4 + 4; torch.exp
+    in place 4 + 4; the sum reads 4; the in-place division by the sum (exp_logits.div_, the
+    softmax it saves) 4 + 4: β + 36. Backward: grad_input.mul_(grad_output) 4 + 4 (the target
+    column's update touches b·s/c elements only), then autograd casts the fp32 gradient to the
+    logits' 16-bit type (reads 4, writes β): β + 12. About 5 FLOPs per element forward (max,
+    subtract, exp, sum, divide), 2 backward. The all-reduces of b·s/c floats over TP are
+    latency-sized and not counted. `kernels: unfused` (PyTorch's F.cross_entropy on fp32
+    logits) is priced the same.
     """
-    elements = float(shape.tokens * shape.vocab)
-    forward = Work(5.0 * elements, (shape.beta + 24.0) * elements)
-    backward = Work(3.0 * elements, (shape.beta + 20.0) * elements)
+    elements = _logits(shape)
+    forward = Work(5.0 * elements, (shape.beta + 36.0) * elements)
+    backward = Work(2.0 * elements, (shape.beta + 12.0) * elements)
     return OpCost("cross-entropy (fp32)", "vector", forward, backward)
+
+
+def native_fused_cross_entropy(shape: OpShape) -> OpCost:
+    """Megatron-Core's fused cross-entropy (--cross-entropy-loss-fusion with
+    --cross-entropy-fusion-impl native: `megatron/core/fusions/fused_cross_entropy.py`,
+    fused_vocab_parallel_cross_entropy, megatron-core 0.9.0 and 0.19.2): the same fp32 steps as
+    `megatron_cross_entropy`, in four functions each compiled by `jit_fuser` (torch.compile from
+    PyTorch 2.2, `megatron/core/jit.py`) into one pass over the logits.
+
+    Bytes per logit element, forward: calculate_logits_max casts to fp32 and reduces the max in
+    one pass (reads β, writes the fp32 copy 4); calculate_predicted_logits subtracts the max,
+    exponentiates in place and sums (4 + 4); calculate_cross_entropy_loss divides by the sum in
+    place (4 + 4): β + 20. Backward: calculate_gradients reads the saved softmax (4), scales it
+    by the incoming gradient and writes both the in-place result back to the saved tensor (4: a
+    compiled function copies its input's mutation back) and the 16-bit gradient (β): β + 8.
+    FLOPs as `megatron_cross_entropy`; two all-reduces of b·s/c floats, not counted.
+    """
+    elements = _logits(shape)
+    forward = Work(5.0 * elements, (shape.beta + 20.0) * elements)
+    backward = Work(2.0 * elements, (shape.beta + 8.0) * elements)
+    return OpCost("cross-entropy (fused)", "vector", forward, backward)
+
+
+def te_cross_entropy(shape: OpShape) -> OpCost:
+    """Transformer Engine's cross-entropy (--cross-entropy-loss-fusion with
+    --cross-entropy-fusion-impl te: `transformer_engine/pytorch/triton/cross_entropy.py`, TE
+    v2.2 and v2.3 alike, what NeMo 25.04 runs): two Triton kernels per row of logits in the
+    forward pass, none of them writing an fp32 copy.
+
+    Bytes per logit element, forward: online_softmax_kernel reads the 16-bit logits once for the
+    row's max and sum (β); cross_entropy_kernel reads them again and writes the gradient
+    (softmax − one-hot)/N over them in place (β + β): 3β. Backward: element_mul_kernel scales
+    that gradient by the incoming one in place (β + β; Megatron's per-token loss gives a
+    gradient that is not the scalar 1.0 the kernel skips for): 2β. About 4 FLOPs per element in
+    each forward kernel (max, subtract, exp, sum; exp, divide, subtract, scale), 1 backward.
+    The all-gather of 3 floats per token over TP is latency-sized and not counted.
+    """
+    elements = _logits(shape)
+    forward = Work(8.0 * elements, 3.0 * shape.beta * elements)
+    backward = Work(1.0 * elements, 2.0 * shape.beta * elements)
+    return OpCost("cross-entropy (Transformer Engine)", "vector", forward, backward)
+
+
+def cross_entropy(shape: OpShape) -> OpCost:
+    """The LM loss's kernels on the rank's logits: Megatron's eager fp32 loss, Megatron-Core's
+    fused one or Transformer Engine's (`OpShape.loss`, training.cross_entropy_fusion)."""
+    if shape.loss == "te":
+        return te_cross_entropy(shape)
+    if shape.loss == "native":
+        return native_fused_cross_entropy(shape)
+    return megatron_cross_entropy(shape)
 
 
 def first_stage_ops(shape: OpShape) -> tuple[OpCost, ...]:
@@ -683,14 +762,39 @@ GRAD_NORM_BYTES_PER_PARAMETER = 4
 UNSCALE_BYTES_PER_PARAMETER = 8
 
 
-def optimizer_step(parameters: float, loss_scaling: bool = False) -> Work:
-    """The optimizer step over `parameters` parameters (a rank's shard under ZeRO): vector work.
+# Under FSDP2 the step is torch.optim's AdamW on the rank's fp32 shards (torch/optim/adam.py,
+# the implementation torchtitan's optimizer.implementation selects), after torch's gradient
+# clipping:
+# * fused (_fused_adamw_, one kernel): reads p, g, m, v and writes p, m, v: 28 bytes;
+# * foreach (_multi_tensor_adam, decoupled weight decay, not capturable): eight multi-tensor
+#   kernels, each reading and writing whole fp32 tensors: p·(1 − lr·λ) (8), m.lerp_(g) (12),
+#   v·β2 (8), v += (1 − β2)·g·g (12, g read once), d = √v (8), d /= √(1 − β2^t) (8), d += ε (8),
+#   p += −step·m/d (16): 80 bytes;
+# * clip_grad_norm_ (torchtitan's clipping, foreach=True; torch/nn/utils/clip_grad.py):
+#   _foreach_norm reads every gradient (4) and _clip_grads_with_norm_ always scales them by the
+#   clamped coefficient, read and write (8): 12 bytes. FSDP2 keeps no 16-bit working copy (the
+#   all-gather casts) and zero_grad frees the gradients: neither is a pass.
+TORCH_ADAM_BYTES_PER_PARAMETER = {"fused": 28, "foreach": 80}
+TORCH_CLIP_BYTES_PER_PARAMETER = 12
 
-    Adam's 34 bytes per parameter, the gradient norm's 4, and with fp16 loss scaling 8 more.
-    """
-    per = ADAM_BYTES_PER_PARAMETER + GRAD_NORM_BYTES_PER_PARAMETER
-    per += UNSCALE_BYTES_PER_PARAMETER if loss_scaling else 0
-    return Work(ADAM_FLOPS_PER_PARAMETER * parameters, per * parameters)
+
+def optimizer_bytes_per_parameter(
+    framework: str, implementation: str = "fused", loss_scaling: bool = False
+) -> int:
+    """HBM bytes per parameter of one optimizer step: Megatron's and DeepSpeed's fused Adam
+    (34) and gradient norm (4); under FSDP2 torch.optim's Adam in its `implementation` and
+    torch's clipping; with fp16 loss scaling 8 more."""
+    if framework == "fsdp2":
+        per = TORCH_ADAM_BYTES_PER_PARAMETER[implementation] + TORCH_CLIP_BYTES_PER_PARAMETER
+    else:
+        per = ADAM_BYTES_PER_PARAMETER + GRAD_NORM_BYTES_PER_PARAMETER
+    return per + (UNSCALE_BYTES_PER_PARAMETER if loss_scaling else 0)
+
+
+def optimizer_step(parameters: float, bytes_per_parameter: int) -> Work:
+    """The optimizer step over `parameters` parameters (a rank's shard under ZeRO): vector work
+    of `bytes_per_parameter` (`optimizer_bytes_per_parameter`)."""
+    return Work(ADAM_FLOPS_PER_PARAMETER * parameters, bytes_per_parameter * parameters)
 
 
 # --------------------------------------------------------------------------- weights

@@ -16,7 +16,11 @@ What the engine does differently from Megatron's schedules, read in DeepSpeed v0
   boundary tensor (`engine.py` `_exec_forward_pass`/`_exec_send_grads`: `PartitionedTensor`
   over the slice-parallel group, `pipe_partitioned` and `grad_partitioned` default on), and the
   receiver all-gathers it over the TP group before use (`PartitionedTensor.full()` in
-  `_exec_forward_pass` and `_exec_backward_pass`): `planc.perf.inputs.boundary_transfer`.
+  `_exec_forward_pass` and `_exec_backward_pass`): `planc.perf.inputs.boundary_transfer`. A
+  stage that sent its output kept only its own 1/t share of it (`outputs.data = torch.zeros(1)`
+  after partitioning) and all-gathers it again before that micro-batch's backward
+  (`_exec_backward_pass`: `part_output.full()`, to restore the tensor autograd backpropagates
+  from): one more TP all-gather per micro-batch.
 * **Gradient reduction after the schedule** (`engine.py` `PipelineEngine.__init__`:
   `enable_backward_allreduce = False`; `TrainSchedule.steps` issues `ReduceTiedGrads`,
   `ReduceGrads`, `OptimizerStep` after the last slot; `_exec_reduce_grads` →
@@ -60,18 +64,21 @@ def blocking_p2p(job: Plannable, one: Transfer, stage: int) -> BlockingP2p:
 
     forward  = [r > 0]·(send + gather)  (RecvActivation, then the gather in the forward)
              + [r < p − 1]·send         (SendActivation of this forward, in the next slot)
-    backward = [r < p − 1]·(send + gather)  (RecvGrad, then the gather in the backward)
+    backward = [r < p − 1]·(send + 2·gather)  (RecvGrad, then the gathers of the gradient and
+                                              of the stage's own output in the backward)
              + [r > 0]·send             (SendGrad of this backward, in the next slot)
 
     Each transfer holds both stages, so the step simulation runs with no separate message delay
     (`hop_s`); on the fill and drain path this counts each hop's transfer twice, once on each
     side, at most 2·(p − 1) transfers in all. Source: deepspeed/runtime/pipe/schedule.py
-    `TrainSchedule.steps`, p2p.py `send`, `recv` (v0.5.10, v0.19.5)."""
+    `TrainSchedule.steps`, p2p.py `send`, `recv`, engine.py `_exec_backward_pass` (v0.5.10,
+    v0.19.5)."""
     p = job.layout.p
     received = one.send_s + one.gather_s
     has_prev, has_next = stage > 0, stage < p - 1
     forward = (received if has_prev else 0.0) + (one.send_s if has_next else 0.0)
-    backward = (received if has_next else 0.0) + (one.send_s if has_prev else 0.0)
+    regathered = received + one.gather_s
+    backward = (regathered if has_next else 0.0) + (one.send_s if has_prev else 0.0)
     return BlockingP2p(forward, backward)
 
 

@@ -74,6 +74,9 @@ class StageInputs:
     # backward's compute, spread evenly over the chunks.
     p2p_forward_s: float = 0.0
     p2p_backward_s: float = 0.0
+    # Gradient accumulation outside the GEMMs, per micro-batch (planc.perf.grad_accum): a
+    # memory-bound pass after the backward, spread over the chunks as their backward.
+    accumulate_s: float = 0.0
 
 
 @record
@@ -152,7 +155,7 @@ def virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
                 st.backward_s[j]
                 + st.tp_backward_s[j]
                 + ep_b
-                + slow * share
+                + (slow + st.accumulate_s) * share
                 + 2 * st.cp_exposed_s / (3 * v)
                 + st.p2p_backward_s / v
             )

@@ -18,8 +18,9 @@ The curves (each a smooth saturating function, where Calculon uses step tables):
 * HBM:   eff(B) = e_hbm · B/(B + B½) for a kernel moving B bytes: B½ = τ·e_hbm·bandwidth is a
   fixed τ per kernel (launch and tail), the floor every op pays.
 * Vector units: a constant fraction of the non-tensor peak (element-wise ops are memory bound).
-* Fused attention (FlashAttention): a constant fraction of the matrix peak on the FLOPs the
-  kernel executes, forward and backward, from the kernel's published benchmarks.
+* Fused attention: a constant fraction of the matrix peak on the FLOPs the kernel executes,
+  forward and backward, from the kernel's published benchmarks: the flash-attn package
+  (FlashAttention-2), cuDNN's fused attention, and PyTorch's SDPA flash backend.
 * Network: per link class (nvlink, network) and per collective, a bus-bandwidth efficiency and a
   latency per ring step: T = steps·α + wire_bytes/(β·e) (NCCL bus bandwidth, nccl-tests
   `doc/PERFORMANCE.md`), and `processor_usage`, the share of the SMs a running collective takes
@@ -129,6 +130,10 @@ class Efficiency:
     # PyTorch (`training.kernels: unfused`) runs, as a fraction of the matrix peak.
     sdpa_forward: float
     sdpa_backward: float
+    # cuDNN's fused attention (Transformer Engine's FusedAttention, Megatron --attention-backend
+    # fused, and auto on Hopper and newer), as a fraction of the matrix peak.
+    cudnn_forward: float
+    cudnn_backward: float
     source: str = ""
     # GEMM curves of other data types where an entry measures them (`gemm_by_dtype`); a data
     # type without one reaches the 16-bit curve's fractions of its own peak.
@@ -252,7 +257,10 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
     hbm = _section(data, "hbm", where, ("efficiency", "half_bytes"))
     vector = _section(data, "vector", where, ("tflops", "efficiency"))
     flash = _section(
-        data, "flash_attention", where, ("forward", "backward", "sdpa_forward", "sdpa_backward")
+        data,
+        "flash_attention",
+        where,
+        ("forward", "backward", "sdpa_forward", "sdpa_backward", "cudnn_forward", "cudnn_backward"),
     )
     net = _section(data, "network", where, LINKS)
     if "accuracy" in data:
@@ -277,6 +285,19 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
         sdpa_backward=_number(
             {"sdpa_backward": flash["backward"], **flash},
             "sdpa_backward",
+            f"{where}.flash_attention",
+            _FRACTION,
+        ),
+        # cuDNN's fused attention where the entry measures it; else the flash kernel's.
+        cudnn_forward=_number(
+            {"cudnn_forward": flash["forward"], **flash},
+            "cudnn_forward",
+            f"{where}.flash_attention",
+            _FRACTION,
+        ),
+        cudnn_backward=_number(
+            {"cudnn_backward": flash["backward"], **flash},
+            "cudnn_backward",
             f"{where}.flash_attention",
             _FRACTION,
         ),
@@ -366,6 +387,8 @@ def to_json(eff: Efficiency, source: str = "") -> dict[str, Any]:
             "backward": eff.flash_backward,
             "sdpa_forward": eff.sdpa_forward,
             "sdpa_backward": eff.sdpa_backward,
+            "cudnn_forward": eff.cudnn_forward,
+            "cudnn_backward": eff.cudnn_backward,
         },
         "network": {"nvlink": link(eff.nvlink), "network": link(eff.network)},
         **(

@@ -80,7 +80,26 @@ def _megatron_optimizer_offload(job: Job) -> Iterator[Violation]:
         )
 
 
-MEGATRON: tuple[Check, ...] = (_megatron_parameter_offload, _megatron_optimizer_offload)
+def _megatron_te_cross_entropy(job: Job) -> Iterator[Violation]:
+    """validate_args: "Transformer Engine cross entropy loss fusion is disabled due to stability
+    issues. Use --cross-entropy-fusion-impl native, or omit --cross-entropy-loss-fusion."
+    (megatron/training/arguments.py, megatron-core 0.19.2; ModelParallelConfig warns the same).
+    Megatron-Core before it (NeMo 25.04's, 7094270c) ran it."""
+    if job.training.loss_fusion == "te":
+        yield Violation(
+            "training.cross_entropy_fusion",
+            "Megatron-LM refuses Transformer Engine's fused cross-entropy ('disabled due to "
+            "stability issues', validate_args of megatron-core 0.19.2); older Megatron-Core, "
+            "as NeMo 25.04 shipped it, ran it",
+            "set cross_entropy_fusion: native (Megatron-Core's fused loss) or none",
+        )
+
+
+MEGATRON: tuple[Check, ...] = (
+    _megatron_parameter_offload,
+    _megatron_optimizer_offload,
+    _megatron_te_cross_entropy,
+)
 
 
 @rule("PLC048")
@@ -91,7 +110,9 @@ def megatron_refuses(ctx: Context) -> Iterator[Violation]:
     (--optimizer-cpu-offload; no parameter offload), and only with its precision-aware
     optimizer, which needs adam and the distributed optimizer, zero_stage ≥ 1 (any stage under
     Megatron-FSDP, which always builds it) (megatron/training/arguments.py validate_args;
-    megatron/core/optimizer/optimizer_config.py OptimizerConfig.__post_init__). Megatron's other refusals are PLC027 (rank orders),
+    megatron/core/optimizer/optimizer_config.py OptimizerConfig.__post_init__); it refuses
+    Transformer Engine's fused cross-entropy (cross_entropy_fusion te), which older
+    Megatron-Core ran (validate_args). Megatron's other refusals are PLC027 (rank orders),
     PLC029 (MoE with tensor but no sequence parallelism), PLC030 (schedules) and PLC044 (FP8).
     ZeRO-2/3 with a pipeline runs (the distributed optimizer, Megatron-FSDP), at PLC011's cost.
 
@@ -495,10 +516,77 @@ def _per_op_checkpointing(job: Job) -> Iterator[Violation]:
         )
 
 
+def _gradient_accumulation_fusion(job: Job) -> Iterator[Violation]:
+    """training.grad_accum_fusion is Megatron-LM's --gradient-accumulation-fusion (the weight-
+    gradient GEMM adds into the main-grad buffer); DeepSpeed's engines accumulate in param.grad
+    or in BF16_Optimizer's fp32 gradients after the backward, and FSDP2 on its gradient shard
+    (planc.perf.grad_accum), so true there is not what runs (it resolves to false unless
+    written)."""
+    if job.training.grad_accum_fusion:
+        name = NAMES[job.training.framework]
+        yield Violation(
+            "training.grad_accum_fusion",
+            f"grad_accum_fusion true: {name} has no gradient-accumulation fusion, it adds each "
+            "micro-batch's gradients after the backward, which planc prices",
+            "leave grad_accum_fusion out, or training.framework: megatron",
+            ("training.framework",),
+        )
+
+
+def _megatron_loss_elsewhere(job: Job) -> Iterator[Violation]:
+    """cross_entropy_fusion is Megatron-Core's (TransformerConfig.cross_entropy_loss_fusion,
+    read by GPTModel.compute_language_model_loss): DeepSpeed's Megatron models call
+    Megatron's eager vocab_parallel_cross_entropy and torchtitan runs F.cross_entropy, as does
+    Megatron-LM with kernels unfused or compiled in planc's terms (training.loss_fusion)."""
+    tr = job.training
+    if tr.cross_entropy_fusion != "none" and tr.loss_fusion == "none":
+        where = NAMES[tr.framework] if tr.framework != "megatron" else f"kernels {tr.kernels}"
+        yield Violation(
+            "training.cross_entropy_fusion",
+            f"cross_entropy_fusion {tr.cross_entropy_fusion} is Megatron-Core's fused loss: "
+            f"under {where} the loss runs eager, as planc prices it",
+            "leave cross_entropy_fusion out (none), or training.framework: megatron with "
+            "kernels: fused",
+            ("training.framework", "training.kernels"),
+        )
+
+
+def _attention_backend_unused(job: Job) -> Iterator[Violation]:
+    """attention_backend picks the kernel of fused attention (Megatron --attention-backend,
+    Transformer Engine's DotProductAttention): eager attention runs none of them, and unfused or
+    compiled kernels run PyTorch's scaled_dot_product_attention."""
+    tr = job.training
+    if tr.attention_backend == "auto":
+        return
+    if tr.attention == "eager":
+        yield Violation(
+            "training.attention_backend",
+            f"attention_backend {tr.attention_backend} names a fused attention kernel, but "
+            "attention is eager: no fused kernel runs",
+            "leave attention_backend out (auto), or set attention: flash",
+            ("training.attention",),
+        )
+    elif tr.kernels != "fused":
+        yield Violation(
+            "training.attention_backend",
+            f"attention_backend {tr.attention_backend} is Transformer Engine's choice of "
+            f"kernel: with kernels {tr.kernels} attention runs PyTorch's SDPA, as planc prices it",
+            "leave attention_backend out (auto), or set kernels: fused",
+            ("training.kernels",),
+        )
+
+
+COMMON: tuple[Check, ...] = (_megatron_loss_elsewhere, _attention_backend_unused)
 OTHERWISE: dict[str, tuple[Check, ...]] = {
-    "megatron": (_per_op_checkpointing,),
-    "deepspeed": (_deepspeed_offload_stage, _deepspeed_shard_group, _per_op_checkpointing),
-    "fsdp2": (_torchtitan_order, _torchtitan_offload),
+    "megatron": (_per_op_checkpointing, *COMMON),
+    "deepspeed": (
+        _deepspeed_offload_stage,
+        _deepspeed_shard_group,
+        _per_op_checkpointing,
+        _gradient_accumulation_fusion,
+        *COMMON,
+    ),
+    "fsdp2": (_torchtitan_order, _torchtitan_offload, _gradient_accumulation_fusion, *COMMON),
 }
 
 
@@ -512,7 +600,11 @@ def framework_runs_otherwise(ctx: Context) -> Iterator[Violation]:
     0.19.6); torchtitan 0.3.0 lays its ranks out as tp-cp-dp-pp only (torchtitan/distributed/
     parallel_dims.py) and offloads parameters, gradients and optimizer together
     (training.enable_cpu_offload); recompute selective-op is torchtitan's per-op policy, which
-    Megatron-LM and DeepSpeed do not run. Memory and traffic would not be what planc planned.
+    Megatron-LM and DeepSpeed do not run; grad_accum_fusion is Megatron-LM's, which DeepSpeed
+    and FSDP2 do not have; cross_entropy_fusion is Megatron-Core's fused loss, which DeepSpeed,
+    torchtitan and unfused kernels do not run; attention_backend names a fused attention kernel,
+    which eager attention and unfused kernels do not run. Memory, traffic and time would not be
+    what planc planned.
 
     Passes:
         training: {framework: fsdp2, offload: {optimizer: true, parameters: true}}

@@ -17,19 +17,23 @@ from planc.record import record
 from planc.spec.fabric import Fabric, Tier, Topology
 from planc.spec.rule_options import OPTIONS as RULE_OPTIONS
 from planc.vocab import (
+    AttentionBackend,
     AttentionKind,
     CheckpointFormat,
     CpCommType,
+    CrossEntropyFusion,
     DType,
     Fp8Recipe,
     Framework,
     Kernels,
     Mlp,
     Norm,
+    OptimizerImplementation,
     OptimizerName,
     Position,
     Precision,
     Recompute,
+    ReduceDtype,
     RopeScalingKind,
     RouterScore,
     ScheduleKind,
@@ -293,11 +297,17 @@ class Training:
     efficiency: float | None = None  # a flat GEMM efficiency; None: the per-operation curve
     overlap_tp: bool = False
     async_tp_allreduce: bool = True  # column-parallel input-gradient reduction behind the wgrad
+    # the weight-gradient GEMMs accumulate into the main-grad buffer (Megatron's fusion)
+    grad_accum_fusion: bool = True
     overlap_grad_reduce: bool = True  # DP reduction in buckets during the last backward
     overlap_param_gather: bool = True  # ZeRO-1/2 parameter all-gather behind the next forward
     kernels: Kernels = "fused"  # fused (Megatron-Core + TE/Apex) | unfused (plain PyTorch on CUDA)
+    cross_entropy_fusion: CrossEntropyFusion = "none"  # training.cross_entropy_fusion as written
+    attention_backend: AttentionBackend = "auto"  # Megatron's --attention-backend (flash attention)
     framework: Framework = "megatron"  # megatron | deepspeed | fsdp2 (megatron-fsdp: megatron)
     reshard_after_forward: bool = True  # FSDP2
+    reduce_dtype: ReduceDtype = "fp32"  # FSDP2: MixedPrecisionPolicy.reduce_dtype
+    optimizer_implementation: OptimizerImplementation = "fused"  # FSDP2: torch.optim's Adam
     offload_optimizer: bool = False
     offload_parameters: bool = False
     expert_imbalance: float = 1.0  # dropless MoE: peak tokens per EP rank over the balanced T·k
@@ -312,6 +322,22 @@ class Training:
     # training.framework megatron-fsdp: Megatron-LM (framework megatron) whose data parallelism
     # is Megatron-Core's FSDP, zero_stage its sharding strategy
     megatron_fsdp: bool = False
+
+    @property
+    def framework_written(self) -> Framework:
+        """training.framework as the spec names it (megatron-fsdp, where `framework` is the
+        engine planc models it as, megatron)."""
+        return "megatron-fsdp" if self.megatron_fsdp else self.framework
+
+    @property
+    def loss_fusion(self) -> CrossEntropyFusion:
+        """The LM loss's kernels that run: training.cross_entropy_fusion under Megatron-LM with
+        its fused kernels (GPTModel.compute_language_model_loss reads the config), none
+        elsewhere: DeepSpeed's Megatron models call Megatron's vocab_parallel_cross_entropy and
+        torchtitan F.cross_entropy, eager, whatever the field says (PLC051 warns)."""
+        if self.framework == "megatron" and self.kernels == "fused":
+            return self.cross_entropy_fusion
+        return "none"
 
 
 @record
@@ -1015,6 +1041,14 @@ def default_cp_comm(framework: str) -> CpCommType:
     return "a2a" if framework == "deepspeed" else "p2p"
 
 
+def _grad_accum_fusion(given: bool | None, framework: Framework) -> bool:
+    """training.grad_accum_fusion as written, else the framework's own: Megatron-LM fuses the
+    accumulation into the weight-gradient GEMM by default (`--no-gradient-accumulation-fusion`
+    turns it off), Megatron-FSDP's too (it is Megatron-LM's argument); DeepSpeed's engines and
+    FSDP2 have no such fusion."""
+    return given if given is not None else engine(framework) == "megatron"
+
+
 def _schedule(name: str | None) -> ScheduleKind | None:
     return None if name is None else ScheduleKind(name)
 
@@ -1036,12 +1070,17 @@ def _training(spec: Data) -> Training:
         efficiency=None if tr["efficiency"] is None else float(tr["efficiency"]),
         overlap_tp=tr["overlap_tp"],
         async_tp_allreduce=tr.get("async_tp_allreduce", True),
+        grad_accum_fusion=_grad_accum_fusion(tr.get("grad_accum_fusion"), written),
         overlap_grad_reduce=tr.get("overlap_grad_reduce", True),
         overlap_param_gather=tr.get("overlap_param_gather", True),
         kernels=tr.get("kernels", "fused"),
+        cross_entropy_fusion=tr.get("cross_entropy_fusion", "none"),
+        attention_backend=tr.get("attention_backend", "auto"),
         framework=engine(written),
         megatron_fsdp=written == MEGATRON_FSDP,
         reshard_after_forward=tr.get("reshard_after_forward", True),
+        reduce_dtype=tr.get("reduce_dtype", "fp32"),
+        optimizer_implementation=tr.get("optimizer_implementation", "fused"),
         offload_optimizer=tr.get("offload", {}).get("optimizer", False),
         offload_parameters=tr.get("offload", {}).get("parameters", False),
         expert_imbalance=float(tr.get("expert_imbalance", 1.0)),

@@ -25,19 +25,23 @@ from planc.presets import FABRIC_NAMES, GPU_NAMES, MODEL_NAMES
 from planc.spec.options import Option
 from planc.spec.rule_options import OPTIONS
 from planc.vocab import (
+    AttentionBackend,
     AttentionKind,
     CheckpointFormat,
     CpCommType,
+    CrossEntropyFusion,
     Fp8RecipeName,
     Framework,
     Kernels,
     Mlp,
     Norm,
     OffloadChoice,
+    OptimizerImplementation,
     OptimizerName,
     Position,
     Precision,
     Recompute,
+    ReduceDtype,
     RopeScalingKind,
     RouterScore,
     ScheduleKind,
@@ -811,6 +815,16 @@ class TrainingSpec(Frozen):
         description="Accumulate gradients in fp32 main-grad buffers (Megatron: 18 bytes/param "
         "instead of 16).",
     )
+    grad_accum_fusion: StrictBool | None = Field(
+        None,
+        description="Megatron: the linear layers' weight-gradient GEMMs add each micro-batch's "
+        "gradient straight into the main-grad buffer (--gradient-accumulation-fusion, "
+        "Megatron-LM's default since 2022-02); false: --no-gradient-accumulation-fusion, a "
+        "kernel adds it after every micro-batch's backward, as Megatron-LM before 2022-02 did. "
+        "Default: true under megatron and megatron-fsdp; DeepSpeed and FSDP2 accumulate their "
+        "own way (planc.perf.grad_accum) and have no such fusion (true there is reported, "
+        "PLC051).",
+    )
     recompute: Recompute = Field(
         "selective",
         description="Activation recomputation: none, selective (attention core), selective-op "
@@ -819,6 +833,16 @@ class TrainingSpec(Frozen):
     )
     attention: AttentionKind = Field(
         "flash", description="flash keeps no s×s score matrix; eager saves scores and softmax."
+    )
+    attention_backend: AttentionBackend = Field(
+        "auto",
+        description="attention flash with the fused kernels: the kernel that runs it "
+        "(--attention-backend). auto, Megatron-LM's default: Transformer Engine picks cuDNN's "
+        "FusedAttention on Hopper and newer GPUs and the flash-attn package before them; flash, "
+        "the flash-attn package (FlashAttention-2; NVTE_FUSED_ATTN=0); fused, cuDNN's "
+        "FusedAttention (NVTE_FLASH_ATTN=0). On an H100 cuDNN runs about 1.6 times as fast as "
+        "FlashAttention-2 (planc/presets/efficiency.json). With kernels unfused or compiled "
+        "attention is PyTorch's SDPA.",
     )
     efficiency: Annotated[float, _bounded(0.01, 1.0)] | None = Field(
         None,
@@ -862,6 +886,17 @@ class TrainingSpec(Frozen):
         "torch.compile of each transformer block (Inductor fuses the block's element-wise ops, "
         "attention stays SDPA; the embedding, final norm, LM head and loss run eager).",
     )
+    cross_entropy_fusion: CrossEntropyFusion = Field(
+        "none",
+        description="The LM loss's kernels under Megatron-LM: none, its eager fp32 "
+        "_VocabParallelCrossEntropy (Megatron-LM's default); native, --cross-entropy-loss-fusion "
+        "(Megatron-Core's compiled fused_vocab_parallel_cross_entropy); te, that flag with "
+        "--cross-entropy-fusion-impl te (Transformer Engine's Triton parallel_cross_entropy, which "
+        "writes the logits' gradient over the 16-bit logits in the forward pass; megatron-core "
+        "0.19.2's validate_args refuses it). NVIDIA's recipes: NeMo 1.0's yamls of 2024 set "
+        "native (cross_entropy_loss_fusion: true), NeMo 2.0's performance scripts and "
+        "Megatron-Bridge te. Other frameworks run their own loss and ignore it.",
+    )
     framework: Framework = Field(
         "megatron",
         description="The engine whose weights, gradients, optimizer state and buffers planc "
@@ -875,6 +910,23 @@ class TrainingSpec(Frozen):
         True,
         description="FSDP2 only: free each layer's gathered parameters after its forward and "
         "gather them again for backward; false keeps them from forward to backward.",
+    )
+    reduce_dtype: ReduceDtype = Field(
+        "fp32",
+        description="FSDP2 only: the data type of its gradient reduce-scatter (and of HSDP's "
+        "replica all-reduce), fully_shard's MixedPrecisionPolicy.reduce_dtype: fp32 moves 4 bytes "
+        "per gradient element, bf16 2. Default fp32, torchtitan's training.mixed_precision_reduce "
+        "(its only declared value in 0.3.0); NeMo AutoModel's FSDP2Config defaults to bf16. "
+        "Priced: the bytes on the wire, the reduce-scatter's input buffer and its copy-in.",
+    )
+    optimizer_implementation: OptimizerImplementation = Field(
+        "fused",
+        description="FSDP2 only: how torch.optim runs Adam over the rank's shard: fused (one "
+        "kernel per step, _fused_adamw_) or foreach (one multi-tensor kernel per operator, "
+        "about 80 bytes of HBM traffic per parameter against the fused kernel's 28). Default "
+        "fused, torchtitan 0.3.0's optimizer.implementation; torch.optim's own default on CUDA "
+        "is foreach, as torchtitan ran until 2025 (--optimizer.fused off). Megatron and "
+        "DeepSpeed run their fused Adam whatever this says.",
     )
     offload: OffloadSpec = Field(
         OffloadSpec(), description="What moves to host memory (needs deepspeed or fsdp2)."

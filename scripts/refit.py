@@ -1,0 +1,108 @@
+"""Refit the step model's GEMM curves to the declared fit runs and write them into efficiency.json.
+
+    python scripts/refit.py            # print each fitted curve, before and after
+    python scripts/refit.py --write    # write planc/presets/efficiency.json
+    python scripts/refit.py --check    # exit 1 when efficiency.json is not the fit (to 0.05 %)
+
+`planc.fitting.refit` does the fit (each fitted GPU's parameters to the runs
+validation/runs.json declares `fit` on that GPU, and to no other run). This script only writes
+what it found: a fitted GPU's e_max (and the A100's d½), every GPU derived from it scaled by the
+same factor as its fitted GPU moved (`planc.fitting.tables_for`), and d½ on every entry that
+inherits the A100's. A change to the step model that moves a fit run is followed by this, then
+`python scripts/validation_table.py -o docs/validation.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+# Runnable as a script from a checkout without installing the package.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from planc.fitting import FITTED, refit, tables_for
+from planc.perf.validation import read_index
+from planc.presets.efficiency import for_gpu
+from planc.scoring import analysed, spec_path
+from planc.vocab import RunRole
+
+ROOT = Path(__file__).resolve().parent.parent
+INDEX = ROOT / "validation" / "runs.json"
+PRESETS = ROOT / "planc" / "presets" / "efficiency.json"
+# The digits efficiency.json keeps: e_max to 1e-4 of peak, d½ to a tenth of an element.
+PEAK_DIGITS = 4
+HALF_DIM_DIGITS = 1
+CHECK_TOLERANCE = 5e-4
+
+
+def fitted_entries() -> dict[str, tuple[float, float]]:
+    """(e_max, d½) of every GPU a fit reaches, as the declared fit runs give them."""
+    runs = read_index(str(INDEX))
+    cache = {
+        run.id: analysed(spec_path(str(INDEX), run))[1] for run in runs if run.role is RunRole.FIT
+    }
+    fitted = refit(runs, lambda run: cache[run.id])
+    reached = [gpu for curve in FITTED for gpu in (curve.gpu, *curve.derived)]
+    out: dict[str, tuple[float, float]] = {}
+    for gpu in reached:
+        tables = tables_for(gpu, fitted)
+        assert tables is not None  # every GPU of `reached` is a fitted or derived one
+        out[gpu] = (tables.gemm.peak_fraction, tables.gemm.half_dim)
+    return out
+
+
+def inherited_half_dim(data: dict[str, Any], fitted_gpu: str) -> list[str]:
+    """The entries whose d½ is the fitted GPU's (the A100's, which every other curve takes)."""
+    own = data[fitted_gpu]["gemm"]["half_dim"]
+    return [
+        gpu
+        for gpu, entry in data.items()
+        if not gpu.startswith("_") and entry["gemm"]["half_dim"] == own
+    ]
+
+
+def updated(data: dict[str, Any], found: dict[str, tuple[float, float]]) -> dict[str, Any]:
+    """efficiency.json's data with the fit's numbers."""
+    out = json.loads(json.dumps(data))
+    for gpu, (peak, _) in found.items():
+        out[gpu]["gemm"]["peak_fraction"] = round(peak, PEAK_DIGITS)
+    for curve in FITTED:
+        if "gemm.half_dim" in curve.parameters:
+            half = round(found[curve.gpu][1], HALF_DIM_DIGITS)
+            for gpu in inherited_half_dim(data, curve.gpu):
+                out[gpu]["gemm"]["half_dim"] = half
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="write efficiency.json")
+    mode.add_argument("--check", action="store_true", help="exit 1 when it is not the fit")
+    args = parser.parse_args(argv)
+    text = PRESETS.read_text(encoding="utf-8")
+    data = json.loads(text)
+    found = fitted_entries()
+    stale = []
+    for gpu, (peak, half) in found.items():
+        was = for_gpu(gpu).gemm
+        print(f"{gpu}: e_max {was.peak_fraction:.4f} -> {peak:.4f}, d½ {was.half_dim} -> {half:.1f}")
+        moved = (abs(peak / was.peak_fraction - 1), abs(half / was.half_dim - 1))
+        if max(moved) > CHECK_TOLERANCE:
+            stale.append(gpu)
+    if args.check:
+        if stale:
+            print(f"efficiency.json is not the fit of the declared runs: {', '.join(stale)}")
+        return 1 if stale else 0
+    if args.write:
+        new = json.dumps(updated(data, found), indent=2, ensure_ascii=False) + "\n"
+        PRESETS.write_text(new, encoding="utf-8")
+        print(f"wrote {PRESETS.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
