@@ -34,13 +34,14 @@ search: {context: [1], virtual_stages: [1, 2, 3], micro_batch: [1, 4]}
 
 
 # Llama 3 8B under FSDP2 on 16 H100: every ZeRO stage, HSDP shard group and offload, and the
-# rank orders, over two tensor degrees and two recompute modes.
+# rank orders, over two tensor degrees and two recompute modes; reducing in bf16 with torch's
+# foreach Adam (the reduce-scatter's bytes and input buffer read the reduce dtype).
 SHARDED = """\
 version: 1
 name: sharded-small
 model: {preset: llama3-8b}
 hardware: {gpu: h100-sxm, nodes: 2}
-training: {seq_len: 4096, global_batch: 512, framework: fsdp2}
+training: {seq_len: 4096, global_batch: 512, framework: fsdp2, reduce_dtype: bf16, optimizer_implementation: foreach}
 search: {tensor: [1, 2], pipeline: [1, 2], context: [1, 2], micro_batch: [1], recompute: [none, full]}
 """
 
@@ -100,13 +101,15 @@ search: {tensor: [1, 2], pipeline: [1], context: [1], expert: [1, 2], micro_batc
 """
 
 # Pipelines of 2 and 4 stages, interleaved or not, context parallelism of every type and the
-# rank orders that place it; tied embeddings (their gradient all-reduced between the ends).
+# rank orders that place it; tied embeddings (their gradient all-reduced between the ends);
+# Transformer Engine's loss (the last stage keeps its logits alone) and no gradient
+# accumulation fusion (every stage's accumulation priced).
 PIPELINES = """\
 version: 1
 name: shared-pipelines
 model: {preset: llama3-8b, layers: 8, tied_embeddings: true}
 hardware: {gpu: h100-sxm, nodes: 2}
-training: {seq_len: 4096, global_batch: 256}
+training: {seq_len: 4096, global_batch: 256, cross_entropy_fusion: te, grad_accum_fusion: false}
 search: {tensor: [2], pipeline: [2, 4], virtual_stages: [1, 2], context: [1, 2], zero_stage: [1], micro_batch: [1, 2], recompute: [selective, full]}
 """
 

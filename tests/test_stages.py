@@ -1,7 +1,10 @@
 """Per-stage results computed once per stage class (`planc.stages`) are every stage's own: the
 analysis, the memory budget, the wire bytes, the step inputs and the step estimate of each
-example and of candidates that vary every search axis equal those computed stage by stage, and
-a class key that leaves out something a stage's terms read is caught."""
+example, of each validation run (between them every per-stage term: the loss's kernels under
+Megatron-Core's and Transformer Engine's fusion, FSDP2's reduce dtype and torch optimizer,
+DeepSpeed's pipeline engine, gradient accumulation with and without Megatron's fusion) and of
+candidates that vary every search axis equal those computed stage by stage, and a class key
+that leaves out something a stage's terms read is caught."""
 
 from __future__ import annotations
 
@@ -15,13 +18,15 @@ from planc.analysis import Analysis, analyse, estimate_step
 from planc.comm.schedule import schedule, wire_budget
 from planc.memory.budget import budget, rank_memory
 from planc.memory.fp8 import quantized_share
+from planc.perf.grad_accum import accumulation
 from planc.perf.inputs import after_step_s, build_inputs
+from planc.perf.pipe_engine import runs_pipe_engine
 from planc.plannable import Plannable, plannable
 from planc.search.evaluate import candidate_job, make_judge
 from planc.spec.load import load_path
 from planc.stages import StageClasses, stage_classes
 
-from conftest import EXAMPLES, job_of, search_setup
+from conftest import EXAMPLES, ROOT, job_of, search_setup
 
 # Every `STRIDE`-th candidate of each shared space (between them they vary every search axis);
 # the large-batch space's steps run hundreds of micro-batches, so fewer of them.
@@ -38,7 +43,8 @@ def stagewise(plan: Plannable) -> Plannable:
 
 
 def _examples() -> Iterator[tuple[str, Plannable]]:
-    for path in sorted(EXAMPLES.glob("*.yaml")):
+    runs = ROOT / "validation" / "runs"
+    for path in [*sorted(EXAMPLES.glob("*.yaml")), *sorted(runs.glob("*.yaml"))]:
         job = load_path(path).job
         plan = None if job is None else plannable(job)
         if isinstance(plan, Plannable):
@@ -123,6 +129,14 @@ def test_the_cases_have_what_sets_stages_apart() -> None:
     assert any(p.layout.last_stage == 0 and p.layout.p > 1 for p in plans)
     assert any(p.model.moe is not None and p.layout.p > 1 for p in plans)
     assert any(p.numerics.quantized is not None and p.layout.p > 1 for p in plans)
+    # main's per-stage terms: the loss's kernels on the last stage, DeepSpeed's pipeline
+    # engine's blocking sends, gradient accumulation of the first stage's embedding alone.
+    staged = [p for p in plans if p.layout.p > 1]
+    assert {p.training.loss_fusion for p in staged} >= {"none", "native", "te"}
+    assert any(runs_pipe_engine(p) for p in staged)
+    fused = [p for p in staged if (path := accumulation(p)) is not None and not path.whole]
+    assert fused and any(not p.training.grad_accum_fusion for p in staged)
+    assert any(p.training.framework == "fsdp2" and p.training.reduce_dtype == "bf16" for p in plans)
     deep = [p for p in plans if p.layout.p >= 4]
     assert sum(len(stage_classes(p).first) < p.layout.p for p in deep) > len(deep) // 2
 

@@ -762,7 +762,7 @@ def build_inputs(
                 ep_backward_s=tuple(e * exchange.backward_s for e in routed),
                 p2p_forward_s=blocking.forward_s,
                 p2p_backward_s=blocking.backward_s,
-                accumulate_s=accumulation_s(job, r, params[r], device, eff),
+                accumulate_s=accumulation_s(job, r, params, device, eff),
             )
         )
     hop = hop_s(job, p2p_message_s(job, eff, ops))
