@@ -26,7 +26,13 @@ from planc.comm.schedule import (
     staged_wires,
 )
 from planc.memory import MemoryBudget, budget
-from planc.memory.budget import Engine, Parameters, StagesActivations, stage_engine_terms
+from planc.memory.budget import (
+    Core,
+    Engine,
+    Parameters,
+    StagesActivations,
+    stage_engine_terms,
+)
 from planc.memory.fp8 import quantized_share
 from planc.memory.params import RankParameters, rank_parameters
 from planc.perf.compute import StageTimes
@@ -80,8 +86,8 @@ class Analysis:
         """Every stage's heaviest rank and the peak (`planc.memory.budget`)."""
         cached: MemoryBudget | None = self.__dict__.get("_memory")
         if cached is None:
-            of: tuple[StagesActivations | None, Parameters, Engine] = self.__dict__.get(
-                "_memory_of", (None, rank_parameters, stage_engine_terms)
+            of: tuple[StagesActivations | None, Parameters, Engine, Core | None] = (
+                self.__dict__.get("_memory_of", (None, rank_parameters, stage_engine_terms, None))
             )
             cached = self.__dict__["_memory"] = budget(self.plan, *of)
         return cached
@@ -160,11 +166,13 @@ def analyse(
     tables_of: Tables = efficiency_of,
     seconds_of: Seconds = op_seconds,
     ops_of: StageOps = stage_ops,
+    core_of: Core | None = None,
 ) -> Analysis:
     """The analysis of `plan`; every quantity in it computed once, here, and every per-stage
     one once per stage class (`planc.stages`). A search passes `activations_of`, `times_of`,
-    `parameters_of`, `engine_of`, `tables_of`, `seconds_of` and `ops_of` that return the same
-    terms, times, parameter counts, static terms, tables, op seconds and ops for candidates
+    `parameters_of`, `engine_of`, `tables_of`, `seconds_of`, `ops_of` and `core_of` that return
+    the same terms, times, parameter counts, static terms, tables, op seconds, ops and memory
+    peak (`planc.memory.budget.budget_core`) for candidates
     that differ only in what those do not read (`planc.search.evaluate.shared_analysis`)."""
     classes = stage_classes(plan)
     shares = tuple(parameters_of(plan, r) for r in classes.first)
@@ -191,7 +199,7 @@ def analyse(
         efficiency=tables_of(plan),
     )
     # What `memory`, `times` and `seconds` compute with, on first use (not fields: functions).
-    analysis.__dict__["_memory_of"] = (activations_of, parameters_of, engine_of)
+    analysis.__dict__["_memory_of"] = (activations_of, parameters_of, engine_of, core_of)
     analysis.__dict__["_times_of"] = times_of
     analysis.__dict__["_seconds_of"] = seconds_of
     return analysis

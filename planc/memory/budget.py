@@ -237,42 +237,92 @@ def assembled(
     return RankMemory.of(terms, static.host)
 
 
-def budget(
+@record
+class BudgetCore:
+    """What `budget` finds before it places each stage's rank (the pp stride, which the rank
+    order decides): each stage class's static terms, every stage's activations, the peak stage
+    and its bytes, the most host memory a rank offloads and the model's parameter counts."""
+
+    static: tuple[Placed, ...]  # per class
+    held: HeldActivations
+    peak_stage: int
+    peak_bytes: int
+    most_host: int
+    parameters: int
+    parameters_padded: int
+
+
+#: job → its `BudgetCore` (`budget_core`; a search passes one that reuses it across candidates
+#: that differ only in the rank order).
+Core = Callable[[Plannable], BudgetCore]
+
+
+def budget_core(
     job: Plannable,
     activations_of: StagesActivations | None = None,
     parameters_of: Parameters = rank_parameters,
     engine_of: Engine = stage_engine_terms,
-) -> MemoryBudget:
-    """Every pipeline stage's heaviest rank, and the peak (the largest total; ties: lowest stage).
-    `activations_of`, `parameters_of` and `engine_of` give what `classwise_activations`,
-    `rank_parameters` and `engine_terms` give (a search's reuse them across candidates).
-
-    The static terms and what a stage keeps per unit in flight are computed once per stage
-    class (`planc.stages`), the micro-batches in flight per stage; the peak is found from the
-    totals, and the budgets of its rank and the others are assembled on first use
-    (`MemoryBudget.peak`, `MemoryBudget.stages`)."""
+) -> BudgetCore:
+    """`budget`'s terms and peak, before any rank is placed (`budget` for the arguments)."""
     classes = stage_classes(job)
     static = tuple(
         static_terms(job, stage, 0, 0, parameters_of, engine_of) for stage in classes.first
     )
     held = (classwise_activations if activations_of is None else activations_of)(job)
-    staged = StagedMemory(
-        classes, static, held.stages, reserve_term(job), job.layout.strides[Axis.PP]
-    )
+    reserve = reserve_term(job).bytes
     # Each class's heaviest stage with its static terms; of those, with (total, −stage), the
     # largest total, the lowest stage among equals.
     totals = [
-        (sum(t.bytes for t in placed.hbm) + staged.reserve.bytes + most, -stage)
+        (sum(t.bytes for t in placed.hbm) + reserve + most, -stage)
         for placed, (most, stage) in zip(static, held.heaviest, strict=True)
     ]
     peak_bytes, peak_stage = max(totals)
-    return MemoryBudget(
-        parameters=parameter_count(job.model).total,
-        parameters_padded=parameter_count(job.model, padded_vocab(job.model.V, job.layout.t)).total,
-        staged=staged,
+    return BudgetCore(
+        static=static,
+        held=held,
         peak_stage=-peak_stage,
         peak_bytes=peak_bytes,
         most_host=max(sum(t.bytes for t in placed.host) for placed in static),
+        parameters=parameter_count(job.model).total,
+        parameters_padded=parameter_count(job.model, padded_vocab(job.model.V, job.layout.t)).total,
+    )
+
+
+def budget(
+    job: Plannable,
+    activations_of: StagesActivations | None = None,
+    parameters_of: Parameters = rank_parameters,
+    engine_of: Engine = stage_engine_terms,
+    core_of: Core | None = None,
+) -> MemoryBudget:
+    """Every pipeline stage's heaviest rank, and the peak (the largest total; ties: lowest stage).
+    `activations_of`, `parameters_of` and `engine_of` give what `classwise_activations`,
+    `rank_parameters` and `engine_terms` give (a search's reuse them across candidates), and
+    `core_of` what `budget_core` gives with them.
+
+    The static terms and what a stage keeps per unit in flight are computed once per stage
+    class (`planc.stages`), the micro-batches in flight per stage; the peak is found from the
+    totals (`budget_core`), and the budgets of its rank and the others are assembled on first
+    use (`MemoryBudget.peak`, `MemoryBudget.stages`)."""
+    core = (
+        budget_core(job, activations_of, parameters_of, engine_of)
+        if core_of is None
+        else core_of(job)
+    )
+    staged = StagedMemory(
+        stage_classes(job),
+        core.static,
+        core.held.stages,
+        reserve_term(job),
+        job.layout.strides[Axis.PP],
+    )
+    return MemoryBudget(
+        parameters=core.parameters,
+        parameters_padded=core.parameters_padded,
+        staged=staged,
+        peak_stage=core.peak_stage,
+        peak_bytes=core.peak_bytes,
+        most_host=core.most_host,
     )
 
 

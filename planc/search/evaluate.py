@@ -29,7 +29,7 @@ from planc.memory.activations import (
     layer_lines,
     stage_lines,
 )
-from planc.memory.budget import HeldActivations
+from planc.memory.budget import BudgetCore, HeldActivations, budget_core
 from planc.memory.engines import Placed, engine_terms
 from planc.memory.params import RankParameters, rank_parameters
 from planc.memory.static import Group, StateBytes
@@ -479,6 +479,12 @@ UNREAD_BY_PARAMETERS = frozenset(
 UNREAD_BY_ENGINE = frozenset(
     {"cp_comm_type", "order", "sequence_parallel", "micro_batch", "recompute"}
 )
+# The axes the memory budget's terms and peak (`planc.memory.budget.budget_core`) do not read:
+# those neither the activations nor the static terms read (the FP8 terms read the micro-batch
+# and the number format, which both keys hold). That leaves the rank order, which places each
+# stage's rank (the pp stride) but changes no byte: the budget is assembled per candidate from
+# the shared core with its own stride.
+UNREAD_BY_BUDGET = UNREAD_BY_SHARED & UNREAD_BY_ENGINE
 # The axes one call's time (`planc.perf.inputs.comm_time_s` on its group's rails,
 # `planc.comm.schedule.ring_rails`) does not read beyond the call itself (collective, group kind,
 # group size, buffer bytes and tier, all in the key): it reads the fabric and the tables (the base
@@ -558,7 +564,8 @@ def shared_analysis(
     (all axes but `UNREAD_BY_SHARED`), the stages' compute times (`UNREAD_BY_TIMES`), each
     stage's parameters
     (`UNREAD_BY_PARAMETERS`), each stage's static terms (weights, gradients, optimizer state
-    and their buffers: `UNREAD_BY_ENGINE`), the efficiency tables (`READ_BY_TABLES`), each
+    and their buffers: `UNREAD_BY_ENGINE`), the memory budget's terms and peak
+    (`UNREAD_BY_BUDGET`), the efficiency tables (`READ_BY_TABLES`), each
     call's seconds (`call_seconds`) and the stage classes. `values`: the candidate's, when the
     caller has them."""
     space, memo = judge.space, judge.memo
@@ -568,6 +575,7 @@ def shared_analysis(
     times_key = _masked(judge, values, UNREAD_BY_TIMES)
     parameters_key = _masked(judge, values, UNREAD_BY_PARAMETERS)
     engine_key = _masked(judge, values, UNREAD_BY_ENGINE)
+    budget_key = _masked(judge, values, UNREAD_BY_BUDGET)
     tables_key = _masked(judge, values, frozenset(AXIS_NAMES) - READ_BY_TABLES)
 
     # Each kind's results for this candidate's key, by stage (one lookup of the key each).
@@ -632,6 +640,13 @@ def shared_analysis(
             placed = statics[at] = engine_terms(job, share, state, group, experts)
         return placed
 
+    def core_of(job: Plannable) -> BudgetCore:
+        at = ("budget", budget_key)
+        core: BudgetCore | None = memo.get(at)
+        if core is None:
+            core = memo[at] = budget_core(job, activations_of, parameters_of, engine_of)
+        return core
+
     def tables_of(job: Plannable) -> Efficiency:
         at = ("tables", tables_key)
         if at not in memo:
@@ -667,7 +682,15 @@ def shared_analysis(
         return tuple(op.calls * one(op) for op in ops)
 
     return analyse(
-        plan, activations_of, times_of, parameters_of, engine_of, tables_of, seconds_of, ops_of
+        plan,
+        activations_of,
+        times_of,
+        parameters_of,
+        engine_of,
+        tables_of,
+        seconds_of,
+        ops_of,
+        core_of,
     )
 
 
