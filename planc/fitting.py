@@ -6,6 +6,12 @@ Two GEMM curves of `planc/presets/efficiency.json` are fitted to step times, eac
 * `a100-80gb`: e_max and d½, to Korthikanti et al. 2022 Table 5's four full-recompute runs;
 * `h100-sxm`: e_max alone, to the three DGX Cloud Benchmarking 24.11 runs declared fit.
 
+The H100 curve's shape term d½ (and that of every GPU derived from it) is not a step-time fit:
+whole steps cannot resolve it (every corpus run's GEMMs have smallest dimensions in the
+thousands). :func:`fit_gemm_table` measures it on a published per-shape GEMM table of the same
+GPU generation (`validation/gemm_tables.json`, priced by `planc.perf.gemm_table`), and
+:func:`shape_half_dim` gives the value efficiency.json holds.
+
 Every other GPU's e_max is one of these times its measured matmul ceiling over the fitted GPU's
 (`efficiency.json`'s sources), so a refit moves it by the same factor. :func:`refit` does the
 fit from a set of runs (least squares on ln(predicted/measured), `planc.perf.calibrate.fit`,
@@ -18,10 +24,13 @@ what planc would say with no step time of that generation at all.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from functools import partial
 from types import MappingProxyType
 
 from planc.analysis import Analysis, predictor
-from planc.perf.calibrate import fit, with_values
+from planc.perf.calibrate import Fit, fit, with_values
+from planc.perf.gemm_table import GemmTable, row_seconds
 from planc.perf.validation import Run
 from planc.presets.efficiency import Efficiency, for_gpu
 from planc.record import record
@@ -37,6 +46,9 @@ class FittedCurve:
     parameters: tuple[str, ...]
     prior_peak_fraction: float
     derived: tuple[str, ...]  # GPU presets whose e_max is this curve's times a fixed ratio
+    # The GEMM table (validation/gemm_tables.json) whose fit gives d½ of this curve, of its FP8
+    # curve and of every derived GPU's; empty: d½ is a step-time fit or held.
+    shape_table: str = ""
 
 
 # The MAMF fractions (Bekman, ml-engineering compute/accelerator, BF16): A100 SXM 86.9 %,
@@ -50,8 +62,32 @@ FITTED = (
         ("gemm.peak_fraction",),
         0.803,
         ("h100-sxm-hbm2e", "h800", "h200", "b200", "gb200-nvl72"),
+        "deepgemm-h800-fp8",
     ),
 )
+
+SHAPE = ("gemm.peak_fraction", "gemm.half_dim")
+
+
+def fit_gemm_table(table: GemmTable, start: Efficiency | None = None) -> Fit:
+    """e_max and d½ of the GEMM curve that prices `table`'s rows as measured: least squares on
+    ln(predicted/measured) of each row's seconds (`planc.perf.gemm_table.row_seconds`, the step
+    model's own GEMM time), no ridge. The curve fitted is the table's data type's of its GPU
+    (`start`, by default the preset), put in the `gemm` slot of a scratch copy without
+    per-dtype curves so that `calibrate.fit`'s `gemm.*` parameters are that curve's. Only d½ is
+    kept (:func:`shape_half_dim`): the e_max of a single-kernel benchmark is not a training
+    step's (efficiency.json's sources compare them)."""
+    tables = start if start is not None else for_gpu(table.gpu)
+    scratch = replace(
+        tables, gemm=tables.gemm_for(table.dtype), gemm_by_dtype=MappingProxyType({})
+    )
+    cases = [(partial(row_seconds, table, row), row.measured_s) for row in table.rows]
+    return fit(cases, scratch, SHAPE, ridge=0.0)
+
+
+def shape_half_dim(table: GemmTable) -> float:
+    """d½ measured on `table`, rounded to 0.1 as efficiency.json holds it."""
+    return round(fit_gemm_table(table).values[1], 1)
 
 
 def fit_runs(runs: Sequence[Run], gpu: str) -> tuple[Run, ...]:

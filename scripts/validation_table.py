@@ -82,8 +82,9 @@ def table(corpus: Corpus) -> str:
         "Each source group's runs (its fit runs included) priced with the GEMM curves refitted "
         "to the fit runs of the other groups only (`planc.fitting`: the A100's e_max and d½, the "
         "H100's e_max, the GPUs derived from them scaled alike; a GPU whose fold has no fit run "
-        "starts from its measured matmul ceiling). A group that holds a GPU's whole fit set shows "
-        "what planc would say without that source.\n",
+        "starts from its measured matmul ceiling; the H100 curve's d½ is measured on a GEMM table, "
+        "validation/gemm_tables.json, in every fold). A group that holds a GPU's whole fit set "
+        "shows what planc would say without that source.\n",
         "\n".join(aggregate_rows(corpus.held_out)) + "\n",
     ]
     return "\n".join(parts)
