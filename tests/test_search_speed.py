@@ -16,7 +16,13 @@ from planc.check import evaluate
 from planc.plannable import plannable
 from planc.rules import REGISTRY
 from planc.rules.base import Needs
-from planc.search.evaluate import candidate_job, judge, make_judge, shared_analysis
+from planc.search.evaluate import (
+    candidate_job,
+    judge,
+    make_judge,
+    shared_analysis,
+    step_lower_bound,
+)
 
 from conftest import search_setup
 
@@ -208,6 +214,43 @@ def test_a_key_that_misses_an_axis_is_caught(
     monkeypatch.setattr(evaluate, unread, names - {axis} if axis in names else names | {axis})
     with pytest.raises(AssertionError):
         _shared_equals_fresh(SHARED_SPACES[name])
+
+
+def _bounds_equal_fresh(text: str) -> int:
+    """Every feasible candidate of one judge's space judged with the bounds the judge shares,
+    each compared with the lower bound of its step from a fresh analysis: the number compared."""
+    setup = _setup(text)
+    judged = make_judge(setup)
+    compared = 0
+    for index in range(setup.space.size):
+        verdict = judge(judged, index, every=False)
+        if not verdict.feasible:
+            continue
+        plan = plannable(candidate_job(judged.base, judged.space, judged.space.candidate(index)))
+        assert not isinstance(plan, tuple)
+        assert verdict.step_bound_s == step_lower_bound(analyse(plan)), index
+        compared += 1
+    return compared
+
+
+@pytest.mark.parametrize("name", ["sharded", "large-batch", "offload", "moe-fp8"])
+def test_shared_step_bounds_equal_fresh_ones(name: str) -> None:
+    # Candidates that differ only in the context-parallel type share their step's lower bound
+    # (UNREAD_BY_BOUND); the sharded space has feasible layouts under two of the types (the
+    # pipelines space, which runs all four, has none: PLC048 rejects TE's loss there).
+    assert _bounds_equal_fresh(SHARED_SPACES[name]) > 20
+
+
+@pytest.mark.parametrize("axis", ["micro_batch", "zero_stage", "offload"])
+def test_a_bound_key_that_misses_an_axis_is_caught(
+    axis: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import planc.search.evaluate as evaluate
+
+    monkeypatch.setattr(evaluate, "UNREAD_BY_BOUND", evaluate.UNREAD_BY_BOUND | {axis})
+    space = "offload" if axis == "offload" else "large-batch"
+    with pytest.raises(AssertionError):
+        _bounds_equal_fresh(SHARED_SPACES[space])
 
 
 def test_jobs_give_byte_identical_json_with_every_zero_stage(tmp_path: Path) -> None:

@@ -380,9 +380,7 @@ def judge(judge: Judge, index: int, every: bool = True) -> Verdict:
         peak_memory_bytes=peak,
         memory_headroom=1 - peak / job.cluster.gpu.memory_bytes,
         bubble_fraction=bubble_fraction(lay.schedule, lay.p, plan.m, lay.v),
-        step_bound_s=step_lower_bound(
-            analysis, call_seconds(judge, index, plan, analysis.efficiency, values)
-        ),
+        step_bound_s=shared_bound(judge, index, analysis, values),
     )
 
 
@@ -748,6 +746,36 @@ def step_lower_bound(analysis: Analysis, call_s: CallSeconds | None = None) -> f
         default=0.0,
     )
     return plan.m * per_stage[busiest] + fill + after
+
+
+# The axes the step's lower bound (`step_lower_bound`) does not read: it reads the stages'
+# compute times (`UNREAD_BY_TIMES`), their parameters (`UNREAD_BY_PARAMETERS`), the data-parallel
+# and embedding ops after the step (`planc.perf.inputs.after_step_s` reads only the groups of
+# `DP_GROUPS`: `UNREAD_BY_DP_OPS`, `UNREAD_BY_EMBEDDING_OPS`) with each call's seconds
+# (`UNREAD_BY_CALLS`), and the offload copies (the offload). What none of them reads is the
+# context-parallel type: candidates that differ only in it share their bound.
+UNREAD_BY_BOUND = (
+    UNREAD_BY_TIMES
+    & UNREAD_BY_PARAMETERS
+    & UNREAD_BY_DP_OPS
+    & UNREAD_BY_EMBEDDING_OPS
+    & UNREAD_BY_CALLS
+) - {"offload"}
+
+
+def shared_bound(
+    judge: Judge, index: int, analysis: Analysis, values: Sequence[Value] | None = None
+) -> float:
+    """`step_lower_bound` of candidate `index` (its `analysis`), shared with the judge's
+    earlier candidates that agree on the axes it reads (all but `UNREAD_BY_BOUND`), its calls
+    priced by `call_seconds`. `values`: the candidate's, when the caller has them."""
+    values = judge.space.candidate(index) if values is None else values
+    at = ("bound", _masked(judge, values, UNREAD_BY_BOUND))
+    bound: float | None = judge.memo.get(at)
+    if bound is None:
+        call_s = call_seconds(judge, index, analysis.plan, analysis.efficiency, values)
+        bound = judge.memo[at] = step_lower_bound(analysis, call_s)
+    return bound
 
 
 @record
