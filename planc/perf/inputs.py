@@ -421,10 +421,22 @@ def tp_per_layer(
     most (t − 1)/t of the collective behind the GEMM (the first chunk's gather, or the last
     chunk's reduction, has nothing to run beside): `pipelined_exposed_s`. What hides slows the
     GEMM by the link's processor_usage (the step's tp_processor_usage)."""
-    tp = [op for op in ops if op.stage == stage and op.group == "tp" and op.calls]
-    if not tp:
+    return tp_per_layer_on(job, eff, tp_link(ops, stage), moe_layer)
+
+
+def tp_link(ops: Sequence[CommOp], stage: int) -> str | None:
+    """The tier (its name) of the stage's first TP op that runs, None when it runs none: all
+    of the stage that `tp_per_layer` reads."""
+    first = next((op for op in ops if op.stage == stage and op.group == "tp" and op.calls), None)
+    return None if first is None else str(first.link)
+
+
+def tp_per_layer_on(
+    job: Plannable, eff: Efficiency, link: str | None, moe_layer: bool = False
+) -> TpPerLayer:
+    """`tp_per_layer` of a stage whose TP ops run on `link` (None: it runs none)."""
+    if link is None:
         return TpPerLayer(0.0, 0.0, 0.0, 0.0)
-    link = str(tp[0].link)
     t = job.layout.t
 
     def call(collective: str, size: int) -> float:
@@ -710,6 +722,18 @@ def build_inputs(
     low = quantized_layers(job, eff)
     one = boundary_transfer(job, eff, ops) if runs_pipe_engine(job) else Transfer(0.0, 0.0)
     staged = ops_by_stage(ops, lay.p)
+    # One layer's TP times read a stage only as the tier of its TP ops (`tp_link`), and a MoE
+    # layer's differ from a dense one's only in a MoE model (`_tp_mlp`): each distinct one is
+    # priced once.
+    tp_times: dict[tuple[str | None, bool], TpPerLayer] = {}
+
+    def tp_of(link: str | None, moe_layer: bool) -> TpPerLayer:
+        at = (link, moe_layer and job.dims.experts is not None)
+        found = tp_times.get(at)
+        if found is None:
+            found = tp_times[at] = tp_per_layer_on(job, eff, *at)
+        return found
+
     stages = []
     for r in classes.first:
         layers = lay.stage_layers[r]
@@ -729,8 +753,9 @@ def build_inputs(
             expert_shape(job),
             quantized_compute(job, r, low),
         )
-        tp = tp_per_layer(job, eff, mine, r)
-        tp_moe = tp_per_layer(job, eff, mine, r, moe_layer=True)
+        link = tp_link(mine, r)
+        tp = tp_of(link, False)
+        tp_moe = tp_of(link, True)
         times = with_copy_out(job, times, params, device, eff)
         dp = _dp(job, eff, mine, r, sum(t.forward_s for t in times), params)
         pairs = tuple(zip(split, routed, strict=True))
