@@ -1,16 +1,22 @@
 """Benchmark `planc search` and place published layouts in its ranking.
 
 Usage:
-    python benchmarks/bench_search.py [--jobs N] [--only NAME]   # timings
+    python benchmarks/bench_search.py [--jobs N] [--only NAME] [--compare-jobs]   # timings
     python benchmarks/bench_search.py --validate [--jobs N]       # published layouts' ranks
 
 Timings: the full default space of each case (every axis of `planc.search.space.AXES` searched,
-planc's default ranges; printed with each axis's size) in a fresh process, as `planc search SPEC --jobs N --format json` runs it. Reported: candidates,
-feasible, step times estimated, wall time, CPU time of the process and its workers, candidates
-per CPU second (per core), and the baseline: one `planc explain` of the case's published or
-typical layout, in process (load, plan, analyse, estimate; best of 5), times the candidate count,
-which is what explaining every candidate one by one would cost. Wall times depend on what else
-the machine runs; CPU seconds do not (much).
+planc's default ranges; printed with each axis's size) in a fresh process, as `planc search SPEC
+--jobs N --format json` runs it. Reported: candidates, feasible, step times estimated, wall time,
+CPU time of the process and its workers, its peak RSS, candidates per wall second and per CPU
+second (per core), and the baseline, run in this process: one `planc explain` of the case's
+published or typical layout (load, plan, analyse, estimate; best of 5), times the candidate
+count, which is what explaining every candidate one by one would cost. Wall times depend on what
+else the machine runs; CPU seconds do not (much). `--compare-jobs` runs each case with `--jobs 1`
+too and reports whether the two JSON outputs are byte-identical.
+
+The cases: Llama 3 405B on 16,384 H100 (issue 28: 205,080 candidates, target 30 s wall with
+`--jobs 2`), Llama 3 70B at a global batch of 1,179,648 on 16,384 H100 (issue 30's large batch:
+185,160 candidates, target 30 s and 2 GB) and Llama 3 70B on 64 H100.
 
 Validation: each published layout (Korthikanti et al. 2022, Table 5; Dubey et al. 2024, Table 4)
 is written as a spec; the search runs over the same model, GPU count, global batch and limits,
@@ -23,7 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
 import subprocess
 import sys
 import tempfile
@@ -44,6 +50,8 @@ from planc.search.evaluate import Setup, Verdict, judge_range, price_all
 from planc.search.space import Space
 from planc.spec.load import load_text
 
+ROOT = Path(__file__).resolve().parent.parent  # the checkout each search process runs in
+
 
 @dataclass(frozen=True)
 class Case:
@@ -59,6 +67,13 @@ name: llama3-405b-16k
 model: {preset: llama3-405b}
 hardware: {gpu: h100-sxm, nodes: 2048}
 training: {seq_len: 8192, global_batch: 2048}
+"""
+LARGE_BATCH = """\
+version: 1
+name: large-batch
+model: {preset: llama3-70b}
+hardware: {gpu: h100-sxm, nodes: 2048}
+training: {seq_len: 8192, global_batch: 1179648}
 """
 LLAMA3_70B = """\
 version: 1
@@ -76,6 +91,14 @@ TIMED = (
         "8, 8, 8, 7], sequence_parallel: true, zero_stage: 1}\n"
         "training: {seq_len: 8192, global_batch: 2048, micro_batch: 1, recompute: selective}\n",
         "Dubey et al. 2024, Table 4",
+    ),
+    Case(
+        "large-batch",
+        LARGE_BATCH,
+        "parallelism: {tensor: 8, pipeline: 4, sequence_parallel: true, zero_stage: 1}\n"
+        "training: {seq_len: 8192, global_batch: 1179648, micro_batch: 1, "
+        "recompute: selective}\n",
+        "examples/llama3-70b-8x8.yaml's layout at the large batch (m = 2,304)",
     ),
     Case(
         "llama3-70b-64",
@@ -143,38 +166,38 @@ def explain_seconds(text: str, repeat: int = 5) -> float:
     return best
 
 
-def timed_run(case: Case, jobs: int) -> dict[str, Any]:
+def search_once(spec: Path, jobs: int) -> tuple[str, float, float, int]:
+    """`planc search SPEC --jobs N --format json` in a fresh process: its stdout, wall seconds,
+    CPU seconds (user + system, its workers included) and peak RSS in bytes (`os.wait4`)."""
+    args = [sys.executable, "-m", "planc", "search", str(spec), "--jobs", str(jobs)]
+    start = time.perf_counter()
+    with tempfile.TemporaryFile() as out:
+        process = subprocess.Popen(
+            [*args, "--format", "json"], stdout=out, stderr=subprocess.PIPE, cwd=ROOT
+        )
+        # Read as it comes: a long search logs progress lines there (not a terminal).
+        stderr = process.stderr.read().decode() if process.stderr else ""
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - start
+        out.seek(0)
+        stdout = out.read().decode()
+    if os.waitstatus_to_exitcode(status) not in (0, 1):
+        raise SystemExit(stderr)
+    return stdout, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
+
+
+def timed_run(case: Case, jobs: int, compare: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / f"{case.name}.yaml"
         spec.write_text(case.search, encoding="utf-8")
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "planc",
-                "search",
-                str(spec),
-                "--jobs",
-                str(jobs),
-                "--format",
-                "json",
-            ],
-            capture_output=True,
-            text=True,
-        )
-        wall = time.perf_counter() - start
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode not in (0, 1):
-        raise SystemExit(done.stderr)
-    doc = json.loads(done.stdout)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        stdout, wall, cpu, peak = search_once(spec, jobs)
+        other = search_once(spec, 1)[0] if compare and jobs != 1 else None
+    doc = json.loads(stdout)
     one = explain_seconds(_published_spec(case))
     # The space as planc.search.space builds it (its AXES, default ranges): an axis added there
     # is searched and listed here without a change to this file.
     space = _setup(case.search).space
-    return {
+    row = {
         "case": case.name,
         "jobs": jobs,
         "axes": {axis.name: len(axis.values) for axis in space.axes},
@@ -183,11 +206,16 @@ def timed_run(case: Case, jobs: int) -> dict[str, Any]:
         "estimated": doc["estimated"],
         "wall_s": round(wall, 2),
         "cpu_s": round(cpu, 2),
+        "peak_mb": round(peak / 1e6),
+        "candidates_per_wall_s": round(doc["evaluated"] / wall),
         "candidates_per_cpu_s": round(doc["evaluated"] / cpu),
         "explain_s": round(one, 4),
         "explain_x_candidates_s": round(one * doc["evaluated"], 1),
         "best_step_s": doc["results"][0]["step_time_s"] if doc["results"] else None,
     }
+    if other is not None:
+        row["same_json_as_jobs_1"] = other == stdout
+    return row
 
 
 # --- validation -------------------------------------------------------------------------------
@@ -289,6 +317,11 @@ def main() -> None:
     parser.add_argument("--strict", action="store_true", help="validate with --strict")
     parser.add_argument("--cap", type=int, default=800, help="estimates per published layout")
     parser.add_argument("--json", help="write the numbers to this file")
+    parser.add_argument(
+        "--compare-jobs",
+        action="store_true",
+        help="also run each timed case with --jobs 1 and compare the JSON outputs",
+    )
     args = parser.parse_args()
     cases = PUBLISHED if args.validate else TIMED
     rows = []
@@ -298,7 +331,7 @@ def main() -> None:
         if args.validate:
             row = place(case, args.jobs, args.cap, args.strict)
         else:
-            row = timed_run(case, args.jobs)
+            row = timed_run(case, args.jobs, args.compare_jobs)
         print(json.dumps(row, default=str), flush=True)
         rows.append(row)
     if args.json:

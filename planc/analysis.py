@@ -15,10 +15,24 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from planc.comm.schedule import CommOp, WireBudget, schedule, wire_budget
+from planc.comm.schedule import (
+    CommOp,
+    StagedSchedule,
+    StageOps,
+    WireBudget,
+    most_wire_bytes,
+    stage_ops,
+    staged_schedule,
+    staged_wires,
+)
 from planc.memory import MemoryBudget, budget
-from planc.memory.activations import stage_activation_terms
-from planc.memory.budget import Activations, Engine, Parameters, stage_engine_terms
+from planc.memory.budget import (
+    Core,
+    Engine,
+    Parameters,
+    StagesActivations,
+    stage_engine_terms,
+)
 from planc.memory.fp8 import quantized_share
 from planc.memory.params import RankParameters, rank_parameters
 from planc.perf.compute import StageTimes
@@ -28,6 +42,7 @@ from planc.pipeline.registry import bubble_fraction
 from planc.plannable import Plannable
 from planc.presets.efficiency import Efficiency
 from planc.record import record
+from planc.stages import stage_classes
 
 if TYPE_CHECKING:
     from planc.pipeline.bounded import PipelineTime
@@ -35,16 +50,103 @@ if TYPE_CHECKING:
 
 @record
 class Analysis:
-    """What a plannable job costs, per pipeline stage (no per-rank arrays: cheap at any world)."""
+    """What a plannable job costs, per pipeline stage (no per-rank arrays: cheap at any world).
+
+    Per-stage results are computed once per stage class (`planc.stages`): `schedule` holds the
+    ops of each class and `seconds` their times; every op of every stage (`ops`), its seconds
+    (`op_seconds`) and each stage's wire bytes (`wires`) are listed on first use. The memory
+    budget, the compute times and the ops' seconds are computed on first use too, with the
+    functions `analyse` was given (a search decides most candidates on memory and wire bytes
+    alone, and estimates a step without the memory)."""
 
     plan: Plannable
     parameters: tuple[RankParameters, ...]  # Ψ_r of one TP rank of each stage, by part
-    memory: MemoryBudget
-    ops: tuple[CommOp, ...]  # the communication schedule of one step
-    wires: tuple[WireBudget, ...]  # bytes per step on each fabric tier, per stage
+    schedule: StagedSchedule  # the communication schedule of one step, by stage class
     efficiency: Efficiency  # the tables the times come from
-    times: tuple[StageTimes, ...]  # forward/backward compute per micro-batch, per stage
-    op_seconds: Mapping[CommOp, float]  # seconds per step of each op of `ops`, on its link
+
+    def __eq__(self, other: object) -> bool:
+        # The fields, and what is computed on first use.
+        if not isinstance(other, Analysis):
+            return NotImplemented
+        same = (self.plan, self.parameters, self.schedule, self.efficiency) == (
+            other.plan,
+            other.parameters,
+            other.schedule,
+            other.efficiency,
+        )
+        return (
+            same
+            and self.memory == other.memory
+            and self.times == other.times
+            and self.seconds == other.seconds
+        )
+
+    @property
+    def memory(self) -> MemoryBudget:
+        """Every stage's heaviest rank and the peak (`planc.memory.budget`)."""
+        cached: MemoryBudget | None = self.__dict__.get("_memory")
+        if cached is None:
+            of: tuple[StagesActivations | None, Parameters, Engine, Core | None] = (
+                self.__dict__.get("_memory_of", (None, rank_parameters, stage_engine_terms, None))
+            )
+            cached = self.__dict__["_memory"] = budget(self.plan, *of)
+        return cached
+
+    @property
+    def times(self) -> tuple[StageTimes, ...]:
+        """Forward/backward compute per micro-batch, per stage (`stage_times`)."""
+        cached: tuple[StageTimes, ...] | None = self.__dict__.get("_times")
+        if cached is None:
+            times_of: Times = self.__dict__.get("_times_of", stage_times)
+            cached = self.__dict__["_times"] = times_of(self.plan, self.efficiency)
+        return cached
+
+    @property
+    def seconds(self) -> tuple[tuple[float, ...], ...]:
+        """Seconds per step of each op of `schedule.by_class` (`op_seconds`)."""
+        cached: tuple[tuple[float, ...], ...] | None = self.__dict__.get("_seconds")
+        if cached is None:
+            seconds_of: Seconds = self.__dict__.get("_seconds_of", op_seconds)
+            cached = self.__dict__["_seconds"] = tuple(
+                seconds_of(self.plan, self.efficiency, ops) for ops in self.schedule.by_class
+            )
+        return cached
+
+    @property
+    def ops(self) -> tuple[CommOp, ...]:
+        """The communication schedule of one step: every op of every stage, in stage order."""
+        return self.schedule.ops
+
+    @property
+    def wires(self) -> tuple[WireBudget, ...]:
+        """Bytes per step on each fabric tier, per stage (`planc.comm.schedule.wire_budget`)."""
+        cached: tuple[WireBudget, ...] | None = self.__dict__.get("_wires")
+        if cached is None:
+            cached = self.__dict__["_wires"] = staged_wires(self.plan, self.schedule)
+        return cached
+
+    @property
+    def most_wire_bytes(self) -> int:
+        """The most bytes a stage's rank sends or receives per step on one tier (the largest of
+        `wires`)."""
+        cached: int | None = self.__dict__.get("_most_wire_bytes")
+        if cached is None:
+            cached = self.__dict__["_most_wire_bytes"] = most_wire_bytes(self.plan, self.schedule)
+        return cached
+
+    @property
+    def op_seconds(self) -> Mapping[CommOp, float]:
+        """Seconds per step of each op of `ops`, on its link."""
+        cached: dict[CommOp, float] | None = self.__dict__.get("_op_seconds")
+        if cached is None:
+            classes, staged = self.schedule.classes, self.schedule
+            cached = {
+                op: seconds
+                for stage, k in enumerate(classes.of)
+                for op, seconds in zip(staged.stage_ops(stage), self.seconds[k], strict=True)
+            }
+            self.__dict__["_op_seconds"] = cached
+        return MappingProxyType(cached)
 
 
 #: (job, efficiency tables) → each stage's compute times (`stage_times`).
@@ -57,44 +159,50 @@ Seconds = Callable[[Plannable, Efficiency, Sequence[CommOp]], tuple[float, ...]]
 
 def analyse(
     plan: Plannable,
-    activations_of: Activations = stage_activation_terms,
+    activations_of: StagesActivations | None = None,
     times_of: Times = stage_times,
     parameters_of: Parameters = rank_parameters,
     engine_of: Engine = stage_engine_terms,
     tables_of: Tables = efficiency_of,
     seconds_of: Seconds = op_seconds,
+    ops_of: StageOps = stage_ops,
+    core_of: Core | None = None,
 ) -> Analysis:
-    """The analysis of `plan`; every quantity in it computed once, here. A search passes
-    `activations_of`, `times_of`, `parameters_of`, `engine_of`, `tables_of` and `seconds_of`
-    that return the same terms, times, parameter counts, static terms, tables and op seconds
-    for candidates that differ only in what those do not read
-    (`planc.search.evaluate.shared_analysis`)."""
-    parameters = tuple(parameters_of(plan, r) for r in range(plan.layout.p))
+    """The analysis of `plan`; every quantity in it computed once, here, and every per-stage
+    one once per stage class (`planc.stages`). A search passes `activations_of`, `times_of`,
+    `parameters_of`, `engine_of`, `tables_of`, `seconds_of`, `ops_of` and `core_of` that return
+    the same terms, times, parameter counts, static terms, tables, op seconds, ops and memory
+    peak (`planc.memory.budget.budget_core`) for candidates
+    that differ only in what those do not read (`planc.search.evaluate.shared_analysis`)."""
+    classes = stage_classes(plan)
+    shares = tuple(parameters_of(plan, r) for r in classes.first)
     quantized = (
         tuple(
             (share.dense, share.experts)
-            for share in (quantized_share(plan, r) for r in range(plan.layout.p))
+            for share in (quantized_share(plan, r) for r in classes.first)
         )
         if plan.numerics.quantized is not None
         else ()
     )
-    ops = schedule(
+    staged = staged_schedule(
         plan,
-        [share.dense_total for share in parameters],
-        [share.expert_total for share in parameters],
+        classes,
+        [share.dense_total for share in shares],
+        [share.expert_total for share in shares],
         quantized,
+        ops_of,
     )
-    eff = tables_of(plan)
-    return Analysis(
+    analysis = Analysis(
         plan=plan,
-        parameters=parameters,
-        memory=budget(plan, activations_of, parameters_of, engine_of),
-        ops=ops,
-        wires=wire_budget(plan, ops),
-        efficiency=eff,
-        times=times_of(plan, eff),
-        op_seconds=MappingProxyType(dict(zip(ops, seconds_of(plan, eff, ops), strict=True))),
+        parameters=classes.expand(shares),
+        schedule=staged,
+        efficiency=tables_of(plan),
     )
+    # What `memory`, `times` and `seconds` compute with, on first use (not fields: functions).
+    analysis.__dict__["_memory_of"] = (activations_of, parameters_of, engine_of, core_of)
+    analysis.__dict__["_times_of"] = times_of
+    analysis.__dict__["_seconds_of"] = seconds_of
+    return analysis
 
 
 @record
@@ -136,7 +244,7 @@ def estimate_step(analysis: Analysis, efficiency: Efficiency | None = None) -> S
     params = [share.total for share in analysis.parameters]
     experts = [share.expert_total for share in analysis.parameters]
     eff = analysis.efficiency if efficiency is None else efficiency
-    step = pipeline_step(build_inputs(plan, params, experts, eff, analysis.ops))
+    step = pipeline_step(build_inputs(plan, params, experts, eff, analysis.schedule.first_ops))
     return StepEstimate(
         step_time_s=step.step_time_s,
         compute_s=step.compute_s,

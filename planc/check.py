@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 from planc.analysis import analyse
 from planc.findings import FileResult, Finding, Severity, Violation
-from planc.plannable import Refusal, plannable, refusals
+from planc.plannable import Chunks, Refusal, layer_chunks, plannable, refusals
 from planc.record import record
 from planc.rules import REGISTRY, Rule
 from planc.rules.base import Context, Needs, RuleKind
@@ -41,11 +41,17 @@ def _enabled(job: Job) -> list[Rule]:
     return [r for r in REGISTRY.values() if r.check is not None and r.id not in ignored]
 
 
-def context_of(job: Job, rules: Iterable[Rule], *, suggest: bool = True) -> Context:
+def context_of(
+    job: Job,
+    rules: Iterable[Rule],
+    *,
+    suggest: bool = True,
+    chunks_of: Callable[[Job], tuple[Chunks, tuple[int, ...]]] = layer_chunks,
+) -> Context:
     """The context every rule of one file sees: the plannable job and, when a rule reads it, the
-    analysis, each computed once."""
+    analysis, each computed once (`chunks_of`: the layer chunks, `planc.plannable.plannable`)."""
     refused = refusals(job)
-    plan = plannable(job, refused)
+    plan = plannable(job, refused, chunks_of)
     if isinstance(plan, tuple):
         return Context(job, refusals=refused, suggest=suggest)
     needed = any(r.needs is Needs.ANALYSIS for r in rules)

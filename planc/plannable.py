@@ -14,7 +14,7 @@ stage and of every model chunk, the rank strides, and the tokens one context-par
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 
 from planc.dims import Numerics, RankDims, numerics, rank_dims
@@ -925,20 +925,32 @@ def refusals(job: Job) -> tuple[Refusal, ...]:
     return tuple(found)
 
 
+Chunks = tuple[tuple[LayerRange, ...], ...]  # [stage][chunk] -> [first, last)
+
+
+def layer_chunks(job: Job) -> tuple[Chunks, tuple[int, ...]]:
+    """Each pipeline rank's chunks' layer ranges (`chunk_split`, `chunk_ranges`) and its layers,
+    for a job that passed PLC004."""
+    lay = job.layout
+    ranges = chunk_ranges(chunk_split(job), lay.p, definition(lay.schedule).placement)
+    return ranges, tuple(sum(b - a for a, b in chunks) for chunks in ranges)
+
+
 def plannable(
-    job: Job, refused: tuple[Refusal, ...] | None = None
+    job: Job,
+    refused: tuple[Refusal, ...] | None = None,
+    chunks_of: Callable[[Job], tuple[Chunks, tuple[int, ...]]] = layer_chunks,
 ) -> Plannable | tuple[Refusal, ...]:
     """The plannable form of `job`, or the refusals that say why it has none (`refused`: the
-    result of `refusals(job)` when the caller has it already)."""
+    result of `refusals(job)` when the caller has it already). `chunks_of` gives what
+    `layer_chunks` gives (a search's reuses them across candidates)."""
     refused = refusals(job) if refused is None else refused
     if refused:
         return refused
     lay, m = job.layout, job.m
     if lay.d is None or m is None:  # excluded by PLC001 and PLC005 above
         raise AssertionError("a job that passed its preconditions has d and m")
-    split = chunk_split(job)
-    ranges = chunk_ranges(split, lay.p, definition(lay.schedule).placement)
-    stage_layers = tuple(sum(b - a for a, b in chunks) for chunks in ranges)
+    ranges, stage_layers = chunks_of(job)
     edp = lay.edp(job.world)
     if edp is None:  # PLC024 above; a dense job has W/(t·p) = d·c
         raise AssertionError("a job that passed its preconditions has a whole EDP")

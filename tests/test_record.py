@@ -269,3 +269,41 @@ def test_records_refuse_what_dataclass_refuses() -> None:
     with pytest.raises(TypeError, match="no type annotation"):
         record(type("Bad", (), {"__module__": __name__, "x": field(default=1)}))
 
+
+
+@record
+class Derived:
+    x: int
+    twice: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "twice", 2 * self.x)
+
+
+def test_replace_gives_what_dataclasses_replace_gives() -> None:
+    from planc.record import replace
+
+    for old, changes in [
+        (Point(1, "b", (3,)), {"y": "c"}),
+        (Point(1), {}),
+        (Named(a=1), {"b": 5}),
+        (Derived(3), {"x": 4}),
+    ]:
+        new = replace(old, **changes)
+        assert new == dataclasses.replace(old, **changes)
+        assert repr(new) == repr(dataclasses.replace(old, **changes))
+    assert replace(Derived(3), x=4).twice == 8
+    with pytest.raises(TypeError):
+        replace(Point(1), z=2)
+    with pytest.raises(TypeError):
+        replace(Derived(3), twice=1)
+
+
+def test_a_field_that_is_a_descriptor_is_refused() -> None:
+    # The compiled __init__ sets fields in the instance's __dict__, which a class descriptor
+    # of the same name would shadow.
+    with pytest.raises(TypeError, match="descriptor"):
+
+        @record
+        class Shadowed:
+            x: int = property(lambda self: 1)  # type: ignore[assignment]

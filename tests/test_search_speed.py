@@ -3,6 +3,7 @@ over the rules give what `planc check` and a fresh analysis give, for every cand
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -15,7 +16,13 @@ from planc.check import evaluate
 from planc.plannable import plannable
 from planc.rules import REGISTRY
 from planc.rules.base import Needs
-from planc.search.evaluate import candidate_job, judge, make_judge, shared_analysis
+from planc.search.evaluate import (
+    candidate_job,
+    judge,
+    make_judge,
+    shared_analysis,
+    step_lower_bound,
+)
 
 from conftest import search_setup
 
@@ -33,13 +40,14 @@ search: {context: [1], virtual_stages: [1, 2, 3], micro_batch: [1, 4]}
 
 
 # Llama 3 8B under FSDP2 on 16 H100: every ZeRO stage, HSDP shard group and offload, and the
-# rank orders, over two tensor degrees and two recompute modes.
+# rank orders, over two tensor degrees and two recompute modes; reducing in bf16 with torch's
+# foreach Adam (the reduce-scatter's bytes and input buffer read the reduce dtype).
 SHARDED = """\
 version: 1
 name: sharded-small
 model: {preset: llama3-8b}
 hardware: {gpu: h100-sxm, nodes: 2}
-training: {seq_len: 4096, global_batch: 512, framework: fsdp2}
+training: {seq_len: 4096, global_batch: 512, framework: fsdp2, reduce_dtype: bf16, optimizer_implementation: foreach}
 search: {tensor: [1, 2], pipeline: [1, 2], context: [1, 2], micro_batch: [1], recompute: [none, full]}
 """
 
@@ -74,6 +82,19 @@ def test_every_verdict_is_what_check_finds() -> None:
     assert 0 < feasible < setup.space.size
 
 
+def test_judging_with_the_rejecting_rules_only_leaves_out_warnings_alone() -> None:
+    # The search judges every candidate with only the rules that can reject it and judges
+    # the ones it lists again with every rule: the verdicts are the same but for warnings.
+    setup = _setup(LARGE_BATCH)
+    judged = make_judge(setup)
+    warned = 0
+    for index in range(setup.space.size):
+        verdict = judge(judged, index)
+        assert judge(judged, index, every=False) == dataclasses.replace(verdict, warnings=())
+        warned += bool(verdict.warnings)
+    assert warned > 0
+
+
 # A mixture of experts in bf16 and fp8 (the FP8 terms read the micro-batch), every ZeRO stage
 # and shard group: tensor, expert and expert-tensor degrees, sequence parallelism.
 MOE_FP8 = """\
@@ -86,13 +107,15 @@ search: {tensor: [1, 2], pipeline: [1], context: [1], expert: [1, 2], micro_batc
 """
 
 # Pipelines of 2 and 4 stages, interleaved or not, context parallelism of every type and the
-# rank orders that place it.
+# rank orders that place it; tied embeddings (their gradient all-reduced between the ends);
+# Transformer Engine's loss (the last stage keeps its logits alone) and no gradient
+# accumulation fusion (every stage's accumulation priced).
 PIPELINES = """\
 version: 1
 name: shared-pipelines
-model: {preset: llama3-8b, layers: 8}
+model: {preset: llama3-8b, layers: 8, tied_embeddings: true}
 hardware: {gpu: h100-sxm, nodes: 2}
-training: {seq_len: 4096, global_batch: 256}
+training: {seq_len: 4096, global_batch: 256, cross_entropy_fusion: te, grad_accum_fusion: false}
 search: {tensor: [2], pipeline: [2, 4], virtual_stages: [1, 2], context: [1, 2], zero_stage: [1], micro_batch: [1, 2], recompute: [selective, full]}
 """
 
@@ -150,20 +173,32 @@ def _shared_equals_fresh(text: str) -> tuple[int, set[str]]:
 def test_reused_sub_results_equal_a_fresh_analysis(name: str) -> None:
     # One judge over the whole space, so that each candidate reuses what the candidates before
     # it left in its memo when they differ only in axes a sub-result does not read (its
-    # activations and times, parameters, static memory terms, tables, each call's seconds);
-    # each analysis equals one computed afresh.
+    # activations with their lines and in-flight counts, times, parameters, static memory
+    # terms, the budget's peak, tables, each kind of op, each call's seconds, the stage classes;
+    # "mask" is the keys' own bookkeeping); each analysis equals one computed afresh.
     compared, kinds = _shared_equals_fresh(SHARED_SPACES[name])
     assert compared > 50
-    assert kinds == {"activations", "times", "parameters", "engine", "tables", "call"}
+    assert kinds == {
+        "activations", "lines", "layer", "held", "times", "parameters", "engine", "tables",
+        "call", "classes", "ops", "budget", "mask",
+    }
 
 
 @pytest.mark.parametrize(
     ("unread", "axis", "name"),
     [
         ("UNREAD_BY_SHARED", "micro_batch", "large-batch"),
+        ("UNREAD_BY_TIMES", "recompute", "large-batch"),
+        ("UNREAD_BY_TP_OPS", "recompute", "large-batch"),
+        ("UNREAD_BY_PP_OPS", "micro_batch", "pipelines"),
+        ("UNREAD_BY_CP_OPS", "cp_comm_type", "pipelines"),
+        ("UNREAD_BY_DP_OPS", "zero_stage", "large-batch"),
+        ("UNREAD_BY_EMBEDDING_OPS", "order", "pipelines"),
         ("UNREAD_BY_PARAMETERS", "pipeline", "pipelines"),
         ("UNREAD_BY_ENGINE", "zero_stage", "offload"),
         ("UNREAD_BY_ENGINE", "offload", "offload"),
+        ("UNREAD_BY_BUDGET", "data_shard", "sharded"),
+        ("UNREAD_BY_BUDGET", "recompute", "large-batch"),
         ("UNREAD_BY_PARAMETERS", "expert", "moe-fp8"),
     ],
 )
@@ -179,6 +214,43 @@ def test_a_key_that_misses_an_axis_is_caught(
     monkeypatch.setattr(evaluate, unread, names - {axis} if axis in names else names | {axis})
     with pytest.raises(AssertionError):
         _shared_equals_fresh(SHARED_SPACES[name])
+
+
+def _bounds_equal_fresh(text: str) -> int:
+    """Every feasible candidate of one judge's space judged with the bounds the judge shares,
+    each compared with the lower bound of its step from a fresh analysis: the number compared."""
+    setup = _setup(text)
+    judged = make_judge(setup)
+    compared = 0
+    for index in range(setup.space.size):
+        verdict = judge(judged, index, every=False)
+        if not verdict.feasible:
+            continue
+        plan = plannable(candidate_job(judged.base, judged.space, judged.space.candidate(index)))
+        assert not isinstance(plan, tuple)
+        assert verdict.step_bound_s == step_lower_bound(analyse(plan)), index
+        compared += 1
+    return compared
+
+
+@pytest.mark.parametrize("name", ["sharded", "large-batch", "offload", "moe-fp8"])
+def test_shared_step_bounds_equal_fresh_ones(name: str) -> None:
+    # Candidates that differ only in the context-parallel type share their step's lower bound
+    # (UNREAD_BY_BOUND); the sharded space has feasible layouts under two of the types (the
+    # pipelines space, which runs all four, has none: PLC048 rejects TE's loss there).
+    assert _bounds_equal_fresh(SHARED_SPACES[name]) > 20
+
+
+@pytest.mark.parametrize("axis", ["micro_batch", "zero_stage", "offload"])
+def test_a_bound_key_that_misses_an_axis_is_caught(
+    axis: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import planc.search.evaluate as evaluate
+
+    monkeypatch.setattr(evaluate, "UNREAD_BY_BOUND", evaluate.UNREAD_BY_BOUND | {axis})
+    space = "offload" if axis == "offload" else "large-batch"
+    with pytest.raises(AssertionError):
+        _bounds_equal_fresh(SHARED_SPACES[space])
 
 
 def test_jobs_give_byte_identical_json_with_every_zero_stage(tmp_path: Path) -> None:

@@ -43,6 +43,7 @@ from planc.pipeline.registry import definition
 from planc.plannable import PlanLayout, Plannable, axis_strides
 from planc.record import record
 from planc.spec.fabric import Tier
+from planc.stages import StageClasses
 from planc.vocab import Axis, ChunkPlacement, Collective, Direction, GroupKind
 
 
@@ -75,6 +76,15 @@ class CommOp:
     def bytes_sent(self) -> int:
         """Bytes this rank sends per call (NCCL bus factor × buffer; the whole message for p2p)."""
         return wire_bytes(self.op, self.group_size, self.buffer_bytes)
+
+    @property
+    def step_bytes(self) -> int:
+        """Bytes this rank sends per step: calls × `bytes_sent` (kept on the instance, as
+        `PlanLayout` keeps its degrees: a search's candidates share their ops)."""
+        cached: int | None = self.__dict__.get("_step_bytes")
+        if cached is None:
+            cached = self.__dict__["_step_bytes"] = self.calls * self.bytes_sent
+        return cached
 
     @property
     def steps(self) -> int:
@@ -1317,16 +1327,154 @@ def schedule(
     an FP8/FP4 recipe (`planc.memory.fp8.quantized_share`; empty: none).
     """
     ops: list[CommOp] = []
-    for stage, layers in enumerate(job.layout.stage_layers):
-        ops += _tp_ops(job, stage)
-        ops += _cp_ops(job, stage, layers)
-        ops += _ep_ops(job, stage)
-        ops += _pp_ops(job, stage)
-        dense_q, expert_q = quantized_by_stage[stage] if quantized_by_stage else (0, 0)
-        ops += _dp_ops(job, stage, params_by_stage[stage], dense_q)
-        ops += _edp_ops(job, stage, experts_by_stage[stage] if experts_by_stage else 0, expert_q)
-        ops += _embedding_ops(job, stage)
+    for stage in range(job.layout.p):
+        ops += stage_ops(
+            job,
+            stage,
+            params_by_stage[stage],
+            experts_by_stage[stage] if experts_by_stage else 0,
+            quantized_by_stage[stage] if quantized_by_stage else (0, 0),
+        )
     return tuple(ops)
+
+
+def stage_ops(
+    job: Plannable, stage: int, params: int, experts: int = 0, quantized: tuple[int, int] = (0, 0)
+) -> list[CommOp]:
+    """Every communication op of one step of a rank of pipeline stage `stage`, in schedule
+    order: `params` its Ψ_dense, `experts` its Ψ_expert and `quantized` its (Ψ_q,dense,
+    Ψ_q,expert) (`schedule`), each kind of `OP_KINDS` in turn. Reads the stage only as
+    `planc.stages.stage_key` says."""
+    return [op for _, kind in OP_KINDS for op in kind(job, stage, params, experts, quantized)]
+
+
+#: One kind of op of a stage (`OP_KINDS`): (job, stage, Ψ_dense, Ψ_expert, (Ψ_q,dense,
+#: Ψ_q,expert)) → its ops.
+OpKind = Callable[[Plannable, int, int, int, tuple[int, int]], list[CommOp]]
+
+
+def _tp_kind(
+    job: Plannable, stage: int, params: int, experts: int, q: tuple[int, int]
+) -> list[CommOp]:
+    return _tp_ops(job, stage)
+
+
+def _cp_kind(
+    job: Plannable, stage: int, params: int, experts: int, q: tuple[int, int]
+) -> list[CommOp]:
+    return _cp_ops(job, stage, job.layout.stage_layers[stage])
+
+
+def _ep_kind(
+    job: Plannable, stage: int, params: int, experts: int, q: tuple[int, int]
+) -> list[CommOp]:
+    return _ep_ops(job, stage)
+
+
+def _pp_kind(
+    job: Plannable, stage: int, params: int, experts: int, q: tuple[int, int]
+) -> list[CommOp]:
+    return _pp_ops(job, stage)
+
+
+def _dp_kind(
+    job: Plannable, stage: int, params: int, experts: int, q: tuple[int, int]
+) -> list[CommOp]:
+    return _dp_ops(job, stage, params, q[0])
+
+
+def _edp_kind(
+    job: Plannable, stage: int, params: int, experts: int, q: tuple[int, int]
+) -> list[CommOp]:
+    return _edp_ops(job, stage, experts, q[1])
+
+
+def _embedding_kind(
+    job: Plannable, stage: int, params: int, experts: int, q: tuple[int, int]
+) -> list[CommOp]:
+    return _embedding_ops(job, stage)
+
+
+#: The kinds of op a stage runs, in schedule order: tensor, context and expert parallel (with
+#: the expert-tensor collectives its dispatcher runs, `_ep_ops`), pipeline sends, data and
+#: expert-data parallel, the tied embedding's. A search shares each kind's ops between
+#: candidates by the axes that kind reads.
+OP_KINDS: tuple[tuple[str, OpKind], ...] = (
+    ("tp", _tp_kind),
+    ("cp", _cp_kind),
+    ("ep", _ep_kind),
+    ("pp", _pp_kind),
+    ("dp", _dp_kind),
+    ("edp", _edp_kind),
+    ("embedding", _embedding_kind),
+)
+
+
+#: (job, stage, Ψ_dense, Ψ_expert, (Ψ_q,dense, Ψ_q,expert)) → the stage's ops (`stage_ops`; a
+#: search passes one that reuses them across candidates).
+StageOps = Callable[[Plannable, int, int, int, tuple[int, int]], Sequence[CommOp]]
+
+
+@record
+class StagedSchedule:
+    """The communication schedule of one step by stage class (`planc.stages`): `by_class[k]`
+    the ops of class k's first stage (`stage_ops`). Every stage of a class runs its class's ops;
+    they differ only in the stage they carry."""
+
+    classes: StageClasses
+    by_class: tuple[tuple[CommOp, ...], ...]
+
+    @property
+    def first_ops(self) -> tuple[CommOp, ...]:
+        """The ops of each class's first stage, in stage order: what a question about every op
+        that is not a count (is there one of a kind, which comes first, which is largest) needs
+        of the whole schedule."""
+        return tuple(op for ops in self.by_class for op in ops)
+
+    def stage_ops(self, stage: int) -> tuple[CommOp, ...]:
+        """The ops of pipeline rank `stage`: its class's, carrying `stage`."""
+        k = self.classes.of[stage]
+        ops = self.by_class[k]
+        if self.classes.first[k] == stage:
+            return ops
+        return tuple(replace(op, stage=stage) for op in ops)
+
+    @property
+    def ops(self) -> tuple[CommOp, ...]:
+        """Every op of every stage, in stage order (`schedule`'s tuple); built on first use."""
+        cached: tuple[CommOp, ...] | None = self.__dict__.get("_ops")
+        if cached is None:
+            p = len(self.classes.of)
+            cached = tuple(op for stage in range(p) for op in self.stage_ops(stage))
+            self.__dict__["_ops"] = cached
+        return cached
+
+
+def staged_schedule(
+    job: Plannable,
+    classes: StageClasses,
+    params_by_class: Sequence[int],
+    experts_by_class: Sequence[int] = (),
+    quantized_by_class: Sequence[tuple[int, int]] = (),
+    ops_of: StageOps = stage_ops,
+) -> StagedSchedule:
+    """`schedule` by stage class: each class's ops computed once, on its first stage, from the
+    class's Ψ_dense, Ψ_expert and quantized weights (`params_by_class[k]`, ...)."""
+    return StagedSchedule(
+        classes,
+        tuple(
+            tuple(
+                ops_of(
+                    job,
+                    stage,
+                    params_by_class[k],
+                    experts_by_class[k] if experts_by_class else 0,
+                    quantized_by_class[k] if quantized_by_class else (0, 0),
+                )
+            )
+            for k, stage in enumerate(classes.first)
+        ),
+    )
 
 
 def op_record(op: CommOp, seconds: float) -> dict[str, object]:
@@ -1384,7 +1532,7 @@ def wire_budget(job: Plannable, ops: Sequence[CommOp]) -> tuple[WireBudget, ...]
     sent = [dict.fromkeys(names, 0) for _ in range(p)]
     received = [dict.fromkeys(names, 0) for _ in range(p)]
     for op in ops:
-        total = op.calls * op.bytes_sent
+        total = op.step_bytes
         sent[op.stage][op.link] += total
         to = (
             op.stage
@@ -1401,6 +1549,81 @@ def wire_budget(job: Plannable, ops: Sequence[CommOp]) -> tuple[WireBudget, ...]
         )
         for stage in range(p)
     )
+
+
+Tally = dict[str, int]  # bytes per step by tier name
+
+
+def _class_tallies(
+    job: Plannable, staged: StagedSchedule
+) -> tuple[list[Tally], list[Tally], list[Tally], list[Tally]]:
+    """Per stage class and tier: the bytes its ops send, those its own ops receive, those it
+    sends forward and those it sends backward (`wire_budget`'s sums)."""
+    names = job.cluster.fabric.names
+    mirrored = definition(job.layout.schedule).placement is ChunkPlacement.V
+    sent: list[Tally] = []
+    own: list[Tally] = []
+    forward: list[Tally] = []
+    backward: list[Tally] = []
+    for ops in staged.by_class:
+        for tally in (sent, own, forward, backward):
+            tally.append(dict.fromkeys(names, 0))
+        for op in ops:
+            total = op.step_bytes
+            sent[-1][op.link] += total
+            if op.direction is None or mirrored:
+                own[-1][op.link] += total
+            elif op.direction is Direction.FORWARD:
+                forward[-1][op.link] += total
+            else:
+                backward[-1][op.link] += total
+    return sent, own, forward, backward
+
+
+def _neighbours(staged: StagedSchedule) -> list[tuple[int, int, int]]:
+    """Each stage's (class, the class of the stage before it, of the stage after it): what its
+    wire bytes are a function of (`staged_wires`)."""
+    of = staged.classes.of
+    p = len(of)
+    return [(of[stage], of[(stage - 1) % p], of[(stage + 1) % p]) for stage in range(p)]
+
+
+def staged_wires(job: Plannable, staged: StagedSchedule) -> tuple[WireBudget, ...]:
+    """`wire_budget` of the staged schedule without listing every stage's ops: a stage sends
+    its class's bytes, and receives what its class's own ops receive plus the forward sends of
+    the stage before it and the backward sends of the stage after it (`_receiver_of`), so
+    stages whose class and neighbours' classes agree share one budget."""
+    names = job.cluster.fabric.names
+    sent, own, forward, backward = _class_tallies(job, staged)
+    shared: dict[tuple[int, int, int], Mapping[str, Wire]] = {}
+    out = []
+    for stage, key in enumerate(_neighbours(staged)):
+        tiers = shared.get(key)
+        if tiers is None:
+            k, before, after = key
+            tiers = shared[key] = MappingProxyType(
+                {
+                    name: Wire(
+                        sent[k][name],
+                        own[k][name] + forward[before][name] + backward[after][name],
+                    )
+                    for name in names
+                }
+            )
+        out.append(WireBudget(stage, tiers))
+    return tuple(out)
+
+
+def most_wire_bytes(job: Plannable, staged: StagedSchedule) -> int:
+    """The most bytes any stage's rank sends or receives per step on one tier: the largest
+    `Wire.sent` or `Wire.received` of `staged_wires`, without listing every stage's."""
+    sent, own, forward, backward = _class_tallies(job, staged)
+    most = 0
+    for k, before, after in set(_neighbours(staged)):
+        for name, bytes_sent in sent[k].items():
+            received = own[k][name] + forward[before][name] + backward[after][name]
+            most = max(most, bytes_sent, received)
+    return most
 
 
 def _receiver_of(stage: int, direction: Direction, p: int) -> int:

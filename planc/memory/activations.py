@@ -1199,39 +1199,6 @@ def _scaled(term: Term, count: int, what: str) -> Term:
     )
 
 
-def _layer_counts(job: Plannable, pp_rank: int, held: tuple[int, ...]) -> tuple[int, int]:
-    """(dense, MoE) layer-micro-batches pipeline rank `pp_rank` holds at its peak: each chunk's
-    layers of each kind × the micro-batches in flight on that chunk."""
-    lay, moe = job.layout, job.model.moe
-    ranges = lay.chunks[pp_rank]
-    experts = [0 if moe is None else moe.moe_layers_between(a, b) for a, b in ranges]
-    dense = sum((b - a - e) * n for (a, b), e, n in zip(ranges, experts, held, strict=True))
-    return dense, sum(e * n for e, n in zip(experts, held, strict=True))
-
-
-def _layer_lines(
-    x: LayerShape, y: ExpertShape | None, recompute: str, dense: int, moe: int
-) -> list[Term]:
-    """Every per-layer line scaled by the layer-micro-batches that keep it: the attention side
-    by all of them, the dense MLP's lines by the dense layers', the MoE lines by the MoE
-    layers' (under full recompute every layer keeps only its input)."""
-    label = "layer-micro-batch"
-    terms: list[Term] = []
-    for line in kept_lines(x, recompute):
-        count = dense if line.mlp else dense + moe
-        term = Term(line.title(x), "activations", line.size(x), line.formula(x), line.source)
-        if count and term.bytes:
-            terms.append(_scaled(term, count, label))
-    if y is not None and moe and recompute != "full":
-        for moe_line in MOE_LINES:
-            term = Term(
-                moe_line.title(y), "activations", moe_line.size(y), moe_line.formula(y), moe_line.source
-            )
-            if term.bytes:
-                terms.append(_scaled(term, moe, f"MoE {label}"))
-    return terms
-
-
 def _working_set(x: LayerShape, y: ExpertShape | None, recompute: str, dense: bool) -> int:
     """The recompute working set of the rank's layers: the largest re-created layer (full) or
     one attention core (selective); a MoE layer re-creates its whole MoE side under full."""
@@ -1243,52 +1210,122 @@ def _working_set(x: LayerShape, y: ExpertShape | None, recompute: str, dense: bo
     return work
 
 
-def bf16_layer_counts(job: Plannable, pp_rank: int, held: tuple[int, ...]) -> tuple[int, int]:
-    """(dense, MoE) layer-micro-batches of pipeline rank `pp_rank` at its peak that belong to
-    the first and last `first_last_bf16` layers, which Megatron runs in BF16."""
-    q, L, moe = job.numerics.quantized, job.model.L, job.model.moe
-    n = 0 if q is None else q.bf16_layers
-    if n == 0:
-        return 0, 0
-    dense = routed = 0
-    for (a, b), count in zip(job.layout.chunks[pp_rank], held, strict=True):
-        for lo, hi in bf16_ranges(a, b, n, L):
-            e = 0 if moe is None else moe.moe_layers_between(lo, hi)
-            dense += (hi - lo - e) * count
-            routed += e * count
+def _bf16_per_layer(job: Plannable, x: LayerShape, recompute: str) -> tuple[int, int]:
+    """What one dense and one MoE layer-micro-batch of the first and last layers in BF16
+    (training.fp8.first_last_bf16) keep above their quantized lines: they save their linear
+    inputs at ε bytes."""
+    whole = replace(x, q_bits=0)
+    lines = [line for line in kept_lines(x, recompute) if line.is_quantized(x)]
+    dense = sum(line.size(whole) - line.size(x) for line in lines)
+    routed = sum(line.size(whole) - line.size(x) for line in lines if not line.mlp)
+    if job.model.moe is not None and recompute != "full":
+        y = expert_shape(job)
+        y16 = replace(y, q_bits=0)
+        routed += sum(m.size(y16) - m.size(y) for m in MOE_LINES if m.quantized)
     return dense, routed
 
 
-def _bf16_layer_inputs(
-    job: Plannable, pp_rank: int, x: LayerShape, recompute: str, held: tuple[int, ...]
-) -> list[Term]:
-    """The first and last layers in BF16 (training.fp8.first_last_bf16) save their linear inputs
-    at ε bytes: what they keep above the quantized lines, per layer-micro-batch held."""
-    if not x.q_bits:
-        return []
-    dense, routed = bf16_layer_counts(job, pp_rank, held)
-    if not dense + routed:
-        return []
-    whole = replace(x, q_bits=0)
-    lines = [line for line in kept_lines(x, recompute) if line.is_quantized(x)]
-    extra = sum(line.size(whole) - line.size(x) for line in lines) * dense
-    extra += sum(line.size(whole) - line.size(x) for line in lines if not line.mlp) * routed
-    if routed and job.model.moe is not None and recompute != "full":
-        y = expert_shape(job)
-        y16 = replace(y, q_bits=0)
-        extra += sum(m.size(y16) - m.size(y) for m in MOE_LINES if m.quantized) * routed
-    if extra <= 0:
-        return []
-    return [
-        Term(
-            "BF16 first/last layers' linear inputs, above their quantized size",
-            "activations",
-            extra,
-            f"Σ (ε − quantized)·linear inputs × {dense + routed} BF16 layer-micro-batches in flight",
-            "Megatron --first-last-layers-bf16 (transformer_config.py first_last_layers_bf16): "
-            "those layers run outside the FP8 autocast",
-        )
-    ]
+BF16_LINE = (
+    "BF16 first/last layers' linear inputs, above their quantized size",
+    "Megatron --first-last-layers-bf16 (transformer_config.py first_last_layers_bf16): "
+    "those layers run outside the FP8 autocast",
+)
+
+
+@record
+class StageLines:
+    """What a pipeline rank keeps at its activation peak before counting what it holds in
+    flight: each line per unit held (a layer-micro-batch, a MoE layer-micro-batch, a
+    micro-batch of its first or last chunk) and what it keeps once. It reads the stage only as
+    its class (`planc.stages`); `StageActivations` counts it for the micro-batches in flight on
+    each chunk."""
+
+    layer: tuple[tuple[Term, bool], ...]  # one layer's lines, each with whether it is the MLP's
+    moe: tuple[Term, ...]  # one MoE layer's expert side (none under full recompute)
+    stem: tuple[Term, ...]  # one micro-batch on the first chunk (the first stage)
+    head: tuple[Term, ...]  # one micro-batch on the last chunk (the LM head's stage)
+    layers: tuple[tuple[int, int], ...]  # each chunk's (dense, MoE) layers
+    bf16: tuple[tuple[int, int], ...]  # each chunk's (dense, MoE) layers kept in BF16
+    bf16_bytes: tuple[int, int]  # above quantized per (dense, MoE) BF16 layer-micro-batch
+    weights: tuple[int, ...]  # each chunk's bytes of one micro-batch (what `in_flight` weighs)
+    once: tuple[Term, ...]  # the recompute working set
+    buffers: tuple[Term, ...]  # transient buffers
+
+    def counts(self, held: tuple[int, ...]) -> tuple[int, int, int, int]:
+        """(dense, MoE, BF16 dense, BF16 MoE) layer-micro-batches held: each chunk's layers of
+        each kind × the micro-batches in flight on it."""
+        dense = moe = bf16_dense = bf16_moe = 0
+        for (d, e), (kd, ke), n in zip(self.layers, self.bf16, held, strict=True):
+            dense, moe = dense + d * n, moe + e * n
+            bf16_dense, bf16_moe = bf16_dense + kd * n, bf16_moe + ke * n
+        return dense, moe, bf16_dense, bf16_moe
+
+    def _bf16_extra(self, bf16_dense: int, bf16_moe: int) -> int:
+        per_dense, per_moe = self.bf16_bytes
+        return per_dense * bf16_dense + per_moe * bf16_moe
+
+    def terms(self, held: tuple[int, ...]) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
+        """(activation terms, buffer terms) with `held` micro-batches in flight on each chunk."""
+        dense, moe, bf16_dense, bf16_moe = self.counts(held)
+        label = "layer-micro-batch"
+        terms: list[Term] = []
+        for term, mlp in self.layer:
+            count = dense if mlp else dense + moe
+            if count and term.bytes:
+                terms.append(_scaled(term, count, label))
+        if moe:
+            terms += [_scaled(term, moe, f"MoE {label}") for term in self.moe if term.bytes]
+        terms += [_scaled(term, held[0], "micro-batch") for term in self.stem]
+        terms += [_scaled(term, held[-1], "micro-batch") for term in self.head]
+        extra = self._bf16_extra(bf16_dense, bf16_moe)
+        if bf16_dense + bf16_moe and extra > 0:
+            terms.append(
+                Term(
+                    BF16_LINE[0],
+                    "activations",
+                    extra,
+                    "Σ (ε − quantized)·linear inputs × "
+                    f"{bf16_dense + bf16_moe} BF16 layer-micro-batches in flight",
+                    BF16_LINE[1],
+                )
+            )
+        terms += self.once
+        return tuple(term for term in terms if term.bytes), self.buffers
+
+    def bytes(self, held: tuple[int, ...]) -> int:
+        """The bytes of `terms(held)`, without writing the terms out."""
+        dense, moe, bf16_dense, bf16_moe = self.counts(held)
+        total = 0
+        for term, mlp in self.layer:
+            total += term.bytes * (dense if mlp else dense + moe)
+        total += moe * sum(term.bytes for term in self.moe)
+        total += held[0] * sum(term.bytes for term in self.stem)
+        total += held[-1] * sum(term.bytes for term in self.head)
+        extra = self._bf16_extra(bf16_dense, bf16_moe)
+        total += extra if bf16_dense + bf16_moe and extra > 0 else 0
+        return total + sum(t.bytes for t in self.once) + sum(t.bytes for t in self.buffers)
+
+
+@record
+class StageActivations:
+    """A pipeline rank's activations at its peak: what it keeps per unit held (`lines`) and
+    the micro-batches in flight on each of its chunks (`held`)."""
+
+    lines: StageLines
+    held: tuple[int, ...]
+
+    @property
+    def terms(self) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
+        """(activation terms, buffer terms)."""
+        return self.lines.terms(self.held)
+
+    @property
+    def bytes(self) -> int:
+        """The bytes of every term (kept on the instance: a budget asks for it per stage)."""
+        cached: int | None = self.__dict__.get("_bytes")
+        if cached is None:
+            cached = self.__dict__["_bytes"] = self.lines.bytes(self.held)
+        return cached
 
 
 def _cp_buffers(job: Plannable, beta: int) -> list[Term]:
@@ -1323,6 +1360,38 @@ def stage_activation_terms(
     job: Plannable, pp_rank: int
 ) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
     """(activation terms, buffer terms) of pipeline rank `pp_rank` at its peak."""
+    return stage_activations(job, pp_rank).terms
+
+
+def stage_activations(job: Plannable, pp_rank: int) -> StageActivations:
+    """What pipeline rank `pp_rank` keeps at its peak (`stage_lines`) with the micro-batches it
+    then holds in flight on each chunk (`held_at_peak`)."""
+    lines = stage_lines(job, pp_rank)
+    return StageActivations(lines, held_at_peak(job, pp_rank, lines.weights))
+
+
+def held_at_peak(job: Plannable, pp_rank: int, weights: tuple[int, ...]) -> tuple[int, ...]:
+    """Micro-batches of each chunk of pipeline rank `pp_rank` in flight at its activation peak,
+    the chunks weighing `weights` bytes a micro-batch (`planc.pipeline.registry.in_flight`)."""
+    lay = job.layout
+    return registry.in_flight(lay.schedule, lay.p, lay.v, job.m, pp_rank, weights)
+
+
+def layer_lines(job: Plannable) -> tuple[tuple[Term, bool], ...]:
+    """What one layer keeps per micro-batch (`kept_lines`), each line with whether it is the
+    dense MLP's: the same on every stage."""
+    x, recompute = shape_of(job), job.training.recompute
+    return tuple(
+        (Term(line.title(x), "activations", line.size(x), line.formula(x), line.source), line.mlp)
+        for line in kept_lines(x, recompute)
+    )
+
+
+def stage_lines(
+    job: Plannable, pp_rank: int, layer: tuple[tuple[Term, bool], ...] | None = None
+) -> StageLines:
+    """What pipeline rank `pp_rank` keeps per unit held and once (`StageLines`); `layer`: the
+    job's `layer_lines`, when the caller has them."""
     lay, model = job.layout, job.model
     x = shape_of(job)
     recompute = job.training.recompute
@@ -1330,7 +1399,8 @@ def stage_activation_terms(
     first, last = pp_rank == 0, pp_rank == lay.last_stage
     moe = model.moe
     y = expert_shape(job) if moe is not None else None
-    per_layer = layer_bytes(x, recompute)
+    layer = layer_lines(job) if layer is None else layer
+    per_layer = sum(term.bytes for term, _ in layer)  # layer_bytes(x, recompute)
     per_moe_layer = moe_layer_bytes(x, y, recompute) if y is not None else 0
     experts = [0 if moe is None else moe.moe_layers_between(a, b) for a, b in lay.chunks[pp_rank]]
     head = last_stage_terms(x, model.V, lay.t) if last else ()
@@ -1341,27 +1411,58 @@ def stage_activation_terms(
     ]
     weights[0] += sum(term.bytes for term in stem)
     weights[-1] += sum(term.bytes for term in head)
-    held = registry.in_flight(lay.schedule, lay.p, lay.v, job.m, pp_rank, tuple(weights))
-    dense_count, moe_count = _layer_counts(job, pp_rank, held)
-    terms = _layer_lines(x, y, recompute, dense_count, moe_count)
-    terms += [_scaled(term, held[0], "micro-batch") for term in stem]
-    terms += [_scaled(term, held[-1], "micro-batch") for term in head]
-    terms += _bf16_layer_inputs(job, pp_rank, x, recompute, held)
     has_moe = sum(experts) > 0
     working = _working_set(x, y if has_moe else None, recompute, sum(chunks) > sum(experts))
+    once: tuple[Term, ...] = ()
     if working:
         label = "one layer's attention core" if recompute == "selective" else "one layer"
-        terms.append(
+        once = (
             Term(
                 f"recompute working set ({label})",
                 "activations",
                 working,
                 "Σ per-layer terms of the recomputed part, once",
                 "planc: the backward of one layer re-creates what recompute dropped",
-            )
+            ),
         )
+    q = job.numerics.quantized
+    kept = 0 if q is None else q.bf16_layers
+    return StageLines(
+        layer=layer,
+        moe=tuple(
+            Term(line.title(y), "activations", line.size(y), line.formula(y), line.source)
+            for line in MOE_LINES
+        )
+        if y is not None and recompute != "full"
+        else (),
+        stem=stem,
+        head=head,
+        layers=tuple((n - e, e) for n, e in zip(chunks, experts, strict=True)),
+        bf16=tuple(_bf16_layers(job, a, b, kept) for a, b in lay.chunks[pp_rank]),
+        bf16_bytes=_bf16_per_layer(job, x, recompute) if x.q_bits else (0, 0),
+        weights=tuple(weights),
+        once=once,
+        buffers=tuple(_stage_buffers(job, x, y if has_moe else None, last)),
+    )
+
+
+def _bf16_layers(job: Plannable, a: int, b: int, kept: int) -> tuple[int, int]:
+    """(dense, MoE) layers of [a, b) among the first and last `kept` layers Megatron runs in
+    BF16 (`planc.dims.bf16_ranges`)."""
+    moe = job.model.moe
+    dense = routed = 0
+    for lo, hi in bf16_ranges(a, b, kept, job.model.L):
+        e = 0 if moe is None else moe.moe_layers_between(lo, hi)
+        dense, routed = dense + hi - lo - e, routed + e
+    return dense, routed
+
+
+def _stage_buffers(job: Plannable, x: LayerShape, y: ExpertShape | None, last: bool) -> list[Term]:
+    """The transient buffers of a stage: the MoE dispatcher's rows (`y`: the stage has MoE
+    layers), the context-parallel exchange's, the LM head's logits (`last`)."""
+    model, lay = job.model, job.layout
     buffers: list[Term] = []
-    if y is not None and has_moe:
+    if y is not None:
         buffers.append(
             Term(
                 "all-to-all dispatch and combine buffers (transient)",
@@ -1373,7 +1474,7 @@ def stage_activation_terms(
                 MOE_DISPATCHER,
             )
         )
-    if y is not None and has_moe and lay.dispatcher == "allgather" and y.exchanged:
+    if y is not None and lay.dispatcher == "allgather" and y.exchanged:
         gathered = allgather_rows_bytes(job)
         buffers.append(
             Term(
@@ -1397,4 +1498,4 @@ def stage_activation_terms(
                 CROSS_ENTROPY,
             )
         )
-    return tuple(term for term in terms if term.bytes), tuple(buffers)
+    return buffers

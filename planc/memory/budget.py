@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from planc.memory.activations import stage_activation_terms
+from planc.memory.activations import (
+    StageActivations,
+    held_at_peak,
+    layer_lines,
+    stage_activations,
+    stage_lines,
+)
 from planc.memory.engines import Placed, engine_terms
 from planc.memory.fp8 import with_quantized
 from planc.memory.params import RankParameters, padded_vocab, parameter_count, rank_parameters
@@ -17,11 +23,11 @@ from planc.memory.static import Group, StateBytes, state_bytes
 from planc.memory.terms import COMPONENTS, Term
 from planc.plannable import Plannable
 from planc.record import record
+from planc.stages import StageClasses, stage_classes
 from planc.vocab import Axis
 
-#: (job, pipeline rank) → (activation terms, buffer terms) at the stage's peak
-#: (`stage_activation_terms`; a search passes one that reuses them across candidates).
-Activations = Callable[[Plannable, int], tuple[tuple[Term, ...], tuple[Term, ...]]]
+#: (job, pipeline rank) → its activations at the stage's peak (`stage_activations`).
+Activations = Callable[[Plannable, int], StageActivations]
 #: (job, pipeline rank) → Ψ_r of one TP rank of that stage (`rank_parameters`).
 Parameters = Callable[[Plannable, int], RankParameters]
 #: (job, pipeline rank, its Ψ_r, bytes per parameter, shard group, expert shard group) → the
@@ -72,11 +78,84 @@ class StageBudget:
 
 
 @record
+class HeldActivations:
+    """Every stage's activations at its peak (`stages`), and per stage class the heaviest."""
+
+    classes: StageClasses
+    stages: tuple[StageActivations, ...]
+
+    @property
+    def heaviest(self) -> tuple[tuple[int, int], ...]:
+        """Per stage class, (the most bytes any of its stages' activations add up to, the
+        lowest such stage): with the class's static terms the same on all its stages, that
+        stage is the class's heaviest rank (kept on the instance: a search's candidates that
+        differ in their static terms share it)."""
+        cached: tuple[tuple[int, int], ...] | None = self.__dict__.get("_heaviest")
+        if cached is None:
+            best: dict[int, tuple[int, int]] = {}
+            for stage, (k, held) in enumerate(zip(self.classes.of, self.stages, strict=True)):
+                if k not in best or held.bytes > best[k][0]:
+                    best[k] = (held.bytes, stage)
+            cached = self.__dict__["_heaviest"] = tuple(best[k] for k in range(len(best)))
+        return cached
+
+
+#: job → every stage's activations at its peak (`classwise_activations`; a search passes one
+#: that reuses them across candidates).
+StagesActivations = Callable[[Plannable], HeldActivations]
+
+
+@record
+class StagedMemory:
+    """What every stage's heaviest rank is assembled from, by stage class (`planc.stages`): the
+    static terms of each class (weights, gradients, optimizer state and their buffers, the
+    same on every stage of a class), the activation and buffer terms of each stage (the
+    micro-batches it holds in flight differ from stage to stage), the reserve, and the pp
+    stride that places each stage's rank."""
+
+    classes: StageClasses
+    static: tuple[Placed, ...]  # per class
+    activations: tuple[StageActivations, ...]  # per stage
+    reserve: Term
+    pp_stride: int
+
+    def stage(self, stage: int) -> StageBudget:
+        """The budget of pipeline rank `stage`'s heaviest rank (`rank_memory`'s)."""
+        activations, transient = self.activations[stage].terms
+        memory = assembled(self.static[self.classes.of[stage]], activations, transient, self.reserve)
+        return StageBudget(stage, stage * self.pp_stride, memory)
+
+
+@record
 class MemoryBudget:
+    """Every pipeline stage's heaviest rank (`stages`) and the peak among them (`peak`: the
+    largest total; ties: the lowest stage), each assembled on first use from `staged`."""
+
     parameters: int
     parameters_padded: int
-    stages: tuple[StageBudget, ...]
-    peak: StageBudget
+    staged: StagedMemory
+    peak_stage: int  # the stage of the peak
+    peak_bytes: int  # its total (`peak.memory.total`)
+    most_host: int = 0  # the most host memory any rank offloads (the largest `RankMemory.host`)
+
+    @property
+    def peak(self) -> StageBudget:
+        cached: StageBudget | None = self.__dict__.get("_peak")
+        if cached is None:
+            cached = self.__dict__["_peak"] = self.staged.stage(self.peak_stage)
+        return cached
+
+    @property
+    def stages(self) -> tuple[StageBudget, ...]:
+        cached: tuple[StageBudget, ...] | None = self.__dict__.get("_stages")
+        if cached is None:
+            staged, peak = self.staged, self.peak
+            cached = tuple(
+                peak if r == peak.stage else staged.stage(r)
+                for r in range(len(staged.activations))
+            )
+            self.__dict__["_stages"] = cached
+        return cached
 
 
 def stage_engine_terms(
@@ -103,7 +182,7 @@ def rank_memory(
     pp_rank: int,
     shard_index: int = 0,
     expert_shard_index: int = 0,
-    activations_of: Activations = stage_activation_terms,
+    activations_of: Activations = stage_activations,
     parameters_of: Parameters = rank_parameters,
     engine_of: Engine = stage_engine_terms,
 ) -> RankMemory:
@@ -114,21 +193,40 @@ def rank_memory(
 
     Every TP rank of a stage is charged as TP rank 0, the heaviest when a split is uneven.
     """
+    static = static_terms(job, pp_rank, shard_index, expert_shard_index, parameters_of, engine_of)
+    activations, transient = activations_of(job, pp_rank).terms
+    return assembled(static, activations, transient, reserve_term(job))
+
+
+def static_terms(
+    job: Plannable,
+    pp_rank: int,
+    shard_index: int = 0,
+    expert_shard_index: int = 0,
+    parameters_of: Parameters = rank_parameters,
+    engine_of: Engine = stage_engine_terms,
+) -> Placed:
+    """The static terms of one rank (`rank_memory`): the engine's weights, gradients, optimizer
+    state and buffers for the stage's Ψ_r, with an FP8/FP4 recipe's weight-side terms."""
     tr, lay = job.training, job.layout
     state = state_bytes(job.numerics, tr.optimizer)
     group = Group(lay.zero, lay.shard_group, shard_index)
     expert_group = Group(lay.zero, lay.expert_shard_group, expert_shard_index, "N_e")
     share = parameters_of(job, pp_rank)
-    activations, transient = activations_of(job, pp_rank)
-    reserve = Term(
-        "reserve",
-        "reserve",
-        job.cluster.reserve_bytes,
-        "reserve_gib·2³⁰",
-        RESERVE_SOURCE,
-    )
     static = engine_of(job, pp_rank, share, state, group, expert_group)
-    static = with_quantized(job, pp_rank, share, static, state.weights)
+    return with_quantized(job, pp_rank, share, static, state.weights)
+
+
+def reserve_term(job: Plannable) -> Term:
+    """The CUDA context, NCCL buffers and allocator fragmentation (hardware.reserve_gib)."""
+    return Term("reserve", "reserve", job.cluster.reserve_bytes, "reserve_gib·2³⁰", RESERVE_SOURCE)
+
+
+def assembled(
+    static: Placed, activations: tuple[Term, ...], transient: tuple[Term, ...], reserve: Term
+) -> RankMemory:
+    """One rank's budget from its static terms, its activation and transient buffer terms and
+    the reserve, in the order `planc memory` lists them."""
     terms = (
         *(t for t in static.hbm if t.component != "buffers"),
         *activations,
@@ -139,33 +237,111 @@ def rank_memory(
     return RankMemory.of(terms, static.host)
 
 
-def budget(
+@record
+class BudgetCore:
+    """What `budget` finds before it places each stage's rank (the pp stride, which the rank
+    order decides): each stage class's static terms, every stage's activations, the peak stage
+    and its bytes, the most host memory a rank offloads and the model's parameter counts."""
+
+    static: tuple[Placed, ...]  # per class
+    held: HeldActivations
+    peak_stage: int
+    peak_bytes: int
+    most_host: int
+    parameters: int
+    parameters_padded: int
+
+
+#: job → its `BudgetCore` (`budget_core`; a search passes one that reuses it across candidates
+#: that differ only in the rank order).
+Core = Callable[[Plannable], BudgetCore]
+
+
+def budget_core(
     job: Plannable,
-    activations_of: Activations = stage_activation_terms,
+    activations_of: StagesActivations | None = None,
     parameters_of: Parameters = rank_parameters,
     engine_of: Engine = stage_engine_terms,
-) -> MemoryBudget:
-    """Every pipeline stage's heaviest rank, and the peak (the largest total; ties: lowest stage).
-    `activations_of`, `parameters_of` and `engine_of` give what `stage_activation_terms`,
-    `rank_parameters` and `engine_terms` give (a search's reuse them across candidates)."""
-    stages = tuple(
-        StageBudget(
-            stage,
-            stage_rank(job, stage),
-            rank_memory(job, stage, 0, 0, activations_of, parameters_of, engine_of),
-        )
-        for stage in range(job.layout.p)
+) -> BudgetCore:
+    """`budget`'s terms and peak, before any rank is placed (`budget` for the arguments)."""
+    classes = stage_classes(job)
+    static = tuple(
+        static_terms(job, stage, 0, 0, parameters_of, engine_of) for stage in classes.first
     )
-    peak = max(stages, key=lambda s: (s.memory.total, -s.stage))
-    return MemoryBudget(
+    held = (classwise_activations if activations_of is None else activations_of)(job)
+    reserve = reserve_term(job).bytes
+    # Each class's heaviest stage with its static terms; of those, with (total, −stage), the
+    # largest total, the lowest stage among equals.
+    totals = [
+        (sum(t.bytes for t in placed.hbm) + reserve + most, -stage)
+        for placed, (most, stage) in zip(static, held.heaviest, strict=True)
+    ]
+    peak_bytes, peak_stage = max(totals)
+    return BudgetCore(
+        static=static,
+        held=held,
+        peak_stage=-peak_stage,
+        peak_bytes=peak_bytes,
+        most_host=max(sum(t.bytes for t in placed.host) for placed in static),
         parameters=parameter_count(job.model).total,
         parameters_padded=parameter_count(job.model, padded_vocab(job.model.V, job.layout.t)).total,
-        stages=stages,
-        peak=peak,
+    )
+
+
+def budget(
+    job: Plannable,
+    activations_of: StagesActivations | None = None,
+    parameters_of: Parameters = rank_parameters,
+    engine_of: Engine = stage_engine_terms,
+    core_of: Core | None = None,
+) -> MemoryBudget:
+    """Every pipeline stage's heaviest rank, and the peak (the largest total; ties: lowest stage).
+    `activations_of`, `parameters_of` and `engine_of` give what `classwise_activations`,
+    `rank_parameters` and `engine_terms` give (a search's reuse them across candidates), and
+    `core_of` what `budget_core` gives with them.
+
+    The static terms and what a stage keeps per unit in flight are computed once per stage
+    class (`planc.stages`), the micro-batches in flight per stage; the peak is found from the
+    totals (`budget_core`), and the budgets of its rank and the others are assembled on first
+    use (`MemoryBudget.peak`, `MemoryBudget.stages`)."""
+    core = (
+        budget_core(job, activations_of, parameters_of, engine_of)
+        if core_of is None
+        else core_of(job)
+    )
+    staged = StagedMemory(
+        stage_classes(job),
+        core.static,
+        core.held.stages,
+        reserve_term(job),
+        job.layout.strides[Axis.PP],
+    )
+    return MemoryBudget(
+        parameters=core.parameters,
+        parameters_padded=core.parameters_padded,
+        staged=staged,
+        peak_stage=core.peak_stage,
+        peak_bytes=core.peak_bytes,
+        most_host=core.most_host,
+    )
+
+
+def classwise_activations(job: Plannable) -> HeldActivations:
+    """`stage_activations` of every stage, what a stage keeps per unit in flight
+    (`stage_lines`) computed once per stage class (`planc.stages`)."""
+    classes = stage_classes(job)
+    layer = layer_lines(job)
+    lines = [stage_lines(job, stage, layer) for stage in classes.first]
+    return HeldActivations(
+        classes,
+        tuple(
+            StageActivations(kept, held_at_peak(job, stage, kept.weights))
+            for stage, kept in enumerate(classes.expand(lines))
+        ),
     )
 
 
 def node_host_bytes(job: Plannable, b: MemoryBudget) -> int:
     """Host bytes one node holds: gpus_per_node × the most any rank offloads (conservative: the
     ranks of one node may belong to different stages)."""
-    return job.cluster.gpus_per_node * max(stage.memory.host for stage in b.stages)
+    return job.cluster.gpus_per_node * b.most_host

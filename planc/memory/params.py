@@ -268,6 +268,16 @@ def parameter_count(model: Model, vocab: int | None = None) -> ParameterCount:
     Tied embeddings count the shared matrix once; learned positions add max_seq_len·h.
     """
     V = model.V if vocab is None else vocab
+    # Every analysis asks for it (a search's thousands, of one model): kept on the frozen model
+    # instance per vocabulary, as PlanLayout keeps its degrees (not a field).
+    counted: dict[int, ParameterCount] = model.__dict__.setdefault("_parameter_counts", {})
+    found = counted.get(V)
+    if found is None:
+        found = counted[V] = _parameter_count(model, V)
+    return found
+
+
+def _parameter_count(model: Model, V: int) -> ParameterCount:
     moe = model.moe
     return ParameterCount(
         per_layer=layer_parameters(model),

@@ -27,7 +27,7 @@ Megatron-Core serialises them with compute unless --overlap-moe-expert-parallel-
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from planc.comm.context import exposed_per_layer
@@ -115,6 +115,7 @@ from planc.presets.efficiency import (
 )
 from planc.record import record
 from planc.spec.job import Job
+from planc.stages import stage_classes
 from planc.vocab import Axis, Collective
 
 # Data-parallel traffic: the shard group (dp_cp, or dp_shard under HSDP), HSDP's replicas, and
@@ -291,6 +292,10 @@ def comm_time_s(
 # The collectives NCCL runs as rings over every member (an all-to-all and a p2p send do not
 # spread over the members' NICs).
 RING_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+#: op → seconds of one call of it (`_call_s` of the job and tables at hand).
+CallSeconds = Callable[[CommOp], float]
 
 
 def _call_s(job: Plannable, eff: Efficiency, op: CommOp) -> float:
@@ -502,10 +507,22 @@ def tp_per_layer(
     most (t − 1)/t of the collective behind the GEMM (the first chunk's gather, or the last
     chunk's reduction, has nothing to run beside): `pipelined_exposed_s`. What hides slows the
     GEMM by the link's processor_usage (the step's tp_processor_usage)."""
-    tp = [op for op in ops if op.stage == stage and op.group == "tp" and op.calls]
-    if not tp:
+    return tp_per_layer_on(job, eff, tp_link(ops, stage), moe_layer)
+
+
+def tp_link(ops: Sequence[CommOp], stage: int) -> str | None:
+    """The tier (its name) of the stage's first TP op that runs, None when it runs none: all
+    of the stage that `tp_per_layer` reads."""
+    first = next((op for op in ops if op.stage == stage and op.group == "tp" and op.calls), None)
+    return None if first is None else str(first.link)
+
+
+def tp_per_layer_on(
+    job: Plannable, eff: Efficiency, link: str | None, moe_layer: bool = False
+) -> TpPerLayer:
+    """`tp_per_layer` of a stage whose TP ops run on `link` (None: it runs none)."""
+    if link is None:
         return TpPerLayer(0.0, 0.0, 0.0, 0.0)
-    link = str(tp[0].link)
     t = job.layout.t
 
     def call(collective: str, size: int) -> float:
@@ -636,8 +653,10 @@ def _dp(
     stage: int,
     forward_s: float,
     params: int = 0,
+    call_s: CallSeconds | None = None,
 ) -> DataParallelTimes:
-    """The stage's data-parallel communication, placed as the framework issues it.
+    """The stage's data-parallel communication, placed as the framework issues it; `call_s`
+    gives one call's seconds of an op (`_call_s` unless the caller has them priced already).
 
     * Gradient reduce-scatters (all-reduces without ZeRO) run in buckets as the last
       micro-batch's backward produces them (Megatron DDP `--overlap-grad-reduce`, DeepSpeed
@@ -664,7 +683,7 @@ def _dp(
     for op in ops:
         if op.stage != stage or op.group not in DP_GROUPS or not op.calls:
             continue
-        one = _call_s(job, eff, op)
+        one = _call_s(job, eff, op) if call_s is None else call_s(op)
         if op.group == "embedding":
             after += one * op.calls
         elif op.op == "all_gather" and zero <= 2:
@@ -773,22 +792,38 @@ def build_inputs(
     """The :class:`StepInputs` of `job`: `params_by_stage[r]` is Ψ_r, the parameters one rank of
     stage r holds, and `experts_by_stage[r]` its Ψ_expert (sharded over the expert data-parallel
     group instead of the data-parallel one), both from planc's memory analysis
-    (`Analysis.parameters`); `ops` the communication schedule (`Analysis.ops`) and `eff` the
-    efficiency tables. `planc.analysis.estimate_step` is the one caller.
+    (`Analysis.parameters`); `ops` the communication schedule (`Analysis.ops`, or only the ops of
+    each stage class's first stage, `StagedSchedule.first_ops`) and `eff` the efficiency
+    tables. `planc.analysis.estimate_step` is the one caller.
+
+    A stage's inputs read it only as its class (`planc.stages`): each class's are computed once,
+    on its first stage.
     """
     lay, m = job.layout, job.m
     shape, device = layer_shape(job), device_of(job)
-    per_stage = lay.stage_layers
-    params, experts = list(params_by_stage), list(experts_by_stage)
-    dense = [total - expert for total, expert in zip(params, experts, strict=True)]
+    classes = stage_classes(job)
     zero = sharding_stage(job) >= 1
     shard, expert_shard = (lay.shard_group, lay.edp) if zero else (1, 1)
     exchange = ep_per_layer(job, eff)
     low = quantized_layers(job, eff)
     one = boundary_transfer(job, eff, ops) if runs_pipe_engine(job) else Transfer(0.0, 0.0)
     staged = ops_by_stage(ops, lay.p)
+    # One layer's TP times read a stage only as the tier of its TP ops (`tp_link`), and a MoE
+    # layer's differ from a dense one's only in a MoE model (`_tp_mlp`): each distinct one is
+    # priced once.
+    tp_times: dict[tuple[str | None, bool], TpPerLayer] = {}
+
+    def tp_of(link: str | None, moe_layer: bool) -> TpPerLayer:
+        at = (link, moe_layer and job.dims.experts is not None)
+        found = tp_times.get(at)
+        if found is None:
+            found = tp_times[at] = tp_per_layer_on(job, eff, *at)
+        return found
+
     stages = []
-    for r, layers in enumerate(per_stage):
+    for r in classes.first:
+        layers = lay.stage_layers[r]
+        params, experts = params_by_stage[r], experts_by_stage[r]
         split, routed = lay.chunk_layers(r), chunk_moe_layers(job, r)
         mine = staged[r]
         blocking = blocking_p2p(job, one, r)
@@ -804,10 +839,11 @@ def build_inputs(
             expert_shape(job),
             quantized_compute(job, r, low),
         )
-        tp = tp_per_layer(job, eff, mine, r)
-        tp_moe = tp_per_layer(job, eff, mine, r, moe_layer=True)
-        times = with_copy_out(job, times, params[r], device, eff)
-        dp = _dp(job, eff, mine, r, sum(t.forward_s for t in times), params[r])
+        link = tp_link(mine, r)
+        tp = tp_of(link, False)
+        tp_moe = tp_of(link, True)
+        times = with_copy_out(job, times, params, device, eff)
+        dp = _dp(job, eff, mine, r, sum(t.forward_s for t in times), params)
         pairs = tuple(zip(split, routed, strict=True))
         stages.append(
             StageInputs(
@@ -820,9 +856,9 @@ def build_inputs(
                     for n, e in pairs
                 ),
                 dp_buckets_s=dp.buckets,
-                after_step_s=dp.after_step + offload_transfer_s(job, params[r]),
+                after_step_s=dp.after_step + offload_transfer_s(job, params),
                 optimizer_s=optimizer_time_s(
-                    dense[r] / shard + experts[r] / expert_shard,
+                    (params - experts) / shard + experts / expert_shard,
                     device,
                     eff,
                     optimizer_bytes(job),
@@ -837,12 +873,12 @@ def build_inputs(
                 ep_backward_s=tuple(e * exchange.backward_s for e in routed),
                 p2p_forward_s=blocking.forward_s,
                 p2p_backward_s=blocking.backward_s,
-                accumulate_s=accumulation_s(job, r, params[r], device, eff),
+                accumulate_s=accumulation_s(job, r, params, device, eff),
             )
         )
     hop = hop_s(job, p2p_message_s(job, eff, ops))
     return StepInputs(
-        stages=tuple(stages),
+        stages=classes.expand(stages),
         m=m,
         v=lay.v,
         p2p_s=hop,
@@ -952,16 +988,23 @@ def after_step_s(
     ops: Sequence[CommOp],
     params_by_stage: Sequence[int],
     times: Sequence[StageTimes],
+    call_s: CallSeconds | None = None,
 ) -> tuple[float, ...]:
     """Per stage, the communication that always follows the optimizer step (what of the ZeRO-1/2
     parameter all-gather its overlap leaves exposed, the tied-embedding all-reduce) and the
     offload copies: exposed whatever else overlaps, so a lower bound on what the step adds after
-    the pipeline. `times` are the stages' compute times (`Analysis.times`)."""
+    the pipeline. `times` are the stages' compute times (`Analysis.times`); `ops` the schedule
+    (every stage's, or each stage class's first stage's, as `build_inputs` takes them), each
+    class priced once; `call_s` one call's seconds of an op (`_call_s` by default: a search
+    passes the calls it has priced)."""
+    classes = stage_classes(job)
     staged = ops_by_stage(ops, job.layout.p)
-    return tuple(
-        _dp(job, eff, staged[r], r, times[r].forward_s).after_step
-        + offload_transfer_s(job, params_by_stage[r])
-        for r in range(job.layout.p)
+    return classes.expand(
+        [
+            _dp(job, eff, staged[r], r, times[r].forward_s, call_s=call_s).after_step
+            + offload_transfer_s(job, params_by_stage[r])
+            for r in classes.first
+        ]
     )
 
 

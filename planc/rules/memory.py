@@ -88,12 +88,12 @@ def memory_fits(ctx: Context) -> Iterator[Violation]:
     if ctx.analysis is None:
         return
     job = ctx.analysis.plan
+    usable = job.usable_hbm_bytes
+    if ctx.analysis.memory.peak_bytes <= usable:
+        return
     peak = ctx.analysis.memory.peak
     hbm = job.cluster.gpu.memory_bytes
-    usable = job.usable_hbm_bytes
     mem = peak.memory
-    if mem.total <= usable:
-        return
     largest = sorted(mem.terms, key=lambda term: term.bytes, reverse=True)[:3]
     parts = ", ".join(f"{term.name} {_gib(term.bytes)}" for term in largest)
     yield Violation(

@@ -280,7 +280,7 @@ def step_traffic_representable(ctx: Context) -> Iterator[Violation]:
     Fails:
         training: {global_batch: 1000000000000}
     """
-    if ctx.analysis is None:
+    if ctx.analysis is None or ctx.analysis.most_wire_bytes < MAX_PLAN_INTEGER:
         return
     for wire in ctx.analysis.wires:
         for tier, bytes_ in wire.tiers.items():

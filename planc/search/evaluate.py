@@ -14,31 +14,47 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import itemgetter
 from types import MappingProxyType
 from typing import Any, Protocol
 
 from planc.analysis import Analysis, analyse, estimate_step
 from planc.check import context_of, severity_of
-from planc.comm.schedule import CommOp, ring_rails
+from planc.comm.schedule import OP_KINDS, CommOp, ring_rails
 from planc.findings import Severity
-from planc.memory.activations import stage_activation_terms
+from planc.memory.activations import (
+    StageActivations,
+    StageLines,
+    held_at_peak,
+    layer_lines,
+    stage_lines,
+)
+from planc.memory.budget import BudgetCore, HeldActivations, budget_core
 from planc.memory.engines import Placed, engine_terms
 from planc.memory.params import RankParameters, rank_parameters
 from planc.memory.static import Group, StateBytes
 from planc.memory.terms import Term
 from planc.perf.compute import StageTimes
-from planc.perf.inputs import after_step_s, build_inputs, comm_time_s, efficiency_of, stage_times
+from planc.perf.inputs import (
+    CallSeconds,
+    after_step_s,
+    build_inputs,
+    comm_time_s,
+    efficiency_of,
+    stage_times,
+)
 from planc.perf.step import step_lower_bound_s
 from planc.pipeline.registry import bubble_fraction
-from planc.plannable import Plannable, plannable
+from planc.plannable import Chunks, Plannable, layer_chunks, plannable
 from planc.presets.efficiency import Efficiency
-from planc.record import record
+from planc.record import record, replace
 from planc.rules import FRAMEWORK_RULES, REGISTRY, Rule
 from planc.rules.base import Context, Needs
 from planc.run.estimate import checkpoint_cost
-from planc.search.space import Space, Value, stage_split
+from planc.search.space import AXIS_NAMES, Space, Value, stage_split
 from planc.spec.fabric import Fabric
 from planc.spec.job import Job, NodeNames, low_precision_recipe, resolve
+from planc.stages import StageClasses, stage_classes
 from planc.vocab import ScheduleKind, SearchObjective, recompute_mode
 
 Objective = SearchObjective
@@ -146,6 +162,10 @@ class Judge:
     rejecting: int  # the lowest severity rank that rejects
     objective: Objective = "step"
     deep: tuple[tuple[Rule, Severity], ...] = ()  # rules on the analysis
+    # The rules whose findings can reject a candidate (`rejectors`), on the job or the plannable
+    # job and on the analysis: what deciding feasibility needs; the others only add warnings.
+    cheap_deciding: tuple[tuple[Rule, Severity], ...] = ()
+    deciding: tuple[tuple[Rule, Severity], ...] = ()
     # The (rule, severity) pairs that reject a candidate (`Setup.rejects`), for the cheap rules
     # and after the analysis alike.
     rejectors: frozenset[tuple[str, Severity]] = frozenset()
@@ -195,7 +215,15 @@ def make_judge(setup: Setup) -> Judge:
         if setup.rejects(r.id, severity)
     )
     return Judge(
-        base, setup.space, cheap, setup.rejecting, setup.objective, deep=deep, rejectors=rejectors
+        base,
+        setup.space,
+        cheap,
+        setup.rejecting,
+        setup.objective,
+        deep=deep,
+        rejectors=rejectors,
+        cheap_deciding=tuple((r, s) for r, s in cheap if (r.id, s) in rejectors),
+        deciding=tuple((r, s) for r, s in deep if (r.id, s) in rejectors),
     )
 
 
@@ -210,9 +238,14 @@ def hosts_refusal(job: Job, rejecting: int = ERROR_RANK) -> tuple[str, ...]:
     return (rule.id,) if any(True for _ in rule.check(context_of(job, [rule]))) else ()
 
 
-def candidate_job(base: Job, space: Space, values: Sequence[Value]) -> Job:
+def candidate_job(
+    base: Job,
+    space: Space,
+    values: Sequence[Value],
+    split_of: Callable[[int, int, int], tuple[int, ...]] = stage_split,
+) -> Job:
     """`base` with the candidate's values; data derived unless pinned, the layer split balanced
-    when the layers do not divide evenly (`stage_split`)."""
+    when the layers do not divide evenly (`stage_split`, or `split_of` that gives the same)."""
     v = space.named(values)
     t, p, c, chunks = (
         int(v["tensor"]),
@@ -225,28 +258,28 @@ def candidate_job(base: Job, space: Space, values: Sequence[Value]) -> Job:
         d: int | None = space.data
     else:
         d = base.world // inner if base.world % inner == 0 else None
-    layout = dataclasses.replace(
+    layout = replace(
         base.layout,
         t=t,
         p=p,
         d=d,
         c=c,
         v=chunks,
-        stage_layers=space.stage_layers or stage_split(base.model.L, p, chunks),
+        stage_layers=space.stage_layers or split_of(base.model.L, p, chunks),
         sp=bool(v["sequence_parallel"]),
         zero=int(v["zero_stage"]),
         d_given=space.data is not None,
         **_expert_fields(base, v, t),
         **_placed_fields(base, v, chunks),
     )
-    training = dataclasses.replace(
+    training = replace(
         base.training,
         b=int(v["micro_batch"]),
         recompute=recompute_mode(v["recompute"]),
         **_offload_fields(v),
         **_precision_fields(base, v),
     )
-    return dataclasses.replace(base, layout=layout, training=training)
+    return replace(base, layout=layout, training=training)
 
 
 def _expert_fields(base: Job, v: Mapping[str, Value], t: int) -> dict[str, Any]:
@@ -301,34 +334,42 @@ def _precision_fields(base: Job, v: Mapping[str, Value]) -> dict[str, Any]:
 
 
 def _failing(rules: Iterable[tuple[Rule, Severity]], ctx: Context) -> list[tuple[str, Severity]]:
-    """The rules of `rules` that report on `ctx`, with their severity."""
+    """The rules of `rules` that report on `ctx` (a first violation), with their severity."""
     return [
         (rule.id, severity)
         for rule, severity in rules
-        if rule.check is not None and any(True for _ in rule.check(ctx))
+        if rule.check is not None and next(iter(rule.check(ctx)), None) is not None
     ]
 
 
-def judge(judge: Judge, index: int) -> Verdict:
+def judge(judge: Judge, index: int, every: bool = True) -> Verdict:
     """The verdict of the rules on candidate `index` of the judge's space: what
     `planc.check.evaluate` finds, each rule run once on check's own contexts (the cheap rules on
-    the one without the analysis, which they do not read)."""
-    job = candidate_job(judge.base, judge.space, judge.space.candidate(index))
-    # check's own context without the analysis: the refusals, or the plannable job.
-    ctx = context_of(job, [rule for rule, _ in judge.cheap], suggest=False)
-    found = _failing(judge.cheap, ctx)
+    the one without the analysis, which they do not read).
+
+    Without `every`, only the rules that can reject a candidate run (`Judge.cheap_deciding`,
+    `Judge.deciding`): the verdict is the same but for a feasible candidate's warnings, which
+    it then leaves out. The search judges every candidate so and judges again, with every
+    rule, the few it lists (`planc.search.run.search`)."""
+    values = judge.space.candidate(index)
+    job = candidate_job(judge.base, judge.space, values, _split_of(judge))
+    # check's own context without the analysis (which no rule given it reads): the refusals,
+    # or the plannable job.
+    ctx = context_of(job, (), suggest=False, chunks_of=_chunks_of(judge))
+    found = _failing(judge.cheap if every else judge.cheap_deciding, ctx)
     failed = tuple(rule for rule, severity in found if (rule, severity) in judge.rejectors)
     if failed:
         return Verdict(index, failed)
     plan = ctx.plan
     if plan is None:  # a precondition rule the spec ignores or re-levels
         return Verdict(index, tuple(sorted({r.rule for r in ctx.refusals})))
-    analysis = shared_analysis(judge, index, plan)
-    found += _failing(judge.deep, Context(job, plan, analysis, suggest=False))
+    analysis = shared_analysis(judge, index, plan, values)
+    deep = judge.deep if every else judge.deciding
+    found += _failing(deep, Context(job, plan, analysis, suggest=False))
     errors = sorted({rule for rule, severity in found if (rule, severity) in judge.rejectors})
     if errors:
         return Verdict(index, tuple(errors))
-    peak = analysis.memory.peak.memory.total
+    peak = analysis.memory.peak_bytes
     lay = plan.layout
     return Verdict(
         index,
@@ -339,8 +380,62 @@ def judge(judge: Judge, index: int) -> Verdict:
         peak_memory_bytes=peak,
         memory_headroom=1 - peak / job.cluster.gpu.memory_bytes,
         bubble_fraction=bubble_fraction(lay.schedule, lay.p, plan.m, lay.v),
-        step_bound_s=step_lower_bound(analysis),
+        step_bound_s=shared_bound(judge, index, analysis, values),
     )
+
+
+# A judge's memo of what only the job's pipeline shape decides, keyed by the values it is a
+# function of (the base job's fields a candidate does not change, the model's above all, are
+# the same for every key of one judge): the layer split of an uneven pipeline (`stage_split`),
+# each stage's layer chunks (`planc.plannable.layer_chunks`) and the stage classes
+# (`planc.stages.stage_classes`).
+
+
+def _split_of(judge: Judge) -> Callable[[int, int, int], tuple[int, ...]]:
+    memo = judge.memo
+
+    def split(layers: int, p: int, v: int) -> tuple[int, ...]:
+        at = ("split", layers, p, v)
+        found: tuple[int, ...] | None = memo.get(at)
+        if found is None:
+            found = memo[at] = stage_split(layers, p, v)
+        return found
+
+    return split
+
+
+def _chunks_of(judge: Judge) -> Callable[[Job], tuple[Chunks, tuple[int, ...]]]:
+    memo = judge.memo
+
+    def chunks(job: Job) -> tuple[Chunks, tuple[int, ...]]:
+        lay = job.layout
+        # Everything `layer_chunks` reads (`chunk_split`, `chunk_ranges`).
+        at = (
+            "chunks",
+            job.model.L,
+            lay.p,
+            lay.v,
+            lay.schedule,
+            lay.stage_layers,
+            lay.pipeline_layout,
+            lay.embedding_in_split,
+            lay.loss_in_split,
+        )
+        found: tuple[Chunks, tuple[int, ...]] | None = memo.get(at)
+        if found is None:
+            found = memo[at] = layer_chunks(job)
+        return found
+
+    return chunks
+
+
+def _classes_of(judge: Judge, plan: Plannable) -> StageClasses:
+    # Everything `planc.stages.stage_key` reads but the model (the base job's).
+    lay, q = plan.layout, plan.numerics.quantized
+    at = ("classes", lay.chunks, lay.last_stage, 0 if q is None else q.bf16_layers)
+    classes = stage_classes(plan, judge.memo.get(at))
+    judge.memo[at] = classes
+    return classes
 
 
 # The axes whose value neither a stage's activation terms (`planc.memory.activations`) nor its
@@ -348,7 +443,12 @@ def judge(judge: Judge, index: int) -> Verdict:
 # weights, gradients and optimizer state, not what a micro-batch keeps or computes, and the rank
 # order places ranks, not work. Candidates that differ only in them share those sub-results
 # (tests/test_search_speed.py holds them equal to fresh ones).
+NONE: frozenset[str] = frozenset()  # a sub-result that reads every axis
 UNREAD_BY_SHARED = frozenset({"zero_stage", "data_shard", "offload", "order"})
+# The stages' compute times (`planc.perf.inputs.stage_times`) read neither those nor the
+# context-parallel type: the exchange is priced with the communication, the attention core is
+# computed alike under every type.
+UNREAD_BY_TIMES = UNREAD_BY_SHARED | {"cp_comm_type"}
 # The axes `planc.memory.params.rank_parameters` does not read: it reads the model, tensor,
 # expert and expert_tensor (the slices of a layer), pipeline, virtual_stages and the schedule
 # (each stage's layers and chunks, which rank holds the last chunk), never the data or context
@@ -377,6 +477,12 @@ UNREAD_BY_PARAMETERS = frozenset(
 UNREAD_BY_ENGINE = frozenset(
     {"cp_comm_type", "order", "sequence_parallel", "micro_batch", "recompute"}
 )
+# The axes the memory budget's terms and peak (`planc.memory.budget.budget_core`) do not read:
+# those neither the activations nor the static terms read (the FP8 terms read the micro-batch
+# and the number format, which both keys hold). That leaves the rank order, which places each
+# stage's rank (the pp stride) but changes no byte: the budget is assembled per candidate from
+# the shared core with its own stride.
+UNREAD_BY_BUDGET = UNREAD_BY_SHARED & UNREAD_BY_ENGINE
 # The axes one call's time (`planc.perf.inputs.comm_time_s` on its group's rails,
 # `planc.comm.schedule.ring_rails`) does not read beyond the call itself (collective, group kind,
 # group size, buffer bytes and tier, all in the key): it reads the fabric and the tables (the base
@@ -395,58 +501,124 @@ UNREAD_BY_CALLS = frozenset(
         "recompute",
     }
 )
+# The axes each kind of op of a stage (`planc.comm.schedule.OP_KINDS`) does not read beyond its
+# arguments (the stage, its Ψ_dense, Ψ_expert and quantized weights, all in the key). Every kind
+# reads the degrees, the rank order (its groups' tier) and the number formats (bytes per
+# element). Tensor, expert and expert-tensor parallelism's collectives and the pipeline's
+# sends move activations: what a micro-batch holds (the micro-batch, sequence parallelism) and
+# how often (m, and under full recompute the forward's again, but not for the sends), never
+# where ZeRO puts the state or the context-parallel type. The context-parallel exchange reads
+# its type and m, not recompute. The data-parallel kinds move parameters and gradients: ZeRO,
+# the shard group and m (ZeRO-2/3 every micro-batch), never recompute, sequence parallelism or
+# the context-parallel type. The tied embedding's all-reduce moves its gradient once a step.
+# A kind not named here shares nothing.
+UNREAD_BY_TP_OPS = frozenset({"zero_stage", "data_shard", "offload", "cp_comm_type"})
+UNREAD_BY_CP_OPS = frozenset({"zero_stage", "data_shard", "offload", "recompute"})
+UNREAD_BY_PP_OPS = UNREAD_BY_TP_OPS | {"recompute"}
+UNREAD_BY_DP_OPS = frozenset({"recompute", "sequence_parallel", "cp_comm_type", "offload"})
+UNREAD_BY_EMBEDDING_OPS = UNREAD_BY_PP_OPS | {"micro_batch", "sequence_parallel"}
+
+
+def unread_by_ops() -> dict[str, frozenset[str]]:
+    """Each kind of op's unread axes, by `OP_KINDS` name."""
+    return {
+        "tp": UNREAD_BY_TP_OPS,
+        "cp": UNREAD_BY_CP_OPS,
+        "ep": UNREAD_BY_TP_OPS,
+        "pp": UNREAD_BY_PP_OPS,
+        "dp": UNREAD_BY_DP_OPS,
+        "edp": UNREAD_BY_DP_OPS,
+        "embedding": UNREAD_BY_EMBEDDING_OPS,
+    }
+
+
 # The one axis `planc.perf.inputs.efficiency_of` reads: the GEMMs' number format (the GPU's
 # peak for it); the GPU, hardware.calibration and training.efficiency are the base job's.
 READ_BY_TABLES = frozenset({"precision"})
 
 
-def _masked(
-    space: Space, values: Sequence[Value], unread: frozenset[str]
-) -> tuple[Value | None, ...]:
-    """The candidate's values with those of the `unread` axes replaced by None: the key of a
-    sub-result that is a function of the base job and the other axes."""
-    return tuple(
-        None if axis.name in unread else value
-        for axis, value in zip(space.axes, values, strict=True)
-    )
+def _masked(judge: Judge, values: Sequence[Value], unread: frozenset[str]) -> tuple[Value, ...]:
+    """The candidate's values of every axis but the `unread` ones, in axis order: the key of a
+    sub-result that is a function of the base job and those axes."""
+    at = ("mask", unread)
+    read: Callable[[Sequence[Value]], tuple[Value, ...]] | None = judge.memo.get(at)
+    if read is None:
+        kept = [i for i, axis in enumerate(judge.space.axes) if axis.name not in unread]
+        # itemgetter of one index returns the value, of none is refused: a tuple either way.
+        read = judge.memo[at] = (
+            (lambda values: tuple(values[i] for i in kept))
+            if len(kept) < 2
+            else itemgetter(*kept)
+        )
+    return read(values)
 
 
-def shared_analysis(judge: Judge, index: int, plan: Plannable) -> Analysis:
+def shared_analysis(
+    judge: Judge, index: int, plan: Plannable, values: Sequence[Value] | None = None
+) -> Analysis:
     """`analyse(plan)` of candidate `index`, with the sub-results an earlier candidate of this
     judge computed for the same values of the axes each reads: every stage's activation terms
-    and the stages' compute times (all axes but `UNREAD_BY_SHARED`), each stage's parameters
+    (all axes but `UNREAD_BY_SHARED`), the stages' compute times (`UNREAD_BY_TIMES`), each
+    stage's parameters
     (`UNREAD_BY_PARAMETERS`), each stage's static terms (weights, gradients, optimizer state
-    and their buffers: `UNREAD_BY_ENGINE`) and the efficiency tables (`READ_BY_TABLES`)."""
+    and their buffers: `UNREAD_BY_ENGINE`), the memory budget's terms and peak
+    (`UNREAD_BY_BUDGET`), the efficiency tables (`READ_BY_TABLES`), each
+    call's seconds (`call_seconds`) and the stage classes. `values`: the candidate's, when the
+    caller has them."""
     space, memo = judge.space, judge.memo
-    values = space.candidate(index)
-    key = _masked(space, values, UNREAD_BY_SHARED)
-    parameters_key = _masked(space, values, UNREAD_BY_PARAMETERS)
-    engine_key = _masked(space, values, UNREAD_BY_ENGINE)
-    calls_key = _masked(space, values, UNREAD_BY_CALLS)
-    tables_key = tuple(
-        value if axis.name in READ_BY_TABLES else None
-        for axis, value in zip(space.axes, values, strict=True)
-    )
+    values = space.candidate(index) if values is None else values
+    _classes_of(judge, plan)
+    key = _masked(judge, values, UNREAD_BY_SHARED)
+    times_key = _masked(judge, values, UNREAD_BY_TIMES)
+    parameters_key = _masked(judge, values, UNREAD_BY_PARAMETERS)
+    engine_key = _masked(judge, values, UNREAD_BY_ENGINE)
+    budget_key = _masked(judge, values, UNREAD_BY_BUDGET)
+    tables_key = _masked(judge, values, frozenset(AXIS_NAMES) - READ_BY_TABLES)
 
-    def activations_of(job: Plannable, stage: int) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
-        at = ("activations", key, stage)
-        if at not in memo:
-            memo[at] = stage_activation_terms(job, stage)
-        terms: tuple[tuple[Term, ...], tuple[Term, ...]] = memo[at]
-        return terms
+    # Each kind's results for this candidate's key, by stage (one lookup of the key each).
+    lines_by_class: dict[int, StageLines] = memo.setdefault(("lines", key), {})
+    shares: dict[int, RankParameters] = memo.setdefault(("parameters", parameters_key), {})
+    statics: dict[tuple[int, int, int], Placed] = memo.setdefault(("engine", engine_key), {})
+    priced: list[CallSeconds] = []
+
+    def activations_of(job: Plannable) -> HeldActivations:
+        at = ("activations", key)
+        found: HeldActivations | None = memo.get(at)
+        if found is None:
+            stages = tuple(stage_activations(job, r) for r in range(job.layout.p))
+            found = memo[at] = HeldActivations(stage_classes(job), stages)
+        return found
+
+    def stage_activations(job: Plannable, stage: int) -> StageActivations:
+        # What the stage keeps per unit in flight is its class's (`planc.stages`), the
+        # micro-batches in flight a function of the schedule, m and the chunks' weights.
+        classes = stage_classes(job)
+        first = classes.first[classes.of[stage]]
+        lines = lines_by_class.get(first)
+        if lines is None:
+            # One layer's lines, the same on every stage.
+            layer: tuple[tuple[Term, bool], ...] | None = memo.get(("layer", key))
+            if layer is None:
+                layer = memo[("layer", key)] = layer_lines(job)
+            lines = lines_by_class[first] = stage_lines(job, first, layer)
+        lay = job.layout
+        held_at = ("held", lay.schedule, lay.p, lay.v, job.m, stage, lines.weights)
+        held: tuple[int, ...] | None = memo.get(held_at)
+        if held is None:
+            held = memo[held_at] = held_at_peak(job, stage, lines.weights)
+        return StageActivations(lines, held)
 
     def times_of(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
-        at = ("times", key)
+        at = ("times", times_key)
         if at not in memo:
             memo[at] = stage_times(job, eff)
         times: tuple[StageTimes, ...] = memo[at]
         return times
 
     def parameters_of(job: Plannable, stage: int) -> RankParameters:
-        at = ("parameters", parameters_key, stage)
-        if at not in memo:
-            memo[at] = rank_parameters(job, stage)
-        share: RankParameters = memo[at]
+        share = shares.get(stage)
+        if share is None:
+            share = shares[stage] = rank_parameters(job, stage)
         return share
 
     def engine_of(
@@ -459,11 +631,18 @@ def shared_analysis(judge: Judge, index: int, plan: Plannable) -> Analysis:
     ) -> Placed:
         # Ψ_r, the bytes per parameter and the groups are functions of the stage, the shard
         # indices and the axes of the key (UNREAD_BY_ENGINE ⊆ UNREAD_BY_PARAMETERS).
-        at = ("engine", engine_key, stage, group.index, experts.index)
-        if at not in memo:
-            memo[at] = engine_terms(job, share, state, group, experts)
-        placed: Placed = memo[at]
+        at = (stage, group.index, experts.index)
+        placed = statics.get(at)
+        if placed is None:
+            placed = statics[at] = engine_terms(job, share, state, group, experts)
         return placed
+
+    def core_of(job: Plannable) -> BudgetCore:
+        at = ("budget", budget_key)
+        core: BudgetCore | None = memo.get(at)
+        if core is None:
+            core = memo[at] = budget_core(job, activations_of, parameters_of, engine_of)
+        return core
 
     def tables_of(job: Plannable) -> Efficiency:
         at = ("tables", tables_key)
@@ -472,27 +651,75 @@ def shared_analysis(judge: Judge, index: int, plan: Plannable) -> Analysis:
         eff: Efficiency = memo[at]
         return eff
 
+    unread = unread_by_ops()
+    keys = {hidden: _masked(judge, values, hidden) for hidden in {*unread.values(), NONE}}
+    kinds = [
+        (kind, memo.setdefault(("ops", name, keys[unread.get(name, NONE)]), {}))
+        for name, kind in OP_KINDS
+    ]
+
+    def ops_of(
+        job: Plannable, stage: int, params: int, experts: int, quantized: tuple[int, int]
+    ) -> list[CommOp]:
+        # `planc.comm.schedule.stage_ops`: each kind's ops, shared by the axes it reads.
+        out: list[CommOp] = []
+        at = (stage, params, experts, quantized)
+        for kind, known in kinds:
+            ops = known.get(at)
+            if ops is None:
+                ops = known[at] = tuple(kind(job, stage, params, experts, quantized))
+            out += ops
+        return out
+
     def seconds_of(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> tuple[float, ...]:
         # `planc.perf.inputs.op_seconds`: each op's calls × one call, a call priced once.
-        priced: dict[tuple[str, str, int, int, str], float] = {}
-        out = []
-        for op in ops:
-            call = (str(op.op), str(op.group), op.group_size, op.buffer_bytes, op.link)
-            if call not in priced:
-                at = ("call", calls_key, call)
-                if at not in memo:
-                    rails = ring_rails(job, op.group)
-                    memo[at] = comm_time_s(
-                        job, eff, call[0], op.group_size, op.buffer_bytes, op.link, rails=rails
-                    )
-                priced[call] = memo[at]
-            out.append(op.calls * priced[call])
-        return tuple(out)
+        if not priced:
+            priced.append(call_seconds(judge, index, job, eff, values))
+        one = priced[0]
+        return tuple(op.calls * one(op) for op in ops)
 
-    return analyse(plan, activations_of, times_of, parameters_of, engine_of, tables_of, seconds_of)
+    return analyse(
+        plan,
+        activations_of,
+        times_of,
+        parameters_of,
+        engine_of,
+        tables_of,
+        seconds_of,
+        ops_of,
+        core_of,
+    )
 
 
-def step_lower_bound(analysis: Analysis) -> float:
+def call_seconds(
+    judge: Judge,
+    index: int,
+    job: Plannable,
+    eff: Efficiency,
+    values: Sequence[Value] | None = None,
+) -> CallSeconds:
+    """One call's seconds of an op of candidate `index` (`planc.perf.inputs.comm_time_s` on its
+    group's rails, `ring_rails`), shared with the judge's earlier candidates that agree on the
+    axes a call reads (all but `UNREAD_BY_CALLS`) and on the call itself. `values`: the
+    candidate's, when the caller has them."""
+    values = judge.space.candidate(index) if values is None else values
+    calls_key = _masked(judge, values, UNREAD_BY_CALLS)
+    calls: dict[tuple[Any, ...], float] = judge.memo.setdefault(("call", calls_key), {})
+
+    def one(op: CommOp) -> float:
+        at = (op.op, op.group, op.group_size, op.buffer_bytes, op.link)
+        seconds = calls.get(at)
+        if seconds is None:
+            rails = ring_rails(job, op.group)
+            seconds = calls[at] = comm_time_s(
+                job, eff, str(op.op), op.group_size, op.buffer_bytes, op.link, rails=rails
+            )
+        return seconds
+
+    return one
+
+
+def step_lower_bound(analysis: Analysis, call_s: CallSeconds | None = None) -> float:
     """A lower bound on the estimated step, from the analysis alone (no pipeline run).
 
     The busiest stage r* runs its m micro-batches (m·T*, T = forward + backward compute per
@@ -501,16 +728,53 @@ def step_lower_bound(analysis: Analysis) -> float:
     after the pipeline, the step still runs the always-exposed after-step communication (ZeRO-1/2
     parameter all-gather, tied embedding all-reduce, offload copies). The estimate adds exposed
     TP, p2p, the DP tail and the optimizer on top, so it never comes out below this.
+    `call_s`: one call's seconds of an op, as the judge has priced them (`call_seconds`).
     """
     plan, times = analysis.plan, analysis.times
     per_stage = [t.forward_s + t.backward_s for t in times]
-    busiest = max(range(len(per_stage)), key=lambda r: (per_stage[r], r))
+    # The busiest stage, the last of equals (the largest (T_r, r)).
+    most = max(per_stage)
+    busiest = len(per_stage) - 1 - per_stage[::-1].index(most)
     fill = sum(per_stage[:busiest]) / plan.layout.v
-    params = [share.total for share in analysis.parameters]
+    classes = analysis.schedule.classes
+    params = classes.expand([analysis.parameters[r].total for r in classes.first])
     after = max(
-        after_step_s(plan, analysis.efficiency, analysis.ops, params, analysis.times), default=0.0
+        after_step_s(
+            plan, analysis.efficiency, analysis.schedule.first_ops, params, analysis.times, call_s
+        ),
+        default=0.0,
     )
     return plan.m * per_stage[busiest] + fill + after
+
+
+# The axes the step's lower bound (`step_lower_bound`) does not read: it reads the stages'
+# compute times (`UNREAD_BY_TIMES`), their parameters (`UNREAD_BY_PARAMETERS`), the data-parallel
+# and embedding ops after the step (`planc.perf.inputs.after_step_s` reads only the groups of
+# `DP_GROUPS`: `UNREAD_BY_DP_OPS`, `UNREAD_BY_EMBEDDING_OPS`) with each call's seconds
+# (`UNREAD_BY_CALLS`), and the offload copies (the offload). What none of them reads is the
+# context-parallel type: candidates that differ only in it share their bound.
+UNREAD_BY_BOUND = (
+    UNREAD_BY_TIMES
+    & UNREAD_BY_PARAMETERS
+    & UNREAD_BY_DP_OPS
+    & UNREAD_BY_EMBEDDING_OPS
+    & UNREAD_BY_CALLS
+) - {"offload"}
+
+
+def shared_bound(
+    judge: Judge, index: int, analysis: Analysis, values: Sequence[Value] | None = None
+) -> float:
+    """`step_lower_bound` of candidate `index` (its `analysis`), shared with the judge's
+    earlier candidates that agree on the axes it reads (all but `UNREAD_BY_BOUND`), its calls
+    priced by `call_seconds`. `values`: the candidate's, when the caller has them."""
+    values = judge.space.candidate(index) if values is None else values
+    at = ("bound", _masked(judge, values, UNREAD_BY_BOUND))
+    bound: float | None = judge.memo.get(at)
+    if bound is None:
+        call_s = call_seconds(judge, index, analysis.plan, analysis.efficiency, values)
+        bound = judge.memo[at] = step_lower_bound(analysis, call_s)
+    return bound
 
 
 @record
@@ -545,7 +809,9 @@ def price_below(judge: Judge, index: int, cutoff: float) -> Priced:
     analysis = _analysis(judge, index)
     params = [share.total for share in analysis.parameters]
     experts = [share.expert_total for share in analysis.parameters]
-    inputs = build_inputs(analysis.plan, params, experts, analysis.efficiency, analysis.ops)
+    inputs = build_inputs(
+        analysis.plan, params, experts, analysis.efficiency, analysis.schedule.first_ops
+    )
     bound = step_lower_bound_s(inputs)
     if bound > cutoff:
         return Priced(None, bound)
@@ -579,9 +845,10 @@ def _metrics(step: _Step, ranked: Callable[[float], float]) -> Metrics:
 
 
 def judge_range(setup: Setup, start: int, stop: int) -> tuple[Verdict, ...]:
-    """Candidates start … stop − 1 judged (one task of a worker process)."""
+    """Candidates start … stop − 1 judged (one task of a worker process): their feasibility,
+    without warnings (`judge` without `every`)."""
     judged = make_judge(setup)
-    return tuple(judge(judged, index) for index in range(start, stop))
+    return tuple(judge(judged, index, every=False) for index in range(start, stop))
 
 
 def price_all(setup: Setup, indices: tuple[int, ...]) -> tuple[Metrics, ...]:

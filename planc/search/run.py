@@ -30,7 +30,9 @@ from planc.search.evaluate import (
     Setup,
     Verdict,
     hosts_refusal,
+    judge,
     judge_range,
+    make_judge,
     price_all_below,
     spec_job,
 )
@@ -121,6 +123,7 @@ def search(setup: Setup, top: int, jobs: int = 1, report: Progress = silent) -> 
         )
         with report("estimating step times", len(feasible)) as tick:
             ranked, estimated = _estimate(pool, setup, feasible, top, tick)
+    ranked = warned(setup, ranked)
     nearest = nearest_rejected(setup.space, verdicts, ranked[0].verdict.index) if ranked else None
     return SearchResult(
         space=setup.space,
@@ -131,6 +134,15 @@ def search(setup: Setup, top: int, jobs: int = 1, report: Progress = silent) -> 
         results=ranked,
         nearest=nearest or MappingProxyType({}),
     )
+
+
+def warned(setup: Setup, ranked: tuple[Ranked, ...]) -> tuple[Ranked, ...]:
+    """The listed candidates with their warnings: judging ran only the rules that can reject
+    (`judge_range`), so each listed one is judged again with every rule."""
+    if not ranked:
+        return ranked
+    judged = make_judge(setup)
+    return tuple(Ranked(judge(judged, r.verdict.index), r.metrics) for r in ranked)
 
 
 def without_hosts(spec: Mapping[str, Any]) -> dict[str, Any]:
