@@ -437,17 +437,34 @@ def _run(python: str, script: str, payload: Any, cwd: Path | None = None) -> Any
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-MEGATRON_PARSE = """
+# The start of every script that parses a plan's Megatron-LM arguments in the reference venv:
+# Megatron-LM's parser, validated as on Hopper, and what a run adds besides the plan's arguments.
+MEGATRON_PARSER = """
 import argparse, json, os, sys
 import megatron.training.arguments as arguments
-# What megatron/README.md tells a run with tensor or context parallelism on Hopper to set.
-os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
 # No GPU here: validate as on the plans' Hopper GPUs (compute capability 9).
 arguments.get_device_arch_version = lambda: 9
 parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
 # What a run adds besides the plan's arguments: a tokenizer, data, iterations, a learning rate.
 extra = ["--tokenizer-type", "NullTokenizer", "--mock-data", "--train-iters", "10", "--lr", "1e-4"]
-out = {}
+"""
+# What megatron/README.md tells a run with tensor or context parallelism on Hopper to set.
+MEGATRON_TP_ENV = """os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+"""
+
+
+def megatron_python() -> str:
+    """The interpreter with Megatron-LM's argument parser (PLANC_MEGATRON_PYTHON), or a skip."""
+    python = _interpreter("PLANC_MEGATRON_PYTHON", "megatron.training.arguments")
+    if python is None:
+        pytest.skip(
+            "megatron.training.arguments is not importable (pip install megatron-core on "
+            "Python >= 3.12, and point PLANC_MEGATRON_PYTHON at that interpreter)"
+        )
+    return python
+
+
+MEGATRON_PARSE = MEGATRON_PARSER + MEGATRON_TP_ENV + """out = {}
 for case, (lines, world, vocab) in json.load(sys.stdin).items():
     words = [word for line in lines for word in line.split()]
     args = parser.parse_args(words)
@@ -464,12 +481,7 @@ print(json.dumps(out))
 
 
 def test_megatron_parser_accepts_the_arguments() -> None:
-    python = _interpreter("PLANC_MEGATRON_PYTHON", "megatron.training.arguments")
-    if python is None:
-        pytest.skip(
-            "megatron.training.arguments is not importable (pip install megatron-core on "
-            "Python >= 3.12, and point PLANC_MEGATRON_PYTHON at that interpreter)"
-        )
+    python = megatron_python()
     payload = {
         case: [
             files_of(case)["megatron/args.txt"].splitlines(),

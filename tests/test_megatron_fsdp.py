@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_frameworks import _interpreter, _run
+from test_frameworks import MEGATRON_PARSER, _run, megatron_python
 
 from planc.analysis import estimate_step
 from planc.compile.frameworks import megatron_arguments, megatron_files
@@ -37,15 +37,10 @@ CASES: dict[str, dict[str, Any]] = {
     "hsdp": {"parallelism": {"tensor": 2, "zero_stage": 3, "data_shard": 2}, "training": FSDP},
 }
 
-MEGATRON_FSDP_PARSE = r"""
-import argparse, json, os, sys
-import megatron.training.arguments as arguments
+MEGATRON_FSDP_PARSE = MEGATRON_PARSER + r"""
 from megatron.core.distributed.fsdp.src.megatron_fsdp.fully_shard import ShardingStrategy
 # What megatron/README.md tells a Megatron-FSDP run: CUDA_DEVICE_MAX_CONNECTIONS unset.
 os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
-arguments.get_device_arch_version = lambda: 9
-parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
-extra = ["--tokenizer-type", "NullTokenizer", "--mock-data", "--train-iters", "10", "--lr", "1e-4"]
 out = {}
 for case, (lines, world, vocab) in json.load(sys.stdin).items():
     words = [word for line in lines for word in line.split()]
@@ -107,14 +102,6 @@ print(json.dumps(out))
 """
 
 
-def _megatron() -> str:
-    python = _interpreter("PLANC_MEGATRON_PYTHON", "megatron.training.arguments")
-    if python is None:
-        pytest.skip(
-            "megatron.training.arguments is not importable (pip install megatron-core on "
-            "Python >= 3.12, and point PLANC_MEGATRON_PYTHON at that interpreter)"
-        )
-    return python
 
 
 def _payload(overlay: dict[str, Any]) -> list[Any]:
@@ -129,7 +116,7 @@ def test_the_cases_pass_planc_check(case: str) -> None:
 
 
 def test_megatron_runs_each_zero_stage_as_its_sharding_strategy() -> None:
-    python = _megatron()
+    python = megatron_python()
     parsed = _run(python, MEGATRON_FSDP_PARSE, {case: _payload(o) for case, o in CASES.items()})
     for case, overlay in CASES.items():
         got = parsed[case]
@@ -151,7 +138,7 @@ def test_the_readme_says_what_megatron_fsdp_wants_of_cuda_device_max_connections
     readme = files["megatron/README.md"]
     assert "requires CUDA_DEVICE_MAX_CONNECTIONS=1" not in readme
     assert "leave it unset" in readme
-    python = _megatron()
+    python = megatron_python()
     refused = _run(python, CONNECTIONS, _payload(CASES["zero3"]))
     assert refused is not None and "CUDA_DEVICE_MAX_CONNECTIONS" in refused
 
@@ -170,7 +157,7 @@ def test_plc052_refuses_a_pipeline_and_a_tensor_axis_that_is_not_fastest() -> No
     # Megatron-LM's distributed optimizer runs both: the rule is Megatron-FSDP's alone.
     for overlay in (piped, reordered):
         assert _plc052({**overlay, "training": {"framework": "megatron"}}) == []
-    python = _megatron()
+    python = megatron_python()
     mesh = _run(
         python,
         MESH,
@@ -251,7 +238,7 @@ def test_an_optimizer_offload_at_no_shard_runs_under_megatron_fsdp_only() -> Non
     plain = {"parallelism": {"tensor": 2, "zero_stage": 0}, "training": offload}
     assert not [f for f in check_overlay(fsdp).findings if f.rule == "PLC048"]
     assert [f for f in check_overlay(plain).findings if f.rule == "PLC048"]
-    python = _megatron()
+    python = megatron_python()
     args = _payload(fsdp)
     assert "--optimizer-cpu-offload" in args[0]
     assert _run(python, OFFLOAD, args) is None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_frameworks import _interpreter, _run
+from test_frameworks import MEGATRON_PARSER, MEGATRON_TP_ENV, _run, megatron_python
 
 from planc.compile.frameworks import megatron_arguments
 from planc.perf.compute import Device, work_time_s
@@ -93,13 +93,7 @@ def test_a_backend_nothing_runs_is_a_warning() -> None:
     assert "PLC051" in fired(_backend("flash", kernels="unfused", framework="fsdp2"))
 
 
-MEGATRON_BACKEND = r"""
-import argparse, json, os, sys
-import megatron.training.arguments as arguments
-os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
-arguments.get_device_arch_version = lambda: 9
-parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
-extra = ["--tokenizer-type", "NullTokenizer", "--mock-data", "--train-iters", "10", "--lr", "1e-4"]
+MEGATRON_BACKEND = MEGATRON_PARSER + MEGATRON_TP_ENV + r"""
 out = {}
 for case, (lines, world, vocab) in json.load(sys.stdin).items():
     words = [word for line in lines for word in line.split()]
@@ -112,12 +106,7 @@ print(json.dumps(out))
 
 
 def test_megatron_reads_the_backend() -> None:
-    python = _interpreter("PLANC_MEGATRON_PYTHON", "megatron.training.arguments")
-    if python is None:
-        pytest.skip(
-            "megatron.training.arguments is not importable (pip install megatron-core on "
-            "Python >= 3.12, and point PLANC_MEGATRON_PYTHON at that interpreter)"
-        )
+    python = megatron_python()
     payload = {}
     for backend in ("auto", "flash", "fused"):
         plan = compiled(job_of(_backend(backend)))

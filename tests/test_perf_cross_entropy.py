@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_frameworks import _interpreter, _run
+from test_frameworks import MEGATRON_PARSER, MEGATRON_TP_ENV, _run, megatron_python
 
 from planc.analysis import analyse, estimate_step
 from planc.compile.frameworks import megatron_arguments
@@ -132,13 +132,7 @@ def test_megatron_refuses_te_and_other_frameworks_run_their_own_loss() -> None:
     assert cross_entropy(layer_shape(eager)).forward.bytes == LOGITS * BYTES["none"][0]
 
 
-MEGATRON_LOSS = r"""
-import argparse, json, os, sys
-import megatron.training.arguments as arguments
-os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
-arguments.get_device_arch_version = lambda: 9
-parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
-extra = ["--tokenizer-type", "NullTokenizer", "--mock-data", "--train-iters", "10", "--lr", "1e-4"]
+MEGATRON_LOSS = MEGATRON_PARSER + MEGATRON_TP_ENV + r"""
 out = {}
 for case, (lines, world, vocab) in json.load(sys.stdin).items():
     words = [word for line in lines for word in line.split()]
@@ -155,12 +149,7 @@ print(json.dumps(out))
 
 
 def test_megatron_reads_the_loss_flags_and_refuses_te_as_plc048_says() -> None:
-    python = _interpreter("PLANC_MEGATRON_PYTHON", "megatron.training.arguments")
-    if python is None:
-        pytest.skip(
-            "megatron.training.arguments is not importable (pip install megatron-core on "
-            "Python >= 3.12, and point PLANC_MEGATRON_PYTHON at that interpreter)"
-        )
+    python = megatron_python()
     payload = {}
     for fusion in FUSIONS:
         plan = compiled(job_of(_loss(fusion)))
