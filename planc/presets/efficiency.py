@@ -263,6 +263,12 @@ _MAX_RUNS = 100_000  # runs a calibration's accuracy may count
 _ERROR = (-1e3, 1e3, True)  # a relative error: a thousandfold either way
 
 
+def _kernel_fraction(flash: Mapping[str, Any], key: str, default: str, where: str) -> float:
+    """flash_attention's fraction for one attention kernel (`key`, e.g. cudnn_forward), that of
+    the entry's `default` pass (forward or backward) where the entry does not measure it."""
+    return _number({key: flash[default], **flash}, key, f"{where}.flash_attention", _FRACTION)
+
+
 def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
     """One GPU's entry of efficiency.json (or a calibration file) as an :class:`Efficiency`.
 
@@ -299,31 +305,11 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
         flash_forward=_number(flash, "forward", f"{where}.flash_attention", _FRACTION),
         flash_backward=_number(flash, "backward", f"{where}.flash_attention", _FRACTION),
         # PyTorch's SDPA flash backend where the entry measures it; else the fused kernel's.
-        sdpa_forward=_number(
-            {"sdpa_forward": flash["forward"], **flash},
-            "sdpa_forward",
-            f"{where}.flash_attention",
-            _FRACTION,
-        ),
-        sdpa_backward=_number(
-            {"sdpa_backward": flash["backward"], **flash},
-            "sdpa_backward",
-            f"{where}.flash_attention",
-            _FRACTION,
-        ),
+        sdpa_forward=_kernel_fraction(flash, "sdpa_forward", "forward", where),
+        sdpa_backward=_kernel_fraction(flash, "sdpa_backward", "backward", where),
         # cuDNN's fused attention where the entry measures it; else the flash kernel's.
-        cudnn_forward=_number(
-            {"cudnn_forward": flash["forward"], **flash},
-            "cudnn_forward",
-            f"{where}.flash_attention",
-            _FRACTION,
-        ),
-        cudnn_backward=_number(
-            {"cudnn_backward": flash["backward"], **flash},
-            "cudnn_backward",
-            f"{where}.flash_attention",
-            _FRACTION,
-        ),
+        cudnn_forward=_kernel_fraction(flash, "cudnn_forward", "forward", where),
+        cudnn_backward=_kernel_fraction(flash, "cudnn_backward", "backward", where),
         nvlink=_link(net, "nvlink", f"{where}.network"),
         network=_link(net, "network", f"{where}.network"),
         source=str(data.get("source", "")),
