@@ -154,6 +154,7 @@ def test_the_preset_curves_are_the_fit_of_the_declared_runs() -> None:
     )
 
 
+@pytest.mark.slow
 def test_the_committed_table_is_current() -> None:
     assert _script().main(["--check", str(DOC)]) == 0
 
