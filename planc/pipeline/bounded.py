@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 from planc.pipeline.schedule import Schedule, build_schedule
-from planc.pipeline.timeline import stage_ends
+from planc.pipeline.timeline import Program, compile_schedule, stage_ends
 from planc.record import record
 
 #: A schedule's builder: (p, m, v) → its op lists.
@@ -68,15 +68,16 @@ def _per_virtual_stage(times: Sequence[float], p: int, v: int) -> list[float]:
     raise ValueError(f"need {p} or {p * v} times, got {len(times)}")
 
 
-# The schedules last built: a search estimates many candidates whose pipelines have the same
-# shape (in the 70B large-batch search, 75 runs of 6 shapes), and a schedule, a pure function of
-# its builder and (p, m, v), is immutable. At most MAX_EXTRAPOLATED_OPS ops each.
+# The schedules last built and compiled: a search estimates many candidates whose pipelines
+# have the same shape (in the 70B large-batch search, 75 runs of 6 shapes), and the validation
+# table's refits time the same schedules again with other times; a compiled schedule, a pure
+# function of its builder and (p, m, v), is immutable. At most MAX_EXTRAPOLATED_OPS ops each.
 BUILT_KEPT = 8
 
 
 @lru_cache(maxsize=BUILT_KEPT)
-def _built(build: Builder, p: int, m: int, v: int) -> Schedule:
-    return build(p, m, v)
+def _compiled(build: Builder, p: int, m: int, v: int) -> Program:
+    return compile_schedule(build(p, m, v))
 
 
 def _ends(
@@ -88,7 +89,7 @@ def _ends(
     hop: float,
 ) -> tuple[float, ...]:
     t_f, t_b, t_w = times
-    return tuple(float(end) for end in stage_ends(_built(build, p, m, v), t_f, t_b, hop, t_w))
+    return tuple(float(end) for end in stage_ends(_compiled(build, p, m, v), t_f, t_b, hop, t_w))
 
 
 def closed_form_ends(
