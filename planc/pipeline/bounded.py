@@ -70,9 +70,12 @@ def _per_virtual_stage(times: Sequence[float], p: int, v: int) -> list[float]:
 
 # The schedules last built and compiled: a search estimates many candidates whose pipelines
 # have the same shape (in the 70B large-batch search, 75 runs of 6 shapes), and the validation
-# table's refits time the same schedules again with other times; a compiled schedule, a pure
-# function of its builder and (p, m, v), is immutable. At most MAX_EXTRAPOLATED_OPS ops each.
-BUILT_KEPT = 8
+# table's refits time the same schedules again with other times (20 shapes, each fold in turn);
+# a compiled schedule, a pure function of its builder and (p, m, v), is immutable. Building and
+# compiling cost about 30 times a timing, so a miss is what counts. A program keeps about 100
+# bytes an op, a third of a built schedule (about 290), so 24 of them hold what 8 schedules did:
+# at most MAX_EXTRAPOLATED_OPS ops each, about 6 MB.
+BUILT_KEPT = 24
 
 
 @lru_cache(maxsize=BUILT_KEPT)
