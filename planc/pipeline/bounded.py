@@ -1,12 +1,14 @@
 """The pipeline's finishing times for any number of micro-batches, with bounded work.
 
-Simulating every op of a step costs O(p·m·v) (about 12 µs an op); a spec may ask for a billion
-micro-batches. Up to `MAX_SIMULATED_OPS` ops the schedule is simulated whole, exactly. Beyond
-that, a flush schedule is warm-up, a steady state and cool-down, and the steady state repeats: the
-dependency graph is a max-plus linear system whose finishing times grow by a constant per period
-(Baccelli et al. 1992, *Synchronization and Linearity*, ch. 3). Each stage's end is extrapolated
-from two runs, m₁ ≡ m (mod p) just past the warm-up transient and m₂ = m₁ + K·p with K groups as
-many as `MAX_EXTRAPOLATED_OPS` allows:
+Simulating every op of a step costs O(p·m·v): about 8 µs an op to build and compile a schedule
+(once per shape: `_compiled` keeps them) and 0.2 µs an op to time it (`stage_ends`;
+`benchmarks/bench_pipeline.py`). A spec may ask for a billion micro-batches. Up to
+`MAX_SIMULATED_OPS` ops the schedule is simulated whole, exactly. Beyond that, a flush schedule
+is warm-up, a steady state and cool-down, and the steady state repeats: the dependency graph is
+a max-plus linear system whose finishing times grow by a constant per period (Baccelli et al.
+1992, *Synchronization and Linearity*, ch. 3). Each stage's end is extrapolated from two runs,
+m₁ ≡ m (mod p) just past the warm-up transient and m₂ = m₁ + K·p with K groups as many as
+`MAX_EXTRAPOLATED_OPS` allows:
 
     end(m) = end(m₁) + (m − m₁)·(end(m₂) − end(m₁))/(m₂ − m₁)
 
@@ -37,7 +39,8 @@ ClosedEnds = Callable[[int, int, int, list[float], list[float], float], tuple[fl
 
 # Runs start this many groups of p micro-batches in, past the warm-up transient.
 TRANSIENT_GROUPS = 2
-# Up to this many compute ops (2·p·m·v) the step is simulated whole (about 0.25 s).
+# Up to this many compute ops (2·p·m·v) the step is simulated whole (about 0.16 s to build and
+# compile the schedule, then 4 ms a timing).
 MAX_SIMULATED_OPS = 20_000
 # The two extrapolation runs together stay within this many ops; above, the closed form.
 MAX_EXTRAPOLATED_OPS = 60_000

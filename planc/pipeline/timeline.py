@@ -22,9 +22,9 @@ Which op waits for which does not depend on the times, so the simulation is two 
 :func:`compile_schedule` orders the ops once, so that every op comes after those it waits for,
 and finds a deadlock (it is one whatever the times); `_run` then times the program for given
 times in one loop over integers, ``start = max(free[stage], end[w] + t_p2p for w in waits)``:
-the max-plus recurrence of the schedule (Baccelli et al. 1992, *Synchronization and Linearity*,
-ch. 2). A step estimate (`planc.pipeline.bounded`) compiles a schedule once and times it many
-times (`stage_ends`); `simulate` does both and builds the timeline.
+the max-plus system whose steady state `planc.pipeline.bounded` extrapolates. A step estimate
+there compiles a schedule once and times it many times (`stage_ends`); `simulate` does both and
+builds the timeline.
 """
 
 from __future__ import annotations
