@@ -12,7 +12,9 @@
 - `planc compile` of DeepSeek-V3 at its published 2,048-GPU layout, target < 2 s
   (bench_deepseek.py);
 - verify time for the largest group shapes of the shipped examples;
-- the simulated ring all-reduce against np.sum (bench_sim.py).
+- the simulated ring all-reduce against np.sum (bench_sim.py);
+- the pipeline simulation per op: build, compile and time a schedule, against the floor of a
+  per-op Python loop (bench_pipeline.py).
 
 Targets are figures here, never timed assertions in tests.
 """
@@ -222,6 +224,7 @@ def main() -> None:
 
     import bench_compile
     import bench_deepseek
+    import bench_pipeline
     import bench_sim
 
     results: dict[str, Any] = {}
@@ -245,6 +248,8 @@ def main() -> None:
     print("compile DeepSeek-V3 (2,048 H800):", json.dumps(results["deepseek"], indent=2))
     results["sim"] = bench_sim.run(quick=args.quick)
     print("simulated all-reduce:", json.dumps(results["sim"], indent=2, default=str))
+    results["pipeline"] = bench_pipeline.run(quick=args.quick)
+    print("pipeline simulation (CPU us an op):", json.dumps(results["pipeline"], indent=2))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
 

@@ -1,12 +1,14 @@
 """The pipeline's finishing times for any number of micro-batches, with bounded work.
 
-Simulating every op of a step costs O(p·m·v) (about 12 µs an op); a spec may ask for a billion
-micro-batches. Up to `MAX_SIMULATED_OPS` ops the schedule is simulated whole, exactly. Beyond
-that, a flush schedule is warm-up, a steady state and cool-down, and the steady state repeats: the
-dependency graph is a max-plus linear system whose finishing times grow by a constant per period
-(Baccelli et al. 1992, *Synchronization and Linearity*, ch. 3). Each stage's end is extrapolated
-from two runs, m₁ ≡ m (mod p) just past the warm-up transient and m₂ = m₁ + K·p with K groups as
-many as `MAX_EXTRAPOLATED_OPS` allows:
+Simulating every op of a step costs O(p·m·v): about 8 µs an op to build and compile a schedule
+(once per shape: `_compiled` keeps them) and 0.2 µs an op to time it (`stage_ends`;
+`benchmarks/bench_pipeline.py`). A spec may ask for a billion micro-batches. Up to
+`MAX_SIMULATED_OPS` ops the schedule is simulated whole, exactly. Beyond that, a flush schedule
+is warm-up, a steady state and cool-down, and the steady state repeats: the dependency graph is
+a max-plus linear system whose finishing times grow by a constant per period (Baccelli et al.
+1992, *Synchronization and Linearity*, ch. 3). Each stage's end is extrapolated from two runs,
+m₁ ≡ m (mod p) just past the warm-up transient and m₂ = m₁ + K·p with K groups as many as
+`MAX_EXTRAPOLATED_OPS` allows:
 
     end(m) = end(m₁) + (m − m₁)·(end(m₂) − end(m₁))/(m₂ − m₁)
 
@@ -27,7 +29,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 from planc.pipeline.schedule import Schedule, build_schedule
-from planc.pipeline.timeline import stage_ends
+from planc.pipeline.timeline import Program, compile_schedule, stage_ends
 from planc.record import record
 
 #: A schedule's builder: (p, m, v) → its op lists.
@@ -37,7 +39,8 @@ ClosedEnds = Callable[[int, int, int, list[float], list[float], float], tuple[fl
 
 # Runs start this many groups of p micro-batches in, past the warm-up transient.
 TRANSIENT_GROUPS = 2
-# Up to this many compute ops (2·p·m·v) the step is simulated whole (about 0.25 s).
+# Up to this many compute ops (2·p·m·v) the step is simulated whole (about 0.16 s to build and
+# compile the schedule, then 4 ms a timing).
 MAX_SIMULATED_OPS = 20_000
 # The two extrapolation runs together stay within this many ops; above, the closed form.
 MAX_EXTRAPOLATED_OPS = 60_000
@@ -68,15 +71,19 @@ def _per_virtual_stage(times: Sequence[float], p: int, v: int) -> list[float]:
     raise ValueError(f"need {p} or {p * v} times, got {len(times)}")
 
 
-# The schedules last built: a search estimates many candidates whose pipelines have the same
-# shape (in the 70B large-batch search, 75 runs of 6 shapes), and a schedule, a pure function of
-# its builder and (p, m, v), is immutable. At most MAX_EXTRAPOLATED_OPS ops each.
-BUILT_KEPT = 8
+# The schedules last built and compiled: a search estimates many candidates whose pipelines
+# have the same shape (in the 70B large-batch search, 75 runs of 6 shapes), and the validation
+# table's refits time the same schedules again with other times (20 shapes, each fold in turn);
+# a compiled schedule, a pure function of its builder and (p, m, v), is immutable. Building and
+# compiling cost about 30 times a timing, so a miss is what counts. A program keeps about 100
+# bytes an op, a third of a built schedule (about 290), so 24 of them hold what 8 schedules did:
+# at most MAX_EXTRAPOLATED_OPS ops each, about 6 MB.
+BUILT_KEPT = 24
 
 
 @lru_cache(maxsize=BUILT_KEPT)
-def _built(build: Builder, p: int, m: int, v: int) -> Schedule:
-    return build(p, m, v)
+def _compiled(build: Builder, p: int, m: int, v: int) -> Program:
+    return compile_schedule(build(p, m, v))
 
 
 def _ends(
@@ -88,7 +95,7 @@ def _ends(
     hop: float,
 ) -> tuple[float, ...]:
     t_f, t_b, t_w = times
-    return tuple(float(end) for end in stage_ends(_built(build, p, m, v), t_f, t_b, hop, t_w))
+    return tuple(float(end) for end in stage_ends(_compiled(build, p, m, v), t_f, t_b, hop, t_w))
 
 
 def closed_form_ends(

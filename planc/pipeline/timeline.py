@@ -1,4 +1,4 @@
-"""Discrete-event simulation of a pipeline schedule: timings, bubble, deadlock detection.
+"""Simulation of a pipeline schedule: timings, bubble, deadlock detection.
 
 Model: each stage runs its ops strictly in schedule order, one at a time. An op starts when
 its stage is free and its inputs are there:
@@ -9,11 +9,22 @@ its stage is free and its inputs are there:
   next virtual stage, again ``t_p2p`` after it ends; the last virtual stage starts from
   its loss;
 * a weight-gradient op (``W``, in schedules that split the backward) needs its own
-  backward-input op (``B``) on the same stage, and sends nothing.
+  backward-input op (``B``) on the same stage, and sends nothing;
+* a message between two chunks of one stage (the V placement's turn) takes no ``t_p2p``;
+* a ``paired`` op starts together with the next op of its stage, once the inputs of both are
+  there (DualPipe's overlapped forward and backward).
 
 Sends are asynchronous with unbounded buffering: a sender never waits for its receiver.
 Arithmetic is exact (:class:`fractions.Fraction`; floats convert exactly), so the bubble
 formulas can be checked with ``==``.
+
+Which op waits for which does not depend on the times, so the simulation is two steps:
+:func:`compile_schedule` orders the ops once, so that every op comes after those it waits for,
+and finds a deadlock (it is one whatever the times); `_run` then times the program for given
+times in one loop over integers, ``start = max(free[stage], end[w] + t_p2p for w in waits)``:
+the max-plus system whose steady state `planc.pipeline.bounded` extrapolates. A step estimate
+there compiles a schedule once and times it many times (`stage_ends`); `simulate` does both and
+builds the timeline.
 """
 
 from __future__ import annotations
@@ -138,11 +149,163 @@ def _per_vstage(times: Times, name: str, p: int, v: int) -> tuple[Fraction, ...]
     return tuple(values)
 
 
-# --------------------------------------------------------------------------- simulation
+# --------------------------------------------------------------------------- compilation
+
+
+@record
+class Program:
+    """A schedule compiled once, to be timed under any times (`compile_schedule`, `stage_ends`).
+
+    The ops in one topological order of the schedule's dependency graph: the order in which a
+    work queue of stages, each taking its ops until the next one waits for an op not yet taken,
+    takes them. Which op waits for which does not depend on the times (every stage's order is
+    fixed, and so is every op's input), so the order holds for every run.
+
+    Per op ``i``: it runs on ``stage[i]`` (a stage's k-th entry is its k-th op: the program
+    keeps no op, so that a cache of programs stays small); ``slot[i]`` is where its duration is
+    in the table `_Ticks.durations` makes (kind·p·v + chunk·p + stage, kind 0 to 2 for F, B and
+    W, 3 to 5 for the same op run ``whole``, with its weight gradient); ``waits[i]`` are the ops
+    of *other* stages whose messages it waits for, each arriving ``hop`` after that op ends. A
+    wait on an earlier op of its own stage (its own forward or backward, a message between two
+    chunks of the stage) is left out: the stage's order already starts it after that op's end.
+    A paired op carries the waits of both members; the pair's second starts when the first
+    ends, and waits for nothing else.
+    """
+
+    p: int
+    v: int
+    stage: tuple[int, ...]
+    slot: tuple[int, ...]
+    waits: tuple[tuple[int, ...], ...]
+    splits_backward: bool
+
+
+#: The op kinds in `Program.slot`'s order; the same kinds run ``whole`` follow them.
+_SLOT_KINDS = ("F", "B", "W")
+
+
+def _needs(stage: int, op: Op) -> list[OpKey]:
+    """The ops ``op`` waits for on ``stage``, in the order a blocked stage reports the first."""
+    deps: list[OpKey] = []
+    if op.kind == "B":
+        # Backward consumes the activations its own forward saved.
+        deps.append(("F", op.microbatch, stage, op.chunk))
+    elif op.kind == "W":
+        # The weight gradient needs the output gradient its backward-input op received.
+        deps.append(("B", op.microbatch, stage, op.chunk))
+    if op.recv is not None:
+        # A message is then local (no hop) exactly when its producer is on this stage, which
+        # is how `_Compiler.group_waits` tells the waits to keep.
+        if op.recv.dst_stage != stage:
+            raise ValueError(f"stage {stage} op {op.label} receives {op.recv}, sent elsewhere")
+        deps.append(producer_key(op.recv))
+    return deps
+
+
+class _Compiler:
+    """Mutable state of one compilation; lives only inside :func:`compile_schedule`."""
+
+    def __init__(self, schedule: Schedule) -> None:
+        self.schedule = schedule
+        self.next_op = [0] * schedule.p
+        self.index: dict[OpKey, int] = {}  # taken op → its place in the program
+        self.waiting: defaultdict[OpKey, list[int]] = defaultdict(list)
+        self.blocked_on: dict[int, OpKey] = {}
+        self.splits_backward = False
+        self.stage: list[int] = []
+        self.slot: list[int] = []
+        self.waits: list[tuple[int, ...]] = []
+
+    def advance(self, stage: int) -> list[int]:
+        """Take ``stage``'s ops while what they wait for is taken; return the stages unblocked."""
+        ops = self.schedule.stages[stage]
+        woken: list[int] = []
+        while self.next_op[stage] < len(ops):
+            op = ops[self.next_op[stage]]
+            # A paired op starts with the next one: it waits for the inputs of both.
+            group = (op, ops[self.next_op[stage] + 1]) if op.paired else (op,)
+            waits = self.group_waits(stage, group)
+            if waits is None:
+                return woken
+            self.blocked_on.pop(stage, None)
+            for member in group:
+                woken.extend(self.take(stage, member, waits))
+                waits = ()  # the pair's second starts when its first ends
+        return woken
+
+    def group_waits(self, stage: int, group: tuple[Op, ...]) -> tuple[int, ...] | None:
+        """The other stages' ops ``group`` waits for, or None, with ``stage`` queued on the first
+        op not yet taken, when one is missing."""
+        first = group[0]
+        found: list[int] = []
+        for member in group:
+            for key in _needs(stage, member):
+                taken = self.index.get(key)
+                if taken is None:
+                    if member is not first and key == op_key(stage, first):
+                        continue  # the pair's second needs its first: that runs first
+                    self.waiting[key].append(stage)
+                    self.blocked_on[stage] = key
+                    return None
+                if key[2] != stage and taken not in found:
+                    found.append(taken)
+        return tuple(found)
+
+    def take(self, stage: int, op: Op, waits: tuple[int, ...]) -> list[int]:
+        """Append ``op`` to the program; return the stages that were waiting for it."""
+        p = self.schedule.p
+        kind = _SLOT_KINDS.index(op.kind) + (len(_SLOT_KINDS) if op.whole else 0)
+        key = op_key(stage, op)
+        self.index[key] = len(self.stage)
+        self.splits_backward |= op.kind == "W"
+        self.stage.append(stage)
+        self.slot.append(kind * p * self.schedule.v + op.chunk * p + stage)
+        self.waits.append(waits)
+        self.next_op[stage] += 1
+        return self.waiting.pop(key, [])
+
+    def deadlock(self) -> DeadlockError | None:
+        stuck = [
+            (stage, self.schedule.stages[stage][self.next_op[stage]], self.blocked_on[stage])
+            for stage in range(self.schedule.p)
+            if self.next_op[stage] < len(self.schedule.stages[stage])
+        ]
+        return DeadlockError(tuple(stuck)) if stuck else None
+
+    def program(self) -> Program:
+        return Program(
+            p=self.schedule.p,
+            v=self.schedule.v,
+            stage=tuple(self.stage),
+            slot=tuple(self.slot),
+            waits=tuple(self.waits),
+            splits_backward=self.splits_backward,
+        )
+
+
+def compile_schedule(schedule: Schedule) -> Program:
+    """``schedule``'s ops in an order that respects every wait, for `stage_ends` to time.
+
+    A work queue of stages: each takes its ops until the next one waits for an op not yet
+    taken, and that op's turn wakes it. If the queue empties while a stage still has ops, the
+    order deadlocks whatever the times: raises :class:`DeadlockError`. The schedule's links are
+    not validated here (`simulate` does, `validate_schedule`).
+    """
+    compiler = _Compiler(schedule)
+    queue = deque(range(schedule.p))
+    while queue:
+        queue.extend(compiler.advance(queue.popleft()))
+    error = compiler.deadlock()
+    if error is not None:
+        raise error
+    return compiler.program()
+
+
+# --------------------------------------------------------------------------- evaluation
 
 
 class _Ticks:
-    """All times of one run as integers in a common unit, so the event loop adds ints.
+    """All times of one run as integers in a common unit, so the evaluation adds ints.
 
     Every input is an exact rational; scaling by the least common multiple of their
     denominators keeps the arithmetic exact and much faster than adding Fractions.
@@ -160,7 +323,6 @@ class _Ticks:
         self.t_b = tuple(self.count(t) for t in t_b)
         self.t_w = tuple(self.count(t) for t in t_w)
         self.hop = self.count(hop)
-        self.by_kind = {"F": self.t_f, "B": self.t_b, "W": self.t_w}
 
     def count(self, time: Fraction) -> int:
         return time.numerator * (self.unit // time.denominator)
@@ -168,79 +330,56 @@ class _Ticks:
     def time(self, ticks: int) -> Fraction:
         return Fraction(ticks, self.unit)
 
+    def durations(self) -> list[int]:
+        """The duration of each `Program.slot`: F, B, W, then each with W added (a ``whole``
+        op), p·v values each; only F and B when the schedule has no W ops."""
+        if not self.t_w:
+            return [*self.t_f, *self.t_b]
+        kinds = (self.t_f, self.t_b, self.t_w)
+        whole = [t + w for times in kinds for t, w in zip(times, self.t_w, strict=True)]
+        return [*self.t_f, *self.t_b, *self.t_w, *whole]
 
-class _Run:
-    """Mutable state of one simulation; lives only inside :func:`simulate`."""
 
-    def __init__(self, schedule: Schedule, ticks: _Ticks) -> None:
-        self.schedule = schedule
-        self.ticks = ticks
-        self.next_op = [0] * schedule.p
-        self.free_at = [0] * schedule.p
-        self.ended: dict[OpKey, int] = {}
-        self.spans: list[list[tuple[Op, int, int]]] = [[] for _ in range(schedule.p)]
-        self.waiting: defaultdict[OpKey, list[int]] = defaultdict(list)
-        self.blocked_on: dict[int, OpKey] = {}
+def _ticks(
+    p: int,
+    v: int,
+    splits_backward: bool,
+    t_f: Times,
+    t_b: Times | None,
+    t_p2p: Number,
+    t_w: Times | None,
+) -> _Ticks:
+    """The run's times, checked and in ticks; raises ``ValueError`` on a bad one. ``t_w`` is
+    read only when the schedule splits the backward."""
+    fwd = _per_vstage(t_f, "t_f", p, v)
+    bwd = tuple(2 * t for t in fwd) if t_b is None else _per_vstage(t_b, "t_b", p, v)
+    wgt: tuple[Fraction, ...] = ()
+    if splits_backward:
+        wgt = fwd if t_w is None else _per_vstage(t_w, "t_w", p, v)
+    hop = _exact(t_p2p, "t_p2p")
+    if hop < 0:
+        raise ValueError(f"t_p2p must be non-negative, got {float(hop)}")
+    return _Ticks(fwd, bwd, hop, wgt)
 
-    def needs(self, stage: int, op: Op) -> list[tuple[OpKey, int]]:
-        """The ops this one waits for, each with the delay between its end and our start."""
-        deps: list[tuple[OpKey, int]] = []
-        if op.kind == "B":
-            # Backward consumes the activations its own forward saved.
-            deps.append((("F", op.microbatch, stage, op.chunk), 0))
-        elif op.kind == "W":
-            # The weight gradient needs the output gradient its backward-input op received.
-            deps.append((("B", op.microbatch, stage, op.chunk), 0))
-        if op.recv is not None:
-            # A message between two chunks of one stage (the V placement's turn) is local.
-            local = op.recv.src_stage == op.recv.dst_stage
-            deps.append((producer_key(op.recv), 0 if local else self.ticks.hop))
-        return deps
 
-    def advance(self, stage: int) -> list[int]:
-        """Run ``stage`` as far as its inputs allow; return the stages this unblocks."""
-        ops = self.schedule.stages[stage]
-        woken: list[int] = []
-        while self.next_op[stage] < len(ops):
-            op = ops[self.next_op[stage]]
-            ready = self.free_at[stage]
-            # A paired op starts with the next one: it waits for the inputs of both (the
-            # second's own forward, on this stage, is never the first op).
-            group = (op, ops[self.next_op[stage] + 1]) if op.paired else (op,)
-            for member in group:
-                for key, delay in self.needs(stage, member):
-                    if key not in self.ended:
-                        if member is not op and key == op_key(stage, op):
-                            continue  # the pair's second needs its first: that runs first
-                        self.waiting[key].append(stage)
-                        self.blocked_on[stage] = key
-                        return woken
-                    ready = max(ready, self.ended[key] + delay)
-            self.blocked_on.pop(stage, None)
-            for member in group:
-                woken.extend(self.finish(stage, member, ready))
-                ready = self.free_at[stage]
-        return woken
+def _run(program: Program, durations: list[int], hop: int) -> tuple[list[int], list[int]]:
+    """Every op's end and every stage's last end, in ticks.
 
-    def finish(self, stage: int, op: Op, start: int) -> list[int]:
-        vstage = op.chunk * self.schedule.p + stage
-        end = start + self.ticks.by_kind[op.kind][vstage]
-        if op.whole:  # the weight gradient in the same op
-            end += self.ticks.t_w[vstage]
-        key = op_key(stage, op)
-        self.ended[key] = end
-        self.spans[stage].append((op, start, end))
-        self.free_at[stage] = end
-        self.next_op[stage] += 1
-        return self.waiting.pop(key, [])
-
-    def deadlock(self) -> DeadlockError | None:
-        stuck = [
-            (stage, self.schedule.stages[stage][self.next_op[stage]], self.blocked_on[stage])
-            for stage in range(self.schedule.p)
-            if self.next_op[stage] < len(self.schedule.stages[stage])
-        ]
-        return DeadlockError(tuple(stuck)) if stuck else None
+    An op starts when its stage is free and the messages it waits for are there:
+    ``start = max(free[stage], end[w] + hop for w in waits)``, ``end = start + duration``. The
+    program's order computes every ``end[w]`` first. This loop is the simulation's whole cost.
+    """
+    free = [0] * program.p
+    end: list[int] = []
+    for stage, slot, waits in zip(program.stage, program.slot, program.waits, strict=True):
+        start = free[stage]
+        for producer in waits:
+            arrival = end[producer] + hop
+            if arrival > start:
+                start = arrival
+        free[stage] = finish = start + durations[slot]
+        end.append(finish)
+    return end, free
 
 
 def simulate(
@@ -259,29 +398,14 @@ def simulate(
     schedule's messages do not pair up and :class:`DeadlockError` if its order deadlocks.
     """
     links = validate_schedule(schedule)
-    return _timeline(_ran(schedule, t_f, t_b, t_p2p, t_w), links)
-
-
-def _ran(
-    schedule: Schedule, t_f: Times, t_b: Times | None, t_p2p: Number, t_w: Times | None = None
-) -> _Run:
-    """The event loop run to the end on exact times (ticks); raises on bad times or deadlock."""
-    p, v = schedule.p, schedule.v
-    fwd = _per_vstage(t_f, "t_f", p, v)
-    bwd = tuple(2 * t for t in fwd) if t_b is None else _per_vstage(t_b, "t_b", p, v)
-    wgt: tuple[Fraction, ...] = ()
-    if schedule.splits_backward:
-        wgt = fwd if t_w is None else _per_vstage(t_w, "t_w", p, v)
-    hop = _exact(t_p2p, "t_p2p")
-    if hop < 0:
-        raise ValueError(f"t_p2p must be non-negative, got {float(hop)}")
-    run = _Run(schedule, _Ticks(fwd, bwd, hop, wgt))
-    _event_loop(run)
-    return run
+    # The times are checked before the order, as they always were: a bad time and a deadlock
+    # report the bad time.
+    ticks = _ticks(schedule.p, schedule.v, schedule.splits_backward, t_f, t_b, t_p2p, t_w)
+    return _timeline(schedule, compile_schedule(schedule), ticks, links)
 
 
 def stage_ends(
-    schedule: Schedule,
+    program: Program,
     t_f: Times,
     t_b: Times | None = None,
     t_p2p: Number = 0,
@@ -289,48 +413,49 @@ def stage_ends(
 ) -> tuple[Fraction, ...]:
     """When each stage finishes its last op: `simulate`'s answer without the timeline.
 
-    The same event loop and exact arithmetic, but no span, message or pairing report is built,
-    so a step estimate pays only for the run itself. The schedule is not re-validated: give it
-    one a registered builder made (`simulate` checks any schedule); a deadlock still raises.
+    The same evaluation and exact arithmetic on a compiled program (`compile_schedule`, of a
+    schedule a registered builder made: `simulate` validates any schedule), but no span or
+    message is built, so a step estimate pays only for the run itself.
     """
-    run = _ran(schedule, t_f, t_b, t_p2p, t_w)
-    return tuple(run.ticks.time(spans[-1][2]) if spans else Fraction(0) for spans in run.spans)
+    ticks = _ticks(program.p, program.v, program.splits_backward, t_f, t_b, t_p2p, t_w)
+    _, free = _run(program, ticks.durations(), ticks.hop)
+    return tuple(ticks.time(end) for end in free)
 
 
-def _event_loop(run: _Run) -> None:
-    """Advance stages until all ops ran, waking a stage only when what it waits for ends."""
-    queue = deque(range(run.schedule.p))
-    while queue:
-        queue.extend(run.advance(queue.popleft()))
-    error = run.deadlock()
-    if error is not None:
-        raise error
-
-
-def _timeline(run: _Run, links: tuple[Link, ...]) -> Timeline:
-    schedule, time = run.schedule, run.ticks.time
-    makespan = max(spans[-1][2] for spans in run.spans if spans)
-    busy = [sum(end - start for _, start, end in spans) for spans in run.spans]
+def _timeline(
+    schedule: Schedule, program: Program, ticks: _Ticks, links: tuple[Link, ...]
+) -> Timeline:
+    time, durations = ticks.time, ticks.durations()
+    ends, _ = _run(program, durations, ticks.hop)
+    spans: list[list[tuple[Op, int, int]]] = [[] for _ in range(schedule.p)]
+    for stage, slot, end in zip(program.stage, program.slot, ends, strict=True):
+        taken = spans[stage]  # the program takes each stage's ops in the stage's order
+        taken.append((schedule.stages[stage][len(taken)], end - durations[slot], end))
+    makespan = max(stage_spans[-1][2] for stage_spans in spans if stage_spans)
+    busy = [sum(end - start for _, start, end in stage_spans) for stage_spans in spans]
     return Timeline(
         schedule=schedule,
         stages=tuple(
-            tuple(Span(op, time(start), time(end)) for op, start, end in spans)
-            for spans in run.spans
+            tuple(Span(op, time(start), time(end)) for op, start, end in stage_spans)
+            for stage_spans in spans
         ),
-        messages=_messages(run, links),
+        messages=_messages(spans, ticks, links),
         makespan=time(makespan),
         busy=tuple(time(b) for b in busy),
         bubble_fraction=1 - Fraction(sum(busy), schedule.p * makespan),
     )
 
 
-def _messages(run: _Run, links: tuple[Link, ...]) -> tuple[Message, ...]:
+def _messages(
+    spans: list[list[tuple[Op, int, int]]], ticks: _Ticks, links: tuple[Link, ...]
+) -> tuple[Message, ...]:
     """Pair every link's send time with the start of the op that consumed it."""
-    starts = {op.recv: start for spans in run.spans for op, start, _ in spans if op.recv}
-    time, hop = run.ticks.time, run.ticks.hop
+    ended = {op_key(r, op): end for r, ops in enumerate(spans) for op, _, end in ops}
+    starts = {op.recv: start for ops in spans for op, start, _ in ops if op.recv}
+    time, hop = ticks.time, ticks.hop
     out = []
     for link in links:
-        sent = run.ended[producer_key(link)]
+        sent = ended[producer_key(link)]
         out.append(Message(link, time(sent), time(sent + hop), time(starts[link])))
     return tuple(out)
 
