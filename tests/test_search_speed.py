@@ -318,15 +318,17 @@ def test_a_task_judges_enough_candidates_to_share_and_few_enough_to_balance() ->
             assert tasks >= min(run.TASKS_PER_JOB * jobs, -(-size // 4096))
 
 
-def test_the_judging_chunk_changes_no_result(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The same space judged in tasks of 512 and of 1,536 candidates (each task's judge sharing
-    # only its own sub-results) lists the same layouts, counts and estimates.
+def test_the_tasks_change_no_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same space judged in tasks of 512 and of 1,536 candidates and estimated in tasks of
+    # one candidate and of a whole round (each task's judge sharing only its own sub-results)
+    # lists the same layouts, counts and estimates.
     setup = _setup(LARGE_BATCH.replace("micro_batch: [1, 4]", "micro_batch: [1, 2, 4]"))
     assert setup.space.size > 1536
     results = []
-    for chunk in (512, 1536):
+    for chunk, price in ((512, 1), (1536, run.ROUND)):
         monkeypatch.setattr(run, "JUDGE_CHUNK", chunk)
         monkeypatch.setattr(run, "JUDGE_CHUNK_MAX", chunk)
+        monkeypatch.setattr(run, "PRICE_CHUNK", price)
         results.append(run.search(setup, 5))
     assert results[0] == results[1]
-    assert results[0].feasible > 0
+    assert results[0].feasible > 0 and results[0].estimated > 5

@@ -56,7 +56,9 @@ Tick = Callable[[int], None]
 JUDGE_CHUNK = 512
 JUDGE_CHUNK_MAX = 4096
 TASKS_PER_JOB = 8
-# Feasible candidates per estimating round and per task.
+# Feasible candidates per estimating round, and at least per estimating task: a round is cut
+# into one task per process, each task's judge sharing sub-results between its candidates
+# (tasks of 4 had each candidate's analysis built afresh).
 ROUND = 32
 PRICE_CHUNK = 4
 # Rounding: an estimate this close under its bound still counts as above it.
@@ -130,7 +132,7 @@ def search(setup: Setup, top: int, jobs: int = 1, report: Progress = silent) -> 
             (v for v in verdicts if v.feasible), key=lambda v: (v.step_bound_s, v.index)
         )
         with report("estimating step times", len(feasible)) as tick:
-            ranked, estimated = _estimate(pool, setup, feasible, top, tick)
+            ranked, estimated = _estimate(pool, setup, feasible, top, tick, jobs)
     ranked = warned(setup, ranked)
     nearest = nearest_rejected(setup.space, verdicts, ranked[0].verdict.index) if ranked else None
     return SearchResult(
@@ -165,16 +167,24 @@ def without_hosts(spec: Mapping[str, Any]) -> dict[str, Any]:
     return {**spec, "hardware": {**spec["hardware"], "hosts": []}}
 
 
+def _groups(verdicts: list[Verdict], jobs: int) -> list[list[Verdict]]:
+    """`verdicts` cut into one task per process (of `jobs`), of PRICE_CHUNK candidates or more."""
+    size = max(PRICE_CHUNK, -(-len(verdicts) // max(jobs, 1)))
+    return [verdicts[i : i + size] for i in range(0, len(verdicts), size)]
+
+
 def _estimate(
     pool: Executor | None,
     setup: Setup,
     feasible: list[Verdict],
     top: int,
     tick: Tick,
+    jobs: int = 1,
 ) -> tuple[tuple[Ranked, ...], int]:
     """The top `top` of `feasible` (sorted by bound), estimating as few as the bound allows.
 
-    Rounds have a fixed size, so the candidates estimated do not depend on the process count.
+    Rounds have a fixed size, so the candidates estimated do not depend on the process count
+    (`jobs` only cuts each round into tasks, `_groups`).
     In a round, a candidate whose step's tighter lower bound (`price_below`: the pipeline's own
     inputs, exposed communication included) is above the last place at the round's start is
     not estimated: it cannot enter the top. Should an estimate ever come out below either bound
@@ -190,7 +200,7 @@ def _estimate(
             break
         # The first round fills the top (no cutoff yet); the later ones are cut by it.
         batch = feasible[done : done + (min(top, ROUND) if not ranked else ROUND)]
-        groups = [batch[i : i + PRICE_CHUNK] for i in range(0, len(batch), PRICE_CHUNK)]
+        groups = _groups(batch, jobs)
         tasks = [(setup, tuple(v.index for v in group), cutoff) for group in groups]
         parts = _map(pool, price_all_below, tasks, [len(group) for group in groups], tick)
         priced = [(v, p) for v, p in zip(batch, (p for c in parts for p in c), strict=True)]
@@ -205,7 +215,7 @@ def _estimate(
         estimated += len(fresh)
         skipped += [v for v, p in priced if p.metrics is None]
     if not trusted and skipped:
-        groups = [skipped[i : i + PRICE_CHUNK] for i in range(0, len(skipped), PRICE_CHUNK)]
+        groups = _groups(skipped, jobs)
         tasks = [(setup, tuple(v.index for v in group), float("inf")) for group in groups]
         parts = _map(pool, price_all_below, tasks, [0] * len(groups), tick)
         again = zip(skipped, (p for c in parts for p in c), strict=True)
