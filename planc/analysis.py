@@ -24,6 +24,7 @@ from planc.comm.schedule import (
     stage_ops,
     staged_schedule,
     staged_wires,
+    wire_bytes_bound,
 )
 from planc.memory import MemoryBudget, budget
 from planc.memory.budget import (
@@ -133,6 +134,12 @@ class Analysis:
         if cached is None:
             cached = self.__dict__["_most_wire_bytes"] = most_wire_bytes(self.plan, self.schedule)
         return cached
+
+    @property
+    def wire_bytes_bound(self) -> int:
+        """An upper bound on `most_wire_bytes` that reads no tier (`wire_bytes_bound`): what
+        decides that no rank comes near a limit without the tiers' tallies."""
+        return wire_bytes_bound(self.schedule)
 
     @property
     def op_seconds(self) -> Mapping[CommOp, float]:

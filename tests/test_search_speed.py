@@ -16,6 +16,7 @@ from planc.check import evaluate
 from planc.plannable import plannable
 from planc.rules import REGISTRY
 from planc.rules.base import Needs
+from planc.search import run
 from planc.search.evaluate import (
     candidate_job,
     judge,
@@ -299,3 +300,35 @@ def test_each_op_is_priced_as_on_its_own() -> None:
             assert seconds == op.calls * one
             ops += 1
     assert ops > 1000
+
+
+def test_a_task_judges_enough_candidates_to_share_and_few_enough_to_balance() -> None:
+    # Small spaces keep the 512 a task of before; large ones take up to 4,096, and every
+    # process gets TASKS_PER_JOB tasks or more where the space allows.
+    assert run.judge_chunk(100, 2) == 512
+    assert run.judge_chunk(16 * 512, 2) == 512
+    assert run.judge_chunk(16 * 1000, 2) == 1000
+    assert run.judge_chunk(185_160, 2) == 4096
+    assert run.judge_chunk(185_160, 1) == 4096
+    for size in (1, 511, 5_000, 40_000, 70_000, 10**6):
+        for jobs in (1, 2, 8):
+            chunk = run.judge_chunk(size, jobs)
+            assert 512 <= chunk <= 4096
+            tasks = -(-size // chunk)
+            assert tasks >= min(run.TASKS_PER_JOB * jobs, -(-size // 4096))
+
+
+def test_the_tasks_change_no_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same space judged in tasks of 512 and of 1,536 candidates and estimated in tasks of
+    # one candidate and of a whole round (each task's judge sharing only its own sub-results)
+    # lists the same layouts, counts and estimates.
+    setup = _setup(LARGE_BATCH.replace("micro_batch: [1, 4]", "micro_batch: [1, 2, 4]"))
+    assert setup.space.size > 1536
+    results = []
+    for chunk, price in ((512, 1), (1536, run.ROUND)):
+        monkeypatch.setattr(run, "JUDGE_CHUNK", chunk)
+        monkeypatch.setattr(run, "JUDGE_CHUNK_MAX", chunk)
+        monkeypatch.setattr(run, "PRICE_CHUNK", price)
+        results.append(run.search(setup, 5))
+    assert results[0] == results[1]
+    assert results[0].feasible > 0 and results[0].estimated > 5

@@ -94,6 +94,8 @@ def differences(plan: Plannable) -> list[str]:
         "wires": mine.wires == theirs.wires == wire_budget(plan, direct),
         "most wire bytes": mine.most_wire_bytes
         == max(max(w.sent, w.received) for b in mine.wires for w in b.tiers.values()),
+        # the rule's shortcut (PLC073) is an upper bound on it
+        "wire bytes bound": mine.most_wire_bytes <= mine.wire_bytes_bound,
         "memory": mine.memory.stages == theirs.memory.stages
         == tuple(budget(stagewise(plan)).stages),
         "rank memory": all(

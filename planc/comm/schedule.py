@@ -1626,6 +1626,14 @@ def most_wire_bytes(job: Plannable, staged: StagedSchedule) -> int:
     return most
 
 
+def wire_bytes_bound(staged: StagedSchedule) -> int:
+    """An upper bound on `most_wire_bytes` without the tiers: 3 × the most bytes any stage class
+    sends per step over all tiers. A stage sends at most its class's total on one tier, and
+    receives at most its own class's, the forward sends of the stage before it and the backward
+    sends of the stage after it (`staged_wires`), each at most the largest class total."""
+    return 3 * max((sum(op.step_bytes for op in ops) for ops in staged.by_class), default=0)
+
+
 def _receiver_of(stage: int, direction: Direction, p: int) -> int:
     """The stage a send of `stage` in `direction` arrives at (interleaved chunks wrap around)."""
     return (stage + 1) % p if direction is Direction.FORWARD else (stage - 1) % p

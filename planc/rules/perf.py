@@ -280,7 +280,9 @@ def step_traffic_representable(ctx: Context) -> Iterator[Violation]:
     Fails:
         training: {global_batch: 1000000000000}
     """
-    if ctx.analysis is None or ctx.analysis.most_wire_bytes < MAX_PLAN_INTEGER:
+    if ctx.analysis is None or ctx.analysis.wire_bytes_bound < MAX_PLAN_INTEGER:
+        return  # the bound decides almost every job without the tiers' tallies
+    if ctx.analysis.most_wire_bytes < MAX_PLAN_INTEGER:
         return
     for wire in ctx.analysis.wires:
         for tier, bytes_ in wire.tiers.items():

@@ -48,8 +48,17 @@ from planc.search.rank import (
 T = TypeVar("T")
 Tick = Callable[[int], None]
 
-# Candidates per judging task; feasible candidates per estimating round and per task.
+# Candidates per judging task: at least JUDGE_CHUNK, at most JUDGE_CHUNK_MAX, and enough tasks
+# for TASKS_PER_JOB per process so that the processes finish together. A task's judge shares
+# sub-results between its candidates (`planc.search.evaluate.shared_analysis`), so a longer task
+# recomputes less: on the 70B large-batch space 4,096 candidates a task judge in 0.32 ms each
+# where 512 take 0.46 ms; beyond that the memo's growth costs more than it saves.
 JUDGE_CHUNK = 512
+JUDGE_CHUNK_MAX = 4096
+TASKS_PER_JOB = 8
+# Feasible candidates per estimating round, and at least per estimating task: a round is cut
+# into one task per process, each task's judge sharing sub-results between its candidates
+# (tasks of 4 had each candidate's analysis built afresh).
 ROUND = 32
 PRICE_CHUNK = 4
 # Rounding: an estimate this close under its bound still counts as above it.
@@ -111,8 +120,9 @@ def search(setup: Setup, top: int, jobs: int = 1, report: Progress = silent) -> 
     # checked above, is not sent to every task to be expanded again.
     setup = dataclasses.replace(setup, spec=without_hosts(setup.spec))
     with _pool(jobs) as pool:
-        starts = range(0, size, JUDGE_CHUNK)
-        stops = [min(start + JUDGE_CHUNK, size) for start in starts]
+        chunk = judge_chunk(size, jobs)
+        starts = range(0, size, chunk)
+        stops = [min(start + chunk, size) for start in starts]
         tasks = [(setup, start, stop) for start, stop in zip(starts, stops, strict=True)]
         weights = [stop - start for start, stop in zip(starts, stops, strict=True)]
         with report("judging candidates", size) as tick:
@@ -122,7 +132,7 @@ def search(setup: Setup, top: int, jobs: int = 1, report: Progress = silent) -> 
             (v for v in verdicts if v.feasible), key=lambda v: (v.step_bound_s, v.index)
         )
         with report("estimating step times", len(feasible)) as tick:
-            ranked, estimated = _estimate(pool, setup, feasible, top, tick)
+            ranked, estimated = _estimate(pool, setup, feasible, top, tick, jobs)
     ranked = warned(setup, ranked)
     nearest = nearest_rejected(setup.space, verdicts, ranked[0].verdict.index) if ranked else None
     return SearchResult(
@@ -134,6 +144,13 @@ def search(setup: Setup, top: int, jobs: int = 1, report: Progress = silent) -> 
         results=ranked,
         nearest=nearest or MappingProxyType({}),
     )
+
+
+def judge_chunk(size: int, jobs: int) -> int:
+    """Candidates per judging task of a space of `size` on `jobs` processes. Verdicts are per
+    candidate, so the chunk changes no result, only how much a task's judge can share."""
+    even = -(-size // (TASKS_PER_JOB * max(jobs, 1)))
+    return min(JUDGE_CHUNK_MAX, max(JUDGE_CHUNK, even))
 
 
 def warned(setup: Setup, ranked: tuple[Ranked, ...]) -> tuple[Ranked, ...]:
@@ -150,16 +167,24 @@ def without_hosts(spec: Mapping[str, Any]) -> dict[str, Any]:
     return {**spec, "hardware": {**spec["hardware"], "hosts": []}}
 
 
+def _groups(verdicts: list[Verdict], jobs: int) -> list[list[Verdict]]:
+    """`verdicts` cut into one task per process (of `jobs`), of PRICE_CHUNK candidates or more."""
+    size = max(PRICE_CHUNK, -(-len(verdicts) // max(jobs, 1)))
+    return [verdicts[i : i + size] for i in range(0, len(verdicts), size)]
+
+
 def _estimate(
     pool: Executor | None,
     setup: Setup,
     feasible: list[Verdict],
     top: int,
     tick: Tick,
+    jobs: int = 1,
 ) -> tuple[tuple[Ranked, ...], int]:
     """The top `top` of `feasible` (sorted by bound), estimating as few as the bound allows.
 
-    Rounds have a fixed size, so the candidates estimated do not depend on the process count.
+    Rounds have a fixed size, so the candidates estimated do not depend on the process count
+    (`jobs` only cuts each round into tasks, `_groups`).
     In a round, a candidate whose step's tighter lower bound (`price_below`: the pipeline's own
     inputs, exposed communication included) is above the last place at the round's start is
     not estimated: it cannot enter the top. Should an estimate ever come out below either bound
@@ -175,7 +200,7 @@ def _estimate(
             break
         # The first round fills the top (no cutoff yet); the later ones are cut by it.
         batch = feasible[done : done + (min(top, ROUND) if not ranked else ROUND)]
-        groups = [batch[i : i + PRICE_CHUNK] for i in range(0, len(batch), PRICE_CHUNK)]
+        groups = _groups(batch, jobs)
         tasks = [(setup, tuple(v.index for v in group), cutoff) for group in groups]
         parts = _map(pool, price_all_below, tasks, [len(group) for group in groups], tick)
         priced = [(v, p) for v, p in zip(batch, (p for c in parts for p in c), strict=True)]
@@ -190,7 +215,7 @@ def _estimate(
         estimated += len(fresh)
         skipped += [v for v, p in priced if p.metrics is None]
     if not trusted and skipped:
-        groups = [skipped[i : i + PRICE_CHUNK] for i in range(0, len(skipped), PRICE_CHUNK)]
+        groups = _groups(skipped, jobs)
         tasks = [(setup, tuple(v.index for v in group), float("inf")) for group in groups]
         parts = _map(pool, price_all_below, tasks, [0] * len(groups), tick)
         again = zip(skipped, (p for c in parts for p in c), strict=True)
