@@ -210,19 +210,19 @@ def test_the_kernels_measured_throughput_bounds_the_network_part() -> None:
     # (efficiency.json h800 network kernels): 7/8 of the rows leave, so the NIC carries
     # 51·7/8 = 44.6 GB/s, below the 48 GB/s an NCCL all-to-all reaches. One call: 1 latency
     # (7 peers, one batch) + the rows over 51 GB/s.
-    from planc.perf.inputs import _call_s, efficiency_of
+    from planc.perf.inputs import call_time_s, efficiency_of
 
     job = job_of(None, DEEPSEEK)
     eff = efficiency_of(job)
     ops = [op for op in analyse(job).ops if op.stage == 1 and op.group is GroupKind.EP_PEERS]
     dispatch, combine = ops
     assert dispatch.kernel == "deepep_dispatch" and combine.kernel == "deepep_combine"
-    assert _call_s(job, eff, dispatch) == pytest.approx(5e-6 + T * 4 * 14_416 / 51e9)
-    assert _call_s(job, eff, combine) == pytest.approx(5e-6 + T * 4 * 14_384 / 50e9)
+    assert call_time_s(job, eff, dispatch) == pytest.approx(5e-6 + T * 4 * 14_416 / 51e9)
+    assert call_time_s(job, eff, combine) == pytest.approx(5e-6 + T * 4 * 14_384 / 50e9)
     # Inside the node no kernel measurement applies: H800 NVLink's 200 GB/s at the all-to-all
     # efficiency 0.82, 2 µs a round.
     ops = [op for op in analyse(job).ops if op.stage == 1 and op.group is GroupKind.EP_DOMAIN]
     forward = ops[0]
-    assert _call_s(job, eff, forward) == pytest.approx(
+    assert call_time_s(job, eff, forward) == pytest.approx(
         2e-6 + forward.bytes_sent / (200e9 * 0.82), rel=1e-9
     )

@@ -130,7 +130,22 @@ training: {seq_len: 4096, global_batch: 256, framework: deepspeed}
 search: {tensor: [1, 2], pipeline: [1], context: [1], micro_batch: [1, 2], recompute: [none, full]}
 """
 
+# Expert parallelism of 8 to 32 over a model of 128 experts on four nodes of 8: a dispatcher's
+# all-to-all inside the NVLink domain and across it (the cross-domain part's rounds), by the
+# alltoall dispatcher and by DeepEP's kernels (their measured throughput).
+MOE_NETWORK = """\
+version: 1
+name: shared-moe-network
+model: {preset: qwen3-30b-a3b, layers: 4}
+hardware: {gpu: h100-sxm, nodes: 4}
+parallelism: {expert_dispatcher: DISPATCHER}
+training: {seq_len: 4096, global_batch: 256}
+search: {tensor: [1, 2], pipeline: [1], context: [1], expert: [8, 16, 32], expert_tensor: [1], zero_stage: [1, 2, 3], data_shard: [all], micro_batch: [1, 2], recompute: [selective, full]}
+"""
+
 SHARED_SPACES = {
+    "moe-alltoall": MOE_NETWORK.replace("DISPATCHER", "alltoall"),
+    "moe-deepep": MOE_NETWORK.replace("DISPATCHER", "deepep"),
     "large-batch": LARGE_BATCH,
     "sharded": SHARDED,
     "moe-fp8": MOE_FP8,

@@ -294,11 +294,21 @@ def comm_time_s(
 RING_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 
 
-#: op → seconds of one call of it (`_call_s` of the job and tables at hand).
+#: op → seconds of one call of it (`call_time_s` of the job and tables at hand).
 CallSeconds = Callable[[CommOp], float]
+#: What one call's seconds read of an op (`call_key`).
+CallKey = tuple[str, str, int, int, str, int | None, str | None]
 
 
-def _call_s(job: Plannable, eff: Efficiency, op: CommOp) -> float:
+def call_key(op: CommOp) -> CallKey:
+    """The fields of `op` that `call_time_s` reads: ops that agree on them cost the same a call
+    (on one job and tables)."""
+    return (str(op.op), str(op.group), op.group_size, op.buffer_bytes, op.link, op.rounds, op.kernel)
+
+
+def call_time_s(job: Plannable, eff: Efficiency, op: CommOp) -> float:
+    """Seconds of one call of `op` on its tier over its group's rails (`comm_time_s`), with its
+    own latency-bound rounds and flex kernel: what every caller pricing an op's call uses."""
     rails = ring_rails(job, op.group)
     return comm_time_s(
         job, eff, str(op.op), op.group_size, op.buffer_bytes, op.link, rails=rails,
@@ -351,7 +361,7 @@ def exchange_s(job: Plannable, eff: Efficiency, parts: Sequence[CommOp]) -> floa
     """One expert exchange: the longest of its parts, which run at once (a flat all-to-all's
     NVLink and network chunks, `exchange_ops`; a flex kernel's network and NVLink warps,
     `flex_parts`). Seconds."""
-    return max((_call_s(job, eff, op) for op in parts), default=0.0)
+    return max((call_time_s(job, eff, op) for op in parts), default=0.0)
 
 
 def _flat(job: Plannable, size: int) -> list[CommOp]:
@@ -433,7 +443,7 @@ def ep_per_layer(job: Plannable, eff: Efficiency) -> ExchangePerLayer:
     else:
         exchange = dispatch_combine_s(job, eff)
         metadata = routing_map_gather(job, 0, 1)
-        forward = exchange + sum(_call_s(job, eff, op) for op in metadata)
+        forward = exchange + sum(call_time_s(job, eff, op) for op in metadata)
         backward = exchange
     if job.training.recompute == "full":
         backward += forward
@@ -627,9 +637,9 @@ def cp_exposed_per_microbatch(
     shape, device = layer_shape(job), device_of(job)
     core = pass_times(attention_core(shape), device, eff)
     per_layer = layers * job.m
-    ring = sum(op.calls * _call_s(job, eff, op) for op in cp if op.op is Collective.SEND_RECV)
+    ring = sum(op.calls * call_time_s(job, eff, op) for op in cp if op.op is Collective.SEND_RECV)
     blocking = sum(
-        op.calls * _call_s(job, eff, op) for op in cp if op.op is not Collective.SEND_RECV
+        op.calls * call_time_s(job, eff, op) for op in cp if op.op is not Collective.SEND_RECV
     )
     exposed = exposed_per_layer(
         ring / per_layer, blocking / per_layer, core.forward_s, core.backward_s
@@ -656,7 +666,7 @@ def _dp(
     call_s: CallSeconds | None = None,
 ) -> DataParallelTimes:
     """The stage's data-parallel communication, placed as the framework issues it; `call_s`
-    gives one call's seconds of an op (`_call_s` unless the caller has them priced already).
+    gives one call's seconds of an op (`call_time_s` unless the caller has them priced already).
 
     * Gradient reduce-scatters (all-reduces without ZeRO) run in buckets as the last
       micro-batch's backward produces them (Megatron DDP `--overlap-grad-reduce`, DeepSpeed
@@ -683,7 +693,7 @@ def _dp(
     for op in ops:
         if op.stage != stage or op.group not in DP_GROUPS or not op.calls:
             continue
-        one = _call_s(job, eff, op) if call_s is None else call_s(op)
+        one = call_time_s(job, eff, op) if call_s is None else call_s(op)
         if op.group == "embedding":
             after += one * op.calls
         elif op.op == "all_gather" and zero <= 2:
@@ -761,7 +771,7 @@ def fsdp2_ends(
         return 0.0, 0.0
     first = replace(gather, buffer_bytes=units.first * param_bytes(job), calls=1)
     last = replace(reduce, buffer_bytes=units.last * grad_bytes(job), calls=1)
-    return job.m * _call_s(job, eff, first), _call_s(job, eff, last)
+    return job.m * call_time_s(job, eff, first), call_time_s(job, eff, last)
 
 
 def optimizer_bytes(job: Plannable) -> int:
@@ -995,7 +1005,7 @@ def after_step_s(
     offload copies: exposed whatever else overlaps, so a lower bound on what the step adds after
     the pipeline. `times` are the stages' compute times (`Analysis.times`); `ops` the schedule
     (every stage's, or each stage class's first stage's, as `build_inputs` takes them), each
-    class priced once; `call_s` one call's seconds of an op (`_call_s` by default: a search
+    class priced once; `call_s` one call's seconds of an op (`call_time_s` by default: a search
     passes the calls it has priced)."""
     classes = stage_classes(job)
     staged = ops_by_stage(ops, job.layout.p)
@@ -1011,13 +1021,14 @@ def after_step_s(
 def op_seconds(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> tuple[float, ...]:
     """Seconds of all calls of each op in one step, on its link with its collective's
     efficiency and latency."""
-    # A call's time reads only these five fields (the group kind decides its rails): the ops
-    # the stages share are priced once.
-    priced: dict[tuple[str, str, int, int, str], float] = {}
+    # A call's time reads only these fields (the group kind decides its rails; the rounds and
+    # the kernel are the cross-domain all-to-all's and the flex dispatcher's): the ops the
+    # stages share are priced once.
+    priced: dict[CallKey, float] = {}
     out = []
     for op in ops:
-        key = (str(op.op), str(op.group), op.group_size, op.buffer_bytes, op.link)
+        key = call_key(op)
         if key not in priced:
-            priced[key] = _call_s(job, eff, op)
+            priced[key] = call_time_s(job, eff, op)
         out.append(op.calls * priced[key])
     return tuple(out)

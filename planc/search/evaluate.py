@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from planc.analysis import Analysis, analyse, estimate_step
 from planc.check import context_of, severity_of
-from planc.comm.schedule import OP_KINDS, CommOp, ring_rails
+from planc.comm.schedule import OP_KINDS, CommOp
 from planc.findings import Severity
 from planc.memory.activations import (
     StageActivations,
@@ -39,7 +39,8 @@ from planc.perf.inputs import (
     CallSeconds,
     after_step_s,
     build_inputs,
-    comm_time_s,
+    call_key,
+    call_time_s,
     efficiency_of,
     stage_times,
 )
@@ -483,9 +484,9 @@ UNREAD_BY_ENGINE = frozenset(
 # stage's rank (the pp stride) but changes no byte: the budget is assembled per candidate from
 # the shared core with its own stride.
 UNREAD_BY_BUDGET = UNREAD_BY_SHARED & UNREAD_BY_ENGINE
-# The axes one call's time (`planc.perf.inputs.comm_time_s` on its group's rails,
-# `planc.comm.schedule.ring_rails`) does not read beyond the call itself (collective, group kind,
-# group size, buffer bytes and tier, all in the key): it reads the fabric and the tables (the base
+# The axes one call's time (`planc.perf.inputs.call_time_s`: `comm_time_s` on its group's rails,
+# `planc.comm.schedule.ring_rails`) does not read beyond the call itself (`call_key`: collective,
+# group kind, group size, buffer bytes, tier, rounds and flex kernel): it reads the fabric and the tables (the base
 # job's and the precision's), and the rails read the grid (the degrees, the rank order and the
 # expert grid) and the shard group; never the pipeline's chunks or schedule, the context-parallel
 # type, ZeRO, offload, what a micro-batch computes or keeps.
@@ -698,8 +699,7 @@ def call_seconds(
     eff: Efficiency,
     values: Sequence[Value] | None = None,
 ) -> CallSeconds:
-    """One call's seconds of an op of candidate `index` (`planc.perf.inputs.comm_time_s` on its
-    group's rails, `ring_rails`), shared with the judge's earlier candidates that agree on the
+    """One call's seconds of an op of candidate `index` (`planc.perf.inputs.call_time_s`), shared with the judge's earlier candidates that agree on the
     axes a call reads (all but `UNREAD_BY_CALLS`) and on the call itself. `values`: the
     candidate's, when the caller has them."""
     values = judge.space.candidate(index) if values is None else values
@@ -707,13 +707,10 @@ def call_seconds(
     calls: dict[tuple[Any, ...], float] = judge.memo.setdefault(("call", calls_key), {})
 
     def one(op: CommOp) -> float:
-        at = (op.op, op.group, op.group_size, op.buffer_bytes, op.link)
+        at = call_key(op)
         seconds = calls.get(at)
         if seconds is None:
-            rails = ring_rails(job, op.group)
-            seconds = calls[at] = comm_time_s(
-                job, eff, str(op.op), op.group_size, op.buffer_bytes, op.link, rails=rails
-            )
+            seconds = calls[at] = call_time_s(job, eff, op)
         return seconds
 
     return one
