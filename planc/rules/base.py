@@ -51,6 +51,9 @@ class Context:
     # Whether a rule may compute fixes that cost more analyses (PLC007 tries variants); search
     # judges thousands of candidates and reads only the rule ids, so it turns this off.
     suggest: bool = True
+    # Whether only which rules fire is read, not their messages (search's judging): a rule may
+    # then skip what only its message needs (PLC007's largest terms).
+    brief: bool = False
 
     def option(self, option: Option) -> float:
         """The value of one of a rule's options for this file: the spec's `rules:` section,

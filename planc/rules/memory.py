@@ -91,6 +91,9 @@ def memory_fits(ctx: Context) -> Iterator[Violation]:
     usable = job.usable_hbm_bytes
     if ctx.analysis.memory.peak_bytes <= usable:
         return
+    if ctx.brief:  # the heaviest rank's terms are assembled for the message only
+        yield Violation("training.micro_batch", "the heaviest rank does not fit", GENERIC_FIX)
+        return
     peak = ctx.analysis.memory.peak
     hbm = job.cluster.gpu.memory_bytes
     mem = peak.memory

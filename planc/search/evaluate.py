@@ -366,7 +366,7 @@ def judge(judge: Judge, index: int, every: bool = True) -> Verdict:
         return Verdict(index, tuple(sorted({r.rule for r in ctx.refusals})))
     analysis = shared_analysis(judge, index, plan, values)
     deep = judge.deep if every else judge.deciding
-    found += _failing(deep, Context(job, plan, analysis, suggest=False))
+    found += _failing(deep, Context(job, plan, analysis, suggest=False, brief=True))
     errors = sorted({rule for rule, severity in found if (rule, severity) in judge.rejectors})
     if errors:
         return Verdict(index, tuple(errors))
