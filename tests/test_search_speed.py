@@ -339,11 +339,12 @@ def test_the_tasks_change_no_result(monkeypatch: pytest.MonkeyPatch) -> None:
     # lists the same layouts, counts and estimates.
     setup = _setup(LARGE_BATCH.replace("micro_batch: [1, 4]", "micro_batch: [1, 2, 4]"))
     assert setup.space.size > 1536
+    whole_rounds = run._groups  # in one process: one task a round
     results = []
-    for chunk, price in ((512, 1), (1536, run.ROUND)):
+    for chunk, groups in ((512, lambda verdicts, jobs: [[v] for v in verdicts]), (1536, whole_rounds)):
         monkeypatch.setattr(run, "JUDGE_CHUNK", chunk)
         monkeypatch.setattr(run, "JUDGE_CHUNK_MAX", chunk)
-        monkeypatch.setattr(run, "PRICE_CHUNK", price)
+        monkeypatch.setattr(run, "_groups", groups)
         results.append(run.search(setup, 5))
     assert results[0] == results[1]
     assert results[0].feasible > 0 and results[0].estimated > 5
