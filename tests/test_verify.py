@@ -340,13 +340,18 @@ def _swap(groups: list[list[int]]) -> None:
     groups[0][1], groups[1][1] = groups[1][1], groups[0][1]
 
 
+def _fails_naming(plan: Plan, mutation: tuple[Callable[[Plan], None], str]) -> None:
+    """A copy of `plan` with `mutation` applied fails verify, naming what it names."""
+    mutate, named = mutation
+    corrupted = copy.deepcopy(plan)
+    mutate(corrupted)
+    ok, text = verified(corrupted)
+    assert not ok and named in text, text
+
+
 @pytest.mark.parametrize("kind", sorted(MOE_MUTATIONS))
 def test_every_expert_corruption_fails_and_is_named(mixtral: Plan, kind: str) -> None:
-    mutate, named = MOE_MUTATIONS[kind]
-    plan = copy.deepcopy(mixtral)
-    mutate(plan)
-    ok, text = verified(plan)
-    assert not ok and named in text, text
+    _fails_naming(mixtral, MOE_MUTATIONS[kind])
 
 
 def test_cli_exits_1_naming_a_wrong_all_to_all(mixtral: Plan, tmp_path: Path) -> None:
@@ -396,11 +401,7 @@ FLEX_MUTATIONS: dict[str, tuple[Callable[[Plan], None], str]] = {
 
 @pytest.mark.parametrize("kind", sorted(FLEX_MUTATIONS))
 def test_every_flex_corruption_fails_and_is_named(mixtral_flex: Plan, kind: str) -> None:
-    mutate, named = FLEX_MUTATIONS[kind]
-    plan = copy.deepcopy(mixtral_flex)
-    mutate(plan)
-    ok, text = verified(plan)
-    assert not ok and named in text, text
+    _fails_naming(mixtral_flex, FLEX_MUTATIONS[kind])
 
 
 @st.composite

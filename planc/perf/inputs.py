@@ -303,7 +303,9 @@ CallKey = tuple[str, str, int, int, str, int | None, str | None]
 def call_key(op: CommOp) -> CallKey:
     """The fields of `op` that `call_time_s` reads: ops that agree on them cost the same a call
     (on one job and tables)."""
-    return (str(op.op), str(op.group), op.group_size, op.buffer_bytes, op.link, op.rounds, op.kernel)
+    return (
+        str(op.op), str(op.group), op.group_size, op.buffer_bytes, op.link, op.rounds, op.kernel
+    )
 
 
 def call_time_s(job: Plannable, eff: Efficiency, op: CommOp) -> float:

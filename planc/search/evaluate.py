@@ -486,8 +486,8 @@ UNREAD_BY_ENGINE = frozenset(
 UNREAD_BY_BUDGET = UNREAD_BY_SHARED & UNREAD_BY_ENGINE
 # The axes one call's time (`planc.perf.inputs.call_time_s`: `comm_time_s` on its group's rails,
 # `planc.comm.schedule.ring_rails`) does not read beyond the call itself (`call_key`: collective,
-# group kind, group size, buffer bytes, tier, rounds and flex kernel): it reads the fabric and the tables (the base
-# job's and the precision's), and the rails read the grid (the degrees, the rank order and the
+# group kind, group size, buffer bytes, tier, rounds and flex kernel): it reads the fabric and
+# the tables (the base job's and the precision's), and the rails read the grid (the degrees, the rank order and the
 # expert grid) and the shard group; never the pipeline's chunks or schedule, the context-parallel
 # type, ZeRO, offload, what a micro-batch computes or keeps.
 UNREAD_BY_CALLS = frozenset(
@@ -699,9 +699,10 @@ def call_seconds(
     eff: Efficiency,
     values: Sequence[Value] | None = None,
 ) -> CallSeconds:
-    """One call's seconds of an op of candidate `index` (`planc.perf.inputs.call_time_s`), shared with the judge's earlier candidates that agree on the
-    axes a call reads (all but `UNREAD_BY_CALLS`) and on the call itself. `values`: the
-    candidate's, when the caller has them."""
+    """One call's seconds of an op of candidate `index` (`planc.perf.inputs.call_time_s`),
+    shared with the judge's earlier candidates that agree on the axes a call reads (all but
+    `UNREAD_BY_CALLS`) and on the call itself (`call_key`). `values`: the candidate's, when the
+    caller has them."""
     values = judge.space.candidate(index) if values is None else values
     calls_key = _masked(judge, values, UNREAD_BY_CALLS)
     calls: dict[tuple[Any, ...], float] = judge.memo.setdefault(("call", calls_key), {})
