@@ -805,15 +805,22 @@ def price_below(judge: Judge, index: int, cutoff: float) -> Priced:
     """`price`, unless the candidate's step's lower bound from the inputs its pipeline would
     run on is above `cutoff` (the top's last place: it cannot enter); the bound either way."""
     analysis = _analysis(judge, index)
+    bound = inputs_bound(analysis)
+    if bound > cutoff:
+        return Priced(None, bound)
+    return Priced(_metrics(estimate_step(analysis), _ranked_s(judge, analysis)), bound)
+
+
+def inputs_bound(analysis: Analysis) -> float:
+    """The step's lower bound from the inputs its pipeline would run on
+    (`planc.perf.step.step_lower_bound_s` of `build_inputs`: TP, CP and expert exposure, the DP
+    tail and the optimizer included), tighter than the judge's `step_lower_bound`."""
     params = [share.total for share in analysis.parameters]
     experts = [share.expert_total for share in analysis.parameters]
     inputs = build_inputs(
         analysis.plan, params, experts, analysis.efficiency, analysis.schedule.first_ops
     )
-    bound = step_lower_bound_s(inputs)
-    if bound > cutoff:
-        return Priced(None, bound)
-    return Priced(_metrics(estimate_step(analysis), _ranked_s(judge, analysis)), bound)
+    return step_lower_bound_s(inputs)
 
 
 def _ranked_s(judge: Judge, analysis: Analysis) -> Callable[[float], float]:
@@ -859,3 +866,10 @@ def price_all_below(setup: Setup, indices: tuple[int, ...], cutoff: float) -> tu
     """`price_below` of feasible candidates (one task of a worker process)."""
     judged = make_judge(setup)
     return tuple(price_below(judged, index, cutoff) for index in indices)
+
+
+def bound_all(setup: Setup, indices: tuple[int, ...]) -> tuple[float, ...]:
+    """`inputs_bound` of feasible candidates (one task of a worker process), their analyses
+    sharing what the task's earlier ones computed (`shared_analysis`)."""
+    judged = make_judge(setup)
+    return tuple(inputs_bound(_analysis(judged, index)) for index in indices)

@@ -2,14 +2,15 @@
 
 1. Judge: every candidate goes through the rules (`planc.search.evaluate.judge`), in chunks of
    consecutive indices, on `jobs` processes.
-2. Estimate: the feasible candidates are sorted by a lower bound on their step time (m × the
-   busiest stage's compute per micro-batch, which the pipeline must at least run) and estimated
-   in that order, a round of `ROUND` at a time. Once the next bound is above the step time of
-   the K-th best found, no remaining candidate can enter the top K and the loop stops. Within a
-   round, a candidate whose tighter bound (the pipeline's own inputs, exposed communication
-   included, `planc.perf.step.step_lower_bound_s`) is above the K-th best is not simulated:
-   at a large global batch the pipeline runs thousands of micro-batches and the bubble is a
-   fraction of a percent, so that bound is within it of the estimate and few are simulated.
+2. Estimate: the feasible candidates are sorted by the judge's lower bound on their step time
+   (m × the busiest stage's compute per micro-batch, which the pipeline must at least run),
+   and the first K estimated fill the top. Then those whose bound is not above the K-th best
+   get a tighter bound, the pipeline's own inputs' (exposed communication and the optimizer
+   included, `planc.perf.step.step_lower_bound_s`), a block at a time, and are estimated in
+   the order of that bound until the next is above the K-th best: no remaining candidate can
+   enter the top K. At a large global batch the pipeline runs thousands of micro-batches and
+   the bubble is a fraction of a percent, so the tighter bound is within it of the estimate
+   and few are simulated.
 
 The results depend on neither `jobs` nor the chunk sizes: the top K is exact, ties are broken by
 peak memory and then by the candidate's place in the space, and the rounds (so the number of
@@ -19,6 +20,7 @@ estimates too) are the same for any `jobs`.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from contextlib import AbstractContextManager, contextmanager
@@ -27,13 +29,15 @@ from typing import Any, TypeVar
 
 from planc.search import workers
 from planc.search.evaluate import (
+    Metrics,
     Setup,
     Verdict,
+    bound_all,
     hosts_refusal,
     judge,
     judge_range,
     make_judge,
-    price_all_below,
+    price_all,
     spec_job,
 )
 from planc.search.rank import (
@@ -61,6 +65,8 @@ TASKS_PER_JOB = 8
 # (tasks of 4 had each candidate's analysis built afresh).
 ROUND = 32
 PRICE_CHUNK = 4
+# Candidates whose tighter bound is computed at a time, in one task per process.
+BOUND_BLOCK = 1024
 # Rounding: an estimate this close under its bound still counts as above it.
 BOUND_SLACK = 1 - 1e-9
 
@@ -181,45 +187,97 @@ def _estimate(
     tick: Tick,
     jobs: int = 1,
 ) -> tuple[tuple[Ranked, ...], int]:
-    """The top `top` of `feasible` (sorted by bound), estimating as few as the bound allows.
+    """The top `top` of `feasible` (sorted by the judge's bound), estimating as few as the
+    bounds allow, best bound first.
 
-    Rounds have a fixed size, so the candidates estimated do not depend on the process count
-    (`jobs` only cuts each round into tasks, `_groups`).
-    In a round, a candidate whose step's tighter lower bound (`price_below`: the pipeline's own
-    inputs, exposed communication included) is above the last place at the round's start is
-    not estimated: it cannot enter the top. Should an estimate ever come out below either bound
-    (a step model that no longer runs every micro-batch of the busiest stage, or an
-    extrapolated pipeline's error), the bounds are not trusted and every candidate is estimated.
+    Rounds of ROUND in the judge's bound order fill the top; its last place is then the cutoff.
+    After that the candidates whose judge's bound is not above the cutoff get, BOUND_BLOCK at a
+    time in that order, the tighter bound of the inputs their pipeline would run on
+    (`bound_all`: the TP, CP and expert exposure of every micro-batch, the DP tail and the
+    optimizer, which the judge's leaves out), and are estimated ROUND at a time in the order of
+    the better of their two bounds, never one whose bound is above a candidate not yet bounded.
+    It stops when no bound left is at or below the top's last place: none of those can enter.
+
+    The work is the same for any `jobs` (which only cuts it into tasks, `_groups`). Should an
+    estimate ever come out below either of its bounds (a step model that no longer runs every
+    micro-batch of the busiest stage, or an extrapolated pipeline's error), the bounds are not
+    trusted and every feasible candidate is estimated.
     """
+    work = _Work(pool, setup, tick, jobs)
     ranked: tuple[Ranked, ...] = ()
-    done, estimated, trusted = 0, 0, True
-    skipped: list[Verdict] = []  # cut by the tighter bound; estimated after all if it fails
-    while done < len(feasible):
-        cutoff = last_place(ranked, top) if trusted else float("inf")
-        if feasible[done].step_bound_s > cutoff:
+    trusted, at = True, 0
+    seen: set[int] = set()  # the candidates estimated
+    bounded: list[tuple[float, int, Verdict]] = []  # a heap of (bound, index, candidate)
+    while at < len(feasible) and len(ranked) < top:
+        fill = feasible[at : at + min(ROUND, top - len(ranked))]
+        batch = [(v, v.step_bound_s) for v in fill]
+        ranked, trusted = _merged(ranked, work.priced(batch, counted=True), top, trusted)
+        seen.update(v.index for v, _ in batch)
+        at += len(batch)
+    while trusted:
+        cutoff = last_place(ranked, top)
+        unseen = feasible[at].step_bound_s if at < len(feasible) else float("inf")
+        below = min(cutoff, unseen)
+        if bounded and bounded[0][0] <= below:
+            batch = []
+            while bounded and len(batch) < ROUND and bounded[0][0] <= below:
+                bound, _, v = heapq.heappop(bounded)
+                batch.append((v, bound))
+            ranked, trusted = _merged(ranked, work.priced(batch, counted=False), top, trusted)
+            seen.update(v.index for v, _ in batch)
+        elif at < len(feasible) and unseen <= cutoff:
+            block = [v for v in feasible[at : at + BOUND_BLOCK] if v.step_bound_s <= cutoff]
+            at += len(block)
+            for v, bound in zip(block, work.bounds(block), strict=True):
+                heapq.heappush(bounded, (max(v.step_bound_s, bound), v.index, v))
+        else:
             break
-        # The first round fills the top (no cutoff yet); the later ones are cut by it.
-        batch = feasible[done : done + (min(top, ROUND) if not ranked else ROUND)]
-        groups = _groups(batch, jobs)
-        tasks = [(setup, tuple(v.index for v in group), cutoff) for group in groups]
-        parts = _map(pool, price_all_below, tasks, [len(group) for group in groups], tick)
-        priced = [(v, p) for v, p in zip(batch, (p for c in parts for p in c), strict=True)]
-        fresh = [Ranked(v, p.metrics) for v, p in priced if p.metrics is not None]
-        trusted = trusted and all(
-            p.metrics.step_time_s >= max(v.step_bound_s, p.bound_s) * BOUND_SLACK
-            for v, p in priced
-            if p.metrics is not None
-        )
-        ranked = best([*ranked, *fresh], top)
-        done += len(batch)
-        estimated += len(fresh)
-        skipped += [v for v, p in priced if p.metrics is None]
-    if not trusted and skipped:
-        groups = _groups(skipped, jobs)
-        tasks = [(setup, tuple(v.index for v in group), float("inf")) for group in groups]
-        parts = _map(pool, price_all_below, tasks, [0] * len(groups), tick)
-        again = zip(skipped, (p for c in parts for p in c), strict=True)
-        late = [Ranked(v, p.metrics) for v, p in again if p.metrics is not None]
-        ranked = best([*ranked, *late], top)
-        estimated += len(late)
-    return ranked, estimated
+    if not trusted:
+        rest = [(v, v.step_bound_s) for v in feasible if v.index not in seen]
+        ranked = best([*ranked, *(Ranked(v, m) for v, m, _ in work.priced(rest, False))], top)
+        seen.update(v.index for v, _ in rest)
+    return ranked, len(seen)
+
+
+# A candidate estimated: its verdict, its estimate and the best lower bound known for it.
+Estimate = tuple[Verdict, Metrics, float]
+
+
+def _merged(
+    ranked: tuple[Ranked, ...], estimates: Sequence[Estimate], top: int, trusted: bool
+) -> tuple[tuple[Ranked, ...], bool]:
+    """The top `top` with `estimates` in, and whether the bounds are still trusted: every
+    estimate at or above each of its bounds."""
+    still = trusted and all(
+        m.step_time_s >= max(v.step_bound_s, bound) * BOUND_SLACK for v, m, bound in estimates
+    )
+    return best([*ranked, *(Ranked(v, m) for v, m, _ in estimates)], top), still
+
+
+@dataclasses.dataclass(frozen=True)
+class _Work:
+    """Where the estimating work runs: the pool (None: this process), the setup every task
+    receives, the progress tick and the processes a batch is cut for."""
+
+    pool: Executor | None
+    setup: Setup
+    tick: Tick
+    jobs: int
+
+    def priced(self, batch: Sequence[tuple[Verdict, float]], counted: bool) -> list[Estimate]:
+        """Each candidate of `batch` (with its bound) estimated, in one task per process;
+        `counted`: the progress counts them (a candidate bounded first was counted then)."""
+        verdicts = [v for v, _ in batch]
+        groups = _groups(verdicts, self.jobs)
+        tasks = [(self.setup, tuple(v.index for v in group)) for group in groups]
+        weights = [len(group) if counted else 0 for group in groups]
+        parts = _map(self.pool, price_all, tasks, weights, self.tick)
+        metrics = (m for part in parts for m in part)
+        return [(v, m, bound) for (v, bound), m in zip(batch, metrics, strict=True)]
+
+    def bounds(self, block: list[Verdict]) -> list[float]:
+        """`bound_all` of `block`, in one task per process."""
+        groups = _groups(block, self.jobs)
+        tasks = [(self.setup, tuple(v.index for v in group)) for group in groups]
+        parts = _map(self.pool, bound_all, tasks, [len(group) for group in groups], self.tick)
+        return [bound for part in parts for bound in part]
