@@ -1,10 +1,12 @@
 """The step model's fitted parameters, refitted from the corpus's declared fit runs (issue 24).
 
-Two GEMM curves of `planc/presets/efficiency.json` are fitted to step times, each to the runs
+Three GEMM curves of `planc/presets/efficiency.json` are fitted to step times, each to the runs
 `validation/runs.json` declares `fit` on its GPU and to no other run:
 
 * `a100-80gb`: e_max and d½, to Korthikanti et al. 2022 Table 5's four full-recompute runs;
-* `h100-sxm`: e_max alone, to the three DGX Cloud Benchmarking 24.11 runs declared fit.
+* `h100-sxm`: e_max alone, to the three DGX Cloud Benchmarking 24.11 runs declared fit;
+* `gb200-nvl72`: e_max alone, to the DGX Cloud Benchmarking 25.05 run declared fit (Llama 3.1
+  405B on 128 GB200, the smallest point of the one dense model added with the GB200 corpus).
 
 The H100 curve's shape term d½ (and that of every GPU derived from it) is not a step-time fit:
 whole steps cannot resolve it (every corpus run's GEMMs have smallest dimensions in the
@@ -52,7 +54,8 @@ class FittedCurve:
 
 
 # The MAMF fractions (Bekman, ml-engineering compute/accelerator, BF16): A100 SXM 86.9 %,
-# H100 SXM 80.3 %.
+# H100 SXM 80.3 %, GB200 72.9 %. Blackwell's B200 is derived from GB200's fit (the same die), not
+# from Hopper's; GB200's d½ is held at Hopper's measured value (no Blackwell per-shape table).
 FITTED = (
     FittedCurve(
         "a100-80gb", ("gemm.peak_fraction", "gemm.half_dim"), 0.869, ("a100-40gb", "mi300x")
@@ -61,9 +64,10 @@ FITTED = (
         "h100-sxm",
         ("gemm.peak_fraction",),
         0.803,
-        ("h100-sxm-hbm2e", "h800", "h200", "b200", "gb200-nvl72"),
+        ("h100-sxm-hbm2e", "h800", "h200"),
         "deepgemm-h800-fp8",
     ),
+    FittedCurve("gb200-nvl72", ("gemm.peak_fraction",), 0.729, ("b200",)),
 )
 
 SHAPE = ("gemm.peak_fraction", "gemm.half_dim")

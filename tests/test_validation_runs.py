@@ -38,8 +38,9 @@ DOC = ROOT / "docs" / "validation.md"
 RUNS = read_index(str(INDEX))
 
 # The fit set, declared: Korthikanti et al. 2022 Table 5's four full-recompute rows (what the A100
-# GEMM curve was fitted to) and the three H100 runs validation/README.md names, all from one source
-# (NVIDIA's DGX Cloud benchmarks v24.11.1). A change to the fit set is a change to this list.
+# GEMM curve was fitted to), the three H100 runs validation/README.md names, all from one source
+# (NVIDIA's DGX Cloud benchmarks v24.11.1), and the one GB200 run it names (v25.05's Llama 3.1
+# 405B on 128 GB200). A change to the fit set is a change to this list.
 DECLARED_FIT = (
     "korthikanti2022-22b-full",
     "korthikanti2022-175b-full",
@@ -48,6 +49,7 @@ DECLARED_FIT = (
     "dgxc-llama31-8b-8xh100",
     "dgxc-llama31-70b-64xh100",
     "dgxc-gpt3-175b-128xh100",
+    "dgxc-llama31-405b-128xgb200",
 )
 
 
@@ -112,16 +114,24 @@ def test_the_fit_set_is_the_declared_one() -> None:
     assert tuple(run.id for run in RUNS if run.role is RunRole.FIT) == DECLARED_FIT
 
 
-def test_the_fit_runs_outside_korthikanti_come_from_one_source() -> None:
-    # validation/README.md: at most a handful of H100 fit runs, from ONE source group, so that
-    # a later H100 fit can be scored leave-one-source-out.
-    others = {run.source_group for run in RUNS if run.role is RunRole.FIT} - {"korthikanti2022"}
-    assert len(others) <= 1
+def test_each_gpu_is_fitted_to_runs_of_one_source() -> None:
+    # validation/README.md: each fitted GPU's few fit runs come from ONE source group, so that
+    # its fit can be scored leave-one-source-out (hold that group out and the GPU falls back to
+    # its prior; hold any other out and the group is scored by a fit that never saw it).
+    sources: dict[str, set[str]] = {}
+    for run in RUNS:
+        if run.role is RunRole.FIT:
+            sources.setdefault(run.gpu, set()).add(run.source_group)
+    assert sources == {
+        "a100-80gb": {"korthikanti2022"},
+        "h100-sxm": {"dgxc-24.11"},
+        "gb200-nvl72": {"dgxc-25.05"},
+    }
 
 
 def test_each_fit_reads_exactly_its_declared_runs() -> None:
-    # planc.fitting refits the A100 curve to the Korthikanti rows and the H100 curve to the
-    # dgxc-24.11 rows, and to nothing else: every fit run is read by one fit, no validation run
+    # planc.fitting refits the A100 curve to the Korthikanti rows, the H100 curve to the
+    # dgxc-24.11 rows and the GB200 curve to its dgxc-25.05 row, and to nothing else: every fit run is read by one fit, no validation run
     # by any.
     from planc.fitting import FITTED, fit_runs
 
@@ -129,7 +139,8 @@ def test_each_fit_reads_exactly_its_declared_runs() -> None:
     assert sorted(read) == sorted(DECLARED_FIT)
     assert {curve.gpu: [r.id for r in fit_runs(RUNS, curve.gpu)] for curve in FITTED} == {
         "a100-80gb": list(DECLARED_FIT[:4]),
-        "h100-sxm": list(DECLARED_FIT[4:]),
+        "h100-sxm": list(DECLARED_FIT[4:7]),
+        "gb200-nvl72": list(DECLARED_FIT[7:]),
     }
 
 
