@@ -166,7 +166,24 @@ def group_tier(job: Plannable, axes: tuple[Axis, ...]) -> Tier:
         job.__dict__["_group_tiers"] = memo
     tier = memo.get(axes)
     if tier is None:
-        tier = memo[axes] = _grid_tier(job, job.layout.degrees, job.layout.strides, axes)
+        tier = memo[axes] = _cluster_grid_tier(job, axes)
+    return tier
+
+
+def _cluster_grid_tier(job: Plannable, axes: tuple[Axis, ...]) -> Tier:
+    """`_grid_tier` of the dense grid over `axes`: a function of the cluster (its world, nodes
+    and fabric), the degrees and the rank order, so kept on the cluster instance as
+    `group_tier` keeps it on the job (a search's candidates share one cluster and ask for the
+    same few grids thousands of times)."""
+    lay = job.layout
+    memo: dict[tuple[object, ...], Tier] | None = job.cluster.__dict__.get("_grid_tiers")
+    if memo is None:
+        memo = {}
+        job.cluster.__dict__["_grid_tiers"] = memo
+    at = (lay.t, lay.c, lay.d, lay.p, lay.order, axes)
+    tier = memo.get(at)
+    if tier is None:
+        tier = memo[at] = _grid_tier(job, lay.degrees, lay.strides, axes)
     return tier
 
 

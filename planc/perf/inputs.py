@@ -800,6 +800,7 @@ def build_inputs(
     experts_by_stage: Sequence[int],
     eff: Efficiency,
     ops: Sequence[CommOp],
+    chunks_of: ChunksOf | None = None,
 ) -> StepInputs:
     """The :class:`StepInputs` of `job`: `params_by_stage[r]` is Ψ_r, the parameters one rank of
     stage r holds, and `experts_by_stage[r]` its Ψ_expert (sharded over the expert data-parallel
@@ -809,15 +810,16 @@ def build_inputs(
     tables. `planc.analysis.estimate_step` is the one caller.
 
     A stage's inputs read it only as its class (`planc.stages`): each class's are computed once,
-    on its first stage.
+    on its first stage. `chunks_of`: each stage's chunk times (`stage_chunk_times` by default: a
+    search passes the ones it has computed).
     """
     lay, m = job.layout, job.m
-    shape, device = layer_shape(job), device_of(job)
+    device = device_of(job)
+    chunks_of = stage_chunk_times if chunks_of is None else chunks_of
     classes = stage_classes(job)
     zero = sharding_stage(job) >= 1
     shard, expert_shard = (lay.shard_group, lay.edp) if zero else (1, 1)
     exchange = ep_per_layer(job, eff)
-    low = quantized_layers(job, eff)
     one = boundary_transfer(job, eff, ops) if runs_pipe_engine(job) else Transfer(0.0, 0.0)
     staged = ops_by_stage(ops, lay.p)
     # One layer's TP times read a stage only as the tier of its TP ops (`tp_link`), and a MoE
@@ -839,18 +841,7 @@ def build_inputs(
         split, routed = lay.chunk_layers(r), chunk_moe_layers(job, r)
         mine = staged[r]
         blocking = blocking_p2p(job, one, r)
-        times = chunk_times(
-            shape,
-            split,
-            r == 0,
-            r == lay.last_stage,
-            job.training.recompute,
-            device,
-            eff,
-            routed,
-            expert_shape(job),
-            quantized_compute(job, r, low),
-        )
+        times = chunks_of(job, eff, r)
         link = tp_link(mine, r)
         tp = tp_of(link, False)
         tp_moe = tp_of(link, True)
@@ -951,6 +942,28 @@ def _dp_link(job: Plannable, ops: Sequence[CommOp]) -> str:
 def _entry(job: Plannable, eff: Efficiency, link: str) -> LinkEfficiency:
     """The efficiency entry that prices the fabric tier named `link`."""
     return eff.link(job.cluster.fabric.tier(link).efficiency)
+
+
+# One stage's chunk times per micro-batch (`stage_chunk_times`, or the same shared).
+ChunksOf = Callable[[Plannable, Efficiency, int], tuple[ChunkTimes, ...]]
+
+
+def stage_chunk_times(job: Plannable, eff: Efficiency, r: int) -> tuple[ChunkTimes, ...]:
+    """Forward, backward and recompute seconds per micro-batch of each chunk of one rank of
+    stage `r` (`chunk_times` on the stage's layers, MoE layers and quantized compute)."""
+    lay = job.layout
+    return chunk_times(
+        layer_shape(job),
+        lay.chunk_layers(r),
+        r == 0,
+        r == lay.last_stage,
+        job.training.recompute,
+        device_of(job),
+        eff,
+        chunk_moe_layers(job, r),
+        expert_shape(job),
+        quantized_compute(job, r, quantized_layers(job, eff)),
+    )
 
 
 # What `chunk_times` reads of one stage beyond the job's layer shape: its chunks' layers, whether

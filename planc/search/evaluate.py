@@ -34,14 +34,16 @@ from planc.memory.engines import Placed, engine_terms
 from planc.memory.params import RankParameters, rank_parameters
 from planc.memory.static import Group, StateBytes
 from planc.memory.terms import Term
-from planc.perf.compute import StageTimes
+from planc.perf.compute import ChunkTimes, StageTimes
 from planc.perf.inputs import (
     CallSeconds,
+    ChunksOf,
     after_step_s,
     build_inputs,
     call_key,
     call_time_s,
     efficiency_of,
+    stage_chunk_times,
     stage_times,
 )
 from planc.perf.step import step_lower_bound_s
@@ -598,9 +600,11 @@ def shared_analysis(
         lines = lines_by_class.get(first)
         if lines is None:
             # One layer's lines, the same on every stage.
-            layer: tuple[tuple[Term, bool], ...] | None = memo.get(("layer", key))
+            # `layer_lines` reads neither the context-parallel type (only the stage's
+            # exchange buffers do) nor what the times do not: shared by the times' key.
+            layer: tuple[tuple[Term, bool], ...] | None = memo.get(("layer", times_key))
             if layer is None:
-                layer = memo[("layer", key)] = layer_lines(job)
+                layer = memo[("layer", times_key)] = layer_lines(job)
             lines = lines_by_class[first] = stage_lines(job, first, layer)
         lay = job.layout
         held_at = ("held", lay.schedule, lay.p, lay.v, job.m, stage, lines.weights)
@@ -785,14 +789,15 @@ class Priced:
     bound_s: float
 
 
-def _analysis(judge: Judge, index: int) -> Analysis:
+def _analysis(judge: Judge, index: int, values: Sequence[Value] | None = None) -> Analysis:
     """The analysis of a judged candidate, sharing what the judge's earlier ones computed
-    (`shared_analysis`)."""
-    job = candidate_job(judge.base, judge.space, judge.space.candidate(index))
+    (`shared_analysis`). `values`: the candidate's, when the caller has them."""
+    values = judge.space.candidate(index) if values is None else values
+    job = candidate_job(judge.base, judge.space, values)
     plan = plannable(job)
     if isinstance(plan, tuple):
         raise ValueError(f"candidate {index} has no plan; judge it first")
-    return shared_analysis(judge, index, plan)
+    return shared_analysis(judge, index, plan, values)
 
 
 def price(judge: Judge, index: int) -> Metrics:
@@ -811,16 +816,40 @@ def price_below(judge: Judge, index: int, cutoff: float) -> Priced:
     return Priced(_metrics(estimate_step(analysis), _ranked_s(judge, analysis)), bound)
 
 
-def inputs_bound(analysis: Analysis) -> float:
+def inputs_bound(analysis: Analysis, chunks_of: ChunksOf | None = None) -> float:
     """The step's lower bound from the inputs its pipeline would run on
     (`planc.perf.step.step_lower_bound_s` of `build_inputs`: TP, CP and expert exposure, the DP
-    tail and the optimizer included), tighter than the judge's `step_lower_bound`."""
+    tail and the optimizer included), tighter than the judge's `step_lower_bound`. `chunks_of`:
+    each stage's chunk times, as `build_inputs` takes them."""
     params = [share.total for share in analysis.parameters]
     experts = [share.expert_total for share in analysis.parameters]
     inputs = build_inputs(
-        analysis.plan, params, experts, analysis.efficiency, analysis.schedule.first_ops
+        analysis.plan,
+        params,
+        experts,
+        analysis.efficiency,
+        analysis.schedule.first_ops,
+        chunks_of,
     )
     return step_lower_bound_s(inputs)
+
+
+def shared_inputs_bound(judge: Judge, index: int) -> float:
+    """`inputs_bound` of feasible candidate `index`, its analysis shared (`shared_analysis`) and
+    each stage's chunk times shared with the judge's earlier candidates that agree on the axes
+    the times read (all but `UNREAD_BY_TIMES`: `stage_times` sums the same chunk times)."""
+    values = judge.space.candidate(index)
+    times_key = _masked(judge, values, UNREAD_BY_TIMES)
+    memo = judge.memo
+
+    def chunks_of(job: Plannable, eff: Efficiency, stage: int) -> tuple[ChunkTimes, ...]:
+        at = ("chunk times", times_key, stage)
+        found: tuple[ChunkTimes, ...] | None = memo.get(at)
+        if found is None:
+            found = memo[at] = stage_chunk_times(job, eff, stage)
+        return found
+
+    return inputs_bound(_analysis(judge, index, values), chunks_of)
 
 
 def _ranked_s(judge: Judge, analysis: Analysis) -> Callable[[float], float]:
@@ -872,4 +901,4 @@ def bound_all(setup: Setup, indices: tuple[int, ...]) -> tuple[float, ...]:
     """`inputs_bound` of feasible candidates (one task of a worker process), their analyses
     sharing what the task's earlier ones computed (`shared_analysis`)."""
     judged = make_judge(setup)
-    return tuple(inputs_bound(_analysis(judged, index)) for index in indices)
+    return tuple(shared_inputs_bound(judged, index) for index in indices)
