@@ -232,15 +232,15 @@ def test_the_pipeline_inputs_bound_equals_1f1b_on_equal_stages() -> None:
 
 
 def test_the_tighter_bound_is_below_every_estimate() -> None:
-    from planc.search.evaluate import make_judge, price_below
+    from planc.search.evaluate import make_judge, price, shared_inputs_bound
 
     setup = _setup(ORACLE)
     judged = make_judge(setup)
     everything = search(setup, 10**6)
     for ranked in everything.results:
-        priced = price_below(judged, ranked.verdict.index, float("inf"))
-        assert priced.metrics == ranked.metrics
-        assert ranked.verdict.step_bound_s <= priced.bound_s <= ranked.metrics.step_time_s
+        bound = shared_inputs_bound(judged, ranked.verdict.index)
+        assert price(judged, ranked.verdict.index) == ranked.metrics
+        assert ranked.verdict.step_bound_s <= bound <= ranked.metrics.step_time_s
 
 
 def test_rejections_count_once_under_each_rule() -> None:

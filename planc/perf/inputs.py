@@ -974,9 +974,8 @@ _StageShape = tuple[tuple[int, ...], bool, bool, tuple[int, ...], QuantizedCompu
 def stage_times(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
     """Forward, backward (recompute included) and recompute compute seconds per micro-batch of
     one rank of each stage, all its chunks together."""
-    shape, device, lay = layer_shape(job), device_of(job), job.layout
+    lay = job.layout
     low = quantized_layers(job, eff)
-    experts = expert_shape(job)
     # Stages with the same chunks (the interior ones of an even split) have the same times:
     # each distinct stage shape is priced once (`chunk_times` is a function of these).
     priced: dict[_StageShape, StageTimes] = {}
@@ -986,18 +985,7 @@ def stage_times(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
         moe, quantized = chunk_moe_layers(job, r), quantized_compute(job, r, low)
         key = (layers, first, last, moe, quantized)
         if key not in priced:
-            chunks = chunk_times(
-                shape,
-                layers,
-                first,
-                last,
-                job.training.recompute,
-                device,
-                eff,
-                moe,
-                experts,
-                quantized,
-            )
+            chunks = stage_chunk_times(job, eff, r)
             priced[key] = StageTimes(
                 forward_s=sum(c.forward_s for c in chunks),
                 backward_s=sum(c.backward_s for c in chunks),

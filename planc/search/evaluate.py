@@ -779,16 +779,6 @@ def shared_bound(
     return bound
 
 
-@record
-class Priced:
-    """One feasible candidate's estimate, or None when its step's lower bound from the inputs
-    the pipeline would run on (`planc.perf.step.step_lower_bound_s`) is already above the
-    cutoff; `bound_s` that bound."""
-
-    metrics: Metrics | None
-    bound_s: float
-
-
 def _analysis(judge: Judge, index: int, values: Sequence[Value] | None = None) -> Analysis:
     """The analysis of a judged candidate, sharing what the judge's earlier ones computed
     (`shared_analysis`). `values`: the candidate's, when the caller has them."""
@@ -804,16 +794,6 @@ def price(judge: Judge, index: int) -> Metrics:
     """The estimated step of a feasible candidate (`estimate_step` on its analysis)."""
     analysis = _analysis(judge, index)
     return _metrics(estimate_step(analysis), _ranked_s(judge, analysis))
-
-
-def price_below(judge: Judge, index: int, cutoff: float) -> Priced:
-    """`price`, unless the candidate's step's lower bound from the inputs its pipeline would
-    run on is above `cutoff` (the top's last place: it cannot enter); the bound either way."""
-    analysis = _analysis(judge, index)
-    bound = inputs_bound(analysis)
-    if bound > cutoff:
-        return Priced(None, bound)
-    return Priced(_metrics(estimate_step(analysis), _ranked_s(judge, analysis)), bound)
 
 
 def inputs_bound(analysis: Analysis, chunks_of: ChunksOf | None = None) -> float:
@@ -889,12 +869,6 @@ def price_all(setup: Setup, indices: tuple[int, ...]) -> tuple[Metrics, ...]:
     """The estimated steps of feasible candidates (one task of a worker process)."""
     judged = make_judge(setup)
     return tuple(price(judged, index) for index in indices)
-
-
-def price_all_below(setup: Setup, indices: tuple[int, ...], cutoff: float) -> tuple[Priced, ...]:
-    """`price_below` of feasible candidates (one task of a worker process)."""
-    judged = make_judge(setup)
-    return tuple(price_below(judged, index, cutoff) for index in indices)
 
 
 def bound_all(setup: Setup, indices: tuple[int, ...]) -> tuple[float, ...]:

@@ -267,17 +267,21 @@ class _Work:
     def priced(self, batch: Sequence[tuple[Verdict, float]], counted: bool) -> list[Estimate]:
         """Each candidate of `batch` (with its bound) estimated, in one task per process;
         `counted`: the progress counts them (a candidate bounded first was counted then)."""
-        verdicts = [v for v, _ in batch]
-        groups = _groups(verdicts, self.jobs)
-        tasks = [(self.setup, tuple(v.index for v in group)) for group in groups]
-        weights = [len(group) if counted else 0 for group in groups]
-        parts = _map(self.pool, price_all, tasks, weights, self.tick)
-        metrics = (m for part in parts for m in part)
+        metrics = self._spread(price_all, [v for v, _ in batch], counted)
         return [(v, m, bound) for (v, bound), m in zip(batch, metrics, strict=True)]
 
     def bounds(self, block: list[Verdict]) -> list[float]:
         """`bound_all` of `block`, in one task per process."""
-        groups = _groups(block, self.jobs)
+        return self._spread(bound_all, block, True)
+
+    def _spread(
+        self,
+        work: Callable[[Setup, tuple[int, ...]], tuple[T, ...]],
+        verdicts: list[Verdict],
+        counted: bool,
+    ) -> list[T]:
+        """`work` on `verdicts` cut into one task per process (`_groups`), results in order."""
+        groups = _groups(verdicts, self.jobs)
         tasks = [(self.setup, tuple(v.index for v in group)) for group in groups]
-        parts = _map(self.pool, bound_all, tasks, [len(group) for group in groups], self.tick)
-        return [bound for part in parts for bound in part]
+        weights = [len(group) if counted else 0 for group in groups]
+        return [out for part in _map(self.pool, work, tasks, weights, self.tick) for out in part]
