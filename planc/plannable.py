@@ -487,12 +487,29 @@ def batch_split(job: Job) -> Iterator[Violation]:
 
 def interleaving(job: Job) -> Iterator[Violation]:
     """PLC010: the pipeline schedule fits the layout (`planc.pipeline.registry` needs): 1F1B
-    runs one chunk per stage; interleaved 1F1B needs virtual_stages > 1, pipeline > 2 and m a
-    multiple of pipeline. Only the first unmet need is reported."""
+    runs one chunk per stage; interleaved 1F1B needs virtual_stages > 1, a pipeline and m a
+    multiple of pipeline, and under Megatron without overlapped p2p more than two stages. Only
+    the first unmet need is reported."""
     lay = job.layout
     need = unmet(lay.schedule, lay.p, job.m, lay.v)
     if need is not None:
         yield _unmet_need(job, need)
+    elif lay.v > 1 and lay.p == 2 and _megatron_blocking_p2p(job):
+        yield Violation(
+            "training.overlap_p2p_comm",
+            f"virtual_stages = {lay.v} over pipeline = 2 needs Megatron's overlapped p2p: without "
+            "it the sends to the next and the previous stage go to the same peer and Megatron "
+            "refuses the layout (validate_args: 'pipeline-model-parallel size should be greater "
+            "than 2' when overlap_p2p_comm is off)",
+            "set training.overlap_p2p_comm: true (Megatron's default), or virtual_stages: 1, "
+            "or pipeline ≥ 3",
+            ("parallelism.virtual_stages", "parallelism.pipeline"),
+        )
+
+
+def _megatron_blocking_p2p(job: Job) -> bool:
+    """Megatron-LM runs the pipeline, with --no-overlap-p2p-communication."""
+    return job.training.framework == "megatron" and not job.training.overlap_p2p_comm
 
 
 def _unmet_need(job: Job, need: ScheduleNeed) -> Violation:
@@ -516,11 +533,11 @@ def _unmet_need(job: Job, need: ScheduleNeed) -> Violation:
             f"{ScheduleKind.default(lay.v).value}",
             ("parallelism.virtual_stages",),
         )
-    if need is ScheduleNeed.STAGES_ABOVE_TWO:
+    if need is ScheduleNeed.SEVERAL_STAGES:
         return Violation(
             "parallelism.virtual_stages",
-            f"virtual_stages = {lay.v} needs pipeline > 2, but pipeline = {lay.p}",
-            "set virtual_stages: 1, or pipeline ≥ 3",
+            f"virtual_stages = {lay.v} interleaves a pipeline, but pipeline = {lay.p}",
+            "set virtual_stages: 1, or pipeline ≥ 2",
         )
     if need is ScheduleNeed.TWO_CHUNKS:
         return Violation(

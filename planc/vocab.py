@@ -294,7 +294,7 @@ class ScheduleNeed(str, Enum):
 
     ONE_CHUNK = "v == 1"
     CHUNKS = "v > 1"
-    STAGES_ABOVE_TWO = "p > 2"
+    SEVERAL_STAGES = "p > 1"
     WHOLE_ROUNDS = "m % p == 0"
     TWO_CHUNKS = "v == 2"
     TWICE_THE_STAGES = "m >= 2p"
@@ -307,8 +307,8 @@ class ScheduleNeed(str, Enum):
             return v == 1
         if self is ScheduleNeed.CHUNKS:
             return v > 1
-        if self is ScheduleNeed.STAGES_ABOVE_TWO:
-            return p > 2
+        if self is ScheduleNeed.SEVERAL_STAGES:
+            return p > 1
         if self is ScheduleNeed.TWO_CHUNKS:
             return v == 2
         if self is ScheduleNeed.TWICE_THE_STAGES:

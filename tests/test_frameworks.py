@@ -40,6 +40,18 @@ CASES: dict[str, tuple[dict[str, Any] | None, str]] = {
         {"parallelism": {"tensor": 2, "pipeline": 4, "virtual_stages": 2}},
         "llama3-8b-1node.yaml",
     ),
+    # Megatron interleaves over two stages with its overlapped p2p (the default) only.
+    "interleaved-two-stages": (
+        {"parallelism": {"tensor": 4, "pipeline": 2, "virtual_stages": 2}},
+        "llama3-8b-1node.yaml",
+    ),
+    "interleaved-blocking-p2p": (
+        {
+            "parallelism": {"tensor": 2, "pipeline": 4, "virtual_stages": 2},
+            "training": {"overlap_p2p_comm": False},
+        },
+        "llama3-8b-1node.yaml",
+    ),
     "uneven": (
         {"parallelism": {"tensor": 2, "pipeline": 4, "stage_layers": [7, 9, 9, 7]}},
         "llama3-8b-1node.yaml",
@@ -539,6 +551,8 @@ def test_megatron_parser_accepts_the_arguments() -> None:
         # validate_args derives the data-parallel degree from the world size: planc's d.
         assert args["validated_data_parallel_size"] == degrees["dp"]
         assert args["validated_virtual_stages"] == (v if v > 1 else None)
+        # --no-overlap-p2p-communication only when the spec turns the overlap off.
+        assert args["overlap_p2p_comm"] == (case != "interleaved-blocking-p2p"), case
 
 
 DEEPSPEED_CONFIG = """

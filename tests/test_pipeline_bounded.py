@@ -42,7 +42,7 @@ def test_extrapolation_is_within_one_cycle(
     """Past the simulation budget the makespan is extrapolated; against the full simulation it
     is off by at most a few micro-batch times (the steady state of unequal stages cycles), and
     exact for equal stages without delay."""
-    if v > 1 and p <= 2:
+    if v > 1 and p < 2:
         v = 1
     m = groups * p
     t_f = [float(x) for x in times[:p]]

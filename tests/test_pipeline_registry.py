@@ -142,7 +142,9 @@ def test_builder_runs_every_op_once_in_dependency_order(
     [
         (ScheduleKind.ONE_F_ONE_B, 4, 8, 2, ScheduleNeed.ONE_CHUNK),
         (ScheduleKind.INTERLEAVED_1F1B, 4, 8, 1, ScheduleNeed.CHUNKS),
-        (ScheduleKind.INTERLEAVED_1F1B, 2, 8, 2, ScheduleNeed.STAGES_ABOVE_TWO),
+        (ScheduleKind.INTERLEAVED_1F1B, 1, 8, 2, ScheduleNeed.SEVERAL_STAGES),
+        # Two stages interleave (Megatron with overlapped p2p, its default; PLC010 checks the rest).
+        (ScheduleKind.INTERLEAVED_1F1B, 2, 8, 2, None),
         (ScheduleKind.INTERLEAVED_1F1B, 4, 6, 2, ScheduleNeed.WHOLE_ROUNDS),
         (ScheduleKind.INTERLEAVED_1F1B, 4, None, 2, None),  # m unknown: PLC005's business
         (ScheduleKind.INTERLEAVED_1F1B, 4, 8, 2, None),

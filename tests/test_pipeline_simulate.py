@@ -296,7 +296,7 @@ def test_render_interleaved_marks_odd_chunks_lowercase() -> None:
 def test_property_uneven_runs_respect_order_and_dependencies(
     p: int, groups: int, v: int, costs: list[int], hop: int
 ) -> None:
-    if v > 1 and p <= 2:
+    if v > 1 and p < 2:
         v = 1
     m = p * groups if v > 1 else groups
     t_f = costs[:p]

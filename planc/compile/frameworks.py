@@ -192,6 +192,9 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
         args.append(f"--num-distributed-optimizer-instances {replicas}")
     if lay.p > 1:  # Megatron picks its schedule from the virtual pipeline size, no flag
         _framework_schedule(plan, "megatron", notes)
+    if lay.v > 1 and not tr.overlap_p2p_comm:
+        # Megatron-LM overlaps the interleaved schedule's p2p by default (store_false flag).
+        args.append("--no-overlap-p2p-communication")
     if lay.schedule is ScheduleKind.COMBINED_1F1B:
         # The combined 1F1B schedule is chosen by this flag (Megatron-LM moe_a2a_overlap.md).
         args.append("--overlap-moe-expert-parallel-comm")

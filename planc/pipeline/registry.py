@@ -297,7 +297,7 @@ SCHEDULES: Mapping[ScheduleKind, ScheduleDef] = MappingProxyType(
             source=f"Narayanan et al. 2021 §2.2.1; {_MEGATRON}, "
             "forward_backward_pipelining_with_interleaving",
             builder=_build_interleaved,
-            needs=(ScheduleNeed.CHUNKS, ScheduleNeed.STAGES_ABOVE_TWO, ScheduleNeed.WHOLE_ROUNDS),
+            needs=(ScheduleNeed.CHUNKS, ScheduleNeed.SEVERAL_STAGES, ScheduleNeed.WHOLE_ROUNDS),
             runs_on=MappingProxyType(
                 {
                     "megatron": "forward_backward_pipelining_with_interleaving",
@@ -399,7 +399,7 @@ SCHEDULES: Mapping[ScheduleKind, ScheduleDef] = MappingProxyType(
             source="Megatron-LM docs/user-guide/features/moe_a2a_overlap.md; "
             f"{_MEGATRON}, combined_1f1b_schedule_for_interleaved_pipelining",
             builder=_build_combined,
-            needs=(ScheduleNeed.CHUNKS, ScheduleNeed.STAGES_ABOVE_TWO, ScheduleNeed.WHOLE_ROUNDS),
+            needs=(ScheduleNeed.CHUNKS, ScheduleNeed.SEVERAL_STAGES, ScheduleNeed.WHOLE_ROUNDS),
             runs_on=MappingProxyType(
                 {"megatron": "combined 1F1B (--overlap-moe-expert-parallel-comm)"}
             ),

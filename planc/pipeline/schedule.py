@@ -133,17 +133,16 @@ class Schedule:
 
 
 def _check_interleaved(p: int, m: int, v: int) -> None:
-    """Megatron-LM's preconditions for the interleaved schedule: more than two stages
-    (`megatron/training/arguments.py` validate_args: "pipeline-model-parallel size should be
-    greater than 2 with interleaved schedule") and whole groups of p micro-batches
+    """Megatron-LM's preconditions for the interleaved schedule: a pipeline (`megatron/training/
+    arguments.py` validate_args: "pipeline-model-parallel size should be greater than 1" with
+    overlap_p2p_comm, its default; greater than 2 without, Megatron's own p2p limit that PLC010
+    checks on the spec) and whole groups of p micro-batches
     (`megatron/core/pipeline_parallel/schedules.py`,
     forward_backward_pipelining_with_interleaving: microbatch_group_size_per_vp_stage, default
     p)."""
-    if p <= 2:
-        # With p == 2 the send-to-next and send-to-previous peers are the same rank, and
-        # Megatron's batched p2p cannot tell the two messages apart.
+    if p < 2:
         raise ValueError(
-            f"the interleaved schedule (v={v}) needs more than 2 pipeline stages, got p={p}"
+            f"the interleaved schedule (v={v}) needs at least 2 pipeline stages, got p={p}"
         )
     if m % p != 0:
         # Megatron forms micro-batch groups of size p per virtual stage; a short last group
@@ -161,7 +160,7 @@ def build_schedule(p: int, m: int, v: int = 1) -> Schedule:
     """The default schedule for ``v`` (:meth:`ScheduleKind.default`): Megatron's 1F1B
     (``v == 1``) or interleaved 1F1B (``v > 1``). By name: :func:`planc.pipeline.registry.build`.
 
-    Raises ``ValueError`` for non-positive sizes and, when ``v > 1``, for ``p <= 2`` or
+    Raises ``ValueError`` for non-positive sizes and, when ``v > 1``, for ``p < 2`` or
     ``m % p != 0`` (Megatron's own preconditions).
     """
     _check_sizes(p, m, v)
@@ -207,7 +206,7 @@ def combined_1f1b(p: int, m: int, v: int) -> Schedule:
     with micro-batch i's backward, so that one's expert all-to-all hides behind the other's
     compute. It runs one more warm-up forward than interleaved 1F1B (`get_pp_rank_microbatches`:
     num_warmup_microbatches + 1 with overlap_moe_expert_parallel_comm), capped at m·v, and needs
-    the interleaved schedule's layout (v > 1, p > 2, m a multiple of p)."""
+    the interleaved schedule's layout (v > 1, p > 1, m a multiple of p)."""
     _check_sizes(p, m, v)
     if v == 1:
         raise ValueError("the combined 1F1B schedule needs v > 1 model chunks per stage")

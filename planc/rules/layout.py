@@ -147,11 +147,13 @@ def context_parallel_sequence(ctx: Context) -> Iterator[Violation]:
 
 @rule("PLC010")
 def interleaved_schedule(ctx: Context) -> Iterator[Violation]:
-    """Interleaved 1F1B: virtual_stages > 1 needs pipeline > 2 and micro-batches divisible by pipeline.
+    """Interleaved 1F1B: virtual_stages > 1 needs a pipeline and micro-batches divisible by pipeline.
 
-    With pipeline = 2 the send-to-next and send-to-previous of a rank go to the same peer and
-    cannot be told apart; Megatron's interleaved schedule also runs micro-batches in groups of
-    `pipeline`, so m must be a multiple of it (Megatron `schedules.py`).
+    Megatron's interleaved schedule runs micro-batches in groups of `pipeline`, so m must be a
+    multiple of it (Megatron `schedules.py`). Over two stages the sends to the next and to the
+    previous stage go to the same peer: Megatron interleaves them only with its overlapped p2p
+    (`training.overlap_p2p_comm`, on by default), and refuses pipeline = 2 without it
+    (`megatron/training/arguments.py` validate_args).
 
     A schedule named in `parallelism.pipeline_schedule` must fit the layout the same way: 1f1b
     runs one model chunk per stage (virtual_stages: 1), interleaved-1f1b more than one. Without

@@ -305,6 +305,7 @@ class Training:
     grad_accum_fusion: bool = True
     overlap_grad_reduce: bool = True  # DP reduction in buckets during the last backward
     overlap_param_gather: bool = True  # ZeRO-1/2 parameter all-gather behind the next forward
+    overlap_p2p_comm: bool = True  # Megatron's asynchronous pipeline p2p (interleaved schedules)
     kernels: Kernels = "fused"  # fused (Megatron-Core + TE/Apex) | unfused (plain PyTorch on CUDA)
     cross_entropy_fusion: CrossEntropyFusion = "none"  # training.cross_entropy_fusion as written
     attention_backend: AttentionBackend = "auto"  # Megatron's --attention-backend (flash attention)
@@ -1110,6 +1111,7 @@ def _training(spec: Data) -> Training:
         grad_accum_fusion=_grad_accum_fusion(tr.get("grad_accum_fusion"), written),
         overlap_grad_reduce=tr.get("overlap_grad_reduce", True),
         overlap_param_gather=tr.get("overlap_param_gather", True),
+        overlap_p2p_comm=tr.get("overlap_p2p_comm", True),
         kernels=tr.get("kernels", "fused"),
         cross_entropy_fusion=tr.get("cross_entropy_fusion", "none"),
         attention_backend=tr.get("attention_backend", "auto"),

@@ -893,6 +893,14 @@ class TrainingSpec(Frozen):
         "overlap_grad_reduce; NVIDIA's recipes turn it on, Megatron-LM's default is off); "
         "off, it is exposed after the optimizer step.",
     )
+    overlap_p2p_comm: StrictBool = Field(
+        True,
+        description="Interleaved pipelines (virtual_stages > 1) issue their stage-to-stage "
+        "sends and receives asynchronously and wait for them only when the data is needed "
+        "(Megatron-LM's default; --no-overlap-p2p-communication turns it off, planc emits that "
+        "flag when false). Megatron needs it on to interleave over two stages (validate_args: "
+        "pipeline > 1 with it, > 2 without); planc's step time is the same either way.",
+    )
     kernels: Kernels = Field(
         "fused",
         description="fused: Megatron-Core with Transformer Engine/Apex kernels (fused norms, "
