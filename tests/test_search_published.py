@@ -42,12 +42,14 @@ def _searched(path: Path, keep: dict[str, Any], search_axes: dict[str, Any]) -> 
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def _compare(published: Path, text: str) -> tuple[Any, Any]:
+def _compare(published: Path, text: str, own_text: str | None = None) -> tuple[Any, Any]:
+    """The search of `text` and the published layout judged in it (`own_text`: the published
+    spec as a plan today would state it; default its file)."""
     loaded = load_text("search.yaml", text)
     assert loaded.job is not None, loaded.findings
     setup = setup_of(loaded, Request("search.yaml"))
     result = search(setup, 3)
-    mine = load_text(str(published), published.read_text())
+    mine = load_text(str(published), own_text or published.read_text())
     assert mine.spec is not None
     # The published layout judged and priced as the spec's own layout of this search.
     own = own_layout(dataclasses.replace(setup, spec=mine.spec), result, 3)
@@ -129,6 +131,10 @@ def test_nvidia_deepseek_v3_h100_layout_is_in_the_space_and_matched_or_beaten() 
     # split pinned as published; tensor, expert, recompute and the schedule searched around it.
     path = ROOT / "validation/runs/bridge-deepseek-v3-1024xh100-fp8.yaml"
     data = yaml.safe_load(path.read_text())
+    # The run's Transformer Engine cross-entropy is one Megatron-Core 0.19.2 refuses (PLC048):
+    # today's plan for the same layout runs Megatron-Core's own fused loss.
+    data["training"]["cross_entropy_fusion"] = "native"
+    own_text = yaml.safe_dump(data, sort_keys=False)
     data["parallelism"] = {
         "pipeline": 8,
         "virtual_stages": 4,
@@ -149,7 +155,7 @@ def test_nvidia_deepseek_v3_h100_layout_is_in_the_space_and_matched_or_beaten() 
         "offload": ["none"],
         "data_shard": ["all"],
     }
-    result, own = _compare(path, yaml.safe_dump(data, sort_keys=False))
+    result, own = _compare(path, yaml.safe_dump(data, sort_keys=False), own_text)
     assert result.results, dict(result.rejected_by_rule)
     # Every result keeps the published FP8 recipe (precision is pinned by the spec).
     assert {result.values(r)["precision"] for r in result.results} == {"fp8"}
