@@ -96,6 +96,27 @@ def test_judging_with_the_rejecting_rules_only_leaves_out_warnings_alone() -> No
     assert warned > 0
 
 
+def test_no_precondition_rule_fires_on_a_job_without_refusals() -> None:
+    # The judge runs no precondition rule on a candidate `refusals` passes (`planned_rules`):
+    # each reports what its precondition finds, and `refusals` ran them all on the same job.
+    from planc.check import context_of
+    from planc.rules.base import RuleKind
+
+    preconditions = [r for r in REGISTRY.values() if r.kind is RuleKind.PRECONDITION and r.check]
+    assert len(preconditions) >= 10
+    planned = refused = 0
+    for text in SHARED_SPACES.values():
+        judged = make_judge(_setup(text))
+        for index in range(0, judged.space.size, 5):
+            job = candidate_job(judged.base, judged.space, judged.space.candidate(index))
+            ctx = context_of(job, (), suggest=False)
+            fired = {r.id for r in preconditions if next(iter(r.check(ctx)), None) is not None}
+            assert fired == {r.rule for r in ctx.refusals}, index
+            planned += not ctx.refusals
+            refused += bool(ctx.refusals)
+    assert planned > 100 and refused > 100
+
+
 # A mixture of experts in bf16 and fp8 (the FP8 terms read the micro-batch), every ZeRO stage
 # and shard group: tensor, expert and expert-tensor degrees, sequence parallelism.
 MOE_FP8 = """\

@@ -52,7 +52,7 @@ from planc.plannable import Chunks, Plannable, layer_chunks, plannable
 from planc.presets.efficiency import Efficiency
 from planc.record import record, replace
 from planc.rules import FRAMEWORK_RULES, REGISTRY, Rule
-from planc.rules.base import Context, Needs
+from planc.rules.base import Context, Needs, RuleKind
 from planc.run.estimate import checkpoint_cost
 from planc.search.space import AXIS_NAMES, Space, Value, stage_split
 from planc.spec.fabric import Fabric
@@ -169,6 +169,10 @@ class Judge:
     # job and on the analysis: what deciding feasibility needs; the others only add warnings.
     cheap_deciding: tuple[tuple[Rule, Severity], ...] = ()
     deciding: tuple[tuple[Rule, Severity], ...] = ()
+    # `cheap` and `cheap_deciding` without the precondition rules (`RuleKind.PRECONDITION`):
+    # what a candidate with no refusal needs run (`planned_rules`).
+    planned: tuple[tuple[Rule, Severity], ...] = ()
+    planned_deciding: tuple[tuple[Rule, Severity], ...] = ()
     # The (rule, severity) pairs that reject a candidate (`Setup.rejects`), for the cheap rules
     # and after the analysis alike.
     rejectors: frozenset[tuple[str, Severity]] = frozenset()
@@ -217,6 +221,7 @@ def make_judge(setup: Setup) -> Judge:
         for severity in Severity
         if setup.rejects(r.id, severity)
     )
+    cheap_deciding = tuple((r, s) for r, s in cheap if (r.id, s) in rejectors)
     return Judge(
         base,
         setup.space,
@@ -225,9 +230,29 @@ def make_judge(setup: Setup) -> Judge:
         setup.objective,
         deep=deep,
         rejectors=rejectors,
-        cheap_deciding=tuple((r, s) for r, s in cheap if (r.id, s) in rejectors),
+        cheap_deciding=cheap_deciding,
         deciding=tuple((r, s) for r, s in deep if (r.id, s) in rejectors),
+        planned=_unconditioned(cheap),
+        planned_deciding=_unconditioned(cheap_deciding),
     )
+
+
+def _unconditioned(rules: tuple[tuple[Rule, Severity], ...]) -> tuple[tuple[Rule, Severity], ...]:
+    """`rules` without the precondition rules (`RuleKind.PRECONDITION`)."""
+    return tuple((r, s) for r, s in rules if r.kind is not RuleKind.PRECONDITION)
+
+
+def planned_rules(judge: Judge, ctx: Context, every: bool) -> tuple[tuple[Rule, Severity], ...]:
+    """The cheap rules to run on `ctx` (every one, or with `every` off those that can reject).
+
+    A precondition rule (`planc.plannable.PRECONDITIONS`) reports what its precondition finds
+    on the job (`Context.refused`; PLC022 runs `shard_split` again), and `refusals` ran every
+    precondition on this job: with no refusal none of them fires, and only the others are
+    run (tests/test_search_speed.py holds each precondition rule silent on every job that
+    `refusals` passes)."""
+    if ctx.refusals:
+        return judge.cheap if every else judge.cheap_deciding
+    return judge.planned if every else judge.planned_deciding
 
 
 def hosts_refusal(job: Job, rejecting: int = ERROR_RANK) -> tuple[str, ...]:
@@ -359,7 +384,7 @@ def judge(judge: Judge, index: int, every: bool = True) -> Verdict:
     # check's own context without the analysis (which no rule given it reads): the refusals,
     # or the plannable job.
     ctx = context_of(job, (), suggest=False, chunks_of=_chunks_of(judge))
-    found = _failing(judge.cheap if every else judge.cheap_deciding, ctx)
+    found = _failing(planned_rules(judge, ctx, every), ctx)
     failed = tuple(rule for rule, severity in found if (rule, severity) in judge.rejectors)
     if failed:
         return Verdict(index, failed)
