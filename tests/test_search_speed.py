@@ -211,13 +211,13 @@ def test_reused_sub_results_equal_a_fresh_analysis(name: str) -> None:
     # One judge over the whole space, so that each candidate reuses what the candidates before
     # it left in its memo when they differ only in axes a sub-result does not read (its
     # activations with their lines and in-flight counts, times, parameters, static memory
-    # terms, the budget's peak, tables, each kind of op, each call's seconds, the stage classes;
+    # terms (each stage's, and each class's with the FP8 terms), the budget's peak, tables, each kind of op, each call's seconds, the stage classes;
     # "mask" is the keys' own bookkeeping); each analysis equals one computed afresh.
     compared, kinds = _shared_equals_fresh(SHARED_SPACES[name])
     assert compared > 50
     assert kinds == {
         "activations", "lines", "layer", "held", "times", "parameters", "engine", "tables",
-        "call", "classes", "ops", "budget", "mask",
+        "call", "classes", "ops", "budget", "statics", "mask",
     }
 
 
@@ -234,6 +234,8 @@ def test_reused_sub_results_equal_a_fresh_analysis(name: str) -> None:
         ("UNREAD_BY_PARAMETERS", "pipeline", "pipelines"),
         ("UNREAD_BY_ENGINE", "zero_stage", "offload"),
         ("UNREAD_BY_ENGINE", "offload", "offload"),
+        ("UNREAD_BY_STATICS", "micro_batch", "moe-fp8"),
+        ("UNREAD_BY_STATICS", "zero_stage", "offload"),
         ("UNREAD_BY_BUDGET", "data_shard", "sharded"),
         ("UNREAD_BY_BUDGET", "recompute", "large-batch"),
         ("UNREAD_BY_PARAMETERS", "expert", "moe-fp8"),

@@ -29,7 +29,13 @@ from planc.memory.activations import (
     layer_lines,
     stage_lines,
 )
-from planc.memory.budget import BudgetCore, HeldActivations, budget_core
+from planc.memory.budget import (
+    BudgetCore,
+    ClassStatics,
+    HeldActivations,
+    budget_core,
+    class_statics,
+)
 from planc.memory.engines import Placed, engine_terms
 from planc.memory.params import RankParameters, rank_parameters
 from planc.memory.static import Group, StateBytes
@@ -505,6 +511,13 @@ UNREAD_BY_PARAMETERS = frozenset(
 UNREAD_BY_ENGINE = frozenset(
     {"cp_comm_type", "order", "sequence_parallel", "micro_batch", "recompute"}
 )
+# The axes each stage class's static terms (`planc.memory.budget.class_statics`: the engine's
+# terms, `engine_terms`, with an FP8 recipe's weight-side terms, `planc.memory.fp8.with_quantized`)
+# do not read: those the engine's terms do not read but the micro-batch, which the FP8 operands
+# in flight read (`transient_term`: b·⌈s/c⌉ rows); the FP8 terms read the number formats, the
+# framework, ZeRO, the stage's chunks and the degrees, never what a micro-batch keeps beyond
+# its rows (recompute, sequence parallelism), the context-parallel type or the rank order.
+UNREAD_BY_STATICS = UNREAD_BY_ENGINE - {"micro_batch"}
 # The axes the memory budget's terms and peak (`planc.memory.budget.budget_core`) do not read:
 # those neither the activations nor the static terms read (the FP8 terms read the micro-batch
 # and the number format, which both keys hold). That leaves the rank order, which places each
@@ -589,7 +602,8 @@ def shared_analysis(
     (all axes but `UNREAD_BY_SHARED`), the stages' compute times (`UNREAD_BY_TIMES`), each
     stage's parameters
     (`UNREAD_BY_PARAMETERS`), each stage's static terms (weights, gradients, optimizer state
-    and their buffers: `UNREAD_BY_ENGINE`), the memory budget's terms and peak
+    and their buffers: `UNREAD_BY_ENGINE`), each stage class's with an FP8 recipe's
+    (`UNREAD_BY_STATICS`), the memory budget's terms and peak
     (`UNREAD_BY_BUDGET`), the efficiency tables (`READ_BY_TABLES`), each
     call's seconds (`call_seconds`) and the stage classes. `values`: the candidate's, when the
     caller has them."""
@@ -667,11 +681,20 @@ def shared_analysis(
             placed = statics[at] = engine_terms(job, share, state, group, experts)
         return placed
 
+    def statics_of(job: Plannable) -> ClassStatics:
+        at = ("statics", _masked(judge, values, UNREAD_BY_STATICS))
+        found: ClassStatics | None = memo.get(at)
+        if found is None:
+            found = memo[at] = class_statics(job, parameters_of, engine_of)
+        return found
+
     def core_of(job: Plannable) -> BudgetCore:
         at = ("budget", budget_key)
         core: BudgetCore | None = memo.get(at)
         if core is None:
-            core = memo[at] = budget_core(job, activations_of, parameters_of, engine_of)
+            core = memo[at] = budget_core(
+                job, activations_of, parameters_of, engine_of, statics_of
+            )
         return core
 
     def tables_of(job: Plannable) -> Efficiency:
