@@ -216,7 +216,7 @@ def test_reused_sub_results_equal_a_fresh_analysis(name: str) -> None:
     compared, kinds = _shared_equals_fresh(SHARED_SPACES[name])
     assert compared > 50
     assert kinds == {
-        "activations", "lines", "layer", "held", "times", "parameters", "engine", "tables",
+        "activations", "unexchanged", "lines", "layer", "held", "times", "parameters", "engine", "tables",
         "call", "classes", "ops", "budget", "statics", "mask",
     }
 

@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 from planc.memory.activations import (
     StageActivations,
+    StageLines,
+    exchange_buffers,
     held_at_peak,
     layer_lines,
     stage_activations,
@@ -22,7 +24,7 @@ from planc.memory.params import RankParameters, padded_vocab, parameter_count, r
 from planc.memory.static import Group, StateBytes, state_bytes
 from planc.memory.terms import COMPONENTS, Term
 from planc.plannable import Plannable
-from planc.record import record
+from planc.record import record, replace
 from planc.stages import StageClasses, stage_classes
 from planc.vocab import Axis
 
@@ -103,6 +105,30 @@ class HeldActivations:
 #: job → every stage's activations at its peak (`classwise_activations`; a search passes one
 #: that reuses them across candidates).
 StagesActivations = Callable[[Plannable], HeldActivations]
+
+
+def exchanged(held: HeldActivations, job: Plannable) -> HeldActivations:
+    """`held` of a job that differs from `job` at most in the context-parallel type, under
+    `job`'s: every stage's lines with `job`'s exchange buffers (`exchange_buffers`, the only
+    part of `stage_lines` the type decides). Those are the same on every stage, so every
+    stage's bytes move by the same amount and each class's heaviest stage
+    (`HeldActivations.heaviest`: the first of the most bytes) stays its heaviest: kept on the
+    new instance, moved by that amount, without counting any stage again."""
+    exchange = exchange_buffers(job)
+    before = held.stages[0].lines.exchange
+    if exchange == before:
+        return held
+    swapped: dict[int, StageLines] = {}
+    stages = []
+    for stage in held.stages:
+        lines = swapped.get(id(stage.lines))
+        if lines is None:
+            lines = swapped[id(stage.lines)] = replace(stage.lines, exchange=exchange)
+        stages.append(StageActivations(lines, stage.held))
+    new = HeldActivations(held.classes, tuple(stages))
+    moved = sum(t.bytes for t in exchange) - sum(t.bytes for t in before)
+    new.__dict__["_heaviest"] = tuple((most + moved, stage) for most, stage in held.heaviest)
+    return new
 
 
 @record

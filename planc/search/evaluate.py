@@ -35,6 +35,7 @@ from planc.memory.budget import (
     HeldActivations,
     budget_core,
     class_statics,
+    exchanged,
 )
 from planc.memory.engines import Placed, engine_terms
 from planc.memory.params import RankParameters, rank_parameters
@@ -599,9 +600,9 @@ def shared_analysis(
 ) -> Analysis:
     """`analyse(plan)` of candidate `index`, with the sub-results an earlier candidate of this
     judge computed for the same values of the axes each reads: every stage's activation terms
-    (all axes but `UNREAD_BY_SHARED`), the stages' compute times (`UNREAD_BY_TIMES`), each
-    stage's parameters
-    (`UNREAD_BY_PARAMETERS`), each stage's static terms (weights, gradients, optimizer state
+    (all axes but `UNREAD_BY_SHARED`; but for the context-parallel exchange's buffers, the same
+    on every stage, they read no more than the compute times do), the stages' compute times
+    (`UNREAD_BY_TIMES`), each stage's parameters (`UNREAD_BY_PARAMETERS`), each stage's static terms (weights, gradients, optimizer state
     and their buffers: `UNREAD_BY_ENGINE`), each stage class's with an FP8 recipe's
     (`UNREAD_BY_STATICS`), the memory budget's terms and peak
     (`UNREAD_BY_BUDGET`), the efficiency tables (`READ_BY_TABLES`), each
@@ -618,7 +619,7 @@ def shared_analysis(
     tables_key = _masked(judge, values, frozenset(AXIS_NAMES) - READ_BY_TABLES)
 
     # Each kind's results for this candidate's key, by stage (one lookup of the key each).
-    lines_by_class: dict[int, StageLines] = memo.setdefault(("lines", key), {})
+    lines_by_class: dict[int, StageLines] = memo.setdefault(("lines", times_key), {})
     shares: dict[int, RankParameters] = memo.setdefault(("parameters", parameters_key), {})
     statics: dict[tuple[int, int, int], Placed] = memo.setdefault(("engine", engine_key), {})
     priced: list[CallSeconds] = []
@@ -627,8 +628,15 @@ def shared_analysis(
         at = ("activations", key)
         found: HeldActivations | None = memo.get(at)
         if found is None:
-            stages = tuple(stage_activations(job, r) for r in range(job.layout.p))
-            found = memo[at] = HeldActivations(stage_classes(job), stages)
+            # The context-parallel type decides only the exchange's buffers, the same on every
+            # stage (`planc.memory.budget.exchanged`): every stage's lines and in-flight counts
+            # are shared by the times' key, which leaves the type out.
+            unexchanged = ("unexchanged", times_key)
+            held: HeldActivations | None = memo.get(unexchanged)
+            if held is None:
+                stages = tuple(stage_activations(job, r) for r in range(job.layout.p))
+                held = memo[unexchanged] = HeldActivations(stage_classes(job), stages)
+            found = memo[at] = exchanged(held, job)
         return found
 
     def stage_activations(job: Plannable, stage: int) -> StageActivations:
