@@ -292,6 +292,31 @@ def test_a_bound_key_that_misses_an_axis_is_caught(
         _bounds_equal_fresh(SHARED_SPACES[space])
 
 
+@pytest.mark.parametrize(("axis", "space"), [("zero_stage", "large-batch"), ("data_shard", "sharded")])
+def test_an_after_step_key_that_misses_an_axis_is_caught(
+    axis: str, space: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The bound's after-step part is shared by the axes it reads (UNREAD_BY_AFTER) and each
+    # class's forward seconds: a key without one of them hands a candidate another's.
+    import planc.search.evaluate as evaluate
+
+    monkeypatch.setattr(evaluate, "UNREAD_BY_AFTER", evaluate.UNREAD_BY_AFTER | {axis})
+    with pytest.raises(AssertionError):
+        _bounds_equal_fresh(SHARED_SPACES[space])
+
+
+def test_an_after_step_key_without_the_forward_seconds_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ZeRO-1/2's parameter all-gather hides behind the next forward (overlap_param_gather, on
+    # by default): candidates that differ only in sequence parallelism differ in it.
+    import planc.search.evaluate as evaluate
+
+    monkeypatch.setattr(evaluate, "forward_by_class", lambda analysis: ())
+    with pytest.raises(AssertionError):
+        _bounds_equal_fresh(SHARED_SPACES["large-batch"])
+
+
 def test_jobs_give_byte_identical_json_with_every_zero_stage(tmp_path: Path) -> None:
     # Over 1,024 candidates (two judging tasks or more), the ZeRO stages of one layout on both
     # sides of a task boundary: each task reuses only its own sub-results.

@@ -788,21 +788,32 @@ def step_lower_bound(analysis: Analysis, call_s: CallSeconds | None = None) -> f
     TP, p2p, the DP tail and the optimizer on top, so it never comes out below this.
     `call_s`: one call's seconds of an op, as the judge has priced them (`call_seconds`).
     """
+    return pipeline_bound(analysis) + after_bound(analysis, call_s)
+
+
+def pipeline_bound(analysis: Analysis) -> float:
+    """The pipeline's part of `step_lower_bound`: m·T* + Σ_{r<r*} T_r/v, seconds."""
     plan, times = analysis.plan, analysis.times
     per_stage = [t.forward_s + t.backward_s for t in times]
     # The busiest stage, the last of equals (the largest (T_r, r)).
     most = max(per_stage)
     busiest = len(per_stage) - 1 - per_stage[::-1].index(most)
     fill = sum(per_stage[:busiest]) / plan.layout.v
+    return plan.m * per_stage[busiest] + fill
+
+
+def after_bound(analysis: Analysis, call_s: CallSeconds | None = None) -> float:
+    """The after-step part of `step_lower_bound`: the most any stage's always-exposed
+    communication and offload copies take after the pipeline (`after_step_s`), seconds."""
+    plan = analysis.plan
     classes = analysis.schedule.classes
     params = classes.expand([analysis.parameters[r].total for r in classes.first])
-    after = max(
+    return max(
         after_step_s(
             plan, analysis.efficiency, analysis.schedule.first_ops, params, analysis.times, call_s
         ),
         default=0.0,
     )
-    return plan.m * per_stage[busiest] + fill + after
 
 
 # The axes the step's lower bound (`step_lower_bound`) does not read: it reads the stages'
@@ -820,19 +831,55 @@ UNREAD_BY_BOUND = (
 ) - {"offload"}
 
 
+# The axes the after-step part of the bound (`after_bound`: `planc.perf.inputs.after_step_s`
+# on each class's first stage) does not read: it reads the data-parallel and embedding ops
+# (`UNREAD_BY_DP_OPS`, `UNREAD_BY_EMBEDDING_OPS`) with each call's seconds (`UNREAD_BY_CALLS`;
+# FSDP2's ends price their calls directly, on the same fields), the stages' parameters
+# (`UNREAD_BY_PARAMETERS`), the offload copies (the offload, the shard group, m), and of the
+# compute times only each class's forward seconds (how much of ZeRO-1/2's parameter all-gather
+# the next forward hides), which its key holds as numbers (`shared_after`). None of them reads
+# recompute, sequence parallelism or the context-parallel type.
+UNREAD_BY_AFTER = (
+    UNREAD_BY_DP_OPS & UNREAD_BY_EMBEDDING_OPS & UNREAD_BY_CALLS & UNREAD_BY_PARAMETERS
+) - {"offload"}
+
+
 def shared_bound(
     judge: Judge, index: int, analysis: Analysis, values: Sequence[Value] | None = None
 ) -> float:
     """`step_lower_bound` of candidate `index` (its `analysis`), shared with the judge's
     earlier candidates that agree on the axes it reads (all but `UNREAD_BY_BOUND`), its calls
-    priced by `call_seconds`. `values`: the candidate's, when the caller has them."""
+    priced by `call_seconds` and its after-step part shared by `shared_after`. `values`: the
+    candidate's, when the caller has them."""
     values = judge.space.candidate(index) if values is None else values
     at = ("bound", _masked(judge, values, UNREAD_BY_BOUND))
     bound: float | None = judge.memo.get(at)
     if bound is None:
-        call_s = call_seconds(judge, index, analysis.plan, analysis.efficiency, values)
-        bound = judge.memo[at] = step_lower_bound(analysis, call_s)
+        after = shared_after(judge, index, analysis, values)
+        bound = judge.memo[at] = pipeline_bound(analysis) + after
     return bound
+
+
+def forward_by_class(analysis: Analysis) -> tuple[float, ...]:
+    """Each stage class's forward seconds per micro-batch (of its first stage): what of the
+    compute times `after_bound` reads."""
+    times = analysis.times
+    return tuple(times[r].forward_s for r in analysis.schedule.classes.first)
+
+
+def shared_after(
+    judge: Judge, index: int, analysis: Analysis, values: Sequence[Value] | None = None
+) -> float:
+    """`after_bound` of candidate `index`, its calls priced by `call_seconds`, shared with the
+    judge's earlier candidates that agree on the axes it reads (all but `UNREAD_BY_AFTER`) and
+    on each stage class's forward seconds."""
+    values = judge.space.candidate(index) if values is None else values
+    at = ("after", _masked(judge, values, UNREAD_BY_AFTER), forward_by_class(analysis))
+    after: float | None = judge.memo.get(at)
+    if after is None:
+        call_s = call_seconds(judge, index, analysis.plan, analysis.efficiency, values)
+        after = judge.memo[at] = after_bound(analysis, call_s)
+    return after
 
 
 def _analysis(judge: Judge, index: int, values: Sequence[Value] | None = None) -> Analysis:
