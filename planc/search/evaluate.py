@@ -54,7 +54,7 @@ from planc.perf.inputs import (
     stage_times,
 )
 from planc.perf.step import step_lower_bound_s
-from planc.pipeline.registry import bubble_fraction
+from planc.pipeline.registry import bubble_fraction, weight_ratios
 from planc.plannable import Chunks, Plannable, layer_chunks, plannable
 from planc.presets.efficiency import Efficiency
 from planc.record import record, replace
@@ -654,7 +654,8 @@ def shared_analysis(
                 layer = memo[("layer", times_key)] = layer_lines(job)
             lines = lines_by_class[first] = stage_lines(job, first, layer)
         lay = job.layout
-        held_at = ("held", lay.schedule, lay.p, lay.v, job.m, stage, lines.weights)
+        # The counts read the weights only through their ratios (`weight_ratios`).
+        held_at = ("held", lay.schedule, lay.p, lay.v, job.m, stage, weight_ratios(lines.weights))
         held: tuple[int, ...] | None = memo.get(held_at)
         if held is None:
             held = memo[held_at] = held_at_peak(job, stage, lines.weights)
