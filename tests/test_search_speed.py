@@ -22,6 +22,7 @@ from planc.search.evaluate import (
     judge,
     make_judge,
     shared_analysis,
+    shared_candidate,
     step_lower_bound,
 )
 
@@ -173,6 +174,33 @@ SHARED_SPACES = {
     "pipelines": PIPELINES,
     "offload": OFFLOADED,
 }
+
+
+def _candidates_equal_fresh(text: str) -> int:
+    setup = _setup(text)
+    judged = make_judge(setup)
+    for index in range(setup.space.size):
+        values = judged.space.candidate(index)
+        assert shared_candidate(judged, values) == candidate_job(judged.base, judged.space, values)
+    return setup.space.size
+
+
+@pytest.mark.parametrize("name", sorted(SHARED_SPACES))
+def test_shared_candidates_equal_fresh_ones(name: str) -> None:
+    # The judge shares a candidate's layout between candidates that differ only in the
+    # training axes and its training section between those that differ only in the others.
+    assert _candidates_equal_fresh(SHARED_SPACES[name]) > 50
+
+
+@pytest.mark.parametrize(("names", "axis"), [("TRAINING_AXES", "pipeline"), ("LAYOUT_AXES", "micro_batch")])
+def test_a_candidate_key_that_misses_an_axis_is_caught(
+    names: str, axis: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import planc.search.evaluate as evaluate
+
+    monkeypatch.setattr(evaluate, names, getattr(evaluate, names) | {axis})
+    with pytest.raises(AssertionError):
+        _candidates_equal_fresh(SHARED_SPACES["large-batch"])
 
 
 def _varied(text: str) -> set[str]:

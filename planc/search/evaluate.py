@@ -63,7 +63,7 @@ from planc.rules.base import Context, Needs, RuleKind
 from planc.run.estimate import checkpoint_cost
 from planc.search.space import AXIS_NAMES, Space, Value, stage_split
 from planc.spec.fabric import Fabric
-from planc.spec.job import Job, NodeNames, low_precision_recipe, resolve
+from planc.spec.job import Job, Layout, NodeNames, Training, low_precision_recipe, resolve
 from planc.stages import StageClasses, stage_classes
 from planc.vocab import ScheduleKind, SearchObjective, recompute_mode
 
@@ -282,6 +282,23 @@ def candidate_job(
     """`base` with the candidate's values; data derived unless pinned, the layer split balanced
     when the layers do not divide evenly (`stage_split`, or `split_of` that gives the same)."""
     v = space.named(values)
+    layout = candidate_layout(base, space, v, split_of)
+    return replace(base, layout=layout, training=candidate_training(base, v))
+
+
+# The axes `candidate_training` reads (the micro-batch, recompute, offload and the number
+# format); `candidate_layout` reads every other one.
+TRAINING_AXES = frozenset({"micro_batch", "recompute", "offload", "precision"})
+
+
+def candidate_layout(
+    base: Job,
+    space: Space,
+    v: Mapping[str, Value],
+    split_of: Callable[[int, int, int], tuple[int, ...]] = stage_split,
+) -> Layout:
+    """The layout of the candidate of values `v` (by axis name, `candidate_job`): every axis
+    but `TRAINING_AXES`."""
     t, p, c, chunks = (
         int(v["tensor"]),
         int(v["pipeline"]),
@@ -293,7 +310,7 @@ def candidate_job(
         d: int | None = space.data
     else:
         d = base.world // inner if base.world % inner == 0 else None
-    layout = replace(
+    return replace(
         base.layout,
         t=t,
         p=p,
@@ -307,14 +324,39 @@ def candidate_job(
         **_expert_fields(base, v, t),
         **_placed_fields(base, v, chunks),
     )
-    training = replace(
+
+
+def candidate_training(base: Job, v: Mapping[str, Value]) -> Training:
+    """The training section of the candidate of values `v` (`candidate_job`): the axes of
+    `TRAINING_AXES` only."""
+    return replace(
         base.training,
         b=int(v["micro_batch"]),
         recompute=recompute_mode(v["recompute"]),
         **_offload_fields(v),
         **_precision_fields(base, v),
     )
-    return replace(base, layout=layout, training=training)
+
+
+def shared_candidate(judge: Judge, values: Sequence[Value]) -> Job:
+    """`candidate_job` of `values`, its layout shared with the judge's earlier candidates that
+    agree on every axis but `TRAINING_AXES` and its training section with those that agree on
+    those (the records are immutable)."""
+    memo = judge.memo
+    layout_at = ("layout", _masked(judge, values, TRAINING_AXES))
+    layout: Layout | None = memo.get(layout_at)
+    named: dict[str, Value] | None = None
+    if layout is None:
+        named = judge.space.named(values)
+        layout = memo[layout_at] = candidate_layout(
+            judge.base, judge.space, named, _split_of(judge)
+        )
+    training_at = ("training", _masked(judge, values, LAYOUT_AXES))
+    training: Training | None = memo.get(training_at)
+    if training is None:
+        named = judge.space.named(values) if named is None else named
+        training = memo[training_at] = candidate_training(judge.base, named)
+    return replace(judge.base, layout=layout, training=training)
 
 
 def _expert_fields(base: Job, v: Mapping[str, Value], t: int) -> dict[str, Any]:
@@ -387,7 +429,7 @@ def judge(judge: Judge, index: int, every: bool = True) -> Verdict:
     it then leaves out. The search judges every candidate so and judges again, with every
     rule, the few it lists (`planc.search.run.search`)."""
     values = judge.space.candidate(index)
-    job = candidate_job(judge.base, judge.space, values, _split_of(judge))
+    job = shared_candidate(judge, values)
     # check's own context without the analysis (which no rule given it reads): the refusals,
     # or the plannable job.
     ctx = context_of(job, (), suggest=False, chunks_of=_chunks_of(judge))
@@ -573,6 +615,9 @@ def unread_by_ops() -> dict[str, frozenset[str]]:
         "embedding": UNREAD_BY_EMBEDDING_OPS,
     }
 
+
+# The axes `candidate_layout` reads.
+LAYOUT_AXES = frozenset(AXIS_NAMES) - TRAINING_AXES
 
 # The one axis `planc.perf.inputs.efficiency_of` reads: the GEMMs' number format (the GPU's
 # peak for it); the GPU, hardware.calibration and training.efficiency are the base job's.
