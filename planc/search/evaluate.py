@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from planc.analysis import Analysis, analyse, estimate_step
 from planc.check import context_of, severity_of
-from planc.comm.schedule import OP_KINDS, CommOp
+from planc.comm.schedule import OP_KINDS, CommOp, StagedSchedule
 from planc.findings import Severity
 from planc.memory.activations import (
     StageActivations,
@@ -765,18 +765,29 @@ def shared_analysis(
         for name, kind in OP_KINDS
     ]
 
+    sent: dict[int, int] = {}  # each class's bytes per step by its first stage, as ops_of sums them
+
     def ops_of(
         job: Plannable, stage: int, params: int, experts: int, quantized: tuple[int, int]
     ) -> list[CommOp]:
-        # `planc.comm.schedule.stage_ops`: each kind's ops, shared by the axes it reads.
+        # `planc.comm.schedule.stage_ops`: each kind's ops, shared by the axes it reads, with
+        # the bytes they send per step (`class_sent_bytes` sums them by kind).
         out: list[CommOp] = []
+        total = 0
         at = (stage, params, experts, quantized)
         for kind, known in kinds:
-            ops = known.get(at)
-            if ops is None:
-                ops = known[at] = tuple(kind(job, stage, params, experts, quantized))
-            out += ops
+            found = known.get(at)
+            if found is None:
+                ops = tuple(kind(job, stage, params, experts, quantized))
+                found = known[at] = (ops, sum(op.step_bytes for op in ops))
+            out += found[0]
+            total += found[1]
+        sent[stage] = total
         return out
+
+    def sent_of(staged: StagedSchedule) -> Sequence[int]:
+        # `planc.comm.schedule.class_sent_bytes`: the sums ops_of took of this schedule.
+        return [sent[stage] for stage in staged.classes.first]
 
     def seconds_of(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> tuple[float, ...]:
         # `planc.perf.inputs.op_seconds`: each op's calls × one call, a call priced once.
@@ -795,6 +806,7 @@ def shared_analysis(
         seconds_of,
         ops_of,
         core_of,
+        sent_of,
     )
 
 
