@@ -47,10 +47,12 @@ def context_of(
     *,
     suggest: bool = True,
     chunks_of: Callable[[Job], tuple[Chunks, tuple[int, ...]]] = layer_chunks,
+    refusals_of: Callable[[Job], tuple[Refusal, ...]] = refusals,
 ) -> Context:
     """The context every rule of one file sees: the plannable job and, when a rule reads it, the
-    analysis, each computed once (`chunks_of`: the layer chunks, `planc.plannable.plannable`)."""
-    refused = refusals(job)
+    analysis, each computed once (`chunks_of`: the layer chunks, `planc.plannable.plannable`;
+    `refusals_of`: what `refusals` gives, a search's shared between candidates)."""
+    refused = refusals_of(job)
     plan = plannable(job, refused, chunks_of)
     if isinstance(plan, tuple):
         return Context(job, refusals=refused, suggest=suggest)

@@ -54,11 +54,35 @@ search: {tensor: [1, 2], pipeline: [1, 2], context: [1, 2], micro_batch: [1], re
 """
 
 
+# Spaces whose candidates the preconditions refuse for the micro-batch (the batch split), the
+# degrees and the expert grid's rank order.
+REFUSED_SPACES = {
+    "refused-dense": """\
+version: 1
+name: refused-dense
+model: {preset: llama3-8b, layers: 8}
+hardware: {gpu: h100-sxm, nodes: 2}
+training: {seq_len: 4096, global_batch: 96}
+search: {tensor: [1, 2], pipeline: [1, 2, 4], virtual_stages: [1, 2], context: [1, 2], micro_batch: [1, 2, 4], recompute: [none], zero_stage: [1]}
+""",
+    "refused-moe": """\
+version: 1
+name: refused-moe
+model: {preset: qwen3-30b-a3b, layers: 4}
+hardware: {gpu: h100-sxm, nodes: 4}
+training: {seq_len: 4096, global_batch: 256}
+search: {tensor: [1, 2], pipeline: [1, 2], context: [1], expert: [2, 4], micro_batch: [1], recompute: [full], zero_stage: [1]}
+""",
+}
+
+
 _setup = search_setup
 
 
-def test_every_verdict_is_what_check_finds() -> None:
-    setup = _setup(LARGE_BATCH)
+@pytest.mark.parametrize("text", [LARGE_BATCH, REFUSED_SPACES["refused-dense"]])
+def test_every_verdict_is_what_check_finds(text: str) -> None:
+    # The refused space: the judge shares refusals between candidates (the batch split).
+    setup = _setup(text)
     judged = make_judge(setup)
     feasible = 0
     for index in range(setup.space.size):
@@ -201,6 +225,55 @@ def test_a_candidate_key_that_misses_an_axis_is_caught(
     monkeypatch.setattr(evaluate, names, getattr(evaluate, names) | {axis})
     with pytest.raises(AssertionError):
         _candidates_equal_fresh(SHARED_SPACES["large-batch"])
+
+
+def _refusals_equal_fresh(text: str) -> int:
+    """Every candidate's refusals as the judge shares them, each compared with `refusals` of
+    the candidate: the number of candidates refused."""
+    from planc.plannable import refusals
+    from planc.search.evaluate import _refusals_of
+
+    judged = make_judge(_setup(text))
+    refused = 0
+    for index in range(judged.space.size):
+        values = judged.space.candidate(index)
+        job = candidate_job(judged.base, judged.space, values)
+        found = _refusals_of(judged, values)(job)
+        assert found == refusals(job), index
+        refused += bool(found)
+    return refused
+
+
+@pytest.mark.parametrize("name", sorted({**SHARED_SPACES, **REFUSED_SPACES}))
+def test_shared_refusals_equal_fresh_ones(name: str) -> None:
+    # The preconditions' refusals are shared by the axes they read (UNREAD_BY_REFUSALS).
+    _refusals_equal_fresh({**SHARED_SPACES, **REFUSED_SPACES}[name])
+
+
+def test_the_refused_spaces_refuse() -> None:
+    assert all(_refusals_equal_fresh(text) > 0 for text in REFUSED_SPACES.values())
+
+
+@pytest.mark.parametrize(
+    ("axis", "name"),
+    [
+        ("pipeline", "large-batch"),
+        ("context", "sharded"),
+        ("data_shard", "sharded"),
+        ("micro_batch", "refused-dense"),
+        ("tensor", "refused-moe"),
+        ("expert", "refused-moe"),
+        ("order", "refused-moe"),
+    ],
+)
+def test_a_refusals_key_that_misses_an_axis_is_caught(
+    axis: str, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import planc.search.evaluate as evaluate
+
+    monkeypatch.setattr(evaluate, "UNREAD_BY_REFUSALS", evaluate.UNREAD_BY_REFUSALS | {axis})
+    with pytest.raises(AssertionError):
+        _refusals_equal_fresh({**SHARED_SPACES, **REFUSED_SPACES}[name])
 
 
 def _varied(text: str) -> set[str]:

@@ -55,7 +55,7 @@ from planc.perf.inputs import (
 )
 from planc.perf.step import step_lower_bound_s
 from planc.pipeline.registry import bubble_fraction, weight_ratios
-from planc.plannable import Chunks, Plannable, layer_chunks, plannable
+from planc.plannable import Chunks, Plannable, Refusal, layer_chunks, plannable, refusals
 from planc.presets.efficiency import Efficiency
 from planc.record import record, replace
 from planc.rules import FRAMEWORK_RULES, REGISTRY, Rule
@@ -432,7 +432,9 @@ def judge(judge: Judge, index: int, every: bool = True) -> Verdict:
     job = shared_candidate(judge, values)
     # check's own context without the analysis (which no rule given it reads): the refusals,
     # or the plannable job.
-    ctx = context_of(job, (), suggest=False, chunks_of=_chunks_of(judge))
+    ctx = context_of(
+        job, (), suggest=False, chunks_of=_chunks_of(judge), refusals_of=_refusals_of(judge, values)
+    )
     found = _failing(planned_rules(judge, ctx, every), ctx)
     failed = tuple(rule for rule, severity in found if (rule, severity) in judge.rejectors)
     if failed:
@@ -504,6 +506,31 @@ def _chunks_of(judge: Judge) -> Callable[[Job], tuple[Chunks, tuple[int, ...]]]:
         return found
 
     return chunks
+
+
+# The axes no precondition of planning (`planc.plannable.PRECONDITIONS`, run by `refusals`)
+# reads: they read the world, the model, the sequence length and global batch (the base job's)
+# and of the candidate's fields the degrees, the layer split and schedule, the micro-batch (the
+# batch split, the schedule's micro-batches), the shard group and the rank order (the expert
+# grid's), never ZeRO, sequence parallelism, the context-parallel type, recompute, offload or
+# the number format.
+UNREAD_BY_REFUSALS = frozenset(
+    {"zero_stage", "sequence_parallel", "cp_comm_type", "recompute", "offload", "precision"}
+)
+
+
+def _refusals_of(judge: Judge, values: Sequence[Value]) -> Callable[[Job], tuple[Refusal, ...]]:
+    """`refusals` of the candidate of `values`, shared with the judge's earlier candidates that
+    agree on the axes the preconditions read (all but `UNREAD_BY_REFUSALS`)."""
+
+    def refused(job: Job) -> tuple[Refusal, ...]:
+        at = ("refusals", _masked(judge, values, UNREAD_BY_REFUSALS))
+        found: tuple[Refusal, ...] | None = judge.memo.get(at)
+        if found is None:
+            found = judge.memo[at] = refusals(job)
+        return found
+
+    return refused
 
 
 def _classes_of(judge: Judge, plan: Plannable) -> StageClasses:
