@@ -276,6 +276,51 @@ def test_a_refusals_key_that_misses_an_axis_is_caught(
         _refusals_equal_fresh({**SHARED_SPACES, **REFUSED_SPACES}[name])
 
 
+def _plans_equal_fresh(text: str) -> int:
+    """Every candidate's plannable job as the judge builds it (its number formats and dims
+    shared, `_derived_of`), each compared with `plannable` of the candidate: the number
+    compared."""
+    from planc.check import context_of
+    from planc.search.evaluate import _derived_of
+
+    judged = make_judge(_setup(text))
+    compared = 0
+    for index in range(judged.space.size):
+        values = judged.space.candidate(index)
+        job = candidate_job(judged.base, judged.space, values)
+        plan = context_of(job, (), suggest=False, derived_of=_derived_of(judged, values)).plan
+        fresh = plannable(job)
+        assert plan == (None if isinstance(fresh, tuple) else fresh), index
+        compared += plan is not None
+    return compared
+
+
+@pytest.mark.parametrize("name", sorted(SHARED_SPACES))
+def test_shared_plans_equal_fresh_ones(name: str) -> None:
+    # The number formats and a rank's dims are shared by the axes they read (UNREAD_BY_DERIVED).
+    assert _plans_equal_fresh(SHARED_SPACES[name]) > 50
+
+
+@pytest.mark.parametrize(
+    ("axis", "name"),
+    [
+        ("micro_batch", "large-batch"),
+        ("sequence_parallel", "large-batch"),
+        ("context", "sharded"),
+        ("precision", "moe-fp8"),
+        ("expert", "moe-fp8"),
+    ],
+)
+def test_a_plans_key_that_misses_an_axis_is_caught(
+    axis: str, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import planc.search.evaluate as evaluate
+
+    monkeypatch.setattr(evaluate, "UNREAD_BY_DERIVED", evaluate.UNREAD_BY_DERIVED | {axis})
+    with pytest.raises(AssertionError):
+        _plans_equal_fresh(SHARED_SPACES[name])
+
+
 def _varied(text: str) -> set[str]:
     return {axis.name for axis in _setup(text).space.axes if len(axis.values) > 1}
 

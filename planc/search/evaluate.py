@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from planc.analysis import Analysis, analyse, estimate_step
 from planc.check import context_of, severity_of
 from planc.comm.schedule import OP_KINDS, CommOp, StagedSchedule
+from planc.dims import Numerics, RankDims
 from planc.findings import Severity
 from planc.memory.activations import (
     StageActivations,
@@ -55,7 +56,15 @@ from planc.perf.inputs import (
 )
 from planc.perf.step import step_lower_bound_s
 from planc.pipeline.registry import bubble_fraction, weight_ratios
-from planc.plannable import Chunks, Plannable, Refusal, layer_chunks, plannable, refusals
+from planc.plannable import (
+    Chunks,
+    Plannable,
+    Refusal,
+    formats_and_dims,
+    layer_chunks,
+    plannable,
+    refusals,
+)
 from planc.presets.efficiency import Efficiency
 from planc.record import record, replace
 from planc.rules import FRAMEWORK_RULES, REGISTRY, Rule
@@ -433,7 +442,12 @@ def judge(judge: Judge, index: int, every: bool = True) -> Verdict:
     # check's own context without the analysis (which no rule given it reads): the refusals,
     # or the plannable job.
     ctx = context_of(
-        job, (), suggest=False, chunks_of=_chunks_of(judge), refusals_of=_refusals_of(judge, values)
+        job,
+        (),
+        suggest=False,
+        chunks_of=_chunks_of(judge),
+        refusals_of=_refusals_of(judge, values),
+        derived_of=_derived_of(judge, values),
     )
     found = _failing(planned_rules(judge, ctx, every), ctx)
     failed = tuple(rule for rule, severity in found if (rule, severity) in judge.rejectors)
@@ -531,6 +545,40 @@ def _refusals_of(judge: Judge, values: Sequence[Value]) -> Callable[[Job], tuple
         return found
 
     return refused
+
+
+# The axes neither the number formats nor a rank's dims (`planc.plannable.formats_and_dims`)
+# read: they read the training section (the micro-batch, recompute, offload, the number
+# format) and of the layout the tensor, context, expert and expert-tensor degrees and sequence
+# parallelism, never the pipeline, its chunks and schedule, the rank order, ZeRO, the shard
+# group or the context-parallel type.
+UNREAD_BY_DERIVED = frozenset(
+    {
+        "pipeline",
+        "virtual_stages",
+        "pipeline_schedule",
+        "order",
+        "zero_stage",
+        "data_shard",
+        "cp_comm_type",
+    }
+)
+
+
+def _derived_of(
+    judge: Judge, values: Sequence[Value]
+) -> Callable[[Job], tuple[Numerics, RankDims]]:
+    """`formats_and_dims` of the candidate of `values`, shared with the judge's earlier
+    candidates that agree on the axes they read (all but `UNREAD_BY_DERIVED`)."""
+
+    def derived(job: Job) -> tuple[Numerics, RankDims]:
+        at = ("derived", _masked(judge, values, UNREAD_BY_DERIVED))
+        found: tuple[Numerics, RankDims] | None = judge.memo.get(at)
+        if found is None:
+            found = judge.memo[at] = formats_and_dims(job)
+        return found
+
+    return derived
 
 
 def _classes_of(judge: Judge, plan: Plannable) -> StageClasses:
