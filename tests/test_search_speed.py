@@ -254,28 +254,6 @@ def test_the_refused_spaces_refuse() -> None:
     assert all(_refusals_equal_fresh(text) > 0 for text in REFUSED_SPACES.values())
 
 
-@pytest.mark.parametrize(
-    ("axis", "name"),
-    [
-        ("pipeline", "large-batch"),
-        ("context", "sharded"),
-        ("data_shard", "sharded"),
-        ("micro_batch", "refused-dense"),
-        ("tensor", "refused-moe"),
-        ("expert", "refused-moe"),
-        ("order", "refused-moe"),
-    ],
-)
-def test_a_refusals_key_that_misses_an_axis_is_caught(
-    axis: str, name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import planc.search.evaluate as evaluate
-
-    monkeypatch.setattr(evaluate, "UNREAD_BY_REFUSALS", evaluate.UNREAD_BY_REFUSALS | {axis})
-    with pytest.raises(AssertionError):
-        _refusals_equal_fresh({**SHARED_SPACES, **REFUSED_SPACES}[name])
-
-
 def _plans_equal_fresh(text: str) -> int:
     """Every candidate's plannable job as the judge builds it (its number formats and dims
     shared, `_derived_of`), each compared with `plannable` of the candidate: the number
@@ -299,26 +277,6 @@ def _plans_equal_fresh(text: str) -> int:
 def test_shared_plans_equal_fresh_ones(name: str) -> None:
     # The number formats and a rank's dims are shared by the axes they read (UNREAD_BY_DERIVED).
     assert _plans_equal_fresh(SHARED_SPACES[name]) > 50
-
-
-@pytest.mark.parametrize(
-    ("axis", "name"),
-    [
-        ("micro_batch", "large-batch"),
-        ("sequence_parallel", "large-batch"),
-        ("context", "sharded"),
-        ("precision", "moe-fp8"),
-        ("expert", "moe-fp8"),
-    ],
-)
-def test_a_plans_key_that_misses_an_axis_is_caught(
-    axis: str, name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import planc.search.evaluate as evaluate
-
-    monkeypatch.setattr(evaluate, "UNREAD_BY_DERIVED", evaluate.UNREAD_BY_DERIVED | {axis})
-    with pytest.raises(AssertionError):
-        _plans_equal_fresh(SHARED_SPACES[name])
 
 
 def _varied(text: str) -> set[str]:
@@ -388,6 +346,20 @@ def test_reused_sub_results_equal_a_fresh_analysis(name: str) -> None:
         ("UNREAD_BY_BUDGET", "data_shard", "sharded"),
         ("UNREAD_BY_BUDGET", "recompute", "large-batch"),
         ("UNREAD_BY_PARAMETERS", "expert", "moe-fp8"),
+        # The refusals and the plannable job's formats and dims (`_refusals_equal_fresh`,
+        # `_plans_equal_fresh`).
+        ("UNREAD_BY_REFUSALS", "pipeline", "large-batch"),
+        ("UNREAD_BY_REFUSALS", "context", "sharded"),
+        ("UNREAD_BY_REFUSALS", "data_shard", "sharded"),
+        ("UNREAD_BY_REFUSALS", "micro_batch", "refused-dense"),
+        ("UNREAD_BY_REFUSALS", "tensor", "refused-moe"),
+        ("UNREAD_BY_REFUSALS", "expert", "refused-moe"),
+        ("UNREAD_BY_REFUSALS", "order", "refused-moe"),
+        ("UNREAD_BY_DERIVED", "micro_batch", "large-batch"),
+        ("UNREAD_BY_DERIVED", "sequence_parallel", "large-batch"),
+        ("UNREAD_BY_DERIVED", "context", "sharded"),
+        ("UNREAD_BY_DERIVED", "precision", "moe-fp8"),
+        ("UNREAD_BY_DERIVED", "expert", "moe-fp8"),
     ],
 )
 def test_a_key_that_misses_an_axis_is_caught(
@@ -400,8 +372,9 @@ def test_a_key_that_misses_an_axis_is_caught(
     names = getattr(evaluate, unread)
     # An unread axis added, or a read one taken away.
     monkeypatch.setattr(evaluate, unread, names - {axis} if axis in names else names | {axis})
+    compared = {"UNREAD_BY_REFUSALS": _refusals_equal_fresh, "UNREAD_BY_DERIVED": _plans_equal_fresh}
     with pytest.raises(AssertionError):
-        _shared_equals_fresh(SHARED_SPACES[name])
+        compared.get(unread, _shared_equals_fresh)({**SHARED_SPACES, **REFUSED_SPACES}[name])
 
 
 def _bounds_equal_fresh(text: str) -> int:
