@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING
 
 from planc.comm.schedule import (
     CommOp,
+    SentBytes,
     StagedSchedule,
     StageOps,
     WireBudget,
+    class_sent_bytes,
     most_wire_bytes,
     stage_ops,
     staged_schedule,
@@ -139,7 +141,8 @@ class Analysis:
     def wire_bytes_bound(self) -> int:
         """An upper bound on `most_wire_bytes` that reads no tier (`wire_bytes_bound`): what
         decides that no rank comes near a limit without the tiers' tallies."""
-        return wire_bytes_bound(self.schedule)
+        sent_of: SentBytes = self.__dict__.get("_sent_of", class_sent_bytes)
+        return wire_bytes_bound(self.schedule, sent_of)
 
     @property
     def op_seconds(self) -> Mapping[CommOp, float]:
@@ -174,12 +177,13 @@ def analyse(
     seconds_of: Seconds = op_seconds,
     ops_of: StageOps = stage_ops,
     core_of: Core | None = None,
+    sent_of: SentBytes = class_sent_bytes,
 ) -> Analysis:
     """The analysis of `plan`; every quantity in it computed once, here, and every per-stage
     one once per stage class (`planc.stages`). A search passes `activations_of`, `times_of`,
-    `parameters_of`, `engine_of`, `tables_of`, `seconds_of`, `ops_of` and `core_of` that return
-    the same terms, times, parameter counts, static terms, tables, op seconds, ops and memory
-    peak (`planc.memory.budget.budget_core`) for candidates
+    `parameters_of`, `engine_of`, `tables_of`, `seconds_of`, `ops_of`, `core_of` and `sent_of`
+    that return the same terms, times, parameter counts, static terms, tables, op seconds, ops,
+    memory peak (`planc.memory.budget.budget_core`) and bytes each class sends for candidates
     that differ only in what those do not read (`planc.search.evaluate.shared_analysis`)."""
     classes = stage_classes(plan)
     shares = tuple(parameters_of(plan, r) for r in classes.first)
@@ -209,6 +213,7 @@ def analyse(
     analysis.__dict__["_memory_of"] = (activations_of, parameters_of, engine_of, core_of)
     analysis.__dict__["_times_of"] = times_of
     analysis.__dict__["_seconds_of"] = seconds_of
+    analysis.__dict__["_sent_of"] = sent_of
     return analysis
 
 

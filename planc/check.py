@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable, Iterable
 
 from planc.analysis import analyse
+from planc.dims import Numerics, RankDims
 from planc.findings import FileResult, Finding, Severity, Violation
 from planc.plannable import Chunks, Refusal, layer_chunks, plannable, refusals
 from planc.record import record
@@ -47,11 +48,15 @@ def context_of(
     *,
     suggest: bool = True,
     chunks_of: Callable[[Job], tuple[Chunks, tuple[int, ...]]] = layer_chunks,
+    refusals_of: Callable[[Job], tuple[Refusal, ...]] = refusals,
+    derived_of: Callable[[Job], tuple[Numerics, RankDims]] | None = None,
 ) -> Context:
     """The context every rule of one file sees: the plannable job and, when a rule reads it, the
-    analysis, each computed once (`chunks_of`: the layer chunks, `planc.plannable.plannable`)."""
-    refused = refusals(job)
-    plan = plannable(job, refused, chunks_of)
+    analysis, each computed once (`chunks_of`, `derived_of`: the layer chunks, the number
+    formats and a rank's dims, `planc.plannable.plannable`; `refusals_of`: what `refusals`
+    gives; a search's share them between candidates)."""
+    refused = refusals_of(job)
+    plan = plannable(job, refused, chunks_of, derived_of)
     if isinstance(plan, tuple):
         return Context(job, refusals=refused, suggest=suggest)
     needed = any(r.needs is Needs.ANALYSIS for r in rules)

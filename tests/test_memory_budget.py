@@ -243,3 +243,21 @@ def test_memory_is_monotone_in_micro_batch_and_sequence(cfg: dict[str, Any]) -> 
         total = rank_memory(base, stage).total
         assert rank_memory(bigger_b, stage).total >= total
         assert rank_memory(longer_s, stage).total >= total
+
+
+@pytest.mark.parametrize("cp_comm_type", ["a2a", "allgather", "a2a+p2p"])
+def test_exchanged_activations_equal_those_computed_afresh(cp_comm_type: str) -> None:
+    # A search shares every stage's activations between context-parallel types and swaps in
+    # the exchange's buffers (`exchanged`): what it gives, the heaviest stage of each class and
+    # its bytes included, is what the job under that type computes itself.
+    from planc.memory.budget import classwise_activations, exchanged
+
+    def layout(kind: str) -> Plannable:
+        return job_of({"parallelism": {"tensor": 1, "pipeline": 4, "context": 2, "cp_comm_type": kind}})
+
+    fresh = classwise_activations(layout(cp_comm_type))
+    shared = exchanged(classwise_activations(layout("p2p")), layout(cp_comm_type))
+    assert shared == fresh
+    assert shared.heaviest == fresh.heaviest
+    assert all(stage.lines.exchange for stage in shared.stages)
+    assert [s.bytes for s in shared.stages] == [s.bytes for s in fresh.stages]

@@ -380,3 +380,35 @@ def test_gpipe_reaches_the_plan_and_torchtitan() -> None:
     assert any("no GPipe schedule" in note for note in notes)
     result = verify_text(plan_json(plan))
     assert result.ok, render(result)
+
+
+@pytest.mark.parametrize("kind", list(ScheduleKind))
+def test_in_flight_reads_the_weights_only_through_their_ratios(kind: ScheduleKind) -> None:
+    # A search shares the counts between stages whose chunks' weights have the same ratios
+    # (`weight_ratios`): scaling every weight by k > 0 moves no count, for every schedule.
+    checked = 0
+    for p in (2, 3, 4, 5):
+        for v in (1, 2, 3):
+            for m in (p, 2 * p, 3 * p, 8):
+                if registry.unmet(kind, p, m, v) is not None:
+                    continue
+                for base in [(1,) * v, tuple(range(1, v + 1)), tuple(range(2 * v, v, -1))]:
+                    weights = tuple(7 * w + 3 * (c == 0) for c, w in enumerate(base))
+                    for r in range(p):
+                        held = registry.in_flight(kind, p, v, m, r, weights)
+                        for k in (2, 3, 1000):
+                            scaled = tuple(k * w for w in weights)
+                            assert registry.in_flight(kind, p, v, m, r, scaled) == held
+                            assert registry.weight_ratios(scaled) == registry.weight_ratios(weights)
+                        ratios = registry.weight_ratios(weights)
+                        assert registry.in_flight(kind, p, v, m, r, ratios) == held
+                        checked += 1
+    assert checked > 20
+
+
+def test_weight_ratios_divide_by_the_greatest_common_divisor() -> None:
+    assert registry.weight_ratios((6, 9, 12)) == (2, 3, 4)
+    assert registry.weight_ratios((5,)) == (1,)
+    assert registry.weight_ratios((0, 0)) == (0, 0)
+    assert registry.weight_ratios((4, 0)) == (1, 0)
+    assert registry.weight_ratios((7, 5)) == (7, 5)

@@ -22,6 +22,7 @@ from planc.search.evaluate import (
     judge,
     make_judge,
     shared_analysis,
+    shared_candidate,
     step_lower_bound,
 )
 
@@ -53,11 +54,35 @@ search: {tensor: [1, 2], pipeline: [1, 2], context: [1, 2], micro_batch: [1], re
 """
 
 
+# Spaces whose candidates the preconditions refuse for the micro-batch (the batch split), the
+# degrees and the expert grid's rank order.
+REFUSED_SPACES = {
+    "refused-dense": """\
+version: 1
+name: refused-dense
+model: {preset: llama3-8b, layers: 8}
+hardware: {gpu: h100-sxm, nodes: 2}
+training: {seq_len: 4096, global_batch: 96}
+search: {tensor: [1, 2], pipeline: [1, 2, 4], virtual_stages: [1, 2], context: [1, 2], micro_batch: [1, 2, 4], recompute: [none], zero_stage: [1]}
+""",
+    "refused-moe": """\
+version: 1
+name: refused-moe
+model: {preset: qwen3-30b-a3b, layers: 4}
+hardware: {gpu: h100-sxm, nodes: 4}
+training: {seq_len: 4096, global_batch: 256}
+search: {tensor: [1, 2], pipeline: [1, 2], context: [1], expert: [2, 4], micro_batch: [1], recompute: [full], zero_stage: [1]}
+""",
+}
+
+
 _setup = search_setup
 
 
-def test_every_verdict_is_what_check_finds() -> None:
-    setup = _setup(LARGE_BATCH)
+@pytest.mark.parametrize("text", [LARGE_BATCH, REFUSED_SPACES["refused-dense"]])
+def test_every_verdict_is_what_check_finds(text: str) -> None:
+    # The refused space: the judge shares refusals between candidates (the batch split).
+    setup = _setup(text)
     judged = make_judge(setup)
     feasible = 0
     for index in range(setup.space.size):
@@ -94,6 +119,27 @@ def test_judging_with_the_rejecting_rules_only_leaves_out_warnings_alone() -> No
         assert judge(judged, index, every=False) == dataclasses.replace(verdict, warnings=())
         warned += bool(verdict.warnings)
     assert warned > 0
+
+
+def test_no_precondition_rule_fires_on_a_job_without_refusals() -> None:
+    # The judge runs no precondition rule on a candidate `refusals` passes (`planned_rules`):
+    # each reports what its precondition finds, and `refusals` ran them all on the same job.
+    from planc.check import context_of
+    from planc.rules.base import RuleKind
+
+    preconditions = [r for r in REGISTRY.values() if r.kind is RuleKind.PRECONDITION and r.check]
+    assert len(preconditions) >= 10
+    planned = refused = 0
+    for text in SHARED_SPACES.values():
+        judged = make_judge(_setup(text))
+        for index in range(0, judged.space.size, 5):
+            job = candidate_job(judged.base, judged.space, judged.space.candidate(index))
+            ctx = context_of(job, (), suggest=False)
+            fired = {r.id for r in preconditions if next(iter(r.check(ctx)), None) is not None}
+            assert fired == {r.rule for r in ctx.refusals}, index
+            planned += not ctx.refusals
+            refused += bool(ctx.refusals)
+    assert planned > 100 and refused > 100
 
 
 # A mixture of experts in bf16 and fp8 (the FP8 terms read the micro-batch), every ZeRO stage
@@ -154,6 +200,85 @@ SHARED_SPACES = {
 }
 
 
+def _candidates_equal_fresh(text: str) -> int:
+    setup = _setup(text)
+    judged = make_judge(setup)
+    for index in range(setup.space.size):
+        values = judged.space.candidate(index)
+        assert shared_candidate(judged, values) == candidate_job(judged.base, judged.space, values)
+    return setup.space.size
+
+
+@pytest.mark.parametrize("name", sorted(SHARED_SPACES))
+def test_shared_candidates_equal_fresh_ones(name: str) -> None:
+    # The judge shares a candidate's layout between candidates that differ only in the
+    # training axes and its training section between those that differ only in the others.
+    assert _candidates_equal_fresh(SHARED_SPACES[name]) > 50
+
+
+@pytest.mark.parametrize(("names", "axis"), [("TRAINING_AXES", "pipeline"), ("LAYOUT_AXES", "micro_batch")])
+def test_a_candidate_key_that_misses_an_axis_is_caught(
+    names: str, axis: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import planc.search.evaluate as evaluate
+
+    monkeypatch.setattr(evaluate, names, getattr(evaluate, names) | {axis})
+    with pytest.raises(AssertionError):
+        _candidates_equal_fresh(SHARED_SPACES["large-batch"])
+
+
+def _refusals_equal_fresh(text: str) -> int:
+    """Every candidate's refusals as the judge shares them, each compared with `refusals` of
+    the candidate: the number of candidates refused."""
+    from planc.plannable import refusals
+    from planc.search.evaluate import _refusals_of
+
+    judged = make_judge(_setup(text))
+    refused = 0
+    for index in range(judged.space.size):
+        values = judged.space.candidate(index)
+        job = candidate_job(judged.base, judged.space, values)
+        found = _refusals_of(judged, values)(job)
+        assert found == refusals(job), index
+        refused += bool(found)
+    return refused
+
+
+@pytest.mark.parametrize("name", sorted({**SHARED_SPACES, **REFUSED_SPACES}))
+def test_shared_refusals_equal_fresh_ones(name: str) -> None:
+    # The preconditions' refusals are shared by the axes they read (UNREAD_BY_REFUSALS).
+    _refusals_equal_fresh({**SHARED_SPACES, **REFUSED_SPACES}[name])
+
+
+def test_the_refused_spaces_refuse() -> None:
+    assert all(_refusals_equal_fresh(text) > 0 for text in REFUSED_SPACES.values())
+
+
+def _plans_equal_fresh(text: str) -> int:
+    """Every candidate's plannable job as the judge builds it (its number formats and dims
+    shared, `_derived_of`), each compared with `plannable` of the candidate: the number
+    compared."""
+    from planc.check import context_of
+    from planc.search.evaluate import _derived_of
+
+    judged = make_judge(_setup(text))
+    compared = 0
+    for index in range(judged.space.size):
+        values = judged.space.candidate(index)
+        job = candidate_job(judged.base, judged.space, values)
+        plan = context_of(job, (), suggest=False, derived_of=_derived_of(judged, values)).plan
+        fresh = plannable(job)
+        assert plan == (None if isinstance(fresh, tuple) else fresh), index
+        compared += plan is not None
+    return compared
+
+
+@pytest.mark.parametrize("name", sorted(SHARED_SPACES))
+def test_shared_plans_equal_fresh_ones(name: str) -> None:
+    # The number formats and a rank's dims are shared by the axes they read (UNREAD_BY_DERIVED).
+    assert _plans_equal_fresh(SHARED_SPACES[name]) > 50
+
+
 def _varied(text: str) -> set[str]:
     return {axis.name for axis in _setup(text).space.axes if len(axis.values) > 1}
 
@@ -180,7 +305,10 @@ def _shared_equals_fresh(text: str) -> tuple[int, set[str]]:
         plan = plannable(job)
         if isinstance(plan, tuple):
             continue
-        assert shared_analysis(judged, index, plan) == analyse(plan), index
+        shared, fresh = shared_analysis(judged, index, plan), analyse(plan)
+        assert shared == fresh, index
+        # PLC073's bound: each class's bytes summed by kind of op as the ops are shared.
+        assert shared.wire_bytes_bound == fresh.wire_bytes_bound, index
         compared += 1
     return compared, {key[0] for key in judged.memo}
 
@@ -190,13 +318,13 @@ def test_reused_sub_results_equal_a_fresh_analysis(name: str) -> None:
     # One judge over the whole space, so that each candidate reuses what the candidates before
     # it left in its memo when they differ only in axes a sub-result does not read (its
     # activations with their lines and in-flight counts, times, parameters, static memory
-    # terms, the budget's peak, tables, each kind of op, each call's seconds, the stage classes;
+    # terms (each stage's, and each class's with the FP8 terms), the budget's peak, tables, each kind of op, each call's seconds, the stage classes;
     # "mask" is the keys' own bookkeeping); each analysis equals one computed afresh.
     compared, kinds = _shared_equals_fresh(SHARED_SPACES[name])
     assert compared > 50
     assert kinds == {
-        "activations", "lines", "layer", "held", "times", "parameters", "engine", "tables",
-        "call", "classes", "ops", "budget", "mask",
+        "activations", "unexchanged", "lines", "layer", "held", "times", "parameters", "engine", "tables",
+        "call", "classes", "ops", "budget", "statics", "mask",
     }
 
 
@@ -213,9 +341,25 @@ def test_reused_sub_results_equal_a_fresh_analysis(name: str) -> None:
         ("UNREAD_BY_PARAMETERS", "pipeline", "pipelines"),
         ("UNREAD_BY_ENGINE", "zero_stage", "offload"),
         ("UNREAD_BY_ENGINE", "offload", "offload"),
+        ("UNREAD_BY_STATICS", "micro_batch", "moe-fp8"),
+        ("UNREAD_BY_STATICS", "zero_stage", "offload"),
         ("UNREAD_BY_BUDGET", "data_shard", "sharded"),
         ("UNREAD_BY_BUDGET", "recompute", "large-batch"),
         ("UNREAD_BY_PARAMETERS", "expert", "moe-fp8"),
+        # The refusals and the plannable job's formats and dims (`_refusals_equal_fresh`,
+        # `_plans_equal_fresh`).
+        ("UNREAD_BY_REFUSALS", "pipeline", "large-batch"),
+        ("UNREAD_BY_REFUSALS", "context", "sharded"),
+        ("UNREAD_BY_REFUSALS", "data_shard", "sharded"),
+        ("UNREAD_BY_REFUSALS", "micro_batch", "refused-dense"),
+        ("UNREAD_BY_REFUSALS", "tensor", "refused-moe"),
+        ("UNREAD_BY_REFUSALS", "expert", "refused-moe"),
+        ("UNREAD_BY_REFUSALS", "order", "refused-moe"),
+        ("UNREAD_BY_DERIVED", "micro_batch", "large-batch"),
+        ("UNREAD_BY_DERIVED", "sequence_parallel", "large-batch"),
+        ("UNREAD_BY_DERIVED", "context", "sharded"),
+        ("UNREAD_BY_DERIVED", "precision", "moe-fp8"),
+        ("UNREAD_BY_DERIVED", "expert", "moe-fp8"),
     ],
 )
 def test_a_key_that_misses_an_axis_is_caught(
@@ -228,8 +372,9 @@ def test_a_key_that_misses_an_axis_is_caught(
     names = getattr(evaluate, unread)
     # An unread axis added, or a read one taken away.
     monkeypatch.setattr(evaluate, unread, names - {axis} if axis in names else names | {axis})
+    compared = {"UNREAD_BY_REFUSALS": _refusals_equal_fresh, "UNREAD_BY_DERIVED": _plans_equal_fresh}
     with pytest.raises(AssertionError):
-        _shared_equals_fresh(SHARED_SPACES[name])
+        compared.get(unread, _shared_equals_fresh)({**SHARED_SPACES, **REFUSED_SPACES}[name])
 
 
 def _bounds_equal_fresh(text: str) -> int:
@@ -267,6 +412,31 @@ def test_a_bound_key_that_misses_an_axis_is_caught(
     space = "offload" if axis == "offload" else "large-batch"
     with pytest.raises(AssertionError):
         _bounds_equal_fresh(SHARED_SPACES[space])
+
+
+@pytest.mark.parametrize(("axis", "space"), [("zero_stage", "large-batch"), ("data_shard", "sharded")])
+def test_an_after_step_key_that_misses_an_axis_is_caught(
+    axis: str, space: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The bound's after-step part is shared by the axes it reads (UNREAD_BY_AFTER) and each
+    # class's forward seconds: a key without one of them hands a candidate another's.
+    import planc.search.evaluate as evaluate
+
+    monkeypatch.setattr(evaluate, "UNREAD_BY_AFTER", evaluate.UNREAD_BY_AFTER | {axis})
+    with pytest.raises(AssertionError):
+        _bounds_equal_fresh(SHARED_SPACES[space])
+
+
+def test_an_after_step_key_without_the_forward_seconds_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ZeRO-1/2's parameter all-gather hides behind the next forward (overlap_param_gather, on
+    # by default): candidates that differ only in sequence parallelism differ in it.
+    import planc.search.evaluate as evaluate
+
+    monkeypatch.setattr(evaluate, "forward_by_class", lambda analysis: ())
+    with pytest.raises(AssertionError):
+        _bounds_equal_fresh(SHARED_SPACES["large-batch"])
 
 
 def test_jobs_give_byte_identical_json_with_every_zero_stage(tmp_path: Path) -> None:

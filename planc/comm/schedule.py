@@ -1643,12 +1643,24 @@ def most_wire_bytes(job: Plannable, staged: StagedSchedule) -> int:
     return most
 
 
-def wire_bytes_bound(staged: StagedSchedule) -> int:
+def class_sent_bytes(staged: StagedSchedule) -> tuple[int, ...]:
+    """The bytes each stage class's rank sends per step over all tiers (Σ `CommOp.step_bytes`
+    of its ops)."""
+    return tuple(sum(op.step_bytes for op in ops) for ops in staged.by_class)
+
+
+#: a staged schedule → `class_sent_bytes` of it (a search passes one that sums each kind of op
+#: once for the candidates that share it).
+SentBytes = Callable[[StagedSchedule], Sequence[int]]
+
+
+def wire_bytes_bound(staged: StagedSchedule, sent_of: SentBytes = class_sent_bytes) -> int:
     """An upper bound on `most_wire_bytes` without the tiers: 3 × the most bytes any stage class
-    sends per step over all tiers. A stage sends at most its class's total on one tier, and
-    receives at most its own class's, the forward sends of the stage before it and the backward
-    sends of the stage after it (`staged_wires`), each at most the largest class total."""
-    return 3 * max((sum(op.step_bytes for op in ops) for ops in staged.by_class), default=0)
+    sends per step over all tiers (`class_sent_bytes`, or `sent_of` that gives the same). A
+    stage sends at most its class's total on one tier, and receives at most its own class's,
+    the forward sends of the stage before it and the backward sends of the stage after it
+    (`staged_wires`), each at most the largest class total."""
+    return 3 * max(sent_of(staged), default=0)
 
 
 def _receiver_of(stage: int, direction: Direction, p: int) -> int:

@@ -1249,7 +1249,17 @@ class StageLines:
     bf16_bytes: tuple[int, int]  # above quantized per (dense, MoE) BF16 layer-micro-batch
     weights: tuple[int, ...]  # each chunk's bytes of one micro-batch (what `in_flight` weighs)
     once: tuple[Term, ...]  # the recompute working set
-    buffers: tuple[Term, ...]  # transient buffers
+    # The transient buffers (`buffers`), in three parts: the MoE dispatcher's, the
+    # context-parallel exchange's (the same on every stage, `exchange_buffers`) and the LM
+    # head's logits.
+    dispatch: tuple[Term, ...]
+    exchange: tuple[Term, ...]
+    logits: tuple[Term, ...]
+
+    @property
+    def buffers(self) -> tuple[Term, ...]:
+        """The transient buffers, in the order `planc memory` lists them."""
+        return (*self.dispatch, *self.exchange, *self.logits)
 
     def counts(self, held: tuple[int, ...]) -> tuple[int, int, int, int]:
         """(dense, MoE, BF16 dense, BF16 MoE) layer-micro-batches held: each chunk's layers of
@@ -1326,6 +1336,13 @@ class StageActivations:
         if cached is None:
             cached = self.__dict__["_bytes"] = self.lines.bytes(self.held)
         return cached
+
+
+def exchange_buffers(job: Plannable) -> tuple[Term, ...]:
+    """The context-parallel exchange's transient buffers of one layer (`_cp_buffers` with β_a
+    the activations' bytes, ε of `shape_of`): the same on every stage, and the only part of a
+    stage's activations the context-parallel type decides."""
+    return tuple(_cp_buffers(job, job.numerics.activation))
 
 
 def _cp_buffers(job: Plannable, beta: int) -> list[Term]:
@@ -1442,7 +1459,9 @@ def stage_lines(
         bf16_bytes=_bf16_per_layer(job, x, recompute) if x.q_bits else (0, 0),
         weights=tuple(weights),
         once=once,
-        buffers=tuple(_stage_buffers(job, x, y if has_moe else None, last)),
+        dispatch=tuple(_dispatch_buffers(job, y if has_moe else None)),
+        exchange=exchange_buffers(job),
+        logits=tuple(_logits_buffers(job, x, last)),
     )
 
 
@@ -1457,10 +1476,10 @@ def _bf16_layers(job: Plannable, a: int, b: int, kept: int) -> tuple[int, int]:
     return dense, routed
 
 
-def _stage_buffers(job: Plannable, x: LayerShape, y: ExpertShape | None, last: bool) -> list[Term]:
-    """The transient buffers of a stage: the MoE dispatcher's rows (`y`: the stage has MoE
-    layers), the context-parallel exchange's, the LM head's logits (`last`)."""
-    model, lay = job.model, job.layout
+def _dispatch_buffers(job: Plannable, y: ExpertShape | None) -> list[Term]:
+    """The MoE dispatcher's transient buffers of a stage with MoE layers (`y`; none without):
+    its rows, and the allgather dispatcher's gathered tokens."""
+    lay = job.layout
     buffers: list[Term] = []
     if y is not None:
         buffers.append(
@@ -1487,15 +1506,20 @@ def _stage_buffers(job: Plannable, x: LayerShape, y: ExpertShape | None, last: b
                 "megatron-core 0.19.2",
             )
         )
-    buffers += _cp_buffers(job, x.e)
-    if last and logits_buffer(x, model.V, lay.t):
-        buffers.append(
-            Term(
-                f"LM head logits ({job.numerics.precision.value}, transient)",
-                "buffers",
-                logits_buffer(x, model.V, lay.t),
-                f"{x.e}·{x.tok}·V'/t",
-                CROSS_ENTROPY,
-            )
-        )
     return buffers
+
+
+def _logits_buffers(job: Plannable, x: LayerShape, last: bool) -> list[Term]:
+    """The LM head's transient logits on the `last` stage (`logits_buffer`; none elsewhere)."""
+    model, lay = job.model, job.layout
+    if not (last and logits_buffer(x, model.V, lay.t)):
+        return []
+    return [
+        Term(
+            f"LM head logits ({job.numerics.precision.value}, transient)",
+            "buffers",
+            logits_buffer(x, model.V, lay.t),
+            f"{x.e}·{x.tok}·V'/t",
+            CROSS_ENTROPY,
+        )
+    ]

@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 from planc.memory.activations import (
     StageActivations,
+    StageLines,
+    exchange_buffers,
     held_at_peak,
     layer_lines,
     stage_activations,
@@ -22,7 +24,7 @@ from planc.memory.params import RankParameters, padded_vocab, parameter_count, r
 from planc.memory.static import Group, StateBytes, state_bytes
 from planc.memory.terms import COMPONENTS, Term
 from planc.plannable import Plannable
-from planc.record import record
+from planc.record import record, replace
 from planc.stages import StageClasses, stage_classes
 from planc.vocab import Axis
 
@@ -103,6 +105,30 @@ class HeldActivations:
 #: job → every stage's activations at its peak (`classwise_activations`; a search passes one
 #: that reuses them across candidates).
 StagesActivations = Callable[[Plannable], HeldActivations]
+
+
+def exchanged(held: HeldActivations, job: Plannable) -> HeldActivations:
+    """`held` of a job that differs from `job` at most in the context-parallel type, under
+    `job`'s: every stage's lines with `job`'s exchange buffers (`exchange_buffers`, the only
+    part of `stage_lines` the type decides). Those are the same on every stage, so every
+    stage's bytes move by the same amount and each class's heaviest stage
+    (`HeldActivations.heaviest`: the first of the most bytes) stays its heaviest: kept on the
+    new instance, moved by that amount, without counting any stage again."""
+    exchange = exchange_buffers(job)
+    before = held.stages[0].lines.exchange
+    if exchange == before:
+        return held
+    swapped: dict[int, StageLines] = {}
+    stages = []
+    for stage in held.stages:
+        lines = swapped.get(id(stage.lines))
+        if lines is None:
+            lines = swapped[id(stage.lines)] = replace(stage.lines, exchange=exchange)
+        stages.append(StageActivations(lines, stage.held))
+    new = HeldActivations(held.classes, tuple(stages))
+    moved = sum(t.bytes for t in exchange) - sum(t.bytes for t in before)
+    new.__dict__["_heaviest"] = tuple((most + moved, stage) for most, stage in held.heaviest)
+    return new
 
 
 @record
@@ -257,32 +283,65 @@ class BudgetCore:
 Core = Callable[[Plannable], BudgetCore]
 
 
+@record
+class ClassStatics:
+    """Each stage class's static terms (`static_terms` of its first stage's heaviest rank,
+    shard index 0), their HBM bytes, and the most host bytes any class offloads."""
+
+    placed: tuple[Placed, ...]  # per class
+    hbm_bytes: tuple[int, ...]  # per class: Σ bytes of `placed[k].hbm`
+    most_host: int
+
+
+def class_statics(
+    job: Plannable,
+    parameters_of: Parameters = rank_parameters,
+    engine_of: Engine = stage_engine_terms,
+) -> ClassStatics:
+    """The static terms of each stage class (`budget` for the arguments)."""
+    placed = tuple(
+        static_terms(job, stage, 0, 0, parameters_of, engine_of)
+        for stage in stage_classes(job).first
+    )
+    return ClassStatics(
+        placed,
+        tuple(sum(t.bytes for t in terms.hbm) for terms in placed),
+        max(sum(t.bytes for t in terms.host) for terms in placed),
+    )
+
+
+#: job → its `ClassStatics` (`class_statics`; a search passes one that reuses them across
+#: candidates that differ only in what a micro-batch keeps or how ranks are ordered).
+Statics = Callable[[Plannable], ClassStatics]
+
+
 def budget_core(
     job: Plannable,
     activations_of: StagesActivations | None = None,
     parameters_of: Parameters = rank_parameters,
     engine_of: Engine = stage_engine_terms,
+    statics_of: Statics | None = None,
 ) -> BudgetCore:
-    """`budget`'s terms and peak, before any rank is placed (`budget` for the arguments)."""
-    classes = stage_classes(job)
-    static = tuple(
-        static_terms(job, stage, 0, 0, parameters_of, engine_of) for stage in classes.first
+    """`budget`'s terms and peak, before any rank is placed (`budget` for the arguments;
+    `statics_of` gives what `class_statics` gives with them)."""
+    statics = (
+        class_statics(job, parameters_of, engine_of) if statics_of is None else statics_of(job)
     )
     held = (classwise_activations if activations_of is None else activations_of)(job)
     reserve = reserve_term(job).bytes
     # Each class's heaviest stage with its static terms; of those, with (total, −stage), the
     # largest total, the lowest stage among equals.
     totals = [
-        (sum(t.bytes for t in placed.hbm) + reserve + most, -stage)
-        for placed, (most, stage) in zip(static, held.heaviest, strict=True)
+        (hbm + reserve + most, -stage)
+        for hbm, (most, stage) in zip(statics.hbm_bytes, held.heaviest, strict=True)
     ]
     peak_bytes, peak_stage = max(totals)
     return BudgetCore(
-        static=static,
+        static=statics.placed,
         held=held,
         peak_stage=-peak_stage,
         peak_bytes=peak_bytes,
-        most_host=max(sum(t.bytes for t in placed.host) for placed in static),
+        most_host=statics.most_host,
         parameters=parameter_count(job.model).total,
         parameters_padded=parameter_count(job.model, padded_vocab(job.model.V, job.layout.t)).total,
     )

@@ -471,6 +471,16 @@ def in_flight(
     return held_at_peak(build(kind, p, m, v), stage, weights)
 
 
+def weight_ratios(weights: tuple[int, ...]) -> tuple[int, ...]:
+    """`weights` divided by their greatest common divisor (all zero: as they are). `in_flight`
+    reads the chunks' weights only through their ratios: every closed form either ignores them
+    or takes the step (or the moment) whose weighted sum is strictly the largest, as the walk
+    of the op list does, and scaling every weight by k > 0 scales every such sum by k. So
+    stages whose weights have the same ratios hold the same counts (a search shares them)."""
+    g = math.gcd(*weights)
+    return weights if g <= 1 else tuple(w // g for w in weights)
+
+
 def bubble_fraction(kind: ScheduleKind, p: int, m: int, v: int) -> float:
     """The idle fraction of a step with equal stages: the closed form, else the bounded
     simulator's with unit times (F = 1 and B = 2, or F = B = W = 1 when the backward is split:

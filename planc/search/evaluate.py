@@ -20,7 +20,8 @@ from typing import Any, Protocol
 
 from planc.analysis import Analysis, analyse, estimate_step
 from planc.check import context_of, severity_of
-from planc.comm.schedule import OP_KINDS, CommOp
+from planc.comm.schedule import OP_KINDS, CommOp, StagedSchedule
+from planc.dims import Numerics, RankDims
 from planc.findings import Severity
 from planc.memory.activations import (
     StageActivations,
@@ -29,7 +30,14 @@ from planc.memory.activations import (
     layer_lines,
     stage_lines,
 )
-from planc.memory.budget import BudgetCore, HeldActivations, budget_core
+from planc.memory.budget import (
+    BudgetCore,
+    ClassStatics,
+    HeldActivations,
+    budget_core,
+    class_statics,
+    exchanged,
+)
 from planc.memory.engines import Placed, engine_terms
 from planc.memory.params import RankParameters, rank_parameters
 from planc.memory.static import Group, StateBytes
@@ -47,16 +55,24 @@ from planc.perf.inputs import (
     stage_times,
 )
 from planc.perf.step import step_lower_bound_s
-from planc.pipeline.registry import bubble_fraction
-from planc.plannable import Chunks, Plannable, layer_chunks, plannable
+from planc.pipeline.registry import bubble_fraction, weight_ratios
+from planc.plannable import (
+    Chunks,
+    Plannable,
+    Refusal,
+    formats_and_dims,
+    layer_chunks,
+    plannable,
+    refusals,
+)
 from planc.presets.efficiency import Efficiency
 from planc.record import record, replace
 from planc.rules import FRAMEWORK_RULES, REGISTRY, Rule
-from planc.rules.base import Context, Needs
+from planc.rules.base import Context, Needs, RuleKind
 from planc.run.estimate import checkpoint_cost
 from planc.search.space import AXIS_NAMES, Space, Value, stage_split
 from planc.spec.fabric import Fabric
-from planc.spec.job import Job, NodeNames, low_precision_recipe, resolve
+from planc.spec.job import Job, Layout, NodeNames, Training, low_precision_recipe, resolve
 from planc.stages import StageClasses, stage_classes
 from planc.vocab import ScheduleKind, SearchObjective, recompute_mode
 
@@ -169,6 +185,10 @@ class Judge:
     # job and on the analysis: what deciding feasibility needs; the others only add warnings.
     cheap_deciding: tuple[tuple[Rule, Severity], ...] = ()
     deciding: tuple[tuple[Rule, Severity], ...] = ()
+    # `cheap` and `cheap_deciding` without the precondition rules (`RuleKind.PRECONDITION`):
+    # what a candidate with no refusal needs run (`planned_rules`).
+    planned: tuple[tuple[Rule, Severity], ...] = ()
+    planned_deciding: tuple[tuple[Rule, Severity], ...] = ()
     # The (rule, severity) pairs that reject a candidate (`Setup.rejects`), for the cheap rules
     # and after the analysis alike.
     rejectors: frozenset[tuple[str, Severity]] = frozenset()
@@ -217,6 +237,7 @@ def make_judge(setup: Setup) -> Judge:
         for severity in Severity
         if setup.rejects(r.id, severity)
     )
+    cheap_deciding = tuple((r, s) for r, s in cheap if (r.id, s) in rejectors)
     return Judge(
         base,
         setup.space,
@@ -225,9 +246,29 @@ def make_judge(setup: Setup) -> Judge:
         setup.objective,
         deep=deep,
         rejectors=rejectors,
-        cheap_deciding=tuple((r, s) for r, s in cheap if (r.id, s) in rejectors),
+        cheap_deciding=cheap_deciding,
         deciding=tuple((r, s) for r, s in deep if (r.id, s) in rejectors),
+        planned=_unconditioned(cheap),
+        planned_deciding=_unconditioned(cheap_deciding),
     )
+
+
+def _unconditioned(rules: tuple[tuple[Rule, Severity], ...]) -> tuple[tuple[Rule, Severity], ...]:
+    """`rules` without the precondition rules (`RuleKind.PRECONDITION`)."""
+    return tuple((r, s) for r, s in rules if r.kind is not RuleKind.PRECONDITION)
+
+
+def planned_rules(judge: Judge, ctx: Context, every: bool) -> tuple[tuple[Rule, Severity], ...]:
+    """The cheap rules to run on `ctx` (every one, or with `every` off those that can reject).
+
+    A precondition rule (`planc.plannable.PRECONDITIONS`) reports what its precondition finds
+    on the job (`Context.refused`; PLC022 runs `shard_split` again), and `refusals` ran every
+    precondition on this job: with no refusal none of them fires, and only the others are
+    run (tests/test_search_speed.py holds each precondition rule silent on every job that
+    `refusals` passes)."""
+    if ctx.refusals:
+        return judge.cheap if every else judge.cheap_deciding
+    return judge.planned if every else judge.planned_deciding
 
 
 def hosts_refusal(job: Job, rejecting: int = ERROR_RANK) -> tuple[str, ...]:
@@ -250,6 +291,23 @@ def candidate_job(
     """`base` with the candidate's values; data derived unless pinned, the layer split balanced
     when the layers do not divide evenly (`stage_split`, or `split_of` that gives the same)."""
     v = space.named(values)
+    layout = candidate_layout(base, space, v, split_of)
+    return replace(base, layout=layout, training=candidate_training(base, v))
+
+
+# The axes `candidate_training` reads (the micro-batch, recompute, offload and the number
+# format); `candidate_layout` reads every other one.
+TRAINING_AXES = frozenset({"micro_batch", "recompute", "offload", "precision"})
+
+
+def candidate_layout(
+    base: Job,
+    space: Space,
+    v: Mapping[str, Value],
+    split_of: Callable[[int, int, int], tuple[int, ...]] = stage_split,
+) -> Layout:
+    """The layout of the candidate of values `v` (by axis name, `candidate_job`): every axis
+    but `TRAINING_AXES`."""
     t, p, c, chunks = (
         int(v["tensor"]),
         int(v["pipeline"]),
@@ -261,7 +319,7 @@ def candidate_job(
         d: int | None = space.data
     else:
         d = base.world // inner if base.world % inner == 0 else None
-    layout = replace(
+    return replace(
         base.layout,
         t=t,
         p=p,
@@ -275,14 +333,39 @@ def candidate_job(
         **_expert_fields(base, v, t),
         **_placed_fields(base, v, chunks),
     )
-    training = replace(
+
+
+def candidate_training(base: Job, v: Mapping[str, Value]) -> Training:
+    """The training section of the candidate of values `v` (`candidate_job`): the axes of
+    `TRAINING_AXES` only."""
+    return replace(
         base.training,
         b=int(v["micro_batch"]),
         recompute=recompute_mode(v["recompute"]),
         **_offload_fields(v),
         **_precision_fields(base, v),
     )
-    return replace(base, layout=layout, training=training)
+
+
+def shared_candidate(judge: Judge, values: Sequence[Value]) -> Job:
+    """`candidate_job` of `values`, its layout shared with the judge's earlier candidates that
+    agree on every axis but `TRAINING_AXES` and its training section with those that agree on
+    those (the records are immutable)."""
+    memo = judge.memo
+    layout_at = ("layout", _masked(judge, values, TRAINING_AXES))
+    layout: Layout | None = memo.get(layout_at)
+    named: dict[str, Value] | None = None
+    if layout is None:
+        named = judge.space.named(values)
+        layout = memo[layout_at] = candidate_layout(
+            judge.base, judge.space, named, _split_of(judge)
+        )
+    training_at = ("training", _masked(judge, values, LAYOUT_AXES))
+    training: Training | None = memo.get(training_at)
+    if training is None:
+        named = judge.space.named(values) if named is None else named
+        training = memo[training_at] = candidate_training(judge.base, named)
+    return replace(judge.base, layout=layout, training=training)
 
 
 def _expert_fields(base: Job, v: Mapping[str, Value], t: int) -> dict[str, Any]:
@@ -355,11 +438,18 @@ def judge(judge: Judge, index: int, every: bool = True) -> Verdict:
     it then leaves out. The search judges every candidate so and judges again, with every
     rule, the few it lists (`planc.search.run.search`)."""
     values = judge.space.candidate(index)
-    job = candidate_job(judge.base, judge.space, values, _split_of(judge))
+    job = shared_candidate(judge, values)
     # check's own context without the analysis (which no rule given it reads): the refusals,
     # or the plannable job.
-    ctx = context_of(job, (), suggest=False, chunks_of=_chunks_of(judge))
-    found = _failing(judge.cheap if every else judge.cheap_deciding, ctx)
+    ctx = context_of(
+        job,
+        (),
+        suggest=False,
+        chunks_of=_chunks_of(judge),
+        refusals_of=_refusals_of(judge, values),
+        derived_of=_derived_of(judge, values),
+    )
+    found = _failing(planned_rules(judge, ctx, every), ctx)
     failed = tuple(rule for rule, severity in found if (rule, severity) in judge.rejectors)
     if failed:
         return Verdict(index, failed)
@@ -432,6 +522,65 @@ def _chunks_of(judge: Judge) -> Callable[[Job], tuple[Chunks, tuple[int, ...]]]:
     return chunks
 
 
+# The axes no precondition of planning (`planc.plannable.PRECONDITIONS`, run by `refusals`)
+# reads: they read the world, the model, the sequence length and global batch (the base job's)
+# and of the candidate's fields the degrees, the layer split and schedule, the micro-batch (the
+# batch split, the schedule's micro-batches), the shard group and the rank order (the expert
+# grid's), never ZeRO, sequence parallelism, the context-parallel type, recompute, offload or
+# the number format.
+UNREAD_BY_REFUSALS = frozenset(
+    {"zero_stage", "sequence_parallel", "cp_comm_type", "recompute", "offload", "precision"}
+)
+
+
+def _refusals_of(judge: Judge, values: Sequence[Value]) -> Callable[[Job], tuple[Refusal, ...]]:
+    """`refusals` of the candidate of `values`, shared with the judge's earlier candidates that
+    agree on the axes the preconditions read (all but `UNREAD_BY_REFUSALS`)."""
+
+    def refused(job: Job) -> tuple[Refusal, ...]:
+        at = ("refusals", _masked(judge, values, UNREAD_BY_REFUSALS))
+        found: tuple[Refusal, ...] | None = judge.memo.get(at)
+        if found is None:
+            found = judge.memo[at] = refusals(job)
+        return found
+
+    return refused
+
+
+# The axes neither the number formats nor a rank's dims (`planc.plannable.formats_and_dims`)
+# read: they read the training section (the micro-batch, recompute, offload, the number
+# format) and of the layout the tensor, context, expert and expert-tensor degrees and sequence
+# parallelism, never the pipeline, its chunks and schedule, the rank order, ZeRO, the shard
+# group or the context-parallel type.
+UNREAD_BY_DERIVED = frozenset(
+    {
+        "pipeline",
+        "virtual_stages",
+        "pipeline_schedule",
+        "order",
+        "zero_stage",
+        "data_shard",
+        "cp_comm_type",
+    }
+)
+
+
+def _derived_of(
+    judge: Judge, values: Sequence[Value]
+) -> Callable[[Job], tuple[Numerics, RankDims]]:
+    """`formats_and_dims` of the candidate of `values`, shared with the judge's earlier
+    candidates that agree on the axes they read (all but `UNREAD_BY_DERIVED`)."""
+
+    def derived(job: Job) -> tuple[Numerics, RankDims]:
+        at = ("derived", _masked(judge, values, UNREAD_BY_DERIVED))
+        found: tuple[Numerics, RankDims] | None = judge.memo.get(at)
+        if found is None:
+            found = judge.memo[at] = formats_and_dims(job)
+        return found
+
+    return derived
+
+
 def _classes_of(judge: Judge, plan: Plannable) -> StageClasses:
     # Everything `planc.stages.stage_key` reads but the model (the base job's).
     lay, q = plan.layout, plan.numerics.quantized
@@ -480,6 +629,13 @@ UNREAD_BY_PARAMETERS = frozenset(
 UNREAD_BY_ENGINE = frozenset(
     {"cp_comm_type", "order", "sequence_parallel", "micro_batch", "recompute"}
 )
+# The axes each stage class's static terms (`planc.memory.budget.class_statics`: the engine's
+# terms, `engine_terms`, with an FP8 recipe's weight-side terms, `planc.memory.fp8.with_quantized`)
+# do not read: those the engine's terms do not read but the micro-batch, which the FP8 operands
+# in flight read (`transient_term`: b·⌈s/c⌉ rows); the FP8 terms read the number formats, the
+# framework, ZeRO, the stage's chunks and the degrees, never what a micro-batch keeps beyond
+# its rows (recompute, sequence parallelism), the context-parallel type or the rank order.
+UNREAD_BY_STATICS = UNREAD_BY_ENGINE - {"micro_batch"}
 # The axes the memory budget's terms and peak (`planc.memory.budget.budget_core`) do not read:
 # those neither the activations nor the static terms read (the FP8 terms read the micro-batch
 # and the number format, which both keys hold). That leaves the rank order, which places each
@@ -535,6 +691,9 @@ def unread_by_ops() -> dict[str, frozenset[str]]:
     }
 
 
+# The axes `candidate_layout` reads.
+LAYOUT_AXES = frozenset(AXIS_NAMES) - TRAINING_AXES
+
 # The one axis `planc.perf.inputs.efficiency_of` reads: the GEMMs' number format (the GPU's
 # peak for it); the GPU, hardware.calibration and training.efficiency are the base job's.
 READ_BY_TABLES = frozenset({"precision"})
@@ -561,10 +720,11 @@ def shared_analysis(
 ) -> Analysis:
     """`analyse(plan)` of candidate `index`, with the sub-results an earlier candidate of this
     judge computed for the same values of the axes each reads: every stage's activation terms
-    (all axes but `UNREAD_BY_SHARED`), the stages' compute times (`UNREAD_BY_TIMES`), each
-    stage's parameters
-    (`UNREAD_BY_PARAMETERS`), each stage's static terms (weights, gradients, optimizer state
-    and their buffers: `UNREAD_BY_ENGINE`), the memory budget's terms and peak
+    (all axes but `UNREAD_BY_SHARED`; but for the context-parallel exchange's buffers, the same
+    on every stage, they read no more than the compute times do), the stages' compute times
+    (`UNREAD_BY_TIMES`), each stage's parameters (`UNREAD_BY_PARAMETERS`), each stage's static terms (weights, gradients, optimizer state
+    and their buffers: `UNREAD_BY_ENGINE`), each stage class's with an FP8 recipe's
+    (`UNREAD_BY_STATICS`), the memory budget's terms and peak
     (`UNREAD_BY_BUDGET`), the efficiency tables (`READ_BY_TABLES`), each
     call's seconds (`call_seconds`) and the stage classes. `values`: the candidate's, when the
     caller has them."""
@@ -579,7 +739,7 @@ def shared_analysis(
     tables_key = _masked(judge, values, frozenset(AXIS_NAMES) - READ_BY_TABLES)
 
     # Each kind's results for this candidate's key, by stage (one lookup of the key each).
-    lines_by_class: dict[int, StageLines] = memo.setdefault(("lines", key), {})
+    lines_by_class: dict[int, StageLines] = memo.setdefault(("lines", times_key), {})
     shares: dict[int, RankParameters] = memo.setdefault(("parameters", parameters_key), {})
     statics: dict[tuple[int, int, int], Placed] = memo.setdefault(("engine", engine_key), {})
     priced: list[CallSeconds] = []
@@ -588,8 +748,15 @@ def shared_analysis(
         at = ("activations", key)
         found: HeldActivations | None = memo.get(at)
         if found is None:
-            stages = tuple(stage_activations(job, r) for r in range(job.layout.p))
-            found = memo[at] = HeldActivations(stage_classes(job), stages)
+            # The context-parallel type decides only the exchange's buffers, the same on every
+            # stage (`planc.memory.budget.exchanged`): every stage's lines and in-flight counts
+            # are shared by the times' key, which leaves the type out.
+            unexchanged = ("unexchanged", times_key)
+            held: HeldActivations | None = memo.get(unexchanged)
+            if held is None:
+                stages = tuple(stage_activations(job, r) for r in range(job.layout.p))
+                held = memo[unexchanged] = HeldActivations(stage_classes(job), stages)
+            found = memo[at] = exchanged(held, job)
         return found
 
     def stage_activations(job: Plannable, stage: int) -> StageActivations:
@@ -607,7 +774,8 @@ def shared_analysis(
                 layer = memo[("layer", times_key)] = layer_lines(job)
             lines = lines_by_class[first] = stage_lines(job, first, layer)
         lay = job.layout
-        held_at = ("held", lay.schedule, lay.p, lay.v, job.m, stage, lines.weights)
+        # The counts read the weights only through their ratios (`weight_ratios`).
+        held_at = ("held", lay.schedule, lay.p, lay.v, job.m, stage, weight_ratios(lines.weights))
         held: tuple[int, ...] | None = memo.get(held_at)
         if held is None:
             held = memo[held_at] = held_at_peak(job, stage, lines.weights)
@@ -642,11 +810,20 @@ def shared_analysis(
             placed = statics[at] = engine_terms(job, share, state, group, experts)
         return placed
 
+    def statics_of(job: Plannable) -> ClassStatics:
+        at = ("statics", _masked(judge, values, UNREAD_BY_STATICS))
+        found: ClassStatics | None = memo.get(at)
+        if found is None:
+            found = memo[at] = class_statics(job, parameters_of, engine_of)
+        return found
+
     def core_of(job: Plannable) -> BudgetCore:
         at = ("budget", budget_key)
         core: BudgetCore | None = memo.get(at)
         if core is None:
-            core = memo[at] = budget_core(job, activations_of, parameters_of, engine_of)
+            core = memo[at] = budget_core(
+                job, activations_of, parameters_of, engine_of, statics_of
+            )
         return core
 
     def tables_of(job: Plannable) -> Efficiency:
@@ -663,18 +840,29 @@ def shared_analysis(
         for name, kind in OP_KINDS
     ]
 
+    sent: dict[int, int] = {}  # each class's bytes per step by its first stage, as ops_of sums them
+
     def ops_of(
         job: Plannable, stage: int, params: int, experts: int, quantized: tuple[int, int]
     ) -> list[CommOp]:
-        # `planc.comm.schedule.stage_ops`: each kind's ops, shared by the axes it reads.
+        # `planc.comm.schedule.stage_ops`: each kind's ops, shared by the axes it reads, with
+        # the bytes they send per step (`class_sent_bytes` sums them by kind).
         out: list[CommOp] = []
+        total = 0
         at = (stage, params, experts, quantized)
         for kind, known in kinds:
-            ops = known.get(at)
-            if ops is None:
-                ops = known[at] = tuple(kind(job, stage, params, experts, quantized))
-            out += ops
+            found = known.get(at)
+            if found is None:
+                ops = tuple(kind(job, stage, params, experts, quantized))
+                found = known[at] = (ops, sum(op.step_bytes for op in ops))
+            out += found[0]
+            total += found[1]
+        sent[stage] = total
         return out
+
+    def sent_of(staged: StagedSchedule) -> Sequence[int]:
+        # `planc.comm.schedule.class_sent_bytes`: the sums ops_of took of this schedule.
+        return [sent[stage] for stage in staged.classes.first]
 
     def seconds_of(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> tuple[float, ...]:
         # `planc.perf.inputs.op_seconds`: each op's calls × one call, a call priced once.
@@ -693,6 +881,7 @@ def shared_analysis(
         seconds_of,
         ops_of,
         core_of,
+        sent_of,
     )
 
 
@@ -732,21 +921,32 @@ def step_lower_bound(analysis: Analysis, call_s: CallSeconds | None = None) -> f
     TP, p2p, the DP tail and the optimizer on top, so it never comes out below this.
     `call_s`: one call's seconds of an op, as the judge has priced them (`call_seconds`).
     """
+    return pipeline_bound(analysis) + after_bound(analysis, call_s)
+
+
+def pipeline_bound(analysis: Analysis) -> float:
+    """The pipeline's part of `step_lower_bound`: m·T* + Σ_{r<r*} T_r/v, seconds."""
     plan, times = analysis.plan, analysis.times
     per_stage = [t.forward_s + t.backward_s for t in times]
     # The busiest stage, the last of equals (the largest (T_r, r)).
     most = max(per_stage)
     busiest = len(per_stage) - 1 - per_stage[::-1].index(most)
     fill = sum(per_stage[:busiest]) / plan.layout.v
+    return plan.m * per_stage[busiest] + fill
+
+
+def after_bound(analysis: Analysis, call_s: CallSeconds | None = None) -> float:
+    """The after-step part of `step_lower_bound`: the most any stage's always-exposed
+    communication and offload copies take after the pipeline (`after_step_s`), seconds."""
+    plan = analysis.plan
     classes = analysis.schedule.classes
     params = classes.expand([analysis.parameters[r].total for r in classes.first])
-    after = max(
+    return max(
         after_step_s(
             plan, analysis.efficiency, analysis.schedule.first_ops, params, analysis.times, call_s
         ),
         default=0.0,
     )
-    return plan.m * per_stage[busiest] + fill + after
 
 
 # The axes the step's lower bound (`step_lower_bound`) does not read: it reads the stages'
@@ -764,19 +964,55 @@ UNREAD_BY_BOUND = (
 ) - {"offload"}
 
 
+# The axes the after-step part of the bound (`after_bound`: `planc.perf.inputs.after_step_s`
+# on each class's first stage) does not read: it reads the data-parallel and embedding ops
+# (`UNREAD_BY_DP_OPS`, `UNREAD_BY_EMBEDDING_OPS`) with each call's seconds (`UNREAD_BY_CALLS`;
+# FSDP2's ends price their calls directly, on the same fields), the stages' parameters
+# (`UNREAD_BY_PARAMETERS`), the offload copies (the offload, the shard group, m), and of the
+# compute times only each class's forward seconds (how much of ZeRO-1/2's parameter all-gather
+# the next forward hides), which its key holds as numbers (`shared_after`). None of them reads
+# recompute, sequence parallelism or the context-parallel type.
+UNREAD_BY_AFTER = (
+    UNREAD_BY_DP_OPS & UNREAD_BY_EMBEDDING_OPS & UNREAD_BY_CALLS & UNREAD_BY_PARAMETERS
+) - {"offload"}
+
+
 def shared_bound(
     judge: Judge, index: int, analysis: Analysis, values: Sequence[Value] | None = None
 ) -> float:
     """`step_lower_bound` of candidate `index` (its `analysis`), shared with the judge's
     earlier candidates that agree on the axes it reads (all but `UNREAD_BY_BOUND`), its calls
-    priced by `call_seconds`. `values`: the candidate's, when the caller has them."""
+    priced by `call_seconds` and its after-step part shared by `shared_after`. `values`: the
+    candidate's, when the caller has them."""
     values = judge.space.candidate(index) if values is None else values
     at = ("bound", _masked(judge, values, UNREAD_BY_BOUND))
     bound: float | None = judge.memo.get(at)
     if bound is None:
-        call_s = call_seconds(judge, index, analysis.plan, analysis.efficiency, values)
-        bound = judge.memo[at] = step_lower_bound(analysis, call_s)
+        after = shared_after(judge, index, analysis, values)
+        bound = judge.memo[at] = pipeline_bound(analysis) + after
     return bound
+
+
+def forward_by_class(analysis: Analysis) -> tuple[float, ...]:
+    """Each stage class's forward seconds per micro-batch (of its first stage): what of the
+    compute times `after_bound` reads."""
+    times = analysis.times
+    return tuple(times[r].forward_s for r in analysis.schedule.classes.first)
+
+
+def shared_after(
+    judge: Judge, index: int, analysis: Analysis, values: Sequence[Value] | None = None
+) -> float:
+    """`after_bound` of candidate `index`, its calls priced by `call_seconds`, shared with the
+    judge's earlier candidates that agree on the axes it reads (all but `UNREAD_BY_AFTER`) and
+    on each stage class's forward seconds."""
+    values = judge.space.candidate(index) if values is None else values
+    at = ("after", _masked(judge, values, UNREAD_BY_AFTER), forward_by_class(analysis))
+    after: float | None = judge.memo.get(at)
+    if after is None:
+        call_s = call_seconds(judge, index, analysis.plan, analysis.efficiency, values)
+        after = judge.memo[at] = after_bound(analysis, call_s)
+    return after
 
 
 def _analysis(judge: Judge, index: int, values: Sequence[Value] | None = None) -> Analysis:
