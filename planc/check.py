@@ -13,7 +13,14 @@ from collections.abc import Callable, Iterable
 from planc.analysis import analyse
 from planc.dims import Numerics, RankDims
 from planc.findings import FileResult, Finding, Severity, Violation
-from planc.plannable import Chunks, Refusal, layer_chunks, plannable, refusals
+from planc.plannable import (
+    Chunks,
+    Refusal,
+    formats_and_dims,
+    layer_chunks,
+    plannable,
+    refusals,
+)
 from planc.record import record
 from planc.rules import REGISTRY, Rule
 from planc.rules.base import Context, Needs, RuleKind
@@ -49,7 +56,7 @@ def context_of(
     suggest: bool = True,
     chunks_of: Callable[[Job], tuple[Chunks, tuple[int, ...]]] = layer_chunks,
     refusals_of: Callable[[Job], tuple[Refusal, ...]] = refusals,
-    derived_of: Callable[[Job], tuple[Numerics, RankDims]] | None = None,
+    derived_of: Callable[[Job], tuple[Numerics, RankDims]] = formats_and_dims,
 ) -> Context:
     """The context every rule of one file sees: the plannable job and, when a rule reads it, the
     analysis, each computed once (`chunks_of`, `derived_of`: the layer chunks, the number

@@ -953,11 +953,30 @@ def layer_chunks(job: Job) -> tuple[Chunks, tuple[int, ...]]:
     return ranges, tuple(sum(b - a for a, b in chunks) for chunks in ranges)
 
 
+def formats_and_dims(job: Job) -> tuple[Numerics, RankDims]:
+    """The run's number formats (`planc.dims.numerics`) and one rank's share of a layer
+    (`planc.dims.rank_dims`) of a job that passed its preconditions: they read the training
+    section, the GPU, the model and, of the layout, the tensor, context, expert and expert-tensor
+    degrees and sequence parallelism."""
+    lay = job.layout
+    return numerics(job.training, job.cluster.gpu), rank_dims(
+        job.model,
+        s=job.training.s,
+        b=job.training.b,
+        t=lay.t,
+        c=lay.c,
+        sp=lay.sp,
+        et=lay.et,
+        ep=lay.ep,
+        imbalance=job.training.expert_imbalance,
+    )
+
+
 def plannable(
     job: Job,
     refused: tuple[Refusal, ...] | None = None,
     chunks_of: Callable[[Job], tuple[Chunks, tuple[int, ...]]] = layer_chunks,
-    derived_of: Callable[[Job], tuple[Numerics, RankDims]] | None = None,
+    derived_of: Callable[[Job], tuple[Numerics, RankDims]] = formats_and_dims,
 ) -> Plannable | tuple[Refusal, ...]:
     """The plannable form of `job`, or the refusals that say why it has none (`refused`: the
     result of `refusals(job)` when the caller has it already). `chunks_of` and `derived_of` give
@@ -965,7 +984,7 @@ def plannable(
     refused = refusals(job) if refused is None else refused
     if refused:
         return refused
-    formats, dims = (formats_and_dims if derived_of is None else derived_of)(job)
+    formats, dims = derived_of(job)
     lay, m = job.layout, job.m
     if lay.d is None or m is None:  # excluded by PLC001 and PLC005 above
         raise AssertionError("a job that passed its preconditions has d and m")
@@ -1009,23 +1028,4 @@ def plannable(
         numerics=formats,
         dims=dims,
         run=job.run,
-    )
-
-
-def formats_and_dims(job: Job) -> tuple[Numerics, RankDims]:
-    """The run's number formats (`planc.dims.numerics`) and one rank's share of a layer
-    (`planc.dims.rank_dims`) of a job that passed its preconditions: they read the training
-    section, the GPU, the model and, of the layout, the tensor, context, expert and expert-tensor
-    degrees and sequence parallelism."""
-    lay = job.layout
-    return numerics(job.training, job.cluster.gpu), rank_dims(
-        job.model,
-        s=job.training.s,
-        b=job.training.b,
-        t=lay.t,
-        c=lay.c,
-        sp=lay.sp,
-        et=lay.et,
-        ep=lay.ep,
-        imbalance=job.training.expert_imbalance,
     )

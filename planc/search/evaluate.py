@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import itemgetter
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from planc.analysis import Analysis, analyse, estimate_step
 from planc.check import context_of, severity_of
@@ -78,6 +78,8 @@ from planc.vocab import ScheduleKind, SearchObjective, recompute_mode
 
 Objective = SearchObjective
 OBJECTIVES: tuple[Objective, ...] = ("step", "time-to-train", "cost")
+T = TypeVar("T")  # what a shared sub-result is (`_shared_by`)
+
 ERROR_RANK = Severity.ERROR.rank
 WARNING_RANK = Severity.WARNING.rank
 
@@ -536,15 +538,7 @@ UNREAD_BY_REFUSALS = frozenset(
 def _refusals_of(judge: Judge, values: Sequence[Value]) -> Callable[[Job], tuple[Refusal, ...]]:
     """`refusals` of the candidate of `values`, shared with the judge's earlier candidates that
     agree on the axes the preconditions read (all but `UNREAD_BY_REFUSALS`)."""
-
-    def refused(job: Job) -> tuple[Refusal, ...]:
-        at = ("refusals", _masked(judge, values, UNREAD_BY_REFUSALS))
-        found: tuple[Refusal, ...] | None = judge.memo.get(at)
-        if found is None:
-            found = judge.memo[at] = refusals(job)
-        return found
-
-    return refused
+    return _shared_by(judge, values, "refusals", UNREAD_BY_REFUSALS, refusals)
 
 
 # The axes neither the number formats nor a rank's dims (`planc.plannable.formats_and_dims`)
@@ -570,15 +564,27 @@ def _derived_of(
 ) -> Callable[[Job], tuple[Numerics, RankDims]]:
     """`formats_and_dims` of the candidate of `values`, shared with the judge's earlier
     candidates that agree on the axes they read (all but `UNREAD_BY_DERIVED`)."""
+    return _shared_by(judge, values, "derived", UNREAD_BY_DERIVED, formats_and_dims)
 
-    def derived(job: Job) -> tuple[Numerics, RankDims]:
-        at = ("derived", _masked(judge, values, UNREAD_BY_DERIVED))
-        found: tuple[Numerics, RankDims] | None = judge.memo.get(at)
+
+def _shared_by(
+    judge: Judge,
+    values: Sequence[Value],
+    name: str,
+    unread: frozenset[str],
+    compute: Callable[[Job], T],
+) -> Callable[[Job], T]:
+    """`compute` of the candidate of `values`, kept in the judge's memo under `name` and the
+    candidate's values of every axis but `unread` (those `compute` does not read)."""
+
+    def shared(job: Job) -> T:
+        at = (name, _masked(judge, values, unread))
+        found: T | None = judge.memo.get(at)
         if found is None:
-            found = judge.memo[at] = formats_and_dims(job)
+            found = judge.memo[at] = compute(job)
         return found
 
-    return derived
+    return shared
 
 
 def _classes_of(judge: Judge, plan: Plannable) -> StageClasses:
