@@ -19,7 +19,8 @@ The specs:
   that a rank's bytes per step (9.4·10¹⁷ on NVLink) stay below PLC073's 2^62;
 - large-batch (`planc search` only, issue 30): Llama 3 70B on 2,048 nodes × 8 H100 (16,384
   GPUs) at global batch 1,179,648 and seq_len 8,192, the whole default space (m in the
-  hundreds to thousands for every candidate), on one process and on two (-j 2).
+  hundreds to thousands for every candidate), as a user runs it (on the cores available) and on
+  one process (-j 1).
 """
 
 from __future__ import annotations
@@ -126,8 +127,9 @@ def commands(spec: Path, out: Path) -> dict[str, list[str]]:
 
 def search_commands(spec: Path) -> dict[str, list[str]]:
     return {
+        # As a user runs it: on the cores available.
         "search": ["search", str(spec), "--format", "json"],
-        "search -j 2": ["search", str(spec), "--format", "json", "-j", "2"],
+        "search -j 1": ["search", str(spec), "--format", "json", "-j", "1"],
     }
 
 

@@ -3,6 +3,7 @@ the cores available."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from planc.cli.main import main
+from planc.search import workers
 from planc.search.workers import available_cores
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,3 +104,45 @@ def test_jobs_are_capped_at_the_cores_available(tmp_path: Path) -> None:
     cores = available_cores()
     assert f"--jobs {many} capped at {cores}" in capped.stderr
     assert "capped" not in alone.stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.skipif(available_cores() < 2, reason="one core: the default is one process")
+def test_without_jobs_a_large_space_runs_on_the_cores_available(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    search = subprocess.Popen(
+        [sys.executable, "-m", "planc", "search", str(spec)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        _wait_for(lambda: len(_group(search.pid)) >= 3, "the search and two workers")
+    finally:
+        for pid in _group(search.pid):
+            os.kill(pid, signal.SIGKILL)
+        search.wait()
+
+
+def test_a_space_of_one_task_starts_no_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_pool(jobs: int) -> None:
+        raise AssertionError(f"a pool of {jobs} workers for one task")
+
+    monkeypatch.setattr(workers, "pool", no_pool)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC + "search: {tensor: [8], pipeline: [2], zero_stage: [1]}\n")
+    result = CliRunner().invoke(main, ["search", str(spec), "--format", "json", "-j", "2"])
+    assert result.exit_code == 0, result.output
+
+
+def test_the_collector_is_as_before_after_a_search(tmp_path: Path) -> None:
+    before = gc.get_threshold()
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC + "search: {tensor: [8], pipeline: [2], zero_stage: [1]}\n")
+    assert CliRunner().invoke(main, ["search", str(spec), "--format", "json"]).exit_code == 0
+    assert gc.get_threshold() == before

@@ -151,8 +151,9 @@ def _rule_option_flags(command: _Command) -> _Command:
               default="text", show_default=True)
 @click.option("--write", type=click.Path(dir_okay=False), metavar="BEST.yaml",
               help="Write the best layout as a complete spec (planc check passes it).")
-@click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(min=1),
-              metavar="N", help="Worker processes; the results do not depend on N.")
+@click.option("--jobs", "-j", default=None, type=click.IntRange(min=1), metavar="N",
+              help="Worker processes; the results do not depend on N.  [default: the cores "
+              "available, one for a small space]")
 @click.option("--allow", multiple=True, metavar="AXIS=V,V",
               help="Values to try on one axis, replacing the spec's search section "
               "(repeatable), e.g. --allow tensor=4,8 --allow recompute=selective,full.")
@@ -184,7 +185,7 @@ def search(
     top: int,
     output_format: str,
     write: str | None,
-    jobs: int,
+    jobs: int | None,
     allow: tuple[str, ...],
     strict: bool,
     report: str | None,

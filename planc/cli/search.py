@@ -29,7 +29,7 @@ from planc.search.output import (
 from planc.search.rank import SearchResult
 from planc.search.run import search
 from planc.search.space import SearchError, build_space, parse_allowed
-from planc.search.workers import capped
+from planc.search.workers import available_cores, capped
 from planc.spec.job import resolved_order
 from planc.spec.load import Loaded, load_path
 
@@ -42,7 +42,7 @@ class Request:
     top: int = 10
     output_format: str = "text"
     write: str | None = None
-    jobs: int = 1
+    jobs: int | None = None  # --jobs N; None: the cores available
     allow: Sequence[str] = ()
     # Rule options given on the command line (--max-bubble, ...), by name; None: not given.
     limits: Mapping[str, float | None] = field(default_factory=dict)
@@ -123,7 +123,7 @@ def run(request: Request, write_explorer: ExplorerWriter | None = None) -> Repor
         setup = setup_of(loaded, request)
     except SearchError as error:
         return Report("", line(f"planc: error: {request.spec}: {error}") + "\n", EXIT_UNUSABLE)
-    jobs, capping = capped(request.jobs)
+    jobs, capping = capped(request.jobs) if request.jobs else (available_cores(), "")
     result = search(setup, request.top, jobs, logged)
     heading = describe(loaded.job) if loaded.job is not None else ""
     plans: tuple[FallbackPlan, ...] = ()

@@ -20,6 +20,7 @@ estimates too) are the same for any `jobs`.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import heapq
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
@@ -69,6 +70,26 @@ PRICE_CHUNK = 4
 BOUND_BLOCK = 1024
 # Rounding: an estimate this close under its bound still counts as above it.
 BOUND_SLACK = 1 - 1e-9
+# Allocations between two young-generation collections while searching (Python's default: 700).
+GC_YOUNG = 100_000
+
+
+@contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """Python's cyclic garbage collector run less often while searching, then as before.
+
+    A search allocates millions of small objects that are not garbage (verdicts, the judges'
+    shared sub-results) and keeps them to its end, so every young collection promotes them and
+    the older generations are rescanned again and again as the heap grows: at the default
+    threshold this was about a fifth of a large search's time in one process (the 70B
+    large-batch space: 53 s, 43 s at GC_YOUNG, results identical). The workers are forked
+    inside, so they inherit the setting."""
+    young, *older = gc.get_threshold()
+    gc.set_threshold(max(young, GC_YOUNG), *older)
+    try:
+        yield
+    finally:
+        gc.set_threshold(young, *older)
 
 
 @contextmanager
@@ -125,7 +146,9 @@ def search(setup: Setup, top: int, jobs: int = 1, report: Progress = silent) -> 
     # The candidates carry planc's own host names (`base_job`): the spec's list or pattern,
     # checked above, is not sent to every task to be expanded again.
     setup = dataclasses.replace(setup, spec=without_hosts(setup.spec))
-    with _pool(jobs) as pool:
+    # A space of one judging task gains nothing from workers but their start.
+    jobs = min(jobs, -(-size // JUDGE_CHUNK))
+    with _fewer_collections(), _pool(jobs) as pool:
         chunk = judge_chunk(size, jobs)
         starts = range(0, size, chunk)
         stops = [min(start + chunk, size) for start in starts]
