@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from planc.compile.frameworks import deepspeed_config, megatron_arguments, torchtitan_settings
 from planc.compile.plan import pipeline_record, plan_json
-from planc.perf.step import StageInputs, StepInputs, pipeline_step
+from planc.perf.step import StageInputs, StepInputs, overlaps, pipeline_step
 from planc.pipeline import registry
 from planc.pipeline.schedule import (
     dualpipe,
@@ -419,36 +419,41 @@ def test_combined_1f1b_runs_on_megatron_with_its_flag() -> None:
 # ----------------------------------------------------------------------------- the step model
 
 
-def _inputs(schedule: ScheduleKind, ep_forward: float) -> StepInputs:
-    # 3 stages × 2 chunks, m = 3; per chunk forward 1 s, backward 2 s, expert exchange
-    # `ep_forward` s in the forward and 0.5 s in the backward.
+def _inputs(schedule: ScheduleKind, usage: float = 0.0) -> StepInputs:
+    # 3 stages × 2 chunks, m = 3; per chunk forward 1 s, backward 2 s, expert exchanges 1.5 s in
+    # the forward and 0.5 s in the backward, of which 0.25 and 0.125 s stay exposed when paired.
     stage = StageInputs(
         forward_s=(1.0, 1.0),
         backward_s=(2.0, 2.0),
         tp_forward_s=(0.0, 0.0),
         tp_backward_s=(0.0, 0.0),
-        ep_forward_s=(ep_forward, ep_forward),
+        ep_forward_s=(1.5, 1.5),
         ep_backward_s=(0.5, 0.5),
+        ep_paired_forward_s=(0.25, 0.25),
+        ep_paired_backward_s=(0.125, 0.125),
     )
-    return StepInputs(stages=(stage,) * 3, m=3, v=2, p2p_s=0.0, schedule=schedule)
+    return StepInputs(
+        stages=(stage,) * 3, m=3, v=2, p2p_s=0.0, schedule=schedule, ep_processor_usage=usage
+    )
 
 
-@pytest.mark.parametrize(
-    ("ep_forward", "exposed", "hidden"),
-    [
-        # The forward's 1.5 s hides behind the paired backward's 2 s, the backward's 0.5 s behind
-        # the forward's 1 s: nothing left, all 3 × 2 × 2 s hidden.
-        (1.5, 0.0, 12.0),
-        # 3 s against 2 s of backward: 1 s a chunk left, 3 × 2 × 1 = 6 s; hidden 3 × 2 × 2.5.
-        (3.0, 6.0, 15.0),
-    ],
-)
-def test_combined_1f1b_hides_the_expert_exchange(
-    ep_forward: float, exposed: float, hidden: float
-) -> None:
-    step = pipeline_step(_inputs(ScheduleKind.COMBINED_1F1B, ep_forward))
-    assert step.ep_exposed_s == pytest.approx(exposed)
-    assert step.ep_hidden_s == pytest.approx(hidden)
-    serial = pipeline_step(_inputs(ScheduleKind.INTERLEAVED_1F1B, ep_forward))
+def test_combined_1f1b_hides_what_the_paired_layers_hide() -> None:
+    step = pipeline_step(_inputs(ScheduleKind.COMBINED_1F1B))
+    # m · chunks · (0.25 + 0.125) exposed; the rest of 3 · 2 · 2 s hidden.
+    assert step.ep_exposed_s == pytest.approx(3 * 2 * 0.375)
+    assert step.ep_hidden_s == pytest.approx(3 * 2 * (2.0 - 0.375))
+    serial = pipeline_step(_inputs(ScheduleKind.INTERLEAVED_1F1B))
     assert serial.ep_hidden_s == 0.0
-    assert serial.ep_exposed_s == pytest.approx(3 * 2 * (ep_forward + 0.5))
+    assert serial.ep_exposed_s == pytest.approx(3 * 2 * 2.0)
+
+
+def test_a_hidden_exchange_slows_the_compute_beside_it() -> None:
+    # A tenth of the compute lost while the 1.625 s hidden per chunk and micro-batch run: each
+    # stage's compute grows by 3 · 2 · 0.1625 s.
+    fast = pipeline_step(_inputs(ScheduleKind.COMBINED_1F1B))
+    slowed = pipeline_step(_inputs(ScheduleKind.COMBINED_1F1B, usage=0.1))
+    assert slowed.compute_s - fast.compute_s == pytest.approx(3 * 2 * 0.1625)
+    assert slowed.step_time_s > fast.step_time_s
+    found = overlaps(_inputs(ScheduleKind.COMBINED_1F1B, 0.1), 0, 0.0, 0.0, 0.0)
+    (ep,) = [o for o in found if o.kind == "ep"]
+    assert ep.slowdown_s == pytest.approx(0.1 * 3 * 2 * 1.625)

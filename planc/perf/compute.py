@@ -179,7 +179,7 @@ def recompute_time_s(layer: PassTimes, recompute: str) -> float:
     }[recompute]
 
 
-def _layer_passes(
+def layer_passes(
     ops: Sequence[OpCost],
     shape: OpShape,
     device: Device,
@@ -212,9 +212,9 @@ def chunk_times(
     FP8/FP4 recipe (`low`) a chunk's layers run their linear GEMMs quantized, but for those
     it keeps in BF16.
     """
-    layer = _layer_passes(layer_ops(shape), shape, device, eff)
+    layer = layer_passes(layer_ops(shape), shape, device, eff)
     redo = recompute_time_s(layer, recompute)
-    moe = _layer_passes(moe_layer_ops(shape, experts), shape, device, eff) if experts else layer
+    moe = layer_passes(moe_layer_ops(shape, experts), shape, device, eff) if experts else layer
     moe_redo = recompute_time_s(moe, recompute)
     fp8_layer, fp8_moe = layer, moe
     if low is not None:
@@ -267,7 +267,7 @@ def quantized_passes(
 
     def passes(ops: tuple[OpCost, ...]) -> PassTimes:
         quantized = with_quantized_gemms(ops, q, shape.beta, weight_share)
-        return _layer_passes(quantized, shape, device, low_eff, low_device)
+        return layer_passes(quantized, shape, device, low_eff, low_device)
 
     moe = passes(moe_layer_ops(shape, experts)) if experts else None
     return QuantizedCompute(passes(layer_ops(shape)), moe)

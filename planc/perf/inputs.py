@@ -63,9 +63,11 @@ from planc.perf.compute import (
     QuantizedCompute,
     StageTimes,
     chunk_times,
+    layer_passes,
     optimizer_time_s,
     pass_times,
     quantized_passes,
+    recompute_time_s,
     work_time_s,
 )
 from planc.perf.fsdp2 import (
@@ -89,11 +91,14 @@ from planc.perf.ops import (
     mla_up_projections,
     mlp_down,
     mlp_up,
+    moe_layer_ops,
     op_shape,
     optimizer_bytes_per_parameter,
     output_projection,
     qkv_projection,
+    with_quantized_gemms,
 )
+from planc.perf.paired import MoeLayerParts, paired_exposed
 from planc.perf.pipe_engine import (
     Transfer,
     blocking_p2p,
@@ -400,19 +405,91 @@ def dispatch_combine_s(job: Plannable, eff: Efficiency) -> float:
     ) + exchange_s(job, eff, flex_parts(job, 0, "", 1, combine_row, f"{backend}_combine"))
 
 
+def combine_s(job: Plannable, eff: Efficiency) -> float:
+    """One MoE layer's combine, forward, per micro-batch: the exchange after the experts of those
+    `dispatch_combine_s` prices (the second all-to-all, the reduce-scatter of the outputs, or
+    the flex kernel's combine). Its gradient is an exchange of the same rows. Seconds."""
+    lay = job.layout
+    if job.model.moe is None or lay.ep * lay.et == 1:
+        return 0.0
+    if lay.dispatcher == "alltoall":
+        return 0.0 if lay.ep == 1 else exchange_s(job, eff, _flat(job, dispatch_bytes(job)))
+    if lay.dispatcher == "allgather":
+        return _gathered(job, eff, "reduce_scatter", allgather_rows_bytes(job))
+    _, combine_row = flex_rows(job)
+    backend = lay.dispatcher
+    return exchange_s(job, eff, flex_parts(job, 0, "", 1, combine_row, f"{backend}_combine"))
+
+
+def moe_layer_parts(job: Plannable, eff: Efficiency) -> MoeLayerParts | None:
+    """One MoE layer split as a paired schedule runs it (`planc.perf.paired`): the routed
+    experts' passes (quantized as the recipe quantizes them), the rest of the layer's, the
+    combine (`combine_s`) and every other exchange as the dispatch (`ep_per_layer`); None for
+    a dense model."""
+    experts = expert_shape(job)
+    if experts is None:
+        return None
+    shape, device = layer_shape(job), device_of(job)
+    routed = routed_expert_ops(shape, experts)
+    q, low = job.numerics.quantized, quantized_device(job)
+    low_layers = quantized_layers(job, eff)
+    if q is not None and low is not None and low_layers is not None and low_layers.moe:
+        share = 1.0 / job.m if q.cached_weights else 1.0
+        own = pass_times(with_quantized_gemms(routed, q, shape.beta, share), device, eff, low)
+        layer = low_layers.moe
+    else:
+        own = pass_times(routed, device, eff)
+        layer = layer_passes(moe_layer_ops(shape, experts), shape, device, eff)
+    redo = recompute_time_s(layer, job.training.recompute)
+    exchange, combine = ep_per_layer(job, eff), combine_s(job, eff)
+    return MoeLayerParts(
+        pre_forward_s=layer.forward_s - own.forward_s,
+        pre_backward_s=layer.backward_s + redo - own.backward_s,
+        experts_forward_s=own.forward_s,
+        experts_backward_s=own.backward_data_s,
+        experts_weight_s=own.backward_weight_s,
+        dispatch_forward_s=exchange.forward_s - combine,
+        combine_forward_s=combine,
+        dispatch_backward_s=exchange.backward_s - combine,
+        combine_backward_s=combine,
+    )
+
+
+def paired_per_layer(job: Plannable, eff: Efficiency) -> tuple[float, float]:
+    """(forward, backward) seconds of one MoE layer's exchanges left exposed where the schedule
+    runs each forward with another micro-batch's backward (`planc.perf.paired`); the whole
+    exchanges where it does not pair them."""
+    exchange = ep_per_layer(job, eff)
+    parts = moe_layer_parts(job, eff) if pairs_experts(job) else None
+    if parts is None:
+        return exchange.forward_s, exchange.backward_s
+    return paired_exposed(parts)
+
+
 def expert_compute_s(job: Plannable, eff: Efficiency) -> float:
     """One MoE layer's routed-expert forward per micro-batch on a rank: the E/EP local experts'
     fc1, activation and fc2 on their ETP·T·k·EP/E rows each (what the dispatch feeds)."""
     experts = expert_shape(job)
     if experts is None:
         return 0.0
-    shape = layer_shape(job)
-    ops = (
+    return pass_times(routed_expert_ops(layer_shape(job), experts), device_of(job), eff).forward_s
+
+
+def routed_expert_ops(shape: OpShape, experts: ExpertDims) -> tuple[OpCost, ...]:
+    """The routed experts of one MoE layer on a rank: fc1, the activation and fc2."""
+    return (
         expert_up(shape, experts),
         expert_activation(shape, experts),
         expert_down(shape, experts),
     )
-    return pass_times(ops, device_of(job), eff).forward_s
+
+
+def pairs_experts(job: Plannable) -> bool:
+    """Whether the job's pipeline schedule runs each forward with another micro-batch's
+    backward, hiding their expert exchanges behind each other (`ScheduleDef.overlaps_experts`)."""
+    from planc.pipeline import registry  # start-up: as in planc.perf.step
+
+    return registry.definition(job.layout.schedule).overlaps_experts
 
 
 def ep_per_layer(job: Plannable, eff: Efficiency) -> ExchangePerLayer:
@@ -820,6 +897,7 @@ def build_inputs(
     zero = sharding_stage(job) >= 1
     shard, expert_shard = (lay.shard_group, lay.edp) if zero else (1, 1)
     exchange = ep_per_layer(job, eff)
+    paired = paired_per_layer(job, eff)
     one = boundary_transfer(job, eff, ops) if runs_pipe_engine(job) else Transfer(0.0, 0.0)
     staged = ops_by_stage(ops, lay.p)
     # One layer's TP times read a stage only as the tier of its TP ops (`tp_link`), and a MoE
@@ -874,6 +952,8 @@ def build_inputs(
                 dp_overlapped_s=dp.overlapped / m,
                 ep_forward_s=tuple(e * exchange.forward_s for e in routed),
                 ep_backward_s=tuple(e * exchange.backward_s for e in routed),
+                ep_paired_forward_s=tuple(e * paired[0] for e in routed),
+                ep_paired_backward_s=tuple(e * paired[1] for e in routed),
                 p2p_forward_s=blocking.forward_s,
                 p2p_backward_s=blocking.backward_s,
                 accumulate_s=accumulation_s(job, r, params, device, eff),
@@ -887,6 +967,7 @@ def build_inputs(
         p2p_s=hop,
         tp_processor_usage=_entry(job, eff, _tp_link(job, ops)).processor_usage,
         dp_processor_usage=_entry(job, eff, _dp_link(job, ops)).processor_usage,
+        ep_processor_usage=_ep_processor_usage(job, eff),
         model_flops=model_flops(job),
         tokens=job.training.B * job.training.s,
         peak_flops=job.world * gemm_peak_tflops(job) * 1e12,
@@ -925,6 +1006,14 @@ def boundary_transfer(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) ->
     send = comm_time_s(job, eff, "send_recv", 2, share, op.link)
     gather = comm_time_s(job, eff, "all_gather", t, op.buffer_bytes, _tp_link(job, ops))
     return Transfer(send, gather)
+
+
+def _ep_processor_usage(job: Plannable, eff: Efficiency) -> float:
+    """The share of compute a hidden expert exchange takes: its link's processor_usage (the
+    expert-parallel group's tier); 0 where nothing pairs the exchanges with compute."""
+    if job.model.moe is None or job.layout.ep == 1 or not pairs_experts(job):
+        return 0.0
+    return _entry(job, eff, expert_link(job, Axis.EP)).processor_usage
 
 
 def _tp_link(job: Plannable, ops: Sequence[CommOp]) -> str:

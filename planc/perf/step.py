@@ -66,6 +66,10 @@ class StageInputs:
     # and backward per chunk (empty: none).
     ep_forward_s: tuple[float, ...] = ()
     ep_backward_s: tuple[float, ...] = ()
+    # What of them stays exposed where the schedule pairs each forward with another micro-batch's
+    # backward (`planc.perf.paired`), per chunk (empty: all of them, nothing hides).
+    ep_paired_forward_s: tuple[float, ...] = ()
+    ep_paired_backward_s: tuple[float, ...] = ()
     # The weight-gradient part of backward_s per chunk, run as W ops by a schedule that splits
     # the backward (empty: half of backward_s, the zero-bubble paper's B = W).
     backward_weight_s: tuple[float, ...] = ()
@@ -89,6 +93,7 @@ class StepInputs:
     p2p_s: float  # one pipeline message
     tp_processor_usage: float = 0.0  # compute lost while TP communication overlaps it
     dp_processor_usage: float = 0.0  # compute lost while DP communication overlaps it
+    ep_processor_usage: float = 0.0  # compute lost while a hidden expert exchange runs
     model_flops: float = 0.0  # per step, for MFU
     tokens: int = 0  # per step
     peak_flops: float = 0.0  # all GPUs together, FLOP/s
@@ -144,6 +149,10 @@ def virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
             share = st.backward_s[j] / total_b
             # The CP exchange is a third forward, two thirds backward (K, V; then dK, dV too).
             ep_f, ep_b = ep_fs[j], ep_bs[j]
+            # A hidden exchange's kernels take SMs from the compute beside it.
+            if st.ep_forward_s:
+                ep_f += inputs.ep_processor_usage * (st.ep_forward_s[j] - ep_f)
+                ep_b += inputs.ep_processor_usage * (st.ep_backward_s[j] - ep_b)
             t_f[j * p + r] = (
                 st.forward_s[j]
                 + st.tp_forward_s[j]
@@ -167,21 +176,19 @@ def _expert_exposed(
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """The expert exchanges of each chunk left on its forward and backward. A schedule that runs
     one micro-batch's forward with another's backward (Megatron's combined 1F1B, DualPipe's F&B
-    chunk pair) hides the forward's dispatch and combine behind the backward's compute and the
-    backward's behind the forward's: exposed = max(0, exchange − the other op's compute) (the
-    DualPipe README's F&B ≈ max(compute, communication) per pair, landscape §4; Megatron-LM
-    moe_a2a_overlap.md). Other schedules serialise them (Megatron-Core's default)."""
+    chunk pair) hides each MoE layer's exchanges behind the other pass's compute of the same
+    layer as far as the two streams' order allows (`planc.perf.paired`: the stage's
+    `ep_paired_*`); other schedules serialise them (Megatron-Core's default)."""
     v = inputs.v
     ep_f = st.ep_forward_s or (0.0,) * v
     ep_b = st.ep_backward_s or (0.0,) * v
     from planc.pipeline import registry  # start-up: as in pipeline_step
 
-    if not registry.definition(inputs.pipeline_schedule).overlaps_experts:
+    if not st.ep_paired_forward_s or not registry.definition(
+        inputs.pipeline_schedule
+    ).overlaps_experts:
         return tuple(ep_f), tuple(ep_b)
-    return (
-        tuple(max(0.0, ep_f[j] - st.backward_s[j]) for j in range(v)),
-        tuple(max(0.0, ep_b[j] - st.forward_s[j]) for j in range(v)),
-    )
+    return st.ep_paired_forward_s, st.ep_paired_backward_s
 
 
 def expert_hidden_s(inputs: StepInputs, stage: int) -> float:
@@ -308,7 +315,8 @@ def overlaps(
     TE userbuffers' pipelined GEMMs and the weight gradients); CP the ring's op time less its
     exposed part m·cp_exposed_s (behind attention); expert exchanges as the schedule hides
     them (`expert_hidden_s`); DP as `dp_overlap`; TP and DP slow the compute they hide behind
-    by the link's processor_usage (`virtual_times`, `_dp_tails`); pipeline sends their op time less what lies
+    by the link's processor_usage (`virtual_times`, `_dp_tails`), hidden expert exchanges by
+    their link's; pipeline sends their op time less what lies
     on the critical path (`PipelineStep.pp_exposed_s`, `_p2p_on_path`), or the stage's blocking
     transfers, all exposed (DeepSpeed's pipeline engine, `StageInputs.p2p_forward_s`). Classes a stage does
     not run are left out."""
@@ -330,7 +338,13 @@ def overlaps(
             inputs.tp_processor_usage * m * st.tp_overlapped_s,
         ),
         Overlap("cp", "attention", max(0.0, cp_total_s - cp_exposed), cp_exposed),
-        Overlap("ep", "the other micro-batch's compute", ep_hidden, ep_exposed),
+        Overlap(
+            "ep",
+            "the other micro-batch's compute",
+            ep_hidden,
+            ep_exposed,
+            inputs.ep_processor_usage * ep_hidden,
+        ),
         Overlap(
             "dp",
             "forward and backward",
