@@ -533,7 +533,18 @@ def _unmet_need(job: Job, need: ScheduleNeed) -> Violation:
             f"{ScheduleKind.default(lay.v).value}",
             ("parallelism.virtual_stages",),
         )
-    if need is ScheduleNeed.SEVERAL_STAGES:
+    if need is ScheduleNeed.ALONE_OR_CHUNKS:
+        return Violation(
+            "parallelism.pipeline_schedule",
+            f"pipeline_schedule = {name} runs virtual_stages > 1 model chunks per stage over a "
+            f"pipeline, or no pipeline at all, but pipeline = {lay.p} with virtual_stages = "
+            f"{lay.v} (Megatron-Core asserts virtual_pipeline_model_parallel_size with "
+            "overlap_moe_expert_parallel_comm when pipeline_model_parallel_size > 1)",
+            f"set virtual_stages: 2 or more, or pipeline: 1, or pipeline_schedule: "
+            f"{ScheduleKind.default(lay.v).value}",
+            ("parallelism.virtual_stages", "parallelism.pipeline"),
+        )
+    if need in (ScheduleNeed.SEVERAL_STAGES, ScheduleNeed.STAGES_FOR_CHUNKS):
         return Violation(
             "parallelism.virtual_stages",
             f"virtual_stages = {lay.v} interleaves a pipeline, but pipeline = {lay.p}",

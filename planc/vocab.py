@@ -299,6 +299,8 @@ class ScheduleNeed(str, Enum):
     TWO_CHUNKS = "v == 2"
     TWICE_THE_STAGES = "m >= 2p"
     FILLED_V = "m >= 2p - 1"
+    ALONE_OR_CHUNKS = "p == 1 or v > 1"
+    STAGES_FOR_CHUNKS = "v == 1 or p > 1"
 
     def holds(self, p: int, m: int | None, v: int) -> bool:
         """Whether the layout meets this need; a need on m holds while m is unknown (PLC005
@@ -315,6 +317,10 @@ class ScheduleNeed(str, Enum):
             return m is None or m >= 2 * p
         if self is ScheduleNeed.FILLED_V:
             return m is None or m >= 2 * p - 1
+        if self is ScheduleNeed.ALONE_OR_CHUNKS:
+            return p == 1 or v > 1
+        if self is ScheduleNeed.STAGES_FOR_CHUNKS:
+            return v == 1 or p > 1
         return m is None or m % p == 0
 
 

@@ -52,6 +52,15 @@ CASES: dict[str, tuple[dict[str, Any] | None, str]] = {
         },
         "llama3-8b-1node.yaml",
     ),
+    # Megatron-Core's combined 1F1B without a pipeline (combined_1f1b_schedule_for_no_pipelining):
+    # TransformerConfig asserts virtual stages only when pipeline > 1.
+    "combined-no-pipeline": (
+        {
+            "parallelism": {"pipeline": 1, "data": 64, "pipeline_schedule": "combined-1f1b"},
+            "training": {"global_batch": 512},
+        },
+        "mixtral-8x7b-64xh100.yaml",
+    ),
     "uneven": (
         {"parallelism": {"tensor": 2, "pipeline": 4, "stage_layers": [7, 9, 9, 7]}},
         "llama3-8b-1node.yaml",

@@ -457,3 +457,38 @@ def test_a_hidden_exchange_slows_the_compute_beside_it() -> None:
     found = overlaps(_inputs(ScheduleKind.COMBINED_1F1B, 0.1), 0, 0.0, 0.0, 0.0)
     (ep,) = [o for o in found if o.kind == "ep"]
     assert ep.slowdown_s == pytest.approx(0.1 * 3 * 2 * 1.625)
+
+
+def test_combined_1f1b_without_a_pipeline_pairs_each_forward_with_the_backward_before() -> None:
+    # Megatron-Core combined_1f1b_schedule_for_no_pipelining, m = 3: F0 alone; F1 with B0, F2
+    # with B1; B2 alone.
+    (ops,) = registry.build(ScheduleKind.COMBINED_1F1B, 1, 3, 1).stages
+    assert [(op.kind, op.microbatch) for op in ops] == [
+        ("F", 0), ("F", 1), ("B", 0), ("F", 2), ("B", 1), ("B", 2)
+    ]
+    no_pipeline = {
+        "parallelism": {"pipeline": 1, "data": 64, "pipeline_schedule": "combined-1f1b"}
+    }
+    assert "PLC010" not in rules_fired(check_overlay(no_pipeline, "mixtral-8x7b-64xh100.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("layout", "field", "words"),
+    [
+        # A pipeline without chunks: Megatron-Core asserts virtual stages with the overlap.
+        ({"pipeline": 4, "virtual_stages": 1}, "pipeline_schedule", "or no pipeline at all"),
+        # Chunks without a pipeline.
+        ({"pipeline": 1, "data": 32, "virtual_stages": 2}, "virtual_stages", "but pipeline = 1"),
+    ],
+)
+def test_combined_1f1b_refuses_a_pipeline_without_chunks_and_chunks_without_one(
+    layout: dict[str, int], field: str, words: str
+) -> None:
+    overlay = {"parallelism": {**layout, "pipeline_schedule": "combined-1f1b"}}
+    found = [
+        f
+        for f in check_overlay(overlay, "mixtral-8x7b-64xh100.yaml").findings
+        if f.rule == "PLC010"
+    ]
+    assert found and words in found[0].message, found
+    assert found[0].field == f"parallelism.{field}"

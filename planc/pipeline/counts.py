@@ -41,8 +41,11 @@ def combined_warmup(p: int, m: int, v: int, rank: int) -> int:
     """Megatron-Core's combined 1F1B (`--overlap-moe-expert-parallel-comm`): interleaved 1F1B's
     warm-up plus one, capped at m·v (megatron/core/pipeline_parallel/schedules.py,
     get_pp_rank_microbatches: num_warmup_microbatches += 1 with the overlap, "one more
-    micro-batch in flight" so that a forward and a backward can run together)."""
-    return min(num_warmup(p, m, v, rank) + (1 if v > 1 else 0), m * v)
+    micro-batch in flight" so that a forward and a backward can run together). Without a
+    pipeline (p = 1, v = 1) the first micro-batch's forward runs alone, then each forward with
+    the backward of the micro-batch before it (combined_1f1b.py,
+    combined_1f1b_schedule_for_no_pipelining)."""
+    return min(num_warmup(p, m, v, rank) + (1 if v > 1 or p == 1 else 0), m * v)
 
 
 def dualpipe_v_warmup(p: int, m: int, v: int, rank: int) -> int:

@@ -399,7 +399,11 @@ SCHEDULES: Mapping[ScheduleKind, ScheduleDef] = MappingProxyType(
             source="Megatron-LM docs/user-guide/features/moe_a2a_overlap.md; "
             f"{_MEGATRON}, combined_1f1b_schedule_for_interleaved_pipelining",
             builder=_build_combined,
-            needs=(ScheduleNeed.CHUNKS, ScheduleNeed.SEVERAL_STAGES, ScheduleNeed.WHOLE_ROUNDS),
+            needs=(
+                ScheduleNeed.ALONE_OR_CHUNKS,
+                ScheduleNeed.STAGES_FOR_CHUNKS,
+                ScheduleNeed.WHOLE_ROUNDS,
+            ),
             runs_on=MappingProxyType(
                 {"megatron": "combined 1F1B (--overlap-moe-expert-parallel-comm)"}
             ),

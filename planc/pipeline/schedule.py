@@ -206,10 +206,18 @@ def combined_1f1b(p: int, m: int, v: int) -> Schedule:
     with micro-batch i's backward, so that one's expert all-to-all hides behind the other's
     compute. It runs one more warm-up forward than interleaved 1F1B (`get_pp_rank_microbatches`:
     num_warmup_microbatches + 1 with overlap_moe_expert_parallel_comm), capped at m·v, and needs
-    the interleaved schedule's layout (v > 1, p > 1, m a multiple of p)."""
+    the interleaved schedule's layout (v > 1, p > 1, m a multiple of p), or no pipeline at all
+    (p = 1, v = 1: `combined_1f1b_schedule_for_no_pipelining`, the first forward alone, each
+    next forward with the backward before it, the last backward alone)."""
     _check_sizes(p, m, v)
+    if p == 1 and v == 1:
+        return Schedule(
+            p=1, m=m, v=1, stages=(_stage_ops(1, m, 1, 0, 1),), kind=ScheduleKind.COMBINED_1F1B
+        )
     if v == 1:
-        raise ValueError("the combined 1F1B schedule needs v > 1 model chunks per stage")
+        raise ValueError(
+            "the combined 1F1B schedule needs v > 1 model chunks per stage, or no pipeline"
+        )
     _check_interleaved(p, m, v)
     stages = tuple(
         _stage_ops(p, m, v, rank, min(num_warmup(p, m, v, rank) + 1, m * v)) for rank in range(p)

@@ -156,8 +156,11 @@ def interleaved_schedule(ctx: Context) -> Iterator[Violation]:
     (`megatron/training/arguments.py` validate_args).
 
     A schedule named in `parallelism.pipeline_schedule` must fit the layout the same way: 1f1b
-    runs one model chunk per stage (virtual_stages: 1), interleaved-1f1b more than one. Without
-    the field, virtual_stages picks the schedule (1f1b at 1, interleaved-1f1b above).
+    runs one model chunk per stage (virtual_stages: 1), interleaved-1f1b more than one;
+    combined-1f1b more than one over a pipeline, or one without a pipeline (Megatron-Core's
+    combined 1F1B for no pipelining; `transformer_config.py` asserts virtual stages with
+    overlap_moe_expert_parallel_comm only when the pipeline is deeper than 1). Without the field,
+    virtual_stages picks the schedule (1f1b at 1, interleaved-1f1b above).
 
     Base: llama3-70b-8x8.yaml
 
