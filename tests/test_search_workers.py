@@ -146,3 +146,27 @@ def test_the_collector_is_as_before_after_a_search(tmp_path: Path) -> None:
     spec.write_text(SPEC + "search: {tensor: [8], pipeline: [2], zero_stage: [1]}\n")
     assert CliRunner().invoke(main, ["search", str(spec), "--format", "json"]).exit_code == 0
     assert gc.get_threshold() == before
+
+
+@pytest.mark.parametrize(
+    ("files", "limit"),
+    [
+        ({"cpu.max": "200000 100000\n"}, 2),  # cgroup v2, --cpus 2
+        ({"cpu.max": "150000 100000\n"}, 2),  # 1.5 cores: two processes share them
+        ({"cpu.max": "max 100000\n"}, None),  # v2 without a limit
+        ({"cpu/cpu.cfs_quota_us": "50000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1),  # v1
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({"cpu.max": "garbage\n"}, None),
+        ({}, None),  # no cgroup files at all
+    ],
+)
+def test_a_containers_cpu_limit_caps_the_cores(
+    tmp_path: Path, files: dict[str, str], limit: int | None
+) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert workers.cgroup_cpu_limit(tmp_path) == limit
+    unlimited = workers.available_cores(tmp_path / "none")
+    expected = unlimited if limit is None else max(1, min(unlimited, limit))
+    assert workers.available_cores(tmp_path) == expected

@@ -28,18 +28,54 @@ import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing.context import BaseContext
+from pathlib import Path
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+CGROUP = Path("/sys/fs/cgroup")  # where the process's own cgroup is mounted in a container
+CONTROL_BYTES = 64  # a cgroup CPU control file is a line of two numbers
 POLL_S = 1.0  # how often the fallback looks for its parent
 
 
-def available_cores() -> int:
-    """The cores this process may run on: its CPU affinity where the system has one (a
-    container's or taskset's limit), else the machine's count."""
+def available_cores(cgroup: Path = CGROUP) -> int:
+    """The cores this process may run on: its CPU affinity where the system has one (taskset's
+    or a cpuset's limit), else the machine's count, and no more than its cgroup's CPU quota
+    (a container's `--cpus`, a Kubernetes CPU limit), which the affinity does not show."""
     affinity = getattr(os, "sched_getaffinity", None)
-    if affinity is not None:
-        return max(len(affinity(0)), 1)
-    return os.cpu_count() or 1
+    cores = max(len(affinity(0)), 1) if affinity is not None else os.cpu_count() or 1
+    quota = cgroup_cpu_limit(cgroup)
+    return cores if quota is None else max(1, min(cores, quota))
+
+
+def cgroup_cpu_limit(root: Path = CGROUP) -> int | None:
+    """⌈quota / period⌉ cores of the CPU limit under the cgroup root `root`: cgroup v2's
+    `cpu.max` ("QUOTA PERIOD", or "max PERIOD" for none), else cgroup v1's
+    `cpu/cpu.cfs_quota_us` over `cpu/cpu.cfs_period_us` (−1 for none); None where no limit is
+    set or the files are absent or unreadable."""
+    v2 = _small_text(root / "cpu.max")
+    if v2 is not None:
+        fields = v2.split()
+        return _cores(fields[0], fields[1]) if len(fields) == 2 else None
+    quota = _small_text(root / "cpu" / "cpu.cfs_quota_us")
+    period = _small_text(root / "cpu" / "cpu.cfs_period_us")
+    if quota is None or period is None:
+        return None
+    return _cores(quota.strip(), period.strip())
+
+
+def _small_text(path: Path) -> str | None:
+    """The first bytes of a cgroup control file, None where it cannot be read."""
+    try:
+        with path.open("rb") as handle:
+            return handle.read(CONTROL_BYTES).decode("ascii", "replace")
+    except OSError:
+        return None
+
+
+def _cores(quota: str, period: str) -> int | None:
+    """⌈quota / period⌉, None unless both are positive integers (v2's "max", v1's −1)."""
+    if not (quota.isdigit() and period.isdigit()) or int(period) == 0 or int(quota) == 0:
+        return None
+    return -(-int(quota) // int(period))
 
 
 def capped(jobs: int) -> tuple[int, str]:
