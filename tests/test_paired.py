@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from planc.perf.inputs import efficiency_of, ep_per_layer, moe_layer_parts, paired_per_layer
 from planc.perf.paired import MoeLayerParts, compute_s, pair_s, paired_exposed
@@ -60,6 +62,42 @@ def test_serial_exchanges_bound_the_pair() -> None:
     parts = _parts(dispatch_forward_s=3.0, combine_forward_s=2.0, dispatch_backward_s=4.0)
     comm = 3.0 + 2.0 + 4.0 + 0.5
     assert pair_s(parts) >= max(compute_s(parts), comm)
+
+
+_SECONDS = st.floats(min_value=0.0, max_value=10.0, allow_nan=False)
+_FIELDS = (
+    "pre_forward_s", "pre_backward_s", "experts_forward_s", "experts_backward_s",
+    "experts_weight_s", "dispatch_forward_s", "combine_forward_s", "dispatch_backward_s",
+    "combine_backward_s",
+)
+_PARTS = st.builds(MoeLayerParts, **dict.fromkeys(_FIELDS, _SECONDS))
+
+
+@given(_PARTS)
+def test_a_pair_lies_between_its_busiest_stream_and_running_everything_in_turn(
+    parts: MoeLayerParts,
+) -> None:
+    comm = (
+        parts.dispatch_forward_s
+        + parts.combine_forward_s
+        + parts.dispatch_backward_s
+        + parts.combine_backward_s
+    )
+    slack = 1e-9
+    assert pair_s(parts) >= max(compute_s(parts), comm) - slack
+    assert pair_s(parts) <= compute_s(parts) + comm + slack
+    forward, backward = paired_exposed(parts)
+    assert forward >= 0.0 and backward >= 0.0
+    assert forward + backward == pytest.approx(pair_s(parts) - compute_s(parts), abs=slack)
+
+
+@given(_PARTS, st.sampled_from(_FIELDS), st.floats(min_value=0.0, max_value=5.0))
+def test_a_longer_part_never_shortens_the_pair(
+    parts: MoeLayerParts, field: str, more: float
+) -> None:
+    longer = MoeLayerParts(**{**{f: getattr(parts, f) for f in _FIELDS},
+                             field: getattr(parts, field) + more})
+    assert pair_s(longer) >= pair_s(parts) - 1e-9
 
 
 @pytest.mark.parametrize(
