@@ -69,6 +69,9 @@ class Quantized:
     wgrad_high_precision: bool  # the weight-gradient GEMM stays 16-bit
     amax_reduction: bool  # per-tensor amaxes are all-reduced (delayed, current scaling)
     cached_weights: bool  # quantized weights kept across micro-batches (TE is_first_microbatch)
+    # Each quantized copy cast on its own from the 16-bit tensor (torchao's MX linear: a dim0
+    # cast in forward, a dim1 cast in backward), not both in one pass as Transformer Engine does.
+    separate_casts: bool
     bf16_layers: int  # transformer layers kept in BF16 at each end of the model
 
     @property
@@ -174,6 +177,9 @@ def quantized_formats(training: Training, recipe: Fp8Recipe, gpu: Gpu | None) ->
         wgrad_high_precision=row.wgrad_high_precision,
         amax_reduction=row.amax_reduction,
         cached_weights=te,
+        # torchao's MX recipes (torchao/prototype/moe_training/mxfp8_linear.py: MXTensor.to_mx
+        # along dim0, _to_mxfp8_dim1_kernel_wrapper along dim1, each from the 16-bit tensor).
+        separate_casts=not te and row.scale_block > 0,
         bf16_layers=training.first_last_bf16,
     )
 

@@ -146,9 +146,31 @@ def test_torchtitan_llama3_8b_on_8_b200(recipe: str, measured: float) -> None:
     # torchtitan docs/mxfp8.md: tensorwise +25.4 %, MXFP8 (cuBLAS) +20.0 % tokens/s over bf16.
     base = step(torchtitan_8b({"precision": "bf16"}))
     fp8 = step(torchtitan_8b({"precision": "fp8", "fp8": {"recipe": recipe}}))
-    # planc: 1.38× (tensorwise) and 1.42× (MXFP8), within 20 %: too fast on B200, whose FP8
-    # curve is derived (no B200 run informed a parameter).
+    # planc: 1.38× (tensorwise) and 1.38× (MXFP8, torchao's dim0 and dim1 casts each reading
+    # the 16-bit tensor), within 20 %: too fast on B200, whose FP8 curve is derived (no B200
+    # run informed a parameter).
     assert fp8.tokens_per_s / base.tokens_per_s == pytest.approx(measured, rel=0.20)
+
+
+def test_torchao_mx_casts_each_copy_from_the_16_bit_tensor() -> None:
+    # MXFP8 on B200 keeps a rowwise and a columnwise copy of X, W and dY (1 byte per element
+    # and an E8M0 scale per 32). Transformer Engine's cast reads the 16-bit tensor once and
+    # writes both; torchao's MX linear (torchao/prototype/moe_training/mxfp8_linear.py) casts
+    # along dim0 in forward and along dim1 in backward, each kernel reading the tensor.
+    op = gemm("attention output", 1024, 2048, 4096, 2)
+    x, w, dy = 1024 * 2048, 2048 * 4096, 1024 * 4096
+    copy = 1 + 1 / 32
+    for framework, kernels_per_tensor, read_bytes in (("megatron", 1, 2), ("fsdp2", 2, 4)):
+        training = {"precision": "fp8", "framework": framework, "fp8": {"recipe": "mxfp8"}}
+        job = job_of({"hardware": {"gpu": "b200", "nodes": 1}, "training": training})
+        q = job.numerics.quantized
+        assert q is not None and q.usages == 2
+        kernels = quantization(op, q, 2, 1.0)
+        assert len(kernels) == 3 * kernels_per_tensor
+        forward = sum(k.forward.bytes for k in kernels)
+        backward = sum(k.backward_data.bytes for k in kernels)
+        assert forward == pytest.approx((x + w) * (read_bytes + 2 * copy))
+        assert backward == pytest.approx(dy * (read_bytes + 2 * copy))
 
 
 def test_explain_says_what_runs_in_fp8() -> None:

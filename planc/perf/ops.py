@@ -887,10 +887,14 @@ def _cast_kernels(
 ) -> list[Work]:
     """The kernels that quantize one tensor of `elements`: with two reads an amax pass (reads
     β per element) and the cast (reads β, writes the copies); with one read the cast alone;
-    with none (fused into the norm) the writes alone. `share` scales them (a weight cast once
-    per step)."""
+    with none (fused into the norm) the writes alone; where each copy is cast on its own
+    (`Quantized.separate_casts`), one cast per copy, each reading the 16-bit tensor. `share`
+    scales them (a weight cast once per step)."""
     writes = usages * quantize_bytes(elements, q, beta, 0, 1)
     flops = QUANTIZE_FLOPS_PER_ELEMENT * elements * share
+    if q.separate_casts and reads:
+        one = quantize_bytes(elements, q, beta, 0, 1)
+        return [Work(flops, share * (elements * beta + one)) for _ in range(usages)]
     kernels = [Work(flops, share * elements * beta)] if reads >= 2 else []
     kernels.append(Work(flops, share * ((1 if reads else 0) * elements * beta + writes)))
     return kernels
