@@ -196,8 +196,13 @@ search: {pipeline: [1], context: [1], micro_batch: [1], recompute: [full], preci
     axes = _axes(moe)
     assert axes["expert"] == (1, 2, 4, 8)  # the divisors of E = 8 (dividing 16 GPUs)
     assert all("ep-dp" in str(order) for order in axes["order"])
-    for v in _named(_setup(moe)):
+    named = _named(_setup(moe))
+    for v in named:
         assert v["expert_tensor"] in (1, v["tensor"])
+    # Without a pipeline Megatron runs its combined 1F1B too (the expert all-to-all of one
+    # micro-batch beside the other's compute): a layout of its own, the other schedules not.
+    schedules = {v["pipeline_schedule"] for v in named}
+    assert schedules == {"1f1b", "combined-1f1b"}
 
 
 # --- context-parallel types priced --------------------------------------------------------------

@@ -10,8 +10,8 @@ more field in `candidate_job`.
 Axes that depend on each other form a group of consecutive axes (`GROUPS`), and the space is the
 product of each group's combinations that can differ (`_keeps`): a context-parallel
 communication type or a rank order only with context > 1 (or pipeline > 1) to tell it apart, a
-pipeline schedule only for the virtual stages it runs on, a shard group or parameter offload only
-with ZeRO-3 or FSDP2, ETP 1 or tensor. The combinations are in product order within a group, so
+pipeline schedule only for the virtual stages it runs on (without a pipeline the default and
+combined 1F1B), a shard group or parameter offload only with ZeRO-3 or FSDP2, ETP 1 or tensor. The combinations are in product order within a group, so
 the candidates keep the fixed layout order (the last axis varies fastest). An axis whose values
 cannot differ for the spec (a dense model's `expert`) collapses to its one value.
 """
@@ -475,8 +475,8 @@ def _differs(
     name: str, v: Mapping[str, Value], job: Job, values: tuple[Value, ...]
 ) -> bool:
     """A value of axis `name` makes a layout of its own, the values before it given: ETP 1 or
-    tensor (tensor on a dense model); a schedule the virtual stages run (the default one
-    without a pipeline); a communication type other than p2p only with context > 1; an order
+    tensor (tensor on a dense model); a schedule the virtual stages run (without a pipeline
+    the default one, and one that pairs each forward with another micro-batch's backward); a communication type other than p2p only with context > 1; an order
     that places its groups differently from every order before it; a shard group or parameter
     offload only where the spec's framework shards the parameters."""
     moe = job.model.moe is not None
@@ -484,8 +484,9 @@ def _differs(
         return v[name] == v["tensor"] or (moe and v[name] == 1)
     if name == "pipeline_schedule":
         kind, p, chunks = ScheduleKind(str(v[name])), int(v["pipeline"]), int(v["virtual_stages"])
-        if p == 1:
-            return kind is ScheduleKind.default(chunks)
+        if p == 1:  # one stage runs every schedule alike, but one that pairs the MoE passes
+            paired = SCHEDULES[kind].overlaps_experts and unmet(kind, p, None, chunks) is None
+            return kind is ScheduleKind.default(chunks) or paired
         return unmet(kind, p, None, chunks) is None
     if name == "cp_comm_type":
         c = int(v["context"])
