@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from planc.perf.validation import Aggregate
+from planc.perf.validation import CELL, Aggregate
 from planc.presets.accuracy import ACCURACY, accuracy_json
 from planc.scoring import Corpus, score_corpus
 
@@ -91,8 +91,8 @@ def table(corpus: Corpus) -> str:
 
 
 def accuracy(corpus: Corpus) -> str:
-    """accuracy.json: the validation runs' error per GPU generation and per category (the
-    aggregates' rows)."""
+    """accuracy.json: the validation runs' error per GPU generation, per category and per the
+    two together (the aggregates' rows)."""
 
     def rows(axis: str) -> dict[str, tuple[int, float, float]]:
         return {
@@ -101,7 +101,9 @@ def accuracy(corpus: Corpus) -> str:
             if a.axis == axis
         }
 
-    return accuracy_json(rows("generation"), rows("category"))
+    # A cell's group is `cell_name`'s "GENERATION CATEGORY".
+    cells = {tuple(name.split(" ", 1)): row for name, row in rows(CELL).items()}
+    return accuracy_json(rows("generation"), rows("category"), cells)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -229,6 +229,7 @@ def test_aggregates_by_hand() -> None:
         ("role", "validation"),
         ("generation", "ampere"),
         ("category", "moe"),
+        ("generation and category", "ampere moe"),
         ("source", "g2"),
     }
 
@@ -384,36 +385,58 @@ def test_each_runs_declared_category_is_the_rule_explain_applies(run: Run) -> No
     assert found is run.category
 
 
-def _category_row(category: str) -> tuple[int, str, str]:
-    """(runs, mean, worst) of docs/validation.md's category row, as the table prints them."""
+def _category_row(axis: str, group: str) -> tuple[int, str, str]:
+    """(runs, mean, worst) of docs/validation.md's row of `group` by `axis`, as printed."""
     for line in DOC.read_text(encoding="utf-8").splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if cells[:2] == ["category", category]:
+        if cells[:2] == [axis, group]:
             return int(cells[2]), cells[3], cells[4]
-    raise AssertionError(f"no category row {category}")
+    raise AssertionError(f"no {axis} row {group}")
 
 
 def test_explain_quotes_the_error_of_runs_of_the_specs_category() -> None:
-    # A FSDP2 spec (NeMo AutoModel's 70B layout) gets the fsdp category's bar as
-    # docs/validation.md prints it, beside the generation's; JSON the same numbers.
+    # A FSDP2 spec on H100 (NeMo AutoModel's 70B layout) gets the bar of the Hopper fsdp runs
+    # as docs/validation.md prints it, beside the generation's; JSON the same numbers.
     from click.testing import CliRunner
 
     from planc.cli.main import main
 
-    runs, mean, worst = _category_row("fsdp")
+    runs, mean, worst = _category_row("generation and category", "hopper fsdp")
     spec = SPECS / "automodel-llama3-70b-64xh100.yaml"
     text = CliRunner().invoke(main, ["explain", str(spec)]).output
     expected = (
-        f"model error on fsdp runs: ±{mean.replace(' %', '')} % mean, worst {worst}, "
-        f"on {runs} validated fsdp runs"
+        f"model error on hopper fsdp runs: ±{mean.replace(' %', '')} % mean, worst {worst}, "
+        f"on {runs} validated hopper fsdp runs"
     )
     assert expected in text
     out = CliRunner().invoke(main, ["explain", str(spec), "--format", "json"]).output
     bar = json.loads(out)["step"]["model_error_category"]
     assert bar["category"] == "fsdp" and bar["validated_runs"] == runs
+    assert bar["generation"] == "hopper"
     assert f"{bar['mean_abs_error'] * 100:.1f} %" == mean
     declared = [r for r in RUNS if r.category is RunCategory.FSDP and r.role is RunRole.VALIDATION]
     assert len(declared) == runs
+
+
+def test_the_category_bar_is_the_generations_where_it_has_enough_runs() -> None:
+    from planc.presets.accuracy import MIN_CELL_RUNS, _table, category_bar, category_json
+
+    cells = _table()["cells"]
+    # Hopper's MoE runs (7 validated) are quoted as such, not all generations' MoE runs.
+    assert cells["hopper"]["moe"]["runs"] >= MIN_CELL_RUNS
+    bar = category_bar("moe", "h100-sxm")
+    assert bar is not None and bar.group == "hopper moe"
+    assert bar.runs == cells["hopper"]["moe"]["runs"]
+    data = category_json("moe", None, "h100-sxm")
+    assert data is not None and (data["category"], data["generation"]) == ("moe", "hopper")
+    # Hopper has fewer dense runs than that: every generation's dense runs are quoted.
+    assert cells["hopper"]["dense"]["runs"] < MIN_CELL_RUNS
+    dense = category_bar("dense", "h100-sxm")
+    assert dense is not None and dense.group == "dense"
+    assert dense.runs == _table()["categories"]["dense"]["runs"]
+    # A GPU of no generation (MI300X) gets the category's.
+    other = category_bar("moe", "mi300x")
+    assert other is not None and other.group == "moe"
 
 
 def test_a_calibrated_spec_quotes_no_corpus_category_bar() -> None:

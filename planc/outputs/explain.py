@@ -407,7 +407,9 @@ def to_json(ex: Explanation) -> dict[str, Any]:
             "model": step.model,
             "model_flops": step.model_flops,
             "model_error": bar_json(job.cluster.gpu.name, job.cluster.calibration),
-            "model_error_category": category_json(_category(job), job.cluster.calibration),
+            "model_error_category": category_json(
+                _category(job), job.cluster.calibration, job.cluster.gpu.name
+            ),
             "communication_overlap": _overlap_json(ex),
         },
         **({} if ex.run is None else {"run": run_json(ex.run)}),
@@ -530,8 +532,8 @@ def _category(job: Plannable) -> str:
 
 def _error_bar_line(job: Plannable) -> list[str]:
     """The model's error on runs it was not fitted to, for this GPU and for runs of this
-    layout's category (docs/validation.md)."""
+    layout's category on this GPU's generation (on every generation where it has few)."""
     cal = job.cluster.calibration
     words = bar_words(job.cluster.gpu.name, cal)
-    category = category_words(_category(job), cal)
+    category = category_words(_category(job), cal, job.cluster.gpu.name)
     return [f"  {w} (docs/validation.md)" for w in (words, category) if w]

@@ -240,15 +240,25 @@ def grouped(
 
 
 def aggregates(scored: Sequence[Scored]) -> tuple[Aggregate, ...]:
-    """By role over every run; by GPU generation, by category and by source over the
-    validation runs only (the errors on runs nothing was fitted to)."""
+    """By role over every run; by GPU generation, by category, by the two together ("hopper
+    moe") and by source over the validation runs only (the errors on runs nothing was fitted
+    to)."""
     held = [s for s in scored if s.run.role is RunRole.VALIDATION]
     return (
         grouped("role", scored, lambda run: str(run.role))
         + grouped("generation", held, lambda run: str(run.generation))
         + grouped("category", held, lambda run: str(run.category))
+        + grouped(CELL, held, lambda run: cell_name(str(run.generation), str(run.category)))
         + grouped("source", held, lambda run: run.source_group)
     )
+
+
+CELL = "generation and category"
+
+
+def cell_name(generation: str, category: str) -> str:
+    """The group of runs of one GPU generation and one category, e.g. 'hopper moe'."""
+    return f"{generation} {category}"
 
 
 def leave_one_source_out(runs: Sequence[Run]) -> tuple[Split, ...]:

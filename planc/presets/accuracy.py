@@ -2,10 +2,11 @@
 
 `planc/presets/accuracy.json` is written by `python scripts/validation_table.py -o
 docs/validation.md` from the validation runs of `validation/runs.json` (role `validation`
-only: the runs no parameter read), one entry per GPU generation and one per category (dense,
-pipeline, context, moe, fsdp: what dominates the layout, `planc.perf.validation.category_of`):
-how many runs, the mean of |predicted/measured − 1| and the worst signed error. `planc explain`, the report and search
-show it beside the step time, so a user reads the estimate with the error the model has on
+only: the runs no parameter read), one entry per GPU generation, one per category (dense,
+pipeline, context, moe, fsdp: what dominates the layout, `planc.perf.validation.category_of`)
+and one per generation and category together: how many runs, the mean of |predicted/measured
+− 1| and the worst signed error. `planc explain`, the report and search show it beside the step
+time, so a user reads the estimate with the error the model has on
 runs like theirs; `planc calibrate` on their own runs is how to tighten it.
 """
 
@@ -62,19 +63,32 @@ def _table() -> Mapping[str, Any]:
     return data
 
 
-def category_bar(category: str) -> ErrorBar | None:
-    """The error bar of the validation runs of `category` (None: none validated)."""
+# The fewest validated runs of one generation and category whose error is quoted for that cell;
+# with fewer, the category's error over every generation is.
+MIN_CELL_RUNS = 3
+
+
+def category_bar(category: str, gpu: str | None = None) -> ErrorBar | None:
+    """The error bar of the validation runs of `category` on `gpu`'s generation where at least
+    MIN_CELL_RUNS of them are validated, else of `category` on every generation (None: none
+    validated)."""
+    generation = GENERATION_OF.get(gpu or "")
+    cell = _table().get("cells", {}).get(generation, {}).get(category) if generation else None
+    if cell and cell["runs"] >= MIN_CELL_RUNS:
+        group = f"{generation} {category}"
+        return ErrorBar(group, cell["runs"], cell["mean_abs_error"], cell["worst_error"])
     entry = _table().get("categories", {}).get(category)
     if not entry:
         return None
     return ErrorBar(category, entry["runs"], entry["mean_abs_error"], entry["worst_error"])
 
 
-def category_words(category: str, calibration: Calibration) -> str:
-    """'model error on fsdp runs: …', or '' without validated runs of the category or with a
-    calibration (the user's own error bar replaces the corpus's)."""
-    bar = None if calibration is not None else category_bar(category)
-    return "" if bar is None else f"model error on {category} runs: {bar.words()}"
+def category_words(category: str, calibration: Calibration, gpu: str | None = None) -> str:
+    """'model error on hopper moe runs: …' (or on every generation's: 'on moe runs'), or ''
+    without validated runs of the category or with a calibration (the user's own error bar
+    replaces the corpus's)."""
+    bar = None if calibration is not None else category_bar(category, gpu)
+    return "" if bar is None else f"model error on {bar.group} runs: {bar.words()}"
 
 
 def _bar_data(key: str, bar: ErrorBar | None) -> dict[str, Any] | None:
@@ -89,10 +103,16 @@ def _bar_data(key: str, bar: ErrorBar | None) -> dict[str, Any] | None:
     }
 
 
-def category_json(category: str, calibration: Calibration) -> dict[str, Any] | None:
-    """The category's error bar as data (None where `category_words` says nothing)."""
-    bar = None if calibration is not None else category_bar(category)
-    return _bar_data("category", bar)
+def category_json(
+    category: str, calibration: Calibration, gpu: str | None = None
+) -> dict[str, Any] | None:
+    """The category's error bar as data (None where `category_words` says nothing), with the
+    generation where the bar is that generation's runs of the category."""
+    bar = None if calibration is not None else category_bar(category, gpu)
+    data = _bar_data("category", bar)
+    if data is not None and bar is not None and bar.group != category:
+        data["category"], data["generation"] = category, bar.group.split(" ", 1)[0]
+    return data
 
 
 def error_bar(gpu: str) -> ErrorBar | None:
@@ -151,14 +171,23 @@ def _entries(groups: Groups) -> dict[str, dict[str, Any]]:
     }
 
 
-def accuracy_json(by_generation: Groups, by_category: Groups) -> str:
-    """The text of accuracy.json for (runs, mean |error|, worst error) per generation and per
-    category."""
+def accuracy_json(
+    by_generation: Groups,
+    by_category: Groups,
+    by_cell: Mapping[tuple[str, str], tuple[int, float, float]],
+) -> str:
+    """The text of accuracy.json for (runs, mean |error|, worst error) per generation, per
+    category and per (generation, category)."""
+    generations = sorted({generation for generation, _ in by_cell})
     data = {
         "_about": "Written by scripts/validation_table.py from validation/runs.json (validation "
-        "runs only): planc's step-time error per GPU generation and per category; read by "
-        "planc.presets.accuracy.",
+        "runs only): planc's step-time error per GPU generation, per category and per the two "
+        "together (cells: generation, then category); read by planc.presets.accuracy.",
         "generations": _entries(by_generation),
         "categories": _entries(by_category),
+        "cells": {
+            g: _entries({c: row for (gen, c), row in by_cell.items() if gen == g})
+            for g in generations
+        },
     }
     return json.dumps(data, indent=2) + "\n"
