@@ -439,6 +439,21 @@ def test_the_category_bar_is_the_generations_where_it_has_enough_runs() -> None:
     assert other is not None and other.group == "moe"
 
 
+def test_a_moe_search_names_the_error_of_moe_runs_on_its_generation() -> None:
+    from planc.presets.accuracy import category_bar
+    from planc.search.output import describe
+    from planc.spec.load import load_path
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    loaded = load_path(str(examples / "mixtral-8x7b-64xh100.yaml"))
+    assert loaded.job is not None
+    bar = category_bar("moe", "h100-sxm")
+    assert bar is not None
+    assert f"on {bar.runs} validated hopper moe runs" in describe(loaded.job)
+    dense = load_path(str(examples / "llama3-70b-8x8.yaml"))
+    assert dense.job is not None and "moe runs" not in describe(dense.job)
+
+
 def test_a_calibrated_spec_quotes_no_corpus_category_bar() -> None:
     from planc.presets.accuracy import category_json, category_words
 
