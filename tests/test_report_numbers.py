@@ -176,3 +176,15 @@ def test_search_candidates_are_explains(tmp_path: Path) -> None:
         )
         assert candidate["mfu"] == pytest.approx(explained["step"]["mfu"], rel=1e-12)
         assert candidate["peak_memory_bytes"] == explained["memory"]["peak"]["total"]
+
+
+def test_the_step_card_quotes_the_error_of_runs_like_this_one() -> None:
+    # The Mixtral example (MoE on H100): the Hopper runs' bar and the Hopper MoE runs' one, as
+    # planc explain prints them (docs/validation.md's rows).
+    spec = EXAMPLES / "mixtral-8x7b-64xh100.yaml"
+    built = build_report(str(spec))
+    assert built.page is not None
+    text = CliRunner().invoke(main, ["explain", str(spec)]).output
+    for words in ("validated hopper runs", "validated hopper moe runs"):
+        (said,) = [line.strip() for line in text.splitlines() if words in line]
+        assert said.removesuffix(" (docs/validation.md)") in built.page.replace("&#x27;", "'")

@@ -530,10 +530,15 @@ def _category(job: Plannable) -> str:
     return str(category_of(job.model.moe is not None, sharded, job.layout.p, job.layout.c))
 
 
-def _error_bar_line(job: Plannable) -> list[str]:
+def error_bar_words(job: Plannable) -> tuple[str, ...]:
     """The model's error on runs it was not fitted to, for this GPU and for runs of this
-    layout's category on this GPU's generation (on every generation where it has few)."""
+    layout's category on this GPU's generation (on every generation where it has few); the
+    user's own with a calibration."""
     cal = job.cluster.calibration
     words = bar_words(job.cluster.gpu.name, cal)
     category = category_words(_category(job), cal, job.cluster.gpu.name)
-    return [f"  {w} (docs/validation.md)" for w in (words, category) if w]
+    return tuple(w for w in (words, category) if w)
+
+
+def _error_bar_line(job: Plannable) -> list[str]:
+    return [f"  {w} (docs/validation.md)" for w in error_bar_words(job)]

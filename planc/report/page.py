@@ -15,10 +15,9 @@ from planc.analysis import Analysis, StepEstimate
 from planc.findings import FileResult, Finding, Severity
 from planc.outputs.diff import Diff
 from planc.outputs.diff import to_json as diff_json
-from planc.outputs.explain import Explanation, run_lines, to_json
+from planc.outputs.explain import Explanation, error_bar_words, run_lines, to_json
 from planc.pipeline.registry import definition
 from planc.plannable import Plannable
-from planc.presets.accuracy import bar_words
 from planc.report import fmt
 from planc.report.assets import CSS, DRILL_JS, JS, csp_meta
 from planc.report.comm import (
@@ -116,11 +115,11 @@ def cards(plan: Plannable, analysis: Analysis, step: StepEstimate) -> Html:
         "step.bubble_s",
         step.bubble_s,
     )
-    bar = bar_words(plan.cluster.gpu.name, plan.cluster.calibration)
+    bars = error_bar_words(plan)
     time = _card(
         "Step time",
         fmt.seconds(step.step_time_s),
-        step.model + (f"; {bar}" if bar else ""),
+        "; ".join((step.model, *bars)),
         NOTHING,
         "step.step_time_s",
         step.step_time_s,
