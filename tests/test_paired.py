@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planc.perf.inputs import efficiency_of, ep_per_layer, moe_layer_parts, paired_per_layer
+from planc.perf.inputs import (
+    dispatch_combine_s,
+    efficiency_of,
+    ep_per_layer,
+    moe_layer_parts,
+    paired_per_layer,
+)
 from planc.perf.paired import MoeLayerParts, compute_s, pair_s, paired_exposed
 from planc.scoring import analysed
 
@@ -111,14 +117,17 @@ def test_published_runs_split_into_parts_that_add_up(run: str) -> None:
     _, analysis = analysed(str(ROOT / "validation" / "runs" / f"{run}.yaml"))
     job = analysis.plan
     eff = efficiency_of(job)
-    parts = moe_layer_parts(job, eff)
-    assert parts is not None
     exchange = ep_per_layer(job, eff)
-    assert parts.dispatch_forward_s + parts.combine_forward_s == pytest.approx(exchange.forward_s)
-    assert parts.dispatch_backward_s + parts.combine_backward_s == pytest.approx(
-        exchange.backward_s
-    )
-    forward, backward = paired_per_layer(job, eff)
+    parts = moe_layer_parts(job, eff, exchange)
+    assert parts is not None
+    if job.layout.dispatcher == "alltoall":
+        # Megatron's alltoall dispatcher: the combine is the second of two all-to-alls of the
+        # same rows (dispatch_combine_s prices both).
+        assert parts.combine_forward_s == pytest.approx(dispatch_combine_s(job, eff) / 2)
+    # The dispatch carries more than the tokens' rows (probabilities, token counts or routing
+    # maps): longer than the combine, both positive.
+    assert parts.dispatch_forward_s > parts.combine_forward_s > 0.0
+    forward, backward = paired_per_layer(job, eff, exchange)
     assert 0.0 <= forward <= exchange.forward_s and 0.0 <= backward <= exchange.backward_s
     across_nodes = "h100" in run
     assert (forward + backward > 0.0) is across_nodes

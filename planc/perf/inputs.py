@@ -421,11 +421,13 @@ def combine_s(job: Plannable, eff: Efficiency) -> float:
     return exchange_s(job, eff, flex_parts(job, 0, "", 1, combine_row, f"{backend}_combine"))
 
 
-def moe_layer_parts(job: Plannable, eff: Efficiency) -> MoeLayerParts | None:
+def moe_layer_parts(
+    job: Plannable, eff: Efficiency, exchange: ExchangePerLayer
+) -> MoeLayerParts | None:
     """One MoE layer split as a paired schedule runs it (`planc.perf.paired`): the routed
     experts' passes (quantized as the recipe quantizes them), the rest of the layer's, the
-    combine (`combine_s`) and every other exchange as the dispatch (`ep_per_layer`); None for
-    a dense model."""
+    combine (`combine_s`) and every other exchange of `exchange` (`ep_per_layer`) as the
+    dispatch; None for a dense model."""
     experts = expert_shape(job)
     if experts is None:
         return None
@@ -441,7 +443,7 @@ def moe_layer_parts(job: Plannable, eff: Efficiency) -> MoeLayerParts | None:
         own = pass_times(routed, device, eff)
         layer = layer_passes(moe_layer_ops(shape, experts), shape, device, eff)
     redo = recompute_time_s(layer, job.training.recompute)
-    exchange, combine = ep_per_layer(job, eff), combine_s(job, eff)
+    combine = combine_s(job, eff)
     return MoeLayerParts(
         pre_forward_s=layer.forward_s - own.forward_s,
         pre_backward_s=layer.backward_s + redo - own.backward_s,
@@ -455,12 +457,13 @@ def moe_layer_parts(job: Plannable, eff: Efficiency) -> MoeLayerParts | None:
     )
 
 
-def paired_per_layer(job: Plannable, eff: Efficiency) -> tuple[float, float]:
-    """(forward, backward) seconds of one MoE layer's exchanges left exposed where the schedule
-    runs each forward with another micro-batch's backward (`planc.perf.paired`); the whole
-    exchanges where it does not pair them."""
-    exchange = ep_per_layer(job, eff)
-    parts = moe_layer_parts(job, eff) if pairs_experts(job) else None
+def paired_per_layer(
+    job: Plannable, eff: Efficiency, exchange: ExchangePerLayer
+) -> tuple[float, float]:
+    """(forward, backward) seconds of one MoE layer's exchanges (`exchange`, `ep_per_layer`)
+    left exposed where the schedule runs each forward with another micro-batch's backward
+    (`planc.perf.paired`); the whole exchanges where it does not pair them."""
+    parts = moe_layer_parts(job, eff, exchange) if pairs_experts(job) else None
     if parts is None:
         return exchange.forward_s, exchange.backward_s
     return paired_exposed(parts)
@@ -897,7 +900,7 @@ def build_inputs(
     zero = sharding_stage(job) >= 1
     shard, expert_shard = (lay.shard_group, lay.edp) if zero else (1, 1)
     exchange = ep_per_layer(job, eff)
-    paired = paired_per_layer(job, eff)
+    paired = paired_per_layer(job, eff, exchange)
     one = boundary_transfer(job, eff, ops) if runs_pipe_engine(job) else Transfer(0.0, 0.0)
     staged = ops_by_stage(ops, lay.p)
     # One layer's TP times read a stage only as the tier of its TP ops (`tp_link`), and a MoE

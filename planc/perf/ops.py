@@ -890,11 +890,11 @@ def _cast_kernels(
     with none (fused into the norm) the writes alone; where each copy is cast on its own
     (`Quantized.separate_casts`), one cast per copy, each reading the 16-bit tensor. `share`
     scales them (a weight cast once per step)."""
-    writes = usages * quantize_bytes(elements, q, beta, 0, 1)
+    copy = quantize_bytes(elements, q, beta, 0, 1)
     flops = QUANTIZE_FLOPS_PER_ELEMENT * elements * share
     if q.separate_casts and reads:
-        one = quantize_bytes(elements, q, beta, 0, 1)
-        return [Work(flops, share * (elements * beta + one)) for _ in range(usages)]
+        return [Work(flops, share * (elements * beta + copy)) for _ in range(usages)]
+    writes = usages * copy
     kernels = [Work(flops, share * elements * beta)] if reads >= 2 else []
     kernels.append(Work(flops, share * ((1 if reads else 0) * elements * beta + writes)))
     return kernels

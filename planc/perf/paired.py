@@ -16,8 +16,9 @@ Each part waits for its stream's previous one and for the data it reads: the exp
 for the combine's gradient, the dispatch for the pre-dispatch output, the dispatch's gradient
 for the experts' backward, the experts' forward for the dispatch, the combine for the experts'
 output, the pre-dispatch backward for the dispatch's gradient. `pair_s` runs that graph; what it
-takes beyond the compute alone is the exchange left exposed. Communication that hides still
-costs nothing here; the SMs it takes are a compute slow-down not priced for expert exchanges.
+takes beyond the compute alone is the exchange left exposed. The SMs a hidden exchange's kernels
+take from the compute beside it are priced by the step (`planc.perf.step.virtual_times`, the
+expert link's processor_usage), not here.
 """
 
 from __future__ import annotations

@@ -68,13 +68,21 @@ def _table() -> Mapping[str, Any]:
 MIN_CELL_RUNS = 3
 
 
+def _cell_generation(category: str, gpu: str | None) -> str | None:
+    """`gpu`'s generation where at least MIN_CELL_RUNS of its runs of `category` are
+    validated, else None."""
+    generation = GENERATION_OF.get(gpu or "")
+    cell = _table().get("cells", {}).get(generation, {}).get(category) if generation else None
+    return generation if cell and cell["runs"] >= MIN_CELL_RUNS else None
+
+
 def category_bar(category: str, gpu: str | None = None) -> ErrorBar | None:
     """The error bar of the validation runs of `category` on `gpu`'s generation where at least
     MIN_CELL_RUNS of them are validated, else of `category` on every generation (None: none
     validated)."""
-    generation = GENERATION_OF.get(gpu or "")
-    cell = _table().get("cells", {}).get(generation, {}).get(category) if generation else None
-    if cell and cell["runs"] >= MIN_CELL_RUNS:
+    generation = _cell_generation(category, gpu)
+    if generation is not None:
+        cell = _table()["cells"][generation][category]
         group = f"{generation} {category}"
         return ErrorBar(group, cell["runs"], cell["mean_abs_error"], cell["worst_error"])
     entry = _table().get("categories", {}).get(category)
@@ -110,8 +118,9 @@ def category_json(
     generation where the bar is that generation's runs of the category."""
     bar = None if calibration is not None else category_bar(category, gpu)
     data = _bar_data("category", bar)
-    if data is not None and bar is not None and bar.group != category:
-        data["category"], data["generation"] = category, bar.group.split(" ", 1)[0]
+    generation = _cell_generation(category, gpu)
+    if data is not None and generation is not None:
+        data["category"], data["generation"] = category, generation
     return data
 
 
