@@ -246,6 +246,9 @@ class StepEstimate:
     ep_hidden_s: float = (
         0.0  # expert exchanges the schedule hides behind compute (not in ep_comm_s)
     )
+    # The release's time per local expert beyond the GPU's work, inside compute_s
+    # (`planc.perf.expert_host`).
+    expert_host_s: float = 0.0
 
 
 def estimate_step(analysis: Analysis, efficiency: Efficiency | None = None) -> StepEstimate:
@@ -274,6 +277,7 @@ def estimate_step(analysis: Analysis, efficiency: Efficiency | None = None) -> S
         bubble_fraction=bubble_fraction(lay.schedule, lay.p, plan.m, lay.v),
         model=_model_words(plan),
         ep_hidden_s=step.ep_hidden_s,
+        expert_host_s=step.expert_host_s,
     )
 
 

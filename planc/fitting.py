@@ -33,10 +33,11 @@ from types import MappingProxyType
 from planc.analysis import Analysis, predictor
 from planc.perf.calibrate import Fit, fit, with_values
 from planc.perf.gemm_table import GemmTable, row_seconds
+from planc.perf.inputs import release_key
 from planc.perf.validation import Run
 from planc.presets.efficiency import Efficiency, for_gpu
 from planc.record import record
-from planc.vocab import RunRole
+from planc.vocab import FitTarget, RunRole
 
 
 @record
@@ -95,8 +96,19 @@ def shape_half_dim(table: GemmTable) -> float:
 
 
 def fit_runs(runs: Sequence[Run], gpu: str) -> tuple[Run, ...]:
-    """The runs a fit of `gpu`'s curve reads: role fit, on that GPU."""
-    return tuple(run for run in runs if run.role is RunRole.FIT and run.gpu == gpu)
+    """The runs a fit of `gpu`'s curve reads: role fit of the GEMM curve, on that GPU."""
+    return tuple(
+        run
+        for run in runs
+        if run.role is RunRole.FIT and run.fits is FitTarget.GEMM and run.gpu == gpu
+    )
+
+
+def expert_host_runs(runs: Sequence[Run]) -> tuple[Run, ...]:
+    """The runs a fit of the releases' τ_e reads: role fit, `fits: expert_host`."""
+    return tuple(
+        run for run in runs if run.role is RunRole.FIT and run.fits is FitTarget.EXPERT_HOST
+    )
 
 
 Analyse = Callable[[Run], Analysis]
@@ -132,11 +144,69 @@ def tables_for(gpu: str, fitted: Mapping[str, Efficiency]) -> Efficiency | None:
 
 
 def fold_predictor(fit_set: Sequence[Run], analysed: Analyse) -> Callable[[Run], float]:
-    """A run's predicted seconds per step with the curves fitted to `fit_set` only."""
+    """A run's predicted seconds per step with the curves and the releases' τ_e fitted to
+    `fit_set` only (τ_e 0 for a release and recipe whose fit run is not in it)."""
     fitted = refit(fit_set, analysed)
+    host = refit_expert_host(fit_set, analysed, fitted)
 
     def predict(run: Run) -> float:
         analysis = analysed(run)
-        return predictor(analysis)(tables_for(run.gpu, fitted) or analysis.efficiency)
+        return predictor(analysis)(fold_tables(run, analysis, fitted, host))
 
     return predict
+
+
+def fold_tables(
+    run: Run,
+    analysis: Analysis,
+    fitted: Mapping[str, Efficiency],
+    host: Mapping[tuple[str, str], float],
+) -> Efficiency:
+    """The tables that price `run` under a fit: its GPU's curves as `fitted` gives them (the
+    analysis's own for a GPU no fit reaches) and τ_e of its release and recipe as `host` does."""
+    key = release_key(analysis.plan)
+    tables = tables_for(run.gpu, fitted) or analysis.efficiency
+    return replace(tables, expert_host_s=0.0 if key is None else host.get(key, 0.0))
+
+
+# τ_e is solved to this relative tolerance (`solve_expert_host`).
+HOST_TOLERANCE = 1e-6
+
+
+def refit_expert_host(
+    runs: Sequence[Run], analysed: Analyse, fitted: Mapping[str, Efficiency]
+) -> Mapping[tuple[str, str], float]:
+    """τ_e of each (release, recipe) of the expert-host fit runs among `runs`
+    (`expert_host_runs`): the value at which planc's step time is the run's measured one, on
+    the GEMM curves `fitted` gives (one run, one parameter: least squares is that root).
+    ValueError for two fit runs of one release and recipe, or one whose MoE layers no
+    release prices (a dense model, another framework)."""
+    out: dict[tuple[str, str], float] = {}
+    for run in expert_host_runs(runs):
+        analysis = analysed(run)
+        key = release_key(analysis.plan)
+        if key is None or key in out:
+            raise ValueError(f"{run.id}: not the one expert-host fit run of a release and recipe")
+        tables = tables_for(run.gpu, fitted) or analysis.efficiency
+        out[key] = solve_expert_host(partial(_priced_at, analysis, tables), run.measured_s)
+    return MappingProxyType(out)
+
+
+def _priced_at(analysis: Analysis, tables: Efficiency, tau: float) -> float:
+    return predictor(analysis)(replace(tables, expert_host_s=tau))
+
+
+def solve_expert_host(predict: Callable[[float], float], measured_s: float) -> float:
+    """The τ_e ≥ 0 at which `predict(τ_e)` (increasing in it) is `measured_s`: bisection, to
+    `HOST_TOLERANCE` of τ_e; 0 where the step is already no faster than measured."""
+    if predict(0.0) >= measured_s:
+        return 0.0
+    low, high = 0.0, 1e-4
+    while predict(high) < measured_s:
+        low, high = high, 2 * high
+        if high > 1.0:  # a second per expert and layer: nothing a release spends
+            raise ValueError(f"no τ_e up to 1 s per expert meets {measured_s} s")
+    while high - low > HOST_TOLERANCE * high:
+        middle = (low + high) / 2
+        low, high = (middle, high) if predict(middle) < measured_s else (low, middle)
+    return (low + high) / 2

@@ -236,6 +236,12 @@ OptimizerImplementation = Literal["fused", "foreach"]
 # model of a balanced router); round_robin, NeMo AutoModel's FakeBalancedGate (token t to experts
 # t·k … t·k + k − 1 mod E).
 ExpertRouting = Literal["uniform", "round_robin"]
+# The software the run uses (training.framework_release): latest, the Megatron-Core and
+# Transformer Engine planc targets (one grouped kernel per expert linear, nothing per expert on
+# the host); nemo-25.11, NVIDIA's NeMo 25.11 container (Megatron-Bridge 0.2.1, Megatron-Core
+# 0.16.0rc0, Transformer Engine 2.10), whose MoE layers spend a time per local expert that
+# planc.presets.releases holds.
+FrameworkRelease = Literal["latest", "nemo-25.11"]
 # megatron-fsdp: Megatron-LM with Megatron-Core's own FSDP (--use-megatron-fsdp), which planc
 # models as Megatron with zero_stage naming --data-parallel-sharding-strategy.
 Framework = Literal["megatron", "megatron-fsdp", "deepspeed", "fsdp2"]
@@ -330,6 +336,18 @@ class RunRole(str, Enum):
 
     FIT = "fit"
     VALIDATION = "validation"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class FitTarget(str, Enum):
+    """Which parameter of the step model a `fit` run of `validation/runs.json` informs (its
+    `fits`): the GEMM curve of its GPU (`planc.fitting.FITTED`), or the time per local expert of
+    its software release and FP8 recipe (`planc.presets.releases`)."""
+
+    GEMM = "gemm"
+    EXPERT_HOST = "expert_host"
 
     def __str__(self) -> str:
         return self.value

@@ -1,8 +1,8 @@
-"""Refit the step model's GEMM curves to the declared fit runs and write them into efficiency.json.
+"""Refit the step model's GEMM curves and the releases' time per expert to the declared fit runs.
 
-    python scripts/refit.py            # print each fitted curve, before and after
-    python scripts/refit.py --write    # write planc/presets/efficiency.json
-    python scripts/refit.py --check    # exit 1 when efficiency.json is not the fit (to 0.05 %)
+    python scripts/refit.py            # print each fitted value, before and after
+    python scripts/refit.py --write    # write planc/presets/efficiency.json and releases.json
+    python scripts/refit.py --check    # exit 1 when either file is not the fit (to 0.05 %)
 
 `planc.fitting.refit` does the fit (each fitted GPU's parameters to the runs
 validation/runs.json declares `fit` on that GPU, and to no other run). This script only writes
@@ -10,6 +10,9 @@ what it found: a fitted GPU's e_max (and the A100's d½), every GPU derived from
 same factor as its fitted GPU moved (`planc.fitting.tables_for`), and d½ on every entry that
 inherits the A100's. A change to the step model that moves a fit run is followed by this, then
 `python scripts/validation_table.py -o docs/validation.md`.
+
+The releases' τ_e (planc/presets/releases.json) are `planc.fitting.refit_expert_host` of the runs
+declaring `fits: expert_host`, on the GEMM curves the same fit gives.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 # Runnable as a script from a checkout without installing the package.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from planc.fitting import FITTED, refit, tables_for
+from planc.fitting import FITTED, refit, refit_expert_host, tables_for
 from planc.perf.validation import read_index
 from planc.presets.efficiency import for_gpu
 from planc.scoring import analysed, spec_path
@@ -32,6 +35,9 @@ from planc.vocab import RunRole
 ROOT = Path(__file__).resolve().parent.parent
 INDEX = ROOT / "validation" / "runs.json"
 PRESETS = ROOT / "planc" / "presets" / "efficiency.json"
+RELEASES = ROOT / "planc" / "presets" / "releases.json"
+# The digits releases.json keeps: τ_e to a tenth of a microsecond.
+HOST_DIGITS = 7
 # The digits efficiency.json keeps: e_max to 1e-4 of peak, d½ to a tenth of an element.
 PEAK_DIGITS = 4
 HALF_DIM_DIGITS = 1
@@ -40,20 +46,48 @@ CHECK_TOLERANCE = 5e-4
 DERIVED_FROM_FIT = "fit's peak_fraction times"
 
 
-def fitted_entries() -> dict[str, tuple[float, float]]:
-    """(e_max, d½) of every GPU a fit reaches, as the declared fit runs give them."""
+def fitted_entries() -> tuple[dict[str, tuple[float, float]], dict[tuple[str, str], float]]:
+    """(e_max, d½) of every GPU a fit reaches, and τ_e of every release and recipe fitted, as
+    the declared fit runs give them."""
     runs = read_index(str(INDEX))
     cache = {
         run.id: analysed(spec_path(str(INDEX), run))[1] for run in runs if run.role is RunRole.FIT
     }
     fitted = refit(runs, lambda run: cache[run.id])
+    host = dict(refit_expert_host(runs, lambda run: cache[run.id], fitted))
     reached = [gpu for curve in FITTED for gpu in (curve.gpu, *curve.derived)]
     out: dict[str, tuple[float, float]] = {}
     for gpu in reached:
         tables = tables_for(gpu, fitted)
         assert tables is not None  # every GPU of `reached` is a fitted or derived one
         out[gpu] = (tables.gemm.peak_fraction, tables.gemm.half_dim)
+    return out, host
+
+
+def updated_releases(data: dict[str, Any], host: dict[tuple[str, str], float]) -> dict[str, Any]:
+    """releases.json's data with the fit's τ_e."""
+    out = json.loads(json.dumps(data))
+    for (release, recipe), seconds in host.items():
+        out[release]["expert_host_s"][recipe]["seconds"] = round(seconds, HOST_DIGITS)
     return out
+
+
+def stale_releases(data: dict[str, Any], host: dict[tuple[str, str], float]) -> list[str]:
+    """The (release, recipe) entries of releases.json that are not the fit, and any the fit
+    has and the file lacks or the file has and the fit lacks."""
+    held = {
+        (release, recipe): float(value["seconds"])
+        for release, entry in data.items()
+        if not release.startswith("_")
+        for recipe, value in entry["expert_host_s"].items()
+    }
+    stale = sorted(set(held) ^ set(host))
+    for key in sorted(set(held) & set(host)):
+        was, now = held[key], host[key]
+        print(f"{key[0]} {key[1]}: τ_e {was * 1e3:.4f} ms -> {now * 1e3:.4f} ms")
+        if abs(now - was) > CHECK_TOLERANCE * max(was, now):
+            stale.append(key)
+    return [f"{release} {recipe}" for release, recipe in stale]
 
 
 def inherited_half_dim(data: dict[str, Any], fitted_gpu: str) -> list[str]:
@@ -93,8 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     text = PRESETS.read_text(encoding="utf-8")
     data = json.loads(text)
-    found = fitted_entries()
-    stale = []
+    found, host = fitted_entries()
+    releases = json.loads(RELEASES.read_text(encoding="utf-8"))
+    stale = stale_releases(releases, host)
     for gpu, (peak, half) in found.items():
         was = for_gpu(gpu).gemm
         print(f"{gpu}: e_max {was.peak_fraction:.4f} -> {peak:.4f}, d½ {was.half_dim} -> {half:.1f}")
@@ -103,12 +138,14 @@ def main(argv: list[str] | None = None) -> int:
             stale.append(gpu)
     if args.check:
         if stale:
-            print(f"efficiency.json is not the fit of the declared runs: {', '.join(stale)}")
+            print(f"the presets are not the fit of the declared runs: {', '.join(stale)}")
         return 1 if stale else 0
     if args.write:
         new = json.dumps(updated(data, found), indent=2, ensure_ascii=False) + "\n"
         PRESETS.write_text(new, encoding="utf-8")
-        print(f"wrote {PRESETS.relative_to(ROOT)}")
+        host_text = json.dumps(updated_releases(releases, host), indent=2, ensure_ascii=False)
+        RELEASES.write_text(host_text + "\n", encoding="utf-8")
+        print(f"wrote {PRESETS.relative_to(ROOT)} and {RELEASES.relative_to(ROOT)}")
     return 0
 
 

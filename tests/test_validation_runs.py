@@ -29,7 +29,7 @@ from planc.perf.validation import (
     score,
 )
 from planc.scoring import check_rules, job_of, price, score_corpus, spec_path
-from planc.vocab import Generation, RunCategory, RunRole
+from planc.vocab import FitTarget, Generation, RunCategory, RunRole
 
 ROOT = Path(__file__).resolve().parent.parent
 INDEX = ROOT / "validation" / "runs.json"
@@ -37,11 +37,13 @@ SPECS = ROOT / "validation" / "runs"
 DOC = ROOT / "docs" / "validation.md"
 RUNS = read_index(str(INDEX))
 
-# The fit set, declared: Korthikanti et al. 2022 Table 5's four full-recompute rows (what the A100
-# GEMM curve was fitted to), the three H100 runs validation/README.md names, all from one source
-# (NVIDIA's DGX Cloud benchmarks v24.11.1), and the one GB200 run it names (v25.05's Llama 3.1
-# 405B on 128 GB200). A change to the fit set is a change to this list.
-DECLARED_FIT = (
+# The fit set, declared. The GEMM curves': Korthikanti et al. 2022 Table 5's four full-recompute
+# rows (what the A100 GEMM curve was fitted to), the three H100 runs validation/README.md names,
+# all from one source (NVIDIA's DGX Cloud benchmarks v24.11.1), and the one GB200 run it names
+# (v25.05's Llama 3.1 405B on 128 GB200). The releases' time per expert (issue 24): NeMo 25.11's
+# run with the most local experts of each FP8 recipe (32 on B200 with MXFP8, 16 on H100 with
+# current scaling). A change to the fit set is a change to these lists.
+DECLARED_GEMM_FIT = (
     "korthikanti2022-22b-full",
     "korthikanti2022-175b-full",
     "korthikanti2022-530b-full",
@@ -51,6 +53,11 @@ DECLARED_FIT = (
     "dgxc-gpt3-175b-128xh100",
     "dgxc-llama31-405b-128xgb200",
 )
+DECLARED_HOST_FIT = (
+    "bridge2511-deepseek-v3-256xb200-fp8mx",
+    "bridge2511-qwen3-30b-a3b-16xh100-fp8cs",
+)
+DECLARED_FIT = DECLARED_GEMM_FIT + DECLARED_HOST_FIT
 
 
 def _script() -> ModuleType:
@@ -120,7 +127,7 @@ def test_each_gpu_is_fitted_to_runs_of_one_source() -> None:
     # its prior; hold any other out and the group is scored by a fit that never saw it).
     sources: dict[str, set[str]] = {}
     for run in RUNS:
-        if run.role is RunRole.FIT:
+        if run.role is RunRole.FIT and run.fits is FitTarget.GEMM:
             sources.setdefault(run.gpu, set()).add(run.source_group)
     assert sources == {
         "a100-80gb": {"korthikanti2022"},
@@ -133,15 +140,21 @@ def test_each_fit_reads_exactly_its_declared_runs() -> None:
     # planc.fitting refits the A100 curve to the Korthikanti rows, the H100 curve to the
     # dgxc-24.11 rows and the GB200 curve to its dgxc-25.05 row, and to nothing else: every fit run is read by one fit, no validation run
     # by any.
-    from planc.fitting import FITTED, fit_runs
+    # The releases' τ_e read the expert-host runs and nothing else, and releases.json names
+    # each value's run.
+    from planc.fitting import FITTED, expert_host_runs, fit_runs
+    from planc.presets.releases import fitted
 
     read = [run.id for curve in FITTED for run in fit_runs(RUNS, curve.gpu)]
+    read += [run.id for run in expert_host_runs(RUNS)]
     assert sorted(read) == sorted(DECLARED_FIT)
     assert {curve.gpu: [r.id for r in fit_runs(RUNS, curve.gpu)] for curve in FITTED} == {
-        "a100-80gb": list(DECLARED_FIT[:4]),
-        "h100-sxm": list(DECLARED_FIT[4:7]),
-        "gb200-nvl72": list(DECLARED_FIT[7:]),
+        "a100-80gb": list(DECLARED_GEMM_FIT[:4]),
+        "h100-sxm": list(DECLARED_GEMM_FIT[4:7]),
+        "gb200-nvl72": list(DECLARED_GEMM_FIT[7:]),
     }
+    assert tuple(run.id for run in expert_host_runs(RUNS)) == DECLARED_HOST_FIT
+    assert sorted(value.fit_run for value in fitted().values()) == sorted(DECLARED_HOST_FIT)
 
 
 @pytest.mark.slow
@@ -163,6 +176,39 @@ def test_the_preset_curves_are_the_fit_of_the_declared_runs() -> None:
     assert fitted["a100-80gb"].gemm.half_dim == pytest.approx(
         for_gpu("a100-80gb").gemm.half_dim, rel=0.005
     )
+
+
+@pytest.mark.slow
+def test_the_release_times_are_the_fit_of_the_declared_runs() -> None:
+    # Refitting from the index reproduces releases.json's τ_e (to 0.5 %), each on the run it
+    # names; and each fit run is then priced at its measured step (the fit's definition).
+    from planc.fitting import refit, refit_expert_host
+    from planc.perf.inputs import release_key
+    from planc.presets.releases import fitted
+    from planc.scoring import analysed
+
+    cache = {
+        run.id: analysed(spec_path(str(INDEX), run))[1] for run in RUNS if run.role is RunRole.FIT
+    }
+    host = refit_expert_host(
+        RUNS, lambda run: cache[run.id], refit(RUNS, lambda run: cache[run.id])
+    )
+    held = fitted()
+    assert set(host) == set(held)
+    for key, seconds in host.items():
+        assert seconds == pytest.approx(held[key].seconds, rel=0.005)
+        assert release_key(cache[held[key].fit_run].plan) == key
+
+
+def test_a_validation_run_informs_no_parameter() -> None:
+    with pytest.raises(CorpusError, match="only a fit run informs"):
+        parse_index(json.dumps([_entry(role="validation", fits="expert_host")]))
+    with pytest.raises(CorpusError, match="fits 'gpu' is not one of gemm, expert_host"):
+        parse_index(json.dumps([_entry(fits="gpu")]))
+    (run,) = parse_index(json.dumps([_entry(fits="expert_host")]))
+    assert run.fits is FitTarget.EXPERT_HOST
+    (run,) = parse_index(json.dumps([_entry()]))
+    assert run.fits is FitTarget.GEMM
 
 
 @pytest.mark.slow

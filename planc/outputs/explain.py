@@ -310,13 +310,33 @@ def _expert_line(ex: Explanation) -> list[str]:
         return [
             f"  expert all-to-all:  {step.ep_comm_s:8.2f} s ({share:5.1%})  "
             f"inside compute: EP dispatch and combine ({dispatcher} dispatcher) left exposed; "
-            f"{step.ep_hidden_s:.2f} s more hidden behind the paired forward or backward"
+            f"{step.ep_hidden_s:.2f} s more hidden behind the paired forward or backward",
+            *_expert_host_line(ex),
         ]
     gathers = "; and ETP gathers" if dispatcher == "alltoall" else ""
     return [
         f"  expert all-to-all:  {step.ep_comm_s:8.2f} s ({share:5.1%})  "
         f"inside compute: EP dispatch and combine ({dispatcher} dispatcher{gathers}), "
-        "not overlapped"
+        "not overlapped",
+        *_expert_host_line(ex),
+    ]
+
+
+def _expert_host_line(ex: Explanation) -> list[str]:
+    """The release's time per local expert (`planc.perf.expert_host`), when it has one."""
+    step, plan = ex.step, ex.analysis.plan
+    experts = plan.dims.experts
+    if step.expert_host_s <= 0 or experts is None:
+        return []
+    share = step.expert_host_s / step.step_time_s if step.step_time_s else 0.0
+    tau = ex.analysis.efficiency.expert_host_s
+    recipe = plan.training.fp8_recipe
+    return [
+        f"  expert host time:   {step.expert_host_s:8.2f} s ({share:5.1%})  "
+        f"inside compute: {tau * 1e3:.3g} ms per local expert × {experts.E // experts.ep} "
+        f"experts per MoE layer and micro-batch ({plan.training.framework_release}, "
+        f"{recipe.value if recipe is not None else 'bf16'} experts; "
+        "planc/presets/releases.json)"
     ]
 
 
@@ -400,6 +420,7 @@ def to_json(ex: Explanation) -> dict[str, Any]:
             "cp_comm_s": step.cp_comm_s,
             "ep_comm_s": step.ep_comm_s,
             **({"ep_hidden_s": step.ep_hidden_s} if step.ep_hidden_s > 0 else {}),
+            **({"expert_host_s": step.expert_host_s} if step.expert_host_s > 0 else {}),
             **_accumulation_json(ex),
             "pp_comm_s": step.pp_comm_s,
             "tokens_per_s": step.tokens_per_s,

@@ -70,6 +70,7 @@ from planc.perf.compute import (
     recompute_time_s,
     work_time_s,
 )
+from planc.perf.expert_host import expert_host_per_layer
 from planc.perf.fsdp2 import (
     COPY_OUT_PASSES,
     copy_out_s,
@@ -118,6 +119,7 @@ from planc.presets.efficiency import (
     for_gpu,
     from_json,
 )
+from planc.presets.releases import expert_host_s, recipe_key
 from planc.record import record
 from planc.spec.job import Job
 from planc.stages import stage_classes
@@ -253,7 +255,23 @@ def efficiency_of(job: Plannable) -> Efficiency:
     flat = job.training.efficiency
     if flat is not None:
         eff = eff.with_gemm(peak_fraction=flat, half_dim=0.0, sms=1)
-    return eff
+    return replace(eff, expert_host_s=release_expert_host_s(job))
+
+
+def release_expert_host_s(job: Plannable) -> float:
+    """τ_e of the job's `training.framework_release` and recipe (`planc.presets.releases`); 0
+    where `release_key` is None."""
+    key = release_key(job)
+    return 0.0 if key is None else expert_host_s(*key)
+
+
+def release_key(job: Plannable) -> tuple[str, str] | None:
+    """(release, recipe) whose τ_e prices the job's MoE layers: Megatron-LM's only (the
+    releases are NeMo containers); None for a dense model or another framework."""
+    tr = job.training
+    if job.model.moe is None or tr.framework != "megatron":
+        return None
+    return tr.framework_release, recipe_key(None if tr.fp8_recipe is None else tr.fp8_recipe.value)
 
 
 def comm_time_s(
@@ -901,6 +919,7 @@ def build_inputs(
     shard, expert_shard = (lay.shard_group, lay.edp) if zero else (1, 1)
     exchange = ep_per_layer(job, eff)
     paired = paired_per_layer(job, eff, exchange)
+    host = expert_host_per_layer(job, eff)
     one = boundary_transfer(job, eff, ops) if runs_pipe_engine(job) else Transfer(0.0, 0.0)
     staged = ops_by_stage(ops, lay.p)
     # One layer's TP times read a stage only as the tier of its TP ops (`tp_link`), and a MoE
@@ -957,6 +976,8 @@ def build_inputs(
                 ep_backward_s=tuple(e * exchange.backward_s for e in routed),
                 ep_paired_forward_s=tuple(e * paired[0] for e in routed),
                 ep_paired_backward_s=tuple(e * paired[1] for e in routed),
+                host_forward_s=tuple(e * host[0] for e in routed),
+                host_backward_s=tuple(e * host[1] for e in routed),
                 p2p_forward_s=blocking.forward_s,
                 p2p_backward_s=blocking.backward_s,
                 accumulate_s=accumulation_s(job, r, params, device, eff),

@@ -70,6 +70,10 @@ class StageInputs:
     # backward (`planc.perf.paired`), per chunk (empty: all of them, nothing hides).
     ep_paired_forward_s: tuple[float, ...] = ()
     ep_paired_backward_s: tuple[float, ...] = ()
+    # The release's time per local expert beyond the GPU's work (`planc.perf.expert_host`) of
+    # the chunk's MoE layers, forward and backward per chunk (empty: none).
+    host_forward_s: tuple[float, ...] = ()
+    host_backward_s: tuple[float, ...] = ()
     # The weight-gradient part of backward_s per chunk, run as W ops by a schedule that splits
     # the backward (empty: half of backward_s, the zero-bubble paper's B = W).
     backward_weight_s: tuple[float, ...] = ()
@@ -127,6 +131,8 @@ class PipelineStep:
     simulated_m: tuple[int, ...]  # the micro-batch counts simulated; () for the closed form
     pipeline: PipelineTime  # how the pipeline part was found, and its idle share
     ep_hidden_s: float = 0.0  # the busiest stage's expert exchanges its schedule hides, per step
+    # The busiest stage's release time per local expert (`StageInputs.host_forward_s`), per step.
+    expert_host_s: float = 0.0
 
 
 def virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
@@ -153,8 +159,11 @@ def virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
             if st.ep_forward_s:
                 ep_f += inputs.ep_processor_usage * (st.ep_forward_s[j] - ep_f)
                 ep_b += inputs.ep_processor_usage * (st.ep_backward_s[j] - ep_b)
+            host_f = st.host_forward_s[j] if st.host_forward_s else 0.0
+            host_b = st.host_backward_s[j] if st.host_backward_s else 0.0
             t_f[j * p + r] = (
                 st.forward_s[j]
+                + host_f
                 + st.tp_forward_s[j]
                 + ep_f
                 + st.cp_exposed_s / (3 * v)
@@ -162,6 +171,7 @@ def virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
             )
             t_b[j * p + r] = (
                 st.backward_s[j]
+                + host_b
                 + st.tp_backward_s[j]
                 + ep_b
                 + (slow + st.accumulate_s) * share
@@ -399,6 +409,8 @@ def pipeline_step(inputs: StepInputs) -> PipelineStep:
         * (sum(inputs.stages[worst].ep_forward_s) + sum(inputs.stages[worst].ep_backward_s))
         - expert_hidden_s(inputs, worst),
         ep_hidden_s=expert_hidden_s(inputs, worst),
+        expert_host_s=m
+        * (sum(inputs.stages[worst].host_forward_s) + sum(inputs.stages[worst].host_backward_s)),
         pp_exposed_s=pp,
         dp_exposed_s=synced - pipeline + max(st.after_step_s for st in inputs.stages),
         optimizer_s=max(st.optimizer_s for st in inputs.stages),

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from planc.bounded import InputError, read_text, strict_json
 from planc.record import record
-from planc.vocab import Generation, RunCategory, RunFramework, RunRole
+from planc.vocab import FitTarget, Generation, RunCategory, RunFramework, RunRole
 
 INDEX_LIMIT = 4 * 1024 * 1024  # bytes: the index is a few tens of kilobytes
 INDEX_DEPTH = 4  # a list of flat objects
@@ -42,6 +42,8 @@ ENUM_FIELDS: Mapping[str, type[Enum]] = {
     "role": RunRole,
 }
 FIELDS = frozenset((*TEXT_FIELDS, *ENUM_FIELDS, "measured_s", "check_rules"))
+# Keys a run may leave out: `fits`, the parameter a fit run informs (default its GPU's GEMM curve).
+OPTIONAL = frozenset({"fits"})
 RULE_ID = re.compile(r"PLC[0-9]{3}")
 E = TypeVar("E", bound=Enum)
 
@@ -67,6 +69,7 @@ class Run:
     role: RunRole
     # The rules `planc check` reports on the spec as written (warning or error), sorted.
     check_rules: tuple[str, ...]
+    fits: FitTarget = FitTarget.GEMM  # what a fit run informs (a validation run: nothing)
 
 
 @record
@@ -149,7 +152,7 @@ def _run(item: Any, position: int) -> Run:
         raise CorpusError(f"entry {position} of the index is not an object")
     given = item.get("id")
     name = given if isinstance(given, str) else f"at entry {position}"
-    unknown = sorted(set(item) - FIELDS)
+    unknown = sorted(set(item) - FIELDS - OPTIONAL)
     if unknown:
         raise CorpusError(f"run {name}: unknown key(s) {', '.join(unknown)}")
     missing = sorted(FIELDS - set(item))
@@ -171,7 +174,17 @@ def _run(item: Any, position: int) -> Run:
         source_group=item["source_group"],
         role=_member(name, "role", item["role"], RunRole),
         check_rules=_rule_ids(name, item["check_rules"]),
+        fits=_fits(name, item),
     )
+
+
+def _fits(name: str, item: dict[str, Any]) -> FitTarget:
+    """The parameter a fit run informs; a validation run informs none, so names none."""
+    if "fits" not in item:
+        return FitTarget.GEMM
+    if item["role"] != RunRole.FIT.value:
+        raise CorpusError(f"run {name}: fits names a parameter, which only a fit run informs")
+    return _member(name, "fits", item["fits"], FitTarget)
 
 
 def _member(name: str, key: str, value: Any, kind: type[E]) -> E:

@@ -144,6 +144,10 @@ class Efficiency:
     # GEMM curves of other data types where an entry measures them (`gemm_by_dtype`); a data
     # type without one reaches the 16-bit curve's fractions of its own peak.
     gemm_by_dtype: Mapping[DType, GemmCurve] = field(default_factory=lambda: MappingProxyType({}))
+    # τ_e of the job's software release and recipe (`planc.presets.releases`): seconds per
+    # local expert per MoE layer and micro-batch; set per job (`planc.perf.inputs.efficiency_of`),
+    # never read from a GPU's entry or a calibration file.
+    expert_host_s: float = 0.0
 
     def gemm_for(self, dtype: DType) -> GemmCurve:
         """The GEMM curve of `dtype`: its own, else the 16-bit (bf16/fp16) curve `gemm`."""

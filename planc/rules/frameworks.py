@@ -87,8 +87,10 @@ def _megatron_te_cross_entropy(job: Job) -> Iterator[Violation]:
     """validate_args: "Transformer Engine cross entropy loss fusion is disabled due to stability
     issues. Use --cross-entropy-fusion-impl native, or omit --cross-entropy-loss-fusion."
     (megatron/training/arguments.py, megatron-core 0.19.2; ModelParallelConfig warns the same).
-    Megatron-Core before it (NeMo 25.04's, 7094270c) ran it."""
-    if job.training.loss_fusion == "te":
+    Megatron-Core before it ran it: NeMo 25.04's (7094270c) and NeMo 25.11's (0d8e0714,
+    0.16.0rc0, whose validate_args has no such check), so a spec that states
+    training.framework_release nemo-25.11 passes."""
+    if job.training.loss_fusion == "te" and job.training.framework_release == "latest":
         yield Violation(
             "training.cross_entropy_fusion",
             "Megatron-LM refuses Transformer Engine's fused cross-entropy ('disabled due to "
@@ -195,7 +197,7 @@ def megatron_refuses(ctx: Context) -> Iterator[Violation]:
     Megatron-FSDP, which always builds it) (megatron/training/arguments.py validate_args;
     megatron/core/optimizer/optimizer_config.py OptimizerConfig.__post_init__); it refuses
     Transformer Engine's fused cross-entropy (cross_entropy_fusion te), which older
-    Megatron-Core ran (validate_args). The expert dispatcher (parallelism.expert_dispatcher):
+    Megatron-Core ran (validate_args; training.framework_release nemo-25.11 states one). The expert dispatcher (parallelism.expert_dispatcher):
     not allgather with the combined-1f1b schedule (TransformerConfig); deepep over 2 to 160
     ranks of expert × expert_tensor that DeepEP has a config for, with 8 consecutive ones (or
     the whole group up to 8) in one NVLink domain; a hybridep group that divides into its NVLink

@@ -27,6 +27,7 @@ from planc.vocab import (
     ExpertRouting,
     Fp8Recipe,
     Framework,
+    FrameworkRelease,
     Kernels,
     Mlp,
     Norm,
@@ -310,6 +311,7 @@ class Training:
     cross_entropy_fusion: CrossEntropyFusion = "none"  # training.cross_entropy_fusion as written
     attention_backend: AttentionBackend = "auto"  # Megatron's --attention-backend (flash attention)
     framework: Framework = "megatron"  # megatron | deepspeed | fsdp2 (megatron-fsdp: megatron)
+    framework_release: FrameworkRelease = "latest"  # the software release (per-expert host time)
     reshard_after_forward: bool = True  # FSDP2
     reduce_dtype: ReduceDtype = "fp32"  # FSDP2: MixedPrecisionPolicy.reduce_dtype
     optimizer_implementation: OptimizerImplementation = "fused"  # FSDP2: torch.optim's Adam
@@ -1116,6 +1118,7 @@ def _training(spec: Data) -> Training:
         cross_entropy_fusion=tr.get("cross_entropy_fusion", "none"),
         attention_backend=tr.get("attention_backend", "auto"),
         framework=engine(written),
+        framework_release=tr.get("framework_release", "latest"),
         megatron_fsdp=written == MEGATRON_FSDP,
         reshard_after_forward=tr.get("reshard_after_forward", True),
         reduce_dtype=tr.get("reduce_dtype", "fp32"),

@@ -34,6 +34,7 @@ from planc.vocab import (
     ExpertRouting,
     Fp8RecipeName,
     Framework,
+    FrameworkRelease,
     Kernels,
     Mlp,
     Norm,
@@ -928,6 +929,16 @@ class TrainingSpec(Frozen):
         "optim, optim_grads, optim_grads_params; one pipeline stage), deepspeed (ZeRO 0–3) or "
         "fsdp2 (fully_shard: parameters, gradients and optimizer always sharded over "
         "data_shard).",
+    )
+    framework_release: FrameworkRelease = Field(
+        "latest",
+        description="The software release the run uses, where its MoE layers' cost differs from "
+        "today's: latest (default), the Megatron-Core and Transformer Engine planc targets, one "
+        "grouped GEMM per expert linear and nothing per expert on the host; nemo-25.11, NVIDIA's "
+        "NeMo 25.11 container (Megatron-Bridge 0.2.1, Megatron-Core 0.16.0rc0, Transformer Engine "
+        "2.10), whose every MoE layer spends a time per local expert and micro-batch beyond its "
+        "GPU work, fitted per FP8 recipe on one published run of that release "
+        "(planc/presets/releases.json; none for BF16). Megatron only.",
     )
     reshard_after_forward: StrictBool = Field(
         True,

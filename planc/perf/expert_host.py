@@ -1,0 +1,37 @@
+"""The time per local expert a software release spends in each MoE layer beyond its GPU work
+(`training.framework_release`; issue 24; docs/explain.md, "MoE runs of 2025's software").
+
+Transformer Engine 2.10's GroupedLinear (NeMo 25.11) handles a rank's E/EP local experts one by
+one on the host: it quantizes each expert's input (`tex.split_quantize`), fetches or refreshes
+each expert's weight workspace, and issues one GEMM per expert (`general_grouped_gemm` over
+`m_splits`), forward, and the data and weight gradients' two per expert backward. On the
+dropless runs of that release the time the step model leaves unpriced is a constant per local
+expert, layer and micro-batch, whatever the tokens (0.38 to 0.45 ms on Blackwell MXFP8 at 4,096
+to 16,384 tokens per micro-batch and 16 or 32 experts a rank): a time that does not overlap the
+GPU's work, so it is added, not compared with it.
+
+    t_host = τ_e · E/EP per MoE layer and micro-batch; a third of it forward, two thirds
+             backward (one GEMM per expert and linear forward, two backward)
+
+τ_e is `Efficiency.expert_host_s`, the release's and recipe's fitted value
+(`planc.presets.releases`), 0 for the software planc targets (`latest`).
+"""
+
+from __future__ import annotations
+
+from planc.plannable import Plannable
+from planc.presets.efficiency import Efficiency
+
+# The forward's share of an expert's host time: 1 of its 3 GEMMs per linear.
+FORWARD_SHARE = 1 / 3
+
+
+def expert_host_per_layer(job: Plannable, eff: Efficiency) -> tuple[float, float]:
+    """(forward, backward) seconds one MoE layer spends per micro-batch on its local experts
+    beyond its GPU work: τ_e · E/EP, split as `FORWARD_SHARE` says; (0, 0) for a dense model or
+    where the release costs nothing per expert."""
+    experts = job.dims.experts
+    if experts is None or eff.expert_host_s == 0.0:
+        return 0.0, 0.0
+    total = eff.expert_host_s * (experts.E // experts.ep)
+    return FORWARD_SHARE * total, (1 - FORWARD_SHARE) * total

@@ -1,0 +1,154 @@
+"""training.framework_release: the time per local expert a release's MoE layers spend beyond
+their GPU work (planc.perf.expert_host, planc/presets/releases.json; issue 24)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from planc.analysis import Analysis, analyse, estimate_step
+from planc.cli.main import main
+from planc.fitting import solve_expert_host
+from planc.perf.expert_host import expert_host_per_layer
+from planc.perf.inputs import release_key
+from planc.plannable import plannable
+from planc.presets.releases import expert_host_s, fitted
+from planc.spec.load import load_text
+
+from conftest import ROOT
+
+# Megatron-Bridge 25.11's Qwen3-30B-A3B on 8 B200 in MXFP8: 128 experts over EP 8, 48 MoE
+# layers, one pipeline stage, m = 512 / (1 · 8) = 64 micro-batches.
+QWEN3_B200 = ROOT / "validation" / "runs" / "bridge2511-qwen3-30b-a3b-8xb200-fp8mx.yaml"
+RELEASE = ", framework_release: nemo-25.11}"
+
+
+def _analysis(text: str) -> Analysis:
+    loaded = load_text("spec.yaml", text)
+    assert loaded.job is not None, loaded.findings
+    plan = plannable(loaded.job)
+    assert not isinstance(plan, tuple)
+    return analyse(plan)
+
+
+def _text(**swap: str) -> str:
+    text = QWEN3_B200.read_text(encoding="utf-8")
+    assert RELEASE in text
+    for old, new in swap.items():
+        text = text.replace(old, new)
+    return text
+
+
+def test_the_release_prices_each_local_expert_of_each_layer_and_micro_batch() -> None:
+    """τ_e · E/EP per MoE layer and micro-batch, a third forward: 16 local experts."""
+    analysis = _analysis(_text())
+    tau = expert_host_s("nemo-25.11", "mxfp8")
+    assert tau == fitted()[("nemo-25.11", "mxfp8")].seconds > 0
+    assert analysis.efficiency.expert_host_s == tau
+    forward, backward = expert_host_per_layer(analysis.plan, analysis.efficiency)
+    assert forward == pytest.approx(16 * tau / 3, rel=1e-12)
+    assert backward == pytest.approx(2 * 16 * tau / 3, rel=1e-12)
+
+
+def test_the_step_grows_by_the_host_time_of_every_layer_and_micro_batch() -> None:
+    """One stage: compute grows by m · L · E/EP · τ_e = 64 · 48 · 16 · τ_e, the step by as much
+    (no gradient reduction hides behind the host's time: the buckets wait on the backward's
+    kernels, which only start later)."""
+    with_release = estimate_step(_analysis(_text()))
+    latest = estimate_step(_analysis(_text(**{RELEASE: "}"})))
+    want = 64 * 48 * 16 * expert_host_s("nemo-25.11", "mxfp8")
+    assert with_release.expert_host_s == pytest.approx(want, rel=1e-9)
+    assert latest.expert_host_s == 0.0
+    assert with_release.compute_s - latest.compute_s == pytest.approx(want, rel=1e-9)
+    assert with_release.step_time_s - latest.step_time_s == pytest.approx(want, rel=1e-3)
+
+
+def test_what_the_release_prices_follows_the_recipe_and_the_framework() -> None:
+    # BF16 experts of 25.11 are not fitted: nothing per expert. Nor under a framework that is
+    # not Megatron-LM, nor for the software planc targets.
+    bf16 = _analysis(
+        _text(**{"precision: fp8, fp8: {recipe: mxfp8, param_gather: true}": "precision: bf16"})
+    )
+    assert release_key(bf16.plan) == ("nemo-25.11", "bf16")
+    assert bf16.efficiency.expert_host_s == 0.0
+    latest = _analysis(_text(**{RELEASE: "}"}))
+    assert release_key(latest.plan) == ("latest", "mxfp8")
+    assert latest.efficiency.expert_host_s == 0.0
+    current = _analysis(_text(**{"recipe: mxfp8": "recipe: current"}))
+    assert current.efficiency.expert_host_s == expert_host_s("nemo-25.11", "current")
+    assert expert_host_s("nemo-25.11", "current") > expert_host_s("nemo-25.11", "mxfp8")
+
+
+def test_a_dense_model_has_no_key() -> None:
+    dense = _analysis(
+        (ROOT / "validation" / "runs" / "bridge2511-llama3-8b-8xb200-fp8mx.yaml").read_text()
+    )
+    assert release_key(dense.plan) is None
+    assert dense.efficiency.expert_host_s == 0.0
+
+
+def test_explain_names_the_host_time_and_where_it_comes_from(tmp_path: Path) -> None:
+    spec = tmp_path / "qwen3.yaml"
+    spec.write_text(_text(), encoding="utf-8")
+    text = CliRunner().invoke(main, ["explain", str(spec)]).output
+    tau = expert_host_s("nemo-25.11", "mxfp8")
+    line = next(line for line in text.splitlines() if "expert host time" in line)
+    assert f"{tau * 1e3:.3g} ms per local expert × 16 experts" in line
+    assert "nemo-25.11, mxfp8 experts" in line
+    data = json.loads(CliRunner().invoke(main, ["explain", str(spec), "--format", "json"]).output)
+    assert data["step"]["expert_host_s"] == pytest.approx(64 * 48 * 16 * tau, rel=1e-9)
+    spec.write_text(_text(**{RELEASE: "}"}), encoding="utf-8")
+    assert "expert host time" not in CliRunner().invoke(main, ["explain", str(spec)]).output
+
+
+def test_an_unknown_release_is_a_finding_with_its_place(tmp_path: Path) -> None:
+    spec = tmp_path / "old.yaml"
+    text = _text(**{"nemo-25.11": "nemo-24.07"})
+    spec.write_text(text, encoding="utf-8")
+    result = CliRunner().invoke(main, ["check", str(spec)])
+    assert result.exit_code == 1
+    first = result.output.splitlines()[0]
+    value = "framework_release: nemo-24.07"
+    line = next(n for n, row in enumerate(text.splitlines(), 1) if value in row)
+    column = text.splitlines()[line - 1].index(value) + len("framework_release: ") + 1
+    assert first.startswith(f"{spec}:{line}:{column}: error PLC110")
+    assert "PLC110 training.framework_release must be one of latest, nemo-25.11" in first
+
+
+def test_the_release_runs_transformer_engines_fused_loss(tmp_path: Path) -> None:
+    # NeMo 25.11's Megatron-Core (0d8e0714) ran cross_entropy_fusion te; 0.19.2 refuses it.
+    spec = tmp_path / "loss.yaml"
+    spec.write_text(_text(), encoding="utf-8")
+    assert "PLC048" not in CliRunner().invoke(main, ["check", str(spec)]).output
+    spec.write_text(_text(**{RELEASE: "}"}), encoding="utf-8")
+    assert "PLC048" in CliRunner().invoke(main, ["check", str(spec)]).output
+
+
+def test_the_solve_meets_the_measured_step() -> None:
+    # A step of 10 s plus 100 s per second of τ_e meets 12 s at τ_e = 0.02 s.
+    assert solve_expert_host(lambda tau: 10 + 100 * tau, 12.0) == pytest.approx(0.02, rel=1e-5)
+    # Already no faster than measured: nothing per expert.
+    assert solve_expert_host(lambda tau: 13 + tau, 12.0) == 0.0
+    with pytest.raises(ValueError, match="no τ_e up to 1 s"):
+        solve_expert_host(lambda tau: 10 + tau, 12.0)
+
+
+def test_a_fold_without_the_fit_run_prices_nothing_per_expert() -> None:
+    # Leave-one-source-out: holding out NeMo 25.11 holds out its fit runs, so its runs are
+    # scored with τ_e = 0, what planc would say without them.
+    from planc.fitting import fold_tables, refit
+    from planc.perf.validation import read_index
+
+    runs = read_index(str(ROOT / "validation" / "runs.json"))
+    run = next(r for r in runs if r.id == QWEN3_B200.stem)
+    analysis = _analysis(_text())
+    priors = refit((), lambda _: analysis)  # no fit run: every curve at its prior
+    assert fold_tables(run, analysis, priors, {}).expert_host_s == 0.0
+    key = ("nemo-25.11", "mxfp8")
+    assert fold_tables(run, analysis, priors, {key: 1e-3}).expert_host_s == 1e-3
+    tables = fold_tables(run, analysis, priors, {})
+    assert tables == replace(tables, expert_host_s=0.0)
