@@ -32,8 +32,8 @@ from types import MappingProxyType
 
 from planc.analysis import Analysis, predictor
 from planc.perf.calibrate import Fit, fit, with_values
+from planc.perf.expert_host import release_key
 from planc.perf.gemm_table import GemmTable, row_seconds
-from planc.perf.inputs import release_key
 from planc.perf.validation import Run
 from planc.presets.efficiency import Efficiency, for_gpu
 from planc.record import record
@@ -164,9 +164,8 @@ def fold_tables(
 ) -> Efficiency:
     """The tables that price `run` under a fit: its GPU's curves as `fitted` gives them (the
     analysis's own for a GPU no fit reaches) and τ_e of its release and recipe as `host` does."""
-    key = release_key(analysis.plan)
     tables = tables_for(run.gpu, fitted) or analysis.efficiency
-    return replace(tables, expert_host_s=0.0 if key is None else host.get(key, 0.0))
+    return replace(tables, expert_host=MappingProxyType(dict(host)))
 
 
 # τ_e is solved to this relative tolerance (`solve_expert_host`).
@@ -188,12 +187,13 @@ def refit_expert_host(
         if key is None or key in out:
             raise ValueError(f"{run.id}: not the one expert-host fit run of a release and recipe")
         tables = tables_for(run.gpu, fitted) or analysis.efficiency
-        out[key] = solve_expert_host(partial(_priced_at, analysis, tables), run.measured_s)
+        out[key] = solve_expert_host(partial(_priced_at, analysis, tables, key), run.measured_s)
     return MappingProxyType(out)
 
 
-def _priced_at(analysis: Analysis, tables: Efficiency, tau: float) -> float:
-    return predictor(analysis)(replace(tables, expert_host_s=tau))
+def _priced_at(analysis: Analysis, tables: Efficiency, key: tuple[str, str], tau: float) -> float:
+    host = MappingProxyType({**tables.expert_host, key: tau})
+    return predictor(analysis)(replace(tables, expert_host=host))
 
 
 def solve_expert_host(predict: Callable[[float], float], measured_s: float) -> float:

@@ -4,7 +4,6 @@ their GPU work (planc.perf.expert_host, planc/presets/releases.json; issue 24)."
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,7 @@ from click.testing import CliRunner
 from planc.analysis import Analysis, analyse, estimate_step
 from planc.cli.main import main
 from planc.fitting import solve_expert_host
-from planc.perf.expert_host import expert_host_per_layer
-from planc.perf.inputs import release_key
+from planc.perf.expert_host import expert_host_per_layer, release_key, tau_e
 from planc.plannable import plannable
 from planc.presets.releases import expert_host_s, fitted
 from planc.spec.load import load_text
@@ -48,7 +46,7 @@ def test_the_release_prices_each_local_expert_of_each_layer_and_micro_batch() ->
     analysis = _analysis(_text())
     tau = expert_host_s("nemo-25.11", "mxfp8")
     assert tau == fitted()[("nemo-25.11", "mxfp8")].seconds > 0
-    assert analysis.efficiency.expert_host_s == tau
+    assert tau_e(analysis.plan, analysis.efficiency) == tau
     forward, backward = expert_host_per_layer(analysis.plan, analysis.efficiency)
     assert forward == pytest.approx(16 * tau / 3, rel=1e-12)
     assert backward == pytest.approx(2 * 16 * tau / 3, rel=1e-12)
@@ -74,12 +72,12 @@ def test_what_the_release_prices_follows_the_recipe_and_the_framework() -> None:
         _text(**{"precision: fp8, fp8: {recipe: mxfp8, param_gather: true}": "precision: bf16"})
     )
     assert release_key(bf16.plan) == ("nemo-25.11", "bf16")
-    assert bf16.efficiency.expert_host_s == 0.0
+    assert tau_e(bf16.plan, bf16.efficiency) == 0.0
     latest = _analysis(_text(**{RELEASE: "}"}))
     assert release_key(latest.plan) == ("latest", "mxfp8")
-    assert latest.efficiency.expert_host_s == 0.0
+    assert tau_e(latest.plan, latest.efficiency) == 0.0
     current = _analysis(_text(**{"recipe: mxfp8": "recipe: current"}))
-    assert current.efficiency.expert_host_s == expert_host_s("nemo-25.11", "current")
+    assert tau_e(current.plan, current.efficiency) == expert_host_s("nemo-25.11", "current")
     assert expert_host_s("nemo-25.11", "current") > expert_host_s("nemo-25.11", "mxfp8")
 
 
@@ -88,7 +86,7 @@ def test_a_dense_model_has_no_key() -> None:
         (ROOT / "validation" / "runs" / "bridge2511-llama3-8b-8xb200-fp8mx.yaml").read_text()
     )
     assert release_key(dense.plan) is None
-    assert dense.efficiency.expert_host_s == 0.0
+    assert tau_e(dense.plan, dense.efficiency) == 0.0
 
 
 def test_explain_names_the_host_time_and_where_it_comes_from(tmp_path: Path) -> None:
@@ -147,8 +145,20 @@ def test_a_fold_without_the_fit_run_prices_nothing_per_expert() -> None:
     run = next(r for r in runs if r.id == QWEN3_B200.stem)
     analysis = _analysis(_text())
     priors = refit((), lambda _: analysis)  # no fit run: every curve at its prior
-    assert fold_tables(run, analysis, priors, {}).expert_host_s == 0.0
+    assert tau_e(analysis.plan, fold_tables(run, analysis, priors, {})) == 0.0
     key = ("nemo-25.11", "mxfp8")
-    assert fold_tables(run, analysis, priors, {key: 1e-3}).expert_host_s == 1e-3
-    tables = fold_tables(run, analysis, priors, {})
-    assert tables == replace(tables, expert_host_s=0.0)
+    assert tau_e(analysis.plan, fold_tables(run, analysis, priors, {key: 1e-3})) == 1e-3
+
+
+def test_every_gpus_tables_and_a_calibration_carry_the_releases() -> None:
+    # planc calibrate starts from the GPU's tables, so a 25.11 MoE run it calibrates on is
+    # priced with its release's τ_e, as planc check prices it.
+    from planc.presets.efficiency import for_gpu, from_json, to_json
+
+    for gpu in ("b200", "h100-sxm", "a100-80gb", "no-such-gpu"):
+        assert for_gpu(gpu).expert_host == fitted_table()
+    assert from_json(to_json(for_gpu("b200")), "calibration").expert_host == fitted_table()
+
+
+def fitted_table() -> dict[tuple[str, str], float]:
+    return {key: value.seconds for key, value in fitted().items()}

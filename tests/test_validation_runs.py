@@ -183,7 +183,7 @@ def test_the_release_times_are_the_fit_of_the_declared_runs() -> None:
     # Refitting from the index reproduces releases.json's τ_e (to 0.5 %), each on the run it
     # names; and each fit run is then priced at its measured step (the fit's definition).
     from planc.fitting import refit, refit_expert_host
-    from planc.perf.inputs import release_key
+    from planc.perf.expert_host import release_key
     from planc.presets.releases import fitted
     from planc.scoring import analysed
 

@@ -13,6 +13,7 @@ from planc.comm.schedule import WireBudget, op_record, sharding_stage
 from planc.comm.tiers import ring_bandwidth_gbs
 from planc.outputs import escape
 from planc.outputs.memory import to_json as memory_json
+from planc.perf.expert_host import tau_e
 from planc.perf.grad_accum import accumulation
 from planc.perf.inputs import build_inputs
 from planc.perf.step import Overlap, StepInputs, busiest_stage, overlaps
@@ -329,7 +330,7 @@ def _expert_host_line(ex: Explanation) -> list[str]:
     if step.expert_host_s <= 0 or experts is None:
         return []
     share = step.expert_host_s / step.step_time_s if step.step_time_s else 0.0
-    tau = ex.analysis.efficiency.expert_host_s
+    tau = tau_e(plan, ex.analysis.efficiency)
     recipe = plan.training.fp8_recipe
     return [
         f"  expert host time:   {step.expert_host_s:8.2f} s ({share:5.1%})  "

@@ -13,17 +13,34 @@ GPU's work, so it is added, not compared with it.
     t_host = τ_e · E/EP per MoE layer and micro-batch; a third of it forward, two thirds
              backward (one GEMM per expert and linear forward, two backward)
 
-τ_e is `Efficiency.expert_host_s`, the release's and recipe's fitted value
-(`planc.presets.releases`), 0 for the software planc targets (`latest`).
+τ_e is `Efficiency.expert_host` of the job's release and recipe (`release_key`), the value
+planc/presets/releases.json fits (`planc.presets.releases`); 0 where it has none, as for the
+software planc targets (`latest`).
 """
 
 from __future__ import annotations
 
 from planc.plannable import Plannable
 from planc.presets.efficiency import Efficiency
+from planc.presets.releases import recipe_key
 
 # The forward's share of an expert's host time: 1 of its 3 GEMMs per linear.
 FORWARD_SHARE = 1 / 3
+
+
+def release_key(job: Plannable) -> tuple[str, str] | None:
+    """(release, recipe of the expert GEMMs) whose τ_e prices the job's MoE layers: Megatron-LM's
+    only (the releases are NeMo containers); None for a dense model or another framework."""
+    tr = job.training
+    if job.model.moe is None or tr.framework != "megatron":
+        return None
+    return tr.framework_release, recipe_key(None if tr.fp8_recipe is None else tr.fp8_recipe.value)
+
+
+def tau_e(job: Plannable, eff: Efficiency) -> float:
+    """τ_e of the job under `eff`: seconds per local expert per MoE layer and micro-batch."""
+    key = release_key(job)
+    return 0.0 if key is None else eff.expert_host.get(key, 0.0)
 
 
 def expert_host_per_layer(job: Plannable, eff: Efficiency) -> tuple[float, float]:
@@ -31,7 +48,8 @@ def expert_host_per_layer(job: Plannable, eff: Efficiency) -> tuple[float, float
     beyond its GPU work: τ_e · E/EP, split as `FORWARD_SHARE` says; (0, 0) for a dense model or
     where the release costs nothing per expert."""
     experts = job.dims.experts
-    if experts is None or eff.expert_host_s == 0.0:
+    tau = tau_e(job, eff)
+    if experts is None or tau == 0.0:
         return 0.0, 0.0
-    total = eff.expert_host_s * (experts.E // experts.ep)
+    total = tau * (experts.E // experts.ep)
     return FORWARD_SHARE * total, (1 - FORWARD_SHARE) * total

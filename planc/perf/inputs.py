@@ -119,7 +119,6 @@ from planc.presets.efficiency import (
     for_gpu,
     from_json,
 )
-from planc.presets.releases import expert_host_s, recipe_key
 from planc.record import record
 from planc.spec.job import Job
 from planc.stages import stage_classes
@@ -255,23 +254,7 @@ def efficiency_of(job: Plannable) -> Efficiency:
     flat = job.training.efficiency
     if flat is not None:
         eff = eff.with_gemm(peak_fraction=flat, half_dim=0.0, sms=1)
-    return replace(eff, expert_host_s=release_expert_host_s(job))
-
-
-def release_expert_host_s(job: Plannable) -> float:
-    """τ_e of the job's `training.framework_release` and recipe (`planc.presets.releases`); 0
-    where `release_key` is None."""
-    key = release_key(job)
-    return 0.0 if key is None else expert_host_s(*key)
-
-
-def release_key(job: Plannable) -> tuple[str, str] | None:
-    """(release, recipe) whose τ_e prices the job's MoE layers: Megatron-LM's only (the
-    releases are NeMo containers); None for a dense model or another framework."""
-    tr = job.training
-    if job.model.moe is None or tr.framework != "megatron":
-        return None
-    return tr.framework_release, recipe_key(None if tr.fp8_recipe is None else tr.fp8_recipe.value)
+    return eff
 
 
 def comm_time_s(

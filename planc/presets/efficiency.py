@@ -39,6 +39,7 @@ from types import MappingProxyType
 from typing import Any, cast
 
 from planc.bounded import read_text, strict_json
+from planc.presets import releases
 from planc.record import record
 from planc.vocab import DType
 
@@ -144,10 +145,12 @@ class Efficiency:
     # GEMM curves of other data types where an entry measures them (`gemm_by_dtype`); a data
     # type without one reaches the 16-bit curve's fractions of its own peak.
     gemm_by_dtype: Mapping[DType, GemmCurve] = field(default_factory=lambda: MappingProxyType({}))
-    # τ_e of the job's software release and recipe (`planc.presets.releases`): seconds per
-    # local expert per MoE layer and micro-batch; set per job (`planc.perf.inputs.efficiency_of`),
-    # never read from a GPU's entry or a calibration file.
-    expert_host_s: float = 0.0
+    # τ_e by (software release, recipe of the expert GEMMs): seconds per local expert per MoE
+    # layer and micro-batch (`planc.perf.expert_host`). Every GPU's tables and every calibration
+    # take planc/presets/releases.json's (`planc.presets.releases.table`); a fit replaces it.
+    expert_host: Mapping[tuple[str, str], float] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
     def gemm_for(self, dtype: DType) -> GemmCurve:
         """The GEMM curve of `dtype`: its own, else the 16-bit (bf16/fp16) curve `gemm`."""
@@ -318,6 +321,7 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
         network=_link(net, "network", f"{where}.network"),
         source=str(data.get("source", "")),
         gemm_by_dtype=_gemm_by_dtype(data.get("gemm_by_dtype", {}), f"{where}.gemm_by_dtype"),
+        expert_host=releases.table(),
     )
 
 

@@ -51,6 +51,11 @@ def fitted() -> Mapping[tuple[str, str], ExpertHost]:
     return MappingProxyType(out)
 
 
+def table() -> Mapping[tuple[str, str], float]:
+    """τ_e of every (release, recipe) the file fits: what `Efficiency.expert_host` holds."""
+    return MappingProxyType({key: value.seconds for key, value in fitted().items()})
+
+
 def expert_host_s(release: str, recipe: str) -> float:
     """τ_e of `release` with expert GEMMs in `recipe` (an FP8 recipe's name, or `SIXTEEN_BIT`);
     0 where the file lists none."""
