@@ -4,6 +4,7 @@ their GPU work (planc.perf.expert_host, planc/presets/releases.json; issue 24)."
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from planc.analysis import Analysis, analyse, estimate_step
 from planc.cli.main import main
 from planc.fitting import solve_expert_host
 from planc.perf.expert_host import expert_host_per_layer, release_key, tau_e
-from planc.plannable import plannable
+from planc.plannable import Plannable, plannable
 from planc.presets.releases import expert_host_s, fitted
 from planc.spec.load import load_text
 
@@ -162,3 +163,67 @@ def test_every_gpus_tables_and_a_calibration_carry_the_releases() -> None:
 
 def fitted_table() -> dict[tuple[str, str], float]:
     return {key: value.seconds for key, value in fitted().items()}
+
+
+# ------------------------------------------------------------------------- planc calibrate
+
+
+def _moe_job(ep: int, b: int, layers: int = 2) -> Plannable:
+    text = (
+        f"version: 1\nname: moe-{ep}-{b}\nmodel: {{preset: qwen3-30b-a3b, layers: {layers}}}\n"
+        "hardware: {gpu: b200, nodes: 1}\n"
+        f"parallelism: {{tensor: 1, expert: {ep}}}\n"
+        f"training: {{seq_len: 4096, micro_batch: {b}, global_batch: {8 * b}, recompute: none, "
+        "attention: flash}\n"
+    )
+    loaded = load_text("moe.yaml", text)
+    assert loaded.job is not None, loaded.findings
+    plan = plannable(loaded.job)
+    assert not isinstance(plan, tuple)
+    return plan
+
+
+def test_calibrate_recovers_a_time_per_expert_of_the_users_software() -> None:
+    # Runs on software planc knows nothing of (release latest, BF16 experts), measured under a
+    # known truth: the GEMM curve at 0.45 of peak and 0.5 ms per local expert. The fit finds
+    # both; 32, 16 and 8 local experts (EP 4, 8, 16 of 128) tell the per-expert time from the
+    # GEMMs'.
+    from planc.analysis import predictor
+    from planc.perf.calibrate import Run, calibrate_runs
+    from planc.presets.efficiency import for_gpu
+
+    key = ("latest", "bf16")
+    base = for_gpu("b200")
+    truth = replace(
+        base.with_gemm(peak_fraction=0.45),
+        expert_host={**base.expert_host, key: 5e-4},
+    )
+    runs = []
+    for ep, b in ((4, 1), (8, 1), (8, 2)):
+        plan = _moe_job(ep, b)
+        predict = predictor(analyse(plan))
+        runs.append(Run(f"ep{ep}-b{b}", plan, predict(truth), predict))
+    names = ("gemm.peak_fraction",)
+    cal = calibrate_runs(runs, names=names, ridge=0.0)
+    assert cal.fit.names == (*names, "expert_host:latest:bf16")
+    assert cal.fit.values == pytest.approx((0.45, 5e-4), rel=1e-3)
+    assert cal.fit.efficiency.expert_host[key] == pytest.approx(5e-4, rel=1e-3)
+    # Before the fit the release costs nothing per expert: every run was priced too fast.
+    assert all(error < -0.05 for error in cal.before)
+
+
+def test_a_calibration_file_carries_its_time_per_expert() -> None:
+    from planc.presets.efficiency import for_gpu, from_json, to_json
+
+    base = for_gpu("b200")
+    own = replace(base, expert_host={**base.expert_host, ("latest", "mxfp8"): 3e-4})
+    data = to_json(own)
+    assert data["expert_host"] == {"latest": {"mxfp8": 3e-4}}  # only what differs from presets
+    assert from_json(data, "calibration").expert_host == own.expert_host
+    for bad, message in (
+        ({"nemo-24.07": {"bf16": 1e-4}}, "unknown key 'nemo-24.07'"),
+        ({"latest": {"fp16": 1e-4}}, "unknown key 'fp16'"),
+        ({"latest": {"bf16": -1.0}}, r"expert_host.latest.bf16 must be a number in \[0, 1\]"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            from_json({**data, "expert_host": bad}, "calibration")

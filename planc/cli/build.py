@@ -187,8 +187,10 @@ def calibrate(measurements: str, output: str) -> None:
     """Fit efficiency tables to measured step times: MEASUREMENTS is a CSV of `spec path,
     seconds per step` (paths relative to it), all on one GPU type.
 
-    Writes one GPU's entry of planc/presets/efficiency.json to OUTPUT (reference it from a spec
-    as hardware.calibration) and prints each run's error before and after the fit and from a fit
+    Fits the GEMM curve and each link's efficiency and, where the runs have Megatron-LM MoE
+    layers, the time per local expert of their training.framework_release and recipe. Writes one
+    GPU's entry of planc/presets/efficiency.json to OUTPUT (reference it from a spec as
+    hardware.calibration) and prints each run's error before and after the fit and from a fit
     that left it out.
     """
     from planc.analysis import predictor

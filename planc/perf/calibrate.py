@@ -2,7 +2,9 @@
 
 The fitted parameters (by default): the GEMM curve's `peak_fraction` and `half_dim`, and the
 bus-bandwidth efficiency of the NVLink and network links (one number per link, shared by all
-collectives). Residuals are relative, r_i = ln(predicted_i / measured_i), so a 2 % miss weighs
+collectives); and where the runs include Megatron-LM MoE layers, τ_e of each (release, recipe of
+the expert GEMMs) they run (`planc.perf.expert_host`: the time per local expert beyond the GPU's
+work), from releases.json's value or, where it has none, from `HOST_PRIOR_S`. Residuals are relative, r_i = ln(predicted_i / measured_i), so a 2 % miss weighs
 the same on a 1 s and a 100 s step. A weak ridge term, `RIDGE`·ln(θ/θ₀) per parameter, keeps a
 parameter the data cannot see (the network in single-node runs) at its prior instead of
 letting it wander. The minimiser is Levenberg–Marquardt (Marquardt 1963) with a
@@ -20,11 +22,14 @@ import io
 import json
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 
 from planc.bounded import InputError, read_text
+from planc.perf.expert_host import release_key
 from planc.plannable import Plannable
 from planc.presets.efficiency import COLLECTIVES, Efficiency, for_gpu, from_json, to_json
 from planc.record import record
@@ -36,8 +41,24 @@ RIDGE = 0.02
 CAPPED = frozenset({"gemm.peak_fraction", "nvlink.efficiency", "network.efficiency"})
 
 
+# A release's time per local expert is the parameter `expert_host:<release>:<recipe>`.
+HOST = "expert_host"
+
+
+def host_parameter(key: tuple[str, str]) -> str:
+    """The name of τ_e of (release, recipe) as `fit` takes it."""
+    return ":".join((HOST, *key))
+
+
+def _host_key(name: str) -> tuple[str, str]:
+    _, release, recipe = name.split(":")
+    return release, recipe
+
+
 def get(eff: Efficiency, name: str) -> float:
     """The value of parameter `name` (a link's efficiency is its all-reduce efficiency)."""
+    if name.startswith(HOST):
+        return eff.expert_host.get(_host_key(name), 0.0)
     section, field = name.split(".")
     if section == "gemm":
         value: float = getattr(eff.gemm, field)
@@ -47,6 +68,9 @@ def get(eff: Efficiency, name: str) -> float:
 
 def put(eff: Efficiency, name: str, value: float) -> Efficiency:
     """`eff` with parameter `name` set (a link's efficiency sets every collective of it)."""
+    if name.startswith(HOST):
+        host = MappingProxyType({**eff.expert_host, _host_key(name): value})
+        return replace(eff, expert_host=host)
     section, field = name.split(".")
     if name in CAPPED:
         value = min(value, 1.0)
@@ -266,6 +290,9 @@ def calibrate_runs(
         raise ValueError(f"calibrate runs of one GPU type at a time, got {sorted(gpus)}")
     gpu = runs[0].job.cluster.gpu
     first = start or for_gpu(gpu.name, gpu.memory_bandwidth_gbs)
+    keys = sorted({key for run in runs if (key := release_key(run.job)) is not None})
+    names = (*names, *(host_parameter(key) for key in keys))
+    first = with_host_priors(first, keys)
     cases = [(run.predict, run.measured_s) for run in runs]
     _fittable(runs, [predict(first) for predict, _ in cases])
     result = fit(cases, first, names, ridge=ridge)
@@ -273,6 +300,20 @@ def calibrate_runs(
     before = tuple(predict(first) / measured - 1 for predict, measured in cases)
     loo = leave_one_out(cases, first, names, ridge) if len(cases) > 1 else ()
     return Calibration(result, tuple(runs), before, loo)
+
+
+# τ_e's prior where releases.json has none (the software planc targets, BF16 of NeMo 25.11):
+# a microsecond per expert, nothing a step can see. The fit works on ln τ_e, which a zero
+# prior would put at −∞; the ridge pulls an unseen τ_e back to this, not to a real cost.
+HOST_PRIOR_S = 1e-6
+
+
+def with_host_priors(eff: Efficiency, keys: Sequence[tuple[str, str]]) -> Efficiency:
+    """`eff` with τ_e of each of `keys` at least `HOST_PRIOR_S` (the fit's starting point)."""
+    for key in keys:
+        if eff.expert_host.get(key, 0.0) < HOST_PRIOR_S:
+            eff = put(eff, host_parameter(key), HOST_PRIOR_S)
+    return eff
 
 
 # How far a measured step may be from the model with the starting tables, either way, and how

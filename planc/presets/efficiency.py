@@ -265,7 +265,17 @@ def _link(data: Mapping[str, Any], key: str, where: str) -> LinkEfficiency:
     )
 
 
-_TOP = ("gemm", "hbm", "vector", "flash_attention", "network", "gemm_by_dtype", "accuracy")
+_TOP = (
+    "gemm",
+    "hbm",
+    "vector",
+    "flash_attention",
+    "network",
+    "gemm_by_dtype",
+    "accuracy",
+    "expert_host",
+)
+_HOST_S = (0.0, 1.0, True)  # τ_e: seconds per expert, layer and micro-batch, at most a second
 _MAX_RUNS = 100_000  # runs a calibration's accuracy may count
 _ERROR = (-1e3, 1e3, True)  # a relative error: a thousandfold either way
 
@@ -321,8 +331,26 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
         network=_link(net, "network", f"{where}.network"),
         source=str(data.get("source", "")),
         gemm_by_dtype=_gemm_by_dtype(data.get("gemm_by_dtype", {}), f"{where}.gemm_by_dtype"),
-        expert_host=releases.table(),
+        expert_host=_expert_host(data, where),
     )
+
+
+def _expert_host(data: Mapping[str, Any], where: str) -> Mapping[tuple[str, str], float]:
+    """releases.json's τ_e, with an entry's (a calibration's) optional `expert_host` over it:
+    {release: {recipe: seconds}}, each release and recipe one planc knows."""
+    table = dict(releases.table())
+    if "expert_host" not in data:
+        return MappingProxyType(table)
+    given = _section(data, "expert_host", where, releases.RELEASE_NAMES)
+    for release in releases.RELEASE_NAMES:
+        if release not in given:
+            continue
+        inner = _section(given, release, f"{where}.expert_host", releases.RECIPE_NAMES)
+        for recipe in releases.RECIPE_NAMES:
+            if recipe in inner:
+                at = f"{where}.expert_host.{release}"
+                table[(release, recipe)] = _number(inner, recipe, at, _HOST_S)
+    return MappingProxyType(table)
 
 
 def _accuracy(data: Mapping[str, Any], where: str) -> None:
@@ -416,7 +444,18 @@ def to_json(eff: Efficiency, source: str = "") -> dict[str, Any]:
             if eff.gemm_by_dtype
             else {}
         ),
+        **_host_json(eff),
     }
+
+
+def _host_json(eff: Efficiency) -> dict[str, Any]:
+    """The τ_e that differ from releases.json's (a calibration's), as `_expert_host` reads them."""
+    preset = releases.table()
+    own: dict[str, dict[str, float]] = {}
+    for (release, recipe), seconds in sorted(eff.expert_host.items()):
+        if preset.get((release, recipe)) != seconds:
+            own.setdefault(release, {})[recipe] = seconds
+    return {"expert_host": own} if own else {}
 
 
 @cache

@@ -16,13 +16,17 @@ import os
 from collections.abc import Mapping
 from functools import cache
 from types import MappingProxyType
-from typing import Any
+from typing import Any, get_args
 
 from planc.record import record
+from planc.vocab import Fp8Recipe, FrameworkRelease
 
 RELEASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "releases.json")
 # The key of a run without an FP8/FP4 recipe (its expert GEMMs in BF16).
 SIXTEEN_BIT = "bf16"
+# The releases and recipes a τ_e may be given for (here or in a calibration's expert_host).
+RELEASE_NAMES: tuple[str, ...] = get_args(FrameworkRelease)
+RECIPE_NAMES: tuple[str, ...] = (SIXTEEN_BIT, *(recipe.value for recipe in Fp8Recipe))
 
 
 @record
