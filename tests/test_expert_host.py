@@ -227,3 +227,20 @@ def test_a_calibration_file_carries_its_time_per_expert() -> None:
     ):
         with pytest.raises(ValueError, match=message):
             from_json({**data, "expert_host": bad}, "calibration")
+
+
+def test_the_reports_step_bar_shows_the_host_time_in_its_own_colour() -> None:
+    from planc.report.assets import CSS
+    from planc.report.comm import step_parts
+
+    step = estimate_step(_analysis(_text()))
+    parts = {part.cls: part for part in step_parts(step)}
+    assert parts["t-host"].seconds == step.expert_host_s > 0
+    # Compute is what is left of compute_s once the parts inside it are shown apart.
+    inside = sum(parts[c].seconds for c in ("t-compute", "t-ep", "t-host"))
+    assert inside == pytest.approx(step.compute_s, rel=1e-12)
+    light, dark = CSS.split("@media (prefers-color-scheme:dark)", 1)
+    for scheme in (light, dark):
+        assert "--t-host:#" in scheme
+    latest = estimate_step(_analysis(_text(**{RELEASE: "}"})))
+    assert "t-host" not in {part.cls for part in step_parts(latest)}

@@ -158,13 +158,15 @@ class StepPart:
 
 def step_parts(step: StepEstimate) -> list[StepPart]:
     """The step, split as `planc explain` splits it: compute, the exposed tensor-parallel,
-    ring-attention and expert exchanges explain counts inside compute, the pipeline bubble,
+    ring-attention and expert exchanges and the release's expert host time explain counts inside
+    compute, the pipeline bubble,
     the exposed DP communication, the optimizer step, and whatever the step time holds beyond
     them. A part of zero seconds is left out (compute and the bubble always stay)."""
     inside = [
         ("t-tp", "exposed TP communication", step.tp_comm_s, "tp_comm_s"),
         ("t-cp", "exposed CP (ring attention)", step.cp_comm_s, "cp_comm_s"),
         ("t-ep", "expert all-to-all (serialised with compute)", step.ep_comm_s, "ep_comm_s"),
+        ("t-host", "expert host time (per local expert)", step.expert_host_s, "expert_host_s"),
     ]
     shown = [part for part in inside if part[2] > 0]
     less = "".join(f"-step.{part[3]}" for part in shown)
