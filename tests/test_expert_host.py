@@ -15,7 +15,7 @@ from planc.cli.main import main
 from planc.fitting import solve_expert_host
 from planc.perf.expert_host import expert_host_per_layer, release_key, tau_e
 from planc.plannable import Plannable, plannable
-from planc.presets.releases import expert_host_s, fitted
+from planc.presets.releases import fitted, table
 from planc.spec.load import load_text
 
 from conftest import ROOT
@@ -45,7 +45,7 @@ def _text(**swap: str) -> str:
 def test_the_release_prices_each_local_expert_of_each_layer_and_micro_batch() -> None:
     """τ_e · E/EP per MoE layer and micro-batch, a third forward: 16 local experts."""
     analysis = _analysis(_text())
-    tau = expert_host_s("nemo-25.11", "mxfp8")
+    tau = table()[("nemo-25.11", "mxfp8")]
     assert tau == fitted()[("nemo-25.11", "mxfp8")].seconds > 0
     assert tau_e(analysis.plan, analysis.efficiency) == tau
     forward, backward = expert_host_per_layer(analysis.plan, analysis.efficiency)
@@ -59,7 +59,7 @@ def test_the_step_grows_by_the_host_time_of_every_layer_and_micro_batch() -> Non
     kernels, which only start later)."""
     with_release = estimate_step(_analysis(_text()))
     latest = estimate_step(_analysis(_text(**{RELEASE: "}"})))
-    want = 64 * 48 * 16 * expert_host_s("nemo-25.11", "mxfp8")
+    want = 64 * 48 * 16 * table()[("nemo-25.11", "mxfp8")]
     assert with_release.expert_host_s == pytest.approx(want, rel=1e-9)
     assert latest.expert_host_s == 0.0
     assert with_release.compute_s - latest.compute_s == pytest.approx(want, rel=1e-9)
@@ -78,8 +78,8 @@ def test_what_the_release_prices_follows_the_recipe_and_the_framework() -> None:
     assert release_key(latest.plan) == ("latest", "mxfp8")
     assert tau_e(latest.plan, latest.efficiency) == 0.0
     current = _analysis(_text(**{"recipe: mxfp8": "recipe: current"}))
-    assert tau_e(current.plan, current.efficiency) == expert_host_s("nemo-25.11", "current")
-    assert expert_host_s("nemo-25.11", "current") > expert_host_s("nemo-25.11", "mxfp8")
+    assert tau_e(current.plan, current.efficiency) == table()[("nemo-25.11", "current")]
+    assert table()[("nemo-25.11", "current")] > table()[("nemo-25.11", "mxfp8")]
 
 
 def test_a_dense_model_has_no_key() -> None:
@@ -94,7 +94,7 @@ def test_explain_names_the_host_time_and_where_it_comes_from(tmp_path: Path) -> 
     spec = tmp_path / "qwen3.yaml"
     spec.write_text(_text(), encoding="utf-8")
     text = CliRunner().invoke(main, ["explain", str(spec)]).output
-    tau = expert_host_s("nemo-25.11", "mxfp8")
+    tau = table()[("nemo-25.11", "mxfp8")]
     line = next(line for line in text.splitlines() if "expert host time" in line)
     assert f"{tau * 1e3:.3g} ms per local expert × 16 experts" in line
     assert "nemo-25.11, mxfp8 experts" in line

@@ -60,13 +60,6 @@ def table() -> Mapping[tuple[str, str], float]:
     return MappingProxyType({key: value.seconds for key, value in fitted().items()})
 
 
-def expert_host_s(release: str, recipe: str) -> float:
-    """τ_e of `release` with expert GEMMs in `recipe` (an FP8 recipe's name, or `SIXTEEN_BIT`);
-    0 where the file lists none."""
-    found = fitted().get((release, recipe))
-    return 0.0 if found is None else found.seconds
-
-
 def recipe_key(recipe: str | None) -> str:
     """The key of a job's expert GEMMs in the file: its FP8/FP4 recipe's name, or
     `SIXTEEN_BIT` without one."""
