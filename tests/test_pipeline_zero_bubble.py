@@ -419,9 +419,9 @@ def test_combined_1f1b_runs_on_megatron_with_its_flag() -> None:
 # ----------------------------------------------------------------------------- the step model
 
 
-def _inputs(schedule: ScheduleKind, usage: float = 0.0) -> StepInputs:
-    # 3 stages × 2 chunks, m = 3; per chunk forward 1 s, backward 2 s, expert exchanges 1.5 s in
-    # the forward and 0.5 s in the backward, of which 0.25 and 0.125 s stay exposed when paired.
+def _inputs(schedule: ScheduleKind, usage: float = 0.0, m: int = 6) -> StepInputs:
+    # 3 stages × 2 chunks; per chunk forward 1 s, backward 2 s, expert exchanges 1.5 s in the
+    # forward and 0.5 s in the backward, of which 0.25 and 0.125 s stay exposed when paired.
     stage = StageInputs(
         forward_s=(1.0, 1.0),
         backward_s=(2.0, 2.0),
@@ -433,30 +433,50 @@ def _inputs(schedule: ScheduleKind, usage: float = 0.0) -> StepInputs:
         ep_paired_backward_s=(0.125, 0.125),
     )
     return StepInputs(
-        stages=(stage,) * 3, m=3, v=2, p2p_s=0.0, schedule=schedule, ep_processor_usage=usage
+        stages=(stage,) * 3, m=m, v=2, p2p_s=0.0, schedule=schedule, ep_processor_usage=usage
     )
 
 
+def _alone_passes(p: int, m: int, v: int, rank: int) -> int:
+    """The forwards (and as many backwards) combined 1F1B runs alone on `rank`: its warm-up,
+    Megatron-Core's get_pp_rank_microbatches, (p − r − 1)·2 + (v − 1)·p, one more with
+    overlap_moe_expert_parallel_comm, capped at m·v; the cool-down runs as many backwards."""
+    return min((p - rank - 1) * 2 + (v - 1) * p + 1, m * v)
+
+
 def test_combined_1f1b_hides_what_the_paired_layers_hide() -> None:
+    # Stage 0 runs 8 of its 12 forwards and 8 of its 12 backwards alone (warm-up and
+    # cool-down): their whole exchange is exposed; the 4 paired steps leave 0.25 + 0.125 s.
+    assert _alone_passes(3, 6, 2, 0) == 8
     step = pipeline_step(_inputs(ScheduleKind.COMBINED_1F1B))
-    # m · chunks · (0.25 + 0.125) exposed; the rest of 3 · 2 · 2 s hidden.
-    assert step.ep_exposed_s == pytest.approx(3 * 2 * 0.375)
-    assert step.ep_hidden_s == pytest.approx(3 * 2 * (2.0 - 0.375))
+    paired = 12 - 8
+    assert step.ep_exposed_s == pytest.approx(8 * (1.5 + 0.5) + paired * 0.375)
+    assert step.ep_hidden_s == pytest.approx(paired * (2.0 - 0.375))
+    # Per virtual stage (chunk·p + stage): each stage's two chunks together run its warm-up.
+    alone = step.pipeline.alone
+    for r in range(3):
+        n = _alone_passes(3, 6, 2, r)
+        assert (alone[r][0] + alone[3 + r][0], alone[r][1] + alone[3 + r][1]) == (n, n)
     serial = pipeline_step(_inputs(ScheduleKind.INTERLEAVED_1F1B))
     assert serial.ep_hidden_s == 0.0
-    assert serial.ep_exposed_s == pytest.approx(3 * 2 * 2.0)
+    assert serial.ep_exposed_s == pytest.approx(6 * 2 * 2.0)
+    # Too few micro-batches for a steady state (m·v ≤ the warm-up): nothing pairs.
+    short = pipeline_step(_inputs(ScheduleKind.COMBINED_1F1B, m=3))
+    assert short.ep_hidden_s == 0.0
+    assert short.ep_exposed_s == pytest.approx(3 * 2 * 2.0)
 
 
 def test_a_hidden_exchange_slows_the_compute_beside_it() -> None:
-    # A tenth of the compute lost while the 1.625 s hidden per chunk and micro-batch run: each
-    # stage's compute grows by 3 · 2 · 0.1625 s.
+    # A tenth of the compute lost while the 1.625 s hidden per paired chunk pass run: stage 0's
+    # compute grows by 4 · 0.1625 s (its 4 paired steps).
     fast = pipeline_step(_inputs(ScheduleKind.COMBINED_1F1B))
     slowed = pipeline_step(_inputs(ScheduleKind.COMBINED_1F1B, usage=0.1))
-    assert slowed.compute_s - fast.compute_s == pytest.approx(3 * 2 * 0.1625)
+    assert slowed.compute_s - fast.compute_s == pytest.approx(4 * 0.1625)
     assert slowed.step_time_s > fast.step_time_s
-    found = overlaps(_inputs(ScheduleKind.COMBINED_1F1B, 0.1), 0, 0.0, 0.0, 0.0)
+    alone = slowed.pipeline.alone
+    found = overlaps(_inputs(ScheduleKind.COMBINED_1F1B, 0.1), 0, 0.0, 0.0, 0.0, alone)
     (ep,) = [o for o in found if o.kind == "ep"]
-    assert ep.slowdown_s == pytest.approx(0.1 * 3 * 2 * 1.625)
+    assert ep.slowdown_s == pytest.approx(0.1 * 4 * 1.625)
 
 
 def test_combined_1f1b_without_a_pipeline_pairs_each_forward_with_the_backward_before() -> None:
@@ -492,3 +512,57 @@ def test_combined_1f1b_refuses_a_pipeline_without_chunks_and_chunks_without_one(
     ]
     assert found and words in found[0].message, found
     assert found[0].field == f"parallelism.{field}"
+
+
+def test_combined_1f1b_without_a_pipeline_runs_its_first_forward_and_last_backward_alone() -> None:
+    # p = 1, m = 3: F0 alone, (F1, B0) and (F2, B1) paired, B2 alone. Paired passes take
+    # 1 + 0.25 and 2 + 0.125 s; the two alone take their whole exchange, 1 + 1.5 and 2 + 0.5 s.
+    stage = StageInputs(
+        forward_s=(1.0,),
+        backward_s=(2.0,),
+        tp_forward_s=(0.0,),
+        tp_backward_s=(0.0,),
+        ep_forward_s=(1.5,),
+        ep_backward_s=(0.5,),
+        ep_paired_forward_s=(0.25,),
+        ep_paired_backward_s=(0.125,),
+    )
+    inputs = StepInputs(stages=(stage,), m=3, v=1, p2p_s=0.0, schedule=ScheduleKind.COMBINED_1F1B)
+    step = pipeline_step(inputs)
+    assert step.pipeline.alone == ((1, 1),)
+    assert step.step_time_s == pytest.approx(2 * (1.25 + 2.125) + 2.5 + 2.5)
+    assert step.compute_s == pytest.approx(step.step_time_s)  # no bubble without a pipeline
+    assert step.ep_exposed_s == pytest.approx(2 * 0.375 + 2.0)
+    assert step.ep_hidden_s == pytest.approx(2 * 1.625)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    p=st.sampled_from([2, 4]),
+    groups=st.integers(1, 3),
+    f=st.integers(1, 5),
+    b=st.integers(1, 5),
+    extra_f=st.integers(0, 4),
+    extra_b=st.integers(0, 4),
+)
+def test_passes_run_alone_take_their_own_time_and_nothing_else_moves(
+    p: int, groups: int, f: int, b: int, extra_f: int, extra_b: int
+) -> None:
+    # Combined 1F1B (v 2): every op outside a pair is a warm-up forward or a cool-down
+    # backward. Giving those their own time never shortens the step, which stays at least the
+    # busiest stage's own work (its m·v pairs of passes and its alone passes' extra) and grows
+    # by at most every alone pass's extra; interleaved 1F1B pairs nothing, so the same alone
+    # times change nothing.
+    m, v = groups * p, 2
+    combined = registry.build(ScheduleKind.COMBINED_1F1B, p, m, v)
+    for ops in combined.stages:
+        lone = [op for i, op in enumerate(ops) if not op.paired and not (i and ops[i - 1].paired)]
+        assert all((op.kind, op.phase) in {("F", "warmup"), ("B", "cooldown")} for op in lone)
+    alone = (f + extra_f, b + extra_b)
+    paired = simulate(combined, f, b).makespan
+    longer = simulate(combined, f, b, alone=alone).makespan
+    counts = [min((p - r - 1) * 2 + (v - 1) * p + 1, m * v) for r in range(p)]
+    assert paired <= longer <= paired + sum(counts) * (extra_f + extra_b)
+    assert longer >= m * v * (f + b) + max(counts) * (extra_f + extra_b)
+    interleaved = registry.build(ScheduleKind.INTERLEAVED_1F1B, p, m, v)
+    assert simulate(interleaved, f, b, alone=alone).makespan == simulate(interleaved, f, b).makespan

@@ -201,15 +201,45 @@ def _expert_exposed(
     return st.ep_paired_forward_s, st.ep_paired_backward_s
 
 
-def expert_hidden_s(inputs: StepInputs, stage: int) -> float:
+def expert_hidden_s(
+    inputs: StepInputs, stage: int, alone: Sequence[tuple[int, int]] = ()
+) -> float:
     """The expert exchange of `stage` that its schedule hides, per step (0 when it serialises
-    them)."""
-    st = inputs.stages[stage]
+    them): on every pass but those it runs alone (`alone`, per virtual stage:
+    `PipelineTime.alone`), which hide nothing."""
+    st, p = inputs.stages[stage], inputs.p
     ep_f, ep_b = _expert_exposed(inputs, st)
     # Chunk by chunk, each part hidden is its exchange less what stays exposed, never below
     # zero (a difference of the sums can round to -0.0 when nothing hides).
     run = zip(st.ep_forward_s, ep_f, st.ep_backward_s, ep_b, strict=False)
-    return inputs.m * sum(max(0.0, f - xf) + max(0.0, b - xb) for f, xf, b, xb in run)
+    hidden = 0.0
+    for j, (f, xf, b, xb) in enumerate(run):
+        n_f, n_b = alone[j * p + stage] if alone else (0, 0)
+        hidden += (inputs.m - n_f) * max(0.0, f - xf) + (inputs.m - n_b) * max(0.0, b - xb)
+    return hidden
+
+
+def alone_extra(inputs: StepInputs) -> list[tuple[float, float]] | None:
+    """Per virtual stage, what a forward and a backward its schedule runs alone take beyond a
+    paired one: the exchange the pair hid, less the slow-down it caused, (1 − u)·(e − x) with
+    e the whole exchange, x the paired part exposed and u the link's processor usage. None
+    when the schedule pairs no passes or the model has no expert exchange."""
+    from planc.pipeline import registry  # start-up: as in pipeline_step
+
+    if not registry.definition(inputs.pipeline_schedule).overlaps_experts:
+        return None
+    p, v, keep = inputs.p, inputs.v, 1.0 - inputs.ep_processor_usage
+    out = [(0.0, 0.0)] * (p * v)
+    for r, st in enumerate(inputs.stages):
+        if not st.ep_paired_forward_s:
+            continue
+        ep_f, ep_b = _expert_exposed(inputs, st)
+        for j in range(v):
+            out[j * p + r] = (
+                keep * max(0.0, st.ep_forward_s[j] - ep_f[j]),
+                keep * max(0.0, st.ep_backward_s[j] - ep_b[j]),
+            )
+    return out if any(f or b for f, b in out) else None
 
 
 def weight_times(inputs: StepInputs) -> list[float]:
@@ -318,7 +348,12 @@ def dp_overlap(inputs: StepInputs, stage: int) -> tuple[float, float]:
 
 
 def overlaps(
-    inputs: StepInputs, stage: int, cp_total_s: float, pp_total_s: float, pp_exposed_s: float
+    inputs: StepInputs,
+    stage: int,
+    cp_total_s: float,
+    pp_total_s: float,
+    pp_exposed_s: float,
+    alone: Sequence[tuple[int, int]] = (),
 ) -> tuple[Overlap, ...]:
     """What each class of `stage`'s communication hid and exposed in one step, from the numbers
     the step composes: TP m·(hidden, exposed) per micro-batch (`planc.perf.inputs.tp_per_layer`:
@@ -332,7 +367,7 @@ def overlaps(
     not run are left out."""
     st, m = inputs.stages[stage], inputs.m
     tp_exposed = m * (sum(st.tp_forward_s) + sum(st.tp_backward_s))
-    ep_hidden = expert_hidden_s(inputs, stage)
+    ep_hidden = expert_hidden_s(inputs, stage, alone)
     ep_exposed = m * (sum(st.ep_forward_s) + sum(st.ep_backward_s)) - ep_hidden
     cp_exposed = m * st.cp_exposed_s
     dp_hidden, dp_exposed = dp_overlap(inputs, stage)
@@ -378,16 +413,25 @@ def pipeline_step(inputs: StepInputs) -> PipelineStep:
         if not len(st.forward_s) == len(st.backward_s) == len(st.tp_forward_s) == v:
             raise ValueError("every stage needs one forward, backward and TP time per chunk")
     t_f, t_b = virtual_times(inputs)
-    busy = [m * sum(t_f[j * p + r] + t_b[j * p + r] for j in range(v)) for r in range(p)]
     from planc.pipeline import registry  # start-up: the simulation, not needed by check
 
     kind = inputs.pipeline_schedule
+    extra = alone_extra(inputs)
+    t_alone = None
+    if extra is not None:
+        t_alone = (
+            [t + e for t, (e, _) in zip(t_f, extra, strict=True)],
+            [t + e for t, (_, e) in zip(t_b, extra, strict=True)],
+        )
     if registry.definition(kind).splits_backward:
         t_w = weight_times(inputs)
         t_in = [whole - weight for whole, weight in zip(t_b, t_w, strict=True)]
-        pipe = registry.run(kind, p, m, v, t_f, t_in, inputs.p2p_s, t_w)
+        if t_alone is not None:
+            t_alone = (t_alone[0], [t - w for t, w in zip(t_alone[1], t_w, strict=True)])
+        pipe = registry.run(kind, p, m, v, t_f, t_in, inputs.p2p_s, t_w, t_alone)
     else:
-        pipe = registry.run(kind, p, m, v, t_f, t_b, inputs.p2p_s)
+        pipe = registry.run(kind, p, m, v, t_f, t_b, inputs.p2p_s, t_alone=t_alone)
+    busy = stage_busy(inputs, t_f, t_b, extra, pipe.alone)
     ends, simulated = pipe.stage_end_s, pipe.simulated_m
     tails = _dp_tails(inputs)
     pipeline = max(ends)
@@ -407,8 +451,8 @@ def pipeline_step(inputs: StepInputs) -> PipelineStep:
         cp_exposed_s=m * inputs.stages[worst].cp_exposed_s,
         ep_exposed_s=m
         * (sum(inputs.stages[worst].ep_forward_s) + sum(inputs.stages[worst].ep_backward_s))
-        - expert_hidden_s(inputs, worst),
-        ep_hidden_s=expert_hidden_s(inputs, worst),
+        - expert_hidden_s(inputs, worst, pipe.alone),
+        ep_hidden_s=expert_hidden_s(inputs, worst, pipe.alone),
         expert_host_s=m
         * (sum(inputs.stages[worst].host_forward_s) + sum(inputs.stages[worst].host_backward_s)),
         pp_exposed_s=pp,
@@ -420,6 +464,23 @@ def pipeline_step(inputs: StepInputs) -> PipelineStep:
         simulated_m=simulated,
         pipeline=pipe,
     )
+
+
+def stage_busy(
+    inputs: StepInputs,
+    t_f: Sequence[float],
+    t_b: Sequence[float],
+    extra: Sequence[tuple[float, float]] | None,
+    alone: Sequence[tuple[int, int]],
+) -> list[float]:
+    """Each stage's own compute per step: m passes of each chunk each way, those run alone
+    (`alone`, `PipelineTime.alone`) longer by `extra` (`alone_extra`)."""
+    p, v, m = inputs.p, inputs.v, inputs.m
+    busy = [m * sum(t_f[j * p + r] + t_b[j * p + r] for j in range(v)) for r in range(p)]
+    if extra is not None and alone:
+        for i, ((n_f, n_b), (e_f, e_b)) in enumerate(zip(alone, extra, strict=True)):
+            busy[i % p] += n_f * e_f + n_b * e_b
+    return busy
 
 
 def _p2p_on_path(inputs: StepInputs, pipeline: float, compute: float) -> float:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 from planc.pipeline.schedule import Schedule, build_schedule
-from planc.pipeline.timeline import Program, compile_schedule, stage_ends
+from planc.pipeline.timeline import Program, alone_counts, compile_schedule, stage_ends
 from planc.record import record
 
 #: A schedule's builder: (p, m, v) → its op lists.
@@ -60,6 +60,10 @@ class PipelineTime:
     simulated_ops: int
     stage_end_s: tuple[float, ...]
     simulated_m: tuple[int, ...]  # the micro-batch counts simulated; () for the closed form
+    # In a schedule that pairs passes, the forwards and backwards each virtual stage runs alone
+    # (`planc.pipeline.timeline.alone_counts`, the same at every m past the warm-up); () when
+    # nothing was simulated or nothing pairs.
+    alone: tuple[tuple[int, int], ...] = ()
 
 
 def _per_virtual_stage(times: Sequence[float], p: int, v: int) -> list[float]:
@@ -86,16 +90,24 @@ def _compiled(build: Builder, p: int, m: int, v: int) -> Program:
     return compile_schedule(build(p, m, v))
 
 
+Times = tuple[list[float], list[float], list[float] | None]
+Alone = tuple[list[float], list[float]] | None
+
+
 def _ends(
-    build: Builder,
-    p: int,
-    m: int,
-    v: int,
-    times: tuple[list[float], list[float], list[float] | None],
-    hop: float,
+    build: Builder, p: int, m: int, v: int, times: Times, hop: float, alone: Alone = None
 ) -> tuple[float, ...]:
     t_f, t_b, t_w = times
-    return tuple(float(end) for end in stage_ends(_compiled(build, p, m, v), t_f, t_b, hop, t_w))
+    program = _compiled(build, p, m, v)
+    return tuple(float(end) for end in stage_ends(program, t_f, t_b, hop, t_w, alone))
+
+
+@lru_cache(maxsize=BUILT_KEPT)
+def _alone(build: Builder, p: int, m: int, v: int) -> tuple[tuple[int, int], ...]:
+    """The passes each virtual stage runs alone at `m` (a compiled program's count, kept as
+    the program is: a search times the same shapes again and again)."""
+    counts = alone_counts(_compiled(build, p, m, v))
+    return counts if any(f or b for f, b in counts) else ()
 
 
 def closed_form_ends(
@@ -121,23 +133,30 @@ def run(
     t_w: Sequence[float] | None = None,
     build: Builder = build_schedule,
     closed_ends: ClosedEnds | None = closed_form_ends,
+    t_alone: tuple[Sequence[float], Sequence[float]] | None = None,
 ) -> PipelineTime:
     """The step's pipeline part; `t_f`/`t_b` per micro-batch per chunk, per stage (p values) or
     per virtual stage (p·v values, index chunk·p + stage), in seconds. `t_w` is given for a
-    schedule that splits the backward (its W ops; `t_b` then the input-gradient part)."""
+    schedule that splits the backward (its W ops; `t_b` then the input-gradient part);
+    `t_alone` the forward and backward (input-gradient) times of the passes a schedule that
+    pairs runs alone (the closed form, for the largest shapes, prices them as paired)."""
     f, b = _per_virtual_stage(t_f, p, v), _per_virtual_stage(t_b, p, v)
     w = None if t_w is None else _per_virtual_stage(t_w, p, v)
+    alone: Alone = None
+    if t_alone is not None:
+        alone = (_per_virtual_stage(t_alone[0], p, v), _per_virtual_stage(t_alone[1], p, v))
     times = (f, b, w)
     kinds = 2 if w is None else 3  # ops per micro-batch per chunk
     busy = m * (sum(f) + sum(b) + (sum(w) if w is not None else 0.0))
     ops = kinds * p * m * v
     counts: tuple[int, ...]
-    if p == 1:
+    lone: tuple[tuple[int, int], ...] = ()
+    if p == 1 and alone is None:
         ends: tuple[float, ...] = (busy,)
         method, simulated, counts = "simulated", 0, (m,)
     elif ops <= max_simulated_ops:
-        ends, method, simulated = _ends(build, p, m, v, times, hop), "simulated", ops
-        counts = (m,)
+        ends, method, simulated = _ends(build, p, m, v, times, hop, alone), "simulated", ops
+        counts, lone = (m,), _alone(build, p, m, v) if alone is not None else ()
     else:
         base = TRANSIENT_GROUPS * p
         m1 = base + (m - base) % p
@@ -147,13 +166,15 @@ def run(
         groups = min(budget, (m - m1 - 1) // p)  # m₂ < m: never simulate more than asked
         if groups >= 1:
             m2 = m1 + groups * p
-            first, second = _ends(build, p, m1, v, times, hop), _ends(build, p, m2, v, times, hop)
+            first = _ends(build, p, m1, v, times, hop, alone)
+            second = _ends(build, p, m2, v, times, hop, alone)
             scale = (m - m1) / (m2 - m1)
             ends = tuple(a + scale * (c - a) for a, c in zip(first, second, strict=True))
             method, simulated, counts = "extrapolated", kinds * p * v * (m1 + m2), (m1, m2)
+            lone = _alone(build, p, m2, v) if alone is not None else ()
         elif closed_ends is None:
-            ends, method, simulated = _ends(build, p, m, v, times, hop), "simulated", ops
-            counts = (m,)
+            ends, method, simulated = _ends(build, p, m, v, times, hop, alone), "simulated", ops
+            counts, lone = (m,), _alone(build, p, m, v) if alone is not None else ()
         else:
             whole = b if w is None else [x + y for x, y in zip(b, w, strict=True)]
             ends, method, simulated, counts = (
@@ -162,6 +183,12 @@ def run(
                 0,
                 (),
             )
+    if alone is not None and lone:
+        # The passes run alone are busy for their own time.
+        fa, ba = alone
+        busy += sum(
+            n_f * (fa[i] - f[i]) + n_b * (ba[i] - b[i]) for i, (n_f, n_b) in enumerate(lone)
+        )
     makespan = max(ends)
     idle = 1 - busy / (p * makespan) if makespan > 0 else 0.0
-    return PipelineTime(makespan, idle, method, simulated, ends, counts)
+    return PipelineTime(makespan, idle, method, simulated, ends, counts, lone)

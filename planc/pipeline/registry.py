@@ -532,10 +532,12 @@ def run(
     t_b: Sequence[float],
     hop: float,
     t_w: Sequence[float] | None = None,
+    t_alone: tuple[Sequence[float], Sequence[float]] | None = None,
 ) -> PipelineTime:
     """The pipeline part of a step with each stage's own times (`planc.pipeline.bounded.run`)
     under schedule `kind`. For a schedule that splits the backward, `t_b` is the input-gradient
-    part and `t_w` the weight-gradient part (required); else `t_b` is the whole backward."""
+    part and `t_w` the weight-gradient part (required); else `t_b` is the whole backward.
+    `t_alone`: the forward and backward times of the passes a schedule that pairs runs alone."""
     from planc.pipeline.bounded import run as bounded  # start-up: the simulation
 
     entry = SCHEDULES[kind]
@@ -551,4 +553,5 @@ def run(
         t_w=t_w if entry.splits_backward else None,
         build=entry.builder,
         closed_ends=entry.closed_ends,
+        t_alone=t_alone,
     )

@@ -212,7 +212,11 @@ def combined_1f1b(p: int, m: int, v: int) -> Schedule:
     _check_sizes(p, m, v)
     if p == 1 and v == 1:
         return Schedule(
-            p=1, m=m, v=1, stages=(_stage_ops(1, m, 1, 0, 1),), kind=ScheduleKind.COMBINED_1F1B
+            p=1,
+            m=m,
+            v=1,
+            stages=(_stage_ops(1, m, 1, 0, 1, pair_steady=True),),
+            kind=ScheduleKind.COMBINED_1F1B,
         )
     if v == 1:
         raise ValueError(
@@ -220,7 +224,8 @@ def combined_1f1b(p: int, m: int, v: int) -> Schedule:
         )
     _check_interleaved(p, m, v)
     stages = tuple(
-        _stage_ops(p, m, v, rank, min(num_warmup(p, m, v, rank) + 1, m * v)) for rank in range(p)
+        _stage_ops(p, m, v, rank, min(num_warmup(p, m, v, rank) + 1, m * v), pair_steady=True)
+        for rank in range(p)
     )
     return Schedule(p=p, m=m, v=v, stages=stages, kind=ScheduleKind.COMBINED_1F1B)
 
@@ -467,24 +472,38 @@ def _virtual_microbatch(p: int, v: int, k: int, forward: bool) -> tuple[int, int
     return chunk, microbatch
 
 
-def _stage_ops(p: int, m: int, v: int, rank: int, warmup: int) -> tuple[Op, ...]:
-    """``warmup`` forwards, steady (forward, backward) pairs, cool-down backwards for one stage."""
+def _stage_ops(
+    p: int, m: int, v: int, rank: int, warmup: int, pair_steady: bool = False
+) -> tuple[Op, ...]:
+    """``warmup`` forwards, steady (forward, backward) pairs, cool-down backwards for one stage;
+    `pair_steady`: each steady forward is `paired` with the backward after it (combined 1F1B's
+    one call for both, which starts once the inputs of both are there)."""
     total = m * v
     steady = total - warmup
     ops: list[Op] = [_make_op(p, v, rank, "F", k, "warmup") for k in range(warmup)]
     for k in range(steady):
         # In the steady state the forward runs first: its output can travel downstream while
         # this stage computes the backward (Megatron's order within a 1F1B step).
-        ops.append(_make_op(p, v, rank, "F", warmup + k, "steady"))
+        ops.append(_make_op(p, v, rank, "F", warmup + k, "steady", paired=pair_steady))
         ops.append(_make_op(p, v, rank, "B", k, "steady"))
     ops.extend(_make_op(p, v, rank, "B", k, "cooldown") for k in range(steady, total))
     return tuple(ops)
 
 
-def _make_op(p: int, v: int, rank: int, kind: Kind, k: int, phase: Phase) -> Op:
+def _make_op(
+    p: int, v: int, rank: int, kind: Kind, k: int, phase: Phase, paired: bool = False
+) -> Op:
     chunk, microbatch = _virtual_microbatch(p, v, k, forward=kind == "F")
     recv, send = _links(p, v, rank, chunk, microbatch, kind)
-    return Op(kind=kind, microbatch=microbatch, chunk=chunk, phase=phase, recv=recv, send=send)
+    return Op(
+        kind=kind,
+        microbatch=microbatch,
+        chunk=chunk,
+        phase=phase,
+        recv=recv,
+        send=send,
+        paired=paired,
+    )
 
 
 def _links(

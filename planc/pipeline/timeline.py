@@ -12,7 +12,10 @@ its stage is free and its inputs are there:
   backward-input op (``B``) on the same stage, and sends nothing;
 * a message between two chunks of one stage (the V placement's turn) takes no ``t_p2p``;
 * a ``paired`` op starts together with the next op of its stage, once the inputs of both are
-  there (DualPipe's overlapped forward and backward).
+  there (DualPipe's overlapped forward and backward, combined 1F1B's steady steps). In a
+  schedule that pairs, a forward or backward outside a pair runs *alone*: nothing of another
+  micro-batch beside it to hide its expert exchanges behind, so it may take its own time
+  (``alone``: `planc.perf.step` gives it the whole exchange).
 
 Sends are asynchronous with unbounded buffering: a sender never waits for its receiver.
 Arithmetic is exact (:class:`fractions.Fraction`; floats convert exactly), so the bubble
@@ -164,7 +167,8 @@ class Program:
     Per op ``i``: it runs on ``stage[i]`` (a stage's k-th entry is its k-th op: the program
     keeps no op, so that a cache of programs stays small); ``slot[i]`` is where its duration is
     in the table `_Ticks.durations` makes (kind·p·v + chunk·p + stage, kind 0 to 2 for F, B and
-    W, 3 to 5 for the same op run ``whole``, with its weight gradient); ``waits[i]`` are the ops
+    W, 3 to 5 for the same op run ``whole``, with its weight gradient, and in a program that
+    `pairs`, 6 to 8 for a forward, a backward and a whole backward run alone); ``waits[i]`` are the ops
     of *other* stages whose messages it waits for, each arriving ``hop`` after that op ends. A
     wait on an earlier op of its own stage (its own forward or backward, a message between two
     chunks of the stage) is left out: the stage's order already starts it after that op's end.
@@ -178,10 +182,30 @@ class Program:
     slot: tuple[int, ...]
     waits: tuple[tuple[int, ...], ...]
     splits_backward: bool
+    # The schedule pairs ops: its forwards and backwards outside a pair take the kinds of
+    # `ALONE_KINDS` (their own durations, `_Ticks.durations`).
+    pairs: bool = False
 
 
 #: The op kinds in `Program.slot`'s order; the same kinds run ``whole`` follow them.
 _SLOT_KINDS = ("F", "B", "W")
+#: In a program that pairs ops, a forward, a backward and a whole backward run alone take the
+#: kinds after those: 6, 7 and 8.
+ALONE_KINDS = (6, 7, 8)
+
+
+def alone_counts(program: Program) -> tuple[tuple[int, int], ...]:
+    """Per virtual stage (chunk·p + stage): how many forwards and backwards run alone."""
+    width = program.p * program.v
+    forwards, backwards = [0] * width, [0] * width
+    if program.pairs:
+        for slot in program.slot:
+            kind, at = divmod(slot, width)
+            if kind == ALONE_KINDS[0]:
+                forwards[at] += 1
+            elif kind in ALONE_KINDS[1:]:
+                backwards[at] += 1
+    return tuple(zip(forwards, backwards, strict=True))
 
 
 def _needs(stage: int, op: Op) -> list[OpKey]:
@@ -212,6 +236,7 @@ class _Compiler:
         self.waiting: defaultdict[OpKey, list[int]] = defaultdict(list)
         self.blocked_on: dict[int, OpKey] = {}
         self.splits_backward = False
+        self.pairs = any(op.paired for ops in schedule.stages for op in ops)
         self.stage: list[int] = []
         self.slot: list[int] = []
         self.waits: list[tuple[int, ...]] = []
@@ -228,8 +253,9 @@ class _Compiler:
             if waits is None:
                 return woken
             self.blocked_on.pop(stage, None)
+            alone = self.pairs and len(group) == 1
             for member in group:
-                woken.extend(self.take(stage, member, waits))
+                woken.extend(self.take(stage, member, waits, alone))
                 waits = ()  # the pair's second starts when its first ends
         return woken
 
@@ -251,10 +277,13 @@ class _Compiler:
                     found.append(taken)
         return tuple(found)
 
-    def take(self, stage: int, op: Op, waits: tuple[int, ...]) -> list[int]:
-        """Append ``op`` to the program; return the stages that were waiting for it."""
+    def take(self, stage: int, op: Op, waits: tuple[int, ...], alone: bool = False) -> list[int]:
+        """Append ``op`` to the program (`alone`: outside a pair, in a schedule that pairs);
+        return the stages that were waiting for it."""
         p = self.schedule.p
         kind = _SLOT_KINDS.index(op.kind) + (len(_SLOT_KINDS) if op.whole else 0)
+        if alone and op.kind != "W":
+            kind = ALONE_KINDS[0] if op.kind == "F" else ALONE_KINDS[2 if op.whole else 1]
         key = op_key(stage, op)
         self.index[key] = len(self.stage)
         self.splits_backward |= op.kind == "W"
@@ -280,6 +309,7 @@ class _Compiler:
             slot=tuple(self.slot),
             waits=tuple(self.waits),
             splits_backward=self.splits_backward,
+            pairs=self.pairs,
         )
 
 
@@ -317,11 +347,17 @@ class _Ticks:
         t_b: tuple[Fraction, ...],
         hop: Fraction,
         t_w: tuple[Fraction, ...] = (),
+        alone: tuple[tuple[Fraction, ...], tuple[Fraction, ...]] = ((), ()),
     ):
-        self.unit = math.lcm(*(t.denominator for t in (*t_f, *t_b, *t_w, hop)))
+        f_alone, b_alone = alone
+        every = (*t_f, *t_b, *t_w, *f_alone, *b_alone, hop)
+        self.unit = math.lcm(*(t.denominator for t in every))
         self.t_f = tuple(self.count(t) for t in t_f)
         self.t_b = tuple(self.count(t) for t in t_b)
         self.t_w = tuple(self.count(t) for t in t_w)
+        # A pass run alone takes its own time where given, else the paired one's.
+        self.f_alone = tuple(self.count(t) for t in f_alone) or self.t_f
+        self.b_alone = tuple(self.count(t) for t in b_alone) or self.t_b
         self.hop = self.count(hop)
 
     def count(self, time: Fraction) -> int:
@@ -330,14 +366,20 @@ class _Ticks:
     def time(self, ticks: int) -> Fraction:
         return Fraction(ticks, self.unit)
 
-    def durations(self) -> list[int]:
+    def durations(self, pairs: bool = False) -> list[int]:
         """The duration of each `Program.slot`: F, B, W, then each with W added (a ``whole``
-        op), p·v values each; only F and B when the schedule has no W ops."""
-        if not self.t_w:
+        op), p·v values each; only F and B when the schedule has no W ops. A schedule that
+        `pairs` has all nine kinds (W zero without W ops): those six, then F, B and B with W
+        run alone (`ALONE_KINDS`)."""
+        if not pairs and not self.t_w:
             return [*self.t_f, *self.t_b]
-        kinds = (self.t_f, self.t_b, self.t_w)
-        whole = [t + w for times in kinds for t, w in zip(times, self.t_w, strict=True)]
-        return [*self.t_f, *self.t_b, *self.t_w, *whole]
+        t_w = self.t_w or (0,) * len(self.t_f)
+        kinds = (self.t_f, self.t_b, t_w)
+        whole = [t + w for times in kinds for t, w in zip(times, t_w, strict=True)]
+        if not pairs:
+            return [*self.t_f, *self.t_b, *t_w, *whole]
+        alone_whole = [b + w for b, w in zip(self.b_alone, t_w, strict=True)]
+        return [*self.t_f, *self.t_b, *t_w, *whole, *self.f_alone, *self.b_alone, *alone_whole]
 
 
 def _ticks(
@@ -348,9 +390,11 @@ def _ticks(
     t_b: Times | None,
     t_p2p: Number,
     t_w: Times | None,
+    alone: tuple[Times, Times] | None = None,
 ) -> _Ticks:
     """The run's times, checked and in ticks; raises ``ValueError`` on a bad one. ``t_w`` is
-    read only when the schedule splits the backward."""
+    read only when the schedule splits the backward; ``alone`` (forward, backward) are the
+    times of passes run alone in a schedule that pairs (default: the paired ones)."""
     fwd = _per_vstage(t_f, "t_f", p, v)
     bwd = tuple(2 * t for t in fwd) if t_b is None else _per_vstage(t_b, "t_b", p, v)
     wgt: tuple[Fraction, ...] = ()
@@ -359,7 +403,11 @@ def _ticks(
     hop = _exact(t_p2p, "t_p2p")
     if hop < 0:
         raise ValueError(f"t_p2p must be non-negative, got {float(hop)}")
-    return _Ticks(fwd, bwd, hop, wgt)
+    if alone is None:
+        return _Ticks(fwd, bwd, hop, wgt)
+    f_alone = _per_vstage(alone[0], "t_f alone", p, v)
+    b_alone = _per_vstage(alone[1], "t_b alone", p, v)
+    return _Ticks(fwd, bwd, hop, wgt, (f_alone, b_alone))
 
 
 def _run(program: Program, durations: list[int], hop: int) -> tuple[list[int], list[int]]:
@@ -388,19 +436,22 @@ def simulate(
     t_b: Times | None = None,
     t_p2p: Number = 0,
     t_w: Times | None = None,
+    alone: tuple[Times, Times] | None = None,
 ) -> Timeline:
     """Run ``schedule`` with per-chunk forward/backward times and a per-message p2p time.
 
     ``t_f``/``t_b`` are the compute times of one micro-batch on one chunk (scalar, per stage,
     or per virtual stage); ``t_b`` defaults to ``2·t_f``. ``t_w`` is the weight-gradient op's
     time, read only when the schedule emits W ops (then ``t_b`` is the input-gradient part);
-    it defaults to ``t_f`` (the zero-bubble paper's F = B = W). Raises ``ValueError`` if the
-    schedule's messages do not pair up and :class:`DeadlockError` if its order deadlocks.
+    it defaults to ``t_f`` (the zero-bubble paper's F = B = W). ``alone``: the forward and
+    backward times of passes run alone in a schedule that pairs (default the same). Raises
+    ``ValueError`` if the schedule's messages do not pair up and :class:`DeadlockError` if its
+    order deadlocks.
     """
     links = validate_schedule(schedule)
     # The times are checked before the order, as they always were: a bad time and a deadlock
     # report the bad time.
-    ticks = _ticks(schedule.p, schedule.v, schedule.splits_backward, t_f, t_b, t_p2p, t_w)
+    ticks = _ticks(schedule.p, schedule.v, schedule.splits_backward, t_f, t_b, t_p2p, t_w, alone)
     return _timeline(schedule, compile_schedule(schedule), ticks, links)
 
 
@@ -410,6 +461,7 @@ def stage_ends(
     t_b: Times | None = None,
     t_p2p: Number = 0,
     t_w: Times | None = None,
+    alone: tuple[Times, Times] | None = None,
 ) -> tuple[Fraction, ...]:
     """When each stage finishes its last op: `simulate`'s answer without the timeline.
 
@@ -417,15 +469,15 @@ def stage_ends(
     schedule a registered builder made: `simulate` validates any schedule), but no span or
     message is built, so a step estimate pays only for the run itself.
     """
-    ticks = _ticks(program.p, program.v, program.splits_backward, t_f, t_b, t_p2p, t_w)
-    _, free = _run(program, ticks.durations(), ticks.hop)
+    ticks = _ticks(program.p, program.v, program.splits_backward, t_f, t_b, t_p2p, t_w, alone)
+    _, free = _run(program, ticks.durations(program.pairs), ticks.hop)
     return tuple(ticks.time(end) for end in free)
 
 
 def _timeline(
     schedule: Schedule, program: Program, ticks: _Ticks, links: tuple[Link, ...]
 ) -> Timeline:
-    time, durations = ticks.time, ticks.durations()
+    time, durations = ticks.time, ticks.durations(program.pairs)
     ends, _ = _run(program, durations, ticks.hop)
     spans: list[list[tuple[Op, int, int]]] = [[] for _ in range(schedule.p)]
     for stage, slot, end in zip(program.stage, program.slot, ends, strict=True):
