@@ -419,21 +419,30 @@ def test_combined_1f1b_runs_on_megatron_with_its_flag() -> None:
 # ----------------------------------------------------------------------------- the step model
 
 
-def _inputs(schedule: ScheduleKind, usage: float = 0.0, m: int = 6) -> StepInputs:
-    # 3 stages × 2 chunks; per chunk forward 1 s, backward 2 s, expert exchanges 1.5 s in the
-    # forward and 0.5 s in the backward, of which 0.25 and 0.125 s stay exposed when paired.
-    stage = StageInputs(
-        forward_s=(1.0, 1.0),
-        backward_s=(2.0, 2.0),
-        tp_forward_s=(0.0, 0.0),
-        tp_backward_s=(0.0, 0.0),
-        ep_forward_s=(1.5, 1.5),
-        ep_backward_s=(0.5, 0.5),
-        ep_paired_forward_s=(0.25, 0.25),
-        ep_paired_backward_s=(0.125, 0.125),
+def _moe_stage(v: int) -> StageInputs:
+    # Per chunk forward 1 s, backward 2 s, expert exchanges 1.5 s in the forward and 0.5 s in
+    # the backward, of which 0.25 and 0.125 s stay exposed when paired.
+    return StageInputs(
+        forward_s=(1.0,) * v,
+        backward_s=(2.0,) * v,
+        tp_forward_s=(0.0,) * v,
+        tp_backward_s=(0.0,) * v,
+        ep_forward_s=(1.5,) * v,
+        ep_backward_s=(0.5,) * v,
+        ep_paired_forward_s=(0.25,) * v,
+        ep_paired_backward_s=(0.125,) * v,
     )
+
+
+def _inputs(schedule: ScheduleKind, usage: float = 0.0, m: int = 6) -> StepInputs:
+    # 3 stages × 2 chunks of `_moe_stage`.
     return StepInputs(
-        stages=(stage,) * 3, m=m, v=2, p2p_s=0.0, schedule=schedule, ep_processor_usage=usage
+        stages=(_moe_stage(2),) * 3,
+        m=m,
+        v=2,
+        p2p_s=0.0,
+        schedule=schedule,
+        ep_processor_usage=usage,
     )
 
 
@@ -517,17 +526,9 @@ def test_combined_1f1b_refuses_a_pipeline_without_chunks_and_chunks_without_one(
 def test_combined_1f1b_without_a_pipeline_runs_its_first_forward_and_last_backward_alone() -> None:
     # p = 1, m = 3: F0 alone, (F1, B0) and (F2, B1) paired, B2 alone. Paired passes take
     # 1 + 0.25 and 2 + 0.125 s; the two alone take their whole exchange, 1 + 1.5 and 2 + 0.5 s.
-    stage = StageInputs(
-        forward_s=(1.0,),
-        backward_s=(2.0,),
-        tp_forward_s=(0.0,),
-        tp_backward_s=(0.0,),
-        ep_forward_s=(1.5,),
-        ep_backward_s=(0.5,),
-        ep_paired_forward_s=(0.25,),
-        ep_paired_backward_s=(0.125,),
+    inputs = StepInputs(
+        stages=(_moe_stage(1),), m=3, v=1, p2p_s=0.0, schedule=ScheduleKind.COMBINED_1F1B
     )
-    inputs = StepInputs(stages=(stage,), m=3, v=1, p2p_s=0.0, schedule=ScheduleKind.COMBINED_1F1B)
     step = pipeline_step(inputs)
     assert step.pipeline.alone == ((1, 1),)
     assert step.step_time_s == pytest.approx(2 * (1.25 + 2.125) + 2.5 + 2.5)
