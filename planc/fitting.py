@@ -186,7 +186,7 @@ def refit_expert_host(
         key = release_key(analysis.plan)
         if key is None or key in out:
             raise ValueError(f"{run.id}: not the one expert-host fit run of a release and recipe")
-        tables = tables_for(run.gpu, fitted) or analysis.efficiency
+        tables = fold_tables(run, analysis, fitted, {})
         out[key] = solve_expert_host(partial(_priced_at, analysis, tables, key), run.measured_s)
     return MappingProxyType(out)
 

@@ -44,6 +44,7 @@ def _table() -> Mapping[str, Any]:
     return MappingProxyType(data)
 
 
+@cache
 def fitted() -> Mapping[tuple[str, str], ExpertHost]:
     """Every (release, recipe) the file fits, with its τ_e."""
     out = {}
@@ -55,6 +56,7 @@ def fitted() -> Mapping[tuple[str, str], ExpertHost]:
     return MappingProxyType(out)
 
 
+@cache
 def table() -> Mapping[tuple[str, str], float]:
     """τ_e of every (release, recipe) the file fits: what `Efficiency.expert_host` holds."""
     return MappingProxyType({key: value.seconds for key, value in fitted().items()})
