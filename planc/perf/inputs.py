@@ -276,9 +276,10 @@ def comm_time_s(
     ring collective of a group with `rails` = g members per NVLink domain, on a tier beyond it,
     runs at min(g·b, b_0) (`railed_ring_gbs`; b_0 the domain's own ring bandwidth). `steps`
     replaces the collective's own latency-bound steps when given (`CommOp.rounds`). A flex
-    dispatcher's `kernel` with a measured throughput R on the tier (`LinkEfficiency.kernels`, GB/s
-    of rows counting the own domain's) runs at no more than R·(n − 1)/n on the wire, the
-    (n − 1)/n of its rows that leave (n the domains it exchanges between)."""
+    dispatcher's `kernel` with a measured throughput R(n) on the tier (`LinkEfficiency.kernels`,
+    GB/s of rows counting the own destination's, at the group's size n: `KernelRate.at`) runs
+    at no more than R(n)·(n − 1)/n on the wire, the (n − 1)/n of its rows that leave (n the
+    domains, or the ranks of one domain, it exchanges between)."""
     fabric = job.cluster.fabric
     tier = fabric.tier(link)
     measured = eff.link(tier.efficiency)
@@ -290,7 +291,7 @@ def comm_time_s(
         gbs = railed_ring_gbs(gbs, rails, domain)
     rate = measured.kernels.get(kernel) if kernel is not None else None
     if rate is not None and n > 1:
-        gbs = min(gbs, rate * (n - 1) / n)
+        gbs = min(gbs, rate.at(n) * (n - 1) / n)
     rounds = ring_steps(op, n) if steps is None else steps
     return rounds * alpha + wire_bytes(op, n, buffer_bytes) / (gbs * 1e9)
 
@@ -974,7 +975,7 @@ def build_inputs(
         p2p_s=hop,
         tp_processor_usage=_entry(job, eff, _tp_link(job, ops)).processor_usage,
         dp_processor_usage=_entry(job, eff, _dp_link(job, ops)).processor_usage,
-        ep_processor_usage=_ep_processor_usage(job, eff),
+        ep_processor_usage=ep_processor_usage(job, eff),
         model_flops=model_flops(job),
         tokens=job.training.B * job.training.s,
         peak_flops=job.world * gemm_peak_tflops(job) * 1e12,
@@ -1015,12 +1016,23 @@ def boundary_transfer(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) ->
     return Transfer(send, gather)
 
 
-def _ep_processor_usage(job: Plannable, eff: Efficiency) -> float:
-    """The share of compute a hidden expert exchange takes: its link's processor_usage (the
-    expert-parallel group's tier); 0 where nothing pairs the exchanges with compute."""
+def ep_processor_usage(job: Plannable, eff: Efficiency) -> float:
+    """The share of compute a hidden expert exchange takes: the flex kernels' SMs over the GPU's
+    (σ/SMs, the larger of dispatch and combine) where the expert-parallel group's tier states
+    the SMs they were measured on (`KernelRate.sms`), else that tier's processor_usage (NCCL's
+    share); 0 where nothing pairs the exchanges with compute."""
     if job.model.moe is None or job.layout.ep == 1 or not pairs_experts(job):
         return 0.0
-    return _entry(job, eff, expert_link(job, Axis.EP)).processor_usage
+    entry = _entry(job, eff, expert_link(job, Axis.EP))
+    backend = job.layout.dispatcher
+    sms = [
+        rate.sms
+        for name, rate in entry.kernels.items()
+        if name.startswith(f"{backend}_") and rate.sms is not None
+    ]
+    if not sms:
+        return entry.processor_usage
+    return min(1.0, max(sms) / eff.gemm.sms)
 
 
 def _tp_link(job: Plannable, ops: Sequence[CommOp]) -> str:

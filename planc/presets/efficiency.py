@@ -97,6 +97,31 @@ class MemoryCurve:
 
 
 @record
+class KernelRate:
+    """A flex-dispatch kernel's measured throughput on one link: GB/s of token rows per
+    destination counting the own (DeepEP's and HybridEP's benchmarks count them so), at the
+    group sizes n it was measured at, and the SMs it ran on.
+
+    Between two measured sizes the rate is linear in n; beyond the measured ones it is the
+    nearest measurement's (a benchmark that stops at 36 ranks prices 64 at its 36-rank rate)."""
+
+    points: tuple[tuple[int, float], ...]  # (group size n, GB/s), n ascending, at least one
+    sms: int | None = None  # SMs the kernel occupies while it runs; None: not stated
+
+    def at(self, n: int) -> float:
+        """GB/s at group size `n` (linear between measured sizes, the nearest end beyond)."""
+        first, last = self.points[0], self.points[-1]
+        if n <= first[0]:
+            return first[1]
+        if n >= last[0]:
+            return last[1]
+        for (n0, r0), (n1, r1) in zip(self.points, self.points[1:], strict=False):
+            if n0 <= n <= n1:
+                return r0 + (r1 - r0) * (n - n0) / (n1 - n0)
+        raise AssertionError("unreachable: n lies between the first and the last point")
+
+
+@record
 class LinkEfficiency:
     """One link class: latency per ring step, bus-bandwidth efficiency per collective."""
 
@@ -107,10 +132,9 @@ class LinkEfficiency:
     send_recv: float
     processor_usage: float  # fraction of compute lost while a collective overlaps it
     all_to_all: float
-    # Measured throughput of the flex dispatcher's kernels on this link, GB/s of rows per
-    # destination domain counting the own domain (DeepEP's and HybridEP's "logical" bandwidth);
+    # Measured throughput of the flex dispatcher's kernels on this link (`KernelRate`);
     # absent: only the link's all-to-all efficiency bounds them.
-    kernels: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    kernels: Mapping[str, KernelRate] = field(default_factory=lambda: MappingProxyType({}))
 
     def of(self, op: str) -> float:
         """The efficiency of collective `op` (all_reduce, reduce_scatter, all_gather, send_recv,
@@ -184,6 +208,8 @@ _HALF_BYTES = (0.0, 1e15, True)  # bytes: a petabyte
 _TFLOPS = (0.0, 1e6, False)  # a GPU's vector peak: an exaFLOP per second
 _LATENCY_US = (0.0, 1e7, True)  # microseconds per ring step: ten seconds
 _GBS = (0.0, 1e6, False)  # a kernel's throughput, GB/s: a petabyte per second
+_GROUP = 1_048_576  # ranks of a group a kernel's rate is measured at: planc's largest world
+_KERNEL_SMS = (1.0, 100_000.0, True)  # SMs a dispatch kernel occupies
 _MAX_SOURCE = 10_000  # characters of a `source` note
 
 
@@ -235,18 +261,45 @@ def _only(data: Mapping[str, Any], where: str, keys: tuple[str, ...]) -> None:
         raise ValueError(f"{where}.source must be a string of at most {_MAX_SOURCE:,} characters")
 
 
-def _kernels(link: Mapping[str, Any], where: str) -> Mapping[str, float]:
-    """A link's optional `kernels`: GB/s per expert-dispatch kernel (EXPERT_KERNELS)."""
+def _kernels(link: Mapping[str, Any], where: str) -> Mapping[str, KernelRate]:
+    """A link's optional `kernels`: per expert-dispatch kernel (EXPERT_KERNELS) a number, GB/s
+    at every group size, or {"gbs": {n: GB/s, ...}, "sms": SMs} as measured."""
     if "kernels" not in link:
         return MappingProxyType({})
     given = _section(link, "kernels", where, EXPERT_KERNELS)
+    where = f"{where}.kernels"
     return MappingProxyType(
-        {
-            name: _number(given, name, f"{where}.kernels", _GBS)
-            for name in EXPERT_KERNELS
-            if name in given
-        }
+        {name: _kernel_rate(given, name, where) for name in EXPERT_KERNELS if name in given}
     )
+
+
+def _kernel_rate(given: Mapping[str, Any], name: str, where: str) -> KernelRate:
+    """One kernel's entry: a number, or an object of a `gbs` table by group size and `sms`."""
+    if not isinstance(given[name], Mapping):
+        return KernelRate(points=((1, _number(given, name, where, _GBS)),))
+    entry = _section(given, name, where, ("gbs", "sms"))
+    where = f"{where}.{name}"
+    table = entry.get("gbs")
+    if not isinstance(table, Mapping):
+        got = "missing" if table is None else f"a {type(table).__name__}"
+        raise ValueError(f"{where}.gbs must be an object of GB/s by group size, got {got}")
+    sizes = []
+    for key in table:
+        if not (isinstance(key, str) and 0 < len(key) <= 7 and key.isdecimal() and 1 <= int(key) <= _GROUP):
+            raise ValueError(
+                f"{where}.gbs: key {str(key)[:40]!r} must be a group size, an integer from 1 to "
+                f"{_GROUP:,}"
+            )
+        sizes.append(int(key))
+    if not sizes:
+        raise ValueError(f"{where}.gbs must give the rate at one group size at least")
+    points = tuple((n, _number(table, str(n), f"{where}.gbs", _GBS)) for n in sorted(sizes))
+    sms = None
+    if "sms" in entry:
+        sms = int(_number(entry, "sms", where, _KERNEL_SMS))
+        if sms != entry["sms"]:
+            raise ValueError(f"{where}.sms must be a whole number of SMs, got {entry['sms']!r}")
+    return KernelRate(points=points, sms=sms)
 
 
 def _link(data: Mapping[str, Any], key: str, where: str) -> LinkEfficiency:
@@ -412,6 +465,16 @@ def _gemm_by_dtype(data: Any, where: str) -> Mapping[DType, GemmCurve]:
     return MappingProxyType(curves)
 
 
+def _rate_json(rate: KernelRate) -> float | dict[str, Any]:
+    """A `KernelRate` as `_kernel_rate` reads it: a number where one rate holds at every size."""
+    if len(rate.points) == 1 and rate.sms is None:
+        return rate.points[0][1]
+    out: dict[str, Any] = {"gbs": {str(n): gbs for n, gbs in rate.points}}
+    if rate.sms is not None:
+        out["sms"] = rate.sms
+    return out
+
+
 def to_json(eff: Efficiency, source: str = "") -> dict[str, Any]:
     """The inverse of :func:`from_json` (what `planc calibrate` writes)."""
 
@@ -422,7 +485,7 @@ def to_json(eff: Efficiency, source: str = "") -> dict[str, Any]:
             "efficiency": {op: value.of(op) for op in COLLECTIVES},
         }
         if value.kernels:
-            out["kernels"] = dict(value.kernels)
+            out["kernels"] = {name: _rate_json(rate) for name, rate in value.kernels.items()}
         return out
 
     return {

@@ -1,0 +1,129 @@
+"""HybridEP inside one GB200 NVL72 domain: its measured rates by group size and its SMs.
+
+Expected values come from DeepEP's hybrid-ep README table ('GB200 Platform', Torch API,
+32 SMs, BF16 dispatch) as planc/presets/efficiency.json copies it, worked by hand here.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import yaml
+
+from planc.analysis import analyse
+from planc.perf.inputs import call_time_s, efficiency_of, ep_processor_usage
+from planc.plannable import Plannable
+from planc.presets.efficiency import KernelRate, for_gpu, from_json, to_json
+from planc.spec.load import load_text
+from planc.vocab import GroupKind
+
+from conftest import plannable_of
+
+# The GB200 table's 32-SM rows (dispatch, combine) at 8, 16, 24, 32 and 36 ranks.
+DISPATCH = {8: 545.71, 16: 523.48, 24: 507.32, 32: 484.22, 36: 479.02}
+COMBINE = {8: 568.94, 16: 521.55, 24: 483.76, 32: 464.54, 36: 447.89}
+NVL72_NVLINK_GBS = 900.0  # GB200's NVLink 5, per direction
+A2A_EFFICIENCY = 0.82  # gb200-nvl72 nvlink all_to_all (derived from H100's ring efficiency)
+
+
+def _job(ep: int, nodes: int, schedule: str = "1f1b") -> Plannable:
+    """Qwen3-30B-A3B on `nodes` GB200 trays in one NVL72 domain, EP `ep` with HybridEP."""
+    spec = {
+        "version": 1,
+        "name": "t",
+        "model": {"preset": "qwen3-30b-a3b"},
+        "hardware": {"gpu": "gb200-nvl72", "nodes": nodes},
+        "parallelism": {
+            "tensor": 1, "pipeline": 1, "expert": ep, "expert_tensor": 1,
+            "expert_dispatcher": "hybridep", "pipeline_schedule": schedule,
+        },
+        "training": {
+            "seq_len": 4096, "micro_batch": 1, "global_batch": 8 * nodes * 4,
+            "precision": "bf16", "recompute": "none",
+        },
+    }
+    loaded = load_text("t.yaml", yaml.safe_dump(spec))
+    assert loaded.job is not None, loaded.findings
+    return plannable_of(loaded.job)
+
+
+def test_rate_is_linear_between_measured_sizes_and_flat_beyond() -> None:
+    rate = for_gpu("gb200-nvl72").nvlink.kernels["hybridep_dispatch"]
+    assert rate.sms == 32
+    assert rate.at(8) == DISPATCH[8] and rate.at(36) == DISPATCH[36]
+    assert rate.at(12) == pytest.approx((DISPATCH[8] + DISPATCH[16]) / 2)
+    assert rate.at(20) == pytest.approx((DISPATCH[16] + DISPATCH[24]) / 2)
+    assert rate.at(2) == DISPATCH[8]  # below the table: its first measurement
+    assert rate.at(64) == DISPATCH[36]  # beyond it: its last
+    assert KernelRate(points=((1, 51.0),)).at(1024) == 51.0
+
+
+@pytest.mark.parametrize(("ep", "nodes"), [(8, 2), (16, 4), (32, 8)])
+def test_hybridep_inside_the_domain_runs_at_the_measured_rate(ep: int, nodes: int) -> None:
+    # One call of n ranks carries its rows at R(n) (rows counting the own rank), well below
+    # NVLink's 900 GB/s at the all-to-all efficiency 0.82 the link alone would give.
+    job = _job(ep, nodes)
+    eff = efficiency_of(job)
+    ops = [op for op in analyse(job).ops if op.group is GroupKind.EP and op.calls]
+    dispatch, combine = (next(op for op in ops if op.kernel == k)
+                         for k in ("hybridep_dispatch", "hybridep_combine"))
+    assert dispatch.group_size == combine.group_size == ep
+    assert dispatch.link == "nvlink"
+    for op, table in ((dispatch, DISPATCH), (combine, COMBINE)):
+        seconds = call_time_s(job, eff, op)
+        latency = seconds - op.buffer_bytes / (table[ep] * 1e9)
+        assert 0 < latency < 1e-4  # the call's rounds at 2 µs each, no more
+        assert op.buffer_bytes / (table[ep] * 1e9) > op.buffer_bytes * (ep - 1) / ep / (
+            NVL72_NVLINK_GBS * A2A_EFFICIENCY * 1e9
+        )
+
+
+def test_hybridep_slows_the_compute_it_hides_behind_by_its_sms() -> None:
+    # Paired with the other micro-batch's compute (combined 1F1B), HybridEP's 32 SMs of the
+    # GB200's 148 are what that compute loses, not NCCL's NVLink share of 0.15.
+    paired = _job(8, 2, "combined-1f1b")
+    assert ep_processor_usage(paired, efficiency_of(paired)) == pytest.approx(32 / 148)
+    unpaired = _job(8, 2)  # nothing hides the exchange, so nothing is slowed
+    assert ep_processor_usage(unpaired, efficiency_of(unpaired)) == 0.0
+
+
+def _tables() -> dict[str, Any]:
+    return copy.deepcopy(to_json(for_gpu("gb200-nvl72")))
+
+
+def test_the_tables_round_trip_through_a_calibration_file() -> None:
+    eff = for_gpu("gb200-nvl72")
+    data = to_json(eff)
+    assert data["network"]["nvlink"]["kernels"]["hybridep_combine"] == {
+        "gbs": {str(n): gbs for n, gbs in COMBINE.items()}, "sms": 32,
+    }
+    assert from_json(data) == eff
+    h800 = for_gpu("h800")  # a number stays a number: one rate at every size
+    assert to_json(h800)["network"]["network"]["kernels"]["deepep_dispatch"] == 51.0
+    assert from_json(to_json(h800)) == h800
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"gbs": {"0": 500.0}}, "key '0' must be a group size, an integer from 1 to 1,048,576"),
+        ({"gbs": {"eight": 500.0}}, "key 'eight' must be a group size"),
+        ({"gbs": {"8": -1.0}}, "kernels.hybridep_dispatch.gbs.8 must be a number in (0, 1e+06]"),
+        ({"gbs": {}}, "gbs must give the rate at one group size at least"),
+        ({"gbs": [500.0]}, "gbs must be an object of GB/s by group size, got a list"),
+        ({"sms": 32}, "gbs must be an object of GB/s by group size, got missing"),
+        ({"gbs": {"8": 500.0}, "sms": 2.5}, "sms must be a whole number of SMs, got 2.5"),
+        ({"gbs": {"8": 500.0}, "sms": 0}, "sms must be a number in [1, 100000]"),
+        ({"gbs": {"8": 500.0}, "warps": 4}, "unknown key 'warps'; it takes gbs, sms, source"),
+        ("fast", "kernels.hybridep_dispatch must be a number in (0, 1e+06], got a str"),
+    ],
+)
+def test_a_calibration_files_kernel_rates_are_checked(entry: object, message: str) -> None:
+    data = _tables()
+    data["network"]["nvlink"]["kernels"]["hybridep_dispatch"] = entry
+    with pytest.raises(ValueError) as caught:
+        from_json(data, "cal")
+    assert message in str(caught.value)
+    assert str(caught.value).startswith("cal.network.nvlink.kernels")
