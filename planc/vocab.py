@@ -215,6 +215,19 @@ Fp8RecipeName = Literal[
 ]
 OptimizerName = Literal["adam", "sgd"]
 Recompute = Literal["none", "selective", "selective-op", "full"]
+# training.recompute_modules: the parts of each layer Megatron-Core's selective recompute
+# checkpoints (--recompute-modules, TransformerConfig.recompute_modules, Megatron-Core cd4afffa;
+# default core_attn). core_attn, mlp, moe and shared_experts keep their module's input and run
+# it again in backward; mla_up_proj, layernorm and moe_act discard their outputs after use and
+# re-create them (CheckpointWithoutOutput).
+RecomputeModule = Literal[
+    "core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act", "moe", "shared_experts"
+]
+RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = (
+    "core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act", "moe", "shared_experts"
+)
+# Megatron-Core's default module list (recompute_granularity selective, recompute_modules None).
+DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = ("core_attn",)
 AttentionKind = Literal["flash", "eager"]
 # The fused attention kernel under Megatron-LM (--attention-backend): auto, Transformer Engine's
 # choice (cuDNN's FusedAttention on Hopper and newer, flash-attn before); flash, the flash-attn

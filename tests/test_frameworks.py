@@ -108,6 +108,14 @@ CASES: dict[str, tuple[dict[str, Any] | None, str]] = {
         {"parallelism": {"tensor": 2, "context": 4, "cp_comm_type": "a2a+p2p"}},
         "llama3-8b-1node.yaml",
     ),
+    # Megatron's --recompute-modules (nargs '+'), the dense MLP beside the attention core.
+    "recompute-modules": (
+        {
+            "parallelism": {"tensor": 2},
+            "training": {"recompute": "selective", "recompute_modules": ["core_attn", "mlp"]},
+        },
+        "llama3-8b-1node.yaml",
+    ),
     # Megatron's optimizer CPU offload: --optimizer-cpu-offload with the precision-aware
     # optimizer validate_args requires.
     "megatron-optimizer-offload": (
@@ -548,6 +556,9 @@ def test_megatron_parser_accepts_the_arguments() -> None:
         engine = written.get("framework", "megatron")
         fused = written.get("grad_accum_fusion", engine in ("megatron", "megatron-fsdp"))
         assert args["gradient_accumulation_fusion"] == fused, case
+        assert args["recompute_modules"] == (
+            "['core_attn', 'mlp']" if case == "recompute-modules" else None
+        ), case
         assert args["bf16"] == (training["precision"] == "bf16")
         assert args["fp16"] == (training["precision"] == "fp16")
         v = record["layout"]["virtual_stages"]

@@ -130,4 +130,5 @@ def test_published_runs_split_into_parts_that_add_up(run: str) -> None:
     forward, backward = paired_per_layer(job, eff, exchange)
     assert 0.0 <= forward <= exchange.forward_s and 0.0 <= backward <= exchange.backward_s
     across_nodes = "h100" in run
-    assert (forward + backward > 0.0) is across_nodes
+    # (what hides completely may leave a rounding residue of the subtractions, ~1e-18 s)
+    assert (forward + backward > 1e-12) is across_nodes

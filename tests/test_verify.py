@@ -439,6 +439,12 @@ def moe_layouts(draw: st.DrawFn) -> dict[str, Any]:
     # The gate's choice: uniform, or NeMo AutoModel's round robin (training.expert_routing).
     overlay["training"]["expert_routing"] = draw(st.sampled_from(["uniform", "round_robin"]))
     overlay["rules"]["ignore"] = [*overlay["rules"]["ignore"], "PLC007", "PLC021"]
+    # Megatron's --recompute-modules: the collectives of a recomputed MLP, shared experts or
+    # MoE block run again in backward, and verify recounts them from the plan.
+    training = overlay["training"]
+    if training["recompute"] == "selective" and training["framework"] == "megatron":
+        modules = ["core_attn", "layernorm", "mlp", "moe_act", "moe", "shared_experts"]
+        training["recompute_modules"] = draw(st.lists(st.sampled_from(modules), unique=True))
     return overlay
 
 

@@ -347,6 +347,23 @@ def tp_blocks(job: Plannable, stage: int) -> int:
     return 2 * layers - bare
 
 
+def redone_blocks(job: Plannable, stage: int, attention: bool = True) -> int:
+    """TP blocks of a rank's layers (`tp_blocks`) whose forward runs again inside backward, per
+    micro-batch: every block under full recompute (`attention`: counting the attention blocks);
+    under selective recompute the dense layers' MLPs (mlp) and the MoE layers' shared experts
+    (shared_experts, or moe: the whole MoE block), each a module checkpointed with its
+    collectives inside (Megatron-Core transformer_layer.py, moe_layer.py)."""
+    tr, layers = job.training, job.layout.stage_layers[stage]
+    if tr.recompute == "full":
+        return tp_blocks(job, stage) - (0 if attention else layers)
+    modules = tr.recompute_modules
+    moe = job.model.moe
+    routed = job.moe_layers(stage) if moe is not None else 0
+    shared = routed if moe is not None and moe.E_s else 0
+    mlp = layers - routed if "mlp" in modules else 0
+    return mlp + (shared if {"shared_experts", "moe"} & set(modules) else 0)
+
+
 def latent_parts(job: Plannable) -> tuple[tuple[str, str, int], ...]:
     """(name, symbol, per-token width) of what latent attention's TP collectives move at its
     input, instead of the hidden state h: with sequence parallelism the query latent d_c' (h
@@ -379,9 +396,12 @@ def _mla_tp_ops(job: Plannable, stage: int) -> list[CommOp]:
     (`latent_parts`) at the block's input and the hidden state h after its output projection
     (a reduce-scatter with SP, an all-reduce without), mirrored in backward; full recompute runs
     the forward's again."""
-    lay, m = job.layout, job.m
+    lay, m, tr = job.layout, job.m, job.training
     layers = lay.stage_layers[stage]
-    again = layers * m if job.training.recompute == "full" else 0
+    again = layers * m if tr.recompute == "full" else 0
+    # mla_up_proj runs the up projections again, with the latents' gathers inside them (not
+    # the RoPE key's, gathered before: multi_latent_attention.py qkv_up_proj_and_rope_apply)
+    up_again = layers * m if tr.recompute == "selective" and "mla_up_proj" in tr.recompute_modules else 0
     link = link_class(job, (Axis.TP,))
 
     op = op_maker(stage, GroupKind.TP, lay.t, link)
@@ -391,13 +411,15 @@ def _mla_tp_ops(job: Plannable, stage: int) -> list[CommOp]:
     if lay.sp:
         for name, symbol, width in latent_parts(job):
             size = latent_message_bytes(job, width)
+            redo = again + (up_again if symbol != "d_h^R" else 0)
             ops.append(
                 op(
                     Collective.ALL_GATHER,
                     f"SP all-gather of the {name} before the up projection (forward)",
-                    layers * m + again,
+                    layers * m + redo,
                     size,
-                    f"1 per layer per micro-batch (+1 under full recompute), b·(s/c)·{symbol}·β_a",
+                    f"1 per layer per micro-batch (+1 under full recompute"
+                    f"{'' if symbol == 'd_h^R' else ' or mla_up_proj'}), b·(s/c)·{symbol}·β_a",
                 )
             )
             ops.append(
@@ -465,12 +487,12 @@ def _tp_ops(job: Plannable, stage: int) -> list[CommOp]:
 def _dense_tp_ops(job: Plannable, stage: int, blocks: int) -> list[CommOp]:
     """The TP collectives of `blocks` blocks (attention, MLP or shared experts) that move the
     hidden state h at both ends."""
-    lay, tr, m = job.layout, job.training, job.m
+    lay, m = job.layout, job.m
     if blocks == 0:
         return []
     size = activation_message_bytes(job)
     link = link_class(job, (Axis.TP,))
-    recompute = blocks * m if tr.recompute == "full" else 0
+    recompute = redone_blocks(job, stage, attention=job.model.mla is None) * m
 
     op = op_maker(stage, GroupKind.TP, lay.t, link)
 
@@ -488,7 +510,8 @@ def _dense_tp_ops(job: Plannable, stage: int, blocks: int) -> list[CommOp]:
                 "TP backward all-reduce (attention and MLP input grads)",
                 blocks * m + recompute,
                 size,
-                "1 per block per micro-batch (+1 forward again under full recompute), b·(s/c)·h·β_a",
+                "1 per block per micro-batch (+1 forward again under full recompute or a recomputed "
+                "mlp, shared_experts or moe), b·(s/c)·h·β_a",
             ),
         ]
     return [
@@ -750,10 +773,17 @@ def token_count_bytes(job: Plannable) -> int:
 
 def moe_passes(job: Plannable, stage: int) -> tuple[int, int]:
     """(forward, backward) runs of the MoE layers of `stage` per step: L_moe·m each, and the
-    forward again inside backward under full recompute (selective recompute repeats only the
-    attention core)."""
+    forward again inside backward under full recompute and under selective recompute of the
+    whole MoE block (moe; its other modules repeat no exchange)."""
     forward = job.moe_layers(stage) * job.m
-    return forward, forward + (forward if job.training.recompute == "full" else 0)
+    return forward, forward + (forward if moe_block_redone(job) else 0)
+
+
+def moe_block_redone(job: Plannable) -> bool:
+    """Whether a MoE layer's forward, its exchanges included, runs again inside backward: under
+    full recompute, or selective recompute of the moe module."""
+    tr = job.training
+    return tr.recompute == "full" or (tr.recompute == "selective" and "moe" in tr.recompute_modules)
 
 
 # --- the dispatcher's group and where it lies ----------------------------------------------

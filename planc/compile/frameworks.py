@@ -30,7 +30,7 @@ from planc.pipeline.placement import virtual_stage
 from planc.pipeline.registry import definition
 from planc.presets.fp8 import recipe_table
 from planc.spec.job import preset_model
-from planc.vocab import DType, ScheduleKind
+from planc.vocab import DEFAULT_RECOMPUTE_MODULES, DType, ScheduleKind
 
 MEGATRON = "megatron-core 0.19.2, megatron/training/arguments.py (NVIDIA/Megatron-LM d98e8a64)"
 DEEPSPEED = "DeepSpeed 0.19.8, deepspeed/runtime/config.py and deepspeed/runtime/zero/config.py"
@@ -146,8 +146,12 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
     if not tr.grad_accum_fusion:
         # Megatron-LM fuses the accumulation into the weight-gradient GEMM by default.
         args.append("--no-gradient-accumulation-fusion")
-    if tr.recompute == "selective":
+    if tr.recompute == "selective" and tr.recompute_modules:
+        # An empty module list recomputes nothing, as no recompute flag does: Megatron's
+        # --recompute-modules takes one value or more (argument_utils.py nargs '+').
         args.append("--recompute-granularity selective")
+        if tr.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
+            args.append(" ".join(("--recompute-modules", *tr.recompute_modules)))
     elif tr.recompute == "full":
         args += [
             "--recompute-granularity full",

@@ -36,7 +36,7 @@ from planc.pipeline.registry import FLUSH_ORDER, bubble_fraction, definition, pa
 from planc.plannable import LayerRange, Plannable
 from planc.record import record
 from planc.spec.fabric import Tier
-from planc.vocab import GroupKind
+from planc.vocab import DEFAULT_RECOMPUTE_MODULES, GroupKind
 
 PLAN_FORMAT = "planc-plan"
 COORDS_FORMAT = "planc-coords"
@@ -326,6 +326,13 @@ def training_record(plan: Plan) -> dict[str, object]:
         "activation_bytes": activation_bytes(job),
         "gradient_bytes": grad_bytes(job),
         "recompute": tr.recompute,
+        # Megatron's --recompute-modules, written when not its default (plans of other runs
+        # keep their bytes)
+        **(
+            {"recompute_modules": list(tr.recompute_modules)}
+            if tr.recompute == "selective" and tr.recompute_modules != DEFAULT_RECOMPUTE_MODULES
+            else {}
+        ),
         "attention": tr.attention,
         "framework": tr.framework,
         # written when not the default, as layer_offset: plans of other runs keep their bytes

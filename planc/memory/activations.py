@@ -56,7 +56,15 @@ from planc.pipeline import registry
 from planc.plannable import Plannable
 from planc.record import record
 from planc.spec.job import Model
-from planc.vocab import AttentionKind, CrossEntropyFusion, DType, Kernels, Precision
+from planc.vocab import (
+    DEFAULT_RECOMPUTE_MODULES,
+    AttentionKind,
+    CrossEntropyFusion,
+    DType,
+    Kernels,
+    Precision,
+    RecomputeModule,
+)
 
 KORTHIKANTI = "Korthikanti et al. 2022 §4.1"
 FP8_INPUTS = (
@@ -371,6 +379,9 @@ class Line:
     mlp: bool = False  # a dense MLP's tensor, which a MoE layer replaces by its own (MOE_LINES)
     # whether an FP8 recipe saves this tensor quantized (a linear input), for its name
     quantized: Callable[[LayerShape], bool] | None = None
+    # the recompute modules beyond core_attn (core) and mlp (mlp) that drop it (`line_modules`)
+    recomputed_by: Callable[[LayerShape], frozenset[RecomputeModule]] | None = None
+    moe_norm: bool = False  # the MLP norm's own tensor: a module of its own in a MoE layer
 
     def title(self, x: LayerShape) -> str:
         """The line's name, with the format it is saved in when an FP8 recipe quantizes it."""
@@ -421,15 +432,36 @@ def _mlp_input_formula(x: LayerShape) -> str:
     return f"{2 * x.e if x.gated and not x.unfused else x.e}·{x.tok}·f{x.split}"
 
 
+def _latent_up(x: LayerShape) -> frozenset[RecomputeModule]:
+    """Q, K and V under latent attention: the up projections' and RoPE's outputs, which
+    mla_up_proj discards after the attention core and re-creates in backward (Megatron-Core
+    multi_latent_attention.py: qkv_up_checkpoint.discard_output_and_register_recompute)."""
+    return frozenset({"mla_up_proj"}) if x.kv_latent else frozenset()
+
+
+def _latent_norm(x: LayerShape) -> frozenset[RecomputeModule]:
+    """The input norm's output and statistics under latent attention, whose input norm is a
+    module of its own (TENorm; with multi-head attention Transformer Engine fuses it into the
+    QKV linear, IdentityOp, and layernorm recomputes nothing there: transformer_layer.py)."""
+    return frozenset({"layernorm"}) if x.kv_latent else frozenset()
+
+
 LINES: tuple[Line, ...] = (
     Line("attention norm input", norm_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI),
-    Line("attention norm statistics (fp32)", norm_statistics, _stats, PYTORCH_NORM),
+    Line(
+        "attention norm statistics (fp32)",
+        norm_statistics,
+        _stats,
+        PYTORCH_NORM,
+        recomputed_by=_latent_norm,
+    ),
     Line(
         "QKV input",
         linear_input,
         lambda x: f"{_q(x)}·{x.tok}·h{x.rep}",
         KORTHIKANTI + "; FP8: " + FP8_INPUTS,
         quantized=_saved_quantized,
+        recomputed_by=_latent_norm,
     ),
     Line(
         "query latent norm input (q_a output)",
@@ -451,12 +483,19 @@ LINES: tuple[Line, ...] = (
         lambda x: f"4·{'2' if x.q_latent else '1'}·{x.tok}{x.rep}",
         PYTORCH_NORM,
     ),
-    Line("Q (QKᵀ input)", query, lambda x: f"{_e(x)}·{x.tok}·n·{_qk(x)}{x.split}", KORTHIKANTI),
+    Line(
+        "Q (QKᵀ input)",
+        query,
+        lambda x: f"{_e(x)}·{x.tok}·n·{_qk(x)}{x.split}",
+        KORTHIKANTI,
+        recomputed_by=_latent_up,
+    ),
     Line(
         "K (QKᵀ input)",
         key,
         lambda x: f"{_e(x)}·{x.tok}·{'n' if x.eager else 'g'}·{_qk(x)}{x.split}",
         KORTHIKANTI + "; GQA: Ainslie et al. 2023",
+        recomputed_by=_latent_up,
     ),
     Line(
         "softmax output",
@@ -484,6 +523,7 @@ LINES: tuple[Line, ...] = (
         value,
         lambda x: f"{_e(x)}·{x.tok}·{'n' if x.eager else 'g'}·{_v(x)}{x.split}",
         KORTHIKANTI,
+        recomputed_by=_latent_up,
     ),
     Line(
         "flash softmax statistics (fp32)",
@@ -513,7 +553,7 @@ LINES: tuple[Line, ...] = (
         KORTHIKANTI,
     ),
     Line("MLP norm input", norm_input, lambda x: f"{_e(x)}·{x.tok}·h{x.rep}", KORTHIKANTI),
-    Line("MLP norm statistics (fp32)", norm_statistics, _stats, PYTORCH_NORM),
+    Line("MLP norm statistics (fp32)", norm_statistics, _stats, PYTORCH_NORM, moe_norm=True),
     Line(
         "fc1 input",
         linear_input,
@@ -630,40 +670,86 @@ SAC_LINES: tuple[Line, ...] = (
 )
 
 
-def kept_lines(x: LayerShape, recompute: str) -> tuple[Line, ...]:
-    """The tensors one layer keeps between its forward and its backward under `recompute`."""
+Modules = tuple[RecomputeModule, ...]
+
+
+def line_modules(line: Line, x: LayerShape) -> frozenset[RecomputeModule]:
+    """The modules of selective recompute (training.recompute_modules) that drop `line`:
+    core_attn the attention core's tensors, mlp the dense MLP's, and those the line names
+    (`Line.recomputed_by`: mla_up_proj, layernorm)."""
+    named = line.recomputed_by(x) if line.recomputed_by is not None else frozenset()
+    core: frozenset[RecomputeModule] = frozenset({"core_attn"}) if line.core else frozenset()
+    mlp: frozenset[RecomputeModule] = frozenset({"mlp"}) if line.mlp else frozenset()
+    return core | mlp | named
+
+
+def _dropped(line: Line, x: LayerShape, modules: Modules) -> bool:
+    """Whether selective recompute of `modules` drops `line` from what the layer keeps."""
+    return not line_modules(line, x).isdisjoint(modules)
+
+
+# What each recompute module re-creates, in words (the working set's label).
+MODULE_WORDS: dict[RecomputeModule, str] = {
+    "core_attn": "attention core",
+    "mla_up_proj": "latent up projections",
+    "layernorm": "own norms",
+    "mlp": "MLP",
+    "moe_act": "expert activations",
+    "moe": "MoE block",
+    "shared_experts": "shared experts",
+}
+
+
+def module_words(modules: Modules) -> str:
+    """`modules` in words: "attention core", "attention core and MLP", "a, b and c"."""
+    words = [MODULE_WORDS[module] for module in modules]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def kept_lines(
+    x: LayerShape, recompute: str, modules: Modules = DEFAULT_RECOMPUTE_MODULES
+) -> tuple[Line, ...]:
+    """The tensors one layer keeps between its forward and its backward under `recompute`
+    (selective: of `modules`, Megatron's --recompute-modules, default core_attn)."""
     if recompute == "full":
         return (CHECKPOINT,)
     if recompute == "selective-op":
         return SAC_LINES
     if recompute == "selective":
-        return tuple(line for line in LINES if not line.core)
+        return tuple(line for line in LINES if not _dropped(line, x, modules))
     return LINES
 
 
-def layer_terms(x: LayerShape, recompute: str = "none") -> tuple[Term, ...]:
+def layer_terms(
+    x: LayerShape, recompute: str = "none", modules: Modules = DEFAULT_RECOMPUTE_MODULES
+) -> tuple[Term, ...]:
     """Per-layer, per-micro-batch activation terms (zero-byte lines left out)."""
     return tuple(
         Term(line.title(x), "activations", line.size(x), line.formula(x), line.source)
-        for line in kept_lines(x, recompute)
+        for line in kept_lines(x, recompute, modules)
         if line.size(x)
     )
 
 
-def layer_bytes(x: LayerShape, recompute: str = "none") -> int:
+def layer_bytes(
+    x: LayerShape, recompute: str = "none", modules: Modules = DEFAULT_RECOMPUTE_MODULES
+) -> int:
     """Bytes one layer keeps for one micro-batch: Korthikanti Table 2 generalised."""
-    return sum(term.bytes for term in layer_terms(x, recompute))
+    return sum(term.bytes for term in layer_terms(x, recompute, modules))
 
 
-def recompute_working_set(x: LayerShape, recompute: str) -> int:
+def recompute_working_set(
+    x: LayerShape, recompute: str, modules: Modules = DEFAULT_RECOMPUTE_MODULES
+) -> int:
     """Activations re-created during one layer's backward on top of the kept ones (once per rank):
     full recompute rebuilds one whole layer, and so does torchtitan's per-op policy (its backward
-    re-runs the block's forward, autograd saving as without recompute); selective rebuilds one
-    layer's attention core."""
+    re-runs the block's forward, autograd saving as without recompute); selective rebuilds what
+    its modules dropped of one layer (all of them at once, an upper bound: Megatron frees each
+    module's after its backward)."""
     if recompute in ("full", "selective-op"):
         return sum(line.size(x) for line in LINES)
     if recompute == "selective":
-        return sum(line.size(x) for line in LINES if line.core)
+        return sum(line.size(x) for line in LINES if _dropped(line, x, modules))
     return 0
 
 
@@ -895,6 +981,9 @@ class MoELine:
     formula: Callable[[ExpertShape], str]
     source: str
     quantized: bool = False  # a GEMM input an FP8 recipe saves quantized
+    # the recompute modules that drop it: moe (the whole block) for all but its input, and
+    # moe_act, shared_experts or layernorm for their own parts (`moe_layer_terms`)
+    modules: frozenset[RecomputeModule] = frozenset({"moe"})
 
     def title(self, y: ExpertShape) -> str:
         """The line's name, with the format it is saved in when quantized."""
@@ -906,7 +995,13 @@ def _gate(y: ExpertShape) -> str:
 
 
 MOE_LINES: tuple[MoELine, ...] = (
-    MoELine("MoE input (router, dispatch)", moe_input, lambda y: f"{y.e}·T·h", MOE_PERMUTE),
+    MoELine(
+        "MoE input (router, dispatch)",
+        moe_input,
+        lambda y: f"{y.e}·T·h",
+        MOE_PERMUTE,
+        modules=frozenset({"layernorm"}),
+    ),
     MoELine("router scores (fp32)", router_scores, lambda y: "4·T·E", MOE_ROUTER),
     MoELine("router top-k indices (int64)", router_indices, lambda y: "8·T·topk", MOE_ROUTER),
     MoELine(
@@ -940,18 +1035,21 @@ MOE_LINES: tuple[MoELine, ...] = (
         expert_up_output,
         lambda y: f"{y.e}·R·f_e/ETP",
         PYTORCH_SWIGLU,
+        modules=frozenset({"moe", "moe_act"}),
     ),
     MoELine(
         "expert SiLU output (unfused)",
         expert_silu_output,
         lambda y: f"{y.e}·R·f_e/ETP",
         PYTORCH_SWIGLU,
+        modules=frozenset({"moe", "moe_act"}),
     ),
     MoELine(
         "expert activation output (before the probability)",
         expert_weighted_input,
         lambda y: f"{y.e}·R·f_e/ETP",
         MOE_EXPERTS + " bias_act_func",
+        modules=frozenset({"moe", "moe_act"}),
     ),
     MoELine(
         "expert routing probabilities", expert_probabilities, lambda y: f"{y.e}·R", MOE_EXPERTS
@@ -962,24 +1060,28 @@ MOE_LINES: tuple[MoELine, ...] = (
         lambda y: f"{_qy(y)}·R·f_e/ETP",
         MOE_EXPERTS,
         quantized=True,
+        modules=frozenset({"moe", "moe_act"}),
     ),
     MoELine(
         "shared-expert activation input (fc1 output)",
         shared_activation_input,
         lambda y: f"{_gate(y)}·s·b·E_s·f_s/t",
         MOE_SHARED,
+        modules=frozenset({"moe", "shared_experts"}),
     ),
     MoELine(
         "shared-expert up-projection output (unfused)",
         shared_up_output,
         lambda y: f"{y.e}·s·b·E_s·f_s/t",
         PYTORCH_SWIGLU,
+        modules=frozenset({"moe", "shared_experts"}),
     ),
     MoELine(
         "shared-expert SiLU output (unfused)",
         shared_silu_output,
         lambda y: f"{y.e}·s·b·E_s·f_s/t",
         PYTORCH_SWIGLU,
+        modules=frozenset({"moe", "shared_experts"}),
     ),
     MoELine(
         "shared-expert fc2 input",
@@ -987,35 +1089,82 @@ MOE_LINES: tuple[MoELine, ...] = (
         lambda y: f"{_qy(y)}·s·b·E_s·f_s/t",
         MOE_SHARED,
         quantized=True,
+        modules=frozenset({"moe", "shared_experts"}),
     ),
 )
 
 
-def moe_layer_terms(x: LayerShape, y: ExpertShape, recompute: str = "none") -> tuple[Term, ...]:
+def moe_layer_terms(
+    x: LayerShape,
+    y: ExpertShape,
+    recompute: str = "none",
+    modules: Modules = DEFAULT_RECOMPUTE_MODULES,
+) -> tuple[Term, ...]:
     """Per-MoE-layer, per-micro-batch activation terms: the attention side of `layer_terms`
     (and the MLP norm and residual dropout, which a MoE layer keeps too), then the MoE lines.
 
-    Recompute: selective is Megatron's default --recompute-modules core_attn, which keeps every
-    MoE tensor (planc's vocabulary has no moe / moe_act module recompute); full keeps only the
+    Recompute: selective keeps what its modules do not drop (`moe_kept`): the default core_attn
+    keeps every MoE tensor; moe keeps the block's input only, moe_act drops the experts'
+    activation outputs, shared_experts the shared experts' tensors, layernorm the pre-MLP norm's
+    output (the MoE input) and statistics, its own module in a MoE layer. Full keeps only the
     layer's input, as for a dense layer.
     """
     if recompute == "full":
         return layer_terms(x, recompute)
-    attention = tuple(line for line in kept_lines(x, recompute) if not line.mlp)
     terms = [
         Term(line.name, "activations", line.size(x), line.formula(x), line.source)
-        for line in attention
+        for line in moe_attention_side(x, recompute, modules)
     ]
     terms += [
         Term(line.title(y), "activations", line.size(y), line.formula(y), line.source)
-        for line in MOE_LINES
+        for line in moe_kept(recompute, modules)
     ]
     return tuple(term for term in terms if term.bytes)
 
 
-def moe_layer_bytes(x: LayerShape, y: ExpertShape, recompute: str = "none") -> int:
+def _layernorm_recomputed(recompute: str, modules: Modules) -> bool:
+    return recompute == "selective" and "layernorm" in modules
+
+
+def moe_attention_side(x: LayerShape, recompute: str, modules: Modules) -> tuple[Line, ...]:
+    """The dense-layer lines a MoE layer keeps: all but the dense MLP's, and, when layernorm is
+    recomputed, not the pre-MLP norm's statistics (a module of its own before the router)."""
+    drop_norm = _layernorm_recomputed(recompute, modules)
+    return tuple(
+        line
+        for line in kept_lines(x, recompute, modules)
+        if not line.mlp and not (drop_norm and line.moe_norm)
+    )
+
+
+def moe_kept(recompute: str, modules: Modules) -> tuple[MoELine, ...]:
+    """The MoE lines kept under `recompute` (not full): those no recomputed module drops."""
+    if recompute != "selective":
+        return MOE_LINES
+    return tuple(line for line in MOE_LINES if line.modules.isdisjoint(modules))
+
+
+def moe_layer_bytes(
+    x: LayerShape,
+    y: ExpertShape,
+    recompute: str = "none",
+    modules: Modules = DEFAULT_RECOMPUTE_MODULES,
+) -> int:
     """Bytes one MoE layer keeps for one micro-batch."""
-    return sum(term.bytes for term in moe_layer_terms(x, y, recompute))
+    return sum(term.bytes for term in moe_layer_terms(x, y, recompute, modules))
+
+
+def moe_working_set(x: LayerShape, y: ExpertShape, recompute: str, modules: Modules) -> int:
+    """What one MoE layer's backward re-creates under selective recompute: the attention side's
+    dropped lines and the dropped MoE lines (`recompute_working_set`, for a MoE layer)."""
+    if recompute != "selective":
+        return recompute_working_set(x, recompute, modules)
+    kept = moe_kept(recompute, modules)
+    side = moe_attention_side(x, recompute, modules)
+    attention = sum(
+        line.size(x) for line in LINES if not line.mlp and line not in side
+    )
+    return attention + sum(line.size(y) for line in MOE_LINES if line not in kept)
 
 
 def dispatch_buffers(y: ExpertShape) -> int:
@@ -1199,29 +1348,36 @@ def _scaled(term: Term, count: int, what: str) -> Term:
     )
 
 
-def _working_set(x: LayerShape, y: ExpertShape | None, recompute: str, dense: bool) -> int:
+def _working_set(
+    x: LayerShape, y: ExpertShape | None, recompute: str, modules: Modules, dense: bool
+) -> int:
     """The recompute working set of the rank's layers: the largest re-created layer (full) or
-    one attention core (selective); a MoE layer re-creates its whole MoE side under full."""
-    work = recompute_working_set(x, recompute) if dense else 0
+    what selective recompute's modules drop of one layer; a MoE layer re-creates its whole MoE
+    side under full."""
+    work = recompute_working_set(x, recompute, modules) if dense else 0
     if y is not None and recompute == "full":
         work = max(work, moe_layer_bytes(x, y, "none"))
     elif y is not None:
-        work = max(work, recompute_working_set(x, recompute))
+        work = max(work, moe_working_set(x, y, recompute, modules))
     return work
 
 
-def _bf16_per_layer(job: Plannable, x: LayerShape, recompute: str) -> tuple[int, int]:
+def _bf16_per_layer(
+    job: Plannable, x: LayerShape, recompute: str, modules: Modules
+) -> tuple[int, int]:
     """What one dense and one MoE layer-micro-batch of the first and last layers in BF16
     (training.fp8.first_last_bf16) keep above their quantized lines: they save their linear
     inputs at ε bytes."""
     whole = replace(x, q_bits=0)
-    lines = [line for line in kept_lines(x, recompute) if line.is_quantized(x)]
+    lines = [line for line in kept_lines(x, recompute, modules) if line.is_quantized(x)]
     dense = sum(line.size(whole) - line.size(x) for line in lines)
     routed = sum(line.size(whole) - line.size(x) for line in lines if not line.mlp)
     if job.model.moe is not None and recompute != "full":
         y = expert_shape(job)
         y16 = replace(y, q_bits=0)
-        routed += sum(m.size(y16) - m.size(y) for m in MOE_LINES if m.quantized)
+        routed += sum(
+            m.size(y16) - m.size(y) for m in moe_kept(recompute, modules) if m.quantized
+        )
     return dense, routed
 
 
@@ -1240,7 +1396,7 @@ class StageLines:
     its class (`planc.stages`); `StageActivations` counts it for the micro-batches in flight on
     each chunk."""
 
-    layer: tuple[tuple[Term, bool], ...]  # one layer's lines, each with whether it is the MLP's
+    layer: tuple[tuple[Term, bool], ...]  # one layer's lines, each with whether only dense keep it
     moe: tuple[Term, ...]  # one MoE layer's expert side (none under full recompute)
     stem: tuple[Term, ...]  # one micro-batch on the first chunk (the first stage)
     head: tuple[Term, ...]  # one micro-batch on the last chunk (the LM head's stage)
@@ -1395,12 +1551,17 @@ def held_at_peak(job: Plannable, pp_rank: int, weights: tuple[int, ...]) -> tupl
 
 
 def layer_lines(job: Plannable) -> tuple[tuple[Term, bool], ...]:
-    """What one layer keeps per micro-batch (`kept_lines`), each line with whether it is the
-    dense MLP's: the same on every stage."""
-    x, recompute = shape_of(job), job.training.recompute
+    """What one layer keeps per micro-batch (`kept_lines`), each line with whether only a dense
+    layer keeps it (the dense MLP's; the MLP norm's statistics when layernorm is recomputed, a
+    module of its own in a MoE layer): the same on every stage."""
+    x, tr = shape_of(job), job.training
+    drop_norm = _layernorm_recomputed(tr.recompute, tr.recompute_modules)
     return tuple(
-        (Term(line.title(x), "activations", line.size(x), line.formula(x), line.source), line.mlp)
-        for line in kept_lines(x, recompute)
+        (
+            Term(line.title(x), "activations", line.size(x), line.formula(x), line.source),
+            line.mlp or (drop_norm and line.moe_norm),
+        )
+        for line in kept_lines(x, tr.recompute, tr.recompute_modules)
     )
 
 
@@ -1411,14 +1572,14 @@ def stage_lines(
     job's `layer_lines`, when the caller has them."""
     lay, model = job.layout, job.model
     x = shape_of(job)
-    recompute = job.training.recompute
+    recompute, modules = job.training.recompute, job.training.recompute_modules
     chunks = lay.chunk_layers(pp_rank)
     first, last = pp_rank == 0, pp_rank == lay.last_stage
     moe = model.moe
     y = expert_shape(job) if moe is not None else None
     layer = layer_lines(job) if layer is None else layer
     per_layer = sum(term.bytes for term, _ in layer)  # layer_bytes(x, recompute)
-    per_moe_layer = moe_layer_bytes(x, y, recompute) if y is not None else 0
+    per_moe_layer = moe_layer_bytes(x, y, recompute, modules) if y is not None else 0
     experts = [0 if moe is None else moe.moe_layers_between(a, b) for a, b in lay.chunks[pp_rank]]
     head = last_stage_terms(x, model.V, lay.t) if last else ()
     stem = first_stage_terms(x, model.position == "learned") if first else ()
@@ -1429,10 +1590,12 @@ def stage_lines(
     weights[0] += sum(term.bytes for term in stem)
     weights[-1] += sum(term.bytes for term in head)
     has_moe = sum(experts) > 0
-    working = _working_set(x, y if has_moe else None, recompute, sum(chunks) > sum(experts))
+    working = _working_set(
+        x, y if has_moe else None, recompute, modules, sum(chunks) > sum(experts)
+    )
     once: tuple[Term, ...] = ()
     if working:
-        label = "one layer's attention core" if recompute == "selective" else "one layer"
+        label = f"one layer's {module_words(modules)}" if recompute == "selective" else "one layer"
         once = (
             Term(
                 f"recompute working set ({label})",
@@ -1448,7 +1611,7 @@ def stage_lines(
         layer=layer,
         moe=tuple(
             Term(line.title(y), "activations", line.size(y), line.formula(y), line.source)
-            for line in MOE_LINES
+            for line in moe_kept(recompute, modules)
         )
         if y is not None and recompute != "full"
         else (),
@@ -1456,7 +1619,7 @@ def stage_lines(
         head=head,
         layers=tuple((n - e, e) for n, e in zip(chunks, experts, strict=True)),
         bf16=tuple(_bf16_layers(job, a, b, kept) for a, b in lay.chunks[pp_rank]),
-        bf16_bytes=_bf16_per_layer(job, x, recompute) if x.q_bits else (0, 0),
+        bf16_bytes=_bf16_per_layer(job, x, recompute, modules) if x.q_bits else (0, 0),
         weights=tuple(weights),
         once=once,
         dispatch=tuple(_dispatch_buffers(job, y if has_moe else None)),

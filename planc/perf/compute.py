@@ -36,7 +36,7 @@ from planc.perf.ops import (
 from planc.perf.sac import recomputed_shares
 from planc.presets.efficiency import Efficiency
 from planc.record import record
-from planc.vocab import DType
+from planc.vocab import DEFAULT_RECOMPUTE_MODULES, DType
 
 RECOMPUTE = ("none", "selective", "selective-op", "full")
 
@@ -100,6 +100,14 @@ class PassTimes:
     core_forward_s: float  # the attention core's forward: what selective recompute repeats
     # what torchtitan's per-op policy repeats (selective-op, planc.perf.sac)
     sac_forward_s: float = 0.0
+    # forward seconds by the recompute modules that re-run them (`OpCost.modules`, core_attn
+    # for the attention core), one entry per set of modules
+    module_forward_s: tuple[tuple[frozenset[str], float], ...] = ()
+
+    def redone_s(self, modules: Sequence[str]) -> float:
+        """Forward seconds selective recompute of `modules` runs again: each op once, when
+        any module that re-runs it is recomputed."""
+        return sum(s for tags, s in self.module_forward_s if not tags.isdisjoint(modules))
 
     @property
     def backward_s(self) -> float:
@@ -118,6 +126,7 @@ def pass_times(
     the recipe keeps that 16-bit. `sac`: the share of each op's forward torchtitan's per-op
     checkpointing recomputes (`planc.perf.sac.recomputed_shares`; none: 0)."""
     fwd = bwd_d = bwd_w = core = redo = 0.0
+    by_modules: dict[frozenset[str], float] = {}
     for i, op in enumerate(ops):
         low = quantized if quantized is not None and op.quantized else device
         f = work_time_s(op, op.forward, low, eff)
@@ -127,7 +136,13 @@ def pass_times(
         bwd_w += work_time_s(op, op.backward_weight, wgrad, eff, True, op.weight_gemm)
         core += f if op.attention_core else 0.0
         redo += f * sac[i] if sac else 0.0
-    return PassTimes(fwd, bwd_d, bwd_w, core, redo)
+        tags = op.modules | CORE if op.attention_core else op.modules
+        if tags:
+            by_modules[tags] = by_modules.get(tags, 0.0) + f
+    return PassTimes(fwd, bwd_d, bwd_w, core, redo, tuple(by_modules.items()))
+
+
+CORE = frozenset({"core_attn"})
 
 
 @record
@@ -161,22 +176,23 @@ class StageTimes:
     recompute_s: float  # included in backward_s
 
 
-def recompute_time_s(layer: PassTimes, recompute: str) -> float:
-    """Recomputed forward per layer: all of it (full), the attention core (selective), all but
-    the saved matmuls and SDPA (selective-op), nothing.
+def recompute_time_s(
+    layer: PassTimes, recompute: str, modules: Sequence[str] = DEFAULT_RECOMPUTE_MODULES
+) -> float:
+    """Recomputed forward per layer: all of it (full), the ops of its recomputed `modules`
+    (selective; Megatron's default the attention core), all but the saved matmuls and SDPA
+    (selective-op), nothing.
 
     Korthikanti et al. 2022 §5: full recompute repeats the layer's forward in backward;
-    selective repeats only the attention core (QKᵀ, softmax, dropout, attention over V);
+    selective repeats only the attention core (QKᵀ, softmax, dropout, attention over V), and
+    Megatron-Core's --recompute-modules the forward of each module listed (`OpCost.modules`);
     torchtitan's per-op policy repeats what `planc.perf.sac` lists.
     """
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
-    return {
-        "none": 0.0,
-        "selective": layer.core_forward_s,
-        "selective-op": layer.sac_forward_s,
-        "full": layer.forward_s,
-    }[recompute]
+    if recompute == "selective":
+        return layer.redone_s(modules)
+    return {"none": 0.0, "selective-op": layer.sac_forward_s, "full": layer.forward_s}[recompute]
 
 
 def layer_passes(
@@ -202,6 +218,7 @@ def chunk_times(
     moe_layers: Sequence[int] = (),
     experts: ExpertDims | None = None,
     low: QuantizedCompute | None = None,
+    modules: Sequence[str] = DEFAULT_RECOMPUTE_MODULES,
 ) -> tuple[ChunkTimes, ...]:
     """Forward and backward (+ recompute) seconds per micro-batch of each chunk of one stage.
 
@@ -213,9 +230,9 @@ def chunk_times(
     it keeps in BF16.
     """
     layer = layer_passes(layer_ops(shape), shape, device, eff)
-    redo = recompute_time_s(layer, recompute)
+    redo = recompute_time_s(layer, recompute, modules)
     moe = layer_passes(moe_layer_ops(shape, experts), shape, device, eff) if experts else layer
-    moe_redo = recompute_time_s(moe, recompute)
+    moe_redo = recompute_time_s(moe, recompute, modules)
     fp8_layer, fp8_moe = layer, moe
     if low is not None:
         fp8_layer = low.layer
@@ -235,8 +252,8 @@ def chunk_times(
             q_dense, q_moe = dense - kept, routed - kept_moe
             forward += q_dense * (fp8_layer.forward_s - layer.forward_s)
             forward += q_moe * (fp8_moe.forward_s - moe.forward_s)
-            backward += q_dense * (fp8_layer.backward_s + recompute_time_s(fp8_layer, recompute) - layer.backward_s - redo)
-            backward += q_moe * (fp8_moe.backward_s + recompute_time_s(fp8_moe, recompute) - moe.backward_s - moe_redo)
+            backward += q_dense * (fp8_layer.backward_s + recompute_time_s(fp8_layer, recompute, modules) - layer.backward_s - redo)
+            backward += q_moe * (fp8_moe.backward_s + recompute_time_s(fp8_moe, recompute, modules) - moe.backward_s - moe_redo)
         if first_stage and j == 0:
             forward += embed.forward_s
             backward += embed.backward_s

@@ -47,6 +47,7 @@ from planc.comm.schedule import (
     grad_bytes,
     latent_message_bytes,
     latent_parts,
+    moe_block_redone,
     moe_tokens,
     param_bytes,
     probs_bytes,
@@ -86,9 +87,6 @@ from planc.perf.ops import (
     OpShape,
     attention_core,
     attention_matrix_elements,
-    expert_activation,
-    expert_down,
-    expert_up,
     mla_up_projections,
     mlp_down,
     mlp_up,
@@ -97,6 +95,7 @@ from planc.perf.ops import (
     optimizer_bytes_per_parameter,
     output_projection,
     qkv_projection,
+    routed_experts,
     with_quantized_gemms,
 )
 from planc.perf.paired import MoeLayerParts, paired_exposed
@@ -434,7 +433,7 @@ def moe_layer_parts(
     if experts is None:
         return None
     shape, device = layer_shape(job), device_of(job)
-    routed = routed_expert_ops(shape, experts)
+    routed = routed_experts(shape, experts)
     q, low = job.numerics.quantized, quantized_device(job)
     low_layers = quantized_layers(job, eff)
     if q is not None and low is not None and low_layers is not None and low_layers.moe:
@@ -444,13 +443,16 @@ def moe_layer_parts(
     else:
         own = pass_times(routed, device, eff)
         layer = layer_passes(moe_layer_ops(shape, experts), shape, device, eff)
-    redo = recompute_time_s(layer, job.training.recompute)
+    tr = job.training
+    redo = recompute_time_s(layer, tr.recompute, tr.recompute_modules)
+    # the experts' own recomputed part (moe_act) runs in their backward
+    redo_own = recompute_time_s(own, tr.recompute, tr.recompute_modules)
     combine = combine_s(job, eff)
     return MoeLayerParts(
         pre_forward_s=layer.forward_s - own.forward_s,
-        pre_backward_s=layer.backward_s + redo - own.backward_s,
+        pre_backward_s=layer.backward_s + redo - redo_own - own.backward_s,
         experts_forward_s=own.forward_s,
-        experts_backward_s=own.backward_data_s,
+        experts_backward_s=own.backward_data_s + redo_own,
         experts_weight_s=own.backward_weight_s,
         dispatch_forward_s=exchange.forward_s - combine,
         combine_forward_s=combine,
@@ -477,16 +479,7 @@ def expert_compute_s(job: Plannable, eff: Efficiency) -> float:
     experts = expert_shape(job)
     if experts is None:
         return 0.0
-    return pass_times(routed_expert_ops(layer_shape(job), experts), device_of(job), eff).forward_s
-
-
-def routed_expert_ops(shape: OpShape, experts: ExpertDims) -> tuple[OpCost, ...]:
-    """The routed experts of one MoE layer on a rank: fc1, the activation and fc2."""
-    return (
-        expert_up(shape, experts),
-        expert_activation(shape, experts),
-        expert_down(shape, experts),
-    )
+    return pass_times(routed_experts(layer_shape(job), experts), device_of(job), eff).forward_s
 
 
 def pairs_experts(job: Plannable) -> bool:
@@ -529,7 +522,7 @@ def ep_per_layer(job: Plannable, eff: Efficiency) -> ExchangePerLayer:
         metadata = routing_map_gather(job, 0, 1)
         forward = exchange + sum(call_time_s(job, eff, op) for op in metadata)
         backward = exchange
-    if job.training.recompute == "full":
+    if moe_block_redone(job):
         backward += forward
     return ExchangePerLayer(forward, backward)
 
@@ -580,6 +573,27 @@ def _tp_mlp(job: Plannable, moe_layer: bool) -> OpShape | None:
     if not moe_layer or experts is None:
         return shape
     return replace(shape, f=experts.f_s) if experts.f_s else None
+
+
+def _tp_redone_s(
+    job: Plannable, moe_layer: bool, by_block: Sequence[float], latent_gathers: Sequence[float]
+) -> float:
+    """The TP collectives one layer's recompute runs again (`planc.comm.schedule.redone_blocks`
+    per layer): every block's forward ones under full recompute; under selective the MLP
+    block's when its module is recomputed (mlp in a dense layer, shared_experts or moe for a
+    MoE layer's shared experts), and with mla_up_proj and SP the query and key/value latents'
+    all-gathers (not the RoPE key's, gathered before the up projections)."""
+    tr = job.training
+    if tr.recompute == "full":
+        return sum(by_block)
+    if tr.recompute != "selective":
+        return 0.0
+    modules = set(tr.recompute_modules)
+    own = {"shared_experts", "moe"} if moe_layer else {"mlp"}
+    redo = sum(by_block[1:]) if modules & own else 0.0
+    if "mla_up_proj" in modules and job.layout.sp:
+        redo += sum(latent_gathers[:2])  # the query and key/value latents (`latent_parts`)
+    return redo
 
 
 def tp_per_layer(
@@ -635,7 +649,9 @@ def tp_per_layer_on(
         blocks.append(([hidden], (mlp_up(mlp),), mlp_down(mlp)))
     pipelined = job.training.overlap_tp and job.layout.sp
     forward = exposed = overlapped = 0.0
+    by_block: list[float] = []  # each block's forward collectives
     for sizes, columns, row in blocks:
+        before = forward
         wgrad = sum(
             work_time_s(cost, cost.backward_weight, device, eff, True, cost.weight_gemm)
             for cost in columns
@@ -668,7 +684,8 @@ def tp_per_layer_on(
         )
         exposed += dx_exposed
         overlapped += dx_hidden
-    redo = forward if job.training.recompute == "full" else 0.0
+        by_block.append(forward - before)
+    redo = _tp_redone_s(job, moe_layer, by_block, [call("all_gather", size) for size in latents])
     if job.training.overlap_tp and not job.layout.sp:
         # Without SP Megatron has no userbuffers overlap (validate_args requires SP for
         # --tp-comm-overlap); planc keeps its older reading of overlap_tp: all hidden.
@@ -1071,6 +1088,7 @@ def stage_chunk_times(job: Plannable, eff: Efficiency, r: int) -> tuple[ChunkTim
         chunk_moe_layers(job, r),
         expert_shape(job),
         quantized_compute(job, r, quantized_layers(job, eff)),
+        job.training.recompute_modules,
     )
 
 

@@ -89,6 +89,9 @@ class OpCost:
     backward_weight: Work = NOTHING
     shape: GemmShape | None = None  # matrix ops only
     attention_core: bool = False  # recomputed by selective recompute
+    # the other recompute modules that re-run it (Megatron's --recompute-modules: mla_up_proj,
+    # layernorm, mlp, moe, moe_act, shared_experts; `layer_ops`, `moe_layer_ops`)
+    modules: frozenset[str] = frozenset()
     quantized: bool = False  # a GEMM of an FP8/FP4 recipe: priced at the quantized peak
     high_precision_wgrad: bool = False  # ... whose weight gradient stays 16-bit
 
@@ -532,19 +535,37 @@ def mlp_down(shape: OpShape) -> OpCost:
     return gemm("mlp fc2", shape.tokens, shape.f, shape.h, shape.beta)
 
 
+def _in(op: OpCost, *modules: str) -> OpCost:
+    """`op` re-run by the recompute `modules` too."""
+    return replace(op, modules=op.modules | frozenset(modules))
+
+
+def _latent_parts(ops: tuple[OpCost, ...]) -> tuple[OpCost, ...]:
+    """Latent attention's projections with its up projections in mla_up_proj (Megatron-Core
+    multi_latent_attention.py qkv_up_proj_and_rope_apply, the RoPE applied inside them)."""
+    return tuple(_in(op, "mla_up_proj") if op.name in MLA_UP else op for op in ops)
+
+
+MLA_UP = ("mla q up", "mla kv up")
+
+
 def layer_ops(shape: OpShape) -> tuple[OpCost, ...]:
-    """Every op of one pre-norm transformer layer, in forward order (Megatron GPT/Llama)."""
+    """Every op of one pre-norm transformer layer, in forward order (Megatron GPT/Llama), each
+    with the recompute modules that re-run it: the attention core core_attn, latent attention's
+    input norm layernorm (a module of its own there; Transformer Engine fuses the others into
+    the linear after them) and its up projections mla_up_proj, the MLP mlp."""
+    input_norm = norm(shape, "input norm")
     return (
-        norm(shape, "input norm"),
-        *attention_projections(shape),
+        _in(input_norm, "layernorm") if shape.kv_latent else input_norm,
+        *_latent_parts(attention_projections(shape)),
         *((eager_rotary(shape),) if shape.unfused else ()),
         *attention_core(shape),
         output_projection(shape),
         residual_dropout_add(shape, "attention dropout + residual"),
         norm(shape, "pre-MLP norm"),
-        mlp_up(shape),
-        activation(shape),
-        mlp_down(shape),
+        _in(mlp_up(shape), "mlp"),
+        _in(activation(shape), "mlp"),
+        _in(mlp_down(shape), "mlp"),
         residual_dropout_add(shape, "MLP dropout + residual"),
     )
 
@@ -618,17 +639,29 @@ def moe_layer_ops(shape: OpShape, experts: ExpertDims) -> tuple[OpCost, ...]:
     then the router, the permutation, the routed experts and the shared experts instead of the
     dense MLP (Megatron-Core MoELayer). Its exchanges are priced as communication."""
     # A dense layer ends with fc1, the activation, fc2 and the residual add: what stays is the
-    # attention block and the pre-MLP norm.
-    attention = layer_ops(shape)[:-4]
-    return (
-        *attention,
+    # attention block and the pre-MLP norm, a module of its own here (layernorm).
+    *attention, pre_mlp_norm = layer_ops(shape)[:-4]
+    moe = (
         router(shape, experts),
         token_permutation(shape, experts),
-        expert_up(shape, experts),
-        expert_activation(shape, experts),
-        expert_down(shape, experts),
-        *shared_expert_ops(shape, experts),
+        *routed_experts(shape, experts),
+        *(_in(op, "shared_experts") for op in shared_expert_ops(shape, experts)),
+    )
+    return (
+        *attention,
+        _in(pre_mlp_norm, "layernorm"),
+        *(_in(op, "moe") for op in moe),
         residual_dropout_add(shape, "MLP dropout + residual"),
+    )
+
+
+def routed_experts(shape: OpShape, experts: ExpertDims) -> tuple[OpCost, ...]:
+    """The routed experts of one MoE layer on a rank: fc1, the activation (moe_act) and fc2,
+    all in moe."""
+    return (
+        _in(expert_up(shape, experts), "moe"),
+        _in(expert_activation(shape, experts), "moe", "moe_act"),
+        _in(expert_down(shape, experts), "moe"),
     )
 
 
@@ -920,8 +953,8 @@ def quantization(op: OpCost, q: Quantized, beta: int, weight_share: float) -> tu
     ]
     backward = _cast_kernels(dy, q, beta, q.reads, usages, 1.0)
     return (
-        *(OpCost(label, "vector", work, NOTHING) for work in forward),
-        *(OpCost(label, "vector", NOTHING, work) for work in backward),
+        *(OpCost(label, "vector", work, NOTHING, modules=op.modules) for work in forward),
+        *(OpCost(label, "vector", NOTHING, work, modules=op.modules) for work in backward),
     )
 
 

@@ -82,7 +82,7 @@ def recompute(job: Job) -> list[Variant]:
     return [
         (
             f"recompute: {mode}",
-            dataclasses.replace(job, training=dataclasses.replace(job.training, recompute=mode)),
+            dataclasses.replace(job, training=job.training.with_recompute(mode)),
         )
         for mode in order[start:]
     ]
@@ -188,7 +188,7 @@ def layouts(job: Job) -> list[Variant]:
                 d_given=False,
                 named_schedule=None,
             )
-            training = dataclasses.replace(tr, b=1, recompute="full")
+            training = tr.with_recompute("full", b=1)
             words = (
                 f"parallelism {{tensor: {t}, pipeline: {p}, data: {d}, virtual_stages: 1, "
                 f"sequence_parallel: {str(t > 1).lower()}, zero_stage: {zero}}} with "

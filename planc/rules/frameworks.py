@@ -100,10 +100,37 @@ def _megatron_te_cross_entropy(job: Job) -> Iterator[Violation]:
         )
 
 
+def _megatron_recompute_modules(job: Job) -> Iterator[Violation]:
+    """TransformerConfig.__post_init__ (Megatron-Core cd4afffa): "mla_up_proj in
+    recompute_modules is only supported with multi_latent_attention" and "moe_act in
+    recompute_modules is only supported with moe_grouped_gemm" (a MoE model's grouped experts;
+    a dense model has none)."""
+    modules = job.training.recompute_modules
+    if "mla_up_proj" in modules and job.model.mla is None:
+        yield Violation(
+            f"training.recompute_modules[{modules.index('mla_up_proj')}]",
+            "recompute_modules mla_up_proj recomputes latent attention's up projections, and "
+            "the model has none (Megatron-Core: 'mla_up_proj in recompute_modules is only "
+            "supported with multi_latent_attention')",
+            "take mla_up_proj out of recompute_modules (core_attn recomputes the attention core)",
+            ("model",),
+        )
+    if "moe_act" in modules and job.model.moe is None:
+        yield Violation(
+            f"training.recompute_modules[{modules.index('moe_act')}]",
+            "recompute_modules moe_act recomputes the experts' activation, and the model has no "
+            "experts (Megatron-Core: 'moe_act in recompute_modules is only supported with "
+            "moe_grouped_gemm')",
+            "take moe_act out of recompute_modules (mlp recomputes a dense MLP)",
+            ("model",),
+        )
+
+
 MEGATRON: tuple[Check, ...] = (
     _megatron_parameter_offload,
     _megatron_optimizer_offload,
     _megatron_te_cross_entropy,
+    _megatron_recompute_modules,
 )
 
 # The group sizes DeepEP's legacy Buffer has a dispatch and combine config for
@@ -197,7 +224,9 @@ def megatron_refuses(ctx: Context) -> Iterator[Violation]:
     Megatron-FSDP, which always builds it) (megatron/training/arguments.py validate_args;
     megatron/core/optimizer/optimizer_config.py OptimizerConfig.__post_init__); it refuses
     Transformer Engine's fused cross-entropy (cross_entropy_fusion te), which older
-    Megatron-Core ran (validate_args; training.framework_release nemo-25.11 states one). The expert dispatcher (parallelism.expert_dispatcher):
+    Megatron-Core ran (validate_args; training.framework_release nemo-25.11 states one);
+    training.recompute_modules asks for what the model has: mla_up_proj latent attention, moe_act
+    experts (TransformerConfig.__post_init__). The expert dispatcher (parallelism.expert_dispatcher):
     not allgather with the combined-1f1b schedule (TransformerConfig); deepep over 2 to 160
     ranks of expert × expert_tensor that DeepEP has a config for, with 8 consecutive ones (or
     the whole group up to 8) in one NVLink domain; a hybridep group that divides into its NVLink
@@ -640,6 +669,32 @@ def _per_op_checkpointing(job: Job) -> Iterator[Violation]:
         )
 
 
+def _recompute_modules_unused(job: Job) -> Iterator[Violation]:
+    """training.recompute_modules is Megatron-LM's --recompute-modules, which it reads only with
+    --recompute-granularity selective (TransformerConfig.__post_init__); DeepSpeed's and
+    torchtitan's checkpointing has no module list. Written elsewhere it is not what runs (the
+    plan recomputes as training.recompute says)."""
+    tr = job.training
+    if tr.recompute_modules_given is None:
+        return
+    if tr.framework != "megatron":
+        yield Violation(
+            "training.recompute_modules",
+            f"recompute_modules is Megatron-LM's --recompute-modules: "
+            f"{NAMES[tr.framework]} has no module list, so it is not what runs",
+            "leave recompute_modules out, or training.framework: megatron",
+            ("training.framework",),
+        )
+    elif tr.recompute != "selective":
+        yield Violation(
+            "training.recompute_modules",
+            f"recompute_modules is read only with recompute selective (Megatron-LM's "
+            f"--recompute-granularity selective); recompute is {tr.recompute}",
+            "set training.recompute: selective, or leave recompute_modules out",
+            ("training.recompute",),
+        )
+
+
 def _gradient_accumulation_fusion(job: Job) -> Iterator[Violation]:
     """training.grad_accum_fusion is Megatron-LM's --gradient-accumulation-fusion (the weight-
     gradient GEMM adds into the main-grad buffer); DeepSpeed's engines accumulate in param.grad
@@ -700,7 +755,11 @@ def _attention_backend_unused(job: Job) -> Iterator[Violation]:
         )
 
 
-COMMON: tuple[Check, ...] = (_megatron_loss_elsewhere, _attention_backend_unused)
+COMMON: tuple[Check, ...] = (
+    _megatron_loss_elsewhere,
+    _attention_backend_unused,
+    _recompute_modules_unused,
+)
 OTHERWISE: dict[str, tuple[Check, ...]] = {
     "megatron": (_per_op_checkpointing, *COMMON),
     "deepspeed": (
@@ -727,8 +786,9 @@ def framework_runs_otherwise(ctx: Context) -> Iterator[Violation]:
     Megatron-LM and DeepSpeed do not run; grad_accum_fusion is Megatron-LM's, which DeepSpeed
     and FSDP2 do not have; cross_entropy_fusion is Megatron-Core's fused loss, which DeepSpeed,
     torchtitan and unfused kernels do not run; attention_backend names a fused attention kernel,
-    which eager attention and unfused kernels do not run. Memory, traffic and time would not be
-    what planc planned.
+    which eager attention and unfused kernels do not run; recompute_modules is Megatron-LM's
+    --recompute-modules, read only with recompute selective and by no other framework. Memory,
+    traffic and time would not be what planc planned.
 
     Passes:
         training: {framework: fsdp2, offload: {optimizer: true, parameters: true}}

@@ -180,8 +180,8 @@ _FRAMEWORK_WORDS = {"megatron": "Megatron-LM", "deepspeed": "DeepSpeed", "fsdp2"
 def _combined_needs(ctx: Context) -> Iterator[Violation]:
     """What Megatron-Core's TransformerConfig asks of --overlap-moe-expert-parallel-comm
     (Megatron-LM docs/user-guide/features/moe_a2a_overlap.md and transformer_config.py): expert
-    parallelism above 1, no full recomputation, at most one MTP layer (the interleaved layout
-    it also needs is PLC010's)."""
+    parallelism above 1, no full recomputation and no moe in the recomputed modules, at most one
+    MTP layer (the interleaved layout it also needs is PLC010's)."""
     job = ctx.job
     where = "parallelism.pipeline_schedule"
     if job.model.moe is None or job.layout.ep == 1:
@@ -200,6 +200,16 @@ def _combined_needs(ctx: Context) -> Iterator[Violation]:
             "refuses overlap_moe_expert_parallel_comm with recompute_granularity full)",
             "set training.recompute: selective or none, or pipeline_schedule: interleaved-1f1b",
             ("training.recompute",),
+        )
+    if "moe" in job.training.recompute_modules:
+        yield Violation(
+            where,
+            "pipeline_schedule = combined-1f1b cannot recompute the whole MoE block "
+            "(Megatron-Core: 'disable moe in recompute_modules when enabling "
+            "overlap_moe_expert_parallel_comm')",
+            "take moe out of training.recompute_modules (moe_act recomputes the experts' "
+            "activation only), or pipeline_schedule: interleaved-1f1b",
+            ("training.recompute_modules",),
         )
     if job.model.mtp > 1:
         yield Violation(
@@ -226,7 +236,8 @@ def schedule_on_framework(ctx: Context) -> Iterator[Violation]:
     zb-h1 runs on none of them (PyTorch's zero-bubble schedules hold two or more stages a rank;
     the zero-bubble authors' Megatron fork runs it); dualpipev and zbv on torchtitan (PyTorch
     ScheduleDualPipeV, ScheduleZBVZeroBubble); combined-1f1b on Megatron-LM, which also needs expert parallelism above
-    1, no full recomputation and at most one MTP layer (--overlap-moe-expert-parallel-comm).
+    1, no full recomputation, no moe in training.recompute_modules and at most one MTP layer
+    (--overlap-moe-expert-parallel-comm).
 
     Base: llama3-70b-8x8.yaml
 

@@ -340,10 +340,9 @@ def candidate_layout(
 def candidate_training(base: Job, v: Mapping[str, Value]) -> Training:
     """The training section of the candidate of values `v` (`candidate_job`): the axes of
     `TRAINING_AXES` only."""
-    return replace(
-        base.training,
+    return base.training.with_recompute(
+        recompute_mode(v["recompute"]),
         b=int(v["micro_batch"]),
-        recompute=recompute_mode(v["recompute"]),
         **_offload_fields(v),
         **_precision_fields(base, v),
     )

@@ -17,6 +17,7 @@ from planc.record import record
 from planc.spec.fabric import Fabric, Tier, Topology
 from planc.spec.rule_options import OPTIONS as RULE_OPTIONS
 from planc.vocab import (
+    DEFAULT_RECOMPUTE_MODULES,
     AttentionBackend,
     AttentionKind,
     CheckpointFormat,
@@ -36,6 +37,7 @@ from planc.vocab import (
     Position,
     Precision,
     Recompute,
+    RecomputeModule,
     ReduceDtype,
     RopeScalingKind,
     RouterScore,
@@ -312,6 +314,10 @@ class Training:
     attention_backend: AttentionBackend = "auto"  # Megatron's --attention-backend (flash attention)
     framework: Framework = "megatron"  # megatron | deepspeed | fsdp2 (megatron-fsdp: megatron)
     framework_release: FrameworkRelease = "latest"  # the software release (per-expert host time)
+    # what recompute selective recomputes (Megatron's --recompute-modules); () otherwise
+    recompute_modules: tuple[RecomputeModule, ...] = ()
+    # training.recompute_modules as written (None: not given), for a change of recompute mode
+    recompute_modules_given: tuple[RecomputeModule, ...] | None = None
     reshard_after_forward: bool = True  # FSDP2
     reduce_dtype: ReduceDtype = "fp32"  # FSDP2: MixedPrecisionPolicy.reduce_dtype
     optimizer_implementation: OptimizerImplementation = "fused"  # FSDP2: torch.optim's Adam
@@ -330,6 +336,12 @@ class Training:
     # training.framework megatron-fsdp: Megatron-LM (framework megatron) whose data parallelism
     # is Megatron-Core's FSDP, zero_stage its sharding strategy
     megatron_fsdp: bool = False
+
+    def with_recompute(self, mode: Recompute, **changes: Any) -> Training:
+        """This training section with recompute `mode` (and `changes`): its modules those the
+        spec wrote where `mode` is selective, else Megatron's default (`recompute_modules_of`)."""
+        modules = recompute_modules_of(mode, self.recompute_modules_given)
+        return replace(self, recompute=mode, recompute_modules=modules, **changes)
 
     @property
     def framework_written(self) -> Framework:
@@ -1081,6 +1093,23 @@ def dispatcher_of(job: Job) -> ExpertDispatcher:
     return lay.named_dispatcher or default_dispatcher(job.training.framework, lay.schedule)
 
 
+def _given_modules(given: list[RecomputeModule] | None) -> tuple[RecomputeModule, ...] | None:
+    return None if given is None else tuple(given)
+
+
+def recompute_modules_of(
+    recompute: Recompute, given: Sequence[RecomputeModule] | None
+) -> tuple[RecomputeModule, ...]:
+    """The modules selective recompute checkpoints: training.recompute_modules as written (each
+    once, in order), else Megatron-Core's default core_attn; none unless recompute is selective
+    (PLC111 reports a list given with another mode)."""
+    if recompute != "selective":
+        return ()
+    if given is None:
+        return DEFAULT_RECOMPUTE_MODULES
+    return tuple(dict.fromkeys(given))
+
+
 def _grad_accum_fusion(given: bool | None, framework: Framework) -> bool:
     """training.grad_accum_fusion as written, else the framework's own: Megatron-LM fuses the
     accumulation into the weight-gradient GEMM by default (`--no-gradient-accumulation-fusion`
@@ -1119,6 +1148,8 @@ def _training(spec: Data) -> Training:
         attention_backend=tr.get("attention_backend", "auto"),
         framework=engine(written),
         framework_release=tr.get("framework_release", "latest"),
+        recompute_modules=recompute_modules_of(tr["recompute"], tr.get("recompute_modules")),
+        recompute_modules_given=_given_modules(tr.get("recompute_modules")),
         megatron_fsdp=written == MEGATRON_FSDP,
         reshard_after_forward=tr.get("reshard_after_forward", True),
         reduce_dtype=tr.get("reduce_dtype", "fp32"),

@@ -44,6 +44,7 @@ from planc.vocab import (
     Position,
     Precision,
     Recompute,
+    RecomputeModule,
     ReduceDtype,
     RopeScalingKind,
     RouterScore,
@@ -846,6 +847,17 @@ class TrainingSpec(Frozen):
         description="Activation recomputation: none, selective (attention core), selective-op "
         "(torchtitan's per-op policy, selective_ac_option 'op': keeps every other matmul "
         "output and SDPA's, recomputes the rest), full (layer inputs only).",
+    )
+    recompute_modules: list[RecomputeModule] | None = Field(
+        None,
+        description="recompute selective under Megatron-LM: the parts of each layer it "
+        "recomputes (--recompute-modules). core_attn (the default) the attention core; "
+        "mla_up_proj latent attention's up projections and RoPE (their Q, K, V not kept); "
+        "layernorm the norms Megatron runs as modules of their own (a latent-attention layer's "
+        "input norm, a MoE layer's pre-MLP norm; Transformer Engine fuses the others into the "
+        "linear after them); mlp a dense layer's MLP; moe_act the experts' activation; moe the "
+        "whole MoE block, its token exchange too; shared_experts the shared experts. An empty "
+        "list recomputes nothing.",
     )
     attention: AttentionKind = Field(
         "flash", description="flash keeps no s×s score matrix; eager saves scores and softmax."

@@ -173,12 +173,18 @@ def _tp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
     # backward; full recompute runs the forward's again inside backward. A MoE layer without
     # shared experts has none around its MLP (the experts' exchange replaces them).
     moe = plan.model.get("moe")
-    bare = _stage_moe_layers(plan, stage) if moe is not None and not moe["shared_experts"] else 0
+    routed = _stage_moe_layers(plan, stage) if moe is not None else 0
+    bare = routed if moe is not None and not moe["shared_experts"] else 0
     mla = plan.model.get("mla")
     attention = 0 if mla is None else layers  # latent attention's blocks, counted below
     forward = (2 * layers - bare - attention) * m
     full = plan.training["recompute"] == "full"
-    again = forward if full else 0
+    # Selective recompute of a module with collectives inside runs them again: a dense layer's
+    # MLP (mlp), a MoE layer's shared experts (shared_experts, or moe: the whole block).
+    modules = _recomputed(plan)
+    shared = routed - bare
+    mlps = (layers - routed) * ("mlp" in modules) + shared * bool({"shared_experts", "moe"} & modules)
+    again = forward if full else mlps * m
     if plan.sequence_parallel:
         # All-gather before and reduce-scatter after each block, forward and backward.
         ops = [
@@ -191,17 +197,29 @@ def _tp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
             ExpectedOp(stage, "tp", "all_reduce", None, t, forward + again, size),
         ]
     if mla is not None:
-        ops += _latent_tp(plan, stage, layers * m, full)
+        ops += _latent_tp(plan, stage, layers * m, full, "mla_up_proj" in modules)
     return [op for op in ops if op.calls]
 
 
-def _latent_tp(plan: PlanData, stage: int, per_step: int, full: bool) -> list[ExpectedOp]:
+def _recomputed(plan: PlanData) -> set[str]:
+    """The modules selective recompute runs again: the plan's recompute_modules, else
+    Megatron's default core_attn; none under another recompute mode."""
+    if plan.training["recompute"] != "selective":
+        return set()
+    return set(plan.training.get("recompute_modules", ["core_attn"]))
+
+
+def _latent_tp(
+    plan: PlanData, stage: int, per_step: int, full: bool, up: bool
+) -> list[ExpectedOp]:
     """Latent attention per layer and micro-batch (`per_step` of them): its input moves the
     latents, not h (the down projections are duplicated on every TP rank, the up projections
     column-parallel over the latents; Megatron-Core MLASelfAttention). With SP: all-gather of
     the query latent (h without one), the key/value latent and the key's RoPE part forward,
     their reduce-scatter backward; reduce-scatter of h after the output projection, its
-    all-gather backward. Without SP: all-reduce of h forward, of the two latents backward."""
+    all-gather backward. Without SP: all-reduce of h forward, of the two latents backward. Full
+    recompute runs the forward's again; recomputed up projections (`up`) the two latents'
+    all-gathers inside them."""
     t, model = plan.degrees["tp"], plan.model
     mla = model["mla"]
     token = _hidden(plan) // int(model["hidden"])  # b·(s/c)·β_a
@@ -213,9 +231,11 @@ def _latent_tp(plan: PlanData, stage: int, per_step: int, full: bool) -> list[Ex
             ExpectedOp(stage, "tp", "reduce_scatter", None, t, per_step + again, hidden),
             ExpectedOp(stage, "tp", "all_gather", None, t, per_step, hidden),
         ]
-        for width in (query, mla["kv_lora_rank"], mla["qk_rope_head_dim"]):
+        latents = (query, mla["kv_lora_rank"])
+        for width in (*latents, mla["qk_rope_head_dim"]):
+            redo = again or (per_step if up and width in latents else 0)
             ops.append(
-                ExpectedOp(stage, "tp", "all_gather", None, t, per_step + again, token * width)
+                ExpectedOp(stage, "tp", "all_gather", None, t, per_step + redo, token * width)
             )
             ops.append(ExpectedOp(stage, "tp", "reduce_scatter", None, t, per_step, token * width))
         return ops
@@ -453,14 +473,16 @@ def _experts(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
     ep_peers and ep_domain; the E token counts of every rank of the tp_ep group gathered before
     them (when ETP = 1 it is the ep group); with ETP > 1 the received rows (and probabilities)
     gathered over etp and the outputs reduce-scattered, each the other way in backward.
-    allgather and flex: `_allgather`, `_flex`. Full recompute runs the forward's again."""
+    allgather and flex: `_allgather`, `_flex`. Full recompute, and selective recompute of the
+    moe module, run the forward's again."""
     moe = plan.model.get("moe")
     layers = _stage_moe_layers(plan, stage)
     if moe is None or layers == 0:
         return []
     ep, et = plan.expert_degrees["ep"], plan.expert_degrees["tp"]
     forward = layers * m
-    again = forward if plan.training["recompute"] == "full" else 0
+    redone = plan.training["recompute"] == "full" or "moe" in _recomputed(plan)
+    again = forward if redone else 0
     if ep * et == 1:
         return []
     if plan.dispatcher == "allgather":
