@@ -40,7 +40,7 @@ from planc.spec.load import load_text
 from planc.verify import render, verify_text
 from planc.vocab import GroupKind
 
-from conftest import check_text, compiled, plannable_of
+from conftest import ROOT, check_text, compiled, plannable_of
 
 TOKENS = 4096  # s·b
 E2 = 2  # BF16 bytes
@@ -237,3 +237,41 @@ def test_the_whole_moe_block_cannot_be_recomputed_with_combined_1f1b() -> None:
     assert loaded.job is not None
     messages = [f.message for f in check_text(text).findings if f.rule == "PLC030"]
     assert any("disable moe in recompute_modules" in m for m in messages), messages
+
+
+def test_plc007_suggests_the_modules_nvidias_recipe_recomputes() -> None:
+    # Megatron-Bridge 25.11's DeepSeek-V3 on 256 GB200 stated with plain selective recompute is
+    # above HBM; the verified fix is the recipe's own recompute_modules, cheapest module first.
+    spec = ROOT / "validation" / "runs" / "bridge2511-deepseek-v3-256xgb200-bf16.yaml"
+    text = spec.read_text().replace(", recompute_modules: [mla_up_proj]", "")
+    found = [f for f in check_text(text).findings if f.rule == "PLC007"]
+    assert len(found) == 1
+    assert found[0].fix == (
+        "each of these alone fits (peak after it): recompute: selective, "
+        "recompute_modules: [core_attn, mla_up_proj] (144.33 GiB)"
+    )
+    assert "PLC007" not in {f.rule for f in check_text(spec.read_text()).findings}
+
+
+def test_fix_variants_add_one_module_at_a_time() -> None:
+    from planc.rules.fixes import recompute
+
+    words = [w for w, _ in recompute(_job(None, "none"))]
+    assert words == [
+        "recompute: selective",
+        "recompute: selective, recompute_modules: [core_attn, mla_up_proj]",
+        "recompute: selective, recompute_modules: [core_attn, mla_up_proj, moe_act]",
+        "recompute: selective, recompute_modules: [core_attn, mla_up_proj, moe_act, layernorm]",
+        "recompute: selective, recompute_modules: [core_attn, mla_up_proj, moe_act, layernorm, "
+        "shared_experts]",
+        "recompute: selective, recompute_modules: [core_attn, mla_up_proj, moe_act, layernorm, "
+        "shared_experts, mlp]",
+        "recompute: full",
+    ]
+    # A dense multi-head model: the MLP only (its norms are fused); DeepSpeed: the modes.
+    dense = _job(None, "none", model="llama3-8b", parallelism={"expert": 1})
+    assert [w for w, _ in recompute(dense)] == [
+        "recompute: selective",
+        "recompute: selective, recompute_modules: [core_attn, mlp]",
+        "recompute: full",
+    ]

@@ -17,7 +17,12 @@ from planc.analysis import Analysis, analyse
 from planc.plannable import plannable
 from planc.rules.layout import sequence_splits
 from planc.spec.job import Job, NodeNames
-from planc.vocab import RECOMPUTE_MODES, SELECTIVE_OP
+from planc.vocab import (
+    DEFAULT_RECOMPUTE_MODULES,
+    RECOMPUTE_MODES,
+    SELECTIVE_OP,
+    RecomputeModule,
+)
 
 # More nodes at the same layout are tried up to this factor (ZeRO shards over a larger group).
 MAX_NODE_FACTOR = 64
@@ -74,18 +79,67 @@ def micro_batch(job: Job) -> list[Variant]:
     ]
 
 
+# The modules a fix adds to Megatron's selective recompute, one at a time, in this order: what
+# costs least to run again first (the attention core, the latent up projections, the experts'
+# activation, the separate norms), the MLPs last; never the whole MoE block, whose recompute
+# runs the expert exchange again.
+FIX_MODULES: tuple[RecomputeModule, ...] = (
+    "core_attn", "mla_up_proj", "moe_act", "layernorm", "shared_experts", "mlp"
+)
+
+
+def _applies(job: Job, module: RecomputeModule) -> bool:
+    """Whether recomputing `module` drops anything of the job's model."""
+    model = job.model
+    moe = model.moe
+    return {
+        "core_attn": True,
+        "mla_up_proj": model.mla is not None,
+        "moe_act": moe is not None,
+        "layernorm": model.mla is not None or moe is not None,
+        "shared_experts": moe is not None and moe.E_s > 0,
+        "mlp": moe is None or moe.moe_layers_between(0, model.L) < model.L,
+    }.get(module, False)
+
+
+def _module_variants(job: Job) -> list[Variant]:
+    """Megatron's selective recompute with one more module at a time (`FIX_MODULES`), from what
+    the spec recomputes."""
+    tr = job.training
+    chosen = list(tr.recompute_modules) if tr.recompute == "selective" else []
+    out: list[Variant] = []
+    for module in FIX_MODULES:
+        if module in chosen or not _applies(job, module):
+            continue
+        chosen.append(module)
+        modules = tuple(chosen)
+        training = dataclasses.replace(
+            tr, recompute="selective", recompute_modules=modules, recompute_modules_given=modules
+        )
+        words = "recompute: selective"
+        if modules != DEFAULT_RECOMPUTE_MODULES:
+            words += f", recompute_modules: [{', '.join(modules)}]"
+        out.append((words, dataclasses.replace(job, training=training)))
+    return out
+
+
 def recompute(job: Job) -> list[Variant]:
+    """More recompute: under Megatron-LM selective recompute of one more module at a time, then
+    full; elsewhere the next modes."""
     order = RECOMPUTE_MODES
     current = job.training.recompute
     # torchtitan's per-op policy keeps less than selective: only full recomputes more.
     start = order.index("full") if current == SELECTIVE_OP else order.index(current) + 1
-    return [
+    modes = [
         (
             f"recompute: {mode}",
             dataclasses.replace(job, training=job.training.with_recompute(mode)),
         )
         for mode in order[start:]
     ]
+    if job.training.framework != "megatron" or current in ("full", SELECTIVE_OP):
+        return modes
+    return _module_variants(job) + [v for v in modes if v[0] == "recompute: full"]
 
 
 def sequence_parallel(job: Job) -> list[Variant]:

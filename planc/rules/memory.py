@@ -74,7 +74,9 @@ def memory_fits(ctx: Context) -> Iterator[Violation]:
 
     The fix lists only changes that apply and that planc's own memory model shows to fit, each
     alone, with the peak after it: the next smaller micro-batch that divides the batch, more
-    recompute, sequence parallelism, a higher ZeRO stage, or more nodes at the same layout.
+    recompute (under Megatron-LM selective recompute of one more module at a time, the cheapest
+    to run again first: core_attn, mla_up_proj, moe_act, layernorm, shared_experts, mlp; then
+    full), sequence parallelism, a higher ZeRO stage, or more nodes at the same layout.
     When none fits alone, it offers the first whole layout on the same GPUs that does (more
     tensor and pipeline parallelism with every saving on, the least model parallelism first,
     from a bounded list), or says that none of them fits.
