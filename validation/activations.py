@@ -36,6 +36,11 @@ runs the CUDA behaviour on the CPU:
 
 SDPA flash (q, k, v, out and the fp32
 log-sum-exp; native GQA), GeLU, SiLU, linear layers and the loss save the same on both.
+
+The recompute cases (`Config.recompute_modules`: mla_up_proj, moe_act) run Megatron-Core's
+CheckpointWithoutOutput as tensor_parallel/random.py has it: the part runs under no_grad keeping
+its inputs, its outputs' storage is released once the next part has saved them and re-created in
+backward. Saved bytes are read when the forward returns, so a released storage counts 0.
 """
 
 from __future__ import annotations
@@ -86,6 +91,9 @@ class Config:
     qk_nope: int = 0
     qk_rope: int = 0
     v_head: int = 0
+    # Megatron's --recompute-modules under selective recompute (mla_up_proj, moe_act): those
+    # modules run under CheckpointWithoutOutput; () is recompute none.
+    recompute_modules: tuple[str, ...] = ()
 
     @property
     def mla(self) -> bool:
@@ -297,6 +305,67 @@ class FusedAttention(torch.autograd.Function):
         return grad_q.to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype)
 
 
+class _CheckpointFunction(torch.autograd.Function):
+    """Megatron-Core's CheckpointWithoutOutputFunction (tensor_parallel/random.py, cd4afffa):
+    the function runs under no_grad and only its inputs are saved; backward runs the outputs the
+    recompute hook re-created."""
+
+    @staticmethod
+    def forward(ctx: Any, run: Callable[..., Any], owner: Any, *args: Tensor) -> Any:
+        with torch.no_grad():
+            outputs = run(*args)
+        # detach_variable: detached, keeping requires_grad for the recomputation's graph
+        ctx.save_for_backward(*(a.detach().requires_grad_(a.requires_grad) for a in args))
+        owner.ctx = ctx
+        return outputs
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor) -> Any:
+        inputs, outputs = ctx.inputs, ctx.outputs
+        torch.autograd.backward(outputs, grads)
+        ctx.inputs = ctx.outputs = None
+        return (None, None, *(a.grad for a in inputs))
+
+
+class CheckpointWithoutOutput:
+    """Megatron-Core's CheckpointWithoutOutput (tensor_parallel/random.py, cd4afffa), on the CPU:
+    `checkpoint` runs a module part without keeping its outputs' graph; once the next part has
+    saved those outputs, `discard_output_and_register_recompute` frees their storage
+    (`untyped_storage().resize_(0)`) and re-creates it in backward when `hook_tensor`'s
+    gradient arrives (Megatron shares the recomputed storage; this copies it in)."""
+
+    def __init__(self) -> None:
+        self.run: Callable[..., Any] | None = None
+        self.ctx: Any = None
+        self.outputs: tuple[Tensor, ...] = ()
+
+    def checkpoint(self, run: Callable[..., Any], *args: Tensor) -> Any:
+        self.run = run
+        outputs = _CheckpointFunction.apply(run, self, *args)
+        self.outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        return outputs
+
+    def _recompute(self, _: Tensor) -> None:
+        if self.ctx is None or self.run is None:
+            return
+        inputs = tuple(t.detach().requires_grad_(t.requires_grad) for t in self.ctx.saved_tensors)
+        with torch.enable_grad():
+            outputs = self.run(*inputs)
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        for kept, again in zip(self.outputs, outputs, strict=True):
+            storage = kept.untyped_storage()
+            storage.resize_(again.untyped_storage().nbytes())
+            storage.copy_(again.untyped_storage())
+        self.ctx.outputs, self.ctx.inputs = outputs, inputs
+        self.ctx = self.run = None
+
+    def discard_output_and_register_recompute(self, hook_tensor: Tensor) -> None:
+        for output in self.outputs:
+            output.untyped_storage().resize_(0)
+        if hook_tensor.requires_grad:
+            hook_tensor.register_hook(self._recompute)
+
+
 class LatentAttention(nn.Module):
     """DeepSeek-V2/V3 multi-head latent attention as Megatron-Core's MLASelfAttention runs it
     in training (multi_latent_attention.py, get_query_key_value_tensors): down projections and
@@ -323,19 +392,32 @@ class LatentAttention(nn.Module):
     def rope(self, x: Tensor) -> Tensor:
         return apply_rope(self, x)
 
+    def up(self, q_in: Tensor, latent: Tensor, k_pe: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The up projections and RoPE (Megatron's qkv_up_proj_and_rope_apply): Q, K, V."""
+        cfg = self.cfg
+        b, s, _ = latent.shape
+        n = cfg.n
+        q = self.q_b(q_in) if cfg.q_lora else self.q(q_in)
+        q_nope, q_pe = q.view(b, s, n, -1).split([cfg.qk_nope, cfg.qk_rope], dim=-1)
+        k_pe = self.rope(k_pe.view(b, s, 1, cfg.qk_rope))
+        kv = self.kv_b(latent).view(b, s, n, cfg.qk_nope + cfg.v_head)
+        k_nope, v = kv.split([cfg.qk_nope, cfg.v_head], dim=-1)
+        query = torch.cat([q_nope, self.rope(q_pe)], dim=-1).transpose(1, 2)
+        key = torch.cat([k_nope, k_pe.expand(b, s, n, cfg.qk_rope)], dim=-1).transpose(1, 2)
+        return query, key, v.contiguous().transpose(1, 2)
+
     def forward(self, x: Tensor) -> Tensor:
         cfg = self.cfg
         b, s, _ = x.shape
         n = cfg.n
-        q = self.q_b(self.q_norm(self.q_a(x))) if cfg.q_lora else self.q(x)
-        q_nope, q_pe = q.view(b, s, n, -1).split([cfg.qk_nope, cfg.qk_rope], dim=-1)
+        q_in = self.q_norm(self.q_a(x)) if cfg.q_lora else x
         latent, k_pe = self.kv_a(x).split([cfg.kv_lora, cfg.qk_rope], dim=-1)
-        k_pe = self.rope(k_pe.view(b, s, 1, cfg.qk_rope))
-        kv = self.kv_b(self.kv_norm(latent)).view(b, s, n, cfg.qk_nope + cfg.v_head)
-        k_nope, v = kv.split([cfg.qk_nope, cfg.v_head], dim=-1)
-        query = torch.cat([q_nope, self.rope(q_pe)], dim=-1).transpose(1, 2)
-        key = torch.cat([k_nope, k_pe.expand(b, s, n, cfg.qk_rope)], dim=-1).transpose(1, 2)
-        value = v.contiguous().transpose(1, 2)
+        latent = self.kv_norm(latent)
+        checkpoint = CheckpointWithoutOutput() if "mla_up_proj" in cfg.recompute_modules else None
+        if checkpoint is not None:
+            query, key, value = checkpoint.checkpoint(self.up, q_in, latent, k_pe)
+        else:
+            query, key, value = self.up(q_in, latent, k_pe)
         if cfg.attention == "flash":
             out = FusedAttention.apply(query, key, value)
         else:
@@ -344,6 +426,8 @@ class LatentAttention(nn.Module):
             scores = scores.masked_fill(self.mask, float("-inf"))
             probs = dropout(torch.softmax(scores, dim=-1), cfg.dropout)
             out = torch.matmul(probs, value)
+        if checkpoint is not None:
+            checkpoint.discard_output_and_register_recompute(out)
         out = out.transpose(1, 2).reshape(b, s, n * cfg.v_head)
         return dropout(self.o(out), cfg.dropout)
 
@@ -465,12 +549,17 @@ class MoE(nn.Module):
         parts = rows.split(counts)
         fc1 = torch.cat([fc(part) for fc, part in zip(self.fc1, parts, strict=True)])
         weights = permuted_probs.unsqueeze(-1)
+        checkpoint = CheckpointWithoutOutput() if "moe_act" in cfg.recompute_modules else None
         if self.fused:
-            act = WeightedSwiGLUFunction.apply(fc1, weights)
+            act_fn: Callable[..., Tensor] = WeightedSwiGLUFunction.apply
+            inputs: tuple[Tensor, ...] = (fc1, weights)
         else:
             up = torch.cat([fc(part) for fc, part in zip(self.up, parts, strict=True)])
-            act = (F.silu(fc1) * up) * weights
+            act_fn, inputs = (lambda a, u, w: (F.silu(a) * u) * w), (fc1, up, weights)
+        act = checkpoint.checkpoint(act_fn, *inputs) if checkpoint else act_fn(*inputs)
         out = torch.cat([fc(part) for fc, part in zip(self.fc2, act.split(counts), strict=True)])
+        if checkpoint is not None:
+            checkpoint.discard_output_and_register_recompute(out)
         combined = torch.zeros_like(flat).scatter_add(
             0, sorted_indices.unsqueeze(1).expand(-1, h), out
         )
@@ -540,18 +629,20 @@ class SavedBytes:
         storage = tensor.untyped_storage()
         pointer = storage.data_ptr()
         if pointer not in self.excluded and storage.nbytes():
-            self.seen[pointer] = storage.nbytes()
+            self.seen[pointer] = storage
         return tensor
 
     @property
     def total(self) -> int:
-        return sum(self.seen.values())
+        return sum(storage.nbytes() for storage in self.seen.values())
 
     def measure(self, fn: Callable[[], Tensor]) -> tuple[Tensor, int]:
+        """`fn()` and the bytes of the storages autograd saved during it, read when it returns:
+        a storage a checkpoint has released since (CheckpointWithoutOutput) counts 0."""
         before = set(self.seen)
         with torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t):
             out = fn()
-        return out, sum(size for pointer, size in self.seen.items() if pointer not in before)
+        return out, sum(st.nbytes() for pointer, st in self.seen.items() if pointer not in before)
 
 
 def measure(cfg: Config, backward: bool = True) -> tuple[int, int]:
@@ -607,7 +698,12 @@ def spec_for(cfg: Config) -> str:
         "training": {
             "seq_len": cfg.s, "micro_batch": cfg.b, "global_batch": cfg.b,
             "precision": "fp32" if cfg.dtype == torch.float32 else "bf16",
-            "recompute": "none", "attention": cfg.attention, "kernels": cfg.kernels,
+            "attention": cfg.attention, "kernels": cfg.kernels,
+            **(
+                {"recompute": "selective", "recompute_modules": list(cfg.recompute_modules)}
+                if cfg.recompute_modules
+                else {"recompute": "none"}
+            ),
         },
     }
     return yaml.safe_dump(spec, sort_keys=False)
@@ -618,11 +714,15 @@ def planc_estimate(cfg: Config) -> tuple[int, int]:
     plan = plannable(job) if job is not None else None
     if not isinstance(plan, Plannable):
         raise SystemExit(f"planc could not plan the spec for {cfg}: {plan}")
+    tr = plan.training
     if cfg.E:
-        layer = moe_layer_bytes(shape_of(plan), expert_shape(plan), "none")
+        layer = moe_layer_bytes(shape_of(plan), expert_shape(plan), tr.recompute, tr.recompute_modules)
     else:
-        layer = layer_bytes(shape_of(plan), "none")
-    return layer, rank_memory(plan, 0).activations
+        layer = layer_bytes(shape_of(plan), tr.recompute, tr.recompute_modules)
+    # The recompute working set exists in backward only, which a forward does not show.
+    memory = rank_memory(plan, 0)
+    working = sum(t.bytes for t in memory.terms if t.name.startswith("recompute working set"))
+    return layer, memory.activations - working
 
 
 # --- the cases ---------------------------------------------------------------------------------
@@ -662,6 +762,12 @@ SHAPES += (
     ("moe E=8 k=2 (Mixtral-like), flash", MIXTRAL),
     ("moe E=8 k=2 + shared expert, flash", replace(MIXTRAL, E_s=1, f_s=256)),
     ("moe E=8 k=2, eager, dropout 0.1", replace(MIXTRAL, attention="eager", dropout=0.1)),
+)
+# Megatron's --recompute-modules: the MLA up projections, the experts' activation.
+SHAPES += (
+    ("MLA, fused attention, recompute mla_up_proj",
+     replace(MLA, attention="flash", recompute_modules=("mla_up_proj",))),
+    ("moe E=8 k=2, flash, recompute moe_act", replace(MIXTRAL, recompute_modules=("moe_act",))),
 )
 CASES: tuple[tuple[str, Config, bool], ...] = tuple(
     (f"{kernels}: {name}", replace(cfg, kernels=kernels), True)

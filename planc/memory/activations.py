@@ -1035,7 +1035,6 @@ MOE_LINES: tuple[MoELine, ...] = (
         expert_up_output,
         lambda y: f"{y.e}·R·f_e/ETP",
         PYTORCH_SWIGLU,
-        modules=frozenset({"moe", "moe_act"}),
     ),
     MoELine(
         "expert SiLU output (unfused)",
