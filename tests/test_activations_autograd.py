@@ -78,7 +78,9 @@ def test_unfused_keeps_what_the_fused_kernels_do_not(validation: Any) -> None:
     assert planned == swiglu + statistics
 
 
-MOE_TOLERANCE_PERCENT = 0.2
+# The fused norms' statistics planc leaves out (the exact residual below) weigh 0.24 % of the
+# smallest layer here, the MoE block recomputed whole.
+MOE_TOLERANCE_PERCENT = 0.25
 
 
 def _moe_case_names() -> list[str]:
@@ -100,5 +102,9 @@ def test_moe_layer_matches_autograd(validation: Any, case: str) -> None:
     assert abs(validation.Row.error(planc_layer, measured_layer)) <= MOE_TOLERANCE_PERCENT
     assert abs(validation.Row.error(planc_total, measured_total)) <= MOE_TOLERANCE_PERCENT
     unexplained = measured_layer - planc_layer
-    statistics = 0 if cfg.kernels == "unfused" else 2 * 4 * cfg.s * cfg.b
-    assert unexplained == statistics + 4 * cfg.E
+    # Recomputed, the pre-MLP norm (layernorm) runs without autograd and keeps no 1/rms, and
+    # the whole block (moe) keeps no load-balancing scores.
+    norms = 1 if "layernorm" in cfg.recompute_modules else 2
+    statistics = 0 if cfg.kernels == "unfused" else norms * 4 * cfg.s * cfg.b
+    scores = 0 if "moe" in cfg.recompute_modules else 4 * cfg.E
+    assert unexplained == statistics + scores

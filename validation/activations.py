@@ -37,10 +37,12 @@ runs the CUDA behaviour on the CPU:
 SDPA flash (q, k, v, out and the fp32
 log-sum-exp; native GQA), GeLU, SiLU, linear layers and the loss save the same on both.
 
-The recompute cases (`Config.recompute_modules`: mla_up_proj, moe_act) run Megatron-Core's
-CheckpointWithoutOutput as tensor_parallel/random.py has it: the part runs under no_grad keeping
-its inputs, its outputs' storage is released once the next part has saved them and re-created in
-backward. Saved bytes are read when the forward returns, so a released storage counts 0.
+The recompute cases (`Config.recompute_modules`) run mla_up_proj, layernorm and moe_act under
+Megatron-Core's CheckpointWithoutOutput as tensor_parallel/random.py has it (the part runs under
+no_grad keeping its inputs, its outputs' storage is released once the next part has saved them
+and re-created in backward), and mlp, moe and shared_experts under its normal checkpoint
+(torch.utils.checkpoint, reentrant). Saved bytes are read when the forward returns, so a
+released storage counts 0.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 from planc.memory import rank_memory
 from planc.memory.activations import expert_shape, layer_bytes, moe_layer_bytes, shape_of
@@ -537,6 +540,11 @@ class MoE(nn.Module):
         return probs, routing
 
     def forward(self, x: Tensor) -> Tensor:
+        if "moe" in self.cfg.recompute_modules:
+            return torch_checkpoint(self.block, x, use_reentrant=True)
+        return self.block(x)
+
+    def block(self, x: Tensor) -> Tensor:
         cfg = self.cfg
         b, s, h = x.shape
         flat = x.reshape(b * s, h)
@@ -565,7 +573,11 @@ class MoE(nn.Module):
         )
         y = combined.view(b, s, h)
         if self.shared is not None:
-            y = y + self.shared(x)
+            shared = self.shared
+            if "shared_experts" in cfg.recompute_modules:
+                y = y + torch_checkpoint(shared, x, use_reentrant=True)
+            else:
+                y = y + shared(x)
         return dropout(y, cfg.dropout)
 
 
@@ -576,13 +588,33 @@ def norm(cfg: Config) -> nn.Module:
 class Block(nn.Module):
     def __init__(self, cfg: Config) -> None:
         super().__init__()
+        self.cfg = cfg
         attention = LatentAttention(cfg) if cfg.mla else Attention(cfg)
         self.norm1, self.attn, self.norm2 = norm(cfg), attention, norm(cfg)
         self.mlp = MoE(cfg) if cfg.E else MLP(cfg)
 
     def forward(self, x: Tensor) -> Tensor:
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+        cfg = self.cfg
+        # layernorm: Megatron recomputes the norms it runs as modules of their own (latent
+        # attention's input norm, a MoE layer's pre-MLP norm; TE fuses the others).
+        own = "layernorm" in cfg.recompute_modules
+        x = x + self._normed(self.norm1, self.attn, x, own and cfg.mla)
+        if "mlp" in cfg.recompute_modules and not cfg.E:
+            # mlp: Megatron's normal checkpoint of the MLP module, whose input is the residual
+            # where TE fuses the norm into fc1 and the norm's output where it runs apart.
+            if cfg.fused_swiglu:
+                return x + torch_checkpoint(lambda y: self.mlp(self.norm2(y)), x, use_reentrant=True)
+            return x + torch_checkpoint(self.mlp, self.norm2(x), use_reentrant=True)
+        return x + self._normed(self.norm2, self.mlp, x, own and cfg.E > 0)
+
+    @staticmethod
+    def _normed(norm: nn.Module, part: nn.Module, x: Tensor, recompute: bool) -> Tensor:
+        if not recompute:
+            return part(norm(x))
+        checkpoint = CheckpointWithoutOutput()
+        out = part(checkpoint.checkpoint(norm, x))
+        checkpoint.discard_output_and_register_recompute(out)
+        return out
 
 
 class Decoder(nn.Module):
@@ -768,6 +800,14 @@ SHAPES += (
     ("MLA, fused attention, recompute mla_up_proj",
      replace(MLA, attention="flash", recompute_modules=("mla_up_proj",))),
     ("moe E=8 k=2, flash, recompute moe_act", replace(MIXTRAL, recompute_modules=("moe_act",))),
+    ("MLA, fused attention, recompute layernorm",
+     replace(MLA, attention="flash", recompute_modules=("layernorm",))),
+    ("moe E=8 k=2, flash, recompute layernorm", replace(MIXTRAL, recompute_modules=("layernorm",))),
+    ("moe E=8 k=2 + shared expert, flash, recompute moe",
+     replace(MIXTRAL, E_s=1, f_s=256, recompute_modules=("moe",))),
+    ("moe E=8 k=2 + shared expert, flash, recompute shared_experts",
+     replace(MIXTRAL, E_s=1, f_s=256, recompute_modules=("shared_experts",))),
+    ("llama GQA g=2, flash (SDPA), recompute mlp", replace(LLAMA, recompute_modules=("mlp",))),
 )
 CASES: tuple[tuple[str, Config, bool], ...] = tuple(
     (f"{kernels}: {name}", replace(cfg, kernels=kernels), True)

@@ -382,6 +382,9 @@ class Line:
     # the recompute modules beyond core_attn (core) and mlp (mlp) that drop it (`line_modules`)
     recomputed_by: Callable[[LayerShape], frozenset[RecomputeModule]] | None = None
     moe_norm: bool = False  # the MLP norm's own tensor: a module of its own in a MoE layer
+    # fc1's input, the MLP norm's output: inside the mlp module where Transformer Engine fuses
+    # the norm into fc1 (LayerNormLinear), its input where the norm runs apart (unfused kernels)
+    mlp_input: bool = False
 
     def title(self, x: LayerShape) -> str:
         """The line's name, with the format it is saved in when an FP8 recipe quantizes it."""
@@ -561,6 +564,7 @@ LINES: tuple[Line, ...] = (
         KORTHIKANTI + "; FP8: " + FP8_INPUTS,
         mlp=True,
         quantized=_saved_quantized,
+        mlp_input=True,
     ),
     Line(
         "MLP activation input (fc1 output)",
@@ -679,7 +683,8 @@ def line_modules(line: Line, x: LayerShape) -> frozenset[RecomputeModule]:
     (`Line.recomputed_by`: mla_up_proj, layernorm)."""
     named = line.recomputed_by(x) if line.recomputed_by is not None else frozenset()
     core: frozenset[RecomputeModule] = frozenset({"core_attn"}) if line.core else frozenset()
-    mlp: frozenset[RecomputeModule] = frozenset({"mlp"}) if line.mlp else frozenset()
+    inside = line.mlp and not (line.mlp_input and x.unfused)
+    mlp: frozenset[RecomputeModule] = frozenset({"mlp"}) if inside else frozenset()
     return core | mlp | named
 
 
