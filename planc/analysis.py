@@ -249,6 +249,8 @@ class StepEstimate:
     # The release's time per local expert beyond the GPU's work, inside compute_s
     # (`planc.perf.expert_host`).
     expert_host_s: float = 0.0
+    # The forward that recompute runs again in backward, inside compute_s (the busiest stage).
+    recompute_s: float = 0.0
 
 
 def estimate_step(analysis: Analysis, efficiency: Efficiency | None = None) -> StepEstimate:
@@ -278,6 +280,7 @@ def estimate_step(analysis: Analysis, efficiency: Efficiency | None = None) -> S
         model=_model_words(plan),
         ep_hidden_s=step.ep_hidden_s,
         expert_host_s=step.expert_host_s,
+        recompute_s=step.recompute_s,
     )
 
 

@@ -275,3 +275,26 @@ def test_fix_variants_add_one_module_at_a_time() -> None:
         "recompute: selective, recompute_modules: [core_attn, mlp]",
         "recompute: full",
     ]
+
+
+def test_explain_prints_the_recomputed_forward() -> None:
+    # The line's seconds are the recomputed forward of the busiest stage over the step: here
+    # one stage (p 1), so m × L × each layer's recompute time.
+    from click.testing import CliRunner
+
+    from planc.analysis import estimate_step
+    from planc.cli.main import main
+
+    spec = ROOT / "validation" / "runs" / "bridge2511-deepseek-v3-256xgb200-bf16.yaml"
+    text = CliRunner().invoke(main, ["explain", str(spec)]).output
+    line = next(x for x in text.splitlines() if x.strip().startswith("recompute:"))
+    assert "the forward of each layer's latent up projections again in backward" in line
+    assert "(recompute: selective, recompute_modules: [mla_up_proj])" in line
+    out = CliRunner().invoke(main, ["explain", str(spec), "--format", "json"]).output
+    seconds = json.loads(out)["step"]["recompute_s"]
+    assert f"{seconds:8.2f} s" in line
+    job = _job(["mla_up_proj"], parallelism={"expert": 8}, nodes=1)
+    shape, device, eff = layer_shape(job), device_of(job), efficiency_of(job)
+    up = pass_times(mla_up_projections(shape), device, eff).forward_s
+    assert estimate_step(analyse(job)).recompute_s == pytest.approx(job.m * 61 * up)
+    assert estimate_step(analyse(_job([]))).recompute_s == 0.0

@@ -708,7 +708,9 @@ MODULE_WORDS: dict[RecomputeModule, str] = {
 def module_words(modules: Modules) -> str:
     """`modules` in words: "attention core", "attention core and MLP", "a, b and c"."""
     words = [MODULE_WORDS[module] for module in modules]
-    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+    if len(words) < 2:
+        return words[0] if words else "nothing"
+    return f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def kept_lines(

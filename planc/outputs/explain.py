@@ -11,6 +11,7 @@ from typing import Any
 from planc.analysis import Analysis, StepEstimate, estimate_step
 from planc.comm.schedule import WireBudget, op_record, sharding_stage
 from planc.comm.tiers import ring_bandwidth_gbs
+from planc.memory.activations import module_words
 from planc.outputs import escape
 from planc.outputs.memory import to_json as memory_json
 from planc.perf.expert_host import tau_e
@@ -24,6 +25,7 @@ from planc.presets.accuracy import bar_json, bar_words, category_json, category_
 from planc.record import record
 from planc.run import RunEstimate, estimate_run
 from planc.spec.job import GB, GIB
+from planc.vocab import DEFAULT_RECOMPUTE_MODULES
 
 DAY = 86_400.0
 TB = 10**12
@@ -112,6 +114,7 @@ def render_text(ex: Explanation) -> str:
         f"  compute:            {step.compute_s:8.2f} s ({step.compute_s / total:5.1%})  "
         f"incl. exposed TP {step.tp_comm_s:.3f} s",
         *_expert_line(ex),
+        *_recompute_line(ex),
         *_accumulation_line(ex),
         f"  pipeline bubble:    {step.bubble_s:8.2f} s ({step.bubble_s / total:5.1%})  "
         f"of the step, incl. p2p on the path {step.pp_comm_s:.3f} s",
@@ -323,6 +326,27 @@ def _expert_line(ex: Explanation) -> list[str]:
     ]
 
 
+def _recompute_line(ex: Explanation) -> list[str]:
+    """The forward recompute runs again inside the backward, when it runs any."""
+    step, tr = ex.step, ex.analysis.plan.training
+    if step.recompute_s <= 0:
+        return []
+    share = step.recompute_s / step.step_time_s if step.step_time_s else 0.0
+    if tr.recompute == "full":
+        what = "every layer's forward"
+    elif tr.recompute == "selective-op":
+        what = "the ops torchtitan's per-op policy does not save"
+    else:
+        what = f"the forward of each layer's {module_words(tr.recompute_modules)}"
+    modules = f", recompute_modules: [{', '.join(tr.recompute_modules)}]" if (
+        tr.recompute == "selective" and tr.recompute_modules != DEFAULT_RECOMPUTE_MODULES
+    ) else ""
+    return [
+        f"  recompute:          {step.recompute_s:8.2f} s ({share:5.1%})  "
+        f"inside compute: {what} again in backward (recompute: {tr.recompute}{modules})"
+    ]
+
+
 def _expert_host_line(ex: Explanation) -> list[str]:
     """The release's time per local expert (`planc.perf.expert_host`), when it has one."""
     step, plan = ex.step, ex.analysis.plan
@@ -422,6 +446,7 @@ def to_json(ex: Explanation) -> dict[str, Any]:
             "ep_comm_s": step.ep_comm_s,
             **({"ep_hidden_s": step.ep_hidden_s} if step.ep_hidden_s > 0 else {}),
             **({"expert_host_s": step.expert_host_s} if step.expert_host_s > 0 else {}),
+            **({"recompute_s": step.recompute_s} if step.recompute_s > 0 else {}),
             **_accumulation_json(ex),
             "pp_comm_s": step.pp_comm_s,
             "tokens_per_s": step.tokens_per_s,

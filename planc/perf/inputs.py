@@ -979,6 +979,7 @@ def build_inputs(
                 ep_paired_backward_s=tuple(e * paired[1] for e in routed),
                 host_forward_s=tuple(e * host[0] for e in routed),
                 host_backward_s=tuple(e * host[1] for e in routed),
+                recompute_s=tuple(t.recompute_s for t in times),
                 p2p_forward_s=blocking.forward_s,
                 p2p_backward_s=blocking.backward_s,
                 accumulate_s=accumulation_s(job, r, params, device, eff),

@@ -74,6 +74,8 @@ class StageInputs:
     # the chunk's MoE layers, forward and backward per chunk (empty: none).
     host_forward_s: tuple[float, ...] = ()
     host_backward_s: tuple[float, ...] = ()
+    # The forward recompute runs again inside backward_s, per chunk (empty: none).
+    recompute_s: tuple[float, ...] = ()
     # The weight-gradient part of backward_s per chunk, run as W ops by a schedule that splits
     # the backward (empty: half of backward_s, the zero-bubble paper's B = W).
     backward_weight_s: tuple[float, ...] = ()
@@ -133,6 +135,8 @@ class PipelineStep:
     ep_hidden_s: float = 0.0  # the busiest stage's expert exchanges its schedule hides, per step
     # The busiest stage's release time per local expert (`StageInputs.host_forward_s`), per step.
     expert_host_s: float = 0.0
+    # The busiest stage's recomputed forward (`StageInputs.recompute_s`), per step.
+    recompute_s: float = 0.0
 
 
 def virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
@@ -455,6 +459,7 @@ def pipeline_step(inputs: StepInputs) -> PipelineStep:
         ep_hidden_s=expert_hidden_s(inputs, worst, pipe.alone),
         expert_host_s=m
         * (sum(inputs.stages[worst].host_forward_s) + sum(inputs.stages[worst].host_backward_s)),
+        recompute_s=m * sum(inputs.stages[worst].recompute_s),
         pp_exposed_s=pp,
         dp_exposed_s=synced - pipeline + max(st.after_step_s for st in inputs.stages),
         optimizer_s=max(st.optimizer_s for st in inputs.stages),
