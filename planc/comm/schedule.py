@@ -347,6 +347,23 @@ def tp_blocks(job: Plannable, stage: int) -> int:
     return 2 * layers - bare
 
 
+def mlp_block_redone(job: Plannable, moe_layer: bool) -> bool:
+    """Whether selective recompute runs a layer's TP-split MLP block again, its collectives
+    inside: a dense layer's MLP under mlp, a MoE layer's shared experts under shared_experts or
+    moe (Megatron-Core transformer_layer.py, moe_layer.py). `Training.recompute_modules` is
+    empty unless recompute is selective."""
+    own = {"shared_experts", "moe"} if moe_layer else {"mlp"}
+    return not own.isdisjoint(job.training.recompute_modules)
+
+
+def latents_regathered(job: Plannable) -> bool:
+    """Whether recomputing latent attention's up projections (mla_up_proj) gathers the query and
+    key/value latents again under SP: the up projections' column-parallel linears gather them
+    (not the RoPE key, gathered before them: multi_latent_attention.py
+    qkv_up_proj_and_rope_apply)."""
+    return job.layout.sp and "mla_up_proj" in job.training.recompute_modules
+
+
 def redone_blocks(job: Plannable, stage: int, attention: bool = True) -> int:
     """TP blocks of a rank's layers (`tp_blocks`) whose forward runs again inside backward, per
     micro-batch: every block under full recompute (`attention`: counting the attention blocks);
@@ -356,12 +373,11 @@ def redone_blocks(job: Plannable, stage: int, attention: bool = True) -> int:
     tr, layers = job.training, job.layout.stage_layers[stage]
     if tr.recompute == "full":
         return tp_blocks(job, stage) - (0 if attention else layers)
-    modules = tr.recompute_modules
     moe = job.model.moe
     routed = job.moe_layers(stage) if moe is not None else 0
     shared = routed if moe is not None and moe.E_s else 0
-    mlp = layers - routed if "mlp" in modules else 0
-    return mlp + (shared if {"shared_experts", "moe"} & set(modules) else 0)
+    dense = layers - routed if mlp_block_redone(job, moe_layer=False) else 0
+    return dense + (shared if mlp_block_redone(job, moe_layer=True) else 0)
 
 
 def latent_parts(job: Plannable) -> tuple[tuple[str, str, int], ...]:
@@ -396,12 +412,10 @@ def _mla_tp_ops(job: Plannable, stage: int) -> list[CommOp]:
     (`latent_parts`) at the block's input and the hidden state h after its output projection
     (a reduce-scatter with SP, an all-reduce without), mirrored in backward; full recompute runs
     the forward's again."""
-    lay, m, tr = job.layout, job.m, job.training
+    lay, m = job.layout, job.m
     layers = lay.stage_layers[stage]
-    again = layers * m if tr.recompute == "full" else 0
-    # mla_up_proj runs the up projections again, with the latents' gathers inside them (not
-    # the RoPE key's, gathered before: multi_latent_attention.py qkv_up_proj_and_rope_apply)
-    up_again = layers * m if tr.recompute == "selective" and "mla_up_proj" in tr.recompute_modules else 0
+    again = layers * m if job.training.recompute == "full" else 0
+    up_again = layers * m if latents_regathered(job) else 0
     link = link_class(job, (Axis.TP,))
 
     op = op_maker(stage, GroupKind.TP, lay.t, link)
@@ -782,8 +796,7 @@ def moe_passes(job: Plannable, stage: int) -> tuple[int, int]:
 def moe_block_redone(job: Plannable) -> bool:
     """Whether a MoE layer's forward, its exchanges included, runs again inside backward: under
     full recompute, or selective recompute of the moe module."""
-    tr = job.training
-    return tr.recompute == "full" or (tr.recompute == "selective" and "moe" in tr.recompute_modules)
+    return job.training.recompute == "full" or "moe" in job.training.recompute_modules
 
 
 # --- the dispatcher's group and where it lies ----------------------------------------------

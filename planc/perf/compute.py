@@ -136,7 +136,7 @@ def pass_times(
         bwd_w += work_time_s(op, op.backward_weight, wgrad, eff, True, op.weight_gemm)
         core += f if op.attention_core else 0.0
         redo += f * sac[i] if sac else 0.0
-        tags = op.modules | CORE if op.attention_core else op.modules
+        tags = (op.modules | CORE) if op.attention_core else op.modules
         if tags:
             by_modules[tags] = by_modules.get(tags, 0.0) + f
     return PassTimes(fwd, bwd_d, bwd_w, core, redo, tuple(by_modules.items()))

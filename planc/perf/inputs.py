@@ -47,6 +47,8 @@ from planc.comm.schedule import (
     grad_bytes,
     latent_message_bytes,
     latent_parts,
+    latents_regathered,
+    mlp_block_redone,
     moe_block_redone,
     moe_tokens,
     param_bytes,
@@ -583,15 +585,10 @@ def _tp_redone_s(
     block's when its module is recomputed (mlp in a dense layer, shared_experts or moe for a
     MoE layer's shared experts), and with mla_up_proj and SP the query and key/value latents'
     all-gathers (not the RoPE key's, gathered before the up projections)."""
-    tr = job.training
-    if tr.recompute == "full":
+    if job.training.recompute == "full":
         return sum(by_block)
-    if tr.recompute != "selective":
-        return 0.0
-    modules = set(tr.recompute_modules)
-    own = {"shared_experts", "moe"} if moe_layer else {"mlp"}
-    redo = sum(by_block[1:]) if modules & own else 0.0
-    if "mla_up_proj" in modules and job.layout.sp:
+    redo = sum(by_block[1:]) if mlp_block_redone(job, moe_layer) else 0.0
+    if latents_regathered(job):
         redo += sum(latent_gathers[:2])  # the query and key/value latents (`latent_parts`)
     return redo
 

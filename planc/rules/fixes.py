@@ -130,16 +130,15 @@ def recompute(job: Job) -> list[Variant]:
     current = job.training.recompute
     # torchtitan's per-op policy keeps less than selective: only full recomputes more.
     start = order.index("full") if current == SELECTIVE_OP else order.index(current) + 1
-    modes = [
+    megatron = job.training.framework == "megatron" and current in ("none", "selective")
+    modes = ("full",) if megatron else order[start:]
+    return (_module_variants(job) if megatron else []) + [
         (
             f"recompute: {mode}",
             dataclasses.replace(job, training=job.training.with_recompute(mode)),
         )
-        for mode in order[start:]
+        for mode in modes
     ]
-    if job.training.framework != "megatron" or current in ("full", SELECTIVE_OP):
-        return modes
-    return _module_variants(job) + [v for v in modes if v[0] == "recompute: full"]
 
 
 def sequence_parallel(job: Job) -> list[Variant]:

@@ -1102,7 +1102,7 @@ def recompute_modules_of(
 ) -> tuple[RecomputeModule, ...]:
     """The modules selective recompute checkpoints: training.recompute_modules as written (each
     once, in order), else Megatron-Core's default core_attn; none unless recompute is selective
-    (PLC111 reports a list given with another mode)."""
+    (PLC051 reports a list given with another mode)."""
     if recompute != "selective":
         return ()
     if given is None:
