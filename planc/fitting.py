@@ -56,7 +56,9 @@ class FittedCurve:
 
 # The MAMF fractions (Bekman, ml-engineering compute/accelerator, BF16): A100 SXM 86.9 %,
 # H100 SXM 80.3 %, GB200 72.9 %. Blackwell's B200 is derived from GB200's fit (the same die), not
-# from Hopper's; GB200's d½ is held at Hopper's measured value (no Blackwell per-shape table).
+# from Hopper's, and Blackwell Ultra's B300 and GB300 from B200's and GB200's at equal ceilings
+# (no MAMF of theirs is published); GB200's d½ is held at Hopper's measured value (no Blackwell
+# per-shape table).
 FITTED = (
     FittedCurve(
         "a100-80gb", ("gemm.peak_fraction", "gemm.half_dim"), 0.869, ("a100-40gb", "mi300x")
@@ -68,7 +70,7 @@ FITTED = (
         ("h100-sxm-hbm2e", "h800", "h200"),
         "deepgemm-h800-fp8",
     ),
-    FittedCurve("gb200-nvl72", ("gemm.peak_fraction",), 0.729, ("b200",)),
+    FittedCurve("gb200-nvl72", ("gemm.peak_fraction",), 0.729, ("b200", "b300", "gb300-nvl72")),
 )
 
 SHAPE = ("gemm.peak_fraction", "gemm.half_dim")

@@ -33,7 +33,9 @@ GENERATION_OF: Mapping[str, str] = {
     "h800": "hopper",
     "h200": "hopper",
     "b200": "blackwell",
+    "b300": "blackwell",
     "gb200-nvl72": "blackwell",
+    "gb300-nvl72": "blackwell",
 }
 
 

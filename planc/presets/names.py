@@ -9,7 +9,9 @@ GPU_NAMES: tuple[str, ...] = (
     "h800",
     "h200",
     "b200",
+    "b300",
     "gb200-nvl72",
+    "gb300-nvl72",
     "mi300x",
 )
 
