@@ -88,7 +88,9 @@ GENERATIONS = {
     "h800": Generation.HOPPER,
     "h200": Generation.HOPPER,
     "b200": Generation.BLACKWELL,
+    "b300": Generation.BLACKWELL,
     "gb200-nvl72": Generation.BLACKWELL,
+    "gb300-nvl72": Generation.BLACKWELL,
 }
 
 

@@ -34,7 +34,7 @@ def test_mxfp8_on_hopper_quotes_transformer_engine() -> None:
     assert (finding.line, finding.column) == value_position(text, "    recipe: mxfp8")
 
 
-@pytest.mark.parametrize("gpu", ["b200", "gb200-nvl72"])
+@pytest.mark.parametrize("gpu", ["b200", "gb200-nvl72", "b300", "gb300-nvl72"])
 def test_blackwell_runs_mxfp8(gpu: str) -> None:
     assert "PLC043" not in rules_fired(check_overlay(fp8("mxfp8", gpu)))
 
