@@ -68,6 +68,9 @@ class Quantized:
     norm_fused: bool  # the norm before QKV and fc1 writes the quantized input itself
     wgrad_high_precision: bool  # the weight-gradient GEMM stays 16-bit
     amax_reduction: bool  # per-tensor amaxes are all-reduced (delayed, current scaling)
+    # The recipe's GEMM kernels' rate against a per-tensor-scaled GEMM of its data type on this
+    # architecture (block-scaled MMA: MXFP8 0.951 on Blackwell, fp8.json); it scales the peak.
+    gemm_rate: float
     cached_weights: bool  # quantized weights kept across micro-batches (TE is_first_microbatch)
     # Each quantized copy cast on its own from the 16-bit tensor (torchao's MX linear: a dim0
     # cast in forward, a dim1 cast in backward), not both in one pass as Transformer Engine does.
@@ -176,6 +179,7 @@ def quantized_formats(training: Training, recipe: Fp8Recipe, gpu: Gpu | None) ->
         norm_fused=row.norm_fused and te and training.kernels == "fused",
         wgrad_high_precision=row.wgrad_high_precision,
         amax_reduction=row.amax_reduction,
+        gemm_rate=row.gemm_rate.get(arch, 1.0),
         cached_weights=te,
         # torchao's MX recipes (torchao/prototype/moe_training/mxfp8_linear.py: MXTensor.to_mx
         # along dim0, _to_mxfp8_dim1_kernel_wrapper along dim1, each from the 16-bit tensor).

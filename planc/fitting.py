@@ -1,12 +1,16 @@
 """The step model's fitted parameters, refitted from the corpus's declared fit runs (issue 24).
 
-Three GEMM curves of `planc/presets/efficiency.json` are fitted to step times, each to the runs
+Four GEMM curves of `planc/presets/efficiency.json` are fitted to step times, each to the runs
 `validation/runs.json` declares `fit` on its GPU and to no other run:
 
 * `a100-80gb`: e_max and d½, to Korthikanti et al. 2022 Table 5's four full-recompute runs;
 * `h100-sxm`: e_max alone, to the three DGX Cloud Benchmarking 24.11 runs declared fit;
 * `gb200-nvl72`: e_max alone, to the DGX Cloud Benchmarking 25.05 run declared fit (Llama 3.1
-  405B on 128 GB200, the smallest point of the one dense model added with the GB200 corpus).
+  405B on 128 GB200, the smallest point of the one dense model added with the GB200 corpus);
+* `gb300-nvl72`: e_max alone, to the Megatron-Bridge 26.06 run declared fit (Llama 3.1 405B in
+  FP8 current scaling on 256 GB300, the one dense model of the GB300 corpus in the recipe with
+  the fewest kernels of its own), its FP8 and FP4 curves moving with it
+  (`Efficiency.with_peak_fraction`).
 
 The H100 curve's shape term d½ (and that of every GPU derived from it) is not a step-time fit:
 whole steps cannot resolve it (every corpus run's GEMMs have smallest dimensions in the
@@ -70,7 +74,10 @@ FITTED = (
         ("h100-sxm-hbm2e", "h800", "h200"),
         "deepgemm-h800-fp8",
     ),
-    FittedCurve("gb200-nvl72", ("gemm.peak_fraction",), 0.729, ("b200", "b300", "gb300-nvl72")),
+    FittedCurve("gb200-nvl72", ("gemm.peak_fraction",), 0.729, ("b200", "b300")),
+    # Blackwell Ultra in an NVL72 rack: no matmul ceiling of its own is published; its prior is
+    # the GB200's.
+    FittedCurve("gb300-nvl72", ("gemm.peak_fraction",), 0.729, ()),
 )
 
 SHAPE = ("gemm.peak_fraction", "gemm.half_dim")
@@ -124,7 +131,7 @@ def refit(runs: Sequence[Run], analysed: Analyse) -> Mapping[str, Efficiency]:
         start = for_gpu(curve.gpu)
         chosen = fit_runs(runs, curve.gpu)
         if not chosen:
-            out[curve.gpu] = start.with_gemm(peak_fraction=curve.prior_peak_fraction)
+            out[curve.gpu] = start.with_peak_fraction(curve.prior_peak_fraction)
             continue
         cases = [(predictor(analysed(run)), run.measured_s) for run in chosen]
         found = fit(cases, start, curve.parameters, ridge=0.0)
@@ -141,7 +148,7 @@ def tables_for(gpu: str, fitted: Mapping[str, Efficiency]) -> Efficiency | None:
         if gpu in curve.derived:
             ratio = fitted[curve.gpu].gemm.peak_fraction / for_gpu(curve.gpu).gemm.peak_fraction
             own = for_gpu(gpu)
-            return own.with_gemm(peak_fraction=min(1.0, own.gemm.peak_fraction * ratio))
+            return own.with_peak_fraction(min(1.0, own.gemm.peak_fraction * ratio))
     return None
 
 

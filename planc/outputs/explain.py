@@ -292,14 +292,23 @@ def _format_lines(ex: Explanation) -> list[str]:
         kept = f"the 16-bit weight and {q.usages} quantized {'copy' if q.usages == 1 else 'copies'}"
     words = (
         f"number formats: the linear layers' GEMMs in {q.label} (recipe {q.recipe.value}, "
-        f"{job.cluster.gpu.peak_tflops(q.gemm) or 0:,g} TFLOPS dense on {q.architecture}); "
-        f"weights, activations and gradients {job.numerics.precision.value}; per GEMM weight {kept}"
+        f"{job.cluster.gpu.peak_tflops(q.gemm) or 0:,g} TFLOPS dense on {q.architecture}"
+        + _rate_words(q.gemm_rate)
+        + f"); weights, activations and gradients {job.numerics.precision.value}; "
+        f"per GEMM weight {kept}"
     )
     if q.gather_fp8:
         words += f", gathered in {q.label}"
     if q.bf16_layers:
         words += f"; the first and last {q.bf16_layers} layer(s) in BF16"
     return [words]
+
+
+def _rate_words(rate: float) -> str:
+    """The recipe's GEMM kernel rate where it is not a per-tensor-scaled GEMM's."""
+    if rate == 1.0:
+        return ""
+    return f", its block-scaled GEMMs at {rate:g} of a per-tensor-scaled GEMM's rate"
 
 
 def _expert_line(ex: Explanation) -> list[str]:

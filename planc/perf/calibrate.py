@@ -74,6 +74,8 @@ def put(eff: Efficiency, name: str, value: float) -> Efficiency:
     section, field = name.split(".")
     if name in CAPPED:
         value = min(value, 1.0)
+    if name == "gemm.peak_fraction":
+        return eff.with_peak_fraction(value)
     if section == "gemm":
         return eff.with_gemm(**{field: value})
     return eff.with_link(section, **dict.fromkeys(COLLECTIVES, value))

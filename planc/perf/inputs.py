@@ -191,15 +191,16 @@ def device_of(job: Plannable) -> Device:
 
 def quantized_device(job: Plannable) -> Device | None:
     """The device at the dense peak of an FP8/FP4 recipe's GEMMs (`Quantized.gemm`: the
-    16-bit curve's fractions apply to it, `Efficiency.gemm_for`), with the GPU's HBM; None for
-    a 16/32-bit run."""
+    16-bit curve's fractions apply to it, `Efficiency.gemm_for`) times the recipe's kernel rate
+    (`Quantized.gemm_rate`), with the GPU's HBM; None for a 16/32-bit run."""
     q = job.numerics.quantized
     if q is None:
         return None
     peak = job.cluster.gpu.peak_tflops(q.gemm)
     if peak is None:
         raise ValueError(f"{job.cluster.gpu.name} gives no {q.gemm} peak")
-    return Device(peak * 1e12, device_of(job).hbm_bytes, q.gemm)
+    # A block-scaled recipe's kernels run below a per-tensor-scaled GEMM's rate (q.gemm_rate).
+    return Device(peak * q.gemm_rate * 1e12, device_of(job).hbm_bytes, q.gemm)
 
 
 def quantized_layers(job: Plannable, eff: Efficiency) -> QuantizedCompute | None:

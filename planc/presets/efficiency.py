@@ -189,6 +189,18 @@ class Efficiency:
     def with_gemm(self, **changes: Any) -> Efficiency:  # floats, and ints for sms and tiles
         return replace(self, gemm=replace(self.gemm, **changes))
 
+    def with_peak_fraction(self, peak_fraction: float) -> Efficiency:
+        """The tables with the 16-bit curve's e_max `peak_fraction` and every other data type's
+        curve moved by the same ratio (each is the 16-bit e_max times a measured ratio of
+        ceilings, efficiency.json's sources), each at most 1: what a fit of e_max changes."""
+        ratio = peak_fraction / self.gemm.peak_fraction
+        curves = {
+            dtype: replace(curve, peak_fraction=min(1.0, curve.peak_fraction * ratio))
+            for dtype, curve in self.gemm_by_dtype.items()
+        }
+        scaled = replace(self, gemm_by_dtype=MappingProxyType(curves))
+        return scaled.with_gemm(peak_fraction=peak_fraction)
+
     def with_link(self, name: str, **changes: float) -> Efficiency:
         # Only the float fields: a link's kernel table is not a calibrated number.
         link: LinkEfficiency = replace(self.link(name), **cast(dict[str, Any], changes))

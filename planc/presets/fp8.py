@@ -42,6 +42,9 @@ class RecipeTable:
     norm_fused: bool
     wgrad_high_precision: bool
     amax_reduction: bool
+    # Its GEMM kernels' rate against a per-tensor-scaled GEMM of the same data type, by
+    # architecture (fp8.json `gemm_rate`; 1 where not measured).
+    gemm_rate: Mapping[str, float]
     divisor: int
     frameworks: tuple[str, ...]
     megatron: str | None  # --fp8-recipe / --fp4-recipe value
@@ -77,6 +80,7 @@ def _row(name: str, raw: Mapping[str, Any]) -> RecipeTable:
         norm_fused=bool(raw["norm_fused"]),
         wgrad_high_precision=bool(raw["wgrad_high_precision"]),
         amax_reduction=bool(raw["amax_reduction"]),
+        gemm_rate=MappingProxyType({str(k): float(v) for k, v in raw.get("gemm_rate", {}).items()}),
         divisor=int(raw["divisor"]),
         frameworks=tuple(raw["frameworks"]),
         megatron=raw["megatron"],
