@@ -60,9 +60,8 @@ class FittedCurve:
 
 # The MAMF fractions (Bekman, ml-engineering compute/accelerator, BF16): A100 SXM 86.9 %,
 # H100 SXM 80.3 %, GB200 72.9 %. Blackwell's B200 is derived from GB200's fit (the same die), not
-# from Hopper's, and Blackwell Ultra's B300 and GB300 from B200's and GB200's at equal ceilings
-# (no MAMF of theirs is published); GB200's d½ is held at Hopper's measured value (no Blackwell
-# per-shape table).
+# from Hopper's, and the B300 from the B200's at an equal ceiling (no MAMF of Blackwell Ultra is
+# published); GB200's d½ is held at Hopper's measured value (no Blackwell per-shape table).
 FITTED = (
     FittedCurve(
         "a100-80gb", ("gemm.peak_fraction", "gemm.half_dim"), 0.869, ("a100-40gb", "mi300x")
