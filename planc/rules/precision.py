@@ -44,7 +44,7 @@ def recipe_on_gpu(ctx: Context) -> Iterator[Violation]:
     arch = architecture(gpu.name, gpu.peaks)
     if row.supports(arch):
         return
-    able = "a Blackwell GPU (b200, gb200-nvl72)"
+    able = "a Blackwell GPU (b200, gb200-nvl72, b300, gb300-nvl72)"
     if "hopper" in row.usages:
         able = "a Hopper or Blackwell GPU (h100-sxm, h200, b200)"
     yield Violation(
