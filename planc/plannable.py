@@ -230,7 +230,8 @@ def _even_stages(job: Job) -> Iterator[Violation]:
             f"= {chunks} chunks ({L / chunks:.2f} each)",
             _preset_split_fix(job, fixed)
             if fixed
-            else f"give parallelism.stage_layers explicitly, or use {lower * chunks} or "
+            else (f"{_counted_split_fix(job)} or " if _counted_split_fix(job) else "")
+            + f"give parallelism.stage_layers explicitly, or use {lower * chunks} or "
             f"{(lower + 1) * chunks} layers",
             ("parallelism.pipeline", "model.preset"),
         )
@@ -265,8 +266,28 @@ def _preset_split_fix(job: Job, preset: str) -> str:
     if nearest:
         shown = ", ".join(map(str, nearest[:-1])) + (" or " if len(nearest) > 1 else "")
         fixes.append(f"use pipeline {shown}{nearest[-1]}")
+    counted = _counted_split_fix(job)
+    if counted:
+        fixes.insert(0, counted)
     said = " or ".join(fixes) or "choose another pipeline degree"
     return f"{said} (the {preset} preset's {L} layers are the model's)"
+
+
+def _counted_split_fix(job: Job) -> str | None:
+    """Megatron's other way to split L layers that do not fill the chunks: count the embedding
+    and the loss as layers (--account-for-embedding/loss-in-pipeline-split), when L + 2 or
+    L + 1 fills them; None where neither does or the framework is not Megatron."""
+    if job.training.framework != "megatron":
+        return None
+    lay, L = job.layout, job.model.L
+    chunks = lay.p * lay.v
+    for extra, fields in (
+        (2, "embedding_in_pipeline_split and loss_in_pipeline_split"),
+        (1, "loss_in_pipeline_split"),
+    ):
+        if (L + extra) % chunks == 0 and (L + extra) // chunks >= 2:
+            return f"set parallelism.{fields} ({L} + {extra} = {L + extra} over {chunks} chunks)"
+    return None
 
 
 def _given_stages(job: Job) -> Iterator[Violation]:

@@ -136,7 +136,11 @@ def test_a_preset_keeps_its_layers_so_the_fix_changes_the_layout() -> None:
     [32, 32, 32, 30], and only p' = 1 splits 126 into 2·p' chunks."""
     overlay = {"model": {"preset": "llama3-405b"}, "parallelism": {"pipeline": 4, "data": 2}}
     (finding,) = findings_of(check_overlay(overlay, BASE))
+    # Megatron's own way first, as NVIDIA's 405B recipes split it: the embedding and the loss
+    # counted as layers, 126 + 2 = 128 = 4 · 32.
+    counted = "set parallelism.embedding_in_pipeline_split and loss_in_pipeline_split"
     assert finding.fix == (
+        f"{counted} (126 + 2 = 128 over 4 chunks) or "
         "give parallelism.stage_layers [32, 32, 31, 31] or use pipeline 1 or 2 "
         "(the llama3-405b preset's 126 layers are the model's)"
     )
@@ -144,8 +148,12 @@ def test_a_preset_keeps_its_layers_so_the_fix_changes_the_layout() -> None:
     overlay_v = {"model": {"preset": "llama3-405b"}, **both}
     (finding,) = findings_of(check_overlay(overlay_v, BASE))
     assert finding.fix.startswith(
+        f"{counted} (126 + 2 = 128 over 8 chunks) or "
         "give parallelism.stage_layers [32, 32, 32, 30] or use pipeline 1 "
     )
+    split = {"embedding_in_pipeline_split": True, "loss_in_pipeline_split": True}
+    counted_v = {**overlay_v, "parallelism": {**both["parallelism"], **split}}
+    assert "PLC004" not in rules_fired(check_overlay(counted_v, BASE))
     # The layout it gives passes PLC004.
     fixed = {**overlay, "parallelism": {**overlay["parallelism"], "stage_layers": [32, 32, 31, 31]}}
     assert "PLC004" not in rules_fired(check_overlay(fixed, BASE))
