@@ -28,19 +28,20 @@ NVL72_NVLINK_GBS = 900.0  # GB200's NVLink 5, per direction
 A2A_EFFICIENCY = 0.82  # gb200-nvl72 nvlink all_to_all (derived from H100's ring efficiency)
 
 
-def _job(ep: int, nodes: int, schedule: str = "1f1b") -> Plannable:
-    """Qwen3-30B-A3B on `nodes` GB200 trays in one NVL72 domain, EP `ep` with HybridEP."""
+def _job(ep: int, nodes: int, schedule: str = "1f1b", gpu: str = "gb200-nvl72") -> Plannable:
+    """Qwen3-30B-A3B on `nodes` GB200 trays in one NVL72 domain (or nodes of `gpu`), EP `ep`
+    with HybridEP."""
     spec = {
         "version": 1,
         "name": "t",
         "model": {"preset": "qwen3-30b-a3b"},
-        "hardware": {"gpu": "gb200-nvl72", "nodes": nodes},
+        "hardware": {"gpu": gpu, "nodes": nodes},
         "parallelism": {
             "tensor": 1, "pipeline": 1, "expert": ep, "expert_tensor": 1,
             "expert_dispatcher": "hybridep", "pipeline_schedule": schedule,
         },
         "training": {
-            "seq_len": 4096, "micro_batch": 1, "global_batch": 8 * nodes * 4,
+            "seq_len": 4096, "micro_batch": 1, "global_batch": 32 * nodes,
             "precision": "bf16", "recompute": "none",
         },
     }
@@ -127,3 +128,20 @@ def test_a_calibration_files_kernel_rates_are_checked(entry: object, message: st
         from_json(data, "cal")
     assert message in str(caught.value)
     assert str(caught.value).startswith("cal.network.nvlink.kernels")
+
+
+# DeepEP's hybrid-ep README, 'B200 Platform': 8 ranks, 16 SMs, BF16, Torch API.
+B200_DISPATCH, B200_COMBINE = 535.94, 530.86
+
+
+@pytest.mark.parametrize("gpu", ["b200", "b300"])
+def test_hybridep_inside_a_b200_node_runs_at_its_measured_rate(gpu: str) -> None:
+    # One node of 8, EP 8: the exchange at the B200's measured rates (the B300 takes them),
+    # below NVLink 5's 900 GB/s at the all-to-all efficiency 0.82.
+    job = _job(8, 1, gpu=gpu)
+    eff = efficiency_of(job)
+    ops = [op for op in analyse(job).ops if op.group is GroupKind.EP and op.calls]
+    for kernel, rate in (("hybridep_dispatch", B200_DISPATCH), ("hybridep_combine", B200_COMBINE)):
+        op = next(op for op in ops if op.kernel == kernel)
+        latency = call_time_s(job, eff, op) - op.buffer_bytes / (rate * 1e9)
+        assert 0 < latency < 1e-4
