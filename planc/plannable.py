@@ -224,13 +224,14 @@ def _even_stages(job: Job) -> Iterator[Violation]:
     if L % chunks:
         lower = L // chunks
         fixed = _preset_layers(job)
+        counted = _counted_split_fix(job)
         yield Violation(
             "model.layers",
             f"layers = {L} do not split evenly over pipeline × virtual_stages = {lay.p} × {lay.v} "
             f"= {chunks} chunks ({L / chunks:.2f} each)",
             _preset_split_fix(job, fixed)
             if fixed
-            else (f"{_counted_split_fix(job)} or " if _counted_split_fix(job) else "")
+            else (f"{counted} or " if counted else "")
             + f"give parallelism.stage_layers explicitly, or use {lower * chunks} or "
             f"{(lower + 1) * chunks} layers",
             ("parallelism.pipeline", "model.preset"),
