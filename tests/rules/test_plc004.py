@@ -157,3 +157,17 @@ def test_a_preset_keeps_its_layers_so_the_fix_changes_the_layout() -> None:
     # The layout it gives passes PLC004.
     fixed = {**overlay, "parallelism": {**overlay["parallelism"], "stage_layers": [32, 32, 31, 31]}}
     assert "PLC004" not in rules_fired(check_overlay(fixed, BASE))
+
+
+def test_layers_one_short_of_a_split_get_megatron_s_counted_split_first() -> None:
+    # 78 layers over pipeline 4 (19.5 each) with no preset to keep: 78 + 2 = 80 = 4 · 20 once the
+    # embedding and the loss count as layers (Megatron's --account-for-*-in-pipeline-split), and
+    # that layout passes.
+    overlay = {"model": {"layers": 78}}
+    (finding,) = findings_of(check_overlay(overlay, BASE))
+    assert finding.fix.startswith(
+        "set parallelism.embedding_in_pipeline_split and loss_in_pipeline_split "
+        "(78 + 2 = 80 over 4 chunks) or give parallelism.stage_layers explicitly"
+    )
+    split = {"embedding_in_pipeline_split": True, "loss_in_pipeline_split": True}
+    assert "PLC004" not in rules_fired(check_overlay({**overlay, "parallelism": split}, BASE))
