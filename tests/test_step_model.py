@@ -53,6 +53,19 @@ def test_a_flat_efficiency_replaces_the_gemm_curve() -> None:
     assert flat.compute_s > curve.compute_s and "flat GEMM efficiency 25%" in flat.model
 
 
+def test_a_flat_efficiency_prices_fp8_gemms_at_that_fraction_of_the_fp8_peak() -> None:
+    # training.efficiency is "a flat fraction of the GPU's peak for every matrix multiply": the
+    # quantized GEMMs too. Halving it doubles the time of the compute-bound GEMMs, FP8 or not
+    # (the HBM-bound ops, the fused attention and the quantization kernels keep theirs): 1.5×
+    # here, where FP8 GEMMs left on their own curve would move the step by 5 %.
+    fp8 = {"precision": "fp8", "fp8": {"recipe": "current"}}
+    half, whole = (
+        estimate_step(analyse(job_of({"training": {**fp8, "efficiency": e}}, "llama3-70b-8x8.yaml")))
+        for e in (0.3, 0.6)
+    )
+    assert half.compute_s > 1.4 * whole.compute_s
+
+
 def test_slow_network_rules_use_the_model_times() -> None:
     # PLC019 (DP reduction longer than backward) on a 1 GB/s network, not on 50 GB/s.
     slow = check_text(

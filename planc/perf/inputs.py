@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from types import MappingProxyType
 
 from planc.comm.context import exposed_per_layer
 from planc.comm.cost import ring_steps, wire_bytes
@@ -255,7 +256,10 @@ def efficiency_of(job: Plannable) -> Efficiency:
         eff = for_gpu(gpu.name, device_of(job).hbm_bytes / 1e9)
     flat = job.training.efficiency
     if flat is not None:
-        eff = eff.with_gemm(peak_fraction=flat, half_dim=0.0, sms=1)
+        # Every matrix multiply at that fraction of its own data type's peak: FP8/FP4 GEMMs
+        # too, so no measured per-type curve stays.
+        flat_only = replace(eff, gemm_by_dtype=MappingProxyType({}))
+        eff = flat_only.with_gemm(peak_fraction=flat, half_dim=0.0, sms=1)
     return eff
 
 
