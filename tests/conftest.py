@@ -108,6 +108,30 @@ def analysis_of(
     return analyse(job_of(overlay, base))
 
 
+def hybridep_job(
+    ep: int, nodes: int, schedule: str = "1f1b", gpu: str = "gb200-nvl72", **training: Any
+) -> Plannable:
+    """Qwen3-30B-A3B on `nodes` nodes of `gpu` (GB200 trays in one NVL72 domain by default),
+    EP `ep` with HybridEP, BF16 unless `training` says otherwise."""
+    spec = {
+        "version": 1,
+        "name": "t",
+        "model": {"preset": "qwen3-30b-a3b"},
+        "hardware": {"gpu": gpu, "nodes": nodes},
+        "parallelism": {
+            "tensor": 1, "pipeline": 1, "expert": ep, "expert_tensor": 1,
+            "expert_dispatcher": "hybridep", "pipeline_schedule": schedule,
+        },
+        "training": {
+            "seq_len": 4096, "micro_batch": 1, "global_batch": 32 * nodes,
+            "precision": "bf16", "recompute": "none", **training,
+        },
+    }
+    loaded = load_text("t.yaml", yaml.safe_dump(spec))
+    assert loaded.job is not None, loaded.findings
+    return plannable_of(loaded.job)
+
+
 def value_position(text: str, line: str) -> tuple[int, int]:
     """1-based (line, column) of the value on the single line of `text` equal to `line`."""
     lines = text.splitlines()

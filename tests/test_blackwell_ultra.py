@@ -11,35 +11,18 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import yaml
 
 from planc.perf.inputs import efficiency_of, ep_processor_usage, quantized_device
 from planc.plannable import Plannable
 from planc.presets.efficiency import for_gpu, to_json
-from planc.spec.load import load_text
 from planc.vocab import DType
 
-from conftest import plannable_of
+from conftest import hybridep_job
 
 
 def _job(gpu: str, nodes: int, **training: Any) -> Plannable:
-    spec = {
-        "version": 1,
-        "name": "t",
-        "model": {"preset": "qwen3-30b-a3b"},
-        "hardware": {"gpu": gpu, "nodes": nodes},
-        "parallelism": {
-            "tensor": 1, "pipeline": 1, "expert": 8, "expert_tensor": 1,
-            "expert_dispatcher": "hybridep", "pipeline_schedule": "combined-1f1b",
-        },
-        "training": {
-            "seq_len": 4096, "micro_batch": 1, "global_batch": 64, "precision": "bf16",
-            "recompute": "none", **training,
-        },
-    }
-    loaded = load_text("t.yaml", yaml.safe_dump(spec))
-    assert loaded.job is not None, loaded.findings
-    return plannable_of(loaded.job)
+    """Qwen3-30B-A3B with HybridEP over EP 8 on `gpu`, its all-to-all overlapped (combined 1F1B)."""
+    return hybridep_job(8, nodes, "combined-1f1b", gpu, **training)
 
 
 @pytest.mark.parametrize(

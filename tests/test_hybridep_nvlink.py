@@ -10,44 +10,19 @@ import copy
 from typing import Any
 
 import pytest
-import yaml
 
 from planc.analysis import analyse
 from planc.perf.inputs import call_time_s, efficiency_of, ep_processor_usage
-from planc.plannable import Plannable
 from planc.presets.efficiency import KernelRate, for_gpu, from_json, to_json
-from planc.spec.load import load_text
 from planc.vocab import GroupKind
 
-from conftest import plannable_of
+from conftest import hybridep_job
 
 # The GB200 table's 32-SM rows (dispatch, combine) at 8, 16, 24, 32 and 36 ranks.
 DISPATCH = {8: 545.71, 16: 523.48, 24: 507.32, 32: 484.22, 36: 479.02}
 COMBINE = {8: 568.94, 16: 521.55, 24: 483.76, 32: 464.54, 36: 447.89}
 NVL72_NVLINK_GBS = 900.0  # GB200's NVLink 5, per direction
 A2A_EFFICIENCY = 0.82  # gb200-nvl72 nvlink all_to_all (derived from H100's ring efficiency)
-
-
-def _job(ep: int, nodes: int, schedule: str = "1f1b", gpu: str = "gb200-nvl72") -> Plannable:
-    """Qwen3-30B-A3B on `nodes` GB200 trays in one NVL72 domain (or nodes of `gpu`), EP `ep`
-    with HybridEP."""
-    spec = {
-        "version": 1,
-        "name": "t",
-        "model": {"preset": "qwen3-30b-a3b"},
-        "hardware": {"gpu": gpu, "nodes": nodes},
-        "parallelism": {
-            "tensor": 1, "pipeline": 1, "expert": ep, "expert_tensor": 1,
-            "expert_dispatcher": "hybridep", "pipeline_schedule": schedule,
-        },
-        "training": {
-            "seq_len": 4096, "micro_batch": 1, "global_batch": 32 * nodes,
-            "precision": "bf16", "recompute": "none",
-        },
-    }
-    loaded = load_text("t.yaml", yaml.safe_dump(spec))
-    assert loaded.job is not None, loaded.findings
-    return plannable_of(loaded.job)
 
 
 def test_rate_is_linear_between_measured_sizes_and_flat_beyond() -> None:
@@ -65,7 +40,7 @@ def test_rate_is_linear_between_measured_sizes_and_flat_beyond() -> None:
 def test_hybridep_inside_the_domain_runs_at_the_measured_rate(ep: int, nodes: int) -> None:
     # One call of n ranks carries its rows at R(n) (rows counting the own rank), well below
     # NVLink's 900 GB/s at the all-to-all efficiency 0.82 the link alone would give.
-    job = _job(ep, nodes)
+    job = hybridep_job(ep, nodes)
     eff = efficiency_of(job)
     ops = [op for op in analyse(job).ops if op.group is GroupKind.EP and op.calls]
     dispatch, combine = (next(op for op in ops if op.kernel == k)
@@ -84,9 +59,9 @@ def test_hybridep_inside_the_domain_runs_at_the_measured_rate(ep: int, nodes: in
 def test_hybridep_slows_the_compute_it_hides_behind_by_its_sms() -> None:
     # Paired with the other micro-batch's compute (combined 1F1B), HybridEP's 32 SMs of the
     # GB200's 148 are what that compute loses, not NCCL's NVLink share of 0.15.
-    paired = _job(8, 2, "combined-1f1b")
+    paired = hybridep_job(8, 2, "combined-1f1b")
     assert ep_processor_usage(paired, efficiency_of(paired)) == pytest.approx(32 / 148)
-    unpaired = _job(8, 2)  # nothing hides the exchange, so nothing is slowed
+    unpaired = hybridep_job(8, 2)  # nothing hides the exchange, so nothing is slowed
     assert ep_processor_usage(unpaired, efficiency_of(unpaired)) == 0.0
 
 
@@ -138,7 +113,7 @@ B200_DISPATCH, B200_COMBINE = 535.94, 530.86
 def test_hybridep_inside_a_b200_node_runs_at_its_measured_rate(gpu: str) -> None:
     # One node of 8, EP 8: the exchange at the B200's measured rates (the B300 takes them),
     # below NVLink 5's 900 GB/s at the all-to-all efficiency 0.82.
-    job = _job(8, 1, gpu=gpu)
+    job = hybridep_job(8, 1, gpu=gpu)
     eff = efficiency_of(job)
     ops = [op for op in analyse(job).ops if op.group is GroupKind.EP and op.calls]
     for kernel, rate in (("hybridep_dispatch", B200_DISPATCH), ("hybridep_combine", B200_COMBINE)):
