@@ -42,8 +42,6 @@ HOST_DIGITS = 7
 PEAK_DIGITS = 4
 HALF_DIM_DIGITS = 1
 CHECK_TOLERANCE = 5e-4
-# How a `gemm_by_dtype` curve's source says its e_max is the fitted curve's times a ratio.
-DERIVED_FROM_FIT = "fit's peak_fraction times"
 
 
 def fitted_entries() -> tuple[dict[str, tuple[float, float]], dict[tuple[str, str], float]]:
@@ -104,13 +102,14 @@ def updated(data: dict[str, Any], found: dict[str, tuple[float, float]]) -> dict
     """efficiency.json's data with the fit's numbers."""
     out = json.loads(json.dumps(data))
     for gpu, (peak, _) in found.items():
-        ratio = peak / data[gpu]["gemm"]["peak_fraction"]
+        # The data types' curves move with e_max as the step model moves them (each is the
+        # 16-bit e_max times a measured ratio): Efficiency.with_peak_fraction.
+        moved = for_gpu(gpu).with_peak_fraction(peak)
         out[gpu]["gemm"]["peak_fraction"] = round(peak, PEAK_DIGITS)
-        # A data type's curve derived from the fit (its e_max the fit's times a measured
-        # ceiling ratio, as its source says) moves with it.
-        for curve in out[gpu].get("gemm_by_dtype", {}).values():
-            if DERIVED_FROM_FIT in curve["source"]:
-                curve["peak_fraction"] = round(curve["peak_fraction"] * ratio, PEAK_DIGITS)
+        for dtype, curve in moved.gemm_by_dtype.items():
+            out[gpu]["gemm_by_dtype"][dtype.value]["peak_fraction"] = round(
+                curve.peak_fraction, PEAK_DIGITS
+            )
     for curve in FITTED:
         if "gemm.half_dim" in curve.parameters:
             half = round(found[curve.gpu][1], HALF_DIM_DIGITS)
