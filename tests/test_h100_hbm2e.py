@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from planc.perf.compute import Device, work_time_s
 from planc.perf.ops import OpCost, Work
 from planc.presets import gpu_preset
 from planc.presets.efficiency import for_gpu
+from planc.vocab import DType
 
 ROOT = Path(__file__).resolve().parent.parent
 EFFICIENCY = json.loads((ROOT / "planc/presets/efficiency.json").read_text("utf-8"))
@@ -82,9 +85,15 @@ def test_its_tables_are_the_h100_fit_at_its_clock_with_hbm_scaled() -> None:
     # Everything else is the H100 SXM's: shape terms, SMs, tiles, HBM efficiency, the links.
     rates = ("source", "half_bytes", "peak_fraction", "tflops", "flash_attention")
     assert _without(mine, rates) == _without(h100, rates)
-    # refit moves this curve with the H100 fit (scripts/refit.py DERIVED_FROM_FIT)
+    # Both curves say they are the H100 fit's times a ratio, which is how a refit moves them
+    # (planc.fitting.tables_for, Efficiency.with_peak_fraction).
     assert "fit's peak_fraction times 0.8962" in mine["gemm"]["source"]
     assert "fit's peak_fraction times" in mine["gemm_by_dtype"]["fp8"]["source"]
+    moved = for_gpu("h100-sxm-hbm2e").with_peak_fraction(0.5)
+    fp8 = mine["gemm_by_dtype"]["fp8"]["peak_fraction"]
+    assert moved.gemm_by_dtype[DType.FP8].peak_fraction == pytest.approx(
+        fp8 * 0.5 / mine["gemm"]["peak_fraction"]
+    )
 
 
 def test_a_memory_bound_kernel_takes_the_bandwidth_ratio_longer() -> None:
