@@ -252,9 +252,10 @@ ExpertRouting = Literal["uniform", "round_robin"]
 # The software the run uses (training.framework_release): latest, the Megatron-Core and
 # Transformer Engine planc targets (one grouped kernel per expert linear, nothing per expert on
 # the host); nemo-25.11, NVIDIA's NeMo 25.11 container (Megatron-Bridge 0.2.1, Megatron-Core
-# 0.16.0rc0, Transformer Engine 2.10), whose MoE layers spend a time per local expert that
-# planc.presets.releases holds.
-FrameworkRelease = Literal["latest", "nemo-25.11"]
+# 0.16.0rc0, Transformer Engine 2.10), and nemo-26.04, NVIDIA's NeMo 26.04.01 container
+# (Megatron-Bridge 0.4.2, Megatron-Core 0.17.1 at 2edffadb), whose MoE layers spend a time per
+# local expert that planc.presets.releases holds.
+FrameworkRelease = Literal["latest", "nemo-25.11", "nemo-26.04"]
 # megatron-fsdp: Megatron-LM with Megatron-Core's own FSDP (--use-megatron-fsdp), which planc
 # models as Megatron with zero_stage naming --data-parallel-sharding-strategy.
 Framework = Literal["megatron", "megatron-fsdp", "deepspeed", "fsdp2"]

@@ -87,9 +87,9 @@ def _megatron_te_cross_entropy(job: Job) -> Iterator[Violation]:
     """validate_args: "Transformer Engine cross entropy loss fusion is disabled due to stability
     issues. Use --cross-entropy-fusion-impl native, or omit --cross-entropy-loss-fusion."
     (megatron/training/arguments.py, megatron-core 0.19.2; ModelParallelConfig warns the same).
-    Megatron-Core before it ran it: NeMo 25.04's (7094270c) and NeMo 25.11's (0d8e0714,
-    0.16.0rc0, whose validate_args has no such check), so a spec that states
-    training.framework_release nemo-25.11 passes."""
+    Megatron-Core before it ran it: NeMo 25.04's (7094270c), NeMo 25.11's (0d8e0714,
+    0.16.0rc0) and NeMo 26.04.01's (2edffadb, 0.17.1), whose validate_args have no such check,
+    so a spec that states training.framework_release nemo-25.11 or nemo-26.04 passes."""
     if job.training.loss_fusion == "te" and job.training.framework_release == "latest":
         yield Violation(
             "training.cross_entropy_fusion",
@@ -224,7 +224,7 @@ def megatron_refuses(ctx: Context) -> Iterator[Violation]:
     Megatron-FSDP, which always builds it) (megatron/training/arguments.py validate_args;
     megatron/core/optimizer/optimizer_config.py OptimizerConfig.__post_init__); it refuses
     Transformer Engine's fused cross-entropy (cross_entropy_fusion te), which older
-    Megatron-Core ran (validate_args; training.framework_release nemo-25.11 states one);
+    Megatron-Core ran (validate_args; training.framework_release nemo-25.11 or nemo-26.04 states one);
     training.recompute_modules asks for what the model has: mla_up_proj latent attention, moe_act
     experts (TransformerConfig.__post_init__). The expert dispatcher (parallelism.expert_dispatcher):
     not allgather with the combined-1f1b schedule (TransformerConfig); deepep over 2 to 160
