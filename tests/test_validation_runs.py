@@ -59,6 +59,8 @@ DECLARED_GEMM_FIT = (
 DECLARED_HOST_FIT = (
     "bridge2511-deepseek-v3-256xb200-fp8mx",
     "bridge2511-qwen3-30b-a3b-16xh100-fp8cs",
+    "bridge2604-deepseek-v3-256xb300-fp8mx",
+    "bridge2604-qwen3-30b-a3b-16xh100-fp8cs",
 )
 DECLARED_FIT = DECLARED_GEMM_FIT + DECLARED_HOST_FIT
 
