@@ -115,7 +115,9 @@ def test_an_unknown_release_is_a_finding_with_its_place(tmp_path: Path) -> None:
     line = next(n for n, row in enumerate(text.splitlines(), 1) if value in row)
     column = text.splitlines()[line - 1].index(value) + len("framework_release: ") + 1
     assert first.startswith(f"{spec}:{line}:{column}: error PLC110")
-    assert "PLC110 training.framework_release must be one of latest, nemo-25.11, nemo-26.04" in first
+    assert (
+        "PLC110 training.framework_release must be one of latest, nemo-25.11, nemo-26.04" in first
+    )
 
 
 def test_the_release_runs_transformer_engines_fused_loss(tmp_path: Path) -> None:
@@ -244,3 +246,43 @@ def test_the_reports_step_bar_shows_the_host_time_in_its_own_colour() -> None:
         assert "--t-host:#" in scheme
     latest = estimate_step(_analysis(_text(**{RELEASE: "}"})))
     assert "t-host" not in {part.cls for part in step_parts(latest)}
+
+
+@pytest.mark.parametrize("release", ["nemo-25.11", "nemo-26.04"])
+def test_each_release_prices_its_own_fit_and_runs_te_cross_entropy(release: str) -> None:
+    # The same spec under each release: its own τ_e per recipe, the one its fit run named; both
+    # releases' Megatron-Core ran Transformer Engine's fused cross-entropy (PLC048 is silent),
+    # which the Megatron-Core planc targets refuses.
+    text = _text(**{RELEASE: f", framework_release: {release}}}"})
+    for recipe in ("mxfp8", "current"):
+        analysis = _analysis(text.replace("recipe: mxfp8", f"recipe: {recipe}"))
+        assert release_key(analysis.plan) == (release, recipe)
+        assert tau_e(analysis.plan, analysis.efficiency) == fitted()[(release, recipe)].seconds > 0
+    checked = CliRunner().invoke(main, ["check", "-"], input=text)
+    assert "PLC048" not in checked.output
+    latest = CliRunner().invoke(main, ["check", "-"], input=_text(**{RELEASE: "}"}))
+    assert "PLC048" in latest.output
+
+
+def test_the_2604_fit_runs_follow_the_most_local_experts_rule() -> None:
+    # nemo-26.04's fit run of each recipe is the release's run of that recipe with the most local
+    # experts (validation/README.md), counted here from the specs, not from the fit.
+    from planc.perf.validation import parse_index
+
+    index = ROOT / "validation" / "runs.json"
+    runs = parse_index(index.read_text(encoding="utf-8"))
+    most: dict[str, tuple[int, str]] = {}
+    for run in runs:
+        if run.source_group != "megatron-bridge-26.04":
+            continue
+        analysis = _analysis((index.parent / run.spec).read_text(encoding="utf-8"))
+        key = release_key(analysis.plan)
+        if key is None:
+            continue
+        experts = analysis.plan.dims.experts
+        assert experts is not None
+        local = experts.E // experts.ep
+        most[key[1]] = max(most.get(key[1], (0, "")), (local, run.id))
+    assert {recipe: run for recipe, (_, run) in most.items()} == {
+        recipe: fitted()[("nemo-26.04", recipe)].fit_run for recipe in ("mxfp8", "current")
+    }
