@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from planc.compile.plan import plan_json
-from planc.plannable import plannable
+from planc.plannable import Plannable, plannable
+from planc.rules.frameworks import megatron_dispatcher_refusals
 from planc.verify import render, verify_text
 from planc.verify.plandata import PlanFormatError
 
@@ -459,6 +460,9 @@ def test_compiled_plans_of_random_moe_specs_verify(overlay: dict[str, Any]) -> N
     job = plannable(resolved_of(overlay))
     assume(not isinstance(job, tuple))
     assert not isinstance(job, tuple)
+    # What planc check refuses for the dispatcher (PLC048: DeepEP's peers beyond one NVLink
+    # domain) is never compiled; the test above says what verify finds in it.
+    assume(not megatron_dispatcher_findings(job))
     result = verify_text(plan_json(compiled(job)))
     assert result.ok, render(result)
 
@@ -488,6 +492,14 @@ RAILED_OVERLAY: dict[str, Any] = {
 }
 
 
+def megatron_dispatcher_findings(job: Plannable) -> list[str]:
+    """PLC048's dispatcher refusals of a Megatron-LM job, their messages (none under another
+    framework)."""
+    if job.training.framework != "megatron":
+        return []
+    return [violation.message for violation in megatron_dispatcher_refusals(job)]
+
+
 def _railed_plan() -> Plan:
     job = plannable(resolved_of(copy.deepcopy(RAILED_OVERLAY)))
     assert not isinstance(job, tuple)
@@ -504,6 +516,41 @@ def test_rings_over_more_nics_are_not_held_to_one_nic_rings_times() -> None:
     assert reduces["dp_cp"]["link"] == reduces["edp"]["link"] == "network"
     result = verify_text(json.dumps(plan))
     assert result.ok, render(result)
+
+
+# Found by the random MoE plans: DeepEP takes 8 consecutive members of its 16-rank tp × ep group
+# as NVLink peers, on domains of 4, a layout PLC048 refuses. Compiled all the same, the plan
+# prices its ep_domain exchange on the tier its groups lie on, and verify names the one thing
+# wrong: DeepEP's peers are not in one NVLink domain.
+DEEPEP_OVER_DOMAINS: dict[str, Any] = {
+    **RAILED_OVERLAY,
+    "model": {
+        **RAILED_OVERLAY["model"],
+        "moe": {**RAILED_OVERLAY["model"]["moe"], "experts": 8},
+    },
+    "parallelism": {
+        "tensor": 1, "pipeline": 1, "context": 1, "virtual_stages": 1,
+        "sequence_parallel": False, "zero_stage": 0, "order": "ep-tp-cp-dp-pp", "expert": 8,
+        "expert_tensor": 2, "expert_dispatcher": "deepep",
+    },
+    "training": {**RAILED_OVERLAY["training"], "seq_len": 64, "global_batch": 16,
+                 "expert_routing": "uniform"},
+}
+
+
+def test_deepep_peers_beyond_one_domain_are_priced_where_they_lie() -> None:
+    job = plannable(resolved_of(copy.deepcopy(DEEPEP_OVER_DOMAINS)))
+    assert not isinstance(job, tuple)
+    plan: Plan = json.loads(plan_json(compiled(job)))
+    domain = [op for op in plan["communication"]["ops"] if op["group"] == "ep_domain"]
+    assert domain and {op["link"] for op in domain} == {"network"}
+    (refusal,) = megatron_dispatcher_findings(job)
+    assert "DeepEP takes 8 consecutive ranks" in refusal
+    result = verify_text(json.dumps(plan))
+    failed = [c for c in result.checks if getattr(c, "problems", ())]
+    assert [c.name for c in failed] == ["process groups"], render(result)
+    assert "groups.ep_domain group 0" in failed[0].problems[0]
+    assert "spans NVLink domains" in failed[0].problems[0]
 
 
 def test_a_railed_ring_slower_than_a_smaller_one_of_its_kind_fails() -> None:

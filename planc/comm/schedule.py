@@ -825,6 +825,9 @@ class DispatchGroup:
     per_domain: int  # g
     link: str  # the tier of the whole group
     peers_link: str  # the tier of its ep_peers groups (one member per domain)
+    # the tier of its ep_domain groups (g consecutive members): the innermost unless a layout
+    # PLC048 refuses (DeepEP's 8 beyond one domain) puts them further out
+    domain_link: str = ""
 
     @property
     def domains(self) -> int:
@@ -886,7 +889,29 @@ def _dispatch_group(job: Plannable) -> DispatchGroup:
         peer = {Axis.EP: n // g}
         peers_link = _grid_tier(job, peer, {Axis.EP: g * step}, (Axis.EP,)).name
     kind = GroupKind.TP_EP if Axis.TP in axes else GroupKind.EP
-    return DispatchGroup(kind=kind, size=n, per_domain=g, link=link, peers_link=peers_link)
+    domain_link = _domain_tier(job, axes, strides, g, n, link)
+    return DispatchGroup(
+        kind=kind, size=n, per_domain=g, link=link, peers_link=peers_link, domain_link=domain_link
+    )
+
+
+def _domain_tier(
+    job: Plannable, axes: tuple[Axis, ...], strides: Mapping[Axis, int], g: int, n: int, link: str
+) -> str:
+    """The tier of the ep_domain groups, the dispatcher's group cut into slices of g members
+    (tp fastest in a tp × ep group, as `planc.compile.groups.dispatch_groups` cuts them): a
+    grid of et tp × g/et ep members, or g tp members, on the strides of the expert grid; the
+    whole group's tier where a slice is neither."""
+    if not 1 < g < n:
+        return link
+    if axes == (Axis.EP,):
+        return _grid_tier(job, {Axis.EP: g}, strides, axes).name
+    et = job.layout.et
+    if g % et == 0:
+        return _grid_tier(job, {Axis.TP: et, Axis.EP: g // et}, strides, axes).name
+    if et % g == 0:
+        return _grid_tier(job, {Axis.TP: g}, strides, (Axis.TP,)).name
+    return link
 
 
 def exchange_ops(
@@ -924,7 +949,7 @@ def exchange_ops(
             stage=stage, group=GroupKind.EP_DOMAIN, op=Collective.ALL_TO_ALL,
             phase=phase + ", the (g − 1)/n within the NVLink domain", group_size=g,
             calls=calls, buffer_bytes=-(-size // domains),
-            link=job.cluster.fabric.innermost.name,
+            link=group.domain_link,
             formula=formula + f"; its 1/N for the own domain over its g = {g} members",
         ),
     ]
@@ -1136,7 +1161,7 @@ def flex_parts(
                 rows_bytes(T, domains_reached(job), row),
                 f"1 per MoE layer per micro-batch each way, T·E[domains reached] rows of {row} "
                 f"bytes, one per destination domain, over the N = {domains} domains' peers"),
-            op_maker(stage, GroupKind.EP_DOMAIN, g, job.cluster.fabric.innermost.name)(
+            op_maker(stage, GroupKind.EP_DOMAIN, g, group.domain_link)(
                 Collective.ALL_TO_ALL, phase + ", forwarded within the NVLink domain", calls,
                 rows_bytes(T, ranks_reached(job), row),
                 f"1 per MoE layer per micro-batch each way, T·E[ranks reached] rows of {row} "
