@@ -251,6 +251,8 @@ class StepEstimate:
     expert_host_s: float = 0.0
     # The forward that recompute runs again in backward, inside compute_s (the busiest stage).
     recompute_s: float = 0.0
+    # What the passes wait on offload.activations' copies, inside compute_s (`planc.perf.offload`).
+    offload_wait_s: float = 0.0
 
 
 def estimate_step(analysis: Analysis, efficiency: Efficiency | None = None) -> StepEstimate:
@@ -281,6 +283,7 @@ def estimate_step(analysis: Analysis, efficiency: Efficiency | None = None) -> S
         ep_hidden_s=step.ep_hidden_s,
         expert_host_s=step.expert_host_s,
         recompute_s=step.recompute_s,
+        offload_wait_s=step.offload_wait_s,
     )
 
 

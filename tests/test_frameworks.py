@@ -125,6 +125,12 @@ CASES: dict[str, tuple[dict[str, Any] | None, str]] = {
         },
         "llama3-8b-1node.yaml",
     ),
+    # Megatron-Core's activation offload of the first 8 layers (--cpu-offloading-num-layers,
+    # which validate_args turns into cpu_offloading): one stage, no recompute.
+    "megatron-activation-offload": (
+        {"training": {"recompute": "none", "offload": {"activations": 8}}},
+        "llama3-8b-1node.yaml",
+    ),
     # torchtitan's one offload switch (enable_cpu_offload: parameters, gradients, optimizer).
     "fsdp2-offload": (
         {
@@ -354,9 +360,10 @@ def test_torchtitan_degrees_agree_with_plan_json(case: str) -> None:
     per_step = tr.local_batch_size * accumulation // par.pipeline_parallel_microbatch_size
     assert per_step == training["micro_batches"]
     assert tr.seq_len == training["seq_len"]
-    # Any offload the spec asks for turns on FSDP2's one switch.
+    # Any offload of state the spec asks for turns on FSDP2's one switch (activations stay).
     offload = ((CASES[case][0] or {}).get("training") or {}).get("offload") or {}
-    assert bool(getattr(tr, "enable_cpu_offload", False)) == any(offload.values())
+    state = (offload.get("optimizer", False), offload.get("parameters", False))
+    assert bool(getattr(tr, "enable_cpu_offload", False)) == any(state)
     if degrees["pp"] > 1:
         parts = getattr(par, "module_fqns_per_model_part", None)
         if parts is None:
@@ -504,6 +511,7 @@ for case, (lines, world, vocab) in json.load(sys.stdin).items():
     arguments.validate_args(full)
     parsed["validated_data_parallel_size"] = full.data_parallel_size
     parsed["validated_virtual_stages"] = full.virtual_pipeline_model_parallel_size
+    parsed["validated_cpu_offloading"] = getattr(full, "cpu_offloading", False)
     out[case] = parsed
 print(json.dumps(out))
 """
@@ -571,6 +579,10 @@ def test_megatron_parser_accepts_the_arguments() -> None:
         # validate_args derives the data-parallel degree from the world size: planc's d.
         assert args["validated_data_parallel_size"] == degrees["dp"]
         assert args["validated_virtual_stages"] == (v if v > 1 else None)
+        # Activation offload: the layer count, and validate_args turning the offload on.
+        offloaded = 8 if case == "megatron-activation-offload" else 0
+        assert args["cpu_offloading_num_layers"] == offloaded, case
+        assert args["validated_cpu_offloading"] == bool(offloaded), case
         # --no-overlap-p2p-communication only when the spec turns the overlap off.
         assert args["overlap_p2p_comm"] == (case != "interleaved-blocking-p2p"), case
 

@@ -51,6 +51,12 @@ Files = dict[str, str]
 TORCH_DTYPES = {DType.FP32: "float32", DType.BF16: "bfloat16", DType.FP16: "bfloat16"}
 REDUCE_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
+# offload.activations under another framework's files (PLC051 says the same of the spec).
+ACTIVATION_OFFLOAD_ELSEWHERE = (
+    "offload.activations is Megatron-Core's --cpu-offloading-num-layers: {name} has no setting "
+    "planc maps it to, so these files keep every layer's activations in HBM"
+)
+
 
 def _framework_schedule(plan: Plan, framework: str, notes: list[str]) -> str:
     """The framework's name for the plan's pipeline schedule; when it has none, its default
@@ -464,6 +470,8 @@ def deepspeed_config(plan: Plan) -> tuple[dict[str, Any], list[str]]:
             zero["offload_param"] = {"device": "cpu", "pin_memory": True}
         else:
             notes.append("offload.parameters needs ZeRO-3 in DeepSpeed (offload_param)")
+    if tr.offload_activation_layers:
+        notes.append(ACTIVATION_OFFLOAD_ELSEWHERE.format(name="DeepSpeed"))
     config: dict[str, Any] = {
         "train_batch_size": tr.B,
         "train_micro_batch_size_per_gpu": tr.b,
@@ -674,6 +682,8 @@ def torchtitan_settings(plan: Plan) -> tuple[dict[str, Any], dict[str, Any], lis
                 "torchtitan's enable_cpu_offload offloads parameters, gradients and optimizer "
                 "state together: more than this plan's offload, which is priced without it"
             )
+    if tr.offload_activation_layers:
+        notes.append(ACTIVATION_OFFLOAD_ELSEWHERE.format(name="torchtitan"))
     if lay.p > 1:
         # torchtitan 0.3.0's validation: "CUDA graphs do not support pipeline parallelism yet".
         training["disable_cuda_graphs"] = True

@@ -339,6 +339,10 @@ def megatron_args(plan: Plan) -> tuple[list[str], list[str]]:
             "zero_stage 3 shards parameters: Megatron does that with FSDP "
             "(--use-torch-fsdp2), not with the distributed optimizer"
         )
+    if job.training.offload_activation_layers:
+        # validate_args turns cpu_offloading on with a positive layer count (arguments.py,
+        # megatron-core 0.19.2); activations only, weights stay (cpu_offloading_weights False).
+        args.append(f"--cpu-offloading-num-layers {job.training.offload_activation_layers}")
     order = "-".join(grid.order)
     if job.training.megatron_fsdp and lay.p == 1 and order == "tp-cp-pp-dp":
         # One pipeline stage: the groups of tp-cp-dp-pp, without the mapping flag, which

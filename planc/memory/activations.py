@@ -1387,6 +1387,12 @@ def _bf16_per_layer(
     return dense, routed
 
 
+ACTIVATION_OFFLOAD = (
+    "Megatron-Core --cpu-offloading-num-layers N (transformer_block.py get_cpu_offload_context): "
+    "Transformer Engine 2.14's DefaultOffloadSynchronizer (pytorch/cpu_offload.py) copies layers "
+    "0 … N − 1 to pinned host buffers, so the saved activations in HBM are (L − N)·T"
+)
+
 BF16_LINE = (
     "BF16 first/last layers' linear inputs, above their quantized size",
     "Megatron --first-last-layers-bf16 (transformer_config.py first_last_layers_bf16): "
@@ -1417,6 +1423,9 @@ class StageLines:
     dispatch: tuple[Term, ...]
     exchange: tuple[Term, ...]
     logits: tuple[Term, ...]
+    # (dense, MoE, BF16 dense, BF16 MoE) layers of the first chunk whose saved activations are
+    # in host memory per micro-batch held (`offloaded_layers`): out of the counts, in `host`
+    offloaded: tuple[int, int, int, int] = (0, 0, 0, 0)
 
     @property
     def buffers(self) -> tuple[Term, ...]:
@@ -1424,13 +1433,47 @@ class StageLines:
         return (*self.dispatch, *self.exchange, *self.logits)
 
     def counts(self, held: tuple[int, ...]) -> tuple[int, int, int, int]:
-        """(dense, MoE, BF16 dense, BF16 MoE) layer-micro-batches held: each chunk's layers of
-        each kind × the micro-batches in flight on it."""
+        """(dense, MoE, BF16 dense, BF16 MoE) layer-micro-batches held in HBM: each chunk's
+        layers of each kind × the micro-batches in flight on it, less the offloaded ones."""
         dense = moe = bf16_dense = bf16_moe = 0
         for (d, e), (kd, ke), n in zip(self.layers, self.bf16, held, strict=True):
             dense, moe = dense + d * n, moe + e * n
             bf16_dense, bf16_moe = bf16_dense + kd * n, bf16_moe + ke * n
-        return dense, moe, bf16_dense, bf16_moe
+        od, om, obd, obm = self.offloaded_counts(held)
+        return dense - od, moe - om, bf16_dense - obd, bf16_moe - obm
+
+    def offloaded_counts(self, held: tuple[int, ...]) -> tuple[int, int, int, int]:
+        """(dense, MoE, BF16 dense, BF16 MoE) layer-micro-batches whose activations are in host
+        memory: the offloaded layers × the micro-batches in flight on the first chunk."""
+        n = held[0]
+        od, om, obd, obm = self.offloaded
+        return od * n, om * n, obd * n, obm * n
+
+    def _layer_bytes(self, dense: int, moe: int, bf16_dense: int, bf16_moe: int) -> int:
+        """The bytes of that many layer-micro-batches of each kind."""
+        total = 0
+        for term, mlp in self.layer:
+            total += term.bytes * (dense if mlp else dense + moe)
+        total += moe * sum(term.bytes for term in self.moe)
+        extra = self._bf16_extra(bf16_dense, bf16_moe)
+        return total + (extra if bf16_dense + bf16_moe and extra > 0 else 0)
+
+    def host(self, held: tuple[int, ...]) -> tuple[Term, ...]:
+        """The offloaded activations in host memory (pinned), one line; none without offload."""
+        od, om, obd, obm = self.offloaded_counts(held)
+        size = self._layer_bytes(od, om, obd, obm)
+        if not size:
+            return ()
+        layers = self.offloaded[0] + self.offloaded[1]
+        return (
+            Term(
+                f"offloaded activations ({layers} layers, host)",
+                "activations",
+                size,
+                f"Σ per-layer terms × {od + om} layer-micro-batches offloaded",
+                ACTIVATION_OFFLOAD,
+            ),
+        )
 
     def _bf16_extra(self, bf16_dense: int, bf16_moe: int) -> int:
         per_dense, per_moe = self.bf16_bytes
@@ -1466,15 +1509,9 @@ class StageLines:
 
     def bytes(self, held: tuple[int, ...]) -> int:
         """The bytes of `terms(held)`, without writing the terms out."""
-        dense, moe, bf16_dense, bf16_moe = self.counts(held)
-        total = 0
-        for term, mlp in self.layer:
-            total += term.bytes * (dense if mlp else dense + moe)
-        total += moe * sum(term.bytes for term in self.moe)
+        total = self._layer_bytes(*self.counts(held))
         total += held[0] * sum(term.bytes for term in self.stem)
         total += held[-1] * sum(term.bytes for term in self.head)
-        extra = self._bf16_extra(bf16_dense, bf16_moe)
-        total += extra if bf16_dense + bf16_moe and extra > 0 else 0
         return total + sum(t.bytes for t in self.once) + sum(t.bytes for t in self.buffers)
 
 
@@ -1490,6 +1527,11 @@ class StageActivations:
     def terms(self) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
         """(activation terms, buffer terms)."""
         return self.lines.terms(self.held)
+
+    @property
+    def host(self) -> tuple[Term, ...]:
+        """The activations it keeps in host memory (`training.offload.activations`)."""
+        return self.lines.host(self.held)
 
     @property
     def bytes(self) -> int:
@@ -1631,7 +1673,31 @@ def stage_lines(
         dispatch=tuple(_dispatch_buffers(job, y if has_moe else None)),
         exchange=exchange_buffers(job),
         logits=tuple(_logits_buffers(job, x, last)),
+        offloaded=_offloaded(job, pp_rank, kept),
     )
+
+
+def offloaded_layers(job: Plannable) -> int:
+    """N, the first layers whose saved activations Megatron-Core keeps in host memory from
+    their forward to their backward (`training.offload.activations`, --cpu-offloading-num-layers;
+    Transformer Engine's DefaultOffloadSynchronizer offloads layers 0 … N − 1): Megatron-LM
+    only, on one pipeline stage (TransformerConfig refuses more, PLC048), at most L − 1."""
+    tr, lay = job.training, job.layout
+    if tr.framework != "megatron" or lay.p > 1 or lay.v > 1:
+        return 0
+    return min(tr.offload_activation_layers, job.model.L - 1)
+
+
+def _offloaded(job: Plannable, pp_rank: int, kept: int) -> tuple[int, int, int, int]:
+    """(dense, MoE, BF16 dense, BF16 MoE) of the offloaded layers [0, N) on `pp_rank`'s first
+    chunk (the only chunk: offload runs without a pipeline)."""
+    n = offloaded_layers(job) if pp_rank == 0 else 0
+    if not n:
+        return 0, 0, 0, 0
+    moe = job.model.moe
+    e = 0 if moe is None else moe.moe_layers_between(0, n)
+    bf16_dense, bf16_moe = _bf16_layers(job, 0, n, kept)
+    return n - e, e, bf16_dense, bf16_moe
 
 
 def _bf16_layers(job: Plannable, a: int, b: int, kept: int) -> tuple[int, int]:

@@ -147,8 +147,11 @@ class StagedMemory:
 
     def stage(self, stage: int) -> StageBudget:
         """The budget of pipeline rank `stage`'s heaviest rank (`rank_memory`'s)."""
-        activations, transient = self.activations[stage].terms
-        memory = assembled(self.static[self.classes.of[stage]], activations, transient, self.reserve)
+        held = self.activations[stage]
+        activations, transient = held.terms
+        memory = assembled(
+            self.static[self.classes.of[stage]], activations, transient, self.reserve, held.host
+        )
         return StageBudget(stage, stage * self.pp_stride, memory)
 
 
@@ -220,8 +223,9 @@ def rank_memory(
     Every TP rank of a stage is charged as TP rank 0, the heaviest when a split is uneven.
     """
     static = static_terms(job, pp_rank, shard_index, expert_shard_index, parameters_of, engine_of)
-    activations, transient = activations_of(job, pp_rank).terms
-    return assembled(static, activations, transient, reserve_term(job))
+    held = activations_of(job, pp_rank)
+    activations, transient = held.terms
+    return assembled(static, activations, transient, reserve_term(job), held.host)
 
 
 def static_terms(
@@ -249,10 +253,14 @@ def reserve_term(job: Plannable) -> Term:
 
 
 def assembled(
-    static: Placed, activations: tuple[Term, ...], transient: tuple[Term, ...], reserve: Term
+    static: Placed,
+    activations: tuple[Term, ...],
+    transient: tuple[Term, ...],
+    reserve: Term,
+    host: tuple[Term, ...] = (),
 ) -> RankMemory:
     """One rank's budget from its static terms, its activation and transient buffer terms and
-    the reserve, in the order `planc memory` lists them."""
+    the reserve, in the order `planc memory` lists them; `host`: the activations it offloads."""
     terms = (
         *(t for t in static.hbm if t.component != "buffers"),
         *activations,
@@ -260,7 +268,7 @@ def assembled(
         *transient,
         reserve,
     )
-    return RankMemory.of(terms, static.host)
+    return RankMemory.of(terms, (*static.host, *host))
 
 
 @record
@@ -341,7 +349,8 @@ def budget_core(
         held=held,
         peak_stage=-peak_stage,
         peak_bytes=peak_bytes,
-        most_host=statics.most_host,
+        most_host=statics.most_host
+        + max((sum(t.bytes for t in stage.host) for stage in held.stages), default=0),
         parameters=parameter_count(job.model).total,
         parameters_padded=parameter_count(job.model, padded_vocab(job.model.V, job.layout.t)).total,
     )

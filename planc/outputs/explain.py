@@ -11,12 +11,13 @@ from typing import Any
 from planc.analysis import Analysis, StepEstimate, estimate_step
 from planc.comm.schedule import WireBudget, op_record, sharding_stage
 from planc.comm.tiers import ring_bandwidth_gbs
-from planc.memory.activations import module_words
+from planc.memory.activations import module_words, offloaded_layers
 from planc.outputs import escape
 from planc.outputs.memory import to_json as memory_json
 from planc.perf.expert_host import tau_e
 from planc.perf.grad_accum import accumulation
 from planc.perf.inputs import build_inputs
+from planc.perf.offload import offloaded_layer_bytes
 from planc.perf.step import Overlap, StepInputs, busiest_stage, overlaps
 from planc.perf.validation import category_of
 from planc.pipeline.registry import definition
@@ -116,6 +117,7 @@ def render_text(ex: Explanation) -> str:
         *_expert_line(ex),
         *_recompute_line(ex),
         *_accumulation_line(ex),
+        *_offload_line(ex),
         f"  pipeline bubble:    {step.bubble_s:8.2f} s ({step.bubble_s / total:5.1%})  "
         f"of the step, incl. p2p on the path {step.pp_comm_s:.3f} s",
         f"  exposed DP comm:    {step.exposed_comm_s:8.2f} s ({step.exposed_comm_s / total:5.1%})  "
@@ -371,6 +373,25 @@ def _expert_host_line(ex: Explanation) -> list[str]:
         f"experts per MoE layer and micro-batch ({plan.training.framework_release}, "
         f"{recipe.value if recipe is not None else 'bf16'} experts; "
         "planc/presets/releases.json)"
+    ]
+
+
+def _offload_line(ex: Explanation) -> list[str]:
+    """The activation copies of offload.activations (`planc.perf.offload`): what each copy
+    takes on the host link, and what the passes wait on them."""
+    plan = ex.analysis.plan
+    layers = offloaded_layers(plan)
+    if not layers:
+        return []
+    moved = offloaded_layer_bytes(plan)
+    link = plan.cluster.host_bandwidth_gbs
+    wait = ex.step.offload_wait_s
+    share = wait / ex.step.step_time_s if ex.step.step_time_s else 0.0
+    return [
+        f"  activation offload: {wait:8.2f} s ({share:5.1%})  inside compute: {layers} layers' "
+        f"activations, {moved / 1e9:.2f} GB a layer and micro-batch each way at {link:g} GB/s "
+        f"({moved / (link * 1e9) * 1e3:.1f} ms a copy), beside the next layers' compute; what "
+        "the passes wait on them"
     ]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from planc.dims import ceil_div, padded_vocab
+from planc.memory.activations import offloaded_layers
 from planc.memory.budget import MemoryBudget, StageBudget, node_host_bytes
 from planc.memory.terms import COMPONENTS
 from planc.plannable import Plannable
@@ -96,11 +97,15 @@ KERNELS = {
 def offloaded(job: Plannable) -> list[str]:
     """What `training.offload` moves to host memory, by name."""
     tr = job.training
-    return [
+    names = [
         name
         for name, on in (("optimizer", tr.offload_optimizer), ("parameters", tr.offload_parameters))
         if on
     ]
+    layers = offloaded_layers(job)
+    if layers:
+        names.append(f"activations ({layers} layers)")
+    return names
 
 
 def stack_line(job: Plannable) -> str:

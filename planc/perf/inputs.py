@@ -84,7 +84,7 @@ from planc.perf.fsdp2 import (
     reduce_copy_in_s,
 )
 from planc.perf.grad_accum import accumulation_s
-from planc.perf.offload import offload_transfer_s
+from planc.perf.offload import activation_offload_s, offload_transfer_s
 from planc.perf.ops import (
     OpCost,
     OpShape,
@@ -857,6 +857,23 @@ def with_copy_out(
     return (replace(chunk, forward_s=chunk.forward_s + f, backward_s=chunk.backward_s + b),)
 
 
+def with_activation_offload(
+    job: Plannable, times: Sequence[ChunkTimes]
+) -> tuple[tuple[ChunkTimes, ...], float]:
+    """The chunk's times with what its passes wait on the activation copies of
+    `training.offload.activations` added per micro-batch (`planc.perf.offload`
+    `activation_offload_s`), and that wait; unchanged and 0 without them (one chunk only:
+    Megatron offloads activations without a pipeline)."""
+    if len(times) != 1:
+        return tuple(times), 0.0
+    (chunk,) = times
+    f, b = activation_offload_s(job, chunk.forward_s, chunk.backward_s)
+    if not (f or b):
+        return (chunk,), 0.0
+    waited = replace(chunk, forward_s=chunk.forward_s + f, backward_s=chunk.backward_s + b)
+    return (waited,), f + b
+
+
 def fsdp2_ends(
     job: Plannable, eff: Efficiency, ops: Sequence[CommOp], stage: int, params: int
 ) -> tuple[float, float]:
@@ -949,6 +966,7 @@ def build_inputs(
         tp = tp_of(link, False)
         tp_moe = tp_of(link, True)
         times = with_copy_out(job, times, params, device, eff)
+        times, offload_wait = with_activation_offload(job, times)
         dp = _dp(job, eff, mine, r, sum(t.forward_s for t in times), params)
         pairs = tuple(zip(split, routed, strict=True))
         stages.append(
@@ -985,6 +1003,7 @@ def build_inputs(
                 p2p_forward_s=blocking.forward_s,
                 p2p_backward_s=blocking.backward_s,
                 accumulate_s=accumulation_s(job, r, params, device, eff),
+                offload_wait_s=offload_wait,
             )
         )
     hop = hop_s(job, p2p_message_s(job, eff, ops))

@@ -87,6 +87,9 @@ class StageInputs:
     # Gradient accumulation outside the GEMMs, per micro-batch (planc.perf.grad_accum): a
     # memory-bound pass after the backward, spread over the chunks as their backward.
     accumulate_s: float = 0.0
+    # What the forward and backward wait on the activation copies of offload.activations, per
+    # micro-batch (planc.perf.offload.activation_offload_s): inside forward_s and backward_s.
+    offload_wait_s: float = 0.0
 
 
 @record
@@ -137,6 +140,8 @@ class PipelineStep:
     expert_host_s: float = 0.0
     # The busiest stage's recomputed forward (`StageInputs.recompute_s`), per step.
     recompute_s: float = 0.0
+    # The busiest stage's wait on its activation copies (`StageInputs.offload_wait_s`), per step.
+    offload_wait_s: float = 0.0
 
 
 def virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
@@ -460,6 +465,7 @@ def pipeline_step(inputs: StepInputs) -> PipelineStep:
         expert_host_s=m
         * (sum(inputs.stages[worst].host_forward_s) + sum(inputs.stages[worst].host_backward_s)),
         recompute_s=m * sum(inputs.stages[worst].recompute_s),
+        offload_wait_s=m * inputs.stages[worst].offload_wait_s,
         pp_exposed_s=pp,
         dp_exposed_s=synced - pipeline + max(st.after_step_s for st in inputs.stages),
         optimizer_s=max(st.optimizer_s for st in inputs.stages),

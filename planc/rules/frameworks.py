@@ -126,9 +126,50 @@ def _megatron_recompute_modules(job: Job) -> Iterator[Violation]:
         )
 
 
+def _megatron_activation_offload(job: Job) -> Iterator[Violation]:
+    """TransformerConfig.__post_init__ (Megatron-Core cd4afffa and 2edffadb) with
+    --cpu-offloading-num-layers N > 0 (validate_args then sets cpu_offloading): "CPU offloading
+    can be done only for layers less than {num_layers}", "Currently there is no support for
+    Pipeline parallelism with CPU offloading" and "CPU offloading does not work when
+    activation recomputation is enabled"."""
+    tr, lay = job.training, job.layout
+    n = tr.offload_activation_layers
+    if not n:
+        return
+    where = "training.offload.activations"
+    if n >= job.model.L:
+        yield Violation(
+            where,
+            f"offload.activations {n} of {job.model.L} layers: Megatron-Core offloads fewer "
+            f"than all ('CPU offloading can be done only for layers less than {job.model.L}'; "
+            "Transformer Engine keeps the last layer's)",
+            f"set offload.activations to at most {job.model.L - 1}",
+            ("model",),
+        )
+    if lay.p > 1:
+        yield Violation(
+            where,
+            f"offload.activations {n} with pipeline = {lay.p}: Megatron-Core offloads "
+            "activations on one pipeline stage only ('Currently there is no support for "
+            "Pipeline parallelism with CPU offloading')",
+            "set parallelism.pipeline: 1, or offload.activations: 0",
+            ("parallelism.pipeline",),
+        )
+    if tr.recompute != "none":
+        yield Violation(
+            where,
+            f"offload.activations {n} with recompute {tr.recompute}: Megatron-Core offloads "
+            "or recomputes, not both ('CPU offloading does not work when activation "
+            "recomputation is enabled')",
+            "set training.recompute: none, or offload.activations: 0",
+            ("training.recompute",),
+        )
+
+
 MEGATRON: tuple[Check, ...] = (
     _megatron_parameter_offload,
     _megatron_optimizer_offload,
+    _megatron_activation_offload,
     _megatron_te_cross_entropy,
     _megatron_recompute_modules,
 )
@@ -218,11 +259,13 @@ def _deepep_group(plan: Plannable, n: int) -> Iterator[Violation]:
 def megatron_refuses(ctx: Context) -> Iterator[Violation]:
     """Framework: a layout Megatron-LM starts with (training.framework: megatron).
 
-    Read from megatron-core 0.19.2: Megatron-LM offloads the optimizer only
-    (--optimizer-cpu-offload; no parameter offload), and only with its precision-aware
+    Read from megatron-core 0.19.2: Megatron-LM offloads the optimizer
+    (--optimizer-cpu-offload; no parameter offload) only with its precision-aware
     optimizer, which needs adam and the distributed optimizer, zero_stage ≥ 1 (any stage under
     Megatron-FSDP, which always builds it) (megatron/training/arguments.py validate_args;
-    megatron/core/optimizer/optimizer_config.py OptimizerConfig.__post_init__); it refuses
+    megatron/core/optimizer/optimizer_config.py OptimizerConfig.__post_init__), and activations
+    (offload.activations, --cpu-offloading-num-layers) of fewer than all layers, without a
+    pipeline or recompute (TransformerConfig.__post_init__); it refuses
     Transformer Engine's fused cross-entropy (cross_entropy_fusion te), which older
     Megatron-Core ran (validate_args; training.framework_release nemo-25.11 or nemo-26.04 states one);
     training.recompute_modules asks for what the model has: mla_up_proj latent attention, moe_act
@@ -712,6 +755,22 @@ def _gradient_accumulation_fusion(job: Job) -> Iterator[Violation]:
         )
 
 
+def _activation_offload_elsewhere(job: Job) -> Iterator[Violation]:
+    """offload.activations is Megatron-Core's --cpu-offloading-num-layers (Transformer Engine's
+    CPU offload around each TransformerLayer): DeepSpeed's engines and torchtitan have no
+    setting that planc maps it to, so their activations stay in HBM, as planc prices them."""
+    tr = job.training
+    if tr.offload_activation_layers:
+        yield Violation(
+            "training.offload.activations",
+            f"offload.activations {tr.offload_activation_layers} is Megatron-Core's "
+            f"--cpu-offloading-num-layers: under {NAMES[tr.framework]} the activations stay in "
+            "HBM, as planc prices them",
+            "leave offload.activations out (0), or training.framework: megatron",
+            ("training.framework",),
+        )
+
+
 def _megatron_loss_elsewhere(job: Job) -> Iterator[Violation]:
     """cross_entropy_fusion is Megatron-Core's (TransformerConfig.cross_entropy_loss_fusion,
     read by GPTModel.compute_language_model_loss): DeepSpeed's Megatron models call
@@ -767,9 +826,16 @@ OTHERWISE: dict[str, tuple[Check, ...]] = {
         _deepspeed_shard_group,
         _per_op_checkpointing,
         _gradient_accumulation_fusion,
+        _activation_offload_elsewhere,
         *COMMON,
     ),
-    "fsdp2": (_torchtitan_order, _torchtitan_offload, _gradient_accumulation_fusion, *COMMON),
+    "fsdp2": (
+        _torchtitan_order,
+        _torchtitan_offload,
+        _gradient_accumulation_fusion,
+        _activation_offload_elsewhere,
+        *COMMON,
+    ),
 }
 
 
@@ -787,7 +853,9 @@ def framework_runs_otherwise(ctx: Context) -> Iterator[Violation]:
     and FSDP2 do not have; cross_entropy_fusion is Megatron-Core's fused loss, which DeepSpeed,
     torchtitan and unfused kernels do not run; attention_backend names a fused attention kernel,
     which eager attention and unfused kernels do not run; recompute_modules is Megatron-LM's
-    --recompute-modules, read only with recompute selective and by no other framework. Memory,
+    --recompute-modules, read only with recompute selective and by no other framework;
+    offload.activations is Megatron-Core's --cpu-offloading-num-layers, which DeepSpeed and
+    torchtitan do not run. Memory,
     traffic and time would not be what planc planned.
 
     Passes:

@@ -323,6 +323,8 @@ class Training:
     optimizer_implementation: OptimizerImplementation = "fused"  # FSDP2: torch.optim's Adam
     offload_optimizer: bool = False
     offload_parameters: bool = False
+    # the first N layers' saved activations in host memory (Megatron --cpu-offloading-num-layers)
+    offload_activation_layers: int = 0
     expert_imbalance: float = 1.0  # dropless MoE: peak tokens per EP rank over the balanced T·k
     expert_routing: ExpertRouting = "uniform"  # how a token's experts are chosen (flex bytes)
     # precision fp8/fp4 (training.fp8): the recipe (None: 16/32-bit GEMMs), FP8-only weights
@@ -1156,6 +1158,7 @@ def _training(spec: Data) -> Training:
         optimizer_implementation=tr.get("optimizer_implementation", "fused"),
         offload_optimizer=tr.get("offload", {}).get("optimizer", False),
         offload_parameters=tr.get("offload", {}).get("parameters", False),
+        offload_activation_layers=tr.get("offload", {}).get("activations", 0),
         expert_imbalance=float(tr.get("expert_imbalance", 1.0)),
         expert_routing=tr.get("expert_routing", "uniform"),
         fp8_recipe=recipe,

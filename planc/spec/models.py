@@ -740,7 +740,8 @@ class ParallelismSpec(Frozen):
 
 
 class OffloadSpec(Frozen):
-    """What lives in host memory instead of HBM (ZeRO-Offload, FSDP2 CPUOffloadPolicy)."""
+    """What lives in host memory instead of HBM (ZeRO-Offload, FSDP2 CPUOffloadPolicy,
+    Megatron-Core's activation offloading)."""
 
     optimizer: StrictBool = Field(
         False,
@@ -751,6 +752,14 @@ class OffloadSpec(Frozen):
         False,
         description="The sharded parameters live in host memory and are copied in for each use "
         "(DeepSpeed ZeRO-3 offload_param, FSDP2 CPUOffloadPolicy).",
+    )
+    activations: Annotated[StrictInt, Field(ge=0, le=MAX_DIM)] = Field(
+        0,
+        description="Transformer layers whose saved activations live in host memory from their "
+        "forward to their backward: the first N layers, each copied out on a side stream after "
+        "its forward and copied back ahead of its backward (Megatron-Core's "
+        "--cpu-offloading-num-layers N, Transformer Engine's CPU offload). Megatron only, with "
+        "one pipeline stage, no recompute and N below the layer count.",
     )
 
 
