@@ -553,6 +553,22 @@ def test_deepep_peers_beyond_one_domain_are_priced_where_they_lie() -> None:
     assert "spans NVLink domains" in failed[0].problems[0]
 
 
+def test_deepep_slices_follow_the_rank_order_of_their_group() -> None:
+    # The same group on 2 nodes of 8: with ep before tp in the order, its members vary fastest on
+    # ep, so each slice of 8 is one node's ep ranks, and its exchange stays on NVLink.
+    overlay = copy.deepcopy(DEEPEP_OVER_DOMAINS)
+    overlay["hardware"] = {"gpus_per_node": 8, "nvlink_domain": 8, "nodes": 2, "hosts": "n{1..2}"}
+    job = plannable(resolved_of(overlay))
+    assert not isinstance(job, tuple)
+    assert not megatron_dispatcher_findings(job)
+    plan: Plan = json.loads(plan_json(compiled(job)))
+    domain = [op for op in plan["communication"]["ops"] if op["group"] == "ep_domain"]
+    assert domain and {op["link"] for op in domain} == {"nvlink"}
+    assert plan["groups"]["ep_domain"][0] == list(range(8))
+    result = verify_text(json.dumps(plan))
+    assert result.ok, render(result)
+
+
 def test_a_railed_ring_slower_than_a_smaller_one_of_its_kind_fails() -> None:
     plan = _railed_plan()
     ops = plan["communication"]["ops"]

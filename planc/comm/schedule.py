@@ -898,19 +898,22 @@ def _dispatch_group(job: Plannable) -> DispatchGroup:
 def _domain_tier(
     job: Plannable, axes: tuple[Axis, ...], strides: Mapping[Axis, int], g: int, n: int, link: str
 ) -> str:
-    """The tier of the ep_domain groups, the dispatcher's group cut into slices of g members
-    (tp fastest in a tp × ep group, as `planc.compile.groups.dispatch_groups` cuts them): a
-    grid of et tp × g/et ep members, or g tp members, on the strides of the expert grid; the
-    whole group's tier where a slice is neither."""
+    """The tier of the ep_domain groups, the dispatcher's group cut into slices of g members in
+    rank order (`planc.compile.groups.dispatch_groups`: a group's members vary fastest on its
+    axis of the smaller stride): all of that axis's members × g/n_f of the other's, or g of
+    that axis's, on the strides of the expert grid; the whole group's tier where a slice is
+    neither."""
     if not 1 < g < n:
         return link
     if axes == (Axis.EP,):
         return _grid_tier(job, {Axis.EP: g}, strides, axes).name
-    et = job.layout.et
-    if g % et == 0:
-        return _grid_tier(job, {Axis.TP: et, Axis.EP: g // et}, strides, axes).name
-    if et % g == 0:
-        return _grid_tier(job, {Axis.TP: g}, strides, (Axis.TP,)).name
+    sizes = {Axis.TP: job.layout.et, Axis.EP: job.layout.ep}
+    fast, slow = sorted(axes, key=lambda axis: strides[axis])
+    if g % sizes[fast] == 0:
+        grid = {fast: sizes[fast], slow: g // sizes[fast]}
+        return _grid_tier(job, grid, strides, (fast, slow)).name
+    if sizes[fast] % g == 0:
+        return _grid_tier(job, {fast: g}, strides, (fast,)).name
     return link
 
 
