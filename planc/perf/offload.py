@@ -69,8 +69,8 @@ def activation_offload_s(
     job: Plannable, forward_s: float, backward_s: float
 ) -> tuple[float, float]:
     """(forward, backward) seconds per micro-batch the one stage waits on its activation
-    copies (`offload_lag_s`), its layers taking `forward_s` and `backward_s` on average each
-    (the chunk's time over L: planc's per-layer average, the stem and head included), each copy
+    copies (`offload_lag_s`), its chunk taking `forward_s` and `backward_s` per micro-batch and
+    a layer the L-th of them (planc's per-layer average, the stem and head included), each copy
     `offloaded_layer_bytes` over the host link per direction (hardware.host_bandwidth_gbs, no
     efficiency applied, as for the other offload copies); (0, 0) without activation offload."""
     n = offloaded_layers(job)
