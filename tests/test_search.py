@@ -317,6 +317,25 @@ def test_the_written_winner_passes_check_and_pins_everything(tmp_path: Path) -> 
     assert only.metrics.step_time_s == winner["step_time_s"]
 
 
+def test_the_written_winner_keeps_the_specs_activation_offload(tmp_path: Path) -> None:
+    # offload.activations is the spec's, not a searched switch: the winner written out keeps it,
+    # so it is the layout the search priced (its step again from the written file).
+    text = SMALL.replace(
+        "training: {seq_len: 4096, global_batch: 64}",
+        "parallelism: {pipeline: 1}\ntraining: {seq_len: 4096, global_batch: 64, recompute: none, "
+        "offload: {activations: 8}}",
+    ) + "search: {micro_batch: [1], context: [1], precision: [bf16], order: [tp-cp-dp-pp]}\n"
+    spec = _write(tmp_path, text)
+    best = str(tmp_path / "best.yaml")
+    code, out, _ = _run(spec, "--format", "json", "--top", "1", "--write", best)
+    assert code == 0
+    written = yaml.safe_load(Path(best).read_text(encoding="utf-8"))
+    assert written["training"]["offload"]["activations"] == 8
+    winner = json.loads(out)["results"][0]
+    (only,) = _search(Path(best).read_text(encoding="utf-8")).results
+    assert only.metrics.step_time_s == winner["step_time_s"]
+
+
 def test_exit_1_when_no_candidate_is_feasible(tmp_path: Path) -> None:
     text = SMALL.replace("llama3-8b", "llama3-405b").replace("nodes: 2", "nodes: 1")
     spec = _write(tmp_path, text + "search: {virtual_stages: [1], micro_batch: [1]}\n")

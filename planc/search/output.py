@@ -297,7 +297,10 @@ def winner_spec(spec: Mapping[str, Any], result: SearchResult, ranked: Ranked) -
     data.pop("search", None)
     order = resolved_order(data["parallelism"])
     data["parallelism"] = {**data["parallelism"], **parallelism(result, ranked, order)}
-    data["training"] = {**data["training"], **training(result, ranked)}
+    searched = training(result, ranked)
+    # The searched offload is its two switches; what else the spec offloads (activations) stays.
+    offload = {**(data["training"].get("offload") or {}), **searched["offload"]}
+    data["training"] = {**data["training"], **searched, "offload": offload}
     if data["training"]["precision"] not in ("fp8", "fp4"):
         data["training"]["fp8"] = None
     data["rules"] = {**data["rules"], **dict(result.space.limits)}
