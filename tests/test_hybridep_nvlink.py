@@ -120,3 +120,24 @@ def test_hybridep_inside_a_b200_node_runs_at_its_measured_rate(gpu: str) -> None
         op = next(op for op in ops if op.kernel == kernel)
         latency = call_time_s(job, eff, op) - op.buffer_bytes / (rate * 1e9)
         assert 0 < latency < 1e-4
+
+
+def test_deepep_holds_its_default_sms_where_no_measurement_states_them() -> None:
+    # Megatron-Bridge 26.04.01's DeepSeek-V3 on 256 B200: DeepEP over EP 32 (four nodes), paired
+    # by combined 1F1B. No DeepEP rate is measured for B200, so no SM count either; DeepEP's
+    # kernels run on Buffer.num_sms = 20 (deep_ep/buffer.py), whatever link they drive, and the
+    # compute they hide behind loses 20 of the B200's 148 SMs, not the network proxy's 0.02.
+    from planc.plannable import plannable
+    from planc.spec.load import load_text
+
+    from conftest import ROOT
+
+    path = ROOT / "validation" / "runs" / "bridge2604-deepseek-v3-256xb200-fp8mx.yaml"
+    loaded = load_text(str(path), path.read_text(encoding="utf-8"))
+    assert loaded.job is not None
+    job = plannable(loaded.job)
+    assert not isinstance(job, tuple)
+    eff = efficiency_of(job)
+    assert job.layout.dispatcher == "deepep" and job.layout.schedule.value == "combined-1f1b"
+    assert eff.gemm.sms == 148
+    assert ep_processor_usage(job, eff) == pytest.approx(20 / 148)

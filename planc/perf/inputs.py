@@ -1055,11 +1055,18 @@ def boundary_transfer(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) ->
     return Transfer(send, gather)
 
 
+# DeepEP's normal kernels run on Buffer.num_sms SMs, 20 by default (deep_ep/buffer.py at
+# 567632d; Megatron-Core's historical moe_deepep_num_sms, cd4afffa transformer_config.py), on
+# whatever link they drive: they hold them while an exchange hides behind compute.
+DEEPEP_SMS = 20
+
+
 def ep_processor_usage(job: Plannable, eff: Efficiency) -> float:
     """The share of compute a hidden expert exchange takes: the flex kernels' SMs over the GPU's
     (σ/SMs, the larger of dispatch and combine) where the expert-parallel group's tier states
-    the SMs they were measured on (`KernelRate.sms`), else that tier's processor_usage (NCCL's
-    share); 0 where nothing pairs the exchanges with compute."""
+    the SMs they were measured on (`KernelRate.sms`), DeepEP's default `DEEPEP_SMS` where it
+    states none, else that tier's processor_usage (NCCL's share); 0 where nothing pairs the
+    exchanges with compute."""
     if job.model.moe is None or job.layout.ep == 1 or not pairs_experts(job):
         return 0.0
     entry = _entry(job, eff, expert_link(job, Axis.EP))
@@ -1069,6 +1076,8 @@ def ep_processor_usage(job: Plannable, eff: Efficiency) -> float:
         for name, rate in entry.kernels.items()
         if name.startswith(f"{backend}_") and rate.sms is not None
     ]
+    if not sms and backend == "deepep":
+        sms = [DEEPEP_SMS]
     if not sms:
         return entry.processor_usage
     return min(1.0, max(sms) / eff.gemm.sms)
