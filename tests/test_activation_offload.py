@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planc.analysis import Analysis, analyse, estimate_step
+from planc.analysis import analyse, estimate_step
 from planc.cli.main import main
 from planc.memory.budget import budget
 from planc.perf.offload import activation_offload_s, offload_lag_s, offloaded_layer_bytes
@@ -48,10 +48,6 @@ def _plan(offloaded: int, text: str = SPEC) -> Plannable:
     return plan
 
 
-def _analysis(plan: Plannable) -> Analysis:
-    return analyse(plan)
-
-
 def test_the_offloaded_layers_move_from_hbm_to_the_host() -> None:
     kept, moved = budget(_plan(0)).peak.memory, budget(_plan(40)).peak.memory
     assert LAYER_BYTES == 3_896_508_416  # 3.90 GB a layer and micro-batch
@@ -73,16 +69,16 @@ def test_copies_that_fit_beside_the_next_layers_cost_nothing() -> None:
     # 3.90 GB at 225 GB/s is 17.3 ms a copy, under the forward of the 39 layers between each
     # offloaded layer and the one that waits for it, and N·c = 0.69 s under 78 layers' forward.
     plan = _plan(40)
-    step = estimate_step(_analysis(plan))
+    step = estimate_step(analyse(plan))
     assert step.offload_wait_s == 0.0
-    assert step.step_time_s == pytest.approx(estimate_step(_analysis(_plan(0))).step_time_s)
+    assert step.step_time_s == pytest.approx(estimate_step(analyse(_plan(0))).step_time_s)
 
 
 def test_a_slow_host_link_adds_the_wait_to_every_micro_batch() -> None:
     plan = _plan(40)
     slow = replace(plan, cluster=replace(plan.cluster, host_bandwidth_gbs=8.0))
     kept = replace(slow, training=replace(slow.training, offload_activation_layers=0))
-    base, step = estimate_step(_analysis(kept)), estimate_step(_analysis(slow))
+    base, step = estimate_step(analyse(kept)), estimate_step(analyse(slow))
     copy = LAYER_BYTES / 8e9  # 0.487 s a copy
     assert copy > 0.4
     assert step.offload_wait_s > 0

@@ -35,10 +35,14 @@ def offloaded_layer_bytes(job: Plannable) -> int:
     """Bytes one offloaded layer copies out per micro-batch (and back for its backward): the
     host term of the first stage with one micro-batch in flight, over the N layers
     (`planc.memory.activations.offloaded_layers`; 0 without activation offload)."""
-    n = offloaded_layers(job)
-    if not n:
-        return 0
-    return sum(t.bytes for t in stage_lines(job, 0).host((1,))) // n
+    # Asked by every step estimate of the job (a calibration's, a search's) and by explain, and
+    # a pure function of the frozen job: kept on the instance, as `dispatch_group` keeps its group.
+    found: int | None = job.__dict__.get("_offloaded_layer_bytes")
+    if found is None:
+        n = offloaded_layers(job)
+        found = sum(t.bytes for t in stage_lines(job, 0).host((1,))) // n if n else 0
+        job.__dict__["_offloaded_layer_bytes"] = found
+    return found
 
 
 def offload_lag_s(n: int, layers: int, copy_s: float, layer_s: float) -> float:
