@@ -155,6 +155,14 @@ CASES: dict[str, tuple[dict[str, Any] | None, str]] = {
         },
         "llama3-8b-1node.yaml",
     ),
+    # torchtitan's form of TP overlap: async TP, a compile pass (compile.enable_async_tensor_parallel).
+    "fsdp2-async-tp": (
+        {
+            "parallelism": {"tensor": 2, "zero_stage": 3, "sequence_parallel": True},
+            "training": {"framework": "fsdp2", "kernels": "compiled", "overlap_tp": True},
+        },
+        "llama3-8b-1node.yaml",
+    ),
     "deepspeed-zero3-offload": (
         {
             "parallelism": {"tensor": 2, "zero_stage": 3},
@@ -698,6 +706,7 @@ for module in json.load(sys.stdin):
         "checkpoint": None if config.activation_checkpoint is None
         else type(config.activation_checkpoint).__qualname__,
         "compile": config.compile.enable,
+        "async_tp": config.compile.enable_async_tensor_parallel,
         "reduce": tr.mixed_precision_reduce,
         "optimizer": config.optimizer.implementation,
     }
@@ -735,6 +744,10 @@ def test_torchtitan_reads_the_module(tmp_path: Path) -> None:
         reduce = {"fp32": "float32", "bf16": "bfloat16"}[training.get("reduce_dtype", "fp32")]
         assert got["reduce"] == reduce, case
         assert got["optimizer"] == training.get("optimizer_implementation", "fused"), case
+        # TP overlap as torchtitan runs it: async TP, which its CompileConfig accepts only with
+        # the model compiled (it raises otherwise, so parsing is the check).
+        async_tp = plan_of(case).job.training.overlap_tp and degrees["tp"] > 1 and got["compile"]
+        assert got["async_tp"] == async_tp, case
 
 
 @pytest.mark.parametrize(

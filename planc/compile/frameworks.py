@@ -979,7 +979,24 @@ def torchtitan_recompute(plan: Plan, notes: list[str]) -> tuple[str | None, dict
         compile_fields = {"enable": True, "components": ["model"]}
     elif tr.kernels == "unfused":
         compile_fields = {"enable": False}
+    if tr.overlap_tp and plan.job.layout.t > 1:
+        compile_fields.update(torchtitan_async_tp(plan, notes))
     return TORCHTITAN_CHECKPOINT[tr.recompute], compile_fields
+
+
+def torchtitan_async_tp(plan: Plan, notes: list[str]) -> dict[str, Any]:
+    """torchtitan's form of the plan's TP overlap: async TP, which pipelines each tensor-parallel
+    collective with its matmul (CompileConfig.enable_async_tensor_parallel, torchtitan 0.3.0
+    config/configs.py). It is a compiler pass: torchtitan refuses it without torch.compile of
+    the model ('Async TP requires 'model' in --compile.components and --compile.enable')."""
+    if plan.job.training.kernels == "compiled":
+        return {"enable_async_tensor_parallel": True}
+    notes.append(
+        "training.overlap_tp: torchtitan's async TP (compile.enable_async_tensor_parallel) "
+        "needs torch.compile of the model (kernels: compiled); without it the tensor-parallel "
+        "collectives run exposed, not hidden as this plan prices them"
+    )
+    return {}
 
 
 def torchtitan_optimizer(plan: Plan) -> dict[str, Any]:

@@ -771,6 +771,23 @@ def _activation_offload_elsewhere(job: Job) -> Iterator[Violation]:
         )
 
 
+def _async_tp_needs_compile(job: Job) -> Iterator[Violation]:
+    """overlap_tp under torchtitan is its async TP (compile.enable_async_tensor_parallel), a
+    torch.compile pass that pipelines each tensor-parallel collective with its matmul; torchtitan
+    refuses it without compiling the model, so with eager kernels the collectives run exposed,
+    as planc then prices them."""
+    tr, lay = job.training, job.layout
+    if tr.overlap_tp and lay.t > 1 and tr.kernels != "compiled":
+        yield Violation(
+            "training.overlap_tp",
+            f"overlap_tp is torchtitan's async TP, a torch.compile pass: with kernels "
+            f"{tr.kernels} torchtitan refuses it and the tensor-parallel collectives run "
+            "exposed, as planc prices them",
+            "set kernels: compiled, or leave overlap_tp out",
+            ("training.kernels",),
+        )
+
+
 def _megatron_loss_elsewhere(job: Job) -> Iterator[Violation]:
     """cross_entropy_fusion is Megatron-Core's (TransformerConfig.cross_entropy_loss_fusion,
     read by GPTModel.compute_language_model_loss): DeepSpeed's Megatron models call
@@ -834,6 +851,7 @@ OTHERWISE: dict[str, tuple[Check, ...]] = {
         _torchtitan_offload,
         _gradient_accumulation_fusion,
         _activation_offload_elsewhere,
+        _async_tp_needs_compile,
         *COMMON,
     ),
 }
@@ -855,7 +873,8 @@ def framework_runs_otherwise(ctx: Context) -> Iterator[Violation]:
     which eager attention and unfused kernels do not run; recompute_modules is Megatron-LM's
     --recompute-modules, read only with recompute selective and by no other framework;
     offload.activations is Megatron-Core's --cpu-offloading-num-layers, which DeepSpeed and
-    torchtitan do not run. Memory,
+    torchtitan do not run; overlap_tp under torchtitan is async TP, a torch.compile pass it
+    refuses with eager kernels (compile.enable_async_tensor_parallel). Memory,
     traffic and time would not be what planc planned.
 
     Passes:
