@@ -81,3 +81,16 @@ def test_plc051_only_where_torchtitan_refuses() -> None:
     assert "PLC051" not in rules("fsdp2", "fused", False)
     # Megatron's --tp-comm-overlap needs no compiler.
     assert tp_seconds("megatron", "fused", True)[0] < tp_seconds("megatron", "fused", False)[0]
+
+
+def test_dtensor_tp_reduces_the_input_gradient_after_the_weight_gradients() -> None:
+    # torchtitan without async TP: the column-parallel dX reduce-scatter is the backward of the
+    # block's input redistribution, issued after the linears' dX and dW and waited on at once
+    # by the norm: nothing of it hides. Megatron hides it behind dW (async_tp_allreduce).
+    torchtitan = tp_seconds("fsdp2", "fused", False)
+    megatron = tp_seconds("megatron", "fused", False)
+    assert torchtitan[2] == 0.0
+    assert megatron[2] > 0.0
+    # The same collectives: what Megatron hides, torchtitan shows.
+    assert sum(torchtitan) == pytest.approx(sum(megatron), rel=1e-12)
+    assert torchtitan[1] == pytest.approx(megatron[1] + megatron[2], rel=1e-12)

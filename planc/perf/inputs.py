@@ -13,16 +13,18 @@ Which TP collectives hide behind compute (Megatron-LM `tensor_parallel/layers.py
   launched asynchronously and runs while the same layer's weight gradient is computed;
 * backward with SP: the reduce-scatter of the column-parallel input gradient overlaps the
   weight gradient the same way; the all-gather of the row-parallel output gradient does not;
-* with `training.async_tp_allreduce` off (Megatron-LM before 2021-09) neither reduction of the
-  input gradient overlaps: it is exposed (`input_gradient_exposed_s`).
+* with `training.async_tp_allreduce` off (Megatron-LM before 2021-09), and under torchtitan
+  without async TP, neither reduction of the input gradient overlaps: it is exposed
+  (`input_gradient_exposed_s`, `tp_reduction_async`).
 
 What overlaps is charged `processor_usage` of its time as slowed compute; what does not fit is
-exposed. `training.overlap_tp` hides all TP communication (then it is all "overlapped").
+exposed. `training.overlap_tp` pipelines the TP collectives with their GEMMs (`tp_per_layer`).
 
 The expert exchanges of a MoE layer (all-to-all dispatch and combine over EP, the ETP gathers
-and scatters) run on the critical path, between the router and the experts and after them:
-Megatron-Core serialises them with compute unless --overlap-moe-expert-parallel-comm (with
---delay-wgrad-compute) overlaps them across micro-batches, which planc does not model.
+and scatters) run on the critical path, between the router and the experts and after them,
+unless the schedule pairs one micro-batch's forward with another's backward
+(`pipeline_schedule: combined-1f1b`, Megatron's --overlap-moe-expert-parallel-comm;
+`planc.perf.paired`).
 """
 
 from __future__ import annotations
@@ -682,7 +684,7 @@ def tp_per_layer_on(
             forward += call("all_reduce", hidden)
             hide = sum(call("all_reduce", size) for size in sizes)
         dx_exposed, dx_hidden = input_gradient_exposed_s(
-            hide, wgrad, job.training.async_tp_allreduce
+            hide, wgrad, tp_reduction_async(job)
         )
         exposed += dx_exposed
         overlapped += dx_hidden
@@ -702,6 +704,19 @@ def tp_overlapped(job: Plannable) -> bool:
     fsdp2 only with `kernels: compiled` (PLC051 says so otherwise)."""
     tr = job.training
     return tr.overlap_tp and (tr.framework != "fsdp2" or tr.kernels == "compiled")
+
+
+def tp_reduction_async(job: Plannable) -> bool:
+    """Whether a column-parallel block's input-gradient reduction runs beside its weight
+    gradient. Megatron and DeepSpeed's Megatron layers: `training.async_tp_allreduce`.
+    torchtitan (DTensor TP): the reduce-scatter is the backward of the block's input
+    redistribution (PrepareModuleInput, Shard → Replicate), issued once the block's linears
+    have run their backward, each its dX and dW in one autograd node, and waited on by the norm's
+    backward that follows: exposed, unless async TP fuses it with its matmul (`tp_overlapped`)."""
+    tr = job.training
+    if tr.framework == "fsdp2":
+        return tp_overlapped(job)
+    return tr.async_tp_allreduce
 
 
 def input_gradient_exposed_s(

@@ -899,7 +899,9 @@ class TrainingSpec(Frozen):
         "layers' input gradient runs while the same layer's weight gradient is computed "
         "(Megatron-LM since 2021-09, LinearWithGradAccumulationAndAsyncCommunication); false: "
         "it runs synchronously, exposed, as in Megatron-LM before it (autograd's "
-        "copy_to_tensor_model_parallel_region) or with --no-async-tensor-model-parallel-allreduce.",
+        "copy_to_tensor_model_parallel_region) or with --no-async-tensor-model-parallel-allreduce. "
+        "Megatron and DeepSpeed read it; torchtitan's DTensor TP reduces after the block's "
+        "weight gradients (exposed) unless async TP (overlap_tp) fuses the reduction.",
     )
     overlap_grad_reduce: StrictBool = Field(
         True,
