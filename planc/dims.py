@@ -65,6 +65,9 @@ class Quantized:
     saved_input: bool  # the linear layers save their inputs quantized (Transformer Engine)
     param_gather: bool  # weights kept only quantized (--fp8-param-gather / fp8_model_init)
     gather_fp8: bool  # the parameter all-gather moves quantized weights
+    # the sequence-parallel all-gathers of the hidden state move it quantized, one byte per
+    # element (torchao's Float8 TP under torchtitan's tensorwise recipe)
+    tp_gather_fp8: bool
     norm_fused: bool  # the norm before QKV and fc1 writes the quantized input itself
     wgrad_high_precision: bool  # the weight-gradient GEMM stays 16-bit
     amax_reduction: bool  # per-tensor amaxes are all-reduced (delayed, current scaling)
@@ -176,6 +179,7 @@ def quantized_formats(training: Training, recipe: Fp8Recipe, gpu: Gpu | None) ->
         saved_input=row.saved_input and te,
         param_gather=training.param_gather,
         gather_fp8=training.param_gather and training.framework in row.gather_fp8,
+        tp_gather_fp8=training.framework in row.tp_gather_fp8,
         norm_fused=row.norm_fused and te and training.kernels == "fused",
         wgrad_high_precision=row.wgrad_high_precision,
         amax_reduction=row.amax_reduction,

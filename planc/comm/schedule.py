@@ -335,6 +335,19 @@ def activation_message_bytes(job: Plannable) -> int:
     return latent_message_bytes(job, job.model.h)
 
 
+def tp_gather_bytes(job: Plannable) -> int:
+    """b·(s/c)·h·β_g: what a sequence-parallel all-gather of the hidden state moves, a block's
+    input in forward or its output's gradient in backward. β_g = 1 byte where the recipe
+    gathers them quantized (`Quantized.tp_gather_fp8`: torchao's Float8ColwiseParallel,
+    Float8RowwiseParallel and PrepareFloat8ModuleInput cast to float8 before the gather,
+    torchao/float8/float8_tensor_parallel.py), else β_a. The scale (one fp32 per tensor) is
+    left out."""
+    q = job.numerics.quantized
+    if q is not None and q.tp_gather_fp8:
+        return job.dims.tokens * job.model.h * (q.data_bits // 8)
+    return activation_message_bytes(job)
+
+
 def tp_blocks(job: Plannable, stage: int) -> int:
     """Blocks of a rank's layers that run TP collectives: attention in every layer, the MLP in
     dense layers and the shared experts in MoE layers (SharedExpertMLP is a TP-split MLP with
@@ -528,14 +541,16 @@ def _dense_tp_ops(job: Plannable, stage: int, blocks: int) -> list[CommOp]:
                 "mlp, shared_experts or moe), b·(s/c)·h·β_a",
             ),
         ]
+    quantized = tp_gather_bytes(job) != size
     return [
         op(
             Collective.ALL_GATHER,
-            "SP all-gather before attention and MLP (forward; again in backward)",
+            "SP all-gather before attention and MLP (forward; again in backward)"
+            + (", in fp8" if quantized else ""),
             2 * blocks * m + recompute,
-            size,
+            tp_gather_bytes(job),
             "1 forward + 1 backward per block (attention, MLP or shared experts) per micro-batch, "
-            "gathered b·(s/c)·h·β_a",
+            f"gathered b·(s/c)·h·{'β_g' if quantized else 'β_a'}",
         ),
         op(
             Collective.REDUCE_SCATTER,

@@ -60,6 +60,7 @@ from planc.comm.schedule import (
     routing_map_gather,
     sharding_stage,
     token_count_bytes,
+    tp_gather_bytes,
 )
 from planc.comm.tiers import railed_ring_gbs, ring_bandwidth_gbs
 from planc.dims import ExpertDims, bf16_ranges, rank_dims
@@ -642,28 +643,30 @@ def tp_per_layer_on(
 
     shape, device = layer_shape(job), device_of(job)
     hidden = activation_message_bytes(job)
+    gathered = tp_gather_bytes(job)  # an SP gather of h as the recipe moves it
     latents = [latent_message_bytes(job, width) for _, _, width in latent_parts(job)]
-    inputs = latents or [hidden]  # what the attention block moves at its input
     mlp = _tp_mlp(job, moe_layer)
     attention_columns = mla_up_projections(shape) if latents else (qkv_projection(shape),)
-    blocks: list[tuple[list[int], tuple[OpCost, ...], OpCost]] = [
-        (inputs, attention_columns, output_projection(shape))
+    # Each block: what it gathers at its input, what its input gradient reduces (the same
+    # tensors, 16-bit), its column GEMMs and its row GEMM.
+    blocks: list[tuple[list[int], list[int], tuple[OpCost, ...], OpCost]] = [
+        (latents or [gathered], latents or [hidden], attention_columns, output_projection(shape))
     ]
     if mlp is not None:
-        blocks.append(([hidden], (mlp_up(mlp),), mlp_down(mlp)))
+        blocks.append(([gathered], [hidden], (mlp_up(mlp),), mlp_down(mlp)))
     pipelined = tp_overlapped(job) and job.layout.sp
     forward = exposed = overlapped = 0.0
     by_block: list[float] = []  # each block's forward collectives
-    for sizes, columns, row in blocks:
+    for inputs, sizes, columns, row in blocks:
         before = forward
         wgrad = sum(
             work_time_s(cost, cost.backward_weight, device, eff, True, cost.weight_gemm)
             for cost in columns
         )
         if job.layout.sp:
-            gather = sum(call("all_gather", size) for size in sizes)
+            gather = sum(call("all_gather", size) for size in inputs)
             scatter = call("reduce_scatter", hidden)
-            grad_gather = call("all_gather", hidden)
+            grad_gather = call("all_gather", gathered)
             hide = sum(call("reduce_scatter", size) for size in sizes)
             if pipelined:
                 column_f = sum(work_time_s(c, c.forward, device, eff) for c in columns)
@@ -709,13 +712,16 @@ def tp_overlapped(job: Plannable) -> bool:
 def tp_reduction_async(job: Plannable) -> bool:
     """Whether a column-parallel block's input-gradient reduction runs beside its weight
     gradient. Megatron and DeepSpeed's Megatron layers: `training.async_tp_allreduce`.
-    torchtitan (DTensor TP): the reduce-scatter is the backward of the block's input
+    torchtitan (DTensor TP): never. The reduce-scatter is the backward of the block's input
     redistribution (PrepareModuleInput, Shard → Replicate), issued once the block's linears
-    have run their backward, each its dX and dW in one autograd node, and waited on by the norm's
-    backward that follows: exposed, unless async TP fuses it with its matmul (`tp_overlapped`)."""
+    have run their backward, each its dX and dW in one autograd node, and waited on by the
+    norm's backward that follows. Async TP does not take it either: torch's micro-pipeline pass
+    fuses a reduce-scatter whose input one matmul produces (torch/_inductor/fx_passes/
+    micro_pipeline_tp.py, fuse_matmul_reduce_scatter, _find_producer_matmul), and torchtitan's
+    separate wq, wk, wv (w1, w3) sum their input gradients before it."""
     tr = job.training
     if tr.framework == "fsdp2":
-        return tp_overlapped(job)
+        return False
     return tr.async_tp_allreduce
 
 

@@ -39,6 +39,7 @@ class RecipeTable:
     reads: int  # high-precision reads per quantization
     saved_input: bool  # linear inputs saved quantized
     gather_fp8: tuple[str, ...]  # frameworks whose parameter all-gather moves FP8
+    tp_gather_fp8: tuple[str, ...]  # frameworks whose SP all-gathers of h move FP8
     norm_fused: bool
     wgrad_high_precision: bool
     amax_reduction: bool
@@ -77,6 +78,7 @@ def _row(name: str, raw: Mapping[str, Any]) -> RecipeTable:
         reads=int(raw["reads"]),
         saved_input=bool(raw["saved_input"]),
         gather_fp8=tuple(raw["gather_fp8"]),
+        tp_gather_fp8=tuple(raw["tp_gather_fp8"]),
         norm_fused=bool(raw["norm_fused"]),
         wgrad_high_precision=bool(raw["wgrad_high_precision"]),
         amax_reduction=bool(raw["amax_reduction"]),

@@ -901,7 +901,7 @@ class TrainingSpec(Frozen):
         "it runs synchronously, exposed, as in Megatron-LM before it (autograd's "
         "copy_to_tensor_model_parallel_region) or with --no-async-tensor-model-parallel-allreduce. "
         "Megatron and DeepSpeed read it; torchtitan's DTensor TP reduces after the block's "
-        "weight gradients (exposed) unless async TP (overlap_tp) fuses the reduction.",
+        "weight gradients, exposed, with or without async TP.",
     )
     overlap_grad_reduce: StrictBool = Field(
         True,

@@ -1,7 +1,11 @@
-"""training.overlap_tp under torchtitan is its async TP (compile.enable_async_tensor_parallel), a
+"""Tensor parallelism as torchtitan runs it (DTensor TP, torchao's Float8 TP, async TP).
+
+training.overlap_tp under torchtitan is its async TP (compile.enable_async_tensor_parallel), a
 torch.compile pass: with the model compiled the TP collectives are pipelined with their matmuls
 as Megatron's overlap is; with eager kernels torchtitan refuses it, the collectives run exposed,
-planc prices them so and PLC051 says why."""
+planc prices them so and PLC051 says why. The column-parallel input gradient's reduce-scatter
+runs after the block's weight gradients, exposed, with or without async TP. Under the tensorwise
+Float8 recipe the sequence-parallel all-gathers move float8."""
 
 from __future__ import annotations
 
@@ -17,7 +21,10 @@ from planc.plannable import Plannable, plannable
 from planc.spec.load import load_text
 
 
-def spec(framework: str, kernels: str, overlap: bool) -> dict[str, Any]:
+def spec(
+    framework: str, kernels: str, overlap: bool, fp8: str | None = None
+) -> dict[str, Any]:
+    training: dict[str, Any] = {"precision": "fp8", "fp8": {"recipe": fp8}} if fp8 else {}
     return {
         "version": 1,
         "name": "async-tp",
@@ -34,12 +41,14 @@ def spec(framework: str, kernels: str, overlap: bool) -> dict[str, Any]:
             "framework": framework,
             "kernels": kernels,
             "overlap_tp": overlap,
-        },
+        }
+        | training,
     }
 
 
-def plan_of(framework: str, kernels: str, overlap: bool) -> Plannable:
-    job = load_text("async-tp.yaml", yaml.safe_dump(spec(framework, kernels, overlap))).job
+def plan_of(framework: str, kernels: str, overlap: bool, fp8: str | None = None) -> Plannable:
+    text = yaml.safe_dump(spec(framework, kernels, overlap, fp8))
+    job = load_text("async-tp.yaml", text).job
     assert job is not None
     plan = plannable(job)
     assert isinstance(plan, Plannable)
@@ -94,3 +103,39 @@ def test_dtensor_tp_reduces_the_input_gradient_after_the_weight_gradients() -> N
     # The same collectives: what Megatron hides, torchtitan shows.
     assert sum(torchtitan) == pytest.approx(sum(megatron), rel=1e-12)
     assert torchtitan[1] == pytest.approx(megatron[1] + megatron[2], rel=1e-12)
+    # Async TP pipelines the gathers and the forward reduce-scatter, not that one: torch's
+    # micro-pipeline pass fuses a reduce-scatter of one matmul's output, and the block's
+    # separate linears sum their input gradients first.
+    plan = plan_of("fsdp2", "compiled", True)
+    layer = tp_per_layer(plan, efficiency_of(plan), analyse(plan).ops, 0)
+    exposed = plan_of("fsdp2", "compiled", False)
+    plain = tp_per_layer(exposed, efficiency_of(exposed), analyse(exposed).ops, 0)
+    assert layer.backward_exposed_s < plain.backward_exposed_s  # the gradient's gather hides
+    assert layer.backward_exposed_s > 0.0  # the input gradient's reduce-scatter does not
+
+
+def sp_bytes(fp8: str | None) -> dict[str, int]:
+    """Bytes of one call of each sequence-parallel collective of the torchtitan plan."""
+    ops = analyse(plan_of("fsdp2", "compiled", False, fp8)).ops
+    return {str(op.op): op.buffer_bytes for op in ops if op.group == "tp" and op.stage == 0}
+
+
+def test_float8_tp_gathers_the_hidden_state_in_one_byte() -> None:
+    # b·s·h of llama3-8b at b = 1, s = 8192, h = 4096 (SP gathers the whole sequence's rows).
+    rows = 1 * 8192 * 4096
+    # torchao's tensorwise Float8 TP casts a block's input (e4m3) and its output's gradient
+    # (e5m2) before the all-gather; the reduce-scatters stay bf16.
+    assert sp_bytes("tensorwise") == {"all_gather": rows, "reduce_scatter": 2 * rows}
+    # Rowwise scaling has no Float8 TP in torchtitan: bf16 both ways, as without FP8.
+    assert sp_bytes("rowwise") == {"all_gather": 2 * rows, "reduce_scatter": 2 * rows}
+    assert sp_bytes(None) == sp_bytes("rowwise")
+    # The step model prices the same bytes: the forward's gathers cost less in fp8.
+    fast = tp_seconds_of(plan_of("fsdp2", "compiled", False, "tensorwise"))
+    slow = tp_seconds_of(plan_of("fsdp2", "compiled", False, "rowwise"))
+    assert fast[0] < slow[0]
+    assert fast[1] < slow[1]
+
+
+def tp_seconds_of(plan: Plannable) -> tuple[float, float, float]:
+    layer = tp_per_layer(plan, efficiency_of(plan), analyse(plan).ops, 0)
+    return layer.forward_s, layer.backward_exposed_s, layer.backward_overlapped_s
