@@ -9,6 +9,7 @@ Float8 recipe the sequence-parallel all-gathers move float8."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -16,9 +17,13 @@ import yaml
 
 from planc.analysis import analyse
 from planc.check import check_loaded
+from planc.compile.plan import plan_json
 from planc.perf.inputs import efficiency_of, tp_per_layer
 from planc.plannable import Plannable, plannable
 from planc.spec.load import load_text
+from planc.verify import render, verify_text
+
+from conftest import compiled
 
 
 def spec(
@@ -139,3 +144,20 @@ def test_float8_tp_gathers_the_hidden_state_in_one_byte() -> None:
 def tp_seconds_of(plan: Plannable) -> tuple[float, float, float]:
     layer = tp_per_layer(plan, efficiency_of(plan), analyse(plan).ops, 0)
     return layer.forward_s, layer.backward_exposed_s, layer.backward_overlapped_s
+
+
+def test_verify_recounts_the_float8_gathers_from_the_plan() -> None:
+    # planc verify recomputes every op from tensor shapes and the plan's recorded formats:
+    # the plan says the SP gathers move float8, and without that record its bytes disagree.
+    text = plan_json(compiled(plan_of("fsdp2", "compiled", True, "tensorwise")))
+    data = json.loads(text)
+    assert data["training"]["quantized"]["tp_gather"] is True
+    result = verify_text(text)
+    assert result.ok, render(result)
+    del data["training"]["quantized"]["tp_gather"]
+    corrupted = verify_text(json.dumps(data))
+    assert not corrupted.ok
+    assert "tp all_gather" in render(corrupted)
+    # Rowwise records nothing: its gathers are 16-bit.
+    rowwise = json.loads(plan_json(compiled(plan_of("fsdp2", "compiled", True, "rowwise"))))
+    assert "tp_gather" not in rowwise["training"]["quantized"]

@@ -344,21 +344,24 @@ def training_record(plan: Plan) -> dict[str, object]:
 def quantized_record(plan: Plan) -> dict[str, object]:
     """Under an FP8/FP4 recipe, its number formats as `planc verify` recounts them (the GEMM
     data type, bits per element, a weight scale's block and bytes, whether the parameter
-    all-gather moves them, the layers kept in BF16 at each end); nothing otherwise."""
+    all-gather moves them, whether the SP all-gathers do, the layers kept in BF16 at each end);
+    nothing otherwise."""
     q = plan.job.numerics.quantized
     if q is None:
         return {}
-    return {
-        "quantized": {
-            "recipe": q.recipe.value,
-            "gemm": q.gemm.value,
-            "data_bits": q.data_bits,
-            "weight_scale_block": q.weight_scale_block,
-            "scale_bytes": q.scale_bytes,
-            "param_gather": q.gather_fp8,
-            "bf16_layers": q.bf16_layers,
-        }
+    record: dict[str, object] = {
+        "recipe": q.recipe.value,
+        "gemm": q.gemm.value,
+        "data_bits": q.data_bits,
+        "weight_scale_block": q.weight_scale_block,
+        "scale_bytes": q.scale_bytes,
+        "param_gather": q.gather_fp8,
+        "bf16_layers": q.bf16_layers,
     }
+    if q.tp_gather_fp8:
+        # only when true, so other plans keep their bytes
+        record["tp_gather"] = True
+    return {"quantized": record}
 
 
 def fabric_record(plan: Plan) -> list[dict[str, object]]:

@@ -157,6 +157,17 @@ def _hidden(plan: PlanData) -> int:
     return int(tr["micro_batch"]) * tokens * int(plan.model["hidden"]) * int(tr["activation_bytes"])
 
 
+def _sp_gathered(plan: PlanData) -> int:
+    """One SP all-gather of the hidden state: at data_bits per element where the recipe gathers
+    it quantized (quantized.tp_gather), else the activations' bytes."""
+    q = plan.training.get("quantized")
+    if q is None or not q.get("tp_gather"):
+        return _hidden(plan)
+    tokens = cdiv(int(plan.training["seq_len"]), plan.degrees["cp"])
+    elements = int(plan.training["micro_batch"]) * tokens * int(plan.model["hidden"])
+    return cdiv(elements * int(q["data_bits"]), 8)
+
+
 def _stage_moe_layers(plan: PlanData, stage: int) -> int:
     moe = plan.model.get("moe")
     if moe is None:
@@ -188,7 +199,7 @@ def _tp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
     if plan.sequence_parallel:
         # All-gather before and reduce-scatter after each block, forward and backward.
         ops = [
-            ExpectedOp(stage, "tp", "all_gather", None, t, 2 * forward + again, size),
+            ExpectedOp(stage, "tp", "all_gather", None, t, 2 * forward + again, _sp_gathered(plan)),
             ExpectedOp(stage, "tp", "reduce_scatter", None, t, 2 * forward + again, size),
         ]
     else:
@@ -707,6 +718,8 @@ def itemsize_of(plan: PlanData, group: str, op: str) -> int:
     reduced = ("dp_cp", "dp_shard", "dp_replicate", "embedding", "edp")
     gradients = group in reduced and op != "all_gather"
     quantized = plan.training.get("quantized")
+    if group == "tp" and op == "all_gather" and quantized is not None and quantized.get("tp_gather"):
+        return 1
     if (
         group in reduced
         and op == "all_gather"
