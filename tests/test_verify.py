@@ -569,6 +569,46 @@ def test_deepep_slices_follow_the_rank_order_of_their_group() -> None:
     assert result.ok, render(result)
 
 
+# Found by the random MoE plans: on 2 nodes of 8, order cp-tp-dp-ep-pp with c = t = 4 puts a
+# TP group on two nodes, two members on each, as the allgather dispatcher's tp_ep group. A ring
+# over either spreads its cross-node hops over two NICs: planc had railed only the data-parallel
+# and expert groups, so the TP ring of the same bytes cost more than the tp_ep one.
+TP_ACROSS_DOMAINS = {
+    "model": {
+        "layers": 8, "hidden": 256, "heads": 8, "kv_heads": 2, "vocab": 1000, "mlp": "gelu",
+        "tied_embeddings": False, "bias": False,
+        "moe": {"experts": 4, "top_k": 1, "expert_ffn_hidden": 128, "shared_experts": 0,
+                "first_dense_layers": 0, "layer_frequency": 1},
+    },
+    "hardware": {"gpus_per_node": 8, "nvlink_domain": 8, "nodes": 2, "hosts": "n{1..2}"},
+    "parallelism": {
+        "tensor": 4, "pipeline": 1, "context": 4, "virtual_stages": 1, "sequence_parallel": True,
+        "zero_stage": 0, "order": "cp-tp-dp-ep-pp", "expert": 2, "expert_tensor": 2,
+        "expert_dispatcher": "allgather",
+    },
+    "training": {"seq_len": 256, "micro_batch": 1, "global_batch": 1, "recompute": "none",
+                 "precision": "bf16", "framework": "megatron", "expert_routing": "uniform"},
+    "rules": {"ignore": ["PLC006", "PLC007", "PLC011", "PLC017", "PLC018", "PLC019", "PLC020",
+                         "PLC021"]},
+}
+
+
+def test_every_ring_group_across_domains_is_railed_alike() -> None:
+    job = plannable(resolved_of(copy.deepcopy(TP_ACROSS_DOMAINS)))
+    assert not isinstance(job, tuple)
+    plan: Plan = json.loads(plan_json(compiled(job)))
+    assert plan["groups"]["tp"][0] == [0, 4, 8, 12]  # two members on each node
+    ops = plan["communication"]["ops"]
+    per_call = {
+        (op["group"], op["op"]): op["time_s"] / op["calls"]
+        for op in ops
+        if op["buffer_bytes"] == 32768 and op["link"] == "network"
+    }
+    assert per_call[("tp", "all_gather")] == pytest.approx(per_call[("tp_ep", "all_gather")])
+    result = verify_text(json.dumps(plan))
+    assert result.ok, render(result)
+
+
 def test_a_railed_ring_slower_than_a_smaller_one_of_its_kind_fails() -> None:
     plan = _railed_plan()
     ops = plan["communication"]["ops"]

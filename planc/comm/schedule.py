@@ -270,36 +270,49 @@ RAILED_GROUPS = (
 )
 
 
+# The dense grid's axes of each group a ring collective runs over (dp_shard and dp_replicate
+# are slices of dp_cp, below), and the expert grid's.
+_DENSE_RING_AXES: dict[GroupKind, tuple[Axis, ...]] = {
+    GroupKind.DP_CP: (Axis.DP, Axis.CP),
+    GroupKind.DP: (Axis.DP,),
+    GroupKind.TP: (Axis.TP,),
+    GroupKind.CP: (Axis.CP,),
+}
+_EXPERT_RING_AXES: dict[GroupKind, tuple[Axis, ...]] = {
+    GroupKind.EDP: (Axis.DP,),
+    GroupKind.EP: (Axis.EP,),
+    GroupKind.TP_EP: (Axis.TP, Axis.EP),
+    GroupKind.ETP: (Axis.TP,),
+}
+
+
 def ring_rails(job: Plannable, group: GroupKind) -> int:
     """g: the members of one `group` in one NVLink domain, the NICs its cross-domain ring hops
-    share (`planc.comm.tiers.railed_ring_gbs`), for the data-parallel groups; 1 for the others.
+    share (`planc.comm.tiers.railed_ring_gbs`), for every group a ring collective runs over;
+    1 for the others (a pipeline send, the embedding pair, the flex dispatchers' per-domain
+    groups).
 
     dp_cp: `members_per_block` over (dp, cp); its listing runs the faster axis first, so the
     domain's g members are contiguous in it, and a shard slice of N contiguous members holds
-    min(N, g) of them per domain, a replica group (members N apart) max(1, g/N). edp: the
-    expert grid's dp axis; ep and tp_ep, its ep and tp × ep axes."""
+    min(N, g) of them per domain, a replica group (members N apart) max(1, g/N). tp, cp, dp:
+    their own axis. edp, ep, tp_ep, etp: the expert grid's dp, ep, tp × ep and tp axes (the
+    allgather dispatcher's rings, HybridEP's routing maps and the token counts ride the same
+    per-NIC rings; an all-to-all does not aggregate NICs, `planc.perf.inputs.comm_time_s`).
+    `planc verify` counts g from the plan's groups for every ring op alike."""
     lay = job.layout
     span = job.cluster.fabric.innermost.span
+    if group in _DENSE_RING_AXES:
+        return members_per_block(span, lay.degrees, lay.strides, _DENSE_RING_AXES[group])
     dense = members_per_block(span, lay.degrees, lay.strides, (Axis.DP, Axis.CP))
-    if group in (GroupKind.DP_CP, GroupKind.DP):
-        axes = (Axis.DP, Axis.CP) if group == GroupKind.DP_CP else (Axis.DP,)
-        return members_per_block(span, lay.degrees, lay.strides, axes)
     if group == GroupKind.DP_SHARD:
         return min(lay.shard_group, dense)
     if group == GroupKind.DP_REPLICATE:
         return max(1, dense // lay.shard_group)
-    if group in (GroupKind.EDP, GroupKind.EP, GroupKind.TP_EP):
-        # The expert grid's groups (the ring collectives of the allgather dispatcher, HybridEP's
-        # routing maps and the token counts ride the same per-NIC rings as the data-parallel
-        # ones; an all-to-all does not aggregate NICs, `planc.perf.inputs.comm_time_s`).
+    if group in _EXPERT_RING_AXES:
         order = tuple(Axis(name) for name in lay.expert_order)
         sizes = {Axis(name): size for name, size in lay.expert_degrees.items()}
-        expert_axes: tuple[Axis, ...] = {
-            GroupKind.EDP: (Axis.DP,),
-            GroupKind.EP: (Axis.EP,),
-            GroupKind.TP_EP: (Axis.TP, Axis.EP),
-        }[group]
-        return members_per_block(span, sizes, axis_strides(order, sizes), expert_axes)
+        strides = axis_strides(order, sizes)
+        return members_per_block(span, sizes, strides, _EXPERT_RING_AXES[group])
     return 1
 
 
