@@ -574,12 +574,7 @@ def test_deepep_slices_follow_the_rank_order_of_their_group() -> None:
 # over either spreads its cross-node hops over two NICs: planc had railed only the data-parallel
 # and expert groups, so the TP ring of the same bytes cost more than the tp_ep one.
 TP_ACROSS_DOMAINS = {
-    "model": {
-        "layers": 8, "hidden": 256, "heads": 8, "kv_heads": 2, "vocab": 1000, "mlp": "gelu",
-        "tied_embeddings": False, "bias": False,
-        "moe": {"experts": 4, "top_k": 1, "expert_ffn_hidden": 128, "shared_experts": 0,
-                "first_dense_layers": 0, "layer_frequency": 1},
-    },
+    "model": RAILED_OVERLAY["model"],  # the same small MoE model
     "hardware": {"gpus_per_node": 8, "nvlink_domain": 8, "nodes": 2, "hosts": "n{1..2}"},
     "parallelism": {
         "tensor": 4, "pipeline": 1, "context": 4, "virtual_stages": 1, "sequence_parallel": True,
