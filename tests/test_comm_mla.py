@@ -70,17 +70,19 @@ def test_sequence_parallel_gathers_the_latents() -> None:
     plan = plan_of(sequence_parallel=True)
     assert plan.m == M
     layers = 4
-    # Attention: each latent gathered forward and its gradient scattered backward; h scattered
-    # after the output projection and its gradient gathered. MLP: h both ways, both passes.
+    # Attention: each latent gathered forward and its gradient scattered backward; the two the
+    # up projections take (query, key/value) gathered again in backward for their weight
+    # gradients, not the RoPE key; h scattered after the output projection and its gradient
+    # gathered. MLP: h both ways, both passes, and its input gathered again in backward.
     want = Counter(
         {
-            ("all_gather", TOKENS * 256): layers * M,
-            ("all_gather", TOKENS * 128): layers * M,
+            ("all_gather", TOKENS * 256): 2 * layers * M,
+            ("all_gather", TOKENS * 128): 2 * layers * M,
             ("all_gather", TOKENS * 32): layers * M,
             ("reduce_scatter", TOKENS * 256): layers * M,
             ("reduce_scatter", TOKENS * 128): layers * M,
             ("reduce_scatter", TOKENS * 32): layers * M,
-            ("all_gather", TOKENS * H): layers * M + 2 * layers * M,
+            ("all_gather", TOKENS * H): layers * M + 3 * layers * M,
             ("reduce_scatter", TOKENS * H): layers * M + 2 * layers * M,
         }
     )
@@ -103,8 +105,8 @@ def test_without_sequence_parallelism_the_latent_gradients_are_all_reduced() -> 
 def test_without_a_query_latent_the_query_input_is_the_hidden_state() -> None:
     plan = plan_of(q_lora=None, sequence_parallel=True)
     calls = tp_calls(plan)
-    # The query projection gathers h like a dense block's input.
-    assert calls[("all_gather", TOKENS * H)] == 4 * M + 4 * M + 2 * 4 * M
+    # The query projection gathers h like a dense block's input, again in backward too.
+    assert calls[("all_gather", TOKENS * H)] == 2 * 4 * M + 4 * M + 3 * 4 * M
     assert calls[("reduce_scatter", TOKENS * H)] == 4 * M + 4 * M + 2 * 4 * M
     assert ("all_gather", TOKENS * 256) not in calls
 
@@ -112,11 +114,13 @@ def test_without_a_query_latent_the_query_input_is_the_hidden_state() -> None:
 def test_full_recompute_gathers_the_latents_again() -> None:
     plan = plan_of(sequence_parallel=True, recompute="full")
     calls = tp_calls(plan)
-    assert calls[("all_gather", TOKENS * 128)] == 2 * 4 * M
+    # forward, recomputed forward, and again for the up projection's weight gradient
+    assert calls[("all_gather", TOKENS * 128)] == 3 * 4 * M
     assert calls[("reduce_scatter", TOKENS * 128)] == 4 * M  # backward only
-    # h: attention out scatter twice, its gradient gather once; the MLP's both, three times.
+    # h: attention out scatter twice, its gradient gather once; the MLP's both, three times,
+    # and its input gathered once more for the weight gradient.
     assert calls[("reduce_scatter", TOKENS * H)] == 2 * 4 * M + 3 * 4 * M
-    assert calls[("all_gather", TOKENS * H)] == 4 * M + 3 * 4 * M
+    assert calls[("all_gather", TOKENS * H)] == 4 * M + 3 * 4 * M + 4 * M
 
 
 @pytest.mark.parametrize("sp", [True, False])

@@ -113,18 +113,20 @@ def test_llama3_8b_rank_by_hand() -> None:
     # parameter, split over the d data-parallel ranks.
     assert memory["optimizer"] == 12 * per_rank // d
     # SP all-gather and reduce-scatter of the b·s·h activation (bf16): before and after attention
-    # and MLP, forward and again in backward, every layer and micro-batch; each rank sends
-    # (t−1)/t of the buffer.
+    # and MLP, forward and again in backward, every layer and micro-batch; and the QKV and fc1
+    # inputs gathered once more in backward for their weight gradients (Megatron keeps only
+    # the rank's shard of them). Each rank sends (t−1)/t of the buffer.
     gathers = ops_of(data, 0, "tp", "all_gather")
     assert [(g["calls"], g["buffer_bytes"], g["bytes_sent_per_call"]) for g in gathers] == [
-        (2 * 2 * L * m, b * s * h * 2, (t - 1) * b * s * h * 2 // t)
+        (2 * 2 * L * m, b * s * h * 2, (t - 1) * b * s * h * 2 // t),
+        (2 * L * m, b * s * h * 2, (t - 1) * b * s * h * 2 // t),
     ]
     # The ZeRO gradient reduce-scatter moves each rank's bf16 gradients once, in buckets.
     scatters = ops_of(data, 0, "dp_cp", "reduce_scatter")
     assert sum(op["calls"] * op["buffer_bytes"] for op in scatters) == 2 * per_rank
     # Every wire stays inside the node's NVLink: TP's gather and scatter, ZeRO's scatter and
     # gather, each sending (group − 1)/group of what it moves.
-    tp_sent = 2 * (2 * 2 * L * m) * (t - 1) * b * s * h * 2 // t
+    tp_sent = (2 + 2 + 1) * (2 * L * m) * (t - 1) * b * s * h * 2 // t
     dp_sent = 2 * (d - 1) * (2 * per_rank) // d
     assert data["ranks"][0]["wire"] == {
         "nvlink": {"sent": tp_sent + dp_sent, "received": tp_sent + dp_sent},

@@ -162,8 +162,10 @@ def test_recomputed_modules_run_their_collectives_again() -> None:
     up = _job(["mla_up_proj"], parallelism=tp, nodes=16)
     m, layers = base.m, 61
     for latent in ("query latent", "key/value latent"):
-        assert _calls(base, GroupKind.TP, "all_gather", latent) == layers * m
-        assert _calls(up, GroupKind.TP, "all_gather", latent) == 2 * layers * m
+        # forward, and again in backward for the up projection's weight gradient
+        assert _calls(base, GroupKind.TP, "all_gather", latent) == 2 * layers * m
+        # mla_up_proj's recomputed up projection gathers once more
+        assert _calls(up, GroupKind.TP, "all_gather", latent) == 3 * layers * m
     # The RoPE key is gathered before the up projections: once.
     assert _calls(up, GroupKind.TP, "all_gather", "RoPE") == layers * m
     # moe runs the exchange's forward again in backward: three calls per MoE layer, not two.

@@ -599,7 +599,9 @@ def test_every_ring_group_across_domains_is_railed_alike() -> None:
         for op in ops
         if op["buffer_bytes"] == 32768 and op["link"] == "network"
     }
-    assert per_call[("tp", "all_gather")] == pytest.approx(per_call[("tp_ep", "all_gather")])
+    # equal up to time_s's rounding to 1e-9 s over each op's calls
+    tp, tp_ep = per_call[("tp", "all_gather")], per_call[("tp_ep", "all_gather")]
+    assert tp == pytest.approx(tp_ep, rel=1e-5)
     result = verify_text(json.dumps(plan))
     assert result.ok, render(result)
 

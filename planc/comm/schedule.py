@@ -433,6 +433,16 @@ def latent_message_bytes(job: Plannable, width: int) -> int:
     return job.dims.tokens * width * activation_bytes(job)
 
 
+def sp_input_regathered(job: Plannable) -> bool:
+    """Whether a column-parallel linear gathers its sequence-parallel input again in backward
+    for its weight gradient. Megatron's and DeepSpeed's Megatron layers keep only the rank's
+    shard of the gathered input (LinearWithGradAccumulationAndAsyncCommunication: an async
+    all-gather beside the dgrad GEMM; Transformer Engine's LayerNormLinear and Linear alike,
+    `ln_out_needs_gather`, or its userbuffers' bulk overlap with dgrad). torchtitan's DTensor
+    TP saves the gathered input itself, so it gathers once."""
+    return job.layout.sp and job.layout.t > 1 and job.training.framework != "fsdp2"
+
+
 def _mla_tp_ops(job: Plannable, stage: int) -> list[CommOp]:
     """Latent attention's TP collectives on `stage`: per layer and micro-batch, the latents
     (`latent_parts`) at the block's input and the hidden state h after its output projection
@@ -462,6 +472,17 @@ def _mla_tp_ops(job: Plannable, stage: int) -> list[CommOp]:
                     f"{'' if symbol == 'd_h^R' else ' or mla_up_proj'}), b·(s/c)·{symbol}·β_a",
                 )
             )
+            if symbol != "d_h^R" and sp_input_regathered(job):
+                ops.append(
+                    op(
+                        Collective.ALL_GATHER,
+                        f"SP all-gather of the {name} again for the up projection's weight "
+                        "gradient (backward)",
+                        layers * m,
+                        size,
+                        f"1 per layer per micro-batch, b·(s/c)·{symbol}·β_a",
+                    )
+                )
             ops.append(
                 op(
                     Collective.REDUCE_SCATTER,
@@ -555,7 +576,7 @@ def _dense_tp_ops(job: Plannable, stage: int, blocks: int) -> list[CommOp]:
             ),
         ]
     quantized = tp_gather_bytes(job) != size
-    return [
+    ops = [
         op(
             Collective.ALL_GATHER,
             "SP all-gather before attention and MLP (forward; again in backward)"
@@ -573,6 +594,18 @@ def _dense_tp_ops(job: Plannable, stage: int, blocks: int) -> list[CommOp]:
             "1 forward + 1 backward per block per micro-batch, b·(s/c)·h·β_a before scattering",
         ),
     ]
+    if sp_input_regathered(job):
+        ops.append(
+            op(
+                Collective.ALL_GATHER,
+                "SP all-gather of the column-parallel input again for its weight gradient "
+                "(backward)",
+                blocks * m,
+                size,
+                "1 per block per micro-batch, b·(s/c)·h·β_a, beside the dgrad GEMM",
+            )
+        )
+    return ops
 
 
 def pipeline_message_bytes(job: Plannable) -> int:

@@ -59,6 +59,7 @@ from planc.comm.schedule import (
     ring_rails,
     routing_map_gather,
     sharding_stage,
+    sp_input_regathered,
     token_count_bytes,
     tp_gather_bytes,
 )
@@ -648,21 +649,38 @@ def tp_per_layer_on(
     mlp = _tp_mlp(job, moe_layer)
     attention_columns = mla_up_projections(shape) if latents else (qkv_projection(shape),)
     # Each block: what it gathers at its input, what its input gradient reduces (the same
-    # tensors, 16-bit), its column GEMMs and its row GEMM.
-    blocks: list[tuple[list[int], list[int], tuple[OpCost, ...], OpCost]] = [
-        (latents or [gathered], latents or [hidden], attention_columns, output_projection(shape))
+    # tensors, 16-bit), what its column GEMMs gather again for their weight gradients (not the
+    # RoPE key, gathered outside them; `sp_input_regathered`), its column GEMMs and its row GEMM.
+    regather = sp_input_regathered(job)
+    blocks: list[tuple[list[int], list[int], list[int], tuple[OpCost, ...], OpCost]] = [
+        (
+            latents or [gathered],
+            latents or [hidden],
+            (latents[:2] or [hidden]) if regather else [],
+            attention_columns,
+            output_projection(shape),
+        )
     ]
     if mlp is not None:
-        blocks.append(([gathered], [hidden], (mlp_up(mlp),), mlp_down(mlp)))
+        again = [hidden] if regather else []
+        blocks.append(([gathered], [hidden], again, (mlp_up(mlp),), mlp_down(mlp)))
     pipelined = tp_overlapped(job) and job.layout.sp
     forward = exposed = overlapped = 0.0
     by_block: list[float] = []  # each block's forward collectives
-    for inputs, sizes, columns, row in blocks:
+    for inputs, sizes, again_sizes, columns, row in blocks:
         before = forward
         wgrad = sum(
             work_time_s(cost, cost.backward_weight, device, eff, True, cost.weight_gemm)
             for cost in columns
         )
+        if again_sizes:
+            # the input gathered again for the weight gradient, beside the column dgrad GEMMs
+            dgrad = sum(
+                work_time_s(c, c.backward_data, device, eff, True, c.data_gemm) for c in columns
+            )
+            refetch = sum(call("all_gather", size) for size in again_sizes)
+            exposed += max(0.0, refetch - dgrad)
+            overlapped += min(refetch, dgrad)
         if job.layout.sp:
             gather = sum(call("all_gather", size) for size in inputs)
             scatter = call("reduce_scatter", hidden)

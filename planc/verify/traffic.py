@@ -157,6 +157,12 @@ def _hidden(plan: PlanData) -> int:
     return int(tr["micro_batch"]) * tokens * int(plan.model["hidden"]) * int(tr["activation_bytes"])
 
 
+def _regathers(plan: PlanData) -> bool:
+    """Whether the column-parallel linears gather their sequence-parallel input again in
+    backward: under Megatron's layers (megatron, deepspeed), not torchtitan's DTensor TP."""
+    return bool(plan.sequence_parallel) and plan.training.get("framework") != "fsdp2"
+
+
 def _sp_gathered(plan: PlanData) -> int:
     """One SP all-gather of the hidden state: at data_bits per element where the recipe gathers
     it quantized (quantized.tp_gather), else the activations' bytes."""
@@ -202,6 +208,10 @@ def _tp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
             ExpectedOp(stage, "tp", "all_gather", None, t, 2 * forward + again, _sp_gathered(plan)),
             ExpectedOp(stage, "tp", "reduce_scatter", None, t, 2 * forward + again, size),
         ]
+        if _regathers(plan):
+            # Megatron's column-parallel linears gather their input again for the weight
+            # gradient (they keep only their shard of it).
+            ops.append(ExpectedOp(stage, "tp", "all_gather", None, t, forward, size))
     else:
         ops = [
             ExpectedOp(stage, "tp", "all_reduce", None, t, forward, size),
@@ -249,6 +259,10 @@ def _latent_tp(
                 ExpectedOp(stage, "tp", "all_gather", None, t, per_step + redo, token * width)
             )
             ops.append(ExpectedOp(stage, "tp", "reduce_scatter", None, t, per_step, token * width))
+        if _regathers(plan):
+            # the up projections gather their latents again for their weight gradients
+            for width in latents:
+                ops.append(ExpectedOp(stage, "tp", "all_gather", None, t, per_step, token * width))
         return ops
     ops = [ExpectedOp(stage, "tp", "all_reduce", None, t, per_step + again, hidden)]
     for width in (query, mla["kv_lora_rank"]):
