@@ -10,41 +10,25 @@ reduce-scatters: the output in forward, the input's gradient in backward (two)."
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-import yaml
 
 from planc.analysis import analyse
 from planc.perf.inputs import comm_time_s, efficiency_of, tp_per_layer
-from planc.plannable import Plannable, plannable
-from planc.spec.load import load_text
+from planc.plannable import Plannable
+
+from conftest import job_of
 
 LAYERS, M = 32, 2  # llama3-8b's layers; micro-batches per step below
 
 
 def plan_of(framework: str, recompute: str = "none") -> Plannable:
-    spec: dict[str, Any] = {
-        "version": 1,
-        "name": "sp-regather",
-        "model": {"preset": "llama3-8b"},
-        "hardware": {"gpu": "h100-sxm", "nodes": 1},
-        "parallelism": {"tensor": 4, "sequence_parallel": True, "zero_stage": 3},
-        "training": {
-            "seq_len": 8192,
-            "micro_batch": 1,
-            "global_batch": 2 * M,
-            "precision": "bf16",
-            "recompute": recompute,
-            "attention": "flash",
-            "framework": framework,
-        },
-    }
-    job = load_text("sp.yaml", yaml.safe_dump(spec)).job
-    assert job is not None
-    plan = plannable(job)
-    assert isinstance(plan, Plannable)
-    return plan
+    """The Llama 3 8B example at t = 4 with SP, ZeRO-3, m = 2 micro-batches."""
+    return job_of(
+        {
+            "parallelism": {"tensor": 4, "zero_stage": 3},
+            "training": {"global_batch": 2 * M, "recompute": recompute, "framework": framework},
+        }
+    )
 
 
 def tp_calls(plan: Plannable) -> dict[str, int]:
