@@ -258,20 +258,9 @@ def members_per_block(
     return g
 
 
-# The groups whose ring collectives a rank's NICs run in parallel across domains (`ring_rails`).
-RAILED_GROUPS = (
-    GroupKind.DP,
-    GroupKind.DP_CP,
-    GroupKind.DP_SHARD,
-    GroupKind.DP_REPLICATE,
-    GroupKind.EDP,
-    GroupKind.EP,
-    GroupKind.TP_EP,
-)
-
-
-# The dense grid's axes of each group a ring collective runs over (dp_shard and dp_replicate
-# are slices of dp_cp, below), and the expert grid's.
+# The groups whose ring collectives a rank's NICs run in parallel across domains
+# (`ring_rails`): the dense grid's axes of each (dp_shard and dp_replicate are slices of dp_cp,
+# below), and the expert grid's.
 _DENSE_RING_AXES: dict[GroupKind, tuple[Axis, ...]] = {
     GroupKind.DP_CP: (Axis.DP, Axis.CP),
     GroupKind.DP: (Axis.DP,),

@@ -13,8 +13,11 @@ Which TP collectives hide behind compute (Megatron-LM `tensor_parallel/layers.py
   launched asynchronously and runs while the same layer's weight gradient is computed;
 * backward with SP: the reduce-scatter of the column-parallel input gradient overlaps the
   weight gradient the same way; the all-gather of the row-parallel output gradient does not;
+* with SP the column-parallel input, of which Megatron keeps only the rank's shard, is
+  all-gathered again for the weight gradient while the dgrad GEMM runs
+  (`sp_input_regathered`; torchtitan saves the gathered input);
 * with `training.async_tp_allreduce` off (Megatron-LM before 2021-09), and under torchtitan
-  without async TP, neither reduction of the input gradient overlaps: it is exposed
+  with or without async TP, neither reduction of the input gradient overlaps: it is exposed
   (`input_gradient_exposed_s`, `tp_reduction_async`).
 
 What overlaps is charged `processor_usage` of its time as slowed compute; what does not fit is
@@ -610,9 +613,11 @@ def tp_per_layer(
 
     Each block (attention, MLP or shared experts) gathers its input and reduce-scatters its
     output with SP (all-reduces the output without); in backward the output's gradient is
-    gathered before the block (exposed) and the input's gradient reduced while the block's
-    column-parallel weight gradient runs (hidden behind it, as Megatron overlaps them). Latent
-    attention moves its latents at the input instead of h (`latent_parts`).
+    gathered before the block (exposed), the input gathered again beside the column dgrad GEMM
+    (`sp_input_regathered`; exposed beyond it) and the input's gradient reduced while the
+    block's column-parallel weight gradient runs (hidden behind it, as Megatron overlaps them;
+    `tp_reduction_async`). Latent attention moves its latents at the input instead of h
+    (`latent_parts`).
 
     With `training.overlap_tp` and SP (Megatron `--tp-comm-overlap`, Transformer Engine's
     userbuffers): the input all-gather is split into t chunks pipelined with the column GEMM
