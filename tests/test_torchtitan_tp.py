@@ -13,63 +13,50 @@ import json
 from typing import Any
 
 import pytest
-import yaml
 
 from planc.analysis import analyse
-from planc.check import check_loaded
 from planc.compile.plan import plan_json
 from planc.perf.inputs import comm_time_s, efficiency_of, tp_per_layer
-from planc.plannable import Plannable, plannable
-from planc.spec.load import load_text
+from planc.plannable import Plannable
 from planc.verify import render, verify_text
 
-from conftest import compiled
+from conftest import check_overlay, compiled, job_of
 
 
-def spec(
+def overlay(
     framework: str, kernels: str, overlap: bool, fp8: str | None = None
 ) -> dict[str, Any]:
-    training: dict[str, Any] = {"precision": "fp8", "fp8": {"recipe": fp8}} if fp8 else {}
+    """The Llama 3 8B example at t = 4 with SP, ZeRO-3 and full recompute, in `framework`."""
+    quantized: dict[str, Any] = {"precision": "fp8", "fp8": {"recipe": fp8}} if fp8 else {}
     return {
-        "version": 1,
-        "name": "async-tp",
-        "model": {"preset": "llama3-8b"},
-        "hardware": {"gpu": "h100-sxm", "nodes": 1},
-        "parallelism": {"tensor": 4, "sequence_parallel": True, "zero_stage": 3},
+        "parallelism": {"tensor": 4, "zero_stage": 3},
         "training": {
-            "seq_len": 8192,
-            "micro_batch": 1,
             "global_batch": 2,
-            "precision": "bf16",
             "recompute": "full",
-            "attention": "flash",
             "framework": framework,
             "kernels": kernels,
             "overlap_tp": overlap,
         }
-        | training,
+        | quantized,
     }
 
 
 def plan_of(framework: str, kernels: str, overlap: bool, fp8: str | None = None) -> Plannable:
-    text = yaml.safe_dump(spec(framework, kernels, overlap, fp8))
-    job = load_text("async-tp.yaml", text).job
-    assert job is not None
-    plan = plannable(job)
-    assert isinstance(plan, Plannable)
-    return plan
+    return job_of(overlay(framework, kernels, overlap, fp8))
 
 
-def tp_seconds(framework: str, kernels: str, overlap: bool) -> tuple[float, float, float]:
+def tp_seconds_of(plan: Plannable) -> tuple[float, float, float]:
     """(forward, exposed backward, hidden) TP seconds of one layer on stage 0."""
-    plan = plan_of(framework, kernels, overlap)
     layer = tp_per_layer(plan, efficiency_of(plan), analyse(plan).ops, 0)
     return layer.forward_s, layer.backward_exposed_s, layer.backward_overlapped_s
 
 
+def tp_seconds(framework: str, kernels: str, overlap: bool) -> tuple[float, float, float]:
+    return tp_seconds_of(plan_of(framework, kernels, overlap))
+
+
 def rules(framework: str, kernels: str, overlap: bool) -> list[str]:
-    text = yaml.safe_dump(spec(framework, kernels, overlap))
-    return [f.rule for f in check_loaded(load_text("async-tp.yaml", text)).findings]
+    return [f.rule for f in check_overlay(overlay(framework, kernels, overlap)).findings]
 
 
 def test_compiled_async_tp_hides_what_megatrons_overlap_hides() -> None:
@@ -116,12 +103,10 @@ def test_dtensor_tp_reduces_the_input_gradient_after_the_weight_gradients() -> N
     # Async TP pipelines the gathers and the forward reduce-scatter, not that one: torch's
     # micro-pipeline pass fuses a reduce-scatter of one matmul's output, and the block's
     # separate linears sum their input gradients first.
-    plan = plan_of("fsdp2", "compiled", True)
-    layer = tp_per_layer(plan, efficiency_of(plan), analyse(plan).ops, 0)
-    exposed = plan_of("fsdp2", "compiled", False)
-    plain = tp_per_layer(exposed, efficiency_of(exposed), analyse(exposed).ops, 0)
-    assert layer.backward_exposed_s < plain.backward_exposed_s  # the gradient's gather hides
-    assert layer.backward_exposed_s > 0.0  # the input gradient's reduce-scatter does not
+    asynchronous = tp_seconds("fsdp2", "compiled", True)
+    plain = tp_seconds("fsdp2", "compiled", False)
+    assert asynchronous[1] < plain[1]  # the gradient's gather hides
+    assert asynchronous[1] > 0.0  # the input gradient's reduce-scatter does not
 
 
 def sp_bytes(fp8: str | None) -> dict[str, int]:
@@ -145,10 +130,6 @@ def test_float8_tp_gathers_the_hidden_state_in_one_byte() -> None:
     assert fast[0] < slow[0]
     assert fast[1] < slow[1]
 
-
-def tp_seconds_of(plan: Plannable) -> tuple[float, float, float]:
-    layer = tp_per_layer(plan, efficiency_of(plan), analyse(plan).ops, 0)
-    return layer.forward_s, layer.backward_exposed_s, layer.backward_overlapped_s
 
 
 def test_verify_recounts_the_float8_gathers_from_the_plan() -> None:

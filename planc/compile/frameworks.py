@@ -989,7 +989,7 @@ def torchtitan_async_tp(plan: Plan, notes: list[str]) -> dict[str, Any]:
     collective with its matmul (CompileConfig.enable_async_tensor_parallel, torchtitan 0.3.0
     config/configs.py). It is a compiler pass: torchtitan refuses it without torch.compile of
     the model ('Async TP requires 'model' in --compile.components and --compile.enable')."""
-    if plan.job.training.kernels == "compiled":
+    if plan.job.training.tp_overlap_runs:
         return {"enable_async_tensor_parallel": True}
     notes.append(
         "training.overlap_tp: torchtitan's async TP (compile.enable_async_tensor_parallel) "

@@ -669,7 +669,7 @@ def tp_per_layer_on(
     if mlp is not None:
         again = [hidden] if regather else []
         blocks.append(([gathered], [hidden], again, (mlp_up(mlp),), mlp_down(mlp)))
-    pipelined = tp_overlapped(job) and job.layout.sp
+    pipelined = job.training.tp_overlap_runs and job.layout.sp
     forward = exposed = overlapped = 0.0
     by_block: list[float] = []  # each block's forward collectives
     for inputs, sizes, again_sizes, columns, row in blocks:
@@ -716,20 +716,11 @@ def tp_per_layer_on(
         overlapped += dx_hidden
         by_block.append(forward - before)
     redo = _tp_redone_s(job, moe_layer, by_block, [call("all_gather", size) for size in latents])
-    if tp_overlapped(job) and not job.layout.sp:
+    if job.training.tp_overlap_runs and not job.layout.sp:
         # Without SP Megatron has no userbuffers overlap (validate_args requires SP for
         # --tp-comm-overlap); planc keeps its older reading of overlap_tp: all hidden.
         return TpPerLayer(0.0, 0.0, forward + exposed + overlapped + redo, 0.0)
     return TpPerLayer(forward, exposed, overlapped, redo)
-
-
-def tp_overlapped(job: Plannable) -> bool:
-    """Whether the framework overlaps the TP collectives as `training.overlap_tp` asks: Megatron
-    and DeepSpeed as stated; torchtitan's form, async TP, is a torch.compile pass
-    (compile.enable_async_tensor_parallel, refused without compiling the model), so under
-    fsdp2 only with `kernels: compiled` (PLC051 says so otherwise)."""
-    tr = job.training
-    return tr.overlap_tp and (tr.framework != "fsdp2" or tr.kernels == "compiled")
 
 
 def tp_reduction_async(job: Plannable) -> bool:

@@ -777,7 +777,7 @@ def _async_tp_needs_compile(job: Job) -> Iterator[Violation]:
     refuses it without compiling the model, so with eager kernels the collectives run exposed,
     as planc then prices them."""
     tr, lay = job.training, job.layout
-    if tr.overlap_tp and lay.t > 1 and tr.kernels != "compiled":
+    if lay.t > 1 and tr.overlap_tp and not tr.tp_overlap_runs:
         yield Violation(
             "training.overlap_tp",
             f"overlap_tp is torchtitan's async TP, a torch.compile pass: with kernels "

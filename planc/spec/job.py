@@ -352,6 +352,14 @@ class Training:
         return "megatron-fsdp" if self.megatron_fsdp else self.framework
 
     @property
+    def tp_overlap_runs(self) -> bool:
+        """Whether the framework overlaps the TP collectives as `overlap_tp` asks: Megatron and
+        DeepSpeed as stated; torchtitan's form, async TP (compile.enable_async_tensor_parallel),
+        is a torch.compile pass it refuses without compiling the model, so under fsdp2 only
+        with `kernels: compiled` (PLC051 warns otherwise)."""
+        return self.overlap_tp and (self.framework != "fsdp2" or self.kernels == "compiled")
+
+    @property
     def loss_fusion(self) -> CrossEntropyFusion:
         """The LM loss's kernels that run: training.cross_entropy_fusion under Megatron-LM with
         its fused kernels (GPTModel.compute_language_model_loss reads the config), none
