@@ -65,8 +65,8 @@ class Quantized:
     saved_input: bool  # the linear layers save their inputs quantized (Transformer Engine)
     param_gather: bool  # weights kept only quantized (--fp8-param-gather / fp8_model_init)
     gather_fp8: bool  # the parameter all-gather moves quantized weights
-    # the sequence-parallel all-gathers of the hidden state move it quantized, one byte per
-    # element (torchao's Float8 TP under torchtitan's tensorwise recipe)
+    # the sequence-parallel all-gathers move the linears' inputs and output gradients quantized
+    # (Transformer Engine under Megatron; torchao's Float8 TP under torchtitan's tensorwise)
     tp_gather_fp8: bool
     norm_fused: bool  # the norm before QKV and fc1 writes the quantized input itself
     wgrad_high_precision: bool  # the weight-gradient GEMM stays 16-bit

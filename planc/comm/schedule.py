@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from fractions import Fraction
 from types import MappingProxyType
+from typing import NamedTuple
 
 from planc.comm import context
 from planc.comm.cost import all_to_all_rounds, ring_steps, wire_bytes
@@ -39,6 +40,7 @@ from planc.comm.dispatch import (
     hybridep_combine_row_bytes,
     hybridep_dispatch_row_bytes,
 )
+from planc.dims import bf16_ranges
 from planc.pipeline.registry import definition
 from planc.plannable import PlanLayout, Plannable, axis_strides
 from planc.record import record
@@ -337,29 +339,88 @@ def activation_message_bytes(job: Plannable) -> int:
     return latent_message_bytes(job, job.model.h)
 
 
-def tp_gather_bytes(job: Plannable) -> int:
-    """b·(s/c)·h·β_g: what a sequence-parallel all-gather of the hidden state moves, a block's
-    input in forward or its output's gradient in backward. β_g = 1 byte where the recipe
-    gathers them quantized (`Quantized.tp_gather_fp8`: torchao's Float8ColwiseParallel,
-    Float8RowwiseParallel and PrepareFloat8ModuleInput cast to float8 before the gather,
-    torchao/float8/float8_tensor_parallel.py), else β_a. The scale (one fp32 per tensor) is
-    left out."""
+def tp_gather_bytes(job: Plannable, bf16: bool = False) -> int:
+    """What a sequence-parallel all-gather of the hidden state moves, a block's input in
+    forward (again in backward for its weight gradient) or its output's gradient in backward:
+    `sp_gather_bytes` of h."""
+    return sp_gather_bytes(job, job.model.h, bf16)
+
+
+def sp_gather_bytes(job: Plannable, width: int, bf16: bool = False) -> int:
+    """b·(s/c)·w·β_a, or where the recipe gathers quantized (`Quantized.tp_gather_fp8`)
+    ⌈b·(s/c)·w·d/8⌉ + ⌈b·(s/c)·w/β_s⌉·σ: d data bits per element, one scale of σ bytes per β_s
+    elements for a block-scaled recipe (none for a per-tensor scale, the same on every rank).
+    Bytes of one SP all-gather of a width-w tensor that the receiving linear quantizes:
+
+    - Transformer Engine (megatron): LayerNormLinear and Linear quantize a column-parallel
+      input before gathering it (`gather_along_first_dim(..., quantizer=input_quantizer)`, the
+      userbuffers' `fill_userbuffers_buffer_for_all_gather` alike), gather it again so in
+      backward for the weight gradient (`ln_out_needs_gather`), and a row-parallel linear's
+      backward gathers its output's gradient quantized (`grad_output_preprocess`); the block
+      recipes' scales travel with the data (`_all_gather_mxfp8`, `_all_gather_nvfp4`,
+      `_start_all_gather_fp8_blockwise`; transformer_engine/pytorch/distributed.py, TE 2.14.1).
+    - torchao's Float8 TP under torchtitan's tensorwise recipe: Float8ColwiseParallel,
+      Float8RowwiseParallel and PrepareFloat8ModuleInput cast to float8 before the gather
+      (torchao/float8/float8_tensor_parallel.py).
+
+    The reduce-scatters stay 16-bit, as do the gathers of a layer the recipe keeps in BF16
+    (`bf16`: Megatron's --first-last-layers-bf16 runs its linears outside fp8_autocast, no
+    quantizer). A block recipe's scale tensors are counted unpadded."""
     q = job.numerics.quantized
-    if q is not None and q.tp_gather_fp8:
-        return job.dims.tokens * job.model.h * (q.data_bits // 8)
-    return activation_message_bytes(job)
+    if q is None or not q.tp_gather_fp8 or bf16:
+        return latent_message_bytes(job, width)
+    elements = job.dims.tokens * width
+    scales = -(-elements // q.scale_block) * q.scale_bytes if q.scale_block else 0
+    return -(-elements * q.data_bits // 8) + scales
 
 
-def tp_blocks(job: Plannable, stage: int) -> int:
-    """Blocks of a rank's layers that run TP collectives: attention in every layer, the MLP in
-    dense layers and the shared experts in MoE layers (SharedExpertMLP is a TP-split MLP with
-    the same all-gather and reduce-scatter under SP). A MoE layer without shared experts has
-    no TP collective around its MLP: its routed experts take the SP-split tokens directly
-    (Megatron-Core MoELayer), and their traffic is the expert ops below."""
-    layers = job.layout.stage_layers[stage]
+def gathered_format(job: Plannable, bf16: bool = False) -> str:
+    """The SP all-gathers' label suffix: ', in fp8' (', in fp4') where they move the recipe's
+    quantized data (`sp_gather_bytes`), ', layers kept in BF16' for those layers' gathers,
+    else nothing."""
+    q = job.numerics.quantized
+    if q is None or not q.tp_gather_fp8:
+        return ""
+    return ", layers kept in BF16" if bf16 else f", in fp{q.data_bits}"
+
+
+class LayerShare(NamedTuple):
+    """Some of a rank's transformer layers: how many, and how many of them have experts."""
+
+    layers: int
+    routed: int
+
+
+def stage_share(job: Plannable, stage: int) -> LayerShare:
+    """All of pipeline rank `stage`'s layers."""
+    return LayerShare(job.layout.stage_layers[stage], job.moe_layers(stage))
+
+
+def kept_share(job: Plannable, stage: int) -> LayerShare:
+    """The layers of rank `stage` that the recipe keeps in BF16 (`Quantized.bf16_layers`, the
+    model's first and last) where the SP all-gathers of the others move quantized data: their
+    gathers stay 16-bit (`sp_gather_bytes`). None otherwise."""
+    q = job.numerics.quantized
+    if q is None or not q.tp_gather_fp8 or not q.bf16_layers:
+        return LayerShare(0, 0)
+    moe, layers, routed = job.model.moe, 0, 0
+    for a, b in job.layout.chunks[stage]:
+        for lo, hi in bf16_ranges(a, b, q.bf16_layers, job.model.L):
+            layers += hi - lo
+            routed += 0 if moe is None else moe.moe_layers_between(lo, hi)
+    return LayerShare(layers, routed)
+
+
+def tp_blocks(job: Plannable, share: LayerShare, attention: bool = True) -> int:
+    """Blocks of `share`'s layers that run TP collectives: attention in every layer (counted
+    with `attention`), the MLP in dense layers and the shared experts in MoE layers
+    (SharedExpertMLP is a TP-split MLP with the same all-gather and reduce-scatter under SP). A
+    MoE layer without shared experts has no TP collective around its MLP: its routed experts
+    take the SP-split tokens directly (Megatron-Core MoELayer), and their traffic is the expert
+    ops below."""
     moe = job.model.moe
-    bare = job.moe_layers(stage) if moe is not None and moe.E_s == 0 else 0
-    return 2 * layers - bare
+    bare = share.routed if moe is not None and moe.E_s == 0 else 0
+    return (2 if attention else 1) * share.layers - bare
 
 
 def mlp_block_redone(job: Plannable, moe_layer: bool) -> bool:
@@ -379,19 +440,18 @@ def latents_regathered(job: Plannable) -> bool:
     return job.layout.sp and "mla_up_proj" in job.training.recompute_modules
 
 
-def redone_blocks(job: Plannable, stage: int, attention: bool = True) -> int:
-    """TP blocks of a rank's layers (`tp_blocks`) whose forward runs again inside backward, per
+def redone_blocks(job: Plannable, share: LayerShare, attention: bool = True) -> int:
+    """TP blocks of `share`'s layers (`tp_blocks`) whose forward runs again inside backward, per
     micro-batch: every block under full recompute (`attention`: counting the attention blocks);
     under selective recompute the dense layers' MLPs (mlp) and the MoE layers' shared experts
     (shared_experts, or moe: the whole MoE block), each a module checkpointed with its
     collectives inside (Megatron-Core transformer_layer.py, moe_layer.py)."""
-    tr, layers = job.training, job.layout.stage_layers[stage]
-    if tr.recompute == "full":
-        return tp_blocks(job, stage) - (0 if attention else layers)
+    if job.training.recompute == "full":
+        return tp_blocks(job, share, attention)
     moe = job.model.moe
-    routed = job.moe_layers(stage) if moe is not None else 0
+    routed = share.routed if moe is not None else 0
     shared = routed if moe is not None and moe.E_s else 0
-    dense = layers - routed if mlp_block_redone(job, moe_layer=False) else 0
+    dense = share.layers - routed if mlp_block_redone(job, moe_layer=False) else 0
     return dense + (shared if mlp_block_redone(job, moe_layer=True) else 0)
 
 
@@ -439,8 +499,8 @@ def _mla_tp_ops(job: Plannable, stage: int) -> list[CommOp]:
     the forward's again."""
     lay, m = job.layout, job.m
     layers = lay.stage_layers[stage]
-    again = layers * m if job.training.recompute == "full" else 0
-    up_again = layers * m if latents_regathered(job) else 0
+    full = job.training.recompute == "full"
+    again = layers * m if full else 0
     link = link_class(job, (Axis.TP,))
 
     op = op_maker(stage, GroupKind.TP, lay.t, link)
@@ -448,30 +508,48 @@ def _mla_tp_ops(job: Plannable, stage: int) -> list[CommOp]:
     hidden = activation_message_bytes(job)
     ops: list[CommOp] = []
     if lay.sp:
+        # (bf16, layers): the layers whose up projections gather quantized latents, and those
+        # the recipe keeps in BF16, whose gathers stay 16-bit
+        kept = kept_share(job, stage).layers
+        shares = [(bf16, n) for bf16, n in ((False, layers - kept), (True, kept)) if n]
         for name, symbol, width in latent_parts(job):
             size = latent_message_bytes(job, width)
-            redo = again + (up_again if symbol != "d_h^R" else 0)
-            ops.append(
-                op(
-                    Collective.ALL_GATHER,
-                    f"SP all-gather of the {name} before the up projection (forward)",
-                    layers * m + redo,
-                    size,
-                    f"1 per layer per micro-batch (+1 under full recompute"
-                    f"{'' if symbol == 'd_h^R' else ' or mla_up_proj'}), b·(s/c)·{symbol}·β_a",
-                )
-            )
-            if symbol != "d_h^R" and sp_input_regathered(job):
+            if symbol == "d_h^R":  # gathered by Megatron before the up projections, 16-bit
                 ops.append(
                     op(
                         Collective.ALL_GATHER,
-                        f"SP all-gather of the {name} again for the up projection's weight "
-                        "gradient (backward)",
-                        layers * m,
+                        f"SP all-gather of the {name} before the up projection (forward)",
+                        layers * m + again,
                         size,
-                        f"1 per layer per micro-batch, b·(s/c)·{symbol}·β_a",
+                        f"1 per layer per micro-batch (+1 under full recompute), "
+                        f"b·(s/c)·{symbol}·β_a",
                     )
                 )
+            for bf16, n in [] if symbol == "d_h^R" else shares:
+                suffix, gathered = gathered_format(job, bf16), sp_gather_bytes(job, width, bf16)
+                beta = "β_g" if suffix and not bf16 else "β_a"
+                redo = n * m if full or latents_regathered(job) else 0
+                ops.append(
+                    op(
+                        Collective.ALL_GATHER,
+                        f"SP all-gather of the {name} before the up projection (forward)" + suffix,
+                        n * m + redo,
+                        gathered,
+                        "1 per layer per micro-batch (+1 under full recompute or mla_up_proj), "
+                        f"b·(s/c)·{symbol}·{beta}",
+                    )
+                )
+                if sp_input_regathered(job):
+                    ops.append(
+                        op(
+                            Collective.ALL_GATHER,
+                            f"SP all-gather of the {name} again for the up projection's weight "
+                            "gradient (backward)" + suffix,
+                            n * m,
+                            gathered,
+                            f"1 per layer per micro-batch, b·(s/c)·{symbol}·{beta}",
+                        )
+                    )
             ops.append(
                 op(
                     Collective.REDUCE_SCATTER,
@@ -490,15 +568,17 @@ def _mla_tp_ops(job: Plannable, stage: int) -> list[CommOp]:
                 "1 per layer per micro-batch (+1 under full recompute), b·(s/c)·h·β_a",
             )
         )
-        ops.append(
-            op(
-                Collective.ALL_GATHER,
-                "SP all-gather of the output projection's gradient (backward)",
-                layers * m,
-                hidden,
-                "1 per layer per micro-batch, b·(s/c)·h·β_a",
+        for bf16, n in shares:
+            suffix = gathered_format(job, bf16)
+            ops.append(
+                op(
+                    Collective.ALL_GATHER,
+                    "SP all-gather of the output projection's gradient (backward)" + suffix,
+                    n * m,
+                    tp_gather_bytes(job, bf16),
+                    f"1 per layer per micro-batch, b·(s/c)·h·{'β_g' if suffix and not bf16 else 'β_a'}",
+                )
             )
-        )
         return ops
     ops.append(
         op(
@@ -524,25 +604,25 @@ def _mla_tp_ops(job: Plannable, stage: int) -> list[CommOp]:
 
 
 def _tp_ops(job: Plannable, stage: int) -> list[CommOp]:
-    lay = job.layout
-    if lay.t == 1:
+    if job.layout.t == 1:
         return []
-    blocks = tp_blocks(job, stage)
     if job.model.mla is None:
-        return _dense_tp_ops(job, stage, blocks)
+        return _dense_tp_ops(job, stage, attention=True)
     # Latent attention's blocks move latents at their input; the MLPs move h as before.
-    return _mla_tp_ops(job, stage) + _dense_tp_ops(job, stage, blocks - lay.stage_layers[stage])
+    return _mla_tp_ops(job, stage) + _dense_tp_ops(job, stage, attention=False)
 
 
-def _dense_tp_ops(job: Plannable, stage: int, blocks: int) -> list[CommOp]:
-    """The TP collectives of `blocks` blocks (attention, MLP or shared experts) that move the
-    hidden state h at both ends."""
+def _dense_tp_ops(job: Plannable, stage: int, attention: bool) -> list[CommOp]:
+    """The TP collectives of the rank's blocks (attention with `attention`, MLP or shared
+    experts) that move the hidden state h at both ends."""
     lay, m = job.layout, job.m
+    share, kept = stage_share(job, stage), kept_share(job, stage)
+    blocks = tp_blocks(job, share, attention)
     if blocks == 0:
         return []
     size = activation_message_bytes(job)
     link = link_class(job, (Axis.TP,))
-    recompute = redone_blocks(job, stage, attention=job.model.mla is None) * m
+    recompute = redone_blocks(job, share, attention) * m
 
     op = op_maker(stage, GroupKind.TP, lay.t, link)
 
@@ -564,37 +644,46 @@ def _dense_tp_ops(job: Plannable, stage: int, blocks: int) -> list[CommOp]:
                 "mlp, shared_experts or moe), b·(s/c)·h·β_a",
             ),
         ]
-    quantized = tp_gather_bytes(job) != size
-    ops = [
-        op(
-            Collective.ALL_GATHER,
-            "SP all-gather before attention and MLP (forward; again in backward)"
-            + (", in fp8" if quantized else ""),
-            2 * blocks * m + recompute,
-            tp_gather_bytes(job),
-            "1 forward + 1 backward per block (attention, MLP or shared experts) per micro-batch, "
-            f"gathered b·(s/c)·h·{'β_g' if quantized else 'β_a'}",
-        ),
-        op(
-            Collective.REDUCE_SCATTER,
-            "SP reduce-scatter after attention and MLP (forward; again in backward)",
-            2 * blocks * m + recompute,
-            size,
-            "1 forward + 1 backward per block per micro-batch, b·(s/c)·h·β_a before scattering",
-        ),
-    ]
-    if sp_input_regathered(job):
-        ops.append(
+    # The gathers of the layers kept in BF16 stay 16-bit where the others move quantized data.
+    kept_blocks = tp_blocks(job, kept, attention)
+    kept_recompute = redone_blocks(job, kept, attention) * m
+    gathers, regathers = [], []
+    for bf16, n, redo in (
+        (False, blocks - kept_blocks, recompute - kept_recompute),
+        (True, kept_blocks, kept_recompute),
+    ):
+        if n == 0:
+            continue
+        suffix, gathered = gathered_format(job, bf16), tp_gather_bytes(job, bf16)
+        beta = "β_g" if suffix and not bf16 else "β_a"
+        gathers.append(
+            op(
+                Collective.ALL_GATHER,
+                "SP all-gather before attention and MLP (forward; again in backward)" + suffix,
+                2 * n * m + redo,
+                gathered,
+                "1 forward + 1 backward per block (attention, MLP or shared experts) per "
+                f"micro-batch, gathered b·(s/c)·h·{beta}",
+            )
+        )
+        regathers.append(
             op(
                 Collective.ALL_GATHER,
                 "SP all-gather of the column-parallel input again for its weight gradient "
-                "(backward)",
-                blocks * m,
-                size,
-                "1 per block per micro-batch, b·(s/c)·h·β_a, beside the dgrad GEMM",
+                "(backward)" + suffix,
+                n * m,
+                gathered,
+                f"1 per block per micro-batch, b·(s/c)·h·{beta}, beside the dgrad GEMM",
             )
         )
-    return ops
+    scatter = op(
+        Collective.REDUCE_SCATTER,
+        "SP reduce-scatter after attention and MLP (forward; again in backward)",
+        2 * blocks * m + recompute,
+        size,
+        "1 forward + 1 backward per block per micro-batch, b·(s/c)·h·β_a before scattering",
+    )
+    return [*gathers, scatter, *(regathers if sp_input_regathered(job) else [])]
 
 
 def pipeline_message_bytes(job: Plannable) -> int:

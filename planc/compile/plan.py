@@ -359,8 +359,10 @@ def quantized_record(plan: Plan) -> dict[str, object]:
         "bf16_layers": q.bf16_layers,
     }
     if q.tp_gather_fp8:
-        # only when true, so other plans keep their bytes
+        # only when true, so other plans keep their bytes; the activations' scale block, whose
+        # scales the gathers move with the data (0: one per tensor, not moved)
         record["tp_gather"] = True
+        record["scale_block"] = q.scale_block
     return {"quantized": record}
 
 

@@ -62,6 +62,7 @@ from planc.comm.schedule import (
     ring_rails,
     routing_map_gather,
     sharding_stage,
+    sp_gather_bytes,
     sp_input_regathered,
     token_count_bytes,
     tp_gather_bytes,
@@ -221,6 +222,26 @@ def quantized_layers(job: Plannable, eff: Efficiency) -> QuantizedCompute | None
         return None
     share = 1.0 / job.m if q.cached_weights else 1.0
     return quantized_passes(layer_shape(job), expert_shape(job), device_of(job), eff, low, q, share)
+
+
+def tp_layer_mix(
+    job: Plannable, stage: int, split: Sequence[int], routed: Sequence[int]
+) -> tuple[tuple[int, int, int, int], ...]:
+    """Per chunk of `stage` (`split` layers, `routed` of them MoE layers): its dense and MoE
+    layers whose SP all-gathers move what the recipe gathers, then its dense and MoE layers kept
+    in BF16 whose gathers stay 16-bit (`planc.comm.schedule.kept_share`; none unless the recipe
+    gathers quantized and keeps layers in BF16)."""
+    q = job.numerics.quantized
+    kept_layers = q.bf16_layers if q is not None and q.tp_gather_fp8 else 0
+    moe = job.model.moe
+    mixes = []
+    for (a, b), n, e in zip(job.layout.chunks[stage], split, routed, strict=True):
+        kd = ke = 0
+        for lo, hi in bf16_ranges(a, b, kept_layers, job.model.L):
+            k_moe = 0 if moe is None else moe.moe_layers_between(lo, hi)
+            kd, ke = kd + hi - lo - k_moe, ke + k_moe
+        mixes.append((n - e - kd, e - ke, kd, ke))
+    return tuple(mixes)
 
 
 def quantized_compute(
@@ -637,9 +658,10 @@ def tp_link(ops: Sequence[CommOp], stage: int) -> str | None:
 
 
 def tp_per_layer_on(
-    job: Plannable, eff: Efficiency, link: str | None, moe_layer: bool = False
+    job: Plannable, eff: Efficiency, link: str | None, moe_layer: bool = False, bf16: bool = False
 ) -> TpPerLayer:
-    """`tp_per_layer` of a stage whose TP ops run on `link` (None: it runs none)."""
+    """`tp_per_layer` of a stage whose TP ops run on `link` (None: it runs none); with `bf16`,
+    of a layer the recipe keeps in BF16, whose SP all-gathers stay 16-bit (`sp_gather_bytes`)."""
     if link is None:
         return TpPerLayer(0.0, 0.0, 0.0, 0.0)
     t = job.layout.t
@@ -649,8 +671,14 @@ def tp_per_layer_on(
 
     shape, device = layer_shape(job), device_of(job)
     hidden = activation_message_bytes(job)
-    gathered = tp_gather_bytes(job)  # an SP gather of h as the recipe moves it
+    gathered = tp_gather_bytes(job, bf16)  # an SP gather of h as the recipe moves it
     latents = [latent_message_bytes(job, width) for _, _, width in latent_parts(job)]
+    # the latents as gathered: the query and key/value latents as the up projections' inputs
+    # (quantized where the recipe gathers so), the RoPE key 16-bit (`sp_gather_bytes`)
+    latent_gathers = [
+        size if symbol == "d_h^R" else sp_gather_bytes(job, width, bf16)
+        for (_, symbol, width), size in zip(latent_parts(job), latents, strict=True)
+    ]
     mlp = _tp_mlp(job, moe_layer)
     attention_columns = mla_up_projections(shape) if latents else (qkv_projection(shape),)
     # Each block: what it gathers at its input, what its input gradient reduces (the same
@@ -659,15 +687,15 @@ def tp_per_layer_on(
     regather = sp_input_regathered(job)
     blocks: list[tuple[list[int], list[int], list[int], tuple[OpCost, ...], OpCost]] = [
         (
-            latents or [gathered],
+            latent_gathers or [gathered],
             latents or [hidden],
-            (latents[:2] or [hidden]) if regather else [],
+            (latent_gathers[:2] or [gathered]) if regather else [],
             attention_columns,
             output_projection(shape),
         )
     ]
     if mlp is not None:
-        again = [hidden] if regather else []
+        again = [gathered] if regather else []
         blocks.append(([gathered], [hidden], again, (mlp_up(mlp),), mlp_down(mlp)))
     pipelined = job.training.tp_overlap_runs and job.layout.sp
     forward = exposed = overlapped = 0.0
@@ -715,7 +743,9 @@ def tp_per_layer_on(
         exposed += dx_exposed
         overlapped += dx_hidden
         by_block.append(forward - before)
-    redo = _tp_redone_s(job, moe_layer, by_block, [call("all_gather", size) for size in latents])
+    redo = _tp_redone_s(
+        job, moe_layer, by_block, [call("all_gather", size) for size in latent_gathers]
+    )
     if job.training.tp_overlap_runs and not job.layout.sp:
         # Without SP Megatron has no userbuffers overlap (validate_args requires SP for
         # --tp-comm-overlap); planc keeps its older reading of overlap_tp: all hidden.
@@ -989,10 +1019,10 @@ def build_inputs(
     # One layer's TP times read a stage only as the tier of its TP ops (`tp_link`), and a MoE
     # layer's differ from a dense one's only in a MoE model (`_tp_mlp`): each distinct one is
     # priced once.
-    tp_times: dict[tuple[str | None, bool], TpPerLayer] = {}
+    tp_times: dict[tuple[str | None, bool, bool], TpPerLayer] = {}
 
-    def tp_of(link: str | None, moe_layer: bool) -> TpPerLayer:
-        at = (link, moe_layer and job.dims.experts is not None)
+    def tp_of(link: str | None, moe_layer: bool, bf16: bool = False) -> TpPerLayer:
+        at = (link, moe_layer and job.dims.experts is not None, bf16)
         found = tp_times.get(at)
         if found is None:
             found = tp_times[at] = tp_per_layer_on(job, eff, *at)
@@ -1007,21 +1037,32 @@ def build_inputs(
         blocking = blocking_p2p(job, one, r)
         times = chunks_of(job, eff, r)
         link = tp_link(mine, r)
-        tp = tp_of(link, False)
-        tp_moe = tp_of(link, True)
+        # per chunk: its (dense, MoE) layers whose SP gathers move the recipe's data, and those
+        # it keeps in BF16 (`tp_layer_mix`), each with its layer's TP times
+        mixes = tp_layer_mix(job, r, split, routed)
+        kept = any(mix[2] or mix[3] for mix in mixes)
+        tp = (
+            tp_of(link, False),
+            tp_of(link, True),
+            tp_of(link, False, kept),
+            tp_of(link, True, kept),
+        )
         times = with_copy_out(job, times, params, device, eff)
         times, offload_wait = with_activation_offload(job, times)
         dp = _dp(job, eff, mine, r, sum(t.forward_s for t in times), params)
-        pairs = tuple(zip(split, routed, strict=True))
         stages.append(
             StageInputs(
                 forward_s=tuple(t.forward_s for t in times),
                 backward_s=tuple(t.backward_s for t in times),
-                tp_forward_s=tuple((n - e) * tp.forward_s + e * tp_moe.forward_s for n, e in pairs),
+                tp_forward_s=tuple(
+                    sum(k * one.forward_s for k, one in zip(mix, tp, strict=True)) for mix in mixes
+                ),
                 tp_backward_s=tuple(
-                    (n - e) * (tp.backward_exposed_s + tp.recompute_s)
-                    + e * (tp_moe.backward_exposed_s + tp_moe.recompute_s)
-                    for n, e in pairs
+                    sum(
+                        k * (one.backward_exposed_s + one.recompute_s)
+                        for k, one in zip(mix, tp, strict=True)
+                    )
+                    for mix in mixes
                 ),
                 dp_buckets_s=dp.buckets,
                 after_step_s=dp.after_step + offload_transfer_s(job, params),
@@ -1032,8 +1073,9 @@ def build_inputs(
                     optimizer_bytes(job),
                 ),
                 tp_overlapped_s=sum(
-                    (n - e) * tp.backward_overlapped_s + e * tp_moe.backward_overlapped_s
-                    for n, e in pairs
+                    k * one.backward_overlapped_s
+                    for mix in mixes
+                    for k, one in zip(mix, tp, strict=True)
                 ),
                 cp_exposed_s=cp_exposed_per_microbatch(job, eff, mine, r, layers),
                 dp_overlapped_s=dp.overlapped / m,

@@ -39,7 +39,7 @@ class RecipeTable:
     reads: int  # high-precision reads per quantization
     saved_input: bool  # linear inputs saved quantized
     gather_fp8: tuple[str, ...]  # frameworks whose parameter all-gather moves FP8
-    tp_gather_fp8: tuple[str, ...]  # frameworks whose SP all-gathers of h move FP8
+    tp_gather_fp8: tuple[str, ...]  # frameworks whose SP all-gathers move quantized data
     norm_fused: bool
     wgrad_high_precision: bool
     amax_reduction: bool

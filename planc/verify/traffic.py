@@ -163,15 +163,21 @@ def _regathers(plan: PlanData) -> bool:
     return bool(plan.sequence_parallel) and plan.training.get("framework") != "fsdp2"
 
 
-def _sp_gathered(plan: PlanData) -> int:
-    """One SP all-gather of the hidden state: at data_bits per element where the recipe gathers
-    it quantized (quantized.tp_gather), else the activations' bytes."""
-    q = plan.training.get("quantized")
+def _sp_gathered(plan: PlanData, width: int | None = None) -> int:
+    """One SP all-gather of a width-w tensor (h when None) that a linear receives: where the
+    recipe gathers quantized (quantized.tp_gather) data_bits per element plus one scale of
+    scale_bytes per scale_block elements (none for a per-tensor scale), else the activations'
+    bytes."""
+    tr = plan.training
+    w = int(plan.model["hidden"]) if width is None else width
+    tokens = cdiv(int(tr["seq_len"]), plan.degrees["cp"])
+    elements = int(tr["micro_batch"]) * tokens * w
+    q = tr.get("quantized")
     if q is None or not q.get("tp_gather"):
-        return _hidden(plan)
-    tokens = cdiv(int(plan.training["seq_len"]), plan.degrees["cp"])
-    elements = int(plan.training["micro_batch"]) * tokens * int(plan.model["hidden"])
-    return cdiv(elements * int(q["data_bits"]), 8)
+        return elements * int(tr["activation_bytes"])
+    block = int(q.get("scale_block", 0))
+    scales = cdiv(elements, block) * int(q["scale_bytes"]) if block else 0
+    return cdiv(elements * int(q["data_bits"]), 8) + scales
 
 
 def _stage_moe_layers(plan: PlanData, stage: int) -> int:
@@ -186,40 +192,65 @@ def _tp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
     if t == 1:
         return []
     size = _hidden(plan)
-    # Two collectives per layer in forward (after attention and after the MLP), mirrored in
-    # backward; full recompute runs the forward's again inside backward. A MoE layer without
-    # shared experts has none around its MLP (the experts' exchange replaces them).
-    moe = plan.model.get("moe")
-    routed = _stage_moe_layers(plan, stage) if moe is not None else 0
-    bare = routed if moe is not None and not moe["shared_experts"] else 0
-    mla = plan.model.get("mla")
-    attention = 0 if mla is None else layers  # latent attention's blocks, counted below
-    forward = (2 * layers - bare - attention) * m
-    full = plan.training["recompute"] == "full"
-    # Selective recompute of a module with collectives inside runs them again: a dense layer's
-    # MLP (mlp), a MoE layer's shared experts (shared_experts, or moe: the whole block).
-    modules = _recomputed(plan)
-    shared = routed - bare
-    mlps = (layers - routed) * ("mlp" in modules) + shared * bool({"shared_experts", "moe"} & modules)
-    again = forward if full else mlps * m
+    kept = _kept_in_bf16(plan, stage)
+    whole = _tp_blocks(plan, layers, _stage_moe_layers(plan, stage), m)
     if plan.sequence_parallel:
-        # All-gather before and reduce-scatter after each block, forward and backward.
-        ops = [
-            ExpectedOp(stage, "tp", "all_gather", None, t, 2 * forward + again, _sp_gathered(plan)),
-            ExpectedOp(stage, "tp", "reduce_scatter", None, t, 2 * forward + again, size),
-        ]
-        if _regathers(plan):
-            # Megatron's column-parallel linears gather their input again for the weight
-            # gradient (they keep only their shard of it).
-            ops.append(ExpectedOp(stage, "tp", "all_gather", None, t, forward, size))
+        # All-gather before and reduce-scatter after each block, forward and backward; the
+        # layers kept in BF16 gather 16-bit where the others gather quantized.
+        ops = [ExpectedOp(stage, "tp", "reduce_scatter", None, t, 2 * whole[0] + whole[1], size)]
+        bf16 = _tp_blocks(plan, len(kept), _kept_moe_layers(plan, kept), m)
+        for (forward, again), gathered in (
+            ((whole[0] - bf16[0], whole[1] - bf16[1]), _sp_gathered(plan)),
+            (bf16, _hidden(plan)),
+        ):
+            ops.append(ExpectedOp(stage, "tp", "all_gather", None, t, 2 * forward + again, gathered))
+            if _regathers(plan):
+                # Megatron's column-parallel linears gather their input again for the weight
+                # gradient (they keep only their shard of it).
+                ops.append(ExpectedOp(stage, "tp", "all_gather", None, t, forward, gathered))
     else:
+        forward, again = whole
         ops = [
             ExpectedOp(stage, "tp", "all_reduce", None, t, forward, size),
             ExpectedOp(stage, "tp", "all_reduce", None, t, forward + again, size),
         ]
-    if mla is not None:
-        ops += _latent_tp(plan, stage, layers * m, full, "mla_up_proj" in modules)
+    if plan.model.get("mla") is not None:
+        modules = _recomputed(plan)
+        full = plan.training["recompute"] == "full"
+        ops += _latent_tp(plan, stage, (layers - len(kept)) * m, len(kept) * m, full, "mla_up_proj" in modules)
     return [op for op in ops if op.calls]
+
+
+def _tp_blocks(plan: PlanData, layers: int, routed: int, m: int) -> tuple[int, int]:
+    """(blocks, blocks run again in backward) of `layers` layers, `routed` of them MoE layers,
+    over m micro-batches: two per layer (after attention and after the MLP), none around a MoE
+    layer's MLP without shared experts (the experts' exchange replaces it), latent attention's
+    counted apart (`_latent_tp`); full recompute runs the forward's again, selective recompute
+    a module with collectives inside: a dense layer's MLP (mlp), a MoE layer's shared experts
+    (shared_experts, or moe: the whole block)."""
+    moe = plan.model.get("moe")
+    bare = routed if moe is not None and not moe["shared_experts"] else 0
+    attention = 0 if plan.model.get("mla") is None else layers
+    forward = (2 * layers - bare - attention) * m
+    modules = _recomputed(plan)
+    shared = routed - bare
+    mlps = (layers - routed) * ("mlp" in modules) + shared * bool({"shared_experts", "moe"} & modules)
+    again = forward if plan.training["recompute"] == "full" else mlps * m
+    return forward, again
+
+
+def _kept_in_bf16(plan: PlanData, stage: int) -> list[int]:
+    """The layers of `stage` the recipe keeps in BF16 where its SP all-gathers move quantized
+    data (quantized.tp_gather): their gathers stay 16-bit. None otherwise."""
+    q = plan.training.get("quantized")
+    if q is None or not q.get("tp_gather"):
+        return []
+    return [i for a, b in plan.stage_layers[stage] for i in _bf16_layers(plan, a, b)]
+
+
+def _kept_moe_layers(plan: PlanData, kept: list[int]) -> int:
+    moe = plan.model.get("moe")
+    return 0 if moe is None else sum(_moe_layers(moe, i, i + 1) for i in kept)
 
 
 def _recomputed(plan: PlanData) -> set[str]:
@@ -231,13 +262,14 @@ def _recomputed(plan: PlanData) -> set[str]:
 
 
 def _latent_tp(
-    plan: PlanData, stage: int, per_step: int, full: bool, up: bool
+    plan: PlanData, stage: int, per_step: int, kept_steps: int, full: bool, up: bool
 ) -> list[ExpectedOp]:
-    """Latent attention per layer and micro-batch (`per_step` of them): its input moves the
-    latents, not h (the down projections are duplicated on every TP rank, the up projections
-    column-parallel over the latents; Megatron-Core MLASelfAttention). With SP: all-gather of
-    the query latent (h without one), the key/value latent and the key's RoPE part forward,
-    their reduce-scatter backward; reduce-scatter of h after the output projection, its
+    """Latent attention per layer and micro-batch (`per_step` of them in layers whose gathers
+    move what the recipe gathers, `kept_steps` in layers kept in BF16, which gather 16-bit): its
+    input moves the latents, not h (the down projections are duplicated on every TP rank, the
+    up projections column-parallel over the latents; Megatron-Core MLASelfAttention). With SP:
+    all-gather of the query latent (h without one), the key/value latent and the key's RoPE part
+    forward, their reduce-scatter backward; reduce-scatter of h after the output projection, its
     all-gather backward. Without SP: all-reduce of h forward, of the two latents backward. Full
     recompute runs the forward's again; recomputed up projections (`up`) the two latents'
     all-gathers inside them."""
@@ -245,28 +277,33 @@ def _latent_tp(
     mla = model["mla"]
     token = _hidden(plan) // int(model["hidden"])  # b·(s/c)·β_a
     query = model["hidden"] if mla["q_lora_rank"] is None else mla["q_lora_rank"]
-    again = per_step if full else 0
+    steps = per_step + kept_steps
+    again = steps if full else 0
     hidden = _hidden(plan)
-    if plan.sequence_parallel:
-        ops = [
-            ExpectedOp(stage, "tp", "reduce_scatter", None, t, per_step + again, hidden),
-            ExpectedOp(stage, "tp", "all_gather", None, t, per_step, hidden),
-        ]
-        latents = (query, mla["kv_lora_rank"])
-        for width in (*latents, mla["qk_rope_head_dim"]):
-            redo = again or (per_step if up and width in latents else 0)
-            ops.append(
-                ExpectedOp(stage, "tp", "all_gather", None, t, per_step + redo, token * width)
-            )
-            ops.append(ExpectedOp(stage, "tp", "reduce_scatter", None, t, per_step, token * width))
-        if _regathers(plan):
-            # the up projections gather their latents again for their weight gradients
-            for width in latents:
-                ops.append(ExpectedOp(stage, "tp", "all_gather", None, t, per_step, token * width))
+    if not plan.sequence_parallel:
+        ops = [ExpectedOp(stage, "tp", "all_reduce", None, t, steps + again, hidden)]
+        for width in (query, mla["kv_lora_rank"]):
+            ops.append(ExpectedOp(stage, "tp", "all_reduce", None, t, steps, token * width))
         return ops
-    ops = [ExpectedOp(stage, "tp", "all_reduce", None, t, per_step + again, hidden)]
+    rope = mla["qk_rope_head_dim"]
+    ops = [
+        ExpectedOp(stage, "tp", "reduce_scatter", None, t, steps + again, hidden),
+        ExpectedOp(stage, "tp", "all_gather", None, t, steps + again, token * rope),
+        ExpectedOp(stage, "tp", "reduce_scatter", None, t, steps, token * rope),
+    ]
     for width in (query, mla["kv_lora_rank"]):
-        ops.append(ExpectedOp(stage, "tp", "all_reduce", None, t, per_step, token * width))
+        ops.append(ExpectedOp(stage, "tp", "reduce_scatter", None, t, steps, token * width))
+    # the up projections' inputs as the recipe gathers them (16-bit in the layers kept in BF16),
+    # and the output projection's gradient
+    for n, kept in ((per_step, False), (kept_steps, True)):
+        ops.append(ExpectedOp(stage, "tp", "all_gather", None, t, n, hidden if kept else _sp_gathered(plan)))
+        for width in (query, mla["kv_lora_rank"]):
+            gathered = token * width if kept else _sp_gathered(plan, width)
+            redo = n if full or up else 0
+            ops.append(ExpectedOp(stage, "tp", "all_gather", None, t, n + redo, gathered))
+            if _regathers(plan):
+                # the up projections gather their latents again for their weight gradients
+                ops.append(ExpectedOp(stage, "tp", "all_gather", None, t, n, gathered))
     return ops
 
 
