@@ -8,7 +8,8 @@ query/key channels per head, k_v the value channels, β_a bytes per activation e
 
 - p2p: ring attention (Liu et al. 2023; Megatron-Core/TE `AttnFuncWithCPAndKVP2P`): c − 1 ring
   steps per layer, each passing one K/V block of b·(s/c)·(g/t)·(k + k_v)·β_a to the next rank,
-  forward once and backward twice (K/V and dK/dV); each step runs beside the attention core of
+  forward once (again where the attention core is recomputed: `ring_passes`) and backward
+  twice (K/V and dK/dV); each step runs beside the attention core of
   the block it holds, so only what exceeds the core is exposed.
 - allgather: TE `AttnFuncWithCPAndKVAllGather` (Megatron `--cp-comm-type all_gather`): the K/V of
   every rank all-gathered before the attention core, forward and again in backward, and dK/dV
@@ -70,17 +71,29 @@ def a2a_sub_group(c: int, t: int, nvlink_span: int, n_t: int, g_t: int) -> int:
     return best
 
 
+def ring_passes(redone: bool) -> int:
+    """Ring exchanges per step and layer, in units of one pass's c − 1 steps: the forward's
+    (K/V), the backward's two (K/V and dK/dV), and the forward's again where the attention core
+    is recomputed (`redone`)."""
+    return 4 if redone else 3
+
+
 def exposed_per_layer(
-    ring_s: float, blocking_s: float, core_forward_s: float, core_backward_s: float
+    ring_s: float,
+    blocking_s: float,
+    core_forward_s: float,
+    core_backward_s: float,
+    redone: bool = False,
 ) -> float:
     """Seconds of one layer's context-parallel exchange left exposed, forward and backward.
 
-    The ring's steps (`ring_s`: p2p, and a2a+p2p's outer ring) run beside the attention core,
-    forward one exchange of K/V per step and backward two (K/V and dK/dV): max(0, ring/3 −
-    core_f) + max(0, 2·ring/3 − core_b). The all-to-alls and the all-gather (`blocking_s`) sit
-    between the projections and the core and are exposed whole (Jacobs et al. 2023 §3; TE
-    AttnFuncWithCPAndKVAllGather waits for the gather before the core).
+    The ring's steps (`ring_s`: p2p, and a2a+p2p's outer ring; `ring_passes` passes of them)
+    run beside the attention core, forward one exchange of K/V per step and backward two (K/V
+    and dK/dV): with r = ring/passes, max(0, r − core_f) per forward (twice where the core is
+    recomputed, `redone`) + max(0, 2r − core_b). The all-to-alls and the all-gather
+    (`blocking_s`) sit between the projections and the core and are exposed whole (Jacobs et
+    al. 2023 §3; TE AttnFuncWithCPAndKVAllGather waits for the gather before the core).
     """
-    forward, backward = ring_s / 3, 2 * ring_s / 3
-    hidden = max(0.0, forward - core_forward_s) + max(0.0, backward - core_backward_s)
-    return hidden + blocking_s
+    one = ring_s / ring_passes(redone)
+    forward = max(0.0, one - core_forward_s) * (2 if redone else 1)
+    return forward + max(0.0, 2 * one - core_backward_s) + blocking_s

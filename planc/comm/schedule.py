@@ -1447,15 +1447,32 @@ def _edp_ops(job: Plannable, stage: int, params: int, quantized: int = 0) -> lis
     return ops
 
 
+def cp_core_redone(job: Plannable) -> bool:
+    """Whether the context-parallel exchange of the attention's forward runs again inside
+    backward: it lives inside the attention core (Transformer Engine's
+    `attn_forward_func_with_cp`, under Megatron's core-attention checkpoint; torch's ring
+    attention inside SDPA), so whatever recomputes the core repeats it: full recompute, or
+    selective recompute of core_attn under Megatron's layers (megatron, deepspeed). torchtitan's
+    selective policies save the attention's outputs and run it once."""
+    tr = job.training
+    if tr.recompute == "full":
+        return True
+    return tr.framework != "fsdp2" and "core_attn" in tr.recompute_modules
+
+
 def _cp_ops(job: Plannable, stage: int, layers: int) -> list[CommOp]:
     """The context-parallel exchange of `stage` by parallelism.cp_comm_type (planc.comm.context
-    has each type's terms and sources)."""
+    has each type's terms and sources); a recomputed attention core exchanges its forward's
+    again (`cp_core_redone`)."""
     lay, m = job.layout, job.m
     if lay.c == 1:
         return []
     dims, beta = job.dims, activation_bytes(job)
     link = link_class(job, (Axis.CP,))
     kind = lay.cp_comm
+    redo = cp_core_redone(job)
+    again = " (+1 forward again where the attention core is recomputed)" if redo else ""
+    forwards = (2 if redo else 1) * layers * m  # the forward's exchanges per step
     if kind == "p2p":
         return [_ring_op(job, stage, layers, lay.c, link)]
     if kind == "allgather":
@@ -1463,20 +1480,38 @@ def _cp_ops(job: Plannable, stage: int, layers: int) -> list[CommOp]:
         make = op_maker(stage, GroupKind.CP, lay.c, link)
         what = "c·b·(s/c)·(g/t)·(k + k_v): every rank's K and V"
         return [
-            make(Collective.ALL_GATHER, "CP K/V all-gather (forward, and again in backward)",
-                 2 * layers * m, gathered, what + ", twice per layer per micro-batch"),
-            make(Collective.REDUCE_SCATTER, "CP dK/dV reduce-scatter (backward)",
-                 layers * m, gathered, what + "' gradients, once per layer per micro-batch"),
+            make(
+                Collective.ALL_GATHER,
+                "CP K/V all-gather (forward, and again in backward)",
+                forwards + layers * m,
+                gathered,
+                what + ", twice per layer per micro-batch" + again,
+            ),
+            make(
+                Collective.REDUCE_SCATTER,
+                "CP dK/dV reduce-scatter (backward)",
+                layers * m,
+                gathered,
+                what + "' gradients, once per layer per micro-batch",
+            ),
         ]
     inner = lay.c if kind == "a2a" else cp_a2a_size(job)
     make = op_maker(stage, GroupKind.CP, inner, link if kind == "a2a" else _a2a_link(job, inner))
     ops = [
-        make(Collective.ALL_TO_ALL, "CP Ulysses q/k/v all-to-all (forward, dq/dk/dv backward)",
-             2 * layers * m, context.qkv_a2a_bytes(dims, beta),
-             "b·(s/c)·(n/t·k + g/t·(k + k_v)) per layer, forward and backward"),
-        make(Collective.ALL_TO_ALL, "CP Ulysses output all-to-all (forward, its gradient backward)",
-             2 * layers * m, context.output_a2a_bytes(dims, beta),
-             "b·(s/c)·(n/t)·k_v per layer, forward and backward"),
+        make(
+            Collective.ALL_TO_ALL,
+            "CP Ulysses q/k/v all-to-all (forward, dq/dk/dv backward)",
+            forwards + layers * m,
+            context.qkv_a2a_bytes(dims, beta),
+            "b·(s/c)·(n/t·k + g/t·(k + k_v)) per layer, forward and backward" + again,
+        ),
+        make(
+            Collective.ALL_TO_ALL,
+            "CP Ulysses output all-to-all (forward, its gradient backward)",
+            forwards + layers * m,
+            context.output_a2a_bytes(dims, beta),
+            "b·(s/c)·(n/t)·k_v per layer, forward and backward" + again,
+        ),
     ]
     if kind == "a2a+p2p":
         ops.append(_ring_op(job, stage, layers, lay.c // inner, link))
@@ -1506,16 +1541,19 @@ def _ring_op(job: Plannable, stage: int, layers: int, ring: int, link: str) -> C
     # and V of v_head_dim channels for each of the n heads (Megatron-Core MLA runs the ring
     # over the expanded heads).
     size = context.kv_block_bytes(dims, activation_bytes(job))
+    passes = context.ring_passes(cp_core_redone(job))
     return CommOp(
         stage=stage,
         group=GroupKind.CP,
         op=Collective.SEND_RECV,
         phase="CP ring-attention K/V exchange (forward, and K/V + dK/dV backward)",
         group_size=ring,
-        calls=3 * context.ring_steps_per_layer(ring) * layers * job.m,
+        calls=passes * context.ring_steps_per_layer(ring) * layers * job.m,
         buffer_bytes=size,
         link=link,
-        formula="(c−1) ring steps per layer per micro-batch forward, 2× backward; K and V of b·(s/c)·(g/t)·k each (k + v_head_dim under latent attention)",
+        formula="(c−1) ring steps per layer per micro-batch forward (again where the attention "
+        "core is recomputed), 2× backward; K and V of b·(s/c)·(g/t)·k each (k + v_head_dim "
+        "under latent attention)",
     )
 
 

@@ -44,6 +44,7 @@ from planc.comm.schedule import (
     activation_message_bytes,
     allgather_probs_bytes,
     allgather_rows_bytes,
+    cp_core_redone,
     dispatch_bytes,
     dispatch_group,
     exchange_ops,
@@ -807,6 +808,8 @@ def cp_exposed_per_microbatch(
     pass only what exceeds the core's time is exposed: forward one exchange of K and V per step,
     backward two (K, V, and their gradients). The all-to-alls (cp_comm_type a2a, a2a+p2p) and
     the K/V all-gather (allgather) are exposed whole (`planc.comm.context.exposed_per_layer`).
+    Where the attention core is recomputed (`cp_core_redone`) its forward exchanges again, the
+    ring's steps beside the recomputed core.
     """
     cp = [op for op in ops if op.stage == stage and op.group == "cp" and op.calls]
     if not cp or layers == 0:
@@ -819,7 +822,7 @@ def cp_exposed_per_microbatch(
         op.calls * call_time_s(job, eff, op) for op in cp if op.op is not Collective.SEND_RECV
     )
     exposed = exposed_per_layer(
-        ring / per_layer, blocking / per_layer, core.forward_s, core.backward_s
+        ring / per_layer, blocking / per_layer, core.forward_s, core.backward_s, cp_core_redone(job)
     )
     return layers * exposed
 

@@ -672,12 +672,13 @@ UNREAD_BY_CALLS = frozenset(
 # sends move activations: what a micro-batch holds (the micro-batch, sequence parallelism) and
 # how often (m, and under full recompute the forward's again, but not for the sends), never
 # where ZeRO puts the state or the context-parallel type. The context-parallel exchange reads
-# its type and m, not recompute. The data-parallel kinds move parameters and gradients: ZeRO,
+# its type, m and recompute (a recomputed attention core exchanges its forward's again). The
+# data-parallel kinds move parameters and gradients: ZeRO,
 # the shard group and m (ZeRO-2/3 every micro-batch), never recompute, sequence parallelism or
 # the context-parallel type. The tied embedding's all-reduce moves its gradient once a step.
 # A kind not named here shares nothing.
 UNREAD_BY_TP_OPS = frozenset({"zero_stage", "data_shard", "offload", "cp_comm_type"})
-UNREAD_BY_CP_OPS = frozenset({"zero_stage", "data_shard", "offload", "recompute"})
+UNREAD_BY_CP_OPS = frozenset({"zero_stage", "data_shard", "offload"})
 UNREAD_BY_PP_OPS = UNREAD_BY_TP_OPS | {"recompute"}
 UNREAD_BY_DP_OPS = frozenset({"recompute", "sequence_parallel", "cp_comm_type", "offload"})
 UNREAD_BY_EMBEDDING_OPS = UNREAD_BY_PP_OPS | {"micro_batch", "sequence_parallel"}

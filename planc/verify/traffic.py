@@ -339,11 +339,20 @@ def _pp(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
     ]
 
 
+def _core_redone(plan: PlanData) -> bool:
+    """Whether the attention core, the context-parallel exchange inside it, runs its forward
+    again in backward: full recompute, or selective recompute of core_attn under Megatron's
+    layers (not torchtitan's, whose selective policies save the attention's outputs)."""
+    if plan.training["recompute"] == "full":
+        return True
+    return plan.training.get("framework") != "fsdp2" and "core_attn" in _recomputed(plan)
+
+
 def _cp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
     """The context-parallel exchange by layout.cp_comm_type, from the attention's shapes: the
     ring's K/V blocks (p2p), the whole K/V gathered and its gradient reduce-scattered
     (allgather), Ulysses' q/k/v and output all-to-alls (a2a), or those over the inner group
-    with a ring across (a2a+p2p)."""
+    with a ring across (a2a+p2p); a recomputed attention core exchanges its forward's again."""
     c = plan.degrees["cp"]
     if c == 1:
         return []
@@ -357,38 +366,32 @@ def _cp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
     # K and V of a rank's tokens: k and k_v channels per kv head.
     block = b * tokens * kv * (k + k_v) * beta
     kind = plan.cp_comm_type
+    passes = 3 if _core_redone(plan) else 2  # forward's exchanges (once more if recomputed) + 1
     if kind == "p2p":
         # Ring attention: c − 1 K/V steps per layer forward; backward passes K/V and dK/dV.
-        return [ExpectedOp(stage, "cp", "send_recv", None, c, 3 * (c - 1) * layers * m, block)]
+        calls = (passes + 1) * (c - 1) * layers * m
+        return [ExpectedOp(stage, "cp", "send_recv", None, c, calls, block)]
     if kind == "allgather":
         # Every rank's K/V gathered forward and again in backward; dK/dV reduce-scattered.
         return [
-            ExpectedOp(stage, "cp", "all_gather", None, c, 2 * layers * m, c * block),
+            ExpectedOp(stage, "cp", "all_gather", None, c, passes * layers * m, c * block),
             ExpectedOp(stage, "cp", "reduce_scatter", None, c, layers * m, c * block),
         ]
     heads = cdiv(mod["heads"], t)
     inner = c if kind == "a2a" else plan.cp_a2a_size
     # Ulysses: q, k, v to whole sequences of heads / inner heads and the output back, each
     # forward and as its gradient backward.
+    qkv = b * tokens * (heads * k + kv * (k + k_v)) * beta
     ops = [
+        ExpectedOp(stage, "cp", "all_to_all", None, inner, passes * layers * m, qkv),
         ExpectedOp(
-            stage,
-            "cp",
-            "all_to_all",
-            None,
-            inner,
-            2 * layers * m,
-            b * tokens * (heads * k + kv * (k + k_v)) * beta,
-        ),
-        ExpectedOp(
-            stage, "cp", "all_to_all", None, inner, 2 * layers * m, b * tokens * heads * k_v * beta
+            stage, "cp", "all_to_all", None, inner, passes * layers * m, b * tokens * heads * k_v * beta
         ),
     ]
     ring = c // inner
     if kind == "a2a+p2p" and ring > 1:
-        ops.append(
-            ExpectedOp(stage, "cp", "send_recv", None, ring, 3 * (ring - 1) * layers * m, block)
-        )
+        calls = (passes + 1) * (ring - 1) * layers * m
+        ops.append(ExpectedOp(stage, "cp", "send_recv", None, ring, calls, block))
     return ops
 
 
