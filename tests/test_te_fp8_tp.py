@@ -132,7 +132,10 @@ def test_the_step_prices_the_quantized_gathers() -> None:
 
     saved = 6 * (gather(2 * ROWS) - gather(ROWS))
     assert saved > 0.0
-    assert tp_total_s(megatron) + saved == pytest.approx(tp_total_s(deepspeed), rel=1e-12)
+    # current scaling all-reduces each quantized tensor's amax first: four a layer (each
+    # block's input and its output's gradient), DeepSpeed's 16-bit gathers none
+    amax = 4 * comm_time_s(megatron, eff, "all_reduce", 4, 4, link)
+    assert tp_total_s(megatron) + saved - amax == pytest.approx(tp_total_s(deepspeed), rel=1e-12)
 
 
 def test_verify_recounts_te_gathers_and_their_scales() -> None:
@@ -168,3 +171,40 @@ def test_the_step_prices_the_kept_layers_gathers_16_bit() -> None:
     assert stages[0].tp_forward_s[0] == pytest.approx(fp8.forward_s + bf16.forward_s, rel=1e-12)
     assert stages[0].tp_forward_s[1] == pytest.approx(2 * fp8.forward_s, rel=1e-12)
     assert stages[3].tp_forward_s[0] == pytest.approx(2 * fp8.forward_s, rel=1e-12)
+
+
+def amax_calls(job: Plannable) -> int:
+    return sum(
+        op.calls
+        for op in analyse(job).ops
+        if op.group == "tp" and op.stage == 0 and str(op.op) == "all_reduce" and op.buffer_bytes == 4
+    )
+
+
+@pytest.mark.parametrize(
+    ("recipe", "base", "reduced"),
+    [
+        # a per-tensor scale computed from the sequence-sharded tensor itself needs every
+        # shard's amax (TE's with_amax_reduction over the TP group)
+        ("current", H100, True),
+        ("nvfp4", B200, True),
+        # delayed scaling takes its scale from the amax history; block scales are local
+        ("delayed", H100, False),
+        ("blockwise", H100, False),
+        ("mxfp8", B200, False),
+    ],
+)
+def test_per_tensor_scales_all_reduce_their_amax(recipe: str, base: str, reduced: bool) -> None:
+    job = job_of(overlay(recipe), base)
+    # one before each block's input gather and each output-gradient gather, not the re-gather
+    # (it gathers the saved quantized input): two of the three gathers a block
+    quantized_gathers = gathers(job)[min(gathers(job))]
+    assert amax_calls(job) == (2 * quantized_gathers // 3 if reduced else 0)
+    if reduced:
+        text = plan_json(compiled(job))
+        assert verify_text(text).ok
+        broken = json.loads(text)
+        del broken["training"]["quantized"]["tp_amax"]
+        failed = verify_text(json.dumps(broken))
+        assert not failed.ok
+        assert "tp all_reduce" in render(failed)

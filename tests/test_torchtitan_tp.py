@@ -119,8 +119,13 @@ def test_float8_tp_gathers_the_hidden_state_in_one_byte() -> None:
     # b·s·h of llama3-8b at b = 1, s = 8192, h = 4096 (SP gathers the whole sequence's rows).
     rows = 1 * 8192 * 4096
     # torchao's tensorwise Float8 TP casts a block's input (e4m3) and its output's gradient
-    # (e5m2) before the all-gather; the reduce-scatters stay bf16.
-    assert sp_bytes("tensorwise") == {"all_gather": rows, "reduce_scatter": 2 * rows}
+    # (e5m2) before the all-gather; the reduce-scatters stay bf16. The cast's scale is the amax
+    # of the sequence-sharded DTensor: one fp32 all-reduced over the TP group first.
+    assert sp_bytes("tensorwise") == {
+        "all_gather": rows,
+        "reduce_scatter": 2 * rows,
+        "all_reduce": 4,
+    }
     # Rowwise scaling has no Float8 TP in torchtitan: bf16 both ways, as without FP8.
     assert sp_bytes("rowwise") == {"all_gather": 2 * rows, "reduce_scatter": 2 * rows}
     assert sp_bytes(None) == sp_bytes("rowwise")

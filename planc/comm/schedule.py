@@ -384,6 +384,35 @@ def gathered_format(job: Plannable, bf16: bool = False) -> str:
     return ", layers kept in BF16" if bf16 else f", in fp{q.data_bits}"
 
 
+AMAX_BYTES = 4  # one fp32 amax
+
+
+def sp_amax_reduced(job: Plannable) -> bool:
+    """Whether each quantized SP all-gather first all-reduces its tensor's amax over the TP
+    group: a per-tensor scale computed from the tensor itself (two reads, `Quantized.reads`:
+    current scaling, NVFP4's second-level scale, torchao's tensorwise) of a tensor sharded over
+    the TP ranks needs the amax of every shard. Transformer Engine sets `with_amax_reduction`
+    over the TP group on a sequence-parallel column linear's input quantizer and a row linear's
+    output-gradient quantizer (base.py / layernorm_linear.py `_customize_quantizers_float8_
+    current_scaling`, `_customize_quantizers_nvfp4`, TE 2.14.1); torchao's Float8 TP computes
+    the amax of the sharded DTensor, an all-reduce. Delayed scaling takes the scale from its
+    history, block recipes scale locally: neither reduces."""
+    q = job.numerics.quantized
+    return q is not None and q.tp_gather_fp8 and q.reads == 2 and job.layout.sp
+
+
+def amax_op(make: Callable[..., CommOp], calls: int, what: str) -> CommOp:
+    """The TP all-reduces of one fp32 amax before `calls` quantized SP all-gathers of `what`
+    (`sp_amax_reduced`)."""
+    return make(
+        Collective.ALL_REDUCE,
+        f"TP amax all-reduce before each quantized SP all-gather of {what}",
+        calls,
+        AMAX_BYTES,
+        "1 per quantized gather of a per-tensor-scaled input or output gradient, one fp32",
+    )
+
+
 class LayerShare(NamedTuple):
     """Some of a rank's transformer layers: how many, and how many of them have experts."""
 
@@ -579,6 +608,12 @@ def _mla_tp_ops(job: Plannable, stage: int) -> list[CommOp]:
                     f"1 per layer per micro-batch, b·(s/c)·h·{'β_g' if suffix and not bf16 else 'β_a'}",
                 )
             )
+        quantized = layers - kept
+        if sp_amax_reduced(job) and quantized:
+            # the two latents' gathers (again where recomputed) and the output's gradient's
+            redo = quantized * m if full or latents_regathered(job) else 0
+            calls = 3 * quantized * m + 2 * redo
+            ops.append(amax_op(op, calls, "a latent or the output projection's gradient"))
         return ops
     ops.append(
         op(
@@ -683,7 +718,11 @@ def _dense_tp_ops(job: Plannable, stage: int, attention: bool) -> list[CommOp]:
         size,
         "1 forward + 1 backward per block per micro-batch, b·(s/c)·h·β_a before scattering",
     )
-    return [*gathers, scatter, *(regathers if sp_input_regathered(job) else [])]
+    amax = []
+    if sp_amax_reduced(job) and blocks > kept_blocks:
+        fp8_calls = 2 * (blocks - kept_blocks) * m + recompute - kept_recompute
+        amax.append(amax_op(op, fp8_calls, "a block's input or output gradient"))
+    return [*gathers, scatter, *(regathers if sp_input_regathered(job) else []), *amax]
 
 
 def pipeline_message_bytes(job: Plannable) -> int:

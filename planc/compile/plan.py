@@ -25,6 +25,7 @@ from planc.comm.schedule import (
     dispatch_group,
     grad_bytes,
     op_record,
+    sp_amax_reduced,
 )
 from planc.compile.groups import Groups, expert_grid, index_in_group, process_groups
 from planc.compile.ranks import AXES, Placement, Ranks, grid_of, place
@@ -363,6 +364,8 @@ def quantized_record(plan: Plan) -> dict[str, object]:
         # scales the gathers move with the data (0: one per tensor, not moved)
         record["tp_gather"] = True
         record["scale_block"] = q.scale_block
+        if sp_amax_reduced(plan.job):
+            record["tp_amax"] = True  # each quantized gather all-reduces its amax first
     return {"quantized": record}
 
 

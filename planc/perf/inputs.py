@@ -39,6 +39,7 @@ from types import MappingProxyType
 from planc.comm.context import exposed_per_layer
 from planc.comm.cost import ring_steps, wire_bytes
 from planc.comm.schedule import (
+    AMAX_BYTES,
     ROUTING_MAP_BYTES,
     CommOp,
     activation_message_bytes,
@@ -63,6 +64,7 @@ from planc.comm.schedule import (
     ring_rails,
     routing_map_gather,
     sharding_stage,
+    sp_amax_reduced,
     sp_gather_bytes,
     sp_input_regathered,
     token_count_bytes,
@@ -639,7 +641,8 @@ def tp_per_layer(
     (`sp_input_regathered`; exposed beyond it) and the input's gradient reduced while the
     block's column-parallel weight gradient runs (hidden behind it, as Megatron overlaps them;
     `tp_reduction_async`). Latent attention moves its latents at the input instead of h
-    (`latent_parts`).
+    (`latent_parts`). A per-tensor-scaled recipe's quantized gathers each first all-reduce one
+    amax over the TP group (`sp_amax_reduced`), exposed: the quantization waits on it.
 
     With `training.overlap_tp` and SP (Megatron `--tp-comm-overlap`, Transformer Engine's
     userbuffers): the input all-gather is split into t chunks pipelined with the column GEMM
@@ -686,22 +689,26 @@ def tp_per_layer_on(
     # tensors, 16-bit), what its column GEMMs gather again for their weight gradients (not the
     # RoPE key, gathered outside them; `sp_input_regathered`), its column GEMMs and its row GEMM.
     regather = sp_input_regathered(job)
-    blocks: list[tuple[list[int], list[int], list[int], tuple[OpCost, ...], OpCost]] = [
+    # a quantized gather of a per-tensor-scaled input or output gradient first all-reduces its
+    # amax (`sp_amax_reduced`): the block's inputs' (not the RoPE key's) and its gradient's
+    amax = call("all_reduce", AMAX_BYTES) if sp_amax_reduced(job) and not bf16 else 0.0
+    blocks: list[tuple[list[int], list[int], list[int], tuple[OpCost, ...], OpCost, int]] = [
         (
             latent_gathers or [gathered],
             latents or [hidden],
             (latent_gathers[:2] or [gathered]) if regather else [],
             attention_columns,
             output_projection(shape),
+            2 if latents else 1,
         )
     ]
     if mlp is not None:
         again = [gathered] if regather else []
-        blocks.append(([gathered], [hidden], again, (mlp_up(mlp),), mlp_down(mlp)))
+        blocks.append(([gathered], [hidden], again, (mlp_up(mlp),), mlp_down(mlp), 1))
     pipelined = job.training.tp_overlap_runs and job.layout.sp
     forward = exposed = overlapped = 0.0
     by_block: list[float] = []  # each block's forward collectives
-    for inputs, sizes, again_sizes, columns, row in blocks:
+    for inputs, sizes, again_sizes, columns, row, amaxes in blocks:
         before = forward
         wgrad = sum(
             work_time_s(cost, cost.backward_weight, device, eff, True, cost.weight_gemm)
@@ -735,6 +742,9 @@ def tp_per_layer_on(
             else:
                 forward += gather + scatter
                 exposed += grad_gather
+            # before the quantization, so before any gather or its pipelining
+            forward += amaxes * amax
+            exposed += amax
         else:
             forward += call("all_reduce", hidden)
             hide = sum(call("all_reduce", size) for size in sizes)
@@ -744,9 +754,9 @@ def tp_per_layer_on(
         exposed += dx_exposed
         overlapped += dx_hidden
         by_block.append(forward - before)
-    redo = _tp_redone_s(
-        job, moe_layer, by_block, [call("all_gather", size) for size in latent_gathers]
-    )
+    latent_s = [call("all_gather", size) for size in latent_gathers]
+    latent_s[:2] = [seconds + amax for seconds in latent_s[:2]]  # the up projections' inputs
+    redo = _tp_redone_s(job, moe_layer, by_block, latent_s)
     if job.training.tp_overlap_runs and not job.layout.sp:
         # Without SP Megatron has no userbuffers overlap (validate_args requires SP for
         # --tp-comm-overlap); planc keeps its older reading of overlap_tp: all hidden.

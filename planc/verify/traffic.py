@@ -208,6 +208,10 @@ def _tp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
                 # Megatron's column-parallel linears gather their input again for the weight
                 # gradient (they keep only their shard of it).
                 ops.append(ExpectedOp(stage, "tp", "all_gather", None, t, forward, gathered))
+        if _amax_reduced(plan):
+            # an fp32 amax all-reduced before each quantized gather but the re-gather
+            quantized = 2 * (whole[0] - bf16[0]) + whole[1] - bf16[1]
+            ops.append(ExpectedOp(stage, "tp", "all_reduce", None, t, quantized, 4))
     else:
         forward, again = whole
         ops = [
@@ -237,6 +241,13 @@ def _tp_blocks(plan: PlanData, layers: int, routed: int, m: int) -> tuple[int, i
     mlps = (layers - routed) * ("mlp" in modules) + shared * bool({"shared_experts", "moe"} & modules)
     again = forward if plan.training["recompute"] == "full" else mlps * m
     return forward, again
+
+
+def _amax_reduced(plan: PlanData) -> bool:
+    """Whether each quantized SP all-gather first all-reduces one fp32 amax over the TP group
+    (quantized.tp_amax: a per-tensor scale of a sequence-sharded tensor)."""
+    q = plan.training.get("quantized")
+    return bool(plan.sequence_parallel) and q is not None and bool(q.get("tp_amax"))
 
 
 def _kept_in_bf16(plan: PlanData, stage: int) -> list[int]:
@@ -304,6 +315,11 @@ def _latent_tp(
             if _regathers(plan):
                 # the up projections gather their latents again for their weight gradients
                 ops.append(ExpectedOp(stage, "tp", "all_gather", None, t, n, gathered))
+    if _amax_reduced(plan) and per_step:
+        # an fp32 amax before each quantized gather: the two latents' (again where recomputed)
+        # and the output projection's gradient's
+        redo = per_step if full or up else 0
+        ops.append(ExpectedOp(stage, "tp", "all_reduce", None, t, 3 * per_step + 2 * redo, 4))
     return ops
 
 
