@@ -15,6 +15,15 @@ query/key channels per head, k_v the value channels, β_a bytes per activation e
   every rank all-gathered before the attention core, forward and again in backward, and dK/dV
   reduce-scattered in backward; not overlapped. The gathered K/V of one layer, b·s·(g/t)·
   (k + k_v)·β_a, is held while the core runs.
+- torch's ring attention (`framework: fsdp2`, torchtitan's context parallelism:
+  torch.distributed.tensor.experimental context_parallel, `_templated_ring_attention` and its
+  backward): K/V rotated by one all-gather (allgather, torch's default `_AllGatherRotater`),
+  issued before the rank's own causal block and waited on after it, or by c − 1 permutes to the
+  next rank (p2p, torch's `_AllToAllRotater`), each beside a block's attention; forward and
+  again in backward. Backward passes dK/dV in fp32 (`_cp_options.convert_to_f32`) round the
+  ring: c permutes of b·(s/c)·(g/t)·(k + k_v)·4 bytes, each beside the next block's backward
+  and the last waited on after the loop. No reduce-scatter. Load-balanced (head and tail
+  chunks), so each of the c blocks is 1/c of the rank's attention core.
 - a2a: DeepSpeed-Ulysses (Jacobs et al. 2023 §3; TE `AttnFuncWithCPAndQKVOA2A`): q, k and v
   all-to-all'd from a sequence shard of every head to the whole sequence of (n/t)/c heads, and the
   output back; backward the same four in reverse. The all-to-alls sit between the projections
@@ -69,6 +78,43 @@ def a2a_sub_group(c: int, t: int, nvlink_span: int, n_t: int, g_t: int) -> int:
         if c % a == 0 and a * t <= nvlink_span and n_t % a == 0 and g_t % a == 0:
             best = a
     return best
+
+
+FP32_BYTES = 4  # torch's ring accumulates and passes dK/dV in fp32 (convert_to_f32)
+
+
+def fp32_kv_block_bytes(dims: RankDims) -> int:
+    """b·(s/c)·(g/t)·(k + k_v)·4: one rank's dK and dV as torch's ring passes them, bytes
+    (torch `_templated_ring_attention_backward`: grad_key/grad_value accumulated in fp32)."""
+    return kv_block_bytes(dims, FP32_BYTES)
+
+
+def torch_ring_exposed_per_layer(
+    kv_s: float,
+    dkv_s: float,
+    c: int,
+    gathered: bool,
+    core_forward_s: float,
+    core_backward_s: float,
+    redone: bool = False,
+) -> float:
+    """Seconds of one layer's exchange left exposed under torch's ring attention: `kv_s` one
+    K/V all-gather (`gathered`) or one K/V permute, `dkv_s` one fp32 dK/dV permute.
+
+    Each of the c load-balanced blocks is 1/c of the core (f_c = core_f/c, b_c = core_b/c).
+    all-gather: forward max(0, g − f_c), the rank's own block beside it (twice where the core is
+    recomputed); backward max(0, g − b_c) + max(0, (c − 1)·(d − b_c)) + d: the gather beside the
+    first block, each of the first c − 1 dK/dV sends beside a later block, the last exposed.
+    permutes: forward max(0, (c − 1)·(s − f_c)); backward max(0, (c − 1)·(s + d − b_c)) + d."""
+    f_c, b_c = core_forward_s / c, core_backward_s / c
+    steps = c - 1
+    if gathered:
+        forward = max(0.0, kv_s - f_c)
+        backward = max(0.0, kv_s - b_c) + max(0.0, steps * (dkv_s - b_c)) + dkv_s
+    else:
+        forward = max(0.0, steps * (kv_s - f_c))
+        backward = max(0.0, steps * (kv_s + dkv_s - b_c)) + dkv_s
+    return forward * (2 if redone else 1) + backward
 
 
 def ring_passes(redone: bool) -> int:

@@ -1512,6 +1512,8 @@ def _cp_ops(job: Plannable, stage: int, layers: int) -> list[CommOp]:
     redo = cp_core_redone(job)
     again = " (+1 forward again where the attention core is recomputed)" if redo else ""
     forwards = (2 if redo else 1) * layers * m  # the forward's exchanges per step
+    if job.training.framework == "fsdp2":
+        return _torch_ring_ops(job, stage, layers, forwards, again)
     if kind == "p2p":
         return [_ring_op(job, stage, layers, lay.c, link)]
     if kind == "allgather":
@@ -1555,6 +1557,43 @@ def _cp_ops(job: Plannable, stage: int, layers: int) -> list[CommOp]:
     if kind == "a2a+p2p":
         ops.append(_ring_op(job, stage, layers, lay.c // inner, link))
     return ops
+
+
+def _torch_ring_ops(
+    job: Plannable, stage: int, layers: int, forwards: int, again: str
+) -> list[CommOp]:
+    """torch's ring attention under torchtitan (planc.comm.context): K/V all-gathered
+    (allgather) or permuted c − 1 times (p2p) each forward and again in backward, and the fp32
+    dK/dV permuted c times in backward."""
+    lay, m = job.layout, job.m
+    dims, c = job.dims, lay.c
+    make = op_maker(stage, GroupKind.CP, c, link_class(job, (Axis.CP,)))
+    block = context.kv_block_bytes(dims, activation_bytes(job))
+    if lay.cp_comm == "allgather":
+        kv = make(
+            Collective.ALL_GATHER,
+            "CP K/V all-gather, torch's ring attention (forward, and again in backward)",
+            forwards + layers * m,
+            c * block,
+            "c·b·(s/c)·(g/t)·(k + k_v)·β_a, once per layer per micro-batch and pass" + again,
+        )
+    else:
+        kv = make(
+            Collective.SEND_RECV,
+            "CP K/V permute to the next rank, torch's ring attention (forward, and again in "
+            "backward)",
+            (c - 1) * (forwards + layers * m),
+            block,
+            "c − 1 per layer per micro-batch and pass, b·(s/c)·(g/t)·(k + k_v)·β_a" + again,
+        )
+    dkv = make(
+        Collective.SEND_RECV,
+        "CP dK/dV permute to the next rank in fp32, torch's ring attention (backward)",
+        c * layers * m,
+        context.fp32_kv_block_bytes(dims),
+        "c per layer per micro-batch, b·(s/c)·(g/t)·(k + k_v)·4 (fp32 accumulators)",
+    )
+    return [kv, dkv]
 
 
 def cp_a2a_size(job: Plannable) -> int:

@@ -634,6 +634,13 @@ def torchtitan_settings(plan: Plan) -> tuple[dict[str, Any], dict[str, Any], lis
         "pipeline_parallel_microbatch_size": tr.b,
         "context_parallel_degree": lay.c,
     }
+    if lay.c > 1 and lay.cp_comm == "p2p":
+        notes.append(
+            "cp_comm_type p2p: torchtitan 0.3.0 leaves torch's ring attention at its default "
+            "K/V all-gather and has no setting for it; call torch.distributed.tensor."
+            "experimental._attention.set_rotate_method('alltoall') before training for the "
+            "permute ring planc priced"
+        )
     if job.model.moe is not None:
         parallelism["expert_parallel_degree"] = lay.ep
         notes += _torchtitan_expert_notes(plan, dp_shard)

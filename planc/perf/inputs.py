@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
-from planc.comm.context import exposed_per_layer
+from planc.comm.context import exposed_per_layer, torch_ring_exposed_per_layer
 from planc.comm.cost import ring_steps, wire_bytes
 from planc.comm.schedule import (
     AMAX_BYTES,
@@ -819,13 +819,29 @@ def cp_exposed_per_microbatch(
     backward two (K, V, and their gradients). The all-to-alls (cp_comm_type a2a, a2a+p2p) and
     the K/V all-gather (allgather) are exposed whole (`planc.comm.context.exposed_per_layer`).
     Where the attention core is recomputed (`cp_core_redone`) its forward exchanges again, the
-    ring's steps beside the recomputed core.
+    ring's steps beside the recomputed core. torch's ring attention (torchtitan) hides its K/V
+    gather or permutes and its fp32 dK/dV permutes behind the blocks' attention as torch issues
+    them (`planc.comm.context.torch_ring_exposed_per_layer`).
     """
     cp = [op for op in ops if op.stage == stage and op.group == "cp" and op.calls]
     if not cp or layers == 0:
         return 0.0
     shape, device = layer_shape(job), device_of(job)
     core = pass_times(attention_core(shape), device, eff)
+    if job.training.framework == "fsdp2":
+        # torch's ring attention: one K/V op and the fp32 dK/dV permutes (`_torch_ring_ops`)
+        (dkv,) = [op for op in cp if "dK/dV" in op.phase]
+        (kv,) = [op for op in cp if op is not dkv]
+        one = torch_ring_exposed_per_layer(
+            call_time_s(job, eff, kv),
+            call_time_s(job, eff, dkv),
+            job.layout.c,
+            kv.op is Collective.ALL_GATHER,
+            core.forward_s,
+            core.backward_s,
+            cp_core_redone(job),
+        )
+        return layers * one
     per_layer = layers * job.m
     ring = sum(op.calls * call_time_s(job, eff, op) for op in cp if op.op is Collective.SEND_RECV)
     blocking = sum(

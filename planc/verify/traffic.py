@@ -383,6 +383,15 @@ def _cp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
     block = b * tokens * kv * (k + k_v) * beta
     kind = plan.cp_comm_type
     passes = 3 if _core_redone(plan) else 2  # forward's exchanges (once more if recomputed) + 1
+    if tr.get("framework") == "fsdp2":
+        # torch's ring attention: K/V all-gathered (allgather) or permuted c − 1 times (p2p) a
+        # pass; backward permutes the fp32 dK/dV c times (4 bytes per element).
+        fp32 = b * tokens * kv * (k + k_v) * 4
+        if kind == "allgather":
+            first = ExpectedOp(stage, "cp", "all_gather", None, c, passes * layers * m, c * block)
+        else:
+            first = ExpectedOp(stage, "cp", "send_recv", None, c, (c - 1) * passes * layers * m, block)
+        return [first, ExpectedOp(stage, "cp", "send_recv", None, c, c * layers * m, fp32)]
     if kind == "p2p":
         # Ring attention: c − 1 K/V steps per layer forward; backward passes K/V and dK/dV.
         calls = (passes + 1) * (c - 1) * layers * m
