@@ -16,6 +16,7 @@ import pytest
 from planc.analysis import analyse
 from planc.compile.frameworks import torchtitan_settings
 from planc.compile.plan import plan_json
+from planc.memory.activations import exchange_buffers
 from planc.perf.inputs import build_inputs, call_time_s, efficiency_of
 from planc.plannable import Plannable
 from planc.verify import render, verify_text
@@ -107,3 +108,24 @@ def test_the_torchtitan_files_say_how_to_get_the_permute_ring() -> None:
 
     assert "set_rotate_method('alltoall')" in notes("p2p")
     assert "set_rotate_method" not in notes("allgather")
+
+
+def test_the_backward_holds_fp32_gradient_buffers() -> None:
+    # grad_key/grad_value accumulated in fp32, the concatenated copy sent on and the one
+    # received: three fp32 K/V blocks of the rank, beside the gathered K/V (allgather).
+    def buffers(framework: str, kind: str) -> dict[str, int]:
+        plan = job_of(
+            {
+                "parallelism": {"tensor": 1, "context": 4, "cp_comm_type": kind},
+                "training": {"seq_len": 131072, "global_batch": 2, "framework": framework},
+            }
+        )
+        return {term.name: term.bytes for term in exchange_buffers(plan)}
+
+    fp32 = 3 * 2 * BLOCK
+    ring = "ring attention's fp32 dK/dV: accumulator, send and receive (one layer, transient)"
+    gathered = "context-parallel K/V all-gather (one layer, transient)"
+    assert buffers("fsdp2", "allgather") == {gathered: 4 * BLOCK, ring: fp32}
+    assert buffers("fsdp2", "p2p") == {ring: fp32}
+    assert buffers("megatron", "allgather") == {gathered: 4 * BLOCK}
+    assert buffers("megatron", "p2p") == {}

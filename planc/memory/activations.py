@@ -1554,8 +1554,11 @@ def _cp_buffers(job: Plannable, beta: int) -> list[Term]:
     the all-gathered K/V of every rank (allgather), or the q/k/v and output all-to-all
     buffers (a2a, a2a+p2p); p2p's two K/V blocks in flight are not counted, as before."""
     lay, dims = job.layout, job.dims
-    if lay.c == 1 or lay.cp_comm == "p2p":
+    if lay.c == 1:
         return []
+    ring = _torch_ring_buffers(job) if job.training.framework == "fsdp2" else []
+    if lay.cp_comm == "p2p":
+        return ring
     if lay.cp_comm == "allgather":
         return [
             Term(
@@ -1563,8 +1566,10 @@ def _cp_buffers(job: Plannable, beta: int) -> list[Term]:
                 "buffers",
                 context.gathered_kv_bytes(dims, beta, lay.c),
                 "c·b·(s/c)·(g/t)·(k + k_v)·β_a",
-                "Transformer Engine AttnFuncWithCPAndKVAllGather: the whole sequence's K and V",
-            )
+                "Transformer Engine AttnFuncWithCPAndKVAllGather, torch's _AllGatherRotater: "
+                "the whole sequence's K and V",
+            ),
+            *ring,
         ]
     return [
         Term(
@@ -1573,6 +1578,21 @@ def _cp_buffers(job: Plannable, beta: int) -> list[Term]:
             context.qkv_a2a_bytes(dims, beta) + context.output_a2a_bytes(dims, beta),
             "b·(s/c)·(n/t·k + g/t·(k + k_v) + n/t·k_v)·β_a",
             "DeepSpeed-Ulysses (Jacobs et al. 2023 §3): q, k, v and the output re-laid out",
+        )
+    ]
+
+
+def _torch_ring_buffers(job: Plannable) -> list[Term]:
+    """torch's ring attention backward (torchtitan): dK and dV accumulated in fp32, the copy
+    it sends on and the one it receives, each one rank's K/V in fp32."""
+    return [
+        Term(
+            "ring attention's fp32 dK/dV: accumulator, send and receive (one layer, transient)",
+            "buffers",
+            3 * context.fp32_kv_block_bytes(job.dims),
+            "3·b·(s/c)·(g/t)·(k + k_v)·4",
+            "torch _templated_ring_attention_backward: grad_key/grad_value in fp32 "
+            "(convert_to_f32), next_grad_kv = cat(...) sent by permute_tensor, the buffer received",
         )
     ]
 
