@@ -425,19 +425,26 @@ def stage_share(job: Plannable, stage: int) -> LayerShare:
     return LayerShare(job.layout.stage_layers[stage], job.moe_layers(stage))
 
 
-def kept_share(job: Plannable, stage: int) -> LayerShare:
-    """The layers of rank `stage` that the recipe keeps in BF16 (`Quantized.bf16_layers`, the
-    model's first and last) where the SP all-gathers of the others move quantized data: their
-    gathers stay 16-bit (`sp_gather_bytes`). None otherwise."""
+def bf16_share(job: Plannable, a: int, b: int) -> LayerShare:
+    """The layers of [a, b) that the recipe keeps in BF16 (`Quantized.bf16_layers`, the model's
+    first and last; Megatron's --first-last-layers-bf16), and the MoE layers among them."""
     q = job.numerics.quantized
-    if q is None or not q.tp_gather_fp8 or not q.bf16_layers:
-        return LayerShare(0, 0)
     moe, layers, routed = job.model.moe, 0, 0
-    for a, b in job.layout.chunks[stage]:
-        for lo, hi in bf16_ranges(a, b, q.bf16_layers, job.model.L):
-            layers += hi - lo
-            routed += 0 if moe is None else moe.moe_layers_between(lo, hi)
+    for lo, hi in bf16_ranges(a, b, 0 if q is None else q.bf16_layers, job.model.L):
+        layers += hi - lo
+        routed += 0 if moe is None else moe.moe_layers_between(lo, hi)
     return LayerShare(layers, routed)
+
+
+def kept_share(job: Plannable, stage: int) -> LayerShare:
+    """The layers of rank `stage` kept in BF16 (`bf16_share`) where the SP all-gathers of the
+    others move quantized data: their gathers stay 16-bit (`sp_gather_bytes`). None
+    otherwise."""
+    q = job.numerics.quantized
+    if q is None or not q.tp_gather_fp8:
+        return LayerShare(0, 0)
+    shares = [bf16_share(job, a, b) for a, b in job.layout.chunks[stage]]
+    return LayerShare(sum(k.layers for k in shares), sum(k.routed for k in shares))
 
 
 def tp_blocks(job: Plannable, share: LayerShare, attention: bool = True) -> int:

@@ -42,9 +42,11 @@ from planc.comm.schedule import (
     AMAX_BYTES,
     ROUTING_MAP_BYTES,
     CommOp,
+    LayerShare,
     activation_message_bytes,
     allgather_probs_bytes,
     allgather_rows_bytes,
+    bf16_share,
     cp_core_redone,
     dispatch_bytes,
     dispatch_group,
@@ -71,7 +73,7 @@ from planc.comm.schedule import (
     tp_gather_bytes,
 )
 from planc.comm.tiers import railed_ring_gbs, ring_bandwidth_gbs
-from planc.dims import ExpertDims, bf16_ranges, rank_dims
+from planc.dims import ExpertDims, rank_dims
 from planc.perf.compute import (
     ChunkTimes,
     Device,
@@ -235,14 +237,11 @@ def tp_layer_mix(
     in BF16 whose gathers stay 16-bit (`planc.comm.schedule.kept_share`; none unless the recipe
     gathers quantized and keeps layers in BF16)."""
     q = job.numerics.quantized
-    kept_layers = q.bf16_layers if q is not None and q.tp_gather_fp8 else 0
-    moe = job.model.moe
+    gathered = q is not None and q.tp_gather_fp8
     mixes = []
     for (a, b), n, e in zip(job.layout.chunks[stage], split, routed, strict=True):
-        kd = ke = 0
-        for lo, hi in bf16_ranges(a, b, kept_layers, job.model.L):
-            k_moe = 0 if moe is None else moe.moe_layers_between(lo, hi)
-            kd, ke = kd + hi - lo - k_moe, ke + k_moe
+        kept = bf16_share(job, a, b) if gathered else LayerShare(0, 0)
+        kd, ke = kept.layers - kept.routed, kept.routed
         mixes.append((n - e - kd, e - ke, kd, ke))
     return tuple(mixes)
 
@@ -252,18 +251,11 @@ def quantized_compute(
 ) -> QuantizedCompute | None:
     """`layers` (`quantized_layers`) with each chunk of `stage`'s (dense, MoE) layers kept in
     BF16."""
-    q = job.numerics.quantized
-    if q is None or layers is None:
+    if job.numerics.quantized is None or layers is None:
         return None
-    moe = job.model.moe
-    kept = []
-    for a, b in job.layout.chunks[stage]:
-        dense = routed = 0
-        for lo, hi in bf16_ranges(a, b, q.bf16_layers, job.model.L):
-            e = 0 if moe is None else moe.moe_layers_between(lo, hi)
-            dense, routed = dense + hi - lo - e, routed + e
-        kept.append((dense, routed))
-    return replace(layers, bf16_layers=tuple(kept))
+    shares = [bf16_share(job, a, b) for a, b in job.layout.chunks[stage]]
+    kept = tuple((k.layers - k.routed, k.routed) for k in shares)
+    return replace(layers, bf16_layers=kept)
 
 
 def gemm_peak_tflops(job: Plannable) -> float:
