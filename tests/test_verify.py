@@ -188,8 +188,9 @@ def test_cli_verifies_a_spec() -> None:
 
 @st.composite
 def layouts(draw: st.DrawFn) -> dict[str, Any]:
-    """Small specs over the layout space: degrees, orders, ZeRO, SP, CP, virtual and uneven
-    stages, tied embeddings, recompute and precision."""
+    """Small specs over the layout space: degrees, orders, ZeRO, SP, CP and its type, virtual
+    and uneven stages, tied embeddings, recompute and the number format (FP8 recipes with their
+    quantized SP gathers and layers kept in BF16 included)."""
     per_node = draw(st.sampled_from([4, 8]))
     nodes = draw(st.sampled_from([1, 2, 4]))
     t, p, c = (draw(st.sampled_from([1, 2, 4])) for _ in range(3))
@@ -217,6 +218,31 @@ def layouts(draw: st.DrawFn) -> dict[str, Any]:
         parallelism["stage_layers"] = [
             8 + (1 if i == 0 else -1 if i == p - 1 else 0) for i in range(p)
         ]
+    framework = draw(st.sampled_from(["megatron", "deepspeed", "fsdp2"]))
+    if c > 1:
+        parallelism["cp_comm_type"] = draw(st.sampled_from(["p2p", "allgather"]))
+    training: dict[str, Any] = {
+        "seq_len": 64 * c,
+        "micro_batch": b,
+        "global_batch": b * d * m,
+        "recompute": draw(
+            st.sampled_from(
+                ["none", "selective", "full"] + (["selective-op"] if framework == "fsdp2" else [])
+            )
+        ),
+        "precision": draw(st.sampled_from(["bf16", "fp32", "fp8"])),
+        "grad_accum_fp32": draw(st.booleans()),
+        "framework": framework,
+    }
+    if training["precision"] == "fp8":
+        # Hopper's per-tensor recipes: Transformer Engine's under Megatron and DeepSpeed
+        # (Megatron optionally keeping the first and last layers in BF16), torchao's under
+        # torchtitan
+        recipes = ["tensorwise", "rowwise"] if framework == "fsdp2" else ["delayed", "current"]
+        fp8: dict[str, Any] = {"recipe": draw(st.sampled_from(recipes))}
+        if framework == "megatron" and draw(st.booleans()):
+            fp8["first_last_bf16"] = 1
+        training["fp8"] = fp8
     return {
         "model": {
             "preset": None,
@@ -236,15 +262,7 @@ def layouts(draw: st.DrawFn) -> dict[str, Any]:
             "hosts": f"n{{1..{nodes}}}",
         },
         "parallelism": parallelism,
-        "training": {
-            "seq_len": 64 * c,
-            "micro_batch": b,
-            "global_batch": b * d * m,
-            "recompute": draw(st.sampled_from(["none", "selective", "full"])),
-            "precision": draw(st.sampled_from(["bf16", "fp32"])),
-            "grad_accum_fp32": draw(st.booleans()),
-            "framework": draw(st.sampled_from(["megatron", "deepspeed", "fsdp2"])),
-        },
+        "training": training,
         "rules": {"ignore": ["PLC006", "PLC011", "PLC017", "PLC018", "PLC019", "PLC020"]},
     }
 
