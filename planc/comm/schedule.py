@@ -436,14 +436,18 @@ def bf16_share(job: Plannable, a: int, b: int) -> LayerShare:
     return LayerShare(layers, routed)
 
 
-def kept_share(job: Plannable, stage: int) -> LayerShare:
-    """The layers of rank `stage` kept in BF16 (`bf16_share`) where the SP all-gathers of the
-    others move quantized data: their gathers stay 16-bit (`sp_gather_bytes`). None
-    otherwise."""
+def kept_in(job: Plannable, a: int, b: int) -> LayerShare:
+    """The layers of [a, b) kept in BF16 (`bf16_share`) where the SP all-gathers of the others
+    move quantized data: their gathers stay 16-bit (`sp_gather_bytes`). None otherwise."""
     q = job.numerics.quantized
     if q is None or not q.tp_gather_fp8:
         return LayerShare(0, 0)
-    shares = [bf16_share(job, a, b) for a, b in job.layout.chunks[stage]]
+    return bf16_share(job, a, b)
+
+
+def kept_share(job: Plannable, stage: int) -> LayerShare:
+    """`kept_in` over rank `stage`'s chunks."""
+    shares = [kept_in(job, a, b) for a, b in job.layout.chunks[stage]]
     return LayerShare(sum(k.layers for k in shares), sum(k.routed for k in shares))
 
 

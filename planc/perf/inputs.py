@@ -42,7 +42,6 @@ from planc.comm.schedule import (
     AMAX_BYTES,
     ROUTING_MAP_BYTES,
     CommOp,
-    LayerShare,
     activation_message_bytes,
     allgather_probs_bytes,
     allgather_rows_bytes,
@@ -55,6 +54,7 @@ from planc.comm.schedule import (
     flex_parts,
     flex_rows,
     grad_bytes,
+    kept_in,
     latent_message_bytes,
     latent_parts,
     latents_regathered,
@@ -234,13 +234,11 @@ def tp_layer_mix(
 ) -> tuple[tuple[int, int, int, int], ...]:
     """Per chunk of `stage` (`split` layers, `routed` of them MoE layers): its dense and MoE
     layers whose SP all-gathers move what the recipe gathers, then its dense and MoE layers kept
-    in BF16 whose gathers stay 16-bit (`planc.comm.schedule.kept_share`; none unless the recipe
+    in BF16 whose gathers stay 16-bit (`planc.comm.schedule.kept_in`; none unless the recipe
     gathers quantized and keeps layers in BF16)."""
-    q = job.numerics.quantized
-    gathered = q is not None and q.tp_gather_fp8
     mixes = []
     for (a, b), n, e in zip(job.layout.chunks[stage], split, routed, strict=True):
-        kept = bf16_share(job, a, b) if gathered else LayerShare(0, 0)
+        kept = kept_in(job, a, b)
         kd, ke = kept.layers - kept.routed, kept.routed
         mixes.append((n - e - kd, e - ke, kd, ke))
     return tuple(mixes)
