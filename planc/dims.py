@@ -295,6 +295,13 @@ class RankDims:
     kv_latent: int = 0  # its key/value latent d_c (0: not latent attention)
     rope: int = 0  # its per-head RoPE channels d_h^R, the key's shared by all heads
     experts: ExpertDims | None = None  # a MoE layer's share (None: a dense model)
+    kv_repeated: bool = False  # K/V repeated to every query head before the core (repeat_kv)
+
+    @property
+    def g_core(self) -> int:
+        """The key/value heads the attention kernel reads: g/t, or n/t where K and V are
+        repeated to every query head before it (`training.repeat_kv`)."""
+        return self.n if self.kv_repeated else self.g
 
     @property
     def tokens(self) -> int:
@@ -318,10 +325,12 @@ def rank_dims(
     et: int = 1,
     ep: int = 1,
     imbalance: float = 1.0,
+    repeat_kv: bool = False,
 ) -> RankDims:
     """The dims of one rank for sequence `s` and micro-batch `b` under tensor degree `t`,
-    context degree `c`, sequence parallelism `sp` and, for experts, ETP `et`, EP `ep` and the
-    dropless imbalance allowance (with the defaults: the whole layer on one GPU)."""
+    context degree `c`, sequence parallelism `sp`, for experts ETP `et`, EP `ep` and the
+    dropless imbalance allowance, and K/V repeated to every query head before the attention
+    kernel (`repeat_kv`) (with the defaults: the whole layer on one GPU)."""
     mla = model.mla
     s_c = ceil_div(s, c)
     s_r = ceil_div(s_c, t) if sp else s_c
@@ -346,6 +355,7 @@ def rank_dims(
         kv_latent=0 if mla is None else mla.kv_lora,
         rope=0 if mla is None else mla.qk_rope,
         experts=_expert_dims(model, t, b * s_r, et, ep, imbalance),
+        kv_repeated=repeat_kv,
     )
 
 

@@ -989,8 +989,8 @@ def layer_chunks(job: Job) -> tuple[Chunks, tuple[int, ...]]:
 def formats_and_dims(job: Job) -> tuple[Numerics, RankDims]:
     """The run's number formats (`planc.dims.numerics`) and one rank's share of a layer
     (`planc.dims.rank_dims`) of a job that passed its preconditions: they read the training
-    section, the GPU, the model and, of the layout, the tensor, context, expert and expert-tensor
-    degrees and sequence parallelism."""
+    section (K/V repeated before the attention core too), the GPU, the model and, of the layout,
+    the tensor, context, expert and expert-tensor degrees and sequence parallelism."""
     lay = job.layout
     return numerics(job.training, job.cluster.gpu), rank_dims(
         job.model,
@@ -1002,6 +1002,7 @@ def formats_and_dims(job: Job) -> tuple[Numerics, RankDims]:
         et=lay.et,
         ep=lay.ep,
         imbalance=job.training.expert_imbalance,
+        repeat_kv=job.training.repeat_kv,
     )
 
 

@@ -3,8 +3,9 @@
 buffers it holds.
 
 Symbols: c context-parallel degree, b micro-batch, s sequence, s/c the tokens of a rank, n/t
-and g/t the query and key/value heads of a tensor-parallel rank (`RankDims.n`, `.g`), k the
-query/key channels per head, k_v the value channels, β_a bytes per activation element.
+and g/t the query and key/value heads of a tensor-parallel rank (`RankDims.n`, `.g`; g/t reads
+n/t where K and V are repeated to every query head before the attention, `RankDims.g_core`), k
+the query/key channels per head, k_v the value channels, β_a bytes per activation element.
 
 - p2p: ring attention (Liu et al. 2023; Megatron-Core/TE `AttnFuncWithCPAndKVP2P`): c − 1 ring
   steps per layer, each passing one K/V block of b·(s/c)·(g/t)·(k + k_v)·β_a to the next rank,
@@ -40,8 +41,11 @@ from planc.dims import RankDims
 
 def kv_block_bytes(dims: RankDims, beta: int) -> int:
     """b·(s/c)·(g/t)·(k + k_v)·β_a: the K and V of one rank's tokens, bytes (Ring Attention,
-    Liu et al. 2023 §3). a2a+p2p's ring passes a·(s/c) tokens of g/(t·a) heads: the same bytes."""
-    return dims.b * dims.s_c * dims.g * (dims.k + dims.v_head) * beta
+    Liu et al. 2023 §3). a2a+p2p's ring passes a·(s/c) tokens of g/(t·a) heads: the same bytes.
+    Where K and V are repeated to every query head before the attention (`training.repeat_kv`:
+    torchtitan's repeat_kv ahead of SDPA, which torch's ring attention wraps), n/t heads pass
+    in place of g/t (`RankDims.g_core`)."""
+    return dims.b * dims.s_c * dims.g_core * (dims.k + dims.v_head) * beta
 
 
 def ring_steps_per_layer(c: int) -> int:
@@ -53,8 +57,9 @@ def ring_steps_per_layer(c: int) -> int:
 def qkv_a2a_bytes(dims: RankDims, beta: int) -> int:
     """b·(s/c)·(n/t·k + g/t·k + g/t·k_v)·β_a: the q, k and v one rank all-to-alls before the
     core (Jacobs et al. 2023 §3: three all-to-alls of N·h/P per rank for q, k, v; with grouped
-    keys k and v carry g/n of it), bytes."""
-    return dims.b * dims.s_c * (dims.n * dims.k + dims.g * (dims.k + dims.v_head)) * beta
+    keys k and v carry g/n of it; all of it where they are repeated first, `RankDims.g_core`),
+    bytes."""
+    return dims.b * dims.s_c * (dims.n * dims.k + dims.g_core * (dims.k + dims.v_head)) * beta
 
 
 def output_a2a_bytes(dims: RankDims, beta: int) -> int:

@@ -335,6 +335,8 @@ def training_record(plan: Plan) -> dict[str, object]:
             else {}
         ),
         "attention": tr.attention,
+        # written when set, as expert_routing: plans of other runs keep their bytes
+        **({"repeat_kv": True} if tr.repeat_kv else {}),
         "framework": tr.framework,
         # written when not the default, as layer_offset: plans of other runs keep their bytes
         **({"expert_routing": tr.expert_routing} if tr.expert_routing != "uniform" else {}),

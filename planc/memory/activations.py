@@ -156,7 +156,8 @@ def shape_from(
     model: Model, dims: RankDims, e: int, attention: AttentionKind, kernels: Kernels
 ) -> LayerShape:
     """The memory view of a rank's dims: ε bytes per activation element, the key/value heads
-    eager attention keeps (it expands them to n heads), and the formulas' symbols."""
+    the attention keeps (n/t where eager attention expands them or they are repeated before the
+    kernel, `RankDims.g_core`; else g/t), and the formulas' symbols."""
     eager = attention == "eager"
     return LayerShape(
         e=e,
@@ -166,7 +167,7 @@ def shape_from(
         b=dims.b,
         h=dims.h,
         n=dims.n,
-        g=dims.n if eager else dims.g,
+        g=dims.n if eager else dims.g_core,
         k=dims.k,
         f=dims.f,
         gated=model.mlp == "swiglu",
@@ -233,7 +234,8 @@ def query(x: LayerShape) -> int:
 
 
 def key(x: LayerShape) -> int:
-    """ε·s·b·g·k/t: K, kept for QKᵀ; at n heads under eager attention (expanded for GQA)."""
+    """ε·s·b·g·k/t: K, kept for QKᵀ; at n heads under eager attention (expanded for GQA) or
+    where K is repeated to every query head before the kernel (`training.repeat_kv`)."""
     return x.e * x.s * x.b * x.g * x.k
 
 

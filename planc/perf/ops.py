@@ -143,6 +143,7 @@ class OpShape:
     rope: int = 0  # per-head RoPE channels d_h^R (the key's shared by all heads)
     loss: CrossEntropyFusion = "none"  # the LM loss's kernels (training.cross_entropy_fusion)
     cudnn: bool = False  # flash attention runs cuDNN's fused kernel, not flash-attn's
+    repeat_kv: bool = False  # K/V repeated to every query head before the core (repeat_kv)
 
     @property
     def queries(self) -> int:
@@ -168,6 +169,12 @@ class OpShape:
     def kv_heads(self) -> int:
         """⌈g/t⌉ key/value heads on this rank."""
         return self.g
+
+    @property
+    def core_kv_heads(self) -> int:
+        """The key/value heads the attention core reads: g/t, or n/t where they are repeated
+        to every query head before it (`repeat_kv`)."""
+        return self.heads if self.repeat_kv else self.g
 
     @property
     def value_channels(self) -> int:
@@ -212,6 +219,7 @@ def op_shape(
         rope=dims.rope,
         loss=loss,
         cudnn=cudnn,
+        repeat_kv=dims.kv_repeated,
     )
 
 
@@ -416,7 +424,7 @@ def flash_attention(shape: OpShape) -> OpCost:
     Forward 4·b·(n/t)·(s/c)·s·k FLOPs (QKᵀ and PV); reads Q, K, V, writes O and the fp32
     log-sum-exp. Backward recomputes the scores: five matmuls (S, dV, dP, dQ, dK), 2.5× the
     forward FLOPs; reads Q, K, V, O, dO, writes dQ, dK, dV. K and V count g/t heads (GQA is
-    native in the kernel). Dropout, if any, runs inside the kernel. A causal kernel skips the
+    native in the kernel), n/t where they were repeated before it (`OpShape.core_kv_heads`). Dropout, if any, runs inside the kernel. A causal kernel skips the
     blocks above the diagonal: it executes half of these FLOPs (the FLOPs returned here are
     the executed ones; model FLOPs for MFU are counted without the discount elsewhere).
     Latent attention: QKᵀ over k = d_h + d_h^R channels and PV over v_head_dim, so forward
@@ -426,7 +434,7 @@ def flash_attention(shape: OpShape) -> OpCost:
     dv = shape.value_channels
     q = shape.b * shape.heads * shape.queries * shape.k
     o = shape.b * shape.heads * shape.queries * dv
-    kv = shape.b * shape.kv_heads * shape.s * (shape.k + dv)
+    kv = shape.b * shape.core_kv_heads * shape.s * (shape.k + dv)
     lse = shape.b * shape.heads * shape.queries * 4.0
     flops = 2.0 * scores * (shape.k + dv)
     forward = Work(flops, (q + o + kv) * shape.beta + lse)
@@ -444,6 +452,30 @@ def attention_engine(shape: OpShape) -> Engine:
     if shape.unfused or shape.compiled:
         return "sdpa"
     return "cudnn" if shape.cudnn else "attention"
+
+
+def kv_repeat(shape: OpShape) -> tuple[OpCost, ...]:
+    """K and V repeated from g/t to n/t heads before the attention core (`repeat_kv`:
+    torchtitan's repeat_kv, x.unsqueeze(3).expand(...).reshape(...), a copy; Megatron-LM's local
+    DotProductAttention's repeat_interleave); none where the kernel reads the grouped heads or
+    g = n.
+
+    Elements: b·(s/c) rows × (n/t)·(k + k_v) written from (g/t)·(k + k_v) read. Eager (kernels
+    unfused): one copy kernel, forward β·(g/t + n/t)·… bytes, and backward the gradient's sum
+    over the n/g repeats, the same bytes and (n/t − g/t)·… FLOPs. Compiled: Inductor fuses the
+    copy into the kernel that produced K and V, which then writes n/t heads in place of g/t:
+    β·(n/t − g/t)·… more forward, and as many more read by the backward's fused sum."""
+    if not shape.repeat_kv or shape.heads <= shape.kv_heads:
+        return ()
+    rows = shape.tokens * (shape.k + shape.value_channels)
+    grouped, repeated = rows * shape.kv_heads, rows * shape.heads
+    if shape.compiled:
+        extra = Work(0.0, (repeated - grouped) * shape.beta)
+        return (OpCost("K/V repeat (fused)", "vector", extra, extra, attention_core=True),)
+    moved = (grouped + repeated) * shape.beta
+    forward = Work(0.0, moved)
+    backward = Work(float(repeated - grouped), moved)
+    return (OpCost("K/V repeat", "vector", forward, backward, attention_core=True),)
 
 
 def attention_core(shape: OpShape) -> tuple[OpCost, ...]:
@@ -559,6 +591,7 @@ def layer_ops(shape: OpShape) -> tuple[OpCost, ...]:
         _in(input_norm, "layernorm") if shape.kv_latent else input_norm,
         *_latent_parts(attention_projections(shape)),
         *((eager_rotary(shape),) if shape.unfused else ()),
+        *kv_repeat(shape),
         *attention_core(shape),
         output_projection(shape),
         residual_dropout_add(shape, "attention dropout + residual"),

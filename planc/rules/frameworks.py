@@ -166,12 +166,31 @@ def _megatron_activation_offload(job: Job) -> Iterator[Violation]:
         )
 
 
+def _megatron_repeated_kv(job: Job) -> Iterator[Violation]:
+    """Megatron-Core's flash attention, TEDotProductAttention, passes the grouped heads to
+    Transformer Engine (num_gqa_groups), which reads them as they are; only its local
+    DotProductAttention (planc's attention: eager) repeats K and V to every query head
+    (key.repeat_interleave, megatron/core/transformer/dot_product_attention.py, Megatron-LM
+    d98e8a64), which planc counts under eager attention without the field."""
+    tr = job.training
+    if tr.repeat_kv and tr.attention == "flash":
+        yield Violation(
+            "training.repeat_kv",
+            "Megatron-LM's flash attention (Transformer Engine's DotProductAttention) reads the "
+            "grouped key/value heads; it does not repeat them to every query head",
+            "set repeat_kv: false; Megatron's local attention, which repeats them, is "
+            "attention: eager",
+            ("training.attention",),
+        )
+
+
 MEGATRON: tuple[Check, ...] = (
     _megatron_parameter_offload,
     _megatron_optimizer_offload,
     _megatron_activation_offload,
     _megatron_te_cross_entropy,
     _megatron_recompute_modules,
+    _megatron_repeated_kv,
 )
 
 # The group sizes DeepEP's legacy Buffer has a dispatch and combine config for
@@ -269,7 +288,9 @@ def megatron_refuses(ctx: Context) -> Iterator[Violation]:
     Transformer Engine's fused cross-entropy (cross_entropy_fusion te), which older
     Megatron-Core ran (validate_args; training.framework_release nemo-25.11 or nemo-26.04 states one);
     training.recompute_modules asks for what the model has: mla_up_proj latent attention, moe_act
-    experts (TransformerConfig.__post_init__). The expert dispatcher (parallelism.expert_dispatcher):
+    experts (TransformerConfig.__post_init__); K/V repeated before flash attention (repeat_kv),
+    which Transformer Engine's attention reads grouped (its local attention, attention: eager,
+    repeats them). The expert dispatcher (parallelism.expert_dispatcher):
     not allgather with the combined-1f1b schedule (TransformerConfig); deepep over 2 to 160
     ranks of expert × expert_tensor that DeepEP has a config for, with 8 consecutive ones (or
     the whole group up to 8) in one NVLink domain; a hybridep group that divides into its NVLink

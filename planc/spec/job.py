@@ -312,6 +312,7 @@ class Training:
     kernels: Kernels = "fused"  # fused (Megatron-Core + TE/Apex) | unfused (plain PyTorch on CUDA)
     cross_entropy_fusion: CrossEntropyFusion = "none"  # training.cross_entropy_fusion as written
     attention_backend: AttentionBackend = "auto"  # Megatron's --attention-backend (flash attention)
+    repeat_kv: bool = False  # K/V repeated to every query head before the attention kernel
     framework: Framework = "megatron"  # megatron | deepspeed | fsdp2 (megatron-fsdp: megatron)
     framework_release: FrameworkRelease = "latest"  # the software release (per-expert host time)
     # what recompute selective recomputes (Megatron's --recompute-modules); () otherwise
@@ -1156,6 +1157,7 @@ def _training(spec: Data) -> Training:
         kernels=tr.get("kernels", "fused"),
         cross_entropy_fusion=tr.get("cross_entropy_fusion", "none"),
         attention_backend=tr.get("attention_backend", "auto"),
+        repeat_kv=tr.get("repeat_kv", False),
         framework=engine(written),
         framework_release=tr.get("framework_release", "latest"),
         recompute_modules=recompute_modules_of(tr["recompute"], tr.get("recompute_modules")),

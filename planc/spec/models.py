@@ -871,6 +871,16 @@ class TrainingSpec(Frozen):
     attention: AttentionKind = Field(
         "flash", description="flash keeps no s×s score matrix; eager saves scores and softmax."
     )
+    repeat_kv: StrictBool = Field(
+        False,
+        description="Keys and values are repeated to every query head before the attention "
+        "kernel (grouped-query attention run as multi-head): torchtitan's Llama before v0.2.2 "
+        "(repeat_kv ahead of F.scaled_dot_product_attention; native GQA from pytorch/torchtitan "
+        "#2259, 2026-01-27) and Megatron-LM's local DotProductAttention. The attention then saves "
+        "K and V at every query head, the copy and its gradient's sum run as kernels, and context "
+        "parallelism passes the repeated K/V (and torch's fp32 dK/dV) round the ring. false: the "
+        "kernel reads the grouped heads (Transformer Engine, flash-attn, SDPA with enable_gqa).",
+    )
     attention_backend: AttentionBackend = Field(
         "auto",
         description="attention flash with the fused kernels: the kernel that runs it "

@@ -374,7 +374,9 @@ def _cp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
         return []
     tr, mod = plan.training, plan.model
     t, beta, b = plan.degrees["tp"], tr["activation_bytes"], tr["micro_batch"]
-    kv = max(mod["kv_heads"] // t, 1)
+    heads = cdiv(mod["heads"], t)
+    # the attention's K/V heads: repeated to every query head before it (repeat_kv) or grouped
+    kv = heads if tr.get("repeat_kv") else max(mod["kv_heads"] // t, 1)
     mla = mod.get("mla")
     k = mod["head_dim"]
     k_v = k if mla is None else mla["v_head_dim"]
@@ -402,7 +404,6 @@ def _cp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
             ExpectedOp(stage, "cp", "all_gather", None, c, passes * layers * m, c * block),
             ExpectedOp(stage, "cp", "reduce_scatter", None, c, layers * m, c * block),
         ]
-    heads = cdiv(mod["heads"], t)
     inner = c if kind == "a2a" else plan.cp_a2a_size
     # Ulysses: q, k, v to whole sequences of heads / inner heads and the output back, each
     # forward and as its gradient backward.
