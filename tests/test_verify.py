@@ -234,6 +234,8 @@ def layouts(draw: st.DrawFn) -> dict[str, Any]:
         "grad_accum_fp32": draw(st.booleans()),
         "framework": framework,
     }
+    if framework == "fsdp2" and draw(st.booleans()):
+        training["repeat_kv"] = True  # torchtitan's Llama before v0.2.2: K/V at every head
     if training["precision"] == "fp8":
         # Hopper's per-tensor recipes: Transformer Engine's under Megatron and DeepSpeed
         # (Megatron optionally keeping the first and last layers in BF16), torchao's under
