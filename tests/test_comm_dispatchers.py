@@ -165,6 +165,16 @@ def test_defaults_are_the_frameworks() -> None:
         # EDP before ep: an EP group has 4 members per node, and DeepEP takes 8 consecutive
         # ranks of its group as one node's NVLink peers.
         ({"parallelism": {"expert_dispatcher": "deepep", "order": "tp-cp-dp-ep-pp"}}, "PLC048"),
+        # torchtitan's deepep backend builds the same Buffer, with the same peers: refused
+        # alike (found by the random MoE plans, which compiled it and failed verify's domain
+        # check).
+        (
+            {
+                "training": {"framework": "fsdp2"},
+                "parallelism": {"expert_dispatcher": "deepep", "order": "tp-cp-dp-ep-pp"},
+            },
+            "PLC050",
+        ),
     ],
 )
 def test_frameworks_refuse_what_they_cannot_run(overlay: dict[str, object], rule: str) -> None:

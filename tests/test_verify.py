@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from planc.compile.plan import plan_json
 from planc.plannable import Plannable, plannable
-from planc.rules.frameworks import megatron_dispatcher_refusals
+from planc.rules.frameworks import dispatcher_refusals
 from planc.verify import render, verify_text
 from planc.verify.plandata import PlanFormatError
 
@@ -480,8 +480,9 @@ def test_compiled_plans_of_random_moe_specs_verify(overlay: dict[str, Any]) -> N
     job = plannable(resolved_of(overlay))
     assume(not isinstance(job, tuple))
     assert not isinstance(job, tuple)
-    # What planc check refuses for the dispatcher (PLC048: DeepEP's peers beyond one NVLink
-    # domain) is never compiled; the test above says what verify finds in it.
+    # What planc check refuses for the dispatcher (PLC048, PLC050: DeepEP's peers beyond one
+    # NVLink domain; PLC049: DeepSpeed's all-to-all only) is never compiled; the test above
+    # says what verify finds in it.
     assume(not megatron_dispatcher_findings(job))
     result = verify_text(plan_json(compiled(job)))
     assert result.ok, render(result)
@@ -513,11 +514,12 @@ RAILED_OVERLAY: dict[str, Any] = {
 
 
 def megatron_dispatcher_findings(job: Plannable) -> list[str]:
-    """PLC048's dispatcher refusals of a Megatron-LM job, their messages (none under another
-    framework)."""
-    if job.training.framework != "megatron":
-        return []
-    return [violation.message for violation in megatron_dispatcher_refusals(job)]
+    """The framework's refusals of the job's dispatcher (PLC048 under Megatron-LM, PLC050's
+    DeepEP and HybridEP limits under torchtitan, PLC049 under DeepSpeed: its all-to-all only),
+    their messages."""
+    if job.training.framework == "deepspeed":
+        return [] if job.layout.dispatcher == "alltoall" else ["DeepSpeed runs its all-to-all"]
+    return [violation.message for violation in dispatcher_refusals(job)]
 
 
 def _railed_plan() -> Plan:

@@ -223,6 +223,28 @@ def megatron_dispatcher_refusals(plan: Plannable) -> Iterator[Violation]:
             "set parallelism.expert_dispatcher: alltoall (or deepep, hybridep)",
             ("parallelism.pipeline_schedule",),
         )
+    yield from library_dispatcher_refusals(plan)
+
+
+def dispatcher_refusals(plan: Plannable) -> Iterator[Violation]:
+    """The refusals of the job's expert dispatcher by its framework: Megatron-Core's
+    (`megatron_dispatcher_refusals`), torchtitan's DeepEP and HybridEP limits
+    (`library_dispatcher_refusals`); none under DeepSpeed, whose only dispatcher PLC049 checks."""
+    framework = plan.training.framework
+    if framework == "megatron":
+        yield from megatron_dispatcher_refusals(plan)
+    elif framework == "fsdp2":
+        yield from library_dispatcher_refusals(plan)
+
+
+def library_dispatcher_refusals(plan: Plannable) -> Iterator[Violation]:
+    """DeepEP's and HybridEP's own limits on their group (`megatron_dispatcher_refusals` says
+    which), whichever framework runs them: Megatron-Core's flex dispatcher and torchtitan's
+    deepep and hybridep comm backends build the same buffers."""
+    lay = plan.layout
+    if plan.model.moe is None:
+        return
+    where = "parallelism.expert_dispatcher"
     n = lay.ep * lay.et
     if lay.dispatcher == "deepep":
         yield from _deepep_group(plan, n)
@@ -242,7 +264,7 @@ def megatron_dispatcher_refusals(plan: Plannable) -> Iterator[Violation]:
 def _deepep_group(plan: Plannable, n: int) -> Iterator[Violation]:
     """DeepEP's limits on its group of n = ETP·EP ranks (`_megatron_dispatcher`)."""
     where = "parallelism.expert_dispatcher"
-    if n == 1:
+    if n == 1 and plan.training.framework == "megatron":
         yield Violation(
             where,
             "the deepep dispatcher with expert × expert_tensor = 1: Megatron-Core asserts "
@@ -632,7 +654,10 @@ def torchtitan_refuses(ctx: Context) -> Iterator[Violation]:
     (models/common/config_utils.py make_token_dispatcher_config). Its ParallelDims builds the expert mesh out of dp_shard ×
     context × tensor, which expert must divide (torchtitan/distributed/parallel_dims.py); with
     whole experts that is PLC022's condition (the replicas of the shards divide EDP), so it is
-    not checked twice. Its schedules are PLC030's, its FP8 recipes PLC044's.
+    not checked twice. Its schedules are PLC030's, its FP8 recipes PLC044's. Its deepep and
+    hybridep backends build DeepEP's and HybridEP's buffers, with their limits on the group
+    (the group sizes DeepEP has configs for, 8 consecutive NVLink peers, a group that divides
+    into HybridEP's domains: `library_dispatcher_refusals`, as under Megatron).
 
     Passes:
         training: {framework: fsdp2, precision: bf16}
@@ -641,6 +666,8 @@ def torchtitan_refuses(ctx: Context) -> Iterator[Violation]:
         training: {framework: fsdp2, precision: fp16}
     """
     yield from _run(ctx, "fsdp2", TORCHTITAN)
+    if ctx.job.training.framework == "fsdp2" and ctx.plan is not None:
+        yield from library_dispatcher_refusals(ctx.plan)
 
 
 # ----------------------------------------------------------------------------- run otherwise

@@ -11,7 +11,7 @@ from planc.findings import Severity
 from planc.perf.inputs import dispatch_combine_s, expert_compute_s
 from planc.rules import fixes
 from planc.rules.base import Context, Needs, Violation, rule
-from planc.rules.frameworks import megatron_dispatcher_refusals
+from planc.rules.frameworks import dispatcher_refusals
 from planc.spec.job import GB, Job, dispatcher_of
 from planc.vocab import Axis, Collective, ExpertDispatcher, GroupKind
 
@@ -173,13 +173,11 @@ def lighter_dispatcher(job: Job) -> list[fixes.Variant]:
 
 def _hides(analysis: Analysis) -> str | None:
     """What a dispatcher variant shows when its exchange no longer outlasts the expert compute
-    (and its heaviest rank still fits, and Megatron runs it)."""
+    (and its heaviest rank still fits, and its framework runs it)."""
     plan = analysis.plan
     if analysis.memory.peak.memory.total > plan.usable_hbm_bytes:
         return None
-    if plan.training.framework == "megatron" and any(
-        True for _ in megatron_dispatcher_refusals(plan)
-    ):
+    if any(True for _ in dispatcher_refusals(plan)):
         return None
     exchange = dispatch_combine_s(plan, analysis.efficiency)
     if exchange > expert_compute_s(plan, analysis.efficiency):
