@@ -19,7 +19,8 @@ GPU generation (`validation/gemm_tables.json`, priced by `planc.perf.gemm_table`
 :func:`shape_half_dim` gives the value efficiency.json holds.
 
 Every other GPU's e_max is one of these times its measured matmul ceiling over the fitted GPU's
-(`efficiency.json`'s sources), so a refit moves it by the same factor. :func:`refit` does the
+(`efficiency.json`'s sources), so a refit moves it by the same factor; the H100 at a 500 W
+limit is set from the fit at its clock ratio (`FittedCurve.fixed_ratios`), every curve of it. :func:`refit` does the
 fit from a set of runs (least squares on ln(predicted/measured), `planc.perf.calibrate.fit`,
 no ridge), :func:`fold_predictor` prices any run with the curves a fit on other runs gives:
 the leave-one-source-out errors of docs/validation.md. A GPU whose fit set is empty in a fold
@@ -56,7 +57,17 @@ class FittedCurve:
     # The GEMM table (validation/gemm_tables.json) whose fit gives d½ of this curve, of its FP8
     # curve and of every derived GPU's; empty: d½ is a step-time fit or held.
     shape_table: str = ""
+    # Derived GPUs whose every GEMM curve (16-bit and each data type's) is this GPU's times a
+    # stated constant, their sources' (the same die at another clock or the same ceiling): a
+    # refit sets them from the fit, not by moving their rounded presets, so the four digits
+    # efficiency.json keeps cannot drift from the fit over refits.
+    fixed_ratios: tuple[tuple[str, float], ...] = ()
 
+
+# The H100 at torchtitan's 500 W limit: its BF16 peak interpolated linearly in the power limit
+# between H100 NVL (835 TFLOPS at 400 W) and H100 SXM5 (989 at 700 W), over the SXM5's
+# (efficiency.json's h100-sxm-hbm2e source): 886.3/989 = 0.8962.
+H100_500W_CLOCK = (835.0 + (989.0 - 835.0) * (500.0 - 400.0) / (700.0 - 400.0)) / 989.0
 
 # The MAMF fractions (Bekman, ml-engineering compute/accelerator, BF16): A100 SXM 86.9 %,
 # H100 SXM 80.3 %, GB200 72.9 %. Blackwell's B200 is derived from GB200's fit (the same die), not
@@ -72,6 +83,7 @@ FITTED = (
         0.803,
         ("h100-sxm-hbm2e", "h800", "h200"),
         "deepgemm-h800-fp8",
+        (("h100-sxm-hbm2e", H100_500W_CLOCK),),
     ),
     FittedCurve("gb200-nvl72", ("gemm.peak_fraction",), 0.729, ("b200", "b300")),
     # Blackwell Ultra in an NVL72 rack: no matmul ceiling of its own is published; its prior is
@@ -144,11 +156,27 @@ def tables_for(gpu: str, fitted: Mapping[str, Efficiency]) -> Efficiency | None:
     for curve in FITTED:
         if gpu == curve.gpu:
             return fitted[curve.gpu]
+        fixed = dict(curve.fixed_ratios)
+        if gpu in fixed:
+            return at_ratio(for_gpu(gpu), fitted[curve.gpu], fixed[gpu])
         if gpu in curve.derived:
             ratio = fitted[curve.gpu].gemm.peak_fraction / for_gpu(curve.gpu).gemm.peak_fraction
             own = for_gpu(gpu)
             return own.with_peak_fraction(min(1.0, own.gemm.peak_fraction * ratio))
     return None
+
+
+def at_ratio(own: Efficiency, source: Efficiency, ratio: float) -> Efficiency:
+    """`own` with its 16-bit GEMM e_max and each of its data types' that of `source` times
+    `ratio` (at most 1): a GPU whose curves are another's at a fixed ratio."""
+    curves = {
+        dtype: replace(
+            curve, peak_fraction=min(1.0, source.gemm_by_dtype[dtype].peak_fraction * ratio)
+        )
+        for dtype, curve in own.gemm_by_dtype.items()
+    }
+    moved = replace(own, gemm_by_dtype=MappingProxyType(curves))
+    return moved.with_gemm(peak_fraction=min(1.0, source.gemm.peak_fraction * ratio))
 
 
 def fold_predictor(fit_set: Sequence[Run], analysed: Analyse) -> Callable[[Run], float]:

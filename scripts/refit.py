@@ -7,7 +7,8 @@
 `planc.fitting.refit` does the fit (each fitted GPU's parameters to the runs
 validation/runs.json declares `fit` on that GPU, and to no other run). This script only writes
 what it found: a fitted GPU's e_max (and the A100's d½), every GPU derived from it scaled by the
-same factor as its fitted GPU moved (`planc.fitting.tables_for`), and d½ on every entry that
+same factor as its fitted GPU moved or set at its fixed ratio of it (`planc.fitting.tables_for`),
+and d½ on every entry that
 inherits the A100's. A change to the step model that moves a fit run is followed by this, then
 `python scripts/validation_table.py -o docs/validation.md`.
 
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planc.fitting import FITTED, refit, refit_expert_host, tables_for
 from planc.perf.validation import read_index
-from planc.presets.efficiency import for_gpu
+from planc.presets.efficiency import Efficiency, for_gpu
 from planc.scoring import analysed, spec_path
 from planc.vocab import RunRole
 
@@ -44,9 +45,9 @@ HALF_DIM_DIGITS = 1
 CHECK_TOLERANCE = 5e-4
 
 
-def fitted_entries() -> tuple[dict[str, tuple[float, float]], dict[tuple[str, str], float]]:
-    """(e_max, d½) of every GPU a fit reaches, and τ_e of every release and recipe fitted, as
-    the declared fit runs give them."""
+def fitted_entries() -> tuple[dict[str, Efficiency], dict[tuple[str, str], float]]:
+    """The tables of every GPU a fit reaches (`planc.fitting.tables_for`), and τ_e of every
+    release and recipe fitted, as the declared fit runs give them."""
     runs = read_index(str(INDEX))
     cache = {
         run.id: analysed(spec_path(str(INDEX), run))[1] for run in runs if run.role is RunRole.FIT
@@ -54,11 +55,11 @@ def fitted_entries() -> tuple[dict[str, tuple[float, float]], dict[tuple[str, st
     fitted = refit(runs, lambda run: cache[run.id])
     host = dict(refit_expert_host(runs, lambda run: cache[run.id], fitted))
     reached = [gpu for curve in FITTED for gpu in (curve.gpu, *curve.derived)]
-    out: dict[str, tuple[float, float]] = {}
+    out: dict[str, Efficiency] = {}
     for gpu in reached:
         tables = tables_for(gpu, fitted)
         assert tables is not None  # every GPU of `reached` is a fitted or derived one
-        out[gpu] = (tables.gemm.peak_fraction, tables.gemm.half_dim)
+        out[gpu] = tables
     return out, host
 
 
@@ -98,21 +99,20 @@ def inherited_half_dim(data: dict[str, Any], fitted_gpu: str) -> list[str]:
     ]
 
 
-def updated(data: dict[str, Any], found: dict[str, tuple[float, float]]) -> dict[str, Any]:
-    """efficiency.json's data with the fit's numbers."""
+def updated(data: dict[str, Any], found: dict[str, Efficiency]) -> dict[str, Any]:
+    """efficiency.json's data with the fit's numbers: each GPU's e_max and its data types'
+    curves as the fit's tables have them (moved with e_max, Efficiency.with_peak_fraction, or
+    at a fixed ratio of the fitted GPU's, planc.fitting.at_ratio)."""
     out = json.loads(json.dumps(data))
-    for gpu, (peak, _) in found.items():
-        # The data types' curves move with e_max as the step model moves them (each is the
-        # 16-bit e_max times a measured ratio): Efficiency.with_peak_fraction.
-        moved = for_gpu(gpu).with_peak_fraction(peak)
-        out[gpu]["gemm"]["peak_fraction"] = round(peak, PEAK_DIGITS)
-        for dtype, curve in moved.gemm_by_dtype.items():
+    for gpu, tables in found.items():
+        out[gpu]["gemm"]["peak_fraction"] = round(tables.gemm.peak_fraction, PEAK_DIGITS)
+        for dtype, curve in tables.gemm_by_dtype.items():
             out[gpu]["gemm_by_dtype"][dtype.value]["peak_fraction"] = round(
                 curve.peak_fraction, PEAK_DIGITS
             )
     for curve in FITTED:
         if "gemm.half_dim" in curve.parameters:
-            half = round(found[curve.gpu][1], HALF_DIM_DIGITS)
+            half = round(found[curve.gpu].gemm.half_dim, HALF_DIM_DIGITS)
             for gpu in inherited_half_dim(data, curve.gpu):
                 out[gpu]["gemm"]["half_dim"] = half
     return out
@@ -129,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     found, host = fitted_entries()
     releases = json.loads(RELEASES.read_text(encoding="utf-8"))
     stale = stale_releases(releases, host)
-    for gpu, (peak, half) in found.items():
-        was = for_gpu(gpu).gemm
+    for gpu, tables in found.items():
+        was, peak, half = for_gpu(gpu).gemm, tables.gemm.peak_fraction, tables.gemm.half_dim
         print(f"{gpu}: e_max {was.peak_fraction:.4f} -> {peak:.4f}, d½ {was.half_dim} -> {half:.1f}")
         moved = (abs(peak / was.peak_fraction - 1), abs(half / was.half_dim - 1))
         if max(moved) > CHECK_TOLERANCE:

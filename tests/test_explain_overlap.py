@@ -11,8 +11,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from planc.analysis import analyse, estimate_step
 from planc.cli.main import main
-from planc.perf.step import StageInputs, StepInputs, overlaps
+from planc.perf.inputs import build_inputs, efficiency_of
+from planc.perf.step import StageInputs, StepInputs, overlaps, pipeline_step, virtual_times
+
+from conftest import job_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -95,3 +99,43 @@ def test_expert_exchanges_a_serial_schedule_hides_nothing_not_minus_zero() -> No
     ep = next(o for o in overlaps(inputs, 0, 0.0, 0.0, 0.0) if o.kind == "ep")
     assert ep.hidden_s == 0.0 and math.copysign(1.0, ep.hidden_s) == 1.0
     assert ep.exposed_s == pytest.approx(2.8)
+
+
+def test_a_hidden_context_exchange_slows_the_attention_beside_it() -> None:
+    # 0.15 s of CP a micro-batch hidden behind attention on a link whose NCCL kernels take 0.2
+    # of the SMs: each micro-batch's backward runs 0.2 × 0.15 = 0.03 s longer, and explain says
+    # so for the m = 2 micro-batches (0.06 s). Without processor usage nothing changes.
+    base = _inputs(0.0)
+    stage = replace(base.stages[0], cp_overlapped_s=0.15)
+    slowed = replace(base, stages=(stage,), cp_processor_usage=0.2)
+    t_f, t_b = virtual_times(slowed)
+    f0, b0 = virtual_times(base)
+    assert t_f == f0
+    assert t_b[0] - b0[0] == pytest.approx(0.03)
+    cp = next(o for o in overlaps(slowed, 0, 0.4, 0.0, 0.0) if o.kind == "cp")
+    assert cp.slowdown_s == pytest.approx(0.06)
+    assert virtual_times(replace(base, stages=(stage,))) == (f0, b0)
+
+
+def test_the_step_charges_the_context_exchange_it_hides() -> None:
+    # torchtitan's ring on 8 ranks of one node: the hidden exchange is the ops' time less the
+    # exposed part, and it slows the compute by NVLink's processor usage.
+    plan = job_of(
+        {
+            "parallelism": {"tensor": 1, "context": 8, "cp_comm_type": "allgather"},
+            "training": {"seq_len": 131072, "global_batch": 1, "framework": "fsdp2"},
+        }
+    )
+    an = analyse(plan)
+    params = [share.total for share in an.parameters]
+    experts = [share.expert_total for share in an.parameters]
+    inputs = build_inputs(plan, params, experts, efficiency_of(plan), an.ops)
+    st = inputs.stages[0]
+    cp_total = sum(an.op_seconds[op] for op in an.ops if op.group == "cp" and op.stage == 0)
+    assert st.cp_overlapped_s == pytest.approx(cp_total / inputs.m - st.cp_exposed_s)
+    assert inputs.cp_processor_usage == 0.15  # H100 NVLink (efficiency.json)
+    unslowed = replace(inputs, cp_processor_usage=0.0)
+    step = estimate_step(an).step_time_s
+    assert pipeline_step(inputs).step_time_s == pytest.approx(step)
+    gap = step - pipeline_step(unslowed).step_time_s
+    assert gap == pytest.approx(0.15 * inputs.m * st.cp_overlapped_s, rel=1e-9)

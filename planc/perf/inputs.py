@@ -843,6 +843,21 @@ def cp_exposed_per_microbatch(
     return layers * exposed
 
 
+def cp_hidden_per_microbatch(
+    job: Plannable, eff: Efficiency, ops: Sequence[CommOp], stage: int, exposed_s: float
+) -> float:
+    """The context-parallel exchange hidden behind attention per micro-batch on `stage`: its
+    ops' time (calls × `call_time_s`, over the m micro-batches) less what is left exposed
+    (`cp_exposed_per_microbatch`). Its kernels run beside the attention and slow it by the
+    link's processor_usage, as TP's and DP's hidden collectives do (`StepInputs`)."""
+    total = sum(
+        op.calls * call_time_s(job, eff, op)
+        for op in ops
+        if op.stage == stage and op.group == "cp"
+    )
+    return max(0.0, total / job.m - exposed_s)
+
+
 @record
 class DataParallelTimes:
     """A stage's data-parallel communication in one step, in seconds, as the step composes it."""
@@ -1056,6 +1071,7 @@ def build_inputs(
         blocking = blocking_p2p(job, one, r)
         times = chunks_of(job, eff, r)
         link = tp_link(mine, r)
+        cp_exposed = cp_exposed_per_microbatch(job, eff, mine, r, layers)
         # per chunk: its (dense, MoE) layers whose SP gathers move the recipe's data, and those
         # it keeps in BF16 (`tp_layer_mix`), each with its layer's TP times
         mixes = tp_layer_mix(job, r, split, routed)
@@ -1096,7 +1112,8 @@ def build_inputs(
                     for mix in mixes
                     for k, one in zip(mix, tp, strict=True)
                 ),
-                cp_exposed_s=cp_exposed_per_microbatch(job, eff, mine, r, layers),
+                cp_exposed_s=cp_exposed,
+                cp_overlapped_s=cp_hidden_per_microbatch(job, eff, mine, r, cp_exposed),
                 dp_overlapped_s=dp.overlapped / m,
                 ep_forward_s=tuple(e * exchange.forward_s for e in routed),
                 ep_backward_s=tuple(e * exchange.backward_s for e in routed),
@@ -1119,6 +1136,7 @@ def build_inputs(
         p2p_s=hop,
         tp_processor_usage=_entry(job, eff, _tp_link(job, ops)).processor_usage,
         dp_processor_usage=_entry(job, eff, _dp_link(job, ops)).processor_usage,
+        cp_processor_usage=_entry(job, eff, _cp_link(job, ops)).processor_usage,
         ep_processor_usage=ep_processor_usage(job, eff),
         model_flops=model_flops(job),
         tokens=job.training.B * job.training.s,
@@ -1192,6 +1210,12 @@ def _tp_link(job: Plannable, ops: Sequence[CommOp]) -> str:
     """The tier of the TP ops (the innermost tier when there are none)."""
     default = job.cluster.fabric.innermost.name
     return next((op.link for op in ops if op.group == "tp"), default)
+
+
+def _cp_link(job: Plannable, ops: Sequence[CommOp]) -> str:
+    """The tier of the context-parallel ops (the innermost tier when there are none)."""
+    default = job.cluster.fabric.innermost.name
+    return next((op.link for op in ops if op.group == "cp"), default)
 
 
 def _dp_link(job: Plannable, ops: Sequence[CommOp]) -> str:

@@ -61,6 +61,7 @@ class StageInputs:
     optimizer_s: float = 0.0
     tp_overlapped_s: float = 0.0  # TP communication hidden behind compute, per micro-batch
     cp_exposed_s: float = 0.0  # ring-attention K/V exchange not hidden, per micro-batch
+    cp_overlapped_s: float = 0.0  # context-parallel exchange hidden behind attention, per micro-batch
     dp_overlapped_s: float = 0.0  # other DP communication hidden behind compute, per micro-batch
     # Expert exchanges (EP all-to-all, ETP gathers) of the chunk's MoE layers, exposed: forward
     # and backward per chunk (empty: none).
@@ -102,6 +103,7 @@ class StepInputs:
     p2p_s: float  # one pipeline message
     tp_processor_usage: float = 0.0  # compute lost while TP communication overlaps it
     dp_processor_usage: float = 0.0  # compute lost while DP communication overlaps it
+    cp_processor_usage: float = 0.0  # compute lost while the CP exchange overlaps attention
     ep_processor_usage: float = 0.0  # compute lost while a hidden expert exchange runs
     model_flops: float = 0.0  # per step, for MFU
     tokens: int = 0  # per step
@@ -155,6 +157,7 @@ def virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
         hidden = min(st.dp_overlapped_s, window)
         slow = (
             inputs.tp_processor_usage * st.tp_overlapped_s
+            + inputs.cp_processor_usage * st.cp_overlapped_s
             + inputs.dp_processor_usage * hidden
             + (st.dp_overlapped_s - hidden)
         )
@@ -368,9 +371,9 @@ def overlaps(
     the step composes: TP m·(hidden, exposed) per micro-batch (`planc.perf.inputs.tp_per_layer`:
     TE userbuffers' pipelined GEMMs and the weight gradients); CP the ring's op time less its
     exposed part m·cp_exposed_s (behind attention); expert exchanges as the schedule hides
-    them (`expert_hidden_s`); DP as `dp_overlap`; TP and DP slow the compute they hide behind
-    by the link's processor_usage (`virtual_times`, `_dp_tails`), hidden expert exchanges by
-    their link's; pipeline sends their op time less what lies
+    them (`expert_hidden_s`); DP as `dp_overlap`; TP, CP and DP slow the compute they hide
+    behind by the link's processor_usage (`virtual_times`, `_dp_tails`), hidden expert exchanges
+    by their link's; pipeline sends their op time less what lies
     on the critical path (`PipelineStep.pp_exposed_s`, `_p2p_on_path`), or the stage's blocking
     transfers, all exposed (DeepSpeed's pipeline engine, `StageInputs.p2p_forward_s`). Classes a stage does
     not run are left out."""
@@ -379,6 +382,7 @@ def overlaps(
     ep_hidden = expert_hidden_s(inputs, stage, alone)
     ep_exposed = m * (sum(st.ep_forward_s) + sum(st.ep_backward_s)) - ep_hidden
     cp_exposed = m * st.cp_exposed_s
+    cp_hidden = max(0.0, cp_total_s - cp_exposed)
     dp_hidden, dp_exposed = dp_overlap(inputs, stage)
     pp_exposed = min(pp_total_s, pp_exposed_s)
     # Blocking transfers (DeepSpeed's pipeline engine) hide behind nothing: all exposed.
@@ -391,7 +395,13 @@ def overlaps(
             tp_exposed,
             inputs.tp_processor_usage * m * st.tp_overlapped_s,
         ),
-        Overlap("cp", "attention", max(0.0, cp_total_s - cp_exposed), cp_exposed),
+        Overlap(
+            "cp",
+            "attention",
+            cp_hidden,
+            cp_exposed,
+            inputs.cp_processor_usage * m * st.cp_overlapped_s,
+        ),
         Overlap(
             "ep",
             "the other micro-batch's compute",
