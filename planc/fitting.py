@@ -12,6 +12,10 @@ Four GEMM curves of `planc/presets/efficiency.json` are fitted to step times, ea
   the fewest kernels of its own), its FP8 and FP4 curves moving with it
   (`Efficiency.with_peak_fraction`).
 
+One GPU has a clock fitted instead: `h100-sxm-hbm2e`, torchtitan's H100s at their 500 W limit,
+is the H100 fit's die at a sustained clock ratio r fitted to the one run of that hardware
+declared `fits: clock` (`CLOCKED`), the datasheets' ratio where that run is held out.
+
 The H100 curve's shape term d½ (and that of every GPU derived from it) is not a step-time fit:
 whole steps cannot resolve it (every corpus run's GEMMs have smallest dimensions in the
 thousands). :func:`fit_gemm_table` measures it on a published per-shape GEMM table of the same
@@ -19,8 +23,10 @@ GPU generation (`validation/gemm_tables.json`, priced by `planc.perf.gemm_table`
 :func:`shape_half_dim` gives the value efficiency.json holds.
 
 Every other GPU's e_max is one of these times its measured matmul ceiling over the fitted GPU's
-(`efficiency.json`'s sources), so a refit moves it by the same factor; the H100 at a 500 W
-limit is set from the fit at its clock ratio (`FittedCurve.fixed_ratios`), every curve of it. :func:`refit` does the
+(`efficiency.json`'s sources), so a refit moves it by the same factor. The H100 at a 500 W
+limit (torchtitan's benchmark hardware) is the H100 fit's die at a sustained clock of its own,
+fitted to the one run of that hardware declared `fits: clock` (`CLOCKED`, :func:`fit_clock`):
+every tensor-core rate of it, GEMMs, attention kernels and vector peak, the H100's times r. :func:`refit` does the
 fit from a set of runs (least squares on ln(predicted/measured), `planc.perf.calibrate.fit`,
 no ridge), :func:`fold_predictor` prices any run with the curves a fit on other runs gives:
 the leave-one-source-out errors of docs/validation.md. A GPU whose fit set is empty in a fold
@@ -30,6 +36,7 @@ what planc would say with no step time of that generation at all.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
@@ -57,16 +64,24 @@ class FittedCurve:
     # The GEMM table (validation/gemm_tables.json) whose fit gives d½ of this curve, of its FP8
     # curve and of every derived GPU's; empty: d½ is a step-time fit or held.
     shape_table: str = ""
-    # Derived GPUs whose every GEMM curve (16-bit and each data type's) is this GPU's times a
-    # stated constant, their sources' (the same die at another clock or the same ceiling): a
-    # refit sets them from the fit, not by moving their rounded presets, so the four digits
-    # efficiency.json keeps cannot drift from the fit over refits.
-    fixed_ratios: tuple[tuple[str, float], ...] = ()
 
 
-# The H100 at torchtitan's 500 W limit: its BF16 peak interpolated linearly in the power limit
-# between H100 NVL (835 TFLOPS at 400 W) and H100 SXM5 (989 at 700 W), over the SXM5's
-# (efficiency.json's h100-sxm-hbm2e source): 886.3/989 = 0.8962.
+@record
+class ClockedPart:
+    """A GPU that is a fitted GPU's die at a sustained clock of its own: every tensor-core rate
+    (the GEMM curves of each data type, the attention kernels, the vector peak) is the die's
+    times the clock ratio r; its HBM and links are its own. r is fitted to the GPU's runs
+    declared `fits: clock` (least squares on ln(predicted/measured), :func:`fit_clock`), and
+    without one in a fold it is `prior_clock`, the ratio its datasheets give."""
+
+    gpu: str
+    die: str  # the fitted GPU (a `FittedCurve.gpu`) whose tables it scales
+    prior_clock: float
+
+
+# The H100 at torchtitan's 500 W limit as its datasheets place it: its BF16 peak interpolated
+# linearly in the power limit between H100 NVL (835 TFLOPS at 400 W) and H100 SXM5 (989 at
+# 700 W), over the SXM5's: 886.3/989 = 0.8962 (the prior of its fitted clock).
 H100_500W_CLOCK = (835.0 + (989.0 - 835.0) * (500.0 - 400.0) / (700.0 - 400.0)) / 989.0
 
 # The MAMF fractions (Bekman, ml-engineering compute/accelerator, BF16): A100 SXM 86.9 %,
@@ -81,15 +96,17 @@ FITTED = (
         "h100-sxm",
         ("gemm.peak_fraction",),
         0.803,
-        ("h100-sxm-hbm2e", "h800", "h200"),
+        ("h800", "h200"),
         "deepgemm-h800-fp8",
-        (("h100-sxm-hbm2e", H100_500W_CLOCK),),
     ),
     FittedCurve("gb200-nvl72", ("gemm.peak_fraction",), 0.729, ("b200", "b300")),
     # Blackwell Ultra in an NVL72 rack: no matmul ceiling of its own is published; its prior is
     # the GB200's.
     FittedCurve("gb300-nvl72", ("gemm.peak_fraction",), 0.729, ()),
 )
+# torchtitan's H100s at their 500 W limit: "the actual peak TFLOPs number is between SXM and
+# NVL, and we don't know its exact value" (benchmarks/llama3_h100_202412_torchtitan.md).
+CLOCKED = (ClockedPart("h100-sxm-hbm2e", "h100-sxm", H100_500W_CLOCK),)
 
 SHAPE = ("gemm.peak_fraction", "gemm.half_dim")
 
@@ -124,6 +141,15 @@ def fit_runs(runs: Sequence[Run], gpu: str) -> tuple[Run, ...]:
     )
 
 
+def clock_runs(runs: Sequence[Run], gpu: str) -> tuple[Run, ...]:
+    """The runs a fit of `gpu`'s clock reads: role fit, `fits: clock`, on that GPU."""
+    return tuple(
+        run
+        for run in runs
+        if run.role is RunRole.FIT and run.fits is FitTarget.CLOCK and run.gpu == gpu
+    )
+
+
 def expert_host_runs(runs: Sequence[Run]) -> tuple[Run, ...]:
     """The runs a fit of the releases' τ_e reads: role fit, `fits: expert_host`."""
     return tuple(
@@ -147,36 +173,79 @@ def refit(runs: Sequence[Run], analysed: Analyse) -> Mapping[str, Efficiency]:
         cases = [(predictor(analysed(run)), run.measured_s) for run in chosen]
         found = fit(cases, start, curve.parameters, ridge=0.0)
         out[curve.gpu] = with_values(start, curve.parameters, found.values)
+    for part in CLOCKED:
+        own, die = for_gpu(part.gpu), out[part.die]
+        timed = [(predictor(analysed(run)), run.measured_s) for run in clock_runs(runs, part.gpu)]
+        ratio = fit_clock(timed, own, die, part.prior_clock) if timed else part.prior_clock
+        out[part.gpu] = at_clock(own, die, ratio)
     return MappingProxyType(out)
 
 
+def at_clock(own: Efficiency, die: Efficiency, ratio: float) -> Efficiency:
+    """`own` with every tensor-core rate `die`'s times `ratio` (each fraction at most 1): the
+    16-bit GEMM e_max and each of its data types' curves, the attention kernels' fractions and
+    the vector peak; HBM, links and shapes stay its own."""
+    def scaled(value: float) -> float:
+        return min(1.0, value * ratio)
+
+    curves = {
+        dtype: replace(curve, peak_fraction=scaled(die.gemm_by_dtype[dtype].peak_fraction))
+        for dtype, curve in own.gemm_by_dtype.items()
+    }
+    moved = replace(
+        own,
+        gemm_by_dtype=MappingProxyType(curves),
+        vector_tflops=die.vector_tflops * ratio,
+        flash_forward=scaled(die.flash_forward),
+        flash_backward=scaled(die.flash_backward),
+        sdpa_forward=scaled(die.sdpa_forward),
+        sdpa_backward=scaled(die.sdpa_backward),
+        cudnn_forward=scaled(die.cudnn_forward),
+        cudnn_backward=scaled(die.cudnn_backward),
+    )
+    return moved.with_gemm(peak_fraction=scaled(die.gemm.peak_fraction))
+
+
+def fit_clock(
+    cases: Sequence[tuple[Callable[[Efficiency], float], float]],
+    own: Efficiency,
+    die: Efficiency,
+    start: float,
+) -> float:
+    """The clock ratio r whose tables (`at_clock`) price `cases` (predict, measured seconds)
+    best: Gauss-Newton on x = ln r minimising Σ ln(predicted/measured)², from `start`."""
+
+    def residuals(x: float) -> list[float]:
+        tables = at_clock(own, die, math.exp(x))
+        return [math.log(predict(tables) / measured) for predict, measured in cases]
+
+    x = math.log(start)
+    for _ in range(CLOCK_ITERATIONS):
+        r = residuals(x)
+        slope = [(b - a) / CLOCK_STEP for a, b in zip(r, residuals(x + CLOCK_STEP), strict=True)]
+        dx = -sum(a * j for a, j in zip(r, slope, strict=True)) / sum(j * j for j in slope)
+        x += dx
+        if abs(dx) < CLOCK_TOLERANCE:
+            break
+    return math.exp(x)
+
+
+# Gauss-Newton on ln r: a numerical slope over 1e-4, at most 50 steps, done below 1e-10.
+CLOCK_STEP, CLOCK_ITERATIONS, CLOCK_TOLERANCE = 1e-4, 50, 1e-10
+
+
 def tables_for(gpu: str, fitted: Mapping[str, Efficiency]) -> Efficiency | None:
-    """The tables of `gpu` under `fitted`: a fitted GPU's own, a derived GPU's preset with its
-    e_max scaled as its fitted GPU's moved; None for a GPU no fit reaches."""
+    """The tables of `gpu` under `fitted`: a fitted GPU's own (a clocked part's at its fitted
+    clock), a derived GPU's preset with its e_max scaled as its fitted GPU's moved; None for a
+    GPU no fit reaches."""
+    if gpu in fitted:
+        return fitted[gpu]  # a fitted GPU, or one at its fitted clock (CLOCKED)
     for curve in FITTED:
-        if gpu == curve.gpu:
-            return fitted[curve.gpu]
-        fixed = dict(curve.fixed_ratios)
-        if gpu in fixed:
-            return at_ratio(for_gpu(gpu), fitted[curve.gpu], fixed[gpu])
         if gpu in curve.derived:
             ratio = fitted[curve.gpu].gemm.peak_fraction / for_gpu(curve.gpu).gemm.peak_fraction
             own = for_gpu(gpu)
             return own.with_peak_fraction(min(1.0, own.gemm.peak_fraction * ratio))
     return None
-
-
-def at_ratio(own: Efficiency, source: Efficiency, ratio: float) -> Efficiency:
-    """`own` with its 16-bit GEMM e_max and each of its data types' that of `source` times
-    `ratio` (at most 1): a GPU whose curves are another's at a fixed ratio."""
-    curves = {
-        dtype: replace(
-            curve, peak_fraction=min(1.0, source.gemm_by_dtype[dtype].peak_fraction * ratio)
-        )
-        for dtype, curve in own.gemm_by_dtype.items()
-    }
-    moved = replace(own, gemm_by_dtype=MappingProxyType(curves))
-    return moved.with_gemm(peak_fraction=min(1.0, source.gemm.peak_fraction * ratio))
 
 
 def fold_predictor(fit_set: Sequence[Run], analysed: Analyse) -> Callable[[Run], float]:

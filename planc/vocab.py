@@ -357,11 +357,13 @@ class RunRole(str, Enum):
 
 class FitTarget(str, Enum):
     """Which parameter of the step model a `fit` run of `validation/runs.json` informs (its
-    `fits`): the GEMM curve of its GPU (`planc.fitting.FITTED`), or the time per local expert of
-    its software release and FP8 recipe (`planc.presets.releases`)."""
+    `fits`): the GEMM curve of its GPU (`planc.fitting.FITTED`), the time per local expert of
+    its software release and FP8 recipe (`planc.presets.releases`), or the sustained clock of a
+    GPU that is another's die at its own clock (`planc.fitting.CLOCKED`)."""
 
     GEMM = "gemm"
     EXPERT_HOST = "expert_host"
+    CLOCK = "clock"
 
     def __str__(self) -> str:
         return self.value

@@ -27,7 +27,7 @@ from typing import Any
 # Runnable as a script from a checkout without installing the package.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from planc.fitting import FITTED, refit, refit_expert_host, tables_for
+from planc.fitting import CLOCKED, FITTED, refit, refit_expert_host, tables_for
 from planc.perf.validation import read_index
 from planc.presets.efficiency import Efficiency, for_gpu
 from planc.scoring import analysed, spec_path
@@ -41,6 +41,7 @@ RELEASES = ROOT / "planc" / "presets" / "releases.json"
 HOST_DIGITS = 7
 # The digits efficiency.json keeps: e_max to 1e-4 of peak, d½ to a tenth of an element.
 PEAK_DIGITS = 4
+VECTOR_DIGITS = 1  # the vector peak to a tenth of a TFLOPS
 HALF_DIM_DIGITS = 1
 CHECK_TOLERANCE = 5e-4
 
@@ -55,6 +56,7 @@ def fitted_entries() -> tuple[dict[str, Efficiency], dict[tuple[str, str], float
     fitted = refit(runs, lambda run: cache[run.id])
     host = dict(refit_expert_host(runs, lambda run: cache[run.id], fitted))
     reached = [gpu for curve in FITTED for gpu in (curve.gpu, *curve.derived)]
+    reached += [part.gpu for part in CLOCKED]
     out: dict[str, Efficiency] = {}
     for gpu in reached:
         tables = tables_for(gpu, fitted)
@@ -99,6 +101,18 @@ def inherited_half_dim(data: dict[str, Any], fitted_gpu: str) -> list[str]:
     ]
 
 
+def attention_fractions(tables: Efficiency) -> dict[str, float]:
+    """The attention kernels' fractions as efficiency.json's flash_attention names them."""
+    return {
+        "forward": tables.flash_forward,
+        "backward": tables.flash_backward,
+        "cudnn_forward": tables.cudnn_forward,
+        "cudnn_backward": tables.cudnn_backward,
+        "sdpa_forward": tables.sdpa_forward,
+        "sdpa_backward": tables.sdpa_backward,
+    }
+
+
 def updated(data: dict[str, Any], found: dict[str, Efficiency]) -> dict[str, Any]:
     """efficiency.json's data with the fit's numbers: each GPU's e_max and its data types'
     curves as the fit's tables have them (moved with e_max, Efficiency.with_peak_fraction, or
@@ -110,6 +124,13 @@ def updated(data: dict[str, Any], found: dict[str, Efficiency]) -> dict[str, Any
             out[gpu]["gemm_by_dtype"][dtype.value]["peak_fraction"] = round(
                 curve.peak_fraction, PEAK_DIGITS
             )
+    for part in CLOCKED:
+        # a die at its own clock: the attention kernels and the vector peak move with it too
+        tables = found[part.gpu]
+        flash = out[part.gpu]["flash_attention"]
+        for key, value in attention_fractions(tables).items():
+            flash[key] = round(value, PEAK_DIGITS)
+        out[part.gpu]["vector"]["tflops"] = round(tables.vector_tflops, VECTOR_DIGITS)
     for curve in FITTED:
         if "gemm.half_dim" in curve.parameters:
             half = round(found[curve.gpu].gemm.half_dim, HALF_DIM_DIGITS)
@@ -135,6 +156,17 @@ def main(argv: list[str] | None = None) -> int:
         moved = (abs(peak / was.peak_fraction - 1), abs(half / was.half_dim - 1))
         if max(moved) > CHECK_TOLERANCE:
             stale.append(gpu)
+    for part in CLOCKED:
+        die, tables = found[part.die], found[part.gpu]
+        print(f"{part.gpu}: clock {tables.gemm.peak_fraction / die.gemm.peak_fraction:.4f} of {part.die}")
+        held = for_gpu(part.gpu)
+        rates = zip(
+            (*attention_fractions(tables).values(), tables.vector_tflops),
+            (*attention_fractions(held).values(), held.vector_tflops),
+            strict=True,
+        )
+        if any(abs(new / was - 1) > CHECK_TOLERANCE for new, was in rates):
+            stale.append(f"{part.gpu} (attention, vector)")
     if args.check:
         if stale:
             print(f"the presets are not the fit of the declared runs: {', '.join(stale)}")

@@ -81,7 +81,9 @@ def table(corpus: Corpus) -> str:
         "## Leave one source out\n",
         "Each source group's runs (its fit runs included) priced with the GEMM curves refitted "
         "to the fit runs of the other groups only (`planc.fitting`: the A100's e_max and d½, the "
-        "H100's e_max, the GPUs derived from them scaled alike; a GPU whose fold has no fit run "
+        "H100's, GB200's and GB300's e_max, the GPUs derived from them scaled alike; the 500 W "
+        "H100's clock against the H100's, at the datasheets' 0.8962 where its fit run is held "
+        "out; a GPU whose fold has no fit run "
         "starts from its measured matmul ceiling; the H100 curve's d½ is measured on a GEMM table, "
         "validation/gemm_tables.json, in every fold). A group that holds a GPU's whole fit set "
         "shows what planc would say without that source.\n",

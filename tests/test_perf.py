@@ -194,8 +194,12 @@ def test_every_gpu_preset_has_an_efficiency_entry_with_sources() -> None:
         assert entry["source"]
         for section in ("gemm", "hbm", "vector", "flash_attention"):
             assert entry[section]["source"], (name, section)
-        # Everything but the fitted GPUs says it is derived, and what it is derived from.
-        if name not in ("a100-80gb", "h100-sxm", "gb200-nvl72", "gb300-nvl72"):
+        # Everything but the fitted GPUs says it is derived, and what it is derived from; the
+        # clocked part says its clock is fitted, to what, and from whose die.
+        if name == "h100-sxm-hbm2e":
+            assert entry["gemm"]["source"].startswith("FITTED CLOCK: the h100-sxm fit's")
+            assert "fits: clock" in entry["source"]
+        elif name not in ("a100-80gb", "h100-sxm", "gb200-nvl72", "gb300-nvl72"):
             assert "DERIVED" in entry["source"]
             assert "DERIVED" in entry["gemm"]["source"]
         else:

@@ -62,7 +62,9 @@ DECLARED_HOST_FIT = (
     "bridge2604-deepseek-v3-256xb300-fp8mx",
     "bridge2604-qwen3-30b-a3b-16xh100-fp8cs",
 )
-DECLARED_FIT = DECLARED_GEMM_FIT + DECLARED_HOST_FIT
+# The 500 W H100's sustained clock (planc.fitting.CLOCKED): torchtitan's compiled 8B on 8 GPUs.
+DECLARED_CLOCK_FIT = ("torchtitan-llama31-8b-8xh100-compile",)
+DECLARED_FIT = DECLARED_GEMM_FIT + DECLARED_HOST_FIT + DECLARED_CLOCK_FIT
 
 
 def _script() -> ModuleType:
@@ -157,11 +159,15 @@ def test_each_fit_reads_exactly_its_declared_runs() -> None:
     # by any.
     # The releases' τ_e read the expert-host runs and nothing else, and releases.json names
     # each value's run.
-    from planc.fitting import FITTED, expert_host_runs, fit_runs
+    from planc.fitting import CLOCKED, FITTED, clock_runs, expert_host_runs, fit_runs
     from planc.presets.releases import fitted
 
     read = [run.id for curve in FITTED for run in fit_runs(RUNS, curve.gpu)]
     read += [run.id for run in expert_host_runs(RUNS)]
+    read += [run.id for part in CLOCKED for run in clock_runs(RUNS, part.gpu)]
+    assert {part.gpu: [r.id for r in clock_runs(RUNS, part.gpu)] for part in CLOCKED} == {
+        "h100-sxm-hbm2e": list(DECLARED_CLOCK_FIT)
+    }
     assert sorted(read) == sorted(DECLARED_FIT)
     assert {curve.gpu: [r.id for r in fit_runs(RUNS, curve.gpu)] for curve in FITTED} == {
         "a100-80gb": list(DECLARED_GEMM_FIT[:4]),
@@ -185,7 +191,7 @@ def test_the_preset_curves_are_the_fit_of_the_declared_runs() -> None:
         run.id: analysed(spec_path(str(INDEX), run))[1] for run in RUNS if run.role is RunRole.FIT
     }
     fitted = refit(RUNS, lambda run: cache[run.id])
-    for gpu in ("a100-80gb", "h100-sxm", "gb200-nvl72", "gb300-nvl72"):
+    for gpu in ("a100-80gb", "h100-sxm", "gb200-nvl72", "gb300-nvl72", "h100-sxm-hbm2e"):
         assert fitted[gpu].gemm.peak_fraction == pytest.approx(
             for_gpu(gpu).gemm.peak_fraction, rel=0.005
         )
@@ -219,7 +225,7 @@ def test_the_release_times_are_the_fit_of_the_declared_runs() -> None:
 def test_a_validation_run_informs_no_parameter() -> None:
     with pytest.raises(CorpusError, match="only a fit run informs"):
         parse_index(json.dumps([_entry(role="validation", fits="expert_host")]))
-    with pytest.raises(CorpusError, match="fits 'gpu' is not one of gemm, expert_host"):
+    with pytest.raises(CorpusError, match="fits 'gpu' is not one of gemm, expert_host, clock"):
         parse_index(json.dumps([_entry(fits="gpu")]))
     (run,) = parse_index(json.dumps([_entry(fits="expert_host")]))
     assert run.fits is FitTarget.EXPERT_HOST
