@@ -23,13 +23,12 @@ GPU generation (`validation/gemm_tables.json`, priced by `planc.perf.gemm_table`
 :func:`shape_half_dim` gives the value efficiency.json holds.
 
 Every other GPU's e_max is one of these times its measured matmul ceiling over the fitted GPU's
-(`efficiency.json`'s sources), so a refit moves it by the same factor. The H100 at a 500 W
-limit (torchtitan's benchmark hardware) is the H100 fit's die at a sustained clock of its own,
-fitted to the one run of that hardware declared `fits: clock` (`CLOCKED`, :func:`fit_clock`):
-every tensor-core rate of it, GEMMs, attention kernels and vector peak, the H100's times r. :func:`refit` does the
-fit from a set of runs (least squares on ln(predicted/measured), `planc.perf.calibrate.fit`,
-no ridge), :func:`fold_predictor` prices any run with the curves a fit on other runs gives:
-the leave-one-source-out errors of docs/validation.md. A GPU whose fit set is empty in a fold
+(`efficiency.json`'s sources), so a refit moves it by the same factor; the 500 W H100 above
+takes every tensor-core rate of it (GEMMs, attention kernels, vector peak) as the H100's times
+its clock (:func:`at_clock`, :func:`fit_clock`). :func:`refit` does the fit from a set of runs
+(least squares on ln(predicted/measured), `planc.perf.calibrate.fit`, no ridge),
+:func:`fold_predictor` prices any run with the curves a fit on other runs gives: the
+leave-one-source-out errors of docs/validation.md. A GPU whose fit set is empty in a fold
 falls back to its prior, the matmul ceiling measured on it (Bekman's MAMF table), which is
 what planc would say with no step time of that generation at all.
 """
@@ -185,6 +184,7 @@ def at_clock(own: Efficiency, die: Efficiency, ratio: float) -> Efficiency:
     """`own` with every tensor-core rate `die`'s times `ratio` (each fraction at most 1): the
     16-bit GEMM e_max and each of its data types' curves, the attention kernels' fractions and
     the vector peak; HBM, links and shapes stay its own."""
+
     def scaled(value: float) -> float:
         return min(1.0, value * ratio)
 

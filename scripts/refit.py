@@ -158,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             stale.append(gpu)
     for part in CLOCKED:
         die, tables = found[part.die], found[part.gpu]
-        print(f"{part.gpu}: clock {tables.gemm.peak_fraction / die.gemm.peak_fraction:.4f} of {part.die}")
+        clock = tables.gemm.peak_fraction / die.gemm.peak_fraction
+        print(f"{part.gpu}: clock {clock:.4f} of {part.die}")
         held = for_gpu(part.gpu)
         rates = zip(
             (*attention_fractions(tables).values(), tables.vector_tflops),

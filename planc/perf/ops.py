@@ -424,7 +424,8 @@ def flash_attention(shape: OpShape) -> OpCost:
     Forward 4·b·(n/t)·(s/c)·s·k FLOPs (QKᵀ and PV); reads Q, K, V, writes O and the fp32
     log-sum-exp. Backward recomputes the scores: five matmuls (S, dV, dP, dQ, dK), 2.5× the
     forward FLOPs; reads Q, K, V, O, dO, writes dQ, dK, dV. K and V count g/t heads (GQA is
-    native in the kernel), n/t where they were repeated before it (`OpShape.core_kv_heads`). Dropout, if any, runs inside the kernel. A causal kernel skips the
+    native in the kernel), n/t where they were repeated before it (`OpShape.core_kv_heads`).
+    Dropout, if any, runs inside the kernel. A causal kernel skips the
     blocks above the diagonal: it executes half of these FLOPs (the FLOPs returned here are
     the executed ones; model FLOPs for MFU are counted without the discount elsewhere).
     Latent attention: QKᵀ over k = d_h + d_h^R channels and PV over v_head_dim, so forward

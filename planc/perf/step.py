@@ -61,7 +61,7 @@ class StageInputs:
     optimizer_s: float = 0.0
     tp_overlapped_s: float = 0.0  # TP communication hidden behind compute, per micro-batch
     cp_exposed_s: float = 0.0  # ring-attention K/V exchange not hidden, per micro-batch
-    cp_overlapped_s: float = 0.0  # context-parallel exchange hidden behind attention, per micro-batch
+    cp_overlapped_s: float = 0.0  # CP exchange hidden behind attention, per micro-batch
     dp_overlapped_s: float = 0.0  # other DP communication hidden behind compute, per micro-batch
     # Expert exchanges (EP all-to-all, ETP gathers) of the chunk's MoE layers, exposed: forward
     # and backward per chunk (empty: none).
