@@ -15,6 +15,7 @@ import json
 import pytest
 
 from planc.analysis import analyse, estimate_step
+from planc.compile.frameworks import torchtitan_settings
 from planc.compile.plan import plan_json
 from planc.memory.activations import key, shape_of, value
 from planc.perf.inputs import layer_shape
@@ -148,3 +149,13 @@ def test_megatron_flash_attention_does_not_repeat(training: dict[str, object], r
     if refused:
         (finding,) = [f for f in result.findings if f.rule == "PLC048"]
         assert "grouped key/value heads" in finding.message
+
+
+def test_the_torchtitan_files_say_their_version_reads_grouped_heads() -> None:
+    # The files target torchtitan 0.3.0, whose SDPA takes the grouped heads: a plan priced with
+    # the old repeat says it will overstate that version's memory and exchange.
+    def notes(repeat: bool) -> str:
+        return " ".join(torchtitan_settings(compiled(torchtitan(repeat)))[2])
+
+    assert "repeat_kv" in notes(True) and "smaller than planned" in notes(True)
+    assert "repeat_kv" not in notes(False)

@@ -641,6 +641,13 @@ def torchtitan_settings(plan: Plan) -> tuple[dict[str, Any], dict[str, Any], lis
             "experimental._attention.set_rotate_method('alltoall') before training for the "
             "permute ring planc priced"
         )
+    if tr.repeat_kv and job.model.g < job.model.n:
+        notes.append(
+            "repeat_kv: the plan prices K and V repeated to every query head before attention, "
+            "as torchtitan's Llama did before v0.2.2; torchtitan 0.3.0 passes the grouped heads "
+            "to SDPA (enable_gqa), so its memory and its context-parallel exchange are smaller "
+            "than planned"
+        )
     if job.model.moe is not None:
         parallelism["expert_parallel_degree"] = lay.ep
         notes += _torchtitan_expert_notes(plan, dp_shard)
