@@ -949,7 +949,7 @@ def quantize_bytes(elements: float, q: Quantized, beta: int, reads: int, usages:
     return elements * (reads * beta + usages * (qb + scales))
 
 
-def _cast_kernels(
+def cast_kernels(
     elements: float, q: Quantized, beta: int, reads: int, usages: int, share: float
 ) -> list[Work]:
     """The kernels that quantize one tensor of `elements`: with two reads an amax pass (reads
@@ -982,10 +982,10 @@ def quantization(op: OpCost, q: Quantized, beta: int, weight_share: float) -> tu
     x_reads = 0 if q.norm_fused and op.name in NORM_FED_GEMMS else q.reads
     label = f"{op.name} quantize ({q.recipe.value})"
     forward = [
-        *_cast_kernels(x, q, beta, x_reads, usages, 1.0),
-        *_cast_kernels(w, q, beta, q.reads, q.usages, weight_share),
+        *cast_kernels(x, q, beta, x_reads, usages, 1.0),
+        *cast_kernels(w, q, beta, q.reads, q.usages, weight_share),
     ]
-    backward = _cast_kernels(dy, q, beta, q.reads, usages, 1.0)
+    backward = cast_kernels(dy, q, beta, q.reads, usages, 1.0)
     return (
         *(OpCost(label, "vector", work, NOTHING, modules=op.modules) for work in forward),
         *(OpCost(label, "vector", NOTHING, work, modules=op.modules) for work in backward),
