@@ -202,6 +202,7 @@ def at_clock(own: Efficiency, die: Efficiency, ratio: float) -> Efficiency:
         sdpa_backward=scaled(die.sdpa_backward),
         cudnn_forward=scaled(die.cudnn_forward),
         cudnn_backward=scaled(die.cudnn_backward),
+        cudnn_by_seq=tuple((s, scaled(f), scaled(b)) for s, f, b in die.cudnn_by_seq),
     )
     return moved.with_gemm(peak_fraction=scaled(die.gemm.peak_fraction))
 

@@ -17,8 +17,10 @@ rank: a pass of a chunk is the sum over its ops.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
+from itertools import pairwise
 
 from planc.dims import ExpertDims, Quantized
 from planc.perf.ops import (
@@ -69,7 +71,7 @@ def work_time_s(
     if op.engine == "attention":
         rate = device.matrix_flops * (eff.flash_backward if backward else eff.flash_forward)
     elif op.engine == "cudnn":
-        rate = device.matrix_flops * (eff.cudnn_backward if backward else eff.cudnn_forward)
+        rate = device.matrix_flops * cudnn_fraction(eff, backward, op.shape)
     elif op.engine == "sdpa":
         rate = device.matrix_flops * (eff.sdpa_backward if backward else eff.sdpa_forward)
     elif op.engine == "matrix":
@@ -79,6 +81,26 @@ def work_time_s(
     math = work.flops / rate if work.flops > 0 else 0.0
     memory = work.bytes / (device.hbm_bytes * eff.hbm.at(work.bytes)) if work.bytes > 0 else 0.0
     return max(math, memory)
+
+
+def cudnn_fraction(eff: Efficiency, backward: bool, scores: GemmShape | None) -> float:
+    """The fraction of the matrix peak cuDNN's fused attention reaches on `scores`, the
+    attention's score matrix per head ([s/c queries × s keys], `ops.flash_attention`):
+    `Efficiency.cudnn_by_seq` interpolated linearly in log₂ s at the equivalent square causal
+    problem, s = √(queries · keys) (the same executed score tiles per head), clamped to the
+    table's ends; the constant cudnn_forward/backward where the tables measure no lengths."""
+    table = eff.cudnn_by_seq
+    if not table or scores is None:
+        return eff.cudnn_backward if backward else eff.cudnn_forward
+    column = 2 if backward else 1
+    at = math.log2(max(1.0, math.sqrt(scores.m * scores.n)))
+    points = [(math.log2(row[0]), row[column]) for row in table]
+    if at <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in pairwise(points):
+        if at <= x1:
+            return y0 + (y1 - y0) * (at - x0) / (x1 - x0)
+    return points[-1][1]
 
 
 def gemm_efficiency(eff: Efficiency, device: Device, gemm: GemmShape | None) -> float:

@@ -35,6 +35,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, field, replace
 from functools import cache
+from itertools import pairwise
 from types import MappingProxyType
 from typing import Any, cast
 
@@ -166,6 +167,9 @@ class Efficiency:
     cudnn_forward: float
     cudnn_backward: float
     source: str = ""
+    # cuDNN's fused attention measured by sequence length (causal, s_q = s_kv), ascending:
+    # (s, forward fraction, backward fraction); empty: cudnn_forward/backward at every length.
+    cudnn_by_seq: tuple[tuple[int, float, float], ...] = ()
     # GEMM curves of other data types where an entry measures them (`gemm_by_dtype`); a data
     # type without one reaches the 16-bit curve's fractions of its own peak.
     gemm_by_dtype: Mapping[DType, GemmCurve] = field(default_factory=lambda: MappingProxyType({}))
@@ -371,7 +375,15 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
         data,
         "flash_attention",
         where,
-        ("forward", "backward", "sdpa_forward", "sdpa_backward", "cudnn_forward", "cudnn_backward"),
+        (
+            "forward",
+            "backward",
+            "sdpa_forward",
+            "sdpa_backward",
+            "cudnn_forward",
+            "cudnn_backward",
+            "cudnn_by_seq",
+        ),
     )
     net = _section(data, "network", where, LINKS)
     if "accuracy" in data:
@@ -392,12 +404,46 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
         # cuDNN's fused attention where the entry measures it; else the flash kernel's.
         cudnn_forward=_kernel_fraction(flash, "cudnn_forward", "forward", where),
         cudnn_backward=_kernel_fraction(flash, "cudnn_backward", "backward", where),
+        cudnn_by_seq=_by_seq(flash, f"{where}.flash_attention"),
         nvlink=_link(net, "nvlink", f"{where}.network"),
         network=_link(net, "network", f"{where}.network"),
         source=str(data.get("source", "")),
         gemm_by_dtype=_gemm_by_dtype(data.get("gemm_by_dtype", {}), f"{where}.gemm_by_dtype"),
         expert_host=_expert_host(data, where),
     )
+
+
+_SEQ = (1, 1 << 24, True)  # a sequence length of a measured attention kernel
+
+
+def _by_seq(flash: Mapping[str, Any], where: str) -> tuple[tuple[int, float, float], ...]:
+    """flash_attention.cudnn_by_seq, {seq: [...], forward: [...], backward: [...]}: equal
+    lengths, at least two points, sequences strictly ascending, fractions in (0, 1]; () when
+    the entry has none."""
+    if "cudnn_by_seq" not in flash:
+        return ()
+    table = _section(flash, "cudnn_by_seq", where, ("seq", "forward", "backward"))
+    at = f"{where}.cudnn_by_seq"
+    columns = [table.get(key) for key in ("seq", "forward", "backward")]
+    lists = [c for c in columns if isinstance(c, list)]
+    if len(lists) != 3 or len({len(c) for c in lists}) != 1:
+        raise ValueError(f"{at} needs seq, forward and backward lists of one length")
+    seq, forward, backward = lists
+    if len(seq) < 2:
+        raise ValueError(f"{at} needs at least two sequence lengths")
+    rows = tuple(
+        (
+            int(_number({"seq": s}, "seq", at, _SEQ)),
+            _number({"forward": f}, "forward", at, _FRACTION),
+            _number({"backward": b}, "backward", at, _FRACTION),
+        )
+        for s, f, b in zip(seq, forward, backward, strict=True)
+    )
+    if any(isinstance(s, float) for s in seq) or any(
+        a[0] >= b[0] for a, b in pairwise(rows)
+    ):
+        raise ValueError(f"{at}.seq must be whole numbers in strictly ascending order")
+    return rows
 
 
 def _expert_host(data: Mapping[str, Any], where: str) -> Mapping[tuple[str, str], float]:
@@ -512,6 +558,17 @@ def to_json(eff: Efficiency, source: str = "") -> dict[str, Any]:
             "sdpa_backward": eff.sdpa_backward,
             "cudnn_forward": eff.cudnn_forward,
             "cudnn_backward": eff.cudnn_backward,
+            **(
+                {
+                    "cudnn_by_seq": {
+                        "seq": [row[0] for row in eff.cudnn_by_seq],
+                        "forward": [row[1] for row in eff.cudnn_by_seq],
+                        "backward": [row[2] for row in eff.cudnn_by_seq],
+                    }
+                }
+                if eff.cudnn_by_seq
+                else {}
+            ),
         },
         "network": {"nvlink": link(eff.nvlink), "network": link(eff.network)},
         **(
