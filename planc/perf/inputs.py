@@ -1134,9 +1134,9 @@ def build_inputs(
         m=m,
         v=lay.v,
         p2p_s=hop,
-        tp_processor_usage=_entry(job, eff, _tp_link(job, ops)).processor_usage,
+        tp_processor_usage=_entry(job, eff, _group_link(job, ops, "tp")).processor_usage,
         dp_processor_usage=_entry(job, eff, _dp_link(job, ops)).processor_usage,
-        cp_processor_usage=_entry(job, eff, _cp_link(job, ops)).processor_usage,
+        cp_processor_usage=_entry(job, eff, _group_link(job, ops, "cp")).processor_usage,
         ep_processor_usage=ep_processor_usage(job, eff),
         model_flops=model_flops(job),
         tokens=job.training.B * job.training.s,
@@ -1174,7 +1174,7 @@ def boundary_transfer(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) ->
         return Transfer(comm_time_s(job, eff, "send_recv", 2, op.buffer_bytes, op.link), 0.0)
     share = -(-op.buffer_bytes // t)
     send = comm_time_s(job, eff, "send_recv", 2, share, op.link)
-    gather = comm_time_s(job, eff, "all_gather", t, op.buffer_bytes, _tp_link(job, ops))
+    gather = comm_time_s(job, eff, "all_gather", t, op.buffer_bytes, _group_link(job, ops, "tp"))
     return Transfer(send, gather)
 
 
@@ -1206,16 +1206,10 @@ def ep_processor_usage(job: Plannable, eff: Efficiency) -> float:
     return min(1.0, max(sms) / eff.gemm.sms)
 
 
-def _tp_link(job: Plannable, ops: Sequence[CommOp]) -> str:
-    """The tier of the TP ops (the innermost tier when there are none)."""
+def _group_link(job: Plannable, ops: Sequence[CommOp], group: str) -> str:
+    """The tier of `group`'s ops, tp or cp (the innermost tier when there are none)."""
     default = job.cluster.fabric.innermost.name
-    return next((op.link for op in ops if op.group == "tp"), default)
-
-
-def _cp_link(job: Plannable, ops: Sequence[CommOp]) -> str:
-    """The tier of the context-parallel ops (the innermost tier when there are none)."""
-    default = job.cluster.fabric.innermost.name
-    return next((op.link for op in ops if op.group == "cp"), default)
+    return next((op.link for op in ops if op.group == group), default)
 
 
 def _dp_link(job: Plannable, ops: Sequence[CommOp]) -> str:
