@@ -88,6 +88,38 @@ def test_nvfp4_reaches_the_fraction_of_its_peak_te_measured_against_fp8(gpu: str
     )
 
 
+# The datasheets' dense FP4 and FP8 peaks of each Blackwell part, PFLOPS (B200 HGX 72/36 over 8
+# GPUs; GB200 NVL72 720/360 over 72; B300 HGX 108/36 over 8; GB300 NVL72 1,080/360 over 72).
+FP4_FP8_PEAKS = {
+    "b200": (9.0, 4.5),
+    "gb200-nvl72": (10.0, 5.0),
+    "b300": (13.5, 4.5),
+    "gb300-nvl72": (15.0, 5.0),
+}
+
+
+def _fp4_over_fp8(gpu: str) -> float:
+    """How many times as fast as its per-tensor FP8 GEMMs planc runs `gpu`'s NVFP4 ones."""
+    fp4, fp8 = FP4_FP8_PEAKS[gpu]
+    curves = for_gpu(gpu).gemm_by_dtype
+    return curves[DType.FP4].peak_fraction * fp4 / (curves[DType.FP8].peak_fraction * fp8)
+
+
+@pytest.mark.parametrize("gpu", ["b200", "gb200-nvl72"])
+def test_blackwell_nvfp4_gains_what_te_measured_on_blackwell_ultra(gpu: str) -> None:
+    # Blackwell Ultra has 1.5 times Blackwell's FP4 rate per SM and clock and the same FP8 rate:
+    # a Blackwell NVFP4 GEMM gains at most the 6.812/3.764 TE measured on a B300, and planc
+    # takes that bound. Priced at the 16-bit curve's fraction of its 2x peak, it had gained 2.0.
+    measured = TE_B300_MS["fp8_current"] / TE_B300_MS["nvfp4"]
+    assert _fp4_over_fp8(gpu) == pytest.approx(measured, rel=2e-3)
+
+
+def test_no_blackwell_part_gains_more_from_nvfp4_than_blackwell_ultra() -> None:
+    ultra = TE_B300_MS["fp8_current"] / TE_B300_MS["nvfp4"]
+    for gpu in FP4_FP8_PEAKS:
+        assert _fp4_over_fp8(gpu) <= ultra * (1 + 2e-3), gpu
+
+
 def test_mxfp8_gemms_run_at_te_s_measured_rate_of_per_tensor_ones_on_blackwell() -> None:
     # The quantized GEMMs' peak is the FP8 peak times the recipe's kernel rate: MXFP8's
     # block-scaled MMA at 6.812/7.161 of a per-tensor-scaled GEMM's, on every Blackwell GPU.
