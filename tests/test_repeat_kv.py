@@ -102,6 +102,21 @@ def test_the_repeat_is_priced_as_its_kernels_move_it(
     assert kv_repeat(layer_shape(torchtitan(False, kernels=kernels))) == ()
 
 
+@pytest.mark.parametrize(("attention", "copies"), [("eager", 1), ("flash", 0)])
+def test_megatron_s_eager_attention_pays_its_repeat_interleave(attention: str, copies: int) -> None:
+    # Megatron's local DotProductAttention runs key.repeat_interleave(n/g) and the same for V
+    # before its QKᵀ and attention over V, which read n heads (as the saved K and V count them),
+    # with or without the field; TE's fused kernel reads the g heads.
+    plan = job_of({"parallelism": {"tensor": 1}, "training": {"attention": attention}})
+    shape = layer_shape(plan)
+    repeats = kv_repeat(shape)
+    assert len(repeats) == copies
+    if copies:
+        tokens = shape.b * shape.s
+        assert repeats[0].forward.bytes == tokens * (G + N) * 2 * K * 2
+        assert repeats[0] in layer_ops(shape)
+
+
 def test_no_repeat_where_every_head_has_its_own_keys() -> None:
     plan = job_of(
         {

@@ -458,15 +458,16 @@ def attention_engine(shape: OpShape) -> Engine:
 def kv_repeat(shape: OpShape) -> tuple[OpCost, ...]:
     """K and V repeated from g/t to n/t heads before the attention core (`repeat_kv`:
     torchtitan's repeat_kv, x.unsqueeze(3).expand(...).reshape(...), a copy; Megatron-LM's local
-    DotProductAttention's repeat_interleave); none where the kernel reads the grouped heads or
-    g = n.
+    DotProductAttention's repeat_interleave, and so every eager core: its QKᵀ and attention
+    over V read n/t heads); none where the fused kernel reads the grouped heads or g = n.
 
     Elements: b·(s/c) rows × (n/t)·(k + k_v) written from (g/t)·(k + k_v) read. Eager (kernels
     unfused): one copy kernel, forward β·(g/t + n/t)·… bytes, and backward the gradient's sum
     over the n/g repeats, the same bytes and (n/t − g/t)·… FLOPs. Compiled: Inductor fuses the
     copy into the kernel that produced K and V, which then writes n/t heads in place of g/t:
     β·(n/t − g/t)·… more forward, and as many more read by the backward's fused sum."""
-    if not shape.repeat_kv or shape.heads <= shape.kv_heads:
+    repeated = shape.repeat_kv or not shape.flash
+    if not repeated or shape.heads <= shape.kv_heads:
         return ()
     rows = shape.tokens * (shape.k + shape.value_channels)
     grouped, repeated = rows * shape.kv_heads, rows * shape.heads
