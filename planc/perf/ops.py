@@ -466,8 +466,8 @@ def kv_repeat(shape: OpShape) -> tuple[OpCost, ...]:
     over the n/g repeats, the same bytes and (n/t − g/t)·… FLOPs. Compiled: Inductor fuses the
     copy into the kernel that produced K and V, which then writes n/t heads in place of g/t:
     β·(n/t − g/t)·… more forward, and as many more read by the backward's fused sum."""
-    repeated = shape.repeat_kv or not shape.flash
-    if not repeated or shape.heads <= shape.kv_heads:
+    # every eager core repeats them; a fused kernel only where the field says so
+    if not (shape.repeat_kv or not shape.flash) or shape.heads <= shape.kv_heads:
         return ()
     rows = shape.tokens * (shape.k + shape.value_channels)
     grouped, repeated = rows * shape.kv_heads, rows * shape.heads
