@@ -31,6 +31,7 @@ def _inputs(dp_overlapped: float) -> StepInputs:
         after_step_s=0.3,
         tp_overlapped_s=0.5,
         cp_exposed_s=0.05,
+        cp_overlapped_s=0.15,
         dp_overlapped_s=dp_overlapped,
     )
     return StepInputs(
@@ -39,7 +40,7 @@ def _inputs(dp_overlapped: float) -> StepInputs:
 
 
 def _by_kind(dp_overlapped: float) -> dict[str, tuple[float, float, float]]:
-    found = overlaps(_inputs(dp_overlapped), 0, cp_total_s=0.4, pp_total_s=0.2, pp_exposed_s=0.05)
+    found = overlaps(_inputs(dp_overlapped), 0, pp_total_s=0.2, pp_exposed_s=0.05)
     return {o.kind: (o.hidden_s, o.exposed_s, o.slowdown_s) for o in found}
 
 
@@ -47,7 +48,7 @@ def test_each_class_hidden_and_exposed_by_hand() -> None:
     got = _by_kind(1.0)
     # TP: m = 2 micro-batches × 0.5 s hidden, × (0.1 + 0.2) s exposed; slows compute 0.1 × 1.0.
     assert got["tp"] == pytest.approx((1.0, 0.6, 0.1))
-    # CP: the ring's 0.4 s, of which m × 0.05 s exposed.
+    # CP: m × 0.15 s hidden behind attention, m × 0.05 s exposed (no processor usage given).
     assert got["cp"] == pytest.approx((0.3, 0.1, 0.0))
     # DP: 1.0 s a micro-batch hides inside its 3.0 s of compute (2.0 s over two); that leaves
     # 2.0 s of the backward free for the two 0.5 s buckets, so only the last is exposed (0.5),
@@ -96,7 +97,7 @@ def test_expert_exchanges_a_serial_schedule_hides_nothing_not_minus_zero() -> No
         ep_backward_s=(0.2, 0.4),
     )
     inputs = replace(base, stages=(stage,), v=2)
-    ep = next(o for o in overlaps(inputs, 0, 0.0, 0.0, 0.0) if o.kind == "ep")
+    ep = next(o for o in overlaps(inputs, 0, 0.0, 0.0) if o.kind == "ep")
     assert ep.hidden_s == 0.0 and math.copysign(1.0, ep.hidden_s) == 1.0
     assert ep.exposed_s == pytest.approx(2.8)
 
@@ -112,7 +113,7 @@ def test_a_hidden_context_exchange_slows_the_attention_beside_it() -> None:
     f0, b0 = virtual_times(base)
     assert t_f == f0
     assert t_b[0] - b0[0] == pytest.approx(0.03)
-    cp = next(o for o in overlaps(slowed, 0, 0.4, 0.0, 0.0) if o.kind == "cp")
+    cp = next(o for o in overlaps(slowed, 0, 0.0, 0.0) if o.kind == "cp")
     assert cp.slowdown_s == pytest.approx(0.06)
     assert virtual_times(replace(base, stages=(stage,))) == (f0, b0)
 

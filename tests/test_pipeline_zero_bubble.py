@@ -483,7 +483,7 @@ def test_a_hidden_exchange_slows_the_compute_beside_it() -> None:
     assert slowed.compute_s - fast.compute_s == pytest.approx(4 * 0.1625)
     assert slowed.step_time_s > fast.step_time_s
     alone = slowed.pipeline.alone
-    found = overlaps(_inputs(ScheduleKind.COMBINED_1F1B, 0.1), 0, 0.0, 0.0, 0.0, alone)
+    found = overlaps(_inputs(ScheduleKind.COMBINED_1F1B, 0.1), 0, 0.0, 0.0, alone)
     (ep,) = [o for o in found if o.kind == "ep"]
     assert ep.slowdown_s == pytest.approx(0.1 * 4 * 1.625)
 

@@ -566,9 +566,7 @@ def communication_overlap(ex: Explanation) -> tuple[int, tuple[Overlap, ...]]:
     def total(group: str) -> float:
         return sum(an.op_seconds[op] for op in an.ops if op.stage == stage and op.group == group)
 
-    found = overlaps(
-        inputs, stage, total("cp"), total("pp"), ex.step.pp_comm_s, ex.step.pipeline.alone
-    )
+    found = overlaps(inputs, stage, total("pp"), ex.step.pp_comm_s, ex.step.pipeline.alone)
     return stage, found
 
 

@@ -362,15 +362,14 @@ def dp_overlap(inputs: StepInputs, stage: int) -> tuple[float, float]:
 def overlaps(
     inputs: StepInputs,
     stage: int,
-    cp_total_s: float,
     pp_total_s: float,
     pp_exposed_s: float,
     alone: Sequence[tuple[int, int]] = (),
 ) -> tuple[Overlap, ...]:
     """What each class of `stage`'s communication hid and exposed in one step, from the numbers
     the step composes: TP m·(hidden, exposed) per micro-batch (`planc.perf.inputs.tp_per_layer`:
-    TE userbuffers' pipelined GEMMs and the weight gradients); CP the ring's op time less its
-    exposed part m·cp_exposed_s (behind attention); expert exchanges as the schedule hides
+    TE userbuffers' pipelined GEMMs and the weight gradients); CP m·(hidden, exposed) per
+    micro-batch (`cp_hidden_per_microbatch`, `cp_exposed_per_microbatch`: behind attention); expert exchanges as the schedule hides
     them (`expert_hidden_s`); DP as `dp_overlap`; TP, CP and DP slow the compute they hide
     behind by the link's processor_usage (`virtual_times`, `_dp_tails`), hidden expert exchanges
     by their link's; pipeline sends their op time less what lies
@@ -381,8 +380,6 @@ def overlaps(
     tp_exposed = m * (sum(st.tp_forward_s) + sum(st.tp_backward_s))
     ep_hidden = expert_hidden_s(inputs, stage, alone)
     ep_exposed = m * (sum(st.ep_forward_s) + sum(st.ep_backward_s)) - ep_hidden
-    cp_exposed = m * st.cp_exposed_s
-    cp_hidden = max(0.0, cp_total_s - cp_exposed)
     dp_hidden, dp_exposed = dp_overlap(inputs, stage)
     pp_exposed = min(pp_total_s, pp_exposed_s)
     # Blocking transfers (DeepSpeed's pipeline engine) hide behind nothing: all exposed.
@@ -398,8 +395,8 @@ def overlaps(
         Overlap(
             "cp",
             "attention",
-            cp_hidden,
-            cp_exposed,
+            m * st.cp_overlapped_s,
+            m * st.cp_exposed_s,
             inputs.cp_processor_usage * m * st.cp_overlapped_s,
         ),
         Overlap(
