@@ -667,7 +667,7 @@ def torchtitan_refuses(ctx: Context) -> Iterator[Violation]:
     """
     yield from _run(ctx, "fsdp2", TORCHTITAN)
     if ctx.job.training.framework == "fsdp2" and ctx.plan is not None:
-        yield from library_dispatcher_refusals(ctx.plan)
+        yield from dispatcher_refusals(ctx.plan)
 
 
 # ----------------------------------------------------------------------------- run otherwise
