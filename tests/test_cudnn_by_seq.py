@@ -118,3 +118,21 @@ def test_flash_attention_2_runs_at_its_measured_blackwell_rate() -> None:
     assert op.engine == "sdpa"
     assert work_time_s(op, op.forward, device, eff) == pytest.approx(5.308e-3, rel=5e-3)
     assert work_time_s(op, op.backward, device, eff, True) == pytest.approx(16.249e-3, rel=5e-3)
+
+
+# The same benchmark on a GB300 (bb37575d, sdpa_bf16_benchmark_results_NVIDIA_GB300.csv, backend
+# pyt_cudnn: cuDNN through PyTorch's SDPA), milliseconds forward and backward typed from the file.
+GB300_MS = {8192: (1.470, 4.865), 16384: (5.167, 17.345), 32768: (19.592, 66.679)}
+
+
+@pytest.mark.parametrize("s", sorted(GB300_MS))
+def test_blackwell_ultra_attention_runs_at_the_gb200_s_fractions_of_its_peak(s: int) -> None:
+    # The GB300 takes the GB200's measured fractions (its faster softmax exponent does not show
+    # at training lengths): NVIDIA's GB300 times agree within 7 %.
+    op = flash_attention(_shape(s))
+    eff, device = for_gpu("gb300-nvl72"), Device(2500e12, 8e12, DType.BF16)
+    forward_ms, backward_ms = GB300_MS[s]
+    assert work_time_s(op, op.forward, device, eff) == pytest.approx(forward_ms * 1e-3, rel=0.07)
+    assert work_time_s(op, op.backward, device, eff, True) == pytest.approx(
+        backward_ms * 1e-3, rel=0.07
+    )
