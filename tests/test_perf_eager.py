@@ -57,7 +57,8 @@ def test_eager_rotary_is_priced_on_queries_and_keys() -> None:
 
 def test_fused_kernels_are_unchanged() -> None:
     # The compiled run is priced with fused kernels: RMSNorm 2β = 4 bytes an element forward,
-    # one SwiGLU kernel, no rotary op of its own.
+    # one SwiGLU kernel, one rotary kernel (Inductor's) reading and writing q and k once.
     ops = _ops(COMPILED)
     assert ops["input norm"].forward.bytes == pytest.approx(4 * ROWS * H)
     assert "swiglu" in ops and "rotary (eager)" not in ops and "swiglu (eager)" not in ops
+    assert ops["rotary"].forward.bytes == pytest.approx(4 * ROWS * (HEADS + KV) * K)

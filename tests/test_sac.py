@@ -72,6 +72,7 @@ def test_recompute_time_is_the_recomputed_share_of_each_forward() -> None:
 
     vector = (
         "input norm",
+        "rotary",
         "attention dropout + residual",
         "pre-MLP norm",
         "swiglu",

@@ -181,6 +181,12 @@ class OpShape:
         """Channels per value head: k, or latent attention's v_head_dim."""
         return self.v or self.k
 
+    @property
+    def rotary(self) -> bool:
+        """RoPE rotates every query and key head: a model without a learned position table or
+        latent attention (whose decoupled RoPE channels are not priced apart)."""
+        return self.positions == 0 and not self.kv_latent
+
 
 def op_shape(
     model: Model,
@@ -275,11 +281,35 @@ def eager_rms_norm(name: str, elements: float, beta: int) -> OpCost:
     return OpCost(name, "vector", forward, backward)
 
 
+def rotary(shape: OpShape) -> tuple[OpCost, ...]:
+    """The rotary embedding of the rank's queries and keys (none without RoPE): eager PyTorch's
+    three kernels (`eager_rotary`) or one fused kernel (`fused_rotary`)."""
+    if not shape.rotary:
+        return ()
+    return (eager_rotary(shape) if shape.unfused else fused_rotary(shape),)
+
+
+def fused_rotary(shape: OpShape) -> OpCost:
+    """Rotary embedding of the rank's queries and keys as one kernel per tensor between the QKV
+    projection and the attention core: Megatron-Core's apply_rotary_pos_emb on the query and on
+    the key (megatron/core/transformer/attention.py Attention.forward, its 'rotary_pos_emb'
+    range; with apply_rope_fusion, Transformer Engine's fused_apply_rotary_pos_emb), and the
+    kernel Inductor fuses torchtitan's apply_rotary_emb into under torch.compile. Neither the
+    QKV GEMM nor the attention kernel applies it.
+
+    Elements: b·s/c rows × (n/t + g/t)·k channels. Forward reads each element and writes its
+    rotation (2β per element; the [s, k] cos/sin table is negligible beside the heads);
+    backward the same over the gradients (the transposed rotation). FLOPs: 3 per element (a
+    rotation of a channel pair is 4 multiplies and 2 adds)."""
+    elements = shape.tokens * (shape.heads + shape.kv_heads) * shape.k
+    work = Work(3.0 * elements, 2.0 * shape.beta * elements)
+    return OpCost("rotary", "vector", work, work)
+
+
 def eager_rotary(shape: OpShape) -> OpCost:
     """Rotary embedding of the rank's queries and keys as eager PyTorch runs torchtitan's
     apply_rotary_emb: x.float() viewed as complex, times freqs_cis, viewed back as real and
-    cast to x's type (torchtitan/models/llama/model.py, Dec 2024); the fused Megatron path
-    applies it inside its kernels and is not priced apart.
+    cast to x's type (torchtitan/models/llama/model.py, Dec 2024).
 
     Elements: b·s/c rows × (n/t + g/t)·k channels. Forward bytes per element: cast (β + 4),
     complex multiply (4 + 4; the [s, k/2] table is negligible beside the heads), cast back
@@ -592,7 +622,7 @@ def layer_ops(shape: OpShape) -> tuple[OpCost, ...]:
     return (
         _in(input_norm, "layernorm") if shape.kv_latent else input_norm,
         *_latent_parts(attention_projections(shape)),
-        *((eager_rotary(shape),) if shape.unfused else ()),
+        *rotary(shape),
         *kv_repeat(shape),
         *attention_core(shape),
         output_projection(shape),
