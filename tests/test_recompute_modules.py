@@ -30,6 +30,7 @@ from planc.perf.ops import (
     activation,
     expert_activation,
     layer_ops,
+    mla_rotary,
     mla_up_projections,
     mlp_down,
     mlp_up,
@@ -130,7 +131,8 @@ def test_recompute_time_is_the_modules_forward() -> None:
     job = _job(None)
     shape, device, eff = layer_shape(job), device_of(job), efficiency_of(job)
     layer = layer_passes(layer_ops(shape), shape, device, eff)
-    up = pass_times(mla_up_projections(shape), device, eff).forward_s
+    # the module is qkv_up_proj_and_rope_apply: the up projections and the RoPE kernels
+    up = pass_times((*mla_up_projections(shape), mla_rotary(shape)), device, eff).forward_s
     assert recompute_time_s(layer, "selective", ("mla_up_proj",)) == pytest.approx(up)
     core = recompute_time_s(layer, "selective", ("core_attn",))
     assert core == pytest.approx(layer.core_forward_s)
@@ -305,6 +307,7 @@ def test_explain_prints_the_recomputed_forward() -> None:
     assert f"{seconds:8.2f} s" in line
     job = _job(["mla_up_proj"], parallelism={"expert": 8}, nodes=1)
     shape, device, eff = layer_shape(job), device_of(job), efficiency_of(job)
-    up = pass_times(mla_up_projections(shape), device, eff).forward_s
+    # the module is qkv_up_proj_and_rope_apply: the up projections and the RoPE kernels
+    up = pass_times((*mla_up_projections(shape), mla_rotary(shape)), device, eff).forward_s
     assert estimate_step(analyse(job)).recompute_s == pytest.approx(job.m * 61 * up)
     assert estimate_step(analyse(_job([]))).recompute_s == 0.0

@@ -46,17 +46,25 @@ def test_tensor_parallel_ranks_rotate_their_own_heads() -> None:
     assert half.forward.bytes == pytest.approx(whole.forward.bytes / 2)
 
 
-@pytest.mark.parametrize(
-    "model",
-    [
-        {"position_embedding": "learned"},  # GPT's learned table: no rotation
-        {"preset": "deepseek-v3"},  # latent attention: its decoupled RoPE channels, not priced apart
-    ],
-)
-def test_no_rotary_kernel_without_rope_on_every_head(model: dict[str, Any]) -> None:
-    got = _rotary(model=model)
+def test_no_rotary_kernel_with_a_learned_position_table() -> None:
+    got = _rotary(model={"position_embedding": "learned"})  # GPT's table: no rotation
     assert got["rotary"] == ()
     assert "rotary" not in got["ops"] and "rotary (eager)" not in got["ops"]
+
+
+def test_latent_attention_rotates_its_rope_channels_and_builds_key_and_value() -> None:
+    # DeepSeek-V3: 128 heads of 128 no-RoPE + 64 RoPE query/key channels, 128 value channels,
+    # one shared 64-channel RoPE key (fused_mla_yarn_rope_apply.py). Forward per token: the
+    # query's RoPE channels in place (read and written, 2 × n × 64); the kv up projection's
+    # n × (128 + 128) and the RoPE key's 64 read; key n × (128 + 64) and value n × 128 written.
+    got = _rotary(model={"preset": "deepseek-v3"}, parallelism={"tensor": 1, "expert": 8, "order": "tp-cp-ep-dp-pp"})
+    (op,) = got["rotary"]
+    n, tokens = 128, got["shape"].tokens
+    per_token = 2 * n * 64 + n * 256 + 64 + n * (192 + 128)
+    assert op.forward.bytes == pytest.approx(2 * tokens * per_token)  # bf16
+    assert op.backward.bytes == op.forward.bytes
+    assert op.modules == frozenset({"mla_up_proj"})  # Megatron recomputes it with the up projections
+    assert got["ops"]["mla rotary"] == op
 
 
 def test_eager_kernels_rotate_only_a_rope_model() -> None:

@@ -184,7 +184,7 @@ class OpShape:
     @property
     def rotary(self) -> bool:
         """RoPE rotates every query and key head: a model without a learned position table or
-        latent attention (whose decoupled RoPE channels are not priced apart)."""
+        latent attention (whose decoupled RoPE channels `mla_rotary` prices)."""
         return self.positions == 0 and not self.kv_latent
 
 
@@ -282,11 +282,35 @@ def eager_rms_norm(name: str, elements: float, beta: int) -> OpCost:
 
 
 def rotary(shape: OpShape) -> tuple[OpCost, ...]:
-    """The rotary embedding of the rank's queries and keys (none without RoPE): eager PyTorch's
-    three kernels (`eager_rotary`) or one fused kernel (`fused_rotary`)."""
+    """The rotary embedding of the rank's queries and keys (none with a learned position
+    table): eager PyTorch's three kernels (`eager_rotary`), one fused kernel (`fused_rotary`),
+    or latent attention's two (`mla_rotary`)."""
+    if shape.kv_latent:
+        return (mla_rotary(shape),) if shape.rope else ()
     if not shape.rotary:
         return ()
     return (eager_rotary(shape) if shape.unfused else fused_rotary(shape),)
+
+
+def mla_rotary(shape: OpShape) -> OpCost:
+    """Latent attention's RoPE as Megatron-Core's fused kernels apply it after the up
+    projections (megatron/core/fusions/fused_mla_yarn_rope_apply.py, under apply_rope_fusion;
+    multi_latent_attention.py qkv_up_proj_and_rope_apply, so recomputed with mla_up_proj):
+    the query's d_h^R RoPE channels rotated in place; the key and value built from the kv up
+    projection's output and the one shared RoPE key into new tensors.
+
+    Per token, with n/t heads, d_h = k − d_h^R no-RoPE channels and v value channels: forward,
+    the query 2β·(n/t)·d_h^R (read and written in place), the key and value β·(n/t)·(d_h + v) +
+    β·d_h^R read and β·(n/t)·(d_h + d_h^R + v) written; backward the same bytes over the
+    gradients (the RoPE key's gradient summed over the heads). FLOPs: 3 per rotated element.
+    Other frameworks split, rotate and concatenate in more kernels; this is the least any runs."""
+    nope, heads, rope_ch = shape.k - shape.rope, shape.heads, shape.rope
+    query = 2 * heads * rope_ch
+    key_value = heads * (nope + shape.value_channels) + rope_ch
+    key_value += heads * (nope + rope_ch + shape.value_channels)
+    rotated = heads * rope_ch + rope_ch
+    work = Work(3.0 * shape.tokens * rotated, shape.beta * shape.tokens * (query + key_value))
+    return OpCost("mla rotary", "vector", work, work, modules=frozenset({"mla_up_proj"}))
 
 
 def fused_rotary(shape: OpShape) -> OpCost:
