@@ -235,6 +235,9 @@ class ExpertDims:
     f_e: int  # ⌈f_e/ETP⌉: one expert's MLP inner size on this rank
     f_s: int  # ⌈E_s·f_s/t⌉: the shared experts' inner size per TP rank (0: none)
     capacity: bool  # a capacity factor bounds the rows
+    # the received rows re-sorted by local expert after the exchange and back before the
+    # return (Megatron-Core's alltoall dispatcher with E/EP > 1, sort_chunks_by_idxs)
+    sorted_by_expert: bool = False
 
     @property
     def local_experts(self) -> int:
@@ -326,11 +329,13 @@ def rank_dims(
     ep: int = 1,
     imbalance: float = 1.0,
     repeat_kv: bool = False,
+    sorts_by_expert: bool = False,
 ) -> RankDims:
     """The dims of one rank for sequence `s` and micro-batch `b` under tensor degree `t`,
     context degree `c`, sequence parallelism `sp`, for experts ETP `et`, EP `ep` and the
-    dropless imbalance allowance, and K/V repeated to every query head before the attention
-    kernel (`repeat_kv`) (with the defaults: the whole layer on one GPU)."""
+    dropless imbalance allowance, K/V repeated to every query head before the attention
+    kernel (`repeat_kv`), and a dispatcher that sorts the received rows by local expert
+    (`sorts_by_expert`) (with the defaults: the whole layer on one GPU)."""
     mla = model.mla
     s_c = ceil_div(s, c)
     s_r = ceil_div(s_c, t) if sp else s_c
@@ -354,13 +359,13 @@ def rank_dims(
         q_latent=0 if mla is None or mla.q_lora is None else mla.q_lora,
         kv_latent=0 if mla is None else mla.kv_lora,
         rope=0 if mla is None else mla.qk_rope,
-        experts=_expert_dims(model, t, b * s_r, et, ep, imbalance),
+        experts=_expert_dims(model, t, b * s_r, et, ep, imbalance, sorts_by_expert),
         kv_repeated=repeat_kv,
     )
 
 
 def _expert_dims(
-    model: Model, t: int, tokens: int, et: int, ep: int, imbalance: float
+    model: Model, t: int, tokens: int, et: int, ep: int, imbalance: float, sorts: bool
 ) -> ExpertDims | None:
     moe = model.moe
     if moe is None:
@@ -378,4 +383,5 @@ def _expert_dims(
         f_e=ceil_div(moe.f_e, et),
         f_s=ceil_div(moe.E_s * moe.f_s, t) if moe.E_s else 0,
         capacity=moe.capacity_factor is not None,
+        sorted_by_expert=sorts and moe.E // ep > 1,
     )

@@ -990,7 +990,8 @@ def formats_and_dims(job: Job) -> tuple[Numerics, RankDims]:
     """The run's number formats (`planc.dims.numerics`) and one rank's share of a layer
     (`planc.dims.rank_dims`) of a job that passed its preconditions: they read the training
     section (K/V repeated before the attention core too), the GPU, the model and, of the layout,
-    the tensor, context, expert and expert-tensor degrees and sequence parallelism."""
+    the tensor, context, expert and expert-tensor degrees, sequence parallelism and the expert
+    dispatcher."""
     lay = job.layout
     return numerics(job.training, job.cluster.gpu), rank_dims(
         job.model,
@@ -1003,7 +1004,17 @@ def formats_and_dims(job: Job) -> tuple[Numerics, RankDims]:
         ep=lay.ep,
         imbalance=job.training.expert_imbalance,
         repeat_kv=job.training.repeat_kv,
+        sorts_by_expert=sorts_by_local_expert(job),
     )
+
+
+def sorts_by_local_expert(job: Job) -> bool:
+    """Megatron-Core's alltoall dispatcher (megatron and megatron-fsdp) sorts the rows it
+    received by local expert after the all-to-all and back before the return
+    (MoEAlltoAllTokenDispatcher dispatch_postprocess and combine_preprocess, 'Permutation 2';
+    token_dispatcher.py at Megatron-Core 0.17.1); its flex dispatchers permute once each way,
+    inside DeepEP's and HybridEP's managers. Other frameworks' dispatchers are not read."""
+    return job.training.framework in ("megatron", "megatron-fsdp") and dispatcher_of(job) == "alltoall"
 
 
 def plannable(

@@ -681,6 +681,23 @@ def token_permutation(shape: OpShape, experts: ExpertDims) -> OpCost:
     return OpCost("token permutation", "vector", work, work)
 
 
+def local_expert_sort(shape: OpShape, experts: ExpertDims) -> tuple[OpCost, ...]:
+    """The second permutation of Megatron-Core's alltoall dispatcher (`ExpertDims.
+    sorted_by_expert`): after the all-to-all (and the expert-TP all-gather) the received rows,
+    grouped by source rank, are re-sorted by local expert, and before the return sorted back
+    (sort_chunks_by_idxs, one fused copy each). None for the flex dispatchers, whose one
+    permutation each way `token_permutation` prices, or with a single local expert.
+
+    Rows: the balanced T·topk a rank receives, times ETP. Forward: the sort reads and writes
+    each element (2β), the sort back in the combine's preparation the same (2β); backward the
+    same two copies of the gradients in reverse."""
+    if not experts.sorted_by_expert:
+        return ()
+    elements = experts.routed * experts.et * shape.h
+    work = Work(0.0, 4.0 * shape.beta * elements)
+    return (OpCost("local expert sort", "vector", work, work),)
+
+
 def _grouped_gemm(
     name: str, shape: OpShape, experts: ExpertDims, inner: float, cols: float
 ) -> OpCost:
@@ -733,6 +750,7 @@ def moe_layer_ops(shape: OpShape, experts: ExpertDims) -> tuple[OpCost, ...]:
     moe = (
         router(shape, experts),
         token_permutation(shape, experts),
+        *local_expert_sort(shape, experts),
         *routed_experts(shape, experts),
         *(_in(op, "shared_experts") for op in shared_expert_ops(shape, experts)),
     )

@@ -542,14 +542,13 @@ def _refusals_of(judge: Judge, values: Sequence[Value]) -> Callable[[Job], tuple
 
 # The axes neither the number formats nor a rank's dims (`planc.plannable.formats_and_dims`)
 # read: they read the training section (the micro-batch, recompute, offload, the number
-# format) and of the layout the tensor, context, expert and expert-tensor degrees and sequence
-# parallelism, never the pipeline, its chunks and schedule, the rank order, ZeRO, the shard
-# group or the context-parallel type.
+# format) and of the layout the tensor, context, expert and expert-tensor degrees, sequence
+# parallelism and the expert dispatcher (whose default the schedule decides), never the
+# pipeline or its chunks, the rank order, ZeRO, the shard group or the context-parallel type.
 UNREAD_BY_DERIVED = frozenset(
     {
         "pipeline",
         "virtual_stages",
-        "pipeline_schedule",
         "order",
         "zero_stage",
         "data_shard",
