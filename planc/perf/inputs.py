@@ -146,7 +146,8 @@ DP_GROUPS = ("dp_cp", "dp_shard", "dp_replicate", "embedding", "edp")
 
 def layer_shape(job: Plannable) -> OpShape:
     """One rank's share of a layer (`Plannable.dims`) for :mod:`planc.perf.ops`, with the
-    activations' bytes of the run's number formats and the kernels it runs."""
+    activations' bytes of the run's number formats and the kernels it runs (Megatron-Core's
+    fused kernels hand the split QKV to Transformer Engine's attention: `te_split`)."""
     tr = job.training
     return op_shape(
         job.model,
@@ -157,6 +158,9 @@ def layer_shape(job: Plannable) -> OpShape:
         tr.kernels == "compiled",
         tr.loss_fusion,
         runs_cudnn_attention(job),
+        te_split=tr.framework in ("megatron", "megatron-fsdp")
+        and tr.attention == "flash"
+        and tr.kernels == "fused",
     )
 
 

@@ -144,6 +144,8 @@ class OpShape:
     loss: CrossEntropyFusion = "none"  # the LM loss's kernels (training.cross_entropy_fusion)
     cudnn: bool = False  # flash attention runs cuDNN's fused kernel, not flash-attn's
     repeat_kv: bool = False  # K/V repeated to every query head before the core (repeat_kv)
+    # Megatron-Core's fused QKV output split into Transformer Engine's attention (qkv_split)
+    te_split: bool = False
 
     @property
     def queries(self) -> int:
@@ -197,9 +199,11 @@ def op_shape(
     compiled: bool = False,
     loss: CrossEntropyFusion = "none",
     cudnn: bool = False,
+    te_split: bool = False,
 ) -> OpShape:
     """The per-op view of a rank's `dims` for `model` (β bytes per activation element) with
-    the LM loss's kernels `loss`, flash attention on cuDNN's kernel when `cudnn`."""
+    the LM loss's kernels `loss`, flash attention on cuDNN's kernel when `cudnn`, Megatron-Core's
+    QKV split into Transformer Engine's attention when `te_split`."""
     return OpShape(
         b=dims.b,
         s=dims.s,
@@ -226,6 +230,7 @@ def op_shape(
         loss=loss,
         cudnn=cudnn,
         repeat_kv=dims.kv_repeated,
+        te_split=te_split,
     )
 
 
@@ -290,6 +295,35 @@ def rotary(shape: OpShape) -> tuple[OpCost, ...]:
     if not shape.rotary:
         return ()
     return (eager_rotary(shape) if shape.unfused else fused_rotary(shape),)
+
+
+def qkv_split(shape: OpShape) -> tuple[OpCost, ...]:
+    """The copies between Megatron-Core's fused QKV projection and Transformer Engine's attention
+    (`te_split`; none for latent attention, whose own kernels build its query, key and value).
+
+    Megatron views the projection's output per key/value group, [s, b, g, (n/g + 2)·k], and
+    splits it into query, key and value views (attention.py get_query_key_value_tensors, TE's
+    SplitAlongDim). Forward: the query's reshape to [s, b, n, k] cannot be a view where n > g
+    (the groups' stride is (n/g + 2)·k, not (n/g)·k), so it copies the query; and once RoPE has
+    made the key a tensor of its own, the value view no longer shares the key's strides, so TE's
+    get_qkv_layout finds no supported layout and makes the value contiguous (a copy of g·k per
+    token). Backward: SplitAlongDim concatenates dq, dk and dv into the projection's output
+    gradient unless they are consecutive views of one buffer, which separate tensors are not.
+    Without RoPE on every head and with g = n (GPT's learned positions) the three views are
+    TE's interleaved sbh3d layout: no copy either way.
+
+    Elements per token: forward (n/t where g < n) + (g/t with RoPE), each read and written (2β);
+    backward (n/t + 2g/t), read and written, wherever a forward copy was made."""
+    if not shape.te_split or shape.kv_latent:
+        return ()
+    grouped = shape.kv_heads < shape.heads
+    forward_heads = (shape.heads if grouped else 0) + (shape.kv_heads if shape.rotary else 0)
+    if forward_heads == 0:
+        return ()
+    per_head = 2.0 * shape.beta * shape.tokens * shape.k
+    forward = Work(0.0, per_head * forward_heads)
+    backward = Work(0.0, per_head * (shape.heads + 2 * shape.kv_heads))
+    return (OpCost("qkv split copies", "vector", forward, backward),)
 
 
 def mla_rotary(shape: OpShape) -> OpCost:
@@ -647,6 +681,7 @@ def layer_ops(shape: OpShape) -> tuple[OpCost, ...]:
         _in(input_norm, "layernorm") if shape.kv_latent else input_norm,
         *_latent_parts(attention_projections(shape)),
         *rotary(shape),
+        *qkv_split(shape),
         *kv_repeat(shape),
         *attention_core(shape),
         output_projection(shape),
