@@ -1014,7 +1014,8 @@ def sorts_by_local_expert(job: Job) -> bool:
     (MoEAlltoAllTokenDispatcher dispatch_postprocess and combine_preprocess, 'Permutation 2';
     token_dispatcher.py at Megatron-Core 0.17.1); its flex dispatchers permute once each way,
     inside DeepEP's and HybridEP's managers. Other frameworks' dispatchers are not read."""
-    return job.training.framework in ("megatron", "megatron-fsdp") and dispatcher_of(job) == "alltoall"
+    megatron = job.training.framework in ("megatron", "megatron-fsdp")
+    return megatron and dispatcher_of(job) == "alltoall"
 
 
 def plannable(

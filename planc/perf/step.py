@@ -369,13 +369,13 @@ def overlaps(
     """What each class of `stage`'s communication hid and exposed in one step, from the numbers
     the step composes: TP m·(hidden, exposed) per micro-batch (`planc.perf.inputs.tp_per_layer`:
     TE userbuffers' pipelined GEMMs and the weight gradients); CP m·(hidden, exposed) per
-    micro-batch (`cp_hidden_per_microbatch`, `cp_exposed_per_microbatch`: behind attention); expert exchanges as the schedule hides
-    them (`expert_hidden_s`); DP as `dp_overlap`; TP, CP and DP slow the compute they hide
-    behind by the link's processor_usage (`virtual_times`, `_dp_tails`), hidden expert exchanges
-    by their link's; pipeline sends their op time less what lies
-    on the critical path (`PipelineStep.pp_exposed_s`, `_p2p_on_path`), or the stage's blocking
-    transfers, all exposed (DeepSpeed's pipeline engine, `StageInputs.p2p_forward_s`). Classes a stage does
-    not run are left out."""
+    micro-batch (`cp_hidden_per_microbatch`, `cp_exposed_per_microbatch`: behind attention);
+    expert exchanges as the schedule hides them (`expert_hidden_s`); DP as `dp_overlap`; TP,
+    CP and DP slow the compute they hide behind by the link's processor_usage
+    (`virtual_times`, `_dp_tails`), hidden expert exchanges by their link's; pipeline sends
+    their op time less what lies on the critical path (`PipelineStep.pp_exposed_s`,
+    `_p2p_on_path`), or the stage's blocking transfers, all exposed (DeepSpeed's pipeline
+    engine, `StageInputs.p2p_forward_s`). Classes a stage does not run are left out."""
     st, m = inputs.stages[stage], inputs.m
     tp_exposed = m * (sum(st.tp_forward_s) + sum(st.tp_backward_s))
     ep_hidden = expert_hidden_s(inputs, stage, alone)
