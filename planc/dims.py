@@ -46,6 +46,34 @@ def padded_vocab(V: int, t: int) -> int:
 
 
 @record
+class AttentionQuant:
+    """The attention core in FP8 (`training.fp8.attention`; Transformer Engine's fp8_dpa on
+    cuDNN's FusedAttention, FusedAttnFunc in attention/dot_product_attention/backends.py, TE
+    2.18): Q, K and V cast to FP8 at the core's entry (per-tensor recipes: flattened,
+    concatenated and cast with one scale; MXFP8: along the sequence and the head dimension, one
+    E8M0 scale per 32 values), the kernel's FP8 matmuls, dO cast in backward. Delayed scaling
+    writes O in FP8 and hands back a 16-bit copy; current scaling and MXFP8 write O in 16 bits.
+    Saved for backward: Q, K, V in FP8, and O in FP8 (delayed) or 16 bits."""
+
+    recipe: Fp8Recipe  # delayed | current | mxfp8
+    reads: int  # 16-bit reads per cast: 1 (delayed's scale is known; MXFP8's local), 2 (current)
+    usages: int  # quantized copies of Q, K, V: 1 per-tensor, 2 for MXFP8 (rowwise, columnwise)
+    scale_block: int  # elements per scale: 0 (one fp32 per tensor), 32 (MXFP8)
+    scale_bytes: int  # bytes of one scale
+
+    @property
+    def output_fp8(self) -> bool:
+        """O written in FP8 and saved so (delayed scaling); 16 bits otherwise."""
+        return self.recipe is Fp8Recipe.DELAYED
+
+    @property
+    def concatenates(self) -> bool:
+        """Per-tensor recipes flatten and concatenate Q, K, V before their one cast
+        (combine_and_quantize); MXFP8 casts each along both dimensions."""
+        return self.scale_block == 0
+
+
+@record
 class Quantized:
     """What a low-precision recipe (precision fp8/fp4, `training.fp8`) quantizes, keeps and
     moves on this GPU: the linear layers' GEMM operands in `gemm` (fp8 or fp4), their
@@ -79,6 +107,7 @@ class Quantized:
     # cast in forward, a dim1 cast in backward), not both in one pass as Transformer Engine does.
     separate_casts: bool
     bf16_layers: int  # transformer layers kept in BF16 at each end of the model
+    attention: AttentionQuant | None = None  # the attention core in FP8 (None: 16 bits)
 
     @property
     def label(self) -> str:
@@ -189,6 +218,22 @@ def quantized_formats(training: Training, recipe: Fp8Recipe, gpu: Gpu | None) ->
         # along dim0, _to_mxfp8_dim1_kernel_wrapper along dim1, each from the 16-bit tensor).
         separate_casts=not te and row.scale_block > 0,
         bf16_layers=training.first_last_bf16,
+        attention=attention_quant(training.fp8_attention),
+    )
+
+
+def attention_quant(recipe: Fp8Recipe | None) -> AttentionQuant | None:
+    """The attention core's FP8 formats under `recipe` (training.fp8.attention; fp8.json's
+    reads, scale block and scale bytes of that recipe); None for 16-bit attention."""
+    if recipe is None:
+        return None
+    row = recipe_table(recipe)
+    return AttentionQuant(
+        recipe=recipe,
+        reads=row.reads,
+        usages=2 if row.scale_block else 1,
+        scale_block=row.scale_block,
+        scale_bytes=row.scale_bytes,
     )
 
 

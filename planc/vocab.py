@@ -213,6 +213,9 @@ OFFLOADS: tuple[OffloadChoice, ...] = ("none", "optimizer", "parameters", "optim
 Fp8RecipeName = Literal[
     "delayed", "current", "blockwise", "mxfp8", "nvfp4", "tensorwise", "rowwise", "rowwise_with_gw_hp"
 ]
+# training.fp8.attention: the FP8 recipe of the attention core (Transformer Engine's fp8_dpa),
+# the recipes TE's FusedAttention runs in FP8 (dot_product_attention.py, TE 2.18).
+AttentionFp8Name = Literal["delayed", "current", "mxfp8"]
 OptimizerName = Literal["adam", "sgd"]
 Recompute = Literal["none", "selective", "selective-op", "full"]
 # training.recompute_modules: the parts of each layer Megatron-Core's selective recompute

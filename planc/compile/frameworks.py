@@ -30,7 +30,7 @@ from planc.pipeline.placement import virtual_stage
 from planc.pipeline.registry import definition
 from planc.presets.fp8 import recipe_table
 from planc.spec.job import preset_model
-from planc.vocab import DEFAULT_RECOMPUTE_MODULES, DType, ScheduleKind
+from planc.vocab import DEFAULT_RECOMPUTE_MODULES, DType, Fp8Recipe, ScheduleKind
 
 MEGATRON = "megatron-core 0.19.2, megatron/training/arguments.py (NVIDIA/Megatron-LM d98e8a64)"
 DEEPSPEED = "DeepSpeed 0.19.8, deepspeed/runtime/config.py and deepspeed/runtime/zero/config.py"
@@ -331,7 +331,33 @@ def megatron_fp8_arguments(plan: Plan, notes: list[str]) -> list[str]:
             f"--num-layers-at-start-in-bf16 {q.bf16_layers}",
             f"--num-layers-at-end-in-bf16 {q.bf16_layers}",
         ]
+    if q.attention is not None:
+        notes.append(fp8_attention_note(q.recipe, q.attention.recipe))
     return args
+
+
+# Transformer Engine's NVTE_DPA_FP8_RECIPE value for each attention recipe (dot_product_attention.py,
+# TE 2.18): what switches the attention core to a recipe other than the linear layers'.
+DPA_RECIPES = {
+    "delayed": "DelayedScaling",
+    "current": "Float8CurrentScaling",
+    "mxfp8": "MXFP8BlockScaling",
+}
+
+
+def fp8_attention_note(linear: Fp8Recipe, attention: Fp8Recipe) -> str:
+    """How to turn on FP8 attention in `attention`'s recipe beside the linear layers' `linear`:
+    Megatron-LM has no flag for it, and a different recipe is Transformer Engine's
+    NVTE_DPA_FP8_RECIPE."""
+    note = (
+        f"attention in FP8 ({attention.value}): Megatron-LM's command line has no flag for "
+        "TransformerConfig.fp8_dot_product_attention (arguments.py: 'no CLI argument exists "
+        "for these'); set fp8_dot_product_attention: true in the --yaml-cfg model section or "
+        "Megatron-Bridge's model config"
+    )
+    if attention is linear:
+        return note
+    return f"{note}, and export NVTE_DPA_FP8_RECIPE={DPA_RECIPES[attention.value]}"
 
 
 def megatron_mla_arguments(plan: Plan) -> list[str]:

@@ -347,8 +347,8 @@ def training_record(plan: Plan) -> dict[str, object]:
 def quantized_record(plan: Plan) -> dict[str, object]:
     """Under an FP8/FP4 recipe, its number formats as `planc verify` recounts them (the GEMM
     data type, bits per element, a weight scale's block and bytes, whether the parameter
-    all-gather moves them, whether the SP all-gathers do, the layers kept in BF16 at each end);
-    nothing otherwise."""
+    all-gather moves them, whether the SP all-gathers do, the layers kept in BF16 at each end,
+    the attention core's FP8 recipe where it runs in FP8); nothing otherwise."""
     q = plan.job.numerics.quantized
     if q is None:
         return {}
@@ -368,6 +368,8 @@ def quantized_record(plan: Plan) -> dict[str, object]:
         record["scale_block"] = q.scale_block
         if sp_amax_reduced(plan.job):
             record["tp_amax"] = True  # each quantized gather all-reduces its amax first
+    if q.attention is not None:
+        record["attention"] = q.attention.recipe.value  # only when set: other plans unchanged
     return {"quantized": record}
 
 

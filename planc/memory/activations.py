@@ -50,7 +50,7 @@ from dataclasses import replace
 
 from planc.comm import context
 from planc.comm.schedule import allgather_rows_bytes
-from planc.dims import RankDims, bf16_ranges, padded_vocab, rank_dims
+from planc.dims import AttentionQuant, RankDims, bf16_ranges, padded_vocab, rank_dims
 from planc.memory.terms import Term, quantized_bytes
 from planc.pipeline import registry
 from planc.plannable import Plannable
@@ -132,6 +132,14 @@ class LayerShape:
     q_scale: int = 0
     q_label: str = ""
     loss: CrossEntropyFusion = "none"  # the LM loss's kernels (training.cross_entropy_fusion)
+    # The attention core in FP8 (training.fp8.attention) saving Q, K, V for its backward: FP8
+    # copies per tensor (0: ε bytes each; 1 per-tensor scaling; 2 MXFP8's two directions),
+    # elements per scale (0: one per tensor) and bytes per scale, and whether it saves O in
+    # FP8 (delayed scaling) rather than in 16 bits.
+    a_usages: int = 0
+    a_block: int = 0
+    a_scale: int = 0
+    a_out_fp8: bool = False
 
 
 def layer_shape(
@@ -193,9 +201,35 @@ def shape_of(job: Plannable) -> LayerShape:
     x = shape_from(job.model, job.dims, job.numerics.activation, tr.attention, tr.kernels)
     x = replace(x, loss=tr.loss_fusion)
     q = job.numerics.quantized
-    if q is None or not q.saved_input:
+    if q is None:
+        return x
+    x = with_fp8_attention(x, q.attention, tr.recompute, tr.recompute_modules)
+    if not q.saved_input:
         return x
     return replace(x, q_bits=q.data_bits, q_block=q.scale_block, q_scale=q.scale_bytes, q_label=q.label)
+
+
+def with_fp8_attention(
+    x: LayerShape, a: AttentionQuant | None, recompute: str, modules: Modules
+) -> LayerShape:
+    """`x` with the attention core's FP8 saves (Transformer Engine's FusedAttnFunc saves its
+    FP8 Q, K, V, and O in FP8 under delayed scaling; attention/dot_product_attention/
+    backends.py, TE 2.18). Where selective recompute checkpoints the core (core_attn) the
+    checkpoint keeps the core's 16-bit inputs instead and the FP8 copies live only inside
+    the recomputed core: `x` unchanged."""
+    if a is None or (recompute == "selective" and "core_attn" in modules) or x.eager:
+        return x
+    return replace(
+        x, a_usages=a.usages, a_block=a.scale_block, a_scale=a.scale_bytes, a_out_fp8=a.output_fp8
+    )
+
+
+def attention_input(x: LayerShape, elements: int) -> int:
+    """The bytes of a saved Q, K or V of `elements` elements: ε each, or the FP8 attention's
+    copies (`a_usages` of one byte per element plus their block scales)."""
+    if not x.a_usages:
+        return x.e * elements
+    return x.a_usages * quantized_bytes(elements, 8, x.a_block, x.a_scale)
 
 
 def quantized_input(x: LayerShape, elements: int) -> int:
@@ -229,14 +263,16 @@ def linear_input(x: LayerShape) -> int:
 
 
 def query(x: LayerShape) -> int:
-    """ε·s·b·n·k/t: Q, kept for QKᵀ (Korthikanti: half of the 4sbh QKᵀ inputs)."""
-    return x.e * x.s * x.b * x.n * x.k
+    """ε·s·b·n·k/t: Q, kept for QKᵀ (Korthikanti: half of the 4sbh QKᵀ inputs); in FP8 under FP8
+    attention (`attention_input`)."""
+    return attention_input(x, x.s * x.b * x.n * x.k)
 
 
 def key(x: LayerShape) -> int:
     """ε·s·b·g·k/t: K, kept for QKᵀ; at n heads under eager attention (expanded for GQA) or
-    where K is repeated to every query head before the kernel (`training.repeat_kv`)."""
-    return x.e * x.s * x.b * x.g * x.k
+    where K is repeated to every query head before the kernel (`training.repeat_kv`); in FP8
+    under FP8 attention (`attention_input`)."""
+    return attention_input(x, x.s * x.b * x.g * x.k)
 
 
 def value_channels(x: LayerShape) -> int:
@@ -246,8 +282,8 @@ def value_channels(x: LayerShape) -> int:
 
 def value(x: LayerShape) -> int:
     """ε·s·b·g·k/t: V, kept for the attention over V (Korthikanti: 2sbh); latent attention:
-    ε·s·b·n·v_head_dim/t."""
-    return x.e * x.s * x.b * x.g * value_channels(x)
+    ε·s·b·n·v_head_dim/t; in FP8 under FP8 attention (`attention_input`)."""
+    return attention_input(x, x.s * x.b * x.g * value_channels(x))
 
 
 def score_elements(x: LayerShape) -> int:
@@ -284,9 +320,13 @@ def attention_output(x: LayerShape) -> int:
     saves the same tensor as its O. Latent attention: ε·s·b·n·v_head_dim/t. Under an FP8 recipe
     with eager attention the out-projection keeps it quantized; flash attention's backward still
     needs O in 16 bits (FlashAttention-2 and cuDNN take O and dO), so it stays whole and the
-    quantized copy is a line of its own (`attention_output_copy`)."""
+    quantized copy is a line of its own (`attention_output_copy`). FP8 attention under delayed
+    scaling saves its O in FP8 (one byte per element) and hands the out-projection a 16-bit
+    copy it does not keep."""
     elements = x.s * x.b * x.n * value_channels(x)
-    return x.e * elements if not x.eager else quantized_input(x, elements)
+    if x.eager:
+        return quantized_input(x, elements)
+    return quantized_bytes(elements, 8, 0, 0) if x.a_out_fp8 else x.e * elements
 
 
 def attention_output_copy(x: LayerShape) -> int:
@@ -387,9 +427,13 @@ class Line:
     # fc1's input, the MLP norm's output: inside the mlp module where Transformer Engine fuses
     # the norm into fc1 (LayerNormLinear), its input where the norm runs apart (unfused kernels)
     mlp_input: bool = False
+    # whether the FP8 attention core saves this tensor in FP8 (Q, K, V; O under delayed)
+    attention_fp8: Callable[[LayerShape], bool] | None = None
 
     def title(self, x: LayerShape) -> str:
         """The line's name, with the format it is saved in when an FP8 recipe quantizes it."""
+        if self.attention_fp8 is not None and self.attention_fp8(x):
+            return f"{self.name} (fp8 attention)"
         return f"{self.name} ({x.q_label})" if self.is_quantized(x) else self.name
 
     def is_quantized(self, x: LayerShape) -> bool:
@@ -409,6 +453,22 @@ def _saved_quantized_eager(x: LayerShape) -> bool:
 
 def _e(x: LayerShape) -> str:
     return str(x.e)
+
+
+def _a(x: LayerShape) -> str:
+    """A saved Q, K or V's bytes per element: ε, or the FP8 attention's copies."""
+    if not x.a_usages:
+        return _e(x)
+    scales = f"(1 + {x.a_scale}/{x.a_block})" if x.a_block else "1"
+    return f"{x.a_usages}·{scales}" if x.a_usages > 1 else scales
+
+
+def _saves_fp8_qkv(x: LayerShape) -> bool:
+    return x.a_usages > 0
+
+
+def _saves_fp8_o(x: LayerShape) -> bool:
+    return x.a_out_fp8
 
 
 def _qk(x: LayerShape) -> str:
@@ -491,16 +551,18 @@ LINES: tuple[Line, ...] = (
     Line(
         "Q (QKᵀ input)",
         query,
-        lambda x: f"{_e(x)}·{x.tok}·n·{_qk(x)}{x.split}",
+        lambda x: f"{_a(x)}·{x.tok}·n·{_qk(x)}{x.split}",
         KORTHIKANTI,
         recomputed_by=_latent_up,
+        attention_fp8=_saves_fp8_qkv,
     ),
     Line(
         "K (QKᵀ input)",
         key,
-        lambda x: f"{_e(x)}·{x.tok}·{'n' if x.eager else 'g'}·{_qk(x)}{x.split}",
+        lambda x: f"{_a(x)}·{x.tok}·{'n' if x.eager else 'g'}·{_qk(x)}{x.split}",
         KORTHIKANTI + "; GQA: Ainslie et al. 2023",
         recomputed_by=_latent_up,
+        attention_fp8=_saves_fp8_qkv,
     ),
     Line(
         "softmax output",
@@ -526,9 +588,10 @@ LINES: tuple[Line, ...] = (
     Line(
         "V (attention-over-V input)",
         value,
-        lambda x: f"{_e(x)}·{x.tok}·{'n' if x.eager else 'g'}·{_v(x)}{x.split}",
+        lambda x: f"{_a(x)}·{x.tok}·{'n' if x.eager else 'g'}·{_v(x)}{x.split}",
         KORTHIKANTI,
         recomputed_by=_latent_up,
+        attention_fp8=_saves_fp8_qkv,
     ),
     Line(
         "flash softmax statistics (fp32)",
@@ -540,9 +603,11 @@ LINES: tuple[Line, ...] = (
     Line(
         "out-projection input",
         attention_output,
-        lambda x: f"{_q(x) if x.eager else _e(x)}·{x.tok}·n·{_v(x)}{x.split}",
+        lambda x: f"{_q(x) if x.eager else ('1' if x.a_out_fp8 else _e(x))}·{x.tok}·n·{_v(x)}"
+        f"{x.split}",
         KORTHIKANTI,
         quantized=_saved_quantized_eager,
+        attention_fp8=_saves_fp8_o,
     ),
     Line(
         "out-projection input, quantized copy",

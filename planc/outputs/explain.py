@@ -303,6 +303,8 @@ def _format_lines(ex: Explanation) -> list[str]:
         words += f", gathered in {q.label}"
     if q.bf16_layers:
         words += f"; the first and last {q.bf16_layers} layer(s) in BF16"
+    if q.attention is not None:
+        words += f"; the attention core in fp8 (recipe {q.attention.recipe.value}, cuDNN)"
     return [words]
 
 

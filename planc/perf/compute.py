@@ -72,6 +72,9 @@ def work_time_s(
         rate = device.matrix_flops * (eff.flash_backward if backward else eff.flash_forward)
     elif op.engine == "cudnn":
         rate = device.matrix_flops * cudnn_fraction(eff, backward, op.shape)
+    elif op.engine in FP8_ATTENTION:
+        speedup = by_seq(fp8_speedups(op.engine, eff), backward, op.shape, 1.0)
+        rate = device.matrix_flops * cudnn_fraction(eff, backward, op.shape) * speedup
     elif op.engine == "sdpa":
         rate = device.matrix_flops * (eff.sdpa_backward if backward else eff.sdpa_forward)
     elif op.engine == "matrix":
@@ -89,9 +92,31 @@ def cudnn_fraction(eff: Efficiency, backward: bool, scores: GemmShape | None) ->
     `Efficiency.cudnn_by_seq` interpolated linearly in log₂ s at the equivalent square causal
     problem, s = √(queries · keys) (the same executed score tiles per head), clamped to the
     table's ends; the constant cudnn_forward/backward where the tables measure no lengths."""
-    table = eff.cudnn_by_seq
+    constant = eff.cudnn_backward if backward else eff.cudnn_forward
+    return by_seq(eff.cudnn_by_seq, backward, scores, constant)
+
+
+# The FP8 attention kernels (`planc.perf.ops.fp8_attention`): per-tensor scaling, MXFP8.
+FP8_ATTENTION = ("cudnn-fp8", "cudnn-mxfp8")
+
+
+def fp8_speedups(engine: str, eff: Efficiency) -> tuple[tuple[int, float, float], ...]:
+    """The FP8 attention kernel `engine`'s speed-ups over cuDNN's 16-bit kernel by sequence
+    length (efficiency.json flash_attention.cudnn_fp8_by_seq, cudnn_mxfp8_by_seq)."""
+    return eff.cudnn_mxfp8_by_seq if engine == "cudnn-mxfp8" else eff.cudnn_fp8_by_seq
+
+
+def by_seq(
+    table: Sequence[tuple[int, float, float]],
+    backward: bool,
+    scores: GemmShape | None,
+    constant: float,
+) -> float:
+    """A by-sequence-length attention table's forward or backward value for the score matrix
+    `scores`, interpolated as `cudnn_fraction` says; `constant` where the table is empty or
+    the op has no shape."""
     if not table or scores is None:
-        return eff.cudnn_backward if backward else eff.cudnn_forward
+        return constant
     column = 2 if backward else 1
     at = math.log2(max(1.0, math.sqrt(scores.m * scores.n)))
     points = [(math.log2(row[0]), row[column]) for row in table]
@@ -305,7 +330,7 @@ def quantized_passes(
     low_eff = eff
 
     def passes(ops: tuple[OpCost, ...]) -> PassTimes:
-        quantized = with_quantized_gemms(ops, q, shape.beta, weight_share)
+        quantized = with_quantized_gemms(ops, q, shape.beta, weight_share, shape)
         return layer_passes(quantized, shape, device, low_eff, low_device)
 
     moe = passes(moe_layer_ops(shape, experts)) if experts else None

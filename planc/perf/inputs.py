@@ -802,6 +802,16 @@ def pipelined_exposed_s(collective_s: float, gemm_s: float, t: int) -> float:
     return max(collective_s / t, collective_s - gemm_s * (t - 1) / t)
 
 
+def core_ops(job: Plannable, shape: OpShape) -> tuple[OpCost, ...]:
+    """The attention core's ops as the run executes them: in FP8 where the recipe runs the
+    core there (`training.fp8.attention`), which shortens what hides the ring's exchange."""
+    q = job.numerics.quantized
+    ops = attention_core(shape)
+    if q is None or q.attention is None:
+        return ops
+    return with_quantized_gemms(ops, q, shape.beta, 1.0, shape)
+
+
 def cp_exposed_per_microbatch(
     job: Plannable, eff: Efficiency, ops: Sequence[CommOp], stage: int, layers: int
 ) -> float:
@@ -821,7 +831,7 @@ def cp_exposed_per_microbatch(
     if not cp or layers == 0:
         return 0.0
     shape, device = layer_shape(job), device_of(job)
-    core = pass_times(attention_core(shape), device, eff)
+    core = pass_times(core_ops(job, shape), device, eff)
     if job.training.framework == "fsdp2":
         # torch's ring attention: one K/V op and the fp32 dK/dV permutes (`_torch_ring_ops`)
         (dkv,) = [op for op in cp if "dK/dV" in op.phase]

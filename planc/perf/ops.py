@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Literal
 
-from planc.dims import ExpertDims, Quantized, RankDims
+from planc.dims import AttentionQuant, ExpertDims, Quantized, RankDims
 from planc.record import record
 from planc.spec.job import Model
 from planc.vocab import CrossEntropyFusion, Norm
@@ -38,7 +38,8 @@ from planc.vocab import CrossEntropyFusion, Norm
 # attention: the flash-attn package's kernel (FlashAttention-2) as Megatron-Core runs it
 # through Transformer Engine; cudnn: cuDNN's fused attention (TE FusedAttention); sdpa:
 # PyTorch's scaled_dot_product_attention flash backend, what eager PyTorch runs.
-Engine = Literal["matrix", "vector", "attention", "cudnn", "sdpa"]
+# cudnn-fp8 / cudnn-mxfp8: cuDNN's fused attention in FP8 (training.fp8.attention).
+Engine = Literal["matrix", "vector", "attention", "cudnn", "cudnn-fp8", "cudnn-mxfp8", "sdpa"]
 
 
 @record
@@ -1101,15 +1102,82 @@ def quantization(op: OpCost, q: Quantized, beta: int, weight_share: float) -> tu
 
 
 def with_quantized_gemms(
-    ops: tuple[OpCost, ...], q: Quantized, beta: int, weight_share: float
+    ops: tuple[OpCost, ...],
+    q: Quantized,
+    beta: int,
+    weight_share: float,
+    shape: OpShape | None = None,
 ) -> tuple[OpCost, ...]:
     """`ops` (a layer's) with the recipe's GEMMs quantized, each preceded by its quantization
-    kernels; every other op as it was."""
+    kernels, and cuDNN's fused attention in FP8 where the recipe runs it there
+    (`Quantized.attention`, `fp8_attention`; `shape` the layer's); every other op as it was."""
     out: list[OpCost] = []
     for op in ops:
         if op.engine == "matrix" and op.name in QUANTIZED_GEMMS:
             out.extend(quantization(op, q, beta, weight_share))
             out.append(quantized_gemm(op, q, beta))
+        elif op.engine == "cudnn" and q.attention is not None and shape is not None:
+            out.extend(fp8_attention(op, shape, q.attention))
         else:
             out.append(op)
     return tuple(out)
+
+
+def fp8_attention(op: OpCost, shape: OpShape, a: AttentionQuant) -> tuple[OpCost, ...]:
+    """cuDNN's fused attention `op` (`flash_attention`) in FP8 under recipe `a`
+    (Transformer Engine's FusedAttnFunc with fp8_dpa, attention/dot_product_attention/
+    backends.py and utils.py combine_and_quantize, TE 2.18), as its kernels:
+
+    - forward, Q, K and V of this rank, E = b·(s/c)·((n/t)·k + (g/t)·(k + k_v)) elements:
+      per-tensor scaling flattens and concatenates them (2β·E bytes) and casts the result
+      with one scale (`reads` 16-bit reads, one byte written each; current scaling's amax is
+      a pass of its own); MXFP8 casts each along the sequence and the head dimension (two
+      copies of 1 + 1/32 bytes per element);
+    - the kernel: the 16-bit kernel's FLOPs at cuDNN's 16-bit fraction times the measured
+      speed-up of its FP8 kernel at that length (`planc.perf.compute.fp8_speedups`); its HBM
+      bytes scaled by the FP8 copies' bytes per 16-bit byte (the kernel is bound by its
+      math at the lengths trained, so the bytes decide no time planc prices);
+    - delayed scaling writes O in FP8 and dequantizes it for the caller (one byte read, β
+      written per element of O), and its backward writes dQ, dK, dV in FP8 and dequantizes
+      them; current scaling and MXFP8 write O and dQKV in 16 bits;
+    - backward, dO cast to FP8 as Q, K, V are.
+
+    Every kernel belongs to the attention core: selective recompute repeats the forward ones."""
+    beta = shape.beta
+    dv = shape.value_channels
+    qkv = shape.tokens * (shape.heads * shape.k + shape.core_kv_heads * (shape.k + dv))
+    o = shape.tokens * shape.heads * dv
+    per = 1.0 + (a.scale_bytes / a.scale_block if a.scale_block else 0.0)  # bytes per element
+    engine: Engine = "cudnn-mxfp8" if a.scale_block else "cudnn-fp8"
+    forward = [Work(0.0, 2.0 * beta * qkv)] if a.concatenates else []
+    forward += _attention_casts(qkv, a, beta, per)
+    backward = _attention_casts(o, a, beta, per)
+    if a.output_fp8:
+        forward.append(Work(float(o), o * (1.0 + beta)))
+        backward.append(Work(float(qkv), qkv * (1.0 + beta)))
+    scale = per / beta  # the kernel reads one FP8 copy of each operand: bytes per 16-bit byte
+    kernel = replace(
+        op,
+        name=f"flash attention ({a.recipe.value})",
+        engine=engine,
+        forward=Work(op.forward.flops, op.forward.bytes * scale),
+        backward_data=Work(op.backward_data.flops, op.backward_data.bytes * scale),
+    )
+    label = f"attention quantize ({a.recipe.value})"
+
+    def cast(fwd: Work, bwd: Work) -> OpCost:
+        return OpCost(label, "vector", fwd, bwd, attention_core=True, modules=op.modules)
+
+    return (
+        *(cast(work, NOTHING) for work in forward),
+        kernel,
+        *(cast(NOTHING, work) for work in backward),
+    )
+
+
+def _attention_casts(elements: float, a: AttentionQuant, beta: int, per: float) -> list[Work]:
+    """The kernels that cast `elements` 16-bit elements to the attention's FP8: an amax pass
+    first under current scaling (β per element), then one cast writing `a.usages` copies."""
+    flops = QUANTIZE_FLOPS_PER_ELEMENT * elements
+    amax = [Work(flops, elements * beta)] if a.reads >= 2 else []
+    return [*amax, Work(flops, elements * (beta + a.usages * per))]

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 from planc.perf.ops import OpCost, OpShape
 
-SAVED_ENGINES = ("attention", "cudnn", "sdpa")  # SDPA flash/efficient attention: MUST_SAVE
+SAVED_ENGINES = ("attention", "cudnn", "cudnn-fp8", "cudnn-mxfp8", "sdpa")  # SDPA flash/efficient attention: MUST_SAVE
 # The vector ops of a SwiGLU layer (fused and eager), which make its `mlp fc1` two matmuls.
 SWIGLU_OPS = ("swiglu", "swiglu (eager)")
 

@@ -170,6 +170,11 @@ class Efficiency:
     # cuDNN's fused attention measured by sequence length (causal, s_q = s_kv), ascending:
     # (s, forward fraction, backward fraction); empty: cudnn_forward/backward at every length.
     cudnn_by_seq: tuple[tuple[int, float, float], ...] = ()
+    # cuDNN's FP8 fused attention (training.fp8.attention: delayed or current; mxfp8) by
+    # sequence length: (s, forward, backward) speed-ups over the 16-bit kernel of the same
+    # benchmark run, BF16 time / FP8 time; empty: no speed-up measured, priced as 16-bit.
+    cudnn_fp8_by_seq: tuple[tuple[int, float, float], ...] = ()
+    cudnn_mxfp8_by_seq: tuple[tuple[int, float, float], ...] = ()
     # GEMM curves of other data types where an entry measures them (`gemm_by_dtype`); a data
     # type without one reaches the 16-bit curve's fractions of its own peak.
     gemm_by_dtype: Mapping[DType, GemmCurve] = field(default_factory=lambda: MappingProxyType({}))
@@ -383,6 +388,8 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
             "cudnn_forward",
             "cudnn_backward",
             "cudnn_by_seq",
+            "cudnn_fp8_by_seq",
+            "cudnn_mxfp8_by_seq",
         ),
     )
     net = _section(data, "network", where, LINKS)
@@ -405,6 +412,10 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
         cudnn_forward=_kernel_fraction(flash, "cudnn_forward", "forward", where),
         cudnn_backward=_kernel_fraction(flash, "cudnn_backward", "backward", where),
         cudnn_by_seq=_by_seq(flash, f"{where}.flash_attention"),
+        cudnn_fp8_by_seq=_by_seq(flash, f"{where}.flash_attention", "cudnn_fp8_by_seq", _SPEEDUP),
+        cudnn_mxfp8_by_seq=_by_seq(
+            flash, f"{where}.flash_attention", "cudnn_mxfp8_by_seq", _SPEEDUP
+        ),
         nvlink=_link(net, "nvlink", f"{where}.network"),
         network=_link(net, "network", f"{where}.network"),
         source=str(data.get("source", "")),
@@ -414,16 +425,22 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
 
 
 _SEQ = (1, 1 << 24, True)  # a sequence length of a measured attention kernel
+_SPEEDUP = (0.0, 8.0, False)  # an FP8 kernel's speed over the 16-bit one, either way
 
 
-def _by_seq(flash: Mapping[str, Any], where: str) -> tuple[tuple[int, float, float], ...]:
-    """flash_attention.cudnn_by_seq, {seq: [...], forward: [...], backward: [...]}: equal
-    lengths, at least two points, sequences strictly ascending, fractions in (0, 1]; () when
-    the entry has none."""
-    if "cudnn_by_seq" not in flash:
+def _by_seq(
+    flash: Mapping[str, Any],
+    where: str,
+    key: str = "cudnn_by_seq",
+    bounds: tuple[float, float, bool] = _FRACTION,
+) -> tuple[tuple[int, float, float], ...]:
+    """flash_attention.`key` (cudnn_by_seq, or an FP8 kernel's speed-ups), {seq: [...],
+    forward: [...], backward: [...]}: equal lengths, at least two points, sequences strictly
+    ascending, each value within `bounds` (fractions in (0, 1]); () when the entry has none."""
+    if key not in flash:
         return ()
-    table = _section(flash, "cudnn_by_seq", where, ("seq", "forward", "backward"))
-    at = f"{where}.cudnn_by_seq"
+    table = _section(flash, key, where, ("seq", "forward", "backward"))
+    at = f"{where}.{key}"
     columns = [table.get(key) for key in ("seq", "forward", "backward")]
     lists = [c for c in columns if isinstance(c, list)]
     if len(lists) != 3 or len({len(c) for c in lists}) != 1:
@@ -434,8 +451,8 @@ def _by_seq(flash: Mapping[str, Any], where: str) -> tuple[tuple[int, float, flo
     rows = tuple(
         (
             int(_number({"seq": s}, "seq", at, _SEQ)),
-            _number({"forward": f}, "forward", at, _FRACTION),
-            _number({"backward": b}, "backward", at, _FRACTION),
+            _number({"forward": f}, "forward", at, bounds),
+            _number({"backward": b}, "backward", at, bounds),
         )
         for s, f, b in zip(seq, forward, backward, strict=True)
     )
@@ -558,17 +575,9 @@ def to_json(eff: Efficiency, source: str = "") -> dict[str, Any]:
             "sdpa_backward": eff.sdpa_backward,
             "cudnn_forward": eff.cudnn_forward,
             "cudnn_backward": eff.cudnn_backward,
-            **(
-                {
-                    "cudnn_by_seq": {
-                        "seq": [row[0] for row in eff.cudnn_by_seq],
-                        "forward": [row[1] for row in eff.cudnn_by_seq],
-                        "backward": [row[2] for row in eff.cudnn_by_seq],
-                    }
-                }
-                if eff.cudnn_by_seq
-                else {}
-            ),
+            **_seq_json("cudnn_by_seq", eff.cudnn_by_seq),
+            **_seq_json("cudnn_fp8_by_seq", eff.cudnn_fp8_by_seq),
+            **_seq_json("cudnn_mxfp8_by_seq", eff.cudnn_mxfp8_by_seq),
         },
         "network": {"nvlink": link(eff.nvlink), "network": link(eff.network)},
         **(
@@ -645,3 +654,11 @@ def read_calibration(path: str | os.PathLike[str]) -> tuple[Mapping[str, Any], E
 def load_calibration(path: str | os.PathLike[str]) -> Efficiency:
     """The tables of a calibration file (:func:`read_calibration`)."""
     return read_calibration(path)[1]
+
+
+def _seq_json(key: str, rows: tuple[tuple[int, float, float], ...]) -> dict[str, Any]:
+    """A by-sequence table as efficiency.json writes it ({} when empty)."""
+    if not rows:
+        return {}
+    columns = {"seq": 0, "forward": 1, "backward": 2}
+    return {key: {name: [row[i] for row in rows] for name, i in columns.items()}}

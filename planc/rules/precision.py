@@ -84,6 +84,14 @@ def recipe_options(ctx: Context) -> Iterator[Violation]:
       BF16", and at most the layers of one pipeline stage at each end (L/p).
     - The GEMM dimensions the recipe needs divisible (hidden size, heads·k/t, ffn/t): by 16
       for FP8 tensor cores, 32 for MXFP8's 1×32 blocks, 128 for 1×128 blocks (TE docs).
+    - attention (FP8 attention, Transformer Engine's fp8_dpa; TE 2.18, Megatron-Core 0.20):
+      Megatron-LM's Transformer Engine attention only; cuDNN's FusedAttention, since TE turns
+      flash-attn and its unfused attention off for FP8 attention and then finds no backend; the
+      linear recipe must carry fp8_dpa (Megatron builds Float8BlockScaling without it and TE
+      refuses FP8 attention for it); current scaling and MXFP8 attention need Blackwell
+      (sm100); Hopper trains FP8 attention only at head dimension 128, Blackwell up to 192
+      for Q and K and 128 for V, each a multiple of 16; MXFP8 attention needs head dims
+      divisible by 32 and each rank's sequence by 128.
 
     Passes:
         training: {precision: fp8, fp8: {recipe: current, first_last_bf16: 1}}
@@ -108,6 +116,7 @@ def recipe_options(ctx: Context) -> Iterator[Violation]:
     yield from _bf16_layers(job)
     yield from _moments(job)
     yield from _divisible(job)
+    yield from _fp8_attention(job)
 
 
 def _moments(job: Job) -> Iterator[Violation]:
@@ -236,4 +245,98 @@ def _divisible(job: Job) -> Iterator[Violation]:
         f"({row.library}: quantized GEMMs and their scale blocks); {listed}",
         "choose a tensor degree that keeps them divisible, or another recipe",
         ("parallelism.tensor",),
+    )
+
+
+def _fp8_attention(job: Job) -> Iterator[Violation]:
+    """training.fp8.attention against the framework, the kernel, the linear recipe, the GPU
+    and the head dimensions (the list in `recipe_options`)."""
+    tr = job.training
+    a = tr.fp8_attention
+    if a is None or tr.fp8_recipe is None:
+        return
+    where = "training.fp8.attention"
+    drop = "remove training.fp8.attention (attention in bf16)"
+    if tr.framework != "megatron":
+        yield Violation(
+            where,
+            f"FP8 attention is Transformer Engine's fp8_dpa, which Megatron-LM's attention runs; "
+            f"{_FRAMEWORKS[tr.framework]} (training.framework: {tr.framework}) quantizes the "
+            "linear layers only",
+            f"{drop}, or training.framework: megatron",
+            ("training.framework",),
+        )
+        return
+    if tr.attention != "flash" or tr.kernels != "fused" or tr.attention_backend == "flash":
+        yield Violation(
+            where,
+            "Transformer Engine runs FP8 attention on cuDNN's FusedAttention only ('Disabling "
+            "FlashAttention 2 for FP8 attention', 'Disabling UnfusedDotProductAttention for FP8 "
+            "attention', then 'No dot product attention backend is available'); attention "
+            f"{tr.attention}, kernels {tr.kernels}, attention_backend {tr.attention_backend}",
+            f"set attention: flash with kernels: fused and attention_backend: auto or fused, or "
+            f"{drop}",
+            ("training.attention",),
+        )
+    if tr.fp8_recipe is Fp8Recipe.BLOCKWISE:
+        yield Violation(
+            where,
+            "Megatron-Core builds the blockwise recipe without fp8_dpa (fp8_utils.py "
+            "get_fp8_recipe) and Transformer Engine refuses it there: 'FP8 attention is not "
+            "supported for Float8BlockScaling.'",
+            f"choose recipe delayed, current or mxfp8, or {drop}",
+            ("training.fp8.recipe",),
+        )
+    yield from _fp8_attention_gpu(job, a, where, drop)
+
+
+def _fp8_attention_gpu(job: Job, a: Fp8Recipe, where: str, drop: str) -> Iterator[Violation]:
+    gpu, model = job.cluster.gpu, job.model
+    arch = architecture(gpu.name, gpu.peaks)
+    qk = model.k
+    v = model.mla.v_head if model.mla is not None else model.k
+    if arch not in ("hopper", "blackwell"):
+        yield Violation(
+            where,
+            f"Transformer Engine's FP8 attention runs on cuDNN's FusedAttention from compute "
+            f"capability 9.0 (Hopper, Blackwell); the {gpu.name} is {arch}",
+            f"{drop}, or a Hopper or Blackwell GPU",
+            ("hardware.gpu",),
+        )
+        return
+    if arch == "hopper" and a is not Fp8Recipe.DELAYED:
+        yield Violation(
+            where,
+            f"Transformer Engine runs {a.value} FP8 attention on Blackwell only ('Disabling "
+            f"FusedAttention for {'FP8 current scaling' if a is Fp8Recipe.CURRENT else 'MXFP8'} "
+            f"on arch < sm100'); the {gpu.name} is Hopper",
+            f"set attention: delayed, or {drop}",
+            ("hardware.gpu",),
+        )
+    most_qk, most_v = (128, 128) if arch == "hopper" else (192, 128)
+    exact = arch == "hopper"
+    fits = (qk == most_qk and v == most_v) if exact else (qk <= most_qk and v <= most_v)
+    if not fits or qk % 16 or v % 16:
+        need = "exactly 128" if exact else "at most 192 for Q and K and 128 for V"
+        yield Violation(
+            where,
+            f"cuDNN's FP8 attention trains head dimensions {need}, each a multiple of 16, on "
+            f"{arch} (nvte_get_fused_attn_backend, fused_attn.cpp); Q/K {qk}, V {v}",
+            f"{drop}",
+            ("model.head_dim",),
+        )
+    if a is Fp8Recipe.MXFP8:
+        yield from _mxfp8_attention(job, qk, v, where, drop)
+
+
+def _mxfp8_attention(job: Job, qk: int, v: int, where: str, drop: str) -> Iterator[Violation]:
+    s_c = ceil_div(job.training.s, job.layout.c)
+    if qk % 32 == 0 and v % 32 == 0 and s_c % 128 == 0:
+        return
+    yield Violation(
+        where,
+        "Transformer Engine's MXFP8 attention needs 's_q % 128 == 0, s_kv % 128 == 0, d_qk % 32 "
+        f"== 0, d_v % 32 == 0' (combine_and_quantize); sequence per rank {s_c}, Q/K {qk}, V {v}",
+        f"set attention: delayed or current, or {drop}",
+        ("training.seq_len",),
     )

@@ -334,6 +334,8 @@ class Training:
     param_gather: bool = False
     first_last_bf16: int = 0
     moments_bf16: bool = False  # training.fp8.moments: bf16 (Megatron's precision-aware optimizer)
+    # training.fp8.attention: the attention core's FP8 recipe (TE fp8_dpa); None: 16-bit
+    fp8_attention: Fp8Recipe | None = None
     fp8_given: bool = False  # the spec has a training.fp8 section
     recipe_named: bool = False  # ... which names the recipe
     # training.framework megatron-fsdp: Megatron-LM (framework megatron) whose data parallelism
@@ -1175,6 +1177,9 @@ def _training(spec: Data) -> Training:
         param_gather=recipe is not None and bool(fp8.get("param_gather", False)),
         first_last_bf16=int(fp8.get("first_last_bf16", 0)) if recipe is not None else 0,
         moments_bf16=recipe is not None and fp8.get("moments", "fp32") == "bf16",
+        fp8_attention=Fp8Recipe(fp8["attention"])
+        if recipe is not None and fp8.get("attention") is not None
+        else None,
         fp8_given=tr.get("fp8") is not None,
         recipe_named=fp8.get("recipe") is not None,
     )

@@ -26,6 +26,7 @@ from planc.spec.options import Option
 from planc.spec.rule_options import OPTIONS
 from planc.vocab import (
     AttentionBackend,
+    AttentionFp8Name,
     AttentionKind,
     CheckpointFormat,
     CpCommType,
@@ -806,6 +807,15 @@ class Fp8Spec(Frozen):
         description="Adam's moments in bf16 (Megatron --use-precision-aware-optimizer with "
         "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, as DeepSeek-V3 kept them; needs the "
         "distributed optimizer): 4 bytes per parameter instead of 8. Default: fp32.",
+    )
+    attention: AttentionFp8Name | None = Field(
+        None,
+        description="Run the attention core (QKᵀ, softmax, attention over V) in FP8 with this "
+        "recipe: Transformer Engine's fp8_dpa on cuDNN's FusedAttention, Megatron-Core's "
+        "TransformerConfig.fp8_dot_product_attention (no command-line flag: --yaml-cfg or "
+        "Megatron-Bridge's config). delayed and current are per-tensor scaling (current needs "
+        "Blackwell), mxfp8 one E8M0 scale per 32 values (Blackwell); a recipe other than the "
+        "linear layers' is TE's NVTE_DPA_FP8_RECIPE. Default: attention in bf16.",
     )
 
 
