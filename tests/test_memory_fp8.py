@@ -132,6 +132,19 @@ def test_bf16_layers_save_16_bit_inputs() -> None:
     assert line.bytes == 2 * 8192 * (4096 + 4096 + 14336 - 32 * 128)
 
 
+def test_bf16_layers_save_16_bit_attention_inputs_under_fp8_attention() -> None:
+    # FP8 attention (delayed) saves Q, K, V and O at one byte; the two BF16 layers keep them at
+    # two: per layer (2 − 1)·s·b·(n·k + g·k + g·k + n·k) more than the linear inputs above.
+    overlay = spec(
+        {"precision": "fp8", "recompute": "none",
+         "fp8": {"recipe": "current", "first_last_bf16": 1, "attention": "delayed"}}
+    )
+    (line,) = [t for t in terms(overlay) if t.name.startswith("BF16 first/last")]
+    linear = 4096 + 4096 + 14336 - 32 * 128
+    attention = 32 * 128 + 8 * 128 + 8 * 128 + 32 * 128
+    assert line.bytes == 2 * 8192 * (linear + attention)
+
+
 def test_llama3_70b_stage_0_on_64_h100() -> None:
     # Llama 3 70B, 64 H100, t4 p8 v5, SP, selective recompute, ZeRO-1: the layout NVIDIA
     # publishes for FP8 (landscape §2.6). Stage 0 holds 94 layer-micro-batches. Per one:

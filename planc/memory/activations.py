@@ -1440,9 +1440,9 @@ def _bf16_per_layer(
 ) -> tuple[int, int]:
     """What one dense and one MoE layer-micro-batch of the first and last layers in BF16
     (training.fp8.first_last_bf16) keep above their quantized lines: they save their linear
-    inputs at ε bytes."""
-    whole = replace(x, q_bits=0)
-    lines = [line for line in kept_lines(x, recompute, modules) if line.is_quantized(x)]
+    inputs, and the attention core its Q, K, V and O, at ε bytes."""
+    whole = replace(x, q_bits=0, a_usages=0, a_out_fp8=False)
+    lines = [line for line in kept_lines(x, recompute, modules) if _low_precision(line, x)]
     dense = sum(line.size(whole) - line.size(x) for line in lines)
     routed = sum(line.size(whole) - line.size(x) for line in lines if not line.mlp)
     if job.model.moe is not None and recompute != "full":
@@ -1454,6 +1454,12 @@ def _bf16_per_layer(
     return dense, routed
 
 
+def _low_precision(line: Line, x: LayerShape) -> bool:
+    """A line an FP8 recipe saves below ε bytes: a quantized linear input or an FP8
+    attention's tensor."""
+    return line.is_quantized(x) or (line.attention_fp8 is not None and line.attention_fp8(x))
+
+
 ACTIVATION_OFFLOAD = (
     "Megatron-Core --cpu-offloading-num-layers N (transformer_block.py get_cpu_offload_context): "
     "Transformer Engine 2.14's DefaultOffloadSynchronizer (pytorch/cpu_offload.py) copies layers "
@@ -1463,7 +1469,7 @@ ACTIVATION_OFFLOAD = (
 BF16_LINE = (
     "BF16 first/last layers' linear inputs, above their quantized size",
     "Megatron --first-last-layers-bf16 (transformer_config.py first_last_layers_bf16): "
-    "those layers run outside the FP8 autocast",
+    "those layers run outside the FP8 autocast (their attention core too, under FP8 attention)",
 )
 
 
