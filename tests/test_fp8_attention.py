@@ -13,12 +13,16 @@ What is checked, each against an independent source:
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
+from planc.analysis import analyse
+from planc.comm.schedule import CommOp
+from planc.compile import compile_job
 from planc.compile.frameworks import megatron_files
-from planc.compile.plan import quantized_record
+from planc.compile.plan import plan_json, quantized_record
 from planc.dims import AttentionQuant
 from planc.memory.activations import key, query, shape_of, value
 from planc.perf.compute import work_time_s
@@ -26,6 +30,7 @@ from planc.perf.inputs import device_of, efficiency_of, layer_shape
 from planc.perf.ops import OpCost, fp8_attention, layer_ops
 from planc.plannable import Plannable
 from planc.presets.efficiency import for_gpu
+from planc.verify import render, verify_text
 from planc.vocab import Fp8Recipe
 
 from conftest import check_overlay, compiled, job_of, rules_fired
@@ -224,3 +229,59 @@ def test_the_attention_recipe_is_read_only_under_fp8() -> None:
     q = job_of({"training": {"precision": "bf16"}}).numerics.quantized
     assert q is None
     assert AttentionQuant(Fp8Recipe.DELAYED, 1, 1, 0, 4).output_fp8
+
+
+# --- context parallelism: TE's AttnFuncWithCPAndKVP2P with fp8 (context_parallel.py, TE 2.18) ---
+
+S, C, B = 32768, 4, 1
+KV_BLOCK = B * (S // C) * G * (K + K)  # elements of one rank's K and V
+
+
+def _cp(recipe: str | None, recompute: str = "selective") -> Plannable:
+    fp8: dict[str, Any] = {"recipe": "current" if recipe != "mxfp8" else "mxfp8"}
+    if recipe is not None:
+        fp8["attention"] = recipe
+    return job_of(
+        {
+            "hardware": {"gpu": "gb200-nvl72", "nodes": 2, "hosts": ["a", "b"]},
+            "parallelism": {"tensor": 1, "context": C, "sequence_parallel": False},
+            "training": {
+                "seq_len": S, "global_batch": 16, "precision": "fp8", "fp8": fp8,
+                "recompute": recompute,
+            },
+        }
+    )
+
+
+def _cp_ops(job: Plannable) -> list[CommOp]:
+    return [op for op in analyse(job).ops if op.group == "cp" and op.stage == 0]
+
+
+@pytest.mark.parametrize(("recipe", "kv_bytes"), [("current", 1), ("delayed", 1), ("mxfp8", 2)])
+def test_the_ring_passes_fp8_k_v_and_returns_dk_dv_in_one_fp8_all_to_all(
+    recipe: str, kv_bytes: int
+) -> None:
+    job = _cp(recipe)
+    ring, a2a = _cp_ops(job)
+    layers_m = 32 * job.m
+    # forward, the recomputed forward (selective core_attn) and backward's K/V: 3 passes of c − 1
+    assert (ring.op.value, ring.calls, ring.buffer_bytes) == (
+        "send_recv", 3 * (C - 1) * layers_m, KV_BLOCK * kv_bytes
+    )
+    assert (a2a.op.value, a2a.calls, a2a.buffer_bytes) == ("all_to_all", layers_m, C * KV_BLOCK)
+
+
+def test_sixteen_bit_attention_keeps_the_ring_s_dk_dv_pass() -> None:
+    (ring,) = _cp_ops(_cp(None))
+    assert ring.calls == 4 * (C - 1) * 32 * _cp(None).m  # + the dK/dV pass
+    assert ring.buffer_bytes == 2 * KV_BLOCK
+
+
+@pytest.mark.parametrize("recipe", ["current", "mxfp8"])
+def test_the_compiled_cp_plan_verifies_and_its_recount_sees_a_wrong_size(recipe: str) -> None:
+    data = json.loads(plan_json(compile_job(analyse(_cp(recipe)))))
+    result = verify_text(json.dumps(data))
+    assert result.ok, render(result)
+    a2a = next(o for o in data["communication"]["ops"] if o["op"] == "all_to_all")
+    a2a["buffer_bytes"] += 1
+    assert not verify_text(json.dumps(data)).ok

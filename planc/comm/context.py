@@ -32,6 +32,11 @@ the query/key channels per head, k_v the value channels, β_a bytes per activati
 - a2a+p2p: Megatron `--hierarchical-context-parallel-sizes a p`: a2a over the inner a ranks (the
   largest divisor of c whose a·t ranks fit the NVLink domain and divide the heads), then a ring
   of p = c/a steps across, each block b·(s/p)·(g/(t·a))·(k + k_v)·β_a.
+- The ring under FP8 attention (`training.fp8.attention`; TE 2.18 `AttnFuncWithCPAndKVP2P` with
+  fp8): per-tensor recipes pass K and V round the ring as their FP8 data (one byte per
+  element), MXFP8 in 16 bits; backward passes K/V once more and returns each step's dK/dV,
+  quantized to FP8, to its owner in one all-to-all after the last step (dkv_send_buffer, one
+  byte per element, c blocks a rank), which nothing hides.
 """
 
 from __future__ import annotations
@@ -122,11 +127,23 @@ def torch_ring_exposed_per_layer(
     return forward * (2 if redone else 1) + backward
 
 
-def ring_passes(redone: bool) -> int:
+def ring_passes(redone: bool, fp8: bool = False) -> int:
     """Ring exchanges per step and layer, in units of one pass's c − 1 steps: the forward's
-    (K/V), the backward's two (K/V and dK/dV), and the forward's again where the attention core
-    is recomputed (`redone`)."""
-    return 4 if redone else 3
+    (K/V), the backward's two (K/V and dK/dV; under FP8 attention only K/V, its dK/dV an
+    all-to-all), and the forward's again where the attention core is recomputed (`redone`)."""
+    return (4 if redone else 3) - (1 if fp8 else 0)
+
+
+def fp8_kv_bytes(mx: bool, beta: int) -> int:
+    """Bytes per K/V element the ring passes under FP8 attention: the FP8 data (1) for
+    per-tensor scaling, the 16-bit tensor (β_a) for MXFP8, which each step quantizes itself."""
+    return beta if mx else 1
+
+
+def fp8_dkv_a2a_bytes(dims: RankDims, ring: int) -> int:
+    """ring·b·(s/c)·(g/t)·(k + k_v)·1: the FP8 dK/dV of every ring step a rank computed, sent
+    to their owners in one all-to-all (TE's dkv_send_buffer, [ring, *kv.shape] of uint8)."""
+    return ring * kv_block_bytes(dims, 1)
 
 
 def exposed_per_layer(
@@ -135,16 +152,19 @@ def exposed_per_layer(
     core_forward_s: float,
     core_backward_s: float,
     redone: bool = False,
+    fp8: bool = False,
 ) -> float:
     """Seconds of one layer's context-parallel exchange left exposed, forward and backward.
 
     The ring's steps (`ring_s`: p2p, and a2a+p2p's outer ring; `ring_passes` passes of them)
     run beside the attention core, forward one exchange of K/V per step and backward two (K/V
     and dK/dV): with r = ring/passes, max(0, r − core_f) per forward (twice where the core is
-    recomputed, `redone`) + max(0, 2r − core_b). The all-to-alls and the all-gather
+    recomputed, `redone`) + max(0, 2r − core_b), or max(0, r − core_b) under FP8 attention
+    (`fp8`), whose dK/dV all-to-all is blocking. The all-to-alls and the all-gather
     (`blocking_s`) sit between the projections and the core and are exposed whole (Jacobs et
     al. 2023 §3; TE AttnFuncWithCPAndKVAllGather waits for the gather before the core).
     """
-    one = ring_s / ring_passes(redone)
+    one = ring_s / ring_passes(redone, fp8)
     forward = max(0.0, one - core_forward_s) * (2 if redone else 1)
-    return forward + max(0.0, 2 * one - core_backward_s) + blocking_s
+    backward = (1 if fp8 else 2) * one
+    return forward + max(0.0, backward - core_backward_s) + blocking_s

@@ -1526,7 +1526,7 @@ def _cp_ops(job: Plannable, stage: int, layers: int) -> list[CommOp]:
     if job.training.framework == "fsdp2":
         return _torch_ring_ops(job, stage, layers, forwards, again)
     if kind == "p2p":
-        return [_ring_op(job, stage, layers, lay.c, link)]
+        return _ring_ops(job, stage, layers, lay.c, link)
     if kind == "allgather":
         gathered = context.gathered_kv_bytes(dims, beta, lay.c)
         make = op_maker(stage, GroupKind.CP, lay.c, link)
@@ -1566,7 +1566,7 @@ def _cp_ops(job: Plannable, stage: int, layers: int) -> list[CommOp]:
         ),
     ]
     if kind == "a2a+p2p":
-        ops.append(_ring_op(job, stage, layers, lay.c // inner, link))
+        ops += _ring_ops(job, stage, layers, lay.c // inner, link)
     return ops
 
 
@@ -1622,6 +1622,48 @@ def _a2a_link(job: Plannable, inner: int) -> str:
     if order[:2] == ("tp", "cp") and inner * job.layout.t <= fabric.innermost.span:
         return fabric.innermost.name
     return link_class(job, (Axis.CP,))
+
+
+def fp8_ring(job: Plannable) -> bool:
+    """Whether Megatron's ring runs under FP8 attention (TE's AttnFuncWithCPAndKVP2P with fp8):
+    K/V in the recipe's bytes, dK/dV in one all-to-all (planc.comm.context)."""
+    q = job.numerics.quantized
+    return q is not None and q.attention is not None and job.training.framework == "megatron"
+
+
+def _ring_ops(job: Plannable, stage: int, layers: int, ring: int, link: str) -> list[CommOp]:
+    """Megatron's ring attention over `ring` ranks: the K/V exchange, and under FP8 attention
+    its dK/dV all-to-all (`fp8_ring`)."""
+    q = job.numerics.quantized
+    if q is None or q.attention is None or not fp8_ring(job):
+        return [_ring_op(job, stage, layers, ring, link)]
+    kv_bytes = context.fp8_kv_bytes(q.attention.scale_block > 0, activation_bytes(job))
+    passes = context.ring_passes(cp_core_redone(job), fp8=True)
+    kv = CommOp(
+        stage=stage,
+        group=GroupKind.CP,
+        op=Collective.SEND_RECV,
+        phase="CP ring-attention K/V exchange under FP8 attention (forward, and K/V backward)",
+        group_size=ring,
+        calls=passes * context.ring_steps_per_layer(ring) * layers * job.m,
+        buffer_bytes=context.kv_block_bytes(job.dims, kv_bytes),
+        link=link,
+        formula=f"(c−1) ring steps per layer per micro-batch forward (again where the attention "
+        f"core is recomputed) and backward; K and V of b·(s/c)·(g/t)·k each at {kv_bytes} "
+        "byte(s) per element (FP8 data, or 16 bits under MXFP8)",
+    )
+    dkv = CommOp(
+        stage=stage,
+        group=GroupKind.CP,
+        op=Collective.ALL_TO_ALL,
+        phase="CP dK/dV all-to-all in FP8 after the backward's last ring step",
+        group_size=ring,
+        calls=layers * job.m,
+        buffer_bytes=context.fp8_dkv_a2a_bytes(job.dims, ring),
+        link=link,
+        formula="one per layer per micro-batch, c·b·(s/c)·(g/t)·(k + k_v) bytes (FP8)",
+    )
+    return [kv, dkv]
 
 
 def _ring_op(job: Plannable, stage: int, layers: int, ring: int, link: str) -> CommOp:

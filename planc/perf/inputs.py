@@ -53,6 +53,7 @@ from planc.comm.schedule import (
     expert_link,
     flex_parts,
     flex_rows,
+    fp8_ring,
     grad_bytes,
     kept_in,
     latent_message_bytes,
@@ -852,7 +853,12 @@ def cp_exposed_per_microbatch(
         op.calls * call_time_s(job, eff, op) for op in cp if op.op is not Collective.SEND_RECV
     )
     exposed = exposed_per_layer(
-        ring / per_layer, blocking / per_layer, core.forward_s, core.backward_s, cp_core_redone(job)
+        ring / per_layer,
+        blocking / per_layer,
+        core.forward_s,
+        core.backward_s,
+        cp_core_redone(job),
+        fp8_ring(job),
     )
     return layers * exposed
 

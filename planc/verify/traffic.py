@@ -395,9 +395,7 @@ def _cp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
             first = ExpectedOp(stage, "cp", "send_recv", None, c, (c - 1) * passes * layers * m, block)
         return [first, ExpectedOp(stage, "cp", "send_recv", None, c, c * layers * m, fp32)]
     if kind == "p2p":
-        # Ring attention: c − 1 K/V steps per layer forward; backward passes K/V and dK/dV.
-        calls = (passes + 1) * (c - 1) * layers * m
-        return [ExpectedOp(stage, "cp", "send_recv", None, c, calls, block)]
+        return _ring(plan, stage, c, passes, layers * m, block // beta)
     if kind == "allgather":
         # Every rank's K/V gathered forward and again in backward; dK/dV reduce-scattered.
         return [
@@ -416,9 +414,29 @@ def _cp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
     ]
     ring = c // inner
     if kind == "a2a+p2p" and ring > 1:
-        calls = (passes + 1) * (ring - 1) * layers * m
-        ops.append(ExpectedOp(stage, "cp", "send_recv", None, ring, calls, block))
+        ops += _ring(plan, stage, ring, passes, layers * m, block // beta)
     return ops
+
+
+def _ring(
+    plan: PlanData, stage: int, ring: int, passes: int, layer_calls: int, elements: int
+) -> list[ExpectedOp]:
+    """Megatron's ring attention over `ring` ranks for `layer_calls` layer-micro-batches, its K/V
+    blocks of `elements` each: c − 1 steps per pass, `passes` K/V passes (the forward's, once
+    more where the core is recomputed, and the backward's) and backward the dK/dV's; under FP8
+    attention (training.quantized.attention) K/V at one byte (the FP8 data; MXFP8: 16 bits) and
+    dK/dV as one FP8 all-to-all of `ring` blocks (TE AttnFuncWithCPAndKVP2P)."""
+    tr = plan.training
+    beta = tr["activation_bytes"]
+    steps = (ring - 1) * layer_calls
+    recipe = (tr.get("quantized") or {}).get("attention")
+    if recipe is None or tr.get("framework") != "megatron":
+        return [ExpectedOp(stage, "cp", "send_recv", None, ring, (passes + 1) * steps, elements * beta)]
+    kv = elements * (beta if recipe == "mxfp8" else 1)
+    return [
+        ExpectedOp(stage, "cp", "send_recv", None, ring, passes * steps, kv),
+        ExpectedOp(stage, "cp", "all_to_all", None, ring, layer_calls, ring * elements),
+    ]
 
 
 def _tokens(plan: PlanData) -> int:
