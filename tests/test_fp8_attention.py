@@ -25,6 +25,7 @@ from planc.compile.frameworks import megatron_files
 from planc.compile.plan import plan_json, quantized_record
 from planc.dims import AttentionQuant
 from planc.memory.activations import key, query, shape_of, value
+from planc.memory.budget import rank_memory
 from planc.perf.compute import work_time_s
 from planc.perf.inputs import device_of, efficiency_of, layer_shape
 from planc.perf.ops import OpCost, fp8_attention, layer_ops
@@ -285,3 +286,17 @@ def test_the_compiled_cp_plan_verifies_and_its_recount_sees_a_wrong_size(recipe:
     a2a = next(o for o in data["communication"]["ops"] if o["op"] == "all_to_all")
     a2a["buffer_bytes"] += 1
     assert not verify_text(json.dumps(data)).ok
+
+
+@pytest.mark.parametrize(
+    ("recipe", "reduce"),
+    [
+        ("delayed", C * B * (S // C) * N * K),  # dQ per step in FP8
+        ("current", 4 * (B * (S // C) * N * K + KV_BLOCK)),  # fp32 dQ and dK/dV accumulators
+    ],
+)
+def test_the_ring_backward_holds_its_fp8_dk_dv_buffers(recipe: str, reduce: int) -> None:
+    terms = rank_memory(_cp(recipe), 0).terms
+    (term,) = [t for t in terms if t.name.startswith("context-parallel FP8 dK/dV")]
+    assert term.bytes == 2 * C * KV_BLOCK + reduce  # dkv send and receive, [c, *kv] uint8
+    assert not [t for t in rank_memory(_cp(None), 0).terms if "FP8 dK/dV" in t.name]

@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from planc.comm import context
-from planc.comm.schedule import allgather_rows_bytes
+from planc.comm.schedule import allgather_rows_bytes, cp_a2a_size
 from planc.dims import AttentionQuant, RankDims, bf16_ranges, padded_vocab, rank_dims
 from planc.memory.terms import Term, quantized_bytes
 from planc.pipeline import registry
@@ -1631,7 +1631,7 @@ def _cp_buffers(job: Plannable, beta: int) -> list[Term]:
         return []
     ring = _torch_ring_buffers(job) if job.training.framework == "fsdp2" else []
     if lay.cp_comm == "p2p":
-        return ring
+        return [*ring, *_fp8_ring_buffers(job, lay.c)]
     if lay.cp_comm == "allgather":
         return [
             Term(
@@ -1651,6 +1651,35 @@ def _cp_buffers(job: Plannable, beta: int) -> list[Term]:
             context.qkv_a2a_bytes(dims, beta) + context.output_a2a_bytes(dims, beta),
             "b·(s/c)·(n/t·k + g/t·(k + k_v) + n/t·k_v)·β_a",
             "DeepSpeed-Ulysses (Jacobs et al. 2023 §3): q, k, v and the output re-laid out",
+        ),
+        *(_fp8_ring_buffers(job, lay.c // cp_a2a_size(job)) if lay.cp_comm == "a2a+p2p" else []),
+    ]
+
+
+def _fp8_ring_buffers(job: Plannable, c: int) -> list[Term]:
+    """Megatron's ring backward over `c` ranks under FP8 attention (TE 2.18
+    AttnFuncWithCPAndKVP2P with fp8): the FP8 dK/dV of every step to send and to receive (2·c
+    blocks of one byte per element),
+    and the gradients' reduction buffers: per step FP8 dQ blocks under delayed scaling, fp32
+    dQ and dK/dV accumulators under current scaling and MXFP8."""
+    q = job.numerics.quantized
+    if q is None or q.attention is None or job.training.framework != "megatron":
+        return []
+    dims = job.dims
+    kv = context.kv_block_bytes(dims, 1)
+    query = dims.b * dims.s_c * dims.n * dims.k
+    delayed = q.attention.recipe.value == "delayed"
+    reduce = c * query if delayed else 4 * (query + kv)
+    return [
+        Term(
+            "context-parallel FP8 dK/dV and dQ buffers (one layer, transient)",
+            "buffers",
+            2 * c * kv + reduce,
+            "2·c·b·(s/c)·(g/t)·(k + k_v) + "
+            + ("c·b·(s/c)·(n/t)·k" if delayed else "4·b·(s/c)·((n/t)·k + (g/t)·(k + k_v))"),
+            "Transformer Engine 2.18 AttnFuncWithCPAndKVP2P backward with fp8: dkv_send_buffer "
+            "and dkv_recv_buffer ([c, *kv.shape], uint8), dq_buffer (uint8 per step under "
+            "delayed scaling; fp32 dq and dkv accumulators under current scaling and MXFP8)",
         )
     ]
 
