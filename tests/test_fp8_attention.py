@@ -14,16 +14,19 @@ What is checked, each against an independent source:
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planc.analysis import analyse
 from planc.comm.schedule import CommOp
 from planc.compile import compile_job
 from planc.compile.frameworks import megatron_files
 from planc.compile.plan import plan_json, quantized_record
-from planc.dims import AttentionQuant
+from planc.dims import AttentionQuant, attention_quant
 from planc.memory.activations import key, query, shape_of, value
 from planc.memory.budget import rank_memory
 from planc.perf.compute import work_time_s
@@ -220,10 +223,10 @@ def test_megatron_notes_the_config_field_and_a_different_recipe_s_variable() -> 
     other = compiled(job_of(_spec(fp8={"recipe": "mxfp8", "attention": "current"})))
     readme = megatron_files(other)["megatron/README.md"]
     assert "export NVTE_DPA_FP8_RECIPE=Float8CurrentScaling" in readme
-    assert quantized_record(other)["quantized"]["attention"] == "current"  # type: ignore[index]
-    assert "attention" not in quantized_record(compiled(job_of(_spec(fp8={"recipe": "mxfp8"}))))[
-        "quantized"
-    ]  # type: ignore[operator]
+    record: Any = quantized_record(other)["quantized"]
+    assert record["attention"] == "current"
+    plain: Any = quantized_record(compiled(job_of(_spec(fp8={"recipe": "mxfp8"}))))["quantized"]
+    assert "attention" not in plain
 
 
 def test_the_attention_recipe_is_read_only_under_fp8() -> None:
@@ -300,3 +303,35 @@ def test_the_ring_backward_holds_its_fp8_dk_dv_buffers(recipe: str, reduce: int)
     (term,) = [t for t in terms if t.name.startswith("context-parallel FP8 dK/dV")]
     assert term.bytes == 2 * C * KV_BLOCK + reduce  # dkv send and receive, [c, *kv] uint8
     assert not [t for t in rank_memory(_cp(None), 0).terms if "FP8 dK/dV" in t.name]
+
+
+# --- invariants over shapes ---------------------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    recipe=st.sampled_from(["delayed", "current", "mxfp8"]),
+    seq=st.sampled_from([1024, 2048, 4096, 8192, 16384, 65536]),
+    heads=st.sampled_from([(32, 8), (32, 32), (64, 8), (16, 4)]),
+    batch=st.integers(1, 4),
+)
+def test_fp8_attention_keeps_the_flops_and_its_casts_move_only_bytes(
+    recipe: str, seq: int, heads: tuple[int, int], batch: int
+) -> None:
+    n, g = heads
+    shape = replace(layer_shape(_gb200()), s=seq, s_c=seq, s_r=seq, b=batch, n=n, g=g)
+    (flash,) = [op for op in layer_ops(shape) if op.engine == "cudnn"]
+    a = attention_quant(Fp8Recipe(recipe))
+    assert a is not None
+    ops = fp8_attention(flash, shape, a)
+    (kernel,) = [op for op in ops if op.engine != "vector"]
+    # the kernel executes the 16-bit kernel's FLOPs, reading fewer bytes
+    assert kernel.forward.flops == flash.forward.flops
+    assert kernel.backward.flops == flash.backward.flops
+    assert kernel.forward.bytes < flash.forward.bytes
+    # each cast reads every 16-bit element at least once and does a few FLOPs an element
+    casts = [op for op in ops if op.engine == "vector"]
+    assert casts and all(op.attention_core for op in ops)
+    assert all(
+        w.flops <= 2 * w.bytes for op in casts for w in (op.forward, op.backward) if w.bytes
+    )
