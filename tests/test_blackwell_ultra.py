@@ -62,6 +62,7 @@ def test_what_blackwell_ultra_takes_from_blackwell(ultra: str, base: str, fitted
     # matmuls in FP8 its faster softmax exponent shows, 1.39-1.49x BF16 forward at 4k-32k
     # against the GB200's 1.22-1.36x.
     own = ("source", "cudnn_fp8_by_seq", "cudnn_mxfp8_by_seq")
+    own += ("cudnn_fp8_d192_by_seq", "cudnn_mxfp8_d192_by_seq")
     mine, theirs = to_json(for_gpu(ultra)), to_json(for_gpu(base))
     for section in ("hbm", "vector", "flash_attention"):
         assert {k: v for k, v in mine[section].items() if k not in own} == {

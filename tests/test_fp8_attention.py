@@ -335,3 +335,28 @@ def test_fp8_attention_keeps_the_flops_and_its_casts_move_only_bytes(
     assert all(
         w.flops <= 2 * w.bytes for op in casts for w in (op.forward, op.backward) if w.bytes
     )
+
+
+# cudnn-frontend e99b0d0b, GB300, DeepSeek-V3's latent attention (128 heads, q/k 192, v 128),
+# causal: TFLOPS at 2k-32k.
+GB300_MLA_BF16 = ((1359, 1693, 1937, 2059, 2023), (923, 1157, 1274, 1316, 1304))
+GB300_MLA_MXFP8 = ((2094, 2544, 2871, 3025, 3061), (1162, 1558, 1854, 2002, 1988))
+
+
+@pytest.mark.parametrize("i", [1, 2])
+def test_latent_attention_takes_the_speed_up_measured_at_its_head_dimension(i: int) -> None:
+    job = job_of(
+        {
+            "model": {"preset": "deepseek-v3"},
+            "hardware": {"gpu": "gb300-nvl72", "nodes": 2, "hosts": ["a", "b"]},
+            "parallelism": {"tensor": 1, "expert": 8, "order": "tp-cp-ep-dp-pp"},
+            "training": {
+                "seq_len": SEQ[i], "precision": "fp8", "recompute": "none",
+                "fp8": {"recipe": "mxfp8", "attention": "mxfp8"},
+            },
+        }
+    )
+    bf16_f, bf16_b = _kernel_times(job, "cudnn")
+    fp8_f, fp8_b = _kernel_times(job, "cudnn-mxfp8")
+    assert bf16_f / fp8_f == pytest.approx(GB300_MLA_MXFP8[0][i] / GB300_MLA_BF16[0][i], rel=2e-3)
+    assert bf16_b / fp8_b == pytest.approx(GB300_MLA_MXFP8[1][i] / GB300_MLA_BF16[1][i], rel=2e-3)

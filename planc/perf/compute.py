@@ -73,7 +73,7 @@ def work_time_s(
     elif op.engine == "cudnn":
         rate = device.matrix_flops * cudnn_fraction(eff, backward, op.shape)
     elif op.engine in FP8_ATTENTION:
-        speedup = by_seq(fp8_speedups(op.engine, eff), backward, op.shape, 1.0)
+        speedup = by_seq(fp8_speedups(op.engine, eff, op.shape), backward, op.shape, 1.0)
         rate = device.matrix_flops * cudnn_fraction(eff, backward, op.shape) * speedup
     elif op.engine == "sdpa":
         rate = device.matrix_flops * (eff.sdpa_backward if backward else eff.sdpa_forward)
@@ -100,10 +100,24 @@ def cudnn_fraction(eff: Efficiency, backward: bool, scores: GemmShape | None) ->
 FP8_ATTENTION = ("cudnn-fp8", "cudnn-mxfp8")
 
 
-def fp8_speedups(engine: str, eff: Efficiency) -> tuple[tuple[int, float, float], ...]:
+# The query/key head dimensions the FP8 attention tables are measured at (efficiency.json:
+# Llama 3.1's 128, DeepSeek-V3's latent 192); an op takes the nearest.
+D192_FROM = (128 + 192) // 2
+
+
+def fp8_speedups(
+    engine: str, eff: Efficiency, scores: GemmShape | None
+) -> tuple[tuple[int, float, float], ...]:
     """The FP8 attention kernel `engine`'s speed-ups over cuDNN's 16-bit kernel by sequence
-    length (efficiency.json flash_attention.cudnn_fp8_by_seq, cudnn_mxfp8_by_seq)."""
-    return eff.cudnn_mxfp8_by_seq if engine == "cudnn-mxfp8" else eff.cudnn_fp8_by_seq
+    length (efficiency.json flash_attention.cudnn_fp8_by_seq, cudnn_mxfp8_by_seq), from the
+    table measured at the head dimension nearest the op's (`scores.k`, the query/key width:
+    the *_d192_by_seq tables from 160 up, where the entry has them)."""
+    mx = engine == "cudnn-mxfp8"
+    if scores is not None and scores.k > D192_FROM:
+        wide = eff.cudnn_mxfp8_d192_by_seq if mx else eff.cudnn_fp8_d192_by_seq
+        if wide:
+            return wide
+    return eff.cudnn_mxfp8_by_seq if mx else eff.cudnn_fp8_by_seq
 
 
 def by_seq(

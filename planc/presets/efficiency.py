@@ -175,6 +175,10 @@ class Efficiency:
     # benchmark run, BF16 time / FP8 time; empty: no speed-up measured, priced as 16-bit.
     cudnn_fp8_by_seq: tuple[tuple[int, float, float], ...] = ()
     cudnn_mxfp8_by_seq: tuple[tuple[int, float, float], ...] = ()
+    # the same measured at a query/key head dimension of 192 (DeepSeek-V3's latent attention:
+    # 128 heads, values of 128); the tables above are at 128 (Llama 3.1's GQA)
+    cudnn_fp8_d192_by_seq: tuple[tuple[int, float, float], ...] = ()
+    cudnn_mxfp8_d192_by_seq: tuple[tuple[int, float, float], ...] = ()
     # GEMM curves of other data types where an entry measures them (`gemm_by_dtype`); a data
     # type without one reaches the 16-bit curve's fractions of its own peak.
     gemm_by_dtype: Mapping[DType, GemmCurve] = field(default_factory=lambda: MappingProxyType({}))
@@ -388,8 +392,7 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
             "cudnn_forward",
             "cudnn_backward",
             "cudnn_by_seq",
-            "cudnn_fp8_by_seq",
-            "cudnn_mxfp8_by_seq",
+            *SPEEDUP_TABLES,
         ),
     )
     net = _section(data, "network", where, LINKS)
@@ -412,10 +415,10 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
         cudnn_forward=_kernel_fraction(flash, "cudnn_forward", "forward", where),
         cudnn_backward=_kernel_fraction(flash, "cudnn_backward", "backward", where),
         cudnn_by_seq=_by_seq(flash, f"{where}.flash_attention"),
-        cudnn_fp8_by_seq=_by_seq(flash, f"{where}.flash_attention", "cudnn_fp8_by_seq", _SPEEDUP),
-        cudnn_mxfp8_by_seq=_by_seq(
-            flash, f"{where}.flash_attention", "cudnn_mxfp8_by_seq", _SPEEDUP
-        ),
+        **{
+            key: _by_seq(flash, f"{where}.flash_attention", key, _SPEEDUP)
+            for key in SPEEDUP_TABLES
+        },
         nvlink=_link(net, "nvlink", f"{where}.network"),
         network=_link(net, "network", f"{where}.network"),
         source=str(data.get("source", "")),
@@ -426,6 +429,13 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
 
 _SEQ = (1, 1 << 24, True)  # a sequence length of a measured attention kernel
 _SPEEDUP = (0.0, 8.0, False)  # an FP8 kernel's speed over the 16-bit one, either way
+# flash_attention's FP8 speed-up tables, each an Efficiency field of the same name
+SPEEDUP_TABLES = (
+    "cudnn_fp8_by_seq",
+    "cudnn_mxfp8_by_seq",
+    "cudnn_fp8_d192_by_seq",
+    "cudnn_mxfp8_d192_by_seq",
+)
 
 
 def _by_seq(
@@ -576,8 +586,7 @@ def to_json(eff: Efficiency, source: str = "") -> dict[str, Any]:
             "cudnn_forward": eff.cudnn_forward,
             "cudnn_backward": eff.cudnn_backward,
             **_seq_json("cudnn_by_seq", eff.cudnn_by_seq),
-            **_seq_json("cudnn_fp8_by_seq", eff.cudnn_fp8_by_seq),
-            **_seq_json("cudnn_mxfp8_by_seq", eff.cudnn_mxfp8_by_seq),
+            **{k: v for key in SPEEDUP_TABLES for k, v in _seq_json(key, getattr(eff, key)).items()},
         },
         "network": {"nvlink": link(eff.nvlink), "network": link(eff.network)},
         **(
