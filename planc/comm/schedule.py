@@ -1639,29 +1639,22 @@ def _ring_ops(job: Plannable, stage: int, layers: int, ring: int, link: str) -> 
         return [_ring_op(job, stage, layers, ring, link)]
     kv_bytes = context.fp8_kv_bytes(q.attention.scale_block > 0, activation_bytes(job))
     passes = context.ring_passes(cp_core_redone(job), fp8=True)
-    kv = CommOp(
-        stage=stage,
-        group=GroupKind.CP,
-        op=Collective.SEND_RECV,
-        phase="CP ring-attention K/V exchange under FP8 attention (forward, and K/V backward)",
-        group_size=ring,
-        calls=passes * context.ring_steps_per_layer(ring) * layers * job.m,
-        buffer_bytes=context.kv_block_bytes(job.dims, kv_bytes),
-        link=link,
-        formula=f"(c−1) ring steps per layer per micro-batch forward (again where the attention "
-        f"core is recomputed) and backward; K and V of b·(s/c)·(g/t)·k each at {kv_bytes} "
-        "byte(s) per element (FP8 data, or 16 bits under MXFP8)",
+    make = op_maker(stage, GroupKind.CP, ring, link)
+    kv = make(
+        Collective.SEND_RECV,
+        "CP ring-attention K/V exchange under FP8 attention (forward, and K/V backward)",
+        passes * context.ring_steps_per_layer(ring) * layers * job.m,
+        context.kv_block_bytes(job.dims, kv_bytes),
+        f"(c−1) ring steps per layer per micro-batch forward (again where the attention core is "
+        f"recomputed) and backward; K and V of b·(s/c)·(g/t)·k each at {kv_bytes} byte(s) per "
+        "element (FP8 data, or 16 bits under MXFP8)",
     )
-    dkv = CommOp(
-        stage=stage,
-        group=GroupKind.CP,
-        op=Collective.ALL_TO_ALL,
-        phase="CP dK/dV all-to-all in FP8 after the backward's last ring step",
-        group_size=ring,
-        calls=layers * job.m,
-        buffer_bytes=context.fp8_dkv_a2a_bytes(job.dims, ring),
-        link=link,
-        formula="one per layer per micro-batch, c·b·(s/c)·(g/t)·(k + k_v) bytes (FP8)",
+    dkv = make(
+        Collective.ALL_TO_ALL,
+        "CP dK/dV all-to-all in FP8 after the backward's last ring step",
+        layers * job.m,
+        context.fp8_dkv_a2a_bytes(job.dims, ring),
+        "one per layer per micro-batch, c·b·(s/c)·(g/t)·(k + k_v) bytes (FP8)",
     )
     return [kv, dkv]
 
