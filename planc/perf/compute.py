@@ -111,7 +111,7 @@ def fp8_speedups(
     """The FP8 attention kernel `engine`'s speed-ups over cuDNN's 16-bit kernel by sequence
     length (efficiency.json flash_attention.cudnn_fp8_by_seq, cudnn_mxfp8_by_seq), from the
     table measured at the head dimension nearest the op's (`scores.k`, the query/key width:
-    the *_d192_by_seq tables from 160 up, where the entry has them)."""
+    the *_d192_by_seq tables above 160, where the entry has them)."""
     mx = engine == "cudnn-mxfp8"
     if scores is not None and scores.k > D192_FROM:
         wide = eff.cudnn_mxfp8_d192_by_seq if mx else eff.cudnn_fp8_d192_by_seq
