@@ -56,13 +56,16 @@ def test_peaks_are_the_datasheets() -> None:
     [("gb300-nvl72", "gb200-nvl72", True), ("b300", "b200", False)],
 )
 def test_what_blackwell_ultra_takes_from_blackwell(ultra: str, base: str, fitted: bool) -> None:
-    # HBM, vector, attention and links are the base GPU's; the 16-bit e_max is the base's for
-    # the B300 (derived) and its own fit for the GB300 (validation/runs.json declares one run).
+    # HBM, vector, flash-attn's attention and links are the base GPU's; the 16-bit e_max is the
+    # base's for the B300 (derived) and its own fit for the GB300 (validation/runs.json declares
+    # one run).
     # FP8 attention is Blackwell Ultra's own measurement (cudnn-frontend's GB300 rows): with the
     # matmuls in FP8 its faster softmax exponent shows, 1.39-1.49x BF16 forward at 4k-32k
     # against the GB200's 1.22-1.36x.
     own = ("source", "cudnn_fp8_by_seq", "cudnn_mxfp8_by_seq")
     own += ("cudnn_fp8_d192_by_seq", "cudnn_mxfp8_d192_by_seq")
+    # and cuDNN's BF16 kernel, measured on a GB300 (efficiency.json gb300-nvl72's source)
+    own += ("cudnn_by_seq", "cudnn_forward", "cudnn_backward")
     mine, theirs = to_json(for_gpu(ultra)), to_json(for_gpu(base))
     for section in ("hbm", "vector", "flash_attention"):
         assert {k: v for k, v in mine[section].items() if k not in own} == {
