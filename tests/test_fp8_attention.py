@@ -26,7 +26,7 @@ from planc.comm.schedule import CommOp
 from planc.compile import compile_job
 from planc.compile.frameworks import megatron_files
 from planc.compile.plan import plan_json, quantized_record
-from planc.dims import AttentionQuant, attention_quant
+from planc.dims import attention_quant
 from planc.memory.activations import key, query, shape_of, value
 from planc.memory.budget import rank_memory
 from planc.perf.compute import work_time_s
@@ -37,7 +37,7 @@ from planc.presets.efficiency import for_gpu
 from planc.verify import render, verify_text
 from planc.vocab import Fp8Recipe
 
-from conftest import check_overlay, compiled, job_of, rules_fired
+from conftest import check_overlay, compiled, job_of, resolved_of, rules_fired
 
 N, G, K = 32, 8, 128  # Llama 3 8B's query heads, key/value heads, channels per head
 
@@ -230,9 +230,14 @@ def test_megatron_notes_the_config_field_and_a_different_recipe_s_variable() -> 
 
 
 def test_the_attention_recipe_is_read_only_under_fp8() -> None:
-    q = job_of({"training": {"precision": "bf16"}}).numerics.quantized
-    assert q is None
-    assert AttentionQuant(Fp8Recipe.DELAYED, 1, 1, 0, 4).output_fp8
+    # training.fp8 under bf16 states no FP8 attention, and check says the section is ignored
+    overlay = {"training": {"precision": "bf16", "fp8": {"attention": "delayed"}}}
+    assert resolved_of(overlay).training.fp8_attention is None
+    assert job_of(overlay).numerics.quantized is None
+    assert "PLC044" in rules_fired(check_overlay(overlay))
+    # delayed scaling writes O in FP8; current scaling and MXFP8 keep it 16-bit
+    formats = {r: attention_quant(Fp8Recipe(r)) for r in ("delayed", "current", "mxfp8")}
+    assert [f is not None and f.output_fp8 for f in formats.values()] == [True, False, False]
 
 
 # --- context parallelism: TE's AttnFuncWithCPAndKVP2P with fp8 (context_parallel.py, TE 2.18) ---

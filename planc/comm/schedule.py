@@ -40,7 +40,7 @@ from planc.comm.dispatch import (
     hybridep_combine_row_bytes,
     hybridep_dispatch_row_bytes,
 )
-from planc.dims import bf16_ranges
+from planc.dims import AttentionQuant, bf16_ranges
 from planc.pipeline.registry import definition
 from planc.plannable import PlanLayout, Plannable, axis_strides
 from planc.record import record
@@ -1624,20 +1624,28 @@ def _a2a_link(job: Plannable, inner: int) -> str:
     return link_class(job, (Axis.CP,))
 
 
-def fp8_ring(job: Plannable) -> bool:
-    """Whether Megatron's ring runs under FP8 attention (TE's AttnFuncWithCPAndKVP2P with fp8):
-    K/V in the recipe's bytes, dK/dV in one all-to-all (planc.comm.context)."""
+def fp8_ring_attention(job: Plannable) -> AttentionQuant | None:
+    """The FP8 attention formats Megatron's ring runs under (TE's AttnFuncWithCPAndKVP2P with
+    fp8: K/V in the recipe's bytes, dK/dV in one all-to-all; planc.comm.context); None where
+    the attention is 16-bit or the framework is not Megatron's."""
     q = job.numerics.quantized
-    return q is not None and q.attention is not None and job.training.framework == "megatron"
+    if q is None or job.training.framework != "megatron":
+        return None
+    return q.attention
+
+
+def fp8_ring(job: Plannable) -> bool:
+    """Whether Megatron's ring runs under FP8 attention (`fp8_ring_attention`)."""
+    return fp8_ring_attention(job) is not None
 
 
 def _ring_ops(job: Plannable, stage: int, layers: int, ring: int, link: str) -> list[CommOp]:
     """Megatron's ring attention over `ring` ranks: the K/V exchange, and under FP8 attention
-    its dK/dV all-to-all (`fp8_ring`)."""
-    q = job.numerics.quantized
-    if q is None or q.attention is None or not fp8_ring(job):
+    its dK/dV all-to-all (`fp8_ring_attention`)."""
+    a = fp8_ring_attention(job)
+    if a is None:
         return [_ring_op(job, stage, layers, ring, link)]
-    kv_bytes = context.fp8_kv_bytes(q.attention.scale_block > 0, activation_bytes(job))
+    kv_bytes = context.fp8_kv_bytes(a.scale_block > 0, activation_bytes(job))
     passes = context.ring_passes(cp_core_redone(job), fp8=True)
     make = op_maker(stage, GroupKind.CP, ring, link)
     kv = make(

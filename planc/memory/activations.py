@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from planc.comm import context
-from planc.comm.schedule import allgather_rows_bytes, cp_a2a_size
+from planc.comm.schedule import allgather_rows_bytes, cp_a2a_size, fp8_ring_attention
 from planc.dims import AttentionQuant, RankDims, bf16_ranges, padded_vocab, rank_dims
 from planc.memory.terms import Term, quantized_bytes
 from planc.pipeline import registry
@@ -1659,16 +1659,15 @@ def _cp_buffers(job: Plannable, beta: int) -> list[Term]:
 def _fp8_ring_buffers(job: Plannable, c: int) -> list[Term]:
     """Megatron's ring backward over `c` ranks under FP8 attention (TE 2.18
     AttnFuncWithCPAndKVP2P with fp8): the FP8 dK/dV of every step to send and to receive (2·c
-    blocks of one byte per element),
-    and the gradients' reduction buffers: per step FP8 dQ blocks under delayed scaling, fp32
+    blocks of one byte per element), and the gradients' reduction buffers: per step FP8 dQ blocks under delayed scaling, fp32
     dQ and dK/dV accumulators under current scaling and MXFP8."""
-    q = job.numerics.quantized
-    if q is None or q.attention is None or job.training.framework != "megatron":
+    a = fp8_ring_attention(job)
+    if a is None:
         return []
     dims = job.dims
     kv = context.kv_block_bytes(dims, 1)
     query = dims.b * dims.s_c * dims.n * dims.k
-    delayed = q.attention.recipe.value == "delayed"
+    delayed = a.recipe.value == "delayed"
     reduce = c * query if delayed else 4 * (query + kv)
     return [
         Term(
