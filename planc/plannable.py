@@ -953,6 +953,47 @@ class Plannable:
             return 0
         return sum(moe.moe_layers_between(a, b) for a, b in self.layout.chunks[stage])
 
+    def mtp_modules(self, stage: int) -> tuple[int, int]:
+        """(D, of them with experts): the multi-token prediction modules pipeline rank `stage`
+        runs after its last chunk's layers: all D on the last stage (Megatron's GPTModel builds
+        the MTP block in its post-process part), none elsewhere; each a layer shaped like layer
+        L − 1, with experts where that layer has them (Megatron's mtp_layer_is_moe)."""
+        modules = self.model.mtp if stage == self.layout.last_stage else 0
+        moe = self.model.moe
+        routed = modules if moe is not None and moe.is_moe_layer(self.model.L - 1) else 0
+        return modules, routed
+
+    @property
+    def embedding_copy(self) -> bool:
+        """Whether the last stage keeps its own copy of the word embedding, kept equal to the
+        first stage's by the embedding group's gradient all-reduce: with tied embeddings (its LM
+        head) or multi-token prediction modules (which embed the shifted tokens), when the last
+        stage is not the first (Megatron-Core LanguageModule.setup_embeddings_and_output_layer:
+        'If use Multi-Token Prediction (MTP), we also need to maintain duplicated embedding
+        weights in mtp process stage')."""
+        last = self.layout.last_stage
+        return (self.model.tied or self.model.mtp > 0) and self.layout.p > 1 and last != 0
+
+    def run_layers(self, stage: int) -> tuple[int, int]:
+        """(layers, of them with experts) pipeline rank `stage` runs per micro-batch: its
+        decoder layers and its multi-token prediction modules' (`mtp_modules`), which exchange
+        what any layer of their shape does (TP, CP, the expert all-to-all)."""
+        modules, routed = self.mtp_modules(stage)
+        return self.layout.stage_layers[stage] + modules, self.moe_layers(stage) + routed
+
+    def chunk_run_layers(self, stage: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Per model chunk of `stage`, the layers it runs and those of them with experts: its
+        decoder layers, and on the last stage's last chunk its multi-token prediction modules'
+        (`mtp_modules`)."""
+        moe = self.model.moe
+        chunks = self.layout.chunks[stage]
+        split = [b - a for a, b in chunks]
+        routed = [0 if moe is None else moe.moe_layers_between(a, b) for a, b in chunks]
+        modules, with_experts = self.mtp_modules(stage)
+        split[-1] += modules
+        routed[-1] += with_experts
+        return tuple(split), tuple(routed)
+
     @property
     def usable_hbm_bytes(self) -> int:
         """HBM × (1 − rules.memory_headroom): what PLC007 lets the heaviest rank use (PLC007

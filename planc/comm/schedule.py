@@ -421,8 +421,9 @@ class LayerShare(NamedTuple):
 
 
 def stage_share(job: Plannable, stage: int) -> LayerShare:
-    """All of pipeline rank `stage`'s layers."""
-    return LayerShare(job.layout.stage_layers[stage], job.moe_layers(stage))
+    """All of pipeline rank `stage`'s layers, its multi-token prediction modules' included
+    (`Plannable.run_layers`)."""
+    return LayerShare(*job.run_layers(stage))
 
 
 def bf16_share(job: Plannable, a: int, b: int) -> LayerShare:
@@ -538,7 +539,7 @@ def _mla_tp_ops(job: Plannable, stage: int) -> list[CommOp]:
     (a reduce-scatter with SP, an all-reduce without), mirrored in backward; full recompute runs
     the forward's again."""
     lay, m = job.layout, job.m
-    layers = lay.stage_layers[stage]
+    layers, _ = job.run_layers(stage)
     full = job.training.recompute == "full"
     again = layers * m if full else 0
     link = link_class(job, (Axis.TP,))
@@ -975,10 +976,11 @@ def token_count_bytes(job: Plannable) -> int:
 
 
 def moe_passes(job: Plannable, stage: int) -> tuple[int, int]:
-    """(forward, backward) runs of the MoE layers of `stage` per step: L_moe·m each, and the
+    """(forward, backward) runs of the MoE layers of `stage` per step (its multi-token
+    prediction modules' included, `Plannable.run_layers`): L_moe·m each, and the
     forward again inside backward under full recompute and under selective recompute of the
     whole MoE block (moe; its other modules repeat no exchange)."""
-    forward = job.moe_layers(stage) * job.m
+    forward = job.run_layers(stage)[1] * job.m
     return forward, forward + (forward if moe_block_redone(job) else 0)
 
 
@@ -1691,15 +1693,16 @@ def _ring_op(job: Plannable, stage: int, layers: int, ring: int, link: str) -> C
 
 def _embedding_ops(job: Plannable, stage: int) -> list[CommOp]:
     lay = job.layout
-    if not job.model.tied or lay.p == 1 or lay.last_stage == 0 or stage not in (0, lay.p - 1):
+    if not job.embedding_copy or stage not in (0, lay.p - 1):
         return []
+    what = "tied embedding" if job.model.tied else "word embedding (the MTP modules' copy)"
     size = job.dims.vocab * job.model.h * grad_bytes(job)
     return [
         CommOp(
             stage=stage,
             group=GroupKind.EMBEDDING,
             op=Collective.ALL_REDUCE,
-            phase="tied embedding gradient all-reduce (first and last stage)",
+            phase=f"{what} gradient all-reduce (first and last stage)",
             group_size=2,
             calls=1,
             buffer_bytes=size,
@@ -1759,7 +1762,7 @@ def _tp_kind(
 def _cp_kind(
     job: Plannable, stage: int, params: int, experts: int, q: tuple[int, int]
 ) -> list[CommOp]:
-    return _cp_ops(job, stage, job.layout.stage_layers[stage])
+    return _cp_ops(job, stage, job.run_layers(stage)[0])
 
 
 def _ep_kind(

@@ -55,7 +55,8 @@ class Stage:
     layers: tuple[LayerRange, ...]
     embedding: bool
     lm_head: bool
-    embedding_copy: bool  # tied embeddings: the last stage's LM head is a synced copy
+    # the last stage's synced copy of the word embedding (tied: its LM head; MTP: their input)
+    embedding_copy: bool
 
 
 @record
@@ -107,7 +108,7 @@ def _stages(job: Plannable) -> tuple[Stage, ...]:
             layers=lay.chunks[r],
             embedding=r == 0,
             lm_head=r == last,
-            embedding_copy=job.model.tied and last != 0 and r == last,
+            embedding_copy=job.embedding_copy and r == last,
         )
         for r in range(lay.p)
     )

@@ -67,6 +67,10 @@ from planc.vocab import (
 )
 
 KORTHIKANTI = "Korthikanti et al. 2022 §4.1"
+MTP = (
+    "DeepSeek-V3 §2.2 (eq. 21-25); Megatron-Core transformer/multi_token_prediction.py "
+    "MultiTokenPredictionLayer (d98e8a64)"
+)
 FP8_INPUTS = (
     "TE #1764 (timmoon10): the linear layers save their inputs quantized, the FP8 data on "
     "Blackwell or the FP8 transpose on Hopper, half the bytes; norms, activation functions and "
@@ -1393,11 +1397,49 @@ def last_stage_terms(x: LayerShape, V: int, t: int) -> tuple[Term, ...]:
             PYTORCH_NORM,
         ),
         Term(
-            "LM head input", "activations", linear_input(x), f"{x.e}·{x.tok}·h{x.rep}", KORTHIKANTI
+            "LM head input", "activations", head_input(x), f"{x.e}·{x.tok}·h{x.rep}", KORTHIKANTI
         ),
         *cross_entropy_terms(x, V, t),
     )
     return tuple(term for term in terms if term.bytes)
+
+
+def head_input(x: LayerShape) -> int:
+    """ε·s·b·h: the LM head's saved input (/t with SP), 16-bit under every recipe: Megatron's
+    output layer is its own ColumnParallelLinear, outside Transformer Engine's FP8 autocast."""
+    return x.e * x.s_r * x.b * x.h
+
+
+def mtp_terms(x: LayerShape, V: int, t: int, modules: int) -> tuple[Term, ...]:
+    """What `modules` multi-token prediction modules keep per micro-batch besides their layers
+    (Megatron-Core MultiTokenPredictionLayer, d98e8a64): enorm's input, the embedding of the
+    shifted tokens; eh_proj's input, the [rows, 2h] concatenation of the two normed inputs
+    (quantized where the recipe saves linear inputs so: the module runs in the FP8 context);
+    then a final norm, the shared head and a loss as the model's own (`last_stage_terms`).
+    hnorm's input is the hidden state the final norm (or the previous module) already keeps."""
+    if not modules:
+        return ()
+    own = (
+        Term("MTP enorm input", "activations", norm_input(x), f"{x.e}·{x.tok}·h{x.rep}", MTP),
+        Term(
+            "MTP eh_proj input",
+            "activations",
+            quantized_input(x, 2 * x.s_r * x.b * x.h),
+            f"{x.e}·{x.tok}·2h{x.rep}",
+            MTP,
+        ),
+        *(replace(term, name=f"MTP {term.name}") for term in last_stage_terms(x, V, t)),
+    )
+    return tuple(
+        Term(term.name, term.component, term.bytes * modules, _times(term.formula, modules), term.source)
+        for term in own
+        if term.bytes
+    )
+
+
+def _times(formula: str, count: int) -> str:
+    """`formula` × `count` when there is more than one."""
+    return formula if count == 1 else f"{count} × {formula}"
 
 
 def logits_buffer(x: LayerShape, V: int, t: int) -> int:
@@ -1742,15 +1784,18 @@ def stage_lines(
     lay, model = job.layout, job.model
     x = shape_of(job)
     recompute, modules = job.training.recompute, job.training.recompute_modules
-    chunks = lay.chunk_layers(pp_rank)
+    # the last chunk's multi-token prediction modules keep a layer's lines each
+    chunks, experts = job.chunk_run_layers(pp_rank)
     first, last = pp_rank == 0, pp_rank == lay.last_stage
     moe = model.moe
     y = expert_shape(job) if moe is not None else None
     layer = layer_lines(job) if layer is None else layer
     per_layer = sum(term.bytes for term, _ in layer)  # layer_bytes(x, recompute)
     per_moe_layer = moe_layer_bytes(x, y, recompute, modules) if y is not None else 0
-    experts = [0 if moe is None else moe.moe_layers_between(a, b) for a, b in lay.chunks[pp_rank]]
-    head = last_stage_terms(x, model.V, lay.t) if last else ()
+    head: tuple[Term, ...] = ()
+    if last:
+        mtp = mtp_terms(x, model.V, lay.t, job.mtp_modules(pp_rank)[0])
+        head = (*last_stage_terms(x, model.V, lay.t), *mtp)
     stem = first_stage_terms(x, model.position == "learned") if first else ()
     weights = [
         (layers - e) * per_layer + e * per_moe_layer

@@ -354,7 +354,7 @@ class RankParameters:
 
     layers: int  # L_r: layers on this pipeline rank, all chunks
     per_layer: int  # Ψ_ℓ on this TP rank
-    embedding: int  # V'/t·h on the first stage
+    embedding: int  # V'/t·h on the first stage, and the MTP modules' copy on the last
     position: int  # max_seq_len·h on the first stage (replicated over t)
     final_norm: int  # ν·h on the last stage
     lm_head: int  # V'/t·h on the last stage: the untied head, or the tied embedding's copy
@@ -406,13 +406,14 @@ def rank_parameters(job: Plannable, pp_rank: int) -> RankParameters:
     first, last = pp_rank == 0, pp_rank == lay.last_stage
     vocab_slice = padded_vocab(model.V, lay.t) // lay.t * model.h
     head = last and (not model.tied or lay.last_stage != 0)  # tied on one rank: one copy
+    # untied, the multi-token prediction modules' embedding is a matrix of its own
+    mtp_copy = last and job.embedding_copy and not model.tied
     moe = model.moe
-    mtp = model.mtp if last else 0
-    mtp_moe = mtp if moe is not None and moe.is_moe_layer(model.L - 1) else 0
+    mtp, mtp_moe = job.mtp_modules(pp_rank)
     return RankParameters(
         layers=lay.stage_layers[pp_rank],
         per_layer=layer_parameters(model, lay.t),
-        embedding=vocab_slice if first else 0,
+        embedding=vocab_slice if first or mtp_copy else 0,
         position=model.max_seq_len * model.h if first and model.position == "learned" else 0,
         final_norm=norm_parameters(model) if last else 0,
         lm_head=vocab_slice if head else 0,

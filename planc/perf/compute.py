@@ -32,6 +32,8 @@ from planc.perf.ops import (
     last_stage_ops,
     layer_ops,
     moe_layer_ops,
+    mtp_head_ops,
+    mtp_projection_ops,
     optimizer_step,
     with_quantized_gemms,
 )
@@ -216,6 +218,11 @@ class QuantizedCompute:
     layer: PassTimes
     moe: PassTimes | None  # None: a dense model
     bf16_layers: tuple[tuple[int, int], ...] = ()  # per chunk: (dense, MoE) layers in BF16
+    # A multi-token prediction module's projection (eh_proj quantized) where its layer and
+    # projection run in the recipe, None where they stay BF16: Megatron-Core wraps them in the
+    # FP8 context whatever the first/last BF16 layers, and leaves them out of FP4
+    # (MultiTokenPredictionLayer._proj_and_transformer_layer, d98e8a64).
+    mtp_projection: PassTimes | None = None
 
 
 @record
@@ -280,6 +287,7 @@ def chunk_times(
     experts: ExpertDims | None = None,
     low: QuantizedCompute | None = None,
     modules: Sequence[str] = DEFAULT_RECOMPUTE_MODULES,
+    mtp: tuple[int, int] = (0, 0),
 ) -> tuple[ChunkTimes, ...]:
     """Forward and backward (+ recompute) seconds per micro-batch of each chunk of one stage.
 
@@ -288,7 +296,8 @@ def chunk_times(
     `moe_layer_ops`; none when empty). The first stage's chunk 0 also runs the embedding; the
     last stage's last chunk also runs the final norm, the LM head and the fp32 loss. With an
     FP8/FP4 recipe (`low`) a chunk's layers run their linear GEMMs quantized, but for those
-    it keeps in BF16.
+    it keeps in BF16. The last stage's last chunk then runs its `mtp` = (D, with experts)
+    multi-token prediction modules (`mtp_passes`).
     """
     layer = layer_passes(layer_ops(shape), shape, device, eff)
     redo = recompute_time_s(layer, recompute, modules)
@@ -318,11 +327,51 @@ def chunk_times(
         if first_stage and j == 0:
             forward += embed.forward_s
             backward += embed.backward_s
+        redone = dense * redo + routed * moe_redo
         if last_stage and j == len(chunk_layers) - 1:
             forward += head.forward_s
             backward += head.backward_s
-        out.append(ChunkTimes(forward, backward, dense * redo + routed * moe_redo, layers))
+            if mtp[0]:
+                module = mtp_passes(shape, mtp, (layer, moe), device, eff, recompute, modules, low)
+                forward += module.forward_s
+                backward += module.backward_s
+                redone += module.recompute_s
+        out.append(ChunkTimes(forward, backward, redone, layers))
     return tuple(out)
+
+
+def mtp_passes(
+    shape: OpShape,
+    mtp: tuple[int, int],
+    layers: tuple[PassTimes, PassTimes],
+    device: Device,
+    eff: Efficiency,
+    recompute: str,
+    modules: Sequence[str],
+    low: QuantizedCompute | None,
+) -> StageTimes:
+    """Seconds per micro-batch of the `mtp` = (D, with experts) multi-token prediction modules
+    (`planc.perf.ops.mtp_projection_ops`, `mtp_head_ops`): each its projection, a layer as the
+    model's last (`layers` = the 16-bit dense and MoE layer's passes, the recipe's where `low`
+    runs the module quantized), its embedding, final norm, head and loss. Recompute repeats
+    the layer as any layer's, and under full recompute the projection too (Megatron's MTP
+    checkpoint wraps both)."""
+    count, routed = mtp
+    dense, moe = layers
+    projection = pass_times(mtp_projection_ops(shape), device, eff)
+    if low is not None and low.mtp_projection is not None:
+        dense, moe = low.layer, low.moe if low.moe is not None else low.layer
+        projection = low.mtp_projection
+    head = pass_times(mtp_head_ops(shape), device, eff)
+    redo_dense = recompute_time_s(dense, recompute, modules)
+    redo_moe = recompute_time_s(moe, recompute, modules)
+    redo_projection = projection.forward_s if recompute == "full" else 0.0
+    redone = (count - routed) * redo_dense + routed * redo_moe + count * redo_projection
+    forward = (count - routed) * dense.forward_s + routed * moe.forward_s
+    forward += count * (projection.forward_s + head.forward_s)
+    backward = (count - routed) * dense.backward_s + routed * moe.backward_s
+    backward += count * (projection.backward_s + head.backward_s) + redone
+    return StageTimes(forward, backward, redone)
 
 
 def quantized_passes(
@@ -348,7 +397,12 @@ def quantized_passes(
         return layer_passes(quantized, shape, device, low_eff, low_device)
 
     moe = passes(moe_layer_ops(shape, experts)) if experts else None
-    return QuantizedCompute(passes(layer_ops(shape)), moe)
+    # Megatron-Core runs the MTP modules under the FP8 context only (FP4 stays out of them).
+    projection = None
+    if q.gemm is DType.FP8:
+        ops = with_quantized_gemms(mtp_projection_ops(shape), q, shape.beta, weight_share)
+        projection = pass_times(ops, device, low_eff, low_device)
+    return QuantizedCompute(passes(layer_ops(shape)), moe, mtp_projection=projection)
 
 
 def optimizer_time_s(

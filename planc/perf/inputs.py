@@ -363,21 +363,27 @@ def model_flops(job: Job | Plannable) -> float:
     this is 72·B·s·L·h²·(1 + s/(6h) + V/(12hL))). The attention matmuls are QKᵀ over k and PV
     over the value head width, 2·s²·n·(k + v) per sequence (v = k but under latent attention);
     in MoE layers the k routed experts, the shared experts and the router in place of the dense
-    MLP (the active parameters). The layout does not enter: the whole layer's dims (t = c = 1)."""
+    MLP (the active parameters). Each of the D multi-token prediction modules adds a layer
+    shaped like the last, its eh_proj 2·s·2h·h and a pass of the LM head (Megatron-LM
+    num_floating_point_operations counts them so). The layout does not enter: the whole layer's
+    dims (t = c = 1)."""
     mod, tr = job.model, job.training
     whole = op_shape(mod, rank_dims(mod, s=tr.s, b=tr.b), 2, flash=False)
     gamma = 3 if mod.mlp == "swiglu" else 2
     weights = attention_matrix_elements(whole) + gamma * mod.h * mod.f
     core = 2.0 * tr.s * tr.s * mod.n * (whole.k + whole.value_channels)
-    total = mod.L * (2.0 * tr.s * weights + core)
+    head = 2.0 * tr.s * mod.h * mod.V
+    total = (mod.L + mod.mtp) * (2.0 * tr.s * weights + core)
+    total += mod.mtp * (2.0 * tr.s * 2 * mod.h * mod.h + head)
     moe = mod.moe
     if moe is not None:
         # A MoE layer's tokens pass through k routed experts and the shared ones instead of the
         # dense MLP, plus the h·E router (Megatron-LM num_floating_point_operations counts
         # the experts the same way; it leaves out the router, 2·h·E per token).
         routed = gamma * mod.h * (moe.k * moe.f_e + moe.E_s * moe.f_s) + mod.h * moe.E
-        total += moe.moe_layers(mod.L) * 2.0 * tr.s * (routed - gamma * mod.h * mod.f)
-    return 3.0 * tr.B * (total + 2.0 * tr.s * mod.h * mod.V)
+        layers = moe.moe_layers(mod.L) + (mod.mtp if moe.is_moe_layer(mod.L - 1) else 0)
+        total += layers * 2.0 * tr.s * (routed - gamma * mod.h * mod.f)
+    return 3.0 * tr.B * (total + head)
 
 
 @record
@@ -1084,9 +1090,9 @@ def build_inputs(
 
     stages = []
     for r in classes.first:
-        layers = lay.stage_layers[r]
+        layers, _ = job.run_layers(r)
         params, experts = params_by_stage[r], experts_by_stage[r]
-        split, routed = lay.chunk_layers(r), chunk_moe_layers(job, r)
+        split, routed = job.chunk_run_layers(r)
         mine = staged[r]
         blocking = blocking_p2p(job, one, r)
         times = chunks_of(job, eff, r)
@@ -1263,12 +1269,16 @@ def stage_chunk_times(job: Plannable, eff: Efficiency, r: int) -> tuple[ChunkTim
         expert_shape(job),
         quantized_compute(job, r, quantized_layers(job, eff)),
         job.training.recompute_modules,
+        job.mtp_modules(r),
     )
 
 
 # What `chunk_times` reads of one stage beyond the job's layer shape: its chunks' layers, whether
-# it is the first and the last stage, its chunks' MoE layers and its quantized compute.
-_StageShape = tuple[tuple[int, ...], bool, bool, tuple[int, ...], QuantizedCompute | None]
+# it is the first and the last stage, its chunks' MoE layers, its quantized compute and its
+# multi-token prediction modules.
+_StageShape = tuple[
+    tuple[int, ...], bool, bool, tuple[int, ...], QuantizedCompute | None, tuple[int, int]
+]
 
 
 def stage_times(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
@@ -1283,7 +1293,7 @@ def stage_times(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
     for r in range(lay.p):
         layers, first, last = lay.chunk_layers(r), r == 0, r == lay.last_stage
         moe, quantized = chunk_moe_layers(job, r), quantized_compute(job, r, low)
-        key = (layers, first, last, moe, quantized)
+        key = (layers, first, last, moe, quantized, job.mtp_modules(r))
         if key not in priced:
             chunks = stage_chunk_times(job, eff, r)
             priced[key] = StageTimes(

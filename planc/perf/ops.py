@@ -147,6 +147,7 @@ class OpShape:
     repeat_kv: bool = False  # K/V repeated to every query head before the core (repeat_kv)
     # Megatron-Core's fused QKV output split into Transformer Engine's attention (qkv_split)
     te_split: bool = False
+    t: int = 1  # tensor-parallel degree (the column-parallel projections' split of h)
 
     @property
     def queries(self) -> int:
@@ -232,6 +233,7 @@ def op_shape(
         cudnn=cudnn,
         repeat_kv=dims.kv_repeated,
         te_split=te_split,
+        t=dims.t,
     )
 
 
@@ -924,6 +926,46 @@ def last_stage_ops(shape: OpShape) -> tuple[OpCost, ...]:
     return (norm(shape, "final norm"), lm_head(shape), cross_entropy(shape))
 
 
+# --------------------------------------------------------------------------- multi-token prediction
+#
+# One multi-token prediction module k (DeepSeek-V3 §2.2, eq. 21-25; Megatron-Core
+# transformer/multi_token_prediction.py, MultiTokenPredictionLayer, d98e8a64): the embedding of
+# the tokens shifted by k, RMSNorm'd (enorm), and the previous depth's hidden state, RMSNorm'd
+# (hnorm), concatenated and projected back to h (eh_proj, a column-parallel linear), one
+# transformer layer shaped like the model's last, its own final norm, then the shared output
+# head and the loss on the module's logits (GPTModel._postprocess, process_mtp_loss). Full
+# recompute checkpoints the projection and the layer (`_checkpointed_forward`); the embedding,
+# final norm, head and loss run once.
+
+
+def mtp_concat(shape: OpShape) -> OpCost:
+    """torch.cat of the two normed [rows, h] inputs into [rows, 2h]: reads 2·β·rows·h and writes
+    as much (4β bytes per row element). Its backward hands each norm a column slice of the
+    gradient, which the norm's kernel copies to a contiguous tensor: the same bytes again."""
+    elements = shape.norm_tokens * shape.h
+    work = Work(0.0, 4.0 * shape.beta * elements)
+    return OpCost("mtp concat", "vector", work, work)
+
+
+def mtp_projection_ops(shape: OpShape) -> tuple[OpCost, ...]:
+    """The module's inputs to its layer: enorm and hnorm over the rows, the concatenation, and
+    eh_proj [b·s/c, 2h]·[2h, h/t] (column parallel with gather_output off; under SP Transformer
+    Engine gathers the sequence first, so the GEMM runs on b·s/c rows)."""
+    return (
+        norm(shape, "mtp enorm"),
+        norm(shape, "mtp hnorm"),
+        mtp_concat(shape),
+        gemm("mtp eh proj", shape.tokens, 2 * shape.h, shape.h // shape.t, shape.beta),
+    )
+
+
+def mtp_head_ops(shape: OpShape) -> tuple[OpCost, ...]:
+    """What the module runs once outside its checkpoint: the embedding of the shifted tokens
+    (the last stage's copy of the word embedding, its table-sized gradient each micro-batch as
+    the first stage's), the module's final norm, the shared output head and the loss."""
+    return (embedding(shape), norm(shape, "mtp final norm"), lm_head(shape), cross_entropy(shape))
+
+
 # Adam with fp32 master weights (Megatron `optimizer/optimizer.py`, apex/TE fused Adam): reads
 # the fp32 gradient, master weight and both moments (16 bytes), writes the master weight and the
 # moments (12) and the 16-bit working copy (2); the gradient buffer is zeroed for the next step
@@ -1015,6 +1057,7 @@ QUANTIZED_GEMMS = frozenset(
         "mla kv up",
         "expert fc1",
         "expert fc2",
+        "mtp eh proj",
     }
 )
 NORM_FED_GEMMS = frozenset({"qkv", "mlp fc1", "mla q down", "mla kv down"})

@@ -403,8 +403,9 @@ class ModelSpec(Frozen):
         description="Multi-token prediction modules D after the last layer (DeepSeek-V3 §2.2; "
         "Megatron --mtp-num-layers; Hugging Face num_nextn_predict_layers): each adds one "
         "transformer layer, shaped like the last, two norms of its inputs, a 2h × h projection "
-        "and a final norm, and shares the embedding and output head. Counted in the "
-        "parameters and on the last pipeline stage. Default: 0.",
+        "and a final norm, and shares the embedding and output head. Priced on the last "
+        "pipeline stage: its time, exchanges and activations, and a synced copy of the word "
+        "embedding when pipeline > 1. Default: 0.",
     )
 
 

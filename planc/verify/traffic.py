@@ -135,6 +135,8 @@ def stage_parameters(plan: PlanData, stage: int) -> int:
         total += vocab_slice + (m["max_seq_len"] * h if m["position_embedding"] == "learned" else 0)
     if last:
         total += norm + (vocab_slice if not m["tied_embeddings"] or _last_stage(plan) else 0)
+        # untied, the multi-token prediction modules embed with a copy of their own
+        total += vocab_slice if _embedding_copy(plan) and not m["tied_embeddings"] else 0
     return int(total)
 
 
@@ -180,20 +182,13 @@ def _sp_gathered(plan: PlanData, width: int | None = None) -> int:
     return cdiv(elements * int(q["data_bits"]), 8) + scales
 
 
-def _stage_moe_layers(plan: PlanData, stage: int) -> int:
-    moe = plan.model.get("moe")
-    if moe is None:
-        return 0
-    return sum(_moe_layers(moe, a, b) for a, b in plan.stage_layers[stage])
-
-
 def _tp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
     t = plan.degrees["tp"]
     if t == 1:
         return []
     size = _hidden(plan)
     kept = _kept_in_bf16(plan, stage)
-    whole = _tp_blocks(plan, layers, _stage_moe_layers(plan, stage), m)
+    whole = _tp_blocks(plan, layers, _routed_layers(plan, stage), m)
     if plan.sequence_parallel:
         # All-gather before and reduce-scatter after each block, forward and backward; the
         # layers kept in BF16 gather 16-bit where the others gather quantized.
@@ -585,7 +580,7 @@ def _experts(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
     allgather and flex: `_allgather`, `_flex`. Full recompute, and selective recompute of the
     moe module, run the forward's again."""
     moe = plan.model.get("moe")
-    layers = _stage_moe_layers(plan, stage)
+    layers = _routed_layers(plan, stage)
     if moe is None or layers == 0:
         return []
     ep, et = plan.expert_degrees["ep"], plan.expert_degrees["tp"]
@@ -761,9 +756,17 @@ def _dp(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
     return ops
 
 
+def _embedding_copy(plan: PlanData) -> bool:
+    """Whether the last stage keeps a synced copy of the word embedding: tied embeddings or
+    multi-token prediction modules, the last stage not the first."""
+    m = plan.model
+    copied = m["tied_embeddings"] or m.get("mtp_layers", 0) > 0
+    return bool(copied) and plan.degrees["pp"] > 1 and not _v_shaped(plan)
+
+
 def _embedding(plan: PlanData, stage: int) -> list[ExpectedOp]:
     p = plan.degrees["pp"]
-    if not plan.model["tied_embeddings"] or p == 1 or _v_shaped(plan) or stage not in (0, p - 1):
+    if not _embedding_copy(plan) or stage not in (0, p - 1):
         return []
     size = (
         plan.model["vocab_padded"]
@@ -778,7 +781,8 @@ def expected_ops(plan: PlanData) -> list[ExpectedOp]:
     m = plan.training["micro_batches"]
     ops: list[ExpectedOp] = []
     for stage, chunks in enumerate(plan.stage_layers):
-        layers = sum(b - a for a, b in chunks)
+        # the multi-token prediction modules' layers exchange what any layer does
+        layers = sum(b - a for a, b in chunks) + _mtp(plan, stage)[0]
         ops += _tp(plan, stage, layers, m) + _cp(plan, stage, layers, m) + _pp(plan, stage, m)
         ops += _experts(plan, stage, m)
         ops += _dp(plan, stage, m) + _edp(plan, stage, m) + _embedding(plan, stage)
