@@ -29,11 +29,12 @@ from planc.analysis import analyse
 from planc.compile import compile_job
 from planc.compile.plan import plan_json
 from planc.memory.activations import stage_activation_terms
+from planc.memory.fp8 import quantized_share
 from planc.memory.params import rank_parameters
 from planc.perf.inputs import efficiency_of, model_flops, stage_chunk_times
 from planc.plannable import Plannable
 from planc.spec.load import load_text
-from planc.verify import verify_text
+from planc.verify import render, verify_text
 
 from conftest import plannable_of
 
@@ -46,14 +47,21 @@ ACTIVE_MOE_MATRICES = ATTENTION + H * 256 + 9 * 3 * H * F_E  # router, 8 routed 
 SEQ = 4096
 
 
-def _deepseek(mtp: int, precision: str = "bf16", **parallelism: Any) -> Plannable:
+def _deepseek(
+    mtp: int, precision: str = "bf16", param_gather: bool = False, **parallelism: Any
+) -> Plannable:
     """DeepSeek-V3 with `mtp` modules on 32 B200s, four pipeline stages by default."""
     layout = {
         "tensor": 1, "pipeline": 4, "stage_layers": [16, 15, 15, 15], "expert": 8,
         "expert_tensor": 1, "order": "tp-cp-ep-dp-pp", **parallelism,
     }
     layout = {key: value for key, value in layout.items() if value is not None}
-    recipe = {"fp8": {"recipe": "mxfp8"}} if precision == "fp8" else {}
+    recipes = {"fp8": "mxfp8", "fp4": "nvfp4"}
+    recipe = (
+        {"fp8": {"recipe": recipes[precision], "param_gather": param_gather}}
+        if precision in recipes
+        else {}
+    )
     spec = {
         "version": 1,
         "name": "t",
@@ -180,3 +188,25 @@ def test_one_stage_keeps_one_embedding() -> None:
     job = _deepseek(1, pipeline=1, stage_layers=None, expert=32)
     assert rank_parameters(job, 0).embedding == VOCAB * H
     assert not [op for op in analyse(job).ops if op.group == "embedding"]
+
+
+def test_the_modules_linears_are_fp8_weights_under_fp8_and_16_bit_under_fp4() -> None:
+    shared, expert = 3 * H * F_E, 3 * H * F_E
+
+    def added(precision: str) -> tuple[int, int]:
+        with_mtp = quantized_share(_deepseek(1, precision), 3)
+        without = quantized_share(_deepseek(0, precision), 3)
+        return with_mtp.dense - without.dense, with_mtp.experts - without.experts
+
+    # the module's attention projections (with the latent norms, 1536 + 512, which Megatron fuses
+    # into the up projections' LayerNormLinear, as in every layer), its shared expert, eh_proj
+    # 2h·h, and its 256/8 experts
+    assert added("fp8") == (ATTENTION + 1536 + 512 + shared + 2 * H * H, 32 * expert)
+    assert added("fp4") == (0, 0)
+
+
+def test_verify_recounts_the_modules_fp8_parameter_gather() -> None:
+    job = _deepseek(1, "fp8", param_gather=True, zero_stage=1)
+    text = plan_json(compile_job(analyse(job)))
+    result = verify_text(text)
+    assert result.ok, render(result)

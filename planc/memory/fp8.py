@@ -136,7 +136,9 @@ def bf16_layers_between(job: Plannable, a: int, b: int) -> tuple[int, int]:
 
 def quantized_share(job: Plannable, pp_rank: int) -> QuantizedShare:
     """Ψ_q of pipeline rank `pp_rank`: the GEMM weights of its FP8 layers (every layer of its
-    chunks but the BF16 first and last ones)."""
+    chunks but the BF16 first and last ones) and, under an FP8 recipe, of its multi-token
+    prediction modules (each a layer and eh_proj 2h·⌈h/t⌉: Transformer Engine linears in the FP8
+    context whatever the BF16 layers; Megatron-Core leaves them out of FP4)."""
     moe = job.model.moe
     layers = moe_layers = 0
     for a, b in job.layout.chunks[pp_rank]:
@@ -144,8 +146,13 @@ def quantized_share(job: Plannable, pp_rank: int) -> QuantizedShare:
         routed = 0 if moe is None else moe.moe_layers_between(a, b)
         layers += b - a - kept
         moe_layers += routed - kept_moe
+    q = job.numerics.quantized
+    modules, routed = job.mtp_modules(pp_rank) if q is not None and q.data_bits == 8 else (0, 0)
+    layers += modules
+    moe_layers += routed
     moe_dense, moe_experts = moe_gemm_parameters(job)
     dense = (layers - moe_layers) * dense_gemm_parameters(job) + moe_layers * moe_dense
+    dense += modules * 2 * job.model.h * ceil_div(job.model.h, job.layout.t)
     local = 0 if moe is None else moe.E // job.layout.ep
     return QuantizedShare(dense, moe_layers * moe_experts, layers, moe_layers, local)
 

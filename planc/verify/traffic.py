@@ -635,18 +635,25 @@ def stage_quantized_parameters(plan: PlanData, stage: int) -> tuple[int, int]:
     """(dense, expert) GEMM weights a rank of `stage` keeps quantized under an FP8/FP4 recipe,
     counted layer by layer: in each FP8 layer the attention projections, and the dense MLP's
     matrices or a MoE layer's shared-expert matrices and its E/EP routed experts (no norms,
-    biases, router, embedding, head or multi-token prediction module)."""
+    biases, router, embedding or head); under an FP8 recipe also the multi-token prediction
+    modules' layers and eh_proj 2h·⌈h/t⌉."""
     m: Mapping[str, Any] = plan.model
     t = plan.degrees["tp"]
     h, matrices = m["hidden"], 3 if m["mlp"] == "swiglu" else 2
     attention, mlp = _attention_matrices(m, t), _mlp(h, cdiv(m["ffn_hidden"], t), matrices)
     moe = m.get("moe")
-    dense = experts = 0
+    q = plan.training.get("quantized")
+    modules, modules_routed = _mtp(plan, stage) if q is not None and q["data_bits"] == 8 else (0, 0)
+    dense = modules * 2 * h * cdiv(h, t)
+    experts = 0
+    # (FP8 layers, of them with experts): the modules' (none kept in BF16), then each chunk's
+    counts = [(modules, modules_routed)]
     for a, b in plan.stage_layers[stage]:
         kept = _bf16_layers(plan, a, b)
         routed = 0 if moe is None else _moe_layers(moe, a, b)
         routed_kept = 0 if moe is None else sum(_moe_layers(moe, i, i + 1) for i in kept)
-        fp8_layers, fp8_routed = b - a - len(kept), routed - routed_kept
+        counts.append((b - a - len(kept), routed - routed_kept))
+    for fp8_layers, fp8_routed in counts:
         dense += fp8_layers * attention + (fp8_layers - fp8_routed) * mlp
         if moe is not None and fp8_routed:
             inner = cdiv(moe["shared_experts"] * moe["shared_expert_ffn_hidden"], t)
