@@ -945,13 +945,16 @@ class Plannable:
         """s/c: the tokens of each sequence one context-parallel rank holds (⌈s/c⌉ if uneven)."""
         return self.dims.s_c
 
+    def chunk_moe_layers(self, stage: int) -> tuple[int, ...]:
+        """The layers with experts in each model chunk of `stage` (all zero for a dense model)."""
+        moe = self.model.moe
+        chunks = self.layout.chunks[stage]
+        return tuple(0 if moe is None else moe.moe_layers_between(a, b) for a, b in chunks)
+
     def moe_layers(self, stage: int) -> int:
         """L_moe,r: the layers with experts among pipeline rank `stage`'s chunks (0 for a dense
         model)."""
-        moe = self.model.moe
-        if moe is None:
-            return 0
-        return sum(moe.moe_layers_between(a, b) for a, b in self.layout.chunks[stage])
+        return sum(self.chunk_moe_layers(stage))
 
     def mtp_modules(self, stage: int) -> tuple[int, int]:
         """(D, of them with experts): the multi-token prediction modules pipeline rank `stage`
@@ -985,10 +988,8 @@ class Plannable:
         """Per model chunk of `stage`, the layers it runs and those of them with experts: its
         decoder layers, and on the last stage's last chunk its multi-token prediction modules'
         (`mtp_modules`)."""
-        moe = self.model.moe
-        chunks = self.layout.chunks[stage]
-        split = [b - a for a, b in chunks]
-        routed = [0 if moe is None else moe.moe_layers_between(a, b) for a, b in chunks]
+        split = list(self.layout.chunk_layers(stage))
+        routed = list(self.chunk_moe_layers(stage))
         modules, with_experts = self.mtp_modules(stage)
         split[-1] += modules
         routed[-1] += with_experts

@@ -31,7 +31,15 @@ from planc.compile.plan import plan_json
 from planc.memory.activations import stage_activation_terms
 from planc.memory.fp8 import quantized_share
 from planc.memory.params import rank_parameters
-from planc.perf.inputs import efficiency_of, model_flops, stage_chunk_times
+from planc.perf.compute import pass_times
+from planc.perf.inputs import (
+    device_of,
+    efficiency_of,
+    layer_shape,
+    model_flops,
+    stage_chunk_times,
+)
+from planc.perf.ops import last_stage_ops
 from planc.plannable import Plannable
 from planc.spec.load import load_text
 from planc.verify import render, verify_text
@@ -109,10 +117,6 @@ def test_the_last_stage_runs_one_more_layer_a_projection_and_a_second_head() -> 
 
 def _head_forward(job: Plannable, eff: Any) -> float:
     """The forward seconds of the last stage's final norm, LM head and loss."""
-    from planc.perf.compute import pass_times
-    from planc.perf.inputs import device_of, layer_shape
-    from planc.perf.ops import last_stage_ops
-
     return pass_times(last_stage_ops(layer_shape(job)), device_of(job), eff).forward_s
 
 

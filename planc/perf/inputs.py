@@ -191,14 +191,6 @@ def expert_shape(job: Plannable) -> ExpertDims | None:
     return job.dims.experts
 
 
-def chunk_moe_layers(job: Plannable, stage: int) -> tuple[int, ...]:
-    """The MoE layers of each model chunk of `stage` (all zero for a dense model)."""
-    moe = job.model.moe
-    if moe is None:
-        return (0,) * job.layout.v
-    return tuple(moe.moe_layers_between(a, b) for a, b in job.layout.chunks[stage])
-
-
 def device_of(job: Plannable) -> Device:
     """The GPU's peaks: the dense matrix peak of the GEMMs' data type (`Numerics.gemm`) and its
     HBM bandwidth; a custom GPU that gives no HBM bandwidth gets the A100's bytes per FLOP
@@ -1265,7 +1257,7 @@ def stage_chunk_times(job: Plannable, eff: Efficiency, r: int) -> tuple[ChunkTim
         job.training.recompute,
         device_of(job),
         eff,
-        chunk_moe_layers(job, r),
+        job.chunk_moe_layers(r),
         expert_shape(job),
         quantized_compute(job, r, quantized_layers(job, eff)),
         job.training.recompute_modules,
@@ -1292,7 +1284,7 @@ def stage_times(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
     out = []
     for r in range(lay.p):
         layers, first, last = lay.chunk_layers(r), r == 0, r == lay.last_stage
-        moe, quantized = chunk_moe_layers(job, r), quantized_compute(job, r, low)
+        moe, quantized = job.chunk_moe_layers(r), quantized_compute(job, r, low)
         key = (layers, first, last, moe, quantized, job.mtp_modules(r))
         if key not in priced:
             chunks = stage_chunk_times(job, eff, r)
