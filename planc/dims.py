@@ -108,6 +108,9 @@ class Quantized:
     separate_casts: bool
     bf16_layers: int  # transformer layers kept in BF16 at each end of the model
     attention: AttentionQuant | None = None  # the attention core in FP8 (None: 16 bits)
+    # The LM head quantized too (Megatron-Core fp8_output_proj: Transformer Engine's
+    # TELMHeadColumnParallelLinear in the MXFP8 autocast, 3f6a2ed8); else a 16-bit GEMM.
+    output_proj: bool = False
 
     @property
     def label(self) -> str:
@@ -219,6 +222,7 @@ def quantized_formats(training: Training, recipe: Fp8Recipe, gpu: Gpu | None) ->
         separate_casts=not te and row.scale_block > 0,
         bf16_layers=training.first_last_bf16,
         attention=attention_quant(training.fp8_attention),
+        output_proj=training.fp8_output_proj and te and recipe is Fp8Recipe.MXFP8,
     )
 
 

@@ -27,7 +27,10 @@ FP8_CASES: dict[str, dict[str, Any]] = {
     "blockwise": {"training": {"precision": "fp8", "fp8": {"recipe": "blockwise"}}},
     "mxfp8-b200": {
         "hardware": {"gpu": "b200"},
-        "training": {"precision": "fp8", "fp8": {"recipe": "mxfp8", "param_gather": True}},
+        "training": {
+            "precision": "fp8",
+            "fp8": {"recipe": "mxfp8", "param_gather": True, "output_proj": True},
+        },
     },
 }
 
@@ -49,6 +52,7 @@ def test_megatron_flags_carry_the_recipe() -> None:
     mx = flags(files("mxfp8-b200")["megatron/args.txt"])
     assert mx["--fp8-recipe"] == "mxfp8" and mx["--fp8-format"] == "e4m3"
     assert "--reuse-grad-buf-for-mxfp8-param-ag" in mx
+    assert "--fp8-output-proj" in mx and "--fp8-output-proj" not in flags(files("delayed")["megatron/args.txt"])
 
 
 def test_megatron_parser_accepts_the_fp8_arguments() -> None:
@@ -67,6 +71,8 @@ def test_megatron_parser_accepts_the_fp8_arguments() -> None:
     assert got["use_precision_aware_optimizer"]
     assert parsed["blockwise"]["fp8_recipe"] == "blockwise"
     assert parsed["mxfp8-b200"]["reuse_grad_buf_for_mxfp8_param_ag"]
+    # TransformerConfig.fp8_output_proj, the flag arguments.py's ArgumentGroupFactory generates
+    assert parsed["mxfp8-b200"]["fp8_output_proj"] and not parsed["delayed"]["fp8_output_proj"]
 
 
 def test_deepspeed_trains_bf16_and_says_fp8_is_the_model_code() -> None:

@@ -333,6 +333,9 @@ def megatron_fp8_arguments(plan: Plan, notes: list[str]) -> list[str]:
         ]
     if q.attention is not None:
         notes.append(fp8_attention_note(q.recipe, q.attention.recipe))
+    if q.output_proj:
+        # TransformerConfig.fp8_output_proj, a flag of arguments.py's ArgumentGroupFactory
+        args.append("--fp8-output-proj")
     return args
 
 

@@ -371,6 +371,8 @@ def quantized_record(plan: Plan) -> dict[str, object]:
             record["tp_amax"] = True  # each quantized gather all-reduces its amax first
     if q.attention is not None:
         record["attention"] = q.attention.recipe.value  # only when set: other plans unchanged
+    if q.output_proj:
+        record["output_proj"] = True  # the LM head in the recipe (only when set, as above)
     return {"quantized": record}
 
 

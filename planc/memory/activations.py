@@ -76,6 +76,11 @@ FP8_INPUTS = (
     "Blackwell or the FP8 transpose on Hopper, half the bytes; norms, activation functions and "
     "attention stay 16-bit"
 )
+TE_HEAD = (
+    "Megatron-Core fp8_output_proj (3f6a2ed8): the LM head is Transformer Engine's "
+    "TELMHeadColumnParallelLinear in the MXFP8 autocast, which saves its input quantized; "
+    + FP8_INPUTS
+)
 TABLE2 = "Korthikanti et al. 2022 Table 2"
 DROPOUT_MASK_BYTES = 1  # torch.nn.functional.dropout keeps a bool mask
 INDEX_BYTES = 8  # int64 token ids and targets
@@ -135,6 +140,9 @@ class LayerShape:
     q_block: int = 0
     q_scale: int = 0
     q_label: str = ""
+    # The LM head saves its input in the recipe's format too (Megatron-Core fp8_output_proj:
+    # a Transformer Engine linear); False: 16-bit, outside TE's autocast.
+    head_q: bool = False
     loss: CrossEntropyFusion = "none"  # the LM loss's kernels (training.cross_entropy_fusion)
     # The attention core in FP8 (training.fp8.attention) saving Q, K, V for its backward: FP8
     # copies per tensor (0: ε bytes each; 1 per-tensor scaling; 2 MXFP8's two directions),
@@ -210,7 +218,14 @@ def shape_of(job: Plannable) -> LayerShape:
     x = with_fp8_attention(x, q.attention, tr.recompute, tr.recompute_modules)
     if not q.saved_input:
         return x
-    return replace(x, q_bits=q.data_bits, q_block=q.scale_block, q_scale=q.scale_bytes, q_label=q.label)
+    return replace(
+        x,
+        q_bits=q.data_bits,
+        q_block=q.scale_block,
+        q_scale=q.scale_bytes,
+        q_label=q.label,
+        head_q=q.output_proj,
+    )
 
 
 def with_fp8_attention(
@@ -1397,7 +1412,11 @@ def last_stage_terms(x: LayerShape, V: int, t: int) -> tuple[Term, ...]:
             PYTORCH_NORM,
         ),
         Term(
-            "LM head input", "activations", head_input(x), f"{x.e}·{x.tok}·h{x.rep}", KORTHIKANTI
+            "LM head input",
+            "activations",
+            head_input(x),
+            f"{_q(x) if x.head_q else x.e}·{x.tok}·h{x.rep}",
+            TE_HEAD if x.head_q else KORTHIKANTI,
         ),
         *cross_entropy_terms(x, V, t),
     )
@@ -1406,8 +1425,11 @@ def last_stage_terms(x: LayerShape, V: int, t: int) -> tuple[Term, ...]:
 
 def head_input(x: LayerShape) -> int:
     """ε·s·b·h: the LM head's saved input (/t with SP), 16-bit under every recipe: Megatron's
-    output layer is its own ColumnParallelLinear, outside Transformer Engine's FP8 autocast."""
-    return x.e * x.s_r * x.b * x.h
+    output layer is its own ColumnParallelLinear, outside Transformer Engine's FP8 autocast;
+    in the recipe's format where Megatron-Core's fp8_output_proj makes it a Transformer Engine
+    linear (`head_q`), which saves its input quantized as any other."""
+    elements = x.s_r * x.b * x.h
+    return quantized_input(x, elements) if x.head_q else x.e * elements
 
 
 def mtp_terms(x: LayerShape, V: int, t: int, modules: int) -> tuple[Term, ...]:
@@ -1425,7 +1447,7 @@ def mtp_terms(x: LayerShape, V: int, t: int, modules: int) -> tuple[Term, ...]:
             "MTP eh_proj input",
             "activations",
             quantized_input(x, 2 * x.s_r * x.b * x.h),
-            f"{x.e}·{x.tok}·2h{x.rep}",
+            f"{_q(x)}·{x.tok}·2h{x.rep}",
             MTP,
         ),
         *(replace(term, name=f"MTP {term.name}") for term in last_stage_terms(x, V, t)),

@@ -61,6 +61,10 @@ TE_ACTIVATIONS = (
     "Blackwell, the FP8 transpose on Hopper), half the bytes; norms, activations and attention "
     "stay 16-bit"
 )
+TE_HEAD = (
+    "Megatron-Core fp8_output_proj (3f6a2ed8, gpt_model.py): the LM head is Transformer "
+    "Engine's TELMHeadColumnParallelLinear in the MXFP8 autocast, built outside fp8_model_init"
+)
 TRANSIENT = (
     "planc: one layer's quantized GEMM operands exist while it runs (marin #7298 measured a "
     "transient FP8 peak from forward operands and transposed copies); torchao casts per GEMM "
@@ -250,14 +254,39 @@ def unit_copies(job: Plannable, q: Quantized, share: RankParameters) -> Term:
     )
 
 
-def transient_term(job: Plannable, q: Quantized) -> Term:
-    """One layer's quantized GEMM operands while it runs: the largest GEMM input,
-    b·⌈s/c⌉·max(h, ⌈f/t⌉) elements in `usages` copies, and for a recipe that caches no weight
-    (torchao) the layer's quantized weights too."""
+def head_weight_terms(q: Quantized, share: RankParameters) -> tuple[Term, ...]:
+    """The LM head's quantized weight copies on the last stage under Megatron-Core's
+    fp8_output_proj: `usages` copies of its V'/t·h slice, each ⌈V'/t·h·bits/8⌉ bytes plus its
+    block scales. Transformer Engine caches them across micro-batches as any TE linear's; the
+    parameter itself stays 16-bit (Megatron builds the output layer outside fp8_model_init, so
+    --fp8-param-gather leaves it)."""
+    if not (q.output_proj and share.lm_head):
+        return ()
+    size = quantized_bytes(share.lm_head, q.data_bits, q.weight_scale_block, q.scale_bytes)
+    scales = f" + ⌈V'/t·h/{q.weight_scale_block}⌉·{q.scale_bytes}" if q.weight_scale_block else ""
+    return tuple(
+        Term(
+            f"LM head {q.label} {name} ({q.recipe.value} output projection)",
+            "weights",
+            size,
+            f"{q.data_bits / 8:g}·V'/t·h{scales}",
+            TE_HEAD + "; " + (TE_MEMORY if index == 0 else TE_BLACKWELL) + "; " + TE_SCALES,
+        )
+        for index, name in enumerate(_usage_names(q))
+    )
+
+
+def transient_term(job: Plannable, q: Quantized, head: bool = False) -> Term:
+    """One GEMM's quantized operands while it runs: the largest GEMM input or output
+    gradient, b·⌈s/c⌉·max(h, ⌈f/t⌉) elements (and V'/t on the last stage where the LM head is
+    quantized, `head`: its logits' gradient) in `usages` copies, and for a recipe that caches
+    no weight (torchao) the layer's quantized weights too."""
     dims = job.dims
-    elements = dims.tokens * max(dims.h, dims.f)
+    widest = max(dims.h, dims.f, dims.vocab if head else 0)
+    elements = dims.tokens * widest
     size = q.usages * quantized_bytes(elements, q.data_bits, q.scale_block, q.scale_bytes)
-    formula = f"{q.usages}·{q.data_bits / 8:g}·b·(s/c)·max(h, f/t)"
+    width = "max(h, f/t, V'/t)" if head else "max(h, f/t)"
+    formula = f"{q.usages}·{q.data_bits / 8:g}·b·(s/c)·{width}"
     if not q.cached_weights:
         size += q.usages * quantized_bytes(dense_gemm_parameters(job), q.data_bits, q.weight_scale_block, q.scale_bytes)
         formula += f" + {q.usages}·{q.data_bits / 8:g}·Ψ_ℓ,q"
@@ -286,6 +315,8 @@ def with_quantized(job: Plannable, pp_rank: int, share: RankParameters, static: 
     elif q.cached_weights and mine.layers:
         added.append(unit_copies(job, q, share))
     added += amax_terms(q, mine)
-    if mine.layers:
-        added.append(transient_term(job, q))
+    head = head_weight_terms(q, share)
+    added += head
+    if mine.layers or head:
+        added.append(transient_term(job, q, bool(head)))
     return Placed((*hbm, *added), static.host)

@@ -223,6 +223,11 @@ class QuantizedCompute:
     # FP8 context whatever the first/last BF16 layers, and leaves them out of FP4
     # (MultiTokenPredictionLayer._proj_and_transformer_layer, d98e8a64).
     mtp_projection: PassTimes | None = None
+    # The last stage's final norm, LM head and loss, and a multi-token prediction module's
+    # embedding, norm, head and loss, with the head quantized (Megatron-Core fp8_output_proj:
+    # both passes through the shared output layer), None where the head stays 16-bit.
+    head: PassTimes | None = None
+    mtp_head: PassTimes | None = None
 
 
 @record
@@ -310,6 +315,8 @@ def chunk_times(
     # torchtitan compiles the blocks only: the embedding, final norm, head and loss run eager.
     ends = replace(shape, unfused=True, compiled=False) if shape.compiled else shape
     head = pass_times(last_stage_ops(ends), device, eff)
+    if low is not None and low.head is not None:
+        head = low.head
     embed = pass_times(first_stage_ops(ends), device, eff)
     out = []
     for j, layers in enumerate(chunk_layers):
@@ -363,6 +370,8 @@ def mtp_passes(
         dense, moe = low.layer, low.moe if low.moe is not None else low.layer
         projection = low.mtp_projection
     head = pass_times(mtp_head_ops(shape), device, eff)
+    if low is not None and low.mtp_head is not None:
+        head = low.mtp_head
     redo_dense = recompute_time_s(dense, recompute, modules)
     redo_moe = recompute_time_s(moe, recompute, modules)
     redo_projection = projection.forward_s if recompute == "full" else 0.0
@@ -402,7 +411,30 @@ def quantized_passes(
     if q.gemm is DType.FP8:
         ops = with_quantized_gemms(mtp_projection_ops(shape), q, shape.beta, weight_share)
         projection = pass_times(ops, device, low_eff, low_device)
-    return QuantizedCompute(passes(layer_ops(shape)), moe, mtp_projection=projection)
+    head = mtp_head = None
+    if q.output_proj:
+        head = head_passes(last_stage_ops(shape), q, shape.beta, weight_share, device, low_eff, low_device)
+        mtp_head = head_passes(mtp_head_ops(shape), q, shape.beta, weight_share, device, low_eff, low_device)
+    return QuantizedCompute(
+        passes(layer_ops(shape)), moe, mtp_projection=projection, head=head, mtp_head=mtp_head
+    )
+
+
+def head_passes(
+    ops: tuple[OpCost, ...],
+    q: Quantized,
+    beta: int,
+    weight_share: float,
+    device: Device,
+    eff: Efficiency,
+    low_device: Device,
+) -> PassTimes:
+    """The pass times of the ops around the LM head with the head quantized
+    (`Quantized.output_proj`): its input cast after the final norm, its weight cast
+    `weight_share` of a micro-batch's (Transformer Engine caches it across micro-batches as any
+    TE linear's), its output gradient cast in backward, the GEMMs at the recipe's rate; the norm,
+    the embedding and the loss as in 16 bits."""
+    return pass_times(with_quantized_gemms(ops, q, beta, weight_share), device, eff, low_device)
 
 
 def optimizer_time_s(

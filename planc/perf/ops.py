@@ -1040,7 +1040,8 @@ def attention_matrix_elements(shape: OpShape) -> int:
 # operands and pays for the quantization in kernels of its own, bound by HBM (torchao float8
 # README: FP8 pays only when t_bf16 − t_fp8 > t_overhead; TE docs 'Performance considerations',
 # 'Quantization fusions'). The attention core, the router, the LM head, norms and activations
-# stay 16-bit.
+# stay 16-bit, unless the recipe names the attention core (`fp8_attention`) or the LM head
+# (`HEAD_GEMMS`).
 
 # The GEMMs a recipe quantizes (Transformer Engine Linear/LayerNormLinear/GroupedLinear in
 # Megatron-Core; torchao Float8Linear on nn.Linear), and those whose input a norm produces,
@@ -1061,6 +1062,11 @@ QUANTIZED_GEMMS = frozenset(
     }
 )
 NORM_FED_GEMMS = frozenset({"qkv", "mlp fc1", "mla q down", "mla kv down"})
+# The LM head, quantized only where the recipe says so (`Quantized.output_proj`: Megatron-Core's
+# fp8_output_proj runs it as Transformer Engine's TELMHeadColumnParallelLinear in the MXFP8
+# autocast; its input comes from the final norm, a TENorm of its own, so it is cast in a
+# kernel of its own).
+HEAD_GEMMS = frozenset({"lm head"})
 # An abs-max and a scaled cast: about two FLOPs per element read (vector work, memory bound).
 QUANTIZE_FLOPS_PER_ELEMENT = 2.0
 
@@ -1151,12 +1157,14 @@ def with_quantized_gemms(
     weight_share: float,
     shape: OpShape | None = None,
 ) -> tuple[OpCost, ...]:
-    """`ops` (a layer's) with the recipe's GEMMs quantized, each preceded by its quantization
-    kernels, and cuDNN's fused attention in FP8 where the recipe runs it there
-    (`Quantized.attention`, `fp8_attention`; `shape` the layer's); every other op as it was."""
+    """`ops` (a layer's, or the head's) with the recipe's GEMMs quantized, each preceded by its
+    quantization kernels (the LM head's too under `Quantized.output_proj`), and cuDNN's fused
+    attention in FP8 where the recipe runs it there (`Quantized.attention`, `fp8_attention`;
+    `shape` the layer's); every other op as it was."""
     out: list[OpCost] = []
+    names = QUANTIZED_GEMMS | HEAD_GEMMS if q.output_proj else QUANTIZED_GEMMS
     for op in ops:
-        if op.engine == "matrix" and op.name in QUANTIZED_GEMMS:
+        if op.engine == "matrix" and op.name in names:
             out.extend(quantization(op, q, beta, weight_share))
             out.append(quantized_gemm(op, q, beta))
         elif op.engine == "cudnn" and q.attention is not None and shape is not None:

@@ -92,6 +92,10 @@ def recipe_options(ctx: Context) -> Iterator[Violation]:
       (sm100); Hopper trains FP8 attention only at head dimension 128, Blackwell up to 192
       for Q and K and 128 for V, each a multiple of 16; MXFP8 attention needs head dims
       divisible by 32 and each rank's sequence by 128.
+    - output_proj (the LM head in MXFP8, Megatron-Core fp8_output_proj, 3f6a2ed8):
+      Megatron-LM only; "fp8_output_proj requires fp8_recipe='mxfp8'"; and TE's head cannot
+      share the embedding's weight on the first stage ("TE output projection does not
+      support skip_weight_param_allocation"), so a tied head needs p > 1.
 
     Passes:
         training: {precision: fp8, fp8: {recipe: current, first_last_bf16: 1}}
@@ -117,6 +121,46 @@ def recipe_options(ctx: Context) -> Iterator[Violation]:
     yield from _moments(job)
     yield from _divisible(job)
     yield from _fp8_attention(job)
+    yield from _output_proj(job)
+
+
+def _output_proj(job: Job) -> Iterator[Violation]:
+    """training.fp8.output_proj against the framework, the recipe and a tied head (the list
+    in `recipe_options`)."""
+    tr = job.training
+    if not tr.fp8_output_proj:
+        return
+    where = "training.fp8.output_proj"
+    drop = "remove training.fp8.output_proj (the LM head in bf16)"
+    if tr.framework != "megatron":
+        yield Violation(
+            where,
+            "the MXFP8 LM head is Megatron-Core's fp8_output_proj (Transformer Engine's "
+            f"TELMHeadColumnParallelLinear); {_FRAMEWORKS[tr.framework]} (training.framework: "
+            f"{tr.framework}) keeps its output layer in 16 bits",
+            f"{drop}, or training.framework: megatron",
+            ("training.framework",),
+        )
+        return
+    if tr.fp8_recipe is not Fp8Recipe.MXFP8:
+        recipe = tr.fp8_recipe.value if tr.fp8_recipe is not None else "none"
+        yield Violation(
+            where,
+            "Megatron-Core's TransformerConfig refuses it: \"fp8_output_proj requires "
+            f"fp8_recipe='mxfp8', got '{recipe}'\"",
+            f"use recipe: mxfp8 (Blackwell), or {drop}",
+            ("training.fp8.recipe",),
+        )
+    if job.model.tied and job.layout.p == 1:
+        yield Violation(
+            where,
+            "with tied embeddings on one pipeline stage the LM head reuses the word "
+            "embedding's weight, which Transformer Engine's head refuses: \"TE output "
+            "projection does not support skip_weight_param_allocation\" (Megatron-Core "
+            "TELMHeadColumnParallelLinear)",
+            f"untie the embeddings (model.tied_embeddings: false), use pipeline > 1, or {drop}",
+            ("model",),
+        )
 
 
 def _moments(job: Job) -> Iterator[Violation]:

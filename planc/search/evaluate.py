@@ -417,7 +417,7 @@ def _precision_fields(base: Job, v: Mapping[str, Value]) -> dict[str, Any]:
     if recipe is None:
         return {"precision": precision, "fp8_recipe": None, "param_gather": False,
                 "first_last_bf16": 0, "moments_bf16": False, "recipe_named": False,
-                "fp8_attention": None}
+                "fp8_attention": None, "fp8_output_proj": False}
     return {"precision": precision, "fp8_recipe": recipe, "recipe_named": False}
 
 

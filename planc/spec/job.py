@@ -336,6 +336,8 @@ class Training:
     moments_bf16: bool = False  # training.fp8.moments: bf16 (Megatron's precision-aware optimizer)
     # training.fp8.attention: the attention core's FP8 recipe (TE fp8_dpa); None: 16-bit
     fp8_attention: Fp8Recipe | None = None
+    # training.fp8.output_proj: the LM head in MXFP8 (Megatron-Core fp8_output_proj)
+    fp8_output_proj: bool = False
     fp8_given: bool = False  # the spec has a training.fp8 section
     recipe_named: bool = False  # ... which names the recipe
     # training.framework megatron-fsdp: Megatron-LM (framework megatron) whose data parallelism
@@ -1180,6 +1182,7 @@ def _training(spec: Data) -> Training:
         fp8_attention=Fp8Recipe(fp8["attention"])
         if recipe is not None and fp8.get("attention") is not None
         else None,
+        fp8_output_proj=recipe is not None and bool(fp8.get("output_proj", False)),
         fp8_given=tr.get("fp8") is not None,
         recipe_named=fp8.get("recipe") is not None,
     )

@@ -818,6 +818,14 @@ class Fp8Spec(Frozen):
         "Blackwell), mxfp8 one E8M0 scale per 32 values (Blackwell); a recipe other than the "
         "linear layers' is TE's NVTE_DPA_FP8_RECIPE. Default: attention in bf16.",
     )
+    output_proj: StrictBool = Field(
+        False,
+        description="Run the LM head (the output projection to the vocabulary, and the "
+        "multi-token prediction modules' second pass through it) in MXFP8: Megatron-Core's "
+        "TransformerConfig.fp8_output_proj (--fp8-output-proj; Transformer Engine's "
+        "TELMHeadColumnParallelLinear). Needs recipe mxfp8 under framework megatron, and an "
+        "untied head or a pipeline (p > 1). Default: the head in bf16.",
+    )
 
 
 class TrainingSpec(Frozen):
