@@ -28,6 +28,7 @@ MODEL_NAMES: tuple[str, ...] = (
     "qwen3-30b-a3b",
     "qwen3-235b-a22b",
     "deepseek-v3",
+    "kimi-k2",
     "llama4-scout-17b-16e",
     "llama4-maverick-17b-128e",
     "gpt-22b",

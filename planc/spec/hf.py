@@ -35,7 +35,7 @@ vision_config is a note) and `llama4_text` (num_local_experts, num_experts_per_t
 intermediate_size per expert and for the one shared expert, intermediate_size_mlp as the dense
 layers' ffn_hidden, moe_layers or interleave_moe_layer_step s as layers s − 1, 2s − 1, ...; the
 weightless L2 QK-norm and the NoPE layers hold no parameter, attention chunking is a note).
-DeepSeek-V3 (`deepseek_v3`) reads as a Llama-like config plus `model.mla` (q_lora_rank,
+DeepSeek-V3 (`deepseek_v3`, and Kimi K2's `kimi_k2`, the same architecture) reads as a Llama-like config plus `model.mla` (q_lora_rank,
 kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim) and `model.moe` (n_routed_experts,
 num_experts_per_tok, moe_intermediate_size, n_shared_experts, first_k_dense_replace,
 moe_layer_freq; the router's e_score_correction_bias always); num_nextn_predict_layers is a note
@@ -631,6 +631,24 @@ def _llama_like(label: str, extra: Any, **defaults: Any) -> Architecture:
     )
 
 
+def _deepseek_like(label: str) -> Architecture:
+    """DeepSeek-V3's reader: a Llama-like config plus its latent attention and experts."""
+    return replace(
+        _llama_like(
+            label,
+            _deepseek_v3,
+            max_position_embeddings=4096,
+            **{key: default for _, key, default in (*_DEEPSEEK_MLA, *_DEEPSEEK_MOE)},
+            **dict.fromkeys(_DEEPSEEK_ROUTING),
+        ),
+        sections=deepseek_fields,
+        aliases=(
+            ("num_local_experts", "n_routed_experts"),
+            ("num_mtp_layers", "num_nextn_predict_layers"),
+        ),
+    )
+
+
 # Llama4TextConfig keys that change no parameter: attention chunking (a note of its own), the
 # NoPE layers, attention temperature tuning, the weightless L2 QK-norm, the explicit MoE layers
 # (read by llama4_fields), and checkpoint bookkeeping.
@@ -658,20 +676,11 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
             _llama_like("Qwen3", _qwen3, head_dim=128, max_position_embeddings=32768),
             qk_norm=True,
         ),
-        "deepseek_v3": replace(
-            _llama_like(
-                "DeepSeek-V3",
-                _deepseek_v3,
-                max_position_embeddings=4096,
-                **{key: default for _, key, default in (*_DEEPSEEK_MLA, *_DEEPSEEK_MOE)},
-                **dict.fromkeys(_DEEPSEEK_ROUTING),
-            ),
-            sections=deepseek_fields,
-            aliases=(
-                ("num_local_experts", "n_routed_experts"),
-                ("num_mtp_layers", "num_nextn_predict_layers"),
-            ),
-        ),
+        "deepseek_v3": _deepseek_like("DeepSeek-V3"),
+        # Kimi K2 (Moonshot AI) is DeepSeek-V3's architecture under a model_type of its own
+        # (its config.json names DeepseekV3ForCausalLM; Megatron-Bridge's KimiK2Bridge builds
+        # it with the DeepSeek-V3 provider's fields).
+        "kimi_k2": _deepseek_like("Kimi K2"),
         "mixtral": replace(
             _llama_like(
                 "Mixtral",
@@ -790,6 +799,7 @@ MOE_TYPES = frozenset(
         "qwen3_next",
         "deepseek_v2",
         "deepseek_v3",
+        "kimi_k2",
         "dbrx",
         "olmoe",
         "phimoe",
