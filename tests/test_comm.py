@@ -43,7 +43,9 @@ def test_tp_with_sequence_parallel_on_70b_example() -> None:
     # Per block (attention, MLP), 2 a layer, and micro-batch, 20 layers, m = 256: all-gathers of
     # the input (forward), of the output's gradient and of the input again for the weight
     # gradient (backward); reduce-scatters of the output (forward) and the input's gradient.
-    assert calls == {"all_gather": 3 * 2 * 20 * 256, "reduce_scatter": 2 * 2 * 20 * 256}
+    # Stage 0 also reduce-scatters the word embedding's output and gathers its gradient, once a
+    # micro-batch (VocabParallelEmbedding with SP).
+    assert calls == {"all_gather": 3 * 2 * 20 * 256 + 256, "reduce_scatter": 2 * 2 * 20 * 256 + 256}
     for op in tp:
         # gathered b·s·h·2 bytes = 1·8192·8192·2.
         assert op.buffer_bytes == 8192 * 8192 * 2
@@ -55,10 +57,13 @@ def test_tp_without_sequence_parallel_all_reduces_and_full_recompute_repeats_for
         "llama3-70b-8x8.yaml",
         "{parallelism: {sequence_parallel: false}, training: {recompute: full}}",
     )
-    fwd, bwd = [o for o in ops if o.stage == 0 and o.group == "tp"]
+    fwd, bwd, embedding = [o for o in ops if o.stage == 0 and o.group == "tp"]
     assert (fwd.op, bwd.op) == ("all_reduce", "all_reduce")
     assert fwd.calls == 2 * 20 * 256
     assert bwd.calls == 2 * 20 * 256 + 2 * 20 * 256
+    # the word embedding's output, all-reduced once a micro-batch (not recomputed)
+    assert (embedding.op, embedding.calls) == ("all_reduce", 256)
+    assert "word embedding" in embedding.phase
 
 
 def test_pipeline_sends_per_stage() -> None:

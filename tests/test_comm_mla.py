@@ -66,6 +66,20 @@ def tp_calls(plan: Plannable) -> Counter[tuple[str, int]]:
     return found
 
 
+# One stage holds both ends (p = 1; tests/test_tp_ends.py): with SP the word embedding's
+# output reduce-scattered and its gradient gathered, the LM head's input gathered, gathered
+# again for its weight gradient and its gradient reduce-scattered; without SP one all-reduce
+# each; and the unfused loss's three fp32 all-reduces of the s rows. Once a micro-batch.
+ENDS_SP = Counter(
+    {
+        ("all_gather", TOKENS * H): 3 * M,
+        ("reduce_scatter", TOKENS * H): 2 * M,
+        ("all_reduce", S * 4): 3 * M,
+    }
+)
+ENDS = Counter({("all_reduce", TOKENS * H): 2 * M, ("all_reduce", S * 4): 3 * M})
+
+
 def test_sequence_parallel_gathers_the_latents() -> None:
     plan = plan_of(sequence_parallel=True)
     assert plan.m == M
@@ -86,7 +100,7 @@ def test_sequence_parallel_gathers_the_latents() -> None:
             ("reduce_scatter", TOKENS * H): layers * M + 2 * layers * M,
         }
     )
-    assert tp_calls(plan) == want
+    assert tp_calls(plan) == want + ENDS_SP
 
 
 def test_without_sequence_parallelism_the_latent_gradients_are_all_reduced() -> None:
@@ -99,15 +113,15 @@ def test_without_sequence_parallelism_the_latent_gradients_are_all_reduced() -> 
             ("all_reduce", TOKENS * 128): 4 * M,
         }
     )
-    assert tp_calls(plan) == want
+    assert tp_calls(plan) == want + ENDS
 
 
 def test_without_a_query_latent_the_query_input_is_the_hidden_state() -> None:
     plan = plan_of(q_lora=None, sequence_parallel=True)
     calls = tp_calls(plan)
     # The query projection gathers h like a dense block's input, again in backward too.
-    assert calls[("all_gather", TOKENS * H)] == 2 * 4 * M + 4 * M + 3 * 4 * M
-    assert calls[("reduce_scatter", TOKENS * H)] == 4 * M + 4 * M + 2 * 4 * M
+    assert calls[("all_gather", TOKENS * H)] == 2 * 4 * M + 4 * M + 3 * 4 * M + 3 * M  # + ends
+    assert calls[("reduce_scatter", TOKENS * H)] == 4 * M + 4 * M + 2 * 4 * M + 2 * M
     assert ("all_gather", TOKENS * 256) not in calls
 
 
@@ -119,8 +133,9 @@ def test_full_recompute_gathers_the_latents_again() -> None:
     assert calls[("reduce_scatter", TOKENS * 128)] == 4 * M  # backward only
     # h: attention out scatter twice, its gradient gather once; the MLP's both, three times,
     # and its input gathered once more for the weight gradient.
-    assert calls[("reduce_scatter", TOKENS * H)] == 2 * 4 * M + 3 * 4 * M
-    assert calls[("all_gather", TOKENS * H)] == 4 * M + 3 * 4 * M + 4 * M
+    # The ends are not recomputed (ENDS_SP).
+    assert calls[("reduce_scatter", TOKENS * H)] == 2 * 4 * M + 3 * 4 * M + 2 * M
+    assert calls[("all_gather", TOKENS * H)] == 4 * M + 3 * 4 * M + 4 * M + 3 * M
 
 
 @pytest.mark.parametrize("sp", [True, False])

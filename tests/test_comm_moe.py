@@ -130,11 +130,15 @@ def test_expert_tensor_parallelism_gathers_the_dispatched_rows() -> None:
     # Dense TP: attention only (no shared experts): 1 all-gather forward + 1 backward per
     # layer per micro-batch, gathered b·s·h·2, and the QKV input gathered again in backward
     # for its weight gradient; the experts take the ETP-gathered rows, gathered once.
+    # Stage 0 also reduce-scatters the word embedding's output and gathers its gradient, once
+    # a micro-batch.
     tp = [op for op in ops if op.group is GroupKind.TP]
     assert {(op.op, op.calls, op.buffer_bytes) for op in tp} == {
         (Collective.ALL_GATHER, 2 * 8 * 64, 4096 * 4096 * 2),
         (Collective.REDUCE_SCATTER, 2 * 8 * 64, 4096 * 4096 * 2),
         (Collective.ALL_GATHER, 8 * 64, 4096 * 4096 * 2),
+        (Collective.REDUCE_SCATTER, 64, 4096 * 4096 * 2),
+        (Collective.ALL_GATHER, 64, 4096 * 4096 * 2),
     }
 
 
@@ -145,8 +149,9 @@ def test_shared_experts_keep_the_mlp_tensor_parallel_collectives() -> None:
     )
     tp = [op for op in ops if op.group is GroupKind.TP]
     # Attention and the shared expert: 2 blocks per layer, forward and backward, and each
-    # block's input gathered again in backward (the shared expert's fc1 is column-parallel).
-    assert sorted(op.calls for op in tp) == [2 * 8 * 64, 2 * 2 * 8 * 64, 2 * 2 * 8 * 64]
+    # block's input gathered again in backward (the shared expert's fc1 is column-parallel);
+    # the word embedding's reduce-scatter and gradient gather, once a micro-batch.
+    assert sorted(op.calls for op in tp) == [64, 64, 2 * 8 * 64, 2 * 2 * 8 * 64, 2 * 2 * 8 * 64]
 
 
 def test_dense_layers_of_a_moe_model_keep_their_mlp_collectives() -> None:
@@ -159,8 +164,9 @@ def test_dense_layers_of_a_moe_model_keep_their_mlp_collectives() -> None:
     assert _named(first, GroupKind.EP, "dispatch").calls == 2 * 4 * 64
     assert _named(second, GroupKind.EP, "dispatch").calls == 2 * 8 * 64
     # Blocks: 2 per dense layer, 1 per MoE layer: (2·4 + 4) and 8; each block's input is
-    # gathered again in backward.
-    assert {op.calls for op in first if op.group is GroupKind.TP} == {2 * 12 * 64, 12 * 64}
+    # gathered again in backward. Stage 0 also reduces the word embedding once a micro-batch
+    # (tests/test_tp_ends.py); stage 1 holds neither end.
+    assert {op.calls for op in first if op.group is GroupKind.TP} == {2 * 12 * 64, 12 * 64, 64}
     assert {op.calls for op in second if op.group is GroupKind.TP} == {2 * 8 * 64, 8 * 64}
 
 

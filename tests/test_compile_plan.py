@@ -116,17 +116,22 @@ def test_llama3_8b_rank_by_hand() -> None:
     # and MLP, forward and again in backward, every layer and micro-batch; and the QKV and fc1
     # inputs gathered once more in backward for their weight gradients (Megatron keeps only
     # the rank's shard of them). Each rank sends (t−1)/t of the buffer.
+    # At the model's ends (one stage holds both), once a micro-batch: the word embedding's
+    # output gradient gathered, the LM head's input gathered and gathered again.
     gathers = ops_of(data, 0, "tp", "all_gather")
     assert [(g["calls"], g["buffer_bytes"], g["bytes_sent_per_call"]) for g in gathers] == [
         (2 * 2 * L * m, b * s * h * 2, (t - 1) * b * s * h * 2 // t),
         (2 * L * m, b * s * h * 2, (t - 1) * b * s * h * 2 // t),
-    ]
+    ] + [(m, b * s * h * 2, (t - 1) * b * s * h * 2 // t)] * 3
     # The ZeRO gradient reduce-scatter moves each rank's bf16 gradients once, in buckets.
     scatters = ops_of(data, 0, "dp_cp", "reduce_scatter")
     assert sum(op["calls"] * op["buffer_bytes"] for op in scatters) == 2 * per_rank
     # Every wire stays inside the node's NVLink: TP's gather and scatter, ZeRO's scatter and
     # gather, each sending (group − 1)/group of what it moves.
     tp_sent = (2 + 2 + 1) * (2 * L * m) * (t - 1) * b * s * h * 2 // t
+    # the ends: the embedding's and the head's reduce-scatters and their three gathers above,
+    # and the loss's three fp32 all-reduces of the s rows (2·(t − 1)/t of each)
+    tp_sent += (2 + 3) * m * (t - 1) * b * s * h * 2 // t + 3 * m * 2 * (t - 1) * b * s * 4 // t
     dp_sent = 2 * (d - 1) * (2 * per_rank) // d
     assert data["ranks"][0]["wire"] == {
         "nvlink": {"sent": tp_sent + dp_sent, "received": tp_sent + dp_sent},
@@ -166,9 +171,10 @@ def test_gpt3_175b_tp_all_reduce_by_hand() -> None:
     data = parsed(compiled(example_job("gpt3-175b-gb200-nvl72.yaml")))
     h, t, s, b, layers, m = 12288, 24, 2048, 1, 32, 256
     reduces = ops_of(data, 0, "tp", "all_reduce")
+    # and the first stage's word embedding, all-reduced once a micro-batch
     assert [(op["calls"], op["buffer_bytes"], op["bytes_sent_per_call"]) for op in reduces] == [
         (2 * layers * m, b * s * h * 2, 2 * (t - 1) * b * s * h * 2 // t)
-    ] * 2
+    ] * 2 + [(m, b * s * h * 2, 2 * (t - 1) * b * s * h * 2 // t)]
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -18,7 +18,7 @@ from test_frameworks import MEGATRON_PARSER, MEGATRON_TP_ENV, _run, megatron_pyt
 from planc.analysis import analyse, estimate_step
 from planc.compile.frameworks import megatron_arguments
 from planc.memory.activations import stage_activation_terms
-from planc.perf.inputs import layer_shape
+from planc.perf.inputs import comm_time_s, efficiency_of, layer_shape, tp_link
 from planc.perf.ops import cross_entropy
 from planc.presets.efficiency import for_gpu
 
@@ -66,12 +66,33 @@ def _hbm_s(moved: float) -> float:
     return moved / (3350e9 * hbm.efficiency * moved / (moved + hbm.half_bytes))
 
 
+# Each loss's reductions over the t = 2 ranks' vocabulary slices, fp32 over the rows
+# (tests/test_tp_ends.py): the eager loss all-reduces the max, the target logits and the sums of
+# exponentials; the fused one the max, then the other two together; TE's all-gathers each
+# rank's three values a row.
+REDUCTIONS = {
+    "none": (("all_reduce", 4 * TOKENS),) * 3,
+    "native": (("all_reduce", 4 * TOKENS), ("all_reduce", 8 * TOKENS)),
+    "te": (("all_gather", 2 * 3 * 4 * TOKENS),),
+}
+
+
 def test_a_fused_loss_shortens_the_step_by_its_saved_memory_time() -> None:
     # One stage (p = 1), so every micro-batch's loss is on the step's path: m = 64/4 = 16 of
-    # them, each a forward and a backward pass over the logits at HBM speed.
-    steps = {f: estimate_step(analyse(job_of(_loss(f)))).step_time_s for f in FUSIONS}
+    # them, each a forward and a backward pass over the logits at HBM speed, and its
+    # reductions over the TP group.
+    jobs = {f: job_of(_loss(f)) for f in FUSIONS}
+    steps = {f: estimate_step(analyse(job)).step_time_s for f, job in jobs.items()}
+    link = tp_link(analyse(jobs["none"]).ops, 0)
+    assert link is not None
+    eff = efficiency_of(jobs["none"])
+
+    def reduced_s(fusion: str) -> float:
+        return sum(comm_time_s(jobs[fusion], eff, op, 2, size, link) for op, size in REDUCTIONS[fusion])
+
     per_micro_batch = {
-        f: _hbm_s(LOGITS * BYTES[f][0]) + _hbm_s(LOGITS * BYTES[f][1]) for f in FUSIONS
+        f: _hbm_s(LOGITS * BYTES[f][0]) + _hbm_s(LOGITS * BYTES[f][1]) + reduced_s(f)
+        for f in FUSIONS
     }
     for fused in ("native", "te"):
         saved = 16 * (per_micro_batch["none"] - per_micro_batch[fused])

@@ -39,20 +39,36 @@ def tp_calls(plan: Plannable) -> dict[str, int]:
     return calls
 
 
+# The one stage also holds the model's ends (tests/test_tp_ends.py), once a micro-batch and not
+# recomputed: the word embedding's reduce-scatter and its gradient's all-gather, the LM head's
+# input all-gather (and re-gather under Megatron's layers) and its gradient's reduce-scatter, and
+# the unfused loss's three fp32 all-reduces.
+ENDS_GATHERS, ENDS_SCATTERS, LOSS = 2 * M, 2 * M, 3 * M
+
+
 @pytest.mark.parametrize("framework", ["megatron", "deepspeed"])
 def test_megatron_layers_gather_each_input_twice(framework: str) -> None:
     blocks = 2 * LAYERS * M
-    assert tp_calls(plan_of(framework)) == {"all_gather": 3 * blocks, "reduce_scatter": 2 * blocks}
+    assert tp_calls(plan_of(framework)) == {
+        "all_gather": 3 * blocks + ENDS_GATHERS + M,  # + the head's re-gather
+        "reduce_scatter": 2 * blocks + ENDS_SCATTERS,
+        "all_reduce": LOSS,
+    }
     # Full recompute runs each block's forward collectives once more, not the re-gather.
     assert tp_calls(plan_of(framework, "full")) == {
-        "all_gather": 4 * blocks,
-        "reduce_scatter": 3 * blocks,
+        "all_gather": 4 * blocks + ENDS_GATHERS + M,
+        "reduce_scatter": 3 * blocks + ENDS_SCATTERS,
+        "all_reduce": LOSS,
     }
 
 
 def test_torchtitan_gathers_once() -> None:
     blocks = 2 * LAYERS * M
-    assert tp_calls(plan_of("fsdp2")) == {"all_gather": 2 * blocks, "reduce_scatter": 2 * blocks}
+    assert tp_calls(plan_of("fsdp2")) == {
+        "all_gather": 2 * blocks + ENDS_GATHERS,
+        "reduce_scatter": 2 * blocks + ENDS_SCATTERS,
+        "all_reduce": LOSS,
+    }
 
 
 def test_the_re_gather_hides_behind_the_dgrad_gemm() -> None:

@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 
 from planc.analysis import analyse
+from planc.comm.ends import end_collectives
 from planc.compile.plan import plan_json
 from planc.perf.inputs import (
     build_inputs,
     comm_time_s,
     efficiency_of,
+    ends_tp_times,
     tp_link,
     tp_per_layer,
     tp_per_layer_on,
@@ -45,9 +47,13 @@ def overlay(recipe: str, framework: str = "megatron", kept: int = 0) -> dict[str
 
 
 def gathers(job: Plannable, stage: int = 0) -> dict[int, int]:
-    """Calls per step of the stage's TP all-gathers, by bytes per call."""
+    """Calls per step of the stage's layers' TP all-gathers, by bytes per call (not the
+    embedding's and the head's at the model's ends, tests/test_tp_ends.py)."""
+    ends = {one.phase for one, _ in end_collectives(job, stage).every}
     found: dict[int, int] = {}
     for op in analyse(job).ops:
+        if op.phase in ends:
+            continue
         if op.group == "tp" and op.stage == stage and str(op.op) == "all_gather":
             found[op.buffer_bytes] = found.get(op.buffer_bytes, 0) + op.calls
     return found
@@ -168,7 +174,12 @@ def test_the_step_prices_the_kept_layers_gathers_16_bit() -> None:
     fp8 = tp_per_layer_on(job, eff, link)
     bf16 = tp_per_layer_on(job, eff, link, bf16=True)
     assert bf16.forward_s > fp8.forward_s
-    assert stages[0].tp_forward_s[0] == pytest.approx(fp8.forward_s + bf16.forward_s, rel=1e-12)
+    # and the word embedding's reduce-scatter at the model's start (tests/test_tp_ends.py)
+    embedding = ends_tp_times(job, eff, 0, link).first_forward_s
+    assert embedding > 0.0
+    assert stages[0].tp_forward_s[0] == pytest.approx(
+        fp8.forward_s + bf16.forward_s + embedding, rel=1e-12
+    )
     assert stages[0].tp_forward_s[1] == pytest.approx(2 * fp8.forward_s, rel=1e-12)
     assert stages[3].tp_forward_s[0] == pytest.approx(2 * fp8.forward_s, rel=1e-12)
 

@@ -40,6 +40,17 @@ from planc.comm.dispatch import (
     hybridep_combine_row_bytes,
     hybridep_dispatch_row_bytes,
 )
+from planc.comm.ends import end_collectives
+from planc.comm.sizes import (
+    AMAX_BYTES,
+    activation_bytes,
+    activation_message_bytes,
+    latent_message_bytes,
+    sp_amax_reduced,
+    sp_gather_bytes,
+    sp_input_regathered,
+    tp_gather_bytes,
+)
 from planc.dims import AttentionQuant, bf16_ranges
 from planc.pipeline.registry import definition
 from planc.plannable import PlanLayout, Plannable, axis_strides
@@ -113,11 +124,6 @@ def op_maker(
         )
 
     return op
-
-
-def activation_bytes(job: Plannable) -> int:
-    """β_a: bytes per activation element on the wire (`Numerics.activation`)."""
-    return job.numerics.activation
 
 
 def param_bytes(job: Plannable) -> int:
@@ -333,47 +339,6 @@ def link_class(job: Plannable, axes: tuple[Axis, ...]) -> str:
     return group_tier(job, axes).name
 
 
-def activation_message_bytes(job: Plannable) -> int:
-    """b·(s/c)·h·β_a: one micro-batch's hidden states on a context-parallel rank (the TP
-    collectives' gathered buffer)."""
-    return latent_message_bytes(job, job.model.h)
-
-
-def tp_gather_bytes(job: Plannable, bf16: bool = False) -> int:
-    """What a sequence-parallel all-gather of the hidden state moves, a block's input in
-    forward (again in backward for its weight gradient) or its output's gradient in backward:
-    `sp_gather_bytes` of h."""
-    return sp_gather_bytes(job, job.model.h, bf16)
-
-
-def sp_gather_bytes(job: Plannable, width: int, bf16: bool = False) -> int:
-    """b·(s/c)·w·β_a, or where the recipe gathers quantized (`Quantized.tp_gather_fp8`)
-    ⌈b·(s/c)·w·d/8⌉ + ⌈b·(s/c)·w/β_s⌉·σ: d data bits per element, one scale of σ bytes per β_s
-    elements for a block-scaled recipe (none for a per-tensor scale, the same on every rank).
-    Bytes of one SP all-gather of a width-w tensor that the receiving linear quantizes:
-
-    - Transformer Engine (megatron): LayerNormLinear and Linear quantize a column-parallel
-      input before gathering it (`gather_along_first_dim(..., quantizer=input_quantizer)`, the
-      userbuffers' `fill_userbuffers_buffer_for_all_gather` alike), gather it again so in
-      backward for the weight gradient (`ln_out_needs_gather`), and a row-parallel linear's
-      backward gathers its output's gradient quantized (`grad_output_preprocess`); the block
-      recipes' scales travel with the data (`_all_gather_mxfp8`, `_all_gather_nvfp4`,
-      `_start_all_gather_fp8_blockwise`; transformer_engine/pytorch/distributed.py, TE 2.14.1).
-    - torchao's Float8 TP under torchtitan's tensorwise recipe: Float8ColwiseParallel,
-      Float8RowwiseParallel and PrepareFloat8ModuleInput cast to float8 before the gather
-      (torchao/float8/float8_tensor_parallel.py).
-
-    The reduce-scatters stay 16-bit, as do the gathers of a layer the recipe keeps in BF16
-    (`bf16`: Megatron's --first-last-layers-bf16 runs its linears outside fp8_autocast, no
-    quantizer). A block recipe's scale tensors are counted unpadded."""
-    q = job.numerics.quantized
-    if q is None or not q.tp_gather_fp8 or bf16:
-        return latent_message_bytes(job, width)
-    elements = job.dims.tokens * width
-    scales = -(-elements // q.scale_block) * q.scale_bytes if q.scale_block else 0
-    return -(-elements * q.data_bits // 8) + scales
-
-
 def gathered_format(job: Plannable, bf16: bool = False) -> str:
     """The SP all-gathers' label suffix: ', in fp8' (', in fp4') where they move the recipe's
     quantized data (`sp_gather_bytes`), ', layers kept in BF16' for those layers' gathers,
@@ -382,23 +347,6 @@ def gathered_format(job: Plannable, bf16: bool = False) -> str:
     if q is None or not q.tp_gather_fp8:
         return ""
     return ", layers kept in BF16" if bf16 else f", in fp{q.data_bits}"
-
-
-AMAX_BYTES = 4  # one fp32 amax
-
-
-def sp_amax_reduced(job: Plannable) -> bool:
-    """Whether each quantized SP all-gather first all-reduces its tensor's amax over the TP
-    group: a per-tensor scale computed from the tensor itself (two reads, `Quantized.reads`:
-    current scaling, NVFP4's second-level scale, torchao's tensorwise) of a tensor sharded over
-    the TP ranks needs the amax of every shard. Transformer Engine sets `with_amax_reduction`
-    over the TP group on a sequence-parallel column linear's input quantizer and a row linear's
-    output-gradient quantizer (base.py / layernorm_linear.py `_customize_quantizers_float8_
-    current_scaling`, `_customize_quantizers_nvfp4`, TE 2.14.1); torchao's Float8 TP computes
-    the amax of the sharded DTensor, an all-reduce. Delayed scaling takes the scale from its
-    history, block recipes scale locally: neither reduces."""
-    q = job.numerics.quantized
-    return q is not None and q.tp_gather_fp8 and q.reads == 2 and job.layout.sp
 
 
 def amax_op(make: Callable[..., CommOp], calls: int, what: str) -> CommOp:
@@ -516,21 +464,6 @@ def latent_parts(job: Plannable) -> tuple[tuple[str, str, int], ...]:
     )
     parts = (query, ("key/value latent", "d_c", mla.kv_lora))
     return (*parts, ("key RoPE part", "d_h^R", mla.qk_rope)) if job.layout.sp else parts
-
-
-def latent_message_bytes(job: Plannable, width: int) -> int:
-    """b·(s/c)·w·β_a: one micro-batch's tokens of width w on a context-parallel rank."""
-    return job.dims.tokens * width * activation_bytes(job)
-
-
-def sp_input_regathered(job: Plannable) -> bool:
-    """Whether a column-parallel linear gathers its sequence-parallel input again in backward
-    for its weight gradient. Megatron's and DeepSpeed's Megatron layers keep only the rank's
-    shard of the gathered input (LinearWithGradAccumulationAndAsyncCommunication: an async
-    all-gather beside the dgrad GEMM; Transformer Engine's LayerNormLinear and Linear alike,
-    `ln_out_needs_gather`, or its userbuffers' bulk overlap with dgrad). torchtitan's DTensor
-    TP saves the gathered input itself, so it gathers once."""
-    return job.layout.sp and job.layout.t > 1 and job.training.framework != "fsdp2"
 
 
 def _mla_tp_ops(job: Plannable, stage: int) -> list[CommOp]:
@@ -654,9 +587,23 @@ def _tp_ops(job: Plannable, stage: int) -> list[CommOp]:
     if job.layout.t == 1:
         return []
     if job.model.mla is None:
-        return _dense_tp_ops(job, stage, attention=True)
+        return _dense_tp_ops(job, stage, attention=True) + _ends_ops(job, stage)
     # Latent attention's blocks move latents at their input; the MLPs move h as before.
-    return _mla_tp_ops(job, stage) + _dense_tp_ops(job, stage, attention=False)
+    layers = _mla_tp_ops(job, stage) + _dense_tp_ops(job, stage, attention=False)
+    return layers + _ends_ops(job, stage)
+
+
+def _ends_ops(job: Plannable, stage: int) -> list[CommOp]:
+    """The TP collectives at the model's ends on `stage` (`planc.comm.ends.end_collectives`):
+    m calls per pass and micro-batch, those of the same collective, purpose and size merged."""
+    counted: dict[tuple[Collective, str, int, str], int] = {}
+    for one, passes in end_collectives(job, stage).every:
+        key = (one.op, one.phase, one.size, one.formula)
+        counted[key] = counted.get(key, 0) + passes * job.m
+    if not counted:
+        return []
+    op = op_maker(stage, GroupKind.TP, job.layout.t, link_class(job, (Axis.TP,)))
+    return [op(kind, phase, calls, size, formula) for (kind, phase, size, formula), calls in counted.items()]
 
 
 def _dense_tp_ops(job: Plannable, stage: int, attention: bool) -> list[CommOp]:

@@ -20,13 +20,12 @@ from planc.analysis import Analysis
 from planc.comm.schedule import (
     CommOp,
     WireBudget,
-    activation_bytes,
     cp_a2a_size,
     dispatch_group,
     grad_bytes,
     op_record,
-    sp_amax_reduced,
 )
+from planc.comm.sizes import activation_bytes, sp_amax_reduced
 from planc.compile.groups import Groups, expert_grid, index_in_group, process_groups
 from planc.compile.ranks import AXES, Placement, Ranks, grid_of, place
 from planc.dims import padded_vocab
@@ -336,6 +335,8 @@ def training_record(plan: Plan) -> dict[str, object]:
             else {}
         ),
         "attention": tr.attention,
+        # the loss's kernels where they are fused (their TP reductions differ), as below
+        **({"cross_entropy_fusion": tr.loss_fusion} if tr.loss_fusion != "none" else {}),
         # written when set, as expert_routing: plans of other runs keep their bytes
         **({"repeat_kv": True} if tr.repeat_kv else {}),
         "framework": tr.framework,

@@ -38,11 +38,10 @@ from types import MappingProxyType
 
 from planc.comm.context import exposed_per_layer, torch_ring_exposed_per_layer
 from planc.comm.cost import ring_steps, wire_bytes
+from planc.comm.ends import EndCollective, Linear, end_collectives
 from planc.comm.schedule import (
-    AMAX_BYTES,
     ROUTING_MAP_BYTES,
     CommOp,
-    activation_message_bytes,
     allgather_probs_bytes,
     allgather_rows_bytes,
     bf16_share,
@@ -56,7 +55,6 @@ from planc.comm.schedule import (
     fp8_ring,
     grad_bytes,
     kept_in,
-    latent_message_bytes,
     latent_parts,
     latents_regathered,
     mlp_block_redone,
@@ -67,10 +65,15 @@ from planc.comm.schedule import (
     ring_rails,
     routing_map_gather,
     sharding_stage,
+    token_count_bytes,
+)
+from planc.comm.sizes import (
+    AMAX_BYTES,
+    activation_message_bytes,
+    latent_message_bytes,
     sp_amax_reduced,
     sp_gather_bytes,
     sp_input_regathered,
-    token_count_bytes,
     tp_gather_bytes,
 )
 from planc.comm.tiers import railed_ring_gbs, ring_bandwidth_gbs
@@ -88,6 +91,7 @@ from planc.perf.compute import (
     recompute_time_s,
     work_time_s,
 )
+from planc.perf.ends import EndsTimes, GemmTimes, ends_times
 from planc.perf.expert_host import expert_host_per_layer
 from planc.perf.fsdp2 import (
     COPY_OUT_PASSES,
@@ -104,10 +108,12 @@ from planc.perf.ops import (
     OpShape,
     attention_core,
     attention_matrix_elements,
+    lm_head,
     mla_up_projections,
     mlp_down,
     mlp_up,
     moe_layer_ops,
+    mtp_projection_ops,
     op_shape,
     optimizer_bytes_per_parameter,
     output_projection,
@@ -757,6 +763,30 @@ def tp_per_layer_on(
     return TpPerLayer(forward, exposed, overlapped, redo)
 
 
+def ends_tp_times(job: Plannable, eff: Efficiency, stage: int, link: str | None) -> EndsTimes:
+    """The TP collectives at the model's ends on `stage` (`planc.comm.ends`), timed on `link`
+    (`planc.perf.ends.ends_times`): each call `comm_time_s`, the LM head's and eh_proj's
+    gradient GEMMs in 16 bits as a layer's column GEMMs are (`tp_per_layer_on`)."""
+    ends = end_collectives(job, stage)
+    if link is None or not ends.every:
+        return EndsTimes()
+    shape, device, t = layer_shape(job), device_of(job), job.layout.t
+
+    def gemm(cost: OpCost) -> GemmTimes:
+        return GemmTimes(
+            work_time_s(cost, cost.backward_data, device, eff, True, cost.data_gemm),
+            work_time_s(cost, cost.backward_weight, device, eff, True, cost.weight_gemm),
+        )
+
+    (projection,) = [op for op in mtp_projection_ops(shape) if op.name == Linear.PROJECTION.value]
+    gemms = {Linear.HEAD: gemm(lm_head(shape)), Linear.PROJECTION: gemm(projection)}
+
+    def call_s(one: EndCollective) -> float:
+        return comm_time_s(job, eff, one.op.value, t, one.size, link)
+
+    return ends_times(ends, call_s, gemms, tp_reduction_async(job))
+
+
 def tp_reduction_async(job: Plannable) -> bool:
     """Whether a column-parallel block's input-gradient reduction runs beside its weight
     gradient. Megatron and DeepSpeed's Megatron layers: `training.async_tp_allreduce`.
@@ -1103,20 +1133,24 @@ def build_inputs(
         times = with_copy_out(job, times, params, device, eff)
         times, offload_wait = with_activation_offload(job, times)
         dp = _dp(job, eff, mine, r, sum(t.forward_s for t in times), params)
+        ends = ends_tp_times(job, eff, r, link)
+        tp_forward = [
+            sum(k * one.forward_s for k, one in zip(mix, tp, strict=True)) for mix in mixes
+        ]
+        tp_backward = [
+            sum(k * (one.backward_exposed_s + one.recompute_s) for k, one in zip(mix, tp, strict=True))
+            for mix in mixes
+        ]
+        tp_forward[0] += ends.first_forward_s
+        tp_backward[0] += ends.first_backward_s
+        tp_forward[-1] += ends.last_forward_s
+        tp_backward[-1] += ends.last_backward_s
         stages.append(
             StageInputs(
                 forward_s=tuple(t.forward_s for t in times),
                 backward_s=tuple(t.backward_s for t in times),
-                tp_forward_s=tuple(
-                    sum(k * one.forward_s for k, one in zip(mix, tp, strict=True)) for mix in mixes
-                ),
-                tp_backward_s=tuple(
-                    sum(
-                        k * (one.backward_exposed_s + one.recompute_s)
-                        for k, one in zip(mix, tp, strict=True)
-                    )
-                    for mix in mixes
-                ),
+                tp_forward_s=tuple(tp_forward),
+                tp_backward_s=tuple(tp_backward),
                 dp_buckets_s=dp.buckets,
                 after_step_s=dp.after_step + offload_transfer_s(job, params),
                 optimizer_s=optimizer_time_s(
@@ -1125,7 +1159,8 @@ def build_inputs(
                     eff,
                     optimizer_bytes(job),
                 ),
-                tp_overlapped_s=sum(
+                tp_overlapped_s=ends.hidden_s
+                + sum(
                     k * one.backward_overlapped_s
                     for mix in mixes
                     for k, one in zip(mix, tp, strict=True)

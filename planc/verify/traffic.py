@@ -220,6 +220,63 @@ def _tp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
     return [op for op in ops if op.calls]
 
 
+def _ends(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
+    """The TP collectives at the model's ends, per micro-batch: the word embedding's reduction
+    on stage 0 (a reduce-scatter forward and all-gather backward with SP, an all-reduce
+    without), and on the last stage per head pass (the model's and each MTP module's) the LM
+    head's input gathered forward and again for its weight gradient (Megatron's layers) and its
+    gradient reduce-scattered (all-reduced without SP), the loss's fp32 reductions of the
+    b·(s/c) rows (training.cross_entropy_fusion: none three all-reduces, native two, te one
+    all-gather of three values a row); each MTP module also embeds as stage 0 does and runs
+    eh_proj: its 2h-wide input gathered (quantized in the FP8 context where the plan gathers
+    quantized), gathered again, its gradient reduced, its h/t-wide output all-gathered, and with
+    SP the output's gradient all-gathered back (full recompute: the forward gathers again)."""
+    t = plan.degrees["tp"]
+    if t == 1:
+        return []
+    tr = plan.training
+    hidden = _hidden(plan)
+    modules = _mtp(plan, stage)[0]
+    embeddings = (stage == 0) + modules
+    heads = (stage == _last_stage(plan)) + modules
+    sp = bool(plan.sequence_parallel)
+    q = tr.get("quantized")
+    calls: Counter[tuple[str, int]] = Counter()
+    if sp:
+        calls["reduce_scatter", hidden] += embeddings
+        calls["all_gather", hidden] += embeddings
+        head_input = _sp_gathered(plan) if q is not None and q.get("output_proj") else hidden
+        calls["all_gather", head_input] += heads * (2 if _regathers(plan) else 1)
+        calls["reduce_scatter", hidden] += heads
+    else:
+        calls["all_reduce", hidden] += embeddings + heads
+    rows = int(tr["micro_batch"]) * cdiv(int(tr["seq_len"]), plan.degrees["cp"])
+    fusion = tr.get("cross_entropy_fusion", "none")
+    if fusion == "te":
+        calls["all_gather", t * 3 * rows * 4] += heads
+    elif fusion == "native":
+        calls["all_reduce", rows * 4] += heads
+        calls["all_reduce", 2 * rows * 4] += heads
+    else:
+        calls["all_reduce", rows * 4] += 3 * heads
+    if modules:
+        wide = 2 * hidden
+        full = tr["recompute"] == "full"
+        output = modules * (2 if full else 1)  # the output gather, again under full recompute
+        calls["all_gather", hidden] += output
+        if sp:
+            fp8 = q is not None and q.get("gemm") == "fp8"
+            gathered = _sp_gathered(plan, 2 * int(plan.model["hidden"])) if fp8 else wide
+            calls["all_gather", gathered] += output + (modules if _regathers(plan) else 0)
+            calls["reduce_scatter", wide] += modules
+            calls["all_gather", hidden] += modules
+            if fp8 and _amax_reduced(plan):
+                calls["all_reduce", 4] += output
+        else:
+            calls["all_reduce", wide] += modules
+    return [ExpectedOp(stage, "tp", op, None, t, n * m, size) for (op, size), n in calls.items() if n]
+
+
 def _tp_blocks(plan: PlanData, layers: int, routed: int, m: int) -> tuple[int, int]:
     """(blocks, blocks run again in backward) of `layers` layers, `routed` of them MoE layers,
     over m micro-batches: two per layer (after attention and after the MLP), none around a MoE
@@ -790,7 +847,8 @@ def expected_ops(plan: PlanData) -> list[ExpectedOp]:
     for stage, chunks in enumerate(plan.stage_layers):
         # the multi-token prediction modules' layers exchange what any layer does
         layers = sum(b - a for a, b in chunks) + _mtp(plan, stage)[0]
-        ops += _tp(plan, stage, layers, m) + _cp(plan, stage, layers, m) + _pp(plan, stage, m)
+        ops += _tp(plan, stage, layers, m) + _ends(plan, stage, m)
+        ops += _cp(plan, stage, layers, m) + _pp(plan, stage, m)
         ops += _experts(plan, stage, m)
         ops += _dp(plan, stage, m) + _edp(plan, stage, m) + _embedding(plan, stage)
     return ops

@@ -3,7 +3,9 @@
 Base: Llama 3 8B on one node of 8 H100, t = 8 without sequence parallelism, d = 1, no ZeRO, so a
 rank's only NVLink traffic is tensor parallelism's: per layer and micro-batch two all-reduces
 forward and two backward of [s, b, h] bf16 = 8,192 × 1 × 4,096 × 2 B = 67,108,864 B, each sending
-2(t − 1)/t of it around the ring: 32 × 4 × 1.75 × 67,108,864 = 15,032,385,536 B per micro-batch.
+2(t − 1)/t of it around the ring: 32 × 4 × 1.75 × 67,108,864 = 15,032,385,536 B per micro-batch;
+and at the model's ends (one stage holds both) the word embedding's output and the LM head's input
+gradient all-reduced, the same size, and the loss's three fp32 all-reduces of the 8,192 rows.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from planc.cli.main import main
 
 from conftest import check_overlay, rules_fired, spec_text
 
-PER_MICRO_BATCH = 32 * 4 * 2 * 7 * 8_192 * 4_096 * 2 // 8
+PER_MICRO_BATCH = (32 * 4 + 2) * 2 * 7 * 8_192 * 4_096 * 2 // 8 + 3 * 2 * 7 * 8_192 * 4 // 8
 THRESHOLD = math.ceil(2**62 / PER_MICRO_BATCH)  # the first m at which a rank reaches 2^62 B
 
 
