@@ -144,6 +144,10 @@ class LayerShape:
     # a Transformer Engine linear); False: 16-bit, outside TE's autocast.
     head_q: bool = False
     loss: CrossEntropyFusion = "none"  # the LM loss's kernels (training.cross_entropy_fusion)
+    # torchtitan's loss: eager F.cross_entropy on logits.float() (its loss_fn, never compiled),
+    # with DTensor's loss parallel over the vocabulary slices when t > 1
+    torch_loss: bool = False
+    loss_parallel: bool = False
     # The attention core in FP8 (training.fp8.attention) saving Q, K, V for its backward: FP8
     # copies per tensor (0: ε bytes each; 1 per-tensor scaling; 2 MXFP8's two directions),
     # elements per scale (0: one per tensor) and bytes per scale, and whether it saves O in
@@ -211,7 +215,10 @@ def shape_of(job: Plannable) -> LayerShape:
     them quantized."""
     tr = job.training
     x = shape_from(job.model, job.dims, job.numerics.activation, tr.attention, tr.kernels)
-    x = replace(x, loss=tr.loss_fusion)
+    torch_loss = tr.framework == "fsdp2"
+    x = replace(
+        x, loss=tr.loss_fusion, torch_loss=torch_loss, loss_parallel=torch_loss and job.layout.t > 1
+    )
     q = job.numerics.quantized
     if q is None:
         return x
@@ -1344,12 +1351,21 @@ PYTORCH_CROSS_ENTROPY = (
 )
 
 
+PYTORCH_LOSS_BACKWARD = (
+    "torchtitan 9dec370 train.py loss_fn (F.cross_entropy(pred.flatten(0, 1).float(), ...), "
+    "compile left off, `del pred` before backward); PyTorch nll_loss_backward and "
+    "_log_softmax_backward_data (new fp32 tensors); loss parallel: torch/distributed/tensor/"
+    "parallel/loss.py _nll_loss_and_log_softmax_backward, (grad_input + exp(x)) * grad_output"
+)
+
+
 def cross_entropy_terms(x: LayerShape, V: int, t: int) -> tuple[Term, ...]:
     """The loss's saved tensors: Megatron's _VocabParallelCrossEntropy keeps the fp32 softmax
     (4·s·b·V'/t) and its int64 target index and bool target mask (9·s·b); unfused, PyTorch's
     F.cross_entropy keeps the fp32 log-softmax (4·s·b·V'/t) and the int64 targets (8·s·b);
     Megatron-Core's fused loss (native) saves what the eager one does; Transformer Engine's
-    (te) keeps only the logits, overwritten by their gradient (ε·s·b·V'/t)."""
+    (te) keeps only the logits, overwritten by their gradient (ε·s·b·V'/t). torchtitan's loss is
+    PyTorch's whatever its kernels (`torch_loss`)."""
     if x.loss == "te":
         return (
             Term(
@@ -1360,7 +1376,7 @@ def cross_entropy_terms(x: LayerShape, V: int, t: int) -> tuple[Term, ...]:
                 TE_CROSS_ENTROPY,
             ),
         )
-    if x.unfused:
+    if x.unfused or x.torch_loss:
         return (
             Term(
                 "cross-entropy log-softmax (fp32)",
@@ -1465,10 +1481,22 @@ def _times(formula: str, count: int) -> str:
 
 
 def logits_buffer(x: LayerShape, V: int, t: int) -> int:
-    """ε·s·b·V'/t: the 16-bit logits, alive only until logits.float() has copied them for the
-    loss, a transient at the last stage's peak (its forward of the micro-batch it is about to
-    run backward on). In fp32 the copy is the same tensor: 0; under Transformer Engine's loss
-    the logits are the saved tensor (`cross_entropy_terms`): 0."""
+    """The loss's transient beside its saved tensors at the last stage's peak, bytes:
+
+    - Megatron: ε·s·b·V'/t, the 16-bit logits, alive until logits.float() has copied them (the
+      eager loss computes its softmax in place in that copy, the fused ones alike). In fp32 the
+      copy is the same tensor: 0; under Transformer Engine's loss the logits are the saved
+      tensor (`cross_entropy_terms`): 0.
+    - torchtitan (`torch_loss`: F.cross_entropy(pred.float(), labels), eager, its logits freed
+      by `del pred` before backward): 8·s·b·V'/t beside the saved fp32 log-softmax, whose
+      backward runs nll_loss_backward (a dense fp32 gradient) and _log_softmax_backward_data (a
+      new fp32 result) while it is alive; the forward's 16-bit logits and fp32 copy take less,
+      (ε + 4)·s·b·V'/t. Under loss parallel (t > 1, DTensor's loss.py) 12·s·b·V'/t: its fused
+      backward `(zeros_like(x) + exp(x)) * grad` holds three fp32 tensors beside the saved one;
+      its forward, the 16-bit logits and the fp32 copy, shift and exp (ε + 8 beyond the saved
+      tensor, which does not exist yet) take less."""
+    if x.torch_loss:
+        return (12 if x.loss_parallel else 8) * logits_elements(x, V, t)
     if x.e == 4 or x.loss == "te":
         return 0
     return x.e * logits_elements(x, V, t)
@@ -1937,6 +1965,16 @@ def _logits_buffers(job: Plannable, x: LayerShape, last: bool) -> list[Term]:
     model, lay = job.model, job.layout
     if not (last and logits_buffer(x, model.V, lay.t)):
         return []
+    if x.torch_loss:
+        return [
+            Term(
+                "cross-entropy backward's fp32 gradients (transient)",
+                "buffers",
+                logits_buffer(x, model.V, lay.t),
+                f"{12 if x.loss_parallel else 8}·{x.tok}·V'/t",
+                PYTORCH_LOSS_BACKWARD,
+            )
+        ]
     return [
         Term(
             f"LM head logits ({job.numerics.precision.value}, transient)",
