@@ -549,11 +549,21 @@ def fsdp_optimizer(part: Part, state: StateBytes) -> tuple[Term, ...]:
     )
 
 
+def pipelined_fsdp(job: Plannable) -> bool:
+    """Whether torch.distributed.pipelining runs the FSDP2 stage over several micro-batches:
+    its backward_maybe_with_nosync sets the module's requires_gradient_sync and
+    reshard_after_backward off for every backward and reduces only after the last
+    (torch/distributed/pipelining/stage.py), so the unsharded parameters and gradients stay."""
+    return job.layout.p > 1 and job.m > 1
+
+
 def fsdp_gathered_parameters(job: Plannable, share: RankParameters, state: StateBytes) -> Term:
     """w·2·Ψ_u with reshard_after_forward (the unit in use and the one prefetched), or w·Ψ_r
-    without: every unit's all-gathered parameters stay from its forward to its backward."""
+    without, or under pipelining (`pipelined_fsdp`: no resharding after backward either, so
+    every unit is gathered by the last micro-batch's backward): every unit's all-gathered
+    parameters stay from its forward to its backward."""
     w = state.weights
-    if job.training.reshard_after_forward:
+    if job.training.reshard_after_forward and not pipelined_fsdp(job):
         return _term(
             f"gathered parameters, unit in use and prefetched ({state.label})",
             "buffers",
@@ -567,6 +577,24 @@ def fsdp_gathered_parameters(job: Plannable, share: RankParameters, state: State
         w * share.total,
         f"{w}·Ψ_r",
         FSDP2 + " (reshard_after_forward=False keeps the unsharded parameters after forward)",
+    )
+
+
+def fsdp_accumulated_gradients(
+    share: RankParameters, state: StateBytes, reduce: int, reduce_label: str
+) -> Term:
+    """r·Ψ_r under pipelining (`pipelined_fsdp`): with gradient sync off, FSDP2 keeps every
+    parameter's unsharded gradient across the micro-batches, upcast to reduce_dtype where it
+    differs from param_dtype (FSDPParam.to_accumulated_grad_if_needed, then
+    accumulate_unsharded_grad_if_needed adds each micro-batch's), else in param_dtype."""
+    size = reduce if reduce != state.weights else state.weights
+    return _term(
+        f"unsharded gradients accumulated over the micro-batches ({reduce_label})",
+        "gradients",
+        size * share.total,
+        f"{size}·Ψ_r",
+        FSDP2_COLLECTIVES + " FSDPParam.unsharded_accumulated_grad; torch pipelining "
+        "backward_maybe_with_nosync (set_requires_gradient_sync(False) until the last backward)",
     )
 
 
@@ -623,6 +651,10 @@ def fsdp2_terms(
         fsdp_gathered_parameters(job, share, state),
         *fsdp_unit_gradients(share, state, job.numerics.reduce, job.training.reduce_dtype),
     ]
+    if pipelined_fsdp(job):
+        hbm.append(
+            fsdp_accumulated_gradients(share, state, job.numerics.reduce, job.training.reduce_dtype)
+        )
     moved: list[Term] = []
     if job.training.offload_parameters:
         moved = [*params, *grads, *optimizer]
