@@ -127,7 +127,7 @@ def embedding_collectives(job: Plannable) -> tuple[EndCollective, ...]:
 def head_gather_bytes(job: Plannable) -> int:
     """The LM head's SP input all-gather: b·(s/c)·h·β_a, or the recipe's quantized bytes where
     the head is Transformer Engine's linear (`Quantized.output_proj`), which quantizes before it
-    gathers (`planc.comm.schedule.sp_gather_bytes`)."""
+    gathers (`planc.comm.sizes.sp_gather_bytes`)."""
     q = job.numerics.quantized
     return sp_gather_bytes(job, job.model.h, bf16=q is None or not q.output_proj)
 

@@ -51,6 +51,7 @@ from dataclasses import replace
 from planc.comm import context
 from planc.comm.schedule import allgather_rows_bytes, cp_a2a_size, fp8_ring_attention
 from planc.dims import AttentionQuant, RankDims, bf16_ranges, padded_vocab, rank_dims
+from planc.memory.fp8 import TE_HEAD
 from planc.memory.terms import Term, quantized_bytes
 from planc.pipeline import registry
 from planc.plannable import Plannable
@@ -76,11 +77,7 @@ FP8_INPUTS = (
     "Blackwell or the FP8 transpose on Hopper, half the bytes; norms, activation functions and "
     "attention stay 16-bit"
 )
-TE_HEAD = (
-    "Megatron-Core fp8_output_proj (3f6a2ed8): the LM head is Transformer Engine's "
-    "TELMHeadColumnParallelLinear in the MXFP8 autocast, which saves its input quantized; "
-    + FP8_INPUTS
-)
+TE_HEAD_INPUT = TE_HEAD + ", which saves its input quantized; " + FP8_INPUTS
 TABLE2 = "Korthikanti et al. 2022 Table 2"
 DROPOUT_MASK_BYTES = 1  # torch.nn.functional.dropout keeps a bool mask
 INDEX_BYTES = 8  # int64 token ids and targets
@@ -1432,7 +1429,7 @@ def last_stage_terms(x: LayerShape, V: int, t: int) -> tuple[Term, ...]:
             "activations",
             head_input(x),
             f"{_q(x) if x.head_q else x.e}·{x.tok}·h{x.rep}",
-            TE_HEAD if x.head_q else KORTHIKANTI,
+            TE_HEAD_INPUT if x.head_q else KORTHIKANTI,
         ),
         *cross_entropy_terms(x, V, t),
     )

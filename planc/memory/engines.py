@@ -580,19 +580,16 @@ def fsdp_gathered_parameters(job: Plannable, share: RankParameters, state: State
     )
 
 
-def fsdp_accumulated_gradients(
-    share: RankParameters, state: StateBytes, reduce: int, reduce_label: str
-) -> Term:
+def fsdp_accumulated_gradients(share: RankParameters, reduce: int, reduce_label: str) -> Term:
     """r·Ψ_r under pipelining (`pipelined_fsdp`): with gradient sync off, FSDP2 keeps every
-    parameter's unsharded gradient across the micro-batches, upcast to reduce_dtype where it
-    differs from param_dtype (FSDPParam.to_accumulated_grad_if_needed, then
-    accumulate_unsharded_grad_if_needed adds each micro-batch's), else in param_dtype."""
-    size = reduce if reduce != state.weights else state.weights
+    parameter's unsharded gradient across the micro-batches in reduce_dtype (upcast where it
+    differs from param_dtype: FSDPParam.to_accumulated_grad_if_needed, then
+    accumulate_unsharded_grad_if_needed adds each micro-batch's)."""
     return _term(
         f"unsharded gradients accumulated over the micro-batches ({reduce_label})",
         "gradients",
-        size * share.total,
-        f"{size}·Ψ_r",
+        reduce * share.total,
+        f"{reduce}·Ψ_r",
         FSDP2_COLLECTIVES + " FSDPParam.unsharded_accumulated_grad; torch pipelining "
         "backward_maybe_with_nosync (set_requires_gradient_sync(False) until the last backward)",
     )
@@ -653,7 +650,7 @@ def fsdp2_terms(
     ]
     if pipelined_fsdp(job):
         hbm.append(
-            fsdp_accumulated_gradients(share, state, job.numerics.reduce, job.training.reduce_dtype)
+            fsdp_accumulated_gradients(share, job.numerics.reduce, job.training.reduce_dtype)
         )
     moved: list[Term] = []
     if job.training.offload_parameters:
