@@ -216,7 +216,12 @@ Fp8RecipeName = Literal[
 # training.fp8.attention: the FP8 recipe of the attention core (Transformer Engine's fp8_dpa),
 # the recipes TE's FusedAttention runs in FP8 (dot_product_attention.py, TE 2.18).
 AttentionFp8Name = Literal["delayed", "current", "mxfp8"]
-OptimizerName = Literal["adam", "sgd"]
+OptimizerName = Literal["adam", "sgd", "muon"]
+# training.muon.tp_mode: how Muon orthogonalizes a tensor-parallel matrix (Megatron-Core
+# --muon-tp-mode, emerging_optimizers newton_schulz_tp): duplicated gathers the whole momentum on
+# every TP rank, blockwise iterates on each rank's shard alone, distributed splits the iteration
+# over TP with an all-reduce of each Gram matrix.
+MuonTpMode = Literal["duplicated", "blockwise", "distributed"]
 Recompute = Literal["none", "selective", "selective-op", "full"]
 # training.recompute_modules: the parts of each layer Megatron-Core's selective recompute
 # checkpoints (--recompute-modules, TransformerConfig.recompute_modules, Megatron-Core cd4afffa;

@@ -17,6 +17,7 @@ from planc.rules import (
     memory,
     model,
     notes,
+    optimizer,
     perf,
     precision,
     run,
@@ -76,6 +77,7 @@ _ALL: tuple[Rule, ...] = (
     context.ulysses_heads_divide,
     context.hierarchical_context_splits,
     context.cp_type_on_framework,
+    optimizer.muon_runs,
     inputs.unreadable,
     inputs.not_text,
     inputs.too_large,
@@ -110,7 +112,7 @@ def declared_options(rules: Iterable[Rule]) -> tuple[Option, ...]:
 
 
 # The rules that say "the chosen framework (training.framework) refuses this layout, or does not
-# run it as planned": the frameworks' own checks (PLC048-PLC052), and those of other families
+# run it as planned": the frameworks' own checks (PLC048-PLC052, and PLC074 on Muon), and those of other families
 # that quote a framework's refusal (context parallelism on eager attention, Megatron-Core's
 # orders, Megatron's MoE without sequence parallelism, schedules, FP8 options, the
 # context-parallel type on the framework). `planc search` leaves out a layout with a finding of
@@ -130,6 +132,7 @@ FRAMEWORK_RULES = frozenset(
         "PLC051",
         "PLC052",
         "PLC062",
+        "PLC074",
     }
 )
 

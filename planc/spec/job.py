@@ -31,6 +31,7 @@ from planc.vocab import (
     FrameworkRelease,
     Kernels,
     Mlp,
+    MuonTpMode,
     Norm,
     OptimizerImplementation,
     OptimizerName,
@@ -343,6 +344,12 @@ class Training:
     # training.framework megatron-fsdp: Megatron-LM (framework megatron) whose data parallelism
     # is Megatron-Core's FSDP, zero_stage its sharding strategy
     megatron_fsdp: bool = False
+    # optimizer muon (training.muon): Megatron-Core's --muon-tp-mode, --muon-num-ns-steps and
+    # --muon-split-qkv
+    muon_tp_mode: MuonTpMode = "duplicated"
+    muon_ns_steps: int = 5
+    muon_split_qkv: bool = True
+    muon_given: bool = False  # the spec has a training.muon section
 
     def with_recompute(self, mode: Recompute, **changes: Any) -> Training:
         """This training section with recompute `mode` (and `changes`): its modules those the
@@ -1140,6 +1147,7 @@ def _schedule(name: str | None) -> ScheduleKind | None:
 def _training(spec: Data) -> Training:
     tr = spec["training"]
     fp8 = tr.get("fp8") or {}
+    muon = tr.get("muon") or {}
     written = tr.get("framework", "megatron")
     recipe = low_precision_recipe(tr["precision"], fp8, written)
     return Training(
@@ -1167,6 +1175,10 @@ def _training(spec: Data) -> Training:
         recompute_modules=recompute_modules_of(tr["recompute"], tr.get("recompute_modules")),
         recompute_modules_given=_given_modules(tr.get("recompute_modules")),
         megatron_fsdp=written == MEGATRON_FSDP,
+        muon_tp_mode=muon.get("tp_mode", "duplicated"),
+        muon_ns_steps=int(muon.get("ns_steps", 5)),
+        muon_split_qkv=bool(muon.get("split_qkv", True)),
+        muon_given="muon" in tr and tr["muon"] is not None,
         reshard_after_forward=tr.get("reshard_after_forward", True),
         reduce_dtype=tr.get("reduce_dtype", "fp32"),
         optimizer_implementation=tr.get("optimizer_implementation", "fused"),

@@ -38,6 +38,7 @@ from planc.vocab import (
     FrameworkRelease,
     Kernels,
     Mlp,
+    MuonTpMode,
     Norm,
     OffloadChoice,
     OptimizerImplementation,
@@ -776,6 +777,30 @@ class RampPhaseSpec(Frozen):
     )
 
 
+class MuonSpec(Frozen):
+    """Muon (optimizer: muon): Megatron-Core's TensorParallelMuon, Newton-Schulz orthogonalized
+    momentum for every 2-D weight but the embedding and the output layer, Adam for the rest."""
+
+    tp_mode: MuonTpMode = Field(
+        "duplicated",
+        description="How a tensor-parallel matrix is orthogonalized (Megatron --muon-tp-mode): "
+        "duplicated (all-gather the fp32 momentum over TP, iterate on the whole matrix on every "
+        "TP rank; Megatron's default), blockwise (each rank's shard alone, no communication), "
+        "distributed (the iteration split over TP, an all-reduce of each Gram matrix).",
+    )
+    ns_steps: Annotated[StrictInt, Field(ge=1, le=100)] = Field(
+        5,
+        description="Newton-Schulz iterations per matrix and step (--muon-num-ns-steps). "
+        "Default: 5.",
+    )
+    split_qkv: StrictBool = Field(
+        True,
+        description="Orthogonalize Q, K and V of the fused QKV projection as three matrices "
+        "(Megatron's default; --muon-no-split-qkv turns it off). Latent attention has no fused "
+        "QKV weight.",
+    )
+
+
 class Fp8Spec(Frozen):
     """Low-precision training (precision: fp8 or fp4): the recipe and the options that change
     what is stored, moved and computed in FP8."""
@@ -853,7 +878,15 @@ class TrainingSpec(Frozen):
     )
     optimizer: OptimizerName = Field(
         "adam",
-        description="adam: fp32 master, m and v (12 bytes/param); sgd: fp32 master and momentum.",
+        description="adam: fp32 master, m and v (12 bytes/param); sgd: fp32 master and momentum; "
+        "muon (framework megatron): fp32 master and momentum (8 bytes/param) for the 2-D weights "
+        "but the embedding and output layer, Newton-Schulz iterations on each in the step, Adam "
+        "for the rest. With zero_stage 1, Megatron's layer-wise distributed optimizer "
+        "(--optimizer dist_muon; muon with --use-distributed-optimizer from Megatron-Core 0.18).",
+    )
+    muon: MuonSpec | None = Field(
+        None,
+        description="optimizer muon only: its options. Default: Megatron-Core's defaults.",
     )
     grad_accum_fp32: StrictBool = Field(
         False,

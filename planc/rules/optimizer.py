@@ -1,0 +1,65 @@
+"""Optimizer rules: what the frameworks run of the optimizer a spec names."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from planc.rules.base import Context, Violation, rule
+
+
+@rule("PLC074")
+def muon_runs(ctx: Context) -> Iterator[Violation]:
+    """Optimizer: Muon (training.optimizer: muon) as Megatron-LM runs it.
+
+    Read from Megatron-LM: Muon is Megatron-Core's (optimizer/muon.py, emerging_optimizers.py);
+    DeepSpeed and torchtitan have none. validate_args (megatron/training/arguments.py, 0.17 to
+    0.19) refuses it with Torch-FSDP2 and Megatron-FSDP ("Emerging optimizer does not support
+    Megatron-FSDP for now"), and get_megatron_muon_optimizer with fp16 ("muon with fp16 is not
+    supported"); its state is replicated (zero_stage 0) or sharded whole tensor by whole tensor
+    over the data-parallel ranks by the layer-wise distributed optimizer (zero_stage 1), which
+    keeps every rank's gradients whole: no ZeRO-2 or 3. training.muon sets Muon's options and
+    means nothing under another optimizer.
+
+    Passes:
+        training: {optimizer: muon}
+        parallelism: {zero_stage: 1}
+
+    Fails:
+        training: {optimizer: muon}
+        parallelism: {zero_stage: 2}
+    """
+    tr, zero = ctx.job.training, ctx.job.layout.zero
+    if tr.optimizer != "muon":
+        if tr.muon_given:
+            yield Violation(
+                "training.muon",
+                f"training.muon sets Muon's options, and the optimizer is {tr.optimizer}",
+                "set training.optimizer: muon, or remove training.muon",
+                ("training.optimizer",),
+            )
+        return
+    if tr.framework != "megatron" or tr.megatron_fsdp:
+        name = "megatron-fsdp" if tr.megatron_fsdp else tr.framework
+        yield Violation(
+            "training.optimizer",
+            f"Muon is Megatron-Core's optimizer and {name} does not run it (Megatron-LM: "
+            "'Emerging optimizer does not support Megatron-FSDP' nor Torch-FSDP2)",
+            "set training.framework: megatron, or training.optimizer: adam",
+            ("training.framework",),
+        )
+    if zero > 1:
+        yield Violation(
+            "parallelism.zero_stage",
+            f"Muon's layer-wise distributed optimizer shards the optimizer state only (zero_stage "
+            f"1); it keeps every gradient and weight whole, and zero_stage is {zero}",
+            "set parallelism.zero_stage: 1 (the layer-wise distributed optimizer) or 0",
+            ("training.optimizer",),
+        )
+    if tr.precision == "fp16":
+        yield Violation(
+            "training.precision",
+            "Megatron-Core's Muon refuses fp16 ('muon with fp16 is not supported'): it runs "
+            "without a loss scale",
+            "set training.precision: bf16",
+            ("training.optimizer",),
+        )
