@@ -108,10 +108,10 @@ def parts(share: RankParameters, group: Group, expert_group: Group) -> tuple[Par
     part Ψ_d over N and the routed experts Ψ_e over N_e = EDP/R, which every engine keeps in a
     buffer and optimizer of their own (Megatron-Core, DeepSpeed, torchtitan's FSDP2)."""
     if not share.expert_total:
-        return (Part(share.total, group),)
+        return (Part(share.total, group, matrices=share.matrices),)
     return (
-        Part(share.dense_total, group, "Ψ_d"),
-        Part(share.expert_total, expert_group, "Ψ_e", "expert "),
+        Part(share.dense_total, group, "Ψ_d", matrices=share.matrices),
+        Part(share.expert_total, expert_group, "Ψ_e", "expert ", share.expert_matrices),
     )
 
 
@@ -247,7 +247,9 @@ def megatron_static_terms(
         else:
             weights = megatron_weight_parts(job, share)
             counts, every = SOURCE_PARAMS, ""
-        for t in static_terms(part.psi, state, part.group, weights, part.symbol, part.prefix):
+        for t in static_terms(
+            part.psi, state, part.group, weights, part.symbol, part.prefix, part.matrices
+        ):
             extra = every + (f"; counts: {counts}" if t.component == "weights" else "")
             terms.append(Term(t.name, t.component, t.bytes, t.formula, t.source + extra))
     return tuple(terms)

@@ -12,6 +12,7 @@ the biases that file leaves out, so that published counts come out exact.
 from __future__ import annotations
 
 from planc.dims import padded_vocab
+from planc.memory.matrices import stage_matrices
 from planc.memory.terms import ceil_div
 from planc.plannable import Plannable
 from planc.record import record
@@ -365,6 +366,10 @@ class RankParameters:
     # last layer (counted in moe_layers when it has experts) and each one's eh_proj and norms.
     mtp_layers: int = 0
     mtp_extra: int = 0  # one module's eh_proj 2h·h/t and three norms 3νh
+    # optimizer muon: Ψ_μ, the elements of the 2-D weights Muon updates, of the dense part and
+    # of the routed experts (`planc.memory.matrices.stage_matrices`); 0 under other optimizers
+    matrices: int = 0
+    expert_matrices: int = 0
 
     @property
     def expert_total(self) -> int:
@@ -410,6 +415,7 @@ def rank_parameters(job: Plannable, pp_rank: int) -> RankParameters:
     mtp_copy = last and job.embedding_copy and not model.tied
     moe = model.moe
     mtp, mtp_moe = job.mtp_modules(pp_rank)
+    muon = stage_matrices(job, pp_rank) if job.training.optimizer == "muon" else None
     return RankParameters(
         layers=lay.stage_layers[pp_rank],
         per_layer=layer_parameters(model, lay.t),
@@ -424,6 +430,8 @@ def rank_parameters(job: Plannable, pp_rank: int) -> RankParameters:
         else local_expert_parameters(model, lay.ep, lay.et),
         mtp_layers=mtp,
         mtp_extra=mtp_extra_parameters(model, lay.t) if mtp else 0,
+        matrices=0 if muon is None else muon.elements(expert=False),
+        expert_matrices=0 if muon is None else muon.elements(expert=True),
     )
 
 

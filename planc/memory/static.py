@@ -53,6 +53,7 @@ class StateBytes:
     moments: tuple[tuple[str, int], ...]  # optimizer moments: (name, bytes)
     label: str  # dtype of weights, for names: "bf16", "fp16", "fp32"
     grad_label: str
+    muon: bool = False  # optimizer muon: its matrices keep one fp32 momentum in place of moments
 
     @property
     def optimizer(self) -> int:
@@ -64,9 +65,11 @@ class StateBytes:
 
 
 def state_bytes(numerics: Numerics, optimizer: OptimizerName) -> StateBytes:
-    """Bytes per parameter for the run's number formats and `optimizer` (adam|sgd)."""
+    """Bytes per parameter for the run's number formats and `optimizer` (adam|sgd|muon: Adam's
+    moments here, for the parameters Muon leaves to Adam; `optimizer_terms` takes Muon's
+    matrices out of them)."""
     size = numerics.moment
-    moments = (("Adam m", size), ("Adam v", size)) if optimizer == "adam" else (("SGD momentum", 4),)
+    moments = (("SGD momentum", 4),) if optimizer == "sgd" else (("Adam m", size), ("Adam v", size))
     return StateBytes(
         weights=numerics.weight,
         gradients=numerics.gradient,
@@ -74,6 +77,7 @@ def state_bytes(numerics: Numerics, optimizer: OptimizerName) -> StateBytes:
         moments=moments,
         label=numerics.weight_label,
         grad_label=numerics.gradient_label,
+        muon=optimizer == "muon",
     )
 
 
@@ -113,6 +117,7 @@ class Part:
     group: Group
     symbol: str = "Ψ_r"
     prefix: str = ""
+    matrices: int = 0  # optimizer muon: Ψ_μ of them, the 2-D weights Muon updates
 
 
 # ZeRO stage from which each buffer is sharded.
@@ -171,19 +176,79 @@ def gradient_terms(
 
 
 def optimizer_terms(
-    psi: int, state: StateBytes, group: Group, symbol: str = "Ψ_r", prefix: str = ""
+    psi: int,
+    state: StateBytes,
+    group: Group,
+    symbol: str = "Ψ_r",
+    prefix: str = "",
+    matrices: int = 0,
 ) -> tuple[Term, ...]:
-    """fp32 master weights (mixed precision only) and the optimizer's moments, each 4 bytes."""
+    """fp32 master weights (mixed precision only) and the optimizer's moments, each 4 bytes.
+    Under Muon (`state.muon`) its Ψ_μ = `matrices` keep one fp32 momentum buffer and the other
+    Ψ − Ψ_μ Adam's m and v (`muon_terms`)."""
     elements = group.elements(psi, SHARD_OPTIMIZER)
     suffix = group.suffix(SHARD_OPTIMIZER)
     source = SOURCE_ADAM + ("; " + SOURCE_ZERO if group.zero >= SHARD_OPTIMIZER else "")
     if any(size != 4 for _, size in state.moments):
         source += "; " + SOURCE_PRECISION_AWARE
     lines = [("fp32 master weights", state.master)] if state.master else []
-    lines += [(f"{name} ({'fp32' if size == 4 else 'bf16'})", size) for name, size in state.moments]
-    return tuple(
+    if not state.muon:
+        lines += [
+            (f"{name} ({'fp32' if size == 4 else 'bf16'})", size) for name, size in state.moments
+        ]
+    own = tuple(
         _term(f"{prefix}{name}", "optimizer", size, elements, f"{size}·{symbol}{suffix}", source)
         for name, size in lines
+    )
+    if state.muon:
+        return (*own, *muon_terms(psi, matrices, state, group, symbol, prefix, source))
+    return own
+
+
+SOURCE_MUON = (
+    "Megatron-Core optimizer/muon.py (muon_init_state_fn: momentum_buffer = zeros_like of the "
+    "fp32 main parameter; Adam's exp_avg and exp_avg_sq for the rest) and "
+    "layer_wise_optimizer.py LayerWiseDistributedOptimizer (zero_stage 1: whole tensors "
+    "assigned to the data-parallel ranks; planc counts the even share)"
+)
+
+
+def muon_terms(
+    psi: int,
+    matrices: int,
+    state: StateBytes,
+    group: Group,
+    symbol: str,
+    prefix: str,
+    source: str,
+) -> tuple[Term, ...]:
+    """Muon's state beside the master weights: 4·Ψ_μ of fp32 momentum for its matrices, and
+    Adam's m and v over the Ψ − Ψ_μ it leaves to Adam (embedding, output layer, norms, biases).
+    With zero_stage 1 each is this rank's share over N (the layer-wise distributed optimizer
+    hands out whole tensors; the share is the even one)."""
+    suffix = group.suffix(SHARD_OPTIMIZER)
+    rest = psi - matrices
+    lines = [(f"{prefix}Muon momentum (fp32)", 4, matrices, f"4·{symbol}_μ{suffix}")]
+    lines += [
+        (
+            f"{prefix}{name} ({'fp32' if size == 4 else 'bf16'}, non-matrix parameters)",
+            size,
+            rest,
+            f"{size}·({symbol} − {symbol}_μ){suffix}",
+        )
+        for name, size in state.moments
+    ]
+    return tuple(
+        _term(
+            name,
+            "optimizer",
+            size,
+            group.elements(count, SHARD_OPTIMIZER),
+            formula,
+            f"{source}; {SOURCE_MUON}",
+        )
+        for name, size, count, formula in lines
+        if count
     )
 
 
@@ -226,6 +291,7 @@ def static_terms(
     parts: tuple[tuple[str, int, str], ...] | None = None,
     symbol: str = "Ψ_r",
     prefix: str = "",
+    matrices: int = 0,
 ) -> tuple[Term, ...]:
     """All static lines of one buffer of Ψ = `psi` parameters (weights split into `parts` when
     given): a rank's whole state, or one of a mixture-of-experts rank's two, the dense part
@@ -236,5 +302,5 @@ def static_terms(
     return (
         *weight_terms(weight_parts, state, group, symbol, prefix),
         *gradient_terms(psi, state, group, symbol, prefix),
-        *optimizer_terms(psi, state, group, symbol, prefix),
+        *optimizer_terms(psi, state, group, symbol, prefix, matrices),
     )
