@@ -16,7 +16,7 @@ from planc.outputs import escape
 from planc.outputs.memory import to_json as memory_json
 from planc.perf.expert_host import tau_e
 from planc.perf.grad_accum import accumulation
-from planc.perf.inputs import build_inputs
+from planc.perf.inputs import build_inputs, efficiency_of, muon_times
 from planc.perf.offload import offloaded_layer_bytes
 from planc.perf.step import Overlap, StepInputs, busiest_stage, overlaps
 from planc.perf.validation import category_of
@@ -122,7 +122,8 @@ def render_text(ex: Explanation) -> str:
         f"of the step, incl. p2p on the path {step.pp_comm_s:.3f} s",
         f"  exposed DP comm:    {step.exposed_comm_s:8.2f} s ({step.exposed_comm_s / total:5.1%})  "
         "after backward and after the optimizer step",
-        f"  optimizer step:     {step.optimizer_s:8.2f} s ({step.optimizer_s / total:5.1%})",
+        f"  optimizer step:     {step.optimizer_s:8.2f} s ({step.optimizer_s / total:5.1%})"
+        + _muon_words(ex),
         f"tokens per second: {step.tokens_per_s:,.0f}   MFU: {step.mfu:.1%} "
         "(model FLOPs, no causal discount, no recompute)",
         *_overlap_lines(ex),
@@ -376,6 +377,20 @@ def _expert_host_line(ex: Explanation) -> list[str]:
         f"{recipe.value if recipe is not None else 'bf16'} experts; "
         "planc/presets/releases.json)"
     ]
+
+
+def _muon_words(ex: Explanation) -> str:
+    """Muon's part of the optimizer step (`planc.perf.inputs.muon_times`), stage 0's rank."""
+    plan = ex.analysis.plan
+    times = muon_times(plan, efficiency_of(plan), 0)
+    if times is None:
+        return ""
+    tr = plan.training
+    return (
+        f"  incl. Muon's {tr.muon_ns_steps} Newton-Schulz steps {times.step.ns_s:.3f} s "
+        f"({times.step.ns_flops / 1e12:,.1f} TFLOP on this rank's share of the matrices, TP mode "
+        f"{tr.muon_tp_mode}) and their TP exchanges {times.exchange_s:.3f} s"
+    )
 
 
 def _offload_line(ex: Explanation) -> list[str]:

@@ -57,6 +57,7 @@ from planc.comm.schedule import (
     kept_in,
     latent_parts,
     latents_regathered,
+    link_class,
     mlp_block_redone,
     moe_block_redone,
     moe_tokens,
@@ -102,6 +103,7 @@ from planc.perf.fsdp2 import (
     reduce_copy_in_s,
 )
 from planc.perf.grad_accum import accumulation_s
+from planc.perf.muon import MuonStep, muon_step
 from planc.perf.offload import activation_offload_s, offload_transfer_s
 from planc.perf.ops import (
     OpCost,
@@ -144,7 +146,7 @@ from planc.presets.efficiency import (
 from planc.record import record
 from planc.spec.job import Job
 from planc.stages import stage_classes
-from planc.vocab import Axis, Collective
+from planc.vocab import Axis, Collective, GroupKind
 
 # Data-parallel traffic: the shard group (dp_cp, or dp_shard under HSDP), HSDP's replicas, and
 # the tied embedding's all-reduce.
@@ -1050,6 +1052,55 @@ def fsdp2_ends(
     return job.m * call_time_s(job, eff, first), call_time_s(job, eff, last)
 
 
+def muon_seconds(job: Plannable, eff: Efficiency, stage: int) -> float:
+    """`muon_times`' total, 0 under other optimizers."""
+    times = muon_times(job, eff, stage)
+    return 0.0 if times is None else times.total_s
+
+
+@record
+class MuonTimes:
+    """Muon's part of a rank's optimizer step: the Newton-Schulz iterations (`step`) and the
+    seconds of the TP exchanges its mode needs (`exchange_s`)."""
+
+    step: MuonStep
+    exchange_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.step.ns_s + self.exchange_s
+
+
+def muon_times(job: Plannable, eff: Efficiency, stage: int) -> MuonTimes | None:
+    """What Muon adds to the optimizer step of a rank of `stage` (None under other
+    optimizers): its Newton-Schulz iterations on its share (`planc.perf.muon.muon_step`: 1/N of
+    the dense matrices and 1/N_e of the experts' under the layer-wise distributed optimizer)
+    and, by its TP mode, the fp32 momentum all-gathers (duplicated) or the Gram all-reduces
+    (distributed) over the tensor (dense) and expert-tensor (experts) groups, each blocking the
+    iteration that needs it."""
+    if job.training.optimizer != "muon":
+        return None
+    lay = job.layout
+    shard, expert_shard = (lay.shard_group, lay.edp) if sharding_stage(job) >= 1 else (1, 1)
+    step = muon_step(job, stage, device_of(job), eff, shard, expert_shard)
+    comm = 0.0
+    for each in step.exchanges:
+        link = expert_link(job, Axis.TP) if each.expert else link_class(job, (Axis.TP,))
+        op = CommOp(
+            stage=stage,
+            group=GroupKind.ETP if each.expert else GroupKind.TP,
+            op=each.collective,
+            phase="Muon momentum exchange",
+            group_size=each.degree,
+            calls=1,
+            buffer_bytes=each.bytes,
+            link=link,
+            formula="",
+        )
+        comm += each.calls * call_time_s(job, eff, op)
+    return MuonTimes(step, comm)
+
+
 def optimizer_bytes(job: Plannable) -> int:
     """HBM bytes per parameter of the job's optimizer step (its framework's Adam and clipping,
     `planc.perf.ops.optimizer_bytes_per_parameter`)."""
@@ -1158,7 +1209,8 @@ def build_inputs(
                     device,
                     eff,
                     optimizer_bytes(job),
-                ),
+                )
+                + muon_seconds(job, eff, r),
                 tp_overlapped_s=ends.hidden_s
                 + sum(
                     k * one.backward_overlapped_s

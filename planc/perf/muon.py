@@ -1,0 +1,131 @@
+"""Muon's optimizer step: the Newton-Schulz iterations on every matrix it updates.
+
+Muon (Jordan et al. 2024; Liu et al. 2025, "Muon is Scalable for LLM Training", arXiv
+2502.16982, Algorithm 1) orthogonalizes each 2-D weight's momentum M (m × n, m ≤ n, transposed
+when taller than wide) by `ns_steps` quintic Newton-Schulz iterations (emerging_optimizers
+muon_utils newton_schulz, which Megatron-Core's TensorParallelMuon calls):
+
+    A = X·Xᵀ (2·m²·n FLOPs),  B = b·A + c·A·A (2·m³),  X ← a·X + B·X (2·m²·n)
+
+so 5·(4·m²·n + 2·m³) FLOPs per matrix at Megatron's default of 5 steps. The matmuls run on the
+fp32 momentum with --muon-fp32-matmul-prec medium (torch's 'medium' float32 matmul precision:
+bfloat16 tensor cores), priced here on the 16-bit GEMM curve with 4-byte operands.
+
+Which ranks iterate on what (Megatron-Core --muon-tp-mode, emerging_optimizers
+newton_schulz_tp):
+- duplicated (the default): the momentum's tensor-parallel shards are all-gathered (fp32) and
+  every TP rank iterates on the whole matrix;
+- blockwise: each rank iterates on its own shard, no communication;
+- distributed: the iteration is split over the TP group, whose ranks all-reduce each step's
+  m × m Gram matrix (fp32); planc prices 1/degree of the whole matrix's two m²·n GEMMs and all
+  of A·A on each rank (planc's reading of newton_schulz_tp; not checked against its source).
+A matrix no group splits (latent attention's down projections, the router) is whole everywhere.
+With zero_stage 1 the layer-wise distributed optimizer hands each data-parallel rank whole
+tensors to update (ping-pong by size, layer_wise_optimizer.py shard_params): planc charges each
+rank the even share of the work, 1/N of the dense matrices' and 1/N_e of the experts'.
+"""
+
+from __future__ import annotations
+
+from planc.memory.matrices import Matrix, stage_matrices
+from planc.perf.compute import Device, work_time_s
+from planc.perf.ops import GemmShape, OpCost, Work
+from planc.plannable import Plannable
+from planc.presets.efficiency import Efficiency
+from planc.record import record
+from planc.vocab import Collective
+
+FP32_BYTES = 4
+
+
+def ns_flops(rows: int, cols: int, steps: int) -> int:
+    """steps·(4·m²·n + 2·m³), m = min(rows, cols), n = max: one matrix's Newton-Schulz FLOPs
+    (module docstring)."""
+    m, n = min(rows, cols), max(rows, cols)
+    return steps * (4 * m * m * n + 2 * m**3)
+
+
+def ns_gemms(m: int, n: int, split: int = 1) -> tuple[GemmShape, ...]:
+    """One iteration's three matmuls on an m × n momentum (m ≤ n) whose n columns `split`
+    ranks share: the Gram X·Xᵀ [m × n/split]·[n/split × m], A·A [m × m]·[m × m] and B·X
+    [m × m]·[m × n/split]."""
+    cols = -(-n // split)
+    return GemmShape(m, m, cols), GemmShape(m, m, m), GemmShape(m, cols, m)
+
+
+def gemm_work(shape: GemmShape) -> Work:
+    """2·M·N·K FLOPs; fp32 operands read and the product written, 4 bytes each."""
+    elements = shape.m * shape.k + shape.k * shape.n + shape.m * shape.n
+    return Work(2.0 * shape.m * shape.n * shape.k, float(FP32_BYTES * elements))
+
+
+def matrix_ns_work(
+    matrix: Matrix, mode: str, steps: int, device: Device, eff: Efficiency
+) -> tuple[float, float]:
+    """Seconds and FLOPs of `steps` Newton-Schulz iterations on one `matrix` on one rank under
+    TP mode `mode`: on the whole matrix (duplicated), the local shard (blockwise), or the whole
+    matrix's long side split over its group (distributed)."""
+    rows, cols = matrix.whole if mode != "blockwise" else (matrix.rows, matrix.cols)
+    split = matrix.degree if mode == "distributed" and matrix.split is not None else 1
+    seconds = flops = 0.0
+    for shape in ns_gemms(min(rows, cols), max(rows, cols), split):
+        work = gemm_work(shape)
+        op = OpCost("Muon Newton-Schulz", "matrix", work, Work(0, 0), shape=shape)
+        seconds += work_time_s(op, work, device, eff)
+        flops += work.flops
+    return steps * seconds, steps * flops
+
+
+@record
+class MuonExchange:
+    """A TP exchange Muon's mode needs per step: `calls` collectives over `degree` ranks of
+    `bytes` each; under duplicated an all-gather of a matrix's fp32 momentum (`bytes` the
+    gathered matrix), under distributed an all-reduce of an m × m fp32 Gram matrix."""
+
+    collective: Collective
+    degree: int
+    calls: float
+    bytes: int
+    expert: bool
+
+
+@record
+class MuonStep:
+    """One rank's Muon work per step: its Newton-Schulz seconds and FLOPs, and the TP
+    exchanges its mode needs (priced by the caller on the TP tier)."""
+
+    ns_s: float
+    ns_flops: float
+    exchanges: tuple[MuonExchange, ...]
+
+
+def muon_step(
+    job: Plannable, pp_rank: int, device: Device, eff: Efficiency, shard: int, expert_shard: int
+) -> MuonStep:
+    """The Newton-Schulz work of one rank of pipeline rank `pp_rank` (`stage_matrices`), the
+    dense matrices' share 1/`shard` and the experts' 1/`expert_shard` under the layer-wise
+    distributed optimizer (1 and 1 without it: every rank updates all)."""
+    tr = job.training
+    mode, steps = tr.muon_tp_mode, tr.muon_ns_steps
+    seconds = flops = 0.0
+    exchanges: list[MuonExchange] = []
+    for matrix, layers in stage_matrices(job, pp_rank).entries:
+        share = layers * matrix.count / (expert_shard if matrix.expert else shard)
+        time_s, work = matrix_ns_work(matrix, mode, steps, device, eff)
+        seconds, flops = seconds + share * time_s, flops + share * work
+        rows, cols = matrix.whole
+        if matrix.split is None or matrix.degree == 1 or mode == "blockwise":
+            continue
+        if mode == "duplicated":
+            whole = FP32_BYTES * matrix.local_elements * matrix.degree
+            exchanges.append(
+                MuonExchange(Collective.ALL_GATHER, matrix.degree, share, whole, matrix.expert)
+            )
+        else:
+            gram = FP32_BYTES * min(rows, cols) ** 2
+            exchanges.append(
+                MuonExchange(
+                    Collective.ALL_REDUCE, matrix.degree, share * steps, gram, matrix.expert
+                )
+            )
+    return MuonStep(seconds, flops, tuple(exchanges))
