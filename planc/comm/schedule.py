@@ -753,6 +753,23 @@ def sharding_stage(job: Plannable) -> int:
     return 3 if job.training.framework == "fsdp2" else job.layout.zero
 
 
+def layer_wise(job: Plannable) -> bool:
+    """Whether Muon's layer-wise distributed optimizer runs (optimizer muon, zero_stage 1;
+    Megatron-Core layer_wise_optimizer.py LayerWiseDistributedOptimizer): each data-parallel
+    rank updates the whole tensors assigned to it, and the updated parameters are all-gathered
+    after the step."""
+    return job.training.optimizer == "muon" and sharding_stage(job) == 1
+
+
+def layer_wise_all_reduce(job: Plannable) -> bool:
+    """Whether the layer-wise optimizer's gradients are all-reduced whole: Megatron DDP without
+    the distributed optimizer's buffers, as Megatron-Core 0.16 and 0.17 (training.framework_release
+    nemo-25.11, nemo-26.04) run it. From 0.18 its default parameter layout
+    (--use-layer-wise-param-layout; training.py get_model sets ddp_config.use_distributed_optimizer)
+    reduce-scatters them in shard-aligned buckets, the ZeRO-1 traffic."""
+    return layer_wise(job) and job.training.framework_release != "latest"
+
+
 def shard_link(job: Plannable) -> str:
     """The tier (its name) of the dp_shard groups: data_shard contiguous members of a dp_cp
     group.
@@ -832,7 +849,7 @@ def _dp_ops(job: Plannable, stage: int, params: int, quantized: int = 0) -> list
             ops.append(_replicate_op(job, stage, calls * (m if sharded else 1), elements))
             if n == 1:
                 continue
-        if zero == 0:
+        if zero == 0 or layer_wise_all_reduce(job):
             ops.append(
                 op(
                     Collective.ALL_REDUCE,
@@ -842,6 +859,16 @@ def _dp_ops(job: Plannable, stage: int, params: int, quantized: int = 0) -> list
                     "Ψ_r gradients once per step: 2Ψ on the wire",
                 )
             )
+            if zero == 1:
+                ops.append(
+                    op(
+                        Collective.ALL_GATHER,
+                        "Muon layer-wise parameter all-gather after the optimizer step",
+                        calls,
+                        gathered_parameter_bytes(job, elements, params, quantized),
+                        f"Ψ_r updated {_gather_words(job)} once per step (whole tensors per rank)",
+                    )
+                )
             continue
         sharded = zero >= 2
         ops.append(
@@ -1411,7 +1438,7 @@ def _edp_ops(job: Plannable, stage: int, params: int, quantized: int = 0) -> lis
 
     ops: list[CommOp] = []
     for calls, elements in _buckets(params, job.gradient_bucket_elements):
-        if zero == 0:
+        if zero == 0 or layer_wise_all_reduce(job):
             ops.append(
                 op(
                     Collective.ALL_REDUCE,
@@ -1421,6 +1448,16 @@ def _edp_ops(job: Plannable, stage: int, params: int, quantized: int = 0) -> lis
                     "Ψ_expert gradients once per step",
                 )
             )
+            if zero == 1:
+                ops.append(
+                    op(
+                        Collective.ALL_GATHER,
+                        "EDP Muon layer-wise expert parameter all-gather after the optimizer step",
+                        calls,
+                        gathered_parameter_bytes(job, elements, params, quantized),
+                        f"Ψ_expert {_gather_words(job)} once per step (whole tensors per rank)",
+                    )
+                )
             continue
         per_step = m if zero >= 2 else 1
         ops.append(

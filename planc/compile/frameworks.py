@@ -23,6 +23,7 @@ import dataclasses
 import json
 from typing import Any
 
+from planc.comm.schedule import layer_wise_all_reduce
 from planc.compile.launchers import megatron_args
 from planc.compile.plan import Plan
 from planc.dims import padded_vocab
@@ -80,6 +81,32 @@ def _shard_group(plan: Plan) -> int:
 
 
 # ----------------------------------------------------------------------------- Megatron-LM
+
+
+def optimizer_arguments(plan: Plan) -> list[str]:
+    """--optimizer, and Muon's options where they are not Megatron's defaults
+    (megatron/training/arguments.py: --muon-tp-mode duplicated, --muon-num-ns-steps 5, QKV
+    split unless --muon-no-split-qkv). Megatron-Core before 0.18 names the layer-wise
+    distributed optimizer dist_muon and refuses Muon with --use-distributed-optimizer
+    (`muon_before_018`); from 0.18 it is muon with --use-distributed-optimizer."""
+    tr = plan.job.training
+    if tr.optimizer != "muon":
+        return [f"--optimizer {tr.optimizer}"]
+    args = ["--optimizer dist_muon" if muon_before_018(plan) else "--optimizer muon"]
+    if tr.muon_tp_mode != "duplicated":
+        args.append(f"--muon-tp-mode {tr.muon_tp_mode}")
+    if tr.muon_ns_steps != 5:
+        args.append(f"--muon-num-ns-steps {tr.muon_ns_steps}")
+    if not tr.muon_split_qkv:
+        args.append("--muon-no-split-qkv")
+    return args
+
+
+def muon_before_018(plan: Plan) -> bool:
+    """Muon's layer-wise distributed optimizer under a release whose Megatron-Core is older than
+    0.18 (`planc.comm.schedule.layer_wise_all_reduce`): --optimizer dist_muon, no
+    --use-distributed-optimizer."""
+    return layer_wise_all_reduce(plan.job)
 
 
 def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
@@ -145,7 +172,7 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
     if job.numerics.precision is not DType.FP32:  # --bf16 / --fp16: mixed precision
         args.append(f"--{job.numerics.precision.value}")
     args += megatron_fp8_arguments(plan, notes)
-    args.append(f"--optimizer {tr.optimizer}")
+    args += optimizer_arguments(plan)
     args.append(f"--clip-grad {CLIP_GRAD!r}")
     if tr.grad_accum_fp32:
         args.append("--accumulate-allreduce-grads-in-fp32")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from planc.comm.schedule import cp_a2a_size
+from planc.comm.schedule import cp_a2a_size, layer_wise_all_reduce
 from planc.compile.plan import Plan
 from planc.compile.ranks import AXES
 from planc.pipeline.placement import virtual_stage
@@ -327,7 +327,8 @@ def megatron_args(plan: Plan) -> tuple[list[str], list[str]]:
         args.append("--sequence-parallel")
     if job.training.megatron_fsdp:
         args += megatron_fsdp_args(plan)
-    elif lay.zero in (1, 2):
+    elif lay.zero in (1, 2) and not layer_wise_all_reduce(job):
+        # Muon's layer-wise optimizer before Megatron-Core 0.18 is --optimizer dist_muon alone
         args.append("--use-distributed-optimizer")
     if job.training.offload_optimizer:
         # Megatron's HybridDeviceOptimizer reuses the precision-aware optimizer's code path, and

@@ -23,6 +23,8 @@ from planc.comm.schedule import (
     cp_a2a_size,
     dispatch_group,
     grad_bytes,
+    layer_wise,
+    layer_wise_all_reduce,
     op_record,
 )
 from planc.comm.sizes import activation_bytes, sp_amax_reduced
@@ -314,6 +316,21 @@ def _experts_record(plan: Plan) -> dict[str, object]:
     return record
 
 
+def muon_record(job: Plannable) -> dict[str, object]:
+    """Muon's options, whether its layer-wise distributed optimizer runs
+    (`planc.comm.schedule.layer_wise`) and whether it all-reduces the gradients whole
+    (`layer_wise_all_reduce`, Megatron-Core before 0.18)."""
+    tr = job.training
+    return {
+        "name": "muon",
+        "tp_mode": tr.muon_tp_mode,
+        "ns_steps": tr.muon_ns_steps,
+        "split_qkv": tr.muon_split_qkv,
+        "layer_wise": layer_wise(job),
+        "gradients_all_reduced": layer_wise_all_reduce(job),
+    }
+
+
 def training_record(plan: Plan) -> dict[str, object]:
     """One step's shape: sequence, batch, micro-batches, dtypes on the wire, recompute."""
     job = plan.job
@@ -339,6 +356,8 @@ def training_record(plan: Plan) -> dict[str, object]:
         **({"cross_entropy_fusion": tr.loss_fusion} if tr.loss_fusion != "none" else {}),
         # written when set, as expert_routing: plans of other runs keep their bytes
         **({"repeat_kv": True} if tr.repeat_kv else {}),
+        # written for Muon only: plans of Adam runs keep their bytes
+        **({"optimizer": muon_record(job)} if tr.optimizer == "muon" else {}),
         "framework": tr.framework,
         # written when not the default, as layer_offset: plans of other runs keep their bytes
         **({"expert_routing": tr.expert_routing} if tr.expert_routing != "uniform" else {}),

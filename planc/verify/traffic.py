@@ -759,8 +759,10 @@ def _edp(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
             continue
         grads = elements * tr["gradient_bytes"]
         params = _gathered(plan, elements, psi, stage_quantized_parameters(plan, stage)[1])
-        if zero == 0:
+        if zero == 0 or _layer_wise(plan):
             ops.append(ExpectedOp(stage, "edp", "all_reduce", None, n, calls, grads))
+            if zero == 1:
+                ops.append(ExpectedOp(stage, "edp", "all_gather", None, n, calls, params))
             continue
         ops.append(
             ExpectedOp(
@@ -773,6 +775,14 @@ def _edp(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
             )
         )
     return ops
+
+
+def _layer_wise(plan: PlanData) -> bool:
+    """Muon's layer-wise distributed optimizer as Megatron-Core before 0.18 runs it
+    (training.optimizer.gradients_all_reduced): gradients all-reduced whole, the updated
+    parameters all-gathered once a step."""
+    optimizer = plan.training.get("optimizer")
+    return isinstance(optimizer, dict) and bool(optimizer.get("gradients_all_reduced"))
 
 
 def _dp(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
@@ -808,8 +818,10 @@ def _dp(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
             )
             if n == 1:
                 continue
-        if zero == 0:
+        if zero == 0 or _layer_wise(plan):
             ops.append(ExpectedOp(stage, kind, "all_reduce", None, n, calls, grads))
+            if zero == 1:
+                ops.append(ExpectedOp(stage, kind, "all_gather", None, n, calls, params))
             continue
         ops.append(ExpectedOp(stage, kind, "reduce_scatter", None, n, calls * per_step, grads))
         ops.append(
