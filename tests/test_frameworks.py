@@ -520,6 +520,8 @@ for case, (lines, world, vocab) in json.load(sys.stdin).items():
     parsed["validated_data_parallel_size"] = full.data_parallel_size
     parsed["validated_virtual_stages"] = full.virtual_pipeline_model_parallel_size
     parsed["validated_cpu_offloading"] = getattr(full, "cpu_offloading", False)
+    parsed["validated_layer_wise"] = getattr(full, "use_layer_wise_distributed_optimizer", False)
+    parsed["validated_distributed_optimizer"] = full.use_distributed_optimizer
     out[case] = parsed
 print(json.dumps(out))
 """

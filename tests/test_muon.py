@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_frameworks import MEGATRON_PARSE, _run, megatron_python
 
 from planc.analysis import estimate_step
 from planc.compile.frameworks import megatron_files
@@ -249,6 +250,32 @@ def test_megatron_arguments_follow_the_release() -> None:
         assert flag in new, flag
 
 
+def test_megatron_parser_takes_the_muon_arguments() -> None:
+    """Megatron-LM's own parser and validate_args (megatron-core 0.19.2) on the emitted
+    arguments: Muon with --use-distributed-optimizer becomes its layer-wise optimizer."""
+    python = megatron_python()
+    cases = {
+        "layer-wise": {"parallelism": {"zero_stage": 1}, **_muon(muon={"tp_mode": "blockwise"})},
+        "replicated": {"parallelism": {"zero_stage": 0}, **_muon(muon={"ns_steps": 6})},
+    }
+    payload = {}
+    for name, overlay in cases.items():
+        files = megatron_files(compiled(job_of(overlay)))
+        record = json.loads(plan_json(compiled(job_of(overlay))))
+        payload[name] = [
+            files["megatron/args.txt"].splitlines(),
+            record["world_size"],
+            record["model"]["vocab"],
+        ]
+    parsed = _run(python, MEGATRON_PARSE, payload)
+    wise, plain = parsed["layer-wise"], parsed["replicated"]
+    assert wise["optimizer"] == plain["optimizer"] == "muon"
+    assert wise["validated_layer_wise"] and not wise["validated_distributed_optimizer"]
+    assert not plain["validated_layer_wise"]
+    assert wise["muon_tp_mode"] == "blockwise" and plain["muon_num_ns_steps"] == 6
+    assert wise["muon_split_qkv"] and wise["muon_num_ns_steps"] == 5
+
+
 # --- refusals --------------------------------------------------------------------------------
 
 
@@ -262,6 +289,16 @@ def test_megatron_arguments_follow_the_release() -> None:
         },
         {"training": {"optimizer": "muon", "precision": "fp16"}},
         {"training": {"muon": {"ns_steps": 3}}},
+        {
+            "parallelism": {
+                "tensor": 1,
+                "sequence_parallel": False,
+                "zero_stage": 1,
+                "data_shard": 4,
+            },
+            **_muon(),
+        },
+        {"parallelism": {"zero_stage": 0}, **_muon(framework_release="nemo-26.04")},
     ],
 )
 def test_megatron_refusals(overlay: dict[str, Any]) -> None:
@@ -270,6 +307,9 @@ def test_megatron_refusals(overlay: dict[str, Any]) -> None:
 
 def test_muon_with_the_layer_wise_optimizer_passes() -> None:
     assert "PLC074" not in rules_fired(check_overlay({"parallelism": {"zero_stage": 1}, **_muon()}))
+    plain = {"parallelism": {"zero_stage": 0}, **_muon(framework_release="nemo-26.04")}
+    plain["training"]["overlap_grad_reduce"] = False
+    assert "PLC074" not in rules_fired(check_overlay(plain))
 
 
 def test_the_priced_gemms_are_the_formulas_flops() -> None:

@@ -22,7 +22,10 @@ newton_schulz_tp):
 A matrix no group splits (latent attention's down projections, the router) is whole everywhere.
 With zero_stage 1 the layer-wise distributed optimizer hands each data-parallel rank whole
 tensors to update (ping-pong by size, layer_wise_optimizer.py shard_params): planc charges each
-rank the even share of the work, 1/N of the dense matrices' and 1/N_e of the experts'.
+rank the even share of the work, 1/N of the dense matrices' and 1/N_e of the experts'. The TP
+exchanges are priced in the optimizer step but are not ops of plan.json's schedule: under the
+layer-wise optimizer which matrices a rank exchanges differs from one data-parallel rank to the
+next, where the schedule lists one stage's ops.
 """
 
 from __future__ import annotations

@@ -17,8 +17,12 @@ def muon_runs(ctx: Context) -> Iterator[Violation]:
     Megatron-FSDP for now"), and get_megatron_muon_optimizer with fp16 ("muon with fp16 is not
     supported"); its state is replicated (zero_stage 0) or sharded whole tensor by whole tensor
     over the data-parallel ranks by the layer-wise distributed optimizer (zero_stage 1), which
-    keeps every rank's gradients whole: no ZeRO-2 or 3. training.muon sets Muon's options and
-    means nothing under another optimizer.
+    keeps every rank's gradients whole: no ZeRO-2 or 3, and one optimizer instance over the whole
+    data-parallel group ("LayerWiseDistributedOptimizer does not support
+    num_distributed_optimizer_instances > 1"): no parallelism.data_shard below data × context.
+    Megatron-Core 0.17 (training.framework_release nemo-26.04) refuses the replicated Muon with
+    --overlap-grad-reduce ("Muon optimizer does not support overlap grad reduce. Use dist_muon
+    instead."). training.muon sets Muon's options and means nothing under another optimizer.
 
     Passes:
         training: {optimizer: muon}
@@ -54,6 +58,30 @@ def muon_runs(ctx: Context) -> Iterator[Violation]:
             f"1); it keeps every gradient and weight whole, and zero_stage is {zero}",
             "set parallelism.zero_stage: 1 (the layer-wise distributed optimizer) or 0",
             ("training.optimizer",),
+        )
+    lay = ctx.job.layout
+    if (
+        zero == 1
+        and lay.data_shard is not None
+        and lay.d is not None
+        and lay.data_shard < lay.d * lay.c
+    ):
+        yield Violation(
+            "parallelism.data_shard",
+            f"Muon's layer-wise distributed optimizer shards over the whole data × context group "
+            f"({lay.d * lay.c} ranks) and refuses optimizer instances (HSDP); data_shard is "
+            f"{lay.data_shard}",
+            "remove parallelism.data_shard",
+            ("training.optimizer",),
+        )
+    if zero == 0 and tr.framework_release == "nemo-26.04" and tr.overlap_grad_reduce:
+        yield Violation(
+            "training.overlap_grad_reduce",
+            "Megatron-Core 0.17 (NeMo 26.04) refuses the replicated Muon (zero_stage 0) with "
+            "--overlap-grad-reduce: 'Muon optimizer does not support overlap grad reduce. Use "
+            "dist_muon instead.'",
+            "set parallelism.zero_stage: 1 (dist_muon), or training.overlap_grad_reduce: false",
+            ("parallelism.zero_stage", "training.framework_release"),
         )
     if tr.precision == "fp16":
         yield Violation(
