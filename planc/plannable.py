@@ -951,6 +951,20 @@ class Plannable:
         chunks = self.layout.chunks[stage]
         return tuple(0 if moe is None else moe.moe_layers_between(a, b) for a, b in chunks)
 
+    def chunk_window_layers(self, stage: int) -> tuple[tuple[int, int], ...]:
+        """Per model chunk of `stage`, its (dense, MoE) layers that attend through the sliding
+        window (model.sliding_window; all (0, 0) without one)."""
+        model = self.model
+        if not model.window:
+            return tuple((0, 0) for _ in self.layout.chunks[stage])
+        moe = model.moe
+        out = []
+        for a, b in self.layout.chunks[stage]:
+            windowed = [i for i in range(a, b) if model.is_window_layer(i)]
+            routed = sum(1 for i in windowed if moe is not None and moe.is_moe_layer(i))
+            out.append((len(windowed) - routed, routed))
+        return tuple(out)
+
     def moe_layers(self, stage: int) -> int:
         """L_moe,r: the layers with experts among pipeline rank `stage`'s chunks (0 for a dense
         model)."""

@@ -170,6 +170,11 @@ CASES: dict[str, tuple[str, dict[str, Any] | None]] = {
     "deepseek-v3": ("deepseek-v3-2048xh800.yaml", None),
     "llama4-scout": ("mixtral-8x7b-64xh100.yaml", {"model": {"preset": "llama4-scout-17b-16e"}}),
     "mixtral-top1": ("mixtral-8x7b-64xh100.yaml", {"model": {"moe": {"top_k": 1}}}),
+    # biases on every linear, the router and the experts; attention sinks; a sliding window
+    "gpt-oss-120b": (
+        "mixtral-8x7b-64xh100.yaml",
+        {"model": {"preset": "gpt-oss-120b"}, "parallelism": {"expert": 8}},
+    ),
     "qwen3-unnormalised": (
         "mixtral-8x7b-64xh100.yaml",
         {"model": {"preset": "qwen3-30b-a3b", "moe": {"router_normalize": False}}},

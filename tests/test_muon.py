@@ -89,7 +89,8 @@ def test_newton_schulz_flops_are_the_iterations_matmuls(rows: int, cols: int) ->
 
 def _one_d(model: Any, t: int, moe_layer: bool) -> int:
     """A layer's 1-D tensors on one TP rank: two norms (weight, and bias for LayerNorm), QK-norm,
-    the latent norms, the biases (column-parallel split, row-parallel whole), the router bias."""
+    the latent norms, the biases (column-parallel split, row-parallel whole), attention sinks,
+    the router's biases and the shared experts'."""
     nu = 2 if model.norm == "layernorm" else 1
     total = 2 * nu * model.h
     if model.qk_norm:
@@ -100,9 +101,23 @@ def _one_d(model: Any, t: int, moe_layer: bool) -> int:
         total += (-(-model.n // t) + 2 * -(-model.g // t)) * model.k + model.h
         if not moe_layer:
             total += (2 if model.mlp == "swiglu" else 1) * -(-model.f // t) + model.h
+    if model.sinks:
+        total += -(-model.n // t)  # one softmax offset per head
     if moe_layer and model.moe.router_bias:
         total += model.moe.E
+    if moe_layer and model.bias:  # the gate's bias and the shared experts' fc1 and fc2 biases
+        total += model.moe.E
+        shared = -(-(model.moe.E_s * model.moe.f_s) // t)
+        total += ((2 if model.mlp == "swiglu" else 1) * shared + model.h) if model.moe.E_s else 0
     return total
+
+
+def _expert_one_d(model: Any, ep: int, et: int) -> int:
+    """The rank's routed experts' biases: fc1's γ'·f_e/ETP and fc2's h, per local expert."""
+    if not model.bias:
+        return 0
+    gated = 2 if model.mlp == "swiglu" else 1
+    return model.moe.E // ep * (gated * -(-model.moe.f_e // et) + model.h)
 
 
 @pytest.mark.parametrize("name", sorted(all_model_presets()))
@@ -116,7 +131,7 @@ def test_matrices_and_vectors_make_up_each_layer(name: str) -> None:
         moe = layer_matrices(model, t, True, ep=2, et=1)
         routed = sum(m.count * m.local_elements for m in moe if m.expert)
         shared = sum(m.count * m.local_elements for m in moe if not m.expert)
-        assert routed == local_expert_parameters(model, 2, 1), name
+        assert routed + _expert_one_d(model, 2, 1) == local_expert_parameters(model, 2, 1), name
         assert shared + _one_d(model, t, True) == moe_layer_dense_parameters(model, t), name
 
 

@@ -30,7 +30,7 @@ from planc.dims import padded_vocab
 from planc.pipeline.placement import virtual_stage
 from planc.pipeline.registry import definition
 from planc.presets.fp8 import recipe_table
-from planc.spec.job import preset_model
+from planc.spec.job import Model, preset_model
 from planc.vocab import DEFAULT_RECOMPUTE_MODULES, DType, Fp8Recipe, ScheduleKind
 
 MEGATRON = "megatron-core 0.19.2, megatron/training/arguments.py (NVIDIA/Megatron-LM d98e8a64)"
@@ -81,6 +81,20 @@ def _shard_group(plan: Plan) -> int:
 
 
 # ----------------------------------------------------------------------------- Megatron-LM
+
+
+def attention_kind_arguments(mod: Model) -> list[str]:
+    """The sliding window and attention sinks (TransformerConfig window_size: w − 1 tokens
+    back and none ahead, window_attn_skip_freq, softmax_type learnable; the arguments
+    arguments.py and its ArgumentGroupFactory read, megatron-core 0.19.2)."""
+    args = []
+    if mod.window:
+        args.append(f"--window-size {mod.window - 1},0")
+        if mod.full_every:
+            args.append(f"--window-attn-skip-freq {mod.full_every}")
+    if mod.sinks:
+        args.append("--softmax-type learnable")
+    return args
 
 
 def optimizer_arguments(plan: Plan) -> list[str]:
@@ -136,6 +150,7 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
         args.append("--swiglu")
     if not mod.bias:
         args.append("--disable-bias-linear")
+    args += attention_kind_arguments(mod)
     if not mod.tied:
         args.append("--untie-embeddings-and-output-weights")
     if mod.qk_norm or mod.mla is not None:

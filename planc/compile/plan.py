@@ -277,10 +277,16 @@ def model_record(plan: Plan) -> dict[str, object]:
 
 
 def _experts_record(plan: Plan) -> dict[str, object]:
-    """QK-norm, latent attention, multi-token prediction and the experts, written only where the
-    model has them (other plans unchanged)."""
+    """QK-norm, attention sinks, the sliding window, latent attention, multi-token prediction
+    and the experts, written only where the model has them (other plans unchanged)."""
     mod = plan.job.model
     record: dict[str, object] = {"qk_norm": True} if mod.qk_norm else {}
+    if mod.sinks:
+        record["attention_sinks"] = True
+    if mod.window:
+        record["sliding_window"] = mod.window
+        if mod.full_every:
+            record["full_attention_every"] = mod.full_every
     if mod.mla is not None:
         record["mla"] = {
             "q_lora_rank": mod.mla.q_lora,

@@ -196,7 +196,7 @@ def largest_module(job: Plannable, share: RankParameters) -> int:
         modules += attention + _mlp_modules(mod.h, ceil_div(mod.f, t), gated, bias, fused)
     moe = mod.moe
     if moe is not None and share.moe_layers:
-        modules += (*attention, router_parameters(moe, mod.h))
+        modules += (*attention, router_parameters(moe, mod.h, mod.bias))
         modules += _mlp_modules(mod.h, ceil_div(moe.f_e, job.layout.et), gated, 0, fused)
         if moe.E_s:
             modules += _mlp_modules(mod.h, ceil_div(moe.E_s * moe.f_s, t), gated, 0, fused)

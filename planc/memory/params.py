@@ -144,29 +144,43 @@ def qk_norm_parameters(k: int) -> int:
     return 2 * k
 
 
-def expert_parameters(h: int, f_e: int, mlp: str) -> int:
+def expert_parameters(h: int, f_e: int, mlp: str, bias: bool = False) -> int:
     """One routed expert: an MLP of inner size f_e, γ·2·h·f_e (3·h·f_e for SwiGLU; Megatron-Core
-    SequentialMLP/GroupedMLP, Hugging Face MixtralBlockSparseTop2MLP, Qwen3MoeMLP). No biases."""
-    return mlp_parameters(h, f_e, mlp)
+    SequentialMLP/GroupedMLP, Hugging Face MixtralBlockSparseTop2MLP, Qwen3MoeMLP), and with
+    `bias` (model.bias: Megatron's add_bias_linear reaches the grouped experts, GPT-OSS's
+    gate_up_proj_bias and down_proj_bias) fc1's γ'·f_e (2·f_e for SwiGLU) and fc2's h."""
+    return mlp_parameters(h, f_e, mlp) + (mlp_biases(h, f_e, mlp) if bias else 0)
 
 
-def routed_expert_parameters(moe: MoE, h: int, mlp: str, experts: int | None = None) -> int:
+def mlp_biases(h: int, f: int, mlp: str) -> int:
+    """An MLP's biases: fc1's γ'·f (gate and up, 2·f, for SwiGLU) and fc2's h."""
+    return (2 if mlp == "swiglu" else 1) * f + h
+
+
+def routed_expert_parameters(
+    moe: MoE, h: int, mlp: str, experts: int | None = None, bias: bool = False
+) -> int:
     """E routed experts of one MoE layer, E·γ·2·h·f_e (`experts` overrides E: k for the ones a
     token uses, E/EP for one expert-parallel rank's)."""
-    return (moe.E if experts is None else experts) * expert_parameters(h, moe.f_e, mlp)
+    return (moe.E if experts is None else experts) * expert_parameters(h, moe.f_e, mlp, bias)
 
 
-def router_parameters(moe: MoE, h: int) -> int:
-    """The router of one MoE layer: its h × E gate matrix (no bias; Megatron TopKRouter.weight,
-    Hugging Face `gate`), plus E for the expert bias of auxiliary-loss-free balancing
-    (DeepSeek-V3 e_score_correction_bias). Replicated on every rank (moe/README.md)."""
-    return h * moe.E + (moe.E if moe.router_bias else 0)
+def router_parameters(moe: MoE, h: int, bias: bool = False) -> int:
+    """The router of one MoE layer: its h × E gate matrix (Megatron TopKRouter.weight, Hugging
+    Face `gate`), plus E for the expert bias of auxiliary-loss-free balancing (DeepSeek-V3
+    e_score_correction_bias), and E for the gate's own bias with `bias` (model.bias: TopKRouter
+    builds one under add_bias_linear; GPT-OSS router.bias). Replicated on every rank
+    (moe/README.md)."""
+    return h * moe.E + (moe.E if moe.router_bias else 0) + (moe.E if bias else 0)
 
 
-def shared_expert_parameters(moe: MoE, h: int, mlp: str) -> int:
+def shared_expert_parameters(moe: MoE, h: int, mlp: str, bias: bool = False) -> int:
     """E_s shared experts of one MoE layer, E_s·γ·2·h·f_s (DeepSeekMoE; Megatron SharedExpertMLP,
-    split over t like a dense MLP)."""
-    return moe.E_s * mlp_parameters(h, moe.f_s, mlp)
+    one MLP of inner size E_s·f_s split over t like a dense MLP), its biases with `bias`."""
+    if not moe.E_s:
+        return 0
+    inner = moe.E_s * moe.f_s
+    return mlp_parameters(h, inner, mlp) + (mlp_biases(h, inner, mlp) if bias else 0)
 
 
 def moe_layer_parameters(model: Model, active: bool = False) -> int:
@@ -178,20 +192,23 @@ def moe_layer_parameters(model: Model, active: bool = False) -> int:
     experts = moe.k if active else moe.E
     return (
         attention_block_parameters(model)
-        + router_parameters(moe, model.h)
-        + shared_expert_parameters(moe, model.h, model.mlp)
-        + routed_expert_parameters(moe, model.h, model.mlp, experts)
+        + router_parameters(moe, model.h, model.bias)
+        + shared_expert_parameters(moe, model.h, model.mlp, model.bias)
+        + routed_expert_parameters(moe, model.h, model.mlp, experts, model.bias)
     )
 
 
 def attention_block_parameters(model: Model, t: int = 1) -> int:
     """A layer's attention side on one tensor-parallel rank: Q, K, V, O split over t (⌈g/t⌉ kv
     heads; or latent attention's projections), the QKV bias split and the output bias
-    replicated, both norms and QK-norm replicated. Dense and MoE layers share it."""
+    replicated, both norms and QK-norm replicated, attention sinks split (n/t). Dense and MoE
+    layers share it."""
     n_t, g_t = ceil_div(model.n, t), ceil_div(model.g, t)
     total = attention_matrix_parameters(model, t) + 2 * norm_parameters(model)
     if model.qk_norm:
         total += qk_norm_parameters(model.k)
+    if model.sinks:
+        total += n_t  # one learned softmax offset per head (Megatron softmax_offset, [n/t])
     if model.bias:
         total += (n_t + 2 * g_t) * model.k + model.h
     return total
@@ -304,8 +321,13 @@ def moe_layer_dense_parameters(model: Model, t: int) -> int:
     moe = model.moe
     if moe is None:
         raise ValueError("the model has no experts")
-    shared = mlp_parameters(model.h, ceil_div(moe.E_s * moe.f_s, t), model.mlp) if moe.E_s else 0
-    return attention_block_parameters(model, t) + router_parameters(moe, model.h) + shared
+    shared = 0
+    if moe.E_s:
+        inner = ceil_div(moe.E_s * moe.f_s, t)
+        shared = mlp_parameters(model.h, inner, model.mlp)
+        shared += mlp_biases(model.h, inner, model.mlp) if model.bias else 0
+    router = router_parameters(moe, model.h, model.bias)
+    return attention_block_parameters(model, t) + router + shared
 
 
 def local_expert_parameters(model: Model, ep: int, et: int) -> int:
@@ -316,7 +338,7 @@ def local_expert_parameters(model: Model, ep: int, et: int) -> int:
     moe = model.moe
     if moe is None:
         raise ValueError("the model has no experts")
-    return moe.E // ep * expert_parameters(model.h, ceil_div(moe.f_e, et), model.mlp)
+    return moe.E // ep * expert_parameters(model.h, ceil_div(moe.f_e, et), model.mlp, model.bias)
 
 
 def moe_layer_dense_formula(model: Model) -> str:

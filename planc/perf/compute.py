@@ -228,6 +228,10 @@ class QuantizedCompute:
     # both passes through the shared output layer), None where the head stays 16-bit.
     head: PassTimes | None = None
     mtp_head: PassTimes | None = None
+    # a dense and a MoE layer through the sliding window (`OpShape.window`), the recipe's
+    # GEMMs quantized; None without a window
+    window_layer: PassTimes | None = None
+    window_moe: PassTimes | None = None
 
 
 @record
@@ -293,6 +297,8 @@ def chunk_times(
     low: QuantizedCompute | None = None,
     modules: Sequence[str] = DEFAULT_RECOMPUTE_MODULES,
     mtp: tuple[int, int] = (0, 0),
+    window_layers: Sequence[tuple[int, int]] = (),
+    window: int = 0,
 ) -> tuple[ChunkTimes, ...]:
     """Forward and backward (+ recompute) seconds per micro-batch of each chunk of one stage.
 
@@ -302,7 +308,9 @@ def chunk_times(
     last stage's last chunk also runs the final norm, the LM head and the fp32 loss. With an
     FP8/FP4 recipe (`low`) a chunk's layers run their linear GEMMs quantized, but for those
     it keeps in BF16. The last stage's last chunk then runs its `mtp` = (D, with experts)
-    multi-token prediction modules (`mtp_passes`).
+    multi-token prediction modules (`mtp_passes`). `window_layers[j]` = (dense, MoE) layers of
+    chunk j that attend through the sliding window of `window` tokens: each runs a windowed
+    layer's passes in place of a full one's (`window_deltas`).
     """
     layer = layer_passes(layer_ops(shape), shape, device, eff)
     redo = recompute_time_s(layer, recompute, modules)
@@ -318,6 +326,7 @@ def chunk_times(
     if low is not None and low.head is not None:
         head = low.head
     embed = pass_times(first_stage_ops(ends), device, eff)
+    deltas = window_deltas(shape, window, (layer, moe), device, eff, recompute, modules, experts, low)
     out = []
     for j, layers in enumerate(chunk_layers):
         routed = moe_layers[j] if moe_layers else 0
@@ -335,6 +344,11 @@ def chunk_times(
             forward += embed.forward_s
             backward += embed.backward_s
         redone = dense * redo + routed * moe_redo
+        if window_layers and deltas is not None:
+            for count, delta in zip(window_layers[j], deltas, strict=True):
+                forward += count * delta.forward_s
+                backward += count * delta.backward_s
+                redone += count * delta.recompute_s
         if last_stage and j == len(chunk_layers) - 1:
             forward += head.forward_s
             backward += head.backward_s
@@ -345,6 +359,45 @@ def chunk_times(
                 redone += module.recompute_s
         out.append(ChunkTimes(forward, backward, redone, layers))
     return tuple(out)
+
+
+def window_deltas(
+    shape: OpShape,
+    window: int,
+    layers: tuple[PassTimes, PassTimes],
+    device: Device,
+    eff: Efficiency,
+    recompute: str,
+    modules: Sequence[str],
+    experts: ExpertDims | None,
+    low: QuantizedCompute | None,
+) -> tuple[StageTimes, StageTimes] | None:
+    """What a dense and a MoE layer's passes change when the layer attends through the sliding
+    window of `window` tokens (`OpShape.window`; None without one): the windowed layer's forward, backward
+    with recompute, and recompute seconds less the full layer's (`layers`, 16-bit), or, under a
+    recipe (`low`), less the recipe's layers, from its windowed passes
+    (`QuantizedCompute.window_layer`; a windowed layer that --first-last-layers-bf16 keeps in
+    BF16 takes the recipe's difference too)."""
+    if not window:
+        return None
+    windowed = replace(shape, window=window)
+    full_dense, full_moe = layers
+    win_dense = layer_passes(layer_ops(windowed), windowed, device, eff)
+    win_moe = (
+        layer_passes(moe_layer_ops(windowed, experts), windowed, device, eff) if experts else win_dense
+    )
+    if low is not None and low.window_layer is not None:
+        full_dense, win_dense = low.layer, low.window_layer
+        full_moe = low.moe if low.moe is not None else low.layer
+        win_moe = low.window_moe if low.window_moe is not None else low.window_layer
+
+    def delta(win: PassTimes, full: PassTimes) -> StageTimes:
+        redo = recompute_time_s(win, recompute, modules) - recompute_time_s(full, recompute, modules)
+        return StageTimes(
+            win.forward_s - full.forward_s, win.backward_s - full.backward_s + redo, redo
+        )
+
+    return delta(win_dense, full_dense), delta(win_moe, full_moe)
 
 
 def mtp_passes(
@@ -391,6 +444,7 @@ def quantized_passes(
     low_device: Device,
     q: Quantized,
     weight_share: float,
+    window: int = 0,
 ) -> QuantizedCompute:
     """The pass times of one dense and one MoE layer with the recipe's GEMMs quantized on
     `low_device` (the FP8/FP4 peak, and its data type's GEMM curve: the measured one of
@@ -398,7 +452,7 @@ def quantized_passes(
     weight cast `weight_share` of a micro-batch's (1/m where Transformer Engine caches FP8
     weights, 1 for torchao). A small quantized GEMM gains little: its HBM time and the fixed
     time per kernel do not speed up with the math (torchao float8 README, H100: FP8 pays only
-    on large shapes)."""
+    on large shapes). With a sliding `window`, also a dense and a MoE layer through it."""
     low_eff = eff
 
     def passes(ops: tuple[OpCost, ...]) -> PassTimes:
@@ -415,8 +469,17 @@ def quantized_passes(
     if q.output_proj:
         head = head_passes(last_stage_ops(shape), q, shape.beta, weight_share, device, low_eff, low_device)
         mtp_head = head_passes(mtp_head_ops(shape), q, shape.beta, weight_share, device, low_eff, low_device)
+    windowed = replace(shape, window=window)
+    window_layer = passes(layer_ops(windowed)) if window else None
+    window_moe = passes(moe_layer_ops(windowed, experts)) if window and experts else None
     return QuantizedCompute(
-        passes(layer_ops(shape)), moe, mtp_projection=projection, head=head, mtp_head=mtp_head
+        passes(layer_ops(shape)),
+        moe,
+        mtp_projection=projection,
+        head=head,
+        mtp_head=mtp_head,
+        window_layer=window_layer,
+        window_moe=window_moe,
     )
 
 

@@ -121,6 +121,7 @@ from planc.perf.ops import (
     output_projection,
     qkv_projection,
     routed_experts,
+    window_keys,
     with_quantized_gemms,
 )
 from planc.perf.paired import MoeLayerParts, paired_exposed
@@ -231,7 +232,9 @@ def quantized_layers(job: Plannable, eff: Efficiency) -> QuantizedCompute | None
     if q is None or low is None:
         return None
     share = 1.0 / job.m if q.cached_weights else 1.0
-    return quantized_passes(layer_shape(job), expert_shape(job), device_of(job), eff, low, q, share)
+    return quantized_passes(
+        layer_shape(job), expert_shape(job), device_of(job), eff, low, q, share, job.model.window
+    )
 
 
 def tp_layer_mix(
@@ -365,8 +368,10 @@ def model_flops(job: Job | Plannable) -> float:
     in MoE layers the k routed experts, the shared experts and the router in place of the dense
     MLP (the active parameters). Each of the D multi-token prediction modules adds a layer
     shaped like the last, its eh_proj 2·s·2h·h and a pass of the LM head (Megatron-LM
-    num_floating_point_operations counts them so). The layout does not enter: the whole layer's
-    dims (t = c = 1)."""
+    num_floating_point_operations counts them so). A layer attending through a sliding window of
+    w tokens counts twice its band, 2·s·(2w − w²/s)·n·(k + v) (`planc.perf.ops.window_keys`,
+    no causal discount as above). The layout does not enter: the whole layer's dims
+    (t = c = 1)."""
     mod, tr = job.model, job.training
     whole = op_shape(mod, rank_dims(mod, s=tr.s, b=tr.b), 2, flash=False)
     gamma = 3 if mod.mlp == "swiglu" else 2
@@ -375,6 +380,9 @@ def model_flops(job: Job | Plannable) -> float:
     head = 2.0 * tr.s * mod.h * mod.V
     total = (mod.L + mod.mtp) * (2.0 * tr.s * weights + core)
     total += mod.mtp * (2.0 * tr.s * 2 * mod.h * mod.h + head)
+    if mod.window:
+        band = 2.0 * tr.s * 2 * window_keys(tr.s, mod.window) * mod.n * (whole.k + whole.value_channels)
+        total -= mod.window_layers_between(0, mod.L) * (core - band)
     moe = mod.moe
     if moe is not None:
         # A MoE layer's tokens pass through k routed experts and the shared ones instead of the
@@ -1349,14 +1357,22 @@ def stage_chunk_times(job: Plannable, eff: Efficiency, r: int) -> tuple[ChunkTim
         quantized_compute(job, r, quantized_layers(job, eff)),
         job.training.recompute_modules,
         job.mtp_modules(r),
+        job.chunk_window_layers(r),
+        job.model.window,
     )
 
 
 # What `chunk_times` reads of one stage beyond the job's layer shape: its chunks' layers, whether
 # it is the first and the last stage, its chunks' MoE layers, its quantized compute and its
-# multi-token prediction modules.
+# multi-token prediction modules and its chunks' windowed layers.
 _StageShape = tuple[
-    tuple[int, ...], bool, bool, tuple[int, ...], QuantizedCompute | None, tuple[int, int]
+    tuple[int, ...],
+    bool,
+    bool,
+    tuple[int, ...],
+    QuantizedCompute | None,
+    tuple[int, int],
+    tuple[tuple[int, int], ...],
 ]
 
 
@@ -1372,7 +1388,7 @@ def stage_times(job: Plannable, eff: Efficiency) -> tuple[StageTimes, ...]:
     for r in range(lay.p):
         layers, first, last = lay.chunk_layers(r), r == 0, r == lay.last_stage
         moe, quantized = job.chunk_moe_layers(r), quantized_compute(job, r, low)
-        key = (layers, first, last, moe, quantized, job.mtp_modules(r))
+        key = (layers, first, last, moe, quantized, job.mtp_modules(r), job.chunk_window_layers(r))
         if key not in priced:
             chunks = stage_chunk_times(job, eff, r)
             priced[key] = StageTimes(

@@ -148,6 +148,7 @@ class OpShape:
     # Megatron-Core's fused QKV output split into Transformer Engine's attention (qkv_split)
     te_split: bool = False
     t: int = 1  # tensor-parallel degree (the column-parallel projections' split of h)
+    window: int = 0  # sliding-window attention: keys per query of a windowed layer (0: full)
 
     @property
     def queries(self) -> int:
@@ -449,6 +450,22 @@ def _score_elements(shape: OpShape) -> float:
     return shape.b * shape.heads * shape.queries * shape.s
 
 
+def window_keys(s: int, w: int) -> float:
+    """w − w²/(2s): the keys per query a causal sliding window of w tokens leaves on average
+    over s positions (the band of the causal triangle, s²/2 − (s − w)²/2 = s·w − w²/2 scores;
+    s/2, the causal triangle's, when w ≥ s)."""
+    return s / 2 if w >= s else w - w * w / (2 * s)
+
+
+def _executed_scores(shape: OpShape) -> float:
+    """The score elements a fused kernel computes on one rank: all of b·(n/t)·(s/c)·s
+    without a mask, the causal half, or the sliding window's band (`window_keys`; a
+    load-balanced context-parallel rank holds 1/c of it)."""
+    if shape.window and shape.causal:
+        return shape.b * shape.heads * shape.queries * window_keys(shape.s, shape.window)
+    return _score_elements(shape) * (0.5 if shape.causal else 1.0)
+
+
 def attention_scores(shape: OpShape) -> OpCost:
     """QKᵀ: (n/t)·b batched [s/c, k]·[k, s] matmuls (eager attention).
 
@@ -518,11 +535,13 @@ def flash_attention(shape: OpShape) -> OpCost:
     native in the kernel), n/t where they were repeated before it (`OpShape.core_kv_heads`).
     Dropout, if any, runs inside the kernel. A causal kernel skips the
     blocks above the diagonal: it executes half of these FLOPs (the FLOPs returned here are
-    the executed ones; model FLOPs for MFU are counted without the discount elsewhere).
+    the executed ones; model FLOPs for MFU are counted without the discount elsewhere). A
+    sliding window of w tokens (Transformer Engine window_size (w − 1, 0)) leaves the band of
+    s·w − w²/2 scores per head (`window_keys`); its GEMM shape then has w keys.
     Latent attention: QKᵀ over k = d_h + d_h^R channels and PV over v_head_dim, so forward
     2·b·(n/t)·(s/c)·s·(k + v) FLOPs; Q and K of k channels, V and O of v.
     """
-    scores = _score_elements(shape) * (0.5 if shape.causal else 1.0)
+    scores = _executed_scores(shape)
     dv = shape.value_channels
     q = shape.b * shape.heads * shape.queries * shape.k
     o = shape.b * shape.heads * shape.queries * dv
@@ -531,7 +550,8 @@ def flash_attention(shape: OpShape) -> OpCost:
     flops = 2.0 * scores * (shape.k + dv)
     forward = Work(flops, (q + o + kv) * shape.beta + lse)
     backward = Work(2.5 * flops, (2 * q + 2 * o + 2 * kv) * shape.beta + lse)
-    gshape = GemmShape(shape.queries, shape.s, shape.k, round(shape.b * shape.heads))
+    keys = min(shape.window, shape.s) if shape.window else shape.s
+    gshape = GemmShape(shape.queries, keys, shape.k, round(shape.b * shape.heads))
     return OpCost(
         "flash attention", attention_engine(shape), forward, backward, NOTHING, gshape, True
     )

@@ -27,6 +27,7 @@ MODEL_NAMES: tuple[str, ...] = (
     "mixtral-8x22b",
     "qwen3-30b-a3b",
     "qwen3-235b-a22b",
+    "gpt-oss-120b",
     "deepseek-v3",
     "kimi-k2",
     "llama4-scout-17b-16e",

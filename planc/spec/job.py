@@ -168,6 +168,18 @@ class Model:
     mtp: int = 0  # multi-token prediction modules after the last layer (DeepSeek-V3)
     rope_theta: float = 10000.0  # RoPE base θ (no count depends on it; the frameworks need it)
     rope_scaling: RopeScaling | None = None  # None: unscaled RoPE (or learned positions)
+    window: int = 0  # sliding-window attention: keys per query in a windowed layer (0: none)
+    full_every: int = 0  # with a window: layer i (from 1) full when i % full_every == 0 (0: never)
+    sinks: bool = False  # a learned softmax offset per head (GPT-OSS sinks)
+
+    def is_window_layer(self, i: int) -> bool:
+        """Whether layer `i` (from 0) attends through the sliding window (Megatron-Core
+        is_layer_window_attention: layer_number % window_attn_skip_freq != 0, from 1)."""
+        return self.window > 0 and (self.full_every == 0 or (i + 1) % self.full_every != 0)
+
+    def window_layers_between(self, a: int, b: int) -> int:
+        """The windowed layers among layers a..b−1."""
+        return sum(1 for i in range(a, b) if self.is_window_layer(i))
 
 
 @record
@@ -579,6 +591,9 @@ def _model(spec: Data) -> Model | list[Problem]:
         rope_scaling=_rope_scaling(
             {**base.get("rope_scaling", {}), **_given(spec["model"].get("rope_scaling") or {})}
         ),
+        window=merged.get("sliding_window") or 0,
+        full_every=merged.get("full_attention_every") or 0,
+        sinks=merged.get("attention_sinks") or False,
     )
 
 

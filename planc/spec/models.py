@@ -389,6 +389,24 @@ class ModelSpec(Frozen):
         description="An RMSNorm over each query and key head before attention (Qwen3 q_norm and "
         "k_norm): 2·k more weights per layer. Default: false.",
     )
+    sliding_window: Dim | None = Field(
+        None,
+        description="Sliding-window attention: the tokens each query of a windowed layer "
+        "attends to, itself included (Hugging Face sliding_window; Megatron --window-size w−1 "
+        "0). Priced as the score blocks the window leaves (attention FLOPs); the rest of the "
+        "layer is unchanged. Default: none, full causal attention in every layer.",
+    )
+    full_attention_every: Dim | None = Field(
+        None,
+        description="With sliding_window: layer i (counting from 1) attends to the whole "
+        "sequence when i is a multiple of this (Megatron --window-attn-skip-freq; GPT-OSS 2, "
+        "its sliding and full layers alternating). Default: every layer windowed.",
+    )
+    attention_sinks: StrictBool | None = Field(
+        None,
+        description="A learned softmax offset per attention head (GPT-OSS sinks; Megatron "
+        "softmax_type learnable): n weights per layer, split over t. Default: false.",
+    )
     moe: MoESpec | None = Field(
         None,
         description="Mixture of experts; null: a dense model. Fields left out come from the "

@@ -82,7 +82,11 @@ def stage_expert_parameters(plan: PlanData, stage: int) -> int:
         return 0
     ep, et = plan.expert_degrees["ep"], plan.expert_degrees["tp"]
     matrices = 3 if m["mlp"] == "swiglu" else 2
-    local = moe["experts"] // ep * _mlp(m["hidden"], cdiv(moe["expert_ffn_hidden"], et), matrices)
+    inner = cdiv(moe["expert_ffn_hidden"], et)
+    one = _mlp(m["hidden"], inner, matrices)
+    if m["bias"]:  # fc1's (gate and) up bias and fc2's bias, per expert
+        one += (2 if m["mlp"] == "swiglu" else 1) * inner + m["hidden"]
+    local = moe["experts"] // ep * one
     return int(local) * _routed_layers(plan, stage)
 
 
@@ -115,6 +119,7 @@ def stage_parameters(plan: PlanData, stage: int) -> int:
     matrices = 3 if m["mlp"] == "swiglu" else 2
     norm = (2 if m["norm"] == "layernorm" else 1) * h
     attention = _attention_matrices(m, t) + 2 * norm + (2 * k if m.get("qk_norm") else 0)
+    attention += heads if m.get("attention_sinks") else 0  # a softmax offset per head
     mlp = _mlp(h, ffn, matrices)
     if m["bias"]:
         attention += (heads + 2 * kv) * k + h
@@ -125,8 +130,11 @@ def stage_parameters(plan: PlanData, stage: int) -> int:
     moe = m.get("moe")
     if moe is not None:
         router = h * moe["experts"] + (moe["experts"] if moe["router_bias"] else 0)
+        router += moe["experts"] if m["bias"] else 0  # the gate's own bias
         shared_inner = cdiv(moe["shared_experts"] * moe["shared_expert_ffn_hidden"], t)
         shared = _mlp(h, shared_inner, matrices) if moe["shared_experts"] else 0
+        if m["bias"] and moe["shared_experts"]:
+            shared += (2 if m["mlp"] == "swiglu" else 1) * shared_inner + h
         total += _routed_layers(plan, stage) * (router + shared - mlp)
         total += stage_expert_parameters(plan, stage)
     vocab_slice = m["vocab_padded"] // t * h
