@@ -308,7 +308,7 @@ def test_ignored_fields_are_named_with_the_reason(tmp_path: Path) -> None:
     hf_job(tmp_path, "mistral-7b")
     (note,) = [f for f in findings_of(tmp_path / "spec.yaml") if f.field == "model.hf_config"]
     assert note.severity is Severity.INFO
-    assert "sliding_window 4096 is not modelled" in note.message
+    assert "sliding_window 4096 is not read" in note.message
     config = json.loads((HF / "llama3-8b" / "config.json").read_text())
     read = from_config({**config, "fancy_new_thing": 3, "quantization_config": {"bits": 4}})
     assert not isinstance(read, tuple)

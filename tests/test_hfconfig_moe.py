@@ -8,6 +8,7 @@ The config files under tests/data/hf are transcriptions of the published config.
   qwen3-235b-a22b  https://huggingface.co/Qwen/Qwen3-235B-A22B/blob/main/config.json
   llama4-scout-17b-16e      https://huggingface.co/meta-llama/Llama-4-Scout-17B-16E/blob/main/config.json
   llama4-maverick-17b-128e  https://huggingface.co/meta-llama/Llama-4-Maverick-17B-128E/blob/main/config.json
+  gpt-oss-120b     https://huggingface.co/openai/gpt-oss-120b/blob/main/config.json
 Expected counts are the presets' published ones (tests/test_moe_params.py) and per-tensor
 arithmetic from the config fields written out here; where transformers and torch are
 installed, transformers' own models of the files (meta device) give the same numbers.
@@ -35,6 +36,7 @@ MOE_PRESETS = (
     "deepseek-v3",
     "llama4-scout-17b-16e",
     "llama4-maverick-17b-128e",
+    "gpt-oss-120b",
 )
 
 

@@ -16,10 +16,13 @@ def unmodelled_attention() -> None:
     """hf_config: an attention pattern planc counts as full causal attention.
 
     A sliding window (Mistral's `sliding_window`) or chunked attention (Llama 4's
-    `attention_chunk_size`) attends to fewer tokens than full causal attention; planc counts the
-    full attention in every layer, so attention FLOPs and the step time are over-estimated for
-    sequences longer than the window. Memory is the same with flash attention. Ignore it once
-    you have read it: `rules: {ignore: [PLC066]}`.
+    `attention_chunk_size`) attends to fewer tokens than full causal attention; planc does not
+    read them from these Hugging Face configs (it reads GPT-OSS's sliding_window and
+    layer_types) and counts the full attention in every layer, so
+    attention FLOPs and the step time are over-estimated for sequences longer than the window.
+    Memory is the same with flash attention. A sliding window can be stated:
+    model.sliding_window (with full_attention_every where windowed and full layers alternate,
+    as GPT-OSS's do). Ignore it once you have read it: `rules: {ignore: [PLC066]}`.
     """
 
 

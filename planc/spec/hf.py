@@ -35,6 +35,11 @@ vision_config is a note) and `llama4_text` (num_local_experts, num_experts_per_t
 intermediate_size per expert and for the one shared expert, intermediate_size_mlp as the dense
 layers' ffn_hidden, moe_layers or interleave_moe_layer_step s as layers s − 1, 2s − 1, ...; the
 weightless L2 QK-norm and the NoPE layers hold no parameter, attention chunking is a note).
+`gpt_oss` (num_local_experts, experts_per_token, intermediate_size per expert in every layer;
+attention_bias on by default, which puts biases on the router and every expert too, as
+Megatron-Core's add_bias_linear; sliding_window as model.sliding_window on its layer_types'
+sliding_attention layers, the alternation as full_attention_every; its sinks as
+model.attention_sinks).
 DeepSeek-V3 (`deepseek_v3`, and Kimi K2's `kimi_k2`, the same architecture) reads as a Llama-like config plus `model.mla` (q_lora_rank,
 kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim) and `model.moe` (n_routed_experts,
 num_experts_per_tok, moe_intermediate_size, n_shared_experts, first_k_dense_replace,
@@ -198,9 +203,10 @@ def _sliding_window(config: Mapping[str, Any], label: str, enabled: bool) -> lis
         return []
     return [
         _info(
-            f"{label}: sliding_window {window} is not modelled: planc counts full causal "
+            f"{label}: sliding_window {window} is not read: planc counts full causal "
             "attention, so attention FLOPs (and the step time) are over-estimated for sequences "
-            "longer than the window; memory is the same with flash attention",
+            "longer than the window; memory is the same with flash attention. State it as "
+            f"model.sliding_window: {window} to have it priced",
             UNMODELLED_ATTENTION,
         )
     ]
@@ -237,6 +243,21 @@ def _qwen3(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, li
     notes = _unmodelled("qwen3", [("attention_bias", _attention_bias(dims) if attention else 0)])
     notes += _sliding_window(config, "qwen3", bool(config.get("use_sliding_window", False)))
     return False, notes
+
+
+def _gpt_oss(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, list[Note]]:
+    """GptOssConfig: attention_bias (q, k, v, o; on by default) and, as Megatron-Core builds it
+    (add_bias_linear), the router's and every expert's biases; its clamped SwiGLU (swiglu_limit)
+    costs as swiglu."""
+    bias = config.get("attention_bias", True)
+    notes = [
+        _info(
+            "gpt_oss: the clamped SwiGLU (swiglu_limit, alpha 1.702) is counted as swiglu: the "
+            "same matrices and FLOPs",
+            APPROXIMATED,
+        )
+    ]
+    return bool(bias), notes
 
 
 def _mixtral(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, list[Note]]:
@@ -537,6 +558,49 @@ def mixtral_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
     return moe if isinstance(moe, list) else {"moe": moe}
 
 
+# GptOssConfig: num_local_experts of intermediate_size each (experts_per_token, as its
+# config.json spells the top-k, is num_experts_per_tok), in every layer.
+_GPT_OSS_MOE = (
+    ("experts", "num_local_experts", 128),
+    ("top_k", "num_experts_per_tok", 4),
+    ("expert_ffn_hidden", "intermediate_size", 2880),
+)
+
+
+def gpt_oss_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
+    """model.moe, the sliding window and the sinks of a GPT-OSS config: experts in every layer,
+    the router with a bias (GptOssTopKRouter), per-head sinks (GptOssAttention.sinks), and
+    layer_types' sliding_attention layers windowed by sliding_window: full_attention_every N
+    where exactly the layers i with (i + 1) % N == 0 are full (Megatron's
+    window_attn_skip_freq)."""
+    moe = _read_integers(config, _GPT_OSS_MOE, "GPT-OSS")
+    window = _integer(config, "sliding_window", 128, "GPT-OSS")
+    errors = [item for item in (window,) if isinstance(item, Note)]
+    if isinstance(moe, list) or errors:
+        return [*(moe if isinstance(moe, list) else []), *errors]
+    assert isinstance(window, int)
+    L = config.get("num_hidden_layers", 36)
+    kinds = config.get("layer_types") or [
+        "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(L)
+    ]
+    full = [i for i, kind in enumerate(kinds) if kind == "full_attention"]
+    every = next(
+        (n for n in range(1, len(kinds) + 1) if full == [i for i in range(len(kinds)) if (i + 1) % n == 0]),
+        None,
+    )
+    if full and every is None:
+        return [
+            _error(
+                f"layer_types in the config puts full attention on layers {full}, which no "
+                "full_attention_every gives (layer i full when (i + 1) % N == 0)"
+            )
+        ]
+    fields: dict[str, Any] = {"moe": moe, "sliding_window": window, "attention_sinks": True}
+    if full:
+        fields["full_attention_every"] = every
+    return fields
+
+
 def qwen3_moe_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
     """model.moe of a Qwen3-MoE config: decoder_sparse_step and mlp_only_layers become
     first_dense_layers, layer_frequency and layer_offset where one pattern gives the same
@@ -693,6 +757,26 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
             sections=mixtral_fields,
             aliases=(("num_experts", "num_local_experts"),),
             rope_theta=1_000_000.0,
+        ),
+        "gpt_oss": replace(
+            _llama_like(
+                "GPT-OSS",
+                _gpt_oss,
+                num_key_value_heads=8,
+                head_dim=64,
+                max_position_embeddings=131072,
+                sliding_window=128,
+                layer_types=None,
+                swiglu_limit=7.0,
+                attention_bias=True,
+                initial_context_length=4096,
+                **{key: default for _, key, default in _GPT_OSS_MOE},
+                **dict.fromkeys(_ROUTING),
+            ),
+            sections=gpt_oss_fields,
+            # its config.json spells the top-k experts_per_token (GptOssConfig.attribute_map)
+            aliases=(("experts_per_token", "num_experts_per_tok"),),
+            rope_theta=150_000.0,
         ),
         "qwen3_moe": replace(
             _llama_like(
@@ -1351,7 +1435,8 @@ def from_config(
 
 def _merged_sections(nested: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
     """The config's model.mla / model.moe sections with the fields the spec writes in them
-    laid over (a field left null keeps the config's)."""
+    laid over (a field left null keeps the config's), and the top-level fields an architecture
+    reads beside them."""
     merged = {}
     for key, section in nested.items():
         written = given.get(key)
@@ -1360,7 +1445,8 @@ def _merged_sections(nested: Mapping[str, Any], given: Mapping[str, Any]) -> dic
             if isinstance(written, Mapping)
             else {}
         )
-        merged[key] = {**section, **overlay}
+        # a top-level field (GPT-OSS's sliding_window, sinks) is taken as the config gives it
+        merged[key] = {**section, **overlay} if isinstance(section, Mapping) else section
     return merged
 
 

@@ -325,7 +325,7 @@ class ModelSpec(Frozen):
     ) = Field(
         None,
         description="Path of a Hugging Face config.json (Llama, Mistral, Qwen2, Qwen3, GPT-2, "
-        "GPT-NeoX, DeepSeek-V3), or of a model folder holding one, relative to the spec's folder (to the "
+        "GPT-NeoX, DeepSeek-V3, GPT-OSS), or of a model folder holding one, relative to the spec's folder (to the "
         "working directory for standard input); explicit fields below override its values. "
         "Not with preset.",
     )
