@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_frameworks import MEGATRON_PARSE, _run, megatron_python
 
 from planc.analysis import estimate_step
@@ -339,3 +341,24 @@ def test_the_priced_gemms_are_the_formulas_flops() -> None:
     assert split == 5 * (4 * H * H * (2 * F) / 2 + 2 * H**3)
     _, block = matrix_ns_work(fc1, "blockwise", 5, device, eff)
     assert block == ns_flops(F, H, 5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    preset=st.sampled_from(["llama3-8b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b"]),
+    t=st.sampled_from([1, 2, 4]),
+    ep=st.sampled_from([1, 2, 8]),
+)
+def test_a_layers_matrices_leave_its_vectors_to_adam(preset: str, t: int, ep: int) -> None:
+    """Every Muon matrix has a shape and a count, and a layer's matrices are fewer elements
+    than its parameters: its norms stay Adam's at every tensor-parallel and expert degree."""
+    model = preset_model(preset, 4096)
+    for moe_layer in (False, True) if model.moe is not None else (False,):
+        matrices = layer_matrices(
+            model, t, moe_layer, ep=ep if model.moe and model.moe.E % ep == 0 else 1
+        )
+        assert all(m.rows > 0 and m.cols > 0 and m.count > 0 for m in matrices)
+        whole = sum(m.count * m.local_elements for m in matrices if not m.expert)
+        assert whole < (
+            moe_layer_dense_parameters(model, t) if moe_layer else layer_parameters(model, t)
+        )
