@@ -6,7 +6,8 @@ its quantized GEMM weights (`planc.memory.fp8.quantized_share`), its static memo
 communication ops (`planc.comm.schedule.stage_ops`), its compute times
 (`planc.perf.inputs.stage_times`) and its step inputs (`planc.perf.inputs.build_inputs`) read
 the layers of each chunk, how many of them are MoE layers (`MoE.moe_layers_between`) and how
-many an FP8/FP4 recipe keeps in BF16 (`planc.dims.bf16_ranges`), and whether the stage is the
+many an FP8/FP4 recipe keeps in BF16 (`planc.dims.bf16_ranges`) and how many attend through a
+sliding window (`Plannable.chunk_window_layers`), and whether the stage is the
 first (the embedding, no backward send), the last rank p − 1 (no forward send) or the one that
 holds the last virtual stage (the LM head and loss). Stages alike in all of these (the interior
 stages of an even split: p − 2 of p) have the same parameters, ops, static terms and times, so
@@ -48,8 +49,9 @@ class StageClasses:
 
 def stage_key(job: Plannable, stage: int) -> Hashable:
     """What the per-stage terms read of pipeline rank `stage` (this module's docstring): each
-    chunk's layers, MoE layers and (dense, MoE) layers kept in BF16, and whether it is the
-    first stage, the last rank and the rank holding the LM head."""
+    chunk's layers, MoE layers, (dense, MoE) layers kept in BF16 and (dense, MoE) layers
+    attending through a sliding window, and whether it is the first stage, the last rank and
+    the rank holding the LM head."""
     lay, moe = job.layout, job.model.moe
     q = job.numerics.quantized
     kept = 0 if q is None else q.bf16_layers
@@ -61,7 +63,8 @@ def stage_key(job: Plannable, stage: int) -> Hashable:
             for lo, hi in bf16_ranges(a, b, kept, job.model.L)
         )
         chunks.append((b - a, routed, bf16))
-    return (tuple(chunks), stage == 0, stage == lay.p - 1, stage == lay.last_stage)
+    windowed = job.chunk_window_layers(stage)  # (dense, MoE) sliding-window layers per chunk
+    return (tuple(chunks), stage == 0, stage == lay.p - 1, stage == lay.last_stage, windowed)
 
 
 def stage_classes(job: Plannable, known: StageClasses | None = None) -> StageClasses:

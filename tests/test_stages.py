@@ -150,8 +150,8 @@ def test_classwise_equals_stage_by_stage(name: str, plan: Plannable) -> None:
 
 # Each part of the key (dropped), and a case whose classes need it: the ends of the pipeline
 # (the last rank and the LM head's rank are one but in the V placement), each chunk's layers
-# (an uneven split), its MoE layers (dense layers reaching past the first stage) and its BF16
-# layers under FP8 (more at each end than the first stage holds).
+# (an uneven split), its MoE layers (dense layers reaching past the first stage), its BF16
+# layers under FP8 (more at each end than the first stage holds) and its sliding-window layers.
 WEAKENED = [
     ("first stage", (1,), "llama3-70b-8x8.yaml", None),
     ("last rank and LM head", (2, 3), "llama3-70b-8x8.yaml", None),
@@ -159,6 +159,8 @@ WEAKENED = [
     ("chunk layers", (0,), "llama3-70b-8x8.yaml", {"parallelism": {"stage_layers": [20, 24, 16, 20]}}),
     ("MoE layers", (0, 1), "mixtral-8x7b-64xh100.yaml", {"model": {"moe": {"first_dense_layers": 12}}}),
     ("BF16 layers", (0, 2), "llama3-70b-64xh100-fp8.yaml", {"training": {"fp8": {"first_last_bf16": 3}}}),
+    # GPT-OSS's alternating windowed layers over 4 stages of 9: 5, 4, 5 and 4 windowed
+    ("windowed layers", (4,), "mixtral-8x7b-64xh100.yaml", {"model": {"preset": "gpt-oss-120b"}}),
 ]
 
 

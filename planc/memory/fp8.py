@@ -30,7 +30,6 @@ from planc.memory.engines import Placed, largest_layer
 from planc.memory.params import (
     RankParameters,
     attention_matrix_parameters,
-    local_expert_parameters,
     mlp_parameters,
 )
 from planc.memory.terms import Term, quantized_bytes
@@ -112,14 +111,17 @@ def dense_gemm_parameters(job: Plannable) -> int:
 
 def moe_gemm_parameters(job: Plannable) -> tuple[int, int]:
     """One MoE layer's GEMM weights on one rank: (attention and shared experts over t, the E/EP
-    routed experts over ETP). The router stays 16-bit (Megatron's TopKRouter is no TE Linear)."""
+    routed experts over ETP; no biases). The router stays 16-bit (Megatron's TopKRouter is no TE
+    Linear)."""
     model, lay = job.model, job.layout
     moe = model.moe
     if moe is None:
         return 0, 0
     shared = mlp_parameters(model.h, ceil_div(moe.E_s * moe.f_s, lay.t), model.mlp) if moe.E_s else 0
     dense = attention_matrix_parameters(model, lay.t) + shared
-    return dense, local_expert_parameters(model, lay.ep, lay.et)
+    # the routed experts' matrices, without their biases (GPT-OSS's stay 16-bit)
+    local = moe.E // lay.ep * mlp_parameters(model.h, ceil_div(moe.f_e, lay.et), model.mlp)
+    return dense, local
 
 
 def bf16_layer_ranges(job: Plannable, a: int, b: int) -> tuple[tuple[int, int], ...]:
