@@ -283,6 +283,9 @@ def test_the_2604_fit_runs_follow_the_most_local_experts_rule() -> None:
         assert experts is not None
         local = experts.E // experts.ep
         most[key[1]] = max(most.get(key[1], (0, "")), (local, run.id))
-    assert {recipe: run for recipe, (_, run) in most.items()} == {
+    # BF16 is not fitted (releases.json): its rows are GPT-OSS 120B's, whose gap is no per-expert
+    # time (validation/README.md)
+    assert ("nemo-26.04", "bf16") not in fitted()
+    assert {recipe: run for recipe, (_, run) in most.items() if recipe != "bf16"} == {
         recipe: fitted()[("nemo-26.04", recipe)].fit_run for recipe in ("mxfp8", "current")
     }
