@@ -126,6 +126,18 @@ CASES: tuple[tuple[str, str, dict[str, Any]], ...] = (
         },
     ),
     (
+        "gpt-oss",
+        "GptOssConfig",
+        {
+            **SMALL,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "sliding_window": 8,
+        },
+    ),
+    (
         "qwen3-moe",
         "Qwen3MoeConfig",
         {

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,10 +40,13 @@ from planc.perf.inputs import (
     stage_chunk_times,
 )
 from planc.perf.ops import flash_attention, window_keys
+from planc.spec.hf import from_config
 from planc.spec.job import preset_model
 from planc.verify import verify_text
 
 from conftest import compiled, job_of
+
+HF = Path(__file__).resolve().parent / "data" / "hf"
 
 OSS: dict[str, Any] = {
     "model": {"preset": "gpt-oss-120b"},
@@ -169,3 +173,19 @@ def test_the_plan_records_them_and_verify_counts_the_sinks() -> None:
     lying = json.loads(text)
     del lying["model"]["attention_sinks"]
     assert not verify_text(json.dumps(lying)).ok
+
+
+def test_gpt_oss_configs_read_as_transformers_builds_them() -> None:
+    """GptOssAttention windows a layer only where layer_types says sliding_attention and
+    sliding_window is set; the experts and the router keep biases whatever attention_bias says,
+    which planc's one model.bias cannot state."""
+    config = json.loads((HF / "gpt-oss-120b" / "config.json").read_text("utf-8"))
+    read = from_config(config)
+    assert not isinstance(read, tuple)
+    assert read.fields["sliding_window"] == 128 and read.fields["full_attention_every"] == 2
+    for changed in ({"sliding_window": None}, {"layer_types": ["full_attention"] * 36}):
+        plain = from_config({**config, **changed})
+        assert not isinstance(plain, tuple)
+        assert "sliding_window" not in plain.fields and plain.fields["attention_sinks"] is True
+    refused = from_config({**config, "attention_bias": False})
+    assert isinstance(refused, tuple) and refused[0].severity == "error"

@@ -249,15 +249,25 @@ def _gpt_oss(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, 
     """GptOssConfig: attention_bias (q, k, v, o; on by default) and, as Megatron-Core builds it
     (add_bias_linear), the router's and every expert's biases; its clamped SwiGLU (swiglu_limit)
     costs as swiglu."""
-    bias = config.get("attention_bias", True)
     notes = [
         _info(
-            "gpt_oss: the clamped SwiGLU (swiglu_limit, alpha 1.702) is counted as swiglu: the "
+            "gpt_oss: the clamped SwiGLU (swiglu_limit, swiglu_alpha) is counted as swiglu: the "
             "same matrices and FLOPs",
             APPROXIMATED,
         )
     ]
-    return bool(bias), notes
+    if config.get("attention_bias", True) is not True:
+        # transformers' GptOssExperts and GptOssTopKRouter keep their biases whatever
+        # attention_bias says; planc's model.bias (Megatron's add_bias_linear) is one switch
+        notes.append(
+            _error(
+                "gpt_oss: attention_bias false leaves the router's and experts' biases in "
+                "(transformers' GptOssExperts, GptOssTopKRouter), which planc's one model.bias "
+                "cannot state",
+                "use attention_bias: true, or state the model's fields in the spec",
+            )
+        )
+    return True, notes
 
 
 def _mixtral(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, list[Note]]:
@@ -579,6 +589,8 @@ def gpt_oss_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
     if isinstance(moe, list) or errors:
         return [*(moe if isinstance(moe, list) else []), *errors]
     assert isinstance(window, int)
+    if "sliding_window" in config and config["sliding_window"] is None:
+        window = 0  # GptOssAttention: no window where sliding_window is None
     L = config.get("num_hidden_layers", 36)
     kinds = config.get("layer_types") or [
         "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(L)
@@ -595,9 +607,11 @@ def gpt_oss_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
                 "full_attention_every gives (layer i full when (i + 1) % N == 0)"
             )
         ]
-    fields: dict[str, Any] = {"moe": moe, "sliding_window": window, "attention_sinks": True}
-    if full:
-        fields["full_attention_every"] = every
+    fields: dict[str, Any] = {"moe": moe, "attention_sinks": True}
+    if window and len(full) < len(kinds):
+        fields["sliding_window"] = window
+        if full:
+            fields["full_attention_every"] = every
     return fields
 
 
@@ -768,6 +782,7 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 sliding_window=128,
                 layer_types=None,
                 swiglu_limit=7.0,
+                swiglu_alpha=1.702,
                 attention_bias=True,
                 initial_context_length=4096,
                 **{key: default for _, key, default in _GPT_OSS_MOE},
