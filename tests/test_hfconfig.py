@@ -305,10 +305,16 @@ def test_ignored_fields_are_named_with_the_reason(tmp_path: Path) -> None:
     assert not isinstance(read, tuple) and "rope_scaling" not in read.fields
     (note,) = read.notes
     assert note.severity == "info" and "rope_scaling (linear) is not read" in note.message
-    hf_job(tmp_path, "mistral-7b")
-    (note,) = [f for f in findings_of(tmp_path / "spec.yaml") if f.field == "model.hf_config"]
-    assert note.severity is Severity.INFO
-    assert "sliding_window 4096 is not read" in note.message
+    # Mistral's window is read (every layer windowed); Qwen2's window from max_window_layers on
+    # is not, and says how to state one
+    mistral = hf_job(tmp_path, "mistral-7b").model
+    assert (mistral.window, mistral.full_every) == (4096, 0)
+    assert not [f for f in findings_of(tmp_path / "spec.yaml") if f.field == "model.hf_config"]
+    qwen2 = json.loads((HF / "qwen2.5-7b" / "config.json").read_text())
+    read = from_config({**qwen2, "use_sliding_window": True, "sliding_window": 4096})
+    assert not isinstance(read, tuple) and "sliding_window" not in read.fields
+    (note,) = [n for n in read.notes if n.rule == "PLC066"]
+    assert note.severity == "info" and "sliding_window 4096 is not read" in note.message
     config = json.loads((HF / "llama3-8b" / "config.json").read_text())
     read = from_config({**config, "fancy_new_thing": 3, "quantization_config": {"bits": 4}})
     assert not isinstance(read, tuple)

@@ -21,10 +21,12 @@ HF = ROOT / "tests" / "data" / "hf"
 
 
 def project(tmp_path: Path, rules: dict[str, Any] | None = None, *, extra: str = "") -> Path:
-    """A spec reading Mistral 7B's published config.json, whose sliding_window 4096 planc does
-    not model (PLC066), with a RoPE scaling kind planc does not read added (PLC067)."""
-    config = json.loads((HF / "mistral-7b" / "config.json").read_text("utf-8"))
-    assert config["sliding_window"] == 4096
+    """A spec reading Qwen3 8B's published config.json with its sliding window turned on
+    (use_sliding_window: the layers from max_window_layers on, a pattern planc does not read:
+    PLC066), with a RoPE scaling kind planc does not read added (PLC067)."""
+    config = json.loads((HF / "qwen3-8b" / "config.json").read_text("utf-8"))
+    config["use_sliding_window"] = True
+    config["sliding_window"] = 4096
     config["rope_scaling"] = {"rope_type": "linear", "factor": 2.0}
     (tmp_path / "config.json").write_text(json.dumps(config), "utf-8")
     spec: dict[str, Any] = {

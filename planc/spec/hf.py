@@ -25,6 +25,7 @@ What is read, per architecture (`model_type`):
 | bias | attention_bias and mlp_bias (llama) | true | attention_bias (default true) |
 | dropout | attention_dropout | resid_pdrop | hidden_dropout |
 
+Mistral's sliding_window (4096 by default, every layer) reads as model.sliding_window.
 Mixture-of-experts configs read into `model.moe` too (per-layer routers without bias unless
 said): `mixtral` (num_local_experts, num_experts_per_tok, intermediate_size as one expert's and
 the MLP size; every layer routes); `qwen3_moe` (num_experts, num_experts_per_tok,
@@ -224,8 +225,19 @@ def _llama(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, li
 
 
 def _mistral(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, list[Note]]:
-    """MistralConfig: no biases; sliding_window defaults to 4096 (null turns it off)."""
-    return False, _sliding_window(config, "mistral", True)
+    """MistralConfig: no biases; its sliding window is `window_fields`'."""
+    return False, []
+
+
+def window_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
+    """model.sliding_window of a Mistral config: MistralAttention windows every layer by
+    sliding_window (4096 by default in MistralConfig; null turns it off)."""
+    window = config.get("sliding_window", 4096)
+    if window is None:
+        return {}
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        return [_error(f"sliding_window in the config must be a positive integer or null, got {_shown(window)}")]
+    return {"sliding_window": window}
 
 
 def _qwen2(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, list[Note]]:
@@ -746,8 +758,15 @@ _LLAMA4_NO_PARAMETERS = (
 ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
     {
         "llama": _llama_like("Llama", _llama, max_position_embeddings=2048),
-        "mistral": _llama_like(
-            "Mistral", _mistral, num_key_value_heads=8, max_position_embeddings=4096 * 32
+        "mistral": replace(
+            _llama_like(
+                "Mistral",
+                _mistral,
+                num_key_value_heads=8,
+                max_position_embeddings=4096 * 32,
+                sliding_window=4096,
+            ),
+            sections=window_fields,
         ),
         "qwen2": _llama_like("Qwen2", _qwen2, max_position_embeddings=32768),
         "qwen3": replace(
