@@ -44,7 +44,7 @@ from planc.spec.hf import from_config
 from planc.spec.job import preset_model
 from planc.verify import verify_text
 
-from conftest import compiled, job_of
+from conftest import check_overlay, compiled, job_of, rules_fired
 
 HF = Path(__file__).resolve().parent / "data" / "hf"
 
@@ -189,3 +189,23 @@ def test_gpt_oss_configs_read_as_transformers_builds_them() -> None:
         assert "sliding_window" not in plain.fields and plain.fields["attention_sinks"] is True
     refused = from_config({**config, "attention_bias": False})
     assert isinstance(refused, tuple) and refused[0].severity == "error"
+
+
+def test_context_parallelism_takes_the_window_and_sinks_as_te_does() -> None:
+    """Transformer Engine's attn_forward_func_with_cp: a sliding window with a2a or all_gather
+    only, attention sinks with a2a only (PLC048, Megatron-LM's refusals)."""
+    def fired(model: dict[str, Any], kind: str) -> set[str]:
+        overlay = {
+            **OSS,
+            "model": model,
+            "parallelism": {**OSS["parallelism"], "data": 32, "context": 2, "cp_comm_type": kind},
+        }
+        return rules_fired(check_overlay(overlay, "mixtral-8x7b-64xh100.yaml"))
+
+    oss = {"preset": "gpt-oss-120b"}
+    assert "PLC048" in fired(oss, "p2p")  # window and sinks
+    assert "PLC048" in fired(oss, "allgather")  # sinks
+    assert "PLC048" not in fired(oss, "a2a")
+    windowed = {"preset": "gpt-oss-120b", "attention_sinks": False}
+    assert "PLC048" not in fired(windowed, "allgather")
+    assert "PLC048" in fired(windowed, "p2p")

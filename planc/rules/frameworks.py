@@ -184,6 +184,36 @@ def _megatron_repeated_kv(job: Job) -> Iterator[Violation]:
         )
 
 
+def _megatron_windowed_context(job: Job) -> Iterator[Violation]:
+    """Transformer Engine's context parallelism (dot_product_attention/context_parallel.py
+    attn_forward_func_with_cp, TE 2.14.1 366798ef): "Context parallelism does not support
+    sliding window attention with cp_comm_type" other than a2a and all_gather, and "only
+    supports softmax_type='learnable' with cp_comm_type = 'a2a'", not with FP8 attention."""
+    lay, model, tr = job.layout, job.model, job.training
+    if lay.c == 1:
+        return
+    kind = lay.cp_comm
+    if model.window and kind not in ("a2a", "allgather"):
+        yield Violation(
+            "parallelism.cp_comm_type",
+            f"Transformer Engine's context parallelism runs a sliding window only with the a2a or "
+            f"all_gather exchange ('does not support sliding window attention with "
+            f"cp_comm_type={kind}')",
+            "set parallelism.cp_comm_type: a2a or allgather",
+            ("model.sliding_window",),
+        )
+    if model.sinks and (kind != "a2a" or tr.fp8_attention is not None):
+        yield Violation(
+            "parallelism.cp_comm_type",
+            "Transformer Engine's context parallelism runs attention sinks (softmax_type "
+            "learnable) only with the a2a exchange and 16-bit attention ('only supports "
+            f"softmax_type with cp_comm_type = a2a'); cp_comm_type is {kind}"
+            + (", with FP8 attention" if tr.fp8_attention is not None else ""),
+            "set parallelism.cp_comm_type: a2a, and leave training.fp8.attention off",
+            ("model.attention_sinks",),
+        )
+
+
 MEGATRON: tuple[Check, ...] = (
     _megatron_parameter_offload,
     _megatron_optimizer_offload,
@@ -191,6 +221,7 @@ MEGATRON: tuple[Check, ...] = (
     _megatron_te_cross_entropy,
     _megatron_recompute_modules,
     _megatron_repeated_kv,
+    _megatron_windowed_context,
 )
 
 # The group sizes DeepEP's legacy Buffer has a dispatch and combine config for
@@ -312,7 +343,9 @@ def megatron_refuses(ctx: Context) -> Iterator[Violation]:
     training.recompute_modules asks for what the model has: mla_up_proj latent attention, moe_act
     experts (TransformerConfig.__post_init__); K/V repeated before flash attention (repeat_kv),
     which Transformer Engine's attention reads grouped (its local attention, attention: eager,
-    repeats them). The expert dispatcher (parallelism.expert_dispatcher):
+    repeats them); context parallelism with a sliding window other than a2a or all_gather, or
+    with attention sinks other than a2a in 16 bits (Transformer Engine's
+    attn_forward_func_with_cp). The expert dispatcher (parallelism.expert_dispatcher):
     not allgather with the combined-1f1b schedule (TransformerConfig); deepep over 2 to 160
     ranks of expert × expert_tensor that DeepEP has a config for, with 8 consecutive ones (or
     the whole group up to 8) in one NVLink domain; a hybridep group that divides into its NVLink
