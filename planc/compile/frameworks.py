@@ -102,11 +102,13 @@ def optimizer_arguments(plan: Plan) -> list[str]:
     (megatron/training/arguments.py: --muon-tp-mode duplicated, --muon-num-ns-steps 5, QKV
     split unless --muon-no-split-qkv). Megatron-Core before 0.18 names the layer-wise
     distributed optimizer dist_muon and refuses Muon with --use-distributed-optimizer
-    (`muon_before_018`); from 0.18 it is muon with --use-distributed-optimizer."""
+    (`planc.comm.schedule.layer_wise_all_reduce`); from 0.18 it is muon with
+    --use-distributed-optimizer."""
     tr = plan.job.training
     if tr.optimizer != "muon":
         return [f"--optimizer {tr.optimizer}"]
-    args = ["--optimizer dist_muon" if muon_before_018(plan) else "--optimizer muon"]
+    before_018 = layer_wise_all_reduce(plan.job)
+    args = ["--optimizer dist_muon" if before_018 else "--optimizer muon"]
     if tr.muon_tp_mode != "duplicated":
         args.append(f"--muon-tp-mode {tr.muon_tp_mode}")
     if tr.muon_ns_steps != 5:
@@ -114,13 +116,6 @@ def optimizer_arguments(plan: Plan) -> list[str]:
     if not tr.muon_split_qkv:
         args.append("--muon-no-split-qkv")
     return args
-
-
-def muon_before_018(plan: Plan) -> bool:
-    """Muon's layer-wise distributed optimizer under a release whose Megatron-Core is older than
-    0.18 (`planc.comm.schedule.layer_wise_all_reduce`): --optimizer dist_muon, no
-    --use-distributed-optimizer."""
-    return layer_wise_all_reduce(plan.job)
 
 
 def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:

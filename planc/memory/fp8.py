@@ -30,6 +30,7 @@ from planc.memory.engines import Placed, largest_layer
 from planc.memory.params import (
     RankParameters,
     attention_matrix_parameters,
+    local_expert_parameters,
     mlp_parameters,
 )
 from planc.memory.terms import Term, quantized_bytes
@@ -120,8 +121,7 @@ def moe_gemm_parameters(job: Plannable) -> tuple[int, int]:
     shared = mlp_parameters(model.h, ceil_div(moe.E_s * moe.f_s, lay.t), model.mlp) if moe.E_s else 0
     dense = attention_matrix_parameters(model, lay.t) + shared
     # the routed experts' matrices, without their biases (GPT-OSS's stay 16-bit)
-    local = moe.E // lay.ep * mlp_parameters(model.h, ceil_div(moe.f_e, lay.et), model.mlp)
-    return dense, local
+    return dense, local_expert_parameters(model, lay.ep, lay.et, biases=False)
 
 
 def bf16_layer_ranges(job: Plannable, a: int, b: int) -> tuple[tuple[int, int], ...]:

@@ -23,12 +23,6 @@ from planc.plannable import Plannable
 from planc.record import record
 from planc.spec.job import Model
 
-SOURCE_MUON_PARAMS = (
-    "Megatron-Core optimizer/muon.py get_megatron_muon_optimizer (2-D weights but the "
-    "embedding and output layer to Muon, the rest to Adam; QKV split into Q, K and V with "
-    "split_qkv) and emerging_optimizers.py _is_muon_excluded"
-)
-
 
 @record
 class Matrix:

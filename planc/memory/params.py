@@ -149,12 +149,14 @@ def expert_parameters(h: int, f_e: int, mlp: str, bias: bool = False) -> int:
     SequentialMLP/GroupedMLP, Hugging Face MixtralBlockSparseTop2MLP, Qwen3MoeMLP), and with
     `bias` (model.bias: Megatron's add_bias_linear reaches the grouped experts, GPT-OSS's
     gate_up_proj_bias and down_proj_bias) fc1's γ'·f_e (2·f_e for SwiGLU) and fc2's h."""
-    return mlp_parameters(h, f_e, mlp) + (mlp_biases(h, f_e, mlp) if bias else 0)
+    return mlp_block_parameters(h, f_e, mlp, bias)
 
 
-def mlp_biases(h: int, f: int, mlp: str) -> int:
-    """An MLP's biases: fc1's γ'·f (gate and up, 2·f, for SwiGLU) and fc2's h."""
-    return (2 if mlp == "swiglu" else 1) * f + h
+def mlp_block_parameters(h: int, f: int, mlp: str, bias: bool) -> int:
+    """An MLP of inner size f (`mlp_parameters`), with `bias` its biases too: fc1's γ'·f (gate
+    and up, 2·f, for SwiGLU) and fc2's h."""
+    biases = (2 if mlp == "swiglu" else 1) * f + h if bias else 0
+    return mlp_parameters(h, f, mlp) + biases
 
 
 def routed_expert_parameters(
@@ -177,10 +179,7 @@ def router_parameters(moe: MoE, h: int, bias: bool = False) -> int:
 def shared_expert_parameters(moe: MoE, h: int, mlp: str, bias: bool = False) -> int:
     """E_s shared experts of one MoE layer, E_s·γ·2·h·f_s (DeepSeekMoE; Megatron SharedExpertMLP,
     one MLP of inner size E_s·f_s split over t like a dense MLP), its biases with `bias`."""
-    if not moe.E_s:
-        return 0
-    inner = moe.E_s * moe.f_s
-    return mlp_parameters(h, inner, mlp) + (mlp_biases(h, inner, mlp) if bias else 0)
+    return mlp_block_parameters(h, moe.E_s * moe.f_s, mlp, bias) if moe.E_s else 0
 
 
 def moe_layer_parameters(model: Model, active: bool = False) -> int:
@@ -217,11 +216,7 @@ def attention_block_parameters(model: Model, t: int = 1) -> int:
 def dense_mlp_parameters(model: Model, t: int = 1) -> int:
     """A dense layer's MLP on one tensor-parallel rank: γ·2·h·⌈f/t⌉, with fc1's bias split
     (2f/t for SwiGLU) and fc2's bias replicated."""
-    f_t = ceil_div(model.f, t)
-    total = mlp_parameters(model.h, f_t, model.mlp)
-    if model.bias:
-        total += (2 if model.mlp == "swiglu" else 1) * f_t + model.h
-    return total
+    return mlp_block_parameters(model.h, ceil_div(model.f, t), model.mlp, model.bias)
 
 
 def layer_parameters(model: Model, t: int = 1) -> int:
@@ -321,16 +316,13 @@ def moe_layer_dense_parameters(model: Model, t: int) -> int:
     moe = model.moe
     if moe is None:
         raise ValueError("the model has no experts")
-    shared = 0
-    if moe.E_s:
-        inner = ceil_div(moe.E_s * moe.f_s, t)
-        shared = mlp_parameters(model.h, inner, model.mlp)
-        shared += mlp_biases(model.h, inner, model.mlp) if model.bias else 0
+    inner = ceil_div(moe.E_s * moe.f_s, t)
+    shared = mlp_block_parameters(model.h, inner, model.mlp, model.bias) if moe.E_s else 0
     router = router_parameters(moe, model.h, model.bias)
     return attention_block_parameters(model, t) + router + shared
 
 
-def local_expert_parameters(model: Model, ep: int, et: int) -> int:
+def local_expert_parameters(model: Model, ep: int, et: int, biases: bool = True) -> int:
     """(E/EP)·γ·2·h·⌈f_e/ETP⌉: the routed experts of one MoE layer on one rank, which holds E/EP
     whole experts (expert parallelism) each split ETP ways on f_e (expert tensor parallelism;
     Megatron-Core moe/README.md, experts.py GroupedMLP/TEGroupedMLP). Their gradients are
@@ -338,7 +330,8 @@ def local_expert_parameters(model: Model, ep: int, et: int) -> int:
     moe = model.moe
     if moe is None:
         raise ValueError("the model has no experts")
-    return moe.E // ep * expert_parameters(model.h, ceil_div(moe.f_e, et), model.mlp, model.bias)
+    bias = biases and model.bias
+    return moe.E // ep * expert_parameters(model.h, ceil_div(moe.f_e, et), model.mlp, bias)
 
 
 def moe_layer_dense_formula(model: Model) -> str:
