@@ -93,8 +93,12 @@ def cudnn_fraction(eff: Efficiency, backward: bool, scores: GemmShape | None) ->
     attention's score matrix per head ([s/c queries × s keys], `ops.flash_attention`):
     `Efficiency.cudnn_by_seq` interpolated linearly in log₂ s at the equivalent square causal
     problem, s = √(queries · keys) (the same executed score tiles per head), clamped to the
-    table's ends; the constant cudnn_forward/backward where the tables measure no lengths."""
+    table's ends (`Efficiency.cudnn_d64_by_seq`, measured at head dimension 64, for a
+    query/key width below 96); the constant cudnn_forward/backward where the tables measure no
+    lengths."""
     constant = eff.cudnn_backward if backward else eff.cudnn_forward
+    if scores is not None and scores.k < D64_BELOW and eff.cudnn_d64_by_seq:
+        return by_seq(eff.cudnn_d64_by_seq, backward, scores, constant)
     return by_seq(eff.cudnn_by_seq, backward, scores, constant)
 
 
@@ -102,9 +106,10 @@ def cudnn_fraction(eff: Efficiency, backward: bool, scores: GemmShape | None) ->
 FP8_ATTENTION = ("cudnn-fp8", "cudnn-mxfp8")
 
 
-# The query/key head dimensions the FP8 attention tables are measured at (efficiency.json:
-# Llama 3.1's 128, DeepSeek-V3's latent 192); an op takes the nearest.
+# The query/key head dimensions the attention tables are measured at (efficiency.json:
+# GPT-OSS's 64, Llama 3.1's 128, DeepSeek-V3's latent 192); an op takes the nearest.
 D192_FROM = (128 + 192) // 2
+D64_BELOW = (64 + 128) // 2
 
 
 def fp8_speedups(
@@ -113,7 +118,8 @@ def fp8_speedups(
     """The FP8 attention kernel `engine`'s speed-ups over cuDNN's 16-bit kernel by sequence
     length (efficiency.json flash_attention.cudnn_fp8_by_seq, cudnn_mxfp8_by_seq), from the
     table measured at the head dimension nearest the op's (`scores.k`, the query/key width:
-    the *_d192_by_seq tables above 160, where the entry has them)."""
+    the *_d192_by_seq tables above 160, where the entry has them; the 128 tables below, where
+    the 16-bit rate they multiply is the head-dimension-64 kernel's)."""
     mx = engine == "cudnn-mxfp8"
     if scores is not None and scores.k > D192_FROM:
         wide = eff.cudnn_mxfp8_d192_by_seq if mx else eff.cudnn_fp8_d192_by_seq

@@ -149,6 +149,10 @@ class OpShape:
     te_split: bool = False
     t: int = 1  # tensor-parallel degree (the column-parallel projections' split of h)
     window: int = 0  # sliding-window attention: keys per query of a windowed layer (0: full)
+    # Megatron-Core's eager PyTorch kernels for features its fused ones do not take:
+    rope_unfused: bool = False  # RoPE with a YaRN scale ≠ 1 (`megatron_unfused_rotary`)
+    glu_clamp: bool = False  # the routed experts' clamped GLU inputs (`expert_glu_clamp`)
+    expert_bias: bool = False  # the routed experts' fc2 biases (`expert_bias_add`)
 
     @property
     def queries(self) -> int:
@@ -203,10 +207,14 @@ def op_shape(
     loss: CrossEntropyFusion = "none",
     cudnn: bool = False,
     te_split: bool = False,
+    megatron: bool = False,
+    fused_mlp: bool = False,
 ) -> OpShape:
     """The per-op view of a rank's `dims` for `model` (β bytes per activation element) with
     the LM loss's kernels `loss`, flash attention on cuDNN's kernel when `cudnn`, Megatron-Core's
-    QKV split into Transformer Engine's attention when `te_split`."""
+    QKV split into Transformer Engine's attention when `te_split`, and Megatron-Core's eager
+    kernels for what its fused ones do not take when `megatron` (`megatron_eager`; its routed
+    experts through Transformer Engine's op fuser when `fused_mlp`)."""
     return OpShape(
         b=dims.b,
         s=dims.s,
@@ -235,7 +243,46 @@ def op_shape(
         repeat_kv=dims.kv_repeated,
         te_split=te_split,
         t=dims.t,
+        **megatron_eager(model, megatron, fused_mlp),
     )
+
+
+def megatron_eager(model: Model, megatron: bool, fused_mlp: bool = False) -> dict[str, bool]:
+    """Which of Megatron-Core's eager paths a Megatron job's layers take (all off for another
+    framework), each forced by the model, not by a choice of the run:
+
+    * rope_unfused: a YaRN attention scale other than 1 (`RopeScaling.concentration`;
+      GPT-OSS's factor 32 without mscale terms gives 1.3466): apply_rotary_pos_emb warns
+      "mscale=… is not supported by TE's fused RoPE. Using unfused implementation."
+      (megatron/core/models/common/embeddings/rope_utils.py, Megatron-Core 0.17.1 2edffadb to
+      0.19). Latent attention applies its RoPE in kernels of its own (`mla_rotary`).
+    * glu_clamp: a clamped GLU in the routed experts (model.glu_clamp):
+      weighted_bias_quick_geglu_impl clamps the two halves of fc1's output and concatenates
+      them in eager PyTorch before the fused activation (fusions/fused_bias_geglu.py).
+    * expert_bias: biased routed experts (model.bias): TEGroupedMLP creates fc2 with
+      skip_bias_add and adds each expert's bias, times the routing probability, in
+      `_apply_bias`, a loop of eager kernels (transformer/moe/experts.py).
+
+    `fused_mlp` (training.fused_grouped_mlp): the experts run through Transformer Engine's
+    operation fuser (GroupedLinear with scale_bias, ScaledClampedQGeGLU; Megatron-Core 0.18+
+    `_make_fused_ops`), so neither expert path is eager. Its CuTe DSL kernel, which also fuses
+    fc1, the GLU and fc2 (MXFP8 on SM100 with every expert dimension a multiple of 256,
+    Transformer Engine fuse_grouped_mlp_ops), is not modelled."""
+    scaling = model.rope_scaling
+    moe = model.moe is not None
+    return {
+        "rope_unfused": megatron
+        and model.mla is None
+        and model.position == "rope"
+        and scaling is not None
+        and abs(scaling.concentration - 1.0) > 1e-12,
+        "glu_clamp": megatron
+        and moe
+        and not fused_mlp
+        and model.glu_clamp > 0
+        and model.mlp == "swiglu",
+        "expert_bias": megatron and moe and not fused_mlp and model.bias,
+    }
 
 
 def gemm(name: str, rows: float, inner: float, cols: float, beta: int) -> OpCost:
@@ -298,6 +345,8 @@ def rotary(shape: OpShape) -> tuple[OpCost, ...]:
         return (mla_rotary(shape),) if shape.rope else ()
     if not shape.rotary:
         return ()
+    if shape.rope_unfused:
+        return (megatron_unfused_rotary(shape),)
     return (eager_rotary(shape) if shape.unfused else fused_rotary(shape),)
 
 
@@ -380,6 +429,26 @@ def eager_rotary(shape: OpShape) -> OpCost:
     elements = shape.tokens * (shape.heads + shape.kv_heads) * shape.k
     per = (2.0 * shape.beta + 16.0) * elements
     return OpCost("rotary (eager)", "vector", Work(3.0 * elements, per), Work(3.0 * elements, per))
+
+
+def megatron_unfused_rotary(shape: OpShape) -> OpCost:
+    """Rotary embedding of the rank's queries and keys through Megatron-Core's unfused path
+    (`OpShape.rope_unfused`): _apply_rotary_pos_emb_bshd, t·cos + rotate_half(t)·sin with
+    rotate_half(x) = cat(−x₂, x₁) and the result concatenated with the (empty) unrotated
+    channels (rope_utils.py, Megatron-Core 0.17.1 2edffadb).
+
+    Elements E: b·s/c rows × (n/t + g/t)·k channels, β bytes each; the [s, k] cos/sin table is
+    negligible beside the heads. Forward, per element: t·cos reads and writes (2β), −x₂ reads
+    and writes half (β), the cat (2β), ·sin (2β), the sum reads two and writes one (3β), the
+    final cat (2β): 12β. Backward, autograd: the two products' gradients (2β each), −x₂'s (β),
+    the chunk's re-concatenation (2β), the sum of the two branches (3β), the empty slice's
+    zero gradient (β) and its sum with the rest (3β): 14β. These are what a TorchDispatchMode
+    counts running Megatron-Core's own function (tests/test_megatron_eager.py). FLOPs: 4 per
+    element each way (two products, a negation, a sum)."""
+    elements = shape.tokens * (shape.heads + shape.kv_heads) * shape.k
+    forward = Work(4.0 * elements, 12.0 * shape.beta * elements)
+    backward = Work(4.0 * elements, 14.0 * shape.beta * elements)
+    return OpCost("rotary (unfused)", "vector", forward, backward)
 
 
 def _norm_cost(name: str, elements: float, kind: str, beta: int) -> OpCost:
@@ -821,13 +890,56 @@ def moe_layer_ops(shape: OpShape, experts: ExpertDims) -> tuple[OpCost, ...]:
 
 
 def routed_experts(shape: OpShape, experts: ExpertDims) -> tuple[OpCost, ...]:
-    """The routed experts of one MoE layer on a rank: fc1, the activation (moe_act) and fc2,
-    all in moe."""
+    """The routed experts of one MoE layer on a rank: fc1, the activation (moe_act, with the
+    clamp of a clamped GLU before it) and fc2 (with its biases after it), all in moe."""
+    clamp = (expert_glu_clamp(shape, experts),) if shape.glu_clamp else ()
+    bias = (expert_bias_add(shape, experts),) if shape.expert_bias else ()
     return (
         _in(expert_up(shape, experts), "moe"),
+        *(_in(op, "moe", "moe_act") for op in clamp),
         _in(expert_activation(shape, experts), "moe", "moe_act"),
         _in(expert_down(shape, experts), "moe"),
+        *(_in(op, "moe") for op in bias),
     )
+
+
+def expert_glu_clamp(shape: OpShape, experts: ExpertDims) -> OpCost:
+    """The clamp of a clamped GLU's inputs (`OpShape.glu_clamp`) as Megatron-Core runs it
+    before its fused activation: fc1's output chunked into its two halves, the gate clamped
+    from above and the linear half on both sides, and the two concatenated again
+    (weighted_bias_quick_geglu_impl, fusions/fused_bias_geglu.py).
+
+    Elements: N = ETP·T·k rows × f_e/ETP per half, β bytes each. Forward: each clamp reads
+    and writes its half (2β + 2β), the cat reads and writes both (4β): 8β per element.
+    Backward, autograd's clamp_backward (FunctionsManual.cpp: where(mask, grad, 0) with the
+    mask built from the input, one byte per element): the two-sided clamp's two comparisons
+    (β + 1 each), their logical and (3), the where (2β + 1); the one-sided clamp's comparison
+    (β + 1) and where (2β + 1); the chunk's re-concatenation (4β): 11β + 8 bytes per element.
+    What a TorchDispatchMode counts running Megatron-Core's own function
+    (tests/test_megatron_eager.py). FLOPs: one comparison per bound."""
+    elements = experts.et * experts.routed * experts.f_e
+    forward = Work(3.0 * elements, 8.0 * shape.beta * elements)
+    backward = Work(3.0 * elements, (11.0 * shape.beta + 8.0) * elements)
+    return OpCost("expert GLU clamp", "vector", forward, backward)
+
+
+def expert_bias_add(shape: OpShape, experts: ExpertDims) -> OpCost:
+    """The routed experts' fc2 biases as Megatron-Core adds them (`OpShape.expert_bias`):
+    per local expert, its rows plus bias × routing probability, then the experts' rows
+    concatenated (TEGroupedMLP._apply_bias; fc2 is built with skip_bias_add, so its GEMM adds
+    none).
+
+    Elements: N = ETP·T·k rows × h, β bytes each (the probabilities in the activations' type:
+    the router's, which GPT-OSS leaves at bf16). Forward: bias × probability writes (β), the
+    sum reads two and writes one (3β), the cat reads and writes (2β): 6β per element.
+    Backward: the probability's and the bias's gradients each multiply the incoming gradient
+    (2β) and reduce it (β), and the split's re-concatenation (2β): 8β per element. What a
+    TorchDispatchMode counts running Megatron-Core's own function (tests/test_megatron_eager.py).
+    FLOPs: 2 forward (a product and a sum), 4 backward."""
+    elements = experts.et * experts.routed * shape.h
+    forward = Work(2.0 * elements, 6.0 * shape.beta * elements)
+    backward = Work(4.0 * elements, 8.0 * shape.beta * elements)
+    return OpCost("expert bias", "vector", forward, backward)
 
 
 # --------------------------------------------------------------------------- the model's ends

@@ -179,6 +179,10 @@ class Efficiency:
     # 128 heads, values of 128); the tables above are at 128 (Llama 3.1's GQA)
     cudnn_fp8_d192_by_seq: tuple[tuple[int, float, float], ...] = ()
     cudnn_mxfp8_d192_by_seq: tuple[tuple[int, float, float], ...] = ()
+    # cuDNN's 16-bit kernel at a query/key head dimension of 64 (GPT-OSS's) by sequence length,
+    # fractions of the matrix peak as cudnn_by_seq's (which is measured at 128); empty: priced
+    # as at 128. FP8 attention at 64 takes the 128 speed-ups above.
+    cudnn_d64_by_seq: tuple[tuple[int, float, float], ...] = ()
     # GEMM curves of other data types where an entry measures them (`gemm_by_dtype`); a data
     # type without one reaches the 16-bit curve's fractions of its own peak.
     gemm_by_dtype: Mapping[DType, GemmCurve] = field(default_factory=lambda: MappingProxyType({}))
@@ -392,6 +396,7 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
             "cudnn_forward",
             "cudnn_backward",
             "cudnn_by_seq",
+            "cudnn_d64_by_seq",
             *SPEEDUP_TABLES,
         ),
     )
@@ -415,6 +420,7 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
         cudnn_forward=_kernel_fraction(flash, "cudnn_forward", "forward", where),
         cudnn_backward=_kernel_fraction(flash, "cudnn_backward", "backward", where),
         cudnn_by_seq=_by_seq(flash, f"{where}.flash_attention"),
+        cudnn_d64_by_seq=_by_seq(flash, f"{where}.flash_attention", "cudnn_d64_by_seq"),
         **{
             key: _by_seq(flash, f"{where}.flash_attention", key, _SPEEDUP)
             for key in SPEEDUP_TABLES
@@ -586,6 +592,7 @@ def to_json(eff: Efficiency, source: str = "") -> dict[str, Any]:
             "cudnn_forward": eff.cudnn_forward,
             "cudnn_backward": eff.cudnn_backward,
             **_seq_json("cudnn_by_seq", eff.cudnn_by_seq),
+            **_seq_json("cudnn_d64_by_seq", eff.cudnn_d64_by_seq),
             **{k: v for key in SPEEDUP_TABLES for k, v in _seq_json(key, getattr(eff, key)).items()},
         },
         "network": {"nvlink": link(eff.nvlink), "network": link(eff.network)},

@@ -214,7 +214,42 @@ def _megatron_windowed_context(job: Job) -> Iterator[Violation]:
         )
 
 
+# The releases whose Megatron-Core has no Transformer Engine op-fuser path for the experts
+# (use_transformer_engine_op_fuser arrived in 0.18: not at 2edffadb, 0.17.1).
+BEFORE_OP_FUSER = frozenset({"nemo-25.11", "nemo-26.04"})
+
+
+def _megatron_fused_grouped_mlp(job: Job) -> Iterator[Violation]:
+    """TEGroupedMLP takes Transformer Engine's op fuser only where _is_fused_impl_supported
+    says so, and asserts it (megatron/core/transformer/moe/experts.py, Megatron-Core 0.19): the
+    experts' tensor-parallel group of one, a gated SwiGLU or quick-GEGLU; Megatron-Core before
+    0.18 has no such path (framework_release nemo-25.11 and nemo-26.04)."""
+    tr, model = job.training, job.model
+    if not tr.fused_grouped_mlp:
+        return
+    problems = []
+    if tr.framework_release in BEFORE_OP_FUSER:
+        problems.append(f"Megatron-Core of {tr.framework_release} has no op-fuser path for them")
+    if model.moe is None:
+        problems.append("the model has no routed experts")
+    elif model.mlp != "swiglu":
+        problems.append(f"its MLP is {model.mlp}, not a GLU")
+    etp = job.layout.etp if job.layout.etp is not None else job.layout.t
+    if etp > 1:
+        problems.append(f"expert_tensor is {etp} ('Tensor parallelism is not supported')")
+    if problems:
+        yield Violation(
+            "training.fused_grouped_mlp",
+            "Megatron-Core runs the experts through Transformer Engine's op fuser only with a "
+            "gated MLP and expert_tensor 1 (TEGroupedMLP._is_fused_impl_supported, asserted): "
+            + "; ".join(problems),
+            "leave fused_grouped_mlp out, or state a release and layout that take it",
+            ("model.moe", "parallelism.expert_tensor", "training.framework_release"),
+        )
+
+
 MEGATRON: tuple[Check, ...] = (
+    _megatron_fused_grouped_mlp,
     _megatron_parameter_offload,
     _megatron_optimizer_offload,
     _megatron_activation_offload,
@@ -345,7 +380,10 @@ def megatron_refuses(ctx: Context) -> Iterator[Violation]:
     which Transformer Engine's attention reads grouped (its local attention, attention: eager,
     repeats them); context parallelism with a sliding window other than a2a or all_gather, or
     with attention sinks other than a2a in 16 bits (Transformer Engine's
-    attn_forward_func_with_cp). The expert dispatcher (parallelism.expert_dispatcher):
+    attn_forward_func_with_cp); training.fused_grouped_mlp (Transformer Engine's op fuser for
+    the experts) before Megatron-Core 0.18, without routed experts or a gated MLP, or with
+    expert_tensor above 1 (TEGroupedMLP asserts _is_fused_impl_supported). The expert
+    dispatcher (parallelism.expert_dispatcher):
     not allgather with the combined-1f1b schedule (TransformerConfig); deepep over 2 to 160
     ranks of expert × expert_tensor that DeepEP has a config for, with 8 consecutive ones (or
     the whole group up to 8) in one NVLink domain; a hybridep group that divides into its NVLink
@@ -912,19 +950,34 @@ def _attention_backend_unused(job: Job) -> Iterator[Violation]:
         )
 
 
+def _fused_grouped_mlp_elsewhere(job: Job) -> Iterator[Violation]:
+    """fused_grouped_mlp is Megatron-Core's (use_transformer_engine_op_fuser): DeepSpeed's and
+    torchtitan's experts run their own kernels."""
+    tr = job.training
+    if tr.fused_grouped_mlp:
+        yield Violation(
+            "training.fused_grouped_mlp",
+            f"fused_grouped_mlp is Megatron-Core's Transformer Engine op-fuser path: "
+            f"{NAMES[tr.framework]} runs its own expert kernels",
+            "leave fused_grouped_mlp out, or training.framework: megatron",
+            ("training.framework",),
+        )
+
+
 COMMON: tuple[Check, ...] = (
     _megatron_loss_elsewhere,
     _attention_backend_unused,
     _recompute_modules_unused,
 )
 OTHERWISE: dict[str, tuple[Check, ...]] = {
-    "megatron": (_per_op_checkpointing, *COMMON),
+    "megatron": (_per_op_checkpointing, *COMMON),  # _fused_grouped_mlp_elsewhere: PLC048's
     "deepspeed": (
         _deepspeed_offload_stage,
         _deepspeed_shard_group,
         _per_op_checkpointing,
         _gradient_accumulation_fusion,
         _activation_offload_elsewhere,
+        _fused_grouped_mlp_elsewhere,
         *COMMON,
     ),
     "fsdp2": (
@@ -933,6 +986,7 @@ OTHERWISE: dict[str, tuple[Check, ...]] = {
         _gradient_accumulation_fusion,
         _activation_offload_elsewhere,
         _async_tp_needs_compile,
+        _fused_grouped_mlp_elsewhere,
         *COMMON,
     ),
 }
@@ -954,7 +1008,8 @@ def framework_runs_otherwise(ctx: Context) -> Iterator[Violation]:
     which eager attention and unfused kernels do not run; recompute_modules is Megatron-LM's
     --recompute-modules, read only with recompute selective and by no other framework;
     offload.activations is Megatron-Core's --cpu-offloading-num-layers, which DeepSpeed and
-    torchtitan do not run; overlap_tp under torchtitan is async TP, a torch.compile pass it
+    torchtitan do not run; fused_grouped_mlp is Megatron-Core's op-fuser path for the experts,
+    which DeepSpeed and torchtitan do not have; overlap_tp under torchtitan is async TP, a torch.compile pass it
     refuses with eager kernels (compile.enable_async_tensor_parallel). Memory,
     traffic and time would not be what planc planned.
 

@@ -263,8 +263,8 @@ def _gpt_oss(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, 
     costs as swiglu."""
     notes = [
         _info(
-            "gpt_oss: the clamped SwiGLU (swiglu_limit, swiglu_alpha) is counted as swiglu: the "
-            "same matrices and FLOPs",
+            "gpt_oss: the clamped SwiGLU (swiglu_alpha) is counted as swiglu: the same "
+            "matrices and FLOPs; its clamp swiglu_limit is model.glu_clamp",
             APPROXIMATED,
         )
     ]
@@ -620,6 +620,9 @@ def gpt_oss_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
             )
         ]
     fields: dict[str, Any] = {"moe": moe, "attention_sinks": True}
+    limit = config.get("swiglu_limit", 7.0)
+    if isinstance(limit, int | float) and not isinstance(limit, bool) and limit > 0:
+        fields["glu_clamp"] = float(limit)  # GptOssExperts clamps gate and up to ±limit
     if window and len(full) < len(kinds):
         fields["sliding_window"] = window
         if full:

@@ -6,6 +6,7 @@ check, compile and verify stages. Nothing here fills itself in later.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -142,6 +143,21 @@ class RopeScaling:
     low_freq_factor: float = 1.0  # llama3
     high_freq_factor: float = 4.0  # llama3
 
+    @property
+    def concentration(self) -> float:
+        """YaRN's attention scale on the rotated queries and keys (Peng et al. 2023 §3.4,
+        √(1/t) = 0.1·ln s + 1, with DeepSeek's mscale terms): m(s, mscale) / m(s, mscale_all_dim),
+        m(s, μ) = 0.1·μ·ln s + 1 (1 where s ≤ 1), as Megatron-Core's
+        _yarn_get_concentration_factor computes it; 1 for llama3 scaling, which scales no
+        attention."""
+        if self.kind != "yarn":
+            return 1.0
+
+        def m(mu: float) -> float:
+            return 1.0 if self.factor <= 1 else 0.1 * mu * math.log(self.factor) + 1.0
+
+        return m(self.mscale) / m(self.mscale_all_dim)
+
 
 @record
 class Model:
@@ -171,6 +187,7 @@ class Model:
     window: int = 0  # sliding-window attention: keys per query in a windowed layer (0: none)
     full_every: int = 0  # with a window: layer i (from 1) full when i % full_every == 0 (0: never)
     sinks: bool = False  # a learned softmax offset per head (GPT-OSS sinks)
+    glu_clamp: float = 0.0  # a gated MLP's inputs clamped to ±this before the activation (0: none)
 
     def is_window_layer(self, i: int) -> bool:
         """Whether layer `i` (from 0) attends through the sliding window (Megatron-Core
@@ -326,6 +343,7 @@ class Training:
     cross_entropy_fusion: CrossEntropyFusion = "none"  # training.cross_entropy_fusion as written
     attention_backend: AttentionBackend = "auto"  # Megatron's --attention-backend (flash attention)
     repeat_kv: bool = False  # K/V repeated to every query head before the attention kernel
+    fused_grouped_mlp: bool = False  # routed experts through TE's op fuser (Megatron-Core 0.18+)
     framework: Framework = "megatron"  # megatron | deepspeed | fsdp2 (megatron-fsdp: megatron)
     framework_release: FrameworkRelease = "latest"  # the software release (per-expert host time)
     # what recompute selective recomputes (Megatron's --recompute-modules); () otherwise
@@ -594,6 +612,7 @@ def _model(spec: Data) -> Model | list[Problem]:
         window=merged.get("sliding_window") or 0,
         full_every=merged.get("full_attention_every") or 0,
         sinks=merged.get("attention_sinks") or False,
+        glu_clamp=float(merged.get("glu_clamp") or 0.0),
     )
 
 
@@ -1185,6 +1204,7 @@ def _training(spec: Data) -> Training:
         cross_entropy_fusion=tr.get("cross_entropy_fusion", "none"),
         attention_backend=tr.get("attention_backend", "auto"),
         repeat_kv=tr.get("repeat_kv", False),
+        fused_grouped_mlp=tr.get("fused_grouped_mlp", False),
         framework=engine(written),
         framework_release=tr.get("framework_release", "latest"),
         recompute_modules=recompute_modules_of(tr["recompute"], tr.get("recompute_modules")),

@@ -236,7 +236,9 @@ class RopeScalingSpec(Frozen):
     beta_slow mark, attention scaled by mscale terms (DeepSeek-V3: factor 40 over 4,096
     positions, beta_fast 32, beta_slow 1, mscale 1, mscale_all_dim 1). llama3 (Llama 3.1): low
     frequencies divided by `factor`, smoothed between low_freq_factor and high_freq_factor.
-    No count, byte or FLOP depends on it; the frameworks need it to train the same model.
+    No count or FLOP depends on it; the frameworks need it to train the same model. Its bytes
+    do under Megatron-Core: a YaRN attention scale other than 1 (mscale over mscale_all_dim)
+    runs RoPE unfused (`planc.perf.ops.megatron_unfused_rotary`).
     """
 
     type: RopeScalingKind = Field(
@@ -378,7 +380,8 @@ class ModelSpec(Frozen):
     rope_scaling: RopeScalingSpec | None = Field(
         None,
         description="RoPE frequency scaling (YaRN, Llama 3.1's), as the model was trained; "
-        "null: none. Changes no count, byte or FLOP.",
+        "null: none. Changes no count or FLOP; under Megatron-Core a YaRN attention scale other "
+        "than 1 runs RoPE unfused.",
     )
     max_seq_len: Dim | None = Field(
         None,
@@ -406,6 +409,14 @@ class ModelSpec(Frozen):
         None,
         description="A learned softmax offset per attention head (GPT-OSS sinks; Megatron "
         "softmax_type learnable): n weights per layer, split over t. Default: false.",
+    )
+    glu_clamp: Annotated[float, _bounded(0.001, 1_000_000)] | None = Field(
+        None,
+        description="A gated MLP's two inputs clamped to this bound before the activation "
+        "(GPT-OSS swiglu_limit 7; Megatron-Core activation_func_clamp_value, which "
+        "Megatron-Bridge sets and Megatron-LM's command line cannot). Changes no count or "
+        "FLOP; under Megatron-Core the routed experts' clamp and re-concatenation run as eager "
+        "PyTorch kernels before the fused activation, which the step time prices. Default: none.",
     )
     moe: MoESpec | None = Field(
         None,
@@ -960,6 +971,15 @@ class TrainingSpec(Frozen):
         "FusedAttention (NVTE_FLASH_ATTN=0). On an H100 cuDNN runs about 1.6 times as fast as "
         "FlashAttention-2 (planc/presets/efficiency.json). With kernels unfused or compiled "
         "attention is PyTorch's SDPA.",
+    )
+    fused_grouped_mlp: StrictBool = Field(
+        False,
+        description="Megatron-Core runs the routed experts through Transformer Engine's "
+        "operation fuser (use_transformer_engine_op_fuser, Megatron-Core 0.18 and later; "
+        "Megatron-Bridge's cutedsl_fused_grouped_mlp, which also sets "
+        "NVTE_CUTEDSL_FUSED_GROUPED_MLP): a clamped GLU and the experts' probability-scaled fc2 "
+        "biases run inside Transformer Engine's ops, not as Megatron-Core's eager kernels. "
+        "Megatron-LM's command line has no flag for it. false: TEGroupedMLP's own path.",
     )
     efficiency: Annotated[float, _bounded(0.01, 1.0)] | None = Field(
         None,
