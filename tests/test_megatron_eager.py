@@ -29,6 +29,7 @@ import pytest
 from test_frameworks import _run, megatron_python
 from test_sliding_window import OSS
 
+from planc.compile.frameworks import megatron_files
 from planc.dims import ExpertDims
 from planc.perf.compute import work_time_s
 from planc.perf.inputs import device_of, efficiency_of, layer_shape
@@ -45,7 +46,7 @@ from planc.presets.efficiency import for_gpu
 from planc.spec.hf import from_config
 from planc.spec.job import preset_model
 
-from conftest import check_overlay, job_of, rules_fired
+from conftest import check_overlay, compiled, job_of, rules_fired
 
 HF = Path(__file__).resolve().parent / "data" / "hf"
 
@@ -312,3 +313,14 @@ def test_megatron_refuses_the_op_fuser_where_it_asserts() -> None:
     dense = {"training": {"fused_grouped_mlp": True}}  # Llama 3 8B: no routed experts
     assert "PLC048" in rules_fired(check_overlay(dense))
     assert "PLC051" in fired(training={"framework": "fsdp2"})
+
+
+def test_megatron_files_say_what_the_command_line_cannot() -> None:
+    """The clamp and the op fuser are TransformerConfig fields Megatron-LM's parser has no flag
+    for: the emitted README says how to set them."""
+    readme = megatron_files(compiled(job_of(_oss("b200", 8, fused_grouped_mlp=True), BASE)))
+    text = readme["megatron/README.md"]
+    assert "activation_func_clamp_value: 7" in text
+    assert "use_transformer_engine_op_fuser" in text and "NVTE_CUTEDSL_FUSED_GROUPED_MLP=1" in text
+    plain = megatron_files(compiled(job_of(_oss("b200", 8), BASE)))["megatron/README.md"]
+    assert "use_transformer_engine_op_fuser" not in plain

@@ -245,7 +245,34 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
     if lay.schedule is ScheduleKind.COMBINED_1F1B:
         # The combined 1F1B schedule is chosen by this flag (Megatron-LM moe_a2a_overlap.md).
         args.append("--overlap-moe-expert-parallel-comm")
+    notes += megatron_config_only_notes(plan)
     return args, notes
+
+
+def megatron_config_only_notes(plan: Plan) -> list[str]:
+    """What the spec states that Megatron-LM's command line cannot (megatron-core 0.19.2
+    arguments.py has no flag for either; Megatron-Bridge's model config sets both): a clamped
+    GLU (TransformerConfig.activation_func_clamp_value) and the experts through Transformer
+    Engine's op fuser (use_transformer_engine_op_fuser, with NVTE_CUTEDSL_FUSED_GROUPED_MLP for
+    its CuTe DSL kernel)."""
+    notes = []
+    clamp = plan.job.model.glu_clamp
+    if clamp:
+        notes.append(
+            f"model.glu_clamp {clamp:g}: Megatron-LM's command line has no flag for "
+            f"TransformerConfig.activation_func_clamp_value; set activation_func_clamp_value: "
+            f"{clamp:g} in the --yaml-cfg model section or Megatron-Bridge's model config (which "
+            "also sets GPT-OSS's quick_gelu activation and glu_linear_offset 1; these arguments "
+            "say --swiglu, which planc prices alike)"
+        )
+    if plan.job.training.fused_grouped_mlp:
+        notes.append(
+            "training.fused_grouped_mlp: Megatron-LM's command line has no flag for "
+            "TransformerConfig.use_transformer_engine_op_fuser; set it true in the --yaml-cfg "
+            "model section or Megatron-Bridge's model config (cutedsl_fused_grouped_mlp), and "
+            "export NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 in every rank's environment"
+        )
+    return notes
 
 
 def megatron_loss_arguments(plan: Plan) -> list[str]:
