@@ -24,6 +24,7 @@ from itertools import pairwise
 
 from planc.dims import ExpertDims, Quantized
 from planc.perf.ops import (
+    D64_BELOW,
     GemmShape,
     OpCost,
     OpShape,
@@ -107,9 +108,9 @@ FP8_ATTENTION = ("cudnn-fp8", "cudnn-mxfp8")
 
 
 # The query/key head dimensions the attention tables are measured at (efficiency.json:
-# GPT-OSS's 64, Llama 3.1's 128, DeepSeek-V3's latent 192); an op takes the nearest.
+# GPT-OSS's 64, `planc.perf.ops.D64_BELOW`; Llama 3.1's 128; DeepSeek-V3's latent 192); an op
+# takes the nearest.
 D192_FROM = (128 + 192) // 2
-D64_BELOW = (64 + 128) // 2
 
 
 def fp8_speedups(
@@ -461,9 +462,10 @@ def quantized_passes(
     on large shapes). With a sliding `window`, also a dense and a MoE layer through it."""
     low_eff = eff
 
-    def passes(ops: tuple[OpCost, ...]) -> PassTimes:
-        quantized = with_quantized_gemms(ops, q, shape.beta, weight_share, shape)
-        return layer_passes(quantized, shape, device, low_eff, low_device)
+    def passes(ops: tuple[OpCost, ...], at: OpShape = shape) -> PassTimes:
+        """`ops` of a layer of shape `at`, quantized."""
+        quantized = with_quantized_gemms(ops, q, at.beta, weight_share, at)
+        return layer_passes(quantized, at, device, low_eff, low_device)
 
     moe = passes(moe_layer_ops(shape, experts)) if experts else None
     # Megatron-Core runs the MTP modules under the FP8 context only (FP4 stays out of them).
@@ -476,8 +478,8 @@ def quantized_passes(
         head = head_passes(last_stage_ops(shape), q, shape.beta, weight_share, device, low_eff, low_device)
         mtp_head = head_passes(mtp_head_ops(shape), q, shape.beta, weight_share, device, low_eff, low_device)
     windowed = replace(shape, window=window)
-    window_layer = passes(layer_ops(windowed)) if window else None
-    window_moe = passes(moe_layer_ops(windowed, experts)) if window and experts else None
+    window_layer = passes(layer_ops(windowed), windowed) if window else None
+    window_moe = passes(moe_layer_ops(windowed, experts), windowed) if window and experts else None
     return QuantizedCompute(
         passes(layer_ops(shape)),
         moe,

@@ -1323,7 +1323,14 @@ def fp8_attention(op: OpCost, shape: OpShape, a: AttentionQuant) -> tuple[OpCost
     - delayed scaling writes O in FP8 and dequantizes it for the caller (one byte read, β
       written per element of O), and its backward writes dQ, dK, dV in FP8 and dequantizes
       them; current scaling and MXFP8 write O and dQKV in 16 bits;
-    - backward, dO cast to FP8 as Q, K, V are.
+    - backward, dO cast to FP8 as Q, K, V are;
+    - under a sliding window, at a query/key head below 96 (`D64_BELOW`), the
+      backward kernel computes the whole causal triangle: cuDNN's FP8 backward at head dimension
+      64 grows with the square of the sequence whatever the window (cudnn-frontend's gpt_oss
+      rows on a GB200: 0.27, 0.86, 3.01, 11.3 and 43.9 ms from 2k to 32k tokens at a 1,024-token
+      window, cuDNN 9.19.1, results/gb200_919_only_cudnn; 0.55 to 91.7 ms at a 128-token window,
+      cuDNN 9.27, results/gpt_oss/gb200/gpt_oss_20260813_110803.csv), where its forward and the
+      16-bit backward grow with the band. Not measured at 128 or above, where the band is priced.
 
     Every kernel belongs to the attention core: selective recompute repeats the forward ones."""
     beta = shape.beta
@@ -1353,8 +1360,34 @@ def fp8_attention(op: OpCost, shape: OpShape, a: AttentionQuant) -> tuple[OpCost
 
     return (
         *(cast(work, NOTHING) for work in forward),
-        kernel,
+        *_windowless_backward(kernel, shape, scale),
         *(cast(NOTHING, work) for work in backward),
+    )
+
+
+# The query/key head widths priced as cuDNN's kernels measured at 64 (GPT-OSS's), the nearest of
+# the measured 64 and 128: its 16-bit rates (`planc.perf.compute.cudnn_fraction`), and its FP8
+# backward, measured to ignore a sliding window (none is published at 128).
+D64_BELOW = (64 + 128) // 2
+
+
+def _windowless_backward(kernel: OpCost, shape: OpShape, scale: float) -> tuple[OpCost, ...]:
+    """The FP8 attention `kernel`, its backward over the whole causal triangle where a windowed
+    layer's runs so (`fp8_attention`; a head below `D64_BELOW`): two ops, the forward over the band and the backward over
+    the triangle, each looked up at its own problem (`scale`: FP8 bytes per 16-bit byte)."""
+    if not shape.window or shape.k >= D64_BELOW:
+        return (kernel,)
+    whole = flash_attention(replace(shape, window=0))
+    backward = Work(whole.backward_data.flops, whole.backward_data.bytes * scale)
+    return (
+        replace(kernel, backward_data=NOTHING),
+        replace(
+            kernel,
+            name=f"{kernel.name} backward, whole triangle",
+            forward=NOTHING,
+            backward_data=backward,
+            shape=whole.shape,
+        ),
     )
 
 
