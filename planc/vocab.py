@@ -218,9 +218,9 @@ Fp8RecipeName = Literal[
 AttentionFp8Name = Literal["delayed", "current", "mxfp8"]
 OptimizerName = Literal["adam", "sgd", "muon"]
 # training.muon.tp_mode: how Muon orthogonalizes a tensor-parallel matrix (Megatron-Core
-# --muon-tp-mode, emerging_optimizers newton_schulz_tp): duplicated gathers the whole momentum on
-# every TP rank, blockwise iterates on each rank's shard alone, distributed splits the iteration
-# over TP with an all-reduce of each Gram matrix.
+# --muon-tp-mode, emerging_optimizers newton_schulz_tp): blockwise (Megatron's default) iterates
+# on each rank's shard alone, duplicated gathers the whole momentum on every TP rank, distributed
+# splits the iteration over TP with an all-reduce of each Gram matrix.
 MuonTpMode = Literal["duplicated", "blockwise", "distributed"]
 Recompute = Literal["none", "selective", "selective-op", "full"]
 # training.recompute_modules: the parts of each layer Megatron-Core's selective recompute

@@ -40,7 +40,7 @@ from planc.memory.params import (
     moe_layer_dense_parameters,
 )
 from planc.perf.inputs import device_of, efficiency_of
-from planc.perf.muon import matrix_ns_work, ns_flops
+from planc.perf.muon import matrix_ns_work, muon_step, ns_flops
 from planc.presets import all_model_presets
 from planc.spec.job import preset_model
 from planc.verify import render, verify_text
@@ -226,7 +226,7 @@ def test_layer_wise_traffic_by_release_and_verify_recounts_it() -> None:
     record = json.loads(text)["training"]["optimizer"]
     assert record == {
         "name": "muon",
-        "tp_mode": "duplicated",
+        "tp_mode": "blockwise",
         "ns_steps": 5,
         "split_qkv": True,
         "layer_wise": True,
@@ -252,7 +252,7 @@ def test_megatron_arguments_follow_the_release() -> None:
             job_of(
                 {
                     "parallelism": {"zero_stage": 1},
-                    **_muon(muon={"tp_mode": "blockwise", "ns_steps": 6, "split_qkv": False}),
+                    **_muon(muon={"tp_mode": "duplicated", "ns_steps": 6, "split_qkv": False}),
                 }
             )
         )
@@ -260,7 +260,7 @@ def test_megatron_arguments_follow_the_release() -> None:
     for flag in (
         "--optimizer muon",
         "--use-distributed-optimizer",
-        "--muon-tp-mode blockwise",
+        "--muon-tp-mode duplicated",
         "--muon-num-ns-steps 6",
         "--muon-no-split-qkv",
     ):
@@ -272,7 +272,7 @@ def test_megatron_parser_takes_the_muon_arguments() -> None:
     arguments: Muon with --use-distributed-optimizer becomes its layer-wise optimizer."""
     python = megatron_python()
     cases = {
-        "layer-wise": {"parallelism": {"zero_stage": 1}, **_muon(muon={"tp_mode": "blockwise"})},
+        "layer-wise": {"parallelism": {"zero_stage": 1}, **_muon(muon={"tp_mode": "distributed"})},
         "replicated": {"parallelism": {"zero_stage": 0}, **_muon(muon={"ns_steps": 6})},
     }
     payload = {}
@@ -289,7 +289,9 @@ def test_megatron_parser_takes_the_muon_arguments() -> None:
     assert wise["optimizer"] == plain["optimizer"] == "muon"
     assert wise["validated_layer_wise"] and not wise["validated_distributed_optimizer"]
     assert not plain["validated_layer_wise"]
-    assert wise["muon_tp_mode"] == "blockwise" and plain["muon_num_ns_steps"] == 6
+    # the spec's tp_mode is what Megatron runs, its default (blockwise) included
+    assert wise["muon_tp_mode"] == "distributed" and plain["muon_tp_mode"] == "blockwise"
+    assert plain["muon_num_ns_steps"] == 6
     assert wise["muon_split_qkv"] and wise["muon_num_ns_steps"] == 5
 
 
@@ -341,6 +343,27 @@ def test_the_priced_gemms_are_the_formulas_flops() -> None:
     assert split == 5 * (4 * H * H * (2 * F) / 2 + 2 * H**3)
     _, block = matrix_ns_work(fc1, "blockwise", 5, device, eff)
     assert block == ns_flops(F, H, 5)
+
+
+def test_distributed_iterates_along_the_unsplit_side() -> None:
+    """emerging_optimizers newton_schulz_tp (NVIDIA-NeMo/Emerging-Optimizers 0001f6e2) in
+    distributed mode transposes by the split dimension, not by size: the Gram matrix is the
+    unsplit side's, so a column-parallel K projection [g·k/t, h] (split rows, 1,024 × 4,096
+    whole over t = 2) iterates on m = h = 4,096, the long side ("wastes compute"). Per step:
+    X·Xᵀ over the 512 local rows, 2·h²·512, A·A, 2·h³, and B·X, 2·h²·512; an all-reduce of the
+    bfloat16 h × h Gram matrix each step and of the fp32 squared norm once."""
+    job = job_of({"parallelism": {"tensor": 2}, **_muon(muon={"tp_mode": "distributed"})})
+    device, eff = device_of(job), efficiency_of(job)
+    k_proj = Matrix("linear_k", 512, H, 0, 2)
+    _, flops = matrix_ns_work(k_proj, "distributed", 5, device, eff)
+    assert flops == 5 * (2 * H * H * 512 + 2 * H**3 + 2 * H * H * 512)
+    assert flops > ns_flops(1024, H, 5)  # more than iterating on the whole matrix
+    exchanges = {
+        (e.collective.value, e.bytes)
+        for e in muon_step(job, 0, device, eff, 1, 1).exchanges
+        if not e.expert
+    }
+    assert ("all_reduce", 2 * H * H) in exchanges and ("all_reduce", 4) in exchanges
 
 
 @settings(max_examples=40, deadline=None)

@@ -99,8 +99,8 @@ def attention_kind_arguments(mod: Model) -> list[str]:
 
 def optimizer_arguments(plan: Plan) -> list[str]:
     """--optimizer, and Muon's options where they are not Megatron's defaults
-    (megatron/training/arguments.py: --muon-tp-mode duplicated, --muon-num-ns-steps 5, QKV
-    split unless --muon-no-split-qkv). Megatron-Core before 0.18 names the layer-wise
+    (megatron/training/arguments.py: --muon-tp-mode blockwise, --muon-num-ns-steps 5, QKV
+    split unless --muon-no-split-qkv; 2edffadb and 0.19 alike). Megatron-Core before 0.18 names the layer-wise
     distributed optimizer dist_muon and refuses Muon with --use-distributed-optimizer
     (`planc.comm.schedule.layer_wise_all_reduce`); from 0.18 it is muon with
     --use-distributed-optimizer."""
@@ -109,7 +109,7 @@ def optimizer_arguments(plan: Plan) -> list[str]:
         return [f"--optimizer {tr.optimizer}"]
     before_018 = layer_wise_all_reduce(plan.job)
     args = ["--optimizer dist_muon" if before_018 else "--optimizer muon"]
-    if tr.muon_tp_mode != "duplicated":
+    if tr.muon_tp_mode != "blockwise":
         args.append(f"--muon-tp-mode {tr.muon_tp_mode}")
     if tr.muon_ns_steps != 5:
         args.append(f"--muon-num-ns-steps {tr.muon_ns_steps}")

@@ -7,18 +7,23 @@ muon_utils newton_schulz, which Megatron-Core's TensorParallelMuon calls):
 
     A = X·Xᵀ (2·m²·n FLOPs),  B = b·A + c·A·A (2·m³),  X ← a·X + B·X (2·m²·n)
 
-so 5·(4·m²·n + 2·m³) FLOPs per matrix at Megatron's default of 5 steps. The matmuls run on the
-fp32 momentum with --muon-fp32-matmul-prec medium (torch's 'medium' float32 matmul precision:
-bfloat16 tensor cores), priced here on the 16-bit GEMM curve with 4-byte operands.
+so 5·(4·m²·n + 2·m³) FLOPs per matrix at Megatron's default of 5 steps. Under
+--muon-fp32-matmul-prec medium (Megatron's default) newton_schulz casts the normalized fp32
+momentum to bfloat16 before the iterations ("Using BF16 I/O kernels"), so the matmuls are
+priced on the 16-bit GEMM curve with 2-byte operands.
 
-Which ranks iterate on what (Megatron-Core --muon-tp-mode, emerging_optimizers
-newton_schulz_tp):
-- duplicated (the default): the momentum's tensor-parallel shards are all-gathered (fp32) and
-  every TP rank iterates on the whole matrix;
-- blockwise: each rank iterates on its own shard, no communication;
-- distributed: the iteration is split over the TP group, whose ranks all-reduce each step's
-  m × m Gram matrix (fp32); planc prices 1/degree of the whole matrix's two m²·n GEMMs and all
-  of A·A on each rank (planc's reading of newton_schulz_tp; not checked against its source).
+Which ranks iterate on what (Megatron-Core --muon-tp-mode; emerging_optimizers
+orthogonalized_optimizers/muon_utils.py newton_schulz_tp, NVIDIA-NeMo/Emerging-Optimizers
+0001f6e2):
+- blockwise (Megatron's default, OptimizerConfig.muon_tp_mode): each rank iterates on its own
+  shard, no communication (TensorParallelMuon passes no partition_dim);
+- duplicated: the momentum's tensor-parallel shards are all-gathered (fp32) and every TP rank
+  iterates on the whole matrix;
+- distributed: the iteration runs on each rank's shard with the split dimension as the Gram
+  matrix's inner one (transposed when the rows are split), so m is the matrix's unsplit side
+  whichever is shorter ("wastes compute" where that is the long one): per step X·Xᵀ over the
+  local n/degree columns, an all-reduce of the m × m Gram matrix (bfloat16, as X is by then),
+  A·A and B·X; one fp32 all-reduce of the squared norm first (distributed_normalize_p2).
 A matrix no group splits (latent attention's down projections, the router) is whole everywhere.
 With zero_stage 1 the layer-wise distributed optimizer hands each data-parallel rank whole
 tensors to update (ping-pong by size, layer_wise_optimizer.py shard_params): planc charges each
@@ -48,6 +53,10 @@ def ns_flops(rows: int, cols: int, steps: int) -> int:
     return steps * (4 * m * m * n + 2 * m**3)
 
 
+# bytes of an operand of the iterations' matmuls: bfloat16 under --muon-fp32-matmul-prec medium
+NS_BYTES = 2
+
+
 def ns_gemms(m: int, n: int, split: int = 1) -> tuple[GemmShape, ...]:
     """One iteration's three matmuls on an m × n momentum (m ≤ n) whose n columns `split`
     ranks share: the Gram X·Xᵀ [m × n/split]·[n/split × m], A·A [m × m]·[m × m] and B·X
@@ -57,21 +66,32 @@ def ns_gemms(m: int, n: int, split: int = 1) -> tuple[GemmShape, ...]:
 
 
 def gemm_work(shape: GemmShape) -> Work:
-    """2·M·N·K FLOPs; fp32 operands read and the product written, 4 bytes each."""
+    """2·M·N·K FLOPs; the operands read and the product written, `NS_BYTES` each."""
     elements = shape.m * shape.k + shape.k * shape.n + shape.m * shape.n
-    return Work(2.0 * shape.m * shape.n * shape.k, float(FP32_BYTES * elements))
+    return Work(2.0 * shape.m * shape.n * shape.k, float(NS_BYTES * elements))
+
+
+def ns_sides(matrix: Matrix, mode: str) -> tuple[int, int, int]:
+    """(m, n, split): the Gram side m, the other side n and the ranks splitting n, as
+    newton_schulz_tp iterates on `matrix` under TP mode `mode`: the local shard's short and
+    long sides (blockwise), the whole matrix's (duplicated), or the unsplit side as m and the
+    split one shared by the group (distributed)."""
+    if mode == "blockwise":
+        return min(matrix.rows, matrix.cols), max(matrix.rows, matrix.cols), 1
+    rows, cols = matrix.whole
+    if mode == "distributed" and matrix.split is not None and matrix.degree > 1:
+        unsplit, split = (cols, rows) if matrix.split == 0 else (rows, cols)
+        return unsplit, split, matrix.degree
+    return min(rows, cols), max(rows, cols), 1
 
 
 def matrix_ns_work(
     matrix: Matrix, mode: str, steps: int, device: Device, eff: Efficiency
 ) -> tuple[float, float]:
     """Seconds and FLOPs of `steps` Newton-Schulz iterations on one `matrix` on one rank under
-    TP mode `mode`: on the whole matrix (duplicated), the local shard (blockwise), or the whole
-    matrix's long side split over its group (distributed)."""
-    rows, cols = matrix.whole if mode != "blockwise" else (matrix.rows, matrix.cols)
-    split = matrix.degree if mode == "distributed" and matrix.split is not None else 1
+    TP mode `mode` (`ns_sides`)."""
     seconds = flops = 0.0
-    for shape in ns_gemms(min(rows, cols), max(rows, cols), split):
+    for shape in ns_gemms(*ns_sides(matrix, mode)):
         work = gemm_work(shape)
         op = OpCost("Muon Newton-Schulz", "matrix", work, Work(0, 0), shape=shape)
         seconds += work_time_s(op, work, device, eff)
@@ -83,7 +103,8 @@ def matrix_ns_work(
 class MuonExchange:
     """A TP exchange Muon's mode needs per step: `calls` collectives over `degree` ranks of
     `bytes` each; under duplicated an all-gather of a matrix's fp32 momentum (`bytes` the
-    gathered matrix), under distributed an all-reduce of an m × m fp32 Gram matrix."""
+    gathered matrix), under distributed an all-reduce of the fp32 squared norm and, per step,
+    of the m × m bfloat16 Gram matrix."""
 
     collective: Collective
     degree: int
@@ -116,7 +137,6 @@ def muon_step(
         share = layers * matrix.count / (expert_shard if matrix.expert else shard)
         time_s, work = matrix_ns_work(matrix, mode, steps, device, eff)
         seconds, flops = seconds + share * time_s, flops + share * work
-        rows, cols = matrix.whole
         if matrix.split is None or matrix.degree == 1 or mode == "blockwise":
             continue
         if mode == "duplicated":
@@ -124,11 +144,10 @@ def muon_step(
             exchanges.append(
                 MuonExchange(Collective.ALL_GATHER, matrix.degree, share, whole, matrix.expert)
             )
-        else:
-            gram = FP32_BYTES * min(rows, cols) ** 2
+            continue
+        m = ns_sides(matrix, mode)[0]
+        for calls, size in ((share, FP32_BYTES), (share * steps, NS_BYTES * m * m)):
             exchanges.append(
-                MuonExchange(
-                    Collective.ALL_REDUCE, matrix.degree, share * steps, gram, matrix.expert
-                )
+                MuonExchange(Collective.ALL_REDUCE, matrix.degree, calls, size, matrix.expert)
             )
     return MuonStep(seconds, flops, tuple(exchanges))

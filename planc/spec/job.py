@@ -376,7 +376,7 @@ class Training:
     megatron_fsdp: bool = False
     # optimizer muon (training.muon): Megatron-Core's --muon-tp-mode, --muon-num-ns-steps and
     # --muon-split-qkv
-    muon_tp_mode: MuonTpMode = "duplicated"
+    muon_tp_mode: MuonTpMode = "blockwise"
     muon_ns_steps: int = 5
     muon_split_qkv: bool = True
     muon_given: bool = False  # the spec has a training.muon section
@@ -1210,7 +1210,7 @@ def _training(spec: Data) -> Training:
         recompute_modules=recompute_modules_of(tr["recompute"], tr.get("recompute_modules")),
         recompute_modules_given=_given_modules(tr.get("recompute_modules")),
         megatron_fsdp=written == MEGATRON_FSDP,
-        muon_tp_mode=muon.get("tp_mode", "duplicated"),
+        muon_tp_mode=muon.get("tp_mode", "blockwise"),
         muon_ns_steps=int(muon.get("ns_steps", 5)),
         muon_split_qkv=bool(muon.get("split_qkv", True)),
         muon_given="muon" in tr and tr["muon"] is not None,

@@ -811,11 +811,12 @@ class MuonSpec(Frozen):
     momentum for every 2-D weight but the embedding and the output layer, Adam for the rest."""
 
     tp_mode: MuonTpMode = Field(
-        "duplicated",
+        "blockwise",
         description="How a tensor-parallel matrix is orthogonalized (Megatron --muon-tp-mode): "
-        "duplicated (all-gather the fp32 momentum over TP, iterate on the whole matrix on every "
-        "TP rank; Megatron's default), blockwise (each rank's shard alone, no communication), "
-        "distributed (the iteration split over TP, an all-reduce of each Gram matrix).",
+        "blockwise (each rank's shard alone, no communication; Megatron's default, "
+        "OptimizerConfig.muon_tp_mode), duplicated (all-gather the fp32 momentum over TP, "
+        "iterate on the whole matrix on every TP rank), distributed (the iteration split over "
+        "TP, an all-reduce of each Gram matrix).",
     )
     ns_steps: Annotated[StrictInt, Field(ge=1, le=100)] = Field(
         5,
