@@ -324,6 +324,54 @@ def expert_rows(
 
 
 @record
+class EagerPaths:
+    """Megatron-Core's eager PyTorch paths a job's layers take where its fused kernels do not
+    take a model's feature (`megatron_eager`); all false for another framework."""
+
+    rope_unfused: bool = False  # RoPE with a YaRN attention scale ≠ 1
+    glu_clamp: bool = False  # the routed experts' clamped GLU inputs
+    expert_bias: bool = False  # the routed experts' fc2 biases, added per expert
+
+
+NO_EAGER = EagerPaths()
+
+
+def megatron_eager(model: Model, megatron: bool, fused_mlp: bool = False) -> EagerPaths:
+    """Which of Megatron-Core's eager paths a Megatron job's layers take, each forced by the
+    model, not by a choice of the run (`planc.perf.ops` prices them):
+
+    * rope_unfused: a YaRN attention scale other than 1 (`RopeScaling.concentration`;
+      GPT-OSS's factor 32 without mscale terms gives 1.3466): apply_rotary_pos_emb warns
+      "mscale=… is not supported by TE's fused RoPE. Using unfused implementation."
+      (megatron/core/models/common/embeddings/rope_utils.py, Megatron-Core 0.17.1 2edffadb to
+      0.19). Latent attention applies its RoPE in kernels of its own (`mla_rotary`).
+    * glu_clamp: a clamped GLU in the routed experts (model.glu_clamp):
+      weighted_bias_quick_geglu_impl clamps the two halves of fc1's output and concatenates
+      them in eager PyTorch before the fused activation (fusions/fused_bias_geglu.py).
+    * expert_bias: biased routed experts (model.bias): TEGroupedMLP creates fc2 with
+      skip_bias_add and adds each expert's bias, times the routing probability, in
+      `_apply_bias`, a loop of eager kernels (transformer/moe/experts.py).
+
+    `fused_mlp` (training.fused_grouped_mlp): the experts run through Transformer Engine's
+    operation fuser (GroupedLinear with scale_bias, ScaledClampedQGeGLU; Megatron-Core 0.18+
+    `_make_fused_ops`), so neither expert path is eager. Its CuTe DSL kernel, which also fuses
+    fc1, the GLU and fc2 (MXFP8 on SM100 with every expert dimension a multiple of 256,
+    Transformer Engine fuse_grouped_mlp_ops), is not modelled."""
+    if not megatron:
+        return NO_EAGER
+    scaling = model.rope_scaling
+    experts = model.moe is not None and not fused_mlp
+    return EagerPaths(
+        rope_unfused=model.mla is None
+        and model.position == "rope"
+        and scaling is not None
+        and abs(scaling.concentration - 1.0) > 1e-12,
+        glu_clamp=experts and model.glu_clamp > 0 and model.mlp == "swiglu",
+        expert_bias=experts and model.bias,
+    )
+
+
+@record
 class RankDims:
     """One rank's share of one transformer layer and one micro-batch: every per-rank size
     memory, the step model and the communication schedule use."""
@@ -348,6 +396,7 @@ class RankDims:
     rope: int = 0  # its per-head RoPE channels d_h^R, the key's shared by all heads
     experts: ExpertDims | None = None  # a MoE layer's share (None: a dense model)
     kv_repeated: bool = False  # K/V repeated to every query head before the core (repeat_kv)
+    eager: EagerPaths = NO_EAGER  # Megatron-Core's eager paths (`megatron_eager`)
 
     @property
     def g_core(self) -> int:
@@ -379,12 +428,14 @@ def rank_dims(
     imbalance: float = 1.0,
     repeat_kv: bool = False,
     sorts_by_expert: bool = False,
+    eager: EagerPaths = NO_EAGER,
 ) -> RankDims:
     """The dims of one rank for sequence `s` and micro-batch `b` under tensor degree `t`,
     context degree `c`, sequence parallelism `sp`, for experts ETP `et`, EP `ep` and the
     dropless imbalance allowance, K/V repeated to every query head before the attention
     kernel (`repeat_kv`), and a dispatcher that sorts the received rows by local expert
-    (`sorts_by_expert`) (with the defaults: the whole layer on one GPU)."""
+    (`sorts_by_expert`), and Megatron-Core's `eager` paths (with the defaults: the whole layer
+    on one GPU)."""
     mla = model.mla
     s_c = ceil_div(s, c)
     s_r = ceil_div(s_c, t) if sp else s_c
@@ -410,6 +461,7 @@ def rank_dims(
         rope=0 if mla is None else mla.qk_rope,
         experts=_expert_dims(model, t, b * s_r, et, ep, imbalance, sorts_by_expert),
         kv_repeated=repeat_kv,
+        eager=eager,
     )
 
 

@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 
-from planc.dims import Numerics, RankDims, numerics, rank_dims
+from planc.dims import Numerics, RankDims, megatron_eager, numerics, rank_dims
 from planc.findings import Violation
 from planc.pipeline.placement import stage_of, virtual_stage
 from planc.pipeline.registry import definition, unmet
@@ -1061,6 +1061,11 @@ def formats_and_dims(job: Job) -> tuple[Numerics, RankDims]:
         imbalance=job.training.expert_imbalance,
         repeat_kv=job.training.repeat_kv,
         sorts_by_expert=sorts_by_local_expert(job),
+        eager=megatron_eager(
+            job.model,
+            job.training.framework in ("megatron", "megatron-fsdp"),
+            job.training.fused_grouped_mlp,
+        ),
     )
 
 

@@ -30,7 +30,8 @@ from test_frameworks import _run, megatron_python
 from test_sliding_window import OSS
 
 from planc.compile.frameworks import megatron_files
-from planc.dims import ExpertDims
+from planc.dims import EagerPaths, ExpertDims, megatron_eager
+from planc.memory.activations import expert_shape, moe_layer_terms, shape_of
 from planc.perf.compute import work_time_s
 from planc.perf.inputs import core_ops, device_of, efficiency_of, layer_shape
 from planc.perf.ops import (
@@ -38,7 +39,6 @@ from planc.perf.ops import (
     expert_bias_add,
     expert_glu_clamp,
     flash_attention,
-    megatron_eager,
     megatron_unfused_rotary,
     moe_layer_ops,
 )
@@ -205,8 +205,8 @@ def test_yarn_scale_is_megatrons(counted: dict[str, Any]) -> None:
 def test_which_models_take_megatrons_eager_paths(preset: str, expected: dict[str, bool]) -> None:
     model = preset_model(preset, 4096)
     assert model is not None
-    assert megatron_eager(model, True) == expected
-    assert not any(megatron_eager(model, False).values())
+    assert megatron_eager(model, True) == EagerPaths(**expected)
+    assert megatron_eager(model, False) == EagerPaths()
 
 
 def _oss(gpu: str, nodes: int, **training: Any) -> dict[str, Any]:
@@ -342,3 +342,21 @@ def test_cudnn_fp8_backward_at_64_computes_the_whole_triangle_under_a_window() -
     wide = replace(windowed, k=128, n=32, g=4)
     kernels = [op for op in core_ops(job, wide) if op.engine == "cudnn-mxfp8"]
     assert [op.backward_data.flops for op in kernels] == [flash_attention(wide).backward_data.flops]
+
+
+def test_the_clamped_copy_is_saved_beside_fc1s_output() -> None:
+    """The clamps keep fc1's output for their backward and the fused activation keeps the
+    clamped copy: one more 2·ε·R·f_e per MoE layer and micro-batch (GPT-OSS on B200 at ep 8,
+    micro-batch 1: R = 4,096 tokens × top 4 = 16,384 rows, f_e = 2,880), none where moe_act is
+    recomputed or the op fuser runs the GLU."""
+
+    def clamp_bytes(**training: Any) -> int:
+        job = job_of(_oss("b200", 8, **training), BASE)
+        recompute = job.training.recompute
+        modules = job.training.recompute_modules
+        terms = moe_layer_terms(shape_of(job), expert_shape(job), recompute, modules)
+        return sum(t.bytes for t in terms if t.name.startswith("expert clamped"))
+
+    assert clamp_bytes() == 2 * 2 * 4096 * 4 * 2880
+    assert clamp_bytes(recompute="selective", recompute_modules=["moe_act"]) == 0
+    assert clamp_bytes(fused_grouped_mlp=True) == 0

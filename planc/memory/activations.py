@@ -866,6 +866,7 @@ def recompute_working_set(
 # bound when not).
 
 MEGATRON_MOE = "Megatron-Core transformer/moe"
+MEGATRON_FUSIONS = "Megatron-Core fusions"
 MOE_ROUTER = (
     f"{MEGATRON_MOE}/router.py TopKRouter and moe_utils.py topk_routing_with_score_function "
     "(top-k indices, fp32 softmax over the top-k; fp32 scores over all E for the load-balancing "
@@ -915,6 +916,7 @@ class ExpertShape:
     q_block: int = 0
     q_scale: int = 0
     q_label: str = ""
+    clamped: bool = False  # Megatron-Core clamps fc1's output in eager PyTorch (a clamped GLU)
 
 
 def _expert_input(y: ExpertShape, elements: int) -> int:
@@ -966,6 +968,7 @@ def expert_shape(job: Plannable) -> ExpertShape:
         q_block=x.q_block,
         q_scale=x.q_scale,
         q_label=x.q_label,
+        clamped=job.dims.eager.glu_clamp,
     )
 
 
@@ -1019,6 +1022,13 @@ def expert_activation_input(y: ExpertShape) -> int:
     """ε·R·f_e/ETP per gated half: the experts' fc1 output (2·ε·R·f_e/ETP for SwiGLU, which the
     fused weighted SwiGLU keeps whole); unfused, the gate projection's output, silu's input."""
     return (2 if y.gated and not y.unfused else 1) * y.e * y.rows * y.f_e
+
+
+def expert_clamped_input(y: ExpertShape) -> int:
+    """2·ε·R·f_e/ETP: a clamped GLU's clamped and re-concatenated copy of the fc1 output, which
+    the fused activation keeps while the clamps keep fc1's output for their own backward
+    (`planc.dims.EagerPaths.glu_clamp`); 0 without the clamp."""
+    return 2 * y.e * y.rows * y.f_e if y.clamped else 0
 
 
 def expert_up_output(y: ExpertShape) -> int:
@@ -1126,6 +1136,14 @@ MOE_LINES: tuple[MoELine, ...] = (
         expert_activation_input,
         lambda y: f"{_gate(y)}·R·f_e/ETP",
         MOE_EXPERTS,
+    ),
+    MoELine(
+        "expert clamped activation input (clamped GLU)",
+        expert_clamped_input,
+        lambda y: f"2·{y.e}·R·f_e/ETP",
+        f"{MEGATRON_FUSIONS}/fused_bias_geglu.py weighted_bias_quick_geglu_impl (the clamps keep "
+        "fc1's output, WeightedQuickGeGLUFunction the clamped copy)",
+        modules=frozenset({"moe", "moe_act"}),
     ),
     MoELine(
         "expert up-projection output (unfused)",

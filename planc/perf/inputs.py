@@ -171,8 +171,6 @@ def layer_shape(job: Plannable) -> OpShape:
         te_split=tr.framework in ("megatron", "megatron-fsdp")
         and tr.attention == "flash"
         and tr.kernels == "fused",
-        megatron=tr.framework in ("megatron", "megatron-fsdp"),
-        fused_mlp=tr.fused_grouped_mlp,
     )
 
 

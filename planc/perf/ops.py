@@ -149,7 +149,8 @@ class OpShape:
     te_split: bool = False
     t: int = 1  # tensor-parallel degree (the column-parallel projections' split of h)
     window: int = 0  # sliding-window attention: keys per query of a windowed layer (0: full)
-    # Megatron-Core's eager PyTorch kernels for features its fused ones do not take:
+    # Megatron-Core's eager PyTorch kernels for features its fused ones do not take
+    # (`planc.dims.megatron_eager`):
     rope_unfused: bool = False  # RoPE with a YaRN scale ≠ 1 (`megatron_unfused_rotary`)
     glu_clamp: bool = False  # the routed experts' clamped GLU inputs (`expert_glu_clamp`)
     expert_bias: bool = False  # the routed experts' fc2 biases (`expert_bias_add`)
@@ -207,14 +208,11 @@ def op_shape(
     loss: CrossEntropyFusion = "none",
     cudnn: bool = False,
     te_split: bool = False,
-    megatron: bool = False,
-    fused_mlp: bool = False,
 ) -> OpShape:
     """The per-op view of a rank's `dims` for `model` (β bytes per activation element) with
     the LM loss's kernels `loss`, flash attention on cuDNN's kernel when `cudnn`, Megatron-Core's
-    QKV split into Transformer Engine's attention when `te_split`, and Megatron-Core's eager
-    kernels for what its fused ones do not take when `megatron` (`megatron_eager`; its routed
-    experts through Transformer Engine's op fuser when `fused_mlp`)."""
+    QKV split into Transformer Engine's attention when `te_split`, and the eager paths of
+    Megatron-Core `dims.eager` names (`planc.dims.megatron_eager`)."""
     return OpShape(
         b=dims.b,
         s=dims.s,
@@ -243,46 +241,10 @@ def op_shape(
         repeat_kv=dims.kv_repeated,
         te_split=te_split,
         t=dims.t,
-        **megatron_eager(model, megatron, fused_mlp),
+        rope_unfused=dims.eager.rope_unfused,
+        glu_clamp=dims.eager.glu_clamp,
+        expert_bias=dims.eager.expert_bias,
     )
-
-
-def megatron_eager(model: Model, megatron: bool, fused_mlp: bool = False) -> dict[str, bool]:
-    """Which of Megatron-Core's eager paths a Megatron job's layers take (all off for another
-    framework), each forced by the model, not by a choice of the run:
-
-    * rope_unfused: a YaRN attention scale other than 1 (`RopeScaling.concentration`;
-      GPT-OSS's factor 32 without mscale terms gives 1.3466): apply_rotary_pos_emb warns
-      "mscale=… is not supported by TE's fused RoPE. Using unfused implementation."
-      (megatron/core/models/common/embeddings/rope_utils.py, Megatron-Core 0.17.1 2edffadb to
-      0.19). Latent attention applies its RoPE in kernels of its own (`mla_rotary`).
-    * glu_clamp: a clamped GLU in the routed experts (model.glu_clamp):
-      weighted_bias_quick_geglu_impl clamps the two halves of fc1's output and concatenates
-      them in eager PyTorch before the fused activation (fusions/fused_bias_geglu.py).
-    * expert_bias: biased routed experts (model.bias): TEGroupedMLP creates fc2 with
-      skip_bias_add and adds each expert's bias, times the routing probability, in
-      `_apply_bias`, a loop of eager kernels (transformer/moe/experts.py).
-
-    `fused_mlp` (training.fused_grouped_mlp): the experts run through Transformer Engine's
-    operation fuser (GroupedLinear with scale_bias, ScaledClampedQGeGLU; Megatron-Core 0.18+
-    `_make_fused_ops`), so neither expert path is eager. Its CuTe DSL kernel, which also fuses
-    fc1, the GLU and fc2 (MXFP8 on SM100 with every expert dimension a multiple of 256,
-    Transformer Engine fuse_grouped_mlp_ops), is not modelled."""
-    scaling = model.rope_scaling
-    moe = model.moe is not None
-    return {
-        "rope_unfused": megatron
-        and model.mla is None
-        and model.position == "rope"
-        and scaling is not None
-        and abs(scaling.concentration - 1.0) > 1e-12,
-        "glu_clamp": megatron
-        and moe
-        and not fused_mlp
-        and model.glu_clamp > 0
-        and model.mlp == "swiglu",
-        "expert_bias": megatron and moe and not fused_mlp and model.bias,
-    }
 
 
 def gemm(name: str, rows: float, inner: float, cols: float, beta: int) -> OpCost:
