@@ -54,14 +54,20 @@ def memory(spec: str, output_format: str) -> None:
 @click.command()
 @click.argument("spec", type=click.Path(allow_dash=True))
 @_TEXT_OR_JSON
+@click.option(
+    "--ops",
+    is_flag=True,
+    help="Also list the step model's ops per kind of layer: FLOPs, bytes and milliseconds of "
+    "each pass on one rank.",
+)
 @beating("planc explain")
-def explain(spec: str, output_format: str) -> None:
+def explain(spec: str, output_format: str, ops: bool) -> None:
     """Summary of SPEC for review: memory, traffic per link, bubble, step time, tokens/s, MFU."""
     from planc.outputs.explain import explain as build
     from planc.outputs.explain import render_text, to_json
 
     analysis, _ = plan_or_exit(spec, output_format, frozenset({"PLC006", "PLC007"}))
-    result = build(analysis)
+    result = build(analysis, ops)
     if output_format == "json":
         import json
 

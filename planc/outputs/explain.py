@@ -14,10 +14,12 @@ from planc.comm.tiers import ring_bandwidth_gbs
 from planc.memory.activations import module_words, offloaded_layers
 from planc.outputs import escape
 from planc.outputs.memory import to_json as memory_json
+from planc.outputs.ops import op_json, op_lines
 from planc.perf.expert_host import tau_e
 from planc.perf.grad_accum import accumulation
 from planc.perf.inputs import build_inputs, efficiency_of, muon_times
 from planc.perf.offload import offloaded_layer_bytes
+from planc.perf.op_table import OpTable, op_table
 from planc.perf.step import Overlap, StepInputs, busiest_stage, overlaps
 from planc.perf.validation import category_of
 from planc.pipeline.registry import definition
@@ -40,12 +42,13 @@ class Explanation:
     analysis: Analysis
     step: StepEstimate
     run: RunEstimate | None = None
+    ops: OpTable | None = None  # the step model's ops per kind of layer (explain --ops)
 
 
-def explain(analysis: Analysis) -> Explanation:
+def explain(analysis: Analysis, ops: bool = False) -> Explanation:
     step = estimate_step(analysis)
     run = estimate_run(analysis, step) if analysis.plan.run.asked else None
-    return Explanation(analysis, step, run)
+    return Explanation(analysis, step, run, op_table(analysis.plan) if ops else None)
 
 
 def _gib(n: int) -> str:
@@ -130,6 +133,8 @@ def render_text(ex: Explanation) -> str:
     ]
     if ex.run is not None:
         lines += ["", *run_lines(ex)]
+    if ex.ops is not None:
+        lines += ["", *op_lines(ex.ops)]
     return "\n".join(lines) + "\n"
 
 
@@ -507,6 +512,7 @@ def to_json(ex: Explanation) -> dict[str, Any]:
             "communication_overlap": _overlap_json(ex),
         },
         **({} if ex.run is None else {"run": run_json(ex.run)}),
+        **({} if ex.ops is None else {"ops": op_json(ex.ops)}),
     }
 
 

@@ -184,6 +184,36 @@ class PassTimes:
         return self.backward_data_s + self.backward_weight_s
 
 
+@record
+class OpTime:
+    """One op's seconds per micro-batch on one rank: forward, data and weight gradients."""
+
+    op: OpCost
+    forward_s: float
+    backward_data_s: float
+    backward_weight_s: float
+
+
+def op_times(
+    ops: Sequence[OpCost], device: Device, eff: Efficiency, quantized: Device | None = None
+) -> tuple[OpTime, ...]:
+    """Each op's pass times: a quantized GEMM (an FP8/FP4 recipe's) runs on the `quantized`
+    device's peak, its weight gradient too unless the recipe keeps that 16-bit."""
+    out = []
+    for op in ops:
+        low = quantized if quantized is not None and op.quantized else device
+        wgrad = device if op.high_precision_wgrad else low
+        out.append(
+            OpTime(
+                op,
+                work_time_s(op, op.forward, low, eff),
+                work_time_s(op, op.backward_data, low, eff, True, op.data_gemm),
+                work_time_s(op, op.backward_weight, wgrad, eff, True, op.weight_gemm),
+            )
+        )
+    return tuple(out)
+
+
 def pass_times(
     ops: Sequence[OpCost],
     device: Device,
@@ -191,19 +221,16 @@ def pass_times(
     quantized: Device | None = None,
     sac: Sequence[float] = (),
 ) -> PassTimes:
-    """Sum of the ops' pass times (kernels on one rank run one after another); a quantized GEMM
-    (an FP8/FP4 recipe's) runs on the `quantized` device's peak, its weight gradient too unless
-    the recipe keeps that 16-bit. `sac`: the share of each op's forward torchtitan's per-op
-    checkpointing recomputes (`planc.perf.sac.recomputed_shares`; none: 0)."""
+    """Sum of the ops' pass times (`op_times`; kernels on one rank run one after another).
+    `sac`: the share of each op's forward torchtitan's per-op checkpointing recomputes
+    (`planc.perf.sac.recomputed_shares`; none: 0)."""
     fwd = bwd_d = bwd_w = core = redo = 0.0
     by_modules: dict[frozenset[str], float] = {}
-    for i, op in enumerate(ops):
-        low = quantized if quantized is not None and op.quantized else device
-        f = work_time_s(op, op.forward, low, eff)
+    for i, timed in enumerate(op_times(ops, device, eff, quantized)):
+        op, f = timed.op, timed.forward_s
         fwd += f
-        bwd_d += work_time_s(op, op.backward_data, low, eff, True, op.data_gemm)
-        wgrad = device if op.high_precision_wgrad else low
-        bwd_w += work_time_s(op, op.backward_weight, wgrad, eff, True, op.weight_gemm)
+        bwd_d += timed.backward_data_s
+        bwd_w += timed.backward_weight_s
         core += f if op.attention_core else 0.0
         redo += f * sac[i] if sac else 0.0
         tags = (op.modules | CORE) if op.attention_core else op.modules

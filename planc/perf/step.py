@@ -462,7 +462,8 @@ def pipeline_step(inputs: StepInputs) -> PipelineStep:
         step_time_s=step,
         pipeline_s=pipeline,
         compute_s=compute,
-        bubble_s=pipeline - compute,
+        # the makespan holds the busiest stage's compute; a difference below 0 is rounding
+        bubble_s=max(0.0, pipeline - compute),
         tp_exposed_s=tp,
         cp_exposed_s=m * inputs.stages[worst].cp_exposed_s,
         ep_exposed_s=m
