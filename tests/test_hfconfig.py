@@ -310,6 +310,16 @@ def test_ignored_fields_are_named_with_the_reason(tmp_path: Path) -> None:
     mistral = hf_job(tmp_path, "mistral-7b").model
     assert (mistral.window, mistral.full_every) == (4096, 0)
     assert not [f for f in findings_of(tmp_path / "spec.yaml") if f.field == "model.hf_config"]
+    # Mixtral's too (MixtralAttention takes config.sliding_window in every layer), none by
+    # default: MixtralConfig's sliding_window is null where Mistral's is 4,096
+    mixtral = json.loads((HF / "mixtral-8x7b" / "config.json").read_text())
+    assert mixtral.get("sliding_window") is None
+    read = from_config(mixtral)
+    assert not isinstance(read, tuple) and "sliding_window" not in read.fields
+    read = from_config({**mixtral, "sliding_window": 4096})
+    assert not isinstance(read, tuple) and read.fields["sliding_window"] == 4096
+    assert not [n for n in read.notes if n.rule == "PLC066"]
+    assert isinstance(from_config({**mixtral, "sliding_window": 0}), tuple)
     qwen2 = json.loads((HF / "qwen2.5-7b" / "config.json").read_text())
     read = from_config({**qwen2, "use_sliding_window": True, "sliding_window": 4096})
     assert not isinstance(read, tuple) and "sliding_window" not in read.fields

@@ -15,10 +15,10 @@ from planc.rules.base import RuleKind, documented
 def unmodelled_attention() -> None:
     """hf_config: an attention pattern planc counts as full causal attention.
 
-    A sliding window from max_window_layers on (Qwen2's and Qwen3's `use_sliding_window`), a
-    Mixtral `sliding_window` or chunked attention (Llama 4's `attention_chunk_size`) attends to
-    fewer tokens than full causal attention; planc does not read these from a Hugging Face
-    config (it reads Mistral's window, every layer, and GPT-OSS's, alternate layers) and counts
+    A sliding window from max_window_layers on (Qwen2's and Qwen3's `use_sliding_window`) or
+    chunked attention (Llama 4's `attention_chunk_size`) attends to fewer tokens than full causal
+    attention; planc does not read these from a Hugging Face config (it reads Mistral's and
+    Mixtral's window, every layer, and GPT-OSS's, alternate layers) and counts
     the full attention in every layer, so attention FLOPs and the step time are over-estimated
     for sequences longer than the window. Memory is the same with flash attention. A sliding
     window can be stated: model.sliding_window (with full_attention_every where windowed and

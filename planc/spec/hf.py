@@ -229,10 +229,11 @@ def _mistral(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, 
     return False, []
 
 
-def window_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
-    """model.sliding_window of a Mistral config: MistralAttention windows every layer by
-    sliding_window (4096 by default in MistralConfig; null turns it off)."""
-    window = config.get("sliding_window", 4096)
+def window_fields(config: Mapping[str, Any], default: int | None = 4096) -> dict[str, Any] | list[Note]:
+    """model.sliding_window of a Mistral or Mixtral config: MistralAttention and
+    MixtralAttention window every layer by sliding_window (`default` where the config leaves it
+    out: 4096 in MistralConfig, none in MixtralConfig; null turns it off)."""
+    window = config.get("sliding_window", default)
     if window is None:
         return {}
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
@@ -283,8 +284,8 @@ def _gpt_oss(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, 
 
 
 def _mixtral(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, list[Note]]:
-    """Mixtral: no biases; sliding_window off by default (null)."""
-    return False, _sliding_window(config, "mixtral", config.get("sliding_window") is not None)
+    """Mixtral: no biases; its sliding window (off by default, null) is `mixtral_fields`'."""
+    return False, []
 
 
 def _llama4(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, list[Note]]:
@@ -575,9 +576,14 @@ _ROUTING = ("router_aux_loss_coef", "router_jitter_noise", "output_router_logits
 
 def mixtral_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
     """model.moe of a Mixtral config: experts in every layer, no shared expert, a router
-    without bias (MixtralSparseMoeBlock)."""
+    without bias (MixtralSparseMoeBlock); and its sliding window, every layer's where set
+    (`window_fields`)."""
     moe = _read_integers(config, _MIXTRAL_MOE, "Mixtral")
-    return moe if isinstance(moe, list) else {"moe": moe}
+    window = window_fields(config, None)
+    errors = [*(moe if isinstance(moe, list) else []), *(window if isinstance(window, list) else [])]
+    if errors or isinstance(moe, list) or isinstance(window, list):
+        return errors
+    return {"moe": moe, **window}
 
 
 # GptOssConfig: num_local_experts of intermediate_size each (experts_per_token, as its
