@@ -48,7 +48,7 @@ def op_lines(table: OpTable) -> list[str]:
         "forward, ms of each pass, before recompute):"
     ]
     for kind in table.kinds:
-        lines += _section(f"{kind.label} × {kind.layers}", kind.ops)
+        lines += _section(f"{kind.label} ({kind.layers} of the model's layers)", kind.ops)
     lines += _section("embedding (first stage)", table.embedding)
     lines += _section("final norm, LM head and loss (last stage)", table.head)
     return lines
