@@ -318,6 +318,12 @@ def layer_passes(
     return pass_times(ops, device, eff, quantized, recomputed_shares(ops, shape))
 
 
+def end_shape(shape: OpShape) -> OpShape:
+    """The shape the model's ends (embedding, final norm, LM head, loss) run at: torchtitan
+    compiles the blocks only, so under compiled kernels the ends run eager."""
+    return replace(shape, unfused=True, compiled=False) if shape.compiled else shape
+
+
 def chunk_times(
     shape: OpShape,
     chunk_layers: Sequence[int],
@@ -354,8 +360,7 @@ def chunk_times(
     if low is not None:
         fp8_layer = low.layer
         fp8_moe = low.moe if low.moe is not None else low.layer
-    # torchtitan compiles the blocks only: the embedding, final norm, head and loss run eager.
-    ends = replace(shape, unfused=True, compiled=False) if shape.compiled else shape
+    ends = end_shape(shape)
     head = pass_times(last_stage_ops(ends), device, eff)
     if low is not None and low.head is not None:
         head = low.head

@@ -231,10 +231,24 @@ def quantized_layers(job: Plannable, eff: Efficiency) -> QuantizedCompute | None
     q, low = job.numerics.quantized, quantized_device(job)
     if q is None or low is None:
         return None
-    share = 1.0 / job.m if q.cached_weights else 1.0
     return quantized_passes(
-        layer_shape(job), expert_shape(job), device_of(job), eff, low, q, share, job.model.window
+        layer_shape(job),
+        expert_shape(job),
+        device_of(job),
+        eff,
+        low,
+        q,
+        weight_cast_share(job),
+        job.model.window,
     )
+
+
+def weight_cast_share(job: Plannable) -> float:
+    """The share of a weight's FP8/FP4 cast one micro-batch pays: 1/m where Transformer Engine
+    caches the cast weights across the m micro-batches (`Quantized.cached_weights`), 1 where
+    torchao casts every time (and for a 16/32-bit run, which casts nothing)."""
+    q = job.numerics.quantized
+    return 1.0 / job.m if q is not None and q.cached_weights else 1.0
 
 
 def tp_layer_mix(
@@ -484,7 +498,7 @@ def moe_layer_parts(
     q, low = job.numerics.quantized, quantized_device(job)
     low_layers = quantized_layers(job, eff)
     if q is not None and low is not None and low_layers is not None and low_layers.moe:
-        share = 1.0 / job.m if q.cached_weights else 1.0
+        share = weight_cast_share(job)
         own = pass_times(with_quantized_gemms(routed, q, shape.beta, share), device, eff, low)
         layer = low_layers.moe
     else:

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from planc.perf.compute import OpTime, op_times
+from planc.perf.compute import OpTime, end_shape, op_times
 from planc.perf.inputs import (
     device_of,
     efficiency_of,
     expert_shape,
     layer_shape,
     quantized_device,
+    weight_cast_share,
 )
 from planc.perf.ops import (
     OpCost,
@@ -78,8 +79,7 @@ def op_table(job: Plannable) -> OpTable:
     """`job`'s layer kinds and ends, op by op (the module docstring)."""
     shape, experts = layer_shape(job), expert_shape(job)
     device, eff, low = device_of(job), efficiency_of(job), quantized_device(job)
-    q = job.numerics.quantized
-    share = 1.0 / job.m if q is not None and q.cached_weights else 1.0
+    q, share = job.numerics.quantized, weight_cast_share(job)
 
     def priced(ops: tuple[OpCost, ...], at: OpShape) -> tuple[OpTime, ...]:
         if q is None:
@@ -92,8 +92,7 @@ def op_table(job: Plannable) -> OpTable:
         ops = moe_layer_ops(at, experts) if moe and experts is not None else layer_ops(at)
         label = ("MoE" if moe else "dense") + (" sliding-window" if windowed else "") + " layer"
         kinds.append(LayerKind(label, count, priced(ops, at)))
-    # torchtitan compiles the blocks only: the embedding, final norm, head and loss run eager.
-    ends = replace(shape, unfused=True, compiled=False) if shape.compiled else shape
+    ends = end_shape(shape)
     head = last_stage_ops(ends)
     if q is not None and q.output_proj:
         timed_head = op_times(with_quantized_gemms(head, q, ends.beta, share), device, eff, low)

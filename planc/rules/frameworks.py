@@ -234,9 +234,10 @@ def _megatron_fused_grouped_mlp(job: Job) -> Iterator[Violation]:
         problems.append("the model has no routed experts")
     elif model.mlp != "swiglu":
         problems.append(f"its MLP is {model.mlp}, not a GLU")
-    etp = job.layout.etp if job.layout.etp is not None else job.layout.t
-    if etp > 1:
-        problems.append(f"expert_tensor is {etp} ('Tensor parallelism is not supported')")
+    if job.layout.et > 1:
+        problems.append(
+            f"expert_tensor is {job.layout.et} ('Tensor parallelism is not supported')"
+        )
     if problems:
         yield Violation(
             "training.fused_grouped_mlp",
