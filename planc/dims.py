@@ -22,7 +22,7 @@ from dataclasses import replace
 from planc.presets.fp8 import architecture, recipe_table
 from planc.record import record
 from planc.spec.job import Gpu, Model, Training
-from planc.vocab import DType, Fp8Recipe, Precision
+from planc.vocab import DType, Fp8Recipe, Precision, gated
 
 # Megatron pads the vocabulary so that every tensor-parallel rank holds an equal, aligned
 # slice: V' = ⌈V/(128·t)⌉·128·t (`--make-vocab-size-divisible-by 128`,
@@ -366,7 +366,7 @@ def megatron_eager(model: Model, megatron: bool, fused_mlp: bool = False) -> Eag
         and model.position == "rope"
         and scaling is not None
         and abs(scaling.concentration - 1.0) > 1e-12,
-        glu_clamp=experts and model.glu_clamp > 0 and model.mlp == "swiglu",
+        glu_clamp=experts and model.glu_clamp > 0 and gated(model.mlp),
         expert_bias=experts and model.bias,
     )
 

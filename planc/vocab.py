@@ -267,7 +267,18 @@ FrameworkRelease = Literal["latest", "nemo-25.11", "nemo-26.04"]
 # megatron-fsdp: Megatron-LM with Megatron-Core's own FSDP (--use-megatron-fsdp), which planc
 # models as Megatron with zero_stage naming --data-parallel-sharding-strategy.
 Framework = Literal["megatron", "megatron-fsdp", "deepspeed", "fsdp2"]
-Mlp = Literal["gelu", "swiglu"]
+# The MLP: gelu, two matrices (fc1, GeLU, fc2); swiglu, a gated linear unit of three matrices
+# with a SiLU gate (Megatron --swiglu); quick_geglu, a gated linear unit whose gate is quick-GELU,
+# x·σ(1.702·x) (Megatron --quick-geglu, activation_func quick_gelu; GPT-OSS's experts).
+Mlp = Literal["gelu", "swiglu", "quick_geglu"]
+GATED_MLPS: tuple[Mlp, ...] = ("swiglu", "quick_geglu")
+
+
+def gated(mlp: str) -> bool:
+    """A gated linear unit: fc1 writes a gate and an up projection, three matrices in all."""
+    return mlp in GATED_MLPS
+
+
 Norm = Literal["layernorm", "rmsnorm"]
 Position = Literal["rope", "learned"]
 # RoPE frequency scaling for long context: YaRN (Peng et al. 2023; DeepSeek-V3) or Llama 3.1's.

@@ -137,6 +137,7 @@ for case, (lines, world, vocab) in json.load(sys.stdin).items():
         "topk_scaling": config.moe_router_topk_scaling_factor, "score": config.moe_router_score_function,
         "pre_softmax": config.moe_router_pre_softmax,
         "position": args.position_embedding_type,
+        "gated": config.gated_linear_unit, "activation": config.activation_func.__name__,
     }
 print(json.dumps(out))
 '''
@@ -180,6 +181,11 @@ CASES: dict[str, tuple[str, dict[str, Any] | None]] = {
         {"model": {"preset": "qwen3-30b-a3b", "moe": {"router_normalize": False}}},
     ),
 }
+
+
+# planc's model.mlp as Megatron-Core's TransformerConfig has it: (gated_linear_unit, the
+# activation function's __name__).
+MLPS = {"gelu": (False, "gelu"), "swiglu": (True, "silu"), "quick_geglu": (True, "quick_gelu")}
 
 
 @pytest.mark.slow
@@ -232,7 +238,11 @@ def test_megatron_core_builds_the_spec_model_from_the_emitted_arguments() -> Non
             moe is not None and moe.score == "softmax" and (moe.k == 1 or not moe.normalize)
         )
         assert got["pre_softmax"] == softmax_all, name
+        # The MLP Megatron builds is the spec's: gated or not, and the gate's activation
+        # (--swiglu F.silu, --quick-geglu quick_gelu, Megatron's default F.gelu).
+        assert (got["gated"], got["activation"]) == MLPS[model.mlp], name
     # The cases reach what they are there for (not a test of planc: of the list above).
+    assert {plan.job.model.mlp for plan in plans.values()} == set(MLPS)
     deepseek = plans["deepseek-v3"].job.model
     assert deepseek.rope_scaling is not None and deepseek.moe is not None
     assert (deepseek.moe.groups, deepseek.moe.group_k, deepseek.moe.scaling) == (8, 4, 2.5)

@@ -141,8 +141,8 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
         *megatron_rope_arguments(plan, notes),
         "--normalization " + ("RMSNorm" if mod.norm == "rmsnorm" else "LayerNorm"),
     ]
-    if mod.mlp == "swiglu":
-        args.append("--swiglu")
+    if mod.mlp in MEGATRON_GLU_FLAGS:
+        args.append(MEGATRON_GLU_FLAGS[mod.mlp])
     if not mod.bias:
         args.append("--disable-bias-linear")
     args += attention_kind_arguments(mod)
@@ -249,21 +249,30 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
     return args, notes
 
 
+# A gated MLP's flag (megatron-core 0.19.2 arguments.py --swiglu, --quick-geglu; argument_utils
+# core_transformer_config_from_args: gated_linear_unit with F.silu or quick_gelu).
+MEGATRON_GLU_FLAGS = {"swiglu": "--swiglu", "quick_geglu": "--quick-geglu"}
+
+
 def megatron_config_only_notes(plan: Plan) -> list[str]:
     """What the spec states that Megatron-LM's command line cannot (megatron-core 0.19.2
-    arguments.py has no flag for either; Megatron-Bridge's model config sets both): a clamped
-    GLU (TransformerConfig.activation_func_clamp_value) and the experts through Transformer
-    Engine's op fuser (use_transformer_engine_op_fuser, with NVTE_CUTEDSL_FUSED_GROUPED_MLP for
-    its CuTe DSL kernel)."""
+    arguments.py has no flag for any; Megatron-Bridge's model config sets them): a clamped GLU
+    (TransformerConfig.activation_func_clamp_value), a GLU's linear offset (glu_linear_offset)
+    and the experts through Transformer Engine's op fuser (use_transformer_engine_op_fuser,
+    with NVTE_CUTEDSL_FUSED_GROUPED_MLP for its CuTe DSL kernel)."""
     notes = []
-    clamp = plan.job.model.glu_clamp
+    clamp, offset = plan.job.model.glu_clamp, plan.job.model.glu_linear_offset
     if clamp:
         notes.append(
             f"model.glu_clamp {clamp:g}: Megatron-LM's command line has no flag for "
             f"TransformerConfig.activation_func_clamp_value; set activation_func_clamp_value: "
-            f"{clamp:g} in the --yaml-cfg model section or Megatron-Bridge's model config (which "
-            "also sets GPT-OSS's quick_gelu activation and glu_linear_offset 1; these arguments "
-            "say --swiglu, which planc prices alike)"
+            f"{clamp:g} in the --yaml-cfg model section or Megatron-Bridge's model config"
+        )
+    if offset:
+        notes.append(
+            f"model.glu_linear_offset {offset:g}: Megatron-LM's command line has no flag for "
+            f"TransformerConfig.glu_linear_offset; set glu_linear_offset: {offset:g} in the "
+            "--yaml-cfg model section or Megatron-Bridge's model config"
         )
     if plan.job.training.fused_grouped_mlp:
         notes.append(

@@ -65,6 +65,7 @@ from planc.vocab import (
     Kernels,
     Precision,
     RecomputeModule,
+    gated,
 )
 
 KORTHIKANTI = "Korthikanti et al. 2022 §4.1"
@@ -191,7 +192,7 @@ def shape_from(
         g=dims.n if eager else dims.g_core,
         k=dims.k,
         f=dims.f,
-        gated=model.mlp == "swiglu",
+        gated=gated(model.mlp),
         eager=eager,
         dropout=model.dropout > 0,
         unfused=kernels == "unfused",

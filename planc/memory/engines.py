@@ -46,6 +46,7 @@ from planc.memory.terms import Component, Term, ceil_div
 from planc.plannable import DS_REDUCE_BUCKET_ELEMENTS, Plannable
 from planc.record import record
 from planc.spec.job import MLA
+from planc.vocab import gated
 
 # --- sources -------------------------------------------------------------------------------------
 
@@ -179,7 +180,7 @@ def largest_module(job: Plannable, share: RankParameters) -> int:
     mod, t = job.model, job.layout.t
     n, g = ceil_div(mod.n, t), ceil_div(mod.g, t)
     bias = 1 if mod.bias else 0
-    gated = 2 if mod.mlp == "swiglu" else 1
+    halves = 2 if gated(mod.mlp) else 1
     fused = job.training.kernels == "fused"
     attention: tuple[int, ...]
     if mod.mla is not None:
@@ -193,13 +194,13 @@ def largest_module(job: Plannable, share: RankParameters) -> int:
         attention = (mod.h * mod.k * n + bias * n * mod.k,)  # q (and o)
     modules: tuple[int, ...] = ()
     if share.layers > share.moe_layers:
-        modules += attention + _mlp_modules(mod.h, ceil_div(mod.f, t), gated, bias, fused)
+        modules += attention + _mlp_modules(mod.h, ceil_div(mod.f, t), halves, bias, fused)
     moe = mod.moe
     if moe is not None and share.moe_layers:
         modules += (*attention, router_parameters(moe, mod.h, mod.bias))
-        modules += _mlp_modules(mod.h, ceil_div(moe.f_e, job.layout.et), gated, 0, fused)
+        modules += _mlp_modules(mod.h, ceil_div(moe.f_e, job.layout.et), halves, 0, fused)
         if moe.E_s:
-            modules += _mlp_modules(mod.h, ceil_div(moe.E_s * moe.f_s, t), gated, 0, fused)
+            modules += _mlp_modules(mod.h, ceil_div(moe.E_s * moe.f_s, t), halves, 0, fused)
     ends = (share.embedding, share.position, share.lm_head)
     return max(*modules, *ends)
 

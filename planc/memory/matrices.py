@@ -22,6 +22,7 @@ from planc.memory.terms import ceil_div
 from planc.plannable import Plannable
 from planc.record import record
 from planc.spec.job import Model
+from planc.vocab import gated
 
 
 @record
@@ -56,7 +57,7 @@ class Matrix:
 
 def _gated(model: Model) -> int:
     """γ': fc1's rows per inner channel, 2 for SwiGLU (gate and up fused), 1 for GeLU."""
-    return 2 if model.mlp == "swiglu" else 1
+    return 2 if gated(model.mlp) else 1
 
 
 def attention_matrices(model: Model, t: int, split_qkv: bool) -> tuple[Matrix, ...]:

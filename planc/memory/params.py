@@ -17,6 +17,7 @@ from planc.memory.terms import ceil_div
 from planc.plannable import Plannable
 from planc.record import record
 from planc.spec.job import MLA, Model, MoE
+from planc.vocab import gated
 
 SOURCE_MOE_PARAMS = (
     "Megatron-Core moe/README.md and theoretical_memory_usage.py (routed experts "
@@ -135,7 +136,7 @@ def attention_matrix_parameters(model: Model, t: int = 1) -> int:
 
 def mlp_parameters(h: int, f: int, mlp: str) -> int:
     """2·h·f for GeLU (up, down); 3·h·f for SwiGLU (gate, up, down)."""
-    return (3 if mlp == "swiglu" else 2) * h * f
+    return (3 if gated(mlp) else 2) * h * f
 
 
 def qk_norm_parameters(k: int) -> int:
@@ -155,7 +156,7 @@ def expert_parameters(h: int, f_e: int, mlp: str, bias: bool = False) -> int:
 def mlp_block_parameters(h: int, f: int, mlp: str, bias: bool) -> int:
     """An MLP of inner size f (`mlp_parameters`), with `bias` its biases too: fc1's γ'·f (gate
     and up, 2·f, for SwiGLU) and fc2's h."""
-    biases = (2 if mlp == "swiglu" else 1) * f + h if bias else 0
+    biases = (2 if gated(mlp) else 1) * f + h if bias else 0
     return mlp_parameters(h, f, mlp) + biases
 
 
@@ -241,7 +242,7 @@ def _mla_formula(mla: MLA) -> tuple[str, str]:
 
 def layer_formula(model: Model) -> str:
     """Ψ_ℓ, one layer on one TP rank, in symbols."""
-    mlp = "3·h·f" if model.mlp == "swiglu" else "2·h·f"
+    mlp = "3·h·f" if gated(model.mlp) else "2·h·f"
     split = f"2·h·k·(n+g) + {mlp}"
     norms = "4·h" if model.norm == "layernorm" else "2·h"
     if model.mla is not None:
@@ -251,7 +252,7 @@ def layer_formula(model: Model) -> str:
     if model.qk_norm:
         norms += " + 2·k"
     if model.bias:
-        split += " + (n+2g)·k + " + ("2f" if model.mlp == "swiglu" else "f")
+        split += " + (n+2g)·k + " + ("2f" if gated(model.mlp) else "f")
         norms += " + 2·h"
     return f"({split})/t + {norms}"
 
@@ -339,7 +340,7 @@ def moe_layer_dense_formula(model: Model) -> str:
     moe = model.moe
     if moe is None:
         raise ValueError("the model has no experts")
-    gamma = "3" if model.mlp == "swiglu" else "2"
+    gamma = "3" if gated(model.mlp) else "2"
     norms = "2·h" if model.norm == "rmsnorm" else "4·h"
     text = f"2·h·k·(n+g)/t + {norms} + h·E"
     if model.qk_norm:
@@ -355,7 +356,7 @@ def moe_layer_dense_formula(model: Model) -> str:
 
 def expert_formula(model: Model) -> str:
     """One MoE layer's routed experts on one rank, in symbols (`local_expert_parameters`)."""
-    gamma = "3" if model.mlp == "swiglu" else "2"
+    gamma = "3" if gated(model.mlp) else "2"
     return f"(E/EP)·{gamma}·h·f_e/ETP"
 
 

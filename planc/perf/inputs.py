@@ -147,7 +147,7 @@ from planc.presets.efficiency import (
 from planc.record import record
 from planc.spec.job import Job
 from planc.stages import stage_classes
-from planc.vocab import Axis, Collective, GroupKind
+from planc.vocab import Axis, Collective, GroupKind, gated
 
 # Data-parallel traffic: the shard group (dp_cp, or dp_shard under HSDP), HSDP's replicas, and
 # the tied embedding's all-reduce.
@@ -388,7 +388,7 @@ def model_flops(job: Job | Plannable) -> float:
     (t = c = 1)."""
     mod, tr = job.model, job.training
     whole = op_shape(mod, rank_dims(mod, s=tr.s, b=tr.b), 2, flash=False)
-    gamma = 3 if mod.mlp == "swiglu" else 2
+    gamma = 3 if gated(mod.mlp) else 2
     weights = attention_matrix_elements(whole) + gamma * mod.h * mod.f
     core = 2.0 * tr.s * tr.s * mod.n * (whole.k + whole.value_channels)
     head = 2.0 * tr.s * mod.h * mod.V

@@ -33,7 +33,7 @@ from typing import Literal
 from planc.dims import AttentionQuant, ExpertDims, Quantized, RankDims
 from planc.record import record
 from planc.spec.job import Model
-from planc.vocab import CrossEntropyFusion, Norm
+from planc.vocab import CrossEntropyFusion, Norm, gated
 
 # attention: the flash-attn package's kernel (FlashAttention-2) as Megatron-Core runs it
 # through Transformer Engine; cudnn: cuDNN's fused attention (TE FusedAttention); sdpa:
@@ -127,7 +127,8 @@ class OpShape:
     k: int
     f: int  # MLP inner size on this rank, f/t
     vocab: int  # V'/t: the rank's slice of the padded vocabulary
-    gated: bool = False  # SwiGLU (three MLP matrices) instead of GeLU (two)
+    gated: bool = False  # a gated linear unit (three MLP matrices) instead of GeLU (two)
+    quick_gelu: bool = False  # the GLU's gate is quick-GELU (quick_geglu), not SiLU (swiglu)
     norm: Norm = "layernorm"  # or rmsnorm
     dropout: float = 0.0
     flash: bool = False
@@ -224,7 +225,8 @@ def op_shape(
         k=dims.k,
         f=dims.f,
         vocab=dims.vocab,
-        gated=model.mlp == "swiglu",
+        gated=gated(model.mlp),
+        quick_gelu=model.mlp == "quick_geglu",
         norm=model.norm,
         dropout=model.dropout,
         flash=flash,
@@ -666,18 +668,20 @@ def mlp_up(shape: OpShape) -> OpCost:
 
 
 def activation(shape: OpShape) -> OpCost:
-    """GeLU (Megatron `bias_gelu` fusion) or SwiGLU on b·s/c·f/t elements.
+    """GeLU (Megatron `bias_gelu` fusion) or a gated linear unit on b·s/c·f/t elements.
 
     GeLU: forward reads x, writes y (2β per element, ~8 FLOPs for the tanh form); backward reads
-    x and dy, writes dx (3β). SwiGLU: forward reads gate and up, writes y (3β, ~6 FLOPs);
-    backward reads gate, up and dy, writes both gradients (5β).
+    x and dy, writes dx (3β). A GLU: forward reads gate and up, writes y (3β, ~6 FLOPs);
+    backward reads gate, up and dy, writes both gradients (5β). SwiGLU's gate is SiLU,
+    quick-GEGLU's x·σ(1.702·x) (Megatron-Core `bias_swiglu_impl` and `quick_gelu`, one fused
+    kernel each): the same tensors, so the same bytes.
     """
     elements = shape.tokens * shape.f
     if shape.gated and shape.unfused:
         return eager_swiglu(elements, shape.beta)
     if shape.gated:
         return OpCost(
-            "swiglu",
+            "quick-geglu" if shape.quick_gelu else "swiglu",
             "vector",
             Work(6.0 * elements, 3.0 * shape.beta * elements),
             Work(10.0 * elements, 5.0 * shape.beta * elements),

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from planc.perf.ops import OpCost, OpShape
 
 SAVED_ENGINES = ("attention", "cudnn", "cudnn-fp8", "cudnn-mxfp8", "sdpa")  # SDPA flash/efficient attention: MUST_SAVE
-# The vector ops of a SwiGLU layer (fused and eager), which make its `mlp fc1` two matmuls.
-SWIGLU_OPS = ("swiglu", "swiglu (eager)")
+# The vector ops of a gated layer (fused and eager), which make its `mlp fc1` two matmuls.
+SWIGLU_OPS = ("swiglu", "quick-geglu", "swiglu (eager)")
 
 
 def mm_calls(op: OpCost, shape: OpShape, gated: bool) -> tuple[float, ...]:

@@ -20,7 +20,7 @@ from planc.findings import Severity
 from planc.plannable import Plannable
 from planc.rules.base import Context, Violation, rule
 from planc.spec.job import DENSE_ORDER, Job, dispatcher_of
-from planc.vocab import ScheduleKind
+from planc.vocab import ScheduleKind, gated
 
 Check = Callable[[Job], Iterator[Violation]]
 NAMES = {"megatron": "Megatron-LM", "deepspeed": "DeepSpeed", "fsdp2": "torchtitan (FSDP2)"}
@@ -232,7 +232,7 @@ def _megatron_fused_grouped_mlp(job: Job) -> Iterator[Violation]:
         problems.append(f"Megatron-Core of {tr.framework_release} has no op-fuser path for them")
     if model.moe is None:
         problems.append("the model has no routed experts")
-    elif model.mlp != "swiglu":
+    elif not gated(model.mlp):
         problems.append(f"its MLP is {model.mlp}, not a GLU")
     if job.layout.et > 1:
         problems.append(

@@ -18,7 +18,7 @@ What is read, per architecture (`model_type`):
 | ffn_hidden | intermediate_size | n_inner (default 4·hidden) | intermediate_size |
 | vocab | vocab_size | vocab_size | vocab_size |
 | max_seq_len | max_position_embeddings | n_positions | max_position_embeddings |
-| mlp | gated: silu → swiglu | activation_function: gelu | hidden_act: gelu |
+| mlp | gated: silu → swiglu (gpt_oss: quick_geglu) | activation_function: gelu | hidden_act: gelu |
 | norm | rmsnorm | layernorm | layernorm |
 | position_embedding | rope | learned | rope |
 | tied_embeddings | tie_word_embeddings (default false) | (default true) | (default false) |
@@ -77,10 +77,13 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from planc.record import record
+from planc.vocab import Mlp
 
 SOURCE = "transformers 5.24.0 configuration classes (field names and defaults)"
 MAX_BYTES = 1024 * 1024  # a config.json is a few KB
 MAX_DIM = 10_000_000  # as planc.spec.models bounds model dimensions
+# quick-GELU's σ(1.702·x) (Hendrycks & Gimpel 2016 §2; Megatron-Core activations.quick_gelu)
+QUICK_GELU_ALPHA = 1.702
 
 Severity = Literal["error", "info"]
 
@@ -145,6 +148,9 @@ class Architecture:
     sections: Callable[[Mapping[str, Any]], dict[str, Any] | list[Note]] | None = None
     # config -> model.moe / model.mla, or the errors; None: a dense architecture
     qk_norm: bool = False  # a weighted RMSNorm over each query and key head (Qwen3)
+    # The GLU the architecture's MLP computes whatever its activation key says (GPT-OSS's
+    # experts: quick-GEGLU); None: the activation key decides (`_mlp`).
+    glu: Mlp | None = None
     aliases: tuple[tuple[str, str], ...] = ()
     # (other spelling, the key): the config class's attribute_map (transformers 5.24.0), which
     # it accepts in a config.json as the key itself
@@ -260,15 +266,19 @@ def _qwen3(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, li
 
 def _gpt_oss(config: Mapping[str, Any], dims: Mapping[str, int]) -> tuple[bool, list[Note]]:
     """GptOssConfig: attention_bias (q, k, v, o; on by default) and, as Megatron-Core builds it
-    (add_bias_linear), the router's and every expert's biases; its clamped SwiGLU (swiglu_limit)
-    costs as swiglu."""
-    notes = [
-        _info(
-            "gpt_oss: the clamped SwiGLU (swiglu_alpha) is counted as swiglu: the same "
-            "matrices and FLOPs; its clamp swiglu_limit is model.glu_clamp",
-            APPROXIMATED,
+    (add_bias_linear), the router's and every expert's biases. Its experts' GLU is quick-GEGLU,
+    gate·σ(swiglu_alpha·gate)·(up + 1) (transformers GptOssExperts), Megatron-Core's quick_gelu
+    with glu_linear_offset 1, whose σ takes 1.702: another swiglu_alpha is a note."""
+    notes = []
+    alpha = config.get("swiglu_alpha", QUICK_GELU_ALPHA)
+    if alpha != QUICK_GELU_ALPHA:
+        notes.append(
+            _info(
+                f"gpt_oss: swiglu_alpha {_shown(alpha)} is modelled as quick-GEGLU's "
+                f"{QUICK_GELU_ALPHA} (Megatron-Core quick_gelu): the same matrices and FLOPs",
+                APPROXIMATED,
+            )
         )
-    ]
     if config.get("attention_bias", True) is not True:
         # transformers' GptOssExperts and GptOssTopKRouter keep their biases whatever
         # attention_bias says; planc's model.bias (Megatron's add_bias_linear) is one switch
@@ -625,7 +635,8 @@ def gpt_oss_fields(config: Mapping[str, Any]) -> dict[str, Any] | list[Note]:
                 "full_attention_every gives (layer i full when (i + 1) % N == 0)"
             )
         ]
-    fields: dict[str, Any] = {"moe": moe, "attention_sinks": True}
+    # GptOssExperts: (up + 1) · glu, Megatron-Core's glu_linear_offset 1
+    fields: dict[str, Any] = {"moe": moe, "attention_sinks": True, "glu_linear_offset": 1.0}
     limit = config.get("swiglu_limit", 7.0)
     if isinstance(limit, int | float) and not isinstance(limit, bool) and limit > 0:
         fields["glu_clamp"] = float(limit)  # GptOssExperts clamps gate and up to ±limit
@@ -817,6 +828,7 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 **dict.fromkeys(_ROUTING),
             ),
             sections=gpt_oss_fields,
+            glu="quick_geglu",
             # its config.json spells the top-k experts_per_token (GptOssConfig.attribute_map)
             aliases=(("experts_per_token", "num_experts_per_tok"),),
             rope_theta=150_000.0,
@@ -1113,7 +1125,7 @@ def _mlp(config: Mapping[str, Any], arch: Architecture) -> tuple[str, list[Note]
     return _error(
         f"{arch.activation} {_shown(act)}: planc has no model for this activation in a "
         f"{'gated' if arch.gated else 'plain'} MLP",
-        "give model.mlp (gelu or swiglu) in the spec to choose the nearest",
+        "give model.mlp (gelu, swiglu or quick_geglu) in the spec to choose the nearest",
     )
 
 
@@ -1429,6 +1441,8 @@ def from_config(
     dims, stated = read
     # A field the spec gives replaces the config's: its value in the config is not read.
     mlp = (given["mlp"], []) if isinstance(given.get("mlp"), str) else _mlp(config, arch)
+    if arch.glu is not None and not isinstance(given.get("mlp"), str):
+        mlp = (arch.glu, [])
     dropout = _dropout(config, arch)
     tied = given.get(
         "tied_embeddings", config.get("tie_word_embeddings", arch.defaults["tie_word_embeddings"])

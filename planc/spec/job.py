@@ -188,6 +188,7 @@ class Model:
     full_every: int = 0  # with a window: layer i (from 1) full when i % full_every == 0 (0: never)
     sinks: bool = False  # a learned softmax offset per head (GPT-OSS sinks)
     glu_clamp: float = 0.0  # a gated MLP's inputs clamped to ±this before the activation (0: none)
+    glu_linear_offset: float = 0.0  # act(gate)·(up + this) in a gated MLP (GPT-OSS 1)
 
     def is_window_layer(self, i: int) -> bool:
         """Whether layer `i` (from 0) attends through the sliding window (Megatron-Core
@@ -613,6 +614,7 @@ def _model(spec: Data) -> Model | list[Problem]:
         full_every=merged.get("full_attention_every") or 0,
         sinks=merged.get("attention_sinks") or False,
         glu_clamp=float(merged.get("glu_clamp") or 0.0),
+        glu_linear_offset=float(merged.get("glu_linear_offset") or 0.0),
     )
 
 

@@ -345,11 +345,14 @@ class ModelSpec(Frozen):
     ffn_hidden: Dim | None = Field(
         None,
         description="MLP inner size f. Default: 4·hidden for gelu; "
-        "floor(8·hidden/3 / 64)·64 for swiglu (Megatron's default).",
+        "floor(8·hidden/3 / 64)·64 for a gated MLP (Megatron's default).",
     )
     vocab: Dim | None = Field(None, description="Vocabulary size V before padding.")
     mlp: Mlp | None = Field(
-        None, description="MLP type: gelu (2 matrices) or swiglu (3 matrices). Default: gelu."
+        None,
+        description="MLP type: gelu (2 matrices), swiglu (a gated linear unit of 3 matrices "
+        "with a SiLU gate; Megatron --swiglu) or quick_geglu (3 matrices with a quick-GELU "
+        "gate x·σ(1.702·x); Megatron --quick-geglu; GPT-OSS's experts). Default: gelu.",
     )
     norm: Norm | None = Field(
         None,
@@ -417,6 +420,13 @@ class ModelSpec(Frozen):
         "Megatron-Bridge sets and Megatron-LM's command line cannot). Changes no count or "
         "FLOP; under Megatron-Core the routed experts' clamp and re-concatenation run as eager "
         "PyTorch kernels before the fused activation, which the step time prices. Default: none.",
+    )
+    glu_linear_offset: Annotated[float, _bounded(-1_000_000, 1_000_000)] | None = Field(
+        None,
+        description="A constant added to a gated MLP's up projection before the product, "
+        "act(gate)·(up + offset) (GPT-OSS 1; Megatron-Core glu_linear_offset, which "
+        "Megatron-Bridge sets and Megatron-LM's command line cannot). Changes no count, FLOP "
+        "or byte: the fused activation adds it. Default: 0.",
     )
     moe: MoESpec | None = Field(
         None,

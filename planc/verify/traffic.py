@@ -35,6 +35,7 @@ from planc.sim import (
 )
 from planc.verify.grid import dispatch_position, expert_coordinates
 from planc.verify.plandata import WIRE_FIELDS, Ints, PlanData
+from planc.vocab import gated
 
 Found = Iterator[str]
 
@@ -81,11 +82,11 @@ def stage_expert_parameters(plan: PlanData, stage: int) -> int:
     if moe is None:
         return 0
     ep, et = plan.expert_degrees["ep"], plan.expert_degrees["tp"]
-    matrices = 3 if m["mlp"] == "swiglu" else 2
+    matrices = 3 if gated(m["mlp"]) else 2
     inner = cdiv(moe["expert_ffn_hidden"], et)
     one = _mlp(m["hidden"], inner, matrices)
     if m["bias"]:  # fc1's (gate and) up bias and fc2's bias, per expert
-        one += (2 if m["mlp"] == "swiglu" else 1) * inner + m["hidden"]
+        one += (2 if gated(m["mlp"]) else 1) * inner + m["hidden"]
     local = moe["experts"] // ep * one
     return int(local) * _routed_layers(plan, stage)
 
@@ -116,14 +117,14 @@ def stage_parameters(plan: PlanData, stage: int) -> int:
     t = plan.degrees["tp"]
     h, k = m["hidden"], m["head_dim"]
     heads, kv, ffn = cdiv(m["heads"], t), cdiv(m["kv_heads"], t), cdiv(m["ffn_hidden"], t)
-    matrices = 3 if m["mlp"] == "swiglu" else 2
+    matrices = 3 if gated(m["mlp"]) else 2
     norm = (2 if m["norm"] == "layernorm" else 1) * h
     attention = _attention_matrices(m, t) + 2 * norm + (2 * k if m.get("qk_norm") else 0)
     attention += heads if m.get("attention_sinks") else 0  # a softmax offset per head
     mlp = _mlp(h, ffn, matrices)
     if m["bias"]:
         attention += (heads + 2 * kv) * k + h
-        mlp += (2 if m["mlp"] == "swiglu" else 1) * ffn + h
+        mlp += (2 if gated(m["mlp"]) else 1) * ffn + h
     modules, _ = _mtp(plan, stage)
     layers = sum(b - a for a, b in plan.stage_layers[stage]) + modules
     total = layers * (attention + mlp) + modules * (2 * h * cdiv(h, t) + 3 * norm)
@@ -134,7 +135,7 @@ def stage_parameters(plan: PlanData, stage: int) -> int:
         shared_inner = cdiv(moe["shared_experts"] * moe["shared_expert_ffn_hidden"], t)
         shared = _mlp(h, shared_inner, matrices) if moe["shared_experts"] else 0
         if m["bias"] and moe["shared_experts"]:
-            shared += (2 if m["mlp"] == "swiglu" else 1) * shared_inner + h
+            shared += (2 if gated(m["mlp"]) else 1) * shared_inner + h
         total += _routed_layers(plan, stage) * (router + shared - mlp)
         total += stage_expert_parameters(plan, stage)
     vocab_slice = m["vocab_padded"] // t * h
@@ -704,7 +705,7 @@ def stage_quantized_parameters(plan: PlanData, stage: int) -> tuple[int, int]:
     modules' layers and eh_proj 2h·⌈h/t⌉."""
     m: Mapping[str, Any] = plan.model
     t = plan.degrees["tp"]
-    h, matrices = m["hidden"], 3 if m["mlp"] == "swiglu" else 2
+    h, matrices = m["hidden"], 3 if gated(m["mlp"]) else 2
     attention, mlp = _attention_matrices(m, t), _mlp(h, cdiv(m["ffn_hidden"], t), matrices)
     moe = m.get("moe")
     q = plan.training.get("quantized")
