@@ -170,7 +170,7 @@ configs = st.fixed_dictionaries(
         "sp": st.booleans(),
         "recompute": st.sampled_from(["none", "selective", "full"]),
         "attention": st.sampled_from(["flash", "eager"]),
-        "mlp": st.sampled_from(["gelu", "swiglu"]),
+        "mlp": st.sampled_from(["gelu", "swiglu", "quick_geglu"]),
         "precision": st.sampled_from(["bf16", "fp16", "fp32"]),
         "fp32_grads": st.booleans(),
         "tied": st.booleans(),

@@ -102,7 +102,7 @@ def _one_d(model: Any, t: int, moe_layer: bool) -> int:
     if model.bias:
         total += (-(-model.n // t) + 2 * -(-model.g // t)) * model.k + model.h
         if not moe_layer:
-            total += (2 if model.mlp == "swiglu" else 1) * -(-model.f // t) + model.h
+            total += (2 if model.mlp in GATED else 1) * -(-model.f // t) + model.h
     if model.sinks:
         total += -(-model.n // t)  # one softmax offset per head
     if moe_layer and model.moe.router_bias:
@@ -110,15 +110,19 @@ def _one_d(model: Any, t: int, moe_layer: bool) -> int:
     if moe_layer and model.bias:  # the gate's bias and the shared experts' fc1 and fc2 biases
         total += model.moe.E
         shared = -(-(model.moe.E_s * model.moe.f_s) // t)
-        total += ((2 if model.mlp == "swiglu" else 1) * shared + model.h) if model.moe.E_s else 0
+        total += ((2 if model.mlp in GATED else 1) * shared + model.h) if model.moe.E_s else 0
     return total
+
+
+# The gated MLPs: fc1 writes a gate and an up projection (two biases of f).
+GATED = ("swiglu", "quick_geglu")
 
 
 def _expert_one_d(model: Any, ep: int, et: int) -> int:
     """The rank's routed experts' biases: fc1's γ'·f_e/ETP and fc2's h, per local expert."""
     if not model.bias:
         return 0
-    gated = 2 if model.mlp == "swiglu" else 1
+    gated = 2 if model.mlp in GATED else 1
     return model.moe.E // ep * (gated * -(-model.moe.f_e // et) + model.h)
 
 

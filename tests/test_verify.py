@@ -253,7 +253,7 @@ def layouts(draw: st.DrawFn) -> dict[str, Any]:
             "heads": 8,
             "kv_heads": draw(st.sampled_from([2, 8])),
             "vocab": 1000,
-            "mlp": draw(st.sampled_from(["gelu", "swiglu"])),
+            "mlp": draw(st.sampled_from(["gelu", "swiglu", "quick_geglu"])),
             "tied_embeddings": draw(st.booleans()),
             "bias": draw(st.booleans()),
         },
