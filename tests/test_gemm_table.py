@@ -2,7 +2,8 @@
 
 What a user relies on: the H100 curve's d½ (and that of every GPU derived from it, FP8 curves
 included) is what a fit of planc's own GEMM time to DeepGEMM's published H800 table gives, not a
-number of its own; a row is priced exactly as a layer's matmul; the fit recovers a curve that
+number of its own; the Blackwell curves, which hold it, are within 4 % of what OpenXLA's B200
+table gives; a row is priced exactly as a layer's matmul; the fits recover a curve that
 generated a table; a malformed table is refused with the table and row named.
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from planc.fitting import FITTED, fit_gemm_table, shape_half_dim
+from planc.fitting import FITTED, fit_gemm_table, fit_gemm_table_timed, shape_half_dim
 from planc.perf.gemm_table import (
     GemmRow,
     GemmTable,
@@ -45,6 +46,25 @@ def test_the_committed_tables_read() -> None:
     assert len(deepgemm.rows) == 28
     assert deepgemm.rows[15] == GemmRow(4096, 7168, 16384, 1, 1520.0)
     assert deepgemm.dtype is DType.FP8 and deepgemm.gpu == "h800"
+
+
+def test_the_xla_tables_read_as_published() -> None:
+    # OpenXLA's default_matmul_perf_table.txtpb (336bb15c): the whole grid of each key, and the
+    # largest shape's rate, 2·4·4096³ FLOP over its kernel time.
+    tables = read_tables(str(TABLES))
+    for name, gpu, best in (
+        ("xla-b200-bf16", "b200", 1670.4673),
+        ("xla-gh100-bf16", "h100-sxm", 788.6994),
+    ):
+        table = tables[name]
+        assert (len(table.rows), table.gpu, table.dtype) == (375, gpu, DType.BF16)
+        assert {(r.groups, r.m, r.n, r.k) for r in table.rows} == {
+            (b, m, n, k) for b in (1, 2, 4) for m in SIDES for n in SIDES for k in SIDES
+        }
+        assert table.rows[-1] == GemmRow(4096, 4096, 4096, 4, best)
+
+
+SIDES = (256, 512, 1024, 2048, 4096)
 
 
 def test_a_compute_bound_row_is_priced_on_the_curve() -> None:
@@ -80,6 +100,48 @@ def test_the_fit_recovers_the_curve_that_made_the_table() -> None:
     found = fit_gemm_table(_table(rows, FAST))
     assert found.values[0] == pytest.approx(0.7, rel=1e-3)
     assert found.values[1] == pytest.approx(100.0, rel=1e-3)
+
+
+def test_the_timed_fit_recovers_a_table_with_a_fixed_time_per_kernel() -> None:
+    # Rows made by the curve e = 0.7, d½ = 100 plus 4 µs per kernel, each one full wave of
+    # 132 tiles of 256 x 128 and bound by its math (`FAST`), the smallest dimension M from 64
+    # to 1,024 at two K: the 4 µs, the same for every row, is not read as a shape loss.
+    def tflops(m: int, n: int, k: int) -> float:
+        flops = 2 * m * n * k
+        return flops / (4e-6 + flops / (1979e12 * 0.7 * m / (m + 100))) / 1e12
+
+    shapes = ((64, 16896), (128, 16896), (256, 16896), (512, 8448), (1024, 4224))
+    rows = tuple(GemmRow(m, n, k, 1, tflops(m, n, k)) for m, n in shapes for k in (2048, 8192))
+    found = fit_gemm_table_timed(_table(rows, FAST))
+    assert found.peak_fraction == pytest.approx(0.7, rel=1e-3)
+    assert found.half_dim == pytest.approx(100.0, rel=1e-3)
+    assert found.fixed_s == pytest.approx(4e-6, rel=1e-3)
+    assert found.rms < 1e-6
+    # Without t0 the same rows read as a larger d½: what a table of tiny kernels does to it.
+    assert fit_gemm_table(_table(rows, FAST)).values[1] > 110
+
+
+def test_blackwell_holds_the_half_dim_xlas_b200_table_measures() -> None:
+    """The Blackwell curves hold Hopper's measured d½; OpenXLA's B200 BF16 table, fitted with
+    planc's GEMM time plus a fixed time per kernel (the grid's smallest kernels take 5 µs),
+    gives it within 10 % (128.2 against 123.5)."""
+    fitted = fit_gemm_table_timed(read_tables(str(TABLES))["xla-b200-bf16"])
+    assert fitted.half_dim == pytest.approx(128.2, abs=0.1)
+    assert 2e-6 < fitted.fixed_s < 6e-6 and fitted.rms < 0.13
+    for gpu in ("b200", "b300", "gb200-nvl72", "gb300-nvl72"):
+        for dtype in (DType.BF16, DType.FP8, DType.FP4):
+            held = for_gpu(gpu).gemm_for(dtype).half_dim
+            assert held == pytest.approx(fitted.half_dim, rel=0.10), (gpu, dtype)
+
+
+def test_two_hopper_tables_agree_to_their_kernels_spread() -> None:
+    # The same fit on the same die: XLA's BF16 GEMMs (cuBLAS) and DeepGEMM's FP8 ones differ by
+    # a third in d½ (89.8 and 120.5), the precision the Blackwell check above is read against.
+    tables = read_tables(str(TABLES))
+    xla = fit_gemm_table_timed(tables["xla-gh100-bf16"]).half_dim
+    deepgemm = fit_gemm_table_timed(tables["deepgemm-h800-fp8"]).half_dim
+    assert xla == pytest.approx(89.8, abs=0.1) and deepgemm == pytest.approx(120.5, abs=0.1)
+    assert 1 < deepgemm / xla < 1.5
 
 
 def test_hopper_and_blackwell_half_dim_is_the_deepgemm_fit() -> None:
