@@ -275,6 +275,46 @@ def test_head_dimension_64_attention_runs_at_cudnns_measured_rate(gpu: str) -> N
     assert efficiency_of(job) == eff
 
 
+# The same benchmark, cuDNN 9.26 (NVIDIA/cudnn-frontend e99b0d0b, results/gpt_oss/gb200 and
+# gb300, gpt_oss_20260724_*.csv): batch 2, 128 query and key/value heads of 64, causal with a
+# 128-token window (GPT-OSS's), BF16 TFLOPS on the band's FLOPs at 2k to 32k tokens.
+MEASURED_W128 = {
+    "gb200-nvl72": ([154, 162, 166, 167, 168], [178, 184, 189, 188, 187]),
+    "gb300-nvl72": ([166, 174, 179, 181, 182], [183, 192, 198, 199, 199]),
+}
+
+
+@pytest.mark.parametrize("gpu", sorted(MEASURED_W128))
+def test_a_128_token_window_runs_at_cudnns_rate_for_it(gpu: str) -> None:
+    """The benchmark's 128-token-window problems run at its rates, about a third of the
+    1,024-token window's: GPT-OSS's sliding layers; a 1,024-token window keeps the table above
+    (test_head_dimension_64_attention_runs_at_cudnns_measured_rate)."""
+    eff = for_gpu(gpu)
+    job = job_of(_oss(gpu, 8, micro_batch=2), BASE)
+    device = device_of(job)
+    for s, fwd, bwd in zip(SEQ, *MEASURED_W128[gpu], strict=True):
+        shape = replace(layer_shape(job), s=s, s_c=s, s_r=s, window=128, n=128, g=128)
+        op = flash_attention(shape)
+        # the band's FLOPs, as the benchmark counts them: 4·b·n·(s·w − w²/2)·64 forward
+        assert op.forward.flops == 4 * 2 * 128 * (s * 128 - 128**2 / 2) * 64
+        rate = op.forward.flops / work_time_s(op, op.forward, device, eff) / 1e12
+        assert rate == pytest.approx(fwd, rel=0.01)
+        rate = op.backward_data.flops / work_time_s(op, op.backward_data, device, eff, True) / 1e12
+        assert rate == pytest.approx(bwd, rel=0.01)
+
+
+def test_a_full_layer_and_a_short_sequence_keep_the_d64_table() -> None:
+    """Only a window shorter than the sequence takes the 128-token rows: a full causal layer
+    of 256 tokens (as many keys as queries) does not."""
+    eff = for_gpu("gb200-nvl72")
+    job = job_of(_oss("gb200-nvl72", 8, micro_batch=2), BASE)
+    shape = replace(layer_shape(job), s=256, s_c=256, s_r=256, window=0)
+    op = flash_attention(shape)
+    device = device_of(job)
+    t = work_time_s(op, op.forward, device, eff)
+    assert t == work_time_s(op, op.forward, device, replace(eff, cudnn_d64_w128_by_seq=()))
+
+
 def test_head_dimension_128_is_unchanged() -> None:
     """A head of 128 keeps the 128 table: Llama 3 8B's attention is priced as before."""
     job = job_of({"hardware": {"gpu": "gb200-nvl72"}})

@@ -95,10 +95,13 @@ def cudnn_fraction(eff: Efficiency, backward: bool, scores: GemmShape | None) ->
     `Efficiency.cudnn_by_seq` interpolated linearly in log₂ s at the equivalent square causal
     problem, s = √(queries · keys) (the same executed score tiles per head), clamped to the
     table's ends (`Efficiency.cudnn_d64_by_seq`, measured at head dimension 64, for a
-    query/key width below 96); the constant cudnn_forward/backward where the tables measure no
-    lengths."""
+    query/key width below 96; `cudnn_d64_w128_by_seq`, measured at 64 under a 128-token window,
+    for a window of at most `W128_UP_TO` keys); the constant cudnn_forward/backward where the
+    tables measure no lengths."""
     constant = eff.cudnn_backward if backward else eff.cudnn_forward
     if scores is not None and scores.k < D64_BELOW and eff.cudnn_d64_by_seq:
+        if eff.cudnn_d64_w128_by_seq and short_window(scores):
+            return by_seq(eff.cudnn_d64_w128_by_seq, backward, scores, constant)
         return by_seq(eff.cudnn_d64_by_seq, backward, scores, constant)
     return by_seq(eff.cudnn_by_seq, backward, scores, constant)
 
@@ -127,6 +130,17 @@ def fp8_speedups(
         if wide:
             return wide
     return eff.cudnn_mxfp8_by_seq if mx else eff.cudnn_fp8_by_seq
+
+
+# The longest window the 128-token window's rates price: the geometric mean of the two windows
+# cuDNN's head-dimension-64 rows are measured at, √(128 · 1,024).
+W128_UP_TO = 362
+
+
+def short_window(scores: GemmShape) -> bool:
+    """A sliding window of at most `W128_UP_TO` keys: fewer keys per query than queries (a
+    full causal op's scores have as many keys as queries, or more under context parallelism)."""
+    return scores.n < scores.m and scores.n <= W128_UP_TO
 
 
 def by_seq(

@@ -183,6 +183,9 @@ class Efficiency:
     # fractions of the matrix peak as cudnn_by_seq's (which is measured at 128); empty: priced
     # as at 128. FP8 attention at 64 takes the 128 speed-ups above.
     cudnn_d64_by_seq: tuple[tuple[int, float, float], ...] = ()
+    # the same kernel at 64 under a 128-token sliding window, keyed alike at the equivalent
+    # square √(s·w); empty: a short window is priced by cudnn_d64_by_seq (measured at 1,024)
+    cudnn_d64_w128_by_seq: tuple[tuple[int, float, float], ...] = ()
     # GEMM curves of other data types where an entry measures them (`gemm_by_dtype`); a data
     # type without one reaches the 16-bit curve's fractions of its own peak.
     gemm_by_dtype: Mapping[DType, GemmCurve] = field(default_factory=lambda: MappingProxyType({}))
@@ -397,6 +400,7 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
             "cudnn_backward",
             "cudnn_by_seq",
             "cudnn_d64_by_seq",
+            "cudnn_d64_w128_by_seq",
             *SPEEDUP_TABLES,
         ),
     )
@@ -421,6 +425,9 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
         cudnn_backward=_kernel_fraction(flash, "cudnn_backward", "backward", where),
         cudnn_by_seq=_by_seq(flash, f"{where}.flash_attention"),
         cudnn_d64_by_seq=_by_seq(flash, f"{where}.flash_attention", "cudnn_d64_by_seq"),
+        cudnn_d64_w128_by_seq=_by_seq(
+            flash, f"{where}.flash_attention", "cudnn_d64_w128_by_seq"
+        ),
         **{
             key: _by_seq(flash, f"{where}.flash_attention", key, _SPEEDUP)
             for key in SPEEDUP_TABLES
@@ -593,6 +600,7 @@ def to_json(eff: Efficiency, source: str = "") -> dict[str, Any]:
             "cudnn_backward": eff.cudnn_backward,
             **_seq_json("cudnn_by_seq", eff.cudnn_by_seq),
             **_seq_json("cudnn_d64_by_seq", eff.cudnn_d64_by_seq),
+            **_seq_json("cudnn_d64_w128_by_seq", eff.cudnn_d64_w128_by_seq),
             **{k: v for key in SPEEDUP_TABLES for k, v in _seq_json(key, getattr(eff, key)).items()},
         },
         "network": {"nvlink": link(eff.nvlink), "network": link(eff.network)},
