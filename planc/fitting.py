@@ -44,7 +44,7 @@ from types import MappingProxyType
 import numpy as np
 
 from planc.analysis import Analysis, predictor
-from planc.perf.calibrate import Fit, fit, with_values
+from planc.perf.calibrate import Fit, fit, levenberg_marquardt, with_values
 from planc.perf.expert_host import release_key
 from planc.perf.gemm_table import GemmTable, row_seconds
 from planc.perf.validation import Run
@@ -168,35 +168,10 @@ def fit_gemm_table_timed(table: GemmTable) -> TimedShape:
 
     # From the preset's curve and a microsecond per kernel.
     start = (scratch.gemm.peak_fraction, scratch.gemm.half_dim, 1e-6)
-    theta = _levenberg_marquardt(residuals, np.log(np.array(start)))
+    theta, _ = levenberg_marquardt(residuals, np.log(np.array(start)), 200, 1e-8)
     e, d, t0 = (math.exp(x) for x in theta)
     r = residuals(theta)
     return TimedShape(e, d, t0, float(np.sqrt(np.mean(r * r))))
-
-
-def _levenberg_marquardt(
-    residuals: Callable[[np.ndarray], np.ndarray], theta: np.ndarray, iterations: int = 200
-) -> np.ndarray:
-    """θ minimising |residuals(θ)|²: Levenberg-Marquardt with a forward-difference Jacobian
-    (steps of 1e-4 in each coordinate), stopped when no coordinate moves 1e-8."""
-    r, damping = residuals(theta), 1e-3
-    for _ in range(iterations):
-        jac = np.empty((len(r), len(theta)))
-        for j in range(len(theta)):
-            step = np.zeros_like(theta)
-            step[j] = 1e-4
-            jac[:, j] = (residuals(theta + step) - r) / 1e-4
-        normal, gradient = jac.T @ jac, jac.T @ r
-        while damping <= 1e8:
-            delta = np.linalg.solve(normal + damping * np.diag(np.diag(normal) + 1e-12), -gradient)
-            r_trial = residuals(theta + delta)
-            if r_trial @ r_trial < r @ r:
-                theta, r, damping = theta + delta, r_trial, damping / 3
-                break
-            damping *= 4
-        if damping > 1e8 or float(np.max(np.abs(delta))) < 1e-8:
-            break
-    return theta
 
 
 def fit_runs(runs: Sequence[Run], gpu: str) -> tuple[Run, ...]:

@@ -23,6 +23,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 
@@ -96,6 +97,41 @@ class Fit:
     iterations: int
 
 
+def levenberg_marquardt(
+    residuals: Callable[[np.ndarray], np.ndarray],
+    theta: np.ndarray,
+    iterations: int = 100,
+    tolerance: float = 1e-6,
+) -> tuple[np.ndarray, int]:
+    """θ minimising |residuals(θ)|² from `theta`, and the iterations taken: Levenberg-Marquardt
+    with a forward-difference Jacobian (steps of 1e-4 in each coordinate), stopped when no
+    coordinate moves `tolerance` or the damping passes 1e8."""
+    damping = 1e-3
+    r = residuals(theta)
+    done = 0
+    for done in range(1, iterations + 1):  # noqa: B007 - the count is reported
+        jac = np.empty((len(r), len(theta)))
+        for j in range(len(theta)):
+            step = np.zeros_like(theta)
+            step[j] = 1e-4
+            jac[:, j] = (residuals(theta + step) - r) / 1e-4
+        normal = jac.T @ jac
+        gradient = jac.T @ r
+        while True:
+            delta = np.linalg.solve(normal + damping * np.diag(np.diag(normal) + 1e-12), -gradient)
+            trial = theta + delta
+            r_trial = residuals(trial)
+            if r_trial @ r_trial < r @ r:
+                theta, r, damping = trial, r_trial, damping / 3
+                break
+            damping *= 4
+            if damping > 1e8:
+                break
+        if damping > 1e8 or float(np.max(np.abs(delta))) < tolerance:
+            break
+    return theta, done
+
+
 def _residuals(
     cases: Sequence[tuple[Predict, float]],
     eff: Efficiency,
@@ -121,30 +157,9 @@ def fit(
     if not cases:
         raise ValueError("calibration needs at least one measurement")
     prior = np.array([math.log(get(start, n)) for n in names])
-    theta = prior.copy()
-    damping = 1e-3
-    r = _residuals(cases, start, names, theta, prior, ridge)
-    done = 0
-    for done in range(1, iterations + 1):  # noqa: B007 - the count is reported
-        jac = np.empty((len(r), len(names)))
-        for j in range(len(names)):
-            step = np.zeros_like(theta)
-            step[j] = 1e-4
-            jac[:, j] = (_residuals(cases, start, names, theta + step, prior, ridge) - r) / 1e-4
-        normal = jac.T @ jac
-        gradient = jac.T @ r
-        while True:
-            delta = np.linalg.solve(normal + damping * np.diag(np.diag(normal) + 1e-12), -gradient)
-            trial = theta + delta
-            r_trial = _residuals(cases, start, names, trial, prior, ridge)
-            if r_trial @ r_trial < r @ r:
-                theta, r, damping = trial, r_trial, damping / 3
-                break
-            damping *= 4
-            if damping > 1e8:
-                break
-        if damping > 1e8 or float(np.max(np.abs(delta))) < 1e-6:
-            break
+    theta, done = levenberg_marquardt(
+        partial(_residuals, cases, start, names, prior=prior, ridge=ridge), prior, iterations
+    )
     values = tuple(
         min(math.exp(x), 1.0) if n in CAPPED else math.exp(x)
         for n, x in zip(names, theta, strict=True)
