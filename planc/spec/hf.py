@@ -1440,9 +1440,12 @@ def from_config(
         return tuple(read)
     dims, stated = read
     # A field the spec gives replaces the config's: its value in the config is not read.
-    mlp = (given["mlp"], []) if isinstance(given.get("mlp"), str) else _mlp(config, arch)
-    if arch.glu is not None and not isinstance(given.get("mlp"), str):
+    if isinstance(given.get("mlp"), str):
+        mlp: tuple[str, list[Note]] | Note = (given["mlp"], [])
+    elif arch.glu is not None:
         mlp = (arch.glu, [])
+    else:
+        mlp = _mlp(config, arch)
     dropout = _dropout(config, arch)
     tied = given.get(
         "tied_embeddings", config.get("tie_word_embeddings", arch.defaults["tie_word_embeddings"])
