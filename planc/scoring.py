@@ -119,10 +119,13 @@ def score_corpus(index_path: str) -> Corpus:
     def analysis_of(run: Run) -> Analysis:
         return analyses[run.id][1]
 
+    def model_of(run: Run) -> str | None:
+        return analyses[run.id][0].model.preset
+
     scored = score(runs, predict)
     return Corpus(
         scored=scored,
         layouts=tuple(priced[run.id].layout for run in runs),
-        aggregates=aggregates(scored),
+        aggregates=aggregates(scored, model_of),
         held_out=held_out_errors(runs, lambda fit_set: fold_predictor(fit_set, analysis_of)),
     )

@@ -306,9 +306,26 @@ def test_mean_and_worst_over_two_runs() -> None:
     both = [{**entry, "role": "validation", "source_group": "g"} for entry in TWO]
     found = {(x.axis, x.group): x for x in aggregates(_scored_of(both))}
     pooled = found["source", "g"]
-    # mean |e| = (0.10 + 0.25)/2; the worst is b's −25 %, sign kept.
+    # mean |e| = (0.10 + 0.25)/2; the worst is b's −25 %, sign kept; the signed mean
+    # (0.10 − 0.25)/2 = −0.075.
     assert pooled.mean_abs_error == pytest.approx(0.175)
     assert (pooled.worst_error, pooled.worst_id) == (pytest.approx(-0.25), "b")
+    assert pooled.mean_error == pytest.approx(-0.075)
+
+
+def test_model_aggregates_group_validation_runs_by_the_preset_named() -> None:
+    # Both runs validation, both naming one preset: one model group of two, signed mean −7.5 %;
+    # a run stated field by field (model_of None) is in no model group.
+    both = [{**entry, "role": "validation", "source_group": "g"} for entry in TWO]
+    scored = _scored_of(both)
+    found = {(x.axis, x.group): x for x in aggregates(scored, lambda run: "llama3-8b")}
+    pooled = found["model", "llama3-8b"]
+    assert (pooled.runs, pooled.mean_error) == (2, pytest.approx(-0.075))
+    only_a = {
+        (x.axis, x.group): x for x in aggregates(scored, lambda r: "m" if r.id == "a" else None)
+    }
+    assert only_a["model", "m"].runs == 1
+    assert [k for k in only_a if k[0] == "model"] == [("model", "m")]
 
 
 def _scored_of(entries: list[dict[str, Any]]) -> tuple[Scored, ...]:
@@ -534,3 +551,61 @@ def test_a_calibrated_spec_quotes_no_corpus_category_bar() -> None:
     assert category_words("fsdp", {"accuracy": {}}) == ""
     assert category_json("fsdp", {"accuracy": {}}) is None
     assert category_words("no-such-category", None) == ""
+
+
+def _model_row(preset: str) -> tuple[int, str, str, str]:
+    """(runs, mean |error|, worst, signed mean) of docs/validation.md's row of model `preset`."""
+    for line in DOC.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[:2] == ["model", preset]:
+            return int(cells[2]), cells[3], cells[4], cells[6]
+    raise AssertionError(f"no model row {preset}")
+
+
+def _validation_runs_naming(preset: str) -> list[Run]:
+    """The validation runs whose spec names model preset `preset`, read from the YAML itself."""
+    import yaml
+
+    def named(run: Run) -> Any:
+        data = yaml.safe_load(Path(spec_path(str(INDEX), run)).read_text(encoding="utf-8"))
+        return (data.get("model") or {}).get("preset")
+
+    return [r for r in RUNS if r.role is RunRole.VALIDATION and named(r) == preset]
+
+
+def test_explain_quotes_the_error_of_runs_of_the_specs_model_preset() -> None:
+    # A GPT-OSS spec gets the bar of the validation runs naming its preset, as
+    # docs/validation.md prints it, called a bias where nearly every run errs one way; JSON the
+    # same numbers. The count is the specs naming the preset, read from the YAML.
+    from click.testing import CliRunner
+
+    from planc.cli.main import main
+
+    runs, mean, worst, signed = _model_row("gpt-oss-120b")
+    assert runs == len(_validation_runs_naming("gpt-oss-120b"))
+    spec = SPECS / "bridge2604-gpt-oss-120b-64xh100-bf16.yaml"
+    text = CliRunner().invoke(main, ["explain", str(spec)]).output
+    expected = (
+        f"model error on gpt-oss-120b runs: ±{mean.replace(' %', '')} % mean, worst {worst}, "
+        f"signed mean {signed} (a bias: planc too fast), on {runs} validated runs of this preset"
+    )
+    assert expected in text
+    out = CliRunner().invoke(main, ["explain", str(spec), "--format", "json"]).output
+    bar = json.loads(out)["step"]["model_error_preset"]
+    assert bar["preset"] == "gpt-oss-120b" and bar["validated_runs"] == runs
+    assert f"{bar['mean_error'] * 100:+.1f} %" == signed
+
+
+def test_a_preset_with_few_validated_runs_has_no_model_bar() -> None:
+    # Kimi K2 has one validated run: too few to quote (MIN_CELL_RUNS); a model stated field by
+    # field has no preset; a calibration replaces the corpus's bars with the user's own.
+    from planc.presets.accuracy import MIN_CELL_RUNS, model_bar, model_json, model_words
+
+    assert len(_validation_runs_naming("kimi-k2")) < MIN_CELL_RUNS
+    assert model_bar("kimi-k2") is None and model_words("kimi-k2", None) == ""
+    assert model_bar(None) is None
+    assert model_bar("llama3-70b") is not None
+    assert model_words("llama3-70b", {"accuracy": None}) == ""
+    assert model_json("llama3-70b", {"accuracy": None}) is None
+    # Llama 3 70B errs both ways: no bias is claimed.
+    assert "bias" not in model_words("llama3-70b", None)

@@ -24,7 +24,14 @@ from planc.perf.step import Overlap, StepInputs, busiest_stage, overlaps
 from planc.perf.validation import category_of
 from planc.pipeline.registry import definition
 from planc.plannable import Plannable
-from planc.presets.accuracy import bar_json, bar_words, category_json, category_words
+from planc.presets.accuracy import (
+    bar_json,
+    bar_words,
+    category_json,
+    category_words,
+    model_json,
+    model_words,
+)
 from planc.record import record
 from planc.run import RunEstimate, estimate_run
 from planc.spec.job import GB, GIB
@@ -509,6 +516,7 @@ def to_json(ex: Explanation) -> dict[str, Any]:
             "model_error_category": category_json(
                 _category(job), job.cluster.calibration, job.cluster.gpu.name
             ),
+            "model_error_preset": model_json(job.model.preset, job.cluster.calibration),
             "communication_overlap": _overlap_json(ex),
         },
         **({} if ex.run is None else {"run": run_json(ex.run)}),
@@ -631,13 +639,14 @@ def _category(job: Plannable) -> str:
 
 
 def error_bar_words(job: Plannable) -> tuple[str, ...]:
-    """The model's error on runs it was not fitted to, for this GPU and for runs of this
-    layout's category on this GPU's generation (on every generation where it has few); the
-    user's own with a calibration."""
+    """The model's error on runs it was not fitted to, for this GPU, for runs of this
+    layout's category on this GPU's generation (on every generation where it has few) and for
+    runs of this model preset where enough are validated; the user's own with a calibration."""
     cal = job.cluster.calibration
     words = bar_words(job.cluster.gpu.name, cal)
     category = category_words(_category(job), cal, job.cluster.gpu.name)
-    return tuple(w for w in (words, category) if w)
+    preset = model_words(job.model.preset, cal)
+    return tuple(w for w in (words, category, preset) if w)
 
 
 def _error_bar_line(job: Plannable) -> list[str]:

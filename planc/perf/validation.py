@@ -10,8 +10,8 @@ error naming the run), gives each run its signed error
 
     e = T_predicted / T_measured − 1
 
-and aggregates mean |e| and the worst e by role, by GPU generation, by category and by source,
-and leave-one-source-out: for each source group g, the model fitted on the fit runs outside g,
+and aggregates mean |e|, mean e and the worst e by role, by GPU generation, by category, by
+source and by model preset, and leave-one-source-out: for each source group g, the model fitted on the fit runs outside g,
 scored on g's runs.
 
 Pure functions over plain data: step times come from a `predict` callable
@@ -91,6 +91,9 @@ class Aggregate:
     mean_abs_error: float
     worst_error: float  # the signed error of largest magnitude
     worst_id: str
+    # The mean signed error: its sign says whether planc is too fast (−) or too slow (+) on the
+    # group as a whole, which mean |e| cannot.
+    mean_error: float
 
 
 @record
@@ -228,7 +231,7 @@ def score(runs: Iterable[Run], predict: Callable[[Run], float]) -> tuple[Scored,
 
 
 def summarise(axis: str, group: str, scored: Sequence[Scored]) -> Aggregate:
-    """Mean |e| and the worst e of `scored` (at least one run)."""
+    """Mean |e|, mean e and the worst e of `scored` (at least one run)."""
     if not scored:
         raise CorpusError(f"{axis} {group}: no runs to summarise")
     worst = max(scored, key=lambda s: (abs(s.error), s.run.id))
@@ -239,6 +242,7 @@ def summarise(axis: str, group: str, scored: Sequence[Scored]) -> Aggregate:
         mean_abs_error=sum(abs(s.error) for s in scored) / len(scored),
         worst_error=worst.error,
         worst_id=worst.run.id,
+        mean_error=sum(s.error for s in scored) / len(scored),
     )
 
 
@@ -252,18 +256,26 @@ def grouped(
     return tuple(summarise(axis, name, groups[name]) for name in sorted(groups))
 
 
-def aggregates(scored: Sequence[Scored]) -> tuple[Aggregate, ...]:
+def aggregates(
+    scored: Sequence[Scored], model_of: Callable[[Run], str | None] = lambda run: None
+) -> tuple[Aggregate, ...]:
     """By role over every run; by GPU generation, by category, by the two together ("hopper
-    moe") and by source over the validation runs only (the errors on runs nothing was fitted
-    to)."""
+    moe"), by source and by model preset (`model_of`: the preset a run's spec names, None for a
+    model stated field by field) over the validation runs only (the errors on runs nothing was
+    fitted to)."""
     held = [s for s in scored if s.run.role is RunRole.VALIDATION]
+    presets = [s for s in held if model_of(s.run) is not None]
     return (
         grouped("role", scored, lambda run: str(run.role))
         + grouped("generation", held, lambda run: str(run.generation))
         + grouped("category", held, lambda run: str(run.category))
         + grouped(CELL, held, lambda run: cell_name(str(run.generation), str(run.category)))
         + grouped("source", held, lambda run: run.source_group)
+        + grouped(MODEL, presets, lambda run: str(model_of(run)))
     )
+
+
+MODEL = "model"
 
 
 CELL = "generation and category"

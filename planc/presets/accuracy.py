@@ -3,9 +3,10 @@
 `planc/presets/accuracy.json` is written by `python scripts/validation_table.py -o
 docs/validation.md` from the validation runs of `validation/runs.json` (role `validation`
 only: the runs no parameter read), one entry per GPU generation, one per category (dense,
-pipeline, context, moe, fsdp: what dominates the layout, `planc.perf.validation.category_of`)
-and one per generation and category together: how many runs, the mean of |predicted/measured
-− 1| and the worst signed error. `planc explain`, the report and search show it beside the step
+pipeline, context, moe, fsdp: what dominates the layout, `planc.perf.validation.category_of`),
+one per generation and category together and one per model preset the specs name: how many
+runs, the mean of |predicted/measured − 1|, the worst signed error and the mean signed error
+(a preset's runs share a bias the others need not: its sign says which way). `planc explain`, the report and search show it beside the step
 time, so a user reads the estimate with the error the model has on
 runs like theirs; `planc calibrate` on their own runs is how to tighten it.
 """
@@ -41,12 +42,13 @@ GENERATION_OF: Mapping[str, str] = {
 
 @record
 class ErrorBar:
-    """The model's error on the validation runs of one GPU generation or one category."""
+    """The model's error on the validation runs of one GPU generation, category or model."""
 
-    group: str  # the generation or category; "calibrated": the user's runs (`planc calibrate`)
+    group: str  # the generation, category or preset; "calibrated": the user's runs
     runs: int
     mean_abs_error: float  # mean of |predicted/measured − 1|
     worst_error: float  # the signed error of largest magnitude
+    mean_error: float | None = None  # mean of predicted/measured − 1 (None: not recorded)
 
     def words(self) -> str:
         """E.g. '±6.2 % mean, worst +15.1 %, on 18 validated hopper runs'."""
@@ -91,6 +93,53 @@ def category_bar(category: str, gpu: str | None = None) -> ErrorBar | None:
     if not entry:
         return None
     return ErrorBar(category, entry["runs"], entry["mean_abs_error"], entry["worst_error"])
+
+
+# A preset's errors are called a bias where the signed mean is at least this share of the mean
+# |error|: nearly every run errs the same way, so the estimate is likely off that way too.
+BIAS_SHARE = 0.9
+
+
+def model_bar(preset: str | None) -> ErrorBar | None:
+    """The error bar of the validation runs whose spec names model preset `preset`, where at
+    least MIN_CELL_RUNS of them are validated (None otherwise, or for a model stated field by
+    field): the runs most like a spec of that model, whatever their GPU and layout."""
+    entry = _table().get("models", {}).get(preset or "")
+    if not entry or entry["runs"] < MIN_CELL_RUNS:
+        return None
+    return ErrorBar(
+        str(preset),
+        entry["runs"],
+        entry["mean_abs_error"],
+        entry["worst_error"],
+        entry["mean_error"],
+    )
+
+
+def model_words(preset: str | None, calibration: Calibration) -> str:
+    """'model error on gpt-oss-120b runs: …, signed mean −25.0 % (a bias: planc too fast), …',
+    or '' where `model_bar` has none or with a calibration (the user's own error bar replaces
+    the corpus's)."""
+    bar = None if calibration is not None else model_bar(preset)
+    if bar is None or bar.mean_error is None:
+        return ""
+    lean = ""
+    if abs(bar.mean_error) >= BIAS_SHARE * bar.mean_abs_error:
+        lean = " (a bias: planc too fast)" if bar.mean_error < 0 else " (a bias: planc too slow)"
+    return (
+        f"model error on {bar.group} runs: ±{bar.mean_abs_error * 100:.1f} % mean, "
+        f"worst {bar.worst_error * 100:+.1f} %, signed mean {bar.mean_error * 100:+.1f} %{lean}, "
+        f"on {bar.runs} validated runs of this preset"
+    )
+
+
+def model_json(preset: str | None, calibration: Calibration) -> dict[str, Any] | None:
+    """The preset's error bar as data (None where `model_words` says nothing)."""
+    bar = None if calibration is not None else model_bar(preset)
+    data = _bar_data("preset", bar)
+    if data is not None and bar is not None:
+        data["mean_error"] = bar.mean_error
+    return data
 
 
 def category_words(category: str, calibration: Calibration, gpu: str | None = None) -> str:
@@ -163,7 +212,17 @@ def bar_json(gpu: str, calibration: Calibration) -> dict[str, Any] | None:
     return _bar_data("generation", bar_for(gpu, calibration))
 
 
-Groups = Mapping[str, tuple[int, float, float]]  # name: (runs, mean |error|, worst error)
+@record
+class Group:
+    """One group's validation errors as accuracy.json records them."""
+
+    runs: int
+    mean_abs_error: float
+    worst_error: float
+    mean_error: float
+
+
+Groups = Mapping[str, Group]
 
 
 # Digits kept: explain prints these at 0.1 % as docs/validation.md prints the unrounded errors;
@@ -174,31 +233,35 @@ ERROR_DIGITS = 6
 def _entries(groups: Groups) -> dict[str, dict[str, Any]]:
     return {
         name: {
-            "runs": runs,
-            "mean_abs_error": round(mean, ERROR_DIGITS),
-            "worst_error": round(worst, ERROR_DIGITS),
+            "runs": g.runs,
+            "mean_abs_error": round(g.mean_abs_error, ERROR_DIGITS),
+            "worst_error": round(g.worst_error, ERROR_DIGITS),
+            "mean_error": round(g.mean_error, ERROR_DIGITS),
         }
-        for name, (runs, mean, worst) in sorted(groups.items())
+        for name, g in sorted(groups.items())
     }
 
 
 def accuracy_json(
     by_generation: Groups,
     by_category: Groups,
-    by_cell: Mapping[tuple[str, str], tuple[int, float, float]],
+    by_cell: Mapping[tuple[str, str], Group],
+    by_model: Groups,
 ) -> str:
-    """The text of accuracy.json for (runs, mean |error|, worst error) per generation, per
-    category and per (generation, category)."""
+    """The text of accuracy.json: each group's runs, mean |error|, worst and mean signed error
+    per generation, per category, per (generation, category) and per model preset."""
     generations = sorted({generation for generation, _ in by_cell})
     data = {
         "_about": "Written by scripts/validation_table.py from validation/runs.json (validation "
-        "runs only): planc's step-time error per GPU generation, per category and per the two "
-        "together (cells: generation, then category); read by planc.presets.accuracy.",
+        "runs only): planc's step-time error per GPU generation, per category, per the two "
+        "together (cells: generation, then category) and per model preset the specs name; read "
+        "by planc.presets.accuracy.",
         "generations": _entries(by_generation),
         "categories": _entries(by_category),
         "cells": {
             g: _entries({c: row for (gen, c), row in by_cell.items() if gen == g})
             for g in generations
         },
+        "models": _entries(by_model),
     }
     return json.dumps(data, indent=2) + "\n"

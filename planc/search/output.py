@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from planc.outputs import escape
-from planc.presets.accuracy import bar_for, category_words
+from planc.presets.accuracy import bar_for, category_words, model_words
 from planc.search.fallback import FallbackPlan
 from planc.search.rank import Ranked, SearchResult
 from planc.search.space import Space, Value
@@ -233,12 +233,15 @@ def describe(job: Job) -> str:
     bar = bar_for(cl.gpu.name, cl.calibration)
     # Every layout of a MoE model is of the moe category: its runs' error is the one to read.
     moe = category_words("moe", cl.calibration, cl.gpu.name) if mod.moe is not None else ""
+    # Every layout is of the one model: its preset's runs, where enough are validated, too.
+    preset = model_words(mod.preset, cl.calibration)
     return (
         f"{job.name}: {job.world:,} GPUs ({cl.nodes:,} × {cl.gpus_per_node} {cl.gpu.name}), "
         f"{mod.preset or 'model'} (L={mod.L}, h={mod.h}), seq_len {tr.s:,}, "
         f"global_batch {tr.B:,}"
         + (f"; step times {bar.words()} (docs/validation.md)" if bar else "")
         + (f"; {moe}" if moe else "")
+        + (f"; {preset}" if preset else "")
     )
 
 
