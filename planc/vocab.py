@@ -264,6 +264,17 @@ ExpertRouting = Literal["uniform", "round_robin"]
 # (Megatron-Bridge 0.4.2, Megatron-Core 0.17.1 at 2edffadb), whose MoE layers spend a time per
 # local expert that planc.presets.releases holds.
 FrameworkRelease = Literal["latest", "nemo-25.11", "nemo-26.04"]
+# How Megatron-Core captures CUDA graphs (training.cuda_graph.impl, --cuda-graph-impl, megatron-core
+# 0.19.2 TransformerConfig.cuda_graph_impl): local, Megatron-Core's own per-layer graphs;
+# transformer_engine, Transformer Engine's make_graphed_callables per layer (the partial graphs of
+# NVIDIA's MoE recipes); full_iteration, one graph of the whole forward and backward.
+CudaGraphImpl = Literal["local", "transformer_engine", "full_iteration"]
+# What a per-layer implementation captures (training.cuda_graph.modules, --cuda-graph-modules;
+# CudaGraphModule of megatron/core/transformer/enums.py): attn, the attention; mlp, a dense layer's
+# MLP; moe_router, the router (and the shared experts unless they overlap the dispatch);
+# moe_preprocess, the dispatcher's preprocessing (needs moe_router). Megatron's moe (drop-and-pad
+# MoE layers only) and mamba are not stated: planc prices dropless experts and no Mamba layers.
+CudaGraphModuleName = Literal["attn", "mlp", "moe_router", "moe_preprocess"]
 # megatron-fsdp: Megatron-LM with Megatron-Core's own FSDP (--use-megatron-fsdp), which planc
 # models as Megatron with zero_stage naming --data-parallel-sharding-strategy.
 Framework = Literal["megatron", "megatron-fsdp", "deepspeed", "fsdp2"]

@@ -110,6 +110,10 @@ for case, (lines, world, vocab) in json.load(sys.stdin).items():
     arguments.validate_args(args)
     config = core_transformer_config_from_args(args)
     config.perform_initialization = False
+    # The graphs as TransformerConfig.__post_init__ took them; the model below is built without
+    # them (capture needs a GPU), its weights being the same.
+    graphs = [config.cuda_graph_impl, sorted(m.name for m in config.cuda_graph_modules)]
+    config.cuda_graph_impl = "none"
     spec = get_gpt_decoder_block_spec(config, use_transformer_engine=False)
     mtp = get_gpt_mtp_block_spec(config, spec.layer_specs[-1], use_transformer_engine=False) if args.mtp_num_layers else None
     local_core_attention(spec)
@@ -138,6 +142,8 @@ for case, (lines, world, vocab) in json.load(sys.stdin).items():
         "pre_softmax": config.moe_router_pre_softmax,
         "position": args.position_embedding_type,
         "gated": config.gated_linear_unit, "activation": config.activation_func.__name__,
+        "graphs": graphs, "te_rng_tracker": bool(planned.te_rng_tracker),
+        "nan_check": bool(planned.check_for_nan_in_loss_and_grad),
     }
 print(json.dumps(out))
 '''
@@ -179,6 +185,29 @@ CASES: dict[str, tuple[str, dict[str, Any] | None]] = {
     "qwen3-unnormalised": (
         "mixtral-8x7b-64xh100.yaml",
         {"model": {"preset": "qwen3-30b-a3b", "moe": {"router_normalize": False}}},
+    ),
+    # CUDA graphs: NVIDIA's MoE recipes' partial graphs, Megatron-Core's own per-layer graphs of
+    # a dense model's whole layers, and the whole iteration
+    "deepseek-v3-partial-graphs": (
+        "deepseek-v3-2048xh800.yaml",
+        {
+            "training": {
+                "recompute": "selective",
+                "recompute_modules": ["layernorm", "mla_up_proj"],
+                "cuda_graph": {
+                    "impl": "transformer_engine",
+                    "modules": ["attn", "moe_router", "moe_preprocess"],
+                },
+            }
+        },
+    ),
+    "llama3-8b-layer-graphs": (
+        "llama3-8b-1node.yaml",
+        {"training": {"cuda_graph": {"impl": "local"}}},
+    ),
+    "llama3-8b-iteration-graph": (
+        "llama3-8b-1node.yaml",
+        {"training": {"cuda_graph": {"impl": "full_iteration"}}},
     ),
 }
 
@@ -241,6 +270,14 @@ def test_megatron_core_builds_the_spec_model_from_the_emitted_arguments() -> Non
         # The MLP Megatron builds is the spec's: gated or not, and the gate's activation
         # (--swiglu F.silu, --quick-geglu quick_gelu, Megatron's default F.gelu).
         assert (got["gated"], got["activation"]) == MLPS[model.mlp], name
+        # The graphs Megatron-Core takes are the spec's (none without training.cuda_graph);
+        # validate_args' own requirements hold: Transformer Engine's RNG tracker under any
+        # graphs, no NaN check under the whole-iteration graph.
+        tr = plan.job.training
+        modules = sorted(tr.cuda_graph_modules)
+        assert got["graphs"] == [tr.cuda_graph_impl or "none", modules], name
+        assert got["te_rng_tracker"] == (tr.cuda_graph_impl is not None), name
+        assert got["nan_check"] == (tr.cuda_graph_impl != "full_iteration"), name
     # The cases reach what they are there for (not a test of planc: of the list above).
     assert {plan.job.model.mlp for plan in plans.values()} == set(MLPS)
     deepseek = plans["deepseek-v3"].job.model

@@ -3,7 +3,9 @@
 Megatron-LM (PLANC_MEGATRON_PYTHON, megatron-core 0.19.2): the plan's arguments with the flags
 an optimizer offload needs (--optimizer-cpu-offload --use-precision-aware-optimizer) go through
 validate_args and then Megatron-Core's OptimizerConfig; Megatron refuses exactly the specs
-PLC048 refuses. DeepSpeed (PLANC_DEEPSPEED_PYTHON): PipelineEngine.__init__ holds the ZeRO check
+PLC048 refuses; and the plan's arguments with training.cuda_graph go through validate_args and
+Megatron-Core's TransformerConfig, which refuse exactly the graphs PLC048 refuses, each for its
+CUDA-graph check. DeepSpeed (PLANC_DEEPSPEED_PYTHON): PipelineEngine.__init__ holds the ZeRO check
 PLC049 quotes. torchtitan (PLANC_TORCHTITAN_PYTHON, 0.3.0): its TrainingConfig's
 mixed_precision_param admits no float16, and ParallelDims refuses a world the degrees do not
 fill. Each test skips, saying why, without the framework.
@@ -120,3 +122,189 @@ def test_torchtitan_has_no_fp16_as_plc050_says() -> None:
     assert "float16" not in dtypes and "bfloat16" in dtypes
     fp16 = {"training": {"framework": "fsdp2", "precision": "fp16"}}
     assert any(f.rule == "PLC050" for f in check_overlay(fp16).findings)
+
+
+MEGATRON_GRAPHS = r"""
+import argparse, json, os, sys, tempfile, warnings
+warnings.filterwarnings("ignore")
+os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+import torch
+import megatron.training.arguments as arguments
+from megatron.training.argument_utils import core_transformer_config_from_args
+arguments.get_device_arch_version = lambda: 9
+parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+# CPU only: Megatron-Core's local layers and no fusions, as in the model-build test; none of
+# these flags is one TransformerConfig's CUDA-graph checks read.
+extra = ["--tokenizer-type", "NullTokenizer", "--mock-data", "--train-iters", "10", "--lr", "1e-4",
+         "--use-cpu-initialization", "--no-rope-fusion", "--transformer-impl", "local",
+         "--no-persist-layer-norm", "--no-gradient-accumulation-fusion", "--no-masked-softmax-fusion",
+         "--no-bias-dropout-fusion", "--no-bias-swiglu-fusion"]
+out = {}
+for case, (lines, world, vocab) in json.load(sys.stdin).items():
+    words = [word for line in lines for word in line.split()]
+    args = parser.parse_args(words + extra + ["--vocab-size", str(vocab)])
+    args.world_size, args.rank = world, 0
+    try:
+        arguments.validate_args(args)
+        core_transformer_config_from_args(args)
+        out[case] = None
+    except (AssertionError, ValueError) as refused:
+        out[case] = str(refused)
+print(json.dumps(out))
+"""
+
+PARTIAL = ["attn", "moe_router", "moe_preprocess"]
+# (base example, overlay, Megatron refuses): Llama 3 8B (dense, selective recompute of core
+# attention) and Mixtral 8x7B (experts in every layer, the alltoall dispatcher), each refusal of
+# TransformerConfig's CUDA-graph checks once and a case beside it that passes.
+GRAPH_CASES: dict[str, tuple[str, dict[str, Any], bool]] = {
+    "dense-attn": (
+        "llama3-8b-1node.yaml",
+        {"impl": "transformer_engine", "modules": ["attn"]},
+        False,
+    ),
+    "dense-router": (
+        "llama3-8b-1node.yaml",
+        {"impl": "transformer_engine", "modules": ["moe_router"]},
+        True,
+    ),
+    "dense-iteration-modules": (
+        "llama3-8b-1node.yaml",
+        {"impl": "full_iteration", "modules": ["attn"]},
+        True,
+    ),
+    "dense-iteration": ("llama3-8b-1node.yaml", {"impl": "full_iteration"}, False),
+    "moe-partial": (
+        "mixtral-8x7b-64xh100.yaml",
+        {"impl": "transformer_engine", "modules": PARTIAL},
+        False,
+    ),
+    "moe-preprocess-alone": (
+        "mixtral-8x7b-64xh100.yaml",
+        {"impl": "transformer_engine", "modules": ["moe_preprocess"]},
+        True,
+    ),
+    "moe-local-preprocess-alone": (
+        "mixtral-8x7b-64xh100.yaml",
+        {"impl": "local", "modules": ["moe_preprocess"]},
+        False,
+    ),
+    "moe-mlp": (
+        "mixtral-8x7b-64xh100.yaml",
+        {"impl": "transformer_engine", "modules": ["mlp"]},
+        True,
+    ),
+}
+# Settings beside the graphs: full recompute (full_iteration only), dropout in a graphed
+# recompute, moe recompute with the router graph, the alltoall dispatcher's host copies with a
+# capacity factor, and activation offload with per-layer graphs.
+SETTING_CASES: dict[str, tuple[str, dict[str, Any], bool]] = {
+    "dense-full-recompute-layers": (
+        "llama3-8b-1node.yaml",
+        {"training": {"recompute": "full", "cuda_graph": {"impl": "local"}}},
+        True,
+    ),
+    "dense-full-recompute-iteration": (
+        "llama3-8b-1node.yaml",
+        {"training": {"recompute": "full", "cuda_graph": {"impl": "full_iteration"}}},
+        False,
+    ),
+    "dense-dropout-graphed-attn": (
+        "llama3-8b-1node.yaml",
+        {
+            "model": {"dropout": 0.1},
+            "training": {"cuda_graph": {"impl": "transformer_engine", "modules": ["attn"]}},
+        },
+        True,
+    ),
+    "dense-dropout-ungraphed-attn": (
+        "llama3-8b-1node.yaml",
+        {
+            "model": {"dropout": 0.1},
+            "training": {
+                "recompute_modules": ["mlp"],
+                "cuda_graph": {"impl": "transformer_engine", "modules": ["attn"]},
+            },
+        },
+        False,
+    ),
+    "moe-recompute-moe-router": (
+        "mixtral-8x7b-64xh100.yaml",
+        {
+            "training": {
+                "recompute_modules": ["moe"],
+                "cuda_graph": {"impl": "transformer_engine", "modules": ["moe_router"]},
+            }
+        },
+        True,
+    ),
+    "moe-capacity-preprocess": (
+        "mixtral-8x7b-64xh100.yaml",
+        {
+            "model": {"moe": {"capacity_factor": 1.0}},
+            "training": {"cuda_graph": {"impl": "transformer_engine", "modules": PARTIAL}},
+        },
+        True,
+    ),
+    "moe-capacity-router": (
+        "mixtral-8x7b-64xh100.yaml",
+        {
+            "model": {"moe": {"capacity_factor": 1.0}},
+            "training": {"cuda_graph": {"impl": "transformer_engine", "modules": ["moe_router"]}},
+        },
+        False,
+    ),
+    "dense-offload-layers": (
+        "llama3-8b-1node.yaml",
+        {
+            "parallelism": {"tensor": 1, "sequence_parallel": False},
+            "training": {
+                "recompute": "none",
+                "offload": {"activations": 1},
+                "cuda_graph": {"impl": "local"},
+            },
+        },
+        True,
+    ),
+    "dense-offload-iteration": (
+        "llama3-8b-1node.yaml",
+        {
+            "parallelism": {"tensor": 1, "sequence_parallel": False},
+            "training": {
+                "recompute": "none",
+                "offload": {"activations": 1},
+                "cuda_graph": {"impl": "full_iteration"},
+            },
+        },
+        False,
+    ),
+}
+
+
+def _graph_cases() -> dict[str, tuple[str, dict[str, Any], bool]]:
+    cases = {n: (b, {"training": {"cuda_graph": g}}, r) for n, (b, g, r) in GRAPH_CASES.items()}
+    return {**cases, **SETTING_CASES}
+
+
+def test_megatron_refuses_the_cuda_graphs_plc048_refuses() -> None:
+    # Megatron-Core's own validate_args and TransformerConfig on the arguments planc emits:
+    # it refuses exactly the graphs PLC048 refuses, and the cases are those the table says.
+    python = _interpreter("PLANC_MEGATRON_PYTHON", "megatron.training.arguments")
+    if python is None:
+        pytest.skip(
+            "megatron.training.arguments is not importable (pip install megatron-core on "
+            "Python >= 3.12, and point PLANC_MEGATRON_PYTHON at that interpreter)"
+        )
+    cases = _graph_cases()
+    payload = {}
+    for case, (base, overlay, _) in cases.items():
+        plan = compiled(job_of(overlay, base))
+        payload[case] = [megatron_arguments(plan)[0], plan.world, plan.job.model.V]
+    refused = _run(python, MEGATRON_GRAPHS, payload)
+    for case, (base, overlay, expected) in cases.items():
+        findings = check_overlay(overlay, base).findings
+        fired = any(f.rule == "PLC048" and "CUDA graphs" in f.message for f in findings)
+        assert (refused[case] is not None) == expected, (case, refused[case])
+        # Megatron's reason is its CUDA-graph check, not another refusal of the layout.
+        assert refused[case] is None or "graph" in refused[case].lower(), refused[case]
+        assert fired == expected, (case, [f.message for f in findings])

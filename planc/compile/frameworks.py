@@ -245,8 +245,34 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
     if lay.schedule is ScheduleKind.COMBINED_1F1B:
         # The combined 1F1B schedule is chosen by this flag (Megatron-LM moe_a2a_overlap.md).
         args.append("--overlap-moe-expert-parallel-comm")
+    args += megatron_cuda_graph_arguments(plan, notes)
     notes += megatron_config_only_notes(plan)
     return args, notes
+
+
+def megatron_cuda_graph_arguments(plan: Plan, notes: list[str]) -> list[str]:
+    """training.cuda_graph as Megatron-LM's arguments (megatron-core 0.19.2 arguments.py):
+    --cuda-graph-impl and --cuda-graph-modules (empty: the whole layer); --te-rng-tracker,
+    which validate_args turns on for any graphs of Transformer Engine layers; with full_iteration
+    --no-check-for-nan-in-loss-and-grad, which validate_args requires ('should be set with
+    --cuda-graph-impl=full_iteration for training')."""
+    tr = plan.job.training
+    if tr.cuda_graph_impl is None:
+        return []
+    args = [f"--cuda-graph-impl {tr.cuda_graph_impl}"]
+    if tr.cuda_graph_modules:
+        args.append(" ".join(("--cuda-graph-modules", *tr.cuda_graph_modules)))
+    # What validate_args turns on itself under Transformer Engine layers (its default
+    # --transformer-impl, which planc leaves): written so the arguments say what runs.
+    args.append("--te-rng-tracker")
+    if tr.cuda_graph_impl == "full_iteration":
+        args.append("--no-check-for-nan-in-loss-and-grad")
+    if tr.cuda_graph_impl == "transformer_engine":
+        notes.append(
+            "CUDA graphs by Transformer Engine: validate_args requires NCCL_GRAPH_REGISTER=0 in "
+            "every rank's environment when PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True"
+        )
+    return args
 
 
 # A gated MLP's flag (megatron-core 0.19.2 arguments.py --swiglu, --quick-geglu; argument_utils

@@ -19,6 +19,7 @@ from planc.comm.schedule import DEEPEP_DOMAIN_RANKS, domain_members
 from planc.findings import Severity
 from planc.plannable import Plannable
 from planc.rules.base import Context, Violation, rule
+from planc.rules.cuda_graphs import cuda_graph_elsewhere, megatron_cuda_graph
 from planc.spec.job import DENSE_ORDER, Job, dispatcher_of
 from planc.vocab import ScheduleKind, gated
 
@@ -251,6 +252,7 @@ def _megatron_fused_grouped_mlp(job: Job) -> Iterator[Violation]:
 
 MEGATRON: tuple[Check, ...] = (
     _megatron_fused_grouped_mlp,
+    megatron_cuda_graph,
     _megatron_parameter_offload,
     _megatron_optimizer_offload,
     _megatron_activation_offload,
@@ -383,7 +385,12 @@ def megatron_refuses(ctx: Context) -> Iterator[Violation]:
     with attention sinks other than a2a in 16 bits (Transformer Engine's
     attn_forward_func_with_cp); training.fused_grouped_mlp (Transformer Engine's op fuser for
     the experts) before Megatron-Core 0.18, without routed experts or a gated MLP, or with
-    expert_tensor above 1 (TEGroupedMLP asserts _is_fused_impl_supported). The expert
+    expert_tensor above 1 (TEGroupedMLP asserts _is_fused_impl_supported); training.cuda_graph
+    as TransformerConfig refuses it (planc.rules.cuda_graphs: modules with full_iteration,
+    moe_preprocess without moe_router, router graphs without experts, mlp without a dense layer,
+    moe_preprocess behind the alltoall dispatcher's host copies, full recompute without
+    full_iteration, moe recompute with the router graph, dropout in a graphed recompute, activation
+    offload with per-layer graphs). The expert
     dispatcher (parallelism.expert_dispatcher):
     not allgather with the combined-1f1b schedule (TransformerConfig); deepep over 2 to 160
     ranks of expert × expert_tensor that DeepEP has a config for, with 8 consecutive ones (or
@@ -979,6 +986,7 @@ OTHERWISE: dict[str, tuple[Check, ...]] = {
         _gradient_accumulation_fusion,
         _activation_offload_elsewhere,
         _fused_grouped_mlp_elsewhere,
+        cuda_graph_elsewhere,
         *COMMON,
     ),
     "fsdp2": (
@@ -988,6 +996,7 @@ OTHERWISE: dict[str, tuple[Check, ...]] = {
         _activation_offload_elsewhere,
         _async_tp_needs_compile,
         _fused_grouped_mlp_elsewhere,
+        cuda_graph_elsewhere,
         *COMMON,
     ),
 }
@@ -1010,7 +1019,8 @@ def framework_runs_otherwise(ctx: Context) -> Iterator[Violation]:
     --recompute-modules, read only with recompute selective and by no other framework;
     offload.activations is Megatron-Core's --cpu-offloading-num-layers, which DeepSpeed and
     torchtitan do not run; fused_grouped_mlp is Megatron-Core's op-fuser path for the experts,
-    which DeepSpeed and torchtitan do not have; overlap_tp under torchtitan is async TP, a torch.compile pass it
+    which DeepSpeed and torchtitan do not have; cuda_graph is Megatron-LM's --cuda-graph-impl,
+    which DeepSpeed and torchtitan do not run; overlap_tp under torchtitan is async TP, a torch.compile pass it
     refuses with eager kernels (compile.enable_async_tensor_parallel). Memory,
     traffic and time would not be what planc planned.
 

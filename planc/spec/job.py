@@ -24,6 +24,8 @@ from planc.vocab import (
     CheckpointFormat,
     CpCommType,
     CrossEntropyFusion,
+    CudaGraphImpl,
+    CudaGraphModuleName,
     DType,
     ExpertDispatcher,
     ExpertRouting,
@@ -345,6 +347,9 @@ class Training:
     attention_backend: AttentionBackend = "auto"  # Megatron's --attention-backend (flash attention)
     repeat_kv: bool = False  # K/V repeated to every query head before the attention kernel
     fused_grouped_mlp: bool = False  # routed experts through TE's op fuser (Megatron-Core 0.18+)
+    # training.cuda_graph: Megatron's --cuda-graph-impl (None: none) and --cuda-graph-modules
+    cuda_graph_impl: CudaGraphImpl | None = None
+    cuda_graph_modules: tuple[CudaGraphModuleName, ...] = ()
     framework: Framework = "megatron"  # megatron | deepspeed | fsdp2 (megatron-fsdp: megatron)
     framework_release: FrameworkRelease = "latest"  # the software release (per-expert host time)
     # what recompute selective recomputes (Megatron's --recompute-modules); () otherwise
@@ -1207,6 +1212,8 @@ def _training(spec: Data) -> Training:
         attention_backend=tr.get("attention_backend", "auto"),
         repeat_kv=tr.get("repeat_kv", False),
         fused_grouped_mlp=tr.get("fused_grouped_mlp", False),
+        cuda_graph_impl=(tr.get("cuda_graph") or {}).get("impl"),
+        cuda_graph_modules=tuple((tr.get("cuda_graph") or {}).get("modules", ())),
         framework=engine(written),
         framework_release=tr.get("framework_release", "latest"),
         recompute_modules=recompute_modules_of(tr["recompute"], tr.get("recompute_modules")),

@@ -31,6 +31,8 @@ from planc.vocab import (
     CheckpointFormat,
     CpCommType,
     CrossEntropyFusion,
+    CudaGraphImpl,
+    CudaGraphModuleName,
     ExpertDispatcher,
     ExpertRouting,
     Fp8RecipeName,
@@ -893,6 +895,28 @@ class Fp8Spec(Frozen):
     )
 
 
+class CudaGraphSpec(Frozen):
+    """CUDA graphs (Megatron-LM --cuda-graph-impl, --cuda-graph-modules): kernels captured once
+    and replayed with one launch, so the host's Python and kernel launches do not pace the GPU."""
+
+    impl: CudaGraphImpl = Field(
+        description="How they are captured (--cuda-graph-impl): local, Megatron-Core's per-layer "
+        "graphs; transformer_engine, Transformer Engine's make_graphed_callables per layer (the "
+        "partial graphs of NVIDIA's MoE recipes); full_iteration, one graph of the whole "
+        "forward and backward (--no-check-for-nan-in-loss-and-grad with it).",
+    )
+    modules: list[CudaGraphModuleName] = Field(
+        default_factory=list,
+        json_schema_extra={"default": []},
+        max_length=4,
+        description="What each layer's graph captures (--cuda-graph-modules): attn, mlp (a "
+        "dense layer's MLP), moe_router (the router, and the shared experts unless they overlap "
+        "the dispatch), moe_preprocess (the dispatcher's preprocessing; with moe_router). Empty: "
+        "the whole layer; must be empty with full_iteration. Megatron's moe (drop-and-pad "
+        "MoE only) is not stated: planc prices dropless experts.",
+    )
+
+
 class TrainingSpec(Frozen):
     """One optimizer step: sequence, batch, precision, optimizer, recompute, kernels."""
 
@@ -991,6 +1015,13 @@ class TrainingSpec(Frozen):
         "NVTE_CUTEDSL_FUSED_GROUPED_MLP): a clamped GLU and the experts' probability-scaled fc2 "
         "biases run inside Transformer Engine's ops, not as Megatron-Core's eager kernels. "
         "Megatron-LM's command line has no flag for it. false: TEGroupedMLP's own path.",
+    )
+    cuda_graph: CudaGraphSpec | None = Field(
+        None,
+        description="CUDA graphs (Megatron only): what Megatron-LM captures and replays "
+        "(--cuda-graph-impl, --cuda-graph-modules). planc checks them against Megatron-Core's "
+        "refusals and emits them; its step model prices no host time, with graphs or without "
+        "(docs/explain.md). Default: none, Megatron's --cuda-graph-impl none.",
     )
     efficiency: Annotated[float, _bounded(0.01, 1.0)] | None = Field(
         None,
