@@ -154,130 +154,68 @@ print(json.dumps(out))
 """
 
 PARTIAL = ["attn", "moe_router", "moe_preprocess"]
+DENSE, MOE, TE = "llama3-8b-1node.yaml", "mixtral-8x7b-64xh100.yaml", "transformer_engine"
 # (base example, overlay, Megatron refuses): Llama 3 8B (dense, selective recompute of core
 # attention) and Mixtral 8x7B (experts in every layer, the alltoall dispatcher), each refusal of
 # TransformerConfig's CUDA-graph checks once and a case beside it that passes.
 GRAPH_CASES: dict[str, tuple[str, dict[str, Any], bool]] = {
-    "dense-attn": (
-        "llama3-8b-1node.yaml",
-        {"impl": "transformer_engine", "modules": ["attn"]},
-        False,
-    ),
-    "dense-router": (
-        "llama3-8b-1node.yaml",
-        {"impl": "transformer_engine", "modules": ["moe_router"]},
-        True,
-    ),
-    "dense-iteration-modules": (
-        "llama3-8b-1node.yaml",
-        {"impl": "full_iteration", "modules": ["attn"]},
-        True,
-    ),
-    "dense-iteration": ("llama3-8b-1node.yaml", {"impl": "full_iteration"}, False),
-    "moe-partial": (
-        "mixtral-8x7b-64xh100.yaml",
-        {"impl": "transformer_engine", "modules": PARTIAL},
-        False,
-    ),
-    "moe-preprocess-alone": (
-        "mixtral-8x7b-64xh100.yaml",
-        {"impl": "transformer_engine", "modules": ["moe_preprocess"]},
-        True,
-    ),
-    "moe-local-preprocess-alone": (
-        "mixtral-8x7b-64xh100.yaml",
-        {"impl": "local", "modules": ["moe_preprocess"]},
-        False,
-    ),
-    "moe-mlp": (
-        "mixtral-8x7b-64xh100.yaml",
-        {"impl": "transformer_engine", "modules": ["mlp"]},
-        True,
-    ),
+    "dense-attn": (DENSE, {"impl": TE, "modules": ["attn"]}, False),
+    "dense-router": (DENSE, {"impl": TE, "modules": ["moe_router"]}, True),
+    "dense-iteration-modules": (DENSE, {"impl": "full_iteration", "modules": ["attn"]}, True),
+    "dense-iteration": (DENSE, {"impl": "full_iteration"}, False),
+    "moe-partial": (MOE, {"impl": TE, "modules": PARTIAL}, False),
+    "moe-preprocess-alone": (MOE, {"impl": TE, "modules": ["moe_preprocess"]}, True),
+    "moe-local-preprocess-alone": (MOE, {"impl": "local", "modules": ["moe_preprocess"]}, False),
+    "moe-mlp": (MOE, {"impl": TE, "modules": ["mlp"]}, True),
 }
 # Settings beside the graphs: full recompute (full_iteration only), dropout in a graphed
 # recompute, moe recompute with the router graph, the alltoall dispatcher's host copies with a
 # capacity factor, and activation offload with per-layer graphs.
+LAYERS, ITERATION = {"impl": "local"}, {"impl": "full_iteration"}
+DROPOUT = {"dropout": 0.1}
+CAPACITY = {"moe": {"capacity_factor": 1.0}}
+OFFLOAD = {"recompute": "none", "offload": {"activations": 1}}
+ONE_GPU_LAYERS = {"tensor": 1, "sequence_parallel": False}
+
+
+def _setting(
+    base: str,
+    graph: dict[str, Any],
+    refused: bool,
+    model: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
+    parallelism: dict[str, Any] | None = None,
+) -> tuple[str, dict[str, Any], bool]:
+    """A case: `base` with the graphs and the settings beside them."""
+    overlay: dict[str, Any] = {"training": {**(training or {}), "cuda_graph": graph}}
+    if model:
+        overlay["model"] = model
+    if parallelism:
+        overlay["parallelism"] = parallelism
+    return base, overlay, refused
+
+
+FULL = {"recompute": "full"}
 SETTING_CASES: dict[str, tuple[str, dict[str, Any], bool]] = {
-    "dense-full-recompute-layers": (
-        "llama3-8b-1node.yaml",
-        {"training": {"recompute": "full", "cuda_graph": {"impl": "local"}}},
-        True,
+    "dense-full-recompute-layers": _setting(DENSE, LAYERS, True, training=FULL),
+    "dense-full-recompute-iteration": _setting(DENSE, ITERATION, False, training=FULL),
+    "dense-dropout-graphed-attn": _setting(
+        DENSE, {"impl": TE, "modules": ["attn"]}, True, model=DROPOUT
     ),
-    "dense-full-recompute-iteration": (
-        "llama3-8b-1node.yaml",
-        {"training": {"recompute": "full", "cuda_graph": {"impl": "full_iteration"}}},
+    "dense-dropout-ungraphed-attn": _setting(
+        DENSE,
+        {"impl": TE, "modules": ["attn"]},
         False,
+        model=DROPOUT,
+        training={"recompute_modules": ["mlp"]},
     ),
-    "dense-dropout-graphed-attn": (
-        "llama3-8b-1node.yaml",
-        {
-            "model": {"dropout": 0.1},
-            "training": {"cuda_graph": {"impl": "transformer_engine", "modules": ["attn"]}},
-        },
-        True,
+    "moe-recompute-moe-router": _setting(
+        MOE, {"impl": TE, "modules": ["moe_router"]}, True, training={"recompute_modules": ["moe"]}
     ),
-    "dense-dropout-ungraphed-attn": (
-        "llama3-8b-1node.yaml",
-        {
-            "model": {"dropout": 0.1},
-            "training": {
-                "recompute_modules": ["mlp"],
-                "cuda_graph": {"impl": "transformer_engine", "modules": ["attn"]},
-            },
-        },
-        False,
-    ),
-    "moe-recompute-moe-router": (
-        "mixtral-8x7b-64xh100.yaml",
-        {
-            "training": {
-                "recompute_modules": ["moe"],
-                "cuda_graph": {"impl": "transformer_engine", "modules": ["moe_router"]},
-            }
-        },
-        True,
-    ),
-    "moe-capacity-preprocess": (
-        "mixtral-8x7b-64xh100.yaml",
-        {
-            "model": {"moe": {"capacity_factor": 1.0}},
-            "training": {"cuda_graph": {"impl": "transformer_engine", "modules": PARTIAL}},
-        },
-        True,
-    ),
-    "moe-capacity-router": (
-        "mixtral-8x7b-64xh100.yaml",
-        {
-            "model": {"moe": {"capacity_factor": 1.0}},
-            "training": {"cuda_graph": {"impl": "transformer_engine", "modules": ["moe_router"]}},
-        },
-        False,
-    ),
-    "dense-offload-layers": (
-        "llama3-8b-1node.yaml",
-        {
-            "parallelism": {"tensor": 1, "sequence_parallel": False},
-            "training": {
-                "recompute": "none",
-                "offload": {"activations": 1},
-                "cuda_graph": {"impl": "local"},
-            },
-        },
-        True,
-    ),
-    "dense-offload-iteration": (
-        "llama3-8b-1node.yaml",
-        {
-            "parallelism": {"tensor": 1, "sequence_parallel": False},
-            "training": {
-                "recompute": "none",
-                "offload": {"activations": 1},
-                "cuda_graph": {"impl": "full_iteration"},
-            },
-        },
-        False,
-    ),
+    "moe-capacity-preprocess": _setting(MOE, {"impl": TE, "modules": PARTIAL}, True, CAPACITY),
+    "moe-capacity-router": _setting(MOE, {"impl": TE, "modules": ["moe_router"]}, False, CAPACITY),
+    "dense-offload-layers": _setting(DENSE, LAYERS, True, None, OFFLOAD, ONE_GPU_LAYERS),
+    "dense-offload-iteration": _setting(DENSE, ITERATION, False, None, OFFLOAD, ONE_GPU_LAYERS),
 }
 
 

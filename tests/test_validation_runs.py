@@ -470,13 +470,20 @@ def test_each_runs_declared_category_is_the_rule_explain_applies(run: Run) -> No
     assert found is run.category
 
 
-def _category_row(axis: str, group: str) -> tuple[int, str, str]:
-    """(runs, mean, worst) of docs/validation.md's row of `group` by `axis`, as printed."""
+def _doc_row(axis: str, group: str) -> list[str]:
+    """The cells of docs/validation.md's aggregate row of `group` by `axis`, as printed: by,
+    group, runs, mean |error|, worst, worst run, signed mean."""
     for line in DOC.read_text(encoding="utf-8").splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
         if cells[:2] == [axis, group]:
-            return int(cells[2]), cells[3], cells[4]
+            return cells
     raise AssertionError(f"no {axis} row {group}")
+
+
+def _category_row(axis: str, group: str) -> tuple[int, str, str]:
+    """(runs, mean, worst) of docs/validation.md's row of `group` by `axis`, as printed."""
+    cells = _doc_row(axis, group)
+    return int(cells[2]), cells[3], cells[4]
 
 
 def test_explain_quotes_the_error_of_runs_of_the_specs_category() -> None:
@@ -555,11 +562,8 @@ def test_a_calibrated_spec_quotes_no_corpus_category_bar() -> None:
 
 def _model_row(preset: str) -> tuple[int, str, str, str]:
     """(runs, mean |error|, worst, signed mean) of docs/validation.md's row of model `preset`."""
-    for line in DOC.read_text(encoding="utf-8").splitlines():
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if cells[:2] == ["model", preset]:
-            return int(cells[2]), cells[3], cells[4], cells[6]
-    raise AssertionError(f"no model row {preset}")
+    cells = _doc_row("model", preset)
+    return int(cells[2]), cells[3], cells[4], cells[6]
 
 
 def _validation_runs_naming(preset: str) -> list[Run]:
