@@ -88,3 +88,33 @@ def test_graphs_change_no_estimate() -> None:
     plain = estimate_step(analyse(job_of({}, base)))
     graphed = estimate_step(analyse(job_of({"training": {"cuda_graph": PARTIAL}}, base)))
     assert graphed.step_time_s == plain.step_time_s
+
+
+def test_explain_says_host_time_is_not_priced_for_a_moe_run_without_graphs() -> None:
+    # A Megatron MoE run without graphs waits on the host at every MoE layer (its tokens per
+    # expert); planc prices none of that, and explain says so, in text and JSON. With graphs, or
+    # a dense model, or another framework, it says nothing.
+    from planc.outputs.explain import caveats
+
+    moe = "mixtral-8x7b-64xh100.yaml"
+    (words,) = caveats(job_of({}, moe))
+    assert words.startswith("not priced: the host's kernel launches")
+    assert caveats(job_of({"training": {"cuda_graph": PARTIAL}}, moe)) == ()
+    assert caveats(job_of({})) == ()  # Llama 3 8B: no experts
+    deepspeed = {"parallelism": {"zero_stage": 1}, "training": {"framework": "deepspeed"}}
+    assert caveats(job_of(deepspeed, moe)) == ()
+
+
+def test_explain_prints_the_caveat_and_puts_it_in_json() -> None:
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from planc.cli.main import main
+
+    spec = str(Path(__file__).resolve().parent.parent / "examples" / "mixtral-8x7b-64xh100.yaml")
+    text = CliRunner().invoke(main, ["explain", spec]).output
+    assert "  not priced: the host's kernel launches." in text
+    data = json.loads(CliRunner().invoke(main, ["explain", spec, "--format", "json"]).output)
+    assert data["step"]["caveats"] and data["step"]["caveats"][0] in text

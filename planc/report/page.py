@@ -15,7 +15,7 @@ from planc.analysis import Analysis, StepEstimate
 from planc.findings import FileResult, Finding, Severity
 from planc.outputs.diff import Diff
 from planc.outputs.diff import to_json as diff_json
-from planc.outputs.explain import Explanation, error_bar_words, run_lines, to_json
+from planc.outputs.explain import Explanation, caveats, error_bar_words, run_lines, to_json
 from planc.pipeline.registry import definition
 from planc.plannable import Plannable
 from planc.report import fmt
@@ -115,7 +115,7 @@ def cards(plan: Plannable, analysis: Analysis, step: StepEstimate) -> Html:
         "step.bubble_s",
         step.bubble_s,
     )
-    bars = error_bar_words(plan)
+    bars = (*error_bar_words(plan), *caveats(plan))
     time = _card(
         "Step time",
         fmt.seconds(step.step_time_s),
