@@ -613,3 +613,32 @@ def test_a_preset_with_few_validated_runs_has_no_model_bar() -> None:
     assert model_json("llama3-70b", {"accuracy": None}) is None
     # Llama 3 70B errs both ways: no bias is claimed.
     assert "bias" not in model_words("llama3-70b", None)
+
+
+def test_a_config_json_of_a_preset_model_gets_that_presets_bar(tmp_path: Path) -> None:
+    # GPT-OSS 120B's own config.json, read field by field, is the gpt-oss-120b preset's model:
+    # explain quotes that preset's validated runs for it; one layer fewer is another model.
+    from click.testing import CliRunner
+
+    from planc.cli.main import main
+    from planc.spec.job import matching_preset
+
+    config = tmp_path / "gpt-oss-120b" / "config.json"
+    config.parent.mkdir()
+    config.write_bytes(
+        (ROOT / "tests" / "data" / "hf" / "gpt-oss-120b" / "config.json").read_bytes()
+    )
+    spec = SPECS / "bridge2604-gpt-oss-120b-64xh100-bf16.yaml"
+    text = spec.read_text(encoding="utf-8").replace(
+        "model: {preset: gpt-oss-120b}", f"model: {{hf_config: {config}}}"
+    )
+    written = tmp_path / "spec.yaml"
+    written.write_text(text, encoding="utf-8")
+    out = CliRunner().invoke(main, ["explain", str(written)]).output
+    runs = _model_row("gpt-oss-120b")[0]
+    assert f"on {runs} validated runs of this preset" in out
+    plan = job_of(str(written))
+    assert plan.model.preset is None and matching_preset(plan.model, 4096) == "gpt-oss-120b"
+    from dataclasses import replace
+
+    assert matching_preset(replace(plan.model, L=plan.model.L - 2), 4096) is None

@@ -34,7 +34,7 @@ from planc.presets.accuracy import (
 )
 from planc.record import record
 from planc.run import RunEstimate, estimate_run
-from planc.spec.job import GB, GIB
+from planc.spec.job import GB, GIB, matching_preset
 from planc.vocab import DEFAULT_RECOMPUTE_MODULES
 
 DAY = 86_400.0
@@ -517,7 +517,9 @@ def to_json(ex: Explanation) -> dict[str, Any]:
             "model_error_category": category_json(
                 _category(job), job.cluster.calibration, job.cluster.gpu.name
             ),
-            "model_error_preset": model_json(job.model.preset, job.cluster.calibration),
+            "model_error_preset": model_json(
+                matching_preset(job.model, job.training.s), job.cluster.calibration
+            ),
             "caveats": list(caveats(job)),
             "communication_overlap": _overlap_json(ex),
         },
@@ -647,7 +649,7 @@ def error_bar_words(job: Plannable) -> tuple[str, ...]:
     cal = job.cluster.calibration
     words = bar_words(job.cluster.gpu.name, cal)
     category = category_words(_category(job), cal, job.cluster.gpu.name)
-    preset = model_words(job.model.preset, cal)
+    preset = model_words(matching_preset(job.model, job.training.s), cal)
     return tuple(w for w in (words, category, preset) if w)
 
 

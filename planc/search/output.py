@@ -13,7 +13,7 @@ from planc.presets.accuracy import bar_for, category_words, model_words
 from planc.search.fallback import FallbackPlan
 from planc.search.rank import Ranked, SearchResult
 from planc.search.space import Space, Value
-from planc.spec.job import GIB, Job, resolved_order
+from planc.spec.job import GIB, Job, matching_preset, resolved_order
 from planc.vocab import ScheduleKind
 
 CSV_FIELDS = (
@@ -234,7 +234,7 @@ def describe(job: Job) -> str:
     # Every layout of a MoE model is of the moe category: its runs' error is the one to read.
     moe = category_words("moe", cl.calibration, cl.gpu.name) if mod.moe is not None else ""
     # Every layout is of the one model: its preset's runs, where enough are validated, too.
-    preset = model_words(mod.preset, cl.calibration)
+    preset = model_words(matching_preset(mod, tr.s), cl.calibration)
     return (
         f"{job.name}: {job.world:,} GPUs ({cl.nodes:,} × {cl.gpus_per_node} {cl.gpu.name}), "
         f"{mod.preset or 'model'} (L={mod.L}, h={mod.h}), seq_len {tr.s:,}, "

@@ -13,7 +13,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, overload
 
-from planc.presets import fabric_preset, gpu_preset, model_preset
+from planc.presets import MODEL_NAMES, fabric_preset, gpu_preset, model_preset
 from planc.record import record
 from planc.spec.fabric import Fabric, Tier, Topology
 from planc.spec.rule_options import OPTIONS as RULE_OPTIONS
@@ -654,6 +654,18 @@ def preset_model(name: str, seq_len: int) -> Model | None:
     config of that preset describes); None when it does not resolve."""
     model = _model({"model": {"preset": name}, "training": {"seq_len": seq_len}})
     return None if isinstance(model, list) else model
+
+
+def matching_preset(model: Model, seq_len: int) -> str | None:
+    """The model preset `model` is: the one the spec names, else the one whose resolved model it
+    equals field for field (a Hugging Face config.json of that model reads so); None for any
+    other model."""
+    if model.preset is not None:
+        return model.preset
+    for name in MODEL_NAMES:
+        if preset_model(name, seq_len) == replace(model, preset=name):
+            return name
+    return None
 
 
 def _head_dim(h: int, n: int, mla: MLA | None) -> int:
