@@ -839,6 +839,8 @@ class PlanLayout:
     cp_comm: CpCommType = "p2p"
     # parallelism.expert_dispatcher (planc.comm.schedule prices each).
     dispatcher: ExpertDispatcher = "alltoall"
+    # parallelism.dispatcher_sms: the SMs a flex dispatcher's kernels hold; None: the default.
+    dispatcher_sms: int | None = None
 
     @property
     def expert_degrees(self) -> Mapping[str, int]:
@@ -1130,6 +1132,7 @@ def plannable(
             loss_in_split=lay.loss_in_split,
             cp_comm=lay.cp_comm,
             dispatcher=dispatcher_of(job),
+            dispatcher_sms=lay.dispatcher_sms,
         ),
         m=m,
         numerics=formats,

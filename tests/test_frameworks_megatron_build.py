@@ -143,6 +143,7 @@ for case, (lines, world, vocab) in json.load(sys.stdin).items():
         "position": args.position_embedding_type,
         "gated": config.gated_linear_unit, "activation": config.activation_func.__name__,
         "graphs": graphs, "te_rng_tracker": bool(planned.te_rng_tracker),
+        "flex": [planned.moe_flex_dispatcher_backend if planned.moe_token_dispatcher_type == "flex" else None, planned.moe_flex_dispatcher_num_sms],
         "nan_check": bool(planned.check_for_nan_in_loss_and_grad),
     }
 print(json.dumps(out))
@@ -204,6 +205,14 @@ CASES: dict[str, tuple[str, dict[str, Any] | None]] = {
     "llama3-8b-layer-graphs": (
         "llama3-8b-1node.yaml",
         {"training": {"cuda_graph": {"impl": "local"}}},
+    ),
+    # a flex dispatcher with the SMs its kernels hold
+    "qwen3-30b-hybridep-sms": (
+        "mixtral-8x7b-64xh100.yaml",
+        {
+            "model": {"preset": "qwen3-30b-a3b"},
+            "parallelism": {"expert_dispatcher": "hybridep", "dispatcher_sms": 32},
+        },
     ),
     "llama3-8b-iteration-graph": (
         "llama3-8b-1node.yaml",
@@ -278,6 +287,9 @@ def test_megatron_core_builds_the_spec_model_from_the_emitted_arguments() -> Non
         assert got["graphs"] == [tr.cuda_graph_impl or "none", modules], name
         assert got["te_rng_tracker"] == (tr.cuda_graph_impl is not None), name
         assert got["nan_check"] == (tr.cuda_graph_impl != "full_iteration"), name
+        # The flex dispatcher and the SMs it holds are the spec's (none stated: the library's).
+        flex = layout.dispatcher if layout.dispatcher in ("deepep", "hybridep") else None
+        assert got["flex"] == [flex, layout.dispatcher_sms], name
     # The cases reach what they are there for (not a test of planc: of the list above).
     assert {plan.job.model.mlp for plan in plans.values()} == set(MLPS)
     deepseek = plans["deepseek-v3"].job.model

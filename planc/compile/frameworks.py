@@ -534,17 +534,21 @@ def megatron_dispatcher_arguments(plan: Plan) -> list[str]:
     """parallelism.expert_dispatcher as Megatron-LM's flags: --moe-token-dispatcher-type
     alltoall or allgather, or flex with --moe-flex-dispatcher-backend deepep or hybridep
     (TransformerConfig moe_token_dispatcher_type, moe_flex_dispatcher_backend, megatron-core
-    0.19.2). Under flex also --moe-router-dtype fp32: both backends take float32 routing
+    0.19.2), and parallelism.dispatcher_sms as --moe-flex-dispatcher-num-sms. Under flex also
+    --moe-router-dtype fp32: both backends take float32 routing
     probabilities and upcast others with a warning (token_dispatcher.py _DeepepManager.dispatch,
     _HybridEPManager.dispatch: 'please set --moe-router-dtype=fp32')."""
-    dispatcher = plan.job.layout.dispatcher
+    dispatcher, sms = plan.job.layout.dispatcher, plan.job.layout.dispatcher_sms
     if dispatcher in ("alltoall", "allgather"):
         return [f"--moe-token-dispatcher-type {dispatcher}"]
-    return [
+    args = [
         "--moe-token-dispatcher-type flex",
         f"--moe-flex-dispatcher-backend {dispatcher}",
         "--moe-router-dtype fp32",
     ]
+    # The SMs its kernels hold (TransformerConfig.moe_flex_dispatcher_num_sms; none: the
+    # library's default).
+    return [*args, f"--moe-flex-dispatcher-num-sms {sms}"] if sms is not None else args
 
 
 def megatron_files(plan: Plan) -> Files:

@@ -1305,32 +1305,33 @@ def boundary_transfer(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) ->
     return Transfer(send, gather)
 
 
-# DeepEP's normal kernels run on Buffer.num_sms SMs, 20 by default (deep_ep/buffer.py at
-# 567632d; Megatron-Core's historical moe_deepep_num_sms, cd4afffa transformer_config.py), on
-# whatever link they drive: they hold them while an exchange hides behind compute.
-DEEPEP_SMS = 20
+# The flex dispatchers' kernels hold their SMs on whatever link they drive, while an exchange
+# hides behind compute. By default DeepEP's normal kernels run on Buffer.num_sms, 20 (deep_ep/
+# buffer.py at 567632d; Megatron-Core's historical moe_deepep_num_sms, cd4afffa
+# transformer_config.py), HybridEP's on its own default of 24 in one domain (deepseek-ai/DeepEP
+# branch hybrid-ep, csrc/hybrid_ep config; efficiency.json's HybridEP rates say where it is read).
+FLEX_SMS = {"deepep": 20, "hybridep": 24}
 
 
 def ep_processor_usage(job: Plannable, eff: Efficiency) -> float:
     """The share of compute a hidden expert exchange takes: the flex kernels' SMs over the GPU's
-    (σ/SMs, the larger of dispatch and combine) where the expert-parallel group's tier states
-    the SMs they were measured on (`KernelRate.sms`), DeepEP's default `DEEPEP_SMS` where it
-    states none, else that tier's processor_usage (NCCL's share); 0 where nothing pairs the
-    exchanges with compute."""
+    (σ/SMs): parallelism.dispatcher_sms where the spec states it, else the SMs the expert-parallel
+    group's tier measured them on (`KernelRate.sms`, the larger of dispatch and combine), else the
+    library's default (`FLEX_SMS`); the tier's processor_usage (NCCL's share) for the alltoall
+    and allgather dispatchers; 0 where nothing pairs the exchanges with compute."""
     if job.model.moe is None or job.layout.ep == 1 or not pairs_experts(job):
         return 0.0
     entry = _entry(job, eff, expert_link(job, Axis.EP))
     backend = job.layout.dispatcher
-    sms = [
+    if backend not in FLEX_SMS:
+        return entry.processor_usage
+    measured = [
         rate.sms
         for name, rate in entry.kernels.items()
         if name.startswith(f"{backend}_") and rate.sms is not None
     ]
-    if not sms and backend == "deepep":
-        sms = [DEEPEP_SMS]
-    if not sms:
-        return entry.processor_usage
-    return min(1.0, max(sms) / eff.gemm.sms)
+    sms = job.layout.dispatcher_sms or max(measured, default=FLEX_SMS[backend])
+    return min(1.0, sms / eff.gemm.sms)
 
 
 def _group_link(job: Plannable, ops: Sequence[CommOp], group: str) -> str:

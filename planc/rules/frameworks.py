@@ -972,7 +972,24 @@ def _fused_grouped_mlp_elsewhere(job: Job) -> Iterator[Violation]:
         )
 
 
+def _dispatcher_sms_unused(job: Job) -> Iterator[Violation]:
+    """dispatcher_sms is the flex dispatchers' SM count (TransformerConfig.
+    moe_flex_dispatcher_num_sms: 'for all backends (deepep, hybridep, ncclep)'): the alltoall and
+    allgather dispatchers run NCCL's collectives, which take no such setting."""
+    lay = job.layout
+    dispatcher = dispatcher_of(job)
+    if lay.dispatcher_sms is not None and dispatcher not in ("deepep", "hybridep"):
+        yield Violation(
+            "parallelism.dispatcher_sms",
+            f"dispatcher_sms {lay.dispatcher_sms} is the flex dispatchers' SM count: the "
+            f"{dispatcher} dispatcher runs NCCL's collectives, which take no such setting",
+            "leave dispatcher_sms out, or set expert_dispatcher: deepep or hybridep",
+            ("parallelism.expert_dispatcher",),
+        )
+
+
 COMMON: tuple[Check, ...] = (
+    _dispatcher_sms_unused,
     _megatron_loss_elsewhere,
     _attention_backend_unused,
     _recompute_modules_unused,
@@ -1019,7 +1036,8 @@ def framework_runs_otherwise(ctx: Context) -> Iterator[Violation]:
     --recompute-modules, read only with recompute selective and by no other framework;
     offload.activations is Megatron-Core's --cpu-offloading-num-layers, which DeepSpeed and
     torchtitan do not run; fused_grouped_mlp is Megatron-Core's op-fuser path for the experts,
-    which DeepSpeed and torchtitan do not have; cuda_graph is Megatron-LM's --cuda-graph-impl,
+    which DeepSpeed and torchtitan do not have; dispatcher_sms is the flex dispatchers' SM count,
+    which the alltoall and allgather dispatchers do not read; cuda_graph is Megatron-LM's --cuda-graph-impl,
     which DeepSpeed and torchtitan do not run; overlap_tp under torchtitan is async TP, a torch.compile pass it
     refuses with eager kernels (compile.enable_async_tensor_parallel). Memory,
     traffic and time would not be what planc planned.

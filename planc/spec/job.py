@@ -305,6 +305,8 @@ class Layout:
     cp_comm: CpCommType = "p2p"
     # parallelism.expert_dispatcher as written; None: the framework's (`dispatcher_of`).
     named_dispatcher: ExpertDispatcher | None = None
+    # parallelism.dispatcher_sms: the flex dispatcher's SMs as written; None: the default.
+    dispatcher_sms: int | None = None
 
     @property
     def schedule(self) -> ScheduleKind:
@@ -1137,6 +1139,7 @@ def _layout(spec: Data, world: int) -> Layout:
         loss_in_split=par.get("loss_in_pipeline_split", False),
         cp_comm=par.get("cp_comm_type") or default_cp_comm(spec["training"]["framework"]),
         named_dispatcher=par.get("expert_dispatcher"),
+        dispatcher_sms=par.get("dispatcher_sms"),
     )
 
 

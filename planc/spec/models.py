@@ -774,6 +774,15 @@ class ParallelismSpec(Frozen):
         "flex with hybridep or deepep for DeepSeek-V3 and Qwen3), alltoall under deepspeed and "
         "fsdp2 (DeepSpeed MoE's and torchtitan's standard all-to-all).",
     )
+    dispatcher_sms: Annotated[StrictInt, Field(ge=1, le=1024)] | None = Field(
+        None,
+        description="SMs the flex dispatcher's kernels hold while they run (deepep or hybridep; "
+        "Megatron --moe-flex-dispatcher-num-sms, formerly --moe-deepep-num-sms and "
+        "--moe-hybridep-num-sms), 1 to 1,024: compute that overlaps the expert exchange "
+        "(pipeline_schedule combined-1f1b) runs on the other SMs. NVIDIA's recipes set 32. "
+        "Default: the SMs the GPU's measured rates for the backend were taken on, else the "
+        "library's: DeepEP's 20, HybridEP's 24.",
+    )
     order: Order | None = Field(
         None,
         description="Rank order, fastest-varying axis first (Megatron convention): tp, cp, dp "
