@@ -642,3 +642,16 @@ def test_a_config_json_of_a_preset_model_gets_that_presets_bar(tmp_path: Path) -
     from dataclasses import replace
 
     assert matching_preset(replace(plan.model, L=plan.model.L - 2), 4096) is None
+
+
+def test_search_json_quotes_the_model_presets_bar() -> None:
+    from click.testing import CliRunner
+
+    from planc.cli.main import main
+
+    runs, _, _, signed = _model_row("llama3-70b")
+    spec = ROOT / "examples" / "llama3-70b-8x8.yaml"
+    found = json.loads(CliRunner().invoke(main, ["search", str(spec), "--format", "json"]).output)
+    bar = found["model_error_preset"]
+    assert bar["preset"] == "llama3-70b" and bar["validated_runs"] == runs
+    assert f"{bar['mean_error'] * 100:+.1f} %" == signed

@@ -10,7 +10,7 @@ from planc.findings import Severity
 from planc.outputs.emit import STDOUT, check_output, write_text_atomic
 from planc.outputs.escape import line
 from planc.outputs.progress import logged
-from planc.presets.accuracy import bar_json
+from planc.presets.accuracy import bar_json, model_json
 from planc.record import record
 from planc.rules import REGISTRY
 from planc.search import advice
@@ -30,7 +30,7 @@ from planc.search.rank import SearchResult
 from planc.search.run import search
 from planc.search.space import SearchError, build_space, parse_allowed
 from planc.search.workers import available_cores, capped
-from planc.spec.job import resolved_order
+from planc.spec.job import matching_preset, resolved_order
 from planc.spec.load import Loaded, load_path
 
 EXIT_FOUND, EXIT_NONE, EXIT_UNUSABLE = 0, 1, 2
@@ -132,15 +132,17 @@ def run(request: Request, write_explorer: ExplorerWriter | None = None) -> Repor
             setup, loaded.job, request.lost_nodes, request.batch_tolerance, jobs, logged
         )
     job = loaded.job
-    bar = (
-        None if job is None else bar_json(job.cluster.gpu.name, job.cluster.calibration)
-    )
+    bars: dict[str, Any] = {"model_error": None, "model_error_preset": None}
+    if job is not None:
+        cal = job.cluster.calibration
+        bars["model_error"] = bar_json(job.cluster.gpu.name, cal)
+        bars["model_error_preset"] = model_json(matching_preset(job.model, job.training.s), cal)
     own = None
     if loaded.locator.present(("parallelism",)):  # the spec states a layout of its own
         own = advice.own_layout(setup, result, request.top)
     near = advice.nearest(setup, result)
     order = resolved_order(setup.spec["parallelism"])
-    text = _rendered(result, request, order, heading, plans, bar, (own, near))
+    text = _rendered(result, request, order, heading, plans, bars, (own, near))
     text += _advised(request.output_format, own, near, request.top)
     notes = capping
     code = EXIT_FOUND if result.results else EXIT_NONE
@@ -197,14 +199,15 @@ def _rendered(
     order: str,
     heading: str,
     plans: tuple[FallbackPlan, ...] = (),
-    model_error: dict[str, Any] | None = None,
+    bars: dict[str, Any] | None = None,
     advised: tuple[advice.OwnLayout | None, tuple[advice.Nearest, ...]] = (None, ()),
 ) -> str:
     if request.output_format == "json":
         import json
 
         data = to_json(result, order)
-        data["model_error"] = model_error  # the step times' error on published runs
+        # The step times' error on published runs: the GPU generation's and the model preset's.
+        data.update(bars or {"model_error": None, "model_error_preset": None})
         own, near = advised
         data["your_layout"] = None if own is None else advice.own_json(own)
         data["nearest_rejected"] = advice.nearest_json(near)

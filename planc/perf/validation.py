@@ -11,8 +11,8 @@ error naming the run), gives each run its signed error
     e = T_predicted / T_measured − 1
 
 and aggregates mean |e|, mean e and the worst e by role, by GPU generation, by category, by
-source and by model preset, and leave-one-source-out: for each source group g, the model fitted on the fit runs outside g,
-scored on g's runs.
+source and by model preset, and leave-one-source-out: for each source group g, the model fitted
+on the fit runs outside g, scored on g's runs.
 
 Pure functions over plain data: step times come from a `predict` callable
 (`planc.scoring` loads each spec through planc's loader and prices it with

@@ -6,9 +6,10 @@ only: the runs no parameter read), one entry per GPU generation, one per categor
 pipeline, context, moe, fsdp: what dominates the layout, `planc.perf.validation.category_of`),
 one per generation and category together and one per model preset the specs name: how many
 runs, the mean of |predicted/measured − 1|, the worst signed error and the mean signed error
-(a preset's runs share a bias the others need not: its sign says which way). `planc explain`, the report and search show it beside the step
-time, so a user reads the estimate with the error the model has on
-runs like theirs; `planc calibrate` on their own runs is how to tighten it.
+(a preset's runs share a bias the others need not: its sign says which way). `planc explain`,
+the report and search show it beside the step time, so a user reads the estimate with the
+error the model has on runs like theirs; `planc calibrate` on their own runs is how to tighten
+it.
 """
 
 from __future__ import annotations
