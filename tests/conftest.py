@@ -109,10 +109,16 @@ def analysis_of(
 
 
 def hybridep_job(
-    ep: int, nodes: int, schedule: str = "1f1b", gpu: str = "gb200-nvl72", **training: Any
+    ep: int,
+    nodes: int,
+    schedule: str = "1f1b",
+    gpu: str = "gb200-nvl72",
+    dispatcher: str = "hybridep",
+    parallelism: dict[str, Any] | None = None,
+    **training: Any,
 ) -> Plannable:
     """Qwen3-30B-A3B on `nodes` nodes of `gpu` (GB200 trays in one NVL72 domain by default),
-    EP `ep` with HybridEP, BF16 unless `training` says otherwise."""
+    EP `ep` with HybridEP (or `dispatcher`), BF16 unless `training` says otherwise."""
     spec = {
         "version": 1,
         "name": "t",
@@ -120,7 +126,8 @@ def hybridep_job(
         "hardware": {"gpu": gpu, "nodes": nodes},
         "parallelism": {
             "tensor": 1, "pipeline": 1, "expert": ep, "expert_tensor": 1,
-            "expert_dispatcher": "hybridep", "pipeline_schedule": schedule,
+            "expert_dispatcher": dispatcher, "pipeline_schedule": schedule,
+            **(parallelism or {}),
         },
         "training": {
             "seq_len": 4096, "micro_batch": 1, "global_batch": 32 * nodes,

@@ -12,37 +12,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import yaml
 
 from planc.compile.frameworks import megatron_arguments
 from planc.perf.inputs import efficiency_of, ep_processor_usage
 from planc.plannable import Plannable
-from planc.spec.load import load_text
 
-from conftest import check_overlay, compiled, hybridep_job, plannable_of
+from conftest import check_overlay, compiled, hybridep_job
 
 
 def _h100(dispatcher: str, **parallelism: Any) -> Plannable:
     """Qwen3-30B-A3B on two 8-GPU H100 nodes, EP 16 across them, the exchange overlapped."""
-    spec = {
-        "version": 1,
-        "name": "t",
-        "model": {"preset": "qwen3-30b-a3b"},
-        "hardware": {"gpu": "h100-sxm", "nodes": 2},
-        "parallelism": {
-            "tensor": 1,
-            "pipeline": 1,
-            "expert": 16,
-            "expert_tensor": 1,
-            "expert_dispatcher": dispatcher,
-            "pipeline_schedule": "combined-1f1b",
-            **parallelism,
-        },
-        "training": {"seq_len": 4096, "micro_batch": 1, "global_batch": 64, "precision": "bf16"},
-    }
-    loaded = load_text("t.yaml", yaml.safe_dump(spec))
-    assert loaded.job is not None, loaded.findings
-    return plannable_of(loaded.job)
+    return hybridep_job(16, 2, "combined-1f1b", "h100-sxm", dispatcher, parallelism)
 
 
 def _share(job: Plannable) -> float:
