@@ -158,3 +158,74 @@ def test_verify_recounts_the_float8_gathers_from_the_plan() -> None:
     # Rowwise records nothing: its gathers are 16-bit.
     rowwise = json.loads(plan_json(compiled(plan_of("fsdp2", "compiled", True, "rowwise"))))
     assert "tp_gather" not in rowwise["training"]["quantized"]
+
+
+def checkpointed(recompute: str, overlap: bool = False) -> Plannable:
+    """The Llama 3 8B example at t = 4 with SP under torchtitan, compiled, at `recompute`."""
+    spec = overlay("fsdp2", "compiled", overlap)
+    spec["training"]["recompute"] = recompute
+    return job_of(spec)
+
+
+def tp_calls(plan: Plannable) -> dict[str, int]:
+    """Calls per step of the layers' TP collectives on stage 0, by kind (not the model's ends)."""
+    ends = {one.phase for one, _ in end_collectives(plan, 0).every}
+    calls: dict[str, int] = {}
+    for op in analyse(plan).ops:
+        if op.group == "tp" and op.stage == 0 and op.phase not in ends:
+            calls[str(op.op)] = calls.get(str(op.op), 0) + op.calls
+    return calls
+
+
+def test_per_op_checkpointing_gathers_each_block_input_again() -> None:
+    # torchtitan's per-op policy saves aten.mm (but every second), SDPA, the reduce-scatter and
+    # aten.max; the all-gather is PREFER_RECOMPUTE, which the compiled block's partitioner
+    # recomputes: backward gathers each block's input (attention, MLP) again. The
+    # reduce-scatters' outputs are saved.
+    plan, plain = checkpointed("selective-op"), checkpointed("none")
+    layers, m = plan.model.L, plan.m
+    assert tp_calls(plain) == {"all_gather": 4 * layers * m, "reduce_scatter": 4 * layers * m}
+    assert tp_calls(plan) == {"all_gather": 6 * layers * m, "reduce_scatter": 4 * layers * m}
+    # Without async TP each gather runs on the critical path: b·s·h bf16 at t = 4.
+    link = next(str(op.link) for op in analyse(plan).ops if op.group == "tp")
+    gather = comm_time_s(plan, efficiency_of(plan), "all_gather", 4, 8192 * 4096 * 2, link)
+    layer = tp_per_layer(plan, efficiency_of(plan), analyse(plan).ops, 0)
+    assert layer.recompute_s == pytest.approx(2 * gather, rel=1e-12)
+    assert tp_per_layer(plain, efficiency_of(plain), analyse(plain).ops, 0).recompute_s == 0.0
+
+
+def test_async_tp_pipelines_the_recomputed_gather_with_the_recomputed_matmuls() -> None:
+    # Under async TP the recomputed gather pipelines only with the matmuls the policy runs
+    # again (wk and w3 of wq, wk, wv, wo, w1, w3, w2): less shows than without async TP, and
+    # more than where all of the block's column matmuls ran beside it, as in the forward.
+    plan = checkpointed("selective-op", overlap=True)
+    eff, ops = efficiency_of(plan), analyse(plan).ops
+    layer = tp_per_layer(plan, eff, ops, 0)
+    vanilla = checkpointed("selective-op")
+    exposed = tp_per_layer(vanilla, efficiency_of(vanilla), analyse(vanilla).ops, 0)
+    link = next(str(op.link) for op in ops if op.group == "tp")
+    gather = comm_time_s(plan, eff, "all_gather", 4, 8192 * 4096 * 2, link)
+    assert 0.0 < layer.recompute_s < exposed.recompute_s
+    # at least one of the t chunks of each of the two gathers has nothing beside it
+    assert layer.recompute_s >= 2 * gather / 4 - 1e-15
+
+
+def test_full_recompute_runs_the_whole_forward_again_not_an_extra_gather() -> None:
+    # Under full recompute the forward's gathers and reduce-scatters run again, once each.
+    plan = checkpointed("full")
+    layers, m = plan.model.L, plan.m
+    assert tp_calls(plan) == {
+        "all_gather": 6 * layers * m,
+        "reduce_scatter": 6 * layers * m,
+    }
+
+
+def test_verify_recounts_the_recomputed_gathers_from_the_recompute_mode() -> None:
+    text = plan_json(compiled(checkpointed("selective-op")))
+    result = verify_text(text)
+    assert result.ok, render(result)
+    data = json.loads(text)
+    data["training"]["recompute"] = "none"
+    corrupted = verify_text(json.dumps(data))
+    assert not corrupted.ok
+    assert "tp all_gather" in render(corrupted)

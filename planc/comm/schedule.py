@@ -48,6 +48,7 @@ from planc.comm.sizes import (
     latent_message_bytes,
     sp_amax_reduced,
     sp_gather_bytes,
+    sp_gather_recomputed,
     sp_input_regathered,
     tp_gather_bytes,
 )
@@ -670,6 +671,17 @@ def _dense_tp_ops(job: Plannable, stage: int, attention: bool) -> list[CommOp]:
                 f"1 per block per micro-batch, b·(s/c)·h·{beta}, beside the dgrad GEMM",
             )
         )
+        if sp_gather_recomputed(job):
+            gathers.append(
+                op(
+                    Collective.ALL_GATHER,
+                    "SP all-gather before attention and MLP again in backward (recomputed by "
+                    "torchtitan's per-op activation checkpointing)" + suffix,
+                    n * m,
+                    gathered,
+                    f"1 per block per micro-batch, b·(s/c)·h·{beta}",
+                )
+            )
     scatter = op(
         Collective.REDUCE_SCATTER,
         "SP reduce-scatter after attention and MLP (forward; again in backward)",
@@ -679,7 +691,8 @@ def _dense_tp_ops(job: Plannable, stage: int, attention: bool) -> list[CommOp]:
     )
     amax = []
     if sp_amax_reduced(job) and blocks > kept_blocks:
-        fp8_calls = 2 * (blocks - kept_blocks) * m + recompute - kept_recompute
+        regathered = 3 if sp_gather_recomputed(job) else 2  # the recomputed gather's amax too
+        fp8_calls = regathered * (blocks - kept_blocks) * m + recompute - kept_recompute
         amax.append(amax_op(op, fp8_calls, "a block's input or output gradient"))
     return [*gathers, scatter, *(regathers if sp_input_regathered(job) else []), *amax]
 

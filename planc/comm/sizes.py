@@ -8,6 +8,7 @@ hidden size, β_a bytes per activation element.
 from __future__ import annotations
 
 from planc.plannable import Plannable
+from planc.vocab import SELECTIVE_OP
 
 
 def activation_bytes(job: Plannable) -> int:
@@ -84,5 +85,26 @@ def sp_input_regathered(job: Plannable) -> bool:
     shard of the gathered input (LinearWithGradAccumulationAndAsyncCommunication: an async
     all-gather beside the dgrad GEMM; Transformer Engine's LayerNormLinear and Linear alike,
     `ln_out_needs_gather`, or its userbuffers' bulk overlap with dgrad). torchtitan's DTensor
-    TP saves the gathered input itself, so it gathers once."""
+    TP saves the gathered input itself, so it gathers once (unless its per-op activation
+    checkpointing recomputes the gather: `sp_gather_recomputed`)."""
     return job.layout.sp and job.layout.t > 1 and job.training.framework != "fsdp2"
+
+
+def sp_gather_recomputed(job: Plannable) -> bool:
+    """Whether torchtitan's per-op activation checkpointing (`recompute: selective-op`) runs
+    each TP block's input all-gather again in backward. Its policy saves only the ops of
+    `_save_list` (aten.mm but every second one, SDPA, the c10d reduce-scatter, aten.max;
+    torchtitan/models/llama3/parallelize_llama.py lines 217-227 at 820504e) and marks every
+    other op PREFER_RECOMPUTE, which the compiled block's partitioner recomputes
+    (torch/_functorch/partitioners.py `must_recompute`). The sequence-parallel all-gather
+    (_c10d_functional.all_gather_into_tensor) is not in the list, so the gathered input the
+    linears' backward needs is gathered again (with a per-tensor-scaled recipe's amax
+    all-reduce before it); the reduce-scatters' outputs are saved. Under full recompute the
+    whole forward runs again (`planc.comm.schedule.redone_blocks`), the gather with it."""
+    tr = job.training
+    return (
+        job.layout.sp
+        and job.layout.t > 1
+        and tr.framework == "fsdp2"
+        and tr.recompute == SELECTIVE_OP
+    )

@@ -15,7 +15,9 @@ Which TP collectives hide behind compute (Megatron-LM `tensor_parallel/layers.py
   weight gradient the same way; the all-gather of the row-parallel output gradient does not;
 * with SP the column-parallel input, of which Megatron keeps only the rank's shard, is
   all-gathered again for the weight gradient while the dgrad GEMM runs
-  (`sp_input_regathered`; torchtitan saves the gathered input);
+  (`sp_input_regathered`; torchtitan saves the gathered input, but its per-op activation
+  checkpointing gathers it again in the recomputed forward, on the critical path or, under
+  async TP, pipelined as in the forward: `sp_gather_recomputed`);
 * with `training.async_tp_allreduce` off (Megatron-LM before 2021-09), and under torchtitan
   with or without async TP, neither reduction of the input gradient overlaps: it is exposed
   (`input_gradient_exposed_s`, `tp_reduction_async`).
@@ -74,6 +76,7 @@ from planc.comm.sizes import (
     latent_message_bytes,
     sp_amax_reduced,
     sp_gather_bytes,
+    sp_gather_recomputed,
     sp_input_regathered,
     tp_gather_bytes,
 )
@@ -110,6 +113,7 @@ from planc.perf.ops import (
     OpShape,
     attention_core,
     attention_matrix_elements,
+    layer_ops,
     lm_head,
     mla_up_projections,
     mlp_down,
@@ -133,6 +137,7 @@ from planc.perf.pipe_engine import (
     overlaps_param_gather,
     runs_pipe_engine,
 )
+from planc.perf.sac import recomputed_shares
 from planc.perf.step import StageInputs, StepInputs
 from planc.plannable import Plannable
 from planc.presets.accuracy import GENERATION_OF
@@ -415,7 +420,7 @@ class TpPerLayer:
     forward_s: float  # exposed
     backward_exposed_s: float
     backward_overlapped_s: float
-    recompute_s: float  # exposed again in backward under full recompute
+    recompute_s: float  # exposed again in backward by recompute (full, or torchtitan per-op)
 
 
 @record
@@ -684,6 +689,18 @@ def tp_link(ops: Sequence[CommOp], stage: int) -> str | None:
     return None if first is None else str(first.link)
 
 
+def recomputed_columns(shape: OpShape) -> dict[str, float]:
+    """The share of each matrix op of a dense layer that torchtitan's per-op checkpointing
+    recomputes (`planc.perf.sac.recomputed_shares`), by op name: what a recomputed input
+    gather can pipeline with under async TP."""
+    ops = layer_ops(shape)
+    return {
+        op.name: share
+        for op, share in zip(ops, recomputed_shares(ops, shape), strict=True)
+        if op.engine == "matrix"
+    }
+
+
 def tp_per_layer_on(
     job: Plannable, eff: Efficiency, link: str | None, moe_layer: bool = False, bf16: bool = False
 ) -> TpPerLayer:
@@ -731,6 +748,11 @@ def tp_per_layer_on(
     pipelined = job.training.tp_overlap_runs and job.layout.sp
     forward = exposed = overlapped = 0.0
     by_block: list[float] = []  # each block's forward collectives
+    # each block's input gathers (amaxes included) as its recomputed forward runs them again
+    # under torchtitan's per-op checkpointing, pipelined under async TP with the share of its
+    # column GEMMs the policy recomputes (`planc.perf.sac`)
+    gathered_s: list[float] = []
+    recomputed = recomputed_columns(shape) if sp_gather_recomputed(job) else {}
     for inputs, sizes, again_sizes, columns, row, amaxes in blocks:
         before = forward
         wgrad = sum(
@@ -762,9 +784,15 @@ def tp_per_layer_on(
                 forward += shown[0] + shown[1]
                 exposed += shown[2]
                 overlapped += gather + scatter + grad_gather - sum(shown)
+                redone_f = sum(
+                    recomputed.get(c.name, 1.0) * work_time_s(c, c.forward, device, eff)
+                    for c in columns
+                )
+                gathered_s.append(pipelined_exposed_s(gather, redone_f, t) + amaxes * amax)
             else:
                 forward += gather + scatter
                 exposed += grad_gather
+                gathered_s.append(gather + amaxes * amax)
             # before the quantization, so before any gather or its pipelining
             forward += amaxes * amax
             exposed += amax
@@ -780,6 +808,8 @@ def tp_per_layer_on(
     latent_s = [call("all_gather", size) for size in latent_gathers]
     latent_s[:2] = [seconds + amax for seconds in latent_s[:2]]  # the up projections' inputs
     redo = _tp_redone_s(job, moe_layer, by_block, latent_s)
+    if sp_gather_recomputed(job):
+        redo += sum(gathered_s)  # torchtitan's per-op checkpointing gathers each input again
     if job.training.tp_overlap_runs and not job.layout.sp:
         # Without SP Megatron has no userbuffers overlap (validate_args requires SP for
         # --tp-comm-overlap); planc keeps its older reading of overlap_tp: all hidden.

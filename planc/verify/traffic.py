@@ -174,6 +174,19 @@ def _regathers(plan: PlanData) -> bool:
     return bool(plan.sequence_parallel) and plan.training.get("framework") != "fsdp2"
 
 
+def _gather_recomputed(plan: PlanData) -> bool:
+    """Whether torchtitan's per-op activation checkpointing (recompute selective-op) runs each
+    TP block's sequence-parallel input all-gather again in backward: the gather is not in its
+    save list (torchtitan parallelize_llama.py _save_list)."""
+    tr = plan.training
+    return (
+        bool(plan.sequence_parallel)
+        and plan.degrees["tp"] > 1
+        and tr.get("framework") == "fsdp2"
+        and tr.get("recompute") == "selective-op"
+    )
+
+
 def _sp_gathered(plan: PlanData, width: int | None = None) -> int:
     """One SP all-gather of a width-w tensor (h when None) that a linear receives: where the
     recipe gathers quantized (quantized.tp_gather) data_bits per element plus one scale of
@@ -212,9 +225,14 @@ def _tp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
                 # Megatron's column-parallel linears gather their input again for the weight
                 # gradient (they keep only their shard of it).
                 ops.append(ExpectedOp(stage, "tp", "all_gather", None, t, forward, gathered))
+            if _gather_recomputed(plan):
+                # torchtitan's per-op checkpointing runs each block's input gather again
+                ops.append(ExpectedOp(stage, "tp", "all_gather", None, t, forward, gathered))
         if _amax_reduced(plan):
-            # an fp32 amax all-reduced before each quantized gather but the re-gather
-            quantized = 2 * (whole[0] - bf16[0]) + whole[1] - bf16[1]
+            # an fp32 amax all-reduced before each quantized gather but Megatron's re-gather
+            # (torchtitan's recomputed gather quantizes, and reduces its amax, again)
+            gathers = 3 if _gather_recomputed(plan) else 2
+            quantized = gathers * (whole[0] - bf16[0]) + whole[1] - bf16[1]
             ops.append(ExpectedOp(stage, "tp", "all_reduce", None, t, quantized, 4))
     else:
         forward, again = whole
