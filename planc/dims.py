@@ -99,6 +99,9 @@ class Quantized:
     norm_fused: bool  # the norm before QKV and fc1 writes the quantized input itself
     wgrad_high_precision: bool  # the weight-gradient GEMM stays 16-bit
     amax_reduction: bool  # per-tensor amaxes are all-reduced (delayed, current scaling)
+    # The backward GEMMs' outputs rescaled after them in a kernel of their own (torchao's
+    # axiswise scales: cuBLAS's per-tensor GEMM at unit scales, then the scales' outer product).
+    rescaled_backward: bool
     # The recipe's GEMM kernels' rate against a per-tensor-scaled GEMM of its data type on this
     # architecture (block-scaled MMA: MXFP8 0.951 on Blackwell, fp8.json); it scales the peak.
     gemm_rate: float
@@ -215,6 +218,7 @@ def quantized_formats(training: Training, recipe: Fp8Recipe, gpu: Gpu | None) ->
         norm_fused=row.norm_fused and te and training.kernels == "fused",
         wgrad_high_precision=row.wgrad_high_precision,
         amax_reduction=row.amax_reduction,
+        rescaled_backward=row.rescaled_backward,
         gemm_rate=row.gemm_rate.get(arch, 1.0),
         cached_weights=te,
         # torchao's MX recipes (torchao/prototype/moe_training/mxfp8_linear.py: MXTensor.to_mx

@@ -1245,7 +1245,28 @@ def quantization(op: OpCost, q: Quantized, beta: int, weight_share: float) -> tu
     return (
         *(OpCost(label, "vector", work, NOTHING, modules=op.modules) for work in forward),
         *(OpCost(label, "vector", NOTHING, work, modules=op.modules) for work in backward),
+        *backward_rescales(op, q, beta),
     )
+
+
+def backward_rescales(op: OpCost, q: Quantized, beta: int) -> tuple[OpCost, ...]:
+    """The kernels that rescale a quantized GEMM's backward outputs where the recipe runs them
+    at unit scales (`Quantized.rescaled_backward`: torchao's axiswise scales with slow
+    accumulation, torchao/float8/float8_ops.py addmm_float8_unwrapped; pytorch/ao #2184): dX
+    (b·m·k elements) and, unless it stays 16-bit, dW (k·n), each read and written once more at
+    β bytes, one multiply per element: 2β·b·m·k and 2β·k·n bytes."""
+    g = op.shape
+    if g is None or not q.rescaled_backward:
+        return ()
+    label = f"{op.name} backward rescale ({q.recipe.value})"
+    dx = g.batch * g.m * g.k
+    rescales = [OpCost(label, "vector", NOTHING, Work(dx, 2.0 * beta * dx), modules=op.modules)]
+    if not q.wgrad_high_precision:
+        dw = g.batch * g.k * g.n
+        rescales.append(
+            OpCost(label, "vector", NOTHING, NOTHING, Work(dw, 2.0 * beta * dw), modules=op.modules)
+        )
+    return tuple(rescales)
 
 
 def with_quantized_gemms(

@@ -43,6 +43,10 @@ class RecipeTable:
     norm_fused: bool
     wgrad_high_precision: bool
     amax_reduction: bool
+    # The backward GEMMs' outputs rescaled in a kernel of their own (torchao's axiswise scales
+    # with slow accumulation: cuBLAS's per-tensor GEMM at unit scales, then the output times the
+    # outer product of the scales; fp8.json `rescaled_backward`).
+    rescaled_backward: bool
     # Its GEMM kernels' rate against a per-tensor-scaled GEMM of the same data type, by
     # architecture (fp8.json `gemm_rate`; 1 where not measured).
     gemm_rate: Mapping[str, float]
@@ -82,6 +86,7 @@ def _row(name: str, raw: Mapping[str, Any]) -> RecipeTable:
         norm_fused=bool(raw["norm_fused"]),
         wgrad_high_precision=bool(raw["wgrad_high_precision"]),
         amax_reduction=bool(raw["amax_reduction"]),
+        rescaled_backward=bool(raw.get("rescaled_backward", False)),
         gemm_rate=MappingProxyType({str(k): float(v) for k, v in raw.get("gemm_rate", {}).items()}),
         divisor=int(raw["divisor"]),
         frameworks=tuple(raw["frameworks"]),
