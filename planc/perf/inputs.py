@@ -117,13 +117,13 @@ from planc.perf.ops import (
     lm_head,
     mla_up_projections,
     mlp_down,
-    mlp_up,
+    mlp_up_projections,
     moe_layer_ops,
     mtp_projection_ops,
     op_shape,
     optimizer_bytes_per_parameter,
     output_projection,
-    qkv_projection,
+    qkv_projections,
     routed_experts,
     window_keys,
     with_quantized_gemms,
@@ -176,7 +176,20 @@ def layer_shape(job: Plannable) -> OpShape:
         te_split=tr.framework in ("megatron", "megatron-fsdp")
         and tr.attention == "flash"
         and tr.kernels == "fused",
+        separate=separate_projections(job),
     )
+
+
+def separate_projections(job: Plannable) -> bool:
+    """Whether the attention's Q, K and V and a GLU's gate and up run as separate linears,
+    each its own matmul on the same input, their input gradients summed in backward:
+    torchtitan's Llama (nn.Linear wq, wk, wv and w1, w3, `xq, xk, xv = self.wq(x), self.wk(x),
+    self.wv(x)` and `self.w2(F.silu(self.w1(x)) * self.w3(x))`: torchtitan/models/llama3/
+    model.py lines 205-209, 238, 297-302 at 820504e) and the Hugging Face models FSDP2
+    trainers wrap (q_proj, k_proj, v_proj, gate_proj, up_proj): `framework: fsdp2`. Megatron
+    (and DeepSpeed's Megatron layers) fuse them: linear_qkv, linear_fc1 (`planc.perf.ops.
+    qkv_projection`, `mlp_up`)."""
+    return job.training.framework == "fsdp2"
 
 
 # The GPU generations on which Transformer Engine prefers cuDNN's FusedAttention to flash-attn
@@ -689,6 +702,11 @@ def tp_link(ops: Sequence[CommOp], stage: int) -> str | None:
     return None if first is None else str(first.link)
 
 
+def matrices(ops: Sequence[OpCost]) -> tuple[OpCost, ...]:
+    """The matmuls of `ops` (a projection's, without separate linears' gradient sum)."""
+    return tuple(op for op in ops if op.engine == "matrix")
+
+
 def recomputed_columns(shape: OpShape) -> dict[str, float]:
     """The share of each matrix op of a dense layer that torchtitan's per-op checkpointing
     recomputes (`planc.perf.sac.recomputed_shares`), by op name: what a recomputed input
@@ -724,7 +742,7 @@ def tp_per_layer_on(
         for (_, symbol, width), size in zip(latent_parts(job), latents, strict=True)
     ]
     mlp = _tp_mlp(job, moe_layer)
-    attention_columns = mla_up_projections(shape) if latents else (qkv_projection(shape),)
+    attention_columns = mla_up_projections(shape) if latents else matrices(qkv_projections(shape))
     # Each block: what it gathers at its input, what its input gradient reduces (the same
     # tensors, 16-bit), what its column GEMMs gather again for their weight gradients (not the
     # RoPE key, gathered outside them; `sp_input_regathered`), its column GEMMs and its row GEMM.
@@ -744,7 +762,8 @@ def tp_per_layer_on(
     ]
     if mlp is not None:
         again = [gathered] if regather else []
-        blocks.append(([gathered], [hidden], again, (mlp_up(mlp),), mlp_down(mlp), 1))
+        columns = matrices(mlp_up_projections(mlp))
+        blocks.append(([gathered], [hidden], again, columns, mlp_down(mlp), 1))
     pipelined = job.training.tp_overlap_runs and job.layout.sp
     forward = exposed = overlapped = 0.0
     by_block: list[float] = []  # each block's forward collectives

@@ -95,6 +95,9 @@ class OpCost:
     modules: frozenset[str] = frozenset()
     quantized: bool = False  # a GEMM of an FP8/FP4 recipe: priced at the quantized peak
     high_precision_wgrad: bool = False  # ... whose weight gradient stays 16-bit
+    # a separate projection reading the previous one's input, which a compiled graph quantizes
+    # once for both (`separate_projections`): no input cast of its own under an FP8 recipe
+    shared_input: bool = False
 
     @property
     def backward(self) -> Work:
@@ -155,6 +158,8 @@ class OpShape:
     rope_unfused: bool = False  # RoPE with a YaRN scale ≠ 1 (`megatron_unfused_rotary`)
     glu_clamp: bool = False  # the routed experts' clamped GLU inputs (`expert_glu_clamp`)
     expert_bias: bool = False  # the routed experts' fc2 biases (`expert_bias_add`)
+    # Q, K, V and a GLU's gate and up as separate linears (`separate_projections`)
+    separate: bool = False
 
     @property
     def queries(self) -> int:
@@ -209,10 +214,12 @@ def op_shape(
     loss: CrossEntropyFusion = "none",
     cudnn: bool = False,
     te_split: bool = False,
+    separate: bool = False,
 ) -> OpShape:
     """The per-op view of a rank's `dims` for `model` (β bytes per activation element) with
     the LM loss's kernels `loss`, flash attention on cuDNN's kernel when `cudnn`, Megatron-Core's
-    QKV split into Transformer Engine's attention when `te_split`, and the eager paths of
+    QKV split into Transformer Engine's attention when `te_split`, Q, K, V and a GLU's gate and
+    up as separate linears when `separate` (`separate_projections`), and the eager paths of
     Megatron-Core `dims.eager` names (`planc.dims.megatron_eager`)."""
     return OpShape(
         b=dims.b,
@@ -246,6 +253,7 @@ def op_shape(
         rope_unfused=dims.eager.rope_unfused,
         glu_clamp=dims.eager.glu_clamp,
         expert_bias=dims.eager.expert_bias,
+        separate=separate,
     )
 
 
@@ -474,8 +482,54 @@ def attention_projections(shape: OpShape) -> tuple[OpCost, ...]:
     """The projections before the attention core: one QKV matmul, or latent attention's down
     projections, latent norms and up projections."""
     if not shape.kv_latent:
-        return (qkv_projection(shape),)
+        return qkv_projections(shape)
     return (*mla_down_projections(shape), *mla_latent_norms(shape), *mla_up_projections(shape))
+
+
+def qkv_projections(shape: OpShape) -> tuple[OpCost, ...]:
+    """The Q, K, V projection as the framework runs it: one fused matmul (`qkv_projection`), or
+    with `OpShape.separate` three, wq [h, n·k/t], wk and wv [h, g·k/t], each reading the same
+    input, and the sum of their three input gradients (`separate_projections`)."""
+    if not shape.separate:
+        return (qkv_projection(shape),)
+    kv = shape.kv_heads * shape.k
+    parts = (("wq", shape.heads * shape.k), ("wk", kv), ("wv", kv))
+    return (input_gradient_sum(shape, "qkv", len(parts)), *_parts(shape, "qkv", parts))
+
+
+def mlp_up_projections(shape: OpShape) -> tuple[OpCost, ...]:
+    """fc1 as the framework runs it: one matmul (`mlp_up`, a GLU's gate and up fused), or with
+    `OpShape.separate` and a GLU two, w1 (gate) and w3 (up) [h, f/t] each, and the sum of their
+    input gradients (`separate_projections`)."""
+    if not (shape.separate and shape.gated):
+        return (mlp_up(shape),)
+    parts = (("w1", shape.f), ("w3", shape.f))
+    return (input_gradient_sum(shape, "mlp fc1", len(parts)), *_parts(shape, "mlp fc1", parts))
+
+
+def _parts(shape: OpShape, name: str, parts: tuple[tuple[str, int], ...]) -> tuple[OpCost, ...]:
+    """One matmul per (label, columns) of `parts` on the layer's tokens and h, named
+    "`name` (label)"; each after the first reads the first's input, which a compiled graph
+    quantizes once (`OpCost.shared_input`; AOT autograd's common-subexpression elimination
+    merges the identical casts)."""
+    return tuple(
+        replace(
+            gemm(f"{name} ({label})", shape.tokens, shape.h, cols, shape.beta),
+            shared_input=i > 0 and shape.compiled,
+        )
+        for i, (label, cols) in enumerate(parts)
+    )
+
+
+def input_gradient_sum(shape: OpShape, name: str, parts: int) -> OpCost:
+    """The sum of the input gradients of `parts` separate linears on one input (b·s/c·h
+    elements each; `separate_projections`), backward only. Compiled: one fused kernel reads the
+    `parts` gradients and writes their sum, (parts + 1)·β per element; eager: autograd adds
+    them pairwise as they arrive, parts − 1 adds of 3β each. One FLOP per add and element."""
+    elements = shape.tokens * shape.h
+    adds = parts - 1
+    moved = (parts + 1 if shape.compiled else 3 * adds) * shape.beta * elements
+    return OpCost(f"{name} input-gradient sum", "vector", NOTHING, Work(adds * elements, moved))
 
 
 def _score_elements(shape: OpShape) -> float:
@@ -745,7 +799,7 @@ def layer_ops(shape: OpShape) -> tuple[OpCost, ...]:
         output_projection(shape),
         residual_dropout_add(shape, "attention dropout + residual"),
         norm(shape, "pre-MLP norm"),
-        _in(mlp_up(shape), "mlp"),
+        *(_in(op, "mlp") for op in mlp_up_projections(shape)),
         _in(activation(shape), "mlp"),
         _in(mlp_down(shape), "mlp"),
         residual_dropout_add(shape, "MLP dropout + residual"),
@@ -830,16 +884,17 @@ def shared_expert_ops(shape: OpShape, experts: ExpertDims) -> tuple[OpCost, ...]
     if not experts.f_s:
         return ()
     mlp = replace(shape, f=experts.f_s)
-    return (mlp_up(mlp), activation(mlp), mlp_down(mlp))
+    return (*mlp_up_projections(mlp), activation(mlp), mlp_down(mlp))
 
 
 def moe_layer_ops(shape: OpShape, experts: ExpertDims) -> tuple[OpCost, ...]:
     """Every op of a MoE layer, in forward order: the attention block as in a dense layer,
     then the router, the permutation, the routed experts and the shared experts instead of the
     dense MLP (Megatron-Core MoELayer). Its exchanges are priced as communication."""
-    # A dense layer ends with fc1, the activation, fc2 and the residual add: what stays is the
-    # attention block and the pre-MLP norm, a module of its own here (layernorm).
-    *attention, pre_mlp_norm = layer_ops(shape)[:-4]
+    # A dense layer ends with fc1 (its projections), the activation, fc2 and the residual add:
+    # what stays is the attention block and the pre-MLP norm, a module of its own here
+    # (layernorm).
+    *attention, pre_mlp_norm = layer_ops(shape)[: -(len(mlp_up_projections(shape)) + 3)]
     moe = (
         router(shape, experts),
         token_permutation(shape, experts),
@@ -1147,6 +1202,11 @@ def attention_matrix_elements(shape: OpShape) -> int:
 QUANTIZED_GEMMS = frozenset(
     {
         "qkv",
+        "qkv (wq)",
+        "qkv (wk)",
+        "qkv (wv)",
+        "mlp fc1 (w1)",
+        "mlp fc1 (w3)",
         "attention output",
         "mlp fc1",
         "mlp fc2",
@@ -1237,10 +1297,9 @@ def quantization(op: OpCost, q: Quantized, beta: int, weight_share: float) -> tu
     usages = 1 if q.wgrad_high_precision else q.usages
     x_reads = 0 if q.norm_fused and op.name in NORM_FED_GEMMS else q.reads
     label = f"{op.name} quantize ({q.recipe.value})"
-    forward = [
-        *cast_kernels(x, q, beta, x_reads, usages, 1.0),
-        *cast_kernels(w, q, beta, q.reads, q.usages, weight_share),
-    ]
+    # a separate projection's input is the previous one's, cast already (`shared_input`)
+    inputs = [] if op.shared_input else cast_kernels(x, q, beta, x_reads, usages, 1.0)
+    forward = [*inputs, *cast_kernels(w, q, beta, q.reads, q.usages, weight_share)]
     backward = cast_kernels(dy, q, beta, q.reads, usages, 1.0)
     return (
         *(OpCost(label, "vector", work, NOTHING, modules=op.modules) for work in forward),

@@ -15,7 +15,9 @@ are recomputed, with every norm, rotary embedding, activation and residual add. 
 ops (planc.perf.ops.layer_ops) fuse some of those matmuls: `qkv` is wq, wk, wv ((n + 2g)·k/t
 columns: n·k, g·k, g·k) and a SwiGLU layer's `mlp fc1` is w1, w3 (f/t columns each); every other
 matrix op is one aten.mm. The recomputed share of a fused op is its recomputed columns over all
-its columns (the matmuls share rows and inner size, so time goes with columns).
+its columns (the matmuls share rows and inner size, so time goes with columns). Priced as
+torchtitan runs them (`planc.perf.inputs.separate_projections`), wq, wk, wv and w1, w3 are ops
+of their own, one aten.mm each.
 
 Layers other than the dense GQA block (latent attention, MoE experts, whose grouped GEMMs are
 not aten.mm) are counted with the same rule, one aten.mm per matrix op: an approximation the
