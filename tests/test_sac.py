@@ -8,6 +8,7 @@ recomputed (the 2nd, 4th and 6th), with every norm, rotary embedding, SwiGLU and
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -37,12 +38,20 @@ def test_the_llama_block_recomputes_wk_wo_w3_and_every_vector_op() -> None:
     shape = layer_shape(_plan(LLAMA_8B))
     ops = layer_ops(shape)
     shares = dict(zip((op.name for op in ops), recomputed_shares(ops, shape), strict=True))
-    # qkv is wq (n·k = 32·128 = 4096 columns), wk and wv (g·k = 8·128 = 1024 each): wk, the
-    # second matmul, is 1024 of 6144 columns.
-    assert shares["qkv"] == pytest.approx(1024 / 6144)
+    # torchtitan's separate linears (planc.perf.inputs.separate_projections): wq saved, wk (the
+    # 2nd matmul) recomputed, wv saved
+    assert [shares[f"qkv ({w})"] for w in ("wq", "wk", "wv")] == [0.0, 1.0, 0.0]
     assert shares["attention output"] == 1.0  # wo, the 4th
-    assert shares["mlp fc1"] == 0.5  # w1 (5th) saved, w3 (6th) recomputed, f columns each
+    assert shares["mlp fc1 (w1)"] == 0.0  # w1 (5th) saved
+    assert shares["mlp fc1 (w3)"] == 1.0  # w3 (6th) recomputed
     assert shares["mlp fc2"] == 0.0  # w2, the 7th, saved
+    # The same policy on Megatron's fused matmuls: wk is 1024 of qkv's 6144 columns (wq
+    # n·k = 32·128, wk and wv g·k = 8·128), w3 half of fc1's.
+    fused = replace(shape, separate=False)
+    fused_ops = layer_ops(fused)
+    fused_shares = dict(zip((op.name for op in fused_ops), recomputed_shares(fused_ops, fused), strict=True))
+    assert fused_shares["qkv"] == pytest.approx(1024 / 6144)
+    assert fused_shares["mlp fc1"] == 0.5
     assert shares["flash attention"] == 0.0  # SDPA: saved
     for name in ("input norm", "pre-MLP norm", "swiglu", "attention dropout + residual"):
         assert shares[name] == 1.0
@@ -56,8 +65,8 @@ def test_a_gelu_block_saves_fc1_and_recomputes_fc2() -> None:
     shape = layer_shape(plan)
     ops = layer_ops(shape)
     shares = dict(zip((op.name for op in ops), recomputed_shares(ops, shape), strict=True))
-    # wq, wk, wv (fused, equal widths without GQA), wo, fc1, fc2: the 2nd, 4th and 6th recompute
-    assert shares["qkv"] == pytest.approx(1 / 3)
+    # wq, wk, wv, wo, fc1, fc2: the 2nd, 4th and 6th recompute (a GeLU MLP has one fc1)
+    assert [shares[f"qkv ({w})"] for w in ("wq", "wk", "wv")] == [0.0, 1.0, 0.0]
     assert (shares["attention output"], shares["mlp fc1"], shares["mlp fc2"]) == (1.0, 0.0, 1.0)
 
 
@@ -80,9 +89,9 @@ def test_recompute_time_is_the_recomputed_share_of_each_forward() -> None:
     )
     expected = (
         sum(fwd(name) for name in vector)
-        + fwd("qkv") / 6  # wk
+        + fwd("qkv (wk)")
         + fwd("attention output")  # wo
-        + fwd("mlp fc1") / 2  # w3
+        + fwd("mlp fc1 (w3)")
     )
     listed = tuple(ops.values())
     layer = pass_times(listed, device, eff, sac=recomputed_shares(listed, shape))
