@@ -13,6 +13,7 @@ from planc.analysis import Analysis, analyse, estimate_step
 from planc.check import check_loaded
 from planc.findings import Severity
 from planc.fitting import fold_predictor
+from planc.perf.unpriced import unpriced_of
 from planc.perf.validation import (
     Aggregate,
     CorpusError,
@@ -122,10 +123,13 @@ def score_corpus(index_path: str) -> Corpus:
     def model_of(run: Run) -> str | None:
         return analyses[run.id][0].model.preset
 
+    def unpriced(run: Run) -> tuple[str, ...]:
+        return tuple(str(mechanism) for mechanism in unpriced_of(analyses[run.id][1].plan))
+
     scored = score(runs, predict)
     return Corpus(
         scored=scored,
         layouts=tuple(priced[run.id].layout for run in runs),
-        aggregates=aggregates(scored, model_of),
+        aggregates=aggregates(scored, model_of, unpriced),
         held_out=held_out_errors(runs, lambda fit_set: fold_predictor(fit_set, analysis_of)),
     )

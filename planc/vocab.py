@@ -410,6 +410,21 @@ class Generation(str, Enum):
         return self.value
 
 
+class Unpriced(str, Enum):
+    """A cost planc knows a run spends and does not price (`planc.perf.unpriced`): the host's
+    kernel launches of a Megatron MoE run without CUDA graphs, torchao's rowwise FP8 forward
+    GEMM and casts beyond what planc prices, torch's ring attention at four or more
+    context-parallel ranks. The corpus's error on the runs that have each is quoted beside the
+    estimate."""
+
+    HOST_LAUNCHES = "megatron-moe-without-graphs"
+    ROWWISE = "torchao-rowwise"
+    WIDE_TORCH_RING = "torch-ring-cp4+"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class RunCategory(str, Enum):
     """What dominates a published run's layout: plain tensor/data parallelism, a large pipeline,
     context parallelism, mixture of experts, or fully sharded data parallelism."""

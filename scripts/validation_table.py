@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from planc.perf.validation import CELL, MODEL, Aggregate
+from planc.perf.validation import CELL, MODEL, UNPRICED, Aggregate
 from planc.presets.accuracy import ACCURACY, Group, accuracy_json
 from planc.scoring import Corpus, score_corpus
 
@@ -78,7 +78,8 @@ def table(corpus: Corpus) -> str:
         "## Runs\n",
         "\n".join(run_rows(corpus)) + "\n",
         "## Aggregates\n",
-        "Role over every run; generation, category, source and model preset over the "
+        "Role over every run; generation, category, source, model preset and each cost planc "
+        "does not price (`planc.perf.unpriced`; a run counts under each it has) over the "
         "validation runs only. The mean error is signed: negative where planc is too fast on the "
         "group as a whole.\n",
         "\n".join(aggregate_rows(corpus.aggregates)) + "\n",
@@ -98,7 +99,7 @@ def table(corpus: Corpus) -> str:
 
 def accuracy(corpus: Corpus) -> str:
     """accuracy.json: the validation runs' error per GPU generation, per category, per the
-    two together and per model preset (the aggregates' rows)."""
+    two together, per model preset and per unpriced mechanism (the aggregates' rows)."""
 
     def rows(axis: str) -> dict[str, Group]:
         return {
@@ -109,7 +110,9 @@ def accuracy(corpus: Corpus) -> str:
 
     # A cell's group is `cell_name`'s "GENERATION CATEGORY".
     cells = {tuple(name.split(" ", 1)): row for name, row in rows(CELL).items()}
-    return accuracy_json(rows("generation"), rows("category"), cells, rows(MODEL))
+    return accuracy_json(
+        rows("generation"), rows("category"), cells, rows(MODEL), rows(UNPRICED)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from planc.perf.inputs import build_inputs, efficiency_of, muon_times
 from planc.perf.offload import offloaded_layer_bytes
 from planc.perf.op_table import OpTable, op_table
 from planc.perf.step import Overlap, StepInputs, busiest_stage, overlaps
+from planc.perf.unpriced import WHAT, unpriced_of
 from planc.perf.validation import category_of
 from planc.pipeline.registry import definition
 from planc.plannable import Plannable
@@ -31,6 +32,7 @@ from planc.presets.accuracy import (
     category_words,
     model_json,
     model_words,
+    unpriced_words,
 )
 from planc.record import record
 from planc.run import RunEstimate, estimate_run
@@ -654,17 +656,16 @@ def error_bar_words(job: Plannable) -> tuple[str, ...]:
 
 
 def caveats(job: Plannable) -> tuple[str, ...]:
-    """What the estimate leaves out that this run is likely to spend: host time, where a
-    Megatron MoE run captures no CUDA graphs (each MoE layer waits on the host for its tokens per
-    expert, so the kernels after it start only as fast as Python launches them)."""
-    tr = job.training
-    if job.model.moe is None or tr.framework != "megatron" or tr.cuda_graph_impl is not None:
-        return ()
-    return (
-        "not priced: the host's kernel launches. This MoE run captures no CUDA graphs "
-        "(training.cuda_graph); on 256 GB200 NVIDIA measured graphs of attention, router and "
-        "preprocessing saving 2.1 ms per layer and micro-batch of DeepSeek-V3 (docs/explain.md)",
-    )
+    """What the estimate leaves out that this run is likely to spend (`planc.perf.unpriced`),
+    each with planc's error on the validated runs that have it where there are enough: host
+    time where a Megatron MoE run captures no CUDA graphs (each MoE layer waits on the host for
+    its tokens per expert, so the kernels after it start only as fast as Python launches them),
+    torchao's rowwise GEMMs, torch's ring attention at CP 4 and more."""
+    lines = []
+    for mechanism in unpriced_of(job):
+        measured = unpriced_words(str(mechanism))
+        lines.append(f"not priced: {WHAT[mechanism]}" + (f"; {measured}" if measured else ""))
+    return tuple(lines)
 
 
 def _error_bar_line(job: Plannable) -> list[str]:

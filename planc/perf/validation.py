@@ -11,7 +11,7 @@ error naming the run), gives each run its signed error
     e = T_predicted / T_measured − 1
 
 and aggregates mean |e|, mean e and the worst e by role, by GPU generation, by category, by
-source and by model preset, and leave-one-source-out: for each source group g, the model fitted
+source, by model preset and by each cost planc does not price, and leave-one-source-out: for each source group g, the model fitted
 on the fit runs outside g, scored on g's runs.
 
 Pure functions over plain data: step times come from a `predict` callable
@@ -257,12 +257,15 @@ def grouped(
 
 
 def aggregates(
-    scored: Sequence[Scored], model_of: Callable[[Run], str | None] = lambda run: None
+    scored: Sequence[Scored],
+    model_of: Callable[[Run], str | None] = lambda run: None,
+    unpriced_of: Callable[[Run], Sequence[str]] = lambda run: (),
 ) -> tuple[Aggregate, ...]:
     """By role over every run; by GPU generation, by category, by the two together ("hopper
-    moe"), by source and by model preset (`model_of`: the preset a run's spec names, None for a
-    model stated field by field) over the validation runs only (the errors on runs nothing was
-    fitted to)."""
+    moe"), by source, by model preset (`model_of`: the preset a run's spec names, None for a
+    model stated field by field) and by each cost planc does not price (`unpriced_of`: the
+    mechanisms of `planc.perf.unpriced` a run has; a run counts in each of its groups) over the
+    validation runs only (the errors on runs nothing was fitted to)."""
     held = [s for s in scored if s.run.role is RunRole.VALIDATION]
     presets = [s for s in held if model_of(s.run) is not None]
     return (
@@ -272,10 +275,24 @@ def aggregates(
         + grouped(CELL, held, lambda run: cell_name(str(run.generation), str(run.category)))
         + grouped("source", held, lambda run: run.source_group)
         + grouped(MODEL, presets, lambda run: str(model_of(run)))
+        + memberships(UNPRICED, held, unpriced_of)
     )
 
 
+def memberships(
+    axis: str, scored: Sequence[Scored], groups_of: Callable[[Run], Sequence[str]]
+) -> tuple[Aggregate, ...]:
+    """One aggregate per group any run is in (`groups_of`: each run's groups, none or several),
+    in sorted order."""
+    groups: dict[str, list[Scored]] = {}
+    for item in scored:
+        for name in groups_of(item.run):
+            groups.setdefault(name, []).append(item)
+    return tuple(summarise(axis, name, groups[name]) for name in sorted(groups))
+
+
 MODEL = "model"
+UNPRICED = "unpriced"
 
 
 CELL = "generation and category"

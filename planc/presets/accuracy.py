@@ -4,7 +4,8 @@
 docs/validation.md` from the validation runs of `validation/runs.json` (role `validation`
 only: the runs no parameter read), one entry per GPU generation, one per category (dense,
 pipeline, context, moe, fsdp: what dominates the layout, `planc.perf.validation.category_of`),
-one per generation and category together and one per model preset the specs name: how many
+one per generation and category together, one per model preset the specs name and one per
+cost planc does not price (`planc.perf.unpriced`): how many
 runs, the mean of |predicted/measured − 1|, the worst signed error and the mean signed error
 (a preset's runs share a bias the others need not: its sign says which way). `planc explain`,
 the report and search show it beside the step time, so a user reads the estimate with the
@@ -124,14 +125,42 @@ def model_words(preset: str | None, calibration: Calibration) -> str:
     bar = None if calibration is not None else model_bar(preset)
     if bar is None or bar.mean_error is None:
         return ""
-    lean = ""
-    if abs(bar.mean_error) >= BIAS_SHARE * bar.mean_abs_error:
-        lean = " (a bias: planc too fast)" if bar.mean_error < 0 else " (a bias: planc too slow)"
     return (
         f"model error on {bar.group} runs: ±{bar.mean_abs_error * 100:.1f} % mean, "
-        f"worst {bar.worst_error * 100:+.1f} %, signed mean {bar.mean_error * 100:+.1f} %{lean}, "
-        f"on {bar.runs} validated runs of this preset"
+        f"worst {bar.worst_error * 100:+.1f} %, signed mean {bar.mean_error * 100:+.1f} %"
+        f"{_lean(bar)}, on {bar.runs} validated runs of this preset"
     )
+
+
+def unpriced_bar(mechanism: str) -> ErrorBar | None:
+    """The error bar of the validation runs that have unpriced `mechanism`, where at least
+    MIN_CELL_RUNS of them are validated (None otherwise)."""
+    entry = _table().get("unpriced", {}).get(mechanism)
+    if not entry or entry["runs"] < MIN_CELL_RUNS:
+        return None
+    return ErrorBar(
+        mechanism, entry["runs"], entry["mean_abs_error"], entry["worst_error"], entry["mean_error"]
+    )
+
+
+def unpriced_words(mechanism: str) -> str:
+    """'planc's error on the 4 validated runs that have it: ±25.3 % mean, worst −29.6 %, signed
+    mean −25.3 % (a bias: planc too fast)', or '' where `unpriced_bar` has none."""
+    bar = unpriced_bar(mechanism)
+    if bar is None or bar.mean_error is None:
+        return ""
+    return (
+        f"planc's error on the {bar.runs} validated runs that have it: "
+        f"±{bar.mean_abs_error * 100:.1f} % mean, worst {bar.worst_error * 100:+.1f} %, "
+        f"signed mean {bar.mean_error * 100:+.1f} %{_lean(bar)}"
+    )
+
+
+def _lean(bar: ErrorBar) -> str:
+    """' (a bias: planc too fast)' or '… too slow' where nearly every run errs one way."""
+    if bar.mean_error is None or abs(bar.mean_error) < BIAS_SHARE * bar.mean_abs_error:
+        return ""
+    return " (a bias: planc too fast)" if bar.mean_error < 0 else " (a bias: planc too slow)"
 
 
 def model_json(preset: str | None, calibration: Calibration) -> dict[str, Any] | None:
@@ -248,15 +277,18 @@ def accuracy_json(
     by_category: Groups,
     by_cell: Mapping[tuple[str, str], Group],
     by_model: Groups,
+    by_unpriced: Groups,
 ) -> str:
     """The text of accuracy.json: each group's runs, mean |error|, worst and mean signed error
-    per generation, per category, per (generation, category) and per model preset."""
+    per generation, per category, per (generation, category), per model preset and per cost
+    planc does not price (`planc.perf.unpriced`)."""
     generations = sorted({generation for generation, _ in by_cell})
     data = {
         "_about": "Written by scripts/validation_table.py from validation/runs.json (validation "
         "runs only): planc's step-time error per GPU generation, per category, per the two "
-        "together (cells: generation, then category) and per model preset the specs name; read "
-        "by planc.presets.accuracy.",
+        "together (cells: generation, then category), per model preset the specs name and per "
+        "cost planc does not price that runs have (unpriced: planc.perf.unpriced; a run counts "
+        "under each it has); read by planc.presets.accuracy.",
         "generations": _entries(by_generation),
         "categories": _entries(by_category),
         "cells": {
@@ -264,5 +296,6 @@ def accuracy_json(
             for g in generations
         },
         "models": _entries(by_model),
+        "unpriced": _entries(by_unpriced),
     }
     return json.dumps(data, indent=2) + "\n"

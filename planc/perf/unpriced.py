@@ -1,0 +1,53 @@
+"""What a run is known to spend that the step model does not price (issue 24).
+
+Each `Unpriced` mechanism has a predicate on the job and the words `planc explain` prints under
+the step time. The validation corpus is grouped by them as well (`planc.perf.validation`,
+axis "unpriced"), so the words come with planc's error on the published runs that have the same
+mechanism (`planc.presets.accuracy.unpriced_words`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from planc.plannable import Plannable
+from planc.vocab import Fp8Recipe, Unpriced
+
+ROWWISE_RECIPES = frozenset({Fp8Recipe.ROWWISE, Fp8Recipe.ROWWISE_WITH_GW_HP})
+# The fewest context-parallel ranks of torch's ring at which the corpus shows its unpriced cost.
+WIDE_RING = 4
+
+WHAT: Mapping[Unpriced, str] = MappingProxyType(
+    {
+        Unpriced.HOST_LAUNCHES: (
+            "the host's kernel launches. This MoE run captures no CUDA graphs "
+            "(training.cuda_graph); on 256 GB200 NVIDIA measured graphs of attention, router and "
+            "preprocessing saving 2.1 ms per layer and micro-batch of DeepSeek-V3 (docs/explain.md)"
+        ),
+        Unpriced.ROWWISE: (
+            "torchao's rowwise scaling beyond its casts and its backward rescale: PyTorch's "
+            "CUTLASS rowwise GEMM runs at 50 to 100 % of cuBLAS's per-tensor rate by shape "
+            "(pytorch/pytorch #147971), published only as plots"
+        ),
+        Unpriced.WIDE_TORCH_RING: (
+            "what makes torch's ring attention slower per unit of attention at four or more "
+            "context-parallel ranks than at one or two (torchtitan's December 2024 benchmark: "
+            "1.5 times the per-rank attention time of CP 2 at CP 4 and 8; validation/README.md)"
+        ),
+    }
+)
+
+
+def unpriced_of(job: Plannable) -> tuple[Unpriced, ...]:
+    """The mechanisms of `Unpriced` that `job` has, in the vocabulary's order."""
+    tr = job.training
+    q = job.numerics.quantized
+    found = {
+        Unpriced.HOST_LAUNCHES: job.model.moe is not None
+        and tr.framework == "megatron"
+        and tr.cuda_graph_impl is None,
+        Unpriced.ROWWISE: q is not None and q.recipe in ROWWISE_RECIPES,
+        Unpriced.WIDE_TORCH_RING: tr.framework == "fsdp2" and job.layout.c >= WIDE_RING,
+    }
+    return tuple(mechanism for mechanism in Unpriced if found[mechanism])
