@@ -7,11 +7,15 @@ Expected values are the Llama 3 8B dimensions (h 4096, 32 query and 8 KV heads o
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from planc.perf.inputs import layer_shape
+from planc.perf.compute import pass_times
+from planc.perf.inputs import device_of, efficiency_of, layer_shape
 from planc.perf.ops import OpCost, layer_ops, moe_layer_ops, quantization
 from planc.perf.sac import recomputed_shares
 from planc.plannable import Plannable
@@ -111,3 +115,37 @@ def test_a_moe_layer_keeps_no_dense_mlp() -> None:
     names = [op.name for op in moe_layer_ops(layer_shape(plan), plan.dims.experts)]
     assert not [n for n in names if n.startswith("mlp fc1")]
     assert "qkv (wq)" in names and "qkv input-gradient sum" in names
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    preset=st.sampled_from(["llama3-8b", "llama3-70b", "gpt3-175b", "qwen3-30b-a3b"]),
+    t=st.sampled_from([1, 2, 4, 8]),
+    s=st.sampled_from([2048, 4096, 8192]),
+    b=st.sampled_from([1, 2, 4]),
+    kernels=st.sampled_from(["compiled", "unfused", "fused"]),
+    gpu=st.sampled_from(["h100-sxm", "b200", "a100-80gb"]),
+)
+def test_splitting_the_projections_never_makes_a_layer_faster(
+    preset: str, t: int, s: int, b: int, kernels: str, gpu: str
+) -> None:
+    # The same FLOPs in smaller matmuls, the input read once per linear and a gradient sum on
+    # top: whatever the shapes, the split layer takes at least the fused one's time.
+    plan = job_of(
+        {
+            "model": {"preset": preset},
+            "hardware": {"gpu": gpu},
+            "parallelism": {"tensor": t, "sequence_parallel": t > 1, "zero_stage": 3},
+            "training": {
+                "framework": "fsdp2",
+                "kernels": kernels,
+                "seq_len": s,
+                "micro_batch": b,
+                "global_batch": b * max(1, 8 // t),
+            },
+        }
+    )
+    shape, device, eff = layer_shape(plan), device_of(plan), efficiency_of(plan)
+    split = pass_times(layer_ops(shape), device, eff)
+    fused = pass_times(layer_ops(replace(shape, separate=False)), device, eff)
+    assert split.forward_s + split.backward_s >= fused.forward_s + fused.backward_s - 1e-12
