@@ -5,11 +5,14 @@ scripts/validation_table.py writes from the scored runs, not from accuracy.json.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from planc.cli.main import main
 from planc.outputs.explain import caveats
 from planc.perf.unpriced import unpriced_of
 from planc.perf.validation import UNPRICED, Run, Scored, aggregates
@@ -130,3 +133,26 @@ def test_the_host_launch_caveat_quotes_its_runs_too() -> None:
         f"on the {runs} validated runs that have it: ±{mean} % mean, worst {worst} %, "
         f"signed mean {signed} %"
     ) in line
+
+
+def test_search_marks_the_layouts_with_an_unpriced_cost(tmp_path: Any) -> None:
+    # A torchtitan search over context parallelism: the layouts at CP 4 and 8 spend what torch's
+    # ring costs there beyond planc's price; the listing says which and quotes the runs.
+    spec = tmp_path / "search.yaml"
+    spec.write_text(
+        "version: 1\nname: cp-search\nmodel: {preset: llama3-8b}\n"
+        "hardware: {gpu: h100-sxm-hbm2e, nodes: 1}\n"
+        "training: {seq_len: 65536, global_batch: 4, attention: flash, kernels: compiled, "
+        "framework: fsdp2, recompute: full, micro_batch: 1}\n"
+        "search: {context: [2, 4], tensor: [1], pipeline: [1], zero_stage: [3]}\n",
+        encoding="utf-8",
+    )
+    runner = CliRunner()
+    out = runner.invoke(main, ["search", str(spec), "--format", "json", "--top", "20", "-j", "1"])
+    assert out.exit_code == 0, out.output
+    results = json.loads(out.output)["results"]
+    by_cp = {r["parallelism"]["context"]: r["unpriced"] for r in results}
+    assert by_cp[4] == ["torch-ring-cp4+"] and by_cp[2] == []
+    text = runner.invoke(main, ["search", str(spec), "--top", "20", "-j", "1"]).output
+    runs, _, _, _ = _table_row("torch-ring-cp4+")
+    assert f"planc's error on the {runs} validated runs that have it" in text

@@ -55,6 +55,7 @@ from planc.perf.inputs import (
     stage_times,
 )
 from planc.perf.step import step_lower_bound_s
+from planc.perf.unpriced import unpriced_of
 from planc.pipeline.registry import bubble_fraction, weight_ratios
 from planc.plannable import (
     Chunks,
@@ -130,6 +131,8 @@ class Verdict:
     memory_headroom: float = 0.0  # fraction of HBM the heaviest rank leaves free
     bubble_fraction: float = 0.0  # the schedule's bubble, the quantity PLC006 bounds
     step_bound_s: float = 0.0  # m × the busiest stage's compute per micro-batch: ≤ the step
+    # the costs planc knows the candidate spends and does not price (`planc.perf.unpriced`)
+    unpriced: tuple[str, ...] = ()
 
     @property
     def feasible(self) -> bool:
@@ -476,6 +479,7 @@ def judge(judge: Judge, index: int, every: bool = True) -> Verdict:
         memory_headroom=1 - peak / job.cluster.gpu.memory_bytes,
         bubble_fraction=bubble_fraction(lay.schedule, lay.p, plan.m, lay.v),
         step_bound_s=shared_bound(judge, index, analysis, values),
+        unpriced=tuple(str(mechanism) for mechanism in unpriced_of(plan)),
     )
 
 

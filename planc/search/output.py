@@ -9,12 +9,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from planc.outputs import escape
-from planc.presets.accuracy import bar_for, category_words, model_words
+from planc.perf.unpriced import WHAT
+from planc.presets.accuracy import bar_for, category_words, model_words, unpriced_words
 from planc.search.fallback import FallbackPlan
 from planc.search.rank import Ranked, SearchResult
 from planc.search.space import Space, Value
 from planc.spec.job import GIB, Job, matching_preset, resolved_order
-from planc.vocab import ScheduleKind
+from planc.vocab import ScheduleKind, Unpriced
 
 CSV_FIELDS = (
     "rank",
@@ -45,6 +46,7 @@ CSV_FIELDS = (
     "bubble_fraction",
     "exposed_comm_s",
     "warnings",
+    "unpriced",
 )
 
 
@@ -134,6 +136,7 @@ def _entry(result: SearchResult, ranked: Ranked, place: int, order: str) -> dict
         "bubble_s": metrics.bubble_s,
         "exposed_comm_s": metrics.exposed_comm_s,
         "warnings": list(verdict.warnings),
+        "unpriced": list(verdict.unpriced),
     }
 
 
@@ -169,6 +172,7 @@ def to_csv(result: SearchResult, order: str) -> str:
         row = {**entry["parallelism"], **entry["training"], **entry}
         row["stage_layers"] = " ".join(str(n) for n in entry["parallelism"]["stage_layers"])
         row["warnings"] = " ".join(entry["warnings"])
+        row["unpriced"] = " ".join(entry["unpriced"])
         row["offload"] = result.values(ranked).get("offload", "none")
         writer.writerow({name: _cell(row[name]) for name in CSV_FIELDS})
     return out.getvalue()
@@ -270,6 +274,7 @@ def render_text(
             rows = [[*row, word or "-"] for row, word in zip(rows, ["also", *more], strict=True)]
         lines += _table(rows, right={0, 1, 2, 3, 4, 5, 7, 8, 10, 11, 12, 13, 14, 15, 16, 17})
         lines.append("")
+        lines += unpriced_lines(result)
     else:
         lines += ["no candidate is feasible", ""]
     if result.rejected_by_rule:
@@ -278,6 +283,27 @@ def render_text(
         for rule, count in result.rejected_by_rule.items():
             lines.append(f"  {rule}  {count:>{width},}  {titles.get(rule, '')}".rstrip())
     return "\n".join(lines) + "\n"
+
+
+def unpriced_lines(result: SearchResult) -> list[str]:
+    """Per cost planc knows some listed results spend and does not price (`planc.perf.
+    unpriced`): which of them, what it is, and planc's error on the validated runs that have
+    it; then a blank line. None where no listed result has one."""
+    places: dict[str, list[int]] = {}
+    for place, ranked in enumerate(result.results, 1):
+        for mechanism in ranked.verdict.unpriced:
+            places.setdefault(mechanism, []).append(place)
+    lines = []
+    for mechanism in Unpriced:
+        found = places.get(str(mechanism))
+        if not found:
+            continue
+        measured = unpriced_words(str(mechanism))
+        ranks = ", ".join(f"#{place}" for place in found)
+        lines.append(
+            f"not priced in {ranks}: {WHAT[mechanism]}" + (f"; {measured}" if measured else "")
+        )
+    return [*lines, ""] if lines else []
 
 
 # --- the winner as a spec ---------------------------------------------------------------------
