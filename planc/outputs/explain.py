@@ -21,7 +21,7 @@ from planc.perf.inputs import build_inputs, efficiency_of, muon_times
 from planc.perf.offload import offloaded_layer_bytes
 from planc.perf.op_table import OpTable, op_table
 from planc.perf.step import Overlap, StepInputs, busiest_stage, overlaps
-from planc.perf.unpriced import WHAT, unpriced_of
+from planc.perf.unpriced import said, unpriced_of
 from planc.perf.validation import category_of
 from planc.pipeline.registry import definition
 from planc.plannable import Plannable
@@ -32,7 +32,6 @@ from planc.presets.accuracy import (
     category_words,
     model_json,
     model_words,
-    unpriced_words,
 )
 from planc.record import record
 from planc.run import RunEstimate, estimate_run
@@ -661,11 +660,7 @@ def caveats(job: Plannable) -> tuple[str, ...]:
     time where a Megatron MoE run captures no CUDA graphs (each MoE layer waits on the host for
     its tokens per expert, so the kernels after it start only as fast as Python launches them),
     torchao's rowwise GEMMs, torch's ring attention at CP 4 and more."""
-    lines = []
-    for mechanism in unpriced_of(job):
-        measured = unpriced_words(str(mechanism))
-        lines.append(f"not priced: {WHAT[mechanism]}" + (f"; {measured}" if measured else ""))
-    return tuple(lines)
+    return tuple(f"not priced: {said(mechanism)}" for mechanism in unpriced_of(job))
 
 
 def _error_bar_line(job: Plannable) -> list[str]:

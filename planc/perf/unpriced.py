@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from planc.plannable import Plannable
+from planc.presets.accuracy import unpriced_words
 from planc.vocab import Fp8Recipe, Unpriced
 
 ROWWISE_RECIPES = frozenset({Fp8Recipe.ROWWISE, Fp8Recipe.ROWWISE_WITH_GW_HP})
@@ -51,3 +52,10 @@ def unpriced_of(job: Plannable) -> tuple[Unpriced, ...]:
         Unpriced.WIDE_TORCH_RING: tr.framework == "fsdp2" and job.layout.c >= WIDE_RING,
     }
     return tuple(mechanism for mechanism in Unpriced if found[mechanism])
+
+
+def said(mechanism: Unpriced) -> str:
+    """What `mechanism` is (`WHAT`), and planc's error on the validated runs that have it where
+    enough do (`planc.presets.accuracy.unpriced_words`)."""
+    measured = unpriced_words(str(mechanism))
+    return WHAT[mechanism] + (f"; {measured}" if measured else "")

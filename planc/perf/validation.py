@@ -11,8 +11,8 @@ error naming the run), gives each run its signed error
     e = T_predicted / T_measured − 1
 
 and aggregates mean |e|, mean e and the worst e by role, by GPU generation, by category, by
-source, by model preset and by each cost planc does not price, and leave-one-source-out: for each source group g, the model fitted
-on the fit runs outside g, scored on g's runs.
+source, by model preset and by each cost planc does not price, and leave-one-source-out: for
+each source group g, the model fitted on the fit runs outside g, scored on g's runs.
 
 Pure functions over plain data: step times come from a `predict` callable
 (`planc.scoring` loads each spec through planc's loader and prices it with
@@ -250,10 +250,7 @@ def grouped(
     axis: str, scored: Sequence[Scored], key: Callable[[Run], str]
 ) -> tuple[Aggregate, ...]:
     """One aggregate per value of `key`, in sorted order."""
-    groups: dict[str, list[Scored]] = {}
-    for item in scored:
-        groups.setdefault(key(item.run), []).append(item)
-    return tuple(summarise(axis, name, groups[name]) for name in sorted(groups))
+    return memberships(axis, scored, lambda run: (key(run),))
 
 
 def aggregates(

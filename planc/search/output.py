@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from planc.outputs import escape
-from planc.perf.unpriced import WHAT
-from planc.presets.accuracy import bar_for, category_words, model_words, unpriced_words
+from planc.perf.unpriced import said
+from planc.presets.accuracy import bar_for, category_words, model_words
 from planc.search.fallback import FallbackPlan
 from planc.search.rank import Ranked, SearchResult
 from planc.search.space import Space, Value
@@ -298,11 +298,8 @@ def unpriced_lines(result: SearchResult) -> list[str]:
         found = places.get(str(mechanism))
         if not found:
             continue
-        measured = unpriced_words(str(mechanism))
         ranks = ", ".join(f"#{place}" for place in found)
-        lines.append(
-            f"not priced in {ranks}: {WHAT[mechanism]}" + (f"; {measured}" if measured else "")
-        )
+        lines.append(f"not priced in {ranks}: {said(mechanism)}")
     return [*lines, ""] if lines else []
 
 
