@@ -36,6 +36,12 @@ def torchtitan(**training: Any) -> dict[str, Any]:
         ({}, "llama3-8b-1node.yaml", ()),
         ({}, MIXTRAL, (Unpriced.HOST_LAUNCHES,)),
         ({"training": {"cuda_graph": {"impl": "local"}}}, MIXTRAL, ()),
+        ({"training": {"cuda_graph": {"impl": "full_iteration"}}}, MIXTRAL, ()),
+        (
+            {"training": {"cuda_graph": {"impl": "transformer_engine", "modules": ["attn"]}}},
+            MIXTRAL,
+            (Unpriced.HOST_LAUNCHES,),
+        ),
         (
             torchtitan(precision="fp8", fp8={"recipe": "rowwise"}),
             "llama3-8b-1node.yaml",
@@ -128,7 +134,7 @@ def test_explain_quotes_the_corpus_error_on_runs_with_the_same_unpriced_cost() -
 
 def test_the_host_launch_caveat_quotes_its_runs_too() -> None:
     (line,) = caveats(job_of({}, MIXTRAL))
-    runs, mean, worst, signed = _table_row("megatron-moe-without-graphs")
+    runs, mean, worst, signed = _table_row("megatron-moe-host-launches")
     assert (
         f"on the {runs} validated runs that have it: ±{mean} % mean, worst {worst} %, "
         f"signed mean {signed} %"

@@ -657,8 +657,9 @@ def error_bar_words(job: Plannable) -> tuple[str, ...]:
 def caveats(job: Plannable) -> tuple[str, ...]:
     """What the estimate leaves out that this run is likely to spend (`planc.perf.unpriced`),
     each with planc's error on the validated runs that have it where there are enough: host
-    time where a Megatron MoE run captures no CUDA graphs (each MoE layer waits on the host for
-    its tokens per expert, so the kernels after it start only as fast as Python launches them),
+    time where no CUDA graph of a Megatron MoE run holds its routed experts (each MoE layer waits
+    on the host for its tokens per expert, so the kernels after it start only as fast as Python
+    launches them),
     torchao's rowwise GEMMs, torch's ring attention at CP 4 and more."""
     return tuple(f"not priced: {said(mechanism)}" for mechanism in unpriced_of(job))
 
