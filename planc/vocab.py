@@ -426,6 +426,11 @@ class Unpriced(str, Enum):
         return self.value
 
 
+# The validation corpus's "unpriced" group of the runs that have none of `Unpriced`'s costs: what
+# planc's error is where it prices everything it knows the run spends.
+NONE_UNPRICED = "none"
+
+
 class RunCategory(str, Enum):
     """What dominates a published run's layout: plain tensor/data parallelism, a large pipeline,
     context parallelism, mixture of experts, or fully sharded data parallelism."""

@@ -16,7 +16,14 @@ from planc.cli.main import main
 from planc.outputs.explain import caveats
 from planc.perf.unpriced import unpriced_of
 from planc.perf.validation import UNPRICED, Run, Scored, aggregates
-from planc.vocab import Generation, RunCategory, RunFramework, RunRole, Unpriced
+from planc.vocab import (
+    NONE_UNPRICED,
+    Generation,
+    RunCategory,
+    RunFramework,
+    RunRole,
+    Unpriced,
+)
 
 from conftest import ROOT, job_of
 
@@ -87,7 +94,7 @@ def _scored(name: str, error: float, role: RunRole = RunRole.VALIDATION) -> Scor
     return Scored(run, 1.0 + error, error)
 
 
-def test_a_run_counts_under_each_mechanism_it_has_and_fit_runs_under_none() -> None:
+def test_a_run_counts_under_each_mechanism_it_has_or_under_none_and_fit_runs_nowhere() -> None:
     runs = [
         _scored("a", -0.2),
         _scored("b", -0.1),
@@ -100,10 +107,12 @@ def test_a_run_counts_under_each_mechanism_it_has_and_fit_runs_under_none() -> N
         for a in aggregates(runs, unpriced_of=lambda run: mechanisms[run.id])
         if a.axis == UNPRICED
     }
-    assert set(rows) == {"x", "y"}
+    assert set(rows) == {"x", "y", NONE_UNPRICED}
     assert rows["x"].runs == 2 and rows["x"].mean_abs_error == pytest.approx(0.15)
     assert rows["x"].mean_error == pytest.approx(-0.15) and rows["x"].worst_id == "a"
     assert rows["y"].runs == 1 and rows["y"].worst_error == pytest.approx(-0.2)
+    # the run with no mechanism, and only it (the fit run is in no group)
+    assert rows[NONE_UNPRICED].runs == 1 and rows[NONE_UNPRICED].worst_id == "c"
 
 
 def _table_row(group: str) -> tuple[int, str, str, str]:
@@ -139,6 +148,32 @@ def test_the_host_launch_caveat_quotes_its_runs_too() -> None:
         f"on the {runs} validated runs that have it: ±{mean} % mean, worst {worst} %, "
         f"signed mean {signed} %"
     ) in line
+
+
+def test_a_run_with_no_unpriced_cost_gets_the_error_of_the_runs_with_none() -> None:
+    # A dense Megatron run has none of the costs: explain quotes the corpus's error on the runs
+    # that have none, in text and JSON; a MoE run with a caveat gets its caveat instead.
+    runs, mean, worst, _ = _table_row(NONE_UNPRICED)
+    runner = CliRunner()
+    clean = str(ROOT / "examples" / "llama3-8b-1node.yaml")
+    text = runner.invoke(main, ["explain", clean]).output
+    assert (
+        f"model error on the {runs} validated runs with no cost planc knows it leaves out: "
+        f"±{mean} % mean, worst {worst} %"
+    ) in text
+    bar = json.loads(runner.invoke(main, ["explain", clean, "--format", "json"]).output)["step"][
+        "model_error_priced"
+    ]
+    assert bar["unpriced"] == NONE_UNPRICED and bar["validated_runs"] == runs
+    assert f"{bar['mean_abs_error'] * 100:.1f}" == mean
+    moe = str(ROOT / "examples" / MIXTRAL)
+    assert (
+        "with no cost planc knows it leaves out" not in runner.invoke(main, ["explain", moe]).output
+    )
+    step = json.loads(runner.invoke(main, ["explain", moe, "--format", "json"]).output)["step"]
+    assert step["model_error_priced"] is None and step["caveats"]
+    # the group holds most of the corpus: the runs planc prices whole
+    assert runs >= 50
 
 
 def test_search_marks_the_layouts_with_an_unpriced_cost(tmp_path: Any) -> None:

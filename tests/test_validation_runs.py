@@ -291,7 +291,8 @@ def test_aggregates_by_hand() -> None:
     assert (fit.runs, fit.mean_abs_error, fit.worst_id) == (1, pytest.approx(0.10), "a")
     assert (held.runs, held.mean_abs_error) == (1, pytest.approx(0.25))
     assert held.worst_error == pytest.approx(-0.25)
-    # Generation, category and source count only the validation run b.
+    # Generation, category, source and unpriced count only the validation run b, which has no
+    # unpriced cost (the default: none known).
     assert set(found) == {
         ("role", "fit"),
         ("role", "validation"),
@@ -299,6 +300,7 @@ def test_aggregates_by_hand() -> None:
         ("category", "moe"),
         ("generation and category", "ampere moe"),
         ("source", "g2"),
+        ("unpriced", "none"),
     }
 
 

@@ -32,6 +32,8 @@ from planc.presets.accuracy import (
     category_words,
     model_json,
     model_words,
+    priced_json,
+    priced_words,
 )
 from planc.record import record
 from planc.run import RunEstimate, estimate_run
@@ -521,6 +523,9 @@ def to_json(ex: Explanation) -> dict[str, Any]:
             "model_error_preset": model_json(
                 matching_preset(job.model, job.training.s), job.cluster.calibration
             ),
+            "model_error_priced": None
+            if unpriced_of(job)
+            else priced_json(job.cluster.calibration),
             "caveats": list(caveats(job)),
             "communication_overlap": _overlap_json(ex),
         },
@@ -646,12 +651,15 @@ def _category(job: Plannable) -> str:
 def error_bar_words(job: Plannable) -> tuple[str, ...]:
     """The model's error on runs it was not fitted to, for this GPU, for runs of this
     layout's category on this GPU's generation (on every generation where it has few) and for
-    runs of this model preset where enough are validated; the user's own with a calibration."""
+    runs of this model preset where enough are validated, and, where the run has none of the
+    costs planc knows it leaves out (`caveats`), for the runs that have none; the user's own
+    with a calibration."""
     cal = job.cluster.calibration
     words = bar_words(job.cluster.gpu.name, cal)
     category = category_words(_category(job), cal, job.cluster.gpu.name)
     preset = model_words(matching_preset(job.model, job.training.s), cal)
-    return tuple(w for w in (words, category, preset) if w)
+    priced = "" if unpriced_of(job) else priced_words(cal)
+    return tuple(w for w in (words, category, preset, priced) if w)
 
 
 def caveats(job: Plannable) -> tuple[str, ...]:

@@ -30,7 +30,14 @@ from typing import Any, TypeVar
 
 from planc.bounded import InputError, read_text, strict_json
 from planc.record import record
-from planc.vocab import FitTarget, Generation, RunCategory, RunFramework, RunRole
+from planc.vocab import (
+    NONE_UNPRICED,
+    FitTarget,
+    Generation,
+    RunCategory,
+    RunFramework,
+    RunRole,
+)
 
 INDEX_LIMIT = 4 * 1024 * 1024  # bytes: the index is a few tens of kilobytes
 INDEX_DEPTH = 4  # a list of flat objects
@@ -261,8 +268,9 @@ def aggregates(
     """By role over every run; by GPU generation, by category, by the two together ("hopper
     moe"), by source, by model preset (`model_of`: the preset a run's spec names, None for a
     model stated field by field) and by each cost planc does not price (`unpriced_of`: the
-    mechanisms of `planc.perf.unpriced` a run has; a run counts in each of its groups) over the
-    validation runs only (the errors on runs nothing was fitted to)."""
+    mechanisms of `planc.perf.unpriced` a run has; a run counts in each of its groups, a run with
+    none in `NONE_UNPRICED`'s) over the validation runs only (the errors on runs nothing was
+    fitted to)."""
     held = [s for s in scored if s.run.role is RunRole.VALIDATION]
     presets = [s for s in held if model_of(s.run) is not None]
     return (
@@ -272,7 +280,7 @@ def aggregates(
         + grouped(CELL, held, lambda run: cell_name(str(run.generation), str(run.category)))
         + grouped("source", held, lambda run: run.source_group)
         + grouped(MODEL, presets, lambda run: str(model_of(run)))
-        + memberships(UNPRICED, held, unpriced_of)
+        + memberships(UNPRICED, held, lambda run: tuple(unpriced_of(run)) or (NONE_UNPRICED,))
     )
 
 
