@@ -90,16 +90,21 @@ def test_graphs_change_no_estimate() -> None:
     assert graphed.step_time_s == plain.step_time_s
 
 
-def test_explain_says_host_time_is_not_priced_for_a_moe_run_without_graphs() -> None:
-    # A Megatron MoE run without graphs waits on the host at every MoE layer (its tokens per
-    # expert); planc prices none of that, and explain says so, in text and JSON. With graphs, or
-    # a dense model, or another framework, it says nothing.
+def test_explain_says_host_time_is_not_priced_where_no_graph_holds_the_experts() -> None:
+    # A Megatron MoE run whose routed experts no graph holds waits on the host at every MoE layer
+    # (its tokens per expert) and launches the experts from it; planc prices none of that, and
+    # explain says so, in text and JSON: without graphs and with Transformer Engine's partial
+    # ones, which leave the experts out. With the full-iteration graph, or a dense model, or
+    # another framework, it says nothing.
     from planc.outputs.explain import caveats
 
     moe = "mixtral-8x7b-64xh100.yaml"
     (words,) = caveats(job_of({}, moe))
     assert words.startswith("not priced: the host's kernel launches")
-    assert caveats(job_of({"training": {"cuda_graph": PARTIAL}}, moe)) == ()
+    (partial,) = caveats(job_of({"training": {"cuda_graph": PARTIAL}}, moe))
+    assert partial == words
+    full = {"training": {"cuda_graph": {"impl": "full_iteration"}}}
+    assert caveats(job_of(full, moe)) == ()
     assert caveats(job_of({})) == ()  # Llama 3 8B: no experts
     deepspeed = {"parallelism": {"zero_stage": 1}, "training": {"framework": "deepspeed"}}
     assert caveats(job_of(deepspeed, moe)) == ()
