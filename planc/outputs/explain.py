@@ -667,8 +667,7 @@ def caveats(job: Plannable) -> tuple[str, ...]:
     each with planc's error on the validated runs that have it where there are enough: host
     time where no CUDA graph of a Megatron MoE run holds its routed experts (each MoE layer waits
     on the host for its tokens per expert, so the kernels after it start only as fast as Python
-    launches them),
-    torchao's rowwise GEMMs, torch's ring attention at CP 4 and more."""
+    launches them), torchao's rowwise GEMMs, torch's ring attention at CP 4 and more."""
     return tuple(f"not priced: {said(mechanism)}" for mechanism in unpriced_of(job))
 
 

@@ -157,12 +157,18 @@ def unpriced_words(mechanism: str) -> str:
     )
 
 
+def priced_bar(calibration: Calibration) -> ErrorBar | None:
+    """The error bar of the validation runs with none of the costs planc knows it leaves out
+    (the corpus's `NONE_UNPRICED` group); None with a calibration (the user's own replaces it)
+    or too few runs."""
+    return None if calibration is not None else unpriced_bar(NONE_UNPRICED)
+
+
 def priced_words(calibration: Calibration) -> str:
     """'model error on the 118 validated runs with no cost planc knows it leaves out: ±5.4 %
-    mean, worst −21.7 %': the error where planc prices all a run is known to spend (the
-    corpus's `NONE_UNPRICED` group), for a spec that has none of those costs; '' with a
-    calibration or too few runs."""
-    bar = None if calibration is not None else unpriced_bar(NONE_UNPRICED)
+    mean, worst −21.7 %': the error where planc prices all a run is known to spend, for a
+    spec that has none of those costs; '' where `priced_bar` has none."""
+    bar = priced_bar(calibration)
     if bar is None:
         return ""
     return (
@@ -172,9 +178,8 @@ def priced_words(calibration: Calibration) -> str:
 
 
 def priced_json(calibration: Calibration) -> dict[str, Any] | None:
-    """`priced_words`'s error bar as data (None where it says nothing)."""
-    bar = None if calibration is not None else unpriced_bar(NONE_UNPRICED)
-    return _bar_data("unpriced", bar)
+    """`priced_bar` as data (None where it has none)."""
+    return _bar_data("unpriced", priced_bar(calibration))
 
 
 def _lean(bar: ErrorBar) -> str:
