@@ -116,7 +116,8 @@ def test_an_unknown_release_is_a_finding_with_its_place(tmp_path: Path) -> None:
     column = text.splitlines()[line - 1].index(value) + len("framework_release: ") + 1
     assert first.startswith(f"{spec}:{line}:{column}: error PLC110")
     assert (
-        "PLC110 training.framework_release must be one of latest, nemo-25.11, nemo-26.04" in first
+        "PLC110 training.framework_release must be one of latest, nemo-25.11, nemo-26.02, nemo-26.04"
+        in first
     )
 
 
@@ -248,7 +249,7 @@ def test_the_reports_step_bar_shows_the_host_time_in_its_own_colour() -> None:
     assert "t-host" not in {part.cls for part in step_parts(latest)}
 
 
-@pytest.mark.parametrize("release", ["nemo-25.11", "nemo-26.04"])
+@pytest.mark.parametrize("release", ["nemo-25.11", "nemo-26.02", "nemo-26.04"])
 def test_each_release_prices_its_own_fit_and_runs_te_cross_entropy(release: str) -> None:
     # The same spec under each release: its own τ_e per recipe, the one its fit run named; both
     # releases' Megatron-Core ran Transformer Engine's fused cross-entropy (PLC048 is silent),
@@ -264,28 +265,39 @@ def test_each_release_prices_its_own_fit_and_runs_te_cross_entropy(release: str)
     assert "PLC048" in latest.output
 
 
-def test_the_2604_fit_runs_follow_the_most_local_experts_rule() -> None:
-    # nemo-26.04's fit run of each recipe is the release's run of that recipe with the most local
-    # experts (validation/README.md), counted here from the specs, not from the fit.
+# Each release's tables, its own first (validation/runs.json source_group).
+RELEASE_TABLES = {
+    "nemo-26.02": ("megatron-bridge-26.02", "megatron-bridge-26.02.01"),
+    "nemo-26.04": ("megatron-bridge-26.04",),
+}
+
+
+@pytest.mark.parametrize("release", sorted(RELEASE_TABLES))
+def test_the_fit_runs_follow_the_most_local_experts_rule(release: str) -> None:
+    # A release's fit run of each recipe is its run of that recipe with the most local experts
+    # (validation/README.md), counted here from the specs, not from the fit; a tie goes to the
+    # release's first table, then to B300 (26.04's MXFP8 fit ran there).
     from planc.perf.validation import parse_index
 
     index = ROOT / "validation" / "runs.json"
     runs = parse_index(index.read_text(encoding="utf-8"))
-    most: dict[str, tuple[int, str]] = {}
+    tables = RELEASE_TABLES[release]
+    most: dict[str, tuple[int, int, bool, str]] = {}
     for run in runs:
-        if run.source_group != "megatron-bridge-26.04":
+        if run.source_group not in tables:
             continue
         analysis = _analysis((index.parent / run.spec).read_text(encoding="utf-8"))
         key = release_key(analysis.plan)
         if key is None:
             continue
+        assert key[0] == release
         experts = analysis.plan.dims.experts
         assert experts is not None
-        local = experts.E // experts.ep
-        most[key[1]] = max(most.get(key[1], (0, "")), (local, run.id))
+        rank = (experts.E // experts.ep, -tables.index(run.source_group), run.gpu == "b300")
+        most[key[1]] = max(most.get(key[1], (0, 0, False, "")), (*rank, run.id))
     # BF16 is not fitted (releases.json): its rows are GPT-OSS 120B's, whose gap is no per-expert
     # time (validation/README.md)
-    assert ("nemo-26.04", "bf16") not in fitted()
-    assert {recipe: run for recipe, (_, run) in most.items() if recipe != "bf16"} == {
-        recipe: fitted()[("nemo-26.04", recipe)].fit_run for recipe in ("mxfp8", "current")
+    assert (release, "bf16") not in fitted()
+    assert {recipe: ranked[-1] for recipe, ranked in most.items() if recipe != "bf16"} == {
+        recipe: fitted()[(release, recipe)].fit_run for recipe in ("mxfp8", "current")
     }

@@ -42,9 +42,10 @@ RUNS = read_index(str(INDEX))
 # rows (what the A100 GEMM curve was fitted to), the three H100 runs validation/README.md names,
 # all from one source (NVIDIA's DGX Cloud benchmarks v24.11.1), and the one GB200 run it names
 # (v25.05's Llama 3.1 405B on 128 GB200), and the one GB300 run (Megatron-Bridge 26.06's Llama
-# 3.1 405B in FP8 current scaling on 256 GB300). The releases' time per expert (issue 24): NeMo 25.11's
-# run with the most local experts of each FP8 recipe (32 on B200 with MXFP8, 16 on H100 with
-# current scaling). A change to the fit set is a change to these lists.
+# 3.1 405B in FP8 current scaling on 256 GB300). The releases' time per expert (issue 24): each
+# release's run with the most local experts of each FP8 recipe (NeMo 25.11: 32 on B200 with MXFP8,
+# 16 on H100 with current scaling; 26.04: 32 on B300, 8 on H100; 26.02: 32 on B300 of four tied,
+# 16 on H100). A change to the fit set is a change to these lists.
 DECLARED_GEMM_FIT = (
     "korthikanti2022-22b-full",
     "korthikanti2022-175b-full",
@@ -61,6 +62,8 @@ DECLARED_HOST_FIT = (
     "bridge2511-qwen3-30b-a3b-16xh100-fp8cs",
     "bridge2604-deepseek-v3-256xb300-fp8mx",
     "bridge2604-qwen3-30b-a3b-16xh100-fp8cs",
+    "bridge2602-deepseek-v3-256xb300-fp8mx",
+    "bridge2602-qwen3-30b-a3b-16xh100-fp8cs",
 )
 # The 500 W H100's sustained clock (planc.fitting.CLOCKED): torchtitan's compiled 8B on 8 GPUs.
 DECLARED_CLOCK_FIT = ("torchtitan-llama31-8b-8xh100-compile",)

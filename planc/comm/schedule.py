@@ -777,7 +777,7 @@ def layer_wise(job: Plannable) -> bool:
 def layer_wise_all_reduce(job: Plannable) -> bool:
     """Whether the layer-wise optimizer's gradients are all-reduced whole: Megatron DDP without
     the distributed optimizer's buffers, as Megatron-Core 0.16 and 0.17 (training.framework_release
-    nemo-25.11, nemo-26.04) run it. From 0.18 its default parameter layout
+    nemo-25.11, nemo-26.02, nemo-26.04) run it. From 0.18 its default parameter layout
     (--use-layer-wise-param-layout; training.py get_model sets ddp_config.use_distributed_optimizer)
     reduce-scatters them in shard-aligned buckets, the ZeRO-1 traffic."""
     return layer_wise(job) and job.training.framework_release != "latest"

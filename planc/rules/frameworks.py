@@ -89,8 +89,9 @@ def _megatron_te_cross_entropy(job: Job) -> Iterator[Violation]:
     issues. Use --cross-entropy-fusion-impl native, or omit --cross-entropy-loss-fusion."
     (megatron/training/arguments.py, megatron-core 0.19.2; ModelParallelConfig warns the same).
     Megatron-Core before it ran it: NeMo 25.04's (7094270c), NeMo 25.11's (0d8e0714,
-    0.16.0rc0) and NeMo 26.04.01's (2edffadb, 0.17.1), whose validate_args have no such check,
-    so a spec that states training.framework_release nemo-25.11 or nemo-26.04 passes."""
+    0.16.0rc0), NeMo 26.02's and 26.02.01's (b0cc2706, 55ac7082, core_r0.16.0) and NeMo
+    26.04.01's (2edffadb, 0.17.1), whose validate_args have no such check, so a spec that states
+    any training.framework_release but latest passes."""
     if job.training.loss_fusion == "te" and job.training.framework_release == "latest":
         yield Violation(
             "training.cross_entropy_fusion",
@@ -216,15 +217,16 @@ def _megatron_windowed_context(job: Job) -> Iterator[Violation]:
 
 
 # The releases whose Megatron-Core has no Transformer Engine op-fuser path for the experts
-# (use_transformer_engine_op_fuser arrived in 0.18: not at 2edffadb, 0.17.1).
-BEFORE_OP_FUSER = frozenset({"nemo-25.11", "nemo-26.04"})
+# (use_transformer_engine_op_fuser arrived in 0.18: not at 0d8e0714, b0cc2706, 55ac7082 or
+# 2edffadb, 0.16.0rc0 to 0.17.1).
+BEFORE_OP_FUSER = frozenset({"nemo-25.11", "nemo-26.02", "nemo-26.04"})
 
 
 def _megatron_fused_grouped_mlp(job: Job) -> Iterator[Violation]:
     """TEGroupedMLP takes Transformer Engine's op fuser only where _is_fused_impl_supported
     says so, and asserts it (megatron/core/transformer/moe/experts.py, Megatron-Core 0.19): the
     experts' tensor-parallel group of one, a gated SwiGLU or quick-GEGLU; Megatron-Core before
-    0.18 has no such path (framework_release nemo-25.11 and nemo-26.04)."""
+    0.18 has no such path (framework_release nemo-25.11, nemo-26.02 and nemo-26.04)."""
     tr, model = job.training, job.model
     if not tr.fused_grouped_mlp:
         return
@@ -377,7 +379,7 @@ def megatron_refuses(ctx: Context) -> Iterator[Violation]:
     (offload.activations, --cpu-offloading-num-layers) of fewer than all layers, without a
     pipeline or recompute (TransformerConfig.__post_init__); it refuses
     Transformer Engine's fused cross-entropy (cross_entropy_fusion te), which older
-    Megatron-Core ran (validate_args; training.framework_release nemo-25.11 or nemo-26.04 states one);
+    Megatron-Core ran (validate_args; a training.framework_release other than latest states one);
     training.recompute_modules asks for what the model has: mla_up_proj latent attention, moe_act
     experts (TransformerConfig.__post_init__); K/V repeated before flash attention (repeat_kv),
     which Transformer Engine's attention reads grouped (its local attention, attention: eager,
