@@ -336,11 +336,16 @@ def refit_expert_host(
         if key is None or key in out:
             raise ValueError(f"{run.id}: not the one expert-host fit run of a release and recipe")
         tables = fold_tables(run, analysis, fitted, {})
-        out[key] = solve_expert_host(partial(_priced_at, analysis, tables, key), run.measured_s)
+        out[key] = solve_expert_host(
+            partial(price_at_expert_host, analysis, tables, key), run.measured_s
+        )
     return MappingProxyType(out)
 
 
-def _priced_at(analysis: Analysis, tables: Efficiency, key: tuple[str, str], tau: float) -> float:
+def price_at_expert_host(
+    analysis: Analysis, tables: Efficiency, key: tuple[str, str], tau: float
+) -> float:
+    """The analysed run's step under `tables` with τ_e of (release, recipe) `key` at `tau`."""
     host = MappingProxyType({**tables.expert_host, key: tau})
     return predictor(analysis)(replace(tables, expert_host=host))
 
