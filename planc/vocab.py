@@ -259,13 +259,14 @@ OptimizerImplementation = Literal["fused", "foreach"]
 ExpertRouting = Literal["uniform", "round_robin"]
 # The software the run uses (training.framework_release): latest, the Megatron-Core and
 # Transformer Engine planc targets (one grouped kernel per expert linear, nothing per expert on
-# the host); nemo-25.11, NVIDIA's NeMo 25.11 container (Megatron-Bridge 0.2.1, Megatron-Core
-# 0.16.0rc0, Transformer Engine 2.10); nemo-26.02, NVIDIA's NeMo 26.02 and 26.02.01 containers
-# (Megatron-Bridge 0.3.0 and 0.3.1, Megatron-Core 0.16 of core_r0.16.0 at b0cc2706 and 55ac7082,
-# Transformer Engine 2.12); and nemo-26.04, NVIDIA's NeMo 26.04.01 container (Megatron-Bridge
-# 0.4.2, Megatron-Core 0.17.1 at 2edffadb), whose MoE layers spend a time per local expert that
-# planc.presets.releases holds.
-FrameworkRelease = Literal["latest", "nemo-25.11", "nemo-26.02", "nemo-26.04"]
+# the host); or one of NVIDIA's NeMo containers, whose MoE layers spend a time per local expert
+# that planc.presets.releases holds:
+# - nemo-25.09: Megatron-Bridge 0.1.0rc3, Megatron-Core 0.14.0, Transformer Engine 2.7.0;
+# - nemo-25.11: Megatron-Bridge 0.2.1, Megatron-Core 0.16.0rc0, Transformer Engine 2.10;
+# - nemo-26.02 (26.02 and 26.02.01): Megatron-Bridge 0.3.0 and 0.3.1, Megatron-Core 0.16 of
+#   core_r0.16.0 at b0cc2706 and 55ac7082, Transformer Engine 2.12;
+# - nemo-26.04 (26.04.01): Megatron-Bridge 0.4.2, Megatron-Core 0.17.1 at 2edffadb.
+FrameworkRelease = Literal["latest", "nemo-25.09", "nemo-25.11", "nemo-26.02", "nemo-26.04"]
 # How Megatron-Core captures CUDA graphs (training.cuda_graph.impl, --cuda-graph-impl, megatron-core
 # 0.19.2 TransformerConfig.cuda_graph_impl): local, Megatron-Core's own per-layer graphs;
 # transformer_engine, Transformer Engine's make_graphed_callables per layer (the partial graphs of

@@ -88,7 +88,8 @@ def _megatron_te_cross_entropy(job: Job) -> Iterator[Violation]:
     """validate_args: "Transformer Engine cross entropy loss fusion is disabled due to stability
     issues. Use --cross-entropy-fusion-impl native, or omit --cross-entropy-loss-fusion."
     (megatron/training/arguments.py, megatron-core 0.19.2; ModelParallelConfig warns the same).
-    Megatron-Core before it ran it: NeMo 25.04's (7094270c), NeMo 25.11's (0d8e0714,
+    Megatron-Core before it ran it: NeMo 25.04's (7094270c), NeMo 25.09's (23e00ed09, 0.14.0),
+    NeMo 25.11's (0d8e0714,
     0.16.0rc0), NeMo 26.02's and 26.02.01's (b0cc2706, 55ac7082, core_r0.16.0) and NeMo
     26.04.01's (2edffadb, 0.17.1), whose validate_args have no such check, so a spec that states
     any training.framework_release but latest passes."""
@@ -217,16 +218,45 @@ def _megatron_windowed_context(job: Job) -> Iterator[Violation]:
 
 
 # The releases whose Megatron-Core has no Transformer Engine op-fuser path for the experts
-# (use_transformer_engine_op_fuser arrived in 0.18: not at 0d8e0714, b0cc2706, 55ac7082 or
-# 2edffadb, 0.16.0rc0 to 0.17.1).
-BEFORE_OP_FUSER = frozenset({"nemo-25.11", "nemo-26.02", "nemo-26.04"})
+# (use_transformer_engine_op_fuser arrived in 0.18: not at 23e00ed09, 0d8e0714, b0cc2706,
+# 55ac7082 or 2edffadb, 0.14.0 to 0.17.1).
+BEFORE_OP_FUSER = frozenset({"nemo-25.09", "nemo-25.11", "nemo-26.02", "nemo-26.04"})
+# The graph modules Megatron-Core 0.14 captures (external_cuda_graph with cuda_graph_scope
+# 'attn'); its scope 'full' is a whole layer, planc's impl without modules.
+CORE_014_GRAPH_MODULES = frozenset({"attn"})
+
+
+def _megatron_014(job: Job) -> Iterator[Violation]:
+    """What Megatron-Core 0.14.0 (NeMo 25.09, core_v0.14.0 at 23e00ed09) does not have:
+    attention sinks (no softmax_type in TransformerConfig), the HybridEP backend of the flex
+    dispatcher (no moe_flex_dispatcher_backend), and CUDA graphs of parts of a layer other than
+    attention (cuda_graph_scope 'full', 'attn' or 'full_iteration'; no cuda_graph_impl or
+    per-module scopes)."""
+    tr, model = job.training, job.model
+    if tr.framework_release != "nemo-25.09":
+        return
+    missing = []
+    if model.sinks:
+        missing.append("attention sinks (it has no softmax_type)")
+    if dispatcher_of(job) == "hybridep":
+        missing.append("the HybridEP dispatcher (it has no moe_flex_dispatcher_backend)")
+    other = sorted(set(tr.cuda_graph_modules) - CORE_014_GRAPH_MODULES)
+    if other:
+        missing.append(f"CUDA graphs of {', '.join(other)} (its scopes: full, attn, full_iteration)")
+    if missing:
+        yield Violation(
+            "training.framework_release",
+            "Megatron-Core 0.14.0 (NeMo 25.09) lacks what the spec uses: " + "; ".join(missing),
+            "state a later training.framework_release, or leave those out",
+            ("model.attention_sinks", "parallelism.expert_dispatcher", "training.cuda_graph"),
+        )
 
 
 def _megatron_fused_grouped_mlp(job: Job) -> Iterator[Violation]:
     """TEGroupedMLP takes Transformer Engine's op fuser only where _is_fused_impl_supported
     says so, and asserts it (megatron/core/transformer/moe/experts.py, Megatron-Core 0.19): the
     experts' tensor-parallel group of one, a gated SwiGLU or quick-GEGLU; Megatron-Core before
-    0.18 has no such path (framework_release nemo-25.11, nemo-26.02 and nemo-26.04)."""
+    0.18 has no such path (framework_release nemo-25.09 to nemo-26.04)."""
     tr, model = job.training, job.model
     if not tr.fused_grouped_mlp:
         return
@@ -254,6 +284,7 @@ def _megatron_fused_grouped_mlp(job: Job) -> Iterator[Violation]:
 
 MEGATRON: tuple[Check, ...] = (
     _megatron_fused_grouped_mlp,
+    _megatron_014,
     megatron_cuda_graph,
     _megatron_parameter_offload,
     _megatron_optimizer_offload,
@@ -387,7 +418,9 @@ def megatron_refuses(ctx: Context) -> Iterator[Violation]:
     with attention sinks other than a2a in 16 bits (Transformer Engine's
     attn_forward_func_with_cp); training.fused_grouped_mlp (Transformer Engine's op fuser for
     the experts) before Megatron-Core 0.18, without routed experts or a gated MLP, or with
-    expert_tensor above 1 (TEGroupedMLP asserts _is_fused_impl_supported); training.cuda_graph
+    expert_tensor above 1 (TEGroupedMLP asserts _is_fused_impl_supported); under
+    framework_release nemo-25.09 what Megatron-Core 0.14.0 lacks: attention sinks, the HybridEP
+    dispatcher, CUDA graphs of modules other than attention; training.cuda_graph
     as TransformerConfig refuses it (planc.rules.cuda_graphs: modules with full_iteration,
     moe_preprocess without moe_router, router graphs without experts, mlp without a dense layer,
     moe_preprocess behind the alltoall dispatcher's host copies, full recompute without

@@ -20,9 +20,10 @@ def muon_runs(ctx: Context) -> Iterator[Violation]:
     keeps every rank's gradients whole: no ZeRO-2 or 3, and one optimizer instance over the whole
     data-parallel group ("LayerWiseDistributedOptimizer does not support
     num_distributed_optimizer_instances > 1"): no parallelism.data_shard below data × context.
-    Megatron-Core 0.17 (training.framework_release nemo-26.04) refuses the replicated Muon with
-    --overlap-grad-reduce ("Muon optimizer does not support overlap grad reduce. Use dist_muon
-    instead."). training.muon sets Muon's options and means nothing under another optimizer.
+    Megatron-Core 0.14.0 (training.framework_release nemo-25.09) has no Muon (muon.py is in
+    megatron/core/optimizer from 0.16). Megatron-Core 0.17 (nemo-26.04) refuses the replicated
+    Muon with --overlap-grad-reduce ("Muon optimizer does not support overlap grad reduce. Use
+    dist_muon instead."). training.muon sets Muon's options and means nothing under another optimizer.
 
     Passes:
         training: {optimizer: muon}
@@ -42,6 +43,14 @@ def muon_runs(ctx: Context) -> Iterator[Violation]:
                 ("training.optimizer",),
             )
         return
+    if tr.framework_release == "nemo-25.09":
+        yield Violation(
+            "training.optimizer",
+            "Megatron-Core 0.14.0 (NeMo 25.09) has no Muon (megatron/core/optimizer/muon.py is "
+            "in 0.16, not 0.14 or 0.15)",
+            "state a later training.framework_release, or training.optimizer: adam",
+            ("training.framework_release",),
+        )
     if tr.framework != "megatron" or tr.megatron_fsdp:
         name = "megatron-fsdp" if tr.megatron_fsdp else tr.framework
         yield Violation(

@@ -1108,13 +1108,15 @@ class TrainingSpec(Frozen):
         "latest",
         description="The software release the run uses, where its MoE layers' cost differs from "
         "today's: latest (default), the Megatron-Core and Transformer Engine planc targets, one "
-        "grouped GEMM per expert linear and nothing per expert on the host; nemo-25.11, NVIDIA's "
-        "NeMo 25.11 container (Megatron-Bridge 0.2.1, Megatron-Core 0.16.0rc0, Transformer Engine "
-        "2.10), nemo-26.02, NVIDIA's NeMo 26.02 and 26.02.01 containers (Megatron-Bridge 0.3.0 "
-        "and 0.3.1, Megatron-Core 0.16, Transformer Engine 2.12), and nemo-26.04, NVIDIA's NeMo "
-        "26.04.01 container (Megatron-Bridge 0.4.2, Megatron-Core 0.17.1), whose every MoE layer spends a time per local expert and "
-        "micro-batch beyond its GPU work, fitted per FP8 recipe on one published run of that "
-        "release (planc/presets/releases.json; none where no run was fitted). Megatron only.",
+        "grouped GEMM per expert linear and nothing per expert on the host; or one of NVIDIA's "
+        "NeMo containers: nemo-25.09 (Megatron-Bridge 0.1.0rc3, Megatron-Core 0.14.0, "
+        "Transformer Engine 2.7.0), nemo-25.11 (Megatron-Bridge 0.2.1, Megatron-Core 0.16.0rc0, "
+        "Transformer Engine 2.10), nemo-26.02 (26.02 and 26.02.01: Megatron-Bridge 0.3.0 and "
+        "0.3.1, Megatron-Core 0.16, Transformer Engine 2.12) or nemo-26.04 (26.04.01: "
+        "Megatron-Bridge 0.4.2, Megatron-Core 0.17.1), whose every MoE layer spends a time per "
+        "local expert and micro-batch beyond its GPU work, fitted per FP8 recipe on one "
+        "published run of that release (planc/presets/releases.json; none where no run was "
+        "fitted). Megatron only.",
     )
     reshard_after_forward: StrictBool = Field(
         True,
