@@ -415,13 +415,14 @@ class Generation(str, Enum):
 
 class Unpriced(str, Enum):
     """A cost planc knows a run spends and does not price (`planc.perf.unpriced`): the host's
-    kernel launches of a Megatron MoE run whose routed experts no CUDA graph holds, torchao's
-    rowwise FP8 forward
-    GEMM and casts beyond what planc prices, torch's ring attention at four or more
+    kernel launches of a Megatron MoE run whose routed experts no CUDA graph holds; the GPU's
+    share of a release's per-expert kernels where a graph holds them; torchao's rowwise FP8
+    forward GEMM and casts beyond what planc prices; torch's ring attention at four or more
     context-parallel ranks. The corpus's error on the runs that have each is quoted beside the
     estimate."""
 
     HOST_LAUNCHES = "megatron-moe-host-launches"
+    GRAPHED_EXPERT_KERNELS = "megatron-graphed-expert-kernels"
     ROWWISE = "torchao-rowwise"
     WIDE_TORCH_RING = "torch-ring-cp4+"
 

@@ -82,6 +82,23 @@ def test_what_the_release_prices_follows_the_recipe_and_the_framework() -> None:
     assert table()[("nemo-25.11", "current")] > table()[("nemo-25.11", "mxfp8")]
 
 
+def test_a_graph_that_holds_the_experts_replays_them_without_the_host() -> None:
+    # Megatron-Core's per-layer graphs (token drop makes the layer static) and the full-iteration
+    # graph hold the routed experts: no time per expert. Transformer Engine's partial graphs of
+    # the router and preprocessing (this run's) leave the experts to the host.
+    partial = _analysis(_text())
+    assert partial.plan.training.cuda_graph_impl == "transformer_engine"
+    assert tau_e(partial.plan, partial.efficiency) > 0
+    graphs = "cuda_graph: {impl: transformer_engine, modules: [moe_router, moe_preprocess]}"
+    assert graphs in _text()
+    for impl in ("local", "full_iteration"):
+        held = _analysis(_text(**{graphs: f"cuda_graph: {{impl: {impl}}}"}))
+        assert held.plan.training.cuda_graph_impl == impl
+        assert release_key(held.plan) == ("nemo-25.11", "mxfp8")
+        assert tau_e(held.plan, held.efficiency) == 0.0
+        assert expert_host_per_layer(held.plan, held.efficiency) == (0.0, 0.0)
+
+
 def test_a_dense_model_has_no_key() -> None:
     dense = _analysis(
         (ROOT / "validation" / "runs" / "bridge2511-llama3-8b-8xb200-fp8mx.yaml").read_text()
@@ -247,12 +264,16 @@ def test_the_reports_step_bar_shows_the_host_time_in_its_own_colour() -> None:
     assert "t-host" not in {part.cls for part in step_parts(latest)}
 
 
-@pytest.mark.parametrize("release", ["nemo-25.11", "nemo-26.02", "nemo-26.04"])
+@pytest.mark.parametrize("release", ["nemo-25.09", "nemo-25.11", "nemo-26.02", "nemo-26.04"])
 def test_each_release_prices_its_own_fit_and_runs_te_cross_entropy(release: str) -> None:
-    # The same spec under each release: its own τ_e per recipe, the one its fit run named; both
-    # releases' Megatron-Core ran Transformer Engine's fused cross-entropy (PLC048 is silent),
-    # which the Megatron-Core planc targets refuses.
+    # The same spec under each release: its own τ_e per recipe, the one its fit run named; every
+    # release's Megatron-Core ran Transformer Engine's fused cross-entropy (PLC048 is silent),
+    # which the Megatron-Core planc targets refuses. Megatron-Core 0.14 (nemo-25.09) has no
+    # graphs of the router and preprocessing, so its spec runs without them.
+    graphs = ", cuda_graph: {impl: transformer_engine, modules: [moe_router, moe_preprocess]}"
     text = _text(**{RELEASE: f", framework_release: {release}}}"})
+    if release == "nemo-25.09":
+        text = text.replace(graphs, "")
     for recipe in ("mxfp8", "current"):
         analysis = _analysis(text.replace("recipe: mxfp8", f"recipe: {recipe}"))
         assert release_key(analysis.plan) == (release, recipe)
@@ -265,6 +286,7 @@ def test_each_release_prices_its_own_fit_and_runs_te_cross_entropy(release: str)
 
 # Each release's tables, its own first (validation/runs.json source_group).
 RELEASE_TABLES = {
+    "nemo-25.09": ("megatron-bridge-25.09",),
     "nemo-26.02": ("megatron-bridge-26.02", "megatron-bridge-26.02.01"),
     "nemo-26.04": ("megatron-bridge-26.04",),
 }

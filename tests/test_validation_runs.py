@@ -45,7 +45,7 @@ RUNS = read_index(str(INDEX))
 # 3.1 405B in FP8 current scaling on 256 GB300). The releases' time per expert (issue 24): each
 # release's run with the most local experts of each FP8 recipe (NeMo 25.11: 32 on B200 with MXFP8,
 # 16 on H100 with current scaling; 26.04: 32 on B300, 8 on H100; 26.02: 32 on B300 of four tied,
-# 16 on H100). A change to the fit set is a change to these lists.
+# 16 on H100; 25.09: 32 on B200 for both). A change to the fit set is a change to these lists.
 DECLARED_GEMM_FIT = (
     "korthikanti2022-22b-full",
     "korthikanti2022-175b-full",
@@ -64,6 +64,8 @@ DECLARED_HOST_FIT = (
     "bridge2604-qwen3-30b-a3b-16xh100-fp8cs",
     "bridge2602-deepseek-v3-256xb300-fp8mx",
     "bridge2602-qwen3-30b-a3b-16xh100-fp8cs",
+    "bridge2509-deepseek-v3-256xb200-fp8cs",
+    "bridge2509-deepseek-v3-256xb200-fp8mx",
 )
 # The 500 W H100's sustained clock (planc.fitting.CLOCKED): torchtitan's compiled 8B on 8 GPUs.
 DECLARED_CLOCK_FIT = ("torchtitan-llama31-8b-8xh100-compile",)

@@ -15,7 +15,8 @@ GPU's work, so it is added, not compared with it.
 
 τ_e is `Efficiency.expert_host` of the job's release and recipe (`release_key`), the value
 planc/presets/releases.json fits (`planc.presets.releases`); 0 where it has none, as for the
-software planc targets (`latest`).
+software planc targets (`latest`), and 0 where a CUDA graph holds the routed experts
+(`EXPERTS_GRAPHED`): the graph replays their kernels without the host.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ from planc.presets.releases import recipe_key
 
 # The forward's share of an expert's host time: 1 of its 3 GEMMs per linear.
 FORWARD_SHARE = 1 / 3
+# The CUDA graph implementations that hold a MoE layer's routed experts: Megatron-Core's own
+# per-layer graphs (static shapes: its MoE layers drop and pad) and the full-iteration graph.
+# Transformer Engine's partial graphs (attn, moe_router, moe_preprocess) leave them to the host.
+EXPERTS_GRAPHED = frozenset({"local", "full_iteration"})
 
 
 def release_key(job: Plannable) -> tuple[str, str] | None:
@@ -38,9 +43,12 @@ def release_key(job: Plannable) -> tuple[str, str] | None:
 
 
 def tau_e(job: Plannable, eff: Efficiency) -> float:
-    """τ_e of the job under `eff`: seconds per local expert per MoE layer and micro-batch."""
+    """τ_e of the job under `eff`: seconds per local expert per MoE layer and micro-batch; 0
+    where a graph holds the experts."""
     key = release_key(job)
-    return 0.0 if key is None else eff.expert_host.get(key, 0.0)
+    if key is None or job.training.cuda_graph_impl in EXPERTS_GRAPHED:
+        return 0.0
+    return eff.expert_host.get(key, 0.0)
 
 
 def expert_host_per_layer(job: Plannable, eff: Efficiency) -> tuple[float, float]:

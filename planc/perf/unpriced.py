@@ -11,15 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from planc.perf.expert_host import EXPERTS_GRAPHED
 from planc.plannable import Plannable
 from planc.presets.accuracy import unpriced_words
 from planc.vocab import Fp8Recipe, Unpriced
 
 ROWWISE_RECIPES = frozenset({Fp8Recipe.ROWWISE, Fp8Recipe.ROWWISE_WITH_GW_HP})
-# The CUDA graph implementations that hold a MoE layer's routed experts: Megatron-Core's own
-# per-layer graphs (static shapes: its MoE layers drop and pad) and the full-iteration graph.
-# Transformer Engine's partial graphs (attn, moe_router, moe_preprocess) leave them to the host.
-EXPERTS_GRAPHED = frozenset({"local", "full_iteration"})
 # The fewest context-parallel ranks of torch's ring at which the corpus shows its unpriced cost.
 WIDE_RING = 4
 
@@ -28,10 +25,19 @@ WHAT: Mapping[Unpriced, str] = MappingProxyType(
         Unpriced.HOST_LAUNCHES: (
             "the host's kernel launches. No CUDA graph of this MoE run holds its routed experts "
             "(training.cuda_graph: none, or Transformer Engine's partial graphs), so the host "
-            "launches them each micro-batch after the dispatch's synchronisation; on 256 GB200 "
+            "launches them each micro-batch, after the dispatcher's synchronisation where it "
+            "has one (dropless); on 256 GB200 "
             "NVIDIA measured graphs of attention, router and preprocessing saving 2.1 ms per "
             "layer and micro-batch of DeepSeek-V3, and found the routed experts still "
             "host-bound after them (docs/explain.md)"
+        ),
+        Unpriced.GRAPHED_EXPERT_KERNELS: (
+            "what the routed experts' kernels cost the GPU beyond the GEMM curve's price. This "
+            "release's Transformer Engine runs one GEMM and one quantization per local expert "
+            "(GroupedLinear up to 2.16); a CUDA graph holds them, so planc adds none of the "
+            "release's time per expert, which it fits on runs without graphs and cannot split "
+            "into the host's part, which the graph removes, and the GPU's, which it does not "
+            "(docs/explain.md)"
         ),
         Unpriced.ROWWISE: (
             "torchao's rowwise scaling beyond its casts and its backward rescale: PyTorch's "
@@ -51,10 +57,12 @@ def unpriced_of(job: Plannable) -> tuple[Unpriced, ...]:
     """The mechanisms of `Unpriced` that `job` has, in the vocabulary's order."""
     tr = job.training
     q = job.numerics.quantized
+    megatron_moe = job.model.moe is not None and tr.framework == "megatron"
     found = {
-        Unpriced.HOST_LAUNCHES: job.model.moe is not None
-        and tr.framework == "megatron"
-        and tr.cuda_graph_impl not in EXPERTS_GRAPHED,
+        Unpriced.HOST_LAUNCHES: megatron_moe and tr.cuda_graph_impl not in EXPERTS_GRAPHED,
+        Unpriced.GRAPHED_EXPERT_KERNELS: megatron_moe
+        and tr.framework_release != "latest"
+        and tr.cuda_graph_impl in EXPERTS_GRAPHED,
         Unpriced.ROWWISE: q is not None and q.recipe in ROWWISE_RECIPES,
         Unpriced.WIDE_TORCH_RING: tr.framework == "fsdp2" and job.layout.c >= WIDE_RING,
     }
