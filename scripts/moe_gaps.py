@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planc.analysis import estimate_step
 from planc.fitting import price_at_expert_host, solve_expert_host
-from planc.perf.expert_host import release_key
+from planc.perf.expert_host import experts_graphed, release_key
 from planc.perf.validation import Run, read_index
 from planc.scoring import analysed, spec_path
 from planc.vocab import RunRole
@@ -57,13 +57,14 @@ def gap_row(run: Run) -> tuple[float, str]:
 
 
 def implied_row(run: Run) -> tuple[tuple[str, str, str, float], str] | None:
-    """(sort key, the row's text) of one run of a release with a fitted τ_e; None otherwise."""
+    """(sort key, the row's text) of one run of a release with a fitted τ_e; None otherwise, and
+    where a CUDA graph holds the experts (no τ_e applies there)."""
     _, analysis = analysed(spec_path(INDEX, run))
     plan = analysis.plan
     key = release_key(plan)
     experts = plan.dims.experts
     fitted = None if key is None else analysis.efficiency.expert_host.get(key)
-    if key is None or experts is None or fitted is None:
+    if key is None or experts is None or fitted is None or experts_graphed(plan):
         return None
     predict = partial(price_at_expert_host, analysis, analysis.efficiency, key)
     try:

@@ -42,3 +42,9 @@ def test_a_fit_run_implies_its_own_fitted_value(run) -> None:  # type: ignore[no
 def test_a_dense_run_has_no_row() -> None:
     dense = next(run for run in RUNS if run.category.value == "dense")
     assert _script().implied_row(dense) is None
+
+
+def test_a_run_whose_experts_a_graph_holds_has_no_row() -> None:
+    # no τ_e applies under the graph (planc.perf.expert_host), so none can be implied
+    graphed = next(run for run in RUNS if run.id == "bridge2509-qwen3-30b-a3b-8xgb200-fp8mx")
+    assert _script().implied_row(graphed) is None

@@ -42,11 +42,16 @@ def release_key(job: Plannable) -> tuple[str, str] | None:
     return tr.framework_release, recipe_key(None if tr.fp8_recipe is None else tr.fp8_recipe.value)
 
 
+def experts_graphed(job: Plannable) -> bool:
+    """Whether a CUDA graph holds the job's routed experts (`EXPERTS_GRAPHED`)."""
+    return job.training.cuda_graph_impl in EXPERTS_GRAPHED
+
+
 def tau_e(job: Plannable, eff: Efficiency) -> float:
     """τ_e of the job under `eff`: seconds per local expert per MoE layer and micro-batch; 0
     where a graph holds the experts."""
     key = release_key(job)
-    if key is None or job.training.cuda_graph_impl in EXPERTS_GRAPHED:
+    if key is None or experts_graphed(job):
         return 0.0
     return eff.expert_host.get(key, 0.0)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from planc.perf.expert_host import EXPERTS_GRAPHED
+from planc.perf.expert_host import experts_graphed, release_key
 from planc.plannable import Plannable
 from planc.presets.accuracy import unpriced_words
 from planc.vocab import Fp8Recipe, Unpriced
@@ -57,12 +57,12 @@ def unpriced_of(job: Plannable) -> tuple[Unpriced, ...]:
     """The mechanisms of `Unpriced` that `job` has, in the vocabulary's order."""
     tr = job.training
     q = job.numerics.quantized
-    megatron_moe = job.model.moe is not None and tr.framework == "megatron"
+    # a Megatron-LM MoE run, and the release its experts run under
+    key = release_key(job)
+    graphed = experts_graphed(job)
     found = {
-        Unpriced.HOST_LAUNCHES: megatron_moe and tr.cuda_graph_impl not in EXPERTS_GRAPHED,
-        Unpriced.GRAPHED_EXPERT_KERNELS: megatron_moe
-        and tr.framework_release != "latest"
-        and tr.cuda_graph_impl in EXPERTS_GRAPHED,
+        Unpriced.HOST_LAUNCHES: key is not None and not graphed,
+        Unpriced.GRAPHED_EXPERT_KERNELS: key is not None and key[0] != "latest" and graphed,
         Unpriced.ROWWISE: q is not None and q.recipe in ROWWISE_RECIPES,
         Unpriced.WIDE_TORCH_RING: tr.framework == "fsdp2" and job.layout.c >= WIDE_RING,
     }

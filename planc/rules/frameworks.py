@@ -88,9 +88,8 @@ def _megatron_te_cross_entropy(job: Job) -> Iterator[Violation]:
     """validate_args: "Transformer Engine cross entropy loss fusion is disabled due to stability
     issues. Use --cross-entropy-fusion-impl native, or omit --cross-entropy-loss-fusion."
     (megatron/training/arguments.py, megatron-core 0.19.2; ModelParallelConfig warns the same).
-    Megatron-Core before it ran it: NeMo 25.04's (7094270c), NeMo 25.09's (23e00ed09, 0.14.0),
-    NeMo 25.11's (0d8e0714,
-    0.16.0rc0), NeMo 26.02's and 26.02.01's (b0cc2706, 55ac7082, core_r0.16.0) and NeMo
+    Megatron-Core before it ran it: NeMo 25.04's (7094270c), 25.09's (23e00ed09, 0.14.0), 25.11's
+    (0d8e0714, 0.16.0rc0), 26.02's and 26.02.01's (b0cc2706, 55ac7082, core_r0.16.0) and
     26.04.01's (2edffadb, 0.17.1), whose validate_args have no such check, so a spec that states
     any training.framework_release but latest passes."""
     if job.training.loss_fusion == "te" and job.training.framework_release == "latest":

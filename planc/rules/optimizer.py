@@ -23,7 +23,8 @@ def muon_runs(ctx: Context) -> Iterator[Violation]:
     Megatron-Core 0.14.0 (training.framework_release nemo-25.09) has no Muon (muon.py is in
     megatron/core/optimizer from 0.16). Megatron-Core 0.17 (nemo-26.04) refuses the replicated
     Muon with --overlap-grad-reduce ("Muon optimizer does not support overlap grad reduce. Use
-    dist_muon instead."). training.muon sets Muon's options and means nothing under another optimizer.
+    dist_muon instead."). training.muon sets Muon's options and means nothing under another
+    optimizer.
 
     Passes:
         training: {optimizer: muon}
