@@ -479,3 +479,25 @@ def _candidate(text: str, result: SearchResult, ranked: Any) -> Any:
 
     judged = make_judge(_setup(text))
     return candidate_job(judged.base, judged.space, judged.space.candidate(ranked.verdict.index))
+
+
+def test_the_winner_that_is_the_specs_own_layout_changes_nothing(tmp_path: Path) -> None:
+    # Every axis pinned to the spec's own values: the one candidate is the spec's layout, so
+    # the advice names no change (the context exchange the spec leaves to the framework's
+    # default included, which the result writes out).
+    text = ONE_NODE.replace(
+        "training: {", "parallelism: {tensor: 8, sequence_parallel: true}\ntraining: {"
+    )
+    text += (
+        "search: {tensor: [8], pipeline: [1], context: [1], sequence_parallel: [true],"
+        " zero_stage: [0], micro_batch: [1], recompute: [selective], precision: [bf16]}\n"
+    )
+    spec = tmp_path / "own.yaml"
+    spec.write_text(text)
+    code, out, _ = _run(str(spec), "--top", "3", "--format", "json")
+    code_text, text_out, _ = _run(str(spec), "--top", "3")
+    assert code == 0 and code_text == 0
+    own = json.loads(out)["your_layout"]
+    assert own["rank"] == 1 and own["outside_space"] == []
+    assert own["best_changes"] == []
+    assert "the best layout changes: nothing" in text_out

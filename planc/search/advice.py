@@ -88,7 +88,9 @@ def _own_fields(spec: Mapping[str, Any], job: Job) -> dict[str, Any]:
         "parallelism.expert_tensor": par.get("expert_tensor"),
         "parallelism.data_shard": par.get("data_shard"),
         "parallelism.pipeline_schedule": par.get("pipeline_schedule"),
-        "parallelism.cp_comm_type": par.get("cp_comm_type", "p2p"),
+        # the resolved exchange (the framework's default where the spec names none), as the
+        # result writes it
+        "parallelism.cp_comm_type": lay.cp_comm,
         "training.micro_batch": tr["micro_batch"],
         "training.recompute": tr["recompute"],
         "training.precision": tr["precision"],
