@@ -88,6 +88,32 @@ def test_only_the_last_gradient_permute_shows_behind_long_attention(kind: str) -
     assert cp_exposed_s(plan) == pytest.approx(32 * last, rel=1e-12)
 
 
+@pytest.mark.parametrize("kind", ["allgather", "p2p"])
+@pytest.mark.parametrize("recompute", ["full", "none"])
+def test_a_compiled_block_waits_on_every_exchange_of_its_ring(kind: str, recompute: str) -> None:
+    # torch.compile traces the ring inside torchtitan's compiled block, and a traced functional
+    # collective is waited on where it is issued (_maybe_wrap_tensor: wait_tensor when tracing),
+    # with Inductor's reordering off: every call of every cp op shows, however long attention.
+    eager = job(kind, recompute)
+    traced = job_of(
+        {
+            "parallelism": {"tensor": 1, "context": 4, "cp_comm_type": kind},
+            "training": {
+                "seq_len": 131072,
+                "global_batch": 2,
+                "recompute": recompute,
+                "framework": "fsdp2",
+                "kernels": "compiled",
+            },
+        }
+    )
+    eff = efficiency_of(traced)
+    ops = [op for op in analyse(traced).ops if op.group == "cp" and op.stage == 0]
+    every_call = sum(op.calls * call_time_s(traced, eff, op) for op in ops) / traced.m
+    assert cp_exposed_s(traced) == pytest.approx(every_call, rel=1e-12)
+    assert cp_exposed_s(traced) > cp_exposed_s(eager)
+
+
 def test_verify_recounts_the_torch_ring() -> None:
     text = plan_json(compiled(job("allgather")))
     assert verify_text(text).ok

@@ -127,6 +127,23 @@ def torch_ring_exposed_per_layer(
     return forward * (2 if redone else 1) + backward
 
 
+def torch_ring_traced_per_layer(
+    kv_s: float, dkv_s: float, c: int, gathered: bool, redone: bool = False
+) -> float:
+    """Seconds of one layer's exchange under torch's ring attention traced by torch.compile
+    (torchtitan's `kernels: compiled`, a compiled block around the ring): all of it.
+
+    Traced, each functional collective is waited on where it is issued
+    (torch.distributed._functional_collectives `_maybe_wrap_tensor`: `wait_tensor` at once when
+    `_are_we_tracing()`; eager returns an AsyncCollectiveTensor, waited on at first use), and
+    Inductor moves no wait unless `reorder_for_compute_comm_overlap` is set, which defaults off
+    and torchtitan does not set. So no block's attention runs beside an exchange: forward one
+    K/V all-gather (`gathered`) or c − 1 permutes, twice where the core is recomputed; backward
+    the same again and c fp32 dK/dV permutes."""
+    kv = kv_s if gathered else (c - 1) * kv_s
+    return kv * (2 if redone else 1) + kv + c * dkv_s
+
+
 def ring_passes(redone: bool, fp8: bool = False) -> int:
     """Ring exchanges per step and layer, in units of one pass's c − 1 steps: the forward's
     (K/V), the backward's two (K/V and dK/dV; under FP8 attention only K/V, its dK/dV an

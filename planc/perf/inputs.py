@@ -38,7 +38,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
-from planc.comm.context import exposed_per_layer, torch_ring_exposed_per_layer
+from planc.comm.context import (
+    exposed_per_layer,
+    torch_ring_exposed_per_layer,
+    torch_ring_traced_per_layer,
+)
 from planc.comm.cost import ring_steps, wire_bytes
 from planc.comm.ends import EndCollective, Linear, end_collectives
 from planc.comm.schedule import (
@@ -927,7 +931,9 @@ def cp_exposed_per_microbatch(
     Where the attention core is recomputed (`cp_core_redone`) its forward exchanges again, the
     ring's steps beside the recomputed core. torch's ring attention (torchtitan) hides its K/V
     gather or permutes and its fp32 dK/dV permutes behind the blocks' attention as torch issues
-    them (`planc.comm.context.torch_ring_exposed_per_layer`).
+    them eagerly (`planc.comm.context.torch_ring_exposed_per_layer`); inside torchtitan's
+    compiled blocks (`kernels: compiled`) it waits on each where it is issued, so all of it
+    shows (`planc.comm.context.torch_ring_traced_per_layer`).
     """
     cp = [op for op in ops if op.stage == stage and op.group == "cp" and op.calls]
     if not cp or layers == 0:
@@ -938,14 +944,14 @@ def cp_exposed_per_microbatch(
         # torch's ring attention: one K/V op and the fp32 dK/dV permutes (`_torch_ring_ops`)
         (dkv,) = [op for op in cp if "dK/dV" in op.phase]
         (kv,) = [op for op in cp if op is not dkv]
+        kv_s, dkv_s = call_time_s(job, eff, kv), call_time_s(job, eff, dkv)
+        gathered, redone = kv.op is Collective.ALL_GATHER, cp_core_redone(job)
+        if job.training.kernels == "compiled":
+            # the compiled block traces the ring: every exchange waited on where it is issued
+            traced = torch_ring_traced_per_layer(kv_s, dkv_s, job.layout.c, gathered, redone)
+            return layers * traced
         one = torch_ring_exposed_per_layer(
-            call_time_s(job, eff, kv),
-            call_time_s(job, eff, dkv),
-            job.layout.c,
-            kv.op is Collective.ALL_GATHER,
-            core.forward_s,
-            core.backward_s,
-            cp_core_redone(job),
+            kv_s, dkv_s, job.layout.c, gathered, core.forward_s, core.backward_s, redone
         )
         return layers * one
     per_layer = layers * job.m
