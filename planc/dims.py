@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from planc.presets.fp8 import architecture, recipe_table
+from planc.presets.fp8 import SpeedupTable, architecture, recipe_table
 from planc.record import record
 from planc.spec.job import Gpu, Model, Training
 from planc.vocab import DType, Fp8Recipe, Precision, gated
@@ -111,6 +111,9 @@ class Quantized:
     separate_casts: bool
     bf16_layers: int  # transformer layers kept in BF16 at each end of the model
     attention: AttentionQuant | None = None  # the attention core in FP8 (None: 16 bits)
+    # A measured speed-up of each whole linear over its 16-bit GEMMs on this architecture
+    # (fp8.json `linear_speedup`: torchao's rowwise on Hopper); None: priced kernel by kernel.
+    linear_speedup: SpeedupTable | None = None
     # The LM head quantized too (Megatron-Core fp8_output_proj: Transformer Engine's
     # TELMHeadColumnParallelLinear in the MXFP8 autocast, 3f6a2ed8); else a 16-bit GEMM.
     output_proj: bool = False
@@ -227,6 +230,7 @@ def quantized_formats(training: Training, recipe: Fp8Recipe, gpu: Gpu | None) ->
         bf16_layers=training.first_last_bf16,
         attention=attention_quant(training.fp8_attention),
         output_proj=training.fp8_output_proj and te and recipe is Fp8Recipe.MXFP8,
+        linear_speedup=row.linear_speedup.get(arch),
     )
 
 

@@ -157,6 +157,10 @@ class Fp8Recipe(str, Enum):
         return self.value
 
 
+# torchao's rowwise recipes: axiswise scales, 16-bit gathers, casts along each axis per GEMM.
+ROWWISE_RECIPES = frozenset({Fp8Recipe.ROWWISE, Fp8Recipe.ROWWISE_WITH_GW_HP})
+
+
 class ScheduleKind(str, Enum):
     """A pipeline schedule by name (`parallelism.pipeline_schedule`, plan.json's
     `communication.pipeline.schedule`); `planc.pipeline.registry` holds what each one is.

@@ -217,21 +217,67 @@ def recipe_speedup(recipe: str, m: int, k: int, n: int) -> float:
 @pytest.mark.parametrize(
     ("m", "k", "n", "measured"),
     [
-        (16384, 8192, 1280, 1.112),
-        (16384, 1024, 8192, 1.426),
-        (16384, 8192, 7168, 1.730),
-        (16384, 3584, 8192, 1.711),
+        # pytorch/ao fdddb2cfa, docs/static/fp8-rowwise-perf.png (H100, PyTorch 2.8.0a0,
+        # LayerNorm -> Linear -> Sigmoid forward and backward, compiled): rows M, inner K,
+        # outputs N as printed
+        (1024, 1024, 1024, 0.42),
+        (4096, 8192, 8192, 1.01),
+        (8192, 4096, 4096, 1.00),
+        (16384, 8192, 1024, 0.61),
+        (32768, 16384, 32768, 1.73),
+        (32768, 32768, 32768, 1.52),
     ],
 )
-def test_rowwise_linear_against_torchaos_benchmark(m: int, k: int, n: int, measured: float) -> None:
-    # pytorch/ao #2185 (2025-05-08), 'tensorwise w/ rescale' (the rowwise recipe as torchao
-    # runs it, the backward rescaled after cuBLAS's GEMM), compiled Float8Linear forward and
-    # backward over bf16 on H100 at Llama 2 70B's shapes (attn.wqkv, attn.w0, ffn.w13,
-    # ffn.w2), fast accumulation in the forward: 1.112, 1.426, 1.730, 1.711. planc: 1.195,
-    # 1.238, 1.521, 1.465 (1.354, 1.278, 1.585, 1.519 without the rescale), within 20 %: too
-    # slow on the large shapes, as for tensorwise above.
-    assert recipe_speedup("rowwise", m, k, n) == pytest.approx(measured, rel=0.20)
-    assert recipe_speedup("rowwise", m, k, n) < recipe_speedup("tensorwise", m, k, n)
+def test_a_rowwise_linear_on_hopper_runs_at_torchaos_measured_speed(
+    m: int, k: int, n: int, measured: float
+) -> None:
+    # The whole linear (casts, GEMMs, rescales, forward and backward) over its 16-bit GEMMs
+    # is the speed-up torchao measured for the shape, and its kernels are not listed one by one.
+    assert recipe_speedup("rowwise", m, k, n) == pytest.approx(measured, rel=1e-12)
+    priced = with_quantized_gemms((gemm("mlp fc1", m, k, n, 2),), torchao_q("rowwise"), 2, 1.0)
+    assert [op.name for op in priced] == ["mlp fc1"]
+
+
+def test_between_and_beyond_the_measured_shapes() -> None:
+    # Half-way in log2 between two measured N (1,024 and 2,048: N = 1,448.15...) at M 16,384,
+    # K 8,192 is half-way between 0.61 and 0.87; M, K or N outside 1,024 to 32,768 takes the
+    # nearest edge: Llama 3 70B's w1 at TP 8 and local batch 16 (131,072 × 8,192 × 3,584)
+    # as M 32,768, and its K/V projection (N 128) as N 1,024.
+    assert recipe_speedup("rowwise", 16384, 8192, round(1024 * 2**0.5)) == pytest.approx(
+        (0.61 + 0.87) / 2, abs=2e-4
+    )
+    edge = recipe_speedup("rowwise", 32768, 8192, 4096)
+    assert recipe_speedup("rowwise", 131072, 8192, 4096) == pytest.approx(edge, rel=1e-12)
+    assert recipe_speedup("rowwise", 16384, 8192, 128) == pytest.approx(0.61, rel=1e-12)
+
+
+def test_rowwise_off_hopper_and_with_a_16_bit_weight_gradient_stays_kernel_by_kernel() -> None:
+    # Only rowwise on Hopper is measured; rowwise_with_gw_hp, and rowwise on Blackwell, keep
+    # their casts, quantized GEMMs and rescales, and the caveat planc prints for them.
+    assert torchao_q("rowwise").linear_speedup is not None
+    assert torchao_q("rowwise_with_gw_hp").linear_speedup is None
+    training = {"precision": "fp8", "framework": "fsdp2", "fp8": {"recipe": "rowwise"}}
+    blackwell = job_of({"hardware": {"gpu": "b200", "nodes": 1}, "training": training})
+    q = blackwell.numerics.quantized
+    assert q is not None and q.linear_speedup is None
+    priced = with_quantized_gemms((gemm("mlp fc1", 4096, 4096, 4096, 2),), q, 2, 1.0)
+    assert any("quantize" in op.name for op in priced)
+
+
+def test_torchaos_bare_linear_benchmark_is_faster_than_its_table() -> None:
+    # pytorch/ao #2185 (2025-05-08, not landed) timed a bare compiled Float8Linear, forward and
+    # backward, at Llama 2 70B's shapes: 1.112, 1.426, 1.730, 1.711 over bf16. torchao's table a
+    # month later, with the LayerNorm before the linear (as in a transformer block, where the
+    # norm's output is what the rowwise casts read), gives 0.69 to 1.30 there: planc follows
+    # the table, which torchao publishes as the estimate for users and which agrees with the
+    # end-to-end rowwise runs (validation/README.md). Each shape is slower than #2185 says.
+    for (m, k, n), bare in {
+        (16384, 8192, 1280): 1.112,
+        (16384, 1024, 8192): 1.426,
+        (16384, 8192, 7168): 1.730,
+        (16384, 3584, 8192): 1.711,
+    }.items():
+        assert recipe_speedup("rowwise", m, k, n) < bare
 
 
 def test_explain_says_what_runs_in_fp8() -> None:

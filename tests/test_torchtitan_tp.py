@@ -17,7 +17,7 @@ import pytest
 from planc.analysis import analyse
 from planc.comm.ends import end_collectives
 from planc.compile.plan import plan_json
-from planc.perf.inputs import comm_time_s, efficiency_of, tp_per_layer
+from planc.perf.inputs import activation_message_bytes, comm_time_s, efficiency_of, tp_per_layer
 from planc.plannable import Plannable
 from planc.verify import render, verify_text
 
@@ -69,6 +69,30 @@ def test_compiled_async_tp_hides_what_megatrons_overlap_hides() -> None:
     assert compiled[2] > exposed[2]
     # The hidden part is what no longer shows: the collectives' total is the same.
     assert sum(compiled) == pytest.approx(sum(exposed), rel=1e-12)
+
+
+@pytest.mark.parametrize("recipe", ["rowwise", "rowwise_with_gw_hp"])
+def test_async_tp_cannot_pipeline_the_gathers_rowwise_casts_read(recipe: str) -> None:
+    # torch's micro-pipeline pass decomposes an all-gather only into the matmul that consumes
+    # it (_find_consumer_matmuls); under torchao's rowwise recipes the gathered 16-bit input
+    # and output gradient go to the casts first. Async TP then hides only the forward
+    # reduce-scatters (the row GEMMs' outputs): the backward shows as with async TP off, the
+    # forward less by what the scatters pipeline, and tensorwise (float8 gathers straight into
+    # _scaled_mm) keeps its pipelined gathers.
+    on = tp_seconds_of(plan_of("fsdp2", "compiled", True, recipe))
+    off = tp_seconds_of(plan_of("fsdp2", "compiled", False, recipe))
+    assert on[1] == pytest.approx(off[1], rel=1e-12)
+    assert off[0] > on[0]
+    assert sum(on) == pytest.approx(sum(off), rel=1e-12)
+    plan = plan_of("fsdp2", "compiled", False, recipe)
+    t = plan.layout.t
+    size = activation_message_bytes(plan)
+    scatter = comm_time_s(plan, efficiency_of(plan), "reduce_scatter", t, size, "nvlink")
+    # at most (t - 1)/t of each of the two blocks' scatters hides behind its row GEMM
+    assert off[0] - on[0] <= 2 * scatter * (t - 1) / t * (1 + 1e-12)
+    tensorwise = tp_seconds_of(plan_of("fsdp2", "compiled", True, "tensorwise"))
+    tensorwise_off = tp_seconds_of(plan_of("fsdp2", "compiled", False, "tensorwise"))
+    assert tensorwise[1] < tensorwise_off[1]
 
 
 @pytest.mark.parametrize("kernels", ["fused", "unfused"])

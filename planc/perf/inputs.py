@@ -156,7 +156,7 @@ from planc.presets.efficiency import (
 from planc.record import record
 from planc.spec.job import Job
 from planc.stages import stage_classes
-from planc.vocab import Axis, Collective, GroupKind, gated
+from planc.vocab import ROWWISE_RECIPES, Axis, Collective, GroupKind, gated
 
 # Data-parallel traffic: the shard group (dp_cp, or dp_shard under HSDP), HSDP's replicas, and
 # the tied embedding's all-reduce.
@@ -799,10 +799,12 @@ def tp_per_layer_on(
                 column_f = sum(work_time_s(c, c.forward, device, eff) for c in columns)
                 row_f = work_time_s(row, row.forward, device, eff)
                 row_d = work_time_s(row, row.backward_data, device, eff, True, row.data_gemm)
+                # gathers that feed the recipe's casts, not a matmul, are not pipelined
+                cast_fed = gathers_feed_casts(job)
                 shown = (
-                    pipelined_exposed_s(gather, column_f, t),
+                    gather if cast_fed else pipelined_exposed_s(gather, column_f, t),
                     pipelined_exposed_s(scatter, row_f, t),
-                    pipelined_exposed_s(grad_gather, row_d, t),
+                    grad_gather if cast_fed else pipelined_exposed_s(grad_gather, row_d, t),
                 )
                 forward += shown[0] + shown[1]
                 exposed += shown[2]
@@ -811,7 +813,8 @@ def tp_per_layer_on(
                     recomputed.get(c.name, 1.0) * work_time_s(c, c.forward, device, eff)
                     for c in columns
                 )
-                gathered_s.append(pipelined_exposed_s(gather, redone_f, t) + amaxes * amax)
+                again_s = gather if cast_fed else pipelined_exposed_s(gather, redone_f, t)
+                gathered_s.append(again_s + amaxes * amax)
             else:
                 forward += gather + scatter
                 exposed += grad_gather
@@ -862,6 +865,18 @@ def ends_tp_times(job: Plannable, eff: Efficiency, stage: int, link: str | None)
         return comm_time_s(job, eff, one.op.value, t, one.size, link)
 
     return ends_times(ends, call_s, gemms, tp_reduction_async(job))
+
+
+def gathers_feed_casts(job: Plannable) -> bool:
+    """Whether the SP all-gathers feed the recipe's casts rather than a matmul under torchtitan's
+    async TP, which then cannot pipeline them. torch's micro-pipeline pass decomposes an
+    all-gather only into the matmuls that consume it directly (mm or _scaled_mm, through a
+    reshape at most: torch/_inductor/fx_passes/micro_pipeline_tp.py, _find_consumer_matmuls);
+    torchao's rowwise recipes gather the 16-bit input and output gradient (torchtitan:
+    'rowwise: all-gather happens in high precision') and cast them along each axis before the
+    GEMM. The forward reduce-scatter, which the row GEMM's output feeds, keeps its pipeline."""
+    q = job.numerics.quantized
+    return job.training.framework == "fsdp2" and q is not None and q.recipe in ROWWISE_RECIPES
 
 
 def tp_reduction_async(job: Plannable) -> bool:

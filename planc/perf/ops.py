@@ -31,6 +31,7 @@ from dataclasses import replace
 from typing import Literal
 
 from planc.dims import AttentionQuant, ExpertDims, Quantized, RankDims
+from planc.presets.fp8 import SpeedupTable
 from planc.record import record
 from planc.spec.job import Model
 from planc.vocab import CrossEntropyFusion, Norm, gated
@@ -98,6 +99,9 @@ class OpCost:
     # a separate projection reading the previous one's input, which a compiled graph quantizes
     # once for both (`separate_projections`): no input cast of its own under an FP8 recipe
     shared_input: bool = False
+    # a measured speed-up over this op's 16-bit kernels, which its passes' times are divided
+    # by (a whole quantized linear priced from its recipe's table, `measured_linear`)
+    speedup: float = 1.0
 
     @property
     def backward(self) -> Work:
@@ -1342,7 +1346,9 @@ def with_quantized_gemms(
     out: list[OpCost] = []
     names = QUANTIZED_GEMMS | HEAD_GEMMS if q.output_proj else QUANTIZED_GEMMS
     for op in ops:
-        if op.engine == "matrix" and op.name in names:
+        if op.engine == "matrix" and op.name in names and q.linear_speedup is not None:
+            out.append(measured_linear(op, q.linear_speedup))
+        elif op.engine == "matrix" and op.name in names:
             out.extend(quantization(op, q, beta, weight_share))
             out.append(quantized_gemm(op, q, beta))
         elif op.engine == "cudnn" and q.attention is not None and shape is not None:
@@ -1350,6 +1356,18 @@ def with_quantized_gemms(
         else:
             out.append(op)
     return tuple(out)
+
+
+def measured_linear(op: OpCost, table: SpeedupTable) -> OpCost:
+    """A quantized linear priced whole from its recipe's measured table (fp8.json
+    `linear_speedup`): its 16-bit GEMM passes (FLOPs, bytes and rate of the 16-bit op) divided by
+    the table's speed-up at its forward shape, m rows × k inner × n outputs; its casts, rescales
+    and quantized GEMMs are in the measurement, so none is listed of its own. The table gives
+    forward and backward together: every pass takes the same speed-up."""
+    g = op.shape
+    if g is None:
+        return op
+    return replace(op, speedup=table.at(g.m, g.k, g.n))
 
 
 def fp8_attention(op: OpCost, shape: OpShape, a: AttentionQuant) -> tuple[OpCost, ...]:

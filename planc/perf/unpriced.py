@@ -14,9 +14,8 @@ from types import MappingProxyType
 from planc.perf.expert_host import experts_graphed, release_key
 from planc.plannable import Plannable
 from planc.presets.accuracy import unpriced_words
-from planc.vocab import Fp8Recipe, Unpriced
+from planc.vocab import ROWWISE_RECIPES, Unpriced
 
-ROWWISE_RECIPES = frozenset({Fp8Recipe.ROWWISE, Fp8Recipe.ROWWISE_WITH_GW_HP})
 # The fewest context-parallel ranks of torch's ring at which the corpus shows its unpriced cost.
 WIDE_RING = 4
 
@@ -40,9 +39,10 @@ WHAT: Mapping[Unpriced, str] = MappingProxyType(
             "(docs/explain.md)"
         ),
         Unpriced.ROWWISE: (
-            "torchao's rowwise scaling beyond its casts and its backward rescale: PyTorch's "
-            "CUTLASS rowwise GEMM runs at 50 to 100 % of cuBLAS's per-tensor rate by shape "
-            "(pytorch/pytorch #147971), published only as plots"
+            "torchao's rowwise scaling beyond its casts and its backward rescale where no "
+            "measured speed-up covers the recipe on this GPU (planc/presets/fp8.json "
+            "linear_speedup: rowwise on Hopper only): PyTorch's CUTLASS rowwise GEMM runs at 50 "
+            "to 100 % of cuBLAS's per-tensor rate by shape (pytorch/pytorch #147971)"
         ),
         Unpriced.WIDE_TORCH_RING: (
             "what makes torch's ring attention slower per unit of attention at four or more "
@@ -63,7 +63,9 @@ def unpriced_of(job: Plannable) -> tuple[Unpriced, ...]:
     found = {
         Unpriced.HOST_LAUNCHES: key is not None and not graphed,
         Unpriced.GRAPHED_EXPERT_KERNELS: key is not None and key[0] != "latest" and graphed,
-        Unpriced.ROWWISE: q is not None and q.recipe in ROWWISE_RECIPES,
+        Unpriced.ROWWISE: q is not None
+        and q.recipe in ROWWISE_RECIPES
+        and q.linear_speedup is None,
         Unpriced.WIDE_TORCH_RING: tr.framework == "fsdp2" and job.layout.c >= WIDE_RING,
     }
     return tuple(mechanism for mechanism in Unpriced if found[mechanism])

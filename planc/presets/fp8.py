@@ -9,6 +9,7 @@ there, never this table.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from functools import cache
@@ -22,6 +23,43 @@ PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fp8.json")
 
 # What a custom GPU is taken as, from the peaks it gives (fp8.json "architectures").
 BLACKWELL, HOPPER, AMPERE = "blackwell", "hopper", "ampere"
+
+
+@record
+class SpeedupTable:
+    """A measured speed-up of a whole quantized linear over its 16-bit GEMMs (fp8.json
+    `linear_speedup`): `speedup[i][j][h]` at forward rows `m[i]`, inner `k[j]`, outputs `n[h]`."""
+
+    m: tuple[int, ...]
+    k: tuple[int, ...]
+    n: tuple[int, ...]
+    speedup: tuple[tuple[tuple[float, ...], ...], ...]
+    source: str
+
+    def at(self, m: float, k: float, n: float) -> float:
+        """The speed-up at forward shape (m, k, n): trilinear in log2 of each dimension
+        between the measured points, each dimension clamped to the table's range (outside it
+        nothing was measured; the nearest edge stands for it)."""
+        (i, a), (j, b), (h, c) = _bracket(self.m, m), _bracket(self.k, k), _bracket(self.n, n)
+        total = 0.0
+        for di, wi in ((0, 1 - a), (1, a)):
+            for dj, wj in ((0, 1 - b), (1, b)):
+                for dh, wh in ((0, 1 - c), (1, c)):
+                    if wi and wj and wh:
+                        total += wi * wj * wh * self.speedup[i + di][j + dj][h + dh]
+        return total
+
+
+def _bracket(points: tuple[int, ...], x: float) -> tuple[int, float]:
+    """(i, t): `x` lies t of the way from points[i] to points[i + 1] in log2, clamped."""
+    last = len(points) - 1
+    if last == 0 or x <= points[0]:
+        return 0, 0.0
+    if x >= points[last]:
+        return last - 1, 1.0
+    i = max(j for j in range(last) if points[j] <= x)
+    lo, hi = math.log2(points[i]), math.log2(points[i + 1])
+    return i, (math.log2(x) - lo) / (hi - lo)
 
 
 @record
@@ -50,6 +88,9 @@ class RecipeTable:
     # Its GEMM kernels' rate against a per-tensor-scaled GEMM of the same data type, by
     # architecture (fp8.json `gemm_rate`; 1 where not measured).
     gemm_rate: Mapping[str, float]
+    # A measured speed-up of a whole linear over its 16-bit GEMMs, by architecture (fp8.json
+    # `linear_speedup`; none where not measured).
+    linear_speedup: Mapping[str, SpeedupTable]
     divisor: int
     frameworks: tuple[str, ...]
     megatron: str | None  # --fp8-recipe / --fp4-recipe value
@@ -88,11 +129,26 @@ def _row(name: str, raw: Mapping[str, Any]) -> RecipeTable:
         amax_reduction=bool(raw["amax_reduction"]),
         rescaled_backward=bool(raw.get("rescaled_backward", False)),
         gemm_rate=MappingProxyType({str(k): float(v) for k, v in raw.get("gemm_rate", {}).items()}),
+        linear_speedup=MappingProxyType(
+            {str(k): _speedups(v) for k, v in raw.get("linear_speedup", {}).items()}
+        ),
         divisor=int(raw["divisor"]),
         frameworks=tuple(raw["frameworks"]),
         megatron=raw["megatron"],
         torchtitan=raw["torchtitan"],
         refusals=MappingProxyType(dict(raw["refusals"])),
+        source=str(raw["source"]),
+    )
+
+
+def _speedups(raw: Mapping[str, Any]) -> SpeedupTable:
+    return SpeedupTable(
+        m=tuple(int(x) for x in raw["m"]),
+        k=tuple(int(x) for x in raw["k"]),
+        n=tuple(int(x) for x in raw["n"]),
+        speedup=tuple(
+            tuple(tuple(float(x) for x in row) for row in plane) for plane in raw["speedup"]
+        ),
         source=str(raw["source"]),
     )
 
