@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from test_sliding_window import OSS
 
 from planc.cli.main import main
+from planc.outputs.ops import op_json, op_lines
 from planc.perf.inputs import efficiency_of, stage_chunk_times
 from planc.perf.op_table import op_table
 
@@ -84,3 +85,26 @@ def test_the_command_prints_the_table(tmp_path: Any) -> None:
     assert "ops" not in json.loads(
         runner.invoke(main, ["explain", "--format", "json", str(spec)]).output
     )
+
+
+def test_a_measured_linear_says_what_its_16_bit_time_is_divided_by() -> None:
+    # torchao's rowwise on Hopper prices each linear from its measured table; --ops names the
+    # speed-up beside the op, and its JSON gives it (1 for every other op).
+    plan = job_of(
+        {
+            "parallelism": {"tensor": 1, "sequence_parallel": False, "zero_stage": 3},
+            "training": {
+                "framework": "fsdp2",
+                "kernels": "compiled",
+                "precision": "fp8",
+                "fp8": {"recipe": "rowwise"},
+            },
+        }
+    )
+    table = op_table(plan)
+    text = "\n".join(op_lines(table))
+    assert "mlp fc2 (16-bit ÷ " in text
+    ops = {op["name"]: op for kind in op_json(table)["kinds"] for op in kind["ops"]}
+    assert 0 < ops["mlp fc2"]["speedup"] != 1.0
+    assert ops["input norm"]["speedup"] == 1.0
+    assert not any("quantize" in name for name in ops)

@@ -17,13 +17,19 @@ def _row(name: str, engine: str, flops: float, moved: float, times: tuple[float,
     return f"    {escape.line(name):<40} {engine:<12} {flops / 1e9:10.2f} {moved / 1e6:9.1f} {ms}"
 
 
+def _label(t: OpTime) -> str:
+    """The op's name, with the measured speed-up its 16-bit time is divided by where it has one
+    (`planc.perf.ops.measured_linear`)."""
+    return t.op.name if t.op.speedup == 1.0 else f"{t.op.name} (16-bit ÷ {t.op.speedup:.2f})"
+
+
 def _section(title: str, ops: tuple[OpTime, ...]) -> list[str]:
     lines = [f"  {title}", HEADER]
     for t in ops:
         w = t.op.forward
         lines.append(
             _row(
-                t.op.name,
+                _label(t),
                 t.op.engine,
                 w.flops,
                 w.bytes,
@@ -59,6 +65,7 @@ def _ops_json(ops: tuple[OpTime, ...]) -> list[dict[str, Any]]:
         {
             "name": t.op.name,
             "engine": t.op.engine,
+            "speedup": t.op.speedup,
             "forward_flops": t.op.forward.flops,
             "forward_bytes": t.op.forward.bytes,
             "forward_s": t.forward_s,
