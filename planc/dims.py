@@ -295,6 +295,10 @@ class ExpertDims:
     # the received rows re-sorted by local expert after the exchange and back before the
     # return (Megatron-Core's alltoall dispatcher with E/EP > 1, sort_chunks_by_idxs)
     sorted_by_expert: bool = False
+    # the routing probabilities reach the experts in fp32: Megatron-Core's flex dispatchers
+    # cast them ('HybridEP only supports float32 probs', 'DeepEP only supports float32 probs':
+    # _HybridEPManager and _DeepepManager dispatch, token_dispatcher.py at 2edffadb)
+    fp32_probs: bool = False
 
     @property
     def local_experts(self) -> int:
@@ -437,13 +441,14 @@ def rank_dims(
     repeat_kv: bool = False,
     sorts_by_expert: bool = False,
     eager: EagerPaths = NO_EAGER,
+    fp32_probs: bool = False,
 ) -> RankDims:
     """The dims of one rank for sequence `s` and micro-batch `b` under tensor degree `t`,
     context degree `c`, sequence parallelism `sp`, for experts ETP `et`, EP `ep` and the
     dropless imbalance allowance, K/V repeated to every query head before the attention
     kernel (`repeat_kv`), and a dispatcher that sorts the received rows by local expert
-    (`sorts_by_expert`), and Megatron-Core's `eager` paths (with the defaults: the whole layer
-    on one GPU)."""
+    (`sorts_by_expert`), Megatron-Core's `eager` paths, and a dispatcher that hands the experts
+    fp32 routing probabilities (`fp32_probs`) (with the defaults: the whole layer on one GPU)."""
     mla = model.mla
     s_c = ceil_div(s, c)
     s_r = ceil_div(s_c, t) if sp else s_c
@@ -467,14 +472,23 @@ def rank_dims(
         q_latent=0 if mla is None or mla.q_lora is None else mla.q_lora,
         kv_latent=0 if mla is None else mla.kv_lora,
         rope=0 if mla is None else mla.qk_rope,
-        experts=_expert_dims(model, t, b * s_r, et, ep, imbalance, sorts_by_expert),
+        experts=_expert_dims(
+            model, t, b * s_r, et, ep, imbalance, sorts_by_expert, fp32_probs
+        ),
         kv_repeated=repeat_kv,
         eager=eager,
     )
 
 
 def _expert_dims(
-    model: Model, t: int, tokens: int, et: int, ep: int, imbalance: float, sorts: bool
+    model: Model,
+    t: int,
+    tokens: int,
+    et: int,
+    ep: int,
+    imbalance: float,
+    sorts: bool,
+    fp32_probs: bool,
 ) -> ExpertDims | None:
     moe = model.moe
     if moe is None:
@@ -493,4 +507,5 @@ def _expert_dims(
         f_s=ceil_div(moe.E_s * moe.f_s, t) if moe.E_s else 0,
         capacity=moe.capacity_factor is not None,
         sorted_by_expert=sorts and moe.E // ep > 1,
+        fp32_probs=fp32_probs,
     )

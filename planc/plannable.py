@@ -37,6 +37,7 @@ from planc.spec.job import (
 from planc.spec.pipeline_layout import parse_layout
 from planc.vocab import (
     AXES,
+    FLEX_BACKENDS,
     Axis,
     ChunkPlacement,
     CpCommType,
@@ -1068,7 +1069,15 @@ def formats_and_dims(job: Job) -> tuple[Numerics, RankDims]:
             job.training.framework in ("megatron", "megatron-fsdp"),
             job.training.fused_grouped_mlp,
         ),
+        fp32_probs=flex_probs_fp32(job),
     )
+
+
+def flex_probs_fp32(job: Job) -> bool:
+    """Megatron-Core's flex dispatchers (DeepEP, HybridEP) cast the routing probabilities to
+    fp32 before their dispatch, and the experts receive them so (`ExpertDims.fp32_probs`)."""
+    megatron = job.training.framework in ("megatron", "megatron-fsdp")
+    return megatron and dispatcher_of(job) in FLEX_BACKENDS
 
 
 def sorts_by_local_expert(job: Job) -> bool:

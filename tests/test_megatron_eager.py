@@ -126,11 +126,16 @@ biases = [torch.randn(h, dtype=bf16, requires_grad=True) for _ in split]
 probs = torch.rand(rows, 1, dtype=bf16, requires_grad=True)
 out = torch.randn(rows, h, dtype=bf16, requires_grad=True)
 bias = measure(lambda x: TEGroupedMLP._apply_bias(x, biases, split, probs), out)
+# a flex dispatcher's fp32 probabilities, on fresh leaves (no gradient to accumulate into)
+biases = [torch.randn(h, dtype=bf16, requires_grad=True) for _ in split]
+probs32 = torch.rand(rows, 1, dtype=torch.float32, requires_grad=True)
+out = torch.randn(rows, h, dtype=bf16, requires_grad=True)
+bias32 = measure(lambda x: TEGroupedMLP._apply_bias(x, biases, split, probs32), out)
 fc1 = torch.randn(rows, 2 * f, dtype=bf16, requires_grad=True)
 weights = torch.rand(rows, 1, dtype=bf16)
 clamp = measure(lambda x: geglu.weighted_bias_quick_geglu_impl(x, None, weights, False, 1.0, 7.0), fc1)
 yarn = [_yarn_get_concentration_factor(*args) for args in case["yarn"]]
-print(json.dumps({"rope": rope, "bias": bias, "clamp": clamp, "yarn": yarn}))
+print(json.dumps({"rope": rope, "bias": bias, "bias32": bias32, "clamp": clamp, "yarn": yarn}))
 '''
 
 # RoPE over s·b rows of (n + g) heads of k; the experts' rows, hidden, inner size, local experts.
@@ -171,6 +176,20 @@ def test_expert_bias_moves_what_megatrons_loop_moves(counted: dict[str, Any]) ->
     op = expert_bias_add(_shape(), _experts())
     forward, backward = counted["bias"]
     # the [h] biases and [N, 1] probabilities are the rest (1/h of the rows)
+    assert op.forward.bytes == pytest.approx(forward, rel=0.01)
+    assert op.backward_data.bytes == pytest.approx(backward, rel=0.02)
+
+
+def test_expert_bias_under_fp32_probabilities_moves_what_megatrons_loop_moves(
+    counted: dict[str, Any],
+) -> None:
+    # HybridEP and DeepEP hand the experts fp32 probabilities: the products, sums and cat are
+    # fp32 and cast back at the end, 28 and 40 bytes per element where bf16 moves 12 and 16.
+    op = expert_bias_add(_shape(), replace(_experts(), fp32_probs=True))
+    forward, backward = counted["bias32"]
+    rows, h = EXPERTS[0], EXPERTS[1]
+    assert op.forward.bytes == 28 * rows * h
+    assert op.backward_data.bytes == 40 * rows * h
     assert op.forward.bytes == pytest.approx(forward, rel=0.01)
     assert op.backward_data.bytes == pytest.approx(backward, rel=0.02)
 

@@ -951,20 +951,30 @@ def expert_glu_clamp(shape: OpShape, experts: ExpertDims) -> OpCost:
 def expert_bias_add(shape: OpShape, experts: ExpertDims) -> OpCost:
     """The routed experts' fc2 biases as Megatron-Core adds them (`OpShape.expert_bias`):
     per local expert, its rows plus bias × routing probability, then the experts' rows
-    concatenated (TEGroupedMLP._apply_bias; fc2 is built with skip_bias_add, so its GEMM adds
-    none).
+    concatenated and cast back to the activations' type (TEGroupedMLP._apply_bias; fc2 is
+    built with skip_bias_add, so its GEMM adds none).
 
-    Elements: N = ETP·T·k rows × h, β bytes each (the probabilities in the activations' type:
-    the router's, which GPT-OSS leaves at bf16). Forward: bias × probability writes (β), the
-    sum reads two and writes one (3β), the cat reads and writes (2β): 6β per element.
-    Backward: the probability's and the bias's gradients each multiply the incoming gradient
-    (2β) and reduce it (β), and the split's re-concatenation (2β): 8β per element. What a
-    TorchDispatchMode counts running Megatron-Core's own function (tests/test_megatron_eager.py).
-    FLOPs: 2 forward (a product and a sum), 4 backward."""
+    Elements: N = ETP·T·k rows × h of β bytes; the products, sums and cat in w bytes, the
+    wider of β and the probabilities' type (the activations' under the alltoall dispatcher, as
+    GPT-OSS leaves the router; fp32 under the flex dispatchers, `ExpertDims.fp32_probs`).
+    Forward: bias × probability writes w, the sum reads β + w and writes w, the cat reads and
+    writes w, the cast back (w ≠ β) reads w and writes β: 6β per element at w = β, 28 bytes at
+    bf16 with fp32 probabilities. Backward: the incoming gradient cast up and the input's
+    gradient cast back (w ≠ β: 2(β + w)), the probability's and the bias's gradients each a
+    product (2w) and a reduction (w), the split's re-concatenation (2β): 8β at w = β, 40 bytes
+    at bf16 with fp32. What a TorchDispatchMode counts running Megatron-Core's own function
+    (tests/test_megatron_eager.py). FLOPs: 2 forward (a product and a sum), 4 backward."""
     elements = experts.et * experts.routed * shape.h
-    forward = Work(2.0 * elements, 6.0 * shape.beta * elements)
-    backward = Work(4.0 * elements, 8.0 * shape.beta * elements)
+    beta = shape.beta
+    w = max(beta, FP32_PROBS) if experts.fp32_probs else beta
+    casts = 0 if w == beta else w + beta
+    forward = Work(2.0 * elements, (w + (beta + 2 * w) + 2 * w + casts) * elements)
+    backward = Work(4.0 * elements, (6 * w + 2 * beta + 2 * casts) * elements)
     return OpCost("expert bias", "vector", forward, backward)
+
+
+# Bytes of one routing probability the flex dispatchers hand the experts (fp32).
+FP32_PROBS = 4
 
 
 # --------------------------------------------------------------------------- the model's ends
