@@ -275,10 +275,11 @@ class ExpertDims:
     moe/README.md): E routed experts, topk per token, EP and ETP the expert-parallel and expert
     tensor-parallel degrees.
 
-    `routed` is the balanced expectation of the rows a rank dispatches, T·topk (every EP rank
-    sends T·topk/EP rows to each other), which prices the exchange and the experts' GEMMs.
-    `sent` and `received` are the bounds the memory budget holds (`expert_rows`): a capacity
-    factor caps each expert's rows, and dropless routing allows for imbalance.
+    `routed` is the rows a rank dispatches, which prices the exchange and the experts' GEMMs
+    (`routed_rows`): the balanced expectation T·topk (every EP rank sends T·topk/EP rows to each
+    other), or E·C exactly when padded to capacity. `sent` and `received` are the bounds the
+    memory budget holds (`expert_rows`): a capacity factor caps each expert's rows, and
+    dropless routing allows for imbalance.
     """
 
     E: int
@@ -286,7 +287,7 @@ class ExpertDims:
     ep: int
     et: int  # ETP
     tokens: int  # T: tokens entering the layer on this rank, b·⌈s/c⌉ (/t with SP)
-    routed: int  # T·topk: rows dispatched per all-to-all, balanced
+    routed: int  # rows dispatched per all-to-all: T·topk balanced, E·C padded
     sent: int  # S: rows this rank's router sends (T·topk, or E·C with a capacity)
     received: int  # R: rows its local experts receive, gathered over ETP
     f_e: int  # ⌈f_e/ETP⌉: one expert's MLP inner size on this rank
@@ -333,6 +334,21 @@ def expert_rows(
         capacity = expert_capacity(tokens, k, E, capacity_factor)
         return E * capacity, E * capacity * et
     return tokens * k, math.ceil(tokens * k * et * imbalance)
+
+
+def routed_rows(tokens: int, k: int, E: int, capacity_factor: float | None, padded: bool) -> int:
+    """The rows a rank dispatches per MoE layer and micro-batch, which every exchange and expert
+    op is priced on.
+
+    Drop and pad (a capacity factor with --moe-pad-expert-input-to-capacity): exactly E·C, every
+    expert filled to its capacity C (`expert_capacity`) with zero-weight tokens, sent in even
+    splits (Megatron-Core's alltoall dispatcher: num_out_tokens = C·E in preprocess,
+    token_dispatcher.py:495 at 2edffadb, 452 at core_v0.14.0). Otherwise the balanced T·topk,
+    which dropping leaves whole when CF ≥ 1 (PLC026): each expert's T·topk/E ≤ C.
+    """
+    if padded and capacity_factor is not None:
+        return E * expert_capacity(tokens, k, E, capacity_factor)
+    return tokens * k
 
 
 @record
@@ -500,7 +516,7 @@ def _expert_dims(
         ep=ep,
         et=et,
         tokens=tokens,
-        routed=tokens * moe.k,
+        routed=routed_rows(tokens, moe.k, moe.E, moe.capacity_factor, moe.padded),
         sent=sent,
         received=received,
         f_e=ceil_div(moe.f_e, et),

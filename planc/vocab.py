@@ -280,7 +280,8 @@ CudaGraphImpl = Literal["local", "transformer_engine", "full_iteration"]
 # CudaGraphModule of megatron/core/transformer/enums.py): attn, the attention; mlp, a dense layer's
 # MLP; moe_router, the router (and the shared experts unless they overlap the dispatch);
 # moe_preprocess, the dispatcher's preprocessing (needs moe_router). Megatron's moe (drop-and-pad
-# MoE layers only) and mamba are not stated: planc prices dropless experts and no Mamba layers.
+# MoE layers only, model.moe.pad_to_capacity) and mamba are not stated: planc has no graph of a
+# whole MoE block yet, and prices no Mamba layers.
 CudaGraphModuleName = Literal["attn", "mlp", "moe_router", "moe_preprocess"]
 # megatron-fsdp: Megatron-LM with Megatron-Core's own FSDP (--use-megatron-fsdp), which planc
 # models as Megatron with zero_stage naming --data-parallel-sharding-strategy.

@@ -8,6 +8,7 @@ holds 8 MoE layers.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from planc.analysis import analyse
@@ -100,6 +101,52 @@ def test_full_recompute_runs_the_forward_exchanges_again() -> None:
     ops = _stage_ops("{training: {recompute: full}}")
     assert _named(ops, GroupKind.EP, "dispatch").calls == 3 * 8 * 32
     assert _named(ops, GroupKind.EP, "tokens per expert").calls == 2 * 8 * 32
+
+
+# Drop and pad (model.moe.pad_to_capacity): every expert takes exactly its capacity
+# C = ⌈(T·k/E)·CF⌉ rows from each rank (Megatron-Core get_capacity), so a rank sends E·C rows.
+def _capacity(cf: float, padded: bool) -> str:
+    return f"{{model: {{moe: {{capacity_factor: {cf}, pad_to_capacity: {str(padded).lower()}}}}}}}"
+
+
+def test_padded_exchanges_move_every_expert_filled_to_its_capacity() -> None:
+    # T = 4,096, k = 2, E = 8, CF 1.25: C = ⌈1,024·1.25⌉ = 1,280, E·C = 10,240 rows for the
+    # balanced T·k = 8,192.
+    T, k, E = 4096, 2, 8
+    C = math.ceil((T * k / E) * 1.25)
+    assert (C, E * C) == (1280, 10_240)
+    ops = _stage_ops(_capacity(1.25, True))
+    for word in ("dispatch", "combine"):
+        op = _named(ops, GroupKind.EP, word)
+        assert (op.buffer_bytes, op.calls) == (E * C * 4096 * 2, 512)
+        assert "E·C rows" in op.formula
+    assert _named(ops, GroupKind.EP, "probabilities").buffer_bytes == E * C * 2
+    # The counts are C for every expert, known on the host: no token-count all-gather.
+    assert not [op for op in ops if "tokens per expert" in op.phase]
+
+
+def test_drop_only_exchanges_stay_at_the_balanced_rows() -> None:
+    # The same capacity without padding: the balanced T·k rows, and the counts gathered.
+    ops = _stage_ops(_capacity(1.25, False))
+    dispatch = _named(ops, GroupKind.EP, "dispatch")
+    assert dispatch.buffer_bytes == 4096 * 2 * 4096 * 2 and "T·k rows" in dispatch.formula
+    counts = _named(ops, GroupKind.EP, "tokens per expert")
+    assert (counts.buffer_bytes, counts.calls) == (8 * 8 * 8, 256)
+
+
+def test_padded_expert_tensor_parallelism_gathers_etp_times_e_c_rows() -> None:
+    # t = 2 with SP, ETP = 2, EP = 4 (as above): T = 2,048, CF 1.3: C = ⌈512·1.3⌉ = 666 (665.6
+    # rounded up), E·C = 5,328 rows dispatched, 2 × 5,328 gathered over ETP.
+    C = math.ceil((2048 * 2 / 8) * 1.3)
+    assert C == 666
+    ops = _stage_ops(
+        "{parallelism: {tensor: 2, data: 8, expert: 4, expert_tensor: 2, "
+        "sequence_parallel: true}, model: {moe: {capacity_factor: 1.3, pad_to_capacity: true}}}"
+    )
+    assert _named(ops, GroupKind.EP, "dispatch").buffer_bytes == 8 * C * 4096 * 2
+    gather = _named(ops, GroupKind.ETP, "dispatched tokens")
+    assert gather.buffer_bytes == 2 * 8 * C * 4096 * 2 and "ETP·E·C" in gather.formula
+    assert _named(ops, GroupKind.ETP, "probabilities (").buffer_bytes == 2 * 8 * C * 2
 
 
 def test_ep_across_nodes_takes_the_network() -> None:

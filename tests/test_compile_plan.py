@@ -57,6 +57,25 @@ def test_plan_json_valid_against_schema(name: str, schema: dict[str, Any]) -> No
     jsonschema.Draft202012Validator(schema).validate(parsed(compiled(example_job(name))))
 
 
+def test_the_moe_record_states_padding_only_when_padded(schema: dict[str, Any]) -> None:
+    # Drop and pad writes pad_to_capacity: true; drop only and dropless write no key, so their
+    # plans keep the bytes they had before the field.
+    mixtral = "mixtral-8x7b-64xh100.yaml"
+    records = {}
+    for case, moe in {
+        "padded": {"capacity_factor": 1.0, "pad_to_capacity": True},
+        "drop only": {"capacity_factor": 1.0},
+        "dropless": {},
+    }.items():
+        data = parsed(compiled(job_of({"model": {"moe": moe}}, mixtral)))
+        jsonschema.Draft202012Validator(schema).validate(data)
+        records[case] = data["model"]["moe"]
+    assert records["padded"]["pad_to_capacity"] is True
+    assert "pad_to_capacity" not in records["drop only"]
+    assert "pad_to_capacity" not in records["dropless"]
+    assert {**records["drop only"], "pad_to_capacity": True} == records["padded"]
+
+
 def plan_shape(plan: Plan) -> dict[str, Any]:
     """What a reviewer can read in a diff: the layout, each group kind's count, size and first
     and last members, the communication ops (stage, group, collective) and the files written.

@@ -44,6 +44,19 @@ def test_the_refusal_names_every_reason_and_what_is_captured() -> None:
     assert "recompute full needs full_iteration" in finding.message
 
 
+def test_padding_to_capacity_lets_the_preprocess_graph_in() -> None:
+    # Drop only copies the counts to the host in preprocess, and Megatron-Core refuses the
+    # moe_preprocess graph; padded, the counts are known on the host and it captures it.
+    mixtral = "mixtral-8x7b-64xh100.yaml"
+    drop_only, padded = {"capacity_factor": 1.0}, {"capacity_factor": 1.0, "pad_to_capacity": True}
+    for moe, refused in ((drop_only, True), (padded, False)):
+        overlay = {"model": {"moe": moe}, "training": {"cuda_graph": PARTIAL}}
+        findings = check_overlay(overlay, mixtral).findings
+        found = [f.message for f in findings if "CUDA graphs" in f.message]
+        assert bool(found) == refused, found
+        assert not found or "without pad_to_capacity" in found[0]
+
+
 @pytest.mark.parametrize("framework", ["fsdp2", "deepspeed"])
 def test_other_frameworks_capture_no_graphs(framework: str) -> None:
     overlay = {"training": {"framework": framework, "cuda_graph": {"impl": "local"}}}

@@ -4,14 +4,17 @@ the step model and the communication schedule alike. Expected values are divided
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from planc.analysis import analyse, estimate_step
 from planc.cli.main import main
 from planc.comm.schedule import schedule
-from planc.dims import numerics_for
+from planc.dims import numerics_for, routed_rows
 from planc.memory.activations import expert_shape as memory_expert_shape
 from planc.memory.activations import shape_of
 from planc.perf.inputs import device_of, layer_shape
@@ -158,3 +161,24 @@ def test_efficiency_tables_key_gemm_curves_by_data_type() -> None:
     fp32 = job_of({"training": {"precision": "fp32"}})
     analysis = analyse(fp32)
     assert estimate_step(analysis, keyed).compute_s > estimate_step(analysis, base).compute_s
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    tokens=st.integers(1, 1 << 20),
+    k=st.integers(1, 16),
+    E=st.integers(1, 512),
+    cf=st.floats(1.0, 8.0),
+)
+def test_padded_rows_are_at_least_the_balanced_rows(
+    tokens: int, k: int, E: int, cf: float
+) -> None:
+    """Drop and pad sends E·C rows, C = ⌈(T·k/E)·CF⌉: with CF ≥ 1 never fewer than the
+    balanced T·k, at most T·k·CF + E (one ceiling per expert), a whole C for every expert;
+    without padding, or without a capacity, the balanced T·k."""
+    assume(k <= E)
+    padded = routed_rows(tokens, k, E, cf, True)
+    assert tokens * k <= padded <= tokens * k * cf * (1 + 1e-12) + E
+    assert padded % E == 0 and padded // E == math.ceil((tokens * k / E) * cf)
+    assert routed_rows(tokens, k, E, cf, False) == tokens * k
+    assert routed_rows(tokens, k, E, None, True) == tokens * k

@@ -44,6 +44,7 @@ CASES: dict[str, dict[str, Any] | None] = {
         "model": {"preset": "qwen3-30b-a3b", "moe": {"layer_frequency": 2, "layer_offset": 1}},
         "parallelism": {"pipeline": 4, "data": 16, "expert": 8},
     },
+    "padded": {"model": {"moe": {"capacity_factor": 1.25, "pad_to_capacity": True}}},
     "allgather": {"parallelism": {"expert_dispatcher": "allgather"}},
     "flex-deepep": {"parallelism": {"expert_dispatcher": "deepep"}},
     "flex-hybridep": {"parallelism": {"expert_dispatcher": "hybridep"}},
@@ -84,6 +85,21 @@ def test_layer_pattern_shared_experts_and_capacity() -> None:
     # it (Megatron's is i % f == 0), so the list does: 0,1,0,1,... over the 48 layers.
     odd = flags("qwen3-odd-layers")
     assert odd["--moe-layer-freq"] == "[" + ",".join(["0", "1"] * 24) + "]"
+
+
+def test_padding_follows_the_capacity_factor() -> None:
+    # Drop and pad (model.moe.pad_to_capacity) is its own flag after the capacity factor.
+    args = args_of("padded")
+    at = args.index("--moe-expert-capacity-factor 1.25")
+    assert args[at + 1] == "--moe-pad-expert-input-to-capacity"
+    assert args.count("--moe-pad-expert-input-to-capacity") == 1
+
+
+def test_drop_only_and_dropless_plans_do_not_pad() -> None:
+    # A capacity factor alone is drop only (Megatron's default), and dropless has neither.
+    assert "--moe-expert-capacity-factor" in flags("etp-shared-dense-first")
+    assert "--moe-pad-expert-input-to-capacity" not in flags("etp-shared-dense-first")
+    assert "--moe-pad-expert-input-to-capacity" not in flags("mixtral")
 
 
 def test_dispatcher_flags() -> None:
@@ -141,6 +157,7 @@ def test_megatron_validates_the_moe_arguments() -> None:
         assert args["expert_tensor_parallel_size"] == lay.et
         assert args["validated_data_parallel_size"] == lay.d
         assert args["config_experts"] == moe.E
+        assert args["moe_pad_expert_input_to_capacity"] is moe.padded
         # The dispatcher reaches TransformerConfig (whose __post_init__ checks it) as written.
         kind, backend = DISPATCHER[lay.dispatcher]
         assert args["config_dispatcher"] == kind

@@ -170,10 +170,11 @@ GRAPH_CASES: dict[str, tuple[str, dict[str, Any], bool]] = {
 }
 # Settings beside the graphs: full recompute (full_iteration only), dropout in a graphed
 # recompute, moe recompute with the router graph, the alltoall dispatcher's host copies with a
-# capacity factor, and activation offload with per-layer graphs.
+# capacity factor (none when padded to capacity), and activation offload with per-layer graphs.
 LAYERS, ITERATION = {"impl": "local"}, {"impl": "full_iteration"}
 DROPOUT = {"dropout": 0.1}
 CAPACITY = {"moe": {"capacity_factor": 1.0}}
+PADDED = {"moe": {"capacity_factor": 1.0, "pad_to_capacity": True}}
 OFFLOAD = {"recompute": "none", "offload": {"activations": 1}}
 ONE_GPU_LAYERS = {"tensor": 1, "sequence_parallel": False}
 
@@ -214,6 +215,7 @@ SETTING_CASES: dict[str, tuple[str, dict[str, Any], bool]] = {
     ),
     "moe-capacity-preprocess": _setting(MOE, {"impl": TE, "modules": PARTIAL}, True, CAPACITY),
     "moe-capacity-router": _setting(MOE, {"impl": TE, "modules": ["moe_router"]}, False, CAPACITY),
+    "moe-padded-preprocess": _setting(MOE, {"impl": TE, "modules": PARTIAL}, False, PADDED),
     "dense-offload-layers": _setting(DENSE, LAYERS, True, None, OFFLOAD, ONE_GPU_LAYERS),
     "dense-offload-iteration": _setting(DENSE, ITERATION, False, None, OFFLOAD, ONE_GPU_LAYERS),
 }

@@ -5,6 +5,9 @@ Mixtral 8x7B example: h = 4,096, k = 2, f_e = 14,336, SwiGLU, E = 8, EP = 8, T =
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import pytest
 
 from planc.analysis import analyse, estimate_step
@@ -112,3 +115,55 @@ def test_mixtral_throughput_near_megatron_cores_published_figure() -> None:
     step = estimate_step(an)
     tflops = step.model_flops / step.step_time_s / an.plan.world / 1e12
     assert tflops == pytest.approx(468, rel=0.25)
+
+
+# Drop and pad (model.moe.pad_to_capacity) at CF 1.25: every expert filled to its capacity
+# C = ⌈(T·k/E)·CF⌉ = ⌈(4,096·2/8)·1.25⌉ = 1,280 rows from each rank, E·C = 10,240 rows sent
+# where the balanced T·k is 8,192.
+T, K, E = 4096, 2, 8
+C = math.ceil((T * K / E) * 1.25)
+
+
+def _capacity(padded: bool) -> dict[str, Any]:
+    return {"model": {"moe": {"capacity_factor": 1.25, "pad_to_capacity": padded}}}
+
+
+def test_padded_exchange_time_by_hand() -> None:
+    # As test_exchange_time_by_hand with E·C rows: 10,240 rows of h = 4,096 bf16 values, 7/8
+    # of them leave the rank; no token-count all-gather (the counts are C, known on the host).
+    job = job_of(_capacity(True), MIXTRAL)
+    assert C == 1280
+    one = 1 * 2e-6 + E * C * 4096 * 2 * 7 // 8 / (450e9 * 0.82)
+    probs = 1 * 2e-6 + E * C * 2 * 7 // 8 / (450e9 * 0.82)
+    per = ep_per_layer(job, efficiency_of(job))
+    assert per.forward_s == pytest.approx(2 * one + probs)
+    assert per.backward_s == pytest.approx(2 * one + probs)
+
+
+def test_drop_only_exchange_keeps_the_balanced_rows_and_the_counts() -> None:
+    # Without padding the same capacity sends the balanced T·k rows and gathers the counts.
+    job = job_of(_capacity(False), MIXTRAL)
+    one = 1 * 2e-6 + T * K * 4096 * 2 * 7 // 8 / (450e9 * 0.82)
+    probs = 1 * 2e-6 + T * K * 2 * 7 // 8 / (450e9 * 0.82)
+    counts = 7 * 2e-6 + 448 / (450e9 * 0.82)
+    per = ep_per_layer(job, efficiency_of(job))
+    assert per.forward_s == pytest.approx(2 * one + probs + counts)
+
+
+def test_padded_expert_gemms_take_c_rows_from_every_rank() -> None:
+    # One local expert (EP 8) takes C rows from each of the 8 ranks: C·EP·ETP = 10,240 rows,
+    # against ETP·T·k·EP/E = 8,192 unpadded.
+    padded, dropped = job_of(_capacity(True), MIXTRAL), job_of(_capacity(False), MIXTRAL)
+    for job, rows in ((padded, C * 8 * 1), (dropped, T * K * 8 // E)):
+        experts = job.dims.experts
+        assert experts is not None
+        up = expert_up(layer_shape(job), experts)
+        assert up.shape is not None and (up.shape.m, up.shape.batch) == (rows, 1)
+        assert up.forward.flops == pytest.approx(2 * rows * 4096 * 2 * 14336)
+
+
+def test_padding_costs_time_but_is_no_model_flop() -> None:
+    # The padding rows are real GEMM and exchange work (zero-weight tokens), not model FLOPs.
+    padded, dropped = (estimate_step(analyse(job_of(_capacity(p), MIXTRAL))) for p in (True, False))
+    assert padded.model_flops == dropped.model_flops
+    assert padded.step_time_s > dropped.step_time_s

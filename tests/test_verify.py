@@ -425,6 +425,61 @@ def test_every_flex_corruption_fails_and_is_named(mixtral_flex: Plan, kind: str)
     _fails_naming(mixtral_flex, FLEX_MUTATIONS[kind])
 
 
+@pytest.fixture(scope="module")
+def mixtral_padded() -> Plan:
+    """Mixtral 8x7B padded to capacity at CF 1.3: each of the E = 8 experts takes
+    C = ⌈(4,096·2/8)·1.3⌉ = ⌈1,331.2⌉ = 1,332 rows from every rank, E·C = 10,656 rows sent where
+    the balanced T·k is 8,192."""
+    overlay = {"model": {"moe": {"capacity_factor": 1.3, "pad_to_capacity": True}}}
+    data: Plan = json.loads(plan_json(compiled(job_of(overlay, "mixtral-8x7b-64xh100.yaml"))))
+    return data
+
+
+def test_a_padded_plan_verifies_without_the_token_count_gather(mixtral_padded: Plan) -> None:
+    assert mixtral_padded["model"]["moe"]["pad_to_capacity"] is True
+    ok, text = verified(mixtral_padded)
+    assert ok, text
+    ops = mixtral_padded["communication"]["ops"]
+    ep = [o for o in ops if o["stage"] == 0 and o["group"] == "ep"]
+    # Tokens and outputs 10,656 rows of h = 4,096 bf16 values, probabilities 10,656 of 2 bytes,
+    # and no all-gather of the counts.
+    assert sorted((o["op"], o["buffer_bytes"]) for o in ep) == [
+        ("all_to_all", 10_656 * 2),
+        ("all_to_all", 10_656 * 4096 * 2),
+        ("all_to_all", 10_656 * 4096 * 2),
+    ]
+
+
+def _gather_counts(p: Plan) -> None:
+    """The token counts' all-gather a drop-only plan lists (EP·E longs, 7/8 of them sent, once
+    per MoE layer and micro-batch forward), added to the padded one."""
+    counts = {"op": "all_gather", "calls": 8 * 32, "buffer_bytes": 8 * 8 * 8}
+    counts["bytes_sent_per_call"] = 448
+    p["communication"]["ops"].append({**_all_to_all(p), **counts})
+
+
+PADDED_MUTATIONS: dict[str, tuple[Callable[[Plan], None], str]] = {
+    "the plan says drop only": (
+        lambda p: p["model"]["moe"].pop("pad_to_capacity"),
+        "stage 0 ep all_to_all",
+    ),
+    "another capacity factor": (
+        lambda p: p["model"]["moe"].__setitem__("capacity_factor", 1.25),
+        "stage 0 ep all_to_all",
+    ),
+    "an all-to-all at the balanced rows": (
+        lambda p: _all_to_all(p).__setitem__("buffer_bytes", 8192 * 4096 * 2),
+        "stage 0 ep all_to_all",
+    ),
+    "the token counts gathered": (_gather_counts, "stage 0 ep all_gather"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(PADDED_MUTATIONS))
+def test_every_padded_corruption_fails_and_is_named(mixtral_padded: Plan, kind: str) -> None:
+    _fails_naming(mixtral_padded, PADDED_MUTATIONS[kind])
+
+
 @st.composite
 def moe_layouts(draw: st.DrawFn) -> dict[str, Any]:
     """The dense layouts above with experts: E, k, EP, ETP, dense first layers, a layer
@@ -457,6 +512,11 @@ def moe_layouts(draw: st.DrawFn) -> dict[str, Any]:
         overlay["model"]["moe"]["router_group_top_k"] = draw(
             st.sampled_from([g for g in (1, 2) if top_k % g == 0])
         )
+    # Token drop on the alltoall dispatcher, padded to capacity or not (PLC031 refuses padding
+    # on the others); k·CF ≤ 2·1.3 stays below E.
+    if par["expert_dispatcher"] == "alltoall" and draw(st.booleans()):
+        overlay["model"]["moe"]["capacity_factor"] = draw(st.sampled_from([1.0, 1.3]))
+        overlay["model"]["moe"]["pad_to_capacity"] = draw(st.booleans())
     # The gate's choice: uniform, or NeMo AutoModel's round robin (training.expert_routing).
     overlay["training"]["expert_routing"] = draw(st.sampled_from(["uniform", "round_robin"]))
     overlay["rules"]["ignore"] = [*overlay["rules"]["ignore"], "PLC007", "PLC021"]

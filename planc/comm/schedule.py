@@ -931,35 +931,55 @@ def moe_tokens(job: Plannable) -> int:
 
 
 def dispatch_rows(job: Plannable) -> int:
-    """T·k: the token rows a rank sends per dispatch all-to-all, one per (token, chosen expert).
+    """T·k, or E·C padded: the token rows a rank sends per dispatch all-to-all (`ExpertDims.
+    routed`, `planc.dims.routed_rows`).
 
     Dropless routing, balanced expectation: every rank sends T·k/EP rows to each EP rank and
     receives as many, so it also holds T·k rows for its own E/EP experts after the exchange.
-    The exchange is priced at that expectation; `training.expert_imbalance` bounds the rows the memory budget holds (`ExpertDims.received`). A capacity factor CF caps each
-    expert at C = ⌈T·k/E·CF⌉ rows from a rank (Megatron `get_capacity`) and drops the rest,
-    which leaves the balanced T·k/E ≤ C unchanged (CF ≥ 1, PLC026); planc compiles no
-    --moe-pad-expert-input-to-capacity, so nothing is padded up to C.
+    The exchange is priced at that expectation; `training.expert_imbalance` bounds the rows the
+    memory budget holds (`ExpertDims.received`). A capacity factor CF caps each expert at
+    C = ⌈T·k/E·CF⌉ rows from a rank (Megatron `get_capacity`) and drops the rest, which leaves
+    the balanced T·k/E ≤ C unchanged (CF ≥ 1, PLC026). Padded to capacity
+    (`model.moe.pad_to_capacity`, --moe-pad-expert-input-to-capacity) every expert takes exactly
+    C rows from every rank, zero-weight tokens filling the short ones: E·C rows in even splits.
     """
     experts = job.dims.experts
     return 0 if experts is None else experts.routed
 
 
 def dispatch_bytes(job: Plannable) -> int:
-    """T·k·h·β_a: one dispatch (or combine) all-to-all's send buffer on a rank."""
+    """T·k·h·β_a (E·C·h·β_a padded): one dispatch (or combine) all-to-all's send buffer on a
+    rank."""
     return dispatch_rows(job) * job.model.h * activation_bytes(job)
 
 
 def probs_bytes(job: Plannable) -> int:
-    """T·k·β_a: the routing probabilities of the dispatched rows (the router's output dtype,
-    the activations' without --moe-router-dtype)."""
+    """T·k·β_a (E·C·β_a padded): the routing probabilities of the dispatched rows (the router's
+    output dtype, the activations' without --moe-router-dtype)."""
     return dispatch_rows(job) * activation_bytes(job)
 
 
 def token_count_bytes(job: Plannable) -> int:
     """ETP·EP·E·8: the gathered per-expert token counts of the tp_ep group (the dispatcher's
-    metadata all-gather of E longs per rank, `preprocess`)."""
+    metadata all-gather of E longs per rank, `preprocess`; none padded, `counts_gathered`)."""
     moe, lay = job.model.moe, job.layout
     return 0 if moe is None else lay.et * lay.ep * moe.E * TOKEN_COUNT_BYTES
+
+
+def counts_gathered(job: Plannable) -> bool:
+    """Whether the alltoall dispatcher's `preprocess` all-gathers the token counts over ep: with
+    ETP = 1 (over tp_ep otherwise, a small latency-bound call planc does not list) and not
+    padded to capacity, where the counts are C for every expert, known on the host, and
+    preprocess returns before the gather (token_dispatcher.py:487-510 at 2edffadb, 444-467 at
+    core_v0.14.0, 348-371 at core_v0.12.1)."""
+    moe = job.model.moe
+    return moe is not None and job.layout.et == 1 and not moe.padded
+
+
+def rows_symbol(job: Plannable) -> str:
+    """The dispatched rows in a formula's words: E·C padded to capacity, else T·k."""
+    moe = job.model.moe
+    return "E·C" if moe is not None and moe.padded else "T·k"
 
 
 def moe_passes(job: Plannable, stage: int) -> tuple[int, int]:
@@ -1152,33 +1172,33 @@ def _ep_ops(job: Plannable, stage: int) -> list[CommOp]:
 def _alltoall_ops(job: Plannable, stage: int, forward: int, backward: int) -> list[CommOp]:
     """Megatron-Core's MoEAlltoAllTokenDispatcher: tokens and probabilities out
     (token_dispatch), outputs back (token_combine); each one's gradient takes the opposite
-    exchange in backward. And the token counts gathered over tp_ep before them."""
+    exchange in backward. And the token counts gathered over tp_ep before them, unless padded
+    to capacity (`counts_gathered`)."""
     lay = job.layout
     if lay.ep == 1:
         return []
     group = dispatch_group(job)
     redo = backward - forward  # forward runs again inside backward
+    rows = rows_symbol(job)
     ops = exchange_ops(
         job, stage, group,
         "EP all-to-all dispatch of the routed tokens (forward; its gradient in backward)",
         forward + backward, dispatch_bytes(job),
-        "1 per MoE layer per micro-batch each way, T·k rows of h·β_a (T = b·s/c/t)",
+        f"1 per MoE layer per micro-batch each way, {rows} rows of h·β_a (T = b·s/c/t)",
     )
     ops += exchange_ops(
         job, stage, group,
         "EP all-to-all combine of the expert outputs (forward; its gradient in backward)",
         forward + backward, dispatch_bytes(job),
-        "1 per MoE layer per micro-batch each way, T·k rows of h·β_a",
+        f"1 per MoE layer per micro-batch each way, {rows} rows of h·β_a",
     )
     ops += exchange_ops(
         job, stage, group,
         "EP all-to-all of the routing probabilities (forward; their gradient in backward)",
         forward + backward, probs_bytes(job),
-        "1 per MoE layer per micro-batch each way, T·k probabilities of β_a",
+        f"1 per MoE layer per micro-batch each way, {rows} probabilities of β_a",
     )
-    # With ETP > 1 the counts go over the tp_ep group (ETP·EP ranks), which the plan lists only
-    # for the allgather and flex dispatchers; that small latency-bound call is not counted then.
-    if lay.et == 1:
+    if counts_gathered(job):
         ops.append(
             op_maker(stage, GroupKind.EP, lay.ep, group.link)(
                 Collective.ALL_GATHER,
@@ -1400,6 +1420,7 @@ def _etp_ops(job: Plannable, stage: int) -> list[CommOp]:
     link = expert_link(job, Axis.TP)
     redo = backward - forward
     rows, h, beta = lay.et * dispatch_rows(job), job.model.h, activation_bytes(job)
+    words = "ETP·" + rows_symbol(job)
 
     op = op_maker(stage, GroupKind.ETP, lay.et, link)
 
@@ -1409,28 +1430,28 @@ def _etp_ops(job: Plannable, stage: int) -> list[CommOp]:
             "ETP all-gather of the dispatched tokens (forward; the combine's gradient in backward)",
             forward + backward,
             rows * h * beta,
-            "1 per MoE layer per micro-batch each way, gathered ETP·T·k rows of h·β_a",
+            f"1 per MoE layer per micro-batch each way, gathered {words} rows of h·β_a",
         ),
         op(
             Collective.REDUCE_SCATTER,
             "ETP reduce-scatter of the expert outputs (forward; the dispatch's gradient in backward)",
             forward + backward,
             rows * h * beta,
-            "1 per MoE layer per micro-batch each way, ETP·T·k rows of h·β_a before scattering",
+            f"1 per MoE layer per micro-batch each way, {words} rows of h·β_a before scattering",
         ),
         op(
             Collective.ALL_GATHER,
             "ETP all-gather of the routing probabilities (forward)",
             forward + redo,
             rows * beta,
-            "1 per MoE layer per forward, gathered ETP·T·k probabilities of β_a",
+            f"1 per MoE layer per forward, gathered {words} probabilities of β_a",
         ),
         op(
             Collective.REDUCE_SCATTER,
             "ETP reduce-scatter of the probabilities' gradient (backward)",
             forward,
             rows * beta,
-            "1 per MoE layer per micro-batch, ETP·T·k probabilities of β_a before scattering",
+            f"1 per MoE layer per micro-batch, {words} probabilities of β_a before scattering",
         ),
     ]
 

@@ -510,6 +510,10 @@ def megatron_moe_arguments(plan: Plan) -> list[str]:
         args.append(f"--moe-shared-expert-intermediate-size {moe.E_s * moe.f_s}")
     if moe.capacity_factor is not None:
         args.append(f"--moe-expert-capacity-factor {moe.capacity_factor!r}")
+    if moe.padded:
+        # Drop and pad: TransformerConfig refuses the flag without a capacity factor, which
+        # PLC031 refuses too (moe.padded is false then).
+        args.append("--moe-pad-expert-input-to-capacity")
     if moe.router_bias:
         # TransformerConfig refuses the expert bias with softmax scores (transformer_config.py:
         # "only supports 'sigmoid' and 'sqrtsoftplus'"), which job.py refuses too.

@@ -314,6 +314,8 @@ def _experts_record(plan: Plan) -> dict[str, object]:
     }
     if moe.offset:  # written when set, as mtp_layers: plans of other models keep their bytes
         moe_record["layer_offset"] = moe.offset
+    if moe.padded:  # written when set, as layer_offset
+        moe_record["pad_to_capacity"] = True
     if moe.groups is not None and moe.group_k is not None:
         # Group-limited routing: the flex dispatchers' bytes follow from it.
         moe_record["router_groups"] = moe.groups

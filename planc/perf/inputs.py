@@ -51,6 +51,7 @@ from planc.comm.schedule import (
     allgather_probs_bytes,
     allgather_rows_bytes,
     bf16_share,
+    counts_gathered,
     cp_core_redone,
     dispatch_bytes,
     dispatch_group,
@@ -583,7 +584,8 @@ def ep_per_layer(job: Plannable, eff: Efficiency) -> ExchangePerLayer:
                  + a2a(T·k·h·β) combine
       backward = the gradient of each: a2a × 3, [ETP > 1] RS(tokens) + RS(probabilities) +
                  AG(outputs); each a2a the longest of its parts (`exchange_s`), the token-count
-                 gather counted when the schedule lists it (ETP = 1).
+                 gather counted when the schedule lists it (ETP = 1, not padded:
+                 `counts_gathered`). Padded to capacity, E·C rows for T·k throughout.
     allgather (MoEAllGatherTokenDispatcher), over tp_ep of n = ETP·EP:
       forward  = AG(n·T·h·β) + AG(n·T·E·β) probabilities + AG(n·T·E) routing map + RS(n·T·h·β)
       backward = RS(n·T·h·β) + AG(n·T·h·β) + RS(n·T·E·β)
@@ -619,7 +621,7 @@ def _alltoall_per_layer(job: Plannable, eff: Efficiency) -> tuple[float, float]:
         exchange = dispatch_combine_s(job, eff) + exchange_s(job, eff, _flat(job, probs))
         forward += exchange
         backward += exchange
-        if lay.et == 1:
+        if counts_gathered(job):
             link = str(expert_link(job, Axis.EP))
             forward += comm_time_s(job, eff, "all_gather", lay.ep, token_count_bytes(job), link)
     if lay.et > 1:

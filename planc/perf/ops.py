@@ -821,7 +821,8 @@ def router(shape: OpShape, experts: ExpertDims) -> OpCost:
 
 def token_permutation(shape: OpShape, experts: ExpertDims) -> OpCost:
     """Permute the routed rows into expert order before the dispatch and back after the
-    combine (Megatron-Core `permute` / `unpermute`, fused): each reads and writes T·k rows of h.
+    combine (Megatron-Core `permute` / `unpermute`, fused): each reads and writes T·k rows of h
+    (`ExpertDims.routed`: E·C when padded to capacity, the padding rows real copies).
 
     Forward: the permute reads T·k gathered rows and writes them (2β per element), the
     unpermute reads T·k rows and their probabilities and writes T sums (≈2β per element); the
@@ -839,7 +840,9 @@ def local_expert_sort(shape: OpShape, experts: ExpertDims) -> tuple[OpCost, ...]
     (sort_chunks_by_idxs, one fused copy each). None for the flex dispatchers, whose one
     permutation each way `token_permutation` prices, or with a single local expert.
 
-    Rows: the balanced T·topk a rank receives, times ETP. Forward: the sort reads and writes
+    Rows: the balanced T·topk a rank receives, times ETP (E·C·ETP padded to capacity, where
+    Megatron-Core sorts by one transposed copy of a [ETP·EP, E/EP, C] view, the same bytes,
+    token_dispatcher.py:713-735 at 2edffadb). Forward: the sort reads and writes
     each element (2β), the sort back in the combine's preparation the same (2β); backward the
     same two copies of the gradients in reverse."""
     if not experts.sorted_by_expert:
@@ -853,7 +856,8 @@ def _grouped_gemm(
     name: str, shape: OpShape, experts: ExpertDims, inner: float, cols: float
 ) -> OpCost:
     """E/EP experts' matmuls, one per local expert of ETP·T·k·EP/E rows (the balanced share of
-    the gathered rows; Megatron-Core TEGroupedMLP runs them as one grouped GEMM)."""
+    the gathered rows; exactly C·EP·ETP padded to capacity, `ExpertDims.routed` E·C;
+    Megatron-Core TEGroupedMLP runs them as one grouped GEMM)."""
     rows = experts.et * experts.routed * experts.ep / experts.E
     one = gemm(name, rows, inner, cols, shape.beta)
     n = experts.local_experts

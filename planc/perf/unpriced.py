@@ -25,7 +25,7 @@ WHAT: Mapping[Unpriced, str] = MappingProxyType(
             "the host's kernel launches. No CUDA graph of this MoE run holds its routed experts "
             "(training.cuda_graph: none, or Transformer Engine's partial graphs), so the host "
             "launches them each micro-batch, after the dispatcher's synchronisation where it "
-            "has one (dropless); on 256 GB200 "
+            "has one (dropless, or a capacity factor without pad_to_capacity); on 256 GB200 "
             "NVIDIA measured graphs of attention, router and preprocessing saving 2.1 ms per "
             "layer and micro-batch of DeepSeek-V3, and found the routed experts still "
             "host-bound after them (docs/explain.md)"

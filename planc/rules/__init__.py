@@ -54,6 +54,7 @@ _ALL: tuple[Rule, ...] = (
     experts.expert_grid,
     experts.top_k_within_experts,
     experts.capacity_factor_at_least_one,
+    experts.padding_has_capacity_and_alltoall,
     experts.expert_order_accepted,
     experts.moe_tensor_parallel_needs_sequence_parallel,
     layout.schedule_on_framework,

@@ -53,7 +53,10 @@ def _scope_refusals(job: Job) -> list[str]:
     supported with moe_router cuda graph' — local adds the one missing —, 'moe cuda graph is
     only supported for MoE', 'mlp cuda graph is only supported for dense layers', 'moe_preprocess
     cuda graph is not supported when there are DtoH copies and synchronizations in the
-    preprocess step': the alltoall dispatcher with a capacity factor)."""
+    preprocess step': the alltoall dispatcher with a capacity factor and no padding, whose
+    preprocess sums the routing map on the GPU and copies it to the host; padded to capacity it
+    knows its counts on the host and is allowed: transformer_config.py:2506-2519 at core_v0.19.0,
+    2006-2020 at 2edffadb)."""
     impl, modules, moe = (
         job.training.cuda_graph_impl,
         job.training.cuda_graph_modules,
@@ -78,10 +81,11 @@ def _scope_refusals(job: Job) -> list[str]:
         and "moe_preprocess" in modules
         and dispatcher_of(job) == "alltoall"
         and moe.capacity_factor is not None
+        and not moe.padded
     ):
         out.append(
-            "moe_preprocess with the alltoall dispatcher and a capacity factor (its preprocessing "
-            "copies to the host and synchronizes)"
+            "moe_preprocess with the alltoall dispatcher and a capacity factor without "
+            "pad_to_capacity (its preprocessing copies to the host and synchronizes)"
         )
     return out
 

@@ -1,6 +1,7 @@
 """Rules on mixture-of-experts layouts: the expert split, the expert grid, routing, capacity and
-the orders Megatron-Core accepts, sequence parallelism with tensor parallelism. The first three and the last are preconditions of a plan
-(`planc.plannable.PRECONDITIONS`); these rules report what those found."""
+its padding, the orders Megatron-Core accepts, sequence parallelism with tensor parallelism. The
+first three and the last are preconditions of a plan (`planc.plannable.PRECONDITIONS`); these
+rules report what those found."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import replace
 
 from planc.rules.base import Context, Violation, rule
 from planc.rules.layout import sequence_splits
+from planc.spec.job import dispatcher_of
 
 
 @rule("PLC023")
@@ -97,6 +99,97 @@ def capacity_factor_at_least_one(ctx: Context) -> Iterator[Violation]:
         "so tokens are dropped even under perfect balance",
         "use a capacity factor of at least 1 (1.0 to 1.25 is common), or leave it out for "
         "dropless routing",
+    )
+
+
+@rule("PLC031")
+def padding_has_capacity_and_alltoall(ctx: Context) -> Iterator[Violation]:
+    """Experts: model.moe.pad_to_capacity has a capacity to pad to, on the alltoall dispatcher.
+
+    Drop and pad (Megatron --moe-pad-expert-input-to-capacity) fills every expert up to its
+    capacity C = ⌈T·k/E·CF⌉ rows from each rank with zero-weight tokens, so the dispatcher
+    knows its shapes on the host. It needs:
+
+    - a capacity factor: Megatron-Core's TransformerConfig raises 'moe_expert_capacity_factor
+      must be set to use moe_pad_expert_input_to_capacity' (transformer_config.py:1311-1315 at
+      2edffadb, 0.17.1; 802-806 at core_v0.14.0);
+    - k·CF ≤ E, so that C ≤ T: the router picks each expert's C tokens with torch.topk over T
+      (moe_utils.py apply_router_token_dropping, 631-686 at core_v0.14.0, which fails), or at
+      0.17.1 keeps all T while the dispatcher views C (moe_utils.py:916-918);
+    - the alltoall dispatcher, the only one planc prices padded. Megatron-Core refuses DeepEP
+      ('Flex token dispatcher with deepep backend does not support
+      moe_pad_expert_input_to_capacity', transformer_config.py:1254-1261 at 2edffadb). It
+      runs the other two, and planc refuses them too, as an error rather than a note that
+      they are not priced: the allgather dispatcher reads no drop_and_pad, gathers every
+      rank's tokens and still copies the padded map's counts to the host
+      (token_dispatcher.py:295 at 2edffadb), and HybridEP pads inside its own buffers
+      (token_dispatcher.py:986-989, 1012-1025); planc models neither, so a plan would carry
+      exchange and expert prices derived for another run, and a rule has one severity, which
+      DeepEP's case, Megatron's own refusal, sets.
+
+    Base: mixtral-8x7b-64xh100.yaml
+
+    Passes:
+        model: {moe: {capacity_factor: 1.0, pad_to_capacity: true}}
+
+    Fails:
+        model: {moe: {pad_to_capacity: true}}
+    """
+    moe = ctx.job.model.moe
+    if moe is None or not moe.pad_to_capacity:
+        return
+    if moe.capacity_factor is None:
+        yield _padding_without_capacity(moe.E, moe.k)
+        return
+    if moe.k * moe.capacity_factor > moe.E:
+        yield _capacity_above_tokens(moe.E, moe.k, moe.capacity_factor)
+    dispatcher = dispatcher_of(ctx.job)
+    if dispatcher != "alltoall":
+        yield _padding_off_alltoall(dispatcher)
+
+
+def _padding_without_capacity(E: int, k: int) -> Violation:
+    return Violation(
+        "model.moe.pad_to_capacity",
+        "pad_to_capacity pads each expert up to its capacity ⌈T·k/E·CF⌉, but capacity_factor "
+        "is null (dropless): there is no capacity to pad to (Megatron-Core: "
+        "'moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity')",
+        f"add model.moe.capacity_factor: 1.0 (each of the {E} experts then takes exactly "
+        f"⌈T·{k}/{E}⌉ rows from each rank, the balanced T·{k} in all), or leave "
+        "pad_to_capacity out",
+        ("model.moe.capacity_factor",),
+    )
+
+
+def _capacity_above_tokens(E: int, k: int, cf: float) -> Violation:
+    return Violation(
+        "model.moe.capacity_factor",
+        f"capacity_factor {cf:g} with top_k {k} of {E} experts: each expert's capacity "
+        f"⌈T·{k}/{E}·{cf:g}⌉ = ⌈{k * cf / E:g}·T⌉ exceeds the T tokens a rank routes, so "
+        "there are not C tokens to pad it with (Megatron-Core's router takes the top C of "
+        "the T)",
+        f"use a capacity factor of at most E/k = {E / k:g}, or leave pad_to_capacity out",
+        ("model.moe.pad_to_capacity", "model.moe.top_k"),
+    )
+
+
+# Why each dispatcher but alltoall is refused with padding (PLC031's docstring gives the sources).
+OFF_ALLTOALL = {
+    "deepep": "Megatron-Core refuses it ('Flex token dispatcher with deepep backend does not "
+    "support moe_pad_expert_input_to_capacity')",
+    "allgather": "Megatron-Core's allgather dispatcher does not read the flag (it still copies "
+    "the padded routing map's counts to the host)",
+    "hybridep": "HybridEP pads inside its own buffers, with its own layout",
+}
+
+
+def _padding_off_alltoall(dispatcher: str) -> Violation:
+    return Violation(
+        "model.moe.pad_to_capacity",
+        f"pad_to_capacity with the {dispatcher} dispatcher: {OFF_ALLTOALL[dispatcher]}; planc "
+        "prices padding on the alltoall dispatcher only",
+        "set parallelism.expert_dispatcher: alltoall, or leave pad_to_capacity out",
+        ("parallelism.expert_dispatcher",),
     )
 
 

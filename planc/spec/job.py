@@ -91,6 +91,14 @@ class MoE:
     scaling: float | None = None  # factor on the routed output (routed_scaling_factor)
     score: RouterScore = "softmax"  # how the router weighs the experts it picks
     normalize: bool = True  # the top-k weights renormalised to sum to 1 (norm_topk_prob)
+    pad_to_capacity: bool = False  # --moe-pad-expert-input-to-capacity, as written
+
+    @property
+    def padded(self) -> bool:
+        """Drop and pad: a capacity factor with pad_to_capacity, so every expert takes exactly
+        C = ⌈T·k/E·CF⌉ rows from each rank (Megatron-Core's drop_and_pad). pad_to_capacity
+        without a capacity factor pads nothing (PLC031 refuses it, as Megatron-Core does)."""
+        return self.capacity_factor is not None and self.pad_to_capacity
 
     def is_moe_layer(self, i: int) -> bool:
         """Layer `i` (from 0) routes to experts: Megatron's moe_layer_freq pattern
@@ -758,6 +766,7 @@ def _moe(given: Mapping[str, Any], f: int) -> MoE | list[Problem] | None:
         scaling=given.get("router_scaling_factor"),
         score=given.get("router_score", "sigmoid" if given.get("router_bias") else "softmax"),
         normalize=given.get("router_normalize", True),
+        pad_to_capacity=given.get("pad_to_capacity", False),
     )
 
 

@@ -189,6 +189,13 @@ class MoESpec(Frozen):
         "ceil(T·k/E·CF) of a micro-batch's T tokens and drops the rest (Megatron "
         "--moe-expert-capacity-factor). Default: null, dropless (no token is dropped).",
     )
+    pad_to_capacity: StrictBool | None = Field(
+        None,
+        description="With capacity_factor: every expert takes exactly ceil(T·k/E·CF) rows from "
+        "each rank, the short ones padded with zero-weight tokens (Megatron "
+        "--moe-pad-expert-input-to-capacity): static shapes, no token-count all-gather, no host "
+        "synchronisation; the alltoall dispatcher only. Default: false (drop only).",
+    )
     router_bias: StrictBool | None = Field(
         None,
         description="The router keeps a per-expert bias for auxiliary-loss-free load balancing "
@@ -921,8 +928,8 @@ class CudaGraphSpec(Frozen):
         description="What each layer's graph captures (--cuda-graph-modules): attn, mlp (a "
         "dense layer's MLP), moe_router (the router, and the shared experts unless they overlap "
         "the dispatch), moe_preprocess (the dispatcher's preprocessing; with moe_router). Empty: "
-        "the whole layer; must be empty with full_iteration. Megatron's moe (drop-and-pad "
-        "MoE only) is not stated: planc prices dropless experts.",
+        "the whole layer; must be empty with full_iteration. Megatron's moe (the whole MoE "
+        "block, drop-and-pad only) is not stated.",
     )
 
 

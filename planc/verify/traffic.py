@@ -14,6 +14,7 @@ again from the model's shape. Bytes a rank sends per call follow the ring algori
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from fractions import Fraction
@@ -528,8 +529,15 @@ def _tokens(plan: PlanData) -> int:
 
 
 def _routed_rows(plan: PlanData) -> int:
-    """T·k: the rows one rank dispatches per MoE layer per micro-batch."""
-    return _tokens(plan) * int(plan.model["moe"]["top_k"])
+    """The rows one rank dispatches per MoE layer per micro-batch: T·k, or with the plan's
+    pad_to_capacity E·C, every one of the E experts filled to its capacity
+    C = ⌈(T·k/E)·CF⌉ (Megatron-Core get_capacity, in its own float order)."""
+    moe = plan.model["moe"]
+    routed = _tokens(plan) * int(moe["top_k"])
+    if not moe.get("pad_to_capacity"):
+        return routed
+    E = int(moe["experts"])
+    return E * math.ceil((routed / E) * float(moe["capacity_factor"]))
 
 
 def _dispatch_group(plan: PlanData) -> tuple[str, int, int]:
@@ -659,8 +667,9 @@ def _experts(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
     three all-to-alls over ep forward (tokens, their routing probabilities, the outputs back)
     and three backward, each split into its network and NVLink parts when the plan lists
     ep_peers and ep_domain; the E token counts of every rank of the tp_ep group gathered before
-    them (when ETP = 1 it is the ep group); with ETP > 1 the received rows (and probabilities)
-    gathered over etp and the outputs reduce-scattered, each the other way in backward.
+    them (when ETP = 1 it is the ep group; none padded to capacity, whose counts the host
+    knows); with ETP > 1 the received rows (and probabilities) gathered over etp and the
+    outputs reduce-scattered, each the other way in backward.
     allgather and flex: `_allgather`, `_flex`. Full recompute, and selective recompute of the
     moe module, run the forward's again."""
     moe = plan.model.get("moe")
@@ -684,7 +693,7 @@ def _experts(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
         kind, n, g = _dispatch_group(plan)
         ops += _flat_a2a(stage, kind, n, g, 2 * (2 * forward + again), rows * h * beta)
         ops += _flat_a2a(stage, kind, n, g, 2 * forward + again, rows * beta)
-        if et == 1:
+        if et == 1 and not moe.get("pad_to_capacity"):
             counts = ep * moe["experts"] * 8
             ops.append(ExpectedOp(stage, "ep", "all_gather", None, ep, forward + again, counts))
     if et > 1:
