@@ -27,16 +27,12 @@ TOKENS = 131072 // 4  # a rank's share of the sequence
 BLOCK = TOKENS * 8 * (128 + 128) * 2  # one rank's K and V in bf16
 
 
-def job(kind: str, recompute: str = "full") -> Plannable:
+def job(kind: str, recompute: str = "full", kernels: str | None = None) -> Plannable:
+    training = {"seq_len": 131072, "global_batch": 2, "recompute": recompute, "framework": "fsdp2"}
     return job_of(
         {
             "parallelism": {"tensor": 1, "context": 4, "cp_comm_type": kind},
-            "training": {
-                "seq_len": 131072,
-                "global_batch": 2,
-                "recompute": recompute,
-                "framework": "fsdp2",
-            },
+            "training": training | ({"kernels": kernels} if kernels else {}),
         }
     )
 
@@ -95,18 +91,7 @@ def test_a_compiled_block_waits_on_every_exchange_of_its_ring(kind: str, recompu
     # collective is waited on where it is issued (_maybe_wrap_tensor: wait_tensor when tracing),
     # with Inductor's reordering off: every call of every cp op shows, however long attention.
     eager = job(kind, recompute)
-    traced = job_of(
-        {
-            "parallelism": {"tensor": 1, "context": 4, "cp_comm_type": kind},
-            "training": {
-                "seq_len": 131072,
-                "global_batch": 2,
-                "recompute": recompute,
-                "framework": "fsdp2",
-                "kernels": "compiled",
-            },
-        }
-    )
+    traced = job(kind, recompute, "compiled")
     eff = efficiency_of(traced)
     ops = [op for op in analyse(traced).ops if op.group == "cp" and op.stage == 0]
     every_call = sum(op.calls * call_time_s(traced, eff, op) for op in ops) / traced.m
