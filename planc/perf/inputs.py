@@ -771,6 +771,8 @@ def tp_per_layer_on(
         columns = matrices(mlp_up_projections(mlp))
         blocks.append(([gathered], [hidden], again, columns, mlp_down(mlp), 1))
     pipelined = job.training.tp_overlap_runs and job.layout.sp
+    # gathers that feed the recipe's casts, not a matmul, are not pipelined
+    cast_fed = gathers_feed_casts(job)
     forward = exposed = overlapped = 0.0
     by_block: list[float] = []  # each block's forward collectives
     # each block's input gathers (amaxes included) as its recomputed forward runs them again
@@ -801,8 +803,6 @@ def tp_per_layer_on(
                 column_f = sum(work_time_s(c, c.forward, device, eff) for c in columns)
                 row_f = work_time_s(row, row.forward, device, eff)
                 row_d = work_time_s(row, row.backward_data, device, eff, True, row.data_gemm)
-                # gathers that feed the recipe's casts, not a matmul, are not pipelined
-                cast_fed = gathers_feed_casts(job)
                 shown = (
                     gather if cast_fed else pipelined_exposed_s(gather, column_f, t),
                     pipelined_exposed_s(scatter, row_f, t),

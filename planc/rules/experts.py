@@ -5,8 +5,9 @@ rules report what those found."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
+from types import MappingProxyType
 
 from planc.rules.base import Context, Violation, rule
 from planc.rules.layout import sequence_splits
@@ -174,13 +175,15 @@ def _capacity_above_tokens(E: int, k: int, cf: float) -> Violation:
 
 
 # Why each dispatcher but alltoall is refused with padding (PLC031's docstring gives the sources).
-OFF_ALLTOALL = {
-    "deepep": "Megatron-Core refuses it ('Flex token dispatcher with deepep backend does not "
-    "support moe_pad_expert_input_to_capacity')",
-    "allgather": "Megatron-Core's allgather dispatcher does not read the flag (it still copies "
-    "the padded routing map's counts to the host)",
-    "hybridep": "HybridEP pads inside its own buffers, with its own layout",
-}
+OFF_ALLTOALL: Mapping[str, str] = MappingProxyType(
+    {
+        "deepep": "Megatron-Core refuses it ('Flex token dispatcher with deepep backend does not "
+        "support moe_pad_expert_input_to_capacity')",
+        "allgather": "Megatron-Core's allgather dispatcher does not read the flag (it still "
+        "copies the padded routing map's counts to the host)",
+        "hybridep": "HybridEP pads inside its own buffers, with its own layout",
+    }
+)
 
 
 def _padding_off_alltoall(dispatcher: str) -> Violation:
