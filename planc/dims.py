@@ -117,6 +117,9 @@ class Quantized:
     # The LM head quantized too (Megatron-Core fp8_output_proj: Transformer Engine's
     # TELMHeadColumnParallelLinear in the MXFP8 autocast, 3f6a2ed8); else a 16-bit GEMM.
     output_proj: bool = False
+    # The casts are Transformer Engine's kernels (its amax, cast and transpose), priced at the
+    # rate they are measured to reach (`planc.perf.ops.cast_engine`); False: torchao's.
+    te_casts: bool = False
 
     @property
     def label(self) -> str:
@@ -224,6 +227,7 @@ def quantized_formats(training: Training, recipe: Fp8Recipe, gpu: Gpu | None) ->
         rescaled_backward=row.rescaled_backward,
         gemm_rate=row.gemm_rate.get(arch, 1.0),
         cached_weights=te,
+        te_casts=te,
         # torchao's MX recipes (torchao/prototype/moe_training/mxfp8_linear.py: MXTensor.to_mx
         # along dim0, _to_mxfp8_dim1_kernel_wrapper along dim1, each from the 16-bit tensor).
         separate_casts=not te and row.scale_block > 0,

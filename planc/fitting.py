@@ -45,12 +45,13 @@ import numpy as np
 
 from planc.analysis import Analysis, predictor
 from planc.perf.calibrate import Fit, fit, levenberg_marquardt, with_values
+from planc.perf.cast_table import PHASES, CastTable, measured_cast_s, predicted_cast_s
 from planc.perf.expert_host import release_key
 from planc.perf.gemm_table import GemmTable, row_seconds
 from planc.perf.validation import Run
 from planc.presets.efficiency import Efficiency, for_gpu
 from planc.record import record
-from planc.vocab import FitTarget, RunRole
+from planc.vocab import FitTarget, Fp8Recipe, RunRole
 
 
 @record
@@ -172,6 +173,47 @@ def fit_gemm_table_timed(table: GemmTable) -> TimedShape:
     e, d, t0 = (math.exp(x) for x in theta)
     r = residuals(theta)
     return TimedShape(e, d, t0, float(np.sqrt(np.mean(r * r))))
+
+
+@record
+class CastFit:
+    """Transformer Engine's casts fitted on a cast benchmark (:func:`fit_te_casts`)."""
+
+    efficiency: float  # η: the fraction of the HBM peak the casts reach (efficiency.json te_casts)
+    # (recipe, phase, ln(predicted/measured)) at η: of the rows the fit read, and of those held out
+    fitted: tuple[tuple[str, str, float], ...]
+    held_out: tuple[tuple[str, str, float], ...]
+
+
+def fit_te_casts(table: CastTable) -> CastFit:
+    """η at which planc's cast kernels (`planc.perf.cast_table.predicted_cast_s`, the step
+    model's own) price the casts of `table`'s fit recipes as measured (`measured_cast_s`):
+    least squares on ln(predicted/measured) over each fit recipe's three phases, no ridge,
+    on the GPU's preset tables with only η changed. The held-out recipes are priced at the η
+    found and read by nothing else."""
+    tables = for_gpu(table.gpu)
+
+    def errors(eta: float, recipes: Sequence[Fp8Recipe]) -> tuple[tuple[str, str, float], ...]:
+        at = replace(tables, te_cast_efficiency=eta)
+        return tuple(
+            (r.value, phase, math.log(predicted_cast_s(table, r, phase, at) / measured))
+            for r in recipes
+            for phase in PHASES
+            for measured in (measured_cast_s(table, r, phase),)
+        )
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        return np.array([e for *_, e in errors(math.exp(theta[0]), table.fit)])
+
+    start = tables.te_cast_hbm.efficiency
+    theta, _ = levenberg_marquardt(residuals, np.array([math.log(start)]), 100, 1e-12)
+    eta = math.exp(float(theta[0]))
+    return CastFit(eta, errors(eta, table.fit), errors(eta, table.held_out))
+
+
+def te_cast_efficiency(table: CastTable) -> float:
+    """η measured on `table`, rounded to 1e-4 as efficiency.json holds it."""
+    return round(fit_te_casts(table).efficiency, 4)
 
 
 def fit_runs(runs: Sequence[Run], gpu: str) -> tuple[Run, ...]:

@@ -4,6 +4,9 @@ One op's pass takes
 
     T = max(F / (peak · eff_gemm(F, d)),  B / (HBM · eff_hbm(B)))      (matrix ops)
     T = max(F / (vector peak · e_vec),   B / (HBM · eff_hbm(B)))      (vector ops)
+    T = max(F / (vector peak · e_vec),   B / (HBM · eff_cast(B)))     (Transformer Engine's
+                                                                       casts: eff_hbm's form at
+                                                                       their measured rate)
     T = max(F / (peak · e_flash),        B / (HBM · eff_hbm(B)))      (fused attention: the
                                                                        kernel's own e_flash)
 
@@ -85,7 +88,8 @@ def work_time_s(
     else:
         rate = eff.vector_tflops * 1e12 * eff.vector_efficiency
     math = work.flops / rate if work.flops > 0 else 0.0
-    memory = work.bytes / (device.hbm_bytes * eff.hbm.at(work.bytes)) if work.bytes > 0 else 0.0
+    hbm = eff.te_cast_hbm if op.engine == "te-cast" else eff.hbm
+    memory = work.bytes / (device.hbm_bytes * hbm.at(work.bytes)) if work.bytes > 0 else 0.0
     return max(math, memory)
 
 

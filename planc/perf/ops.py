@@ -40,7 +40,12 @@ from planc.vocab import CrossEntropyFusion, Norm, gated
 # through Transformer Engine; cudnn: cuDNN's fused attention (TE FusedAttention); sdpa:
 # PyTorch's scaled_dot_product_attention flash backend, what eager PyTorch runs.
 # cudnn-fp8 / cudnn-mxfp8: cuDNN's fused attention in FP8 (training.fp8.attention).
-Engine = Literal["matrix", "vector", "attention", "cudnn", "cudnn-fp8", "cudnn-mxfp8", "sdpa"]
+# te-cast: a quantization kernel of Transformer Engine's (amax, cast, transpose), memory bound
+# at the rate TE's casts are measured to reach (`Efficiency.te_cast_hbm`); vector: any other
+# element-wise kernel, at the GPU's HBM curve.
+Engine = Literal[
+    "matrix", "vector", "te-cast", "attention", "cudnn", "cudnn-fp8", "cudnn-mxfp8", "sdpa"
+]
 
 
 @record
@@ -1316,14 +1321,23 @@ def quantization(op: OpCost, q: Quantized, beta: int, weight_share: float) -> tu
     x_reads = 0 if q.norm_fused and op.name in NORM_FED_GEMMS else q.reads
     label = f"{op.name} quantize ({q.recipe.value})"
     # a separate projection's input is the previous one's, cast already (`shared_input`)
+    # a norm-fed input's quantized copies are written by the norm kernel, not a cast of TE's
+    x_engine = cast_engine(q) if x_reads else "vector"
     inputs = [] if op.shared_input else cast_kernels(x, q, beta, x_reads, usages, 1.0)
-    forward = [*inputs, *cast_kernels(w, q, beta, q.reads, q.usages, weight_share)]
+    weights = cast_kernels(w, q, beta, q.reads, q.usages, weight_share)
     backward = cast_kernels(dy, q, beta, q.reads, usages, 1.0)
     return (
-        *(OpCost(label, "vector", work, NOTHING, modules=op.modules) for work in forward),
-        *(OpCost(label, "vector", NOTHING, work, modules=op.modules) for work in backward),
+        *(OpCost(label, x_engine, work, NOTHING, modules=op.modules) for work in inputs),
+        *(OpCost(label, cast_engine(q), work, NOTHING, modules=op.modules) for work in weights),
+        *(OpCost(label, cast_engine(q), NOTHING, work, modules=op.modules) for work in backward),
         *backward_rescales(op, q, beta),
     )
+
+
+def cast_engine(q: Quantized) -> Engine:
+    """Where a recipe's casts are priced: Transformer Engine's kernels at their measured rate
+    (`te-cast`), torchao's (compiled or eager PyTorch) on the HBM curve (`vector`)."""
+    return "te-cast" if q.te_casts else "vector"
 
 
 def backward_rescales(op: OpCost, q: Quantized, beta: int) -> tuple[OpCost, ...]:
@@ -1417,8 +1431,9 @@ def fp8_attention(op: OpCost, shape: OpShape, a: AttentionQuant) -> tuple[OpCost
     o = shape.tokens * shape.heads * dv
     per = 1.0 + (a.scale_bytes / a.scale_block if a.scale_block else 0.0)  # bytes per element
     engine: Engine = "cudnn-mxfp8" if a.scale_block else "cudnn-fp8"
-    forward = [Work(0.0, 2.0 * beta * qkv)] if a.concatenates else []
-    forward += _attention_casts(qkv, a, beta, per)
+    # per-tensor recipes' torch.cat of Q, K and V: a copy, on the HBM curve
+    concat = [Work(0.0, 2.0 * beta * qkv)] if a.concatenates else []
+    forward = _attention_casts(qkv, a, beta, per)
     backward = _attention_casts(o, a, beta, per)
     if a.output_fp8:
         forward.append(Work(float(o), o * (1.0 + beta)))
@@ -1433,10 +1448,12 @@ def fp8_attention(op: OpCost, shape: OpShape, a: AttentionQuant) -> tuple[OpCost
     )
     label = f"attention quantize ({a.recipe.value})"
 
-    def cast(fwd: Work, bwd: Work) -> OpCost:
-        return OpCost(label, "vector", fwd, bwd, attention_core=True, modules=op.modules)
+    def cast(fwd: Work, bwd: Work, engine: Engine = "te-cast") -> OpCost:
+        # Transformer Engine's casts (combine_and_quantize)
+        return OpCost(label, engine, fwd, bwd, attention_core=True, modules=op.modules)
 
     return (
+        *(cast(work, NOTHING, "vector") for work in concat),
         *(cast(work, NOTHING) for work in forward),
         *_windowless_backward(kernel, shape, scale),
         *(cast(NOTHING, work) for work in backward),

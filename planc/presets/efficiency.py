@@ -195,6 +195,17 @@ class Efficiency:
     expert_host: Mapping[tuple[str, str], float] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    # The fraction of the HBM peak Transformer Engine's quantization kernels reach (efficiency.
+    # json `te_casts`, measured); None: they are priced on the HBM curve as any other kernel.
+    te_cast_efficiency: float | None = None
+
+    @property
+    def te_cast_hbm(self) -> MemoryCurve:
+        """The HBM curve of Transformer Engine's casts (the `te-cast` engine): the GPU's curve,
+        its fixed time per kernel kept, at the casts' measured efficiency where one is given."""
+        if self.te_cast_efficiency is None:
+            return self.hbm
+        return replace(self.hbm, efficiency=self.te_cast_efficiency)
 
     def gemm_for(self, dtype: DType) -> GemmCurve:
         """The GEMM curve of `dtype`: its own, else the 16-bit (bf16/fp16) curve `gemm`."""
@@ -359,6 +370,7 @@ _TOP = (
     "gemm_by_dtype",
     "accuracy",
     "expert_host",
+    "te_casts",
 )
 _HOST_S = (0.0, 1.0, True)  # τ_e: seconds per expert, layer and micro-batch, at most a second
 _MAX_RUNS = 100_000  # runs a calibration's accuracy may count
@@ -437,7 +449,16 @@ def from_json(data: Mapping[str, Any], where: str = "efficiency") -> Efficiency:
         source=str(data.get("source", "")),
         gemm_by_dtype=_gemm_by_dtype(data.get("gemm_by_dtype", {}), f"{where}.gemm_by_dtype"),
         expert_host=_expert_host(data, where),
+        te_cast_efficiency=_te_casts(data, where),
     )
+
+
+def _te_casts(data: Mapping[str, Any], where: str) -> float | None:
+    """The optional `te_casts` section's efficiency (a fraction of the HBM peak)."""
+    if "te_casts" not in data:
+        return None
+    section = _section(data, "te_casts", where, ("efficiency",))
+    return _number(section, "efficiency", f"{where}.te_casts", _FRACTION)
 
 
 _SEQ = (1, 1 << 24, True)  # a sequence length of a measured attention kernel
@@ -610,6 +631,11 @@ def to_json(eff: Efficiency, source: str = "") -> dict[str, Any]:
             else {}
         ),
         **_host_json(eff),
+        **(
+            {"te_casts": {"efficiency": eff.te_cast_efficiency}}
+            if eff.te_cast_efficiency is not None
+            else {}
+        ),
     }
 
 

@@ -954,6 +954,15 @@ def _tier_problem(
     return None
 
 
+def preset_gpu(name: str) -> Gpu:
+    """The GPU a spec naming preset `name` gets (planc/presets/gpus.json); KeyError for a name
+    that is not a preset."""
+    found = _gpu({"hardware": {"gpu": name}})
+    if isinstance(found, list):  # a preset without its memory: gpus.json is broken
+        raise ValueError(f"GPU preset {name}: {found[0].message}")
+    return found[0]
+
+
 def _gpu(spec: Data) -> tuple[Gpu, dict[str, Any]] | list[Problem]:
     gpu = spec["hardware"]["gpu"]
     if isinstance(gpu, Mapping):
