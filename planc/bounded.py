@@ -149,3 +149,16 @@ def strict_json(text: str, max_depth: int) -> Any:
     if depth(data) > max_depth:
         raise InputError(f"nests lists or objects more than {max_depth} deep")
     return data
+
+
+def named_entries(path: str, limit: int, max_depth: int) -> dict[str, Any]:
+    """The entries of a JSON object of named entries at `path` (a table file of `validation/`),
+    those whose name starts with `_` (notes such as `_about`) left out; InputError naming the
+    path when it cannot be read or is not such an object."""
+    try:
+        data = strict_json(read_text(path, limit), max_depth)
+    except InputError as error:
+        raise InputError(f"{path} {error}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path} must be a JSON object of named entries")
+    return {name: item for name, item in data.items() if not name.startswith("_")}

@@ -206,3 +206,10 @@ def test_a_malformed_benchmark_is_refused_with_its_place(
     path.write_text(json.dumps(data), encoding="utf-8")
     with pytest.raises(CastTableError, match=says):
         read_cast_tables(str(path))
+
+
+def test_a_file_that_is_not_an_object_of_benchmarks_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "casts.json"
+    path.write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(CastTableError, match="must be a JSON object of named entries"):
+        read_cast_tables(str(path))

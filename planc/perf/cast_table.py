@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from planc.bounded import InputError, read_text, strict_json
+from planc.bounded import InputError, named_entries
 from planc.dims import Quantized, quantized_formats
 from planc.perf.compute import Device, work_time_s
 from planc.perf.ops import NOTHING, OpCost, cast_kernels
@@ -84,14 +84,10 @@ class CastTable:
 def read_cast_tables(path: str) -> Mapping[str, CastTable]:
     """The benchmarks of `path` by name; CastTableError when the file or one cannot be used."""
     try:
-        data = strict_json(read_text(path, TABLES_LIMIT), TABLES_DEPTH)
+        entries = named_entries(path, TABLES_LIMIT, TABLES_DEPTH)
     except InputError as error:
-        raise CastTableError(f"{path} {error}") from None
-    if not isinstance(data, dict):
-        raise CastTableError(f"{path} must be a JSON object of benchmarks")
-    return MappingProxyType(
-        {name: _table(name, item) for name, item in data.items() if not name.startswith("_")}
-    )
+        raise CastTableError(str(error)) from None
+    return MappingProxyType({name: _table(name, item) for name, item in entries.items()})
 
 
 def _table(name: str, item: Any) -> CastTable:

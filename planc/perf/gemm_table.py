@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from planc.bounded import InputError, read_text, strict_json
+from planc.bounded import InputError, named_entries
 from planc.perf.compute import Device, work_time_s
 from planc.perf.ops import NOTHING, GemmShape, OpCost, Work
 from planc.presets.efficiency import Efficiency
@@ -80,14 +80,10 @@ class GemmTable:
 def read_tables(path: str) -> Mapping[str, GemmTable]:
     """The tables of `path` by name; TableError when the file or a table cannot be used."""
     try:
-        data = strict_json(read_text(path, TABLES_LIMIT), TABLES_DEPTH)
+        entries = named_entries(path, TABLES_LIMIT, TABLES_DEPTH)
     except InputError as error:
-        raise TableError(f"{path} {error}") from None
-    if not isinstance(data, dict):
-        raise TableError(f"{path} must be a JSON object of tables")
-    return MappingProxyType(
-        {name: _table(name, item) for name, item in data.items() if not name.startswith("_")}
-    )
+        raise TableError(str(error)) from None
+    return MappingProxyType({name: _table(name, item) for name, item in entries.items()})
 
 
 def _table(name: str, item: Any) -> GemmTable:
