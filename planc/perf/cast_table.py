@@ -40,7 +40,9 @@ from planc.vocab import DType, Fp8Recipe
 
 TABLES_LIMIT = 256 * 1024  # bytes: a benchmark of a few dozen rows is a few kilobytes
 TABLES_DEPTH = 6  # {name: {shapes: {phase: [[m, k, n]]}}}
-TABLE_FIELDS = frozenset(("gpu", "source", "shapes", "control", "fit", "held_out", "rows"))
+TABLE_FIELDS = frozenset(
+    ("gpu", "source", "shapes", "control", "gemm_from", "fit", "held_out", "rows")
+)
 ROW_FIELDS = frozenset(("recipe", "phase", "autocast_ms", "prequantized_ms"))
 PHASES = ("fprop", "dgrad", "wgrad")
 CONTROL = "bf16"  # the control column: 16-bit GEMMs, nothing quantized
@@ -69,6 +71,9 @@ class CastTable:
     gpu: str  # the planc GPU preset it ran on
     source: str
     shapes: Mapping[str, tuple[tuple[int, int, int], ...]]  # phase -> (M, K, N) of each call
+    # recipe -> the recipe whose pre-quantized column holds its GEMMs alone, where its own does
+    # not (TE's FP8 delayed scaling runs autocast in both columns: current scaling's kernel)
+    gemm_from: Mapping[Fp8Recipe, Fp8Recipe]
     fit: tuple[Fp8Recipe, ...]  # the recipes a fit reads
     held_out: tuple[Fp8Recipe, ...]  # those it must not read
     rows: tuple[CastRow, ...]
@@ -108,11 +113,13 @@ def _table(name: str, item: Any) -> CastTable:
         gpu=item["gpu"],
         source=item["source"],
         shapes=_shapes(name, item["shapes"]),
+        gemm_from=_gemm_from(name, item["gemm_from"]),
         fit=_recipes(name, "fit", item["fit"]),
         held_out=_recipes(name, "held_out", item["held_out"]),
         rows=tuple(_row(name, i, row) for i, row in enumerate(rows)),
     )
-    for recipe in (CONTROL, *(r.value for r in (*table.fit, *table.held_out))):
+    named = (*table.fit, *table.held_out, *table.gemm_from.values())
+    for recipe in (CONTROL, *(r.value for r in named)):
         for phase in PHASES:
             try:
                 table.row(recipe, phase)
@@ -140,6 +147,14 @@ def _shape(where: str, value: Any) -> tuple[int, int, int]:
         raise CastTableError(f"benchmark {where}: must be [M, K, N]")
     m, k, n = (_count(where, axis, x) for axis, x in zip("MKN", value, strict=True))
     return m, k, n
+
+
+def _gemm_from(name: str, value: Any) -> Mapping[Fp8Recipe, Fp8Recipe]:
+    if not isinstance(value, dict):
+        raise CastTableError(f"benchmark {name}: gemm_from must be an object of recipes")
+    keys = _recipes(name, "gemm_from", list(value))
+    values = _recipes(name, "gemm_from", list(value.values()))
+    return MappingProxyType(dict(zip(keys, values, strict=True)))
 
 
 def _recipes(name: str, key: str, value: Any) -> tuple[Fp8Recipe, ...]:
@@ -180,12 +195,13 @@ def _positive(where: str, key: str, value: Any) -> float:
 
 
 def measured_cast_s(table: CastTable, recipe: Fp8Recipe, phase: str) -> float:
-    """Seconds of the casts of `recipe`'s `phase`: its autocast time less its pre-quantized
-    time at the control's ratio of the two runs (module docstring)."""
+    """Seconds of the casts of `recipe`'s `phase`: its autocast time less its GEMMs' alone
+    (its pre-quantized time, or that of the recipe `gemm_from` names) at the control's ratio of
+    the two runs (module docstring)."""
     control = table.row(CONTROL, phase)
-    row = table.row(recipe.value, phase)
+    gemms = table.row(table.gemm_from.get(recipe, recipe).value, phase)
     drift = control.autocast_ms / control.prequantized_ms
-    return (row.autocast_ms - row.prequantized_ms * drift) / 1e3
+    return (table.row(recipe.value, phase).autocast_ms - gemms.prequantized_ms * drift) / 1e3
 
 
 def recipe_formats(recipe: Fp8Recipe, gpu: Gpu) -> Quantized:
