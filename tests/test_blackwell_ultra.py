@@ -16,6 +16,7 @@ from planc.perf.compute import work_time_s
 from planc.perf.inputs import device_of, efficiency_of, ep_processor_usage, quantized_device
 from planc.perf.ops import OpCost, cast_kernels
 from planc.plannable import Plannable
+from planc.presets import gpu_preset
 from planc.presets.efficiency import for_gpu, to_json
 from planc.vocab import DType
 
@@ -69,10 +70,18 @@ def test_what_blackwell_ultra_takes_from_blackwell(ultra: str, base: str, fitted
     own += ("cudnn_by_seq", "cudnn_forward", "cudnn_backward", "cudnn_d64_by_seq")
     own += ("cudnn_d64_w128_by_seq",)
     mine, theirs = to_json(for_gpu(ultra)), to_json(for_gpu(base))
-    for section in ("hbm", "vector", "flash_attention"):
+    for section in ("vector", "flash_attention"):
         assert {k: v for k, v in mine[section].items() if k not in own} == {
             k: v for k, v in theirs[section].items() if k not in own
         }
+    # HBM: the same efficiency and the same fixed time per kernel, B½ over the part's own
+    # bandwidth (the B200's bus is narrower than the B300's: gpus.json's sources)
+    assert mine["hbm"]["efficiency"] == theirs["hbm"]["efficiency"]
+    fixed = [
+        j["hbm"]["half_bytes"] / gpu_preset(g)["memory_bandwidth_gbs"]
+        for j, g in ((mine, ultra), (theirs, base))
+    ]
+    assert fixed[0] == pytest.approx(fixed[1], rel=1e-3)
     ultra_fp8 = mine["flash_attention"]["cudnn_fp8_by_seq"]["forward"]
     base_fp8 = theirs["flash_attention"]["cudnn_fp8_by_seq"]["forward"]
     assert all(u > b for u, b in zip(ultra_fp8[1:], base_fp8[1:], strict=True))
