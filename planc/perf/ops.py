@@ -1320,9 +1320,9 @@ def quantization(op: OpCost, q: Quantized, beta: int, weight_share: float) -> tu
     usages = 1 if q.wgrad_high_precision else q.usages
     x_reads = 0 if q.norm_fused and op.name in NORM_FED_GEMMS else q.reads
     label = f"{op.name} quantize ({q.recipe.value})"
-    # a separate projection's input is the previous one's, cast already (`shared_input`)
     # a norm-fed input's quantized copies are written by the norm kernel, not a cast of TE's
     x_engine = cast_engine(q) if x_reads else "vector"
+    # a separate projection's input is the previous one's, cast already (`shared_input`)
     inputs = [] if op.shared_input else cast_kernels(x, q, beta, x_reads, usages, 1.0)
     weights = cast_kernels(w, q, beta, q.reads, q.usages, weight_share)
     backward = cast_kernels(dy, q, beta, q.reads, usages, 1.0)
