@@ -523,12 +523,12 @@ def quantized_passes(
     # Megatron-Core runs the MTP modules under the FP8 context only (FP4 stays out of them).
     projection = None
     if q.gemm is DType.FP8:
-        ops = with_quantized_gemms(mtp_projection_ops(shape), q, shape.beta, weight_share)
+        ops = with_quantized_gemms(mtp_projection_ops(shape), q, shape.beta, weight_share, shape)
         projection = pass_times(ops, device, low_eff, low_device)
     head = mtp_head = None
     if q.output_proj:
-        head = head_passes(last_stage_ops(shape), q, shape.beta, weight_share, device, low_eff, low_device)
-        mtp_head = head_passes(mtp_head_ops(shape), q, shape.beta, weight_share, device, low_eff, low_device)
+        head = head_passes(last_stage_ops(shape), q, shape, weight_share, device, low_eff, low_device)
+        mtp_head = head_passes(mtp_head_ops(shape), q, shape, weight_share, device, low_eff, low_device)
     windowed = replace(shape, window=window)
     window_layer = passes(layer_ops(windowed), windowed) if window else None
     window_moe = passes(moe_layer_ops(windowed, experts), windowed) if window and experts else None
@@ -546,7 +546,7 @@ def quantized_passes(
 def head_passes(
     ops: tuple[OpCost, ...],
     q: Quantized,
-    beta: int,
+    shape: OpShape,
     weight_share: float,
     device: Device,
     eff: Efficiency,
@@ -557,7 +557,8 @@ def head_passes(
     `weight_share` of a micro-batch's (Transformer Engine caches it across micro-batches as any
     TE linear's), its output gradient cast in backward, the GEMMs at the recipe's rate; the norm,
     the embedding and the loss as in 16 bits."""
-    return pass_times(with_quantized_gemms(ops, q, beta, weight_share), device, eff, low_device)
+    quantized = with_quantized_gemms(ops, q, shape.beta, weight_share, shape)
+    return pass_times(quantized, device, eff, low_device)
 
 
 def optimizer_time_s(

@@ -95,7 +95,7 @@ def op_table(job: Plannable) -> OpTable:
     ends = end_shape(shape)
     head = last_stage_ops(ends)
     if q is not None and q.output_proj:
-        timed_head = op_times(with_quantized_gemms(head, q, ends.beta, share), device, eff, low)
+        timed_head = op_times(with_quantized_gemms(head, q, ends.beta, share, ends), device, eff, low)
     else:
         timed_head = op_times(head, device, eff)
     return OpTable(tuple(kinds), op_times(first_stage_ops(ends), device, eff), timed_head)

@@ -1306,13 +1306,37 @@ def cast_kernels(
     return kernels
 
 
-def quantization(op: OpCost, q: Quantized, beta: int, weight_share: float) -> tuple[OpCost, ...]:
+# The GEMMs whose input reaches them through a sequence-parallel all-gather (column-parallel:
+# the attention's and MLP's first projections, latent attention's up projections, the MTP
+# projection and the LM head), and those whose output gradient does in backward (row-parallel).
+GATHERED_INPUTS = frozenset(
+    {
+        "qkv",
+        "qkv (wq)",
+        "qkv (wk)",
+        "qkv (wv)",
+        "mlp fc1",
+        "mlp fc1 (w1)",
+        "mlp fc1 (w3)",
+        "mla q up",
+        "mla kv up",
+        "mtp eh proj",
+        "lm head",
+    }
+)
+GATHERED_GRADIENTS = frozenset({"attention output", "mlp fc2"})
+
+
+def quantization(
+    op: OpCost, q: Quantized, beta: int, weight_share: float, shard: float = 1.0
+) -> tuple[OpCost, ...]:
     """The quantization kernels of one quantized GEMM, each on HBM with its own fixed cost:
     forward the input X (its read fused into the norm for a norm-fed GEMM under TE) and the
     weight W (`weight_share` of a cast per micro-batch: 1/m where TE caches the FP8 weight
     across micro-batches, 1 where torchao casts every time), backward the output gradient dY.
     Each tensor gets the copies the GEMMs need (rowwise, and columnwise where the hardware or
-    recipe needs one)."""
+    recipe needs one). A tensor that a quantized sequence-parallel all-gather brings to the
+    GEMM is cast on this rank's `shard` of its rows (`gathered_casts`)."""
     g = op.shape
     if g is None:
         return ()
@@ -1322,16 +1346,53 @@ def quantization(op: OpCost, q: Quantized, beta: int, weight_share: float) -> tu
     label = f"{op.name} quantize ({q.recipe.value})"
     # a norm-fed input's quantized copies are written by the norm kernel, not a cast of TE's
     x_engine = cast_engine(q) if x_reads else "vector"
+    x_share = shard if op.name in GATHERED_INPUTS else 1.0
+    dy_share = shard if op.name in GATHERED_GRADIENTS else 1.0
     # a separate projection's input is the previous one's, cast already (`shared_input`)
-    inputs = [] if op.shared_input else cast_kernels(x, q, beta, x_reads, usages, 1.0)
+    inputs, x_transposes = (
+        ([], []) if op.shared_input else gathered_casts(x, x_share, q, beta, x_reads, usages)
+    )
     weights = cast_kernels(w, q, beta, q.reads, q.usages, weight_share)
-    backward = cast_kernels(dy, q, beta, q.reads, usages, 1.0)
+    dy_casts, dy_transposes = gathered_casts(dy, dy_share, q, beta, q.reads, usages)
+    backward = [*x_transposes, *dy_casts, *dy_transposes]
     return (
         *(OpCost(label, x_engine, work, NOTHING, modules=op.modules) for work in inputs),
         *(OpCost(label, cast_engine(q), work, NOTHING, modules=op.modules) for work in weights),
         *(OpCost(label, cast_engine(q), NOTHING, work, modules=op.modules) for work in backward),
         *backward_rescales(op, q, beta),
     )
+
+
+def gathered_casts(
+    elements: float, share: float, q: Quantized, beta: int, reads: int, usages: int
+) -> tuple[list[Work], list[Work]]:
+    """The kernels that quantize a tensor of `elements` (as the GEMM reads it, gathered) of
+    which this rank holds `share` (1: the whole tensor, no quantized gather): the casts, and
+    the transposes backward makes of the gathered data. Transformer Engine quantizes the local
+    sequence shard and all-gathers the quantized data (layernorm_linear.py and linear.py forward:
+    the input quantizer before `gather_along_first_dim` or `fill_userbuffers_buffer_for_all_gather`;
+    base.py `grad_output_preprocess` for a row-parallel output gradient; TE 2.14). A per-tensor
+    FP8 tensor gathers its rowwise data only (`supports_only_rowwise_all_gather`): where the
+    architecture needs a columnwise copy (Hopper), backward transposes the gathered FP8 data,
+    reading and writing bits/8 bytes an element of it (`update_usage(columnwise_usage=True)`).
+    A block-scaled recipe casts both copies on the shard and gathers each as its GEMM needs it."""
+    if share >= 1.0:
+        return cast_kernels(elements, q, beta, reads, usages, 1.0), []
+    local = elements * share
+    if q.scale_block or usages == 1:
+        return cast_kernels(local, q, beta, reads, usages, 1.0), []
+    transpose = Work(0.0, 2.0 * elements * q.data_bits / 8)
+    return cast_kernels(local, q, beta, reads, 1, 1.0), [transpose]
+
+
+def sp_cast_share(q: Quantized, shape: OpShape | None) -> float:
+    """The share of a sequence-parallel GEMM's gathered rows this rank quantizes: s_r/s_c (1/t)
+    where Transformer Engine quantizes the local shard before a quantized SP all-gather
+    (`Quantized.tp_gather_fp8` with TE's casts, `gathered_casts`), else 1. torchao's Float8 TP
+    (torchtitan's tensorwise) also casts before its gather but is not verified here: 1."""
+    if shape is None or not (q.te_casts and q.tp_gather_fp8) or shape.s_r >= shape.s_c:
+        return 1.0
+    return shape.s_r / shape.s_c
 
 
 def cast_engine(q: Quantized) -> Engine:
@@ -1370,14 +1431,16 @@ def with_quantized_gemms(
     """`ops` (a layer's, or the head's) with the recipe's GEMMs quantized, each preceded by its
     quantization kernels (the LM head's too under `Quantized.output_proj`), and cuDNN's fused
     attention in FP8 where the recipe runs it there (`Quantized.attention`, `fp8_attention`;
-    `shape` the layer's); every other op as it was."""
+    `shape` the layer's, whose SP split also sizes the casts of gathered tensors,
+    `sp_cast_share`); every other op as it was."""
     out: list[OpCost] = []
     names = QUANTIZED_GEMMS | HEAD_GEMMS if q.output_proj else QUANTIZED_GEMMS
+    shard = sp_cast_share(q, shape)
     for op in ops:
         if op.engine == "matrix" and op.name in names and q.linear_speedup is not None:
             out.append(measured_linear(op, q.linear_speedup))
         elif op.engine == "matrix" and op.name in names:
-            out.extend(quantization(op, q, beta, weight_share))
+            out.extend(quantization(op, q, beta, weight_share, shard))
             out.append(quantized_gemm(op, q, beta))
         elif op.engine == "cudnn" and q.attention is not None and shape is not None:
             out.extend(fp8_attention(op, shape, q.attention))
