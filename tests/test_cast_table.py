@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from planc.dims import quantized_formats
 from planc.fitting import fit_te_casts, te_cast_efficiency
 from planc.perf.cast_table import (
     PHASES,
@@ -32,7 +31,7 @@ from planc.perf.cast_table import (
 from planc.perf.compute import Device, work_time_s
 from planc.perf.ops import NOTHING, GemmShape, OpCost, Work, quantization
 from planc.presets.efficiency import for_gpu, from_json, to_json
-from planc.spec.job import Training, preset_gpu
+from planc.spec.job import preset_gpu
 from planc.vocab import Fp8Recipe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,25 +159,8 @@ def test_torchao_casts_and_norm_fed_inputs_stay_on_the_hbm_curve() -> None:
     engines = [(op.forward.bytes > 0, op.engine) for op in quantization(qkv, te, 2, 1.0)]
     assert engines[0] == (True, "vector") and {e for _, e in engines[1:]} == {"te-cast"}
     assert {op.engine for op in quantization(fc2, te, 2, 1.0)} == {"te-cast"}
-    torchao = quantized_formats(_fsdp2(), Fp8Recipe.TENSORWISE, gpu)
+    torchao = recipe_formats(Fp8Recipe.TENSORWISE, gpu, "fsdp2")
     assert {op.engine for op in quantization(fc2, torchao, 2, 1.0)} == {"vector"}
-
-
-def _fsdp2() -> Training:
-    return replace(
-        Training(
-            s=1,
-            b=1,
-            B=1,
-            precision="fp8",
-            optimizer="adam",
-            grad_accum_fp32=False,
-            recompute="none",
-            attention="flash",
-            fp8_recipe=Fp8Recipe.TENSORWISE,
-        ),
-        framework="fsdp2",
-    )
 
 
 def test_efficiency_entries_carry_the_section_both_ways() -> None:

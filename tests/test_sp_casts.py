@@ -11,15 +11,13 @@ bytes below are counted from that code path by hand, not read from planc.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
-from planc.dims import Quantized, quantized_formats
+from planc.dims import Quantized
 from planc.perf.cast_table import recipe_formats
 from planc.perf.inputs import layer_shape
 from planc.perf.ops import OpCost, gemm, quantization, sp_cast_share, with_quantized_gemms
-from planc.spec.job import Training, preset_gpu
+from planc.spec.job import preset_gpu
 from planc.vocab import Fp8Recipe
 
 from conftest import job_of
@@ -104,19 +102,7 @@ def test_the_share_follows_the_layout(overlay: dict[str, object], share: float) 
 def test_torchaos_casts_stay_whole() -> None:
     # torchao's Float8 TP casts before its gather too, but planc has not checked its code path
     # (sp_cast_share): its casts are priced on the gathered tensor as before.
-    training = Training(
-        s=1,
-        b=1,
-        B=1,
-        precision="fp8",
-        optimizer="adam",
-        grad_accum_fp32=False,
-        recompute="none",
-        attention="flash",
-        fp8_recipe=Fp8Recipe.TENSORWISE,
-    )
-    gpu = preset_gpu("h100-sxm")
-    q = quantized_formats(replace(training, framework="fsdp2"), Fp8Recipe.TENSORWISE, gpu)
+    q = recipe_formats(Fp8Recipe.TENSORWISE, preset_gpu("h100-sxm"), "fsdp2")
     job = job_of({"parallelism": {"tensor": 4, "sequence_parallel": True}})
     shape = layer_shape(job)
     assert sp_cast_share(q, shape) == 1.0

@@ -36,7 +36,7 @@ from planc.perf.ops import NOTHING, OpCost, cast_kernels
 from planc.presets.efficiency import Efficiency
 from planc.record import record
 from planc.spec.job import Gpu, Training, preset_gpu
-from planc.vocab import DType, Fp8Recipe
+from planc.vocab import DType, Fp8Recipe, Framework
 
 TABLES_LIMIT = 256 * 1024  # bytes: a benchmark of a few dozen rows is a few kilobytes
 TABLES_DEPTH = 6  # {name: {shapes: {phase: [[m, k, n]]}}}
@@ -204,9 +204,9 @@ def measured_cast_s(table: CastTable, recipe: Fp8Recipe, phase: str) -> float:
     return (table.row(recipe.value, phase).autocast_ms - gemms.prequantized_ms * drift) / 1e3
 
 
-def recipe_formats(recipe: Fp8Recipe, gpu: Gpu) -> Quantized:
-    """What Transformer Engine's `recipe` quantizes on `gpu` (planc/presets/fp8.json), as the
-    step model takes it for a Megatron-Core run."""
+def recipe_formats(recipe: Fp8Recipe, gpu: Gpu, framework: Framework = "megatron") -> Quantized:
+    """What `recipe` quantizes on `gpu` (planc/presets/fp8.json), as the step model takes it
+    for a run of `framework` (Megatron-Core's: Transformer Engine's kernels)."""
     training = Training(
         s=1,
         b=1,
@@ -217,6 +217,7 @@ def recipe_formats(recipe: Fp8Recipe, gpu: Gpu) -> Quantized:
         recompute="none",
         attention="flash",
         fp8_recipe=recipe,
+        framework=framework,
     )
     return quantized_formats(training, recipe, gpu)
 
