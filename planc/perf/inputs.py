@@ -439,6 +439,8 @@ class TpPerLayer:
     backward_exposed_s: float
     backward_overlapped_s: float
     recompute_s: float  # exposed again in backward by recompute (full, or torchtitan per-op)
+    # hidden on the copy engines (Transformer Engine's ring-exchange all-gathers): no SMs taken
+    copy_engine_s: float = 0.0
 
 
 @record
@@ -697,7 +699,11 @@ def tp_per_layer(
     output gradient's all-gather with the row GEMM's data gradient. A pipelined pair hides at
     most (t − 1)/t of the collective behind the GEMM (the first chunk's gather, or the last
     chunk's reduction, has nothing to run beside): `pipelined_exposed_s`. What hides slows the
-    GEMM by the link's processor_usage (the step's tp_processor_usage)."""
+    GEMM by the link's processor_usage (the step's tp_processor_usage). Megatron's all-gathers
+    (the input's in forward, the output gradient's in backward) run as Transformer Engine's ring
+    exchange on the copy engines, its first GEMM chunk on the rank's own shard: they hide
+    whole where the GEMM is long enough and take no SMs (`ring_exchange_exposed_s`,
+    `copy_engine_gathers`)."""
     return tp_per_layer_on(job, eff, tp_link(ops, stage), moe_layer)
 
 
@@ -773,7 +779,16 @@ def tp_per_layer_on(
     pipelined = job.training.tp_overlap_runs and job.layout.sp
     # gathers that feed the recipe's casts, not a matmul, are not pipelined
     cast_fed = gathers_feed_casts(job)
-    forward = exposed = overlapped = 0.0
+    ring = copy_engine_gathers(job)
+
+    def gather_exposed(collective_s: float, gemm_s: float) -> float:
+        if cast_fed:
+            return collective_s
+        if ring:
+            return ring_exchange_exposed_s(collective_s, gemm_s, t)
+        return pipelined_exposed_s(collective_s, gemm_s, t)
+
+    forward = exposed = overlapped = on_copy_engines = 0.0
     by_block: list[float] = []  # each block's forward collectives
     # each block's input gathers (amaxes included) as its recomputed forward runs them again
     # under torchtitan's per-op checkpointing, pipelined under async TP with the share of its
@@ -804,18 +819,23 @@ def tp_per_layer_on(
                 row_f = work_time_s(row, row.forward, device, eff)
                 row_d = work_time_s(row, row.backward_data, device, eff, True, row.data_gemm)
                 shown = (
-                    gather if cast_fed else pipelined_exposed_s(gather, column_f, t),
+                    gather_exposed(gather, column_f),
                     pipelined_exposed_s(scatter, row_f, t),
-                    grad_gather if cast_fed else pipelined_exposed_s(grad_gather, row_d, t),
+                    gather_exposed(grad_gather, row_d),
                 )
                 forward += shown[0] + shown[1]
                 exposed += shown[2]
-                overlapped += gather + scatter + grad_gather - sum(shown)
+                gathers_hidden = gather + grad_gather - shown[0] - shown[2]
+                if ring:
+                    on_copy_engines += gathers_hidden
+                else:
+                    overlapped += gathers_hidden
+                overlapped += scatter - shown[1]
                 redone_f = sum(
                     recomputed.get(c.name, 1.0) * work_time_s(c, c.forward, device, eff)
                     for c in columns
                 )
-                again_s = gather if cast_fed else pipelined_exposed_s(gather, redone_f, t)
+                again_s = gather_exposed(gather, redone_f)
                 gathered_s.append(again_s + amaxes * amax)
             else:
                 forward += gather + scatter
@@ -842,7 +862,7 @@ def tp_per_layer_on(
         # Without SP Megatron has no userbuffers overlap (validate_args requires SP for
         # --tp-comm-overlap); planc keeps its older reading of overlap_tp: all hidden.
         return TpPerLayer(0.0, 0.0, forward + exposed + overlapped + redo, 0.0)
-    return TpPerLayer(forward, exposed, overlapped, redo)
+    return TpPerLayer(forward, exposed, overlapped, redo, on_copy_engines)
 
 
 def ends_tp_times(job: Plannable, eff: Efficiency, stage: int, link: str | None) -> EndsTimes:
@@ -913,6 +933,27 @@ def input_gradient_exposed_s(
     if not asynchronous:
         return reduction_s, 0.0
     return max(0.0, reduction_s - wgrad_s), min(reduction_s, wgrad_s)
+
+
+def copy_engine_gathers(job: Plannable) -> bool:
+    """Whether the pipelined SP all-gathers run as Transformer Engine's ring exchange on the
+    copy engines: Megatron's userbuffers (`--tp-comm-overlap`), whose default method for the
+    forward input gathers (qkv_fprop, fc1_fprop) and the backward output-gradient gathers
+    (proj_dgrad, fc2_dgrad) is ring_exchange with use_ce (transformer_engine/pytorch/module/
+    base.py initialize_ub, get_default_config, TE 2.14; CommOverlapP2PBase::split_overlap_ag).
+    torchtitan's async TP and DeepSpeed keep `pipelined_exposed_s` and the SMs' share."""
+    return job.training.framework == "megatron"
+
+
+def ring_exchange_exposed_s(collective_s: float, gemm_s: float, t: int) -> float:
+    """Seconds of an all-gather left exposed by Transformer Engine's ring exchange beside a GEMM
+    of `gemm_s` seconds in t chunks: the first chunk multiplies the rank's own shard while the
+    next arrives, and each of the t − 1 exchanges (c/(t − 1) each) hides behind one chunk's
+    GEMM (g/t): max(0, c − g·(t − 1)/t) (TE comm_gemm_overlap.cpp split_overlap_ag, the local
+    chunk first)."""
+    if t <= 1:
+        return 0.0
+    return max(0.0, collective_s - gemm_s * (t - 1) / t)
 
 
 def pipelined_exposed_s(collective_s: float, gemm_s: float, t: int) -> float:
@@ -1310,6 +1351,9 @@ def build_inputs(
                     k * one.backward_overlapped_s
                     for mix in mixes
                     for k, one in zip(mix, tp, strict=True)
+                ),
+                tp_copy_engine_s=sum(
+                    k * one.copy_engine_s for mix in mixes for k, one in zip(mix, tp, strict=True)
                 ),
                 cp_exposed_s=cp_exposed,
                 cp_overlapped_s=cp_hidden_per_microbatch(job, eff, mine, r, cp_exposed),

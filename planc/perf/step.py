@@ -60,6 +60,8 @@ class StageInputs:
     after_step_s: float = 0.0
     optimizer_s: float = 0.0
     tp_overlapped_s: float = 0.0  # TP communication hidden behind compute, per micro-batch
+    # TP communication hidden on the copy engines (TE's ring exchange): no SMs taken
+    tp_copy_engine_s: float = 0.0
     cp_exposed_s: float = 0.0  # ring-attention K/V exchange not hidden, per micro-batch
     cp_overlapped_s: float = 0.0  # CP exchange hidden behind attention, per micro-batch
     dp_overlapped_s: float = 0.0  # other DP communication hidden behind compute, per micro-batch
@@ -388,7 +390,7 @@ def overlaps(
         Overlap(
             "tp",
             "the layer's GEMMs",
-            m * st.tp_overlapped_s,
+            m * (st.tp_overlapped_s + st.tp_copy_engine_s),
             tp_exposed,
             inputs.tp_processor_usage * m * st.tp_overlapped_s,
         ),
