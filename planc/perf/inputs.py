@@ -958,7 +958,7 @@ def ring_exchange_exposed_s(collective_s: float, gemm_s: float, t: int) -> float
 
 def pipelined_exposed_s(collective_s: float, gemm_s: float, t: int) -> float:
     """Seconds of a collective left exposed when it is split into t chunks pipelined with a GEMM
-    of `gemm_s` seconds (TE userbuffers' ring-exchange and pipelined overlaps): at least one
+    of `gemm_s` seconds (TE userbuffers' reduce-scatters, torchtitan's async TP): at least one
     chunk, c/t, has no GEMM chunk beside it, and the rest hides behind (t − 1)/t of the GEMM:
     max(c/t, c − g·(t − 1)/t)."""
     if t <= 1:
