@@ -3,7 +3,8 @@
 
 Its policy saves every aten.mm output but every second one's, and SDPA's, and recomputes the
 rest. In the Llama block the matmuls run wq, wk, wv, wo, w1, w3, w2: wk, wo and w3 are
-recomputed (the 2nd, 4th and 6th), with every norm, rotary embedding, SwiGLU and residual add.
+recomputed (the 2nd, 4th and 6th), with every norm, rotary embedding, SwiGLU and residual add
+but the closing one, which no backward reads (planc.perf.sac.unread_tail).
 """
 
 from __future__ import annotations
@@ -79,13 +80,14 @@ def test_recompute_time_is_the_recomputed_share_of_each_forward() -> None:
         op = ops[name]
         return work_time_s(op, op.forward, device, eff)
 
+    # not the block's closing residual add: no backward reads its output, and torch's
+    # checkpoint stops before it (planc.perf.sac.unread_tail)
     vector = (
         "input norm",
         "rotary",
         "attention dropout + residual",
         "pre-MLP norm",
         "swiglu",
-        "MLP dropout + residual",
     )
     expected = (
         sum(fwd(name) for name in vector)

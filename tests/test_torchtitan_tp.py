@@ -235,12 +235,14 @@ def test_async_tp_pipelines_the_recomputed_gather_with_the_recomputed_matmuls() 
 
 
 def test_full_recompute_runs_the_whole_forward_again_not_an_extra_gather() -> None:
-    # Under full recompute the forward's gathers and reduce-scatters run again, once each.
+    # Under full recompute the forward's gathers run again, once each, and its reduce-scatters
+    # but the MLP's: torch's checkpoint recomputes only what the backward reads, and nothing
+    # reads the reduction of w2's output (planc.perf.sac.unread_tail).
     plan = checkpointed("full")
     layers, m = plan.model.L, plan.m
     assert tp_calls(plan) == {
         "all_gather": 6 * layers * m,
-        "reduce_scatter": 6 * layers * m,
+        "reduce_scatter": 5 * layers * m,
     }
 
 

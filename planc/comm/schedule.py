@@ -50,6 +50,7 @@ from planc.comm.sizes import (
     sp_gather_bytes,
     sp_gather_recomputed,
     sp_input_regathered,
+    torch_checkpoint,
     tp_gather_bytes,
 )
 from planc.dims import AttentionQuant, bf16_ranges
@@ -413,6 +414,16 @@ def tp_blocks(job: Plannable, share: LayerShare, attention: bool = True) -> int:
     return (2 if attention else 1) * share.layers - bare
 
 
+def unread_outputs(job: Plannable, share: LayerShare) -> int:
+    """MLP blocks of `share`'s layers (a dense layer's MLP, a MoE layer's shared experts) whose
+    output collective full recompute does not run again: under torch's non-reentrant
+    checkpoint nothing in backward reads the reduction of the block's output, the last op
+    before the residual add (`torch_checkpoint`, `planc.perf.sac.unread_tail`); 0 otherwise."""
+    if job.training.recompute != "full" or not torch_checkpoint(job):
+        return 0
+    return tp_blocks(job, share, attention=False)
+
+
 def mlp_block_redone(job: Plannable, moe_layer: bool) -> bool:
     """Whether selective recompute runs a layer's TP-split MLP block again, its collectives
     inside: a dense layer's MLP under mlp, a MoE layer's shared experts under shared_experts or
@@ -618,6 +629,8 @@ def _dense_tp_ops(job: Plannable, stage: int, attention: bool) -> list[CommOp]:
     size = activation_message_bytes(job)
     link = link_class(job, (Axis.TP,))
     recompute = redone_blocks(job, share, attention) * m
+    # the MLP blocks' output collectives full recompute leaves out (torch's checkpoint)
+    unread = unread_outputs(job, share) * m
 
     op = op_maker(stage, GroupKind.TP, lay.t, link)
 
@@ -633,10 +646,12 @@ def _dense_tp_ops(job: Plannable, stage: int, attention: bool) -> list[CommOp]:
             op(
                 Collective.ALL_REDUCE,
                 "TP backward all-reduce (attention and MLP input grads)",
-                blocks * m + recompute,
+                blocks * m + recompute - unread,
                 size,
                 "1 per block per micro-batch (+1 forward again under full recompute or a recomputed "
-                "mlp, shared_experts or moe), b·(s/c)·h·β_a",
+                "mlp, shared_experts or moe"
+                + ("; not the MLP's output under torch's checkpoint" if unread else "")
+                + "), b·(s/c)·h·β_a",
             ),
         ]
     # The gathers of the layers kept in BF16 stay 16-bit where the others move quantized data.
@@ -685,9 +700,11 @@ def _dense_tp_ops(job: Plannable, stage: int, attention: bool) -> list[CommOp]:
     scatter = op(
         Collective.REDUCE_SCATTER,
         "SP reduce-scatter after attention and MLP (forward; again in backward)",
-        2 * blocks * m + recompute,
+        2 * blocks * m + recompute - unread,
         size,
-        "1 forward + 1 backward per block per micro-batch, b·(s/c)·h·β_a before scattering",
+        "1 forward + 1 backward per block per micro-batch"
+        + (" (+1 forward again but the MLP's, under torch's checkpoint)" if unread else "")
+        + ", b·(s/c)·h·β_a before scattering",
     )
     amax = []
     if sp_amax_reduced(job) and blocks > kept_blocks:

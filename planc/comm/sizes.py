@@ -90,6 +90,20 @@ def sp_input_regathered(job: Plannable) -> bool:
     return job.layout.sp and job.layout.t > 1 and job.training.framework != "fsdp2"
 
 
+def torch_checkpoint(job: Plannable) -> bool:
+    """Whether the run checkpoints its blocks with torch's non-reentrant checkpoint, which
+    recomputes in backward only what the backward reads: torchtitan's `ptd_checkpoint_wrapper`
+    (torch.distributed's checkpoint_wrapper, CheckpointImpl.NO_REENTRANT; parallelize_llama.py
+    `_apply_ac_to_transformer_block` at 820504e) and the FSDP2 trainers built the same way,
+    `framework: fsdp2`. torch/utils/checkpoint.py: non-reentrant checkpointing 'stops
+    recomputation as soon as all needed intermediate activations have been recomputed'; under
+    torch.compile the partitioner extracts the backward from what it reads alike
+    (torch/_functorch/partitioners.py; `planc.perf.sac.unread_tail`). Megatron's and DeepSpeed's checkpoint functions re-run
+    the whole checkpointed forward (Megatron-Core tensor_parallel/random.py CheckpointFunction,
+    deepspeed/runtime/activation_checkpointing/checkpointing.py)."""
+    return job.training.framework == "fsdp2"
+
+
 def sp_gather_recomputed(job: Plannable) -> bool:
     """Whether torchtitan's per-op activation checkpointing (`recompute: selective-op`) runs
     each TP block's input all-gather again in backward. Its policy saves only the ops of

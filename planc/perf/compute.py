@@ -41,7 +41,7 @@ from planc.perf.ops import (
     optimizer_step,
     with_quantized_gemms,
 )
-from planc.perf.sac import recomputed_shares
+from planc.perf.sac import recomputed_shares, unread_tail
 from planc.presets.efficiency import Efficiency
 from planc.record import record
 from planc.vocab import DEFAULT_RECOMPUTE_MODULES, DType
@@ -191,6 +191,9 @@ class PassTimes:
     # forward seconds by the recompute modules that re-run them (`OpCost.modules`, core_attn
     # for the attention core), one entry per set of modules
     module_forward_s: tuple[tuple[frozenset[str], float], ...] = ()
+    # what full recompute leaves out under torch's non-reentrant checkpoint: the forward of
+    # the ops no backward reads (`planc.perf.sac.unread_tail`)
+    unread_forward_s: float = 0.0
 
     def redone_s(self, modules: Sequence[str]) -> float:
         """Forward seconds selective recompute of `modules` runs again: each op once, when
@@ -240,11 +243,13 @@ def pass_times(
     eff: Efficiency,
     quantized: Device | None = None,
     sac: Sequence[float] = (),
+    unread: Sequence[float] = (),
 ) -> PassTimes:
     """Sum of the ops' pass times (`op_times`; kernels on one rank run one after another).
     `sac`: the share of each op's forward torchtitan's per-op checkpointing recomputes
-    (`planc.perf.sac.recomputed_shares`; none: 0)."""
-    fwd = bwd_d = bwd_w = core = redo = 0.0
+    (`planc.perf.sac.recomputed_shares`; none: 0); `unread`: 1 for each op full recompute
+    leaves out under torch's non-reentrant checkpoint (`planc.perf.sac.unread_tail`; none: 0)."""
+    fwd = bwd_d = bwd_w = core = redo = skipped = 0.0
     by_modules: dict[frozenset[str], float] = {}
     for i, timed in enumerate(op_times(ops, device, eff, quantized)):
         op, f = timed.op, timed.forward_s
@@ -253,10 +258,11 @@ def pass_times(
         bwd_w += timed.backward_weight_s
         core += f if op.attention_core else 0.0
         redo += f * sac[i] if sac else 0.0
+        skipped += f * unread[i] if unread else 0.0
         tags = (op.modules | CORE) if op.attention_core else op.modules
         if tags:
             by_modules[tags] = by_modules.get(tags, 0.0) + f
-    return PassTimes(fwd, bwd_d, bwd_w, core, redo, tuple(by_modules.items()))
+    return PassTimes(fwd, bwd_d, bwd_w, core, redo, tuple(by_modules.items()), skipped)
 
 
 CORE = frozenset({"core_attn"})
@@ -314,7 +320,8 @@ def recompute_time_s(
     (selective; Megatron's default the attention core), all but the saved matmuls and SDPA
     (selective-op), nothing.
 
-    Korthikanti et al. 2022 §5: full recompute repeats the layer's forward in backward;
+    Korthikanti et al. 2022 §5: full recompute repeats the layer's forward in backward (but
+    for what no backward reads, under torch's non-reentrant checkpoint: `unread_forward_s`);
     selective repeats only the attention core (QKᵀ, softmax, dropout, attention over V), and
     Megatron-Core's --recompute-modules the forward of each module listed (`OpCost.modules`);
     torchtitan's per-op policy repeats what `planc.perf.sac` lists.
@@ -323,7 +330,8 @@ def recompute_time_s(
         raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
     if recompute == "selective":
         return layer.redone_s(modules)
-    return {"none": 0.0, "selective-op": layer.sac_forward_s, "full": layer.forward_s}[recompute]
+    full = layer.forward_s - layer.unread_forward_s
+    return {"none": 0.0, "selective-op": layer.sac_forward_s, "full": full}[recompute]
 
 
 def layer_passes(
@@ -334,8 +342,10 @@ def layer_passes(
     quantized: Device | None = None,
 ) -> PassTimes:
     """`pass_times` of one transformer block's ops, with what torchtitan's per-op
-    checkpointing would recompute of them."""
-    return pass_times(ops, device, eff, quantized, recomputed_shares(ops, shape))
+    checkpointing would recompute of them and what full checkpointing would not."""
+    return pass_times(
+        ops, device, eff, quantized, recomputed_shares(ops, shape), unread_tail(ops, shape)
+    )
 
 
 def end_shape(shape: OpShape) -> OpShape:

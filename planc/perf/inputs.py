@@ -83,6 +83,7 @@ from planc.comm.sizes import (
     sp_gather_bytes,
     sp_gather_recomputed,
     sp_input_regathered,
+    torch_checkpoint,
     tp_gather_bytes,
 )
 from planc.comm.tiers import railed_ring_gbs, ring_bandwidth_gbs
@@ -114,8 +115,10 @@ from planc.perf.grad_accum import accumulation_s
 from planc.perf.muon import MuonStep, muon_step
 from planc.perf.offload import activation_offload_s, offload_transfer_s
 from planc.perf.ops import (
+    NOTHING,
     OpCost,
     OpShape,
+    Work,
     attention_core,
     attention_matrix_elements,
     layer_ops,
@@ -182,6 +185,7 @@ def layer_shape(job: Plannable) -> OpShape:
         and tr.attention == "flash"
         and tr.kernels == "fused",
         separate=separate_projections(job),
+        early_stop=torch_checkpoint(job),
     )
 
 
@@ -663,19 +667,85 @@ def _tp_mlp(job: Plannable, moe_layer: bool) -> OpShape | None:
 
 
 def _tp_redone_s(
-    job: Plannable, moe_layer: bool, by_block: Sequence[float], latent_gathers: Sequence[float]
+    job: Plannable,
+    moe_layer: bool,
+    by_block: Sequence[float],
+    latent_gathers: Sequence[float],
+    mlp_output_s: float = 0.0,
 ) -> float:
     """The TP collectives one layer's recompute runs again (`planc.comm.schedule.redone_blocks`
-    per layer): every block's forward ones under full recompute; under selective the MLP
+    per layer): every block's forward ones under full recompute, but for the MLP block's output
+    reduction (`mlp_output_s`) under torch's non-reentrant checkpoint, whose result no backward
+    reads (`torch_checkpoint`, `planc.perf.sac.unread_tail`); under selective the MLP
     block's when its module is recomputed (mlp in a dense layer, shared_experts or moe for a
     MoE layer's shared experts), and with mla_up_proj and SP the query and key/value latents'
     all-gathers (not the RoPE key's, gathered before the up projections)."""
     if job.training.recompute == "full":
-        return sum(by_block)
+        return sum(by_block) - (mlp_output_s if torch_checkpoint(job) else 0.0)
     redo = sum(by_block[1:]) if mlp_block_redone(job, moe_layer) else 0.0
     if latents_regathered(job):
         redo += sum(latent_gathers[:2])  # the query and key/value latents (`latent_parts`)
     return redo
+
+
+def sp_layout_copies(job: Plannable) -> bool:
+    """Whether each sequence-parallel collective also copies its whole tensor on the rank:
+    torch's DTensor tensor parallelism (`framework: fsdp2`, torchtitan's SequenceParallel and
+    PrepareModuleInput) shards the residual stream [b, s, h] on the sequence, dim 1, and the
+    functional collectives run NCCL on dim 0 with a permutation around it
+    (torch/distributed/_functional_collectives.py: all_gather_tensor `torch.cat(torch.chunk(res,
+    group_size, dim=0), dim=gather_dim)` after the gather, reduce_scatter_tensor `torch.cat(
+    torch.chunk(self, group_size, dim=scatter_dim))` before the reduction). With b > 1 the
+    permutation moves every element; torchtitan counts it against its own SP
+    (parallelize_llama.py at 820504e, lines 175-177; pytorch/torchtitan #437: 'these two cats
+    take about 0.18 ms out of 3 ms of FFN compute (6%)' for Llama 3 70B at TP 8 on H100). At
+    b = 1 the permutation leaves the memory order as it is; planc prices no copy there."""
+    tr = job.training
+    return tr.framework == "fsdp2" and job.layout.sp and job.layout.t > 1 and tr.b > 1
+
+
+def layout_copy_s(
+    job: Plannable, eff: Efficiency, gathered: int, hidden: int, mlp_block: bool
+) -> tuple[float, float, float]:
+    """(forward, backward, recomputed) seconds per micro-batch of one block's layout copies
+    (`sp_layout_copies`), each a read and a write of the whole tensor on the HBM curve: the
+    gathered input (`gathered` bytes, quantized where the recipe gathers so) and the output
+    before its reduce-scatter (`hidden` bytes, 16-bit), as Inductor leaves them in a compiled
+    block (pytorch/torchtitan June 2025 async-TP benchmark's runs; torch/_inductor/fx_passes/
+    micro_pipeline_tp.py matches exactly these split-and-cat forms):
+
+    - the input gather's copy, forward and where recompute gathers again, and the output
+      gradient's gather's in backward: none where the gathered tensor feeds torchao's rowwise
+      casts (`gathers_feed_casts`), which absorb the permutation;
+    - the output's copy before its reduce-scatter, forward and where recompute redoes it (full
+      recompute, but the MLP's output under torch's checkpoint: `unread_outputs`);
+    - the input gradient's copy before its reduce-scatter only eager: compiled, it fuses into
+      the kernel that sums the separate projections' input gradients;
+    - under async TP (`training.overlap_tp`) the forward gathers feed the fused all-gather
+      matmul, which needs no copy (its outputs are `movedim` views); the fused matmul
+      reduce-scatter instead sums the t partials in a kernel of its own, reading the whole
+      output and writing 1/t of it, forward and where recomputed; and in a 16-bit run each
+      gathered tensor that a weight gradient reads (the input, and the output's gradient) is
+      copied for that matmul from its non-contiguous view.
+    """
+    tr, t = job.training, job.layout.t
+    device = device_of(job)
+
+    def stream_s(moved: float) -> float:
+        work = Work(0.0, moved)
+        return work_time_s(OpCost("SP layout copy", "vector", work, NOTHING), work, device, eff)
+
+    regather = tr.recompute == "full" or sp_gather_recomputed(job)
+    rescatter = tr.recompute == "full" and not (mlp_block and torch_checkpoint(job))
+    if tr.overlap_tp:
+        reduce = stream_s(hidden + hidden / t)
+        wgrad_views = 2 if job.numerics.quantized is None else 0
+        return reduce, wgrad_views * stream_s(2.0 * gathered), reduce if rescatter else 0.0
+    gather = 0.0 if gathers_feed_casts(job) else stream_s(2.0 * gathered)
+    scatter = stream_s(2.0 * hidden)
+    input_gradient = 0.0 if tr.kernels == "compiled" else scatter
+    redo = (gather if regather else 0.0) + (scatter if rescatter else 0.0)
+    return gather + scatter, gather + input_gradient, redo
 
 
 def tp_per_layer(
@@ -789,7 +859,10 @@ def tp_per_layer_on(
         return pipelined_exposed_s(collective_s, gemm_s, t)
 
     forward = exposed = overlapped = on_copy_engines = 0.0
+    copies_forward = copies_backward = copies_redo = 0.0  # `layout_copy_s`, outside by_block
     by_block: list[float] = []  # each block's forward collectives
+    output_s = 0.0  # the last block's output reduction, as the forward runs it
+    copies = sp_layout_copies(job)
     # each block's input gathers (amaxes included) as its recomputed forward runs them again
     # under torchtitan's per-op checkpointing, pipelined under async TP with the share of its
     # column GEMMs the policy recomputes (`planc.perf.sac`)
@@ -824,6 +897,7 @@ def tp_per_layer_on(
                     gather_exposed(grad_gather, row_d),
                 )
                 forward += shown[0] + shown[1]
+                output_s = shown[1]
                 exposed += shown[2]
                 gathers_hidden = gather + grad_gather - shown[0] - shown[2]
                 if ring:
@@ -839,13 +913,21 @@ def tp_per_layer_on(
                 gathered_s.append(again_s + amaxes * amax)
             else:
                 forward += gather + scatter
+                output_s = scatter
                 exposed += grad_gather
                 gathered_s.append(gather + amaxes * amax)
             # before the quantization, so before any gather or its pipelining
             forward += amaxes * amax
             exposed += amax
+            if copies:
+                mlp_block = len(by_block) == len(blocks) - 1 and mlp is not None
+                copy_f, copy_b, copy_r = layout_copy_s(job, eff, sum(inputs), hidden, mlp_block)
+                copies_forward += copy_f
+                copies_backward += copy_b
+                copies_redo += copy_r
         else:
-            forward += call("all_reduce", hidden)
+            output_s = call("all_reduce", hidden)
+            forward += output_s
             hide = sum(call("all_reduce", size) for size in sizes)
         dx_exposed, dx_hidden = input_gradient_exposed_s(
             hide, wgrad, tp_reduction_async(job)
@@ -855,9 +937,12 @@ def tp_per_layer_on(
         by_block.append(forward - before)
     latent_s = [call("all_gather", size) for size in latent_gathers]
     latent_s[:2] = [seconds + amax for seconds in latent_s[:2]]  # the up projections' inputs
-    redo = _tp_redone_s(job, moe_layer, by_block, latent_s)
+    redo = _tp_redone_s(job, moe_layer, by_block, latent_s, output_s if mlp is not None else 0.0)
     if sp_gather_recomputed(job):
         redo += sum(gathered_s)  # torchtitan's per-op checkpointing gathers each input again
+    forward += copies_forward
+    exposed += copies_backward
+    redo += copies_redo
     if job.training.tp_overlap_runs and not job.layout.sp:
         # Without SP Megatron has no userbuffers overlap (validate_args requires SP for
         # --tp-comm-overlap); planc keeps its older reading of overlap_tp: all hidden.

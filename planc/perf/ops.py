@@ -169,6 +169,9 @@ class OpShape:
     expert_bias: bool = False  # the routed experts' fc2 biases (`expert_bias_add`)
     # Q, K, V and a GLU's gate and up as separate linears (`separate_projections`)
     separate: bool = False
+    # activation checkpointing by torch's non-reentrant checkpoint, which stops recomputing
+    # once every tensor the backward reads is back (`torch_checkpoint`, `planc.perf.sac`)
+    early_stop: bool = False
 
     @property
     def queries(self) -> int:
@@ -224,12 +227,14 @@ def op_shape(
     cudnn: bool = False,
     te_split: bool = False,
     separate: bool = False,
+    early_stop: bool = False,
 ) -> OpShape:
     """The per-op view of a rank's `dims` for `model` (β bytes per activation element) with
     the LM loss's kernels `loss`, flash attention on cuDNN's kernel when `cudnn`, Megatron-Core's
     QKV split into Transformer Engine's attention when `te_split`, Q, K, V and a GLU's gate and
-    up as separate linears when `separate` (`separate_projections`), and the eager paths of
-    Megatron-Core `dims.eager` names (`planc.dims.megatron_eager`)."""
+    up as separate linears when `separate` (`separate_projections`), checkpointed blocks
+    recomputed only as far as the backward reads when `early_stop` (`torch_checkpoint`), and
+    the eager paths of Megatron-Core `dims.eager` names (`planc.dims.megatron_eager`)."""
     return OpShape(
         b=dims.b,
         s=dims.s,
@@ -263,6 +268,7 @@ def op_shape(
         glu_clamp=dims.eager.glu_clamp,
         expert_bias=dims.eager.expert_bias,
         separate=separate,
+        early_stop=early_stop,
     )
 
 

@@ -212,10 +212,12 @@ def _tp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
     size = _hidden(plan)
     kept = _kept_in_bf16(plan, stage)
     whole = _tp_blocks(plan, layers, _routed_layers(plan, stage), m)
+    unread = _unread_outputs(plan, layers, _routed_layers(plan, stage), m)
     if plan.sequence_parallel:
         # All-gather before and reduce-scatter after each block, forward and backward; the
         # layers kept in BF16 gather 16-bit where the others gather quantized.
-        ops = [ExpectedOp(stage, "tp", "reduce_scatter", None, t, 2 * whole[0] + whole[1], size)]
+        scatters = 2 * whole[0] + whole[1] - unread
+        ops = [ExpectedOp(stage, "tp", "reduce_scatter", None, t, scatters, size)]
         bf16 = _tp_blocks(plan, len(kept), _kept_moe_layers(plan, kept), m)
         for (forward, again), gathered in (
             ((whole[0] - bf16[0], whole[1] - bf16[1]), _sp_gathered(plan)),
@@ -239,7 +241,7 @@ def _tp(plan: PlanData, stage: int, layers: int, m: int) -> list[ExpectedOp]:
         forward, again = whole
         ops = [
             ExpectedOp(stage, "tp", "all_reduce", None, t, forward, size),
-            ExpectedOp(stage, "tp", "all_reduce", None, t, forward + again, size),
+            ExpectedOp(stage, "tp", "all_reduce", None, t, forward + again - unread, size),
         ]
     if plan.model.get("mla") is not None:
         modules = _recomputed(plan)
@@ -321,6 +323,18 @@ def _tp_blocks(plan: PlanData, layers: int, routed: int, m: int) -> tuple[int, i
     mlps = (layers - routed) * ("mlp" in modules) + shared * bool({"shared_experts", "moe"} & modules)
     again = forward if plan.training["recompute"] == "full" else mlps * m
     return forward, again
+
+
+def _unread_outputs(plan: PlanData, layers: int, routed: int, m: int) -> int:
+    """The MLP blocks' output reductions full recompute does not run again over m micro-batches
+    where torch's non-reentrant checkpoint recomputes only what the backward reads (framework
+    fsdp2): one per dense layer's MLP and per MoE layer's shared experts."""
+    tr = plan.training
+    if tr["recompute"] != "full" or tr.get("framework") != "fsdp2":
+        return 0
+    moe = plan.model.get("moe")
+    bare = routed if moe is not None and not moe["shared_experts"] else 0
+    return (layers - bare) * m
 
 
 def _amax_reduced(plan: PlanData) -> bool:
