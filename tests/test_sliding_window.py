@@ -125,11 +125,13 @@ def test_the_step_saves_the_core_on_each_windowed_layer() -> None:
     (chunk,), (full_chunk,) = stage_chunk_times(job, eff, 0), stage_chunk_times(full_job, eff, 0)
     chunk_saved = full_chunk.forward_s + full_chunk.backward_s - chunk.forward_s - chunk.backward_s
     assert chunk_saved == pytest.approx(per_microbatch, rel=1e-9)
-    # the step: m micro-batches of it, less what the shorter compute no longer hides
+    # the step: m micro-batches of it, give or take what the shorter compute hides of the
+    # communication beside it and the slowdown that hidden communication costs the compute
+    # (its link's processor_usage: NCCL's SMs on the network, 0.12 of an H100's)
     step = estimate_step(analyse(job)).compute_s
     full_step = estimate_step(analyse(full_job)).compute_s
     saved = job.m * per_microbatch
-    assert full_step - step == pytest.approx(saved, rel=0.01)
+    assert full_step - step == pytest.approx(saved, rel=0.02)
     assert saved > 0
 
 
