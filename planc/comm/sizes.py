@@ -98,9 +98,10 @@ def torch_checkpoint(job: Plannable) -> bool:
     `framework: fsdp2`. torch/utils/checkpoint.py: non-reentrant checkpointing 'stops
     recomputation as soon as all needed intermediate activations have been recomputed'; under
     torch.compile the partitioner extracts the backward from what it reads alike
-    (torch/_functorch/partitioners.py; `planc.perf.sac.unread_tail`). Megatron's and DeepSpeed's checkpoint functions re-run
-    the whole checkpointed forward (Megatron-Core tensor_parallel/random.py CheckpointFunction,
-    deepspeed/runtime/activation_checkpointing/checkpointing.py)."""
+    (torch/_functorch/partitioners.py; `planc.perf.sac.unread_tail`). Megatron's and
+    DeepSpeed's checkpoint functions re-run the whole checkpointed forward (Megatron-Core
+    tensor_parallel/random.py CheckpointFunction, deepspeed/runtime/activation_checkpointing/
+    checkpointing.py)."""
     return job.training.framework == "fsdp2"
 
 

@@ -721,7 +721,7 @@ def layout_copy_s(
       recompute, but the MLP's output under torch's checkpoint: `unread_outputs`);
     - the input gradient's copy before its reduce-scatter only eager: compiled, it fuses into
       the kernel that sums the separate projections' input gradients;
-    - under async TP (`training.overlap_tp`) the forward gathers feed the fused all-gather
+    - under async TP (`training.overlap_tp`, compiled) the forward gathers feed the fused all-gather
       matmul, which needs no copy (its outputs are `movedim` views); the fused matmul
       reduce-scatter instead sums the t partials in a kernel of its own, reading the whole
       output and writing 1/t of it, forward and where recomputed; and in a 16-bit run each
@@ -737,7 +737,7 @@ def layout_copy_s(
 
     regather = tr.recompute == "full" or sp_gather_recomputed(job)
     rescatter = tr.recompute == "full" and not (mlp_block and torch_checkpoint(job))
-    if tr.overlap_tp:
+    if tr.tp_overlap_runs:
         reduce = stream_s(hidden + hidden / t)
         wgrad_views = 2 if job.numerics.quantized is None else 0
         return reduce, wgrad_views * stream_s(2.0 * gathered), reduce if rescatter else 0.0
