@@ -61,11 +61,26 @@ def test_each_class_hidden_and_exposed_by_hand() -> None:
 
 
 def test_gathers_longer_than_the_compute_are_exposed() -> None:
-    # 4.0 s of FSDP gathers a micro-batch against 3.0 s of compute: 3.0 hidden, 1.0 exposed each;
-    # no backward left for the buckets, so both are exposed after the last one: max(0.5, 1.0).
+    # 4.0 s of FSDP gathers a micro-batch against 3.0 s of compute that they slow by 0.02: the
+    # compute lasts 3.0/0.98 s beside them, all of which hides, and 4.0 − 3.0/0.98 is exposed
+    # each; no backward left for the buckets, so both are exposed after the last one:
+    # max(0.5, 1.0).
     hidden, exposed, _ = _by_kind(4.0)["dp"]
-    assert hidden == pytest.approx(6.0)
-    assert exposed == pytest.approx(2 * 1.0 + 1.0 + 0.3)
+    assert hidden == pytest.approx(2 * 3.0 / 0.98)
+    assert exposed == pytest.approx(2 * (4.0 - 3.0 / 0.98) + 1.0 + 0.3)
+
+
+def test_communication_longer_than_the_slowed_compute_sets_the_time() -> None:
+    # Per micro-batch: compute W = 3.0 s beside C of gathers that take u = 0.02 of its SMs.
+    # C = 2.0 hides whole (2.0·0.98 < 3.0): the compute ends at W + u·C = 3.04 s. C = 4.0
+    # outlasts the compute slowed to W/(1 − u) = 3.061 s: the micro-batch takes C, 4.0 s, not
+    # C + u·W as charging the slowdown on top of the exposed part would give.
+    for c, want in ((2.0, 3.0 + 0.02 * 2.0), (4.0, 4.0)):
+        t_f, t_b = virtual_times(_inputs(c))
+        stage = _inputs(c).stages[0]
+        own = t_f[0] + t_b[0] - sum(stage.tp_forward_s) - sum(stage.tp_backward_s)
+        tp_cp = 0.1 * 0.5 + stage.cp_exposed_s  # TP's slowdown and the exposed CP exchange
+        assert own - tp_cp == pytest.approx(want, rel=1e-12)
 
 
 def test_explain_prints_them_and_its_json_matches_the_step() -> None:

@@ -154,9 +154,10 @@ def virtual_times(inputs: StepInputs) -> tuple[list[float], list[float]]:
     t_f, t_b = [0.0] * (p * v), [0.0] * (p * v)
     for r, st in enumerate(inputs.stages):
         # Overlapped DP communication (ZeRO-3 gathers, ZeRO-2 per-micro-batch reductions) hides
-        # behind this stage's compute only as far as the compute lasts; the rest is exposed.
+        # behind this stage's compute only as far as the compute, slowed beside it, lasts; the
+        # rest is exposed (`dp_hidden_s`).
         window = sum(st.forward_s) + sum(st.backward_s)
-        hidden = min(st.dp_overlapped_s, window)
+        hidden = dp_hidden_s(st.dp_overlapped_s, window, inputs.dp_processor_usage)
         slow = (
             inputs.tp_processor_usage * st.tp_overlapped_s
             + inputs.cp_processor_usage * st.cp_overlapped_s
@@ -347,14 +348,24 @@ def busiest_stage(inputs: StepInputs) -> int:
     return max(range(p), key=lambda r: sum(t_f[j * p + r] + t_b[j * p + r] for j in range(v)))
 
 
+def dp_hidden_s(overlapped_s: float, window_s: float, usage: float) -> float:
+    """Seconds of `overlapped_s` DP communication hidden behind a compute window of `window_s`
+    that it slows by `usage` while it runs: the compute progresses at 1 − usage beside it, so it
+    lasts window/(1 − usage) under communication that outlasts it, all of which hides, and no
+    longer. The step's share is then window + usage·hidden + (overlapped − hidden): window +
+    usage·overlapped where the communication hides whole, the communication's own length where
+    it outlasts the slowed compute (the compute then finishes under it, slowed or not)."""
+    return min(overlapped_s, window_s / (1.0 - usage))
+
+
 def dp_overlap(inputs: StepInputs, stage: int) -> tuple[float, float]:
     """(hidden, exposed) DP seconds of `stage` per step: per micro-batch the gathers and
-    reductions that overlap compute hide as far as the compute lasts, min(o, f + b), the rest
-    is exposed (`virtual_times`); the last backward's gradient buckets hide as `dp_exposed_s`
+    reductions that overlap compute hide as far as the compute, slowed beside them, lasts
+    (`dp_hidden_s`), the rest is exposed (`virtual_times`); the last backward's gradient buckets hide as `dp_exposed_s`
     places them (`_dp_tails`); what follows the optimizer step is exposed."""
     st, m = inputs.stages[stage], inputs.m
     window = sum(st.forward_s) + sum(st.backward_s)
-    hidden = min(st.dp_overlapped_s, window)
+    hidden = dp_hidden_s(st.dp_overlapped_s, window, inputs.dp_processor_usage)
     free = window - st.dp_overlapped_s
     tail, overlapped = dp_exposed_s(st.dp_buckets_s, min(sum(st.backward_s), max(0.0, free)))
     exposed = m * (st.dp_overlapped_s - hidden) + tail + st.after_step_s
