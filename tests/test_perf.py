@@ -247,9 +247,11 @@ def test_single_stage_step_is_compute_plus_tails() -> None:
 
 
 def test_overlapped_dp_traffic_hides_only_behind_compute() -> None:
-    # ZeRO-3: 4 s of gathers and reduce-scatters per micro-batch against 3 s of compute: 3 s
-    # hide (slowing compute by 10 % of them), 1 s is exposed; the backward window left for the
-    # last micro-batch's buckets is max(0, 3 − 4) = 0, so the bucket is exposed whole.
+    # ZeRO-3: 4 s of gathers and reduce-scatters per micro-batch against 3 s of compute that
+    # they slow by 10 %: the compute lasts 3/0.9 = 3.33 s beside them, and the micro-batch takes
+    # the traffic's 4 s (not 3 + 0.1·3 + 1, the slowdown on top of the exposed second); the
+    # backward window left for the last micro-batch's buckets is max(0, 3 − 4) = 0, so the
+    # bucket is exposed whole.
     stage = StageInputs(
         forward_s=(1.0,),
         backward_s=(2.0,),
@@ -260,7 +262,7 @@ def test_overlapped_dp_traffic_hides_only_behind_compute() -> None:
     )
     inputs = StepInputs(stages=(stage,), m=2, v=1, p2p_s=0.0, dp_processor_usage=0.1)
     step = pipeline_step(inputs)
-    assert step.step_time_s == pytest.approx(2 * (3 + 1 + 0.1 * 3) + 0.5 + 0.1 * 0)
+    assert step.step_time_s == pytest.approx(2 * 4.0 + 0.5 + 0.1 * 0)
 
 
 # --------------------------------------------------------------------------- Table 5
