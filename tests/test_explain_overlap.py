@@ -14,7 +14,14 @@ from click.testing import CliRunner
 from planc.analysis import analyse, estimate_step
 from planc.cli.main import main
 from planc.perf.inputs import build_inputs, efficiency_of
-from planc.perf.step import StageInputs, StepInputs, overlaps, pipeline_step, virtual_times
+from planc.perf.step import (
+    StageInputs,
+    StepInputs,
+    dp_hidden_s,
+    overlaps,
+    pipeline_step,
+    virtual_times,
+)
 
 from conftest import job_of
 
@@ -81,6 +88,8 @@ def test_communication_longer_than_the_slowed_compute_sets_the_time() -> None:
         own = t_f[0] + t_b[0] - sum(stage.tp_forward_s) - sum(stage.tp_backward_s)
         tp_cp = 0.1 * 0.5 + stage.cp_exposed_s  # TP's slowdown and the exposed CP exchange
         assert own - tp_cp == pytest.approx(want, rel=1e-12)
+    # A collective taking every SM stalls the compute: it hides whole and the window follows it.
+    assert dp_hidden_s(4.0, 3.0, 1.0) == 4.0
 
 
 def test_explain_prints_them_and_its_json_matches_the_step() -> None:

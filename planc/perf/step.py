@@ -354,14 +354,18 @@ def dp_hidden_s(overlapped_s: float, window_s: float, usage: float) -> float:
     lasts window/(1 − usage) under communication that outlasts it, all of which hides, and no
     longer. The step's share is then window + usage·hidden + (overlapped − hidden): window +
     usage·overlapped where the communication hides whole, the communication's own length where
-    it outlasts the slowed compute (the compute then finishes under it, slowed or not)."""
+    it outlasts the slowed compute (the compute then finishes under it, slowed or not). With
+    usage 1 the compute waits the communication out: all of it hides, the window follows."""
+    if usage >= 1.0:
+        return overlapped_s
     return min(overlapped_s, window_s / (1.0 - usage))
 
 
 def dp_overlap(inputs: StepInputs, stage: int) -> tuple[float, float]:
     """(hidden, exposed) DP seconds of `stage` per step: per micro-batch the gathers and
     reductions that overlap compute hide as far as the compute, slowed beside them, lasts
-    (`dp_hidden_s`), the rest is exposed (`virtual_times`); the last backward's gradient buckets hide as `dp_exposed_s`
+    (`dp_hidden_s`), the rest is exposed (`virtual_times`); the last backward's gradient
+    buckets hide as `dp_exposed_s`
     places them (`_dp_tails`); what follows the optimizer step is exposed."""
     st, m = inputs.stages[stage], inputs.m
     window = sum(st.forward_s) + sum(st.backward_s)

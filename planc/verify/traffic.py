@@ -314,12 +314,11 @@ def _tp_blocks(plan: PlanData, layers: int, routed: int, m: int) -> tuple[int, i
     counted apart (`_latent_tp`); full recompute runs the forward's again, selective recompute
     a module with collectives inside: a dense layer's MLP (mlp), a MoE layer's shared experts
     (shared_experts, or moe: the whole block)."""
-    moe = plan.model.get("moe")
-    bare = routed if moe is not None and not moe["shared_experts"] else 0
     attention = 0 if plan.model.get("mla") is None else layers
-    forward = (2 * layers - bare - attention) * m
+    mlp_blocks = _mlp_blocks(plan, layers, routed)
+    forward = (layers + mlp_blocks - attention) * m
     modules = _recomputed(plan)
-    shared = routed - bare
+    shared = mlp_blocks - (layers - routed)  # the MoE layers with shared experts
     mlps = (layers - routed) * ("mlp" in modules) + shared * bool({"shared_experts", "moe"} & modules)
     again = forward if plan.training["recompute"] == "full" else mlps * m
     return forward, again
@@ -332,9 +331,14 @@ def _unread_outputs(plan: PlanData, layers: int, routed: int, m: int) -> int:
     tr = plan.training
     if tr["recompute"] != "full" or tr.get("framework") != "fsdp2":
         return 0
+    return _mlp_blocks(plan, layers, routed) * m
+
+
+def _mlp_blocks(plan: PlanData, layers: int, routed: int) -> int:
+    """The TP-split MLP blocks of `layers` layers, `routed` of them MoE layers: every dense
+    layer's MLP and every MoE layer's shared experts (none around routed experts alone)."""
     moe = plan.model.get("moe")
-    bare = routed if moe is not None and not moe["shared_experts"] else 0
-    return (layers - bare) * m
+    return layers - (routed if moe is not None and not moe["shared_experts"] else 0)
 
 
 def _amax_reduced(plan: PlanData) -> bool:
