@@ -9,7 +9,9 @@ the layers of each chunk, how many of them are MoE layers (`MoE.moe_layers_betwe
 many an FP8/FP4 recipe keeps in BF16 (`planc.dims.bf16_ranges`) and how many attend through a
 sliding window (`Plannable.chunk_window_layers`), and whether the stage is the
 first (the embedding, no backward send), the last rank p − 1 (no forward send) or the one that
-holds the last virtual stage (the LM head and loss). Stages alike in all of these (the interior
+holds the last virtual stage (the LM head and loss), and the tiers its pipeline sends cross
+(`planc.sends`: a group on the network can have most of its boundaries inside one NVLink
+domain). Stages alike in all of these (the interior
 stages of an even split: p − 2 of p) have the same parameters, ops, static terms and times, so
 each is computed once per class, on the class's first stage, and the analysis stays as cheap at
 4,096 stages as at 4. What does differ between the stages of a class, the micro-batches each
@@ -25,6 +27,7 @@ from typing import TypeVar
 from planc.dims import bf16_ranges
 from planc.plannable import Plannable
 from planc.record import record
+from planc.sends import boundary_names
 
 T = TypeVar("T")
 
@@ -50,8 +53,9 @@ class StageClasses:
 def stage_key(job: Plannable, stage: int) -> Hashable:
     """What the per-stage terms read of pipeline rank `stage` (this module's docstring): each
     chunk's layers, MoE layers, (dense, MoE) layers kept in BF16 and (dense, MoE) layers
-    attending through a sliding window, and whether it is the first stage, the last rank and
-    the rank holding the LM head."""
+    attending through a sliding window, whether it is the first stage, the last rank and
+    the rank holding the LM head, and the tiers of its boundaries to the next and from the
+    previous rank."""
     lay, moe = job.layout, job.model.moe
     q = job.numerics.quantized
     kept = 0 if q is None else q.bf16_layers
@@ -64,7 +68,10 @@ def stage_key(job: Plannable, stage: int) -> Hashable:
         )
         chunks.append((b - a, routed, bf16))
     windowed = job.chunk_window_layers(stage)  # (dense, MoE) sliding-window layers per chunk
-    return (tuple(chunks), stage == 0, stage == lay.p - 1, stage == lay.last_stage, windowed)
+    # The tiers its pipeline sends cross: the boundaries to the next rank and from the one before.
+    names = boundary_names(job)
+    sends = (names[stage], names[stage - 1]) if names else ()
+    return (tuple(chunks), stage == 0, stage == lay.p - 1, stage == lay.last_stage, windowed, sends)
 
 
 def stage_classes(job: Plannable, known: StageClasses | None = None) -> StageClasses:

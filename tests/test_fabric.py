@@ -180,18 +180,23 @@ def test_wire_budgets_report_every_tier_and_move_the_leaf_s_bytes() -> None:
     ops = schedule(three, params)
     after = wire_budget(three, ops)
     assert all(tuple(w.tiers) == ("nvlink", "leaf", "network") for w in after)
+    # A stage is σ = 128 consecutive ranks (t = 8, d = 16) and a leaf joins 256: stages 2k and
+    # 2k + 1 share one. Each stage sends m messages of [s/t, b, h]·2 bytes to its partner in its
+    # leaf (even stages forward, odd ones backward) and receives as many from it.
+    m, message = 1536 // 16, (2048 // 8) * 12288 * 2
     for old, new in zip(before, after, strict=True):
-        # The DP traffic moved from the network to the leaf; nothing else moved.
+        # The DP traffic and those sends moved from the network to the leaf; nothing else moved.
         dp = sum(
             op.calls * op.bytes_sent
             for op in ops
             if op.stage == new.stage and op.group is GroupKind.DP_CP
         )
         assert dp > 0
-        assert new.tiers["leaf"].sent == new.tiers["leaf"].received == dp
+        moved = dp + m * message
+        assert new.tiers["leaf"].sent == new.tiers["leaf"].received == moved
         assert new.tiers["nvlink"] == old.tiers["nvlink"]
-        assert new.tiers["network"].sent == old.tiers["network"].sent - dp
-        assert new.tiers["network"].received == old.tiers["network"].received - dp
+        assert new.tiers["network"].sent == old.tiers["network"].sent - moved
+        assert new.tiers["network"].received == old.tiers["network"].received - moved
 
 
 def test_a_call_on_a_tier_is_priced_at_its_bandwidth() -> None:
@@ -238,7 +243,9 @@ def test_plan_json_lists_the_tiers_and_keys_wire_bytes_by_them(leaf_plan: dict[s
     fabric = plan["cluster"]["fabric"]
     assert [(t["name"], t["span"]) for t in fabric] == [("nvlink", 8), ("leaf", 32), ("network", 64)]
     links = {(op["group"], op["link"]) for op in plan["communication"]["ops"]}
-    assert links == {("tp", "nvlink"), ("dp_cp", "leaf"), ("pp", "network")}
+    # A stage is 16 ranks and a leaf 32: stages 0 and 1, 2 and 3 share a leaf, so only the
+    # sends across boundary 1 take the network.
+    assert links == {("tp", "nvlink"), ("dp_cp", "leaf"), ("pp", "leaf"), ("pp", "network")}
     for rank in plan["ranks"]:
         assert list(rank["wire"]) == ["nvlink", "leaf", "network"]
     # Every byte sent on a tier is received on it.

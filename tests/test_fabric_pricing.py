@@ -220,7 +220,8 @@ def test_explain_lists_the_tiers_and_the_groups_on_each() -> None:
     ex = explain(analyse(job))
     lines = render_text(ex).splitlines()
     start = lines.index(
-        "fabric (innermost first; each group kind runs on the first tier whose blocks hold it):"
+        "fabric (innermost first; each group kind runs on the first tier whose blocks hold it, "
+        "a pipeline send on its pair of ranks'):"
     )
     rows = [line.split() for line in lines[start + 1 : start + 5]]
     assert [(r[0], r[1]) for r in rows] == [
@@ -231,9 +232,11 @@ def test_explain_lists_the_tiers_and_the_groups_on_each() -> None:
     ]
     # The ring bandwidth after oversubscription: 50 / 7 = 7.14 GB/s on the aggregation layer.
     assert rows[3][-3:] == ["7.14", "1:7", "dp_cp"]
-    assert rows[2][-1] == "pp" and rows[0][-1] == "tp" and rows[1][-1] == "-"
+    # A stage is 8 consecutive ranks and a rack 16: the sends between stages 2k and 2k + 1 stay
+    # in the rack, the others cross the pod.
+    assert rows[2][-1] == "pp" and rows[0][-1] == "tp" and rows[1][-1] == "pp"
     fabric = to_json(ex)["fabric"]
-    assert [t["groups"] for t in fabric] == [["tp"], [], ["pp"], ["dp_cp"]]
+    assert [t["groups"] for t in fabric] == [["tp"], ["pp"], ["pp"], ["dp_cp"]]
     assert fabric[3]["ring_bandwidth_gbs"] == pytest.approx(50 / 7)
     table = link_table(analyse(job), 0)
     assert "<th>a ring on it (B/k)</th><th>groups</th>" in table

@@ -72,7 +72,8 @@ def test_each_stage_waits_for_its_own_transfers() -> None:
     # but the last gathers its own partitioned output again before each backward (1 ms more).
     plan = plan_of("deepspeed")
     one = Transfer(2e-3, 1e-3)
-    first, middle, last = (blocking_p2p(plan, one, r) for r in (0, 1, P - 1))
+    every = (one,) * P  # each boundary on the same tier
+    first, middle, last = (blocking_p2p(plan, every, r) for r in (0, 1, P - 1))
     assert (first.forward_s, first.backward_s) == pytest.approx((2e-3, 4e-3))
     assert (middle.forward_s, middle.backward_s) == pytest.approx((5e-3, 6e-3))
     assert (last.forward_s, last.backward_s) == pytest.approx((3e-3, 2e-3))

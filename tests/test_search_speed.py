@@ -189,7 +189,20 @@ training: {seq_len: 4096, global_batch: 256}
 search: {tensor: [1, 2], pipeline: [1], context: [1], expert: [8, 16, 32], expert_tensor: [1], zero_stage: [1, 2, 3], data_shard: [all], micro_batch: [1, 2], recompute: [selective, full]}
 """
 
+# A pipeline on GB200 NVL72 in two NVLink domains of 64: under tp-cp-dp-pp a stage is 8·t
+# consecutive ranks and half the boundaries leave the domain, under tp-cp-pp-dp none does. The
+# stage classes, and what is kept per class, differ between the orders (`planc.sends`).
+PIPELINES_NVL72 = """\
+version: 1
+name: shared-pipelines-nvl72
+model: {preset: llama3-8b, layers: 8}
+hardware: {gpu: gb200-nvl72, nodes: 32, gpus_per_node: 4, nvlink_domain: 64}
+training: {seq_len: 4096, global_batch: 256}
+search: {tensor: [4, 8], pipeline: [4], virtual_stages: [1, 2], context: [1], zero_stage: [1], micro_batch: [1, 2], recompute: [none, selective, full]}
+"""
+
 SHARED_SPACES = {
+    "pipelines-nvl72": PIPELINES_NVL72,
     "moe-alltoall": MOE_NETWORK.replace("DISPATCHER", "alltoall"),
     "moe-deepep": MOE_NETWORK.replace("DISPATCHER", "deepep"),
     "large-batch": LARGE_BATCH,
@@ -294,18 +307,24 @@ def test_the_shared_spaces_vary_every_axis() -> None:
     assert varied == {axis.name for axis in AXES}
 
 
-def _shared_equals_fresh(text: str) -> tuple[int, set[str]]:
+def _shared_equals_fresh(text: str, backwards: bool = False) -> tuple[int, set[str]]:
     """Every candidate of one judge's space analysed with the judge's shared sub-results, each
-    compared with a fresh analysis: the number compared and the kinds of sub-result shared."""
+    compared with a fresh analysis: the number compared and the kinds of sub-result shared.
+    `backwards`: the candidates in reverse order (the last rank order first)."""
     setup = _setup(text)
     judged = make_judge(setup)
     compared = 0
-    for index in range(setup.space.size):
+    indices = range(setup.space.size)
+    for index in reversed(indices) if backwards else indices:
         job = candidate_job(judged.base, judged.space, judged.space.candidate(index))
         plan = plannable(job)
         if isinstance(plan, tuple):
             continue
-        shared, fresh = shared_analysis(judged, index, plan), analyse(plan)
+        # Fresh on a plannable job of its own: the shared analysis leaves what it computed
+        # on its job instance (the stage classes), which a fresh one would otherwise take.
+        again = plannable(job)
+        assert not isinstance(again, tuple)
+        shared, fresh = shared_analysis(judged, index, plan), analyse(again)
         assert shared == fresh, index
         # PLC073's bound: each class's bytes summed by kind of op as the ops are shared.
         assert shared.wire_bytes_bound == fresh.wire_bytes_bound, index
@@ -375,6 +394,22 @@ def test_a_key_that_misses_an_axis_is_caught(
     compared = {"UNREAD_BY_REFUSALS": _refusals_equal_fresh, "UNREAD_BY_DERIVED": _plans_equal_fresh}
     with pytest.raises(AssertionError):
         compared.get(unread, _shared_equals_fresh)({**SHARED_SPACES, **REFUSED_SPACES}[name])
+
+
+def test_sub_results_kept_per_class_without_the_send_tiers_are_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The sub-results kept per stage class read the rank order through the tiers the pipeline
+    # sends cross: keyed without them, a candidate under another order takes classes that do
+    # not fit its stages.
+    import planc.search.evaluate as evaluate
+
+    # Backwards, tp-cp-pp-dp (every boundary on NVLink: the interior stages one class) comes
+    # before tp-cp-dp-pp (half of them on the network: every stage its own class).
+    assert _shared_equals_fresh(PIPELINES_NVL72, backwards=True)[0] > 50
+    monkeypatch.setattr(evaluate, "boundary_names", lambda plan: ())
+    with pytest.raises(AssertionError):
+        _shared_equals_fresh(PIPELINES_NVL72, backwards=True)
 
 
 def _bounds_equal_fresh(text: str) -> int:

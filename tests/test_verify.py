@@ -93,6 +93,10 @@ def _world_size(p: Plan) -> None:
 
 
 def _wrong_link(p: Plan) -> None:
+    _op(p, "dp_cp")["link"] = "nvlink"
+
+
+def _wrong_send_tier(p: Plan) -> None:
     _op(p, "pp")["link"] = "nvlink"
 
 
@@ -127,6 +131,11 @@ MUTATIONS: dict[str, tuple[Callable[[Plan], None], str]] = {
     "a buffer ×3": (_buffer_times_three, "dp_cp reduce_scatter"),
     "world size changed": (_world_size, "world_size 128"),
     "a link class changed": (_wrong_link, "link nvlink, but its groups are on network"),
+    "a pipeline send's tier changed": (
+        _wrong_send_tier,
+        "stage 0 pp send_recv fwd on nvlink: the plan has 256 calls per step, the pipeline "
+        "groups' boundaries give 0",
+    ),
     "a pipeline warm-up changed": (_pipeline_warmup, "pipeline stage 1"),
     "a stage's parameters changed": (_stage_parameters, "model.stage_parameters[2]"),
     "an optimizer shard changed": (_optimizer_shard, "rank 0: optimizer_shard 1"),

@@ -57,6 +57,7 @@ from planc.dims import AttentionQuant, bf16_ranges
 from planc.pipeline.registry import definition
 from planc.plannable import PlanLayout, Plannable, axis_strides
 from planc.record import record
+from planc.sends import boundary_tiers, stage_boundaries, stage_sends, tier_holds
 from planc.spec.fabric import Tier
 from planc.stages import StageClasses
 from planc.vocab import Axis, ChunkPlacement, Collective, Direction, GroupKind
@@ -232,13 +233,6 @@ def rail_aligned(
     return within_span(world, per_node, sizes, stride, axes)
 
 
-def _holds(job: Plannable, tier: Tier, inside: bool, aligned: bool) -> bool:
-    """Tier `tier` carries a group kind whose groups lie `inside` its blocks: a rail-aligned
-    tier only when the groups are rail-aligned or NCCL routes cross-rail over NVLink (PXN);
-    otherwise their traffic crosses rails through the tier above (the spine)."""
-    return inside and (aligned or not tier.rail_aligned or job.cluster.fabric.pxn)
-
-
 def _grid_tier(
     job: Plannable, sizes: Mapping[Axis, int], stride: Mapping[Axis, int], axes: tuple[Axis, ...]
 ) -> Tier:
@@ -249,7 +243,7 @@ def _grid_tier(
     aligned = rail_aligned(job.world, job.cluster.gpus_per_node, sizes, stride, axes)
     for tier in fabric:
         inside = within_span(job.world, tier.span, sizes, stride, axes)
-        if _holds(job, tier, inside, aligned):
+        if tier_holds(job.cluster.fabric, tier, inside, aligned):
             return tier
     return fabric.outermost
 
@@ -722,16 +716,9 @@ def pipeline_message_bytes(job: Plannable) -> int:
 def pipeline_sends(job: Plannable, stage: int, direction: Direction) -> int:
     """Sends of stage `stage` per step in `direction`: m per model chunk, except that the last
     virtual stage sends nothing forward and the first nothing backward: m·(v − [end stage]).
-    In the V placement (DualPipeV) m·(2 − [first rank] − [last rank])."""
-    lay, m = job.layout, job.m
-    if lay.p == 1:
-        return 0
-    if definition(lay.schedule).placement is ChunkPlacement.V:
-        # Rank r holds virtual stages r and 2p − 1 − r: the turn from p − 1 to p stays on the
-        # last rank, and rank 0 holds both ends. Either way m·(2 − [r = 0] − [r = p − 1]).
-        return m * (2 - (stage == 0) - (stage == lay.p - 1))
-    end = lay.p - 1 if direction is Direction.FORWARD else 0
-    return m * (lay.v - (stage == end))
+    In the V placement (DualPipeV) m·(2 − [first rank] − [last rank]). The sum over the
+    boundaries they cross (`planc.sends.stage_boundaries`)."""
+    return sum(sends for _, sends in stage_boundaries(job, stage, direction))
 
 
 def _sends_formula(lay: PlanLayout, end: str) -> str:
@@ -741,19 +728,23 @@ def _sends_formula(lay: PlanLayout, end: str) -> str:
 
 
 def _pp_ops(job: Plannable, stage: int) -> list[CommOp]:
+    """The stage's pipeline sends, one op per direction and tier: each send crosses its own
+    pair of ranks' tier (`planc.sends`), so a group that needs the network as a whole sends
+    over NVLink across the boundaries inside one domain."""
     lay = job.layout
     if lay.p == 1:
         return []
     size = pipeline_message_bytes(job)
-    link = link_class(job, (Axis.PP,))
     shape = "[s/c" + ("/t" if lay.sp else "") + ", b, h]·β_a"
     ops = []
     for direction, what, end in (
         (Direction.FORWARD, "the activation to the next stage", "last"),
         (Direction.BACKWARD, "the activation gradient to the previous stage", "first"),
     ):
-        sends = pipeline_sends(job, stage, direction)
-        if sends:
+        sends = stage_sends(job, stage, direction)
+        whole = _sends_formula(lay, end)
+        for tier, calls in sends:
+            part = "" if len(sends) == 1 else f"{calls} of the {whole} on {tier.name}: "
             ops.append(
                 CommOp(
                     stage=stage,
@@ -761,10 +752,10 @@ def _pp_ops(job: Plannable, stage: int) -> list[CommOp]:
                     op=Collective.SEND_RECV,
                     phase=f"PP send of {what}",
                     group_size=2,
-                    calls=sends,
+                    calls=calls,
                     buffer_bytes=size,
-                    link=link,
-                    formula=f"{_sends_formula(lay, end)} sends of {shape}",
+                    link=tier.name,
+                    formula=f"{part}{whole} sends of {shape}",
                     direction=direction,
                 )
             )
@@ -834,7 +825,7 @@ def shard_link(job: Plannable) -> str:
     fabric = job.cluster.fabric
     for tier in fabric:
         inside = job.world <= tier.span or (block > 0 and tier.span % block == 0)
-        if _holds(job, tier, inside, aligned):
+        if tier_holds(job.cluster.fabric, tier, inside, aligned):
             return tier.name
     return fabric.outermost.name
 
@@ -1741,7 +1732,8 @@ def _embedding_ops(job: Plannable, stage: int) -> list[CommOp]:
             group_size=2,
             calls=1,
             buffer_bytes=size,
-            link=link_class(job, (Axis.PP,)),
+            # the pair of the first and last stages: the pipeline's wrap boundary
+            link=boundary_tiers(job)[-1].name,
             formula="V'/t·h gradients once per step",
         )
     ]

@@ -184,7 +184,8 @@ def _fabric_lines(an: Analysis) -> list[str]:
         return []
     lines = [
         "",
-        "fabric (innermost first; each group kind runs on the first tier whose blocks hold it"
+        "fabric (innermost first; each group kind runs on the first tier whose blocks hold it, "
+        "a pipeline send on its pair of ranks'"
         + ("; PXN routes cross-rail over NVLink" if fabric.pxn else "")
         + "):",
     ]

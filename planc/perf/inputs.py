@@ -69,6 +69,7 @@ from planc.comm.schedule import (
     moe_block_redone,
     moe_tokens,
     param_bytes,
+    pipeline_message_bytes,
     probs_bytes,
     ring_rails,
     routing_map_gather,
@@ -158,6 +159,7 @@ from planc.presets.efficiency import (
     from_json,
 )
 from planc.record import record
+from planc.sends import boundary_tiers, slowest_crossed
 from planc.spec.job import Job
 from planc.stages import stage_classes
 from planc.vocab import ROWWISE_RECIPES, Axis, Collective, GroupKind, gated
@@ -1367,7 +1369,7 @@ def build_inputs(
     exchange = ep_per_layer(job, eff)
     paired = paired_per_layer(job, eff, exchange)
     host = expert_host_per_layer(job, eff)
-    one = boundary_transfer(job, eff, ops) if runs_pipe_engine(job) else Transfer(0.0, 0.0)
+    transfers = boundary_transfers(job, eff, ops) if runs_pipe_engine(job) else ()
     staged = ops_by_stage(ops, lay.p)
     # One layer's TP times read a stage only as the tier of its TP ops (`tp_link`), and a MoE
     # layer's differ from a dense one's only in a MoE model (`_tp_mlp`): each distinct one is
@@ -1387,7 +1389,7 @@ def build_inputs(
         params, experts = params_by_stage[r], experts_by_stage[r]
         split, routed = job.chunk_run_layers(r)
         mine = staged[r]
-        blocking = blocking_p2p(job, one, r)
+        blocking = blocking_p2p(job, transfers, r)
         times = chunks_of(job, eff, r)
         link = tp_link(mine, r)
         cp_exposed = cp_exposed_per_microbatch(job, eff, mine, r, layers)
@@ -1475,14 +1477,28 @@ def build_inputs(
 
 def p2p_message_s(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> float:
     """Seconds of one pipeline message on the critical path: the boundary tensor's send and its
-    all-gather on arrival (`boundary_transfer`)."""
-    one = boundary_transfer(job, eff, ops)
-    return one.send_s + one.gather_s
+    all-gather on arrival (`boundary_transfers`), across the slowest boundary the messages cross
+    (`planc.sends.slowest_crossed` says why)."""
+    seconds = [one.send_s + one.gather_s for one in boundary_transfers(job, eff, ops)]
+    return slowest_crossed(job, seconds)
 
 
-def boundary_transfer(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> Transfer:
+def boundary_transfers(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) -> tuple[Transfer, ...]:
+    """`boundary_transfer` across each pipeline boundary, on its own tier
+    (`planc.sends.boundary_tiers`), each tier priced once; none for p = 1."""
+    priced: dict[str, Transfer] = {}
+    out = []
+    for tier in boundary_tiers(job):
+        one = priced.get(tier.name)
+        if one is None:
+            one = priced[tier.name] = boundary_transfer(job, eff, ops, tier.name)
+        out.append(one)
+    return tuple(out)
+
+
+def boundary_transfer(job: Plannable, eff: Efficiency, ops: Sequence[CommOp], link: str) -> Transfer:
     """One activation (or its gradient) of [s/c, b, h] elements of β_a bytes across a pipeline
-    boundary: the sender's ⌈bytes/t⌉ share on the pipeline link, send = α + ⌈bytes/t⌉/(β·e),
+    boundary on tier `link`: the sender's ⌈bytes/t⌉ share on it, send = α + ⌈bytes/t⌉/(β·e),
     and on arrival the all-gather over the t TP ranks, gather = (t − 1)·α + (t − 1)/t ·
     bytes/(β·e) (`comm_time_s`). Seconds.
 
@@ -1493,16 +1509,12 @@ def boundary_transfer(job: Plannable, eff: Efficiency, ops: Sequence[CommOp]) ->
     `_exec_send_activations`, `_exec_recv_activations`, `_exec_forward_pass`
     (PartitionedTensor), v0.5.10 and v0.19.5). With sequence parallelism or t = 1 the tensor
     is already one rank's own: the whole of it is sent and nothing gathered."""
-    sends = [op for op in ops if op.group == "pp" and op.calls]
-    if not sends:
-        return Transfer(0.0, 0.0)
-    op = max(sends, key=lambda o: o.buffer_bytes)
+    size = pipeline_message_bytes(job)
     t = job.layout.t
     if job.layout.sp or t == 1:
-        return Transfer(comm_time_s(job, eff, "send_recv", 2, op.buffer_bytes, op.link), 0.0)
-    share = -(-op.buffer_bytes // t)
-    send = comm_time_s(job, eff, "send_recv", 2, share, op.link)
-    gather = comm_time_s(job, eff, "all_gather", t, op.buffer_bytes, _group_link(job, ops, "tp"))
+        return Transfer(comm_time_s(job, eff, "send_recv", 2, size, link), 0.0)
+    send = comm_time_s(job, eff, "send_recv", 2, -(-size // t), link)
+    gather = comm_time_s(job, eff, "all_gather", t, size, _group_link(job, ops, "tp"))
     return Transfer(send, gather)
 
 

@@ -33,6 +33,8 @@ What the engine does differently from Megatron's schedules, read in DeepSpeed v0
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from planc.plannable import Plannable
 from planc.record import record
 
@@ -59,14 +61,20 @@ class BlockingP2p:
     backward_s: float  # RecvGrad (stage < p − 1) and SendGrad (stage > 0)
 
 
-def blocking_p2p(job: Plannable, one: Transfer, stage: int) -> BlockingP2p:
-    """Stage r's transfers per micro-batch, serial on its stream (p2p.send/recv block):
+def blocking_p2p(job: Plannable, transfers: Sequence[Transfer], stage: int) -> BlockingP2p:
+    """Stage r's transfers per micro-batch, serial on its stream (p2p.send/recv block), with
+    `before` the transfer across boundary r − 1 (from the previous stage) and `after` across
+    boundary r (to the next), `transfers` indexed by boundary:
 
-    forward  = [r > 0]·(send + gather)  (RecvActivation, then the gather in the forward)
-             + [r < p − 1]·send         (SendActivation of this forward, in the next slot)
-    backward = [r < p − 1]·(send + 2·gather)  (RecvGrad, then the gathers of the gradient and
-                                              of the stage's own output in the backward)
-             + [r > 0]·send             (SendGrad of this backward, in the next slot)
+    forward  = [r > 0]·(before.send + before.gather)  (RecvActivation, then the gather in the
+                                                       forward)
+             + [r < p − 1]·after.send                 (SendActivation of this forward, in the
+                                                       next slot)
+    backward = [r < p − 1]·(after.send + 2·after.gather)  (RecvGrad, then the gathers of the
+                                                           gradient and of the stage's own
+                                                           output in the backward)
+             + [r > 0]·before.send                    (SendGrad of this backward, in the next
+                                                       slot)
 
     Each transfer holds both stages, so the step simulation runs with no separate message delay
     (`hop_s`); on the fill and drain path this counts each hop's transfer twice, once on each
@@ -74,11 +82,16 @@ def blocking_p2p(job: Plannable, one: Transfer, stage: int) -> BlockingP2p:
     `TrainSchedule.steps`, p2p.py `send`, `recv`, engine.py `_exec_backward_pass` (v0.5.10,
     v0.19.5)."""
     p = job.layout.p
-    received = one.send_s + one.gather_s
+    if p == 1 or not transfers:  # no engine, no blocking transfers
+        return BlockingP2p(0.0, 0.0)
+    before, after = transfers[(stage - 1) % p], transfers[stage]
     has_prev, has_next = stage > 0, stage < p - 1
-    forward = (received if has_prev else 0.0) + (one.send_s if has_next else 0.0)
-    regathered = received + one.gather_s
-    backward = (regathered if has_next else 0.0) + (one.send_s if has_prev else 0.0)
+    forward = (before.send_s + before.gather_s if has_prev else 0.0) + (
+        after.send_s if has_next else 0.0
+    )
+    backward = (after.send_s + 2 * after.gather_s if has_next else 0.0) + (
+        before.send_s if has_prev else 0.0
+    )
     return BlockingP2p(forward, backward)
 
 

@@ -60,10 +60,11 @@ def _shown(tier: Tier, plan: Plannable) -> str:
 def pipeline_inside_tier(ctx: Context) -> Iterator[Violation]:
     """Pipeline neighbours stay inside a leaf or pod when an order keeps them there.
 
-    The lesson's rule: pipeline parallelism runs "across adjacent leaf nodes". Each pipeline
-    send crosses the outermost tier its group spans, and past the first network tier (a leaf
-    switch, a rack, a pod) it pays the spine or an oversubscribed aggregation layer (Llama 3's
-    pods of 3,072 GPUs meet at 1:7). When another `parallelism.order` keeps the pipeline groups
+    The lesson's rule: pipeline parallelism runs "across adjacent leaf nodes". A pipeline send
+    crosses the tier of its own pair of ranks (`planc.sends`), and the sends between neighbours
+    in different blocks past the first network tier (a leaf switch, a rack, a pod) pay the
+    spine or an oversubscribed aggregation layer (Llama 3's pods of 3,072 GPUs meet at 1:7);
+    in 1F1B's steady state every micro-batch waits for the slowest of them. When another `parallelism.order` keeps the pipeline groups
     on a tier further in, keeps tensor and context parallelism where they are, and planc's own
     step estimate is no slower with it (data parallelism then crosses the outer tier: its
     gradients overlap backward), the finding names it. Only fabrics with a tier between the

@@ -72,6 +72,7 @@ from planc.rules import FRAMEWORK_RULES, REGISTRY, Rule
 from planc.rules.base import Context, Needs, RuleKind
 from planc.run.estimate import checkpoint_cost
 from planc.search.space import AXIS_NAMES, Space, Value, stage_split
+from planc.sends import boundary_names
 from planc.spec.fabric import Fabric
 from planc.spec.job import Job, Layout, NodeNames, Training, low_precision_recipe, resolve
 from planc.stages import StageClasses, stage_classes
@@ -593,7 +594,8 @@ def _shared_by(
 def _classes_of(judge: Judge, plan: Plannable) -> StageClasses:
     # Everything `planc.stages.stage_key` reads but the model (the base job's).
     lay, q = plan.layout, plan.numerics.quantized
-    at = ("classes", lay.chunks, lay.last_stage, 0 if q is None else q.bf16_layers)
+    bf16 = 0 if q is None else q.bf16_layers
+    at = ("classes", lay.chunks, lay.last_stage, bf16, boundary_names(plan))
     classes = stage_classes(plan, judge.memo.get(at))
     judge.memo[at] = classes
     return classes
@@ -746,6 +748,10 @@ def shared_analysis(
     parameters_key = _masked(judge, values, UNREAD_BY_PARAMETERS)
     engine_key = _masked(judge, values, UNREAD_BY_ENGINE)
     budget_key = _masked(judge, values, UNREAD_BY_BUDGET)
+    # The sub-results kept per stage class (the held activations, the classes' static terms,
+    # the budget's core) read the rank order only through the classes: through the tiers the
+    # pipeline sends cross (`planc.sends`). Their keys hold those tiers.
+    sends = boundary_names(plan)
     tables_key = _masked(judge, values, frozenset(AXIS_NAMES) - READ_BY_TABLES)
 
     # Each kind's results for this candidate's key, by stage (one lookup of the key each).
@@ -755,13 +761,13 @@ def shared_analysis(
     priced: list[CallSeconds] = []
 
     def activations_of(job: Plannable) -> HeldActivations:
-        at = ("activations", key)
+        at = ("activations", key, sends)
         found: HeldActivations | None = memo.get(at)
         if found is None:
             # The context-parallel type decides only the exchange's buffers, the same on every
             # stage (`planc.memory.budget.exchanged`): every stage's lines and in-flight counts
             # are shared by the times' key, which leaves the type out.
-            unexchanged = ("unexchanged", times_key)
+            unexchanged = ("unexchanged", times_key, sends)
             held: HeldActivations | None = memo.get(unexchanged)
             if held is None:
                 stages = tuple(stage_activations(job, r) for r in range(job.layout.p))
@@ -821,14 +827,14 @@ def shared_analysis(
         return placed
 
     def statics_of(job: Plannable) -> ClassStatics:
-        at = ("statics", _masked(judge, values, UNREAD_BY_STATICS))
+        at = ("statics", _masked(judge, values, UNREAD_BY_STATICS), sends)
         found: ClassStatics | None = memo.get(at)
         if found is None:
             found = memo[at] = class_statics(job, parameters_of, engine_of)
         return found
 
     def core_of(job: Plannable) -> BudgetCore:
-        at = ("budget", budget_key)
+        at = ("budget", budget_key, sends)
         core: BudgetCore | None = memo.get(at)
         if core is None:
             core = memo[at] = budget_core(

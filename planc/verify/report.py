@@ -87,7 +87,12 @@ def verify_plan(plan: PlanData) -> Verification:
             traffic.times,
             plan,
         ),
-        _run("link tiers", "the smallest fabric tier holding each group", traffic.links, plan),
+        _run(
+            "link tiers",
+            "the smallest fabric tier holding each group, and each pipeline send's pair",
+            traffic.links,
+            plan,
+        ),
         _run("wire bytes per rank", "sent and received per fabric tier", traffic.wire, plan),
         _run("pipeline", pipe_scope, pipeline.pipeline, plan),
         _run("pipeline bubble", "summary.bubble_fraction from p, m and v", pipeline.bubble, plan),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from fractions import Fraction
 from itertools import pairwise
 from typing import Any
@@ -161,6 +161,7 @@ class ExpectedOp:
     group_size: int
     calls: int
     buffer_bytes: int
+    link: str | None = None  # a pipeline send's own tier (`boundary_tiers`); else the group's
 
 
 def _hidden(plan: PlanData) -> int:
@@ -431,7 +432,10 @@ def _last_stage(plan: PlanData) -> int:
     return 0 if _v_shaped(plan) else plan.degrees["pp"] - 1
 
 
-def _pp(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
+def _pp(plan: PlanData, stage: int, m: int, boundaries: Sequence[str]) -> list[ExpectedOp]:
+    """The stage's pipeline sends per direction and tier: forward over boundary r (the last
+    rank's, from its earlier chunks, over the wrap), backward over boundary r − 1 mod p; in the
+    V placement m each way to both neighbours, over boundaries r and r − 1, no wrap."""
     p, v = plan.degrees["pp"], plan.virtual_stages
     if p == 1:
         return []
@@ -442,15 +446,24 @@ def _pp(plan: PlanData, stage: int, m: int) -> list[ExpectedOp]:
     size = tr["micro_batch"] * tokens * plan.model["hidden"] * tr["activation_bytes"]
     # Each of the v chunks sends every micro-batch on, except the very last virtual stage
     # forward and the very first backward.
-    forward = m * v - (m if stage == p - 1 else 0)
-    backward = m * v - (m if stage == 0 else 0)
+    crossed: dict[str, list[tuple[int, int]]] = {
+        "fwd": [(stage, m * v - (m if stage == p - 1 else 0))],
+        "bwd": [((stage - 1) % p, m * v - (m if stage == 0 else 0))],
+    }
     if _v_shaped(plan):  # ranks r and 2p − 1 − r: the last rank turns locally, rank 0 ends both
-        forward = backward = m * (2 - (stage == 0) - (stage == p - 1))
-    return [
-        ExpectedOp(stage, "pp", "send_recv", direction, 2, calls, size)
-        for direction, calls in (("fwd", forward), ("bwd", backward))
-        if calls
-    ]
+        both = [(b, m) for b, there in ((stage, stage < p - 1), (stage - 1, stage > 0)) if there]
+        crossed = {"fwd": both, "bwd": both}
+    out = []
+    for direction, sends in crossed.items():
+        calls: Counter[str] = Counter()
+        for boundary, n in sends:
+            calls[boundaries[boundary % p]] += n
+        out += [
+            ExpectedOp(stage, "pp", "send_recv", direction, 2, n, size, tier)
+            for tier, n in sorted(calls.items())
+            if n
+        ]
+    return out
 
 
 def _core_redone(plan: PlanData) -> bool:
@@ -910,11 +923,12 @@ def _embedding(plan: PlanData, stage: int) -> list[ExpectedOp]:
 def expected_ops(plan: PlanData) -> list[ExpectedOp]:
     m = plan.training["micro_batches"]
     ops: list[ExpectedOp] = []
+    boundaries = boundary_tiers(plan)
     for stage, chunks in enumerate(plan.stage_layers):
         # the multi-token prediction modules' layers exchange what any layer does
         layers = sum(b - a for a, b in chunks) + _mtp(plan, stage)[0]
         ops += _tp(plan, stage, layers, m) + _ends(plan, stage, m)
-        ops += _cp(plan, stage, layers, m) + _pp(plan, stage, m)
+        ops += _cp(plan, stage, layers, m) + _pp(plan, stage, m, boundaries)
         ops += _experts(plan, stage, m)
         ops += _dp(plan, stage, m) + _edp(plan, stage, m) + _embedding(plan, stage)
     return ops
@@ -1003,24 +1017,44 @@ def ops(plan: PlanData) -> Found:
 
 
 def group_tiers(plan: PlanData) -> dict[str, str]:
-    """Each group kind's tier: the first of cluster.fabric, innermost first, such that every
-    group of the kind has all its members in one block of the tier (rank // span) and, on a
-    tier of rails only, is rail-aligned, found on the plan's own member lists; the outermost
-    tier when none holds them. The embedding groups
-    take the pipeline groups' tier (the planner prices them on it)."""
-    out = {}
-    outermost = plan.tiers[-1][0]
-    rails = plan.rails_only or (False,) * len(plan.tiers)
-    for kind, found in plan.groups.items():
-        out[kind] = outermost
-        aligned = _rail_aligned(found, plan.gpus_per_node)
-        for (name, span), rails_only in zip(plan.tiers, rails, strict=True):
-            blocks = found // max(span, 1)
-            if (blocks == blocks[:, :1]).all() and (aligned or not rails_only):
-                out[kind] = name
-                break
-    out["embedding"] = out.get("pp", plan.tiers[0][0])
+    """Each group kind's tier (`_tier_of` its member lists). The embedding groups join the first
+    and last stages; a plan that lists none prices them on the pipeline groups' tier."""
+    out = {kind: _tier_of(plan, found) for kind, found in plan.groups.items()}
+    out.setdefault("embedding", out.get("pp", plan.tiers[0][0]))
     return out
+
+
+def _tier_of(plan: PlanData, found: Ints) -> str:
+    """The first tier of cluster.fabric, innermost first, such that every group of `found`
+    (groups × members) has all its members in one block of the tier (rank // span) and, on a
+    tier of rails only, is rail-aligned; the outermost tier when none holds them."""
+    rails = plan.rails_only or (False,) * len(plan.tiers)
+    aligned = _rail_aligned(found, plan.gpus_per_node)
+    for (name, span), rails_only in zip(plan.tiers, rails, strict=True):
+        blocks = found // max(span, 1)
+        if (blocks == blocks[:, :1]).all() and (aligned or not rails_only):
+            return name
+    return plan.tiers[-1][0]
+
+
+def boundary_tiers(plan: PlanData) -> list[str]:
+    """The tier of each pipeline boundary i, stage i ↔ stage (i + 1) mod p (`planc.sends`),
+    found on the plan's pipeline groups: each group's members ordered by their pp coordinate,
+    member i paired with member i + 1 (`_tier_of` the pairs). Where the groups do not hold one
+    member per stage (a corrupted plan, which `grid` reports), every boundary takes the groups'
+    own tier."""
+    p = plan.degrees["pp"]
+    found = plan.groups.get("pp")
+    whole = group_tiers(plan).get("pp", plan.tiers[-1][0])
+    if found is None or found.ndim != 2 or found.shape[1] != p or p == 1:
+        return [whole] * (p if p > 1 else 0)
+    if (found < 0).any() or (found >= len(plan.coords["pp"])).any():
+        return [whole] * p
+    stage = plan.coords["pp"][found]
+    if not (np.sort(stage, axis=1) == np.arange(p)).all():
+        return [whole] * p
+    ordered = np.take_along_axis(found, np.argsort(stage, axis=1), axis=1)
+    return [_tier_of(plan, ordered[:, [i, (i + 1) % p]]) for i in range(p)]
 
 
 def _rail_aligned(found: Ints, per_node: int) -> bool:
@@ -1035,12 +1069,30 @@ def _rail_aligned(found: Ints, per_node: int) -> bool:
 
 
 def links(plan: PlanData) -> Found:
-    """Each op's link is the tier its groups' members give."""
+    """Each op's link is the tier its groups' members give; a pipeline send's, the tier of the
+    boundary it crosses (`boundary_tiers`): the plan's sends per stage, direction and link equal
+    those the pipeline groups give."""
     tiers = group_tiers(plan)
     for op in plan.ops:
         want = tiers.get(op["group"])
-        if want is not None and op.get("link") != want:
+        if op["group"] != "pp" and want is not None and op.get("link") != want:
             yield f"stage {op['stage']} {op['group']} {op['op']}: link {op.get('link')}, but its groups are on {want}"
+    want_sends: Counter[tuple[Any, ...]] = Counter()
+    for mine in expected_ops(plan):
+        if mine.group == "pp":
+            want_sends[(mine.stage, mine.direction, mine.link)] += mine.calls
+    got_sends: Counter[tuple[Any, ...]] = Counter()
+    for listed in plan.ops:
+        if listed["group"] == "pp":
+            key = (listed["stage"], listed.get("direction"), listed.get("link"))
+            got_sends[key] += int(listed.get("calls", 0))
+    for key in sorted(set(want_sends) | set(got_sends), key=repr):
+        if want_sends[key] != got_sends[key]:
+            stage, direction, link = key
+            yield (
+                f"stage {stage} pp send_recv {direction} on {link}: the plan has "
+                f"{got_sends[key]:,} calls per step, the pipeline groups' boundaries give {want_sends[key]:,}"
+            )
 
 
 def wire(plan: PlanData) -> Found:
@@ -1053,7 +1105,7 @@ def wire(plan: PlanData) -> Found:
     sent, received = WIRE_FIELDS.index("sent"), WIRE_FIELDS.index("received")
     per_stage = np.zeros((p, len(names), len(WIRE_FIELDS)), dtype=np.int64)
     for op in expected_ops(plan):
-        tier = names.index(tiers.get(op.group, names[0]))
+        tier = names.index(op.link or tiers.get(op.group, names[0]))
         total = op.calls * bytes_sent(
             op.op, op.group_size, op.buffer_bytes, itemsize_of(plan, op.group, op.op)
         )
