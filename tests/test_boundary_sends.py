@@ -231,3 +231,18 @@ def test_verify_finds_the_same_tiers_on_the_plans_groups(parallelism: dict[str, 
     result = verify_text(json.dumps(plan))
     assert not result.ok
     assert "pp send_recv fwd on network: the plan has" in render(result)
+
+
+def test_explain_names_each_boundarys_tier_when_they_differ() -> None:
+    from planc.outputs.explain import explain, render_text, to_json
+
+    ex = explain(analyse(nvl()))
+    assert (
+        "  pipeline sends cross, by boundary (stage → stage): 0 → 1 nvlink, 1 → 2 network, "
+        "2 → 3 nvlink, 3 → 0 network"
+    ) in render_text(ex).splitlines()
+    assert to_json(ex)["pipeline"]["boundary_tiers"] == ["nvlink", "network", "nvlink", "network"]
+    # All on one tier (every stage in one domain under tp-cp-pp-dp): nothing more to say.
+    alike = explain(analyse(nvl(parallelism={"order": "tp-cp-pp-dp"})))
+    assert "pipeline sends cross" not in render_text(alike)
+    assert "boundary_tiers" not in to_json(alike)["pipeline"]

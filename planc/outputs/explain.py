@@ -37,6 +37,7 @@ from planc.presets.accuracy import (
 )
 from planc.record import record
 from planc.run import RunEstimate, estimate_run
+from planc.sends import boundary_names
 from planc.spec.job import GB, GIB, matching_preset
 from planc.vocab import DEFAULT_RECOMPUTE_MODULES
 
@@ -109,6 +110,7 @@ def render_text(ex: Explanation) -> str:
             for tier in fabric
         )
         lines.append(f"  stage {wire.stage:>3}: {tiers}")
+    lines += _boundary_lines(an)
     lines += [
         "",
         "communication ops (stage 0; time per step on the link, latency and efficiency included):",
@@ -469,6 +471,22 @@ def _simulated_line(ex: Explanation) -> str:
     )
 
 
+def _mixed_boundaries(an: Analysis) -> tuple[str, ...]:
+    """Each pipeline boundary's tier (`planc.sends.boundary_names`) where they are not all one;
+    else none: then every send is on the pipeline groups' own tier, as the ops list shows."""
+    names = boundary_names(an.plan)
+    return names if len(set(names)) > 1 else ()
+
+
+def _boundary_lines(an: Analysis) -> list[str]:
+    """Which tier each pipeline boundary's sends cross, when they differ."""
+    names = _mixed_boundaries(an)
+    if not names:
+        return []
+    shown = ", ".join(f"{i} → {(i + 1) % len(names)} {name}" for i, name in enumerate(names))
+    return [f"  pipeline sends cross, by boundary (stage → stage): {shown}"]
+
+
 def _bubble_words(ex: Explanation) -> str:
     """The schedule's closed-form bubble fraction, in its formula (the simulated one with equal
     stages for a schedule without a closed form). Named apart from the step's bubble seconds below
@@ -498,6 +516,11 @@ def to_json(ex: Explanation) -> dict[str, Any]:
             "bubble_fraction": step.pipeline.bubble_fraction,
             "method": step.pipeline.method,
             "simulated_ops": step.pipeline.simulated_ops,
+            **(
+                {"boundary_tiers": list(_mixed_boundaries(an))}
+                if _mixed_boundaries(an)
+                else {}
+            ),
         },
         "step": {
             "step_time_s": step.step_time_s,
