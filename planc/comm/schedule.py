@@ -744,7 +744,7 @@ def _pp_ops(job: Plannable, stage: int) -> list[CommOp]:
         sends = stage_sends(job, stage, direction)
         whole = _sends_formula(lay, end)
         for tier, calls in sends:
-            part = "" if len(sends) == 1 else f"{calls} of the {whole} on {tier.name}: "
+            part = "" if len(sends) == 1 else f", {calls} of them across boundaries on {tier.name}"
             ops.append(
                 CommOp(
                     stage=stage,
@@ -755,7 +755,7 @@ def _pp_ops(job: Plannable, stage: int) -> list[CommOp]:
                     calls=calls,
                     buffer_bytes=size,
                     link=tier.name,
-                    formula=f"{part}{whole} sends of {shape}",
+                    formula=f"{whole} sends of {shape}{part}",
                     direction=direction,
                 )
             )
