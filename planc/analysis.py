@@ -253,6 +253,9 @@ class StepEstimate:
     recompute_s: float = 0.0
     # What the passes wait on offload.activations' copies, inside compute_s (`planc.perf.offload`).
     offload_wait_s: float = 0.0
+    # Megatron's deferred LM-head weight gradients beyond the pipeline flush they fill, after
+    # the pipeline and before the data-parallel tail (`planc.perf.deferral`).
+    flush_s: float = 0.0
 
 
 def estimate_step(analysis: Analysis, efficiency: Efficiency | None = None) -> StepEstimate:
@@ -284,6 +287,7 @@ def estimate_step(analysis: Analysis, efficiency: Efficiency | None = None) -> S
         expert_host_s=step.expert_host_s,
         recompute_s=step.recompute_s,
         offload_wait_s=step.offload_wait_s,
+        flush_s=step.flush_exposed_s,
     )
 
 

@@ -239,6 +239,11 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
         args.append(f"--num-distributed-optimizer-instances {replicas}")
     if lay.p > 1:  # Megatron picks its schedule from the virtual pipeline size, no flag
         _framework_schedule(plan, "megatron", notes)
+    if tr.defer_embedding_wgrad:
+        # TransformerConfig's fields as Megatron-LM's arguments (ArgumentGroupFactory).
+        args.append("--defer-embedding-wgrad-compute")
+        if tr.wgrad_deferral_limit:
+            args.append(f"--wgrad-deferral-limit {tr.wgrad_deferral_limit}")
     if lay.v > 1 and not tr.overlap_p2p_comm:
         # Megatron-LM overlaps the interleaved schedule's p2p by default (store_false flag).
         args.append("--no-overlap-p2p-communication")

@@ -15,6 +15,7 @@ from planc.memory.activations import module_words, offloaded_layers
 from planc.outputs import escape
 from planc.outputs.memory import to_json as memory_json
 from planc.outputs.ops import op_json, op_lines
+from planc.perf.deferral import deferred_calls
 from planc.perf.expert_host import tau_e
 from planc.perf.grad_accum import accumulation
 from planc.perf.inputs import build_inputs, efficiency_of, muon_times
@@ -136,6 +137,7 @@ def render_text(ex: Explanation) -> str:
         *_offload_line(ex),
         f"  pipeline bubble:    {step.bubble_s:8.2f} s ({step.bubble_s / total:5.1%})  "
         f"of the step, incl. p2p on the path {step.pp_comm_s:.3f} s",
+        *_flush_line(ex),
         f"  exposed DP comm:    {step.exposed_comm_s:8.2f} s ({step.exposed_comm_s / total:5.1%})  "
         "after backward and after the optimizer step",
         f"  optimizer step:     {step.optimizer_s:8.2f} s ({step.optimizer_s / total:5.1%})"
@@ -471,6 +473,23 @@ def _simulated_line(ex: Explanation) -> str:
     )
 
 
+def _flush_line(ex: Explanation) -> list[str]:
+    """The deferred LM-head weight gradients (training.defer_embedding_wgrad_compute): what of
+    them the pipeline's flush does not hide, with what they take in all."""
+    job = ex.analysis.plan
+    holder = job.layout.last_stage
+    k, n = deferred_calls(job, holder)
+    if k == 0:
+        return []
+    step = ex.step
+    total = step.step_time_s
+    return [
+        f"  deferred LM-head wgrad: {step.flush_s:5.2f} s ({step.flush_s / total:5.1%})  "
+        f"beyond the pipeline's flush: {k:,} of the {n:,} weight gradients of stage {holder} "
+        "run after its last backward (defer_embedding_wgrad_compute)"
+    ]
+
+
 def _mixed_boundaries(an: Analysis) -> tuple[str, ...]:
     """Each pipeline boundary's tier (`planc.sends.boundary_names`) where they are not all one;
     else none: then every send is on the pipeline groups' own tier, as the ops list shows."""
@@ -534,6 +553,7 @@ def to_json(ex: Explanation) -> dict[str, Any]:
             **({"ep_hidden_s": step.ep_hidden_s} if step.ep_hidden_s > 0 else {}),
             **({"expert_host_s": step.expert_host_s} if step.expert_host_s > 0 else {}),
             **({"recompute_s": step.recompute_s} if step.recompute_s > 0 else {}),
+            **({"flush_s": step.flush_s} if step.flush_s > 0 else {}),
             **_accumulation_json(ex),
             "pp_comm_s": step.pp_comm_s,
             "tokens_per_s": step.tokens_per_s,

@@ -43,17 +43,25 @@ def _seconds(
     call_s: Callable[[EndCollective], float],
     gemms: Mapping[Linear, GemmTimes],
     asynchronous: bool,
+    deferred: float = 0.0,
 ) -> tuple[float, float, float]:
-    """(forward, backward, hidden) seconds of `counted` per micro-batch."""
+    """(forward, backward, hidden) seconds of `counted` per micro-batch. `deferred`: the share f
+    of the LM head's calls whose weight gradient waits for the pipeline flush
+    (`planc.perf.deferral`): their input-gradient reduction has no GEMM beside it, and their
+    input is not gathered again in backward (the flush gathers it)."""
     forward = backward = hidden = 0.0
     for one, passes in counted:
         seconds = call_s(one)
         shown, kept = seconds, 0.0
         gemm = gemms[one.linear]
+        waits = deferred if one.linear is Linear.HEAD else 0.0
         if one.hides is Hides.WGRAD and asynchronous:
-            shown, kept = max(0.0, seconds - gemm.weight_s), min(seconds, gemm.weight_s)
+            beside = max(0.0, seconds - gemm.weight_s), min(seconds, gemm.weight_s)
+            shown = waits * seconds + (1 - waits) * beside[0]
+            kept = (1 - waits) * beside[1]
         elif one.hides is Hides.DGRAD:
-            shown, kept = max(0.0, seconds - gemm.data_s), min(seconds, gemm.data_s)
+            shown = (1 - waits) * max(0.0, seconds - gemm.data_s)
+            kept = (1 - waits) * min(seconds, gemm.data_s)
         if one.backward:
             backward += passes * shown
         else:
@@ -67,10 +75,12 @@ def ends_times(
     call_s: Callable[[EndCollective], float],
     gemms: Mapping[Linear, GemmTimes],
     asynchronous: bool,
+    deferred: float = 0.0,
 ) -> EndsTimes:
     """`EndsTimes` of `ends`: `call_s` the seconds of one call of a collective, `gemms` the
     GEMM times of the LM head and a module's eh_proj, `asynchronous` whether an input
-    gradient's reduction runs beside the weight gradient (`planc.perf.inputs.tp_reduction_async`)."""
+    gradient's reduction runs beside the weight gradient (`planc.perf.inputs.tp_reduction_async`),
+    `deferred` the share of the LM head's weight gradients deferred to the flush (`_seconds`)."""
     f_first, b_first, h_first = _seconds(ends.first, call_s, gemms, asynchronous)
-    f_last, b_last, h_last = _seconds(ends.last, call_s, gemms, asynchronous)
+    f_last, b_last, h_last = _seconds(ends.last, call_s, gemms, asynchronous, deferred)
     return EndsTimes(f_first, b_first, f_last, b_last, h_first + h_last)

@@ -44,7 +44,7 @@ from planc.comm.context import (
     torch_ring_traced_per_layer,
 )
 from planc.comm.cost import ring_steps, wire_bytes
-from planc.comm.ends import EndCollective, Linear, end_collectives
+from planc.comm.ends import EndCollective, Linear, end_collectives, head_gather_bytes
 from planc.comm.schedule import (
     ROUTING_MAP_BYTES,
     CommOp,
@@ -96,12 +96,14 @@ from planc.perf.compute import (
     StageTimes,
     chunk_times,
     layer_passes,
+    op_times,
     optimizer_time_s,
     pass_times,
     quantized_passes,
     recompute_time_s,
     work_time_s,
 )
+from planc.perf.deferral import deferred_calls, deferred_share, flush_s, head_calls
 from planc.perf.ends import EndsTimes, GemmTimes, ends_times
 from planc.perf.expert_host import expert_host_per_layer
 from planc.perf.fsdp2 import (
@@ -973,7 +975,31 @@ def ends_tp_times(job: Plannable, eff: Efficiency, stage: int, link: str | None)
     def call_s(one: EndCollective) -> float:
         return comm_time_s(job, eff, one.op.value, t, one.size, link)
 
-    return ends_times(ends, call_s, gemms, tp_reduction_async(job))
+    return ends_times(ends, call_s, gemms, tp_reduction_async(job), deferred_share(job, stage))
+
+
+def with_deferred_head(
+    job: Plannable, eff: Efficiency, stage: int, times: Sequence[ChunkTimes], link: str | None
+) -> tuple[tuple[ChunkTimes, ...], float]:
+    """The chunks' times of pipeline rank `stage` with Megatron's deferred LM-head weight
+    gradients (`planc.perf.deferral`) taken out of its last chunk's backward, f·h_p·W per
+    micro-batch on average, and the seconds they take in the flush; unchanged and 0 where
+    nothing is deferred. W is the head's weight-gradient GEMM as the chunk prices it (16 bits:
+    Megatron refuses the deferral with the recipe's head, PLC048); G its input's all-gather on
+    the stage's TP link under sequence parallelism."""
+    k, _ = deferred_calls(job, stage)
+    if k == 0:
+        return tuple(times), 0.0
+    (head,) = op_times((lm_head(layer_shape(job)),), device_of(job), eff)
+    weight = head.backward_weight_s
+    share = deferred_share(job, stage) * head_calls(job, stage)
+    last = times[-1]
+    taken = share * weight
+    lighter = replace(last, backward_s=last.backward_s - taken)
+    gather = 0.0
+    if job.layout.sp and job.layout.t > 1 and link is not None:
+        gather = comm_time_s(job, eff, "all_gather", job.layout.t, head_gather_bytes(job), link)
+    return (*times[:-1], lighter), flush_s(k, weight, gather)
 
 
 def gathers_feed_casts(job: Plannable) -> bool:
@@ -1405,6 +1431,7 @@ def build_inputs(
         )
         times = with_copy_out(job, times, params, device, eff)
         times, offload_wait = with_activation_offload(job, times)
+        times, flush = with_deferred_head(job, eff, r, times, link)
         dp = _dp(job, eff, mine, r, sum(t.forward_s for t in times), params)
         ends = ends_tp_times(job, eff, r, link)
         tp_forward = [
@@ -1455,6 +1482,7 @@ def build_inputs(
                 p2p_forward_s=blocking.forward_s,
                 p2p_backward_s=blocking.backward_s,
                 accumulate_s=accumulation_s(job, r, params, device, eff),
+                flush_s=flush,
                 offload_wait_s=offload_wait,
             )
         )

@@ -93,6 +93,9 @@ class StageInputs:
     # What the forward and backward wait on the activation copies of offload.activations, per
     # micro-batch (planc.perf.offload.activation_offload_s): inside forward_s and backward_s.
     offload_wait_s: float = 0.0
+    # What the stage runs after its last backward, before the gradients are synchronised:
+    # Megatron's deferred LM-head weight gradients (planc.perf.deferral), per step.
+    flush_s: float = 0.0
 
 
 @record
@@ -144,6 +147,9 @@ class PipelineStep:
     expert_host_s: float = 0.0
     # The busiest stage's recomputed forward (`StageInputs.recompute_s`), per step.
     recompute_s: float = 0.0
+    # What the deferred LM-head weight gradients add to the synchronised pipeline's end beyond
+    # the flush they fill (`StageInputs.flush_s`).
+    flush_exposed_s: float = 0.0
     # The busiest stage's wait on its activation copies (`StageInputs.offload_wait_s`), per step.
     offload_wait_s: float = 0.0
 
@@ -308,7 +314,8 @@ def step_lower_bound_s(inputs: StepInputs) -> float:
     Σ_{r'<r} t_f[r']; on a schedule whose backward is one op, its last op is chunk 0's backward
     of the last micro-batch, which then passes the stages before it, drain_r = Σ_{r'<r} t_b[r'],
     before stage 0 ends. So the synchronised pipeline ends no earlier than
-    max_r(fill_r + busy_r + max(drain_r, tail_r)) (tail_r the stage's DP tail), and the step
+    max_r(fill_r + busy_r + max(drain_r, flush_r + tail_r)) (tail_r the stage's DP tail, flush_r
+    what it runs before it: `StageInputs.flush_s`), and the step
     adds max_r(optimizer_r + after-step_r) (step 4). Messages are left out: a lower bound still.
     A step estimated below it (an extrapolated pipeline, `planc.pipeline.bounded`) is possible
     only by the extrapolation's error; `planc.search.run` then stops trusting the bound.
@@ -324,7 +331,7 @@ def step_lower_bound_s(inputs: StepInputs) -> float:
         busy = m * sum(t_f[j * p + r] + t_b[j * p + r] for j in range(v))
         fill = sum(t_f[:r])
         drain = sum(t_b[:r]) if whole_backward else 0.0
-        bounds.append(fill + busy + max(drain, tails[r]))
+        bounds.append(fill + busy + max(drain, inputs.stages[r].flush_s + tails[r]))
     return max(bounds) + _after_pipeline_s(inputs)
 
 
@@ -468,7 +475,10 @@ def pipeline_step(inputs: StepInputs) -> PipelineStep:
     ends, simulated = pipe.stage_end_s, pipe.simulated_m
     tails = _dp_tails(inputs)
     pipeline = max(ends)
-    synced = max(end + tail for end, tail in zip(ends, tails, strict=True))
+    unflushed = max(end + tail for end, tail in zip(ends, tails, strict=True))
+    synced = max(
+        end + st.flush_s + tail for end, st, tail in zip(ends, inputs.stages, tails, strict=True)
+    )
     after = _after_pipeline_s(inputs)
     step = synced + after
     worst = max(range(p), key=lambda r: busy[r])
@@ -492,7 +502,8 @@ def pipeline_step(inputs: StepInputs) -> PipelineStep:
         recompute_s=m * sum(inputs.stages[worst].recompute_s),
         offload_wait_s=m * inputs.stages[worst].offload_wait_s,
         pp_exposed_s=pp,
-        dp_exposed_s=synced - pipeline + max(st.after_step_s for st in inputs.stages),
+        dp_exposed_s=unflushed - pipeline + max(st.after_step_s for st in inputs.stages),
+        flush_exposed_s=synced - unflushed,
         optimizer_s=max(st.optimizer_s for st in inputs.stages),
         tokens_per_s=inputs.tokens / step if step > 0 else 0.0,
         mfu=inputs.model_flops / (step * inputs.peak_flops) if inputs.peak_flops > 0 else 0.0,

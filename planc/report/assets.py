@@ -22,7 +22,7 @@ CSS = """
 --c-fwd:#3f7cc0;--c-fwd2:#79a7da;--c-bwd:#2e9a6b;--c-bwd2:#73c39e;--c-rec:#1b5e40;--c-busy:#6d8fb0;
 --idle:#f3e6d0;--idle-line:#e2c79a;--nvl:#eef1f5;--nvl-line:#b7c2cf;--tp:#1d232a;
 --nvlink:#7b61c4;--network:#d9822b;--t-compute:#3f7cc0;--t-comm:#d9822b;--t-bubble:#e2c79a;--t-other:#9aa5b1;
---t-tp:#9467bd;--t-cp:#17a3a3;--t-ep:#d6456f;--t-host:#8c564b;--t-dp:#e8841a;--t-opt:#5c9e3f}
+--t-tp:#9467bd;--t-cp:#17a3a3;--t-ep:#d6456f;--t-host:#8c564b;--t-dp:#e8841a;--t-opt:#5c9e3f;--t-flush:#a6a31f}
 @media (prefers-color-scheme:dark){:root{
 --bg:#121519;--panel:#1a1f25;--fg:#e4e8ec;--muted:#9aa6b2;--rule:#2c343d;--grid:#262d35;
 --ok:#4cc27e;--warn:#f0a33a;--bad:#ff6b6b;--info:#6aa8ec;
@@ -31,7 +31,7 @@ CSS = """
 --c-fwd:#5b95d6;--c-fwd2:#8db8e6;--c-bwd:#3db383;--c-bwd2:#82d2ad;--c-rec:#1f7a52;--c-busy:#6d8fb0;
 --idle:#3a3122;--idle-line:#5e4d2f;--nvl:#222a33;--nvl-line:#4a5663;--tp:#e4e8ec;
 --nvlink:#9d86e0;--network:#f0a33a;--t-compute:#5b95d6;--t-comm:#f0a33a;--t-bubble:#8a7449;--t-other:#6b7682;
---t-tp:#b495dc;--t-cp:#3cc4c4;--t-ep:#ef6f93;--t-host:#c49c94;--t-dp:#f0a33a;--t-opt:#7cc06f}}
+--t-tp:#b495dc;--t-cp:#3cc4c4;--t-ep:#ef6f93;--t-host:#c49c94;--t-dp:#f0a33a;--t-opt:#7cc06f;--t-flush:#d4d15a}}
 *{box-sizing:border-box}
 body{margin:0;background:var(--bg);color:var(--fg);font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif}
 main{max-width:1040px;margin:0 auto;padding:24px 20px 48px}
@@ -80,6 +80,7 @@ svg .op-name{font-size:12px}svg .op-value{fill:var(--muted);font-size:12px}
 .t-tp{fill:var(--t-tp);background:var(--t-tp)}.t-cp{fill:var(--t-cp);background:var(--t-cp)}.t-ep{fill:var(--t-ep);background:var(--t-ep)}
 .t-host{fill:var(--t-host);background:var(--t-host)}
 .t-dp{fill:var(--t-dp);background:var(--t-dp)}.t-opt{fill:var(--t-opt);background:var(--t-opt)}
+.t-flush{fill:var(--t-flush);background:var(--t-flush)}
 svg .step-label{fill:#fff;font-weight:650;font-size:12.5px}
 .findings td.loc{width:34%;overflow-wrap:anywhere}.findings .fix{color:var(--muted)}
 .note{font-size:12.5px;color:var(--muted)}

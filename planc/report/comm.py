@@ -159,9 +159,9 @@ class StepPart:
 def step_parts(step: StepEstimate) -> list[StepPart]:
     """The step, split as `planc explain` splits it: compute, the exposed tensor-parallel,
     ring-attention and expert exchanges and the release's expert host time explain counts inside
-    compute, the pipeline bubble,
-    the exposed DP communication, the optimizer step, and whatever the step time holds beyond
-    them. A part of zero seconds is left out (compute and the bubble always stay)."""
+    compute, the pipeline bubble, Megatron's deferred LM-head weight gradients beyond the flush
+    they fill, the exposed DP communication, the optimizer step, and whatever the step time holds
+    beyond them. A part of zero seconds is left out (compute and the bubble always stay)."""
     inside = [
         ("t-tp", "exposed TP communication", step.tp_comm_s, "tp_comm_s"),
         ("t-cp", "exposed CP (ring attention)", step.cp_comm_s, "cp_comm_s"),
@@ -181,10 +181,17 @@ def step_parts(step: StepEstimate) -> list[StepPart]:
         StepPart("t-bubble", "pipeline bubble", step.bubble_s, "step.bubble_s"),
     ]
     rest = [
+        StepPart(
+            "t-flush",
+            "deferred LM-head weight gradients (beyond the flush)",
+            step.flush_s,
+            "step.flush_s",
+        ),
         StepPart("t-dp", "exposed DP communication", step.exposed_comm_s, "step.exposed_comm_s"),
         StepPart("t-opt", "optimizer step", step.optimizer_s, "step.optimizer_s"),
     ]
-    parts += [part for part in rest if part.seconds > 0]
+    shown_rest = [part for part in rest if part.seconds > 0]
+    parts += shown_rest
     other = step.step_time_s - sum(part.seconds for part in parts)
     if other > 1e-9 * step.step_time_s:
         parts.append(
@@ -192,8 +199,8 @@ def step_parts(step: StepEstimate) -> list[StepPart]:
                 "t-other",
                 "other (stages waiting for the slowest one's tail)",
                 other,
-                "step.step_time_s-step.compute_s-step.bubble_s-step.exposed_comm_s"
-                "-step.optimizer_s",
+                "step.step_time_s-step.compute_s-step.bubble_s"
+                + "".join(f"-{part.quantity}" for part in shown_rest),
             )
         )
     return parts

@@ -281,7 +281,44 @@ def _megatron_fused_grouped_mlp(job: Job) -> Iterator[Violation]:
         )
 
 
+def _megatron_deferral(job: Job) -> Iterator[Violation]:
+    """ModelParallelConfig.__post_init__ (megatron/core/model_parallel_config.py, core_v0.14.0 to
+    0.19): "Cannot defer embedding wgrad compute when pipeline model parallel is not used" and
+    "... when gradient accumulation fusion is not used"."""
+    tr = job.training
+    if not tr.defer_embedding_wgrad:
+        return
+    if job.layout.p == 1:
+        yield Violation(
+            "training.defer_embedding_wgrad_compute",
+            "Megatron-Core defers the LM head's weight gradients into the pipeline flush only "
+            "with a pipeline: pipeline = 1 has no flush ('Cannot defer embedding wgrad compute "
+            "when pipeline model parallel is not used')",
+            "leave defer_embedding_wgrad_compute out, or set pipeline: 2 or more",
+            ("parallelism.pipeline",),
+        )
+    if tr.fp8_output_proj:
+        yield Violation(
+            "training.defer_embedding_wgrad_compute",
+            "Transformer Engine's MXFP8 LM head (fp8.output_proj) keeps no buffers to defer its "
+            "weight gradients ('TE MXFP8 output projection does not support "
+            "defer_embedding_wgrad_compute', megatron/core/extensions/transformer_engine.py)",
+            "leave defer_embedding_wgrad_compute out, or set fp8.output_proj: false",
+            ("training.fp8.output_proj",),
+        )
+    if not tr.grad_accum_fusion:
+        yield Violation(
+            "training.defer_embedding_wgrad_compute",
+            "Megatron-Core defers the LM head's weight gradients only when they accumulate "
+            "straight into the main-grad buffer ('Cannot defer embedding wgrad compute when "
+            "gradient accumulation fusion is not used')",
+            "leave defer_embedding_wgrad_compute out, or set grad_accum_fusion: true",
+            ("training.grad_accum_fusion",),
+        )
+
+
 MEGATRON: tuple[Check, ...] = (
+    _megatron_deferral,
     _megatron_fused_grouped_mlp,
     _megatron_014,
     megatron_cuda_graph,
@@ -424,7 +461,8 @@ def megatron_refuses(ctx: Context) -> Iterator[Violation]:
     moe_preprocess without moe_router, router graphs without experts, mlp without a dense layer,
     moe_preprocess behind the alltoall dispatcher's host copies, full recompute without
     full_iteration, moe recompute with the router graph, dropout in a graphed recompute, activation
-    offload with per-layer graphs). The expert
+    offload with per-layer graphs); defer_embedding_wgrad_compute without a pipeline or without
+    gradient-accumulation fusion (ModelParallelConfig.__post_init__). The expert
     dispatcher (parallelism.expert_dispatcher):
     not allgather with the combined-1f1b schedule (TransformerConfig); deepep over 2 to 160
     ranks of expert × expert_tensor that DeepEP has a config for, with 8 consecutive ones (or
@@ -1022,7 +1060,36 @@ def _dispatcher_sms_unused(job: Job) -> Iterator[Violation]:
         )
 
 
+def _deferral_elsewhere(job: Job) -> Iterator[Violation]:
+    """defer_embedding_wgrad_compute is Megatron-Core's (ModelParallelConfig): DeepSpeed's and
+    torchtitan's LM heads compute their weight gradients in each backward."""
+    tr = job.training
+    if tr.defer_embedding_wgrad:
+        yield Violation(
+            "training.defer_embedding_wgrad_compute",
+            f"defer_embedding_wgrad_compute is Megatron-Core's: {NAMES[tr.framework]} computes "
+            "the LM head's weight gradient in each micro-batch's backward, as planc then prices it",
+            "leave defer_embedding_wgrad_compute out, or training.framework: megatron",
+            ("training.framework",),
+        )
+
+
+def _deferral_limit_unused(job: Job) -> Iterator[Violation]:
+    """wgrad_deferral_limit is read only with defer_embedding_wgrad_compute (ModelParallelConfig:
+    'this argument is invalid if defer_embedding_wgrad_compute is False')."""
+    tr = job.training
+    if tr.wgrad_deferral_limit and not tr.defer_embedding_wgrad:
+        yield Violation(
+            "training.wgrad_deferral_limit",
+            f"wgrad_deferral_limit {tr.wgrad_deferral_limit} limits what "
+            "defer_embedding_wgrad_compute defers, which is off: nothing is deferred",
+            "leave wgrad_deferral_limit out, or set defer_embedding_wgrad_compute: true",
+            ("training.defer_embedding_wgrad_compute",),
+        )
+
+
 COMMON: tuple[Check, ...] = (
+    _deferral_limit_unused,
     _dispatcher_sms_unused,
     _megatron_loss_elsewhere,
     _attention_backend_unused,
@@ -1037,6 +1104,7 @@ OTHERWISE: dict[str, tuple[Check, ...]] = {
         _gradient_accumulation_fusion,
         _activation_offload_elsewhere,
         _fused_grouped_mlp_elsewhere,
+        _deferral_elsewhere,
         cuda_graph_elsewhere,
         *COMMON,
     ),
@@ -1047,6 +1115,7 @@ OTHERWISE: dict[str, tuple[Check, ...]] = {
         _activation_offload_elsewhere,
         _async_tp_needs_compile,
         _fused_grouped_mlp_elsewhere,
+        _deferral_elsewhere,
         cuda_graph_elsewhere,
         *COMMON,
     ),
@@ -1072,7 +1141,9 @@ def framework_runs_otherwise(ctx: Context) -> Iterator[Violation]:
     torchtitan do not run; fused_grouped_mlp is Megatron-Core's op-fuser path for the experts,
     which DeepSpeed and torchtitan do not have; dispatcher_sms is the flex dispatchers' SM count,
     which the alltoall and allgather dispatchers do not read; cuda_graph is Megatron-LM's --cuda-graph-impl,
-    which DeepSpeed and torchtitan do not run; overlap_tp under torchtitan is async TP, a torch.compile pass it
+    which DeepSpeed and torchtitan do not run; defer_embedding_wgrad_compute is Megatron-Core's,
+    which DeepSpeed and torchtitan do not have, and wgrad_deferral_limit is read only with it;
+    overlap_tp under torchtitan is async TP, a torch.compile pass it
     refuses with eager kernels (compile.enable_async_tensor_parallel). Memory,
     traffic and time would not be what planc planned.
 

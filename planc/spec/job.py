@@ -352,6 +352,9 @@ class Training:
     overlap_grad_reduce: bool = True  # DP reduction in buckets during the last backward
     overlap_param_gather: bool = True  # ZeRO-1/2 parameter all-gather behind the next forward
     overlap_p2p_comm: bool = True  # Megatron's asynchronous pipeline p2p (interleaved schedules)
+    # Megatron's LM-head weight gradients held for the pipeline flush, and how many (0: all)
+    defer_embedding_wgrad: bool = False
+    wgrad_deferral_limit: int = 0
     kernels: Kernels = "fused"  # fused (Megatron-Core + TE/Apex) | unfused (plain PyTorch on CUDA)
     cross_entropy_fusion: CrossEntropyFusion = "none"  # training.cross_entropy_fusion as written
     attention_backend: AttentionBackend = "auto"  # Megatron's --attention-backend (flash attention)
@@ -1240,6 +1243,8 @@ def _training(spec: Data) -> Training:
         overlap_grad_reduce=tr.get("overlap_grad_reduce", True),
         overlap_param_gather=tr.get("overlap_param_gather", True),
         overlap_p2p_comm=tr.get("overlap_p2p_comm", True),
+        defer_embedding_wgrad=tr.get("defer_embedding_wgrad_compute", False),
+        wgrad_deferral_limit=tr.get("wgrad_deferral_limit", 0),
         kernels=tr.get("kernels", "fused"),
         cross_entropy_fusion=tr.get("cross_entropy_fusion", "none"),
         attention_backend=tr.get("attention_backend", "auto"),

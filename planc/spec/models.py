@@ -1083,6 +1083,23 @@ class TrainingSpec(Frozen):
         "flag when false). Megatron needs it on to interleave over two stages (validate_args: "
         "pipeline > 1 with it, > 2 without); planc's step time is the same either way.",
     )
+    defer_embedding_wgrad_compute: StrictBool = Field(
+        False,
+        description="Megatron: the rank holding the LM head keeps its weight-gradient GEMMs of "
+        "the first wgrad_deferral_limit micro-batches (and the re-gather of their input under "
+        "sequence parallelism) for the pipeline flush, when it would otherwise wait for the "
+        "other stages (--defer-embedding-wgrad-compute; ModelParallelConfig."
+        "defer_embedding_wgrad_compute, tensor_parallel/layers.py, schedules.py "
+        "finish_embedding_wgrad_compute). A deferred micro-batch's input-gradient reduction "
+        "then has no GEMM to run beside. Megatron needs pipeline > 1 and grad_accum_fusion; "
+        "NVIDIA's NeMo recipes turn it on for Llama 3.1 405B and Nemotron-4 340B.",
+    )
+    wgrad_deferral_limit: Annotated[StrictInt, Field(ge=0, le=2**40)] = Field(
+        0,
+        description="defer_embedding_wgrad_compute: how many of the LM head's weight gradients "
+        "per step wait for the flush (--wgrad-deferral-limit); 0, Megatron's default, all of "
+        "them.",
+    )
     kernels: Kernels = Field(
         "fused",
         description="fused: Megatron-Core with Transformer Engine/Apex kernels (fused norms, "
