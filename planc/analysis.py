@@ -254,7 +254,7 @@ class StepEstimate:
     # What the passes wait on offload.activations' copies, inside compute_s (`planc.perf.offload`).
     offload_wait_s: float = 0.0
     # Megatron's deferred LM-head weight gradients beyond the pipeline flush they fill, after
-    # the pipeline and before the data-parallel tail (`planc.perf.deferral`).
+    # the pipeline and before the data-parallel tail (`planc.deferral`).
     flush_s: float = 0.0
 
 

@@ -13,7 +13,7 @@ from test_frameworks import _interpreter, _run
 from planc.analysis import analyse, estimate_step
 from planc.comm.ends import EndCollective, Hides, Linear, head_gather_bytes
 from planc.compile.frameworks import megatron_arguments
-from planc.perf.deferral import deferred_calls, flush_s
+from planc.deferral import deferred_calls, flush_s
 from planc.perf.ends import GemmTimes, _seconds
 from planc.perf.inputs import build_inputs, comm_time_s, efficiency_of
 from planc.perf.op_table import op_table
@@ -216,3 +216,18 @@ def test_the_deferral_is_megatrons_and_the_limit_needs_it() -> None:
         BASE,
     )
     assert any(f.rule == "PLC048" and "MXFP8 LM head" in f.message for f in head.findings)
+
+
+def test_the_head_rank_keeps_each_deferred_calls_logits_gradient_and_input() -> None:
+    # k = 100 calls, each the logits gradient over the rank's vocabulary slice (s·b·V'/t, V'
+    # 128,256 padded to a multiple of 128·t = 1,024: 129,024, over t = 8) and the head's
+    # sequence-parallel input shard ((s/t)·b·h), in bf16.
+    from planc.memory.activations import stage_lines
+
+    per_call = 2 * (8192 * 1 * (129_024 // 8) + (8192 // 8) * 1 * 8192)
+    deferred = stage_lines(job_of(DEFER, BASE), 3)
+    (term,) = [t for t in deferred.once if "deferred" in t.name]
+    assert term.bytes == 100 * per_call
+    plain = stage_lines(job_of(None, BASE), 3)
+    assert sum(t.bytes for t in deferred.once) - sum(t.bytes for t in plain.once) == 100 * per_call
+    assert not [t for t in stage_lines(job_of(DEFER, BASE), 2).once if "deferred" in t.name]

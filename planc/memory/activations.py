@@ -50,6 +50,7 @@ from dataclasses import replace
 
 from planc.comm import context
 from planc.comm.schedule import allgather_rows_bytes, cp_a2a_size, fp8_ring_attention
+from planc.deferral import deferred_calls
 from planc.dims import AttentionQuant, RankDims, bf16_ranges, padded_vocab, rank_dims
 from planc.memory.fp8 import TE_HEAD
 from planc.memory.terms import Term, quantized_bytes
@@ -1597,7 +1598,8 @@ class StageLines:
     bf16: tuple[tuple[int, int], ...]  # each chunk's (dense, MoE) layers kept in BF16
     bf16_bytes: tuple[int, int]  # above quantized per (dense, MoE) BF16 layer-micro-batch
     weights: tuple[int, ...]  # each chunk's bytes of one micro-batch (what `in_flight` weighs)
-    once: tuple[Term, ...]  # the recompute working set
+    # what it keeps once: the recompute working set, Megatron's deferred LM-head buffers
+    once: tuple[Term, ...]
     # The transient buffers (`buffers`), in three parts: the MoE dispatcher's, the
     # context-parallel exchange's (the same on every stage, `exchange_buffers`) and the LM
     # head's logits.
@@ -1885,6 +1887,7 @@ def stage_lines(
                 "planc: the backward of one layer re-creates what recompute dropped",
             ),
         )
+    once += _deferred_terms(job, x, pp_rank)
     q = job.numerics.quantized
     kept = 0 if q is None else q.bf16_layers
     return StageLines(
@@ -1974,6 +1977,43 @@ def _dispatch_buffers(job: Plannable, y: ExpertShape | None) -> list[Term]:
             )
         )
     return buffers
+
+
+DEFERRED_WGRAD = (
+    "Megatron-Core tensor_parallel/layers.py (d98e8a64): ColumnParallelLinear.forward appends the "
+    "output layer's input (input_parallel: the sequence shard under SP) to "
+    "embedding_activation_buffer and LinearWithGradAccumulationAndAsyncCommunication.backward its "
+    "output gradient to grad_output_buffer, for each deferred call; utils.py "
+    "drain_embedding_wgrad_compute frees them in the flush"
+)
+
+
+def deferred_wgrad_bytes(x: LayerShape, V: int, t: int, k: int) -> int:
+    """k·ε·(s·b·V'/t + s_r·b·h): what `training.defer_embedding_wgrad_compute` keeps for its k
+    deferred head calls (`planc.deferral.deferred_calls`): each call's logits gradient over the
+    rank's vocabulary slice, and the head's input as the linear received it (its sequence shard
+    under SP). The buffers grow through the steady state and are freed in the flush; planc adds
+    all k to the rank's activation peak, an upper bound: under 1F1B the last rank holds one
+    micro-batch in flight to its last forward, by when min(k, m − 1)·h_p calls are buffered, and
+    an interleaved rank's in-flight count falls in its cool-down while the last ones are added."""
+    return k * x.e * (logits_elements(x, V, t) + x.s_r * x.b * x.h)
+
+
+def _deferred_terms(job: Plannable, x: LayerShape, pp_rank: int) -> tuple[Term, ...]:
+    """The deferred LM-head weight gradients' buffers on `pp_rank` (`deferred_wgrad_bytes`); none
+    where nothing is deferred."""
+    k, _ = deferred_calls(job, pp_rank)
+    if not k:
+        return ()
+    return (
+        Term(
+            f"deferred LM-head weight-gradient buffers ({k} calls)",
+            "activations",
+            deferred_wgrad_bytes(x, job.model.V, job.layout.t, k),
+            f"{k}·{x.e}·({x.tok}·V'/t + (s{x.rep})·b·h)",
+            DEFERRED_WGRAD,
+        ),
+    )
 
 
 def _logits_buffers(job: Plannable, x: LayerShape, last: bool) -> list[Term]:

@@ -11,11 +11,11 @@ from typing import Any
 from planc.analysis import Analysis, StepEstimate, estimate_step
 from planc.comm.schedule import WireBudget, op_record, sharding_stage
 from planc.comm.tiers import ring_bandwidth_gbs
+from planc.deferral import deferred_calls
 from planc.memory.activations import module_words, offloaded_layers
 from planc.outputs import escape
 from planc.outputs.memory import to_json as memory_json
 from planc.outputs.ops import op_json, op_lines
-from planc.perf.deferral import deferred_calls
 from planc.perf.expert_host import tau_e
 from planc.perf.grad_accum import accumulation
 from planc.perf.inputs import build_inputs, efficiency_of, muon_times

@@ -47,7 +47,7 @@ def _seconds(
 ) -> tuple[float, float, float]:
     """(forward, backward, hidden) seconds of `counted` per micro-batch. `deferred`: the share f
     of the LM head's calls whose weight gradient waits for the pipeline flush
-    (`planc.perf.deferral`): their input-gradient reduction has no GEMM beside it, and their
+    (`planc.deferral`): their input-gradient reduction has no GEMM beside it, and their
     input is not gathered again in backward (the flush gathers it)."""
     forward = backward = hidden = 0.0
     for one, passes in counted:

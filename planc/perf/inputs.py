@@ -88,6 +88,7 @@ from planc.comm.sizes import (
     tp_gather_bytes,
 )
 from planc.comm.tiers import railed_ring_gbs, ring_bandwidth_gbs
+from planc.deferral import deferred_calls, deferred_share, flush_s, head_calls
 from planc.dims import ExpertDims, rank_dims
 from planc.perf.compute import (
     ChunkTimes,
@@ -103,7 +104,6 @@ from planc.perf.compute import (
     recompute_time_s,
     work_time_s,
 )
-from planc.perf.deferral import deferred_calls, deferred_share, flush_s, head_calls
 from planc.perf.ends import EndsTimes, GemmTimes, ends_times
 from planc.perf.expert_host import expert_host_per_layer
 from planc.perf.fsdp2 import (
@@ -982,7 +982,7 @@ def with_deferred_head(
     job: Plannable, eff: Efficiency, stage: int, times: Sequence[ChunkTimes], link: str | None
 ) -> tuple[tuple[ChunkTimes, ...], float]:
     """The chunks' times of pipeline rank `stage` with Megatron's deferred LM-head weight
-    gradients (`planc.perf.deferral`) taken out of its last chunk's backward, f·h_p·W per
+    gradients (`planc.deferral`) taken out of its last chunk's backward, f·h_p·W per
     micro-batch on average, and the seconds they take in the flush; unchanged and 0 where
     nothing is deferred. W is the head's weight-gradient GEMM as the chunk prices it (16 bits:
     Megatron refuses the deferral with the recipe's head, PLC048); G its input's all-gather on

@@ -94,7 +94,7 @@ class StageInputs:
     # micro-batch (planc.perf.offload.activation_offload_s): inside forward_s and backward_s.
     offload_wait_s: float = 0.0
     # What the stage runs after its last backward, before the gradients are synchronised:
-    # Megatron's deferred LM-head weight gradients (planc.perf.deferral), per step.
+    # Megatron's deferred LM-head weight gradients (planc.deferral), per step.
     flush_s: float = 0.0
 
 
