@@ -106,7 +106,8 @@ def stage_boundaries(
     job: Plannable, stage: int, direction: Direction
 ) -> tuple[tuple[int, int], ...]:
     """(boundary, sends per step) for the sends of pipeline rank `stage` in `direction`, with
-    m micro-batches; the counts add up to `planc.comm.schedule.pipeline_sends`.
+    m micro-batches: m·(v − [end stage]) in all, m·(2 − [first rank] − [last rank]) in the V
+    placement.
 
     Chunks placed in a loop: every chunk sends forward to the next rank, over boundary r (the
     last rank's to rank 0 over the wrap, p − 1, but for the last virtual stage's), and backward
@@ -138,27 +139,25 @@ def stage_sends(job: Plannable, stage: int, direction: Direction) -> tuple[tuple
     )
 
 
-def boundary_weights(job: Plannable) -> tuple[int, ...]:
-    """Forward sends per step across each boundary (the backward's are as many): the share of
-    the pipeline's messages, and of its fill and drain path, each boundary carries."""
-    weights = [0] * job.layout.p
-    for stage in range(job.layout.p):
-        for boundary, sends in stage_boundaries(job, stage, Direction.FORWARD):
-            weights[boundary] += sends
-    return tuple(weights)
+def crossed(job: Plannable) -> frozenset[int]:
+    """The boundaries the pipeline's messages cross (`stage_boundaries`): all but the wrap,
+    which only the interleaved schedules' earlier chunks cross."""
+    return frozenset(
+        boundary
+        for stage in range(job.layout.p)
+        for boundary, sends in stage_boundaries(job, stage, Direction.FORWARD)
+        if sends
+    )
 
 
 def slowest_crossed(job: Plannable, seconds: Sequence[float]) -> float:
     """The largest of a per-boundary time `seconds[i]` over the boundaries the pipeline's
-    messages cross (`boundary_weights` > 0: the wrap only under the interleaved schedules);
-    0 for p = 1.
+    messages cross (`crossed`); 0 for p = 1.
 
     The pipeline simulation puts one message delay between all stages, and the slowest
     boundary's is the one to put there: in 1F1B's steady state a stage's next forward waits for
     its neighbour's backward to come back across their boundary, so each micro-batch pays that
     boundary's delay (with p = 2, a period of t_f + t_b + δ), and the slowest boundary sets the
     pace. Only the fill and drain, which cross each boundary once, would take less."""
-    if job.layout.p == 1:
-        return 0.0
-    crossed = [s for w, s in zip(boundary_weights(job), seconds, strict=True) if w]
-    return max(crossed, default=0.0)
+    through = crossed(job)
+    return max((s for i, s in enumerate(seconds) if i in through), default=0.0)

@@ -57,7 +57,7 @@ from planc.dims import AttentionQuant, bf16_ranges
 from planc.pipeline.registry import definition
 from planc.plannable import PlanLayout, Plannable, axis_strides
 from planc.record import record
-from planc.sends import boundary_tiers, stage_boundaries, stage_sends, tier_holds
+from planc.sends import boundary_tiers, stage_sends, tier_holds
 from planc.spec.fabric import Tier
 from planc.stages import StageClasses
 from planc.vocab import Axis, ChunkPlacement, Collective, Direction, GroupKind
@@ -711,14 +711,6 @@ def _dense_tp_ops(job: Plannable, stage: int, attention: bool) -> list[CommOp]:
 def pipeline_message_bytes(job: Plannable) -> int:
     """[s/c (/t with SP), b, h]·β_a: one pipeline send (Megatron's p2p tensor shape)."""
     return job.dims.replicated_tokens * job.model.h * activation_bytes(job)
-
-
-def pipeline_sends(job: Plannable, stage: int, direction: Direction) -> int:
-    """Sends of stage `stage` per step in `direction`: m per model chunk, except that the last
-    virtual stage sends nothing forward and the first nothing backward: m·(v − [end stage]).
-    In the V placement (DualPipeV) m·(2 − [first rank] − [last rank]). The sum over the
-    boundaries they cross (`planc.sends.stage_boundaries`)."""
-    return sum(sends for _, sends in stage_boundaries(job, stage, direction))
 
 
 def _sends_formula(lay: PlanLayout, end: str) -> str:

@@ -88,7 +88,7 @@ from planc.comm.sizes import (
     tp_gather_bytes,
 )
 from planc.comm.tiers import railed_ring_gbs, ring_bandwidth_gbs
-from planc.deferral import deferred_calls, deferred_share, flush_s, head_calls
+from planc.deferral import deferred_calls, deferred_share, flush_s
 from planc.dims import ExpertDims, rank_dims
 from planc.perf.compute import (
     ChunkTimes,
@@ -992,10 +992,9 @@ def with_deferred_head(
         return tuple(times), 0.0
     (head,) = op_times((lm_head(layer_shape(job)),), device_of(job), eff)
     weight = head.backward_weight_s
-    share = deferred_share(job, stage) * head_calls(job, stage)
     last = times[-1]
-    taken = share * weight
-    lighter = replace(last, backward_s=last.backward_s - taken)
+    # f·h_p·W per micro-batch: f·h_p = k/m
+    lighter = replace(last, backward_s=last.backward_s - k / job.m * weight)
     gather = 0.0
     if job.layout.sp and job.layout.t > 1 and link is not None:
         gather = comm_time_s(job, eff, "all_gather", job.layout.t, head_gather_bytes(job), link)

@@ -1045,9 +1045,13 @@ def boundary_tiers(plan: PlanData) -> list[str]:
     own tier."""
     p = plan.degrees["pp"]
     found = plan.groups.get("pp")
-    whole = group_tiers(plan).get("pp", plan.tiers[-1][0])
-    if found is None or found.ndim != 2 or found.shape[1] != p or p == 1:
-        return [whole] * (p if p > 1 else 0)
+    if p == 1:
+        return []
+    if found is None:
+        return [plan.tiers[-1][0]] * p
+    whole = _tier_of(plan, found)
+    if found.ndim != 2 or found.shape[1] != p:
+        return [whole] * p
     if (found < 0).any() or (found >= len(plan.coords["pp"])).any():
         return [whole] * p
     stage = plan.coords["pp"][found]
