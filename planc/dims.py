@@ -22,7 +22,7 @@ from dataclasses import replace
 from planc.presets.fp8 import SpeedupTable, architecture, recipe_table
 from planc.record import record
 from planc.spec.job import Gpu, Model, Training
-from planc.vocab import DType, Fp8Recipe, Precision, gated
+from planc.vocab import MASTER_BYTES, DType, Fp8Recipe, MasterFormat, Precision, gated
 
 # Megatron pads the vocabulary so that every tensor-parallel rank holds an equal, aligned
 # slice: V' = ⌈V/(128·t)⌉·128·t (`--make-vocab-size-divisible-by 128`,
@@ -140,13 +140,16 @@ class Numerics:
 
     precision: DType  # training.precision
     weight: int  # w: the working weights the GEMMs read and ZeRO-3/FSDP gathers
-    master: int  # the optimizer's fp32 master weights; 0 when the weights are fp32 already
+    master: int  # the optimizer's master weights (4: fp32); 0 when the weights are fp32 already
     gradient: int  # γ: gradients as accumulated and reduced over data parallelism
     activation: int  # ε (β_a): activations saved for backward and sent (TP, CP, PP, EP)
     gemm: DType  # the data type the GEMMs run in, whose peak prices them
     loss_scaling: bool  # fp16's dynamic loss scale: an unscale pass before the update
     quantized: Quantized | None = None  # precision fp8/fp4: the recipe's formats (else None)
-    moment: int = 4  # bytes of each Adam moment: 4, or 2 with the precision-aware optimizer
+    moment: int = 4  # bytes of each Adam moment: 4, or 2 in 16 bits (training.optimizer_state)
+    # the formats of the master weights and the moments (training.optimizer_state)
+    master_format: MasterFormat = "fp32"
+    moment_format: DType = DType.FP32
     # bytes per element of the data-parallel gradient reduction where it is not `gradient`'s:
     # FSDP2 reduces in its MixedPrecisionPolicy.reduce_dtype (training.reduce_dtype)
     reduced: int | None = None
@@ -188,15 +191,18 @@ def numerics(training: Training, gpu: Gpu | None = None) -> Numerics:
         # fully_shard casts the unsharded gradients to reduce_dtype for the reduce-scatter
         # (torch distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce)
         base = replace(base, reduced=DType(training.reduce_dtype).bits // 8)
+    moment = DType(training.moments_format)
+    base = replace(
+        base,
+        master=MASTER_BYTES[training.master_format] if base.master else 0,
+        moment=moment.bits // 8,
+        master_format=training.master_format,
+        moment_format=moment,
+    )
     recipe = training.fp8_recipe
     if recipe is None:
         return base
-    return replace(
-        base,
-        loss_scaling=False,
-        quantized=quantized_formats(training, recipe, gpu),
-        moment=2 if training.moments_bf16 else 4,
-    )
+    return replace(base, loss_scaling=False, quantized=quantized_formats(training, recipe, gpu))
 
 
 def quantized_formats(training: Training, recipe: Fp8Recipe, gpu: Gpu | None) -> Quantized:

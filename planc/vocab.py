@@ -221,6 +221,16 @@ Fp8RecipeName = Literal[
 # the recipes TE's FusedAttention runs in FP8 (dot_product_attention.py, TE 2.18).
 AttentionFp8Name = Literal["delayed", "current", "mxfp8"]
 OptimizerName = Literal["adam", "sgd", "muon"]
+# The formats Adam's moments can be kept in (training.optimizer_state.moments): fp32, or 16 bits
+# (Megatron's precision-aware optimizer: bf16 or fp16; Apex's DistributedFusedAdam: its dtype).
+StateDtype = Literal["fp32", "bf16", "fp16"]
+# The master weights' formats (training.optimizer_state.master): fp32; remainders, an fp32
+# master kept as the 16 bits its bf16 weight lacks (Transformer Engine's FusedAdam with
+# store_param_remainders, which Megatron's precision-aware optimizer turns on); fp16 (Megatron
+# --main-params-dtype fp16); bf16 (Apex's DistributedFusedAdam with dtype bf16, NeMo 1.0).
+MasterFormat = Literal["fp32", "remainders", "bf16", "fp16"]
+# Bytes per parameter of each master format.
+MASTER_BYTES: dict[str, int] = {"fp32": 4, "remainders": 2, "bf16": 2, "fp16": 2}
 # training.muon.tp_mode: how Muon orthogonalizes a tensor-parallel matrix (Megatron-Core
 # --muon-tp-mode, emerging_optimizers newton_schulz_tp): blockwise (Megatron's default) iterates
 # on each rank's shard alone, duplicated gathers the whole momentum on every TP rank, distributed

@@ -118,6 +118,33 @@ def optimizer_arguments(plan: Plan) -> list[str]:
     return args
 
 
+def optimizer_state_arguments(plan: Plan, notes: list[str]) -> list[str]:
+    """The optimizer state's formats (training.optimizer_state, training.fp8.moments) as
+    Megatron-LM's precision-aware optimizer (megatron-core 0.19.2 arguments.py
+    --use-precision-aware-optimizer, --main-params-dtype fp32|fp16, --exp-avg-dtype and
+    --exp-avg-sq-dtype fp32|fp16|bf16|fp8; the master's remainders are its default,
+    OptimizerConfig.store_param_remainders); nothing where the state is fp32. A bf16 master has
+    no flag: it is NeMo 1.0's Apex DistributedFusedAdam (optim.dtype), said in a note."""
+    num = plan.job.numerics
+    args = []
+    if num.master and num.master_format == "fp16":
+        args.append("--main-params-dtype fp16")
+    elif num.master and num.master_format == "bf16":
+        notes.append(
+            "training.optimizer_state.master bf16: Megatron-LM's --main-params-dtype takes fp32 "
+            "or fp16; bf16 master weights are NeMo 1.0's distributed_fused_adam with optim.dtype: "
+            "bf16 (Apex DistributedFusedAdam), so these arguments keep them in fp32"
+        )
+    if num.moment_format is not DType.FP32:
+        fmt = num.moment_format.value
+        args += [f"--exp-avg-dtype {fmt}", f"--exp-avg-sq-dtype {fmt}"]
+    remainders = bool(num.master) and num.master_format == "remainders"
+    if (args or remainders) and not plan.job.training.offload_optimizer:
+        # The optimizer offload's flags (launchers.megatron_args) name the optimizer already.
+        args.insert(0, "--use-precision-aware-optimizer")
+    return args
+
+
 def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
     """Every Megatron-LM argument of the plan (layout, model, step), and notes on what no
     argument expresses. The layout part is `launchers.megatron_args`, the README's recipe."""
@@ -183,6 +210,7 @@ def megatron_arguments(plan: Plan) -> tuple[list[str], list[str]]:
         args.append(f"--{job.numerics.precision.value}")
     args += megatron_fp8_arguments(plan, notes)
     args += optimizer_arguments(plan)
+    args += optimizer_state_arguments(plan, notes)
     args.append(f"--clip-grad {CLIP_GRAD!r}")
     if tr.grad_accum_fp32:
         args.append("--accumulate-allreduce-grads-in-fp32")
@@ -423,12 +451,6 @@ def megatron_fp8_arguments(plan: Plan, notes: list[str]) -> list[str]:
             args.append("--fp8-param-gather")
             if q.recipe.value == "mxfp8":
                 args.append("--reuse-grad-buf-for-mxfp8-param-ag")
-    if plan.job.training.moments_bf16:
-        args += [
-            "--use-precision-aware-optimizer",
-            "--exp-avg-dtype bf16",
-            "--exp-avg-sq-dtype bf16",
-        ]
     if q.bf16_layers:
         args += [
             "--first-last-layers-bf16",

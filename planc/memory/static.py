@@ -38,8 +38,12 @@ SOURCE_MEGATRON_18 = (
 )
 SOURCE_ZERO = "Rajbhandari et al. 2020, ZeRO §5 and Fig. 1 (P_os, P_os+g, P_os+g+p)"
 SOURCE_PRECISION_AWARE = (
-    "Megatron --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 "
-    "(TE FusedAdam, distrib_optimizer.py); DeepSeek-V3 (arXiv 2412.19437 §3.3.4): BF16 moments"
+    "Megatron --use-precision-aware-optimizer --main-params-dtype, --exp-avg-dtype, "
+    "--exp-avg-sq-dtype (TE FusedAdam, distrib_optimizer.py); DeepSeek-V3 (arXiv 2412.19437 "
+    "§3.3.4): BF16 moments; Apex DistributedFusedAdam dtype (NeMo 1.0 optim.dtype): the "
+    "parameter shard, exp_avg and exp_avg_sq in that format; Transformer Engine FusedAdam "
+    "store_param_remainders (TE 2.1, Megatron-Core optimizer/__init__.py): the fp32 master "
+    "as the 16 bits the bf16 weight lacks"
 )
 
 
@@ -53,6 +57,8 @@ class StateBytes:
     moments: tuple[tuple[str, int], ...]  # optimizer moments: (name, bytes)
     label: str  # dtype of weights, for names: "bf16", "fp16", "fp32"
     grad_label: str
+    master_label: str = "fp32"  # the master weights' and the moments' formats, for names
+    moment_label: str = "fp32"
     muon: bool = False  # optimizer muon: its matrices keep one fp32 momentum in place of moments
 
     @property
@@ -77,6 +83,8 @@ def state_bytes(numerics: Numerics, optimizer: OptimizerName) -> StateBytes:
         moments=moments,
         label=numerics.weight_label,
         grad_label=numerics.gradient_label,
+        master_label=numerics.master_format,
+        moment_label=numerics.moment_format.value if optimizer != "sgd" else "fp32",
         muon=optimizer == "muon",
     )
 
@@ -183,19 +191,18 @@ def optimizer_terms(
     prefix: str = "",
     matrices: int = 0,
 ) -> tuple[Term, ...]:
-    """fp32 master weights (mixed precision only) and the optimizer's moments, each 4 bytes.
+    """Master weights (mixed precision only) and the optimizer's moments, 4 bytes each in fp32, 2
+    in 16 bits (training.optimizer_state).
     Under Muon (`state.muon`) its Ψ_μ = `matrices` keep one fp32 momentum buffer and the other
     Ψ − Ψ_μ Adam's m and v (`muon_terms`)."""
     elements = group.elements(psi, SHARD_OPTIMIZER)
     suffix = group.suffix(SHARD_OPTIMIZER)
     source = SOURCE_ADAM + ("; " + SOURCE_ZERO if group.zero >= SHARD_OPTIMIZER else "")
-    if any(size != 4 for _, size in state.moments):
+    if state.master_label != "fp32" or any(size != 4 for _, size in state.moments):
         source += "; " + SOURCE_PRECISION_AWARE
-    lines = [("fp32 master weights", state.master)] if state.master else []
+    lines = [(_master_name(state.master_label), state.master)] if state.master else []
     if not state.muon:
-        lines += [
-            (f"{name} ({'fp32' if size == 4 else 'bf16'})", size) for name, size in state.moments
-        ]
+        lines += [(f"{name} ({state.moment_label})", size) for name, size in state.moments]
     own = tuple(
         _term(f"{prefix}{name}", "optimizer", size, elements, f"{size}·{symbol}{suffix}", source)
         for name, size in lines
@@ -203,6 +210,13 @@ def optimizer_terms(
     if state.muon:
         return (*own, *muon_terms(psi, matrices, state, group, symbol, prefix, source))
     return own
+
+
+def _master_name(label: str) -> str:
+    """The master weights' line: 'fp32 master weights', or what their format keeps."""
+    if label == "remainders":
+        return "fp32 master remainders (16 bits)"
+    return f"{label} master weights"
 
 
 SOURCE_MUON = (

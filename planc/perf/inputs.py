@@ -1351,9 +1351,11 @@ def muon_times(job: Plannable, eff: Efficiency, stage: int) -> MuonTimes | None:
 def optimizer_bytes(job: Plannable) -> int:
     """HBM bytes per parameter of the job's optimizer step (its framework's Adam and clipping,
     `planc.perf.ops.optimizer_bytes_per_parameter`)."""
-    tr = job.training
+    tr, num = job.training, job.numerics
+    # fp32 training has no master copy: the step updates the fp32 weights in place, as the
+    # master (4 bytes) would be.
     return optimizer_bytes_per_parameter(
-        tr.framework, tr.optimizer_implementation, job.numerics.loss_scaling
+        tr.framework, tr.optimizer_implementation, num.loss_scaling, num.master or 4, num.moment
     )
 
 

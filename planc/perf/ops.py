@@ -1152,7 +1152,10 @@ def mtp_head_ops(shape: OpShape) -> tuple[OpCost, ...]:
 # the fp32 gradient, master weight and both moments (16 bytes), writes the master weight and the
 # moments (12) and the 16-bit working copy (2); the gradient buffer is zeroed for the next step
 # (4). About 11 FLOPs per parameter (Calculon `calculon/llm/layers.py`, get_optim_step_flops).
-ADAM_BYTES_PER_PARAMETER = 34
+# With the master in μ bytes and each moment in m (training.optimizer_state; TE FusedAdam and
+# Apex DistributedFusedAdam read and write the state in its own format): 10 + 2·μ + 4·m, 34
+# with fp32 state.
+ADAM_FIXED_BYTES_PER_PARAMETER = 10  # the fp32 gradient read, the 16-bit copy, the zeroing
 ADAM_FLOPS_PER_PARAMETER = 11
 # Around the update, Megatron's mixed-precision optimizer reads the fp32 gradients for the
 # gradient norm (4 bytes) and, with fp16 loss scaling, unscales them in place while checking for
@@ -1179,15 +1182,21 @@ TORCH_CLIP_BYTES_PER_PARAMETER = 12
 
 
 def optimizer_bytes_per_parameter(
-    framework: str, implementation: str = "fused", loss_scaling: bool = False
+    framework: str,
+    implementation: str = "fused",
+    loss_scaling: bool = False,
+    master: int = 4,
+    moment: int = 4,
 ) -> int:
     """HBM bytes per parameter of one optimizer step: Megatron's and DeepSpeed's fused Adam
-    (34) and gradient norm (4); under FSDP2 torch.optim's Adam in its `implementation` and
-    torch's clipping; with fp16 loss scaling 8 more."""
+    (10 + 2·μ + 4·m: 34 with the fp32 `master` μ and `moment` m) and gradient norm (4); under
+    FSDP2 torch.optim's Adam in its `implementation` and torch's clipping; with fp16 loss
+    scaling 8 more."""
     if framework == "fsdp2":
         per = TORCH_ADAM_BYTES_PER_PARAMETER[implementation] + TORCH_CLIP_BYTES_PER_PARAMETER
     else:
-        per = ADAM_BYTES_PER_PARAMETER + GRAD_NORM_BYTES_PER_PARAMETER
+        adam = ADAM_FIXED_BYTES_PER_PARAMETER + 2 * master + 4 * moment
+        per = adam + GRAD_NORM_BYTES_PER_PARAMETER
     return per + (UNSCALE_BYTES_PER_PARAMETER if loss_scaling else 0)
 
 

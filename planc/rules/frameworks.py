@@ -317,8 +317,51 @@ def _megatron_deferral(job: Job) -> Iterator[Violation]:
         )
 
 
+def _state_given(job: Job) -> bool:
+    """Whether training.optimizer_state keeps anything out of fp32."""
+    tr = job.training
+    return tr.master_format != "fp32" or tr.moments_dtype != "fp32"
+
+
+def _megatron_optimizer_state(job: Job) -> Iterator[Violation]:
+    """Megatron-Core's precision-aware optimizer (training.optimizer_state): "--use-precision-
+    aware-optimizer only supported with distributed optimizer" (optimizer/__init__.py) and
+    "only supported with adam" (OptimizerConfig.__post_init__), megatron-core d98e8a64; an fp32
+    master kept as remainders needs bf16 weights (the 16 bits a bf16 weight lacks of an fp32
+    one; Transformer Engine's FusedAdam store_param_remainders)."""
+    tr, lay = job.training, job.layout
+    if not _state_given(job):
+        return
+    if lay.zero == 0 and not tr.megatron_fsdp:
+        yield Violation(
+            "training.optimizer_state",
+            "Megatron-Core keeps the optimizer state in 16 bits only in its distributed "
+            "optimizer ('--use-precision-aware-optimizer only supported with distributed "
+            "optimizer'); zero_stage is 0",
+            "set parallelism.zero_stage: 1, or leave training.optimizer_state out",
+            ("parallelism.zero_stage",),
+        )
+    if tr.optimizer != "adam":
+        yield Violation(
+            "training.optimizer_state",
+            f"Megatron-Core's precision-aware optimizer is Adam's ('--use-precision-aware-"
+            f"optimizer only supported with adam'); optimizer is {tr.optimizer}",
+            "set training.optimizer: adam, or leave training.optimizer_state out",
+            ("training.optimizer",),
+        )
+    if tr.master_format == "remainders" and tr.precision not in ("bf16", "fp8", "fp4"):
+        yield Violation(
+            "training.optimizer_state.master",
+            f"remainders keep an fp32 master as the 16 bits its bf16 weight lacks; the weights "
+            f"are {tr.precision}",
+            "set master: fp32 (or fp16), or training.precision: bf16",
+            ("training.precision",),
+        )
+
+
 MEGATRON: tuple[Check, ...] = (
     _megatron_deferral,
+    _megatron_optimizer_state,
     _megatron_fused_grouped_mlp,
     _megatron_014,
     megatron_cuda_graph,
@@ -462,7 +505,9 @@ def megatron_refuses(ctx: Context) -> Iterator[Violation]:
     moe_preprocess behind the alltoall dispatcher's host copies, full recompute without
     full_iteration, moe recompute with the router graph, dropout in a graphed recompute, activation
     offload with per-layer graphs); defer_embedding_wgrad_compute without a pipeline or without
-    gradient-accumulation fusion (ModelParallelConfig.__post_init__). The expert
+    gradient-accumulation fusion (ModelParallelConfig.__post_init__); training.optimizer_state
+    out of fp32 without the distributed optimizer or with an optimizer other than adam
+    (optimizer/__init__.py, OptimizerConfig), or master remainders without bf16 weights. The expert
     dispatcher (parallelism.expert_dispatcher):
     not allgather with the combined-1f1b schedule (TransformerConfig); deepep over 2 to 160
     ranks of expert × expert_tensor that DeepEP has a config for, with 8 consecutive ones (or
@@ -1074,6 +1119,39 @@ def _deferral_elsewhere(job: Job) -> Iterator[Violation]:
         )
 
 
+def _optimizer_state_elsewhere(job: Job) -> Iterator[Violation]:
+    """training.optimizer_state is Megatron-Core's precision-aware optimizer (and NeMo 1.0's
+    Apex DistributedFusedAdam): DeepSpeed's optimizers and torch.optim under FSDP2 keep fp32
+    state (FSDP2's on its fp32 parameter shards)."""
+    if _state_given(job):
+        yield Violation(
+            "training.optimizer_state",
+            f"optimizer_state is Megatron-Core's precision-aware optimizer: "
+            f"{NAMES[job.training.framework]} keeps the master weights and moments in fp32, "
+            "more than planc counts",
+            "leave training.optimizer_state out, or training.framework: megatron",
+            ("training.framework",),
+        )
+
+
+def _remainders_with_fp8(job: Job) -> Iterator[Violation]:
+    """Megatron-Core hands the master weights to Transformer Engine's FusedAdam, which keeps
+    them as remainders, only in 16-bit training or with the delayed recipe
+    (OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_ds_fp8); with another FP8 recipe
+    its distributed optimizer keeps an fp32 master of its own (distrib_optimizer.py)."""
+    tr = job.training
+    recipe = tr.fp8_recipe
+    if tr.master_format == "remainders" and recipe is not None and recipe.value != "delayed":
+        yield Violation(
+            "training.optimizer_state.master",
+            f"with the {recipe.value} recipe Megatron-Core's distributed optimizer keeps an "
+            "fp32 master of its own (use_precision_aware_optimizer_no_fp8_or_ds_fp8 is false): "
+            "4 bytes a parameter, not the remainders' 2",
+            "set master: fp32",
+            ("training.fp8.recipe",),
+        )
+
+
 def _deferral_limit_unused(job: Job) -> Iterator[Violation]:
     """wgrad_deferral_limit is read only with defer_embedding_wgrad_compute (ModelParallelConfig:
     'this argument is invalid if defer_embedding_wgrad_compute is False')."""
@@ -1096,7 +1174,8 @@ COMMON: tuple[Check, ...] = (
     _recompute_modules_unused,
 )
 OTHERWISE: dict[str, tuple[Check, ...]] = {
-    "megatron": (_per_op_checkpointing, *COMMON),  # _fused_grouped_mlp_elsewhere: PLC048's
+    # _fused_grouped_mlp_elsewhere: PLC048's
+    "megatron": (_per_op_checkpointing, _remainders_with_fp8, *COMMON),
     "deepspeed": (
         _deepspeed_offload_stage,
         _deepspeed_shard_group,
@@ -1105,6 +1184,7 @@ OTHERWISE: dict[str, tuple[Check, ...]] = {
         _activation_offload_elsewhere,
         _fused_grouped_mlp_elsewhere,
         _deferral_elsewhere,
+        _optimizer_state_elsewhere,
         cuda_graph_elsewhere,
         *COMMON,
     ),
@@ -1116,6 +1196,7 @@ OTHERWISE: dict[str, tuple[Check, ...]] = {
         _async_tp_needs_compile,
         _fused_grouped_mlp_elsewhere,
         _deferral_elsewhere,
+        _optimizer_state_elsewhere,
         cuda_graph_elsewhere,
         *COMMON,
     ),
@@ -1143,6 +1224,9 @@ def framework_runs_otherwise(ctx: Context) -> Iterator[Violation]:
     which the alltoall and allgather dispatchers do not read; cuda_graph is Megatron-LM's --cuda-graph-impl,
     which DeepSpeed and torchtitan do not run; defer_embedding_wgrad_compute is Megatron-Core's,
     which DeepSpeed and torchtitan do not have, and wgrad_deferral_limit is read only with it;
+    optimizer_state is Megatron-Core's precision-aware optimizer, which DeepSpeed and torchtitan
+    do not have, and its master remainders are Transformer Engine's, which Megatron-Core uses
+    only in 16 bits or with the delayed recipe;
     overlap_tp under torchtitan is async TP, a torch.compile pass it
     refuses with eager kernels (compile.enable_async_tensor_parallel). Memory,
     traffic and time would not be what planc planned.

@@ -33,6 +33,7 @@ from planc.vocab import (
     Framework,
     FrameworkRelease,
     Kernels,
+    MasterFormat,
     Mlp,
     MuonTpMode,
     Norm,
@@ -46,6 +47,7 @@ from planc.vocab import (
     RopeScalingKind,
     RouterScore,
     ScheduleKind,
+    StateDtype,
 )
 
 GIB = 2**30
@@ -384,6 +386,18 @@ class Training:
     param_gather: bool = False
     first_last_bf16: int = 0
     moments_bf16: bool = False  # training.fp8.moments: bf16 (Megatron's precision-aware optimizer)
+    # training.optimizer_state: the master weights' and Adam moments' formats (fp32: the default)
+    master_format: MasterFormat = "fp32"
+    moments_dtype: StateDtype = "fp32"
+
+    @property
+    def moments_format(self) -> StateDtype:
+        """Adam's moments' format: training.optimizer_state.moments, or bf16 where only
+        training.fp8.moments says so."""
+        if self.moments_dtype == "fp32" and self.moments_bf16:
+            return "bf16"
+        return self.moments_dtype
+
     # training.fp8.attention: the attention core's FP8 recipe (TE fp8_dpa); None: 16-bit
     fp8_attention: Fp8Recipe | None = None
     # training.fp8.output_proj: the LM head in MXFP8 (Megatron-Core fp8_output_proj)
@@ -1273,6 +1287,8 @@ def _training(spec: Data) -> Training:
         param_gather=recipe is not None and bool(fp8.get("param_gather", False)),
         first_last_bf16=int(fp8.get("first_last_bf16", 0)) if recipe is not None else 0,
         moments_bf16=recipe is not None and fp8.get("moments", "fp32") == "bf16",
+        master_format=(tr.get("optimizer_state") or {}).get("master", "fp32"),
+        moments_dtype=(tr.get("optimizer_state") or {}).get("moments", "fp32"),
         fp8_attention=Fp8Recipe(fp8["attention"])
         if recipe is not None and fp8.get("attention") is not None
         else None,

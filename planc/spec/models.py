@@ -39,6 +39,7 @@ from planc.vocab import (
     Framework,
     FrameworkRelease,
     Kernels,
+    MasterFormat,
     Mlp,
     MuonTpMode,
     Norm,
@@ -53,6 +54,7 @@ from planc.vocab import (
     RopeScalingKind,
     RouterScore,
     ScheduleKind,
+    StateDtype,
 )
 
 AXES = ("tp", "cp", "dp", "pp")
@@ -859,6 +861,27 @@ class MuonSpec(Frozen):
     )
 
 
+class OptimizerStateSpec(Frozen):
+    """The number formats of the optimizer's state under mixed precision: the master copy of
+    the weights and Adam's two moments, each sharded as zero_stage says."""
+
+    master: MasterFormat = Field(
+        "fp32",
+        description="The master weights: fp32 (the default); remainders, fp32 kept as the 16 "
+        "bits the bf16 weights lack, 2 bytes a parameter (Megatron --use-precision-aware-"
+        "optimizer in bf16 or with the delayed FP8 recipe: Transformer Engine's FusedAdam with "
+        "store_param_remainders, its default from TE 2.1); fp16 (--main-params-dtype fp16); "
+        "bf16 (NeMo 1.0's distributed_fused_adam with optim.dtype bf16, Apex "
+        "DistributedFusedAdam; Megatron-LM has no flag for it).",
+    )
+    moments: StateDtype = Field(
+        "fp32",
+        description="Adam's m and v: fp32 (the default), bf16 or fp16 (Megatron "
+        "--use-precision-aware-optimizer --exp-avg-dtype and --exp-avg-sq-dtype; Apex "
+        "DistributedFusedAdam's optim.dtype). training.fp8.moments: bf16 says the same for bf16.",
+    )
+
+
 class Fp8Spec(Frozen):
     """Low-precision training (precision: fp8 or fp4): the recipe and the options that change
     what is stored, moved and computed in FP8."""
@@ -967,6 +990,12 @@ class TrainingSpec(Frozen):
     muon: MuonSpec | None = Field(
         None,
         description="optimizer muon only: its options. Default: Megatron-Core's defaults.",
+    )
+    optimizer_state: OptimizerStateSpec | None = Field(
+        None,
+        description="framework megatron with zero_stage >= 1: the number formats of the "
+        "master weights and Adam's moments (Megatron's precision-aware optimizer, or NeMo 1.0's "
+        "Apex DistributedFusedAdam). Default: fp32 for both.",
     )
     grad_accum_fp32: StrictBool = Field(
         False,
