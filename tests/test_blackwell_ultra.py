@@ -30,9 +30,11 @@ def _job(gpu: str, nodes: int, **training: Any) -> Plannable:
 
 @pytest.mark.parametrize(
     ("gpu", "nodes", "hbm_bytes", "per_node", "domain"),
-    [("gb300-nvl72", 2, 279 * 10**9, 4, 72), ("b300", 1, 270 * 10**9, 8, 8)],
+    # The capacity each device reports (nvidia-smi memory.total, MiB): 284,208 on a GB300,
+    # 275,040 on a B300 SXM6 AC.
+    [("gb300-nvl72", 2, 284_208 * 2**20, 4, 72), ("b300", 1, 275_040 * 2**20, 8, 8)],
 )
-def test_capacity_and_layout_are_the_datasheets(
+def test_capacity_is_the_devices_and_layout_the_datasheets(
     gpu: str, nodes: int, hbm_bytes: int, per_node: int, domain: int
 ) -> None:
     hw = _job(gpu, nodes).cluster

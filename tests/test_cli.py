@@ -147,10 +147,10 @@ def test_memory_reports_even_when_it_does_not_fit() -> None:
 
 
 def test_presets_give_every_gpu_memory_in_one_unit() -> None:
-    """Every GPU's HBM in GiB (what memory budgets count), its GB beside it: the H200's
-    datasheet 141 GB is 141·10^9 / 2^30 = 131.3 GiB, the H100's 80 GiB 85.9 GB."""
+    """Every GPU's HBM in GiB (what memory budgets count), its GB beside it: an H200 reports
+    143,771 MiB, 140.4 GiB or 150.8 GB; an H100 SXM 81,559 MiB, 79.6 GiB or 85.5 GB."""
     out = CliRunner().invoke(main, ["presets"]).output
     gpus = [line for line in out.splitlines() if "TFLOPS bf16" in line]
     assert gpus and all(re.search(r" \d+\.\d GiB +\d+\.\d GB ", line) for line in gpus)
-    assert any(line.split()[:5] == ["h200", "131.3", "GiB", "141.0", "GB"] for line in gpus)
-    assert any(line.split()[:5] == ["h100-sxm", "80.0", "GiB", "85.9", "GB"] for line in gpus)
+    assert any(line.split()[:5] == ["h200", "140.4", "GiB", "150.8", "GB"] for line in gpus)
+    assert any(line.split()[:5] == ["h100-sxm", "79.6", "GiB", "85.5", "GB"] for line in gpus)

@@ -257,7 +257,8 @@ def test_plc007_suggests_the_modules_nvidias_recipe_recomputes() -> None:
     loaded = load_text("t.yaml", fixed)
     assert loaded.job is not None
     peak = analyse(plannable_of(loaded.job)).memory.peak.memory.total
-    assert found[0].fix == (
+    # The recipe's modules come first; on the GB200's 185 GiB more nodes would fit too.
+    assert found[0].fix.startswith(
         "each of these alone fits (peak after it): recompute: selective, "
         f"recompute_modules: [core_attn, mla_up_proj] ({peak / 2**30:.2f} GiB)"
     )

@@ -83,7 +83,7 @@ def test_a_search_spec_no_layout_can_fit_is_an_error(tmp_path: Path) -> None:
     found = re.search(r"need at least ([\d.]+) GiB", error["message"])
     assert found is not None
     assert float(found.group(1)) >= 405.85e9 * 16 / 8 / GIB
-    assert "above 72.00 GiB usable" in error["message"]
+    assert "above 71.68 GiB usable" in error["message"]  # 90 % of the H100's 79.65 GiB
 
 
 def test_plc069_can_be_ignored_and_input_rules_still_run(tmp_path: Path) -> None:

@@ -171,7 +171,7 @@ def test_markdown_diff_shows_a_gpu_name_as_text(tmp_path: Path) -> None:
     code, out = planc(tmp_path, "diff", "--format", "markdown", "old.yaml", "new.yaml")
     assert code == 0, out
     (row,) = [line for line in out.splitlines() if line.startswith("| GPU |")]
-    assert row == f"| GPU | h100-sxm, 80.00 GiB | {GPU_SHOWN}, 74.51 GiB |  |"
+    assert row == f"| GPU | h100-sxm, 79.65 GiB | {GPU_SHOWN}, 74.51 GiB |  |"
     assert "@octocat" not in out and "](" not in out.replace("\\](", "")
     assert "<b>" not in out and "http://" not in out
 
