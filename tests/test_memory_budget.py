@@ -117,14 +117,40 @@ def test_context_parallel_shards_optimizer_over_data_and_context() -> None:
 
 
 def test_zero3_buffers() -> None:
-    # ZeRO-3: a gradient bucket of min(max(4e7, 1e6·N), Ψ_r) and two gathered units.
+    # ZeRO-3 under Megatron-LM is Megatron-FSDP, whose units are the layers (25,184 on a TP
+    # rank): two units' unsharded bf16 gradients, two units gathered, and the embedding slice
+    # (32,768) gathered for the whole step.
     mem = rank_memory(job_of({"parallelism": {"zero_stage": 3}}), 0)
     names = {term.name: term.bytes for term in mem.terms if term.component == "buffers"}
-    # Ψ_0 = 83,136 < 4·10⁷: the bucket is the whole Ψ_0 in bf16.
-    assert names["gradient reduce-scatter bucket (bf16)"] == 2 * 83_136
-    # The largest unit is the embedding slice (32,768) over a layer (25,184): 2·2·32,768.
-    assert names["ZeRO-3 gathered weights (bf16)"] == 4 * 32_768
+    assert names["unsharded gradients of two units (bf16)"] == 2 * 2 * 25_184
+    assert names["ZeRO-3 gathered units (bf16)"] == 2 * 2 * 25_184
+    assert names["ZeRO-3 gathered embedding, final norm and head (bf16)"] == 2 * 32_768
+    last = rank_memory(job_of({"parallelism": {"zero_stage": 3}}), 1)
+    kept = {term.name: term.bytes for term in last.terms if term.component == "buffers"}
+    # The last stage keeps its final norm (128) and head (32,768) gathered.
+    assert kept["ZeRO-3 gathered embedding, final norm and head (bf16)"] == 2 * (128 + 32_768)
     assert mem.weights == 2 * (83_136 // 2)
+
+
+def test_megatron_fsdp_gathers_and_shards_fp8_parameters() -> None:
+    # FP8 current scaling on B200 with --fp8-param-gather under ZeRO-3 (Megatron-FSDP): the
+    # GEMM weights, Ψ_q = 2·(8,192 + 16,384) = 49,152 on stage 0, are sharded and gathered in
+    # FP8 (one byte, one copy on Blackwell); the rest of Ψ_0 = 83,136 in bf16 over N = 2.
+    job = job_of(
+        {
+            "hardware": {"gpu": "b200"},
+            "parallelism": {"zero_stage": 3},
+            "training": {"precision": "fp8", "fp8": {"recipe": "current", "param_gather": True}},
+        }
+    )
+    mem = rank_memory(job, 0)
+    names = {term.name: term.bytes for term in mem.terms}
+    assert names["fp8 weights shard (current)"] == 49_152 // 2
+    assert names["weights shard (bf16)"] == 2 * (83_136 - 49_152) // 2
+    # Two units gathered: their 24,576 GEMM weights in FP8, their 608 norm and bias elements in
+    # bf16.
+    assert names["fp8 gathered units (current)"] == 2 * 24_576
+    assert names["ZeRO-3 gathered units (bf16)"] == 2 * 2 * (25_184 - 24_576)
 
 
 def test_tied_embeddings_both_ends() -> None:

@@ -244,7 +244,7 @@ def static_terms(
     expert_group = Group(lay.zero, lay.expert_shard_group, expert_shard_index, "N_e")
     share = parameters_of(job, pp_rank)
     static = engine_of(job, pp_rank, share, state, group, expert_group)
-    return with_quantized(job, pp_rank, share, static, state.weights)
+    return with_quantized(job, pp_rank, share, static, state.weights, (group, expert_group))
 
 
 def reserve_term(job: Plannable) -> Term:

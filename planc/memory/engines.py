@@ -50,7 +50,6 @@ from planc.vocab import gated
 
 # --- sources -------------------------------------------------------------------------------------
 
-MEGATRON_DDP = "Megatron-LM distributed_data_parallel.py default bucket_size"
 MEGATRON_OFFLOAD = (
     "Megatron-Core optimizer_cpu_offload (megatron/core/optimizer/cpu_offloading/"
     "hybrid_optimizer.py HybridDeviceOptimizer): fp32 master and moments on the host"
@@ -256,16 +255,35 @@ def megatron_static_terms(
     return tuple(terms)
 
 
-def megatron_bucket(job: Plannable, share: RankParameters, state: StateBytes) -> Term:
-    """γ·min(max(4·10⁷, 10⁶·d), Ψ_r): one gradient bucket's full gradients before its
-    reduce-scatter (ZeRO ≥ 2; up to ZeRO-1 buckets are views of the gradient buffer)."""
-    elements = min(job.layout.bucket_elements, share.total)
+# Megatron-LM shards gradients and weights (ZeRO-2/3) only through Megatron-FSDP
+# (planc.compile: --use-megatron-fsdp with data_parallel_sharding_strategy optim_grads or
+# optim_grads_params), whose buffers are laid out per FSDP unit.
+MEGATRON_FSDP_UNITS = (
+    "Megatron-Core Megatron-FSDP (megatron/core/distributed/fsdp/src/megatron_fsdp, Megatron-LM "
+    "2edffadb): the FSDP units are the transformer layers (mcore_fsdp_adapter.py); "
+    "param_and_grad_buffer.py gathers a unit's weights and builds its unsharded gradients per "
+    "unit, two at a time: with fsdp_double_buffer (Megatron-Bridge's recipes; NCCL user "
+    "buffers need it) in pools of two units kept for the run (weight_alloc, main_grad_alloc: "
+    "FixedPoolAllocator(size=2); _enforce_double_buffer_limit), without it in temporary "
+    "buckets, the unit in use beside the one prefetched or reduce-scattering"
+)
+MEGATRON_FSDP_NON_UNIT = (
+    "Megatron-FSDP param_and_grad_buffer.py ('Non-unit modules should remain persistently "
+    "allocated'): the embedding, final norm and LM head, outside every unit, stay gathered "
+    "from their first forward until finish_grad_sync (megatron_fsdp.py)"
+)
+
+
+def megatron_bucket(share: RankParameters, state: StateBytes) -> Term:
+    """γ·2·Ψ_ℓ: the unsharded gradients of two FSDP units, the one reduce-scattering and the
+    next being computed (ZeRO ≥ 2, Megatron-FSDP; up to ZeRO-1 the distributed optimizer's
+    buckets are views of the gradient buffer)."""
     return _term(
-        f"gradient reduce-scatter bucket ({state.grad_label})",
+        f"unsharded gradients of two units ({state.grad_label})",
         "buffers",
-        state.gradients * elements,
-        f"{state.gradients}·min(max(4·10⁷, 10⁶·d), Ψ_r)",
-        MEGATRON_DDP,
+        state.gradients * 2 * largest_layer(share),
+        f"{state.gradients}·2·Ψ_ℓ",
+        MEGATRON_FSDP_UNITS,
     )
 
 
@@ -274,19 +292,30 @@ def zero3_gather_bytes(share: RankParameters, state: StateBytes) -> int:
     return 2 * state.weights * largest_unit(share)
 
 
-def megatron_gather(share: RankParameters, state: StateBytes) -> Term:
-    """w·2·Ψ_u: ZeRO-3's gathered unit and its prefetched successor (ZeRO §5.3 and §7.2.2:
-    each layer's parameters are gathered just before its forward and backward; DeepSpeed's stage3_prefetch_bucket_size and PyTorch
-    FSDP's forward/backward prefetch overlap the next unit's all-gather with this one's compute)."""
-    return _term(
-        f"ZeRO-3 gathered weights ({state.label})",
+def megatron_gather(share: RankParameters, state: StateBytes) -> tuple[Term, ...]:
+    """Megatron-FSDP's gathered weights under ZeRO-3: w·2·Ψ_ℓ for the layer in use and the one
+    prefetched (ZeRO §5.3 and §7.2.2: each unit gathered just before its forward and backward),
+    and the modules outside every unit (the embedding slice and learned positions, the final
+    norm, the head slice), gathered for the whole step."""
+    outside = share.embedding + share.position + share.final_norm + share.lm_head
+    units = _term(
+        f"ZeRO-3 gathered units ({state.label})",
         "buffers",
-        zero3_gather_bytes(share, state),
-        f"{state.weights}·2·max(Ψ_ℓ, embedding, head)",
-        "Rajbhandari et al. 2020, ZeRO §5.3, §7.2.2 (one layer gathered at a time); DeepSpeed ZeRO-3 "
-        "prefetch (stage3_prefetch_bucket_size) and Zhao et al. 2023, PyTorch FSDP (the next "
-        "unit prefetched): two units gathered",
+        2 * state.weights * largest_layer(share),
+        f"{state.weights}·2·Ψ_ℓ",
+        "Rajbhandari et al. 2020, ZeRO §5.3, §7.2.2 (one layer gathered at a time); "
+        + MEGATRON_FSDP_UNITS,
     )
+    if not outside:
+        return (units,)
+    kept = _term(
+        f"ZeRO-3 gathered embedding, final norm and head ({state.label})",
+        "buffers",
+        state.weights * outside,
+        f"{state.weights}·(embedding + final norm + head)",
+        MEGATRON_FSDP_NON_UNIT,
+    )
+    return (units, kept)
 
 
 def megatron_terms(
@@ -304,9 +333,9 @@ def megatron_terms(
     static = megatron_static_terms(job, share, state, buffers)
     extra: list[Term] = []
     if zero >= 2:
-        extra.append(megatron_bucket(job, share, state))
+        extra.append(megatron_bucket(share, state))
     if zero >= 3:
-        extra.append(megatron_gather(share, state))
+        extra += megatron_gather(share, state)
     hbm = [*static, *extra]
     host: list[Term] = []
     if job.training.offload_optimizer:

@@ -33,7 +33,8 @@ from planc.memory.params import (
     local_expert_parameters,
     mlp_parameters,
 )
-from planc.memory.terms import Term, quantized_bytes
+from planc.memory.static import Group
+from planc.memory.terms import Term, quantized_bytes, shard
 from planc.plannable import Plannable
 from planc.record import record
 
@@ -240,20 +241,90 @@ def without_high_precision(terms: tuple[Term, ...], q: Quantized, share: Quantiz
     return tuple(out)
 
 
-def unit_copies(job: Plannable, q: Quantized, share: RankParameters) -> Term:
-    """Sharded weights (ZeRO-3, FSDP2): the quantized copies exist for the gathered units only,
-    the unit in use and the one prefetched: 2·usages·⌈Ψ_ℓ,q·bits/8⌉."""
+def quantized_unit(job: Plannable, share: RankParameters) -> int:
+    """Ψ_ℓ,q: the GEMM weights of the largest layer on this rank, the part a recipe quantizes."""
     dense, experts = moe_gemm_parameters(job)
     unit = max(dense_gemm_parameters(job) if share.layers > share.moe_layers else 0, dense + experts if share.moe_layers else 0)
-    unit = min(unit, largest_layer(share))
-    one = quantized_bytes(unit, q.data_bits, q.weight_scale_block, q.scale_bytes)
+    return min(unit, largest_layer(share))
+
+
+def gathers_quantized(job: Plannable) -> bool:
+    """Whether ZeRO-3 gathers the quantized weights themselves: Megatron-FSDP with
+    --fp8-param-gather keeps the FP8 parameters sharded and all-gathers them (torchtitan's
+    float8 all-gather casts fp32 shards per gather, which `unit_copies` counts alike)."""
+    q = job.numerics.quantized
+    return q is not None and q.param_gather and job.training.framework == "megatron"
+
+
+def unit_copies(job: Plannable, q: Quantized, share: RankParameters) -> Term:
+    """Sharded weights (ZeRO-3, FSDP2): the quantized copies exist for the gathered units only,
+    the unit in use and the one prefetched: 2·usages·⌈Ψ_ℓ,q·bits/8⌉. Under Megatron-FSDP with
+    param_gather these are the gathered units themselves (`gathers_quantized`)."""
+    one = quantized_bytes(quantized_unit(job, share), q.data_bits, q.weight_scale_block, q.scale_bytes)
+    what = "gathered units" if gathers_quantized(job) else "weight copies of the gathered units"
+    source = TE_MEMORY + "; ZeRO-3/FSDP: two units gathered (in use and prefetched)"
+    if gathers_quantized(job):
+        source = TE_PARAMS + "; Megatron-FSDP all-gathers the FP8 parameters (--fp8-param-gather): two units"
     return Term(
-        f"{q.label} weight copies of the gathered units ({q.recipe.value})",
+        f"{q.label} {what} ({q.recipe.value})",
         "buffers",
         2 * q.usages * one,
         f"2·{q.usages}·{q.data_bits / 8:g}·Ψ_ℓ,q",
-        TE_MEMORY + "; ZeRO-3/FSDP: two units gathered (in use and prefetched)",
+        source,
     )
+
+
+MEGATRON_FSDP_FP8_SHARD = (
+    "Megatron-FSDP param_and_grad_buffer.py (Megatron-LM 2edffadb): a Float8Tensor parameter "
+    "group's buffer is torch.uint8 (param_dtype = torch.uint8), so with --fp8-param-gather the "
+    "quantized weights are sharded in FP8 and no 16-bit copy of them exists"
+)
+
+
+def quantized_shards(
+    terms: tuple[Term, ...], q: Quantized, mine: QuantizedShare, groups: tuple[Group, Group], w: int
+) -> tuple[Term, ...]:
+    """Megatron-FSDP with param_gather under ZeRO-3: the quantized weights' shard is kept in
+    the recipe's format, ⌈Ψ_q/N⌉ elements of `usages` copies, and the 16-bit shard lines hold
+    the rest, w·(Ψ_r − Ψ_q)/N (dense over N, routed experts over N_e)."""
+    out = []
+    for term in terms:
+        expert = term.name.startswith("expert weights shard")
+        if not (expert or term.name.startswith("weights shard")):
+            out.append(term)
+            continue
+        psi, group = (mine.experts, groups[1]) if expert else (mine.dense, groups[0])
+        if not psi:
+            out.append(term)
+            continue
+        kept = shard(psi, group.N, group.index)
+        prefix, symbol = ("expert ", "Ψ_q,e") if expert else ("", "Ψ_q")
+        rest = f"{term.formula} − {w}·{symbol}/{group.symbol}"
+        out.append(Term(term.name, term.component, term.bytes - w * kept, rest, term.source))
+        out.append(
+            Term(
+                f"{prefix}{q.label} weights shard ({q.recipe.value})",
+                "weights",
+                q.usages * quantized_bytes(kept, q.data_bits, q.weight_scale_block, q.scale_bytes),
+                f"{q.usages}·{q.data_bits / 8:g}·{symbol}/{group.symbol}",
+                MEGATRON_FSDP_FP8_SHARD + "; " + TE_SCALES,
+            )
+        )
+    return tuple(out)
+
+
+def without_gathered_high_precision(
+    terms: tuple[Term, ...], job: Plannable, share: RankParameters, w: int
+) -> tuple[Term, ...]:
+    """Megatron-FSDP with param_gather: the units' 16-bit gather holds only what the recipe
+    leaves unquantized (norms, biases, the router): w·2·(Ψ_ℓ − Ψ_ℓ,q)."""
+    out = []
+    for term in terms:
+        if term.name.startswith("ZeRO-3 gathered units"):
+            kept = 2 * w * (largest_layer(share) - quantized_unit(job, share))
+            term = Term(term.name, term.component, kept, f"{w}·2·(Ψ_ℓ − Ψ_ℓ,q)", term.source + "; " + TE_PARAMS)
+        out.append(term)
+    return tuple(out)
 
 
 def head_weight_terms(q: Quantized, share: RankParameters) -> tuple[Term, ...]:
@@ -300,10 +371,18 @@ def sharded_weights(job: Plannable) -> bool:
     return job.training.framework == "fsdp2" or job.layout.zero >= 3
 
 
-def with_quantized(job: Plannable, pp_rank: int, share: RankParameters, static: Placed, w: int) -> Placed:
+def with_quantized(
+    job: Plannable,
+    pp_rank: int,
+    share: RankParameters,
+    static: Placed,
+    w: int,
+    groups: tuple[Group, Group],
+) -> Placed:
     """`static` (an engine's terms) with the recipe's weight-side terms: TE's kept copies (or,
     with sharded weights, those of the gathered units), delayed scaling's amax state, and the
-    16-bit copy dropped under param_gather; plus one layer's operands in flight."""
+    16-bit copy dropped under param_gather (under Megatron-FSDP, the shard kept in FP8 over the
+    shard `groups`, dense and expert); plus one layer's operands in flight."""
     q = job.numerics.quantized
     if q is None:
         return static
@@ -311,6 +390,9 @@ def with_quantized(job: Plannable, pp_rank: int, share: RankParameters, static: 
     hbm = static.hbm
     if q.param_gather and not sharded_weights(job):
         hbm = without_high_precision(hbm, q, mine, w)
+    elif gathers_quantized(job) and job.layout.zero >= 3:
+        hbm = without_gathered_high_precision(hbm, job, share, w)
+        hbm = quantized_shards(hbm, q, mine, groups, w)
     added: list[Term] = []
     if q.cached_weights and not sharded_weights(job):
         added += persistent_weight_terms(q, mine)
