@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 import pytest
-from test_frameworks import _interpreter, _run
+from test_frameworks import MEGATRON_ARGUMENTS, _interpreter, _run
 
 from planc.analysis import analyse, estimate_step
 from planc.comm.ends import EndCollective, Hides, Linear, head_gather_bytes
@@ -140,24 +140,10 @@ def test_megatron_arguments_name_the_deferral_and_its_limit() -> None:
     )
 
 
-MEGATRON_DEFERRAL = r"""
-import argparse, json, os, sys, warnings
-warnings.filterwarnings("ignore")
-os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
-import megatron.training.arguments as arguments
-from megatron.training.argument_utils import core_transformer_config_from_args
-arguments.get_device_arch_version = lambda: 9
-parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
-# CPU only, as the CUDA-graph refusals test; gradient-accumulation fusion as the plan says.
-extra = ["--tokenizer-type", "NullTokenizer", "--mock-data", "--train-iters", "10", "--lr", "1e-4",
-         "--use-cpu-initialization", "--no-rope-fusion", "--transformer-impl", "local",
-         "--no-persist-layer-norm", "--no-masked-softmax-fusion",
-         "--no-bias-dropout-fusion", "--no-bias-swiglu-fusion"]
+MEGATRON_DEFERRAL = MEGATRON_ARGUMENTS + r"""
 out = {}
 for case, (lines, world, vocab) in json.load(sys.stdin).items():
-    words = [word for line in lines for word in line.split()]
-    args = parser.parse_args(words + extra + ["--vocab-size", str(vocab)])
-    args.world_size, args.rank = world, 0
+    args = parsed(lines, world, vocab)
     try:
         arguments.validate_args(args)
         config = core_transformer_config_from_args(args)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_frameworks import _interpreter, _run
+from test_frameworks import MEGATRON_ARGUMENTS, _interpreter, _run
 
 from planc.compile.frameworks import megatron_arguments
 from planc.memory import budget
@@ -97,22 +97,10 @@ def test_a_bf16_master_is_nemos_distributed_fused_adam_said_in_a_note() -> None:
     assert any("distributed_fused_adam with optim.dtype: bf16" in note for note in notes)
 
 
-MEGATRON_STATE = r"""
-import argparse, json, os, sys, warnings
-warnings.filterwarnings("ignore")
-os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
-import megatron.training.arguments as arguments
-arguments.get_device_arch_version = lambda: 9
-parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
-extra = ["--tokenizer-type", "NullTokenizer", "--mock-data", "--train-iters", "10", "--lr", "1e-4",
-         "--use-cpu-initialization", "--no-rope-fusion", "--transformer-impl", "local",
-         "--no-persist-layer-norm", "--no-masked-softmax-fusion",
-         "--no-bias-dropout-fusion", "--no-bias-swiglu-fusion"]
+MEGATRON_STATE = MEGATRON_ARGUMENTS + r"""
 out = {}
 for case, (lines, world, vocab) in json.load(sys.stdin).items():
-    words = [word for line in lines for word in line.split()]
-    args = parser.parse_args(words + extra + ["--vocab-size", str(vocab)])
-    args.world_size, args.rank = world, 0
+    args = parsed(lines, world, vocab)
     arguments.validate_args(args)
     out[case] = [args.use_precision_aware_optimizer, str(args.main_params_dtype),
                  str(args.exp_avg_dtype), str(args.exp_avg_sq_dtype)]
