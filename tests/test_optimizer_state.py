@@ -164,6 +164,20 @@ def test_the_rules_say_where_the_state_is_not_kept_so(
     assert any(said in f.message for f in fired), [f.message for f in fired]
 
 
+def test_fp8_moments_and_optimizer_state_may_not_disagree() -> None:
+    overlay = {
+        "training": {
+            "precision": "fp8",
+            "fp8": {"recipe": "delayed", "moments": "bf16"},
+            "optimizer_state": {"moments": "fp16"},
+        }
+    }
+    fired = [f for f in check_overlay(overlay).findings if f.rule == "PLC044"]
+    assert any("one format for Adam's moments" in f.message for f in fired)
+    same = {"training": {**overlay["training"], "optimizer_state": {"moments": "bf16"}}}
+    assert not [f for f in check_overlay(same).findings if f.rule == "PLC044"]
+
+
 def test_a_delayed_fp8_run_keeps_remainders_without_a_finding() -> None:
     overlay = {
         "training": {

@@ -320,7 +320,7 @@ def _megatron_deferral(job: Job) -> Iterator[Violation]:
 def _state_given(job: Job) -> bool:
     """Whether training.optimizer_state keeps anything out of fp32."""
     tr = job.training
-    return tr.master_format != "fp32" or tr.moments_dtype != "fp32"
+    return tr.master_format != "fp32" or tr.moments_dtype not in (None, "fp32")
 
 
 def _megatron_optimizer_state(job: Job) -> Iterator[Violation]:

@@ -79,7 +79,8 @@ def recipe_options(ctx: Context) -> Iterator[Violation]:
       tensorwise scaling ("rowwise: all-gather happens in high precision"); DeepSpeed has
       none. With the optimizer offloaded, Megatron requires the delayed recipe.
     - moments: bf16 is Megatron's precision-aware optimizer, in its distributed optimizer
-      (framework megatron, zero_stage ≥ 1).
+      (framework megatron, zero_stage ≥ 1), and says what training.optimizer_state.moments
+      says: the two may not disagree.
     - first_last_bf16: Megatron "Delayed scaling does not support first / last layer in
       BF16", and at most the layers of one pipeline stage at each end (L/p).
     - The GEMM dimensions the recipe needs divisible (hidden size, heads·k/t, ffn/t): by 16
@@ -165,6 +166,14 @@ def _output_proj(job: Job) -> Iterator[Violation]:
 
 def _moments(job: Job) -> Iterator[Violation]:
     tr = job.training
+    if tr.moments_bf16 and tr.moments_dtype not in (None, "bf16"):
+        yield Violation(
+            "training.fp8.moments",
+            f"training.fp8.moments says bf16 and training.optimizer_state.moments says "
+            f"{tr.moments_dtype}: one format for Adam's moments",
+            "keep training.optimizer_state.moments and leave fp8.moments out",
+            ("training.optimizer_state.moments",),
+        )
     if not tr.moments_bf16 or (tr.framework == "megatron" and job.layout.zero >= 1):
         return
     yield Violation(

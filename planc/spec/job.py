@@ -388,15 +388,15 @@ class Training:
     moments_bf16: bool = False  # training.fp8.moments: bf16 (Megatron's precision-aware optimizer)
     # training.optimizer_state: the master weights' and Adam moments' formats (fp32: the default)
     master_format: MasterFormat = "fp32"
-    moments_dtype: StateDtype = "fp32"
+    moments_dtype: StateDtype | None = None  # None: training.optimizer_state.moments not given
 
     @property
     def moments_format(self) -> StateDtype:
-        """Adam's moments' format: training.optimizer_state.moments, or bf16 where only
-        training.fp8.moments says so."""
-        if self.moments_dtype == "fp32" and self.moments_bf16:
-            return "bf16"
-        return self.moments_dtype
+        """Adam's moments' format: training.optimizer_state.moments, else bf16 where
+        training.fp8.moments says so, else fp32 (PLC044 reports the two disagreeing)."""
+        if self.moments_dtype is not None:
+            return self.moments_dtype
+        return "bf16" if self.moments_bf16 else "fp32"
 
     # training.fp8.attention: the attention core's FP8 recipe (TE fp8_dpa); None: 16-bit
     fp8_attention: Fp8Recipe | None = None
@@ -1288,7 +1288,7 @@ def _training(spec: Data) -> Training:
         first_last_bf16=int(fp8.get("first_last_bf16", 0)) if recipe is not None else 0,
         moments_bf16=recipe is not None and fp8.get("moments", "fp32") == "bf16",
         master_format=(tr.get("optimizer_state") or {}).get("master", "fp32"),
-        moments_dtype=(tr.get("optimizer_state") or {}).get("moments", "fp32"),
+        moments_dtype=(tr.get("optimizer_state") or {}).get("moments"),
         fp8_attention=Fp8Recipe(fp8["attention"])
         if recipe is not None and fp8.get("attention") is not None
         else None,
