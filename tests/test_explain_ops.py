@@ -108,3 +108,17 @@ def test_a_measured_linear_says_what_its_16_bit_time_is_divided_by() -> None:
     assert 0 < ops["mlp fc2"]["speedup"] != 1.0
     assert ops["input norm"]["speedup"] == 1.0
     assert not any("quantize" in name for name in ops)
+
+
+def test_a_weight_cast_made_once_per_step_is_marked_and_shared_out() -> None:
+    # Transformer Engine casts each FP8 weight on the first of the m micro-batches and caches
+    # it: the table lists the cast at 1/m of its bytes and marks it, and JSON says its calls.
+    job = job_of(CASES["gpt-oss mxfp8"], BASE)
+    table = op_table(job)
+    m = job.m
+    marked = [line for line in op_lines(table) if f"(once per {m})" in line]
+    assert marked
+    ops = [op for kind in op_json(table)["kinds"] for op in kind["ops"]]
+    shared = [op for op in ops if op["calls"] != 1.0]
+    assert shared and all(op["calls"] == pytest.approx(1 / m) for op in shared)
+    assert all("quantize" in op["name"] for op in shared)

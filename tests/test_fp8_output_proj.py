@@ -109,8 +109,8 @@ def test_the_head_s_casts_move_what_mxfp8_needs() -> None:
         for op in with_quantized_gemms(last_stage_ops(layer_shape(job)), q, 2, 1 / m)
         if op.name == "lm head quantize (mxfp8)"
     ]
-    forward = sum(op.forward.bytes for op in casts)
-    backward = sum(op.backward_data.bytes for op in casts)
+    forward = sum(op.forward.bytes * op.calls for op in casts)
+    backward = sum(op.backward_data.bytes * op.calls for op in casts)
     # one 16-bit read, two copies of 1 + 1/32 bytes: X [s, h], W [V, h] once per m, dY [s, V]
     per_element = 2 + 2 * MX
     assert forward == pytest.approx(per_element * (SEQ * H + V * H / m), rel=1e-12)

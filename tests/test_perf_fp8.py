@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from planc.analysis import analyse, estimate_step
-from planc.perf.compute import Device, pass_times
+from planc.perf.compute import Device, op_times, pass_times, work_time_s
+from planc.perf.inputs import device_of, efficiency_of
 from planc.perf.ops import gemm, quantization, with_quantized_gemms
 from planc.presets.efficiency import for_gpu
 from planc.scoring import price
@@ -87,11 +88,21 @@ def test_delayed_scaling_reads_once_current_twice() -> None:
 def test_te_caches_the_weight_cast_over_micro_batches() -> None:
     # A weight share of 1/m: with m = 8 one eighth of W's cast per micro-batch.
     op = gemm("attention output", 1024, 2048, 4096, 2)
-    q = job_of({"training": {"precision": "fp8", "fp8": {"recipe": "delayed"}}}).numerics.quantized
+    job = job_of({"training": {"precision": "fp8", "fp8": {"recipe": "delayed"}}})
+    q = job.numerics.quantized
     assert q is not None
-    whole = sum(k.forward.bytes for k in quantization(op, q, 2, 1.0))
-    eighth = sum(k.forward.bytes for k in quantization(op, q, 2, 0.125))
+    whole = sum(k.forward.bytes * k.calls for k in quantization(op, q, 2, 1.0))
+    eighth = sum(k.forward.bytes * k.calls for k in quantization(op, q, 2, 0.125))
     assert whole - eighth == pytest.approx(2048 * 4096 * 4 * (1 - 0.125))
+    # The cast runs whole once per step, so a micro-batch pays an eighth of its time, fixed
+    # cost included, not the time of an eighth of its bytes.
+    device, eff = device_of(job), efficiency_of(job)
+    once = [t for t in op_times(quantization(op, q, 2, 1.0), device, eff) if t.op.calls != 1.0]
+    shared = [t for t in op_times(quantization(op, q, 2, 0.125), device, eff) if t.op.calls != 1.0]
+    assert not once and shared
+    assert sum(t.forward_s for t in shared) == pytest.approx(
+        0.125 * sum(work_time_s(t.op, t.op.forward, device, eff) for t in shared)
+    )
 
 
 def step(overlay: dict[str, Any]) -> Any:

@@ -19,8 +19,10 @@ def _row(name: str, engine: str, flops: float, moved: float, times: tuple[float,
 
 def _label(t: OpTime) -> str:
     """The op's name, with the measured speed-up its 16-bit time is divided by where it has one
-    (`planc.perf.ops.measured_linear`)."""
-    return t.op.name if t.op.speedup == 1.0 else f"{t.op.name} (16-bit ÷ {t.op.speedup:.2f})"
+    (`planc.perf.ops.measured_linear`), and how rarely it runs where it runs less than once a
+    micro-batch (`OpCost.calls`: a weight cast once per step)."""
+    name = t.op.name if t.op.speedup == 1.0 else f"{t.op.name} (16-bit ÷ {t.op.speedup:.2f})"
+    return name if t.op.calls == 1.0 else f"{name} (once per {round(1 / t.op.calls)})"
 
 
 def _section(title: str, ops: tuple[OpTime, ...]) -> list[str]:
@@ -31,8 +33,8 @@ def _section(title: str, ops: tuple[OpTime, ...]) -> list[str]:
             _row(
                 _label(t),
                 t.op.engine,
-                w.flops,
-                w.bytes,
+                w.flops * t.op.calls,
+                w.bytes * t.op.calls,
                 (t.forward_s, t.backward_data_s, t.backward_weight_s),
             )
         )
@@ -40,8 +42,8 @@ def _section(title: str, ops: tuple[OpTime, ...]) -> list[str]:
         sum(getattr(t, k) for t in ops)
         for k in ("forward_s", "backward_data_s", "backward_weight_s")
     )
-    flops = sum(t.op.forward.flops for t in ops)
-    moved = sum(t.op.forward.bytes for t in ops)
+    flops = sum(t.op.forward.flops * t.op.calls for t in ops)
+    moved = sum(t.op.forward.bytes * t.op.calls for t in ops)
     lines.append(_row("total", "", flops, moved, total))
     return lines
 
@@ -66,8 +68,9 @@ def _ops_json(ops: tuple[OpTime, ...]) -> list[dict[str, Any]]:
             "name": t.op.name,
             "engine": t.op.engine,
             "speedup": t.op.speedup,
-            "forward_flops": t.op.forward.flops,
-            "forward_bytes": t.op.forward.bytes,
+            "calls": t.op.calls,
+            "forward_flops": t.op.forward.flops * t.op.calls,
+            "forward_bytes": t.op.forward.bytes * t.op.calls,
             "forward_s": t.forward_s,
             "backward_data_s": t.backward_data_s,
             "backward_weight_s": t.backward_weight_s,

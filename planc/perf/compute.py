@@ -224,14 +224,15 @@ def op_times(
     for op in ops:
         low = quantized if quantized is not None and op.quantized else device
         wgrad = device if op.high_precision_wgrad else low
-        # a measured speed-up over the op's 16-bit kernels divides each pass (`measured_linear`)
+        # a measured speed-up over the op's 16-bit kernels divides each pass (`measured_linear`);
+        # an op run less than once per micro-batch (`OpCost.calls`) pays that share of each
+        scale = op.calls / op.speedup
         out.append(
             OpTime(
                 op,
-                work_time_s(op, op.forward, low, eff) / op.speedup,
-                work_time_s(op, op.backward_data, low, eff, True, op.data_gemm) / op.speedup,
-                work_time_s(op, op.backward_weight, wgrad, eff, True, op.weight_gemm)
-                / op.speedup,
+                work_time_s(op, op.forward, low, eff) * scale,
+                work_time_s(op, op.backward_data, low, eff, True, op.data_gemm) * scale,
+                work_time_s(op, op.backward_weight, wgrad, eff, True, op.weight_gemm) * scale,
             )
         )
     return tuple(out)

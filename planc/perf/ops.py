@@ -107,6 +107,10 @@ class OpCost:
     # a measured speed-up over this op's 16-bit kernels, which its passes' times are divided
     # by (a whole quantized linear priced from its recipe's table, `measured_linear`)
     speedup: float = 1.0
+    # the op's runs per micro-batch, which its passes' times are multiplied by: 1/m for a
+    # weight's cast Transformer Engine makes once per step (the kernel whole, its fixed cost
+    # shared out, not a sliver of its bytes m times)
+    calls: float = 1.0
 
     @property
     def backward(self) -> Work:
@@ -1347,8 +1351,10 @@ def quantization(
 ) -> tuple[OpCost, ...]:
     """The quantization kernels of one quantized GEMM, each on HBM with its own fixed cost:
     forward the input X (its read fused into the norm for a norm-fed GEMM under TE) and the
-    weight W (`weight_share` of a cast per micro-batch: 1/m where TE caches the FP8 weight
-    across micro-batches, 1 where torchao casts every time), backward the output gradient dY.
+    weight W (`weight_share` of a whole cast per micro-batch, `OpCost.calls`: 1/m where TE
+    casts the FP8 weight once per step, on the first micro-batch, and caches it, or the
+    optimizer writes the FP8 parameters under param_gather; 1 where torchao casts every time),
+    backward the output gradient dY.
     Each tensor gets the copies the GEMMs need (rowwise, and columnwise where the hardware or
     recipe needs one). A tensor that a quantized sequence-parallel all-gather brings to the
     GEMM is cast on this rank's `shard` of its rows (`gathered_casts`)."""
@@ -1367,12 +1373,15 @@ def quantization(
     inputs, x_transposes = (
         ([], []) if op.shared_input else gathered_casts(x, x_share, q, beta, x_reads, usages)
     )
-    weights = cast_kernels(w, q, beta, q.reads, q.usages, weight_share)
+    weights = cast_kernels(w, q, beta, q.reads, q.usages, 1.0)
     dy_casts, dy_transposes = gathered_casts(dy, dy_share, q, beta, q.reads, usages)
     backward = [*x_transposes, *dy_casts, *dy_transposes]
     return (
         *(OpCost(label, x_engine, work, NOTHING, modules=op.modules) for work in inputs),
-        *(OpCost(label, cast_engine(q), work, NOTHING, modules=op.modules) for work in weights),
+        *(
+            OpCost(label, cast_engine(q), work, NOTHING, modules=op.modules, calls=weight_share)
+            for work in weights
+        ),
         *(OpCost(label, cast_engine(q), NOTHING, work, modules=op.modules) for work in backward),
         *backward_rescales(op, q, beta),
     )
