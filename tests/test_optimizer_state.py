@@ -176,6 +176,10 @@ def test_fp8_moments_and_optimizer_state_may_not_disagree() -> None:
     assert any("one format for Adam's moments" in f.message for f in fired)
     same = {"training": {**overlay["training"], "optimizer_state": {"moments": "bf16"}}}
     assert not [f for f in check_overlay(same).findings if f.rule == "PLC044"]
+    # A master alone leaves the moments to fp8.moments.
+    master = {"training": {**overlay["training"], "optimizer_state": {"master": "remainders"}}}
+    assert not [f for f in check_overlay(master).findings if f.rule == "PLC044"]
+    assert _optimizer_terms(master)["Adam m (bf16)"] > 0
 
 
 def test_a_delayed_fp8_run_keeps_remainders_without_a_finding() -> None:

@@ -874,11 +874,12 @@ class OptimizerStateSpec(Frozen):
         "bf16 (NeMo 1.0's distributed_fused_adam with optim.dtype bf16, Apex "
         "DistributedFusedAdam; Megatron-LM has no flag for it).",
     )
-    moments: StateDtype = Field(
-        "fp32",
-        description="Adam's m and v: fp32 (the default), bf16 or fp16 (Megatron "
+    moments: StateDtype | None = Field(
+        None,
+        description="Adam's m and v: fp32, bf16 or fp16 (Megatron "
         "--use-precision-aware-optimizer --exp-avg-dtype and --exp-avg-sq-dtype; Apex "
-        "DistributedFusedAdam's optim.dtype). training.fp8.moments: bf16 says the same for bf16.",
+        "DistributedFusedAdam's optim.dtype). training.fp8.moments: bf16 says the same for bf16. "
+        "Default: fp32, or what training.fp8.moments says.",
     )
 
 
