@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_frameworks import _interpreter, _run
+from test_frameworks import MEGATRON_ARGUMENTS, _interpreter, _run
 
 from planc.compile.frameworks import megatron_arguments
 
@@ -124,26 +124,13 @@ def test_torchtitan_has_no_fp16_as_plc050_says() -> None:
     assert any(f.rule == "PLC050" for f in check_overlay(fp16).findings)
 
 
-MEGATRON_GRAPHS = r"""
-import argparse, json, os, sys, tempfile, warnings
-warnings.filterwarnings("ignore")
-os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
-import torch
-import megatron.training.arguments as arguments
-from megatron.training.argument_utils import core_transformer_config_from_args
-arguments.get_device_arch_version = lambda: 9
-parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
-# CPU only: Megatron-Core's local layers and no fusions, as in the model-build test; none of
-# these flags is one TransformerConfig's CUDA-graph checks read.
-extra = ["--tokenizer-type", "NullTokenizer", "--mock-data", "--train-iters", "10", "--lr", "1e-4",
-         "--use-cpu-initialization", "--no-rope-fusion", "--transformer-impl", "local",
-         "--no-persist-layer-norm", "--no-gradient-accumulation-fusion", "--no-masked-softmax-fusion",
-         "--no-bias-dropout-fusion", "--no-bias-swiglu-fusion"]
+MEGATRON_GRAPHS = MEGATRON_ARGUMENTS + r"""
+# As in the model-build test, and without gradient-accumulation fusion (no CUDA kernels); none
+# of these flags is one TransformerConfig's CUDA-graph checks read.
+extra.append("--no-gradient-accumulation-fusion")
 out = {}
 for case, (lines, world, vocab) in json.load(sys.stdin).items():
-    words = [word for line in lines for word in line.split()]
-    args = parser.parse_args(words + extra + ["--vocab-size", str(vocab)])
-    args.world_size, args.rank = world, 0
+    args = parsed(lines, world, vocab)
     try:
         arguments.validate_args(args)
         core_transformer_config_from_args(args)
