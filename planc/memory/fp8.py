@@ -250,8 +250,9 @@ def quantized_unit(job: Plannable, share: RankParameters) -> int:
 
 def gathers_quantized(job: Plannable) -> bool:
     """Whether ZeRO-3 gathers the quantized weights themselves: Megatron-FSDP with
-    --fp8-param-gather keeps the FP8 parameters sharded and all-gathers them (torchtitan's
-    float8 all-gather casts fp32 shards per gather, which `unit_copies` counts alike)."""
+    --fp8-param-gather keeps the FP8 parameters sharded and all-gathers them. torchtitan's
+    float8 all-gather casts its fp32 shards at each gather instead: its gathered units are the
+    copies `unit_copies` counts beside a 16-bit shard."""
     q = job.numerics.quantized
     return q is not None and q.param_gather and job.training.framework == "megatron"
 
