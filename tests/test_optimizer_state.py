@@ -97,7 +97,9 @@ def test_a_bf16_master_is_nemos_distributed_fused_adam_said_in_a_note() -> None:
     assert any("distributed_fused_adam with optim.dtype: bf16" in note for note in notes)
 
 
-MEGATRON_STATE = MEGATRON_ARGUMENTS + r"""
+MEGATRON_STATE = (
+    MEGATRON_ARGUMENTS
+    + r"""
 out = {}
 for case, (lines, world, vocab) in json.load(sys.stdin).items():
     args = parsed(lines, world, vocab)
@@ -106,6 +108,7 @@ for case, (lines, world, vocab) in json.load(sys.stdin).items():
                  str(args.exp_avg_dtype), str(args.exp_avg_sq_dtype)]
 print(json.dumps(out))
 """
+)
 
 
 def test_megatron_lm_reads_the_state_formats_planc_writes() -> None:
@@ -191,3 +194,30 @@ def test_a_delayed_fp8_run_keeps_remainders_without_a_finding() -> None:
         }
     }
     assert not [f for f in check_overlay(overlay).findings if f.rule in ("PLC048", "PLC051")]
+
+
+def _fsdp2_state(model_dtype: str) -> dict[str, int]:
+    overlay = {"training": {"framework": "fsdp2", "model_dtype": model_dtype}}
+    stage = budget(job_of(overlay)).stages[0]
+    kinds = ("weights", "gradients", "optimizer")
+    return {t.name: t.bytes for t in stage.memory.terms if t.component in kinds}
+
+
+def test_an_fsdp2_model_kept_in_bf16_keeps_its_shards_and_adam_state_in_bf16() -> None:
+    # NeMo AutoModel builds the model in bf16: FSDP2's sharded parameters, their gradients and
+    # torch.optim's m and v (zeros_like of each parameter) are all 2 bytes, no fp32 copy.
+    fp32, bf16 = _fsdp2_state("fp32"), _fsdp2_state("bf16")
+    assert set(fp32) == {
+        "sharded parameters (fp32)",
+        "sharded gradients (fp32)",
+        "Adam m (fp32)",
+        "Adam v (fp32)",
+    }
+    assert bf16 == {name.replace("fp32", "bf16"): size // 2 for name, size in fp32.items()}
+    # torch.optim's foreach Adam (80 bytes a parameter in fp32) and clipping (12), in bf16.
+    assert optimizer_bytes_per_parameter("fsdp2", "foreach", model=2) == (80 + 12) // 2
+
+
+def test_model_dtype_is_fsdp2s() -> None:
+    fired = check_overlay({"training": {"model_dtype": "bf16"}}).findings
+    assert any(f.rule == "PLC051" and "FSDP2's parameter storage" in f.message for f in fired)

@@ -46,7 +46,7 @@ from planc.memory.terms import Component, Term, ceil_div
 from planc.plannable import DS_REDUCE_BUCKET_ELEMENTS, Plannable
 from planc.record import record
 from planc.spec.job import MLA
-from planc.vocab import gated
+from planc.vocab import DType, gated
 
 # --- sources -------------------------------------------------------------------------------------
 
@@ -538,47 +538,53 @@ def deepspeed_terms(
 # --- PyTorch FSDP2 -----------------------------------------------------------------------------
 
 
-def fsdp_sharded_parameters(part: Part) -> Term:
-    """4·Ψ_r/N: the sharded parameters, kept in the model's fp32 (FSDPParam._sharded_param_data);
-    MixedPrecisionPolicy(param_dtype=bf16) casts only the all-gathered copy. They are the
-    optimizer's parameters: there is no separate master copy."""
+def fsdp_sharded_parameters(part: Part, width: int) -> Term:
+    """p·Ψ_r/N: the sharded parameters, kept in the model's dtype (FSDPParam._sharded_param_data;
+    `training.model_dtype`, p = 4 bytes for fp32, 2 for bf16); MixedPrecisionPolicy
+    (param_dtype=bf16) casts only the all-gathered copy. They are the optimizer's parameters:
+    there is no separate master copy."""
     return _term(
-        f"{part.prefix}sharded parameters (fp32)",
+        f"{part.prefix}sharded parameters ({_dtype(width)})",
         "weights",
-        4 * part.group.elements(part.psi, 1),
-        f"4·{part.symbol}/{part.group.symbol}",
+        width * part.group.elements(part.psi, 1),
+        f"{width}·{part.symbol}/{part.group.symbol}",
         _expert_source(
             part, FSDP2 + " (sharded DTensor parameters in the model's dtype)", TORCHTITAN_EXPERTS
         ),
     )
 
 
-def fsdp_sharded_gradients(part: Part) -> Term:
-    """4·Ψ_r/N: the sharded gradients, in the sharded parameters' dtype (foreach_reduce casts
+def fsdp_sharded_gradients(part: Part, width: int) -> Term:
+    """p·Ψ_r/N: the sharded gradients, in the sharded parameters' dtype (foreach_reduce casts
     the reduce-scatter output to it and accumulates into sharded_param.grad)."""
     return _term(
-        f"{part.prefix}sharded gradients (fp32)",
+        f"{part.prefix}sharded gradients ({_dtype(width)})",
         "gradients",
-        4 * part.group.elements(part.psi, 1),
-        f"4·{part.symbol}/{part.group.symbol}",
+        width * part.group.elements(part.psi, 1),
+        f"{width}·{part.symbol}/{part.group.symbol}",
         _expert_source(part, FSDP2_COLLECTIVES + " foreach_reduce", TORCHTITAN_EXPERTS),
     )
 
 
-def fsdp_optimizer(part: Part, state: StateBytes) -> tuple[Term, ...]:
-    """4·Ψ_r/N per moment: the optimizer's state on the sharded fp32 parameters."""
+def fsdp_optimizer(part: Part, state: StateBytes, width: int) -> tuple[Term, ...]:
+    """p·Ψ_r/N per moment: the optimizer's state on the sharded parameters, in their dtype
+    (torch.optim's Adam and SGD make it with zeros_like of each parameter)."""
     return tuple(
         _term(
-            f"{part.prefix}{name} (fp32)",
+            f"{part.prefix}{name} ({_dtype(width)})",
             "optimizer",
-            size * part.group.elements(part.psi, 1),
-            f"{size}·{part.symbol}/{part.group.symbol}",
+            width * part.group.elements(part.psi, 1),
+            f"{width}·{part.symbol}/{part.group.symbol}",
             _expert_source(
                 part, "torch.optim on FSDP2's sharded DTensor parameters", TORCHTITAN_EXPERTS
             ),
         )
-        for name, size in state.moments
+        for name, _ in state.moments
     )
+
+
+def _dtype(width: int) -> str:
+    return "fp32" if width == 4 else "bf16"
 
 
 def pipelined_fsdp(job: Plannable) -> bool:
@@ -670,9 +676,10 @@ def fsdp2_terms(
         )
         for p in buffers
     )
-    params = [fsdp_sharded_parameters(part) for part in sharded]
-    grads = [fsdp_sharded_gradients(part) for part in sharded]
-    optimizer = [term for part in sharded for term in fsdp_optimizer(part, state)]
+    width = DType(job.training.model_dtype).bits // 8
+    params = [fsdp_sharded_parameters(part, width) for part in sharded]
+    grads = [fsdp_sharded_gradients(part, width) for part in sharded]
+    optimizer = [term for part in sharded for term in fsdp_optimizer(part, state, width)]
     hbm: list[Term] = [
         *params,
         *grads,

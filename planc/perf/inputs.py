@@ -164,7 +164,7 @@ from planc.record import record
 from planc.sends import boundary_tiers, slowest_crossed
 from planc.spec.job import Job
 from planc.stages import stage_classes
-from planc.vocab import ROWWISE_RECIPES, Axis, Collective, GroupKind, gated
+from planc.vocab import ROWWISE_RECIPES, Axis, Collective, DType, GroupKind, gated
 
 # Data-parallel traffic: the shard group (dp_cp, or dp_shard under HSDP), HSDP's replicas, and
 # the tied embedding's all-reduce.
@@ -1355,7 +1355,12 @@ def optimizer_bytes(job: Plannable) -> int:
     # fp32 training has no master copy: the step updates the fp32 weights in place, as the
     # master (4 bytes) would be.
     return optimizer_bytes_per_parameter(
-        tr.framework, tr.optimizer_implementation, num.loss_scaling, num.master or 4, num.moment
+        tr.framework,
+        tr.optimizer_implementation,
+        num.loss_scaling,
+        num.master or 4,
+        num.moment,
+        DType(tr.model_dtype).bits // 8,
     )
 
 

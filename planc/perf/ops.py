@@ -1191,13 +1191,16 @@ def optimizer_bytes_per_parameter(
     loss_scaling: bool = False,
     master: int = 4,
     moment: int = 4,
+    model: int = 4,
 ) -> int:
     """HBM bytes per parameter of one optimizer step: Megatron's and DeepSpeed's fused Adam
     (10 + 2·μ + 4·m: 34 with the fp32 `master` μ and `moment` m) and gradient norm (4); under
-    FSDP2 torch.optim's Adam in its `implementation` and torch's clipping; with fp16 loss
+    FSDP2 torch.optim's Adam in its `implementation` and torch's clipping, over parameters,
+    gradients and state of `model` bytes each (their counts are fp32's, 4); with fp16 loss
     scaling 8 more."""
     if framework == "fsdp2":
-        per = TORCH_ADAM_BYTES_PER_PARAMETER[implementation] + TORCH_CLIP_BYTES_PER_PARAMETER
+        fp32 = TORCH_ADAM_BYTES_PER_PARAMETER[implementation] + TORCH_CLIP_BYTES_PER_PARAMETER
+        per = fp32 * model // 4
     else:
         adam = ADAM_FIXED_BYTES_PER_PARAMETER + 2 * master + 4 * moment
         per = adam + GRAD_NORM_BYTES_PER_PARAMETER

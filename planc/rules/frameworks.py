@@ -1129,7 +1129,24 @@ def _optimizer_state_elsewhere(job: Job) -> Iterator[Violation]:
             f"optimizer_state is Megatron-Core's precision-aware optimizer: "
             f"{NAMES[job.training.framework]} keeps the master weights and moments in fp32, "
             "more than planc counts",
-            "leave training.optimizer_state out, or training.framework: megatron",
+            "leave training.optimizer_state out (under FSDP2 training.model_dtype: bf16 keeps "
+            "parameters and Adam state in bf16), or training.framework: megatron",
+            ("training.framework",),
+        )
+
+
+def _model_dtype_elsewhere(job: Job) -> Iterator[Violation]:
+    """training.model_dtype is the dtype FSDP2's sharded parameters are stored in: Megatron-LM
+    and DeepSpeed keep 16-bit weights beside an fp32 master in their optimizer
+    (training.optimizer_state states Megatron's formats)."""
+    tr = job.training
+    if tr.model_dtype != "fp32":
+        yield Violation(
+            "training.model_dtype",
+            f"model_dtype is FSDP2's parameter storage: {NAMES[tr.framework]} keeps 16-bit "
+            "weights and its optimizer's own master, which model_dtype does not change",
+            "leave training.model_dtype out (under Megatron-LM, training.optimizer_state "
+            "states the master's and moments' formats), or training.framework: fsdp2",
             ("training.framework",),
         )
 
@@ -1175,7 +1192,7 @@ COMMON: tuple[Check, ...] = (
 )
 OTHERWISE: dict[str, tuple[Check, ...]] = {
     # _fused_grouped_mlp_elsewhere: PLC048's
-    "megatron": (_per_op_checkpointing, _remainders_with_fp8, *COMMON),
+    "megatron": (_per_op_checkpointing, _remainders_with_fp8, _model_dtype_elsewhere, *COMMON),
     "deepspeed": (
         _deepspeed_offload_stage,
         _deepspeed_shard_group,
@@ -1185,6 +1202,7 @@ OTHERWISE: dict[str, tuple[Check, ...]] = {
         _fused_grouped_mlp_elsewhere,
         _deferral_elsewhere,
         _optimizer_state_elsewhere,
+        _model_dtype_elsewhere,
         cuda_graph_elsewhere,
         *COMMON,
     ),
@@ -1226,7 +1244,8 @@ def framework_runs_otherwise(ctx: Context) -> Iterator[Violation]:
     which DeepSpeed and torchtitan do not have, and wgrad_deferral_limit is read only with it;
     optimizer_state is Megatron-Core's precision-aware optimizer, which DeepSpeed and torchtitan
     do not have, and its master remainders are Transformer Engine's, which Megatron-Core uses
-    only in 16 bits or with the delayed recipe;
+    only in 16 bits or with the delayed recipe; model_dtype is FSDP2's parameter storage, which
+    Megatron-LM and DeepSpeed do not read;
     overlap_tp under torchtitan is async TP, a torch.compile pass it
     refuses with eager kernels (compile.enable_async_tensor_parallel). Memory,
     traffic and time would not be what planc planned.

@@ -373,6 +373,7 @@ class Training:
     recompute_modules_given: tuple[RecomputeModule, ...] | None = None
     reshard_after_forward: bool = True  # FSDP2
     reduce_dtype: ReduceDtype = "fp32"  # FSDP2: MixedPrecisionPolicy.reduce_dtype
+    model_dtype: ReduceDtype = "fp32"  # FSDP2: the parameters' (and Adam state's) storage dtype
     optimizer_implementation: OptimizerImplementation = "fused"  # FSDP2: torch.optim's Adam
     offload_optimizer: bool = False
     offload_parameters: bool = False
@@ -1277,6 +1278,7 @@ def _training(spec: Data) -> Training:
         muon_given="muon" in tr and tr["muon"] is not None,
         reshard_after_forward=tr.get("reshard_after_forward", True),
         reduce_dtype=tr.get("reduce_dtype", "fp32"),
+        model_dtype=tr.get("model_dtype", "fp32"),
         optimizer_implementation=tr.get("optimizer_implementation", "fused"),
         offload_optimizer=tr.get("offload", {}).get("optimizer", False),
         offload_parameters=tr.get("offload", {}).get("parameters", False),

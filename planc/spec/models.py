@@ -1185,6 +1185,14 @@ class TrainingSpec(Frozen):
         "(its only declared value in 0.3.0); NeMo AutoModel's FSDP2Config defaults to bf16. "
         "Priced: the bytes on the wire, the reduce-scatter's input buffer and its copy-in.",
     )
+    model_dtype: ReduceDtype = Field(
+        "fp32",
+        description="FSDP2 only: the data type the model's parameters are stored in, and with "
+        "them FSDP2's sharded parameters, their gradients and torch.optim's Adam state "
+        "(zeros_like of each parameter): fp32 (torchtitan's; MixedPrecisionPolicy casts the "
+        "all-gathered copy to bf16 for compute) or bf16 (NeMo AutoModel's torch_dtype bf16: no "
+        "fp32 copy anywhere). Default fp32.",
+    )
     optimizer_implementation: OptimizerImplementation = Field(
         "fused",
         description="FSDP2 only: how torch.optim runs Adam over the rank's shard: fused (one "
