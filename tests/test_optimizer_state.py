@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from test_frameworks import MEGATRON_ARGUMENTS, _interpreter, _run
 
-from planc.compile.frameworks import megatron_arguments
+from planc.compile.frameworks import megatron_arguments, torchtitan_settings
 from planc.memory import budget
 from planc.perf.ops import optimizer_bytes_per_parameter
 
@@ -221,3 +221,11 @@ def test_an_fsdp2_model_kept_in_bf16_keeps_its_shards_and_adam_state_in_bf16() -
 def test_model_dtype_is_fsdp2s() -> None:
     fired = check_overlay({"training": {"model_dtype": "bf16"}}).findings
     assert any(f.rule == "PLC051" and "FSDP2's parameter storage" in f.message for f in fired)
+
+
+def test_torchtitans_arguments_say_its_model_is_float32() -> None:
+    job = job_of({"training": {"framework": "fsdp2", "model_dtype": "bf16"}})
+    _, _, notes = torchtitan_settings(compiled(job))
+    assert any("model_dtype bf16" in note and "float32" in note for note in notes)
+    plain = job_of({"training": {"framework": "fsdp2"}})
+    assert not any("model_dtype" in note for note in torchtitan_settings(compiled(plain))[2])

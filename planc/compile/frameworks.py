@@ -850,6 +850,13 @@ def torchtitan_settings(plan: Plan) -> tuple[dict[str, Any], dict[str, Any], lis
             f"{REDUCE_DTYPES[tr.reduce_dtype]} from this module with a warning and FSDP2 then "
             "reduces in it"
         )
+    if tr.model_dtype != "fp32":
+        notes.append(
+            f"model_dtype {tr.model_dtype}: these arguments build torchtitan's model in float32 "
+            "(mixed_precision_param casts only the gathered copy to bf16), so its parameters and "
+            "Adam state take twice the memory this plan counts; the plan's bf16 storage is "
+            "what NeMo AutoModel's torch_dtype: bf16 keeps"
+        )
     if tr.offload_optimizer or tr.offload_parameters:
         # FSDP2's CPUOffloadPolicy (torchtitan 0.3.0 configs.py enable_cpu_offload) moves the
         # parameters, gradients and optimizer state together: one switch, no halves (PLC051).
