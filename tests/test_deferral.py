@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 import pytest
-from test_frameworks import MEGATRON_ARGUMENTS, _interpreter, _run
+from test_frameworks import MEGATRON_ARGUMENTS, _run, megatron_case, megatron_python
 
 from planc.analysis import analyse, estimate_step
 from planc.comm.ends import EndCollective, Hides, Linear, head_gather_bytes
@@ -161,16 +161,11 @@ DEFERRAL_CASES: dict[str, tuple[str, dict[str, Any], bool]] = {
 
 
 def test_megatron_core_takes_the_deferral_plc048_lets_through() -> None:
-    python = _interpreter("PLANC_MEGATRON_PYTHON", "megatron.training.arguments")
-    if python is None:
-        pytest.skip(
-            "megatron.training.arguments is not importable (pip install megatron-core on "
-            "Python >= 3.12, and point PLANC_MEGATRON_PYTHON at that interpreter)"
-        )
+    python = megatron_python()
     payload = {}
     for case, (base, overlay, _) in DEFERRAL_CASES.items():
         plan = compiled(job_of(overlay, base))
-        payload[case] = [megatron_arguments(plan)[0], plan.world, plan.job.model.V]
+        payload[case] = megatron_case(plan)
     built = _run(python, MEGATRON_DEFERRAL, payload)
     for case, (base, overlay, refused) in DEFERRAL_CASES.items():
         reason, on, limit = built[case]

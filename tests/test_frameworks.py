@@ -454,32 +454,6 @@ def test_output_is_deterministic() -> None:
 # ----------------------------------------------------------------------------- the frameworks
 
 
-# The head of a script that parses and validates Megatron-LM's arguments on CPU (no GPU, no
-# Transformer Engine: Megatron-Core's local layers and no fusions), for the plan's arguments
-# read from stdin as {case: [argument lines, world size, vocabulary]}; gradient-accumulation
-# fusion is left as each plan says. The script goes on with its own loop over the cases.
-MEGATRON_ARGUMENTS = r"""
-import argparse, json, os, sys, warnings
-warnings.filterwarnings("ignore")
-os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
-import megatron.training.arguments as arguments
-from megatron.training.argument_utils import core_transformer_config_from_args
-arguments.get_device_arch_version = lambda: 9
-parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
-extra = ["--tokenizer-type", "NullTokenizer", "--mock-data", "--train-iters", "10", "--lr", "1e-4",
-         "--use-cpu-initialization", "--no-rope-fusion", "--transformer-impl", "local",
-         "--no-persist-layer-norm", "--no-masked-softmax-fusion",
-         "--no-bias-dropout-fusion", "--no-bias-swiglu-fusion"]
-
-
-def parsed(lines, world, vocab):
-    words = [word for line in lines for word in line.split()]
-    args = parser.parse_args(words + extra + ["--vocab-size", str(vocab)])
-    args.world_size, args.rank = world, 0
-    return args
-"""
-
-
 def _interpreter(variable: str, module: str) -> str | None:
     """An interpreter that imports `module`: $variable, else this one."""
     candidate = os.environ.get(variable) or sys.executable
@@ -532,6 +506,33 @@ def megatron_python() -> str:
             "Python >= 3.12, and point PLANC_MEGATRON_PYTHON at that interpreter)"
         )
     return python
+
+
+def megatron_case(plan: Plan) -> list[Any]:
+    """One case of a Megatron-LM argument script's stdin: the plan's argument lines, its world
+    size and its vocabulary."""
+    return [megatron_arguments(plan)[0], plan.world, plan.job.model.V]
+
+
+# The head of a script that validates Megatron-LM's arguments on CPU (no GPU, no Transformer
+# Engine: Megatron-Core's local layers and no fusions) for cases read from stdin as
+# `megatron_case`s; gradient-accumulation fusion is left as each plan says. The script goes on
+# with its own loop over the cases, `parsed` giving each one's arguments.
+MEGATRON_ARGUMENTS = MEGATRON_PARSER + MEGATRON_TP_ENV + r"""
+import warnings
+warnings.filterwarnings("ignore")
+from megatron.training.argument_utils import core_transformer_config_from_args
+extra += ["--use-cpu-initialization", "--no-rope-fusion", "--transformer-impl", "local",
+          "--no-persist-layer-norm", "--no-masked-softmax-fusion",
+          "--no-bias-dropout-fusion", "--no-bias-swiglu-fusion"]
+
+
+def parsed(lines, world, vocab):
+    words = [word for line in lines for word in line.split()]
+    args = parser.parse_args(words + extra + ["--vocab-size", str(vocab)])
+    args.world_size, args.rank = world, 0
+    return args
+"""
 
 
 MEGATRON_PARSE = MEGATRON_PARSER + MEGATRON_TP_ENV + """out = {}

@@ -16,9 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_frameworks import MEGATRON_ARGUMENTS, _interpreter, _run
-
-from planc.compile.frameworks import megatron_arguments
+from test_frameworks import MEGATRON_ARGUMENTS, _interpreter, _run, megatron_case, megatron_python
 
 from conftest import check_overlay, compiled, job_of
 
@@ -61,17 +59,12 @@ def _offloaded(overlay: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_megatron_refuses_the_optimizer_offloads_plc048_refuses() -> None:
-    python = _interpreter("PLANC_MEGATRON_PYTHON", "megatron.training.arguments")
-    if python is None:
-        pytest.skip(
-            "megatron.training.arguments is not importable (pip install megatron-core on "
-            "Python >= 3.12, and point PLANC_MEGATRON_PYTHON at that interpreter)"
-        )
+    python = megatron_python()
     payload = {}
     for case, overlay in OFFLOAD_CASES.items():
         # The plan is the layout without offload (the arguments planc emits do not name it).
         plan = compiled(job_of(overlay))
-        payload[case] = [megatron_arguments(plan)[0], plan.world, plan.job.model.V]
+        payload[case] = megatron_case(plan)
     refused = _run(python, MEGATRON_OFFLOAD, payload)
     for case, overlay in OFFLOAD_CASES.items():
         fired = any(f.rule == "PLC048" for f in check_overlay(_offloaded(overlay)).findings)
@@ -216,17 +209,12 @@ def _graph_cases() -> dict[str, tuple[str, dict[str, Any], bool]]:
 def test_megatron_refuses_the_cuda_graphs_plc048_refuses() -> None:
     # Megatron-Core's own validate_args and TransformerConfig on the arguments planc emits:
     # it refuses exactly the graphs PLC048 refuses, and the cases are those the table says.
-    python = _interpreter("PLANC_MEGATRON_PYTHON", "megatron.training.arguments")
-    if python is None:
-        pytest.skip(
-            "megatron.training.arguments is not importable (pip install megatron-core on "
-            "Python >= 3.12, and point PLANC_MEGATRON_PYTHON at that interpreter)"
-        )
+    python = megatron_python()
     cases = _graph_cases()
     payload = {}
     for case, (base, overlay, _) in cases.items():
         plan = compiled(job_of(overlay, base))
-        payload[case] = [megatron_arguments(plan)[0], plan.world, plan.job.model.V]
+        payload[case] = megatron_case(plan)
     refused = _run(python, MEGATRON_GRAPHS, payload)
     for case, (base, overlay, expected) in cases.items():
         findings = check_overlay(overlay, base).findings

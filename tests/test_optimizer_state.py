@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_frameworks import MEGATRON_ARGUMENTS, _interpreter, _run
+from test_frameworks import MEGATRON_ARGUMENTS, _run, megatron_case, megatron_python
 
 from planc.compile.frameworks import megatron_arguments, torchtitan_settings
 from planc.memory import budget
@@ -112,17 +112,12 @@ print(json.dumps(out))
 
 
 def test_megatron_lm_reads_the_state_formats_planc_writes() -> None:
-    python = _interpreter("PLANC_MEGATRON_PYTHON", "megatron.training.arguments")
-    if python is None:
-        pytest.skip(
-            "megatron.training.arguments is not importable (pip install megatron-core on "
-            "Python >= 3.12, and point PLANC_MEGATRON_PYTHON at that interpreter)"
-        )
+    python = megatron_python()
     cases = {"fp16-bf16": _state("fp16", "bf16"), "remainders": _state("remainders")}
     payload = {}
     for case, overlay in cases.items():
         plan = compiled(job_of(overlay))
-        payload[case] = [megatron_arguments(plan)[0], plan.world, plan.job.model.V]
+        payload[case] = megatron_case(plan)
     built = _run(python, MEGATRON_STATE, payload)
     assert built["fp16-bf16"] == [True, "torch.float16", "torch.bfloat16", "torch.bfloat16"]
     assert built["remainders"] == [True, "torch.float32", "torch.float32", "torch.float32"]

@@ -262,10 +262,12 @@ def unit_copies(job: Plannable, q: Quantized, share: RankParameters) -> Term:
     the unit in use and the one prefetched: 2·usages·⌈Ψ_ℓ,q·bits/8⌉. Under Megatron-FSDP with
     param_gather these are the gathered units themselves (`gathers_quantized`)."""
     one = quantized_bytes(quantized_unit(job, share), q.data_bits, q.weight_scale_block, q.scale_bytes)
-    what = "gathered units" if gathers_quantized(job) else "weight copies of the gathered units"
-    source = TE_MEMORY + "; ZeRO-3/FSDP: two units gathered (in use and prefetched)"
     if gathers_quantized(job):
+        what = "gathered units"
         source = TE_PARAMS + "; Megatron-FSDP all-gathers the FP8 parameters (--fp8-param-gather): two units"
+    else:
+        what = "weight copies of the gathered units"
+        source = TE_MEMORY + "; ZeRO-3/FSDP: two units gathered (in use and prefetched)"
     return Term(
         f"{q.label} {what} ({q.recipe.value})",
         "buffers",
