@@ -331,6 +331,8 @@ def test_every_output_stays_finite_at_the_bounds(extreme: str) -> None:
     [
         ("zero_stage: 1", "zero_stage: true", "zero_stage: ", "the boolean true", "not numbers"),
         ("zero_stage: 1", "zero_stage: 1.0", "zero_stage: ", "the number 1.0", "e.g. 1"),
+        # both neighbours: a bound may rule out the lower one (tensor 0.5 is not fixed by 0)
+        ("zero_stage: 1", "zero_stage: 0.5", "zero_stage: ", "the number 0.5", "e.g. 0 or 1"),
         ("version: 1", "version: true", "version: ", "the boolean true", "not numbers"),
         ("version: 1", "version: 1.0", "version: ", "the number 1.0", "e.g. 1"),
     ],

@@ -811,16 +811,19 @@ def _type(kind: str, field: str, value: Any, at: tuple[int, int]) -> Finding:
     elif isinstance(value, bool) and kind in ("int_type", "float_type"):
         fix = "write a number: true and false are not numbers"
     elif isinstance(value, float) and kind == "int_type":
-        fix = (
-            f"write a whole number, e.g. {math.floor(value)}"
-            if math.isfinite(value)
-            else "write a whole number"
-        )
+        fix = f"write a whole number, e.g. {_whole(value)}" if math.isfinite(value) else "write a whole number"
     elif isinstance(value, str) and kind == "bool_type":
         fix = "write true or false without quotes"
     elif value is None:
         fix = f"give {field} a value or remove the key"
     return _finding("PLC110", at, f"{field} must be {want}, got {_describe(value)}", fix, field)
+
+
+def _whole(value: float) -> str:
+    """The whole numbers next to `value`: both, since the field's bound, unknown here, may rule
+    out the lower one (tensor: 0.5 is not fixed by 0)."""
+    low, high = math.floor(value), math.ceil(value)
+    return str(low) if low == high else f"{low} or {high}"
 
 
 def _numeric(text: str) -> bool:
