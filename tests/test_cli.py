@@ -129,6 +129,23 @@ def test_compile_refuses_a_foreign_directory(tmp_path: Path) -> None:
     assert (foreign / "notes.txt").read_text() == "keep me"
 
 
+def test_explain_shows_a_short_step_to_three_significant_figures(tmp_path: Path) -> None:
+    # a small model's sub-second step: two decimals would round it by up to 1.3 %
+    spec = tmp_path / "small.yaml"
+    spec.write_text(
+        "version: 1\nname: small\nmodel: {preset: llama3-8b}\n"
+        "hardware: {gpu: h100-sxm, nodes: 1}\nparallelism: {tensor: 1, pipeline: 1}\n"
+        "training: {seq_len: 2048, micro_batch: 1, global_batch: 8}\n"
+    )
+    code, out = _run("explain", str(spec), "--format", "json")
+    seconds = json.loads(out)["step"]["step_time_s"]
+    assert code == 0 and 0.1 <= seconds < 1.0
+    code, out = _run("explain", str(spec))
+    shown = re.search(r"estimated step time: (\d+\.\d+) s", out)
+    assert code == 0 and shown is not None
+    assert shown.group(1) == f"{seconds:.3f}"
+
+
 def test_explain_reports_step_time_and_traffic() -> None:
     code, out = _run("explain", str(ROOT / "examples" / "llama3-70b-8x8.yaml"))
     assert code == 0

@@ -6,6 +6,7 @@ it goes, tokens per second and MFU. The same numbers as plain data for `--format
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from planc.analysis import Analysis, StepEstimate, estimate_step
@@ -125,7 +126,7 @@ def render_text(ex: Explanation) -> str:
     lines += [
         "",
         _bubble_words(ex) + _simulated_line(ex),
-        f"estimated step time: {total:.2f} s ({escape.line(step.model)}; {job.cluster.gpu.bf16_tflops:g} "
+        f"estimated step time: {_step_seconds(total)} s ({escape.line(step.model)}; {job.cluster.gpu.bf16_tflops:g} "
         "TFLOPS peak)",
         *_error_bar_line(job),
         *[f"  {c}" for c in caveats(job)],
@@ -151,6 +152,13 @@ def render_text(ex: Explanation) -> str:
     if ex.ops is not None:
         lines += ["", *op_lines(ex.ops)]
     return "\n".join(lines) + "\n"
+
+
+def _step_seconds(total: float) -> str:
+    """The step time to at least three significant figures: a 0.416 s step of a small model is
+    not shown as 0.42, which is 1 % off before the model's own error."""
+    places = 2 if total >= 1.0 or total <= 0.0 else 2 - math.floor(math.log10(total))
+    return f"{total:.{places}f}"
 
 
 def _groups_by_tier(an: Analysis) -> dict[str, list[str]]:
