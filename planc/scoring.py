@@ -16,10 +16,12 @@ from planc.fitting import fold_predictor
 from planc.perf.unpriced import unpriced_of
 from planc.perf.validation import (
     Aggregate,
+    Comparison,
     CorpusError,
     Run,
     Scored,
     aggregates,
+    comparisons,
     held_out_errors,
     read_index,
     score,
@@ -47,6 +49,8 @@ class Corpus:
     layouts: tuple[str, ...]  # layout_words of each scored run, in the same order
     aggregates: tuple[Aggregate, ...]
     held_out: tuple[Aggregate, ...]
+    # pairs of validation runs a search could have chosen between (`comparable`)
+    comparisons: tuple[Comparison, ...] = ()
 
 
 def layout_words(job: Job) -> str:
@@ -101,6 +105,19 @@ def _priced(job: Job, analysis: Analysis) -> Priced:
     return Priced(layout=layout_words(job), step_s=step.step_time_s, mfu=step.mfu)
 
 
+def comparable(run: Run, job: Job) -> tuple[object, ...]:
+    """What two runs share when their throughputs compare as a choice of layout: the
+    publication (one software stack), the model, the GPU and the number format (precision and
+    FP8/FP4 recipe)."""
+    tr = job.training
+    return (run.source_group, job.model, run.gpu, tr.precision, tr.fp8_recipe)
+
+
+def tokens_per_gpu(job: Job) -> float:
+    """Tokens one optimizer step trains, per GPU: B·s over the world size."""
+    return job.training.B * job.training.s / job.cluster.world
+
+
 def spec_path(index_path: str, run: Run) -> str:
     """Where a run's spec is: its `spec` relative to the index's directory."""
     return os.path.join(os.path.dirname(index_path) or ".", *run.spec.split("/"))
@@ -132,4 +149,9 @@ def score_corpus(index_path: str) -> Corpus:
         layouts=tuple(priced[run.id].layout for run in runs),
         aggregates=aggregates(scored, model_of, unpriced),
         held_out=held_out_errors(runs, lambda fit_set: fold_predictor(fit_set, analysis_of)),
+        comparisons=comparisons(
+            scored,
+            lambda run: comparable(run, analyses[run.id][0]),
+            lambda run: tokens_per_gpu(analyses[run.id][0]),
+        ),
     )

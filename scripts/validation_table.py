@@ -6,9 +6,9 @@
 
 One row per run (its planc layout, the measured and predicted seconds per step, the signed error
 predicted/measured − 1, the role), then mean |error|, the worst and the mean signed error by
-role, by GPU generation, category, source and model preset (validation runs only) and
-leave-one-source-out. Fixed
-formatting, so the same model gives the same bytes.
+role, by GPU generation, category, source and model preset (validation runs only),
+leave-one-source-out, and the ranking: how planc orders the pairs of validation runs a layout
+search could have chosen between. Fixed formatting, so the same model gives the same bytes.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from planc.perf.validation import CELL, MODEL, UNPRICED, Aggregate
+from planc.perf.validation import CELL, MODEL, TIE, UNPRICED, Aggregate, Comparison
 from planc.presets.accuracy import ACCURACY, Group, accuracy_json
 from planc.scoring import Corpus, score_corpus
 
@@ -71,6 +71,34 @@ def aggregate_rows(aggregates: tuple[Aggregate, ...]) -> list[str]:
     return rows
 
 
+def ranking_rows(pairs: tuple[Comparison, ...]) -> list[str]:
+    rows = [
+        "| first run | second run | measured ratio | planc's ratio | order |",
+        "|---|---|---:|---:|---|",
+    ]
+    for pair in pairs:
+        order = "right" if pair.concordant else "**wrong**"
+        rows.append(
+            f"| {pair.first} | {pair.second} | {pair.measured_ratio:.3f} | "
+            f"{pair.predicted_ratio:.3f} | {order} |"
+        )
+    return rows
+
+
+def ranking(pairs: tuple[Comparison, ...]) -> str:
+    """The ranking section's summary: how many pairs planc orders as measured, and how far its
+    ratios are from the measured ones."""
+    right = sum(pair.concordant for pair in pairs)
+    off = sorted(abs(pair.predicted_ratio / pair.measured_ratio - 1) for pair in pairs)
+    mean = sum(off) / len(off) if off else 0.0
+    return (
+        f"planc orders {right} of {len(pairs)} pairs as they measured; its ratio is "
+        f"{mean * 100:.1f} % from the measured one on average (worst {off[-1] * 100:.1f} %)."
+        if pairs
+        else "No pairs."
+    )
+
+
 def table(corpus: Corpus) -> str:
     """The whole Markdown page."""
     parts = [
@@ -93,6 +121,16 @@ def table(corpus: Corpus) -> str:
         "validation/gemm_tables.json, in every fold). A group that holds a GPU's whole fit set "
         "shows what planc would say without that source.\n",
         "\n".join(aggregate_rows(corpus.held_out)) + "\n",
+        "## Ranking\n",
+        "`planc search` ranks layouts by this step time, so what it needs most is the order of "
+        "two layouts, not the seconds. Each row is a pair of validation runs that a search could "
+        "have chosen between: the same model on the same GPU in the same number format "
+        "(precision and FP8/FP4 recipe), measured in one publication (one software stack). The "
+        "ratio is the first run's tokens per second per GPU over the second's, measured and as "
+        f"planc predicts it; pairs measured within {TIE * 100:g} % of each other are ties and left "
+        "out (`planc.perf.validation.comparisons`).\n",
+        ranking(corpus.comparisons) + "\n",
+        "\n".join(ranking_rows(corpus.comparisons)) + "\n",
     ]
     return "\n".join(parts)
 

@@ -22,6 +22,7 @@ from planc.perf.validation import (
     Run,
     Scored,
     aggregates,
+    comparisons,
     held_out_errors,
     leave_one_source_out,
     parse_index,
@@ -29,7 +30,16 @@ from planc.perf.validation import (
     score,
 )
 from planc.plannable import plannable
-from planc.scoring import analysed, check_rules, job_of, price, score_corpus, spec_path
+from planc.scoring import (
+    analysed,
+    check_rules,
+    comparable,
+    job_of,
+    price,
+    score_corpus,
+    spec_path,
+    tokens_per_gpu,
+)
 from planc.vocab import DType, FitTarget, Generation, RunCategory, RunRole
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -351,6 +361,67 @@ def test_model_aggregates_group_validation_runs_by_the_preset_named() -> None:
 
 def _scored_of(entries: list[dict[str, Any]]) -> tuple[Scored, ...]:
     return score(parse_index(json.dumps(entries)), lambda run: PREDICTED[run.id])
+
+
+# Three validation runs of one publication and a fourth of another, hand-priced. Tokens per step
+# per GPU: a 8,000, b 4,000, c 8,000, d 8,000.
+RANKED = [
+    _entry(id="a", measured_s=10.0, role="validation"),
+    _entry(id="b", spec="runs/b.yaml", measured_s=4.0, role="validation"),
+    _entry(id="c", spec="runs/c.yaml", measured_s=10.1, role="validation"),
+    _entry(id="d", spec="runs/d.yaml", measured_s=5.0, role="validation", source_group="g2"),
+    _entry(id="e", spec="runs/e.yaml", measured_s=5.0),  # a fit run: in no pair
+]
+RANK_PREDICTED = {"a": 9.0, "b": 5.0, "c": 9.5, "d": 6.0, "e": 5.0}
+RANK_TOKENS = {"a": 8000.0, "b": 4000.0, "c": 8000.0, "d": 8000.0, "e": 8000.0}
+
+
+def test_comparisons_by_hand() -> None:
+    runs = parse_index(json.dumps(RANKED))
+    scored = score(runs, lambda run: RANK_PREDICTED[run.id])
+    pairs = comparisons(scored, lambda run: run.source_group, lambda run: RANK_TOKENS[run.id])
+    # Tokens/s per GPU measured: a 800, b 1,000, c 792.1; planc: a 888.9, b 800, c 842.1.
+    # a–c differ by 1.0 % measured, a tie; d is another publication's, e a fit run.
+    assert [(p.first, p.second) for p in pairs] == [("a", "b"), ("b", "c")]
+    ab, bc = pairs
+    assert ab.measured_ratio == pytest.approx(800 / 1000)
+    assert ab.predicted_ratio == pytest.approx((8000 / 9.0) / 800)
+    assert not ab.concordant  # b is faster per GPU, planc says a
+    assert bc.measured_ratio == pytest.approx(1000 / (8000 / 10.1))
+    assert bc.predicted_ratio == pytest.approx(800 / (8000 / 9.5))
+    assert not bc.concordant  # measured b over c 1.26, planc 0.95
+    # with planc pricing b at 3 s (1,333 tokens/s per GPU) both orders are right
+    flipped = score(runs, lambda run: {**RANK_PREDICTED, "b": 3.0}[run.id])
+    again = comparisons(flipped, lambda run: run.source_group, lambda run: RANK_TOKENS[run.id])
+    assert [p.concordant for p in again] == [True, True]
+
+
+def test_the_corpus_pairs_are_one_publication_one_model_gpu_and_format() -> None:
+    # scored at the measured times (the pairing does not read planc's): the pairs of the
+    # Ranking section of docs/validation.md, whose currency test_the_committed_table_is_current
+    # holds
+    jobs = {run.id: job_of(spec_path(str(INDEX), run)) for run in RUNS}
+    by_id = {run.id: run for run in RUNS}
+    pairs = comparisons(
+        score(RUNS, lambda run: run.measured_s),
+        lambda run: comparable(run, jobs[run.id]),
+        lambda run: tokens_per_gpu(jobs[run.id]),
+    )
+    assert len(pairs) >= 50 and all(pair.concordant for pair in pairs)
+    for pair in pairs:
+        a, b = by_id[pair.first], by_id[pair.second]
+        ja, jb = jobs[a.id], jobs[b.id]
+        assert a.role is RunRole.VALIDATION and b.role is RunRole.VALIDATION
+        assert (a.source_group, a.gpu, ja.model) == (b.source_group, b.gpu, jb.model)
+        assert (ja.training.precision, ja.training.fp8_recipe) == (
+            jb.training.precision,
+            jb.training.fp8_recipe,
+        )
+        per_gpu = [
+            j.training.B * j.training.s / (r.measured_s * j.cluster.world)
+            for r, j in ((a, ja), (b, jb))
+        ]
+        assert pair.measured_ratio == pytest.approx(per_gpu[0] / per_gpu[1])
 
 
 def test_leave_one_source_out_fits_without_the_held_out_group() -> None:

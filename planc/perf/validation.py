@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from enum import Enum
 from pathlib import PurePosixPath
 from typing import Any, TypeVar
@@ -110,6 +110,61 @@ class Split:
     held_out: str
     fit: tuple[Run, ...]
     test: tuple[Run, ...]
+
+
+@record
+class Comparison:
+    """Two validation runs a layout search could have chosen between: the same model on the
+    same GPU in the same number format, measured in one publication. Each ratio is the first
+    run's tokens per second per GPU over the second's, as measured and as planc predicts it."""
+
+    first: str
+    second: str
+    measured_ratio: float
+    predicted_ratio: float
+
+    @property
+    def concordant(self) -> bool:
+        """planc orders the two runs as they measured."""
+        return (self.measured_ratio > 1) == (self.predicted_ratio > 1)
+
+
+# Measured throughputs this close (|ratio − 1| below it) are a tie: the publications round
+# tokens/s to three or four figures and repeat runs vary by about this much, so such a pair
+# has no order for planc to get right.
+TIE = 0.02
+
+
+def comparisons(
+    scored: Sequence[Scored],
+    key_of: Callable[[Run], Hashable],
+    tokens_per_gpu_of: Callable[[Run], float],
+) -> tuple[Comparison, ...]:
+    """Every pair of validation runs with the same `key_of` (publication, model, GPU, number
+    format) whose measured throughputs differ by more than `TIE`, in the index's order.
+    Throughput per GPU is tokens per step / (seconds per step · GPUs): `tokens_per_gpu_of(run)`
+    gives tokens per step per GPU, so a run on more GPUs compares by what each GPU does."""
+    held = [s for s in scored if s.run.role is RunRole.VALIDATION]
+    out = []
+    for i, a in enumerate(held):
+        for b in held[i + 1 :]:
+            if key_of(a.run) != key_of(b.run):
+                continue
+            measured = _per_gpu(a.run.measured_s, a.run, tokens_per_gpu_of) / _per_gpu(
+                b.run.measured_s, b.run, tokens_per_gpu_of
+            )
+            if abs(measured - 1) <= TIE:
+                continue
+            predicted = _per_gpu(a.predicted_s, a.run, tokens_per_gpu_of) / _per_gpu(
+                b.predicted_s, b.run, tokens_per_gpu_of
+            )
+            out.append(Comparison(a.run.id, b.run.id, measured, predicted))
+    return tuple(out)
+
+
+def _per_gpu(step_s: float, run: Run, tokens_per_gpu_of: Callable[[Run], float]) -> float:
+    """Tokens per second per GPU of `run` at `step_s` seconds per step."""
+    return tokens_per_gpu_of(run) / step_s
 
 
 def category_of(moe: bool, sharded: bool, pipeline: int, context: int) -> RunCategory:
