@@ -50,7 +50,7 @@ class Corpus:
     aggregates: tuple[Aggregate, ...]
     held_out: tuple[Aggregate, ...]
     # pairs of validation runs a search could have chosen between (`comparable`)
-    comparisons: tuple[Comparison, ...] = ()
+    comparisons: tuple[Comparison, ...]
 
 
 def layout_words(job: Job) -> str:

@@ -150,21 +150,14 @@ def comparisons(
         for b in held[i + 1 :]:
             if key_of(a.run) != key_of(b.run):
                 continue
-            measured = _per_gpu(a.run.measured_s, a.run, tokens_per_gpu_of) / _per_gpu(
-                b.run.measured_s, b.run, tokens_per_gpu_of
-            )
+            # a's throughput per GPU over b's: (tokens_a / T_a) / (tokens_b / T_b)
+            work = tokens_per_gpu_of(a.run) / tokens_per_gpu_of(b.run)
+            measured = work * b.run.measured_s / a.run.measured_s
             if abs(measured - 1) <= TIE:
                 continue
-            predicted = _per_gpu(a.predicted_s, a.run, tokens_per_gpu_of) / _per_gpu(
-                b.predicted_s, b.run, tokens_per_gpu_of
-            )
+            predicted = work * b.predicted_s / a.predicted_s
             out.append(Comparison(a.run.id, b.run.id, measured, predicted))
     return tuple(out)
-
-
-def _per_gpu(step_s: float, run: Run, tokens_per_gpu_of: Callable[[Run], float]) -> float:
-    """Tokens per second per GPU of `run` at `step_s` seconds per step."""
-    return tokens_per_gpu_of(run) / step_s
 
 
 def category_of(moe: bool, sharded: bool, pipeline: int, context: int) -> RunCategory:
