@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from planc.perf.validation import CELL, MODEL, TIE, UNPRICED, Aggregate, Comparison
-from planc.presets.accuracy import ACCURACY, Group, accuracy_json
+from planc.presets.accuracy import ACCURACY, Group, Ordering, accuracy_json
 from planc.scoring import Corpus, score_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,17 +85,27 @@ def ranking_rows(pairs: tuple[Comparison, ...]) -> list[str]:
     return rows
 
 
+def ordering(pairs: tuple[Comparison, ...]) -> Ordering:
+    """How many pairs planc orders as measured, and how far its ratios are from the measured
+    ones: the mean and the largest |predicted ratio / measured ratio − 1|."""
+    off = [abs(pair.predicted_ratio / pair.measured_ratio - 1) for pair in pairs]
+    return Ordering(
+        pairs=len(pairs),
+        right=sum(pair.concordant for pair in pairs),
+        mean_ratio_error=sum(off) / len(off) if off else 0.0,
+        worst_ratio_error=max(off, default=0.0),
+    )
+
+
 def ranking(pairs: tuple[Comparison, ...]) -> str:
-    """The ranking section's summary: how many pairs planc orders as measured, and how far its
-    ratios are from the measured ones."""
-    right = sum(pair.concordant for pair in pairs)
-    off = sorted(abs(pair.predicted_ratio / pair.measured_ratio - 1) for pair in pairs)
-    mean = sum(off) / len(off) if off else 0.0
+    """The ranking section's summary line."""
+    if not pairs:
+        return "No pairs."
+    o = ordering(pairs)
     return (
-        f"planc orders {right} of {len(pairs)} pairs as they measured; its ratio is "
-        f"{mean * 100:.1f} % from the measured one on average (worst {off[-1] * 100:.1f} %)."
-        if pairs
-        else "No pairs."
+        f"planc orders {o.right} of {o.pairs} pairs as they measured; its ratio is "
+        f"{o.mean_ratio_error * 100:.1f} % from the measured one on average (worst "
+        f"{o.worst_ratio_error * 100:.1f} %)."
     )
 
 
@@ -149,7 +159,12 @@ def accuracy(corpus: Corpus) -> str:
     # A cell's group is `cell_name`'s "GENERATION CATEGORY".
     cells = {tuple(name.split(" ", 1)): row for name, row in rows(CELL).items()}
     return accuracy_json(
-        rows("generation"), rows("category"), cells, rows(MODEL), rows(UNPRICED)
+        rows("generation"),
+        rows("category"),
+        cells,
+        rows(MODEL),
+        rows(UNPRICED),
+        ordering(corpus.comparisons),
     )
 
 

@@ -19,6 +19,7 @@ from planc.check import check_loaded
 from planc.cli.main import main
 from planc.findings import Severity
 from planc.plannable import plannable
+from planc.presets.accuracy import Ordering
 from planc.search.evaluate import Setup
 from planc.search.rank import SearchResult
 from planc.search.run import search
@@ -572,3 +573,41 @@ def test_the_text_report_escapes_the_spec_own_strings(tmp_path: Path) -> None:
     heading = out.splitlines()[0]
     assert "\u202e" not in out
     assert heading.startswith("job\ufffdevil: 16 GPUs")
+
+
+def _order_line(text: str) -> str:
+    (line,) = [row for row in text.splitlines() if row.startswith("order: ")]
+    return line
+
+
+def test_the_order_line_names_the_places_within_planc_s_ratio_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The margin is accuracy.json's mean error on the ratio of two published layouts; the
+    # places within it of #1 are counted here from the JSON's step times.
+    spec = _write(tmp_path, ORACLE)
+    margin = json.loads((ROOT / "planc" / "presets" / "accuracy.json").read_text())["ranking"][
+        "mean_ratio_error"
+    ]
+    code, out, _ = _run(spec, "--top", "5", "--format", "json")
+    steps = [entry["step_time_s"] for entry in json.loads(out)["results"]]
+    close = sum(step <= steps[0] * (1 + margin) for step in steps)
+    assert code == 0 and len(steps) == 5
+    code, text, _ = _run(spec, "--top", "5")
+    gap = steps[1] / steps[0] - 1
+    expected = (
+        f"order: #1 to #{close} lie within {margin:.1%} of #1"
+        if close >= 2
+        else f"order: #2 is {gap:.1%} behind #1, more than {margin:.1%}"
+    )
+    assert _order_line(text).startswith(expected)
+    assert "docs/validation.md#ranking" in _order_line(text)
+    # a margin below #2's gap: the line says how far #2 is behind instead
+    tight = Ordering(pairs=10, right=9, mean_ratio_error=1e-9, worst_ratio_error=0.2)
+    monkeypatch.setattr("planc.search.output.ordering", lambda: tight)
+    code, text, _ = _run(spec, "--top", "5")
+    assert _order_line(text).startswith(f"order: #2 is {gap:.1%} behind #1, more than 0.0%")
+    assert "(9 of 10 pairs ordered as measured" in _order_line(text)
+    # one result: no order to speak of
+    code, text, _ = _run(spec, "--top", "1")
+    assert code == 0 and not [row for row in text.splitlines() if row.startswith("order: ")]

@@ -269,6 +269,29 @@ def bar_json(gpu: str, calibration: Calibration) -> dict[str, Any] | None:
 
 
 @record
+class Ordering:
+    """How planc orders published layouts (docs/validation.md, "Ranking"): of `pairs` pairs of
+    validation runs a search could have chosen between, `right` in the order measured; its
+    ratio of their throughputs off the measured one by `mean_ratio_error` on average (of
+    |predicted ratio / measured ratio − 1|), `worst_ratio_error` at most."""
+
+    pairs: int
+    right: int
+    mean_ratio_error: float
+    worst_ratio_error: float
+
+
+def ordering() -> Ordering | None:
+    """accuracy.json's ranking (None where it records no pair)."""
+    entry = _table().get("ranking")
+    if not entry or not entry["pairs"]:
+        return None
+    return Ordering(
+        entry["pairs"], entry["right"], entry["mean_ratio_error"], entry["worst_ratio_error"]
+    )
+
+
+@record
 class Group:
     """One group's validation errors as accuracy.json records them."""
 
@@ -304,17 +327,21 @@ def accuracy_json(
     by_cell: Mapping[tuple[str, str], Group],
     by_model: Groups,
     by_unpriced: Groups,
+    ranking: Ordering,
 ) -> str:
     """The text of accuracy.json: each group's runs, mean |error|, worst and mean signed error
     per generation, per category, per (generation, category), per model preset and per cost
-    planc does not price (`planc.perf.unpriced`)."""
+    planc does not price (`planc.perf.unpriced`); and how planc orders published pairs of
+    layouts (`ranking`)."""
     generations = sorted({generation for generation, _ in by_cell})
     data = {
         "_about": "Written by scripts/validation_table.py from validation/runs.json (validation "
         "runs only): planc's step-time error per GPU generation, per category, per the two "
         "together (cells: generation, then category), per model preset the specs name and per "
         "cost planc does not price that runs have (unpriced: planc.perf.unpriced; a run counts "
-        "under each it has); read by planc.presets.accuracy.",
+        "under each it has); and the ranking: of the pairs of validation runs a layout search "
+        "could have chosen between, how many planc orders as measured and how far its ratio of "
+        "their throughputs is from the measured one; read by planc.presets.accuracy.",
         "generations": _entries(by_generation),
         "categories": _entries(by_category),
         "cells": {
@@ -323,5 +350,11 @@ def accuracy_json(
         },
         "models": _entries(by_model),
         "unpriced": _entries(by_unpriced),
+        "ranking": {
+            "pairs": ranking.pairs,
+            "right": ranking.right,
+            "mean_ratio_error": round(ranking.mean_ratio_error, ERROR_DIGITS),
+            "worst_ratio_error": round(ranking.worst_ratio_error, ERROR_DIGITS),
+        },
     }
     return json.dumps(data, indent=2) + "\n"

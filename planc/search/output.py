@@ -10,7 +10,7 @@ from typing import Any
 
 from planc.outputs import escape
 from planc.perf.unpriced import said
-from planc.presets.accuracy import bar_for, category_words, model_words
+from planc.presets.accuracy import bar_for, category_words, model_words, ordering
 from planc.search.fallback import FallbackPlan
 from planc.search.rank import Ranked, SearchResult
 from planc.search.space import Space, Value
@@ -274,6 +274,7 @@ def render_text(
             rows = [[*row, word or "-"] for row, word in zip(rows, ["also", *more], strict=True)]
         lines += _table(rows, right={0, 1, 2, 3, 4, 5, 7, 8, 10, 11, 12, 13, 14, 15, 16, 17})
         lines.append("")
+        lines += order_lines(result)
         lines += unpriced_lines(result)
     else:
         lines += ["no candidate is feasible", ""]
@@ -283,6 +284,32 @@ def render_text(
         for rule, count in result.rejected_by_rule.items():
             lines.append(f"  {rule}  {count:>{width},}  {titles.get(rule, '')}".rstrip())
     return "\n".join(lines) + "\n"
+
+
+def order_lines(result: SearchResult) -> list[str]:
+    """How far the listed order can be trusted: the places whose ranked quantity lies within
+    planc's mean error on the ratio of two published layouts' throughputs (docs/validation.md,
+    "Ranking"; `planc.presets.accuracy.ordering`) of #1's, or how far #2 lies beyond it; then a
+    blank line. None with fewer than two results or no recorded ranking."""
+    found = ordering()
+    if found is None or len(result.results) < 2:
+        return []
+    margin = found.mean_ratio_error
+    first = result.results[0].metrics.rank_s
+    close = sum(r.metrics.rank_s <= first * (1 + margin) for r in result.results)
+    evidence = (
+        f"planc's mean error on the ratio of two published layouts' throughputs "
+        f"({found.right} of {found.pairs} pairs ordered as measured, docs/validation.md#ranking)"
+    )
+    if close >= 2:
+        line = (
+            f"order: #1 to #{close} lie within {margin:.1%} of #1, {evidence}: planc does not "
+            "settle their order; measure them"
+        )
+    else:
+        gap = result.results[1].metrics.rank_s / first - 1
+        line = f"order: #2 is {gap:.1%} behind #1, more than {margin:.1%}, {evidence}"
+    return [line, ""]
 
 
 def unpriced_lines(result: SearchResult) -> list[str]:
