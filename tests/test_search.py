@@ -590,11 +590,14 @@ def test_the_order_line_names_the_places_within_planc_s_ratio_error(
         "mean_ratio_error"
     ]
     code, out, _ = _run(spec, "--top", "5", "--format", "json")
-    steps = [entry["step_time_s"] for entry in json.loads(out)["results"]]
+    doc = json.loads(out)
+    steps = [entry["step_time_s"] for entry in doc["results"]]
     close = sum(step <= steps[0] * (1 + margin) for step in steps)
-    assert code == 0 and len(steps) == 5
-    code, text, _ = _run(spec, "--top", "5")
     gap = steps[1] / steps[0] - 1
+    assert code == 0 and len(steps) == 5
+    assert doc["settled"]["ratio_error"] == margin and doc["settled"]["places_within"] == close
+    assert doc["settled"]["second_behind"] == pytest.approx(gap)
+    code, text, _ = _run(spec, "--top", "5")
     expected = (
         f"order: #1 to #{close} lie within {margin:.1%} of #1"
         if close >= 2
@@ -611,3 +614,5 @@ def test_the_order_line_names_the_places_within_planc_s_ratio_error(
     # one result: no order to speak of
     code, text, _ = _run(spec, "--top", "1")
     assert code == 0 and not [row for row in text.splitlines() if row.startswith("order: ")]
+    code, out, _ = _run(spec, "--top", "1", "--format", "json")
+    assert json.loads(out)["settled"] is None

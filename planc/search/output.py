@@ -11,6 +11,7 @@ from typing import Any
 from planc.outputs import escape
 from planc.perf.unpriced import said
 from planc.presets.accuracy import bar_for, category_words, model_words, ordering
+from planc.record import record
 from planc.search.fallback import FallbackPlan
 from planc.search.rank import Ranked, SearchResult
 from planc.search.space import Space, Value
@@ -159,6 +160,7 @@ def to_json(result: SearchResult, order: str) -> dict[str, Any]:
         ],
         "estimated": result.estimated,
         "space": space_json(result.space),
+        "settled": settled_json(result),
     }
 
 
@@ -286,29 +288,64 @@ def render_text(
     return "\n".join(lines) + "\n"
 
 
-def order_lines(result: SearchResult) -> list[str]:
-    """How far the listed order can be trusted: the places whose ranked quantity lies within
-    planc's mean error on the ratio of two published layouts' throughputs (docs/validation.md,
-    "Ranking"; `planc.presets.accuracy.ordering`) of #1's, or how far #2 lies beyond it; then a
-    blank line. None with fewer than two results or no recorded ranking."""
+@record
+class Settled:
+    """How far a search's order is settled: `within` places (#1 included) lie within
+    planc's mean error on the ratio of two published layouts' throughputs (`margin`,
+    docs/validation.md "Ranking") of #1's ranked quantity, and #2 lies `gap` behind #1."""
+
+    margin: float
+    within: int
+    gap: float
+    pairs: int  # the published pairs the margin was measured on
+    right: int  # of them, ordered as measured
+
+
+def settled(result: SearchResult) -> Settled | None:
+    """`Settled` of `result`; None with fewer than two results or no recorded ranking
+    (`planc.presets.accuracy.ordering`)."""
     found = ordering()
     if found is None or len(result.results) < 2:
-        return []
-    margin = found.mean_ratio_error
+        return None
     first = result.results[0].metrics.rank_s
-    close = sum(r.metrics.rank_s <= first * (1 + margin) for r in result.results)
+    margin = found.mean_ratio_error
+    within = sum(r.metrics.rank_s <= first * (1 + margin) for r in result.results)
+    gap = result.results[1].metrics.rank_s / first - 1
+    return Settled(margin, within, gap, found.pairs, found.right)
+
+
+def settled_json(result: SearchResult) -> dict[str, Any] | None:
+    """`settled` as data (None where there is none)."""
+    found = settled(result)
+    if found is None:
+        return None
+    return {
+        "ratio_error": found.margin,
+        "places_within": found.within,
+        "second_behind": found.gap,
+        "published_pairs": found.pairs,
+        "published_pairs_ordered": found.right,
+    }
+
+
+def order_lines(result: SearchResult) -> list[str]:
+    """How far the listed order can be trusted (`settled`): the places within planc's mean
+    error on the ratio of two published layouts of #1, or how far #2 lies beyond it; then a
+    blank line. None where `settled` has nothing."""
+    found = settled(result)
+    if found is None:
+        return []
     evidence = (
         f"planc's mean error on the ratio of two published layouts' throughputs "
         f"({found.right} of {found.pairs} pairs ordered as measured, docs/validation.md#ranking)"
     )
-    if close >= 2:
+    if found.within >= 2:
         line = (
-            f"order: #1 to #{close} lie within {margin:.1%} of #1, {evidence}: planc does not "
-            "settle their order; measure them"
+            f"order: #1 to #{found.within} lie within {found.margin:.1%} of #1, {evidence}: "
+            "planc does not settle their order; measure them"
         )
     else:
-        gap = result.results[1].metrics.rank_s / first - 1
-        line = f"order: #2 is {gap:.1%} behind #1, more than {margin:.1%}, {evidence}"
+        line = f"order: #2 is {found.gap:.1%} behind #1, more than {found.margin:.1%}, {evidence}"
     return [line, ""]
 
 
