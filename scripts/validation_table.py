@@ -85,27 +85,34 @@ def ranking_rows(pairs: tuple[Comparison, ...]) -> list[str]:
     return rows
 
 
-def ordering(pairs: tuple[Comparison, ...]) -> Ordering:
-    """How many pairs planc orders as measured, and how far its ratios are from the measured
-    ones: the mean and the largest |predicted ratio / measured ratio − 1|."""
+def ordering(corpus: Corpus) -> Ordering:
+    """How many pairs planc orders as measured, how far its ratios are from the measured ones
+    (the mean and the largest |predicted ratio / measured ratio − 1|), and the categories of
+    the paired runs."""
+    pairs = corpus.comparisons
     off = [abs(pair.predicted_ratio / pair.measured_ratio - 1) for pair in pairs]
+    category = {s.run.id: str(s.run.category) for s in corpus.scored}
     return Ordering(
         pairs=len(pairs),
         right=sum(pair.concordant for pair in pairs),
         mean_ratio_error=sum(off) / len(off) if off else 0.0,
         worst_ratio_error=max(off, default=0.0),
+        categories=tuple(
+            sorted({category[p.first] for p in pairs} | {category[p.second] for p in pairs})
+        ),
     )
 
 
-def ranking(pairs: tuple[Comparison, ...]) -> str:
+def ranking(corpus: Corpus) -> str:
     """The ranking section's summary line."""
-    if not pairs:
+    if not corpus.comparisons:
         return "No pairs."
-    o = ordering(pairs)
+    o = ordering(corpus)
     return (
         f"planc orders {o.right} of {o.pairs} pairs as they measured; its ratio is "
         f"{o.mean_ratio_error * 100:.1f} % from the measured one on average (worst "
-        f"{o.worst_ratio_error * 100:.1f} %)."
+        f"{o.worst_ratio_error * 100:.1f} %). The paired runs' categories: "
+        f"{', '.join(o.categories)}."
     )
 
 
@@ -139,7 +146,7 @@ def table(corpus: Corpus) -> str:
         "ratio is the first run's tokens per second per GPU over the second's, measured and as "
         f"planc predicts it; pairs measured within {TIE * 100:g} % of each other are ties and left "
         "out (`planc.perf.validation.comparisons`).\n",
-        ranking(corpus.comparisons) + "\n",
+        ranking(corpus) + "\n",
         "\n".join(ranking_rows(corpus.comparisons)) + "\n",
     ]
     return "\n".join(parts)
@@ -164,7 +171,7 @@ def accuracy(corpus: Corpus) -> str:
         cells,
         rows(MODEL),
         rows(UNPRICED),
-        ordering(corpus.comparisons),
+        ordering(corpus),
     )
 
 

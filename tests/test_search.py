@@ -606,11 +606,13 @@ def test_the_order_line_names_the_places_within_planc_s_ratio_error(
     assert _order_line(text).startswith(expected)
     assert "docs/validation.md#ranking" in _order_line(text)
     # a margin below #2's gap: the line says how far #2 is behind instead
-    tight = Ordering(pairs=10, right=9, mean_ratio_error=1e-9, worst_ratio_error=0.2)
+    tight = Ordering(
+        pairs=10, right=9, mean_ratio_error=1e-9, worst_ratio_error=0.2, categories=("dense",)
+    )
     monkeypatch.setattr("planc.search.output.ordering", lambda: tight)
     code, text, _ = _run(spec, "--top", "5")
     assert _order_line(text).startswith(f"order: #2 is {gap:.1%} behind #1, more than 0.0%")
-    assert "(9 of 10 pairs ordered as measured" in _order_line(text)
+    assert "(9 of 10 pairs ordered as measured, of dense layouts" in _order_line(text)
     # one result: no order to speak of
     code, text, _ = _run(spec, "--top", "1")
     assert code == 0 and not [row for row in text.splitlines() if row.startswith("order: ")]

@@ -279,6 +279,8 @@ class Ordering:
     right: int
     mean_ratio_error: float
     worst_ratio_error: float
+    # the categories of the paired runs (`planc.perf.validation.category_of`), sorted
+    categories: tuple[str, ...]
 
 
 def ordering() -> Ordering | None:
@@ -287,7 +289,11 @@ def ordering() -> Ordering | None:
     if not entry or not entry["pairs"]:
         return None
     return Ordering(
-        entry["pairs"], entry["right"], entry["mean_ratio_error"], entry["worst_ratio_error"]
+        entry["pairs"],
+        entry["right"],
+        entry["mean_ratio_error"],
+        entry["worst_ratio_error"],
+        tuple(entry["categories"]),
     )
 
 
@@ -355,6 +361,7 @@ def accuracy_json(
             "right": ranking.right,
             "mean_ratio_error": round(ranking.mean_ratio_error, ERROR_DIGITS),
             "worst_ratio_error": round(ranking.worst_ratio_error, ERROR_DIGITS),
+            "categories": list(ranking.categories),
         },
     }
     return json.dumps(data, indent=2) + "\n"

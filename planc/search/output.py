@@ -299,6 +299,7 @@ class Settled:
     gap: float
     pairs: int  # the published pairs the margin was measured on
     right: int  # of them, ordered as measured
+    categories: tuple[str, ...]  # the paired runs' categories (moe absent: no MoE pair)
 
 
 def settled(result: SearchResult) -> Settled | None:
@@ -311,7 +312,7 @@ def settled(result: SearchResult) -> Settled | None:
     margin = found.mean_ratio_error
     within = sum(r.metrics.rank_s <= first * (1 + margin) for r in result.results)
     gap = result.results[1].metrics.rank_s / first - 1
-    return Settled(margin, within, gap, found.pairs, found.right)
+    return Settled(margin, within, gap, found.pairs, found.right, found.categories)
 
 
 def settled_json(result: SearchResult) -> dict[str, Any] | None:
@@ -325,6 +326,7 @@ def settled_json(result: SearchResult) -> dict[str, Any] | None:
         "second_behind": found.gap,
         "published_pairs": found.pairs,
         "published_pairs_ordered": found.right,
+        "published_pair_categories": list(found.categories),
     }
 
 
@@ -337,7 +339,8 @@ def order_lines(result: SearchResult) -> list[str]:
         return []
     evidence = (
         f"planc's mean error on the ratio of two published layouts' throughputs "
-        f"({found.right} of {found.pairs} pairs ordered as measured, docs/validation.md#ranking)"
+        f"({found.right} of {found.pairs} pairs ordered as measured, of "
+        f"{', '.join(found.categories)} layouts; docs/validation.md#ranking)"
     )
     if found.within >= 2:
         line = (
