@@ -10,7 +10,8 @@ runs, the mean of |predicted/measured − 1|, the worst signed error and the mea
 (a preset's runs share a bias the others need not: its sign says which way). `planc explain`,
 the report and search show it beside the step time, so a user reads the estimate with the
 error the model has on runs like theirs; `planc calibrate` on their own runs is how to tighten
-it.
+it. Its `ranking` says how planc orders published pairs of layouts (`ordering`): search names
+the layouts that lie within that error of its best.
 """
 
 from __future__ import annotations

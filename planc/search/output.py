@@ -309,6 +309,8 @@ def settled(result: SearchResult) -> Settled | None:
     if found is None or len(result.results) < 2:
         return None
     first = result.results[0].metrics.rank_s
+    if first <= 0.0:  # no step estimated: nothing to compare
+        return None
     margin = found.mean_ratio_error
     within = sum(r.metrics.rank_s <= first * (1 + margin) for r in result.results)
     gap = result.results[1].metrics.rank_s / first - 1
