@@ -32,6 +32,7 @@ from planc.report.gantt import MAX_DRAWN_OPS, Gantt, drawn_microbatches, gantt_s
 from planc.report.memory import memory_svg
 from planc.report.placement import FULL_GRID_NODES, node_types, placement_svg, rank_grid
 from planc.report.svg import attrs, esc, num, rect
+from planc.search.output import order_lines
 from planc.spec.load import load_path, load_text
 
 from conftest import CHROMIUM, CHROMIUM_FLAGS, EXAMPLES, needs_chromium, spec_text
@@ -398,6 +399,9 @@ def test_explorer_embeds_every_ranked_candidate(search_spec: Path) -> None:
     assert [c["place"] for c in data["candidates"]] == list(range(1, ranked + 1))
     best = result.results[0]
     assert data["candidates"][0]["step_time_s"] == best.metrics.step_time_s
+    # the text report's order line, above the ranking table
+    (line, _) = order_lines(result)
+    assert line.startswith("order: ") and f"<h2>Ranking</h2><p class='note'>{esc(line)}</p>" in page
     assert "&lt;search&gt; &amp; co" in page and "<search>" not in page
     assert len(page.encode()) < MAX_PAGE_BYTES
 

@@ -23,6 +23,7 @@ from planc.report.page import embedded_json
 from planc.report.scatter import Point, frontier, scatter_svg
 from planc.report.svg import esc
 from planc.search.evaluate import Metrics, Setup, Verdict, base_job, candidate_job
+from planc.search.output import order_lines
 from planc.search.rank import SearchResult
 from planc.search.space import Value
 
@@ -251,11 +252,13 @@ def explorer_page(heading: str, setup: Setup, result: SearchResult) -> str:
             for c in items
         ],
     }
+    # how far the order is settled, as the text report says it under its table
+    settled = "".join(f"<p class='note'>{esc(line)}</p>" for line in order_lines(result) if line)
     body = (
         f"<header><h1>planc search</h1><p class='muted'>{esc(heading)}</p><p class='note'>{counts}.</p></header>"
         + (
             f"{_controls(items, axes)}{_scatter_section(items, axes)}{''.join(panels)}<section><h2>Ranking</h2>"
-            f"<div class='scroll'>{_table(items, axes)}</div></section>"
+            f"{settled}<div class='scroll'>{_table(items, axes)}</div></section>"
             if items
             else "<section><p><span class='badge bad'>none</span> No candidate is feasible.</p></section>"
         )
