@@ -183,10 +183,9 @@ def bf16_ranges(a: int, b: int, n: int, L: int) -> tuple[tuple[int, int], ...]:
     return tuple(r for r in (head, tail) if r[0] < r[1])
 
 
-def numerics(training: Training, gpu: Gpu | None = None, zero: int = 1) -> Numerics:
+def numerics(training: Training, gpu: Gpu | None = None) -> Numerics:
     """The number formats of `training` on `gpu` (see `Numerics`; the GPU decides what an fp8
-    or fp4 recipe keeps: Hopper caches a transpose, Blackwell reads columnwise natively);
-    `zero`, the ZeRO stage, names Megatron's engine (`gather_engine`)."""
+    or fp4 recipe keeps: Hopper caches a transpose, Blackwell reads columnwise natively)."""
     base = numerics_for(training.precision, training.grad_accum_fp32)
     if training.framework == "fsdp2":
         # fully_shard casts the unsharded gradients to reduce_dtype for the reduce-scatter
@@ -203,23 +202,10 @@ def numerics(training: Training, gpu: Gpu | None = None, zero: int = 1) -> Numer
     recipe = training.fp8_recipe
     if recipe is None:
         return base
-    return replace(
-        base, loss_scaling=False, quantized=quantized_formats(training, recipe, gpu, zero)
-    )
+    return replace(base, loss_scaling=False, quantized=quantized_formats(training, recipe, gpu))
 
 
-def gather_engine(framework: str, zero: int) -> str:
-    """What all-gathers the parameters, as fp8.json's `gather_fp8` names it: under Megatron-LM
-    its distributed optimizer (`megatron`, ZeRO-1) or Megatron-FSDP (`megatron-fsdp`, ZeRO-2
-    and 3, the only way Megatron shards weights); else the framework."""
-    if framework == "megatron" and zero >= 2:
-        return "megatron-fsdp"
-    return framework
-
-
-def quantized_formats(
-    training: Training, recipe: Fp8Recipe, gpu: Gpu | None, zero: int = 1
-) -> Quantized:
+def quantized_formats(training: Training, recipe: Fp8Recipe, gpu: Gpu | None) -> Quantized:
     """The recipe's formats on `gpu` (planc/presets/fp8.json); an architecture the recipe does
     not run on (PLC043 reports it) is priced with two copies, as on Hopper."""
     row = recipe_table(recipe)
@@ -239,8 +225,9 @@ def quantized_formats(
         reads=row.reads,
         saved_input=row.saved_input and te,
         param_gather=training.param_gather,
-        gather_fp8=training.param_gather
-        and gather_engine(training.framework, zero) in row.gather_fp8,
+        # fp8.json names engines: Megatron's distributed optimizer (megatron) apart from
+        # Megatron-FSDP, as the spec writes them
+        gather_fp8=training.param_gather and training.framework_written in row.gather_fp8,
         tp_gather_fp8=training.framework in row.tp_gather_fp8,
         norm_fused=row.norm_fused and te and training.kernels == "fused",
         wgrad_high_precision=row.wgrad_high_precision,

@@ -1049,10 +1049,10 @@ def formats_and_dims(job: Job) -> tuple[Numerics, RankDims]:
     """The run's number formats (`planc.dims.numerics`) and one rank's share of a layer
     (`planc.dims.rank_dims`) of a job that passed its preconditions: they read the training
     section (K/V repeated before the attention core too), the GPU, the model and, of the layout,
-    the tensor, context, expert and expert-tensor degrees, sequence parallelism, the expert
-    dispatcher and the ZeRO stage."""
+    the tensor, context, expert and expert-tensor degrees, sequence parallelism and the expert
+    dispatcher."""
     lay = job.layout
-    return numerics(job.training, job.cluster.gpu, lay.zero), rank_dims(
+    return numerics(job.training, job.cluster.gpu), rank_dims(
         job.model,
         s=job.training.s,
         b=job.training.b,

@@ -21,8 +21,8 @@ PSI_Q = 32 * (2 * 4096 * 16 * 128 + 2 * 4096 * 4 * 128 + 3 * 4096 * 7168)
 PSI_R = PSI_Q + 32 * 2 * 4096 + 4096 + 2 * 128256 * 4096 // 2
 
 
-def gather_bytes(training: dict[str, Any]) -> int:
-    ops = analyse(job_of({"training": training})).ops
+def gather_bytes(training: dict[str, Any], **overlay: Any) -> int:
+    ops = analyse(job_of({"training": training, **overlay})).ops
     return sum(
         op.calls * op.buffer_bytes
         for op in ops
@@ -98,24 +98,8 @@ def test_verify_catches_a_gather_counted_in_16_bits(tmp_path: Any) -> None:
     assert "all_gather" in result.output
 
 
-def blackwell_gather_bytes(training: dict[str, Any], zero: int = 1) -> int:
-    ops = analyse(
-        job_of(
-            {
-                "hardware": {"gpu": "b200"},
-                "parallelism": {"zero_stage": zero},
-                "training": training,
-            }
-        )
-    ).ops
-    return sum(
-        op.calls * op.buffer_bytes
-        for op in ops
-        if op.group in ("dp_cp", "dp_shard") and op.op is Collective.ALL_GATHER
-    )
-
-
 MXFP8_GATHER = {"precision": "fp8", "fp8": {"recipe": "mxfp8", "param_gather": True}}
+B200 = {"gpu": "b200"}
 
 
 def test_the_distributed_optimizer_gathers_mxfp8_parameters_in_16_bits() -> None:
@@ -123,15 +107,16 @@ def test_the_distributed_optimizer_gathers_mxfp8_parameters_in_16_bits() -> None
     # the parameter all-gather and the gradient reduce-scatter, in the gradients' dtype, and
     # copies each gathered weight into its MXFP8 parameter (param_and_grad_buffer.py, 'For MXFP8
     # param: Create a shared buffer for param AG and grad RS'): 2 bytes a parameter, as bf16.
-    assert blackwell_gather_bytes(MXFP8_GATHER) == 2 * PSI_R
-    # current scaling's FP8 parameters still travel in one byte
+    assert gather_bytes(MXFP8_GATHER, hardware=B200) == 2 * PSI_R
+    # current scaling's FP8 parameters still travel in one byte, as on Hopper (the test above)
     current = {"precision": "fp8", "fp8": {"recipe": "current", "param_gather": True}}
-    assert blackwell_gather_bytes(current) < PSI_Q + 2 * (PSI_R - PSI_Q) + PSI_R // 40_000_000 + 2
+    assert gather_bytes(current, hardware=B200) == gather_bytes(current)
 
 
 def test_megatron_fsdp_gathers_mxfp8_parameters_quantized() -> None:
     # Megatron-FSDP keeps the FP8 parameters in uint8 buffers and all-gathers those: fewer bytes
     # than the same layout's bf16 gathers.
-    assert blackwell_gather_bytes(MXFP8_GATHER, zero=3) < blackwell_gather_bytes(
-        {"precision": "bf16"}, zero=3
-    )
+    fsdp = {"hardware": B200, "parallelism": {"zero_stage": 3}}
+    mxfp8 = {**MXFP8_GATHER, "framework": "megatron-fsdp"}
+    bf16 = {"precision": "bf16", "framework": "megatron-fsdp"}
+    assert gather_bytes(mxfp8, **fsdp) < gather_bytes(bf16, **fsdp)
