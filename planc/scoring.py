@@ -8,6 +8,7 @@ arithmetic (signed errors, aggregates, leave-one-source-out) is `planc.perf.vali
 from __future__ import annotations
 
 import os
+from collections.abc import Hashable
 
 from planc.analysis import Analysis, analyse, estimate_step
 from planc.check import check_loaded
@@ -24,6 +25,7 @@ from planc.perf.validation import (
     comparisons,
     held_out_errors,
     read_index,
+    repeats,
     score,
 )
 from planc.plannable import plannable
@@ -51,6 +53,8 @@ class Corpus:
     held_out: tuple[Aggregate, ...]
     # pairs of validation runs a search could have chosen between (`comparable`)
     comparisons: tuple[Comparison, ...]
+    # pairs of runs that are one configuration measured twice (`one_configuration`)
+    repeats: tuple[Comparison, ...]
 
 
 def layout_words(job: Job) -> str:
@@ -113,6 +117,16 @@ def comparable(run: Run, job: Job) -> tuple[object, ...]:
     return (run.source_group, job.model, run.gpu, tr.precision, tr.fp8_recipe)
 
 
+def one_configuration(job: Job) -> Hashable | None:
+    """What two runs share when they are one configuration measured twice: the whole spec but
+    its name (model, cluster, layout, training) on one stated software release; None under
+    `latest`, where the corpus does not name the software (two publications of it may run
+    different stacks)."""
+    if job.training.framework_release == "latest":
+        return None
+    return (job.model, job.cluster, job.layout, job.training)
+
+
 def tokens_per_gpu(job: Job) -> float:
     """Tokens one optimizer step trains, per GPU: B·s over the world size."""
     return job.training.B * job.training.s / job.cluster.world
@@ -154,4 +168,5 @@ def score_corpus(index_path: str) -> Corpus:
             lambda run: comparable(run, analyses[run.id][0]),
             lambda run: tokens_per_gpu(analyses[run.id][0]),
         ),
+        repeats=repeats(scored, lambda run: one_configuration(analyses[run.id][0])),
     )

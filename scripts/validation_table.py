@@ -116,6 +116,29 @@ def ranking(corpus: Corpus) -> str:
     )
 
 
+def repeated(corpus: Corpus) -> str:
+    """The ranking section's paragraph on runs measured twice: how far apart they are, and how
+    planc orders the pairs measured further apart than the widest of them."""
+    if not corpus.repeats:
+        return "No configuration is measured twice."
+    spreads = sorted(abs(pair.measured_ratio - 1) for pair in corpus.repeats)
+    widest = spreads[-1]
+    beyond = [p for p in corpus.comparisons if abs(p.measured_ratio - 1) > widest]
+    listed = "; ".join(
+        f"{pair.first} and {pair.second}, {abs(pair.measured_ratio - 1) * 100:.1f} %"
+        for pair in corpus.repeats
+    )
+    return (
+        f"{len(corpus.repeats)} pairs of runs are one configuration measured twice: the same "
+        "spec on the same software release, in two tables of that release "
+        "(`planc.perf.validation.repeats`). Their throughputs differ by "
+        f"{spreads[0] * 100:.1f} to {widest * 100:.1f} % ({listed}), which planc, pricing "
+        "both alike, cannot follow. Two layouts measured closer than that have no order a model "
+        f"can be held to. Of the {len(beyond)} pairs above measured further apart than the "
+        f"widest repeat, planc orders {sum(p.concordant for p in beyond)} as they measured."
+    )
+
+
 def table(corpus: Corpus) -> str:
     """The whole Markdown page."""
     parts = [
@@ -147,6 +170,7 @@ def table(corpus: Corpus) -> str:
         f"planc predicts it; pairs measured within {TIE * 100:g} % of each other are ties and left "
         "out (`planc.perf.validation.comparisons`).\n",
         ranking(corpus) + "\n",
+        repeated(corpus) + "\n",
         "\n".join(ranking_rows(corpus.comparisons)) + "\n",
     ]
     return "\n".join(parts)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -27,6 +28,7 @@ from planc.perf.validation import (
     leave_one_source_out,
     parse_index,
     read_index,
+    repeats,
     score,
 )
 from planc.plannable import plannable
@@ -35,6 +37,7 @@ from planc.scoring import (
     check_rules,
     comparable,
     job_of,
+    one_configuration,
     price,
     score_corpus,
     spec_path,
@@ -422,6 +425,39 @@ def test_the_corpus_pairs_are_one_publication_one_model_gpu_and_format() -> None
             for r, j in ((a, ja), (b, jb))
         ]
         assert pair.measured_ratio == pytest.approx(per_gpu[0] / per_gpu[1])
+
+
+def test_repeats_by_hand() -> None:
+    # a and c are one configuration (key "x"), b another, d has no key: one pair, a–c. c ran
+    # 10.1 s where a ran 10.0 s, so a's throughput over c's is 10.1/10.0; planc prices them
+    # 9.0 and 9.5 s here, 9.5/9.0.
+    runs = parse_index(json.dumps(RANKED))
+    scored = score(runs, lambda run: RANK_PREDICTED[run.id])
+    keys = {"a": "x", "b": "y", "c": "x", "d": None, "e": "y"}
+    (pair,) = [p for p in repeats(scored, lambda run: keys[run.id]) if p.first == "a"]
+    assert (pair.first, pair.second) == ("a", "c")
+    assert pair.measured_ratio == pytest.approx(10.1 / 10.0)
+    assert pair.predicted_ratio == pytest.approx(9.5 / 9.0)
+    # b and e share "y" although e is a fit run: a repeat counts runs of any role
+    assert [(p.first, p.second) for p in repeats(scored, lambda run: keys[run.id])] == [
+        ("a", "c"),
+        ("b", "e"),
+    ]
+
+
+def test_the_corpus_repeats_are_one_spec_on_one_release() -> None:
+    # Each repeat: both specs equal but for their names, on a stated release (not latest);
+    # its measured ratio is the two measured steps' (the same tokens per GPU)
+    jobs = {run.id: job_of(spec_path(str(INDEX), run)) for run in RUNS}
+    by_id = {run.id: run for run in RUNS}
+    found = repeats(score(RUNS, lambda run: run.measured_s), lambda r: one_configuration(jobs[r.id]))
+    assert len(found) >= 4
+    for pair in found:
+        a, b = jobs[pair.first], jobs[pair.second]
+        assert replace(a, name="", rules=b.rules, run=b.run) == replace(b, name="")
+        assert a.training.framework_release != "latest"
+        measured = by_id[pair.second].measured_s / by_id[pair.first].measured_s
+        assert pair.measured_ratio == pytest.approx(measured)
 
 
 def test_leave_one_source_out_fits_without_the_held_out_group() -> None:
