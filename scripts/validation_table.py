@@ -134,7 +134,7 @@ def repeated(corpus: Corpus) -> str:
         "(`planc.perf.validation.repeats`). Their throughputs differ by "
         f"{spreads[0] * 100:.1f} to {widest * 100:.1f} % ({listed}), which planc, pricing "
         "both alike, cannot follow. Two layouts measured closer than that have no order a model "
-        f"can be held to. Of the {len(beyond)} pairs above measured further apart than the "
+        f"can be held to. Of the {len(beyond)} pairs below measured further apart than the "
         f"widest repeat, planc orders {sum(p.concordant for p in beyond)} as they measured."
     )
 

@@ -167,9 +167,9 @@ def _compared(a: Scored, b: Scored, work: float) -> Comparison:
 def repeats(
     scored: Sequence[Scored], spec_of: Callable[[Run], Hashable | None]
 ) -> tuple[Comparison, ...]:
-    """Every pair of runs (any role) that are one run measured twice: the same `spec_of` (the
-    spec apart from its name, on one stated software release), None for a run whose software
-    the corpus cannot tell apart. Their measured ratio is how far two publications of one
+    """Every pair of runs (any role) that are one configuration measured twice: the same
+    `spec_of` (the spec apart from its name, on one stated software release; None for a run
+    whose software the corpus cannot tell apart). Their measured ratio is how far two publications of one
     configuration differ, the noise under any pair's order; planc prices both alike."""
     out = []
     for i, a in enumerate(scored):
