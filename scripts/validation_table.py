@@ -130,7 +130,7 @@ def repeated(corpus: Corpus) -> str:
     )
     return (
         f"{len(corpus.repeats)} pairs of runs are one configuration measured twice: the same "
-        "spec on the same software release, in two tables of that release "
+        "spec on the same software release, published twice "
         "(`planc.perf.validation.repeats`). Their throughputs differ by "
         f"{spreads[0] * 100:.1f} to {widest * 100:.1f} % ({listed}), which planc, pricing "
         "both alike, cannot follow. Two layouts measured closer than that have no order a model "

@@ -22,7 +22,8 @@ from conftest import hybridep_job
 DISPATCH = {8: 545.71, 16: 523.48, 24: 507.32, 32: 484.22, 36: 479.02}
 COMBINE = {8: 568.94, 16: 521.55, 24: 483.76, 32: 464.54, 36: 447.89}
 NVL72_NVLINK_GBS = 900.0  # GB200's NVLink 5, per direction
-A2A_EFFICIENCY = 0.802  # gb200-nvl72 nvlink all_to_all (NCCL's SM100_NVLINK_BW: 40.1 of 50 GB/s a link)
+# gb200-nvl72's NVLink all_to_all efficiency: NCCL's SM100_NVLINK_BW, 40.1 of 50 GB/s a link
+A2A_EFFICIENCY = 0.802
 
 
 def test_rate_is_linear_between_measured_sizes_and_flat_beyond() -> None:

@@ -169,8 +169,9 @@ def repeats(
 ) -> tuple[Comparison, ...]:
     """Every pair of runs (any role) that are one configuration measured twice: the same
     `spec_of` (the spec apart from its name, on one stated software release; None for a run
-    whose software the corpus cannot tell apart). Their measured ratio is how far two publications of one
-    configuration differ, the noise under any pair's order; planc prices both alike."""
+    whose software the corpus cannot tell apart). Their measured ratio is how far two
+    publications of one configuration differ, the noise under any pair's order; planc prices
+    both alike."""
     out = []
     for i, a in enumerate(scored):
         key = spec_of(a.run)
