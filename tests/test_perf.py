@@ -428,6 +428,13 @@ def test_calibrate_command_writes_a_loadable_file(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["calibrate", str(tmp_path / "runs.csv"), "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert "leave-one-out" in result.output
+    # Each run under its whole file name, its measured seconds ending where the header's
+    # "measured" ends.
+    header, *rows = result.output.splitlines()[:4]
+    assert [row.split()[0] for row in rows] == ["gpt-22b-1.yaml", "gpt-22b-4.yaml", "llama3-8b-2.yaml"]
+    end = header.index("measured") + len("measured")
+    assert all(row[:end].split()[-1].replace(".", "").isdigit() for row in rows)
+    assert all(row[end] == " " for row in rows)
     # Four parameters (the GEMM curve's two, two links' efficiencies) from three runs: said.
     assert "warning: 4 parameters fitted to 3 runs: the fit is underdetermined" in result.output
     fitted = load_calibration(out)
@@ -435,6 +442,16 @@ def test_calibrate_command_writes_a_loadable_file(tmp_path: Path) -> None:
     (tmp_path / "bad.csv").write_text("spec,seconds\na.yaml,fast\n", encoding="utf-8")
     bad = CliRunner().invoke(main, ["calibrate", str(tmp_path / "bad.csv"), "-o", str(out)])
     assert bad.exit_code == 2 and "bad.csv:2: 'fast' is not a number" in bad.output
+
+
+def test_a_long_run_label_keeps_its_file_name() -> None:
+    from planc.perf.calibrate import LABEL_WIDTH, _label
+
+    long = "runs/" + "a-very-long-directory-name/" * 3 + "qwen3-30b-a3b-8xb200.yaml"
+    shown = _label(long, LABEL_WIDTH)
+    assert len(shown) == LABEL_WIDTH and shown.startswith("…")
+    assert shown.endswith("qwen3-30b-a3b-8xb200.yaml") and long.endswith(shown[1:])
+    assert _label("short.yaml", LABEL_WIDTH) == "short.yaml"
 
 
 def test_a_custom_gpu_gets_the_a100_entry_scaled_by_its_peaks() -> None:

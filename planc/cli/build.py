@@ -4,6 +4,7 @@ and fit the step model to measured runs."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 
 import click
@@ -204,7 +205,12 @@ def calibrate(measurements: str, output: str) -> None:
         sys.exit(2)
     tolerate = frozenset({"PLC006", "PLC007"})
     analyses = [(path, s, plan_or_exit(str(path), tolerate=tolerate)[0]) for path, s in rows]
-    runs = [cal.Run(str(path), a.plan, s, predictor(a)) for path, s, a in analyses]
+    # each run labelled as its row names it: relative to the measurements file
+    here = os.path.dirname(os.path.abspath(measurements))
+    runs = [
+        cal.Run(os.path.relpath(os.path.abspath(path), here), a.plan, s, predictor(a))
+        for path, s, a in analyses
+    ]
     try:
         result = cal.calibrate_runs(runs)
     except ValueError as error:

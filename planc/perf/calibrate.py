@@ -368,15 +368,26 @@ def _written_back(eff: Efficiency) -> None:
         raise ValueError(f"the fit left planc's bounds: {error}") from None
 
 
+# The widest run label the table prints whole; a longer one keeps its end (the file name).
+LABEL_WIDTH = 60
+
+
+def _label(label: str, width: int) -> str:
+    """`label` in at most `width` characters: whole, or '…' and its last width − 1."""
+    return label if len(label) <= width else "…" + label[-(width - 1) :]
+
+
 def render(cal: Calibration) -> str:
-    """The table `planc calibrate` prints: each run before, after and left out, then the means."""
-    lines = ["run                                      measured   fitted  before   after  left-out"]
+    """The table `planc calibrate` prints: each run before, after and left out, then the means.
+    The run column is as wide as the longest label, up to `LABEL_WIDTH`."""
+    width = min(LABEL_WIDTH, max([len("run"), *(len(run.label) for run in cal.runs)]))
+    lines = [f"{'run':<{width}}  measured   fitted  before   after  left-out"]
     for i, run in enumerate(cal.runs):
         after = cal.fit.residuals[i]
         predicted = run.measured_s * (1 + after)
         loo = f"{cal.leave_one_out[i]:+7.1%}" if cal.leave_one_out else "      -"
         lines.append(
-            f"{run.label[-40:]:<40} {run.measured_s:8.3f} {predicted:8.3f} "
+            f"{_label(run.label, width):<{width}} {run.measured_s:9.3f} {predicted:8.3f} "
             f"{cal.before[i]:+7.1%} {after:+7.1%}  {loo}"
         )
 
