@@ -146,11 +146,13 @@ def comparisons(
     Throughput per GPU is tokens per step / (seconds per step · GPUs): `tokens_per_gpu_of(run)`
     gives tokens per step per GPU, so a run on more GPUs compares by what each GPU does."""
     held = [s for s in scored if s.run.role is RunRole.VALIDATION]
+    keys = [key_of(s.run) for s in held]
     out = []
     for i, a in enumerate(held):
-        for b in held[i + 1 :]:
-            if key_of(a.run) != key_of(b.run):
+        for j in range(i + 1, len(held)):
+            if keys[i] != keys[j]:
                 continue
+            b = held[j]
             pair = _compared(a, b, tokens_per_gpu_of(a.run) / tokens_per_gpu_of(b.run))
             if abs(pair.measured_ratio - 1) > TIE:
                 out.append(pair)
@@ -172,13 +174,14 @@ def repeats(
     whose software the corpus cannot tell apart). Their measured ratio is how far two
     publications of one configuration differ, the noise under any pair's order; planc prices
     both alike."""
-    out = []
-    for i, a in enumerate(scored):
-        key = spec_of(a.run)
-        if key is None:
-            continue
-        out += [_compared(a, b, 1.0) for b in scored[i + 1 :] if spec_of(b.run) == key]
-    return tuple(out)
+    keys = [spec_of(s.run) for s in scored]
+    return tuple(
+        _compared(scored[i], scored[j], 1.0)
+        for i in range(len(scored))
+        if keys[i] is not None
+        for j in range(i + 1, len(scored))
+        if keys[j] == keys[i]
+    )
 
 
 def category_of(moe: bool, sharded: bool, pipeline: int, context: int) -> RunCategory:
